@@ -1,0 +1,57 @@
+# Thin wrapper over CMake/ctest. `make help` lists the targets.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTUNER = $(BUILD)/ctuner
+
+.PHONY: all build deps test demo bench fuzz fuzz-long asan format clean help golden
+
+all: build
+
+help:
+	@echo "make            build (Release) into $(BUILD)/"
+	@echo "make test       install missing packages, build with -Werror, run every test (ctest)"
+	@echo "make demo       install, build, run the parity check and the step benchmark"
+	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
+	@echo "make fuzz       60 s libFuzzer run of the safetensors reader under ASan (clang)"
+	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
+	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
+	@echo "make format     clang-format the sources"
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure --timeout 1200
+	scripts/fuzz.sh 10
+
+demo: deps build
+	scripts/demo.sh $(CTUNER)
+
+bench: build
+	scripts/bench.sh $(CTUNER)
+
+fuzz: deps
+	scripts/fuzz.sh 60
+
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure --timeout 3000
+
+golden:
+	scripts/golden.sh
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,127 @@
+/* Forward and backward kernels on flat float32 buffers.
+ *
+ * Conventions: activations are row-major matrices (rows, cols) with an explicit
+ * leading dimension (ld = distance between rows, in floats) so a kernel can read
+ * or write a column slice of a wider buffer. Batched activations have rows
+ * grouped by batch: row r belongs to batch item r / L. Per-batch vectors (shift,
+ * scale, gate from a modulation) are read at `p + b * ldp`.
+ *
+ * Backward kernels ACCUMULATE into parameter gradients (dw, db, dscale, ...) and
+ * into dx where documented ("+="), so residual branches and gradient accumulation
+ * need no extra buffers; callers zero gradients when a step starts.
+ *
+ * Everything here is OpenMP-parallel and deterministic: the result does not
+ * depend on the thread count (reductions over rows are done per batch item or
+ * in fixed-size chunks combined in a fixed order).
+ * Kernels know nothing of parameters' names, files or models.
+ */
+#ifndef CTUNER_KERNELS_H
+#define CTUNER_KERNELS_H
+
+#include <stddef.h>
+
+/* ---- linear: y = x w^T + b, w is [out=M, in=K] (PyTorch layout) ---- */
+/* y (N, M) = x (N, K) . w^T + b; b may be NULL. */
+void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
+                   float *y, int ldy);
+/* dx = beta_dx * dx + dy . w   (dx may be NULL: skipped)
+ * dw += dy^T . x               (dw may be NULL)
+ * db += sum over rows of dy    (db may be NULL) */
+void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
+                   int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db);
+
+/* ---- LayerNorm without affine + adaLN modulation ----
+ * xhat = (x - mean) * rstd,  rstd = 1/sqrt(var + eps)   (biased variance)
+ * h    = (1 + scale[b]) * xhat + shift[b]               (shift/scale may be NULL => 0)
+ * Stores xhat (N, D, ld = D) and rstd (N) for the backward. */
+void ct_ln_mod_fwd(int B, int L, int D, const float *x, int ldx, const float *shift,
+                   const float *scale, int ldm, float eps, float *xhat, float *rstd, float *h,
+                   int ldh);
+/* From dh: dshift[b] += sum_rows dh; dscale[b] += sum_rows dh*xhat;
+ * dx += LN backward of (dh * (1+scale)).  dshift/dscale may be NULL. */
+void ct_ln_mod_bwd(int B, int L, int D, const float *xhat, const float *rstd, const float *scale,
+                   int ldm, const float *dh, int lddh, float *dx, int lddx, float *dshift,
+                   float *dscale);
+/* LayerNorm with affine weight/bias (text encoder; forward only). */
+void ct_layernorm_affine_fwd(int N, int D, const float *x, int ldx, const float *gamma,
+                             const float *beta, float eps, float *y, int ldy);
+
+/* ---- RMSNorm with learned scale over the last dim ----
+ * y = x * rstd * scale,  rstd = 1/sqrt(mean(x^2) + eps). rstd (N) stored. */
+void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, float eps,
+                    float *y, int ldy, float *rstd);
+/* dx += ..., dscale += ... */
+void ct_rmsnorm_bwd(int N, int D, const float *x, int ldx, const float *scale, const float *rstd,
+                    const float *dy, int lddy, float *dx, int lddx, float *dscale);
+
+/* ---- RoPE: rotate pairs (2j, 2j+1) of each row by angle table ----
+ * pe is (L, D/2, 2) holding (cos, sin) for sequence position l; row r uses
+ * position r % L (rows grouped by batch). In place allowed (x == y). */
+void ct_rope_table(int L, const int *pos /* (L, 3) */, const int axes[3], float theta,
+                   float *pe /* (L, sum(axes)/2, 2) */);
+void ct_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y, int ldy);
+/* dx = R^T dy (overwrite, not accumulate); in place allowed. */
+void ct_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy, float *dx,
+                 int lddx);
+
+/* ---- QKV head preparation (fused RMSNorm + RoPE + transpose) ----
+ * qkv: (B*Ls, 3*H*hd) rows laid out (3, H, hd) as a Linear produces them.
+ * Writes q, k, v into (B, H, Lt, hd) at sequence positions [off, off+Ls):
+ *   q = rope(rmsnorm(q_raw, qscale)), k = rope(rmsnorm(k_raw, kscale)), v = v_raw.
+ * pe is the table for the joint sequence (Lt positions). rstd_q/rstd_k: (B*Ls*H). */
+void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
+                      const float *qscale, const float *kscale, const float *pe, float *q,
+                      float *k, float *v, float *rstd_q, float *rstd_k);
+/* Inverse: from dq, dk, dv in (B, H, Lt, hd) (positions [off, off+Ls)) write
+ * dqkv (B*Ls, 3*H*hd) (overwrite) and accumulate dqscale, dkscale (hd). */
+void ct_qkv_heads_bwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
+                      const float *qscale, const float *kscale, const float *pe,
+                      const float *rstd_q, const float *rstd_k, const float *dq, const float *dk,
+                      const float *dv, float *dqkv, float *dqscale, float *dkscale);
+
+/* ---- softmax attention ----
+ * q, k, v: (B, H, L, hd). o: (B, L, H*hd) (heads concatenated per token, the
+ * layout the output projection reads). lse: (B, H, L) log-sum-exp of the scaled
+ * scores per query, kept for the backward. Scores are computed in tiles of query
+ * rows (never a B*H*L*L buffer); the backward recomputes them from lse.
+ * causal != 0 masks keys after the query (text encoder). */
+void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, float *o, float *lse);
+/* dq, dk, dv (B, H, L, hd) are overwritten. */
+void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, const float *o, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv);
+
+/* ---- activations (2-D with leading dims so column slices work) ---- */
+void ct_silu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_silu_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                 int lddx); /* dx = dy * silu'(x) (overwrite) */
+void ct_gelu_tanh_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
+                      float *dx, int lddx); /* overwrite */
+void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy); /* x*sigmoid(1.702x) */
+
+/* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
+void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
+                     const float *y, int ldy, float *out, int ldo);
+/* dy = gate[b] * dout (overwrite); dgate[b] += sum_rows dout * y. (dx == dout: the
+ * caller keeps using dout for the residual path.) */
+void ct_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,
+                     const float *dout, int lddo, float *dy, int lddy, float *dgate);
+
+/* ---- embeddings, patches, loss ---- */
+/* out (B, dim): [cos(args), sin(args)], args = time_factor*t[b] * exp(-ln(max_period)*k/(dim/2)). */
+void ct_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
+                           float *out);
+/* (B, C, H, W) -> (B, (H/p)*(W/p), C*p*p) in the order b c (h ph) (w pw) -> b (h w) (c ph pw). */
+void ct_patchify(int B, int C, int H, int W, int p, const float *x, float *out);
+/* Exact inverse of ct_patchify (also its backward: a permutation). */
+void ct_unpatchify(int B, int C, int H, int W, int p, const float *in, float *x);
+/* Mean squared error over n elements; dpred = 2 (pred - target) / n * dloss (overwrite, may be NULL). */
+float ct_mse_fwd_bwd(size_t n, const float *pred, const float *target, float dloss, float *dpred);
+
+/* ---- elementwise helpers ---- */
+void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
+void ct_zero(size_t n, float *x);
+
+#endif

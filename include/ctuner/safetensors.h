@@ -1,0 +1,88 @@
+/* safetensors read (mmap, validated) and write (atomic).
+ *
+ * Format: u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ *  "__metadata__": {"key": "value"}}, then the data section; offsets are
+ * relative to the data section.
+ * The reader validates everything before handing out a pointer: header length
+ * bounded (CT_ST_MAX_HEADER) and inside the file, JSON well formed, known dtype,
+ * non-negative integer shapes, dtype size x shape == end - begin without
+ * overflow, offsets inside the data section, no two tensors overlapping.
+ */
+#ifndef CTUNER_SAFETENSORS_H
+#define CTUNER_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctuner/status.h"
+
+#define CT_ST_MAX_HEADER (100u * 1024u * 1024u)
+#define CT_ST_MAX_DIMS 8
+
+typedef enum ct_dtype {
+  CT_DTYPE_F32 = 0,
+  CT_DTYPE_F16,
+  CT_DTYPE_BF16,
+  CT_DTYPE_F64,
+  CT_DTYPE_I64,
+  CT_DTYPE_I32,
+  CT_DTYPE_I16,
+  CT_DTYPE_I8,
+  CT_DTYPE_U8,
+  CT_DTYPE_BOOL,
+  CT_DTYPE_COUNT
+} ct_dtype;
+
+const char *ct_dtype_name(ct_dtype d); /* "F32" ... */
+size_t ct_dtype_size(ct_dtype d);
+int ct_dtype_parse(const char *s, ct_dtype *out); /* 0 ok, -1 unknown */
+
+typedef struct ct_st_tensor {
+  char *name;
+  ct_dtype dtype;
+  int ndim;
+  int64_t shape[CT_ST_MAX_DIMS];
+  size_t numel;
+  size_t begin, end;   /* within the data section */
+  const void *data;    /* points into the mapping */
+} ct_st_tensor;
+
+typedef struct ct_st_file {
+  char *path;          /* NULL when parsed from memory */
+  void *map;
+  size_t map_size;
+  size_t ntensors;
+  ct_st_tensor *tensors; /* sorted by data offset */
+  size_t nmeta;
+  char **meta_keys, **meta_values;
+} ct_st_file;
+
+/* mmap and validate. Error messages start with the path. */
+ct_status ct_st_open(const char *path, ct_st_file **out, ct_err *err);
+/* Validate a buffer already in memory (borrowed: must outlive the result). */
+ct_status ct_st_parse(const void *buf, size_t size, ct_st_file **out, ct_err *err);
+void ct_st_close(ct_st_file *f);
+const ct_st_tensor *ct_st_find(const ct_st_file *f, const char *name);
+const char *ct_st_meta(const ct_st_file *f, const char *key); /* NULL if absent */
+/* Convert a F32/F16/BF16 tensor to float32; n must equal t->numel. */
+ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err);
+
+/* bf16/f16 conversions (round to nearest even; NaN kept NaN). */
+uint16_t ct_f32_to_bf16(float f);
+float ct_bf16_to_f32(uint16_t h);
+uint16_t ct_f32_to_f16(float f);
+float ct_f16_to_f32(uint16_t h);
+
+/* Writer: collect tensors (data borrowed until write), then write atomically:
+ * PATH.tmp.<pid> is written, fsynced, renamed over PATH, directory fsynced. */
+typedef struct ct_st_writer ct_st_writer;
+ct_status ct_st_writer_new(ct_st_writer **out);
+/* Add float32 data stored as dtype (F32, F16 or BF16: converted at write). */
+ct_status ct_st_writer_add_f32(ct_st_writer *w, const char *name, int ndim, const int64_t *shape,
+                               const float *data, ct_dtype store_as, ct_err *err);
+ct_status ct_st_writer_meta(ct_st_writer *w, const char *key, const char *value, ct_err *err);
+ct_status ct_st_writer_write(ct_st_writer *w, const char *path, ct_err *err);
+void ct_st_writer_free(ct_st_writer *w);
+
+#endif
