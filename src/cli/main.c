@@ -1,27 +1,93 @@
 /* ctuner command-line entry point: parses the subcommand and dispatches.
- * The only place in the project that prints results to stdout or calls exit(). */
+ * The CLI is the only part of the project that prints results to stdout and
+ * chooses exit codes (0 success, 1 failure of the job, 2 usage error). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "ctuner/status.h"
+#include "cli/cli.h"
+#include "ctuner/log.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ctuner <command> [options]\n"
+          "usage: ctuner [--log-level debug|info|warn|error] <command> [options]\n"
           "\n"
           "commands:\n"
-          "  model check   compare forward/backward against a PyTorch golden file\n"
-          "  bench step    time one training step of a preset\n"
+          "  model check   run forward and backward on a PyTorch golden file and compare\n"
+          "  model info    print a preset's configuration and parameter count\n"
+          "  bench step    time forward + backward + AdamW of a preset on random data\n"
           "\n"
           "Run 'ctuner <command> --help' for a command's options.\n");
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+int ct_cli_opt(int argc, char **argv, int *i, const char *key, const char **val) {
+  const char *a = argv[*i];
+  size_t kl = strlen(key);
+  if (strncmp(a, "--", 2) || strncmp(a + 2, key, kl)) return 0;
+  if (a[2 + kl] == '=') {
+    *val = a + 3 + kl;
+    return 1;
   }
-  fprintf(stderr, "ctuner: unknown command '%s'\n", argv[1]);
+  if (a[2 + kl] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "ctuner: option --%s needs a value\n", key);
+    return -1;
+  }
+  *val = argv[++*i];
+  return 1;
+}
+
+int ct_cli_int(const char *key, const char *val, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(val, &end, 10);
+  if (errno || end == val || *end || v < lo || v > hi) {
+    fprintf(stderr, "ctuner: --%s=%s: expected an integer in [%ld, %ld]\n", key, val, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int ct_cli_float(const char *key, const char *val, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (errno || end == val || *end) {
+    fprintf(stderr, "ctuner: --%s=%s: expected a number\n", key, val);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int i = 1;
+  const char *lv;
+  while (i < argc && !strncmp(argv[i], "--log-level", 11)) {
+    int r = ct_cli_opt(argc, argv, &i, "log-level", &lv);
+    if (r < 0) return 2;
+    int l = ct_log_level_parse(lv);
+    if (l < 0) {
+      fprintf(stderr, "ctuner: --log-level=%s: expected debug, info, warn, error or off\n", lv);
+      return 2;
+    }
+    ct_log_set_level((ct_log_level)l);
+    i++;
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[i];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "model")) return ct_cmd_model(argc - i, argv + i);
+  if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
+  fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
 }

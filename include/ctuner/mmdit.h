@@ -1,0 +1,124 @@
+/* The Flux-style MMDiT denoiser (see shared docs MODEL.md): configuration,
+ * presets, parameter table over one flat buffer, forward and backward.
+ *
+ * Parameters live in one contiguous float buffer `w`; each tensor is a view
+ * (name, shape, offset) in the order PyTorch's named_parameters() gives for the
+ * reference model, so every block is one contiguous range (ZeRO-3 gathers per
+ * block). Gradients mirror it in `g`. Activations of a forward pass live in one
+ * arena sized for the batch shape; backward reads them and ACCUMULATES into `g`
+ * (callers zero `g` at the start of an optimizer step).
+ */
+#ifndef CTUNER_MMDIT_H
+#define CTUNER_MMDIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctuner/status.h"
+
+typedef struct ct_mmdit_config {
+  int in_channels;    /* latent channels C */
+  int patch;          /* 2 */
+  int hidden;         /* d */
+  int heads;          /* H; head_dim = d / H */
+  int axes_dim[3];    /* sum = head_dim */
+  int depth_double;
+  int depth_single;
+  int mlp_ratio;      /* 4 */
+  int context_in_dim;
+  int vec_in_dim;
+  int qkv_bias;       /* 1 */
+  int guidance_embed; /* 0 */
+  float theta;        /* 10000 */
+} ct_mmdit_config;
+
+/* A preset: the model config plus the bench/golden batch shape. */
+typedef struct ct_mmdit_preset {
+  const char *name;
+  ct_mmdit_config cfg;
+  int batch, lat_h, lat_w, txt_len; /* 0 for shape-only presets (flux-dev) */
+} ct_mmdit_preset;
+
+/* Presets: tiny, small, bench, flux-dev. NULL if unknown. */
+const ct_mmdit_preset *ct_mmdit_preset_find(const char *name);
+/* Comma-separated preset names, for messages. */
+const char *ct_mmdit_preset_names(void);
+/* Check a config's invariants; the message names the field. */
+ct_status ct_mmdit_config_validate(const ct_mmdit_config *cfg, ct_err *err);
+
+typedef struct ct_param {
+  char name[96];
+  int ndim;
+  int64_t shape[2];
+  size_t offset, numel; /* in floats, within the flat buffer */
+} ct_param;
+
+/* Parameter table without allocating the model (flux-dev sizes, memory planning). */
+ct_status ct_mmdit_param_table(const ct_mmdit_config *cfg, ct_param **out, size_t *n,
+                               size_t *numel, ct_err *err);
+
+/* One training/inference batch. All pointers are row-major float32. */
+typedef struct ct_mmdit_batch {
+  int B, H, W, T;         /* batch, latent height/width (even), text tokens */
+  const float *x;         /* (B, C, H, W) noisy latents x_t */
+  const float *t;         /* (B) timesteps in [0,1] */
+  const float *txt;       /* (B, T, context_in_dim) */
+  const float *y;         /* (B, vec_in_dim) */
+  const float *guidance;  /* (B) or NULL; used iff guidance_embed */
+} ct_mmdit_batch;
+
+typedef struct ct_mmdit ct_mmdit;
+
+/* Allocate parameters (and gradients if with_grads) and initialise per MODEL.md
+ * (weights N(0, 0.02), biases 0, norm scales 1, modulations and final linear 0). */
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads, ct_mmdit **out,
+                       ct_err *err);
+void ct_mmdit_free(ct_mmdit *m);
+
+const ct_mmdit_config *ct_mmdit_cfg(const ct_mmdit *m);
+size_t ct_mmdit_numel(const ct_mmdit *m);
+float *ct_mmdit_params(ct_mmdit *m);
+float *ct_mmdit_grads(ct_mmdit *m); /* NULL without gradients */
+const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n);
+const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name);
+/* Bytes of the activation arena currently reserved. */
+size_t ct_mmdit_activation_bytes(const ct_mmdit *m);
+
+/* Load parameters from a Flux-layout safetensors file; tensor names are
+ * prefix + parameter name (prefix "" for model files, "param." for golden files).
+ * Missing, unexpected (with the prefix) or wrongly shaped tensors give ONE error
+ * listing all of them. F32, F16 and BF16 are accepted. */
+ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_err *err);
+/* Write parameters (Flux names) atomically. */
+ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err);
+
+/* Forward: v (B, C, H, W). Keeps activations for ct_mmdit_backward; the batch's
+ * txt and y arrays are borrowed and must stay valid until the backward. */
+ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err);
+/* Backward of the last forward given dL/dv (B, C, H, W); accumulates into grads. */
+ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err);
+
+/* Floating-point operations of one forward (fwd) and one backward (bwd) for a
+ * batch shape, counting GEMMs (2·M·N·K) and attention products only; the
+ * backward counts dX and dW products (no dX for input embeddings) and the
+ * attention's four products (not the score recompute). */
+void ct_mmdit_flops(const ct_mmdit_config *cfg, int B, int H, int W, int T, double *fwd,
+                    double *bwd);
+
+#endif
+
+/* ---- parity against a golden file of the PyTorch peer ---- */
+typedef struct ct_mmdit_check_report {
+  ct_mmdit_config cfg;
+  int B, H, W, T;
+  size_t nparams, numel;
+  double loss, loss_ref;
+  /* max |ours - ref| / max |ref| per tensor */
+  double err_xt, err_v, err_loss, err_grad;
+  char worst_grad[96];
+} ct_mmdit_check_report;
+
+/* Read the config (metadata lat, hidden, heads, axes, nd, ns, ctx, vec, B, hw, T),
+ * weights and inputs of a golden file, run forward and backward, and fill the
+ * report. Tolerances are the caller's business. */
+ct_status ct_mmdit_check_golden(const char *path, ct_mmdit_check_report *r, ct_err *err);

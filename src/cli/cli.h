@@ -1,0 +1,16 @@
+/* Shared declarations of the ctuner subcommands. Each returns the process exit code. */
+#ifndef CT_CLI_H
+#define CT_CLI_H
+
+int ct_cmd_model(int argc, char **argv);
+int ct_cmd_bench(int argc, char **argv);
+
+/* "--key=value" or "--key value": if argv[*i] is option `key`, store its value,
+ * advance *i and return 1; 0 if it is another option; -1 (message printed) if
+ * the value is missing. */
+int ct_cli_opt(int argc, char **argv, int *i, const char *key, const char **val);
+/* Parse an integer/float option value; prints an error naming the option. */
+int ct_cli_int(const char *key, const char *val, long lo, long hi, long *out);
+int ct_cli_float(const char *key, const char *val, double *out);
+
+#endif

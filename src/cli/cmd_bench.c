@@ -1,0 +1,196 @@
+/* `ctuner bench step`: times forward + backward + AdamW of a preset on random
+ * data after warm-up, and a large SGEMM in the same process, and prints one JSON
+ * line. gflops counts the model's GEMM and attention work (ct_mmdit_flops, see
+ * docs/performance.md); mfu_vs_sgemm = gflops / sgemm_gflops. */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli/cli.h"
+#include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/optim.h"
+#include "ctuner/parallel.h"
+#include "ctuner/rng.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
+          "\n"
+          "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
+          "(default bench; presets: %s) on random data and prints one JSON line:\n"
+          "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
+          "sgemm_gflops (a 2048^3 SGEMM in the same process), mfu_vs_sgemm, peak_rss_mb.\n",
+          ct_mmdit_preset_names());
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double sgemm_gflops(void) {
+  const int n = 2048;
+  float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4), *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *c = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4);
+  double best = 0;
+  if (a && b && c) {
+    ct_rng_fill_normal(a, (size_t)n * n, 1, 1, 0, 0, 1);
+    ct_rng_fill_normal(b, (size_t)n * n, 1, 2, 0, 0, 1);
+    for (int r = 0; r < 4; r++) {
+      double t0 = ct_time_now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      double dt = ct_time_now() - t0;
+      if (r > 0 && 2.0 * n * n * n / dt / 1e9 > best) best = 2.0 * n * n * n / dt / 1e9;
+    }
+  }
+  ct_free(a);
+  ct_free(b);
+  ct_free(c);
+  return best;
+}
+
+int ct_cmd_bench(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "step")) {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+      usage(stdout);
+      return 0;
+    }
+    fprintf(stderr, "ctuner bench: expected a subcommand: step\n");
+    usage(stderr);
+    return 2;
+  }
+  const char *preset = "bench", *v;
+  long steps = 10, warmup = 3, threads = 0;
+  for (int i = 2; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
+      if (r < 0 || ct_cli_int("steps", v, 1, 100000, &steps)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "warmup", &v))) {
+      if (r < 0 || ct_cli_int("warmup", v, 0, 100000, &warmup)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
+      if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
+    } else {
+      fprintf(stderr, "ctuner bench step: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  const ct_mmdit_preset *p = ct_mmdit_preset_find(preset);
+  if (!p) {
+    fprintf(stderr, "ctuner bench step: unknown preset '%s'; presets: %s\n", preset, ct_mmdit_preset_names());
+    return 2;
+  }
+  if (!p->batch) {
+    fprintf(stderr, "ctuner bench step: preset '%s' is shape-only (no batch shape); choose tiny, small or bench\n",
+            preset);
+    return 2;
+  }
+  ct_threads_set((int)threads);
+  int nthreads = ct_threads_get();
+  double sg = sgemm_gflops();
+
+  ct_err err = {0};
+  ct_mmdit *m = NULL;
+  int rc = 1;
+  const ct_mmdit_config *c = &p->cfg;
+  size_t B = (size_t)p->batch, nx = B * c->in_channels * p->lat_h * p->lat_w;
+  size_t ntxt = B * p->txt_len * c->context_in_dim, ny = B * c->vec_in_dim;
+  float *x0 = NULL, *eps = NULL, *xt = NULL, *t = NULL, *txt = NULL, *y = NULL, *vp = NULL, *tgt = NULL, *dv = NULL;
+  float *om = NULL, *ov = NULL;
+  double *times = calloc((size_t)steps, sizeof(double));
+  if (ct_mmdit_new(c, 0, 1, &m, &err)) {
+    fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+    goto out;
+  }
+  size_t n = ct_mmdit_numel(m);
+  x0 = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  eps = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  xt = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  tgt = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  vp = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  dv = ct_alloc(CT_MEM_BUFFERS, nx * 4);
+  t = ct_alloc(CT_MEM_BUFFERS, B * 4);
+  txt = ct_alloc(CT_MEM_BUFFERS, ntxt * 4);
+  y = ct_alloc(CT_MEM_BUFFERS, ny * 4);
+  om = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
+  ov = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
+  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times) {
+    fprintf(stderr, "ctuner bench step: out of memory\n");
+    goto out;
+  }
+  /* Random but non-trivial weights everywhere so that no path is zero. */
+  ct_rng_fill_normal(ct_mmdit_params(m), n, 7, 0, 0, 0.0f, 0.02f);
+  ct_rng_fill_normal(x0, nx, 1, 10, 0, 0, 1);
+  ct_rng_fill_normal(txt, ntxt, 1, 11, 0, 0, 1);
+  ct_rng_fill_normal(y, ny, 1, 12, 0, 0, 1);
+  ct_adamw_hp hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  for (long s = 0; s < warmup + steps; s++) {
+    double t0 = ct_time_now();
+    ct_rng_fill_normal(eps, nx, 2, (uint64_t)s, 0, 0, 1);
+    for (size_t b = 0; b < B; b++) {
+      float z = ct_rng_normal(3, (uint64_t)s, b);
+      t[b] = 1.0f / (1.0f + expf(-z));
+    }
+    size_t per = nx / B;
+    for (size_t i = 0; i < nx; i++) {
+      float tt = t[i / per];
+      xt[i] = (1 - tt) * x0[i] + tt * eps[i];
+      tgt[i] = eps[i] - x0[i];
+    }
+    ct_zero(n, ct_mmdit_grads(m));
+    ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, xt, t, txt, y, NULL};
+    if (ct_mmdit_forward(m, &in, vp, &err)) {
+      fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+      goto out;
+    }
+    ct_mse_fwd_bwd(nx, vp, tgt, 1.0f, dv);
+    if (ct_mmdit_backward(m, dv, &err)) {
+      fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+      goto out;
+    }
+    ct_adamw_step(n, ct_mmdit_params(m), ct_mmdit_grads(m), om, ov, &hp, s + 1);
+    double dt = ct_time_now() - t0;
+    if (s >= warmup) times[s - warmup] = dt;
+  }
+  qsort(times, (size_t)steps, sizeof(double), cmp_double);
+  double med = times[steps / 2], fwd, bwd;
+  ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
+  double gf = (fwd + bwd) / med / 1e9;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const char *ct = getenv("OPENBLAS_CORETYPE");
+  size_t nreal = 0, np;
+  const ct_param *tab = ct_mmdit_table(m, &np);
+  for (size_t i = 0; i < np; i++) nreal += tab[i].numel;
+  printf("{\"preset\": \"%s\", \"threads\": %d, \"params\": %zu, \"steps\": %ld, \"ms_per_step_median\": %.2f, "
+         "\"ms_per_step_min\": %.2f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
+         "\"mfu_vs_sgemm\": %.3f, \"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\"}\n",
+         p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg, gf / sg,
+         ct_mmdit_activation_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0, ct ? ct : "");
+  rc = 0;
+out:
+  free(times);
+  ct_free(x0);
+  ct_free(eps);
+  ct_free(xt);
+  ct_free(tgt);
+  ct_free(vp);
+  ct_free(dv);
+  ct_free(t);
+  ct_free(txt);
+  ct_free(y);
+  ct_free(om);
+  ct_free(ov);
+  ct_mmdit_free(m);
+  return rc;
+}

@@ -1,0 +1,560 @@
+/* MMDiT forward and backward over the flat parameter buffer.
+ *
+ * The forward computes every block from kernels.h and keeps what the backward
+ * needs in one activation arena, planned for the batch shape (B, H, W, T) and
+ * grown only when a larger shape arrives. The joint sequence of a batch item is
+ * [txt; img] (text first). Double blocks keep each stream's rows separately
+ * (B*T and B*Li rows) and meet in the joint attention, whose output is split
+ * back into the streams; single blocks work on the joint rows (B*Lt).
+ * The backward walks the blocks in reverse and accumulates parameter
+ * gradients; input gradients of the embeddings (x, txt, y) are not computed.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
+#include "ctuner/mmdit.h"
+#include "model/mmdit_int.h"
+
+#define LN_EPS 1e-6f
+#define RMS_EPS 1e-6f
+
+/* ---- parameter views ---- */
+
+static lin view_lin(ct_mmdit *m, const char *prefix) {
+  char n[128];
+  lin l;
+  memset(&l, 0, sizeof l);
+  snprintf(n, sizeof n, "%s.weight", prefix);
+  const ct_param *pw = ct_mmdit_find(m, n);
+  snprintf(n, sizeof n, "%s.bias", prefix);
+  const ct_param *pb = ct_mmdit_find(m, n);
+  CT_ASSERT(pw && pb);
+  l.w = m->w + pw->offset;
+  l.b = m->w + pb->offset;
+  l.gw = m->g ? m->g + pw->offset : NULL;
+  l.gb = m->g ? m->g + pb->offset : NULL;
+  l.out = (int)pw->shape[0];
+  l.in = (int)pw->shape[1];
+  return l;
+}
+
+static void view_vec(ct_mmdit *m, const char *name, float **w, float **g) {
+  const ct_param *p = ct_mmdit_find(m, name);
+  CT_ASSERT(p);
+  *w = m->w + p->offset;
+  *g = m->g ? m->g + p->offset : NULL;
+}
+
+static void bind_views(ct_mmdit *m) {
+  const ct_mmdit_config *c = &m->cfg;
+  char n[128];
+  m->img_in = view_lin(m, "img_in");
+  m->txt_in = view_lin(m, "txt_in");
+  m->time_in0 = view_lin(m, "time_in.in_layer");
+  m->time_in1 = view_lin(m, "time_in.out_layer");
+  m->vec_in0 = view_lin(m, "vector_in.in_layer");
+  m->vec_in1 = view_lin(m, "vector_in.out_layer");
+  if (c->guidance_embed) {
+    m->g_in0 = view_lin(m, "guidance_in.in_layer");
+    m->g_in1 = view_lin(m, "guidance_in.out_layer");
+  }
+  m->final_lin = view_lin(m, "final_layer.linear");
+  m->final_mod = view_lin(m, "final_layer.adaLN_modulation.1");
+  static const char *sn[2] = {"img", "txt"};
+  for (int i = 0; i < c->depth_double; i++) {
+    for (int s = 0; s < 2; s++) {
+      dstream_p *p = &m->db[i][s];
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mod.lin", i, sn[s]);
+      p->mod = view_lin(m, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.qkv", i, sn[s]);
+      p->qkv = view_lin(m, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.proj", i, sn[s]);
+      p->proj = view_lin(m, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.0", i, sn[s]);
+      p->mlp0 = view_lin(m, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.2", i, sn[s]);
+      p->mlp2 = view_lin(m, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.query_norm.scale", i, sn[s]);
+      view_vec(m, n, &p->qs, &p->gqs);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.key_norm.scale", i, sn[s]);
+      view_vec(m, n, &p->ks, &p->gks);
+    }
+  }
+  for (int i = 0; i < c->depth_single; i++) {
+    sblock_p *p = &m->sb[i];
+    snprintf(n, sizeof n, "single_blocks.%d.linear1", i);
+    p->l1 = view_lin(m, n);
+    snprintf(n, sizeof n, "single_blocks.%d.linear2", i);
+    p->l2 = view_lin(m, n);
+    snprintf(n, sizeof n, "single_blocks.%d.modulation.lin", i);
+    p->mod = view_lin(m, n);
+    snprintf(n, sizeof n, "single_blocks.%d.norm.query_norm.scale", i);
+    view_vec(m, n, &p->qs, &p->gqs);
+    snprintf(n, sizeof n, "single_blocks.%d.norm.key_norm.scale", i);
+    view_vec(m, n, &p->ks, &p->gks);
+  }
+}
+
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads, ct_mmdit **out,
+                       ct_err *err) {
+  ct_status st = CT_OK;
+  ct_mmdit *m = calloc(1, sizeof *m);
+  if (!m) return ct_errf(err, CT_ERR_NOMEM, "out of memory allocating the model");
+  m->cfg = *cfg;
+  st = ct_mmdit_param_table(cfg, &m->params, &m->nparams, &m->numel, err);
+  if (st) goto out;
+  m->w = ct_calloc(CT_MEM_PARAMS, m->numel, sizeof(float));
+  if (with_grads) m->g = ct_calloc(CT_MEM_GRADS, m->numel, sizeof(float));
+  m->db = calloc((size_t)cfg->depth_double + 1, sizeof *m->db);
+  m->sb = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb);
+  m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
+  m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
+  if (!m->w || (with_grads && !m->g) || !m->db || !m->sb || !m->db_a || !m->sb_a) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MiB%s)", m->numel,
+                 m->numel * 4.0 / 1048576.0, with_grads ? " and as much for gradients" : "");
+    goto out;
+  }
+  m->own_w = 1;
+  m->own_g = with_grads;
+  bind_views(m);
+  ct_mmdit_init_params(m, seed);
+out:
+  if (st) {
+    ct_mmdit_free(m);
+    m = NULL;
+  }
+  *out = m;
+  return st;
+}
+
+void ct_mmdit_free(ct_mmdit *m) {
+  if (!m) return;
+  if (m->own_w) ct_free(m->w);
+  if (m->own_g) ct_free(m->g);
+  ct_free(m->arena);
+  free(m->pos);
+  free(m->params);
+  free(m->db);
+  free(m->sb);
+  free(m->db_a);
+  free(m->sb_a);
+  free(m);
+}
+
+const ct_mmdit_config *ct_mmdit_cfg(const ct_mmdit *m) { return &m->cfg; }
+size_t ct_mmdit_numel(const ct_mmdit *m) { return m->numel; }
+float *ct_mmdit_params(ct_mmdit *m) { return m->w; }
+float *ct_mmdit_grads(ct_mmdit *m) { return m->g; }
+const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n) {
+  *n = m->nparams;
+  return m->params;
+}
+size_t ct_mmdit_activation_bytes(const ct_mmdit *m) { return m->arena_floats * sizeof(float); }
+
+/* ---- activation arena ---- */
+
+typedef struct bump {
+  float *base;
+  size_t off;
+} bump;
+
+static float *take(bump *b, size_t n) {
+  float *p = b->base ? b->base + b->off : NULL;
+  b->off += (n + 15) & ~(size_t)15;
+  return p;
+}
+
+/* Lay out every activation for the shape; with base == NULL only counts. */
+static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
+  const ct_mmdit_config *c = &m->cfg;
+  acts *a = &m->a;
+  bump b = {base, 0};
+  size_t d = (size_t)c->hidden, P = (size_t)c->in_channels * 4, mh = (size_t)c->mlp_ratio * d;
+  size_t hd = d / (size_t)c->heads, nh = (size_t)c->heads;
+  size_t Li = (size_t)(H / 2) * (size_t)(W / 2), Lt = Li + (size_t)T;
+  size_t Ni = (size_t)B * Li, Nt = (size_t)B * (size_t)T, N = (size_t)B * Lt, Bz = (size_t)B;
+  a->B = B;
+  a->H = H;
+  a->W = W;
+  a->T = T;
+  a->Li = (int)Li;
+  a->Lt = (int)Lt;
+  a->img_p = take(&b, Ni * P);
+  a->temb = take(&b, Bz * 256);
+  a->t_h = take(&b, Bz * d);
+  a->t_hs = take(&b, Bz * d);
+  a->y_h = take(&b, Bz * d);
+  a->y_hs = take(&b, Bz * d);
+  a->g_emb = take(&b, Bz * 256);
+  a->g_h = take(&b, Bz * d);
+  a->g_hs = take(&b, Bz * d);
+  a->vec = take(&b, Bz * d);
+  a->svec = take(&b, Bz * d);
+  a->tmpv = take(&b, Bz * d);
+  a->img0 = take(&b, Ni * d);
+  a->txt0 = take(&b, Nt * d);
+  a->pe = take(&b, Lt * hd);
+  a->db = m->db_a;
+  a->sb = m->sb_a;
+  for (int i = 0; i < c->depth_double; i++) {
+    dblock_a *x = &m->db_a[i];
+    for (int s = 0; s < 2; s++) {
+      dstream_a *y = &x->s[s];
+      size_t Ns = s == 0 ? Ni : Nt;
+      y->mod = take(&b, Bz * 6 * d);
+      y->xhat1 = take(&b, Ns * d);
+      y->rstd1 = take(&b, Ns);
+      y->h1 = take(&b, Ns * d);
+      y->qkv = take(&b, Ns * 3 * d);
+      y->rq = take(&b, Ns * nh);
+      y->rk = take(&b, Ns * nh);
+      y->os = take(&b, Ns * d);
+      y->pr = take(&b, Ns * d);
+      y->x1 = take(&b, Ns * d);
+      y->xhat2 = take(&b, Ns * d);
+      y->rstd2 = take(&b, Ns);
+      y->h2 = take(&b, Ns * d);
+      y->u = take(&b, Ns * mh);
+      y->gu = take(&b, Ns * mh);
+      y->m = take(&b, Ns * d);
+      y->x2 = take(&b, Ns * d);
+    }
+    x->q = take(&b, N * d);
+    x->k = take(&b, N * d);
+    x->v = take(&b, N * d);
+    x->o = take(&b, N * d);
+    x->lse = take(&b, N * nh);
+  }
+  a->xj0 = take(&b, N * d);
+  for (int i = 0; i < c->depth_single; i++) {
+    sblock_a *x = &m->sb_a[i];
+    x->mod = take(&b, Bz * 3 * d);
+    x->xhat = take(&b, N * d);
+    x->rstd = take(&b, N);
+    x->h = take(&b, N * d);
+    x->qkv = take(&b, N * 3 * d);
+    x->u = take(&b, N * mh);
+    x->rq = take(&b, N * nh);
+    x->rk = take(&b, N * nh);
+    x->q = take(&b, N * d);
+    x->k = take(&b, N * d);
+    x->v = take(&b, N * d);
+    x->o = take(&b, N * d);
+    x->lse = take(&b, N * nh);
+    x->cat = take(&b, N * (d + mh));
+    x->l2 = take(&b, N * d);
+    x->xout = take(&b, N * d);
+  }
+  a->xf = take(&b, Ni * d);
+  a->xhatf = take(&b, Ni * d);
+  a->rstdf = take(&b, Ni);
+  a->hf = take(&b, Ni * d);
+  a->modf = take(&b, Bz * 2 * d);
+  a->outp = take(&b, Ni * P);
+  /* backward scratch */
+  a->dimg = take(&b, Ni * d);
+  a->dtxt = take(&b, Nt * d);
+  a->dj = take(&b, N * d);
+  a->dh = take(&b, N * d);
+  a->dqkv = take(&b, N * 3 * d);
+  a->dq = take(&b, N * d);
+  a->dk = take(&b, N * d);
+  a->dv = take(&b, N * d);
+  a->dO = take(&b, N * d);
+  a->du = take(&b, N * mh);
+  a->dcat = take(&b, N * (d + mh));
+  a->dtmp = take(&b, N * d);
+  a->dmod = take(&b, 2 * Bz * 6 * d);
+  a->dsvec = take(&b, Bz * d);
+  a->dvec = take(&b, Bz * d);
+  a->dbv = take(&b, Bz * d);
+  a->dbv2 = take(&b, Bz * d);
+  a->doutp = take(&b, Ni * P);
+  return b.off;
+}
+
+static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
+  size_t need = plan(m, NULL, B, H, W, T);
+  size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)T;
+  if (need > m->arena_floats) {
+    ct_free(m->arena);
+    m->arena = ct_alloc(CT_MEM_ACTIVATIONS, need * sizeof(float));
+    m->arena_floats = m->arena ? need : 0;
+    if (!m->arena)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for activations (%.1f MiB for batch %d, latent %dx%d, %d text tokens)",
+                     need * 4.0 / 1048576.0, B, H, W, T);
+  }
+  free(m->pos);
+  m->pos = malloc(Lt * 3 * sizeof(int));
+  if (!m->pos) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  plan(m, m->arena, B, H, W, T);
+  m->a.pos = m->pos;
+  return CT_OK;
+}
+
+/* Copy rows [off, off+Ls) of each batch item of a joint (B, Lt, d) buffer into a
+ * stream buffer (B*Ls, d), or back (to_joint). */
+static void rows_copy(int B, int Ls, int Lt, int off, int d, float *joint, float *stream, int to_joint) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < B * Ls; r++) {
+    int b = r / Ls, l = r % Ls;
+    float *j = joint + ((size_t)b * Lt + off + l) * d;
+    float *s = stream + (size_t)r * d;
+    if (to_joint)
+      memcpy(j, s, (size_t)d * sizeof(float));
+    else
+      memcpy(s, j, (size_t)d * sizeof(float));
+  }
+}
+
+static void lin_fwd(const lin *l, int N, const float *x, int ldx, float *y, int ldy) {
+  ct_linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
+}
+
+static void lin_bwd(const lin *l, int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                    int lddx, float beta) {
+  ct_linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
+}
+
+ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err) {
+  const ct_mmdit_config *c = &m->cfg;
+  ct_status st = CT_OK;
+  if (in->B < 1 || in->T < 0 || in->H < 2 || in->W < 2 || in->H % 2 || in->W % 2)
+    return ct_errf(err, CT_ERR_SHAPE, "batch shape B=%d, latent %dx%d, T=%d: need B >= 1 and an even latent size",
+                   in->B, in->H, in->W, in->T);
+  if (c->guidance_embed && !in->guidance)
+    return ct_errf(err, CT_ERR_INVALID, "this model embeds guidance (guidance_embed) but no guidance was given");
+  st = reserve(m, in->B, in->H, in->W, in->T, err);
+  if (st) return st;
+  acts *a = &m->a;
+  const int B = in->B, T = in->T, Li = a->Li, Lt = a->Lt, d = c->hidden, nh = c->heads, hd = d / nh;
+  const int mh = c->mlp_ratio * d, C = c->in_channels, P = C * 4;
+  const int Ni = B * Li, Nt = B * T, N = B * Lt, gw = in->W / 2;
+  const float ascale = 1.0f / sqrtf((float)hd);
+
+  a->in_txt = in->txt;
+  a->in_y = in->y;
+  ct_patchify(B, C, in->H, in->W, 2, in->x, a->img_p);
+  /* vec = time_in(temb(t)) + vector_in(y) [+ guidance_in(temb(g))] */
+  ct_timestep_embedding(B, in->t, 256, 10000.f, 1000.f, a->temb);
+  lin_fwd(&m->time_in0, B, a->temb, 256, a->t_h, d);
+  ct_silu_fwd(B, d, a->t_h, d, a->t_hs, d);
+  lin_fwd(&m->time_in1, B, a->t_hs, d, a->vec, d);
+  lin_fwd(&m->vec_in0, B, in->y, c->vec_in_dim, a->y_h, d);
+  ct_silu_fwd(B, d, a->y_h, d, a->y_hs, d);
+  lin_fwd(&m->vec_in1, B, a->y_hs, d, a->tmpv, d);
+  ct_add_inplace((size_t)B * d, a->vec, a->tmpv);
+  if (c->guidance_embed) {
+    ct_timestep_embedding(B, in->guidance, 256, 10000.f, 1000.f, a->g_emb);
+    lin_fwd(&m->g_in0, B, a->g_emb, 256, a->g_h, d);
+    ct_silu_fwd(B, d, a->g_h, d, a->g_hs, d);
+    lin_fwd(&m->g_in1, B, a->g_hs, d, a->tmpv, d);
+    ct_add_inplace((size_t)B * d, a->vec, a->tmpv);
+  }
+  ct_silu_fwd(B, d, a->vec, d, a->svec, d);
+  lin_fwd(&m->img_in, Ni, a->img_p, P, a->img0, d);
+  lin_fwd(&m->txt_in, Nt, in->txt, c->context_in_dim, a->txt0, d);
+
+  /* RoPE table of the joint sequence: text (0,0,0), image (0, row, col). */
+  for (int l = 0; l < Lt; l++) {
+    int *p = a->pos + 3 * l;
+    p[0] = 0;
+    p[1] = l < T ? 0 : (l - T) / gw;
+    p[2] = l < T ? 0 : (l - T) % gw;
+  }
+  ct_rope_table(Lt, a->pos, c->axes_dim, c->theta, a->pe);
+
+  const float *ximg = a->img0, *xtxt = a->txt0;
+  for (int i = 0; i < c->depth_double; i++) {
+    dblock_a *ba = &a->db[i];
+    for (int s = 0; s < 2; s++) {
+      dstream_p *p = &m->db[i][s];
+      dstream_a *x = &ba->s[s];
+      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0;
+      x->xin = s == 0 ? ximg : xtxt;
+      lin_fwd(&p->mod, B, a->svec, d, x->mod, 6 * d);
+      ct_ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1, x->h1, d);
+      lin_fwd(&p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
+      ct_qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v, x->rq, x->rk);
+    }
+    ct_attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
+    for (int s = 0; s < 2; s++) {
+      dstream_p *p = &m->db[i][s];
+      dstream_a *x = &ba->s[s];
+      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
+      rows_copy(B, Ls, Lt, off, d, ba->o, x->os, 0);
+      lin_fwd(&p->proj, Ns, x->os, d, x->pr, d);
+      ct_gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
+      ct_ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2, x->rstd2, x->h2,
+                    d);
+      lin_fwd(&p->mlp0, Ns, x->h2, d, x->u, mh);
+      ct_gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
+      lin_fwd(&p->mlp2, Ns, x->gu, mh, x->m, d);
+      ct_gate_res_fwd(B, Ls, d, x->x1, d, x->mod + 5 * d, 6 * d, x->m, d, x->x2, d);
+    }
+    ximg = ba->s[0].x2;
+    xtxt = ba->s[1].x2;
+  }
+
+  if (c->depth_single > 0) {
+    rows_copy(B, T, Lt, 0, d, a->xj0, (float *)xtxt, 1);
+    rows_copy(B, Li, Lt, T, d, a->xj0, (float *)ximg, 1);
+    const float *xj = a->xj0;
+    for (int i = 0; i < c->depth_single; i++) {
+      sblock_p *p = &m->sb[i];
+      sblock_a *x = &a->sb[i];
+      x->xin = xj;
+      lin_fwd(&p->mod, B, a->svec, d, x->mod, 3 * d);
+      ct_ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
+      /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
+      ct_linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
+      ct_linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
+      ct_qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq, x->rk);
+      ct_attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
+      /* cat = [attn, gelu(mlp)] feeds linear2 in one GEMM */
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < N; r++) memcpy(x->cat + (size_t)r * (d + mh), x->o + (size_t)r * d, (size_t)d * sizeof(float));
+      ct_gelu_tanh_fwd(N, mh, x->u, mh, x->cat + d, d + mh);
+      lin_fwd(&p->l2, N, x->cat, d + mh, x->l2, d);
+      ct_gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
+      xj = x->xout;
+    }
+    rows_copy(B, Li, Lt, T, d, (float *)xj, a->xf, 0);
+  } else {
+    memcpy(a->xf, ximg, (size_t)Ni * d * sizeof(float));
+  }
+
+  lin_fwd(&m->final_mod, B, a->svec, d, a->modf, 2 * d);
+  ct_ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf, d);
+  lin_fwd(&m->final_lin, Ni, a->hf, d, a->outp, P);
+  ct_unpatchify(B, C, in->H, in->W, 2, a->outp, v);
+  m->have_acts = 1;
+  return CT_OK;
+}
+
+ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
+  const ct_mmdit_config *c = &m->cfg;
+  if (!m->g) return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
+  if (!m->have_acts) return ct_errf(err, CT_ERR_INVALID, "backward called before forward");
+  acts *a = &m->a;
+  const int B = a->B, T = a->T, Li = a->Li, Lt = a->Lt, d = c->hidden, nh = c->heads, hd = d / nh;
+  const int mh = c->mlp_ratio * d, C = c->in_channels, P = C * 4;
+  const int Ni = B * Li, Nt = B * T, N = B * Lt;
+  const float ascale = 1.0f / sqrtf((float)hd);
+
+  ct_zero((size_t)B * d, a->dsvec);
+  /* final layer */
+  ct_patchify(B, C, a->H, a->W, 2, dv, a->doutp);
+  lin_bwd(&m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
+  ct_zero((size_t)B * 2 * d, a->dmod);
+  ct_zero((size_t)Ni * d, a->dimg);
+  ct_ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod, a->dmod + d);
+  lin_bwd(&m->final_mod, B, a->svec, d, a->dmod, 2 * d, a->dsvec, d, 1.0f);
+
+  if (c->depth_single > 0) {
+    ct_zero((size_t)N * d, a->dj);
+    rows_copy(B, Li, Lt, T, d, a->dj, a->dimg, 1);
+    for (int i = c->depth_single - 1; i >= 0; i--) {
+      sblock_p *p = &m->sb[i];
+      sblock_a *x = &a->sb[i];
+      ct_zero((size_t)B * 3 * d, a->dmod);
+      /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
+      ct_gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d, a->dmod + 2 * d);
+      lin_bwd(&p->l2, N, x->cat, d + mh, a->dtmp, d, a->dcat, d + mh, 0.0f);
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < N; r++) memcpy(a->dO + (size_t)r * d, a->dcat + (size_t)r * (d + mh), (size_t)d * sizeof(float));
+      ct_gelu_tanh_bwd(N, mh, x->u, mh, a->dcat + d, d + mh, a->du, mh);
+      ct_attention_bwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse, a->dO, a->dq, a->dk, a->dv);
+      ct_qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv, a->dqkv,
+                       p->gqs, p->gks);
+      ct_linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw, p->l1.gb);
+      ct_linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
+                    p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
+      ct_ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod, a->dmod + d);
+      lin_bwd(&p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
+    }
+    rows_copy(B, Li, Lt, T, d, a->dj, a->dimg, 0);
+    rows_copy(B, T, Lt, 0, d, a->dj, a->dtxt, 0);
+  } else {
+    ct_zero((size_t)Nt * d, a->dtxt);
+  }
+
+  for (int i = c->depth_double - 1; i >= 0; i--) {
+    dblock_a *ba = &a->db[i];
+    /* Each stream's modulation gradient (B, 6d) is complete only after the
+     * attention backward (shift1/scale1), so both are kept until then. */
+    ct_zero((size_t)2 * B * 6 * d, a->dmod);
+    for (int s = 0; s < 2; s++) {
+      dstream_p *p = &m->db[i][s];
+      dstream_a *x = &ba->s[s];
+      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
+      float *dx = s == 0 ? a->dimg : a->dtxt;
+      float *dmod = a->dmod + (size_t)s * B * 6 * d;
+      /* x2 = x1 + gate2 * mlp(...) */
+      ct_gate_res_bwd(B, Ls, d, x->mod + 5 * d, 6 * d, x->m, d, dx, d, a->dtmp, d, dmod + 5 * d);
+      lin_bwd(&p->mlp2, Ns, x->gu, mh, a->dtmp, d, a->dcat, mh, 0.0f);
+      ct_gelu_tanh_bwd(Ns, mh, x->u, mh, a->dcat, mh, a->du, mh);
+      lin_bwd(&p->mlp0, Ns, x->h2, d, a->du, mh, a->dh, d, 0.0f);
+      ct_ln_mod_bwd(B, Ls, d, x->xhat2, x->rstd2, x->mod + 4 * d, 6 * d, a->dh, d, dx, d, dmod + 3 * d,
+                    dmod + 4 * d);
+      /* x1 = xin + gate1 * proj(attn) */
+      ct_gate_res_bwd(B, Ls, d, x->mod + 2 * d, 6 * d, x->pr, d, dx, d, a->dtmp, d, dmod + 2 * d);
+      lin_bwd(&p->proj, Ns, x->os, d, a->dtmp, d, a->dh, d, 0.0f);
+      rows_copy(B, Ls, Lt, off, d, a->dO, a->dh, 1);
+    }
+    ct_attention_bwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse, a->dO, a->dq, a->dk, a->dv);
+    for (int s = 0; s < 2; s++) {
+      dstream_p *p = &m->db[i][s];
+      dstream_a *x = &ba->s[s];
+      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
+      float *dx = s == 0 ? a->dimg : a->dtxt;
+      float *dmod = a->dmod + (size_t)s * B * 6 * d;
+      ct_qkv_heads_bwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv,
+                       a->dqkv, p->gqs, p->gks);
+      lin_bwd(&p->qkv, Ns, x->h1, d, a->dqkv, 3 * d, a->dh, d, 0.0f);
+      ct_ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod, dmod + d);
+      lin_bwd(&p->mod, B, a->svec, d, dmod, 6 * d, a->dsvec, d, 1.0f);
+    }
+  }
+
+  /* embeddings */
+  lin_bwd(&m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
+  ct_silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);
+  lin_bwd(&m->time_in1, B, a->t_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+  ct_silu_bwd(B, d, a->t_h, d, a->dbv, d, a->dbv2, d);
+  lin_bwd(&m->time_in0, B, a->temb, 256, a->dbv2, d, NULL, 0, 0.0f);
+  lin_bwd(&m->vec_in1, B, a->y_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+  ct_silu_bwd(B, d, a->y_h, d, a->dbv, d, a->dbv2, d);
+  lin_bwd(&m->vec_in0, B, a->in_y, c->vec_in_dim, a->dbv2, d, NULL, 0, 0.0f);
+  if (c->guidance_embed) {
+    lin_bwd(&m->g_in1, B, a->g_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+    ct_silu_bwd(B, d, a->g_h, d, a->dbv, d, a->dbv2, d);
+    lin_bwd(&m->g_in0, B, a->g_emb, 256, a->dbv2, d, NULL, 0, 0.0f);
+  }
+  lin_bwd(&m->txt_in, Nt, a->in_txt, c->context_in_dim, a->dtxt, d, NULL, 0, 0.0f);
+  return CT_OK;
+}
+
+void ct_mmdit_flops(const ct_mmdit_config *c, int B, int H, int W, int T, double *fwd, double *bwd) {
+  double d = c->hidden, P = c->in_channels * 4.0, mh = (double)c->mlp_ratio * c->hidden;
+  double Li = (double)(H / 2) * (W / 2), Lt = Li + T, Ni = B * Li, Nt = (double)B * T, N = B * Lt;
+  double hd = d / c->heads;
+  /* GEMM work of the token-wise linears (rows x in x out), split by whether dX is back-propagated */
+  double with_dx = 0, no_dx = 0;
+  no_dx += Ni * P * d + Nt * c->context_in_dim * d + B * 256.0 * d + B * (double)c->vec_in_dim * d;
+  with_dx += 2 * B * d * d; /* time_in/vector_in out_layer */
+  if (c->guidance_embed) {
+    no_dx += B * 256.0 * d;
+    with_dx += B * d * d;
+  }
+  double per_stream = d * 3 * d + d * d + 2 * d * mh; /* qkv, proj, mlp */
+  with_dx += c->depth_double * ((Ni + Nt) * per_stream + 2.0 * B * d * 6 * d);
+  with_dx += c->depth_single * (N * (d * (3 * d + mh) + (d + mh) * d) + B * d * 3 * d);
+  with_dx += Ni * d * P + B * d * 2 * d;
+  double attn = (double)(c->depth_double + c->depth_single) * B * c->heads * Lt * Lt * hd; /* one L*L*hd product */
+  *fwd = 2 * (with_dx + no_dx) + 2 * 2 * attn;
+  *bwd = 2 * (2 * with_dx + no_dx) + 2 * 4 * attn;
+}
