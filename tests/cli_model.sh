@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end: the real ctuner binary on golden files (committed ones and fresh
+# ones from the PyTorch peer with other configs), model info, bench step, and
+# usage errors. Usage: tests/cli_model.sh path/to/ctuner
+set -u
+CT=${1:?usage: $0 path/to/ctuner}
+PEER=../shared/peers/mmdit_torch.py
+[ -f "$PEER" ] || PEER=/work/shared/peers/mmdit_torch.py
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok - $*"; }
+bad() { echo "FAIL - $*"; fail=1; }
+
+for g in tests/data/golden_tiny.safetensors tests/data/golden_odd.safetensors; do
+  if out=$("$CT" model check --golden "$g"); then ok "model check $g"; else bad "model check $g: $out"; fi
+  echo "$out" | grep -q '"pass": true' || bad "no pass:true in $out"
+done
+
+# A too-tight tolerance must fail (the check can fail).
+if "$CT" model check --golden tests/data/golden_tiny.safetensors --tol 1e-12 >/dev/null 2>&1; then
+  bad "tol 1e-12 passed"; else ok "tol 1e-12 fails"; fi
+
+# Fresh golden files from the peer with configs not committed.
+if /usr/bin/python3 -c "import torch" 2>/dev/null && [ -f "$PEER" ]; then
+  i=0
+  while read -r sets; do
+    i=$((i+1))
+    args=()
+    for s in $sets; do args+=(--set "$s"); done
+    /usr/bin/python3 "$PEER" golden --preset tiny --seed $((40+i)) "${args[@]}" --out "$tmp/g$i.safetensors" >/dev/null \
+      || { bad "peer golden $sets"; continue; }
+    if out=$("$CT" model check --golden "$tmp/g$i.safetensors"); then ok "fresh golden [$sets]"; else bad "fresh golden [$sets]: $out"; fi
+  done <<'CFG'
+hw=2,2 B=1 T=1
+hw=10,4 hidden=72 heads=3 axes=4,10,10 T=9 B=4 nd=0 ns=2
+hw=8,14 hidden=32 heads=1 axes=8,12,12 nd=2 ns=0 ctx=16 vec=8 T=3 lat=2
+hw=6,6 hidden=128 heads=4 axes=8,12,12 T=11 B=2 nd=1 ns=3 lat=16
+CFG
+  "$CT" model check --golden "$tmp/g1.safetensors" >/dev/null || true
+else
+  echo "skip - python3-torch not installed: fresh golden files not generated"
+fi
+
+# model info on the shape-only flux-dev preset
+out=$("$CT" model info --preset flux-dev) && echo "$out" | grep -q '"params": 11901408320' \
+  && ok "model info flux-dev" || bad "model info flux-dev: $out"
+
+# bench step runs and prints its fields
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2) || bad "bench step tiny"
+for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sgemm; do
+  echo "$out" | grep -q "\"$k\"" || bad "bench output lacks $k: $out"
+done
+ok "bench step tiny"
+
+# usage errors exit 2 with a message naming the problem
+"$CT" bench step --preset nope >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "unknown preset 'nope'" "$tmp/err" && ok "unknown preset" || bad "unknown preset rc=$rc $(cat "$tmp/err")"
+"$CT" model check --golden "$tmp/missing.safetensors" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "missing.safetensors" "$tmp/err" && ok "missing golden" || bad "missing golden rc=$rc"
+printf 'not a safetensors file' > "$tmp/junk.safetensors"
+"$CT" model check --golden "$tmp/junk.safetensors" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && ok "junk golden: $(cat "$tmp/err")" || bad "junk golden rc=$rc"
+"$CT" --help | grep -q "bench step" && ok "--help" || bad "--help"
+"$CT" bench --help | grep -q "mfu_vs_sgemm" && ok "bench --help" || bad "bench --help"
+"$CT" frobnicate >/dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command" || bad "unknown command"
+exit $fail

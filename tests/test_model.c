@@ -1,0 +1,195 @@
+/* Model tests: parity with the PyTorch peer's golden files, the parameter table
+ * (Flux names and the published Flux.1-dev size), load/save, load errors,
+ * gradient accumulation and thread-count independence. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/parallel.h"
+#include "ctuner/rng.h"
+#include "ctuner/safetensors.h"
+#include "harness.h"
+
+static void check_golden(int *ct_failed_, const char *file) {
+  ct_err err = {0};
+  ct_mmdit_check_report r;
+  ct_status st = ct_mmdit_check_golden(ct_test_data(file), &r, &err);
+  CHECKF(st == CT_OK, "%s", err.msg);
+  if (st) return;
+  fprintf(stderr, "  %s: loss %.7f (ref %.7f) err xt %.2e v %.2e loss %.2e grad %.2e (%s)\n", file, r.loss,
+          r.loss_ref, r.err_xt, r.err_v, r.err_loss, r.err_grad, r.worst_grad);
+  CHECK(r.err_xt <= 1e-6);
+  CHECK(r.err_v <= 1e-4);
+  CHECK(r.err_loss <= 1e-4);
+  CHECK(r.err_grad <= 1e-4);
+}
+
+CT_TEST(model, golden_tiny) { check_golden(ct_failed_, "golden_tiny.safetensors"); }
+CT_TEST(model, golden_odd_grid) { check_golden(ct_failed_, "golden_odd.safetensors"); }
+
+CT_TEST(model, flux_dev_table) {
+  const ct_mmdit_preset *p = ct_mmdit_preset_find("flux-dev");
+  REQUIRE(p);
+  ct_param *tab;
+  size_t n, numel, real = 0;
+  ct_err err = {0};
+  REQUIRE(ct_mmdit_param_table(&p->cfg, &tab, &n, &numel, &err) == CT_OK);
+  for (size_t i = 0; i < n; i++) real += tab[i].numel;
+  /* FLUX.1-dev's transformer as published: 11,901,408,320 parameters. */
+  CHECKF(real == 11901408320ull, "got %zu", real);
+  int found = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(tab[i].name, "double_blocks.18.txt_attn.norm.key_norm.scale") && tab[i].shape[0] == 128) found++;
+    if (!strcmp(tab[i].name, "single_blocks.37.linear1.weight") && tab[i].shape[0] == 21504 &&
+        tab[i].shape[1] == 3072)
+      found++;
+    if (!strcmp(tab[i].name, "guidance_in.out_layer.bias")) found++;
+    if (!strcmp(tab[i].name, "final_layer.adaLN_modulation.1.weight") && tab[i].shape[0] == 6144) found++;
+    CHECK(tab[i].offset % 16 == 0);
+    if (i) CHECK(tab[i].offset >= tab[i - 1].offset + tab[i - 1].numel);
+  }
+  CHECK(found == 4);
+  free(tab);
+  CHECK(ct_mmdit_preset_find("nope") == NULL);
+}
+
+CT_TEST(model, config_errors) {
+  ct_mmdit_config c = ct_mmdit_preset_find("tiny")->cfg;
+  ct_err err = {0};
+  c.axes_dim[0] = 10;
+  CHECK(ct_mmdit_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "axes_dim") != NULL);
+  c = ct_mmdit_preset_find("tiny")->cfg;
+  c.heads = 3;
+  CHECK(ct_mmdit_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "heads") != NULL);
+}
+
+CT_TEST(model, init_adaln_zero) {
+  ct_mmdit *m;
+  ct_err err = {0};
+  REQUIRE(ct_mmdit_new(&ct_mmdit_preset_find("tiny")->cfg, 5, 0, &m, &err) == CT_OK);
+  const float *w = ct_mmdit_params(m);
+  const ct_param *p = ct_mmdit_find(m, "double_blocks.0.img_mod.lin.weight");
+  REQUIRE(p);
+  int nz = 0;
+  for (size_t i = 0; i < p->numel; i++) nz += w[p->offset + i] != 0;
+  CHECK(nz == 0);
+  p = ct_mmdit_find(m, "single_blocks.0.norm.query_norm.scale");
+  CHECK(w[p->offset] == 1.0f);
+  p = ct_mmdit_find(m, "double_blocks.0.img_attn.qkv.weight");
+  double s2 = 0;
+  for (size_t i = 0; i < p->numel; i++) s2 += (double)w[p->offset + i] * w[p->offset + i];
+  CHECK_NEAR(sqrt(s2 / p->numel), 0.02, 0.002);
+  /* An adaLN-Zero model is the identity per block: output = final linear (zero) => 0. */
+  ct_mmdit_free(m);
+}
+
+/* Random inputs for the tiny preset. */
+typedef struct io {
+  float x[2 * 4 * 4 * 6], t[2], txt[2 * 5 * 32], y[2 * 32], v[2 * 4 * 4 * 6], dv[2 * 4 * 4 * 6];
+} io;
+
+static void make_io(io *d) {
+  ct_rng_fill_normal(d->x, 192, 9, 1, 0, 0, 1);
+  ct_rng_fill_normal(d->txt, 320, 9, 2, 0, 0, 1);
+  ct_rng_fill_normal(d->y, 64, 9, 3, 0, 0, 1);
+  ct_rng_fill_normal(d->dv, 192, 9, 4, 0, 0, 1);
+  d->t[0] = 0.3f;
+  d->t[1] = 0.8f;
+}
+
+static ct_status run(ct_mmdit *m, io *d, ct_err *err) {
+  ct_mmdit_batch in = {2, 4, 6, 5, d->x, d->t, d->txt, d->y, NULL};
+  ct_status st = ct_mmdit_forward(m, &in, d->v, err);
+  if (!st) st = ct_mmdit_backward(m, d->dv, err);
+  return st;
+}
+
+CT_TEST(model, accumulate_and_threads) {
+  ct_mmdit *m;
+  ct_err err = {0};
+  io d;
+  make_io(&d);
+  REQUIRE(ct_mmdit_new(&ct_mmdit_preset_find("tiny")->cfg, 5, 1, &m, &err) == CT_OK);
+  size_t n = ct_mmdit_numel(m);
+  ct_rng_fill_normal(ct_mmdit_params(m), n, 3, 0, 0, 0, 0.05f);
+  float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+  REQUIRE(g1 && g2);
+  int nt = ct_threads_get();
+  ct_threads_set(1);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  memcpy(g1, ct_mmdit_grads(m), n * 4);
+  ct_zero(n, ct_mmdit_grads(m));
+  ct_threads_set(2);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  CHECKF(!memcmp(g1, ct_mmdit_grads(m), n * 4), "gradients differ between 1 and 2 threads");
+  /* a second backward accumulates */
+  memcpy(g2, ct_mmdit_grads(m), n * 4);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  double md = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(ct_mmdit_grads(m)[i] - 2 * g2[i]));
+  CHECK(md < 1e-5);
+  ct_threads_set(nt);
+  free(g1);
+  free(g2);
+  ct_mmdit_free(m);
+}
+
+CT_TEST(model, save_load_roundtrip) {
+  ct_mmdit *a, *b;
+  ct_err err = {0};
+  const ct_mmdit_config *c = &ct_mmdit_preset_find("tiny")->cfg;
+  REQUIRE(ct_mmdit_new(c, 1, 0, &a, &err) == CT_OK);
+  REQUIRE(ct_mmdit_new(c, 2, 0, &b, &err) == CT_OK);
+  ct_rng_fill_normal(ct_mmdit_params(a), ct_mmdit_numel(a), 4, 0, 0, 0, 1);
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.safetensors", ct_test_tmpdir());
+  REQUIRE(ct_mmdit_save(a, path, &err) == CT_OK);
+  CHECKF(ct_mmdit_load(b, path, "", &err) == CT_OK, "%s", err.msg);
+  size_t np;
+  const ct_param *tab = ct_mmdit_table(a, &np);
+  int same = 1;
+  for (size_t i = 0; i < np; i++)
+    same &= !memcmp(ct_mmdit_params(a) + tab[i].offset, ct_mmdit_params(b) + tab[i].offset, tab[i].numel * 4);
+  CHECK(same);
+  ct_mmdit_free(a);
+  ct_mmdit_free(b);
+}
+
+CT_TEST(model, load_lists_all_problems) {
+  /* A file with one tensor missing, one wrongly shaped and one unexpected. */
+  ct_mmdit *m;
+  ct_err err = {0};
+  const ct_mmdit_config *c = &ct_mmdit_preset_find("tiny")->cfg;
+  REQUIRE(ct_mmdit_new(c, 1, 0, &m, &err) == CT_OK);
+  ct_st_writer *w;
+  REQUIRE(ct_st_writer_new(&w) == CT_OK);
+  size_t np;
+  const ct_param *tab = ct_mmdit_table(m, &np);
+  for (size_t i = 0; i < np; i++) {
+    if (!strcmp(tab[i].name, "txt_in.bias")) continue; /* missing */
+    int64_t shp[2] = {tab[i].shape[0], tab[i].shape[1]};
+    if (!strcmp(tab[i].name, "img_in.weight")) shp[1] = 8; /* wrong shape: numel must still fit the data */
+    size_t need = (size_t)shp[0] * (size_t)(tab[i].ndim == 2 ? shp[1] : 1);
+    REQUIRE(need <= tab[i].numel + 4096);
+    REQUIRE(ct_st_writer_add_f32(w, tab[i].name, tab[i].ndim, shp, ct_mmdit_params(m) + tab[i].offset,
+                                 CT_DTYPE_F32, &err) == CT_OK);
+  }
+  int64_t one = 4;
+  float extra[4] = {0};
+  REQUIRE(ct_st_writer_add_f32(w, "double_blocks.7.img_mod.lin.weight", 1, &one, extra, CT_DTYPE_F32, &err) == CT_OK);
+  char path[512];
+  snprintf(path, sizeof path, "%s/bad_model.safetensors", ct_test_tmpdir());
+  REQUIRE(ct_st_writer_write(w, path, &err) == CT_OK);
+  ct_st_writer_free(w);
+  ct_status st = ct_mmdit_load(m, path, "", &err);
+  CHECK(st == CT_ERR_SHAPE);
+  CHECKF(strstr(err.msg, "txt_in.bias") && strstr(err.msg, "img_in.weight") &&
+             strstr(err.msg, "double_blocks.7.img_mod.lin.weight") && strstr(err.msg, "1 missing") &&
+             strstr(err.msg, "1 wrongly shaped") && strstr(err.msg, "1 unexpected"),
+         "%s", err.msg);
+  ct_mmdit_free(m);
+}
