@@ -38,7 +38,9 @@ void ct_ln_mod_fwd(int B, int L, int D, const float *x, int ldx, const float *sh
                    const float *scale, int ldm, float eps, float *xhat, float *rstd, float *h,
                    int ldh);
 /* From dh: dshift[b] += sum_rows dh; dscale[b] += sum_rows dh*xhat;
- * dx += LN backward of (dh * (1+scale)).  dshift/dscale may be NULL. */
+ * dx += LN backward of (dh * (1+scale)).  dshift/dscale may be NULL; like shift
+ * and scale they are per-batch vectors at dshift + b * ldm (the layout of a
+ * modulation's gradient). scale may be NULL (=> 0), dx may be NULL. */
 void ct_ln_mod_bwd(int B, int L, int D, const float *xhat, const float *rstd, const float *scale,
                    int ldm, const float *dh, int lddh, float *dx, int lddx, float *dshift,
                    float *dscale);
@@ -68,7 +70,8 @@ void ct_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy
  * qkv: (B*Ls, 3*H*hd) rows laid out (3, H, hd) as a Linear produces them.
  * Writes q, k, v into (B, H, Lt, hd) at sequence positions [off, off+Ls):
  *   q = rope(rmsnorm(q_raw, qscale)), k = rope(rmsnorm(k_raw, kscale)), v = v_raw.
- * pe is the table for the joint sequence (Lt positions). rstd_q/rstd_k: (B*Ls*H). */
+ * pe is the table for the joint sequence (Lt positions). rstd_q/rstd_k: (B*Ls*H),
+ * index (b*Ls + l)*H + h. The RMSNorm eps is the model's fixed 1e-6. */
 void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
                       const float *qscale, const float *kscale, const float *pe, float *q,
                       float *k, float *v, float *rstd_q, float *rstd_k);
@@ -104,8 +107,9 @@ void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy)
 /* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
 void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                      const float *y, int ldy, float *out, int ldo);
-/* dy = gate[b] * dout (overwrite); dgate[b] += sum_rows dout * y. (dx == dout: the
- * caller keeps using dout for the residual path.) */
+/* dy = gate[b] * dout (overwrite); dgate[b] += sum_rows dout * y, dgate[b] at
+ * dgate + b * ldg like gate. (dx == dout: the caller keeps using dout for the
+ * residual path.) dy may alias y; dy or dgate may be NULL. */
 void ct_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,
                      const float *dout, int lddo, float *dy, int lddy, float *dgate);
 

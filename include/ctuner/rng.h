@@ -12,6 +12,9 @@
 
 /* Four 32-bit random words for counter `index` in (seed, stream). */
 void ct_philox4x32(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
+/* The Philox4x32-10 block function on explicit words. ct_philox4x32 calls it with
+ * ctr = (index lo, index hi, stream lo, stream hi), key = (seed lo, seed hi). */
+void ct_philox4x32_raw(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* Uniform in [0,1) for element i (24-bit resolution, never 1.0). */
 float ct_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);

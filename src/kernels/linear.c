@@ -1,0 +1,58 @@
+/* Linear layer y = x w^T + b with w in PyTorch layout [out, in].
+ *
+ * Design: all the arithmetic is in OpenBLAS SGEMM (the OpenMP build, so it
+ * shares our thread pool). The forward copies the bias into every row of y and
+ * lets one SGEMM accumulate onto it (beta = 1), which saves a second pass over
+ * y. The backward is one SGEMM for dx, one for dw (beta = 1: accumulate), and a
+ * column sum for db that is parallel over fixed column blocks, each summing its
+ * rows in order, so db does not depend on the thread count.
+ * Not here: any knowledge of which layer this is or where its weights live.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "ctuner/kernels.h"
+
+#define COLBLK 64 /* columns per task in the bias-gradient column sum */
+
+void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
+                   float *y, int ldy) {
+  if (N <= 0 || M <= 0) return;
+  float beta = 0.0f;
+  if (b) {
+#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
+    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, (size_t)M * sizeof(float));
+    beta = 1.0f;
+  } else if (K <= 0) {
+    for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
+  }
+  if (K <= 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
+}
+
+/* db[j] += sum_r dy[r][j], rows summed in order for every column. */
+static void colsum_acc(int N, int M, const float *dy, int lddy, float *db) {
+  int nblk = (M + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * COLBLK, nc = M - c0 < COLBLK ? M - c0 : COLBLK;
+    float acc[COLBLK] = {0};
+    for (int r = 0; r < N; r++) {
+      const float *row = dy + (size_t)r * lddy + c0;
+      for (int j = 0; j < nc; j++) acc[j] += row[j];
+    }
+    for (int j = 0; j < nc; j++) db[c0 + j] += acc[j];
+  }
+}
+
+void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
+                   int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
+  if (N <= 0 || M <= 0) return;
+  if (dx && K > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, M, 1.0f, dy, lddy, w, K, beta_dx,
+                dx, lddx);
+  if (dw && K > 0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw,
+                K);
+  if (db) colsum_acc(N, M, dy, lddy, db);
+}
