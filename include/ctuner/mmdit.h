@@ -105,7 +105,6 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err);
 void ct_mmdit_flops(const ct_mmdit_config *cfg, int B, int H, int W, int T, double *fwd,
                     double *bwd);
 
-#endif
 
 /* ---- parity against a golden file of the PyTorch peer ---- */
 typedef struct ct_mmdit_check_report {
@@ -122,3 +121,5 @@ typedef struct ct_mmdit_check_report {
  * weights and inputs of a golden file, run forward and backward, and fill the
  * report. Tolerances are the caller's business. */
 ct_status ct_mmdit_check_golden(const char *path, ct_mmdit_check_report *r, ct_err *err);
+
+#endif

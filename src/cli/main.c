@@ -64,7 +64,7 @@ int ct_cli_float(const char *key, const char *val, double *out) {
 
 int main(int argc, char **argv) {
   int i = 1;
-  const char *lv;
+  const char *lv = NULL;
   while (i < argc && !strncmp(argv[i], "--log-level", 11)) {
     int r = ct_cli_opt(argc, argv, &i, "log-level", &lv);
     if (r < 0) return 2;

@@ -10,6 +10,7 @@
  * gradients; input gradients of the embeddings (x, txt, y) are not computed.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -4,6 +4,7 @@
  * x_t, v_pred, the flow-matching loss and every parameter gradient and report
  * the largest error of each relative to the reference tensor's largest value. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
