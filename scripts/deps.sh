@@ -7,7 +7,7 @@
 set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev)
-TEST_PKGS=(python3 python3-torch python3-numpy clang libclang-rt-14-dev)
+TEST_PKGS=(python3 python3-torch python3-numpy clang libclang-rt-14-dev libomp-dev)
 PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 
 check_only=0

@@ -14,6 +14,9 @@
  * contain U+0000 (keys are C strings); numbers must fit a double.
  * A leading UTF-8 byte order mark is skipped (RFC 8259 section 8.1).
  * Duplicate keys are kept; ct_json_get returns the last one.
+ * Memory: one ct_json (80 bytes) per value, so a document of tiny values such as
+ * "[0,0,0,...]" costs up to ~40x its length; callers bound the input size
+ * (safetensors headers: CT_ST_MAX_HEADER).
  * Not here: writing JSON, comments, trailing commas, NaN/Infinity literals.
  */
 #include "ctuner/json.h"

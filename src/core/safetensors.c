@@ -444,9 +444,20 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
   }
   const char *hdr = (const char *)buf + 8;
   size_t data_size = size - 8 - (size_t)hlen;
-  if (hlen == 0 || hdr[0] != '{') {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: header does not start with '{'; not a safetensors "
-                 "file", label);
+  if (hlen == 0) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: header does not start with '{' (the header is empty); "
+                 "not a safetensors file", label);
+    goto out;
+  }
+  if (hdr[0] != '{') {
+    unsigned char c = (unsigned char)hdr[0];
+    char found[16];
+    if (c >= 0x20 && c < 0x7f)
+      snprintf(found, sizeof found, "'%c'", c);
+    else
+      snprintf(found, sizeof found, "byte 0x%02X", c);
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: header does not start with '{' (found %s); a "
+                 "safetensors header is a JSON object", label, found);
     goto out;
   }
   if ((st = ct_json_parse(hdr, (size_t)hlen, &root, err))) {
