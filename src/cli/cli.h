@@ -4,6 +4,8 @@
 
 int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
+int ct_cmd_train(int argc, char **argv);
+int ct_cmd_sample(int argc, char **argv);
 
 /* "--key=value" or "--key value": if argv[*i] is option `key`, store its value,
  * advance *i and return 1; 0 if it is another option; -1 (message printed) if

@@ -17,6 +17,8 @@ static void usage(FILE *f) {
           "  model check   run forward and backward on a PyTorch golden file and compare\n"
           "  model info    print a preset's configuration and parameter count\n"
           "  bench step    time forward + backward + AdamW of a preset on random data\n"
+          "  train         train the MMDiT (flow matching) from a SimpleTuner-style config\n"
+          "  sample        generate images from a checkpoint\n"
           "\n"
           "Run 'ctuner <command> --help' for a command's options.\n");
 }
@@ -87,6 +89,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "model")) return ct_cmd_model(argc - i, argv + i);
   if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
+  if (!strcmp(cmd, "train")) return ct_cmd_train(argc - i, argv + i);
+  if (!strcmp(cmd, "sample")) return ct_cmd_sample(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;

@@ -1,0 +1,78 @@
+/* The flow-matching training loop, checkpoints and sampling.
+ *
+ * ct_train_run builds everything from a validated ct_config (model, text
+ * encoder, codec, data, optimizer, schedule, EMA), resumes from a checkpoint
+ * if asked, trains, checkpoints and validates at the configured intervals.
+ * It never prints to stdout: per-step progress goes to a callback (the CLI
+ * draws the bar) and to output_dir/metrics.jsonl.
+ */
+#ifndef CTUNER_TRAIN_H
+#define CTUNER_TRAIN_H
+
+#include <stdint.h>
+
+#include "ctuner/config.h"
+#include "ctuner/image.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/status.h"
+#include "ctuner/textenc.h"
+
+typedef struct ct_step_info {
+  long step, total;   /* optimizer steps done (1-based after this step), planned */
+  long epoch;
+  double loss, lr, grad_norm;
+  double seconds;     /* this step's wall time */
+  double samples_per_s;
+  int skipped;        /* 1 if NaN/Inf made this step a no-op */
+  const char *event;  /* NULL, or "checkpoint <path>" / "validation <n> images" */
+} ct_step_info;
+
+typedef void (*ct_step_cb)(const ct_step_info *info, void *user);
+
+typedef struct ct_train_summary {
+  long start_step, end_step, total_steps;
+  long skipped_nonfinite; /* steps skipped for NaN/Inf over the run */
+  double last_loss;
+  double seconds;
+  size_t images, images_skipped;
+  char last_checkpoint[1024];
+} ct_train_summary;
+
+ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train_summary *sum,
+                       ct_err *err);
+
+/* ---- checkpoints ---- */
+/* Newest checkpoint-<N> under output_dir with a .guard holding "complete";
+ * unguarded and temporary directories are ignored. CT_ERR_NOT_FOUND if none. */
+ct_status ct_checkpoint_latest(const char *output_dir, char *path, size_t n, long *step,
+                               ct_err *err);
+
+/* ---- inference ---- */
+/* Everything sampling needs, rebuilt from a checkpoint directory (its
+ * config.json, model or EMA weights, text encoder). */
+typedef struct ct_pipeline {
+  ct_config cfg;
+  ct_mmdit *model;
+  ct_textenc *te;
+  int T;           /* text tokens */
+  int codec_scale; /* pixel codec s */
+} ct_pipeline;
+
+ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err);
+void ct_pipeline_free(ct_pipeline *p);
+
+typedef struct ct_sample_opts {
+  int width, height; /* pixels; multiples of 2 x codec scale */
+  int steps;         /* Euler steps */
+  float guidance;    /* CFG scale; <= 1 disables the unconditional pass */
+  float flow_shift;
+  uint64_t seed;
+} ct_sample_opts;
+
+/* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are
+ * allocated here (ct_image_free each). */
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, int codec_scale,
+                           const char *const *prompts, int n, uint64_t index0,
+                           const ct_sample_opts *o, ct_image *out, ct_err *err);
+
+#endif

@@ -1,0 +1,345 @@
+/* `ctuner train` and `ctuner sample`: thin wrappers over ct_train_run and
+ * ct_sample_images; progress drawing lives here, not in the library. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "ctuner/config.h"
+#include "ctuner/image.h"
+#include "ctuner/train.h"
+
+static void train_usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner train [--config config.json] [--KEY=VALUE ...]\n"
+          "\n"
+          "Trains the MMDiT with the flow-matching objective. config.json is a\n"
+          "SimpleTuner-style flat JSON object (keys may carry the \"--\" prefix);\n"
+          "--KEY=VALUE arguments override it. Main keys (all: docs/config.md,\n"
+          "or 'ctuner train --help-keys'):\n"
+          "  preset, output_dir, data_backend_config, train_batch_size,\n"
+          "  gradient_accumulation_steps, max_train_steps, num_train_epochs,\n"
+          "  learning_rate, lr_scheduler, optimizer, use_ema, checkpoint_step_interval,\n"
+          "  resume_from_checkpoint, validation_prompt, validation_step_interval.\n"
+          "\n"
+          "Writes output_dir/checkpoint-<step>/, output_dir/validation_images/ and\n"
+          "output_dir/metrics.jsonl. A progress bar is drawn when stdout is a terminal,\n"
+          "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments.\n");
+}
+
+typedef struct progress {
+  int tty, every;
+  double t_sum;
+  long n;
+} progress;
+
+static void fmt_eta(double s, char *buf, size_t n) {
+  if (!isfinite(s) || s < 0) s = 0;
+  long t = (long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(buf, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+static void on_step(const ct_step_info *in, void *user) {
+  progress *p = user;
+  if (in->event) {
+    if (p->tty) fputs("\r\033[K", stdout);
+    printf("step %ld: %s\n", in->step, in->event);
+    fflush(stdout);
+    return;
+  }
+  p->t_sum += in->seconds;
+  p->n++;
+  double spi = p->t_sum / (double)p->n;
+  char eta[32];
+  fmt_eta(spi * (double)(in->total - in->step), eta, sizeof eta);
+  if (p->tty) {
+    int width = 30, fill = (int)(width * (double)in->step / (double)in->total);
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
+    bar[width] = 0;
+    printf("\r\033[K[%s] %ld/%ld loss %.4f lr %.2e %.3f s/it ETA %s%s", bar, in->step, in->total,
+           in->loss, in->lr, spi, eta, in->skipped ? " (skipped: NaN/Inf)" : "");
+    if (in->step == in->total) putchar('\n');
+    fflush(stdout);
+  } else if (in->step % p->every == 0 || in->step == in->total || in->skipped) {
+    printf("step %ld/%ld epoch %ld loss %.6f lr %.3e grad_norm %.4f %.3f s/it ETA %s%s\n", in->step,
+           in->total, in->epoch + 1, in->loss, in->lr, in->grad_norm, spi, eta,
+           in->skipped ? " skipped (NaN/Inf)" : "");
+    fflush(stdout);
+  }
+}
+
+static void print_keys(void) {
+  static const char *const keys[] = {
+#define CT_X(k, type, d, h) #k,
+      CT_CONFIG_KEYS(CT_X)
+#undef CT_X
+  };
+  static const char *const defs[] = {
+#define CT_X(k, type, d, h) d,
+      CT_CONFIG_KEYS(CT_X)
+#undef CT_X
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    printf("  %-32s %s (default: %s)\n", keys[i], ct_config_help(keys[i]), defs[i] ? defs[i] : "unset");
+}
+
+int ct_cmd_train(int argc, char **argv) {
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_err err = {0};
+  int rc = 2;
+  /* --config first, so that the other arguments override it wherever they are. */
+  for (int i = 1; i < argc; i++) {
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      train_usage(stdout);
+      rc = 0;
+      goto out;
+    }
+    if (!strcmp(argv[i], "--help-keys")) {
+      print_keys();
+      rc = 0;
+      goto out;
+    }
+    int r = ct_cli_opt(argc, argv, &i, "config", &v);
+    if (r < 0) goto out;
+    if (r && ct_config_load_file(&cfg, v, &err)) {
+      fprintf(stderr, "ctuner train: %s\n", err.msg);
+      goto out;
+    }
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    if (ct_cli_opt(argc, argv, &i, "config", &v)) continue;
+    if (strncmp(a, "--", 2)) {
+      fprintf(stderr, "ctuner train: unexpected argument '%s' (options are --KEY=VALUE)\n", a);
+      goto out;
+    }
+    char key[256];
+    const char *eq = strchr(a, '=');
+    if (eq) {
+      snprintf(key, sizeof key, "%.*s", (int)(eq - a), a);
+      v = eq + 1;
+    } else {
+      snprintf(key, sizeof key, "%s", a);
+      if (i + 1 >= argc) {
+        fprintf(stderr, "ctuner train: option %s needs a value\n", a);
+        goto out;
+      }
+      v = argv[++i];
+    }
+    if (ct_config_set(&cfg, key, v, &err)) {
+      fprintf(stderr, "ctuner train: %s\n", err.msg);
+      goto out;
+    }
+  }
+  if (ct_config_validate(&cfg, &err)) {
+    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    goto out;
+  }
+  progress p = {isatty(1) && !cfg.disable_progress_bar, 1, 0, 0};
+  long planned = cfg.max_train_steps;
+  p.every = planned >= 50 ? (int)(planned / 50) : 1;
+  ct_train_summary sum;
+  ct_status st = ct_train_run(&cfg, on_step, &p, &sum, &err);
+  if (p.tty) putchar('\n');
+  if (st) {
+    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    rc = 1;
+    goto out;
+  }
+  printf("{\"steps\": %ld, \"from_step\": %ld, \"last_loss\": %.6g, \"seconds\": %.1f, \"images\": %zu, "
+         "\"images_skipped\": %zu, \"nonfinite_steps_skipped\": %ld, \"checkpoint\": \"%s\"}\n",
+         sum.end_step, sum.start_step, sum.last_loss, sum.seconds, sum.images, sum.images_skipped,
+         sum.skipped_nonfinite, sum.last_checkpoint);
+  rc = 0;
+out:
+  ct_config_free(&cfg);
+  return rc;
+}
+
+static void sample_usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner sample --checkpoint DIR (--prompt TEXT --out FILE.png |\n"
+          "                     --prompts-file FILE --out-dir DIR [--per-prompt N])\n"
+          "                     [--steps N] [--guidance G] [--seed S] [--width W] [--height H] [--ema]\n"
+          "\n"
+          "Samples images from a checkpoint (Euler steps of the rectified flow with\n"
+          "classifier-free guidance, decoded by the pixel codec). DIR may be 'latest:OUTPUT_DIR'\n"
+          "for the newest complete checkpoint there. With --prompts-file (one prompt per\n"
+          "line) images go to --out-dir as NNNN.png with the prompt in NNNN.txt.\n"
+          "Defaults: the checkpoint's validation settings (steps, guidance, resolution, seed).\n");
+}
+
+int ct_cmd_sample(int argc, char **argv) {
+  const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
+  long steps = -1, seed = -1, width = -1, height = -1, per = 1;
+  double guidance = -1;
+  int ema = 0;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      sample_usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--ema")) {
+      ema = 1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
+               (r = ct_cli_opt(argc, argv, &i, "prompts-file", &pfile)) ||
+               (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
+      if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
+      if (r < 0 || ct_cli_int("seed", v, 0, 1L << 62, &seed)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "width", &v))) {
+      if (r < 0 || ct_cli_int("width", v, 2, 4096, &width)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "height", &v))) {
+      if (r < 0 || ct_cli_int("height", v, 2, 4096, &height)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "per-prompt", &v))) {
+      if (r < 0 || ct_cli_int("per-prompt", v, 1, 64, &per)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance", &v))) {
+      if (r < 0 || ct_cli_float("guidance", v, &guidance)) return 2;
+    } else {
+      fprintf(stderr, "ctuner sample: unknown option '%s'\n", argv[i]);
+      sample_usage(stderr);
+      return 2;
+    }
+  }
+  if (!ckpt || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) || (pfile && !odir)) {
+    fprintf(stderr, "ctuner sample: need --checkpoint and either --prompt with --out or "
+                    "--prompts-file with --out-dir\n");
+    sample_usage(stderr);
+    return 2;
+  }
+  ct_err err = {0};
+  char dir[4096];
+  if (!strncmp(ckpt, "latest:", 7)) {
+    if (ct_checkpoint_latest(ckpt + 7, dir, sizeof dir, NULL, &err)) {
+      fprintf(stderr, "ctuner sample: %s\n", err.msg);
+      return 1;
+    }
+  } else {
+    snprintf(dir, sizeof dir, "%s", ckpt);
+  }
+  /* Prompts. */
+  char **prompts = NULL;
+  int n = 0;
+  if (prompt) {
+    prompts = malloc(sizeof *prompts);
+    prompts[n++] = strdup(prompt);
+  } else {
+    FILE *f = fopen(pfile, "r");
+    if (!f) {
+      fprintf(stderr, "ctuner sample: cannot open --prompts-file %s\n", pfile);
+      return 1;
+    }
+    char line[4096];
+    int cap = 0;
+    while (fgets(line, sizeof line, f)) {
+      line[strcspn(line, "\r\n")] = 0;
+      if (!line[0]) continue;
+      if (n == cap) {
+        cap = cap ? cap * 2 : 64;
+        prompts = realloc(prompts, cap * sizeof *prompts);
+      }
+      prompts[n++] = strdup(line);
+    }
+    fclose(f);
+    if (n == 0) {
+      fprintf(stderr, "ctuner sample: %s holds no prompts\n", pfile);
+      free(prompts);
+      return 1;
+    }
+  }
+  int rc = 1;
+  ct_pipeline p;
+  if (ct_pipeline_from_checkpoint(dir, ema, &p, &err)) {
+    fprintf(stderr, "ctuner sample: %s\n", err.msg);
+    goto done;
+  }
+  int res = 0;
+  ct_sample_opts so = {0, 0, (int)p.cfg.validation_num_inference_steps, (float)p.cfg.validation_guidance,
+                       (float)p.cfg.flow_shift, (uint64_t)p.cfg.validation_seed};
+  {
+    /* Default size: the validation resolution, else the training one. */
+    int w = 0, h = 0;
+    if (p.cfg.validation_resolution) {
+      char x;
+      if (sscanf(p.cfg.validation_resolution, "%d%c%d", &w, &x, &h) != 3) h = w = atoi(p.cfg.validation_resolution);
+    }
+    if (w <= 0) {
+      res = (int)p.cfg.resolution;
+      if (res <= 0) {
+        const ct_mmdit_preset *pr = ct_mmdit_preset_find(p.cfg.preset);
+        res = pr ? (pr->lat_h > pr->lat_w ? pr->lat_h : pr->lat_w) * p.codec_scale : 32;
+      }
+      w = h = res;
+    }
+    so.width = w, so.height = h;
+  }
+  if (steps > 0) so.steps = (int)steps;
+  if (guidance >= 0) so.guidance = (float)guidance;
+  if (seed >= 0) so.seed = (uint64_t)seed;
+  if (width > 0) so.width = (int)width;
+  if (height > 0) so.height = (int)height;
+  if (odir) {
+    struct stat sb;
+    if (stat(odir, &sb) != 0 && mkdir(odir, 0755) != 0) {
+      fprintf(stderr, "ctuner sample: cannot create --out-dir %s\n", odir);
+      goto done;
+    }
+  }
+  const int chunk = 16;
+  int written = 0;
+  for (int q = 0; q < n * per; q += chunk) {
+    int m = n * per - q < chunk ? n * per - q : chunk;
+    const char *pp[16];
+    ct_image imgs[16];
+    for (int k = 0; k < m; k++) pp[k] = prompts[(q + k) / per];
+    if (ct_sample_images(p.model, p.te, p.T, p.codec_scale, pp, m, (uint64_t)q, &so, imgs, &err)) {
+      fprintf(stderr, "ctuner sample: %s\n", err.msg);
+      goto done;
+    }
+    for (int k = 0; k < m; k++) {
+      char path[4200];
+      if (outp)
+        snprintf(path, sizeof path, "%s", outp);
+      else
+        snprintf(path, sizeof path, "%s/%04d.png", odir, q + k);
+      ct_status st = ct_image_save_png(path, &imgs[k], &err);
+      if (!st && odir) {
+        char tp[4200];
+        snprintf(tp, sizeof tp, "%s/%04d.txt", odir, q + k);
+        FILE *f = fopen(tp, "w");
+        if (f) {
+          fputs(pp[k], f);
+          fclose(f);
+        }
+      }
+      ct_image_free(&imgs[k]);
+      if (st) {
+        for (int j = k + 1; j < m; j++) ct_image_free(&imgs[j]);
+        fprintf(stderr, "ctuner sample: %s\n", err.msg);
+        goto done;
+      }
+      written++;
+    }
+  }
+  printf("{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, \"ema\": %s, \"out\": \"%s\"}\n",
+         written, so.width, so.height, so.steps, so.guidance, ema ? "true" : "false", outp ? outp : odir);
+  rc = 0;
+done:
+  if (p.model || p.te) ct_pipeline_free(&p);
+  for (int i = 0; i < n; i++) free(prompts[i]);
+  free(prompts);
+  return rc;
+}

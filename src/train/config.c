@@ -1,0 +1,548 @@
+/* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
+ * the canonical dump and help, so a key is declared exactly once. */
+#include "ctuner/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ctuner/json.h"
+#include "ctuner/optim.h"
+
+typedef enum { K_INT, K_NUM, K_BOOL, K_STR } ktype;
+
+typedef struct key_def {
+  const char *name;
+  ktype type;
+  const char *def;
+  const char *help;
+  size_t off;
+} key_def;
+
+static const key_def KEYS[] = {
+#define CT_X(k, type, d, h) {#k, K_##type, d, h, offsetof(ct_config, k)},
+    CT_CONFIG_KEYS(CT_X)
+#undef CT_X
+};
+#define NKEYS (sizeof KEYS / sizeof KEYS[0])
+
+/* SimpleTuner spellings that mean the same key. */
+static const struct {
+  const char *alias, *key;
+} ALIASES[] = {
+    {"checkpointing_steps", "checkpoint_step_interval"},
+    {"validation_steps", "validation_step_interval"},
+    {"flow_schedule_shift", "flow_shift"},
+    {"model_preset", "preset"},
+    {"gradient_accumulation", "gradient_accumulation_steps"},
+    {"lr_warmup", "lr_warmup_steps"},
+};
+
+static const char *type_name(ktype t) {
+  switch (t) {
+  case K_INT: return "an integer";
+  case K_NUM: return "a number";
+  case K_BOOL: return "a boolean (true/false)";
+  default: return "a string";
+  }
+}
+
+static const char *strip_dashes(const char *k) {
+  while (*k == '-') k++;
+  return k;
+}
+
+static const key_def *find_key(const char *key) {
+  key = strip_dashes(key);
+  for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
+    if (!strcmp(key, ALIASES[i].alias)) key = ALIASES[i].key;
+  for (size_t i = 0; i < NKEYS; i++)
+    if (!strcmp(key, KEYS[i].name)) return &KEYS[i];
+  return NULL;
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64) return (size_t)-1;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t cur = row[j];
+      size_t sub = prev + (a[i - 1] != b[j - 1]);
+      size_t del = row[j] + 1, ins = row[j - 1] + 1;
+      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+      prev = cur;
+    }
+  }
+  return row[lb];
+}
+
+const char *ct_config_suggest(const char *key) {
+  key = strip_dashes(key);
+  const char *best = NULL;
+  size_t bd = (size_t)-1;
+  for (size_t i = 0; i < NKEYS; i++) {
+    size_t d = edit_distance(key, KEYS[i].name);
+    if (d < bd) bd = d, best = KEYS[i].name;
+  }
+  for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++) {
+    size_t d = edit_distance(key, ALIASES[i].alias);
+    if (d < bd) bd = d, best = ALIASES[i].alias;
+  }
+  /* Close enough to be a typo: a third of the length, at least 2 edits. */
+  size_t lim = strlen(key) / 3;
+  if (lim < 2) lim = 2;
+  return bd <= lim ? best : NULL;
+}
+
+const char *ct_config_help(const char *key) {
+  const key_def *k = find_key(key);
+  return k ? k->help : NULL;
+}
+
+static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
+  const char *s = ct_config_suggest(key);
+  if (s)
+    return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
+  return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s' (docs/config.md lists every key)", src,
+                 key);
+}
+
+/* {env:VAR} substitution; a missing variable is an error naming it. */
+static ct_status substitute_env(const char *in, char **out, const char *where, ct_err *err) {
+  size_t cap = strlen(in) + 1, len = 0;
+  char *buf = malloc(cap);
+  if (!buf) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  const char *p = in;
+  while (*p) {
+    if (!strncmp(p, "{env:", 5)) {
+      const char *end = strchr(p + 5, '}');
+      if (!end) {
+        free(buf);
+        return ct_errf(err, CT_ERR_INVALID, "%sunterminated '{env:' in \"%s\"", where, in);
+      }
+      char var[256];
+      size_t vl = (size_t)(end - (p + 5));
+      if (vl == 0 || vl >= sizeof var) {
+        free(buf);
+        return ct_errf(err, CT_ERR_INVALID, "%sbad environment reference in \"%s\"", where, in);
+      }
+      memcpy(var, p + 5, vl);
+      var[vl] = 0;
+      const char *val = getenv(var);
+      if (!val) {
+        free(buf);
+        return ct_errf(err, CT_ERR_INVALID,
+                       "%s{env:%s} is used but the environment variable %s is not set", where,
+                       var, var);
+      }
+      size_t need = len + strlen(val) + strlen(end + 1) + 1;
+      if (need > cap) {
+        char *nb = realloc(buf, need);
+        if (!nb) {
+          free(buf);
+          return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        }
+        buf = nb, cap = need;
+      }
+      memcpy(buf + len, val, strlen(val));
+      len += strlen(val);
+      p = end + 1;
+    } else {
+      if (len + 2 > cap) {
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+          free(buf);
+          return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        }
+        buf = nb, cap *= 2;
+      }
+      buf[len++] = *p++;
+    }
+  }
+  buf[len] = 0;
+  *out = buf;
+  return CT_OK;
+}
+
+static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
+  char *s = NULL;
+  if (v) {
+    ct_status st = substitute_env(v, &s, where, err);
+    if (st) return st;
+  }
+  free(*field);
+  *field = s;
+  return CT_OK;
+}
+
+/* Set from text: used for defaults and the command line. */
+static ct_status set_text(ct_config *cfg, const key_def *k, const char *v, const char *where,
+                          ct_err *err) {
+  char *base = (char *)cfg + k->off;
+  char *end;
+  errno = 0;
+  switch (k->type) {
+  case K_INT: {
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end)
+      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects an integer, got '%s'", where,
+                     k->name, v);
+    *(long *)base = x;
+    return CT_OK;
+  }
+  case K_NUM: {
+    double x = strtod(v, &end);
+    if (errno || end == v || *end)
+      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects a number, got '%s'", where,
+                     k->name, v);
+    *(double *)base = x;
+    return CT_OK;
+  }
+  case K_BOOL:
+    if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes"))
+      *(int *)base = 1;
+    else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no"))
+      *(int *)base = 0;
+    else
+      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects true or false, got '%s'", where,
+                     k->name, v);
+    return CT_OK;
+  case K_STR:
+    if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
+      /* "none" means unset for optional strings; resume keeps it verbatim. */
+      if (!strcmp(k->name, "resume_from_checkpoint")) return set_str((char **)base, "none", where, err);
+      return set_str((char **)base, NULL, where, err);
+    }
+    return set_str((char **)base, v, where, err);
+  }
+  return CT_ERR_INTERNAL;
+}
+
+void ct_config_defaults(ct_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  for (size_t i = 0; i < NKEYS; i++) {
+    if (!KEYS[i].def) continue;
+    ct_status st = set_text(cfg, &KEYS[i], KEYS[i].def, "", NULL);
+    CT_ASSERT(st == CT_OK);
+  }
+}
+
+void ct_config_free(ct_config *cfg) {
+  for (size_t i = 0; i < NKEYS; i++)
+    if (KEYS[i].type == K_STR) {
+      char **p = (char **)((char *)cfg + KEYS[i].off);
+      free(*p);
+      *p = NULL;
+    }
+}
+
+ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
+  const key_def *k = find_key(key);
+  if (!k) return unknown_key("command line: ", strip_dashes(key), err);
+  return set_text(cfg, k, value, "command line: ", err);
+}
+
+static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, const char *where,
+                          ct_err *err) {
+  char *base = (char *)cfg + k->off;
+  const char *got = ct_json_type_name(v->type);
+  switch (k->type) {
+  case K_INT:
+    if (v->type == CT_JSON_NUMBER && v->is_int) {
+      *(long *)base = (long)v->i64;
+      return CT_OK;
+    }
+    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+    break;
+  case K_NUM:
+    if (v->type == CT_JSON_NUMBER) {
+      *(double *)base = v->num;
+      return CT_OK;
+    }
+    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+    break;
+  case K_BOOL:
+    if (v->type == CT_JSON_BOOL) {
+      *(int *)base = v->boolean;
+      return CT_OK;
+    }
+    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+    break;
+  case K_STR:
+    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+    if (v->type == CT_JSON_NULL) return set_str((char **)base, NULL, where, err);
+    if (v->type == CT_JSON_NUMBER) { /* e.g. "validation_resolution": 512 */
+      char buf[64];
+      if (v->is_int)
+        snprintf(buf, sizeof buf, "%lld", (long long)v->i64);
+      else
+        snprintf(buf, sizeof buf, "%.17g", v->num);
+      return set_str((char **)base, buf, where, err);
+    }
+    break;
+  }
+  if (v->type == CT_JSON_NUMBER && k->type == K_INT) got = "a non-integer number";
+  return ct_errf(err, CT_ERR_INVALID, "%sline %d, column %d: key '%s' expects %s, got %s",
+                 where, v->line, v->col, k->name, type_name(k->type), got);
+}
+
+ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return ct_errf(err, CT_ERR_IO, "%s: cannot open the config file: %s", path, strerror(errno));
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      cap = cap ? cap * 2 : 8192;
+      if (cap > (64u << 20)) {
+        free(text);
+        fclose(f);
+        return ct_errf(err, CT_ERR_RANGE, "%s: config file larger than 64 MB", path);
+      }
+      char *nt = realloc(text, cap);
+      if (!nt) {
+        free(text);
+        fclose(f);
+        return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      }
+      text = nt;
+    }
+    size_t r = fread(text + len, 1, 4096, f);
+    len += r;
+    if (r < 4096) break;
+  }
+  int rerr = ferror(f);
+  fclose(f);
+  if (rerr) {
+    free(text);
+    return ct_errf(err, CT_ERR_IO, "%s: read error", path);
+  }
+  ct_json *j = NULL;
+  ct_status st = ct_json_parse(text, len, &j, err);
+  free(text);
+  if (st) {
+    ct_err_prefix(err, "%s: ", path);
+    return st;
+  }
+  if (j->type != CT_JSON_OBJECT) {
+    ct_json_free(j);
+    return ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object of options, got %s", path,
+                   ct_json_type_name(j->type));
+  }
+  char where[600];
+  snprintf(where, sizeof where, "%s: ", path);
+  for (size_t i = 0; i < j->n && !st; i++) {
+    const key_def *k = find_key(j->keys[i]);
+    if (!k) {
+      st = unknown_key(where, j->keys[i], err);
+      break;
+    }
+    st = set_json(cfg, k, &j->items[i], where, err);
+  }
+  ct_json_free(j);
+  return st;
+}
+
+static int is_one_of(const char *s, const char *const *choices) {
+  for (; *choices; choices++)
+    if (!strcmp(s, *choices)) return 1;
+  return 0;
+}
+
+#define BAD(...) return ct_errf(err, CT_ERR_INVALID, __VA_ARGS__)
+
+ct_status ct_config_validate(const ct_config *c, ct_err *err) {
+  static const char *const families[] = {"flux", NULL};
+  if (!c->model_family || !is_one_of(c->model_family, families))
+    BAD("model_family '%s' is not supported; use \"flux\"", c->model_family ? c->model_family : "");
+  if (!c->model_type || strcmp(c->model_type, "full"))
+    BAD("model_type '%s' is not supported; use \"full\" (LoRA is not implemented yet)",
+        c->model_type ? c->model_type : "");
+  if (!c->preset) BAD("preset is required (tiny, small, bench)");
+  if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
+  if (c->seed < 0) BAD("seed must be >= 0, got %ld", c->seed);
+  if (c->resolution < 0 || c->resolution > 4096)
+    BAD("resolution must be between 0 and 4096, got %ld", c->resolution);
+  if (c->train_batch_size < 1 || c->train_batch_size > 4096)
+    BAD("train_batch_size must be between 1 and 4096, got %ld", c->train_batch_size);
+  if (c->gradient_accumulation_steps < 1)
+    BAD("gradient_accumulation_steps must be >= 1, got %ld", c->gradient_accumulation_steps);
+  if (c->max_train_steps < 0) BAD("max_train_steps must be >= 0, got %ld", c->max_train_steps);
+  if (c->max_train_steps == 0 && c->num_train_epochs < 1)
+    BAD("set max_train_steps or num_train_epochs (>= 1)");
+  if (!(c->learning_rate >= 0) || c->learning_rate > 10)
+    BAD("learning_rate must be in [0, 10], got %g", c->learning_rate);
+  ct_sched_kind sk;
+  if (!c->lr_scheduler) BAD("lr_scheduler is required");
+  ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);
+  if (st) {
+    ct_err_prefix(err, "lr_scheduler: ");
+    return st;
+  }
+  if (c->lr_warmup_steps < 0) BAD("lr_warmup_steps must be >= 0, got %ld", c->lr_warmup_steps);
+  if (!c->warmup_type || (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear")))
+    BAD("warmup_type must be \"log\" or \"linear\", got '%s'", c->warmup_type ? c->warmup_type : "");
+  ct_optim_kind ok;
+  if (!c->optimizer) BAD("optimizer is required");
+  st = ct_optim_kind_parse(c->optimizer, &ok, err);
+  if (st) {
+    ct_err_prefix(err, "optimizer: ");
+    return st;
+  }
+  if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1)) BAD("adam_beta1 must be in [0, 1), got %g", c->adam_beta1);
+  if (!(c->adam_beta2 >= 0 && c->adam_beta2 < 1)) BAD("adam_beta2 must be in [0, 1), got %g", c->adam_beta2);
+  if (!(c->adam_epsilon >= 0)) BAD("adam_epsilon must be >= 0, got %g", c->adam_epsilon);
+  if (!(c->adam_weight_decay >= 0)) BAD("adam_weight_decay must be >= 0, got %g", c->adam_weight_decay);
+  if (!(c->optimizer_momentum >= 0 && c->optimizer_momentum < 1))
+    BAD("optimizer_momentum must be in [0, 1), got %g", c->optimizer_momentum);
+  if (c->muon_ns_steps < 1 || c->muon_ns_steps > 20)
+    BAD("muon_ns_steps must be between 1 and 20, got %ld", c->muon_ns_steps);
+  if (c->mup_base_hidden < 0) BAD("mup_base_hidden must be >= 0, got %ld", c->mup_base_hidden);
+  if (!(c->max_grad_norm >= 0)) BAD("max_grad_norm must be >= 0 (0 disables), got %g", c->max_grad_norm);
+  if (c->max_nonfinite_steps < 1) BAD("max_nonfinite_steps must be >= 1, got %ld", c->max_nonfinite_steps);
+  if (!(c->ema_decay >= 0 && c->ema_decay < 1)) BAD("ema_decay must be in [0, 1), got %g", c->ema_decay);
+  if (c->ema_update_interval < 1) BAD("ema_update_interval must be >= 1, got %ld", c->ema_update_interval);
+  static const char *const emav[] = {"none", "ema_only", "comparison", NULL};
+  if (!c->ema_validation || !is_one_of(c->ema_validation, emav))
+    BAD("ema_validation must be none, ema_only or comparison, got '%s'",
+        c->ema_validation ? c->ema_validation : "");
+  if (c->checkpoint_step_interval < 0) BAD("checkpoint_step_interval must be >= 0, got %ld", c->checkpoint_step_interval);
+  if (c->checkpoints_total_limit < 0) BAD("checkpoints_total_limit must be >= 0, got %ld", c->checkpoints_total_limit);
+  if (c->validation_step_interval < 0) BAD("validation_step_interval must be >= 0, got %ld", c->validation_step_interval);
+  if (c->validation_num_inference_steps < 1 || c->validation_num_inference_steps > 1000)
+    BAD("validation_num_inference_steps must be between 1 and 1000, got %ld", c->validation_num_inference_steps);
+  if (!(c->validation_guidance >= 0)) BAD("validation_guidance must be >= 0, got %g", c->validation_guidance);
+  if (c->num_validation_images < 1 || c->num_validation_images > 64)
+    BAD("num_validation_images must be between 1 and 64, got %ld", c->num_validation_images);
+  if (!(c->caption_dropout_probability >= 0 && c->caption_dropout_probability <= 1))
+    BAD("caption_dropout_probability must be in [0, 1], got %g", c->caption_dropout_probability);
+  static const char *const ts[] = {"logit_normal", "uniform", NULL};
+  if (!c->timestep_sampling || !is_one_of(c->timestep_sampling, ts))
+    BAD("timestep_sampling must be logit_normal or uniform, got '%s'",
+        c->timestep_sampling ? c->timestep_sampling : "");
+  if (!(c->logit_std > 0)) BAD("logit_std must be > 0, got %g", c->logit_std);
+  if (!(c->flow_shift > 0 && c->flow_shift < 1000)) BAD("flow_shift must be in (0, 1000), got %g", c->flow_shift);
+  if (!c->text_encoder || strcmp(c->text_encoder, "clip-byte"))
+    BAD("text_encoder '%s' is not supported; use \"clip-byte\"", c->text_encoder ? c->text_encoder : "");
+  if (c->text_encoder_layers < 1 || c->text_encoder_layers > 48)
+    BAD("text_encoder_layers must be between 1 and 48, got %ld", c->text_encoder_layers);
+  if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
+    BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld", c->tokenizer_max_length);
+  if (!c->codec || strcmp(c->codec, "pixel"))
+    BAD("codec '%s' is not supported; use \"pixel\" (the VAE codec is not implemented yet)",
+        c->codec ? c->codec : "");
+  if (c->codec_scale != 0 && c->codec_scale != 1 && c->codec_scale != 2 && c->codec_scale != 4)
+    BAD("codec_scale must be 0 (from the preset), 1, 2 or 4, got %ld", c->codec_scale);
+  if (!c->mixed_precision || (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32")))
+    BAD("mixed_precision '%s' is not supported; use \"no\" (float32)",
+        c->mixed_precision ? c->mixed_precision : "");
+  if (c->num_threads < 0 || c->num_threads > 1024) BAD("num_threads must be between 0 and 1024, got %ld", c->num_threads);
+  if (!c->resume_from_checkpoint) BAD("resume_from_checkpoint must be latest, none or a path");
+  return CT_OK;
+}
+
+/* Append with growth; on allocation failure the dump is truncated (it is
+ * diagnostic text and a digest input, never parsed back). */
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    size_t nc = (b->cap ? b->cap : 1024);
+    while (nc < b->n + n + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) return;
+    b->p = np, b->cap = nc;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+static void sb_json_string(sbuf *b, const char *s) {
+  sb_str(b, "\"");
+  for (; *s; s++) {
+    char e[8];
+    if (*s == '"' || *s == '\\') {
+      e[0] = '\\', e[1] = *s;
+      sb_add(b, e, 2);
+    } else if ((unsigned char)*s < 0x20) {
+      snprintf(e, sizeof e, "\\u%04x", (unsigned char)*s);
+      sb_str(b, e);
+    } else {
+      sb_add(b, s, 1);
+    }
+  }
+  sb_str(b, "\"");
+}
+
+/* Keys that do not change the numbers a run computes. */
+static int cosmetic(const char *k) {
+  static const char *const c[] = {"output_dir", "checkpoint_step_interval", "checkpoints_total_limit",
+                                  "resume_from_checkpoint", "validation_prompt", "user_prompt_library",
+                                  "validation_step_interval", "validation_num_inference_steps",
+                                  "validation_guidance", "validation_resolution",
+                                  "num_validation_images", "validation_seed", "disable_validation",
+                                  "disable_progress_bar", "ema_validation", NULL};
+  return is_one_of(k, c);
+}
+
+static char *dump(const ct_config *cfg, int math_only) {
+  sbuf b = {0};
+  sb_str(&b, "{");
+  int first = 1;
+  for (size_t i = 0; i < NKEYS; i++) {
+    const key_def *k = &KEYS[i];
+    if (math_only && cosmetic(k->name)) continue;
+    const char *base = (const char *)cfg + k->off;
+    char v[64];
+    if (!first) sb_str(&b, ", ");
+    first = 0;
+    sb_json_string(&b, k->name);
+    sb_str(&b, ": ");
+    switch (k->type) {
+    case K_INT:
+      snprintf(v, sizeof v, "%ld", *(const long *)base);
+      sb_str(&b, v);
+      break;
+    case K_NUM:
+      snprintf(v, sizeof v, "%.17g", *(const double *)base);
+      sb_str(&b, v);
+      break;
+    case K_BOOL:
+      sb_str(&b, *(const int *)base ? "true" : "false");
+      break;
+    case K_STR: {
+      const char *s = *(char *const *)base;
+      if (s)
+        sb_json_string(&b, s);
+      else
+        sb_str(&b, "null");
+      break;
+    }
+    }
+  }
+  sb_str(&b, "}");
+  return b.p;
+}
+
+char *ct_config_to_json(const ct_config *cfg) { return dump(cfg, 0); }
+
+void ct_config_digest(const ct_config *cfg, char out[17]) {
+  char *s = dump(cfg, 1);
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = s ? s : ""; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  free(s);
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}

@@ -1,0 +1,107 @@
+/* Euler sampling of the rectified flow with classifier-free guidance
+ * (MODEL.md): x <- x + (t_next - t) v from t = 1 to 0, v = v_u + g (v_c - v_u),
+ * then the pixel codec decodes the latent. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/codec.h"
+#include "ctuner/rng.h"
+#include "ctuner/train.h"
+#include "train_int.h"
+
+float ct_flow_shift_t(float t, float shift) {
+  if (shift == 1.0f) return t;
+  return shift * t / (1.0f + (shift - 1.0f) * t);
+}
+
+ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, int n, float *txt,
+                            float *y, ct_err *err) {
+  int32_t *ids = malloc((size_t)n * T * sizeof *ids);
+  if (!ids) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n; i++) ct_tokenize_bytes(prompts[i], T, ids + (size_t)i * T);
+  ct_status st = ct_textenc_encode(te, ids, n, T, txt, y, err);
+  free(ids);
+  return st;
+}
+
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, int s, const char *const *prompts,
+                           int n, uint64_t index0, const ct_sample_opts *o, ct_image *out,
+                           ct_err *err) {
+  const ct_mmdit_config *mc = ct_mmdit_cfg(m);
+  const int C = mc->in_channels, d = mc->context_in_dim, dv = mc->vec_in_dim;
+  if (C != ct_pixel_channels(s))
+    return ct_errf(err, CT_ERR_SHAPE, "model has %d latent channels; pixel codec s=%d gives %d", C,
+                   s, ct_pixel_channels(s));
+  if (o->width <= 0 || o->height <= 0 || o->width % (2 * s) || o->height % (2 * s))
+    return ct_errf(err, CT_ERR_INVALID, "image size %dx%d must be positive multiples of %d",
+                   o->width, o->height, 2 * s);
+  if (o->steps < 1) return ct_errf(err, CT_ERR_INVALID, "sampling steps must be >= 1");
+  const int h = o->height / s, w = o->width / s;
+  const size_t lat = (size_t)C * h * w;
+  const int cfg = o->guidance > 1.0f;
+  const int B = cfg ? 2 * n : n; /* conditional rows first, then unconditional */
+  ct_status st = CT_OK;
+  float *x = ct_alloc(CT_MEM_BUFFERS, (size_t)n * lat * sizeof(float));
+  float *xin = ct_alloc(CT_MEM_BUFFERS, (size_t)B * lat * sizeof(float));
+  float *v = ct_alloc(CT_MEM_BUFFERS, (size_t)B * lat * sizeof(float));
+  float *txt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * T * d * sizeof(float));
+  float *y = ct_alloc(CT_MEM_BUFFERS, (size_t)B * dv * sizeof(float));
+  float *tt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * sizeof(float));
+  uint8_t *rgb = malloc((size_t)o->width * o->height * 3);
+  const char **all = malloc((size_t)B * sizeof *all);
+  if (!x || !xin || !v || !txt || !y || !tt || !rgb || !all) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling %d images", n);
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    all[i] = prompts[i];
+    if (cfg) all[n + i] = "";
+    ct_rng_fill_normal(x + (size_t)i * lat, lat, o->seed, CT_STREAM_SAMPLE_NOISE,
+                       (index0 + (uint64_t)i) * lat, 0.0f, 1.0f);
+  }
+  if (d != dv) {
+    st = ct_errf(err, CT_ERR_SHAPE, "context_in_dim %d != vec_in_dim %d: one text encoder cannot feed both",
+                 d, dv);
+    goto done;
+  }
+  st = ct_encode_prompts(te, T, all, B, txt, y, err);
+  if (st) goto done;
+  for (int k = 0; k < o->steps && !st; k++) {
+    float t = ct_flow_shift_t(1.0f - (float)k / o->steps, o->flow_shift);
+    float tn = ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, o->flow_shift);
+    memcpy(xin, x, (size_t)n * lat * sizeof(float));
+    if (cfg) memcpy(xin + (size_t)n * lat, x, (size_t)n * lat * sizeof(float));
+    for (int b = 0; b < B; b++) tt[b] = t;
+    ct_mmdit_batch in = {.B = B, .H = h, .W = w, .T = T, .x = xin, .t = tt, .txt = txt, .y = y};
+    st = ct_mmdit_forward(m, &in, v, err);
+    if (st) break;
+    const float g = o->guidance, dt = tn - t;
+    for (size_t i = 0; i < (size_t)n * lat; i++) {
+      float vi = v[i];
+      if (cfg) {
+        float vu = v[(size_t)n * lat + i];
+        vi = vu + g * (vi - vu);
+      }
+      x[i] += dt * vi;
+    }
+  }
+  for (int i = 0; i < n && !st; i++) {
+    st = ct_pixel_decode(x + (size_t)i * lat, o->width, o->height, s, rgb, err);
+    if (!st) st = ct_image_alloc(o->width, o->height, &out[i], err);
+    if (!st) memcpy(out[i].px, rgb, (size_t)o->width * o->height * 3);
+    if (st)
+      for (int j = 0; j < i; j++) ct_image_free(&out[j]);
+  }
+done:
+  ct_free(x);
+  ct_free(xin);
+  ct_free(v);
+  ct_free(txt);
+  ct_free(y);
+  ct_free(tt);
+  free(rgb);
+  free(all);
+  return st;
+}

@@ -1,0 +1,67 @@
+/* Internal pieces shared by the trainer, checkpoints and sampling. */
+#ifndef CT_TRAIN_INT_H
+#define CT_TRAIN_INT_H
+
+#include "ctuner/train.h"
+
+/* Philox streams of the trainer's random draws: each draw is a pure function
+ * of (seed, stream, sample id), so accumulation splits and resumes never
+ * change which numbers a sample gets. */
+#define CT_STREAM_NOISE 0x4e4f495345000000ull        /* eps, offset sample*latent */
+#define CT_STREAM_TIMESTEP 0x54494d4500000000ull     /* t */
+#define CT_STREAM_DROPOUT 0x44524f5000000000ull      /* caption dropout */
+#define CT_STREAM_CAPTION 0x4341505400000000ull      /* caption line choice */
+#define CT_STREAM_SAMPLE_NOISE 0x53414d5000000000ull /* sampling noise */
+
+float ct_flow_shift_t(float t, float shift);
+ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, int n, float *txt,
+                            float *y, ct_err *err);
+
+/* Build the model config, text encoder config and geometry from a config. */
+typedef struct ct_geometry {
+  ct_mmdit_config mc;
+  int T, codec_scale, resolution;
+} ct_geometry;
+ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err);
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, ct_textenc **te, ct_err *err);
+
+/* Checkpoint files. */
+ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
+ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err);
+ct_status ct_mkdir_p(const char *path, ct_err *err);
+ct_status ct_rm_rf(const char *path, ct_err *err);
+ct_status ct_fsync_dir(const char *path, ct_err *err);
+
+#endif
+
+/* Everything besides tensors that a checkpoint must restore for an exact resume. */
+typedef struct ct_train_state {
+  long global_step;     /* optimizer steps attempted (skipped ones included) */
+  long opt_steps;       /* optimizer steps applied (bias correction count) */
+  long epoch;           /* 0-based */
+  long epoch_pos;       /* samples consumed in this epoch */
+  long samples_seen;    /* global sample id counter (RNG index) */
+  long nonfinite_run;   /* consecutive skipped steps */
+  long nonfinite_total;
+  double last_loss;
+  char digest[17];
+  char optimizer[32];
+} ct_train_state;
+
+typedef struct ct_ckpt_io {
+  ct_mmdit *model;
+  const float *ema;    /* NULL without EMA */
+  float *ema_out;      /* for loading */
+  struct ct_optim *opt;
+  ct_textenc *te;
+  const ct_config *cfg;
+} ct_ckpt_io;
+
+/* Write output_dir/checkpoint-<step> atomically (temporary directory, fsync,
+ * rename, .guard last), then rotate to keep `limit` (0 = all). */
+ct_status ct_checkpoint_save(const char *output_dir, const ct_ckpt_io *io,
+                             const ct_train_state *s, long limit, char *path, size_t n,
+                             ct_err *err);
+ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s, ct_err *err);
+/* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
+void ct_checkpoint_clean_tmp(const char *output_dir);

@@ -1,0 +1,729 @@
+/* The flow-matching training loop (MODEL.md "Objective and sampling").
+ *
+ * Per optimizer step: lr from the schedule; for each micro-batch draw samples
+ * in epoch order, caption dropout, t ~ logit-normal (or uniform) with the flow
+ * shift, eps ~ N(0, 1); x_t = (1 - t) x0 + t eps; loss = mean (v - (eps - x0))^2;
+ * backward accumulates. Then NaN/Inf check, global-norm clipping, optimizer,
+ * EMA, metrics, checkpoint and validation at their intervals.
+ *
+ * Every random number is indexed by the global sample id, so batch 8 x accum 1
+ * and batch 4 x accum 2 see identical samples, and a resumed run continues
+ * with exactly the numbers an uninterrupted one would have drawn. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/codec.h"
+#include "ctuner/data.h"
+#include "ctuner/json.h"
+#include "ctuner/log.h"
+#include "ctuner/optim.h"
+#include "ctuner/rng.h"
+#include "train_int.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err) {
+  const ct_mmdit_preset *p = ct_mmdit_preset_find(cfg->preset);
+  if (!p || !p->batch)
+    return ct_errf(err, CT_ERR_INVALID, "preset '%s' is not trainable; choose one of tiny, small, bench",
+                   cfg->preset);
+  g->mc = p->cfg;
+  int s = (int)cfg->codec_scale;
+  if (s == 0) { /* the preset's channels if they are 3 s^2, else s = 1 */
+    s = 1;
+    for (int k = 1; k <= 4; k *= 2)
+      if (ct_pixel_channels(k) == p->cfg.in_channels) s = k;
+  }
+  g->codec_scale = s;
+  g->mc.in_channels = ct_pixel_channels(s);
+  g->T = cfg->tokenizer_max_length ? (int)cfg->tokenizer_max_length : p->txt_len;
+  if (g->T < 2) g->T = 2;
+  int res = (int)cfg->resolution;
+  if (res == 0) res = (p->lat_h > p->lat_w ? p->lat_h : p->lat_w) * s;
+  g->resolution = res;
+  if (res % (2 * s))
+    return ct_errf(err, CT_ERR_INVALID, "resolution %d must be a multiple of %d (codec_scale %d x patch 2)",
+                   res, 2 * s, s);
+  if (g->mc.context_in_dim != g->mc.vec_in_dim)
+    return ct_errf(err, CT_ERR_INVALID, "preset '%s' has context_in_dim != vec_in_dim", cfg->preset);
+  return ct_mmdit_config_validate(&g->mc, err);
+}
+
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, ct_textenc **te, ct_err *err) {
+  ct_textenc_config tc;
+  ct_textenc_config_default(hidden, &tc);
+  tc.layers = (int)cfg->text_encoder_layers;
+  ct_status st = ct_textenc_config_validate(&tc, err);
+  if (!st) st = ct_textenc_new(&tc, (uint64_t)cfg->text_encoder_seed, te, err);
+  if (!st && cfg->text_encoder_path) {
+    st = ct_textenc_load(*te, cfg->text_encoder_path, err);
+    if (st) {
+      ct_textenc_free(*te);
+      *te = NULL;
+    }
+  }
+  return st;
+}
+
+/* Optimizer tensor table over the model's flat buffer; alignment gaps become
+ * vector "tensors". Muon orthogonalises hidden 2-D weights only: embeddings,
+ * input layers and the final layer go to its AdamW part (cols = 0).
+ * µP multipliers compare each tensor with the same tensor of a base-width model. */
+static int muon_excluded(const char *name) {
+  static const char *const ex[] = {"img_in.", "txt_in.", "time_in.in_layer.", "vector_in.in_layer.",
+                                   "guidance_in.in_layer.", "final_layer.linear.", NULL};
+  for (const char *const *e = ex; *e; e++)
+    if (!strncmp(name, *e, strlen(*e))) return 1;
+  return 0;
+}
+
+static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, ct_optim **out,
+                             ct_err *err) {
+  ct_optim_kind kind;
+  ct_status st = ct_optim_kind_parse(cfg->optimizer, &kind, err);
+  if (st) return st;
+  ct_optim_hp hp;
+  ct_optim_hp_default(kind, &hp);
+  hp.beta1 = (float)cfg->adam_beta1;
+  hp.beta2 = (float)cfg->adam_beta2;
+  hp.eps = (float)cfg->adam_epsilon;
+  hp.weight_decay = (float)cfg->adam_weight_decay;
+  hp.momentum = (float)cfg->optimizer_momentum;
+  hp.nesterov = cfg->optimizer_nesterov;
+  hp.muon_momentum = (float)cfg->optimizer_momentum;
+  hp.muon_ns_steps = (int)cfg->muon_ns_steps;
+  size_t np, n = ct_mmdit_numel(m);
+  const ct_param *t = ct_mmdit_table(m, &np);
+  ct_param *base = NULL;
+  size_t nb = 0, bnumel = 0;
+  if (cfg->mup_base_hidden > 0) {
+    ct_mmdit_config bc = g->mc;
+    int hd = bc.hidden / bc.heads;
+    bc.hidden = (int)cfg->mup_base_hidden;
+    bc.heads = bc.hidden / hd;
+    if (bc.heads < 1 || bc.heads * hd != bc.hidden)
+      return ct_errf(err, CT_ERR_INVALID, "mup_base_hidden %ld must be a multiple of the head dim %d",
+                     cfg->mup_base_hidden, hd);
+    st = ct_mmdit_param_table(&bc, &base, &nb, &bnumel, err);
+    if (st) return st;
+    CT_ASSERT(nb == np);
+  }
+  ct_optim_tensor *ot = calloc(2 * np + 1, sizeof *ot);
+  if (!ot) {
+    free(base);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  size_t k = 0, cur = 0;
+  for (size_t i = 0; i < np; i++) {
+    if (t[i].offset > cur) ot[k++] = (ct_optim_tensor){"(padding)", cur, t[i].offset - cur, 0, 0, 1, 1};
+    ct_optim_tensor x = {t[i].name, t[i].offset, t[i].numel, (int)t[i].shape[0],
+                         t[i].ndim == 2 ? (int)t[i].shape[1] : 0, 1, 1};
+    if (kind == CT_OPTIM_MUON && muon_excluded(t[i].name)) x.cols = 0;
+    if (base) {
+      if (t[i].ndim == 2) {
+        x.out_mult = (float)t[i].shape[0] / (float)base[i].shape[0];
+        x.in_mult = (float)t[i].shape[1] / (float)base[i].shape[1];
+      } else {
+        x.out_mult = (float)t[i].shape[0] / (float)base[i].shape[0];
+      }
+    }
+    ot[k++] = x;
+    cur = t[i].offset + t[i].numel;
+  }
+  if (cur < n) ot[k++] = (ct_optim_tensor){"(padding)", cur, n - cur, 0, 0, 1, 1};
+  st = ct_optim_new(kind, &hp, ot, k, n, out, err);
+  free(ot);
+  free(base);
+  return st;
+}
+
+static ct_status build_sched(const ct_config *cfg, long total, ct_sched *s, ct_err *err) {
+  memset(s, 0, sizeof *s);
+  ct_status st = ct_sched_kind_parse(cfg->lr_scheduler, &s->kind, err);
+  if (st) return st;
+  s->lr = cfg->learning_rate;
+  s->warmup_steps = cfg->lr_warmup_steps;
+  s->total_steps = total;
+  s->num_cycles = cfg->lr_num_cycles;
+  s->lr_end = cfg->lr_end;
+  s->power = cfg->lr_power;
+  s->warmup_min_lr = cfg->warmup_min_lr;
+  s->warmup_max_lr = cfg->learning_rate;
+  s->warmup_num_steps = cfg->lr_warmup_steps;
+  s->total_num_steps = total;
+  s->warmup_log = !strcmp(cfg->warmup_type, "log");
+  st = ct_sched_validate(s, err);
+  if (st) ct_err_prefix(err, "lr_scheduler %s: ", cfg->lr_scheduler);
+  return st;
+}
+
+/* Deterministic global L2 norm: fixed chunks summed in double, in order. */
+static double grad_norm(const float *g, size_t n) {
+  enum { CH = 1 << 16 };
+  size_t nch = (n + CH - 1) / CH;
+  double *part = malloc(nch * sizeof *part);
+  CT_ASSERT(part);
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < nch; c++) {
+    size_t a = c * CH, b = a + CH < n ? a + CH : n;
+    double s = 0;
+    for (size_t i = a; i < b; i++) s += (double)g[i] * g[i];
+    part[c] = s;
+  }
+  double s = 0;
+  for (size_t c = 0; c < nch; c++) s += part[c];
+  free(part);
+  return sqrt(s);
+}
+
+/* Validation prompts: validation_prompt ("validation") + user_prompt_library. */
+typedef struct vprompts {
+  int n;
+  char *short_[64];
+  char *text[64];
+} vprompts;
+
+static void vprompts_free(vprompts *v) {
+  for (int i = 0; i < v->n; i++) free(v->short_[i]), free(v->text[i]);
+  v->n = 0;
+}
+
+static ct_status load_prompts(const ct_config *cfg, vprompts *v, ct_err *err) {
+  memset(v, 0, sizeof *v);
+  if (cfg->validation_prompt) {
+    v->short_[v->n] = strdup("validation");
+    v->text[v->n++] = strdup(cfg->validation_prompt);
+  }
+  if (!cfg->user_prompt_library) return CT_OK;
+  char *text;
+  size_t n;
+  ct_status st = ct_read_file(cfg->user_prompt_library, 1 << 20, &text, &n, err);
+  if (st) {
+    ct_err_prefix(err, "user_prompt_library: ");
+    return st;
+  }
+  ct_json *j = NULL;
+  st = ct_json_parse(text, n, &j, err);
+  free(text);
+  if (st) {
+    ct_err_prefix(err, "%s: ", cfg->user_prompt_library);
+    return st;
+  }
+  if (j->type != CT_JSON_OBJECT)
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {shortname: prompt}", cfg->user_prompt_library);
+  for (size_t i = 0; i < j->n && !st; i++) {
+    const ct_json *x = &j->items[i];
+    if (x->type != CT_JSON_STRING) {
+      st = ct_errf(err, CT_ERR_FORMAT, "%s: prompt '%s' must be a string", cfg->user_prompt_library, j->keys[i]);
+      break;
+    }
+    if (v->n == 64) {
+      st = ct_errf(err, CT_ERR_RANGE, "%s: more than 64 prompts", cfg->user_prompt_library);
+      break;
+    }
+    v->short_[v->n] = strdup(j->keys[i]);
+    v->text[v->n++] = strdup(x->str);
+  }
+  ct_json_free(j);
+  return st;
+}
+
+/* "WxH,WxH" or "N" -> first size (the grid is per size; we use the first). */
+static ct_status parse_vres(const ct_config *cfg, int def, int *w, int *h, ct_err *err) {
+  *w = *h = def;
+  if (!cfg->validation_resolution) return CT_OK;
+  int a = 0, b = 0;
+  char x;
+  if (sscanf(cfg->validation_resolution, "%d%c%d", &a, &x, &b) == 3 && x == 'x') {
+    *w = a, *h = b;
+  } else if (sscanf(cfg->validation_resolution, "%d", &a) == 1) {
+    *w = *h = a;
+  } else {
+    return ct_errf(err, CT_ERR_INVALID, "validation_resolution '%s': expected WxH or a side in pixels",
+                   cfg->validation_resolution);
+  }
+  if (*w <= 0 || *h <= 0 || *w > 4096 || *h > 4096)
+    return ct_errf(err, CT_ERR_INVALID, "validation_resolution '%s' is out of range", cfg->validation_resolution);
+  return CT_OK;
+}
+
+typedef struct trainer {
+  const ct_config *cfg;
+  ct_geometry g;
+  ct_mmdit *m;
+  ct_textenc *te;
+  ct_dataset *ds;
+  ct_optim *opt;
+  ct_sched sched;
+  float *ema;
+  vprompts vp;
+  int vw, vh;
+  long total;
+  FILE *metrics;
+  /* batch buffers */
+  float *x0, *eps, *xt, *v, *dv, *t, *txt, *y;
+  int32_t *ids;
+  const char **caps;
+} trainer;
+
+static ct_status write_sidecar(const char *png, const char *prompt, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s", png);
+  char *dot = strrchr(p, '.');
+  if (dot) strcpy(dot, ".txt");
+  return ct_write_file_atomic(p, prompt, strlen(prompt), err);
+}
+
+/* Sample every validation prompt (live weights and/or EMA), write the images
+ * with prompt sidecars, and one grid (rows: prompt x variant, columns: idx). */
+static ct_status validate(trainer *tr, long step, int *nimages, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  *nimages = 0;
+  if (tr->vp.n == 0 || cfg->disable_validation) return CT_OK;
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/validation_images", cfg->output_dir);
+  ct_status st = ct_mkdir_p(dir, err);
+  if (st) return st;
+  int variants[2], nv = 0; /* 0 live, 1 ema */
+  if (!tr->ema || strcmp(cfg->ema_validation, "ema_only")) variants[nv++] = 0;
+  if (tr->ema && strcmp(cfg->ema_validation, "none")) variants[nv++] = 1;
+  const int per = (int)cfg->num_validation_images, n = tr->vp.n * per;
+  ct_sample_opts so = {tr->vw, tr->vh, (int)cfg->validation_num_inference_steps,
+                       (float)cfg->validation_guidance, (float)cfg->flow_shift,
+                       (uint64_t)cfg->validation_seed};
+  const char **prompts = malloc((size_t)n * sizeof *prompts);
+  ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
+  float *live = NULL;
+  if (!prompts || !imgs) {
+    free(prompts);
+    free(imgs);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  for (int p = 0; p < tr->vp.n; p++)
+    for (int i = 0; i < per; i++) prompts[p * per + i] = tr->vp.text[p];
+  size_t nw = ct_mmdit_numel(tr->m);
+  for (int k = 0; k < nv && !st; k++) {
+    if (variants[k] == 1) { /* swap the EMA weights in, and back afterwards */
+      live = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+      if (!live) {
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        break;
+      }
+      memcpy(live, ct_mmdit_params(tr->m), nw * sizeof(float));
+      memcpy(ct_mmdit_params(tr->m), tr->ema, nw * sizeof(float));
+    }
+    /* Same noise for every prompt's idx-th image, so rows are comparable. */
+    for (int q = 0; q < n && !st; q += per) {
+      st = ct_sample_images(tr->m, tr->te, tr->g.T, tr->g.codec_scale, prompts + q, per, 0, &so,
+                            imgs + (size_t)k * n + q, err);
+    }
+    if (live) {
+      memcpy(ct_mmdit_params(tr->m), live, nw * sizeof(float));
+      ct_free(live);
+      live = NULL;
+    }
+  }
+  for (int k = 0; k < nv && !st; k++)
+    for (int q = 0; q < n && !st; q++) {
+      char path[4600];
+      int p = q / per, i = q % per;
+      snprintf(path, sizeof path, "%s/step_%ld_%s%s_%d_%dx%d.png", dir, step, tr->vp.short_[p],
+               variants[k] ? "-ema" : "", i, tr->vw, tr->vh);
+      st = ct_image_save_png(path, &imgs[(size_t)k * n + q], err);
+      if (!st) st = write_sidecar(path, tr->vp.text[p], err);
+      if (!st) (*nimages)++;
+    }
+  if (!st) { /* grid */
+    const int pad = 2, cols = per, rows = tr->vp.n * nv;
+    ct_image grid = {0};
+    st = ct_image_alloc(cols * (tr->vw + pad) + pad, rows * (tr->vh + pad) + pad, &grid, err);
+    if (!st) {
+      memset(grid.px, 255, (size_t)grid.w * grid.h * 3);
+      for (int k = 0; k < nv; k++)
+        for (int q = 0; q < n; q++) {
+          const ct_image *im = &imgs[(size_t)k * n + q];
+          int r = (q / per) * nv + k, c = q % per;
+          for (int yy = 0; yy < im->h; yy++)
+            memcpy(grid.px + (((size_t)(r * (tr->vh + pad) + pad + yy)) * grid.w + c * (tr->vw + pad) + pad) * 3,
+                   im->px + (size_t)yy * im->w * 3, (size_t)im->w * 3);
+        }
+      char path[4600];
+      snprintf(path, sizeof path, "%s/step_%ld_grid.png", dir, step);
+      st = ct_image_save_png(path, &grid, err);
+      ct_image_free(&grid);
+    }
+  }
+  for (size_t i = 0; i < (size_t)n * nv; i++) ct_image_free(&imgs[i]);
+  free(imgs);
+  free(prompts);
+  return st;
+}
+
+/* Keep metrics.jsonl lines of steps <= `upto` (a resume rewrites the tail). */
+static FILE *open_metrics(const char *out, long upto) {
+  char p[4200], tmp[4300];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+  if (upto > 0) {
+    FILE *in = fopen(p, "rb");
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *o = in ? fopen(tmp, "wb") : NULL;
+    if (in && o) {
+      char line[4096];
+      while (fgets(line, sizeof line, in)) {
+        long s;
+        if (sscanf(line, "{\"step\": %ld", &s) == 1 && s <= upto) fputs(line, o);
+      }
+      fclose(o);
+      rename(tmp, p);
+    } else if (o) {
+      fclose(o);
+    }
+    if (in) fclose(in);
+    return fopen(p, "ab");
+  }
+  return fopen(p, "wb");
+}
+
+/* Test hook (docs/testing.md): CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons the
+ * loss gradient of those steps with NaN, to exercise the skip logic. */
+static int fault_nan(long step) {
+  const char *e = getenv("CTUNER_FAULT_NAN_AT_STEP");
+  if (!e) return 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", e);
+  char *save = NULL;
+  for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+    if (atol(p) == step) return 1;
+  return 0;
+}
+
+/* One micro-batch: forward, loss, backward (grads accumulate). */
+static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss,
+                             ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const int B = (int)cfg->train_batch_size, T = tr->g.T, side = tr->g.resolution / tr->g.codec_scale;
+  const size_t lat = (size_t)tr->g.mc.in_channels * side * side;
+  size_t N = ct_dataset_count(tr->ds);
+  if ((size_t)s->epoch_pos + (size_t)B > N) { /* drop the incomplete tail batch */
+    s->epoch++;
+    s->epoch_pos = 0;
+  }
+  const uint64_t seed = (uint64_t)cfg->seed;
+  for (int b = 0; b < B; b++) {
+    uint64_t id = (uint64_t)s->samples_seen + (uint64_t)b;
+    size_t idx = ct_dataset_order(tr->ds, s->epoch, (size_t)s->epoch_pos + (size_t)b);
+    memcpy(tr->x0 + b * lat, ct_dataset_latent(tr->ds, idx), lat * sizeof(float));
+    uint32_t r[4];
+    ct_philox4x32(seed, CT_STREAM_CAPTION, id, r);
+    tr->caps[b] = ct_dataset_caption(tr->ds, idx, r[0]);
+    if (ct_rng_uniform(seed, CT_STREAM_DROPOUT, id) < cfg->caption_dropout_probability) tr->caps[b] = "";
+    float t;
+    if (!strcmp(cfg->timestep_sampling, "uniform")) {
+      t = ct_rng_uniform(seed, CT_STREAM_TIMESTEP, id);
+    } else {
+      float z = (float)cfg->logit_mean + (float)cfg->logit_std * ct_rng_normal(seed, CT_STREAM_TIMESTEP, id);
+      t = 1.0f / (1.0f + expf(-z));
+    }
+    tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
+    ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
+  }
+  ct_status st = ct_encode_prompts(tr->te, T, tr->caps, B, tr->txt, tr->y, err);
+  if (st) return st;
+  for (int b = 0; b < B; b++) {
+    const float t = tr->t[b];
+    const float *x0 = tr->x0 + b * lat, *e = tr->eps + b * lat;
+    float *xt = tr->xt + b * lat;
+    for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
+  }
+  ct_mmdit_batch in = {.B = B, .H = side, .W = side, .T = T, .x = tr->xt, .t = tr->t, .txt = tr->txt, .y = tr->y};
+  st = ct_mmdit_forward(tr->m, &in, tr->v, err);
+  if (st) return st;
+  const size_t tot = (size_t)B * lat;
+  const float scale = 2.0f / ((float)tot * (float)accum);
+  double l = 0;
+  for (size_t i = 0; i < tot; i++) {
+    float diff = tr->v[i] - (tr->eps[i] - tr->x0[i]);
+    l += (double)diff * diff;
+    tr->dv[i] = scale * diff;
+  }
+  if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
+  st = ct_mmdit_backward(tr->m, tr->dv, err);
+  *loss = l / (double)tot;
+  s->samples_seen += B;
+  s->epoch_pos += B;
+  return st;
+}
+
+static void trainer_free(trainer *tr) {
+  ct_mmdit_free(tr->m);
+  ct_textenc_free(tr->te);
+  ct_dataset_free(tr->ds);
+  ct_optim_free(tr->opt);
+  ct_free(tr->ema);
+  vprompts_free(&tr->vp);
+  if (tr->metrics) fclose(tr->metrics);
+  ct_free(tr->x0);
+  ct_free(tr->eps);
+  ct_free(tr->xt);
+  ct_free(tr->v);
+  ct_free(tr->dv);
+  ct_free(tr->t);
+  ct_free(tr->txt);
+  ct_free(tr->y);
+  free(tr->ids);
+  free(tr->caps);
+}
+
+ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train_summary *sum,
+                       ct_err *err) {
+  const double t_start = now_s();
+  memset(sum, 0, sizeof *sum);
+  trainer tr = {0};
+  tr.cfg = cfg;
+  ct_train_state s = {0};
+  ct_status st = ct_config_validate(cfg, err);
+  if (!st) st = ct_geometry_from_config(cfg, &tr.g, err);
+  if (st) return st;
+  if (!cfg->data_backend_config)
+    return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
+                                        "listing the datasets (docs/training.md)");
+  if (cfg->num_threads > 0) omp_set_num_threads((int)cfg->num_threads);
+  st = ct_mkdir_p(cfg->output_dir, err);
+  if (st) return st;
+  ct_checkpoint_clean_tmp(cfg->output_dir);
+
+  ct_data_opts dopt = {tr.g.resolution, tr.g.codec_scale, (uint64_t)cfg->seed};
+  st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr.ds, err);
+  if (st) goto out;
+  const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
+  size_t N = ct_dataset_count(tr.ds);
+  sum->images = N;
+  sum->images_skipped = ct_dataset_skipped(tr.ds, NULL);
+  if (N < (size_t)B) {
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "the datasets hold %zu samples, fewer than train_batch_size %d: an epoch would have "
+                 "no steps; lower train_batch_size or add images/repeats",
+                 N, B);
+    goto out;
+  }
+  long per_epoch = (long)(N / (size_t)B) / accum;
+  if (per_epoch < 1) per_epoch = 1;
+  tr.total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
+  sum->total_steps = tr.total;
+
+  st = ct_mmdit_new(&tr.g.mc, (uint64_t)cfg->seed, 1, &tr.m, err);
+  if (!st && cfg->pretrained_model_path) st = ct_mmdit_load(tr.m, cfg->pretrained_model_path, "", err);
+  if (!st) st = ct_textenc_from_config(cfg, tr.g.mc.context_in_dim, &tr.te, err);
+  if (!st) st = build_optim(cfg, &tr.g, tr.m, &tr.opt, err);
+  if (!st) st = build_sched(cfg, tr.total, &tr.sched, err);
+  if (!st) st = load_prompts(cfg, &tr.vp, err);
+  if (!st) st = parse_vres(cfg, tr.g.resolution, &tr.vw, &tr.vh, err);
+  if (st) goto out;
+  const size_t nw = ct_mmdit_numel(tr.m);
+  if (cfg->use_ema) {
+    tr.ema = ct_alloc(CT_MEM_OPTIMIZER, nw * sizeof(float));
+    if (!tr.ema) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the EMA weights");
+      goto out;
+    }
+    memcpy(tr.ema, ct_mmdit_params(tr.m), nw * sizeof(float));
+  }
+  ct_config_digest(cfg, s.digest);
+  snprintf(s.optimizer, sizeof s.optimizer, "%s", ct_optim_kind_name(ct_optim_get_kind(tr.opt)));
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg};
+
+  /* Resume. */
+  if (strcmp(cfg->resume_from_checkpoint, "none")) {
+    char dir[4096];
+    long cs = 0;
+    int have = 0;
+    if (!strcmp(cfg->resume_from_checkpoint, "latest")) {
+      ct_err e2 = {0};
+      have = ct_checkpoint_latest(cfg->output_dir, dir, sizeof dir, &cs, &e2) == CT_OK;
+    } else {
+      snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
+      have = 1;
+    }
+    if (have) {
+      char digest[17];
+      memcpy(digest, s.digest, sizeof digest);
+      st = ct_checkpoint_load(dir, &io, &s, err);
+      if (st) {
+        ct_err_prefix(err, "resume_from_checkpoint: ");
+        goto out;
+      }
+      if (strcmp(digest, s.digest))
+        CT_WARN("resuming %s with a different configuration (digest %s, checkpoint %s)", dir,
+                digest, s.digest);
+      memcpy(s.digest, digest, sizeof digest);
+      CT_INFO("resumed from %s at step %ld (epoch %ld)", dir, s.global_step, s.epoch + 1);
+    }
+  }
+  sum->start_step = s.global_step;
+  tr.metrics = open_metrics(cfg->output_dir, s.global_step);
+  if (!tr.metrics) {
+    st = ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
+    goto out;
+  }
+
+  const int T = tr.g.T, side = tr.g.resolution / tr.g.codec_scale;
+  const size_t lat = (size_t)tr.g.mc.in_channels * side * side;
+  const int d = tr.g.mc.context_in_dim;
+  tr.x0 = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr.eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr.xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr.v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr.dv = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr.t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
+  tr.txt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * T * d * sizeof(float));
+  tr.y = ct_alloc(CT_MEM_BUFFERS, (size_t)B * d * sizeof(float));
+  tr.caps = malloc(B * sizeof *tr.caps);
+  if (!tr.x0 || !tr.eps || !tr.xt || !tr.v || !tr.dv || !tr.t || !tr.txt || !tr.y || !tr.caps) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
+    goto out;
+  }
+
+  float *w = ct_mmdit_params(tr.m), *g = ct_mmdit_grads(tr.m);
+  while (s.global_step < tr.total) {
+    const double t0 = now_s();
+    const long step = s.global_step + 1;
+    const double lr = ct_sched_lr(&tr.sched, s.global_step);
+    memset(g, 0, nw * sizeof(float));
+    double loss = 0;
+    for (int a = 0; a < accum && !st; a++) {
+      double l;
+      st = micro_batch(&tr, &s, accum, step, &l, err);
+      loss += l / accum;
+    }
+    if (st) goto out;
+    double gn = grad_norm(g, nw);
+    ct_step_info info = {step, tr.total, s.epoch, loss, lr, gn, 0, 0, 0, NULL};
+    if (!isfinite(loss) || !isfinite(gn)) {
+      s.nonfinite_run++;
+      s.nonfinite_total++;
+      info.skipped = 1;
+      CT_WARN("step %ld: %s is not finite; step skipped (%ld in a row, %ld in all)", step,
+              isfinite(loss) ? "the gradient norm" : "the loss", s.nonfinite_run, s.nonfinite_total);
+      if (s.nonfinite_run >= cfg->max_nonfinite_steps) {
+        st = ct_errf(err, CT_ERR_NUMERIC,
+                     "stopping: %ld consecutive steps had NaN/Inf loss or gradients (max_nonfinite_steps "
+                     "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
+                     "max_grad_norm",
+                     s.nonfinite_run, cfg->max_nonfinite_steps);
+        goto out;
+      }
+    } else {
+      s.nonfinite_run = 0;
+      if (cfg->max_grad_norm > 0 && gn > cfg->max_grad_norm) {
+        const float c = (float)(cfg->max_grad_norm / (gn + 1e-6));
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < nw; i++) g[i] *= c;
+      }
+      s.opt_steps++;
+      st = ct_optim_step(tr.opt, w, g, (float)lr, s.opt_steps, err);
+      if (st) goto out;
+      if (tr.ema && s.opt_steps % cfg->ema_update_interval == 0) {
+        const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
+        const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
+        float *e = tr.ema;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < nw; i++) e[i] = dcy * e[i] + (1.0f - dcy) * w[i];
+      }
+      s.last_loss = loss;
+      sum->last_loss = loss;
+    }
+    s.global_step = step;
+    info.seconds = now_s() - t0;
+    info.samples_per_s = (double)B * accum / (info.seconds > 0 ? info.seconds : 1e-9);
+    fprintf(tr.metrics,
+            "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+            "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
+            step, s.epoch + 1, loss, lr, gn, info.seconds, info.samples_per_s,
+            info.skipped ? "true" : "false");
+    fflush(tr.metrics);
+    if (cb) cb(&info, user);
+    const int last = s.global_step == tr.total;
+    char ev[4300];
+    if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last) {
+      int nimg = 0;
+      st = validate(&tr, step, &nimg, err);
+      if (st) goto out;
+      if (nimg && cb) {
+        snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, cfg->output_dir);
+        ct_step_info e = info;
+        e.event = ev;
+        cb(&e, user);
+      }
+    }
+    if ((cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last) {
+      st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
+                              sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+      if (st) goto out;
+      if (cb) {
+        snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
+        ct_step_info e = info;
+        e.event = ev;
+        cb(&e, user);
+      }
+    }
+  }
+out:
+  sum->end_step = s.global_step;
+  sum->skipped_nonfinite = s.nonfinite_total;
+  sum->seconds = now_s() - t_start;
+  trainer_free(&tr);
+  return st;
+}
+
+/* ---- inference pipeline from a checkpoint ---- */
+ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err) {
+  memset(p, 0, sizeof *p);
+  ct_config_defaults(&p->cfg);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  ct_status st = ct_config_load_file(&p->cfg, path, err);
+  ct_geometry g;
+  if (!st) st = ct_geometry_from_config(&p->cfg, &g, err);
+  if (st) goto fail;
+  p->T = g.T;
+  p->codec_scale = g.codec_scale;
+  st = ct_mmdit_new(&g.mc, 0, 0, &p->model, err);
+  if (st) goto fail;
+  snprintf(path, sizeof path, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
+  if (use_ema && access(path, R_OK) != 0) {
+    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: no EMA weights in this checkpoint (trained without use_ema)", path);
+    goto fail;
+  }
+  st = ct_mmdit_load(p->model, path, "", err);
+  if (st) goto fail;
+  ct_textenc_config tc;
+  ct_textenc_config_default(g.mc.context_in_dim, &tc);
+  tc.layers = (int)p->cfg.text_encoder_layers;
+  st = ct_textenc_new(&tc, (uint64_t)p->cfg.text_encoder_seed, &p->te, err);
+  snprintf(path, sizeof path, "%s/text_encoder.safetensors", dir);
+  if (!st) st = ct_textenc_load(p->te, path, err);
+  if (st) goto fail;
+  return CT_OK;
+fail:
+  ct_pipeline_free(p);
+  return st;
+}
+
+void ct_pipeline_free(ct_pipeline *p) {
+  ct_mmdit_free(p->model);
+  ct_textenc_free(p->te);
+  ct_config_free(&p->cfg);
+  memset(p, 0, sizeof *p);
+}
