@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# End-to-end tests of `ctuner train` and `ctuner sample` on a small synthetic
+# dataset with the tiny preset: config errors, accumulation equivalence,
+# bit-exact resume after kill -9 during a checkpoint write, rotation, NaN
+# skipping, validation images, sampling. Usage: tests/cli_train.sh path/to/ctuner
+set -u
+CT=${1:?usage: $0 path/to/ctuner}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok - $*"; }
+bad() { echo "FAIL - $*"; fail=1; }
+export OMP_NUM_THREADS=2
+
+"$CT" dataset synth --out "$tmp/data" --count 24 --seed 3 >/dev/null || { echo "FAIL - dataset synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+# A tiny, fast base config; every test overrides what it needs.
+cat > "$tmp/base.json" <<JSON
+{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+ "--train_batch_size": 4, "--learning_rate": 1e-3, "--validation_num_inference_steps": 2,
+ "--disable_validation": true, "--seed": 7}
+JSON
+run() { "$CT" train --config "$tmp/base.json" "$@"; }
+
+# ---- config errors: non-zero exit and a message naming the problem ----
+expect_err() { # name, pattern, args...
+  local name=$1 pat=$2; shift 2
+  if out=$("$@" 2>&1); then bad "$name: exit 0"; return; fi
+  echo "$out" | grep -q -- "$pat" && ok "$name" || bad "$name: message '$out' lacks '$pat'"
+}
+echo '{"--learning_rat": 1e-4}' > "$tmp/c1.json"
+expect_err "unknown key" "did you mean 'learning_rate'" "$CT" train --config "$tmp/c1.json"
+echo '{"train_batch_size": "four"}' > "$tmp/c2.json"
+expect_err "wrong type" "train_batch_size' expects an integer" "$CT" train --config "$tmp/c2.json"
+printf '{\n  "seed": 1,\n  "output_dir": "x",,\n}\n' > "$tmp/c3.json"
+expect_err "bad JSON" "line 3, column" "$CT" train --config "$tmp/c3.json"
+echo '{"use_ema": 3}' > "$tmp/c4.json"
+expect_err "bool type" "use_ema' expects a boolean" "$CT" train --config "$tmp/c4.json"
+echo '[{"id": "x", "type": "local", "instance_data_dir": "/nonexistent/dir"}]' > "$tmp/b2.json"
+expect_err "missing data dir" "/nonexistent/dir" run --data_backend_config="$tmp/b2.json" --output_dir="$tmp/e"
+expect_err "unknown optimizer" "unknown optimizer 'adamq'" run --optimizer=adamq --output_dir="$tmp/e"
+expect_err "unknown key on the command line" "did you mean 'max_train_steps'" run --max_train_step=3
+expect_err "env var unset" "CT_TEST_UNSET_VAR" run --output_dir='{env:CT_TEST_UNSET_VAR}/x'
+expect_err "batch larger than dataset" "fewer than train_batch_size" run --train_batch_size=100 --output_dir="$tmp/e"
+CT_TEST_OUT="$tmp/envout" run --output_dir='{env:CT_TEST_OUT}' --max_train_steps=1 >/dev/null 2>&1 \
+  && [ -d "$tmp/envout/checkpoint-1" ] && ok "{env:VAR} substitution" || bad "{env:VAR} substitution"
+
+# ---- accumulation: batch 8 x 1 == batch 4 x 2 (SGD, lr 1000: w0 - w1 = 1000 g) ----
+acc() { run --output_dir="$tmp/$1" --train_batch_size=$2 --gradient_accumulation_steps=$3 \
+  --max_train_steps=1 --optimizer=sgd --optimizer_momentum=0 --adam_weight_decay=0 \
+  --learning_rate=1000 --max_grad_norm=0 --caption_dropout_probability=0.5 >/dev/null 2>"$tmp/$1.log"; }
+acc acc1 8 1 && acc acc2 4 2 || bad "accumulation runs: $(cat "$tmp/acc1.log" "$tmp/acc2.log")"
+run --output_dir="$tmp/init" --max_train_steps=1 --learning_rate=0 --optimizer=sgd --optimizer_momentum=0 \
+  --adam_weight_decay=0 >/dev/null 2>&1
+if /usr/bin/python3 - "$tmp" <<'PY'
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8+n]); out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        s, e = v["data_offsets"]; out[k] = np.frombuffer(b[8+n+s:8+n+e], dtype=np.float32)
+    return out
+w0 = load(d + "/init/checkpoint-1/model.safetensors")
+a = load(d + "/acc1/checkpoint-1/model.safetensors"); b = load(d + "/acc2/checkpoint-1/model.safetensors")
+ga = np.concatenate([(w0[k].astype(np.float64) - a[k]) / 1000 for k in sorted(w0)])
+gb = np.concatenate([(w0[k].astype(np.float64) - b[k]) / 1000 for k in sorted(w0)])
+rel = np.abs(ga - gb).max() / np.abs(ga).max()
+la = json.loads(open(d + "/acc1/metrics.jsonl").readline())["loss"]; lb = json.loads(open(d + "/acc2/metrics.jsonl").readline())["loss"]
+print("grad rel err %.3g, loss %r vs %r, |g|max %.3g" % (rel, la, lb, np.abs(ga).max()))
+sys.exit(0 if rel <= 1e-6 and abs(la - lb) <= 1e-6 * abs(la) and np.abs(ga).max() > 0 else 1)
+PY
+then ok "accumulation 8x1 == 4x2"; else bad "accumulation 8x1 != 4x2"; fi
+
+# ---- bit-exact resume after kill -9 during a checkpoint write ----
+common=(--max_train_steps=6 --checkpoint_step_interval=3 --use_ema=true --lr_scheduler=cosine
+        --lr_warmup_steps=2 --caption_dropout_probability=0.3)
+run --output_dir="$tmp/full" "${common[@]}" >/dev/null 2>&1 || bad "uninterrupted run"
+CTUNER_FAULT_KILL_AT_CHECKPOINT=6 run --output_dir="$tmp/cut" "${common[@]}" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 137 ] || [ $rc -gt 128 ] && ok "killed during checkpoint-6 (rc $rc)" || bad "fault hook did not kill (rc $rc)"
+[ -f "$tmp/cut/checkpoint-3/.guard" ] && ok "checkpoint-3 guarded" || bad "checkpoint-3 missing"
+[ -d "$tmp/cut/checkpoint-6-tmp" ] && [ ! -e "$tmp/cut/checkpoint-6" ] && ok "broken checkpoint-6 left as -tmp only" \
+  || bad "unexpected state after kill: $(ls "$tmp/cut")"
+"$CT" sample --checkpoint "latest:$tmp/cut" --prompt "a red circle" --out "$tmp/s.png" --steps 2 >/dev/null 2>&1 \
+  && ok "previous checkpoint usable after the kill" || bad "sampling from checkpoint-3 after the kill"
+out=$(run --output_dir="$tmp/cut" "${common[@]}" 2>&1) || bad "resume: $out"
+echo "$out" | grep -q '"from_step": 3' && ok "resumed from step 3" || bad "did not resume from 3: $out"
+[ ! -e "$tmp/cut/checkpoint-6-tmp" ] && ok "stale -tmp removed" || bad "stale -tmp still there"
+cmp -s "$tmp/full/checkpoint-6/model.safetensors" "$tmp/cut/checkpoint-6/model.safetensors" \
+  && ok "resumed weights bit-identical" || bad "resumed weights differ"
+cmp -s "$tmp/full/checkpoint-6/ema.safetensors" "$tmp/cut/checkpoint-6/ema.safetensors" \
+  && ok "resumed EMA bit-identical" || bad "resumed EMA differs"
+cmp -s "$tmp/full/checkpoint-6/optimizer.safetensors" "$tmp/cut/checkpoint-6/optimizer.safetensors" \
+  && ok "resumed optimizer state bit-identical" || bad "resumed optimizer state differs"
+if diff <(sed 's/"seconds".*//' "$tmp/full/metrics.jsonl") <(sed 's/"seconds".*//' "$tmp/cut/metrics.jsonl") >/dev/null; then
+  ok "losses bit-identical (metrics.jsonl)"; else bad "metrics differ after resume"; fi
+
+# ---- rotation ----
+run --output_dir="$tmp/rot" --max_train_steps=5 --checkpoint_step_interval=1 --checkpoints_total_limit=2 >/dev/null 2>&1
+[ "$(cd "$tmp/rot" && ls -d checkpoint-* | sort | tr '\n' ' ')" = "checkpoint-4 checkpoint-5 " ] \
+  && ok "rotation keeps the newest 2" || bad "rotation left: $(ls "$tmp/rot")"
+
+# ---- NaN/Inf: skipped and counted; too many in a row stop the run ----
+out=$(CTUNER_FAULT_NAN_AT_STEP=2 run --output_dir="$tmp/nan1" --max_train_steps=4 2>&1)
+echo "$out" | grep -q '"nonfinite_steps_skipped": 1' && ok "one NaN step skipped" || bad "NaN skip: $out"
+out=$(CTUNER_FAULT_NAN_AT_STEP=3,4,5 run --output_dir="$tmp/nan2" --max_train_steps=8 --checkpoint_step_interval=2 \
+  --max_nonfinite_steps=3 2>&1) && bad "3 NaN steps in a row did not stop the run" || {
+  echo "$out" | grep -q "3 consecutive steps" && ok "stops after max_nonfinite_steps" || bad "NaN stop message: $out"; }
+[ -f "$tmp/nan2/checkpoint-2/.guard" ] && [ ! -e "$tmp/nan2/checkpoint-4" ] && ok "last checkpoint predates the NaNs" \
+  || bad "checkpoints after NaN stop: $(ls "$tmp/nan2")"
+
+# ---- validation images, grid, metrics, sampling ----
+run --output_dir="$tmp/val" --max_train_steps=4 --validation_step_interval=2 --disable_validation=false \
+  --validation_prompt="a small red circle at the center on a white background" --num_validation_images=2 \
+  --use_ema=true >/dev/null 2>&1 || bad "validation run"
+for f in step_2_validation_0_8x8.png step_2_validation_1_8x8.png step_4_validation-ema_0_8x8.png step_2_grid.png step_4_grid.png; do
+  [ -s "$tmp/val/validation_images/$f" ] || bad "missing validation image $f"
+done
+[ -s "$tmp/val/validation_images/step_2_validation_0_8x8.txt" ] && ok "validation images + grid + sidecars" || bad "no sidecar"
+[ "$(wc -l < "$tmp/val/metrics.jsonl")" -eq 4 ] && ok "metrics.jsonl has 4 lines" || bad "metrics lines"
+python3 -c "import json,sys; [json.loads(l) for l in open('$tmp/val/metrics.jsonl')]" && ok "metrics are JSON" || bad "metrics JSON"
+"$CT" sample --checkpoint "$tmp/val/checkpoint-4" --prompt "a blue square" --out "$tmp/one.png" --steps 3 --ema >/dev/null \
+  && [ -s "$tmp/one.png" ] && ok "sample --ema" || bad "sample --ema"
+printf 'a red circle\na green square\n' > "$tmp/prompts.txt"
+"$CT" sample --checkpoint "$tmp/val/checkpoint-4" --prompts-file "$tmp/prompts.txt" --out-dir "$tmp/many" --per-prompt 2 --steps 2 >/dev/null \
+  && [ -s "$tmp/many/0003.png" ] && grep -q "green square" "$tmp/many/0003.txt" && ok "sample --prompts-file" || bad "sample --prompts-file"
+expect_err "sample without checkpoint" "need --checkpoint" "$CT" sample --prompt x --out y.png
+
+exit $fail
