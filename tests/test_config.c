@@ -1,0 +1,135 @@
+/* Config parsing: defaults, "--" prefixes, aliases, types, errors with line and
+ * column, did-you-mean, {env:VAR}, command-line overrides, digest. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/config.h"
+#include "harness.h"
+
+static const char *write_tmp(const char *name, const char *text) {
+  static char path[4][1024];
+  static int k;
+  char *p = path[k++ % 4];
+  snprintf(p, 1024, "%s/%s", ct_test_tmpdir(), name);
+  FILE *f = fopen(p, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  return p;
+}
+
+CT_TEST(config, defaults_validate) {
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  CHECK(!strcmp(c.optimizer, "adamw"));
+  CHECK(c.train_batch_size == 1);
+  CHECK_NEAR(c.learning_rate, 1e-4, 0);
+  CHECK_NEAR(c.ema_decay, 0.995, 0);
+  CHECK(!strcmp(c.resume_from_checkpoint, "latest"));
+  CHECK(c.validation_prompt == NULL);
+  ct_config_free(&c);
+}
+
+CT_TEST(config, file_prefixes_aliases_types) {
+  const char *p = write_tmp("c1.json",
+                            "{\"--learning_rate\": 3e-4, \"train_batch_size\": 8, \"use_ema\": true,\n"
+                            " \"--checkpointing_steps\": 50, \"validation_prompt\": \"a cat\",\n"
+                            " \"flow_schedule_shift\": 3, \"resolution\": \"64\", \"validation_resolution\": 64}");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  REQUIRE(ct_config_load_file(&c, p, &err) == CT_OK);
+  CHECK_NEAR(c.learning_rate, 3e-4, 0);
+  CHECK(c.train_batch_size == 8);
+  CHECK(c.use_ema == 1);
+  CHECK(c.checkpoint_step_interval == 50);
+  CHECK(!strcmp(c.validation_prompt, "a cat"));
+  CHECK_NEAR(c.flow_shift, 3, 0);
+  CHECK(c.resolution == 64);
+  CHECK(!strcmp(c.validation_resolution, "64"));
+  /* The command line overrides the file. */
+  CHECK(ct_config_set(&c, "--learning_rate", "1e-5", &err) == CT_OK);
+  CHECK_NEAR(c.learning_rate, 1e-5, 0);
+  CHECK(ct_config_set(&c, "use_ema", "false", &err) == CT_OK);
+  CHECK(c.use_ema == 0);
+  CHECK(ct_config_set(&c, "validation_prompt", "none", &err) == CT_OK);
+  CHECK(c.validation_prompt == NULL);
+  ct_config_free(&c);
+}
+
+CT_TEST(config, errors_name_the_problem) {
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  const char *p = write_tmp("c2.json", "{\"--learning_rat\": 1}");
+  CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "did you mean 'learning_rate'") && strstr(err.msg, "c2.json"), "%s", err.msg);
+  p = write_tmp("c3.json", "{\"seed\": 1,\n  \"train_batch_size\": 2.5}");
+  CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "line 2, column 23") && strstr(err.msg, "expects an integer"), "%s", err.msg);
+  p = write_tmp("c4.json", "{\"seed\": 1\n  \"x\": 2}");
+  CHECK(ct_config_load_file(&c, p, &err) != CT_OK);
+  CHECKF(strstr(err.msg, "line 2, column 3"), "%s", err.msg);
+  p = write_tmp("c5.json", "[1, 2]");
+  CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_FORMAT);
+  CHECK(ct_config_load_file(&c, "/nonexistent/config.json", &err) == CT_ERR_IO);
+  CHECKF(strstr(err.msg, "/nonexistent/config.json"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "train_batch_size", "many", &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "train_batch_size") && strstr(err.msg, "many"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "zzzzzzzzzzzz", "1", &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "did you mean") == NULL);
+  /* Validation names the key. */
+  ct_config_defaults(&c);
+  c.train_batch_size = 0;
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "train_batch_size"), "%s", err.msg);
+  c.train_batch_size = 1;
+  CHECK(ct_config_set(&c, "optimizer", "adamq", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) != CT_OK);
+  CHECKF(strstr(err.msg, "adamq"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "optimizer", "adamw", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "lr_scheduler", "cosin", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) != CT_OK);
+  CHECKF(strstr(err.msg, "cosin"), "%s", err.msg);
+  ct_config_free(&c);
+}
+
+CT_TEST(config, env_substitution) {
+  setenv("CT_TEST_CFG_DIR", "/tmp/ctuner-x", 1);
+  unsetenv("CT_TEST_CFG_UNSET");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  const char *p = write_tmp("c6.json", "{\"output_dir\": \"{env:CT_TEST_CFG_DIR}/run1\"}");
+  REQUIRE(ct_config_load_file(&c, p, &err) == CT_OK);
+  CHECK(!strcmp(c.output_dir, "/tmp/ctuner-x/run1"));
+  p = write_tmp("c7.json", "{\"output_dir\": \"{env:CT_TEST_CFG_UNSET}\"}");
+  CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "CT_TEST_CFG_UNSET"), "%s", err.msg);
+  ct_config_free(&c);
+}
+
+CT_TEST(config, digest_ignores_cosmetic_keys) {
+  ct_config a, b;
+  ct_config_defaults(&a);
+  ct_config_defaults(&b);
+  ct_err err = {0};
+  char da[17], db[17];
+  ct_config_set(&b, "output_dir", "elsewhere", &err);
+  ct_config_set(&b, "validation_prompt", "x", &err);
+  ct_config_digest(&a, da);
+  ct_config_digest(&b, db);
+  CHECK(!strcmp(da, db));
+  ct_config_set(&b, "learning_rate", "0.5", &err);
+  ct_config_digest(&b, db);
+  CHECK(strcmp(da, db) != 0);
+  char *j = ct_config_to_json(&b);
+  CHECK(j && strstr(j, "\"output_dir\": \"elsewhere\""));
+  free(j);
+  ct_config_free(&a);
+  ct_config_free(&b);
+}
