@@ -112,6 +112,9 @@ char *ct_config_to_json(const ct_config *cfg);
 /* FNV-1a 64 of the canonical JSON of the keys that change the training math
  * (not output paths, intervals or resume settings), as 16 hex digits. */
 void ct_config_digest(const ct_config *cfg, char out[17]);
+/* Replace every {env:VAR} in `in` by the variable's value (malloc'd result);
+ * an unset variable is an error naming it. Used for multidatabackend.json too. */
+ct_status ct_config_expand_env(const char *in, char **out, ct_err *err);
 /* Help text for one key (NULL if unknown). */
 const char *ct_config_help(const char *key);
 /* Nearest known key by edit distance (for "did you mean"); NULL if none close. */

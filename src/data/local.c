@@ -13,6 +13,7 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/codec.h"
+#include "ctuner/config.h"
 #include "ctuner/data.h"
 #include "ctuner/image.h"
 #include "ctuner/json.h"
@@ -266,6 +267,9 @@ static const char *jstr(const ct_json *o, const char *k) {
   return v && v->type == CT_JSON_STRING ? v->str : NULL;
 }
 
+static ct_status load_dir(ct_dataset *ds, const char *cfgpath, const char *id, const char *dir,
+                          const ct_json *e, ct_err *err);
+
 static ct_status load_entry(ct_dataset *ds, const char *cfgpath, size_t idx, const ct_json *e,
                             ct_err *err) {
   if (e->type != CT_JSON_OBJECT)
@@ -298,10 +302,23 @@ static ct_status load_entry(ct_dataset *ds, const char *cfgpath, size_t idx, con
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "%s: dataset '%s': type '%s' is not supported by this loader; use \"local\"",
                    cfgpath, id, type ? type : "(missing)");
-  const char *dir = jstr(e, "instance_data_dir");
-  if (!dir)
+  const char *dir0 = jstr(e, "instance_data_dir");
+  if (!dir0)
     return ct_errf(err, CT_ERR_INVALID, "%s: dataset '%s': 'instance_data_dir' is required",
                    cfgpath, id);
+  char *dir = NULL; /* {env:VAR} expanded, as SimpleTuner does in this file */
+  ct_status st = ct_config_expand_env(dir0, &dir, err);
+  if (st) {
+    ct_err_prefix(err, "%s: dataset '%s': instance_data_dir: ", cfgpath, id);
+    return st;
+  }
+  st = load_dir(ds, cfgpath, id, dir, e, err);
+  free(dir);
+  return st;
+}
+
+static ct_status load_dir(ct_dataset *ds, const char *cfgpath, const char *id, const char *dir,
+                          const ct_json *e, ct_err *err) {
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return ct_errf(err, CT_ERR_NOT_FOUND,

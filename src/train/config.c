@@ -170,6 +170,10 @@ static ct_status substitute_env(const char *in, char **out, const char *where, c
   return CT_OK;
 }
 
+ct_status ct_config_expand_env(const char *in, char **out, ct_err *err) {
+  return substitute_env(in, out, "", err);
+}
+
 static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
   char *s = NULL;
   if (v) {
