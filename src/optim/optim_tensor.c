@@ -5,8 +5,9 @@
  * length (at most MAX_BLOCKS), reduce each block in double, and add the block
  * sums in block order; OpenMP only decides which thread computes which block,
  * so norms (and therefore updates) are bit-identical for any thread count.
- * Muon's Newton–Schulz iteration runs in float32 with cblas_sgemm (OpenBLAS
- * threads it over output blocks; the caller provides the scratch).
+ * Muon's Newton–Schulz iteration runs in float32 with cblas_sgemm: one
+ * single-threaded sgemm per fixed block of 64 output rows, so the thread count
+ * does not change the result either; the caller provides the scratch.
  * Not here: elementwise rules (optim_elem.c), the table walk (optim.c).
  */
 #include <cblas.h>
@@ -87,6 +88,22 @@ void ct_optim_lamb_tensor(size_t n, float *w, const float *g, float *m, float *v
   }
 }
 
+/* C = alpha A op(B) + beta C (row-major, A is m x k) in fixed blocks of GEMM_ROWS
+ * rows, one single-threaded sgemm per block (OpenBLAS's OpenMP build does not
+ * thread inside a parallel region). Letting OpenBLAS split the whole product
+ * gives results that change with the thread count; fixed blocks do not. */
+#define GEMM_ROWS 64
+static void gemm_rows(int transb, int m, int ncol, int k, float alpha, const float *a, const float *b,
+                      int ldb, float beta, float *c) {
+  const int nb = (m + GEMM_ROWS - 1) / GEMM_ROWS;
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int blk = 0; blk < nb; blk++) {
+    int r0 = blk * GEMM_ROWS, rows = m - r0 < GEMM_ROWS ? m - r0 : GEMM_ROWS;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transb ? CblasTrans : CblasNoTrans, rows, ncol, k, alpha,
+                a + (size_t)r0 * (size_t)k, k, b, ldb, beta, c + (size_t)r0 * (size_t)ncol, ncol);
+  }
+}
+
 size_t ct_optim_muon_scratch(int rows, int cols) {
   size_t p = (size_t)(rows < cols ? rows : cols), q = (size_t)(rows < cols ? cols : rows);
   return 2 * p * q + 2 * p * p;
@@ -119,11 +136,11 @@ void ct_optim_muon_tensor(int rows, int cols, float *w, const float *g, float *b
   for (size_t k = 0; k < pq; k++) x[k] *= inv;
   const float ca = 3.4445f, cb = -4.7750f, cc = 2.0315f;
   for (int s = 0; s < hp->muon_ns_steps; s++) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p, p, q, 1.0f, x, q, x, q, 0.0f, a, p);
+    gemm_rows(1, p, p, q, 1.0f, x, x, q, 0.0f, a);          /* A = X X^T */
     memcpy(bm, a, (size_t)p * (size_t)p * sizeof *bm);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p, p, p, cc, a, p, a, p, cb, bm, p);
+    gemm_rows(0, p, p, p, cc, a, a, p, cb, bm);             /* B = b A + c A A */
     memcpy(x2, x, pq * sizeof *x2);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p, q, p, 1.0f, bm, p, x, q, ca, x2, q);
+    gemm_rows(0, p, q, p, 1.0f, bm, x, q, ca, x2);          /* X = a X + B X */
     float *t = x;
     x = x2;
     x2 = t;
