@@ -21,10 +21,8 @@ static const struct {
   float in_mult, out_mult;
   size_t numel;
 } gt[] = {
-    {"a.weight", 6, 10, 2.0f, 3.0f, 60},
-    {"a.bias", 0, 0, 1.0f, 3.0f, 6},
-    {"b.weight", 12, 5, 1.0f, 4.0f, 60},
-    {"c.weight", 8, 8, 4.0f, 1.0f, 64},
+    {"a.weight", 6, 10, 2.0f, 3.0f, 60}, {"a.bias", 0, 0, 1.0f, 3.0f, 6},
+    {"b.weight", 12, 5, 1.0f, 4.0f, 60}, {"c.weight", 8, 8, 4.0f, 1.0f, 64},
     {"norm.scale", 0, 0, 1.0f, 1.0f, 3},
 };
 #define GNT (sizeof gt / sizeof gt[0])
@@ -37,12 +35,12 @@ typedef struct gcase {
 } gcase;
 
 static const gcase gcases[] = {
-    {"adamw", CT_OPTIM_ADAMW, 0, 1e-5},         {"adam", CT_OPTIM_ADAM, 0, 1e-5},
-    {"adagrad", CT_OPTIM_ADAGRAD, 0, 1e-5},     {"sgd", CT_OPTIM_SGD, 0, 1e-5},
-    {"sgd_momentum", CT_OPTIM_SGD, 0, 1e-5},    {"sgd_nesterov", CT_OPTIM_SGD, 0, 1e-5},
-    {"lion", CT_OPTIM_LION, 0, 1e-5},           {"lamb", CT_OPTIM_LAMB, 0, 1e-5},
-    {"muon", CT_OPTIM_MUON, 1, 1e-4},           {"muon_plain", CT_OPTIM_MUON, 0, 1e-4},
-    {"muadam", CT_OPTIM_MUADAM, 0, 1e-5},       {"muadamw", CT_OPTIM_MUADAMW, 0, 1e-5},
+    {"adamw", CT_OPTIM_ADAMW, 0, 1e-5},      {"adam", CT_OPTIM_ADAM, 0, 1e-5},
+    {"adagrad", CT_OPTIM_ADAGRAD, 0, 1e-5},  {"sgd", CT_OPTIM_SGD, 0, 1e-5},
+    {"sgd_momentum", CT_OPTIM_SGD, 0, 1e-5}, {"sgd_nesterov", CT_OPTIM_SGD, 0, 1e-5},
+    {"lion", CT_OPTIM_LION, 0, 1e-5},        {"lamb", CT_OPTIM_LAMB, 0, 1e-5},
+    {"muon", CT_OPTIM_MUON, 1, 1e-4},        {"muon_plain", CT_OPTIM_MUON, 0, 1e-4},
+    {"muadam", CT_OPTIM_MUADAM, 0, 1e-5},    {"muadamw", CT_OPTIM_MUADAMW, 0, 1e-5},
     {"musgd", CT_OPTIM_MUSGD, 0, 1e-5},
 };
 
@@ -102,7 +100,7 @@ CT_TEST(optim, golden_torch) {
   ct_optim_tensor tab[GNT];
   size_t n = 0;
   for (size_t i = 0; i < GNT; i++) {
-    tab[i] = (ct_optim_tensor){gt[i].name, n, gt[i].numel, gt[i].rows, gt[i].cols, gt[i].in_mult,
+    tab[i] = (ct_optim_tensor){gt[i].name,    n, gt[i].numel, gt[i].rows, gt[i].cols, gt[i].in_mult,
                                gt[i].out_mult};
     n += gt[i].numel;
   }
@@ -127,7 +125,8 @@ CT_TEST(optim, golden_torch) {
     snprintf(key, sizeof key, "final.%s.", gc->name);
     CHECKF(load_range(f, key, ref) == 0, "%s", key);
     ct_optim *o = NULL;
-    CHECKF(ct_optim_new(gc->kind, &hp, tab, GNT, n, &o, &err) == CT_OK, "%s: %s", gc->name, err.msg);
+    CHECKF(ct_optim_new(gc->kind, &hp, tab, GNT, n, &o, &err) == CT_OK, "%s: %s", gc->name,
+           err.msg);
     if (!o) continue;
     memcpy(w, w0, n * sizeof *w);
     for (int s = 0; s < GSTEPS; s++)
@@ -140,8 +139,8 @@ CT_TEST(optim, golden_torch) {
       if (d > du) du = d;
       if (fabs((double)ref[i] - w0[i]) > upd) upd = fabs((double)ref[i] - w0[i]);
     }
-    fprintf(stderr, "  %-13s max rel err %.2e  (max abs %.2e = %.2e of the largest update)\n", gc->name,
-            rel, du, du / upd);
+    fprintf(stderr, "  %-13s max rel err %.2e  (max abs %.2e = %.2e of the largest update)\n",
+            gc->name, rel, du, du / upd);
     CHECKF(rel <= gc->tol, "%s: %.3g > %.1g", gc->name, rel, gc->tol);
     CHECKF(du / upd <= 100 * gc->tol, "%s: update error %.3g", gc->name, du / upd);
     ct_optim_free(o);
@@ -165,34 +164,68 @@ CT_TEST(optim, golden_schedules) {
     ct_sched s;
   } cs[] = {
       {"constant", {.kind = CT_SCHED_CONSTANT, .lr = 1e-4}},
-      {"constant_with_warmup", {.kind = CT_SCHED_CONSTANT_WITH_WARMUP, .lr = 1e-4, .warmup_steps = 3}},
+      {"constant_with_warmup",
+       {.kind = CT_SCHED_CONSTANT_WITH_WARMUP, .lr = 1e-4, .warmup_steps = 3}},
       {"linear", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 3, .total_steps = 10}},
       {"linear_w0", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 0, .total_steps = 10}},
       {"cosine",
-       {.kind = CT_SCHED_COSINE, .lr = 1e-3, .warmup_steps = 2, .total_steps = 10, .num_cycles = 0.5}},
+       {.kind = CT_SCHED_COSINE,
+        .lr = 1e-3,
+        .warmup_steps = 2,
+        .total_steps = 10,
+        .num_cycles = 0.5}},
       {"cosine_cycles",
-       {.kind = CT_SCHED_COSINE, .lr = 1e-3, .warmup_steps = 0, .total_steps = 8, .num_cycles = 1.5}},
+       {.kind = CT_SCHED_COSINE,
+        .lr = 1e-3,
+        .warmup_steps = 0,
+        .total_steps = 8,
+        .num_cycles = 1.5}},
       {"polynomial",
-       {.kind = CT_SCHED_POLYNOMIAL, .lr = 1e-3, .warmup_steps = 2, .total_steps = 10, .lr_end = 1e-6,
+       {.kind = CT_SCHED_POLYNOMIAL,
+        .lr = 1e-3,
+        .warmup_steps = 2,
+        .total_steps = 10,
+        .lr_end = 1e-6,
         .power = 2.0}},
       {"polynomial_w0",
-       {.kind = CT_SCHED_POLYNOMIAL, .lr = 1e-3, .warmup_steps = 0, .total_steps = 5, .lr_end = 1e-7,
+       {.kind = CT_SCHED_POLYNOMIAL,
+        .lr = 1e-3,
+        .warmup_steps = 0,
+        .total_steps = 5,
+        .lr_end = 1e-7,
         .power = 1.0}},
       {"warmuplr_log",
-       {.kind = CT_SCHED_WARMUP_LR, .warmup_min_lr = 1e-6, .warmup_max_lr = 1e-3, .warmup_num_steps = 5,
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 1e-6,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 5,
         .warmup_log = 1}},
       {"warmuplr_linear",
-       {.kind = CT_SCHED_WARMUP_LR, .warmup_min_lr = 0, .warmup_max_lr = 1e-3, .warmup_num_steps = 4,
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 4,
         .warmup_log = 0}},
       {"warmuplr_w0",
-       {.kind = CT_SCHED_WARMUP_LR, .warmup_min_lr = 0, .warmup_max_lr = 1e-3, .warmup_num_steps = 0,
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 0,
         .warmup_log = 1}},
       {"warmupdecay_log",
-       {.kind = CT_SCHED_WARMUP_DECAY_LR, .warmup_min_lr = 1e-5, .warmup_max_lr = 1e-3,
-        .warmup_num_steps = 3, .total_num_steps = 10, .warmup_log = 1}},
+       {.kind = CT_SCHED_WARMUP_DECAY_LR,
+        .warmup_min_lr = 1e-5,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 3,
+        .total_num_steps = 10,
+        .warmup_log = 1}},
       {"warmupdecay_linear",
-       {.kind = CT_SCHED_WARMUP_DECAY_LR, .warmup_min_lr = 0, .warmup_max_lr = 2e-3,
-        .warmup_num_steps = 4, .total_num_steps = 8, .warmup_log = 0}},
+       {.kind = CT_SCHED_WARMUP_DECAY_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 2e-3,
+        .warmup_num_steps = 4,
+        .total_num_steps = 8,
+        .warmup_log = 0}},
   };
   double worst = 0;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -211,7 +244,8 @@ CT_TEST(optim, golden_schedules) {
       CHECKF(e <= 1e-9, "%s done=%zu: %.12g vs ref %.12g", cs[c].name, i, got, ref);
     }
   }
-  fprintf(stderr, "  schedules: max rel err %.2e over %zu cases\n", worst, sizeof cs / sizeof cs[0]);
+  fprintf(stderr, "  schedules: max rel err %.2e over %zu cases\n", worst,
+          sizeof cs / sizeof cs[0]);
   ct_st_close(f);
 }
 
@@ -263,8 +297,7 @@ CT_TEST(optim, closed_forms) {
   REQUIRE(o);
   memcpy(w, w0, sizeof w);
   CHECK(ct_optim_step(o, w, g, 1e-2f, 1, &err) == CT_OK);
-  for (int i = 0; i < N; i++)
-    CHECK_NEAR(w[i], w0[i] - 1e-2 * g[i] / (fabs(g[i]) + 1e-8), 2e-7);
+  for (int i = 0; i < N; i++) CHECK_NEAR(w[i], w0[i] - 1e-2 * g[i] / (fabs(g[i]) + 1e-8), 2e-7);
   ct_optim_free(o);
   /* AdamW decay alone (g = 0): w (1 - lr wd) */
   ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
@@ -310,8 +343,8 @@ CT_TEST(optim, closed_forms) {
 
 /* ---- thread-count independence ---- */
 
-static void run_threads(ct_optim_kind k, int threads, const ct_optim_tensor *tab, size_t nt, size_t n,
-                        const float *w0, const float *g, float *w_out, float **st_out) {
+static void run_threads(ct_optim_kind k, int threads, const ct_optim_tensor *tab, size_t nt,
+                        size_t n, const float *w0, const float *g, float *w_out, float **st_out) {
   ct_optim_hp hp;
   ct_optim_hp_default(k, &hp);
   hp.weight_decay = 0.01f;
@@ -325,15 +358,18 @@ static void run_threads(ct_optim_kind k, int threads, const ct_optim_tensor *tab
   }
   memcpy(w_out, w0, n * sizeof *w_out);
   for (int s = 1; s <= 2; s++) ct_optim_step(o, w_out, g + (size_t)(s - 1) * n, 3e-3f, s, &err);
-  for (size_t i = 0; i < ct_optim_nstate(o); i++) memcpy(st_out[i], ct_optim_state(o, i, NULL), n * 4);
+  for (size_t i = 0; i < ct_optim_nstate(o); i++)
+    memcpy(st_out[i], ct_optim_state(o, i, NULL), n * 4);
   ct_optim_free(o);
 }
 
 CT_TEST(optim, thread_count_independent) {
   /* sizes straddle the reduction blocks (2048) and odd lengths */
   const ct_optim_tensor shape[] = {
-      {"big", 0, 70001, 0, 0, 1, 2},  {"w2d", 0, 96 * 130, 96, 130, 2, 2},
-      {"tall", 0, 150 * 40, 150, 40, 1, 3}, {"odd", 0, 4099, 0, 0, 1, 1},
+      {"big", 0, 70001, 0, 0, 1, 2},
+      {"w2d", 0, 96 * 130, 96, 130, 2, 2},
+      {"tall", 0, 150 * 40, 150, 40, 1, 3},
+      {"odd", 0, 4099, 0, 0, 1, 1},
   };
   enum { NT = 4 };
   ct_optim_tensor tab[NT];
@@ -346,14 +382,17 @@ CT_TEST(optim, thread_count_independent) {
   float *w0 = ct_alloc(CT_MEM_PARAMS, n * 4), *g = ct_alloc(CT_MEM_GRADS, 2 * n * 4);
   float *wa = ct_alloc(CT_MEM_PARAMS, n * 4), *wb = ct_alloc(CT_MEM_PARAMS, n * 4);
   float *sa[2], *sb[2];
-  for (int i = 0; i < 2; i++) sa[i] = ct_alloc(CT_MEM_OTHER, n * 4), sb[i] = ct_alloc(CT_MEM_OTHER, n * 4);
+  for (int i = 0; i < 2; i++)
+    sa[i] = ct_alloc(CT_MEM_OTHER, n * 4), sb[i] = ct_alloc(CT_MEM_OTHER, n * 4);
   REQUIRE(w0 && g && wa && wb && sa[0] && sa[1] && sb[0] && sb[1]);
   uint32_t x = 12345;
   for (size_t i = 0; i < 3 * n; i++) {
     x = x * 1664525u + 1013904223u;
     float v = ((float)(x >> 8) / 16777216.0f - 0.5f);
-    if (i < n) w0[i] = v;
-    else g[i - n] = 0.1f * v;
+    if (i < n)
+      w0[i] = v;
+    else
+      g[i - n] = 0.1f * v;
   }
   int saved = omp_get_max_threads();
   for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
@@ -362,13 +401,14 @@ CT_TEST(optim, thread_count_independent) {
     for (int th = 2; th <= 3; th++) {
       memset(wb, 0xff, n * 4);
       run_threads((ct_optim_kind)k, th, tab, NT, n, w0, g, wb, sb);
-      CHECKF(!memcmp(wa, wb, n * 4), "%s: params differ between 1 and %d threads", ct_optim_kind_name(k), th);
+      CHECKF(!memcmp(wa, wb, n * 4), "%s: params differ between 1 and %d threads",
+             ct_optim_kind_name(k), th);
       ct_optim_hp hp;
       ct_optim_hp_default((ct_optim_kind)k, &hp);
       for (int s = 0; s < 2; s++)
         if ((k != CT_OPTIM_SGD && k != CT_OPTIM_MUSGD) || s == 0)
-          CHECKF(!memcmp(sa[s], sb[s], n * 4), "%s: state %d differs at %d threads", ct_optim_kind_name(k), s,
-                 th);
+          CHECKF(!memcmp(sa[s], sb[s], n * 4), "%s: state %d differs at %d threads",
+                 ct_optim_kind_name(k), s, th);
     }
   }
   omp_set_num_threads(saved);
@@ -389,14 +429,16 @@ CT_TEST(optim, kind_parse) {
   CHECK(ct_optim_kind_parse("optimi-lamb", &k, &err) == CT_OK && k == CT_OPTIM_LAMB);
   CHECK(ct_optim_kind_parse("bnb-adagrad", &k, &err) == CT_OK && k == CT_OPTIM_ADAGRAD);
   for (int i = 0; i < CT_OPTIM_NKINDS; i++)
-    CHECK(ct_optim_kind_parse(ct_optim_kind_name((ct_optim_kind)i), &k, &err) == CT_OK && (int)k == i);
+    CHECK(ct_optim_kind_parse(ct_optim_kind_name((ct_optim_kind)i), &k, &err) == CT_OK &&
+          (int)k == i);
   CHECK(ct_optim_kind_parse("adamw_schedulefree", &k, &err) == CT_ERR_UNSUPPORTED);
   CHECK(strstr(err.msg, "schedule-free") != NULL);
   CHECK(ct_optim_kind_parse("bnb-adamw8bit", &k, &err) == CT_ERR_UNSUPPORTED);
   CHECK(strstr(err.msg, "8-bit") != NULL);
   CHECK(ct_optim_kind_parse("lino", &k, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "unknown optimizer 'lino'; did you mean 'lion'?") != NULL, "%s", err.msg);
-  CHECK(strstr(err.msg, "choices: adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd") !=
+  CHECK(strstr(err.msg,
+               "choices: adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd") !=
         NULL);
   CHECK(ct_optim_kind_parse("sdg", &k, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "did you mean 'sgd'?") != NULL, "%s", err.msg);
@@ -406,7 +448,8 @@ CT_TEST(optim, kind_parse) {
 
   ct_sched_kind sk;
   CHECK(ct_sched_kind_parse("Cosine", &sk, &err) == CT_OK && sk == CT_SCHED_COSINE);
-  CHECK(ct_sched_kind_parse("warmup_decay_lr", &sk, &err) == CT_OK && sk == CT_SCHED_WARMUP_DECAY_LR);
+  CHECK(ct_sched_kind_parse("warmup_decay_lr", &sk, &err) == CT_OK &&
+        sk == CT_SCHED_WARMUP_DECAY_LR);
   CHECK(ct_sched_kind_parse("WarmupLR", &sk, &err) == CT_OK && sk == CT_SCHED_WARMUP_LR);
   CHECK(ct_sched_kind_parse("constant_with_warmup", &sk, &err) == CT_OK &&
         sk == CT_SCHED_CONSTANT_WITH_WARMUP);
@@ -472,7 +515,8 @@ CT_TEST(optim, invalid_hyperparameters) {
   float w = 1, g = 1;
   ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
   REQUIRE(ct_optim_new(CT_OPTIM_ADAMW, &hp, NULL, 0, 1, &o, &err) == CT_OK);
-  CHECK(ct_optim_step(o, &w, &g, -1e-3f, 1, &err) == CT_ERR_INVALID && strstr(err.msg, "learning rate"));
+  CHECK(ct_optim_step(o, &w, &g, -1e-3f, 1, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "learning rate"));
   CHECK(ct_optim_step(o, &w, &g, 1e-3f, 0, &err) == CT_ERR_INVALID && strstr(err.msg, "step"));
   CHECK(w == 1.0f);
   ct_optim_free(o);
@@ -504,9 +548,12 @@ CT_TEST(optim, state_names_and_memory) {
     size_t n;
     const char *names[2];
   } want[] = {
-      {CT_OPTIM_ADAMW, 2, {"exp_avg", "exp_avg_sq"}}, {CT_OPTIM_ADAM, 2, {"exp_avg", "exp_avg_sq"}},
-      {CT_OPTIM_ADAGRAD, 1, {"sum", NULL}},           {CT_OPTIM_LAMB, 2, {"exp_avg", "exp_avg_sq"}},
-      {CT_OPTIM_LION, 1, {"exp_avg", NULL}},          {CT_OPTIM_SGD, 0, {NULL, NULL}},
+      {CT_OPTIM_ADAMW, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_ADAM, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_ADAGRAD, 1, {"sum", NULL}},
+      {CT_OPTIM_LAMB, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_LION, 1, {"exp_avg", NULL}},
+      {CT_OPTIM_SGD, 0, {NULL, NULL}},
       {CT_OPTIM_MUON, 2, {"momentum_buffer", "exp_avg_sq"}},
   };
   ct_err err = {0};
@@ -520,7 +567,8 @@ CT_TEST(optim, state_names_and_memory) {
     ct_mem_get_stats(&b);
     CHECK(ct_optim_get_kind(o) == want[c].k && ct_optim_numel(o) == 1000);
     CHECKF(ct_optim_nstate(o) == want[c].n, "%s", ct_optim_kind_name(want[c].k));
-    CHECK(b.current[CT_MEM_OPTIMIZER] - a.current[CT_MEM_OPTIMIZER] >= want[c].n * 1000 * sizeof(float));
+    CHECK(b.current[CT_MEM_OPTIMIZER] - a.current[CT_MEM_OPTIMIZER] >=
+          want[c].n * 1000 * sizeof(float));
     for (size_t i = 0; i < want[c].n; i++) {
       const char *nm = NULL;
       float *p = ct_optim_state(o, i, &nm);
@@ -550,7 +598,8 @@ CT_TEST(optim, state_names_and_memory) {
 CT_TEST(optim, legacy_adamw_agrees) {
   enum { N = 301 };
   float w1[N], w2[N], g[N], m[N] = {0}, v[N] = {0};
-  for (int i = 0; i < N; i++) w1[i] = w2[i] = 0.01f * (float)(i % 17) - 0.08f, g[i] = 0.02f * (float)(i % 7) - 0.06f;
+  for (int i = 0; i < N; i++)
+    w1[i] = w2[i] = 0.01f * (float)(i % 17) - 0.08f, g[i] = 0.02f * (float)(i % 7) - 0.06f;
   ct_adamw_hp lh = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
   ct_optim_hp hp;
   ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
@@ -603,9 +652,10 @@ CT_TEST(optim, schedule_edges) {
   s.total_num_steps = 20;
   s.warmup_log = 0;
   CHECK(ct_sched_validate(&s, &err) == CT_OK);
-  CHECK(ct_sched_lr(&s, 11) == 1e-3);              /* iteration 10 = end of warmup */
-  CHECK_NEAR(ct_sched_lr(&s, 16), 0.5e-3, 1e-18);  /* halfway down */
-  CHECK(ct_sched_lr(&s, 21) == 0.0 && ct_sched_lr(&s, 500) == 0.0); /* beyond total: warmup_min_lr */
+  CHECK(ct_sched_lr(&s, 11) == 1e-3);             /* iteration 10 = end of warmup */
+  CHECK_NEAR(ct_sched_lr(&s, 16), 0.5e-3, 1e-18); /* halfway down */
+  CHECK(ct_sched_lr(&s, 21) == 0.0 &&
+        ct_sched_lr(&s, 500) == 0.0); /* beyond total: warmup_min_lr */
 
   /* validation names the field */
   ct_sched_default(CT_SCHED_LINEAR, 1e-4, &s);

@@ -54,18 +54,24 @@ static const struct {
     {"bnb-lion", CT_OPTIM_LION, NULL},
     {"bnb-lion-paged", CT_OPTIM_LION, NULL},
     {"optimi-sgd", CT_OPTIM_SGD, NULL},
-    {"adamw_schedulefree", -1, "schedule-free AdamW (an averaged iterate that replaces the lr "
-                               "schedule) is not implemented; use 'adamw' with a schedule"},
+    {"adamw_schedulefree", -1,
+     "schedule-free AdamW (an averaged iterate that replaces the lr "
+     "schedule) is not implemented; use 'adamw' with a schedule"},
     {"adamw_schedulefree+aggressive", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
     {"adamw_schedulefree+no_kahan", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
-    {"ao-adamw8bit", -1, "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"ao-adamw4bit", -1, "4-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamw8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamw4bit", -1,
+     "4-bit optimizer states are not implemented (state is float32); use 'adamw'"},
     {"ao-adamfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adam'"},
     {"ao-adamwfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"bnb-adamw8bit", -1, "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"bnb-adamw8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
     {"bnb-adamw8bit-paged", -1, "8-bit optimizer states are not implemented; use 'adamw'"},
-    {"bnb-adam8bit", -1, "8-bit optimizer states are not implemented (state is float32); use 'adam'"},
-    {"bnb-lion8bit", -1, "8-bit optimizer states are not implemented (state is float32); use 'lion'"},
+    {"bnb-adam8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adam'"},
+    {"bnb-lion8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'lion'"},
     {"bnb-lion8bit-paged", -1, "8-bit optimizer states are not implemented; use 'lion'"},
     {"bnb-adagrad8bit", -1, "8-bit optimizer states are not implemented; use 'adagrad'"},
     {"optimi-stableadamw", -1, "StableAdamW is not implemented; use 'adamw'"},
@@ -75,8 +81,9 @@ static const struct {
     {"bnb-ademamix", -1, "AdEMAMix is not implemented; use 'adamw'"},
     {"prodigy", -1, "Prodigy (learning-rate-free) is not implemented; use 'adamw'"},
     {"soap", -1, "SOAP is not implemented; use 'adamw' or 'muon'"},
-    {"onebitadam", -1, "DeepSpeed's 1-bit Adam compresses communication, which ctuner does not; "
-                       "use 'adam'"},
+    {"onebitadam", -1,
+     "DeepSpeed's 1-bit Adam compresses communication, which ctuner does not; "
+     "use 'adam'"},
     {"onebitlamb", -1, "DeepSpeed's 1-bit Lamb is not implemented; use 'lamb'"},
     {"zerooneadam", -1, "DeepSpeed's 0/1 Adam is not implemented; use 'adam'"},
 };
@@ -175,23 +182,35 @@ void ct_optim_hp_default(ct_optim_kind k, ct_optim_hp *hp) {
   hp->muon_adamw_lr = 1.0f;
   switch (k) {
     case CT_OPTIM_ADAMW:
-    case CT_OPTIM_MUADAMW: hp->weight_decay = 1e-2f; break;
-    case CT_OPTIM_ADAGRAD: hp->eps = 1e-10f; break;
-    case CT_OPTIM_LAMB: hp->eps = 1e-6f; break;
-    case CT_OPTIM_LION: hp->beta2 = 0.99f; break;
+    case CT_OPTIM_MUADAMW:
+      hp->weight_decay = 1e-2f;
+      break;
+    case CT_OPTIM_ADAGRAD:
+      hp->eps = 1e-10f;
+      break;
+    case CT_OPTIM_LAMB:
+      hp->eps = 1e-6f;
+      break;
+    case CT_OPTIM_LION:
+      hp->beta2 = 0.99f;
+      break;
     case CT_OPTIM_MUON:
       hp->beta2 = 0.95f;
       hp->eps = 1e-10f;
       hp->nesterov = 1;
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
-static int bad(float x) { return !isfinite(x); }
+static int bad(float x) {
+  return !isfinite(x);
+}
 
 ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *err) {
-  if ((unsigned)k >= CT_OPTIM_NKINDS) return ct_errf(err, CT_ERR_INVALID, "invalid optimizer kind %d", (int)k);
+  if ((unsigned)k >= CT_OPTIM_NKINDS)
+    return ct_errf(err, CT_ERR_INVALID, "invalid optimizer kind %d", (int)k);
   const char *kn = kind_names[k];
   int adam_like = k == CT_OPTIM_ADAMW || k == CT_OPTIM_ADAM || k == CT_OPTIM_LAMB ||
                   k == CT_OPTIM_LION || k == CT_OPTIM_MUON || k == CT_OPTIM_MUADAM ||
@@ -199,26 +218,29 @@ ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *e
   int sgd_like = k == CT_OPTIM_SGD || k == CT_OPTIM_MUSGD;
   if (adam_like) {
     if (bad(hp->beta1) || hp->beta1 < 0 || hp->beta1 >= 1)
-      return ct_errf(err, CT_ERR_INVALID, "%s: beta1 (adam_beta1) = %g must be in [0, 1)", kn, hp->beta1);
+      return ct_errf(err, CT_ERR_INVALID, "%s: beta1 (adam_beta1) = %g must be in [0, 1)", kn,
+                     hp->beta1);
     if (bad(hp->beta2) || hp->beta2 < 0 || hp->beta2 >= 1)
-      return ct_errf(err, CT_ERR_INVALID, "%s: beta2 (adam_beta2) = %g must be in [0, 1)", kn, hp->beta2);
+      return ct_errf(err, CT_ERR_INVALID, "%s: beta2 (adam_beta2) = %g must be in [0, 1)", kn,
+                     hp->beta2);
   }
   if ((adam_like && k != CT_OPTIM_LION) || k == CT_OPTIM_ADAGRAD) {
     if (bad(hp->eps) || hp->eps < 0)
       return ct_errf(err, CT_ERR_INVALID, "%s: eps (adam_epsilon) = %g must be >= 0", kn, hp->eps);
   }
   if (bad(hp->weight_decay) || hp->weight_decay < 0)
-    return ct_errf(err, CT_ERR_INVALID, "%s: weight_decay (adam_weight_decay) = %g must be >= 0", kn,
-                   hp->weight_decay);
+    return ct_errf(err, CT_ERR_INVALID, "%s: weight_decay (adam_weight_decay) = %g must be >= 0",
+                   kn, hp->weight_decay);
   if (sgd_like) {
     if (bad(hp->momentum) || hp->momentum < 0)
       return ct_errf(err, CT_ERR_INVALID, "%s: momentum = %g must be >= 0", kn, hp->momentum);
     if (bad(hp->dampening))
       return ct_errf(err, CT_ERR_INVALID, "%s: dampening = %g must be finite", kn, hp->dampening);
     if (hp->nesterov && (hp->momentum <= 0 || hp->dampening != 0))
-      return ct_errf(err, CT_ERR_INVALID,
-                     "%s: nesterov needs momentum > 0 and dampening = 0 (momentum %g, dampening %g)",
-                     kn, hp->momentum, hp->dampening);
+      return ct_errf(
+          err, CT_ERR_INVALID,
+          "%s: nesterov needs momentum > 0 and dampening = 0 (momentum %g, dampening %g)", kn,
+          hp->momentum, hp->dampening);
   }
   if (k == CT_OPTIM_ADAGRAD) {
     if (bad(hp->adagrad_lr_decay) || hp->adagrad_lr_decay < 0)
@@ -230,11 +252,14 @@ ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *e
   }
   if (k == CT_OPTIM_MUON) {
     if (bad(hp->muon_momentum) || hp->muon_momentum < 0 || hp->muon_momentum >= 1)
-      return ct_errf(err, CT_ERR_INVALID, "muon: muon_momentum = %g must be in [0, 1)", hp->muon_momentum);
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_momentum = %g must be in [0, 1)",
+                     hp->muon_momentum);
     if (hp->muon_ns_steps < 1 || hp->muon_ns_steps > 100)
-      return ct_errf(err, CT_ERR_INVALID, "muon: muon_ns_steps = %d must be in [1, 100]", hp->muon_ns_steps);
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_ns_steps = %d must be in [1, 100]",
+                     hp->muon_ns_steps);
     if (bad(hp->muon_adamw_lr) || hp->muon_adamw_lr < 0)
-      return ct_errf(err, CT_ERR_INVALID, "muon: muon_adamw_lr = %g must be >= 0", hp->muon_adamw_lr);
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_adamw_lr = %g must be >= 0",
+                     hp->muon_adamw_lr);
   }
   return CT_OK;
 }
@@ -246,7 +271,9 @@ static int is_mu(ct_optim_kind k) {
 }
 
 /* Muon's rule for 2-D weights applies to tensors with rows > 0 and cols > 0. */
-static int muon_2d(const ct_optim_tensor *t) { return t->rows > 0 && t->cols > 0; }
+static int muon_2d(const ct_optim_tensor *t) {
+  return t->rows > 0 && t->cols > 0;
+}
 
 static ct_status check_table(ct_optim_kind k, const ct_optim_tensor *t, size_t nt, size_t n,
                              ct_err *err) {
@@ -254,23 +281,29 @@ static ct_status check_table(ct_optim_kind k, const ct_optim_tensor *t, size_t n
   for (size_t i = 0; i < nt; i++) {
     const char *nm = t[i].name ? t[i].name : "(unnamed)";
     if (t[i].offset != at)
-      return ct_errf(err, CT_ERR_INVALID,
-                     "optimizer table: tensor %zu '%s' starts at %zu, expected %zu (tensors must tile "
-                     "the range in order)", i, nm, t[i].offset, at);
+      return ct_errf(
+          err, CT_ERR_INVALID,
+          "optimizer table: tensor %zu '%s' starts at %zu, expected %zu (tensors must tile "
+          "the range in order)",
+          i, nm, t[i].offset, at);
     if (t[i].numel > n - at)
-      return ct_errf(err, CT_ERR_INVALID, "optimizer table: tensor '%s' ends at %zu, past the range of %zu",
-                     nm, t[i].offset + t[i].numel, n);
+      return ct_errf(err, CT_ERR_INVALID,
+                     "optimizer table: tensor '%s' ends at %zu, past the range of %zu", nm,
+                     t[i].offset + t[i].numel, n);
     at += t[i].numel;
     if (t[i].rows < 0 || t[i].cols < 0)
-      return ct_errf(err, CT_ERR_INVALID, "optimizer table: tensor '%s' has negative rows/cols", nm);
-    if (k == CT_OPTIM_MUON && muon_2d(&t[i]) &&
-        (size_t)t[i].rows * (size_t)t[i].cols != t[i].numel)
-      return ct_errf(err, CT_ERR_SHAPE,
-                     "muon: tensor '%s' is %d x %d but holds %zu floats; Muon needs whole 2-D weights "
-                     "(pass cols = 0 to give a tensor or fragment to AdamW)", nm, t[i].rows, t[i].cols,
-                     t[i].numel);
-    if (is_mu(k) && (bad(t[i].in_mult) || bad(t[i].out_mult) || t[i].in_mult < 0 || t[i].out_mult < 0))
-      return ct_errf(err, CT_ERR_INVALID, "%s: tensor '%s' has width multipliers in %g, out %g (need > 0)",
+      return ct_errf(err, CT_ERR_INVALID, "optimizer table: tensor '%s' has negative rows/cols",
+                     nm);
+    if (k == CT_OPTIM_MUON && muon_2d(&t[i]) && (size_t)t[i].rows * (size_t)t[i].cols != t[i].numel)
+      return ct_errf(
+          err, CT_ERR_SHAPE,
+          "muon: tensor '%s' is %d x %d but holds %zu floats; Muon needs whole 2-D weights "
+          "(pass cols = 0 to give a tensor or fragment to AdamW)",
+          nm, t[i].rows, t[i].cols, t[i].numel);
+    if (is_mu(k) &&
+        (bad(t[i].in_mult) || bad(t[i].out_mult) || t[i].in_mult < 0 || t[i].out_mult < 0))
+      return ct_errf(err, CT_ERR_INVALID,
+                     "%s: tensor '%s' has width multipliers in %g, out %g (need > 0)",
                      kind_names[k], nm, t[i].in_mult, t[i].out_mult);
   }
   if (at != n)
@@ -365,7 +398,8 @@ ct_status ct_optim_new(ct_optim_kind k, const ct_optim_hp *hp, const ct_optim_te
   o = NULL;
   goto out;
 nomem:
-  st = ct_errf(err, CT_ERR_NOMEM, "%s: cannot allocate optimizer state for %zu floats", ct_optim_kind_name(k), n);
+  st = ct_errf(err, CT_ERR_NOMEM, "%s: cannot allocate optimizer state for %zu floats",
+               ct_optim_kind_name(k), n);
 out:
   ct_optim_free(o);
   return st;
@@ -380,9 +414,15 @@ void ct_optim_free(ct_optim *o) {
   free(o);
 }
 
-ct_optim_kind ct_optim_get_kind(const ct_optim *o) { return o->kind; }
-size_t ct_optim_nstate(const ct_optim *o) { return o->nstate; }
-size_t ct_optim_numel(const ct_optim *o) { return o->n; }
+ct_optim_kind ct_optim_get_kind(const ct_optim *o) {
+  return o->kind;
+}
+size_t ct_optim_nstate(const ct_optim *o) {
+  return o->nstate;
+}
+size_t ct_optim_numel(const ct_optim *o) {
+  return o->n;
+}
 
 float *ct_optim_state(ct_optim *o, size_t i, const char **name) {
   if (i >= o->nstate) {
@@ -395,7 +435,9 @@ float *ct_optim_state(ct_optim *o, size_t i, const char **name) {
 
 /* ---- step ---- */
 
-static double mult(float m) { return m == 0.0f ? 1.0 : (double)m; }
+static double mult(float m) {
+  return m == 0.0f ? 1.0 : (double)m;
+}
 
 /* µP (the `mup` package, Yang et al. 2022): lr and weight-decay factors of one
  * tensor. A dimension is "infinite" when its width multiplier is not 1; a
@@ -425,10 +467,12 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
     return ct_errf(err, CT_ERR_INVALID, "%s: learning rate %g must be finite and >= 0",
                    ct_optim_kind_name(o->kind), lr);
   if (step < 1)
-    return ct_errf(err, CT_ERR_INVALID, "%s: step %ld must be >= 1 (1-based)", ct_optim_kind_name(o->kind),
-                   step);
+    return ct_errf(err, CT_ERR_INVALID, "%s: step %ld must be >= 1 (1-based)",
+                   ct_optim_kind_name(o->kind), step);
   if (!o->n) return CT_OK;
-  if (!w || !g) return ct_errf(err, CT_ERR_INVALID, "%s: NULL parameters or gradients", ct_optim_kind_name(o->kind));
+  if (!w || !g)
+    return ct_errf(err, CT_ERR_INVALID, "%s: NULL parameters or gradients",
+                   ct_optim_kind_name(o->kind));
   const ct_optim_hp *hp = &o->hp;
   const size_t n = o->n;
   float *s0 = o->nstate > 0 ? o->state_block : NULL;
@@ -440,14 +484,15 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
                           o->kind == CT_OPTIM_ADAMW, step);
       break;
     case CT_OPTIM_ADAGRAD:
-      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay, step);
+      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
+                             step);
       break;
     case CT_OPTIM_LION:
       ct_optim_lion_slice(n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
       break;
     case CT_OPTIM_SGD:
-      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov, hp->weight_decay,
-                         step);
+      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
+                         hp->weight_decay, step);
       break;
     case CT_OPTIM_LAMB:
       for (size_t i = 0; i < o->nt; i++) {
@@ -488,15 +533,16 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
         }
         const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
         if (o->kind == CT_OPTIM_MUSGD)
-          ct_optim_sgd_slice(len, w + a, g + a, s0 ? s0 + a : NULL, tlr, hp->momentum, hp->dampening,
-                             hp->nesterov, twd, step);
+          ct_optim_sgd_slice(len, w + a, g + a, s0 ? s0 + a : NULL, tlr, hp->momentum,
+                             hp->dampening, hp->nesterov, twd, step);
         else
-          ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, tlr, hp->beta1, hp->beta2, hp->eps, twd,
-                              o->kind == CT_OPTIM_MUADAMW, step);
+          ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, tlr, hp->beta1, hp->beta2, hp->eps,
+                              twd, o->kind == CT_OPTIM_MUADAMW, step);
         i = j;
       }
       break;
-    default: return ct_errf(err, CT_ERR_INTERNAL, "optimizer kind %d has no step", (int)o->kind);
+    default:
+      return ct_errf(err, CT_ERR_INTERNAL, "optimizer kind %d has no step", (int)o->kind);
   }
   return CT_OK;
 }

@@ -31,8 +31,8 @@ void ct_optim_adam_slice(size_t n, float *w, const float *g, float *m, float *v,
   }
 }
 
-void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
-                            float eps, float wd, long step) {
+void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr,
+                            float lr_decay, float eps, float wd, long step) {
   const float clr = (float)((double)lr / (1.0 + (double)(step - 1) * (double)lr_decay));
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {

@@ -17,15 +17,15 @@
 struct ct_optim {
   ct_optim_kind kind;
   ct_optim_hp hp;
-  size_t n;                 /* floats in the range */
-  size_t stride;            /* n rounded up to 16 floats: distance between state buffers */
-  ct_optim_tensor *t;       /* (nt) copied table; names point into `names` */
+  size_t n;           /* floats in the range */
+  size_t stride;      /* n rounded up to 16 floats: distance between state buffers */
+  ct_optim_tensor *t; /* (nt) copied table; names point into `names` */
   size_t nt;
-  char *names;              /* all tensor names, NUL-separated */
+  char *names; /* all tensor names, NUL-separated */
   size_t nstate;
   const char *state_name[CT_OPTIM_MAX_STATE];
-  float *state_block;       /* (nstate * stride) one CT_MEM_OPTIMIZER block */
-  float *ns;                /* Muon Newton–Schulz scratch (CT_MEM_BUFFERS), ns_floats */
+  float *state_block; /* (nstate * stride) one CT_MEM_OPTIMIZER block */
+  float *ns;          /* Muon Newton–Schulz scratch (CT_MEM_BUFFERS), ns_floats */
   size_t ns_floats;
 };
 
@@ -33,8 +33,8 @@ struct ct_optim {
 /* Adam (decoupled = 0: g += wd w) or AdamW (decoupled = 1: w *= 1 - lr wd). */
 void ct_optim_adam_slice(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                          float b2, float eps, float wd, int decoupled, long step);
-void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
-                            float eps, float wd, long step);
+void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr,
+                            float lr_decay, float eps, float wd, long step);
 void ct_optim_lion_slice(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
                          float wd);
 /* buf may be NULL when momentum == 0. */

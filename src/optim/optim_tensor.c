@@ -93,14 +93,15 @@ void ct_optim_lamb_tensor(size_t n, float *w, const float *g, float *m, float *v
  * thread inside a parallel region). Letting OpenBLAS split the whole product
  * gives results that change with the thread count; fixed blocks do not. */
 #define GEMM_ROWS 64
-static void gemm_rows(int transb, int m, int ncol, int k, float alpha, const float *a, const float *b,
-                      int ldb, float beta, float *c) {
+static void gemm_rows(int transb, int m, int ncol, int k, float alpha, const float *a,
+                      const float *b, int ldb, float beta, float *c) {
   const int nb = (m + GEMM_ROWS - 1) / GEMM_ROWS;
 #pragma omp parallel for schedule(static) if (nb > 1)
   for (int blk = 0; blk < nb; blk++) {
     int r0 = blk * GEMM_ROWS, rows = m - r0 < GEMM_ROWS ? m - r0 : GEMM_ROWS;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transb ? CblasTrans : CblasNoTrans, rows, ncol, k, alpha,
-                a + (size_t)r0 * (size_t)k, k, b, ldb, beta, c + (size_t)r0 * (size_t)ncol, ncol);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transb ? CblasTrans : CblasNoTrans, rows, ncol, k,
+                alpha, a + (size_t)r0 * (size_t)k, k, b, ldb, beta, c + (size_t)r0 * (size_t)ncol,
+                ncol);
   }
 }
 
@@ -136,11 +137,11 @@ void ct_optim_muon_tensor(int rows, int cols, float *w, const float *g, float *b
   for (size_t k = 0; k < pq; k++) x[k] *= inv;
   const float ca = 3.4445f, cb = -4.7750f, cc = 2.0315f;
   for (int s = 0; s < hp->muon_ns_steps; s++) {
-    gemm_rows(1, p, p, q, 1.0f, x, x, q, 0.0f, a);          /* A = X X^T */
+    gemm_rows(1, p, p, q, 1.0f, x, x, q, 0.0f, a); /* A = X X^T */
     memcpy(bm, a, (size_t)p * (size_t)p * sizeof *bm);
-    gemm_rows(0, p, p, p, cc, a, a, p, cb, bm);             /* B = b A + c A A */
+    gemm_rows(0, p, p, p, cc, a, a, p, cb, bm); /* B = b A + c A A */
     memcpy(x2, x, pq * sizeof *x2);
-    gemm_rows(0, p, q, p, 1.0f, bm, x, q, ca, x2);          /* X = a X + B X */
+    gemm_rows(0, p, q, p, 1.0f, bm, x, q, ca, x2); /* X = a X + B X */
     float *t = x;
     x = x2;
     x2 = t;

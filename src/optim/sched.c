@@ -54,8 +54,9 @@ static int edit_distance(const char *a, const char *b) {
 static const struct {
   const char *name, *why;
 } unsupported[] = {
-    {"cosine_with_restarts", "diffusers' cosine_with_hard_restarts is not implemented; use 'cosine' "
-                             "with lr_num_cycles"},
+    {"cosine_with_restarts",
+     "diffusers' cosine_with_hard_restarts is not implemented; use 'cosine' "
+     "with lr_num_cycles"},
     {"cosine_with_hard_restarts", "not implemented; use 'cosine' with lr_num_cycles"},
     {"sine", "not implemented; use 'cosine'"},
     {"inverse_sqrt", "not implemented; use 'polynomial' with lr_power 0.5"},
@@ -95,8 +96,8 @@ ct_status ct_sched_kind_parse(const char *s, ct_sched_kind *out, ct_err *err) {
     if (k) strcat(choices, ", ");
     strcat(choices, sched_names[k]);
   }
-  return ct_errf(err, CT_ERR_INVALID, "unknown lr_scheduler '%s'; did you mean '%s'? (choices: %s)", s,
-                 sched_names[best], choices);
+  return ct_errf(err, CT_ERR_INVALID, "unknown lr_scheduler '%s'; did you mean '%s'? (choices: %s)",
+                 s, sched_names[best], choices);
 }
 
 void ct_sched_default(ct_sched_kind k, double lr, ct_sched *s) {
@@ -112,36 +113,42 @@ void ct_sched_default(ct_sched_kind k, double lr, ct_sched *s) {
   s->warmup_log = 1;
 }
 
-static int nonneg(double x) { return isfinite(x) && x >= 0; }
+static int nonneg(double x) {
+  return isfinite(x) && x >= 0;
+}
 
 ct_status ct_sched_validate(const ct_sched *s, ct_err *err) {
   if ((unsigned)s->kind >= CT_SCHED_NKINDS)
     return ct_errf(err, CT_ERR_INVALID, "invalid lr_scheduler kind %d", (int)s->kind);
   const char *kn = sched_names[s->kind];
   if (!nonneg(s->lr))
-    return ct_errf(err, CT_ERR_INVALID, "%s: lr (learning_rate) = %g must be finite and >= 0", kn, s->lr);
+    return ct_errf(err, CT_ERR_INVALID, "%s: lr (learning_rate) = %g must be finite and >= 0", kn,
+                   s->lr);
   switch (s->kind) {
-    case CT_SCHED_CONSTANT: break;
+    case CT_SCHED_CONSTANT:
+      break;
     case CT_SCHED_CONSTANT_WITH_WARMUP:
     case CT_SCHED_LINEAR:
     case CT_SCHED_COSINE:
     case CT_SCHED_POLYNOMIAL:
       if (s->warmup_steps < 0)
-        return ct_errf(err, CT_ERR_INVALID, "%s: warmup_steps (lr_warmup_steps) = %ld must be >= 0", kn,
-                       s->warmup_steps);
+        return ct_errf(err, CT_ERR_INVALID, "%s: warmup_steps (lr_warmup_steps) = %ld must be >= 0",
+                       kn, s->warmup_steps);
       if (s->kind == CT_SCHED_CONSTANT_WITH_WARMUP) break;
       if (s->total_steps <= 0)
-        return ct_errf(err, CT_ERR_INVALID,
-                       "%s: total_steps (max_train_steps) = %ld must be > 0", kn, s->total_steps);
+        return ct_errf(err, CT_ERR_INVALID, "%s: total_steps (max_train_steps) = %ld must be > 0",
+                       kn, s->total_steps);
       if (s->kind == CT_SCHED_COSINE && !nonneg(s->num_cycles))
         return ct_errf(err, CT_ERR_INVALID, "cosine: num_cycles (lr_num_cycles) = %g must be >= 0",
                        s->num_cycles);
       if (s->kind == CT_SCHED_POLYNOMIAL) {
         if (!nonneg(s->power))
-          return ct_errf(err, CT_ERR_INVALID, "polynomial: power (lr_power) = %g must be >= 0", s->power);
+          return ct_errf(err, CT_ERR_INVALID, "polynomial: power (lr_power) = %g must be >= 0",
+                         s->power);
         if (!nonneg(s->lr_end) || !(s->lr > s->lr_end))
           return ct_errf(err, CT_ERR_INVALID,
-                         "polynomial: lr_end (%g) must be >= 0 and smaller than lr (%g)", s->lr_end, s->lr);
+                         "polynomial: lr_end (%g) must be >= 0 and smaller than lr (%g)", s->lr_end,
+                         s->lr);
         if (s->total_steps <= s->warmup_steps)
           return ct_errf(err, CT_ERR_INVALID,
                          "polynomial: total_steps (%ld) must be larger than warmup_steps (%ld)",
@@ -163,19 +170,25 @@ ct_status ct_sched_validate(const ct_sched *s, ct_err *err) {
         return ct_errf(err, CT_ERR_INVALID, "WarmupDecayLR: total_num_steps = %ld must be > 0",
                        s->total_num_steps);
       break;
-    default: break;
+    default:
+      break;
   }
   return CT_OK;
 }
 
-static double warmup(long step, long w) { return (double)step / (double)(w > 1 ? w : 1); }
+static double warmup(long step, long w) {
+  return (double)step / (double)(w > 1 ? w : 1);
+}
 
 double ct_sched_lr(const ct_sched *s, long done) {
   const long W = s->warmup_steps, T = s->total_steps, st = done;
   double f = 1.0;
   switch (s->kind) {
-    case CT_SCHED_CONSTANT: break;
-    case CT_SCHED_CONSTANT_WITH_WARMUP: f = st < W ? warmup(st, W) : 1.0; break;
+    case CT_SCHED_CONSTANT:
+      break;
+    case CT_SCHED_CONSTANT_WITH_WARMUP:
+      f = st < W ? warmup(st, W) : 1.0;
+      break;
     case CT_SCHED_LINEAR:
       if (st < W) {
         f = warmup(st, W);
@@ -222,7 +235,8 @@ double ct_sched_lr(const ct_sched *s, long done) {
       }
       return lo + (hi - lo) * gamma;
     }
-    default: return 0.0;
+    default:
+      return 0.0;
   }
   return s->lr * f;
 }
