@@ -464,11 +464,9 @@ CT_TEST(optim, kind_parse) {
 static int fails_naming(ct_optim_kind k, const ct_optim_hp *hp, const char *field) {
   ct_optim *o = NULL;
   ct_err err = {0};
-  float z = 0;
   ct_optim_tensor t = {"x", 0, 1, 0, 0, 1, 1};
   ct_status st = ct_optim_new(k, hp, &t, 1, 1, &o, &err);
   ct_optim_free(o);
-  (void)z;
   if (st == CT_OK || !strstr(err.msg, field)) {
     fprintf(stderr, "  expected an error naming '%s', got %d '%s'\n", field, st, err.msg);
     return 0;
