@@ -133,4 +133,14 @@ ct_status ct_sched_validate(const ct_sched *s, ct_err *err);
  * scheduler would give after `done` scheduler.step() calls. */
 double ct_sched_lr(const ct_sched *s, long done);
 
+/* ---- additions (after the interface was fixed) ---- */
+/* Check hyperparameters for kind k (betas in [0,1), eps/weight_decay >= 0,
+ * nesterov needs momentum > 0 and dampening 0, ...); the message names the
+ * field. ct_optim_new calls it. */
+ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *err);
+/* Zero s and fill the defaults of kind k with peak learning rate lr
+ * (num_cycles 0.5, lr_end 1e-7, power 1, DeepSpeed warmup_max_lr = lr,
+ * warmup_num_steps 1000, warmup_log 1). */
+void ct_sched_default(ct_sched_kind k, double lr, ct_sched *s);
+
 #endif

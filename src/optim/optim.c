@@ -1,0 +1,548 @@
+/* The optimizer object: kind names and parsing, defaults and validation, the
+ * tensor table and state buffers, and the step that walks the table.
+ *
+ * An optimizer owns one CT_MEM_OPTIMIZER block holding its state buffers
+ * (PyTorch's names: exp_avg, exp_avg_sq, sum, momentum_buffer), each n floats
+ * at a 16-float stride, so a checkpoint can save them by name. The step hands
+ * whole slices to the elementwise kernels when one rule covers the range
+ * (AdamW, Adam, Adagrad, Lion, SGD) and walks the tensor table when the rule
+ * is per tensor (Lamb's trust ratio, Muon's 2-D weights, µP's per-tensor
+ * learning rates); consecutive tensors that share a rule go as one slice.
+ * Not here: the arithmetic (optim_elem.c, optim_tensor.c), schedules (sched.c).
+ * Every formula, default and the µP rule: docs/optimizers.md.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "optim_int.h"
+
+/* ---- names ---- */
+
+static const char *const kind_names[] = {
+#define CT_X(id, name) name,
+    CT_OPTIM_MAP(CT_X)
+#undef CT_X
+};
+
+const char *ct_optim_kind_name(ct_optim_kind k) {
+  return (unsigned)k < CT_OPTIM_NKINDS ? kind_names[k] : "unknown";
+}
+
+/* SimpleTuner / DeepSpeed / library spellings. kind < 0: recognised but not
+ * supported, with the reason shown to the user. */
+static const struct {
+  const char *alias;
+  int kind;
+  const char *why;
+} aliases[] = {
+    {"adamw_bf16", CT_OPTIM_ADAMW, NULL},
+    {"optimi-adamw", CT_OPTIM_ADAMW, NULL},
+    {"bnb-adamw", CT_OPTIM_ADAMW, NULL},
+    {"bnb-adamw-paged", CT_OPTIM_ADAMW, NULL},
+    {"torch-adamw", CT_OPTIM_ADAMW, NULL},
+    {"deepspeed-adamw", CT_OPTIM_ADAMW, NULL},
+    {"fusedadam", CT_OPTIM_ADAMW, NULL},
+    {"cpuadam", CT_OPTIM_ADAMW, NULL},
+    {"optimi-adam", CT_OPTIM_ADAM, NULL},
+    {"bnb-adam", CT_OPTIM_ADAM, NULL},
+    {"bnb-adagrad", CT_OPTIM_ADAGRAD, NULL},
+    {"optimi-lamb", CT_OPTIM_LAMB, NULL},
+    {"optimi-lion", CT_OPTIM_LION, NULL},
+    {"bnb-lion", CT_OPTIM_LION, NULL},
+    {"bnb-lion-paged", CT_OPTIM_LION, NULL},
+    {"optimi-sgd", CT_OPTIM_SGD, NULL},
+    {"adamw_schedulefree", -1,
+     "schedule-free AdamW (an averaged iterate that replaces the lr "
+     "schedule) is not implemented; use 'adamw' with a schedule"},
+    {"adamw_schedulefree+aggressive", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
+    {"adamw_schedulefree+no_kahan", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
+    {"ao-adamw8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamw4bit", -1,
+     "4-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adam'"},
+    {"ao-adamwfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"bnb-adamw8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"bnb-adamw8bit-paged", -1, "8-bit optimizer states are not implemented; use 'adamw'"},
+    {"bnb-adam8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'adam'"},
+    {"bnb-lion8bit", -1,
+     "8-bit optimizer states are not implemented (state is float32); use 'lion'"},
+    {"bnb-lion8bit-paged", -1, "8-bit optimizer states are not implemented; use 'lion'"},
+    {"bnb-adagrad8bit", -1, "8-bit optimizer states are not implemented; use 'adagrad'"},
+    {"optimi-stableadamw", -1, "StableAdamW is not implemented; use 'adamw'"},
+    {"optimi-radam", -1, "RAdam is not implemented; use 'adam' with warmup"},
+    {"optimi-ranger", -1, "Ranger is not implemented; use 'adamw'"},
+    {"optimi-adan", -1, "Adan is not implemented; use 'adamw'"},
+    {"bnb-ademamix", -1, "AdEMAMix is not implemented; use 'adamw'"},
+    {"prodigy", -1, "Prodigy (learning-rate-free) is not implemented; use 'adamw'"},
+    {"soap", -1, "SOAP is not implemented; use 'adamw' or 'muon'"},
+    {"onebitadam", -1,
+     "DeepSpeed's 1-bit Adam compresses communication, which ctuner does not; "
+     "use 'adam'"},
+    {"onebitlamb", -1, "DeepSpeed's 1-bit Lamb is not implemented; use 'lamb'"},
+    {"zerooneadam", -1, "DeepSpeed's 0/1 Adam is not implemented; use 'adam'"},
+};
+#define NALIASES (sizeof aliases / sizeof aliases[0])
+
+/* Lower case, '-' and '_' alike; at most cap-1 characters. */
+static void normalise(const char *s, char *out, size_t cap) {
+  size_t i = 0;
+  for (; s[i] && i + 1 < cap; i++) {
+    char c = (char)tolower((unsigned char)s[i]);
+    out[i] = c == '-' ? '_' : c;
+  }
+  out[i] = 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b), row[64];
+  if (la > 63) la = 63;
+  if (lb > 63) lb = 63;
+  for (int j = 0; j <= lb; j++) row[j] = j;
+  for (int i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = i;
+    for (int j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* Closest name among `names` (n of them) to the normalised input. */
+static const char *closest(const char *in, const char *const *names, size_t n) {
+  const char *best = NULL;
+  int bd = 1 << 30;
+  for (size_t i = 0; i < n; i++) {
+    char nn[64];
+    normalise(names[i], nn, sizeof nn);
+    int d = edit_distance(in, nn);
+    if (d < bd) {
+      bd = d;
+      best = names[i];
+    }
+  }
+  return best;
+}
+
+ct_status ct_optim_kind_parse(const char *s, ct_optim_kind *out, ct_err *err) {
+  char in[64], nn[64];
+  if (!s || !*s) return ct_errf(err, CT_ERR_INVALID, "empty optimizer name");
+  normalise(s, in, sizeof in);
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
+    normalise(kind_names[k], nn, sizeof nn);
+    if (!strcmp(in, nn)) {
+      *out = (ct_optim_kind)k;
+      return CT_OK;
+    }
+  }
+  for (size_t i = 0; i < NALIASES; i++) {
+    normalise(aliases[i].alias, nn, sizeof nn);
+    if (strcmp(in, nn)) continue;
+    if (aliases[i].kind < 0)
+      return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer '%s' is not supported: %s", s,
+                     aliases[i].why);
+    *out = (ct_optim_kind)aliases[i].kind;
+    return CT_OK;
+  }
+  /* did you mean: canonical names and supported aliases */
+  const char *cand[CT_OPTIM_NKINDS + NALIASES];
+  size_t nc = 0;
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) cand[nc++] = kind_names[k];
+  for (size_t i = 0; i < NALIASES; i++)
+    if (aliases[i].kind >= 0) cand[nc++] = aliases[i].alias;
+  char choices[256] = "";
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
+    if (k) strcat(choices, ", ");
+    strcat(choices, kind_names[k]);
+  }
+  return ct_errf(err, CT_ERR_INVALID, "unknown optimizer '%s'; did you mean '%s'? (choices: %s)", s,
+                 closest(in, cand, nc), choices);
+}
+
+/* ---- hyperparameters ---- */
+
+void ct_optim_hp_default(ct_optim_kind k, ct_optim_hp *hp) {
+  memset(hp, 0, sizeof *hp);
+  hp->beta1 = 0.9f;
+  hp->beta2 = 0.999f;
+  hp->eps = 1e-8f;
+  hp->muon_momentum = 0.95f;
+  hp->muon_ns_steps = 5;
+  hp->muon_adamw_lr = 1.0f;
+  switch (k) {
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_MUADAMW:
+      hp->weight_decay = 1e-2f;
+      break;
+    case CT_OPTIM_ADAGRAD:
+      hp->eps = 1e-10f;
+      break;
+    case CT_OPTIM_LAMB:
+      hp->eps = 1e-6f;
+      break;
+    case CT_OPTIM_LION:
+      hp->beta2 = 0.99f;
+      break;
+    case CT_OPTIM_MUON:
+      hp->beta2 = 0.95f;
+      hp->eps = 1e-10f;
+      hp->nesterov = 1;
+      break;
+    default:
+      break;
+  }
+}
+
+static int bad(float x) {
+  return !isfinite(x);
+}
+
+ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *err) {
+  if ((unsigned)k >= CT_OPTIM_NKINDS)
+    return ct_errf(err, CT_ERR_INVALID, "invalid optimizer kind %d", (int)k);
+  const char *kn = kind_names[k];
+  int adam_like = k == CT_OPTIM_ADAMW || k == CT_OPTIM_ADAM || k == CT_OPTIM_LAMB ||
+                  k == CT_OPTIM_LION || k == CT_OPTIM_MUON || k == CT_OPTIM_MUADAM ||
+                  k == CT_OPTIM_MUADAMW;
+  int sgd_like = k == CT_OPTIM_SGD || k == CT_OPTIM_MUSGD;
+  if (adam_like) {
+    if (bad(hp->beta1) || hp->beta1 < 0 || hp->beta1 >= 1)
+      return ct_errf(err, CT_ERR_INVALID, "%s: beta1 (adam_beta1) = %g must be in [0, 1)", kn,
+                     hp->beta1);
+    if (bad(hp->beta2) || hp->beta2 < 0 || hp->beta2 >= 1)
+      return ct_errf(err, CT_ERR_INVALID, "%s: beta2 (adam_beta2) = %g must be in [0, 1)", kn,
+                     hp->beta2);
+  }
+  if ((adam_like && k != CT_OPTIM_LION) || k == CT_OPTIM_ADAGRAD) {
+    if (bad(hp->eps) || hp->eps < 0)
+      return ct_errf(err, CT_ERR_INVALID, "%s: eps (adam_epsilon) = %g must be >= 0", kn, hp->eps);
+  }
+  if (bad(hp->weight_decay) || hp->weight_decay < 0)
+    return ct_errf(err, CT_ERR_INVALID, "%s: weight_decay (adam_weight_decay) = %g must be >= 0",
+                   kn, hp->weight_decay);
+  if (sgd_like) {
+    if (bad(hp->momentum) || hp->momentum < 0)
+      return ct_errf(err, CT_ERR_INVALID, "%s: momentum = %g must be >= 0", kn, hp->momentum);
+    if (bad(hp->dampening))
+      return ct_errf(err, CT_ERR_INVALID, "%s: dampening = %g must be finite", kn, hp->dampening);
+    if (hp->nesterov && (hp->momentum <= 0 || hp->dampening != 0))
+      return ct_errf(
+          err, CT_ERR_INVALID,
+          "%s: nesterov needs momentum > 0 and dampening = 0 (momentum %g, dampening %g)", kn,
+          hp->momentum, hp->dampening);
+  }
+  if (k == CT_OPTIM_ADAGRAD) {
+    if (bad(hp->adagrad_lr_decay) || hp->adagrad_lr_decay < 0)
+      return ct_errf(err, CT_ERR_INVALID, "adagrad: adagrad_lr_decay = %g must be >= 0",
+                     hp->adagrad_lr_decay);
+    if (bad(hp->adagrad_initial_accumulator) || hp->adagrad_initial_accumulator < 0)
+      return ct_errf(err, CT_ERR_INVALID, "adagrad: adagrad_initial_accumulator = %g must be >= 0",
+                     hp->adagrad_initial_accumulator);
+  }
+  if (k == CT_OPTIM_MUON) {
+    if (bad(hp->muon_momentum) || hp->muon_momentum < 0 || hp->muon_momentum >= 1)
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_momentum = %g must be in [0, 1)",
+                     hp->muon_momentum);
+    if (hp->muon_ns_steps < 1 || hp->muon_ns_steps > 100)
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_ns_steps = %d must be in [1, 100]",
+                     hp->muon_ns_steps);
+    if (bad(hp->muon_adamw_lr) || hp->muon_adamw_lr < 0)
+      return ct_errf(err, CT_ERR_INVALID, "muon: muon_adamw_lr = %g must be >= 0",
+                     hp->muon_adamw_lr);
+  }
+  return CT_OK;
+}
+
+/* ---- lifecycle ---- */
+
+static int is_mu(ct_optim_kind k) {
+  return k == CT_OPTIM_MUADAM || k == CT_OPTIM_MUADAMW || k == CT_OPTIM_MUSGD;
+}
+
+/* Muon's rule for 2-D weights applies to tensors with rows > 0 and cols > 0. */
+static int muon_2d(const ct_optim_tensor *t) {
+  return t->rows > 0 && t->cols > 0;
+}
+
+static ct_status check_table(ct_optim_kind k, const ct_optim_tensor *t, size_t nt, size_t n,
+                             ct_err *err) {
+  size_t at = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const char *nm = t[i].name ? t[i].name : "(unnamed)";
+    if (t[i].offset != at)
+      return ct_errf(
+          err, CT_ERR_INVALID,
+          "optimizer table: tensor %zu '%s' starts at %zu, expected %zu (tensors must tile "
+          "the range in order)",
+          i, nm, t[i].offset, at);
+    if (t[i].numel > n - at)
+      return ct_errf(err, CT_ERR_INVALID,
+                     "optimizer table: tensor '%s' ends at %zu, past the range of %zu", nm,
+                     t[i].offset + t[i].numel, n);
+    at += t[i].numel;
+    if (t[i].rows < 0 || t[i].cols < 0)
+      return ct_errf(err, CT_ERR_INVALID, "optimizer table: tensor '%s' has negative rows/cols",
+                     nm);
+    if (k == CT_OPTIM_MUON && muon_2d(&t[i]) && (size_t)t[i].rows * (size_t)t[i].cols != t[i].numel)
+      return ct_errf(
+          err, CT_ERR_SHAPE,
+          "muon: tensor '%s' is %d x %d but holds %zu floats; Muon needs whole 2-D weights "
+          "(pass cols = 0 to give a tensor or fragment to AdamW)",
+          nm, t[i].rows, t[i].cols, t[i].numel);
+    if (is_mu(k) &&
+        (bad(t[i].in_mult) || bad(t[i].out_mult) || t[i].in_mult < 0 || t[i].out_mult < 0))
+      return ct_errf(err, CT_ERR_INVALID,
+                     "%s: tensor '%s' has width multipliers in %g, out %g (need > 0)",
+                     kind_names[k], nm, t[i].in_mult, t[i].out_mult);
+  }
+  if (at != n)
+    return ct_errf(err, CT_ERR_INVALID, "optimizer table covers %zu of %zu floats", at, n);
+  return CT_OK;
+}
+
+ct_status ct_optim_new(ct_optim_kind k, const ct_optim_hp *hp, const ct_optim_tensor *t, size_t nt,
+                       size_t n, ct_optim **out, ct_err *err) {
+  ct_status st = CT_OK;
+  ct_optim *o = NULL;
+  *out = NULL;
+  if ((st = ct_optim_hp_validate(k, hp, err))) goto out;
+  if (nt && !t) {
+    st = ct_errf(err, CT_ERR_INVALID, "optimizer table is NULL with %zu tensors", nt);
+    goto out;
+  }
+  if (nt && (st = check_table(k, t, nt, n, err))) goto out;
+  o = calloc(1, sizeof *o);
+  if (!o) goto nomem;
+  o->kind = k;
+  o->hp = *hp;
+  o->n = n;
+  o->stride = (n + 15) & ~(size_t)15;
+  /* No table: the range is one vector-like tensor. */
+  o->nt = nt ? nt : 1;
+  o->t = calloc(o->nt, sizeof *o->t);
+  if (!o->t) goto nomem;
+  if (nt) {
+    size_t nb = 0;
+    for (size_t i = 0; i < nt; i++) nb += strlen(t[i].name ? t[i].name : "") + 1;
+    o->names = malloc(nb);
+    if (!o->names) goto nomem;
+    char *p = o->names;
+    for (size_t i = 0; i < nt; i++) {
+      const char *nm = t[i].name ? t[i].name : "";
+      size_t l = strlen(nm) + 1;
+      memcpy(p, nm, l);
+      o->t[i] = t[i];
+      o->t[i].name = p;
+      p += l;
+    }
+  } else {
+    o->t[0].name = "(range)";
+    o->t[0].numel = n;
+  }
+  switch (k) {
+    case CT_OPTIM_ADAGRAD:
+      o->nstate = 1;
+      o->state_name[0] = "sum";
+      break;
+    case CT_OPTIM_LION:
+      o->nstate = 1;
+      o->state_name[0] = "exp_avg";
+      break;
+    case CT_OPTIM_SGD:
+    case CT_OPTIM_MUSGD:
+      o->nstate = hp->momentum != 0 ? 1 : 0;
+      o->state_name[0] = "momentum_buffer";
+      break;
+    case CT_OPTIM_MUON:
+      /* momentum_buffer of 2-D weights and exp_avg of the AdamW tensors share buffer 0 */
+      o->nstate = 2;
+      o->state_name[0] = "momentum_buffer";
+      o->state_name[1] = "exp_avg_sq";
+      break;
+    default:
+      o->nstate = 2;
+      o->state_name[0] = "exp_avg";
+      o->state_name[1] = "exp_avg_sq";
+      break;
+  }
+  if (o->nstate && n) {
+    o->state_block = ct_calloc(CT_MEM_OPTIMIZER, o->nstate * o->stride, sizeof(float));
+    if (!o->state_block) goto nomem;
+  }
+  if (k == CT_OPTIM_ADAGRAD && hp->adagrad_initial_accumulator != 0) {
+    for (size_t i = 0; i < n; i++) o->state_block[i] = hp->adagrad_initial_accumulator;
+  }
+  if (k == CT_OPTIM_MUON) {
+    for (size_t i = 0; i < o->nt; i++) {
+      if (!muon_2d(&o->t[i])) continue;
+      size_t s = ct_optim_muon_scratch(o->t[i].rows, o->t[i].cols);
+      if (s > o->ns_floats) o->ns_floats = s;
+    }
+    if (o->ns_floats) {
+      o->ns = ct_alloc(CT_MEM_BUFFERS, o->ns_floats * sizeof(float));
+      if (!o->ns) goto nomem;
+    }
+  }
+  *out = o;
+  o = NULL;
+  goto out;
+nomem:
+  st = ct_errf(err, CT_ERR_NOMEM, "%s: cannot allocate optimizer state for %zu floats",
+               ct_optim_kind_name(k), n);
+out:
+  ct_optim_free(o);
+  return st;
+}
+
+void ct_optim_free(ct_optim *o) {
+  if (!o) return;
+  ct_free(o->state_block);
+  ct_free(o->ns);
+  free(o->names);
+  free(o->t);
+  free(o);
+}
+
+ct_optim_kind ct_optim_get_kind(const ct_optim *o) {
+  return o->kind;
+}
+size_t ct_optim_nstate(const ct_optim *o) {
+  return o->nstate;
+}
+size_t ct_optim_numel(const ct_optim *o) {
+  return o->n;
+}
+
+float *ct_optim_state(ct_optim *o, size_t i, const char **name) {
+  if (i >= o->nstate) {
+    if (name) *name = NULL;
+    return NULL;
+  }
+  if (name) *name = o->state_name[i];
+  return o->state_block ? o->state_block + i * o->stride : NULL;
+}
+
+/* ---- step ---- */
+
+static double mult(float m) {
+  return m == 0.0f ? 1.0 : (double)m;
+}
+
+/* µP (the `mup` package, Yang et al. 2022): lr and weight-decay factors of one
+ * tensor. A dimension is "infinite" when its width multiplier is not 1; a
+ * vector's only dimension is its out dimension. See docs/optimizers.md. */
+static void mup_factors(ct_optim_kind k, const ct_optim_tensor *t, double *flr, double *fwd) {
+  double in = t->cols > 0 ? mult(t->in_mult) : 1.0, outm = mult(t->out_mult);
+  int in_inf = in != 1.0, out_inf = outm != 1.0, ninf = in_inf + out_inf;
+  double width = in_inf ? in : (out_inf ? outm : 1.0); /* the last infinite dim: fan_in first */
+  *flr = *fwd = 1.0;
+  if (k == CT_OPTIM_MUSGD) {
+    if (ninf == 1) {
+      *flr = width;
+      *fwd = 1.0 / width;
+    } else if (ninf == 2) {
+      double ratio = in / outm;
+      *flr = 1.0 / ratio;
+      *fwd = ratio;
+    }
+  } else if (ninf == 2) {
+    *flr = 1.0 / width;
+    *fwd = width;
+  }
+}
+
+ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  if (!isfinite(lr) || lr < 0)
+    return ct_errf(err, CT_ERR_INVALID, "%s: learning rate %g must be finite and >= 0",
+                   ct_optim_kind_name(o->kind), lr);
+  if (step < 1)
+    return ct_errf(err, CT_ERR_INVALID, "%s: step %ld must be >= 1 (1-based)",
+                   ct_optim_kind_name(o->kind), step);
+  if (!o->n) return CT_OK;
+  if (!w || !g)
+    return ct_errf(err, CT_ERR_INVALID, "%s: NULL parameters or gradients",
+                   ct_optim_kind_name(o->kind));
+  const ct_optim_hp *hp = &o->hp;
+  const size_t n = o->n;
+  float *s0 = o->nstate > 0 ? o->state_block : NULL;
+  float *s1 = o->nstate > 1 ? o->state_block + o->stride : NULL;
+  switch (o->kind) {
+    case CT_OPTIM_ADAMW:
+    case CT_OPTIM_ADAM:
+      ct_optim_adam_slice(n, w, g, s0, s1, lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay,
+                          o->kind == CT_OPTIM_ADAMW, step);
+      break;
+    case CT_OPTIM_ADAGRAD:
+      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
+                             step);
+      break;
+    case CT_OPTIM_LION:
+      ct_optim_lion_slice(n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
+      break;
+    case CT_OPTIM_SGD:
+      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
+                         hp->weight_decay, step);
+      break;
+    case CT_OPTIM_LAMB:
+      for (size_t i = 0; i < o->nt; i++) {
+        size_t a = o->t[i].offset;
+        if (o->t[i].numel)
+          ct_optim_lamb_tensor(o->t[i].numel, w + a, g + a, s0 + a, s1 + a, lr, hp, step);
+      }
+      break;
+    case CT_OPTIM_MUON: {
+      const float alr = (float)((double)lr * (double)hp->muon_adamw_lr);
+      for (size_t i = 0; i < o->nt;) {
+        const ct_optim_tensor *t = &o->t[i];
+        size_t a = t->offset;
+        if (muon_2d(t)) {
+          ct_optim_muon_tensor(t->rows, t->cols, w + a, g + a, s0 + a, lr, hp, o->ns);
+          i++;
+          continue;
+        }
+        size_t j = i, len = 0; /* a run of AdamW tensors */
+        while (j < o->nt && !muon_2d(&o->t[j])) len += o->t[j++].numel;
+        ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, alr, hp->beta1, hp->beta2, hp->eps,
+                            hp->weight_decay, 1, step);
+        i = j;
+      }
+      break;
+    }
+    case CT_OPTIM_MUADAM:
+    case CT_OPTIM_MUADAMW:
+    case CT_OPTIM_MUSGD:
+      for (size_t i = 0; i < o->nt;) {
+        double flr, fwd, f2, w2;
+        mup_factors(o->kind, &o->t[i], &flr, &fwd);
+        size_t j = i + 1, a = o->t[i].offset, len = o->t[i].numel;
+        while (j < o->nt) { /* a run with the same factors */
+          mup_factors(o->kind, &o->t[j], &f2, &w2);
+          if (f2 != flr || w2 != fwd) break;
+          len += o->t[j++].numel;
+        }
+        const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
+        if (o->kind == CT_OPTIM_MUSGD)
+          ct_optim_sgd_slice(len, w + a, g + a, s0 ? s0 + a : NULL, tlr, hp->momentum,
+                             hp->dampening, hp->nesterov, twd, step);
+        else
+          ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, tlr, hp->beta1, hp->beta2, hp->eps,
+                              twd, o->kind == CT_OPTIM_MUADAMW, step);
+        i = j;
+      }
+      break;
+    default:
+      return ct_errf(err, CT_ERR_INTERNAL, "optimizer kind %d has no step", (int)o->kind);
+  }
+  return CT_OK;
+}

@@ -1,0 +1,676 @@
+/* Optimizer and schedule tests: replay of the PyTorch golden file
+ * (tests/data/optim_golden.safetensors, written by scripts/optim_golden.py),
+ * closed-form first steps, thread-count independence, name parsing with
+ * did-you-mean, hyperparameter and schedule validation, schedule edge cases. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/optim.h"
+#include "ctuner/safetensors.h"
+#include "harness.h"
+
+/* ---- the golden table (scripts/optim_golden.py: TENSORS, CASES) ---- */
+
+#define GSTEPS 6
+static const struct {
+  const char *name;
+  int rows, cols;
+  float in_mult, out_mult;
+  size_t numel;
+} gt[] = {
+    {"a.weight", 6, 10, 2.0f, 3.0f, 60}, {"a.bias", 0, 0, 1.0f, 3.0f, 6},
+    {"b.weight", 12, 5, 1.0f, 4.0f, 60}, {"c.weight", 8, 8, 4.0f, 1.0f, 64},
+    {"norm.scale", 0, 0, 1.0f, 1.0f, 3},
+};
+#define GNT (sizeof gt / sizeof gt[0])
+
+typedef struct gcase {
+  const char *name;
+  ct_optim_kind kind;
+  int c_as_vector; /* Muon: c.weight passed with cols = 0 (AdamW) */
+  double tol;
+} gcase;
+
+static const gcase gcases[] = {
+    {"adamw", CT_OPTIM_ADAMW, 0, 1e-5},      {"adam", CT_OPTIM_ADAM, 0, 1e-5},
+    {"adagrad", CT_OPTIM_ADAGRAD, 0, 1e-5},  {"sgd", CT_OPTIM_SGD, 0, 1e-5},
+    {"sgd_momentum", CT_OPTIM_SGD, 0, 1e-5}, {"sgd_nesterov", CT_OPTIM_SGD, 0, 1e-5},
+    {"lion", CT_OPTIM_LION, 0, 1e-5},        {"lamb", CT_OPTIM_LAMB, 0, 1e-5},
+    {"muon", CT_OPTIM_MUON, 1, 1e-4},        {"muon_plain", CT_OPTIM_MUON, 0, 1e-4},
+    {"muadam", CT_OPTIM_MUADAM, 0, 1e-5},    {"muadamw", CT_OPTIM_MUADAMW, 0, 1e-5},
+    {"musgd", CT_OPTIM_MUSGD, 0, 1e-5},
+};
+
+static void case_hp(const char *c, ct_optim_kind k, ct_optim_hp *hp) {
+  ct_optim_hp_default(k, hp);
+  if (!strcmp(c, "adamw")) {
+    hp->weight_decay = 0.1f;
+  } else if (!strcmp(c, "adam")) {
+    hp->beta1 = 0.8f, hp->beta2 = 0.99f, hp->eps = 1e-6f, hp->weight_decay = 0.05f;
+  } else if (!strcmp(c, "adagrad")) {
+    hp->adagrad_lr_decay = 0.05f, hp->weight_decay = 0.01f, hp->adagrad_initial_accumulator = 0.1f;
+  } else if (!strcmp(c, "sgd_momentum")) {
+    hp->momentum = 0.9f, hp->dampening = 0.1f, hp->weight_decay = 0.01f;
+  } else if (!strcmp(c, "sgd_nesterov")) {
+    hp->momentum = 0.9f, hp->nesterov = 1, hp->weight_decay = 0.01f;
+  } else if (!strcmp(c, "lion")) {
+    hp->weight_decay = 0.1f;
+  } else if (!strcmp(c, "lamb")) {
+    hp->weight_decay = 0.01f;
+  } else if (!strcmp(c, "muon")) {
+    hp->muon_momentum = 0.95f, hp->nesterov = 1, hp->muon_ns_steps = 5, hp->weight_decay = 0.01f;
+    hp->beta1 = 0.9f, hp->beta2 = 0.95f, hp->eps = 1e-10f, hp->muon_adamw_lr = 0.5f;
+  } else if (!strcmp(c, "muon_plain")) {
+    hp->muon_momentum = 0.9f, hp->nesterov = 0, hp->muon_ns_steps = 3, hp->weight_decay = 0.0f;
+    hp->beta1 = 0.9f, hp->beta2 = 0.95f, hp->eps = 1e-8f, hp->muon_adamw_lr = 1.0f;
+  } else if (!strcmp(c, "muadam")) {
+    hp->weight_decay = 0.05f;
+  } else if (!strcmp(c, "muadamw")) {
+    hp->weight_decay = 0.1f;
+  } else if (!strcmp(c, "musgd")) {
+    hp->momentum = 0.9f, hp->weight_decay = 0.01f;
+  }
+}
+
+static int load(const ct_st_file *f, const char *name, float *dst, size_t n) {
+  const ct_st_tensor *t = ct_st_find(f, name);
+  if (!t || t->numel != n) return -1;
+  return ct_st_to_f32(t, dst, n, NULL) == CT_OK ? 0 : -1;
+}
+
+/* Load a whole-range array (prefix.<tensor> for every table tensor). */
+static int load_range(const ct_st_file *f, const char *prefix, float *dst) {
+  size_t at = 0;
+  char key[128];
+  for (size_t i = 0; i < GNT; i++) {
+    snprintf(key, sizeof key, "%s%s", prefix, gt[i].name);
+    if (load(f, key, dst + at, gt[i].numel)) return -1;
+    at += gt[i].numel;
+  }
+  return 0;
+}
+
+CT_TEST(optim, golden_torch) {
+  ct_st_file *f = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_st_open(ct_test_data("optim_golden.safetensors"), &f, &err) == CT_OK);
+  ct_optim_tensor tab[GNT];
+  size_t n = 0;
+  for (size_t i = 0; i < GNT; i++) {
+    tab[i] = (ct_optim_tensor){gt[i].name,    n, gt[i].numel, gt[i].rows, gt[i].cols, gt[i].in_mult,
+                               gt[i].out_mult};
+    n += gt[i].numel;
+  }
+  float *w0 = malloc(n * sizeof *w0), *w = ct_alloc(CT_MEM_PARAMS, n * sizeof *w);
+  float *ref = malloc(n * sizeof *ref), *g = malloc(GSTEPS * n * sizeof *g);
+  REQUIRE(w0 && w && ref && g);
+  REQUIRE(load_range(f, "param.", w0) == 0);
+  for (int s = 0; s < GSTEPS; s++) {
+    char p[32];
+    snprintf(p, sizeof p, "grad.%d.", s);
+    REQUIRE(load_range(f, p, g + (size_t)s * n) == 0);
+  }
+  for (size_t c = 0; c < sizeof gcases / sizeof gcases[0]; c++) {
+    const gcase *gc = &gcases[c];
+    ct_optim_hp hp;
+    case_hp(gc->name, gc->kind, &hp);
+    tab[3].cols = gc->c_as_vector ? 0 : gt[3].cols;
+    float lr[GSTEPS];
+    char key[64];
+    snprintf(key, sizeof key, "lr.%s", gc->name);
+    CHECKF(load(f, key, lr, GSTEPS) == 0, "%s", key);
+    snprintf(key, sizeof key, "final.%s.", gc->name);
+    CHECKF(load_range(f, key, ref) == 0, "%s", key);
+    ct_optim *o = NULL;
+    CHECKF(ct_optim_new(gc->kind, &hp, tab, GNT, n, &o, &err) == CT_OK, "%s: %s", gc->name,
+           err.msg);
+    if (!o) continue;
+    memcpy(w, w0, n * sizeof *w);
+    for (int s = 0; s < GSTEPS; s++)
+      CHECK(ct_optim_step(o, w, g + (size_t)s * n, lr[s], s + 1, &err) == CT_OK);
+    double rel = 0, upd = 0, du = 0;
+    for (size_t i = 0; i < n; i++) {
+      double d = fabs((double)w[i] - ref[i]), r = fabs(ref[i]);
+      double e = d / (r > 1e-3 ? r : 1e-3);
+      if (e > rel) rel = e;
+      if (d > du) du = d;
+      if (fabs((double)ref[i] - w0[i]) > upd) upd = fabs((double)ref[i] - w0[i]);
+    }
+    fprintf(stderr, "  %-13s max rel err %.2e  (max abs %.2e = %.2e of the largest update)\n",
+            gc->name, rel, du, du / upd);
+    CHECKF(rel <= gc->tol, "%s: %.3g > %.1g", gc->name, rel, gc->tol);
+    CHECKF(du / upd <= 100 * gc->tol, "%s: update error %.3g", gc->name, du / upd);
+    ct_optim_free(o);
+  }
+  tab[3].cols = gt[3].cols;
+  free(w0);
+  ct_free(w);
+  free(ref);
+  free(g);
+  ct_st_close(f);
+}
+
+/* ---- schedules vs golden (scripts/optim_golden.py: SCHEDS, DS_SCHEDS) ---- */
+
+CT_TEST(optim, golden_schedules) {
+  ct_st_file *f = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_st_open(ct_test_data("optim_golden.safetensors"), &f, &err) == CT_OK);
+  struct {
+    const char *name;
+    ct_sched s;
+  } cs[] = {
+      {"constant", {.kind = CT_SCHED_CONSTANT, .lr = 1e-4}},
+      {"constant_with_warmup",
+       {.kind = CT_SCHED_CONSTANT_WITH_WARMUP, .lr = 1e-4, .warmup_steps = 3}},
+      {"linear", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 3, .total_steps = 10}},
+      {"linear_w0", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 0, .total_steps = 10}},
+      {"cosine",
+       {.kind = CT_SCHED_COSINE,
+        .lr = 1e-3,
+        .warmup_steps = 2,
+        .total_steps = 10,
+        .num_cycles = 0.5}},
+      {"cosine_cycles",
+       {.kind = CT_SCHED_COSINE,
+        .lr = 1e-3,
+        .warmup_steps = 0,
+        .total_steps = 8,
+        .num_cycles = 1.5}},
+      {"polynomial",
+       {.kind = CT_SCHED_POLYNOMIAL,
+        .lr = 1e-3,
+        .warmup_steps = 2,
+        .total_steps = 10,
+        .lr_end = 1e-6,
+        .power = 2.0}},
+      {"polynomial_w0",
+       {.kind = CT_SCHED_POLYNOMIAL,
+        .lr = 1e-3,
+        .warmup_steps = 0,
+        .total_steps = 5,
+        .lr_end = 1e-7,
+        .power = 1.0}},
+      {"warmuplr_log",
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 1e-6,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 5,
+        .warmup_log = 1}},
+      {"warmuplr_linear",
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 4,
+        .warmup_log = 0}},
+      {"warmuplr_w0",
+       {.kind = CT_SCHED_WARMUP_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 0,
+        .warmup_log = 1}},
+      {"warmupdecay_log",
+       {.kind = CT_SCHED_WARMUP_DECAY_LR,
+        .warmup_min_lr = 1e-5,
+        .warmup_max_lr = 1e-3,
+        .warmup_num_steps = 3,
+        .total_num_steps = 10,
+        .warmup_log = 1}},
+      {"warmupdecay_linear",
+       {.kind = CT_SCHED_WARMUP_DECAY_LR,
+        .warmup_min_lr = 0,
+        .warmup_max_lr = 2e-3,
+        .warmup_num_steps = 4,
+        .total_num_steps = 8,
+        .warmup_log = 0}},
+  };
+  double worst = 0;
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    char key[64];
+    snprintf(key, sizeof key, "sched.%s", cs[c].name);
+    const ct_st_tensor *t = ct_st_find(f, key);
+    CHECKF(t && t->dtype == CT_DTYPE_F64, "%s", key);
+    if (!t || t->dtype != CT_DTYPE_F64) continue;
+    CHECKF(ct_sched_validate(&cs[c].s, &err) == CT_OK, "%s: %s", cs[c].name, err.msg);
+    for (size_t i = 0; i < t->numel; i++) {
+      double ref;
+      memcpy(&ref, (const char *)t->data + 8 * i, 8);
+      double got = ct_sched_lr(&cs[c].s, (long)i);
+      double e = fabs(got - ref) / (fabs(ref) > 1e-12 ? fabs(ref) : 1e-12);
+      if (e > worst) worst = e;
+      CHECKF(e <= 1e-9, "%s done=%zu: %.12g vs ref %.12g", cs[c].name, i, got, ref);
+    }
+  }
+  fprintf(stderr, "  schedules: max rel err %.2e over %zu cases\n", worst,
+          sizeof cs / sizeof cs[0]);
+  ct_st_close(f);
+}
+
+/* ---- closed forms ---- */
+
+static ct_optim *one_range(ct_optim_kind k, const ct_optim_hp *hp, size_t n) {
+  ct_optim *o = NULL;
+  ct_err err = {0};
+  if (ct_optim_new(k, hp, NULL, 0, n, &o, &err)) fprintf(stderr, "  %s\n", err.msg);
+  return o;
+}
+
+CT_TEST(optim, closed_forms) {
+  enum { N = 37 };
+  float w[N], w0[N], g[N];
+  for (int i = 0; i < N; i++) {
+    w0[i] = 0.1f * (float)(i - 18);
+    g[i] = (i % 5 == 0) ? 0.0f : 0.03f * (float)((i * 7) % 11 - 5);
+  }
+  ct_optim_hp hp;
+  ct_err err = {0};
+  /* SGD without momentum: w - lr g, exactly */
+  ct_optim_hp_default(CT_OPTIM_SGD, &hp);
+  ct_optim *o = one_range(CT_OPTIM_SGD, &hp, N);
+  REQUIRE(o);
+  CHECK(ct_optim_nstate(o) == 0);
+  memcpy(w, w0, sizeof w);
+  for (int s = 1; s <= 3; s++) CHECK(ct_optim_step(o, w, g, 0.25f, s, &err) == CT_OK);
+  for (int i = 0; i < N; i++) {
+    float e = w0[i];
+    for (int s = 0; s < 3; s++) e = e - 0.25f * g[i];
+    CHECK(w[i] == e);
+  }
+  ct_optim_free(o);
+  /* Lion, first step: w - lr sign(g) (wd 0) */
+  ct_optim_hp_default(CT_OPTIM_LION, &hp);
+  o = one_range(CT_OPTIM_LION, &hp, N);
+  REQUIRE(o);
+  memcpy(w, w0, sizeof w);
+  CHECK(ct_optim_step(o, w, g, 1e-3f, 1, &err) == CT_OK);
+  for (int i = 0; i < N; i++) {
+    float sg = g[i] > 0 ? 1.0f : (g[i] < 0 ? -1.0f : 0.0f);
+    CHECK(w[i] == w0[i] - 1e-3f * sg);
+  }
+  ct_optim_free(o);
+  /* Adam, first step: bias correction makes it -lr g/(|g| + eps) */
+  ct_optim_hp_default(CT_OPTIM_ADAM, &hp);
+  o = one_range(CT_OPTIM_ADAM, &hp, N);
+  REQUIRE(o);
+  memcpy(w, w0, sizeof w);
+  CHECK(ct_optim_step(o, w, g, 1e-2f, 1, &err) == CT_OK);
+  for (int i = 0; i < N; i++) CHECK_NEAR(w[i], w0[i] - 1e-2 * g[i] / (fabs(g[i]) + 1e-8), 2e-7);
+  ct_optim_free(o);
+  /* AdamW decay alone (g = 0): w (1 - lr wd) */
+  ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
+  hp.weight_decay = 0.5f;
+  o = one_range(CT_OPTIM_ADAMW, &hp, N);
+  REQUIRE(o);
+  float z[N] = {0};
+  memcpy(w, w0, sizeof w);
+  CHECK(ct_optim_step(o, w, z, 0.1f, 1, &err) == CT_OK);
+  for (int i = 0; i < N; i++) CHECK_NEAR(w[i], w0[i] * 0.95, 1e-7);
+  ct_optim_free(o);
+  /* Adagrad, first step from a zero accumulator: w - lr g/(|g| + eps) */
+  ct_optim_hp_default(CT_OPTIM_ADAGRAD, &hp);
+  o = one_range(CT_OPTIM_ADAGRAD, &hp, N);
+  REQUIRE(o);
+  memcpy(w, w0, sizeof w);
+  CHECK(ct_optim_step(o, w, g, 0.1f, 1, &err) == CT_OK);
+  for (int i = 0; i < N; i++) CHECK_NEAR(w[i], w0[i] - 0.1 * g[i] / (fabs(g[i]) + 1e-10), 2e-7);
+  ct_optim_free(o);
+  /* Muon on a square matrix whose update is already orthogonal (g = c I):
+   * Newton–Schulz maps X = I/sqrt(n) towards I; w moves by about -lr along I. */
+  enum { M = 4 };
+  float wm[M * M] = {0}, gm[M * M] = {0};
+  for (int i = 0; i < M; i++) gm[i * M + i] = 0.5f;
+  ct_optim_tensor t = {"m", 0, M * M, M, M, 1, 1};
+  ct_optim_hp_default(CT_OPTIM_MUON, &hp);
+  hp.nesterov = 0;
+  hp.muon_ns_steps = 10;
+  o = NULL;
+  REQUIRE(ct_optim_new(CT_OPTIM_MUON, &hp, &t, 1, M * M, &o, &err) == CT_OK);
+  CHECK(ct_optim_step(o, wm, gm, 0.1f, 1, &err) == CT_OK);
+  /* the quintic's fixed point is not exactly 1: singular values land in ~[0.7, 1.2] */
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < M; j++) {
+      float v = wm[i * M + j];
+      if (i == j)
+        CHECKF(v < -0.06f && v > -0.13f, "diag %g", v);
+      else
+        CHECK(fabsf(v) < 1e-6f);
+    }
+  ct_optim_free(o);
+}
+
+/* ---- thread-count independence ---- */
+
+static void run_threads(ct_optim_kind k, int threads, const ct_optim_tensor *tab, size_t nt,
+                        size_t n, const float *w0, const float *g, float *w_out, float **st_out) {
+  ct_optim_hp hp;
+  ct_optim_hp_default(k, &hp);
+  hp.weight_decay = 0.01f;
+  if (k == CT_OPTIM_SGD || k == CT_OPTIM_MUSGD) hp.momentum = 0.9f, hp.nesterov = 1;
+  ct_optim *o = NULL;
+  ct_err err = {0};
+  omp_set_num_threads(threads);
+  if (ct_optim_new(k, &hp, tab, nt, n, &o, &err)) {
+    fprintf(stderr, "  %s\n", err.msg);
+    return;
+  }
+  memcpy(w_out, w0, n * sizeof *w_out);
+  for (int s = 1; s <= 2; s++) ct_optim_step(o, w_out, g + (size_t)(s - 1) * n, 3e-3f, s, &err);
+  for (size_t i = 0; i < ct_optim_nstate(o); i++)
+    memcpy(st_out[i], ct_optim_state(o, i, NULL), n * 4);
+  ct_optim_free(o);
+}
+
+CT_TEST(optim, thread_count_independent) {
+  /* sizes straddle the reduction blocks (2048) and odd lengths */
+  const ct_optim_tensor shape[] = {
+      {"big", 0, 70001, 0, 0, 1, 2},
+      {"w2d", 0, 96 * 130, 96, 130, 2, 2},
+      {"tall", 0, 150 * 40, 150, 40, 1, 3},
+      {"odd", 0, 4099, 0, 0, 1, 1},
+  };
+  enum { NT = 4 };
+  ct_optim_tensor tab[NT];
+  size_t n = 0;
+  for (int i = 0; i < NT; i++) {
+    tab[i] = shape[i];
+    tab[i].offset = n;
+    n += tab[i].numel;
+  }
+  float *w0 = ct_alloc(CT_MEM_PARAMS, n * 4), *g = ct_alloc(CT_MEM_GRADS, 2 * n * 4);
+  float *wa = ct_alloc(CT_MEM_PARAMS, n * 4), *wb = ct_alloc(CT_MEM_PARAMS, n * 4);
+  float *sa[2], *sb[2];
+  for (int i = 0; i < 2; i++)
+    sa[i] = ct_alloc(CT_MEM_OTHER, n * 4), sb[i] = ct_alloc(CT_MEM_OTHER, n * 4);
+  REQUIRE(w0 && g && wa && wb && sa[0] && sa[1] && sb[0] && sb[1]);
+  uint32_t x = 12345;
+  for (size_t i = 0; i < 3 * n; i++) {
+    x = x * 1664525u + 1013904223u;
+    float v = ((float)(x >> 8) / 16777216.0f - 0.5f);
+    if (i < n)
+      w0[i] = v;
+    else
+      g[i - n] = 0.1f * v;
+  }
+  int saved = omp_get_max_threads();
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
+    memset(wa, 0, n * 4);
+    run_threads((ct_optim_kind)k, 1, tab, NT, n, w0, g, wa, sa);
+    for (int th = 2; th <= 3; th++) {
+      memset(wb, 0xff, n * 4);
+      run_threads((ct_optim_kind)k, th, tab, NT, n, w0, g, wb, sb);
+      CHECKF(!memcmp(wa, wb, n * 4), "%s: params differ between 1 and %d threads",
+             ct_optim_kind_name(k), th);
+      ct_optim_hp hp;
+      ct_optim_hp_default((ct_optim_kind)k, &hp);
+      for (int s = 0; s < 2; s++)
+        if ((k != CT_OPTIM_SGD && k != CT_OPTIM_MUSGD) || s == 0)
+          CHECKF(!memcmp(sa[s], sb[s], n * 4), "%s: state %d differs at %d threads",
+                 ct_optim_kind_name(k), s, th);
+    }
+  }
+  omp_set_num_threads(saved);
+  ct_free(w0), ct_free(g), ct_free(wa), ct_free(wb);
+  for (int i = 0; i < 2; i++) ct_free(sa[i]), ct_free(sb[i]);
+}
+
+/* ---- names ---- */
+
+CT_TEST(optim, kind_parse) {
+  ct_optim_kind k;
+  ct_err err = {0};
+  CHECK(ct_optim_kind_parse("AdamW", &k, &err) == CT_OK && k == CT_OPTIM_ADAMW);
+  CHECK(ct_optim_kind_parse("MUSGD", &k, &err) == CT_OK && k == CT_OPTIM_MUSGD);
+  CHECK(ct_optim_kind_parse("adamw_bf16", &k, &err) == CT_OK && k == CT_OPTIM_ADAMW);
+  CHECK(ct_optim_kind_parse("optimi-adamw", &k, &err) == CT_OK && k == CT_OPTIM_ADAMW);
+  CHECK(ct_optim_kind_parse("Optimi_Lion", &k, &err) == CT_OK && k == CT_OPTIM_LION);
+  CHECK(ct_optim_kind_parse("optimi-lamb", &k, &err) == CT_OK && k == CT_OPTIM_LAMB);
+  CHECK(ct_optim_kind_parse("bnb-adagrad", &k, &err) == CT_OK && k == CT_OPTIM_ADAGRAD);
+  for (int i = 0; i < CT_OPTIM_NKINDS; i++)
+    CHECK(ct_optim_kind_parse(ct_optim_kind_name((ct_optim_kind)i), &k, &err) == CT_OK &&
+          (int)k == i);
+  CHECK(ct_optim_kind_parse("adamw_schedulefree", &k, &err) == CT_ERR_UNSUPPORTED);
+  CHECK(strstr(err.msg, "schedule-free") != NULL);
+  CHECK(ct_optim_kind_parse("bnb-adamw8bit", &k, &err) == CT_ERR_UNSUPPORTED);
+  CHECK(strstr(err.msg, "8-bit") != NULL);
+  CHECK(ct_optim_kind_parse("lino", &k, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "unknown optimizer 'lino'; did you mean 'lion'?") != NULL, "%s", err.msg);
+  CHECK(strstr(err.msg,
+               "choices: adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd") !=
+        NULL);
+  CHECK(ct_optim_kind_parse("sdg", &k, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "did you mean 'sgd'?") != NULL, "%s", err.msg);
+  CHECK(ct_optim_kind_parse("muadamm", &k, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "did you mean 'muadam'?") != NULL, "%s", err.msg);
+  CHECK(ct_optim_kind_parse("", &k, &err) == CT_ERR_INVALID);
+
+  ct_sched_kind sk;
+  CHECK(ct_sched_kind_parse("Cosine", &sk, &err) == CT_OK && sk == CT_SCHED_COSINE);
+  CHECK(ct_sched_kind_parse("warmup_decay_lr", &sk, &err) == CT_OK &&
+        sk == CT_SCHED_WARMUP_DECAY_LR);
+  CHECK(ct_sched_kind_parse("WarmupLR", &sk, &err) == CT_OK && sk == CT_SCHED_WARMUP_LR);
+  CHECK(ct_sched_kind_parse("constant_with_warmup", &sk, &err) == CT_OK &&
+        sk == CT_SCHED_CONSTANT_WITH_WARMUP);
+  CHECK(ct_sched_kind_parse("cosin", &sk, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "did you mean 'cosine'?") != NULL, "%s", err.msg);
+  CHECK(ct_sched_kind_parse("cosine_with_restarts", &sk, &err) == CT_ERR_UNSUPPORTED);
+  CHECK(!strcmp(ct_sched_kind_name(CT_SCHED_POLYNOMIAL), "polynomial"));
+}
+
+/* ---- validation ---- */
+
+static int fails_naming(ct_optim_kind k, const ct_optim_hp *hp, const char *field) {
+  ct_optim *o = NULL;
+  ct_err err = {0};
+  ct_optim_tensor t = {"x", 0, 1, 0, 0, 1, 1};
+  ct_status st = ct_optim_new(k, hp, &t, 1, 1, &o, &err);
+  ct_optim_free(o);
+  if (st == CT_OK || !strstr(err.msg, field)) {
+    fprintf(stderr, "  expected an error naming '%s', got %d '%s'\n", field, st, err.msg);
+    return 0;
+  }
+  return 1;
+}
+
+CT_TEST(optim, invalid_hyperparameters) {
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
+  hp.eps = -1e-8f;
+  CHECK(fails_naming(CT_OPTIM_ADAMW, &hp, "eps"));
+  ct_optim_hp_default(CT_OPTIM_ADAM, &hp);
+  hp.beta1 = 1.0f;
+  CHECK(fails_naming(CT_OPTIM_ADAM, &hp, "beta1"));
+  ct_optim_hp_default(CT_OPTIM_LAMB, &hp);
+  hp.beta2 = -0.1f;
+  CHECK(fails_naming(CT_OPTIM_LAMB, &hp, "beta2"));
+  ct_optim_hp_default(CT_OPTIM_LION, &hp);
+  hp.beta2 = NAN;
+  CHECK(fails_naming(CT_OPTIM_LION, &hp, "beta2"));
+  ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
+  hp.weight_decay = -0.1f;
+  CHECK(fails_naming(CT_OPTIM_ADAMW, &hp, "weight_decay"));
+  ct_optim_hp_default(CT_OPTIM_SGD, &hp);
+  hp.nesterov = 1;
+  CHECK(fails_naming(CT_OPTIM_SGD, &hp, "nesterov"));
+  hp.momentum = -0.5f;
+  hp.nesterov = 0;
+  CHECK(fails_naming(CT_OPTIM_SGD, &hp, "momentum"));
+  ct_optim_hp_default(CT_OPTIM_ADAGRAD, &hp);
+  hp.adagrad_lr_decay = -1;
+  CHECK(fails_naming(CT_OPTIM_ADAGRAD, &hp, "adagrad_lr_decay"));
+  ct_optim_hp_default(CT_OPTIM_MUON, &hp);
+  hp.muon_ns_steps = 0;
+  CHECK(fails_naming(CT_OPTIM_MUON, &hp, "muon_ns_steps"));
+  ct_optim_hp_default(CT_OPTIM_MUON, &hp);
+  hp.muon_momentum = 1.5f;
+  CHECK(fails_naming(CT_OPTIM_MUON, &hp, "muon_momentum"));
+
+  /* lr and step are checked per call */
+  ct_err err = {0};
+  ct_optim *o = NULL;
+  float w = 1, g = 1;
+  ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
+  REQUIRE(ct_optim_new(CT_OPTIM_ADAMW, &hp, NULL, 0, 1, &o, &err) == CT_OK);
+  CHECK(ct_optim_step(o, &w, &g, -1e-3f, 1, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "learning rate"));
+  CHECK(ct_optim_step(o, &w, &g, 1e-3f, 0, &err) == CT_ERR_INVALID && strstr(err.msg, "step"));
+  CHECK(w == 1.0f);
+  ct_optim_free(o);
+
+  /* table errors */
+  ct_optim_tensor t2[2] = {{"a", 0, 4, 0, 0, 1, 1}, {"b", 5, 4, 0, 0, 1, 1}};
+  CHECK(ct_optim_new(CT_OPTIM_ADAMW, &hp, t2, 2, 9, &o, &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "'b'") != NULL);
+  t2[1].offset = 4;
+  CHECK(ct_optim_new(CT_OPTIM_ADAMW, &hp, t2, 2, 9, &o, &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "covers 8 of 9") != NULL);
+  ct_optim_tensor part = {"frag", 0, 10, 4, 4, 1, 1};
+  ct_optim_hp_default(CT_OPTIM_MUON, &hp);
+  CHECK(ct_optim_new(CT_OPTIM_MUON, &hp, &part, 1, 10, &o, &err) == CT_ERR_SHAPE);
+  CHECK(strstr(err.msg, "'frag'") != NULL);
+  part.cols = 0; /* the caller sends fragments to AdamW */
+  CHECK(ct_optim_new(CT_OPTIM_MUON, &hp, &part, 1, 10, &o, &err) == CT_OK);
+  ct_optim_free(o);
+  ct_optim_tensor mu = {"m", 0, 4, 2, 2, -1, 1};
+  ct_optim_hp_default(CT_OPTIM_MUADAM, &hp);
+  CHECK(ct_optim_new(CT_OPTIM_MUADAM, &hp, &mu, 1, 4, &o, &err) == CT_ERR_INVALID);
+}
+
+/* ---- state buffers ---- */
+
+CT_TEST(optim, state_names_and_memory) {
+  const struct {
+    ct_optim_kind k;
+    size_t n;
+    const char *names[2];
+  } want[] = {
+      {CT_OPTIM_ADAMW, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_ADAM, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_ADAGRAD, 1, {"sum", NULL}},
+      {CT_OPTIM_LAMB, 2, {"exp_avg", "exp_avg_sq"}},
+      {CT_OPTIM_LION, 1, {"exp_avg", NULL}},
+      {CT_OPTIM_SGD, 0, {NULL, NULL}},
+      {CT_OPTIM_MUON, 2, {"momentum_buffer", "exp_avg_sq"}},
+  };
+  ct_err err = {0};
+  for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+    ct_optim_hp hp;
+    ct_optim_hp_default(want[c].k, &hp);
+    ct_mem_stats a, b;
+    ct_mem_get_stats(&a);
+    ct_optim *o = NULL;
+    REQUIRE(ct_optim_new(want[c].k, &hp, NULL, 0, 1000, &o, &err) == CT_OK);
+    ct_mem_get_stats(&b);
+    CHECK(ct_optim_get_kind(o) == want[c].k && ct_optim_numel(o) == 1000);
+    CHECKF(ct_optim_nstate(o) == want[c].n, "%s", ct_optim_kind_name(want[c].k));
+    CHECK(b.current[CT_MEM_OPTIMIZER] - a.current[CT_MEM_OPTIMIZER] >=
+          want[c].n * 1000 * sizeof(float));
+    for (size_t i = 0; i < want[c].n; i++) {
+      const char *nm = NULL;
+      float *p = ct_optim_state(o, i, &nm);
+      CHECK(p != NULL && nm && !strcmp(nm, want[c].names[i]));
+    }
+    CHECK(ct_optim_state(o, want[c].n, NULL) == NULL);
+    ct_optim_free(o);
+  }
+  /* SGD with momentum keeps momentum_buffer; Adagrad starts at initial_accumulator */
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_SGD, &hp);
+  hp.momentum = 0.9f;
+  ct_optim *o = one_range(CT_OPTIM_SGD, &hp, 10);
+  REQUIRE(o);
+  const char *nm;
+  CHECK(ct_optim_nstate(o) == 1 && ct_optim_state(o, 0, &nm) && !strcmp(nm, "momentum_buffer"));
+  ct_optim_free(o);
+  ct_optim_hp_default(CT_OPTIM_ADAGRAD, &hp);
+  hp.adagrad_initial_accumulator = 0.25f;
+  o = one_range(CT_OPTIM_ADAGRAD, &hp, 10);
+  REQUIRE(o);
+  CHECK(ct_optim_state(o, 0, NULL)[9] == 0.25f);
+  ct_optim_free(o);
+}
+
+/* The bench's single-call AdamW and the optimizer object agree. */
+CT_TEST(optim, legacy_adamw_agrees) {
+  enum { N = 301 };
+  float w1[N], w2[N], g[N], m[N] = {0}, v[N] = {0};
+  for (int i = 0; i < N; i++)
+    w1[i] = w2[i] = 0.01f * (float)(i % 17) - 0.08f, g[i] = 0.02f * (float)(i % 7) - 0.06f;
+  ct_adamw_hp lh = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_ADAMW, &hp);
+  ct_optim *o = one_range(CT_OPTIM_ADAMW, &hp, N);
+  REQUIRE(o);
+  ct_err err = {0};
+  for (long s = 1; s <= 3; s++) {
+    ct_adamw_step(N, w1, g, m, v, &lh, s);
+    CHECK(ct_optim_step(o, w2, g, 1e-3f, s, &err) == CT_OK);
+  }
+  for (int i = 0; i < N; i++) CHECK_NEAR(w1[i], w2[i], 1e-7);
+  ct_optim_free(o);
+}
+
+/* ---- schedules: validation and edge cases ---- */
+
+CT_TEST(optim, schedule_edges) {
+  ct_sched s;
+  ct_err err = {0};
+  /* warmup 0: the first step already has the full lr */
+  ct_sched_default(CT_SCHED_LINEAR, 1e-4, &s);
+  s.total_steps = 100;
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  CHECK(ct_sched_lr(&s, 0) == 1e-4);
+  CHECK_NEAR(ct_sched_lr(&s, 50), 0.5e-4, 1e-18);
+  CHECK(ct_sched_lr(&s, 100) == 0.0 && ct_sched_lr(&s, 250) == 0.0); /* beyond total: 0 */
+  ct_sched_default(CT_SCHED_CONSTANT_WITH_WARMUP, 1e-4, &s);
+  s.warmup_steps = 4;
+  CHECK(ct_sched_lr(&s, 0) == 0.0 && ct_sched_lr(&s, 2) == 0.5e-4 && ct_sched_lr(&s, 4) == 1e-4);
+  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  s.warmup_steps = 10;
+  s.total_steps = 110;
+  CHECK(ct_sched_lr(&s, 5) == 0.5e-4);
+  CHECK(ct_sched_lr(&s, 10) == 1e-4);
+  CHECK_NEAR(ct_sched_lr(&s, 60), 0.5e-4, 1e-18);
+  CHECK_NEAR(ct_sched_lr(&s, 110), 0.0, 1e-18);
+  ct_sched_default(CT_SCHED_POLYNOMIAL, 1e-4, &s);
+  s.total_steps = 10;
+  CHECK(ct_sched_lr(&s, 11) == s.lr_end && ct_sched_lr(&s, 1000) == s.lr_end);
+  /* DeepSpeed: the first step runs at warmup_min_lr; warmup_num_steps < 2 acts as 2 */
+  ct_sched_default(CT_SCHED_WARMUP_LR, 1e-3, &s);
+  s.warmup_min_lr = 1e-5;
+  s.warmup_num_steps = 0;
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  CHECK(ct_sched_lr(&s, 0) == 1e-5 && ct_sched_lr(&s, 1) == 1e-5);
+  CHECK_NEAR(ct_sched_lr(&s, 2), 1e-5 + (1e-3 - 1e-5) * log(2.0) / log(2.0), 1e-18);
+  CHECK(ct_sched_lr(&s, 3) == 1e-3 && ct_sched_lr(&s, 100000) == 1e-3);
+  ct_sched_default(CT_SCHED_WARMUP_DECAY_LR, 1e-3, &s);
+  s.warmup_num_steps = 10;
+  s.total_num_steps = 20;
+  s.warmup_log = 0;
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  CHECK(ct_sched_lr(&s, 11) == 1e-3);             /* iteration 10 = end of warmup */
+  CHECK_NEAR(ct_sched_lr(&s, 16), 0.5e-3, 1e-18); /* halfway down */
+  CHECK(ct_sched_lr(&s, 21) == 0.0 &&
+        ct_sched_lr(&s, 500) == 0.0); /* beyond total: warmup_min_lr */
+
+  /* validation names the field */
+  ct_sched_default(CT_SCHED_LINEAR, 1e-4, &s);
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "total_steps"));
+  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  s.total_steps = 10;
+  s.warmup_steps = -1;
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "warmup_steps"));
+  ct_sched_default(CT_SCHED_POLYNOMIAL, 1e-4, &s);
+  s.total_steps = 10;
+  s.lr_end = 1e-3;
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "lr_end"));
+  ct_sched_default(CT_SCHED_CONSTANT, -1, &s);
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "learning_rate"));
+  ct_sched_default(CT_SCHED_WARMUP_DECAY_LR, 1e-4, &s);
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "total_num_steps"));
+  ct_sched_default(CT_SCHED_WARMUP_LR, 1e-4, &s);
+  s.warmup_min_lr = -1;
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "warmup_min_lr"));
+}
