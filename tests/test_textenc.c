@@ -2,12 +2,12 @@
  * (scripts/textenc_golden.py), the seeded init keeps captions apart, load/save
  * and its one-error-lists-all message, encode argument errors, the byte
  * tokenizer, thread-count independence and speed. */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/parallel.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/textenc.h"
 #include "harness.h"
@@ -113,16 +113,21 @@ CT_TEST(textenc, seeded_captions_differ) {
   for (int i = 0; i < NC; i++) ct_tokenize_bytes(caps[i], T, ids + i * T);
   float pool[NC * 128], pool2[NC * 128];
   REQUIRE(ct_textenc_encode(te, ids, NC, T, NULL, pool, &err) == CT_OK);
-  double worst = -1;
+  double worst = -1, mean = 0;
   for (int i = 0; i < NC; i++) {
     for (int j = 0; j < 128; j++) CHECK(isfinite(pool[i * 128 + j]));
     for (int k = i + 1; k < NC; k++) {
       double cs = cosine(pool + i * 128, pool + k * 128, 128);
+      mean += cs / (NC * (NC - 1) / 2);
       worst = cs > worst ? cs : worst;
     }
   }
-  fprintf(stderr, "  seeded init: largest pooled cosine between different captions %.3f\n", worst);
-  CHECK(worst < 0.9);
+  fprintf(stderr, "  seeded init: pooled cosine between different captions: largest %.3f, mean %.3f\n",
+          worst, mean);
+  /* A collapsed encoder gives cosines near 1. The largest is "a red cube" vs
+   * "a red cubes" (one byte apart, about 0.94); unrelated captions sit near 0.5. */
+  CHECK(worst < 0.97);
+  CHECK(mean < 0.75);
   /* Same seed, same weights; another seed, other weights. */
   REQUIRE(ct_textenc_new(&c, 42, &te2, &err) == CT_OK);
   REQUIRE(ct_textenc_encode(te2, ids, NC, T, NULL, pool2, &err) == CT_OK);
@@ -145,13 +150,19 @@ CT_TEST(textenc, thread_count_independent) {
   int32_t ids[B * T];
   for (int i = 0; i < B * T; i++) ids[i] = (i * 37 + 11) % CT_TOK_BYTE_VOCAB;
   float *a = malloc(sizeof(float) * B * T * D), *b = malloc(sizeof(float) * B * T * D);
-  int nt = omp_get_max_threads();
-  omp_set_num_threads(1);
+  int nt = ct_threads_get();
+  /* Same thread count: bit-identical. 1 vs 2 threads: OpenBLAS's SGEMM blocks
+   * differently, so rounding-level agreement (as the MMDiT's test). */
+  ct_threads_set(2);
   CHECK(ct_textenc_encode(te, ids, B, T, a, NULL, &err) == CT_OK);
-  omp_set_num_threads(2);
   CHECK(ct_textenc_encode(te, ids, B, T, b, NULL, &err) == CT_OK);
-  omp_set_num_threads(nt);
   CHECK(!memcmp(a, b, sizeof(float) * B * T * D));
+  ct_threads_set(1);
+  CHECK(ct_textenc_encode(te, ids, B, T, b, NULL, &err) == CT_OK);
+  ct_threads_set(nt);
+  double e = 0;
+  for (int i = 0; i < B * T * D; i++) e = fmax(e, fabs(a[i] - b[i]));
+  CHECKF(e <= 1e-5, "1 vs 2 threads: max diff %g", e);
   free(a);
   free(b);
   ct_textenc_free(te);
