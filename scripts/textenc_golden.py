@@ -51,7 +51,7 @@ def clip_text(p, ids, cfg):
     eps = cfg["ln_eps"]
     pre = "text_model."
     x = p[pre + "embeddings.token_embedding.weight"][ids] + p[pre + "embeddings.position_embedding.weight"][:T][None]
-    # causal mask as HF builds it: a large negative value above the diagonal
+    # causal mask above the diagonal (HF adds finfo.min; the softmax is the same)
     mask = torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)
     for l in range(cfg["layers"]):
         lp = pre + "encoder.layers.%d." % l

@@ -50,7 +50,8 @@ CT_TEST(codec, random_images_and_layout) {
     int w = sizes[k][0], h = sizes[k][1];
     size_t n = (size_t)w * h * 3;
     uint8_t *rgb = malloc(n), *back = malloc(n);
-    float *lat = malloc(n * sizeof(float)), *chw = malloc(n * sizeof(float)), *pt = malloc(n * sizeof(float));
+    float *lat = malloc(n * sizeof(float)), *chw = malloc(n * sizeof(float)),
+          *pt = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) rgb[i] = (uint8_t)(ct_rng_uniform(11, k, i) * 256.0f);
     for (int s = 1; s <= 4; s *= 2) {
       REQUIRE(ct_pixel_encode(rgb, w, h, s, lat, &err) == CT_OK);
@@ -59,7 +60,8 @@ CT_TEST(codec, random_images_and_layout) {
       /* Layout: the latent equals patchify of the (3, h, w) image by s, i.e.
        * channel c s^2 + py s + px at (y, x) is colour c of pixel (y s + py, x s + px). */
       for (int c = 0; c < 3; c++)
-        for (int i = 0; i < w * h; i++) chw[(size_t)c * w * h + i] = rgb[(size_t)i * 3 + c] / 127.5f - 1.0f;
+        for (int i = 0; i < w * h; i++)
+          chw[(size_t)c * w * h + i] = rgb[(size_t)i * 3 + c] / 127.5f - 1.0f;
       if (s > 1) {
         ct_patchify(1, 3, h, w, s, chw, pt); /* (h/s * w/s, 3 s^2) */
         int L = (h / s) * (w / s), C = 3 * s * s, bad = 0;
@@ -99,7 +101,8 @@ CT_TEST(codec, errors) {
   float lat[10 * 6 * 3];
   ct_err err = {0};
   CHECK(ct_pixel_encode(rgb, 10, 6, 4, lat, &err) == CT_ERR_SHAPE);
-  CHECKF(strstr(err.msg, "10x6") && strstr(err.msg, "s = 4") && strstr(err.msg, "8x4"), "%s", err.msg);
+  CHECKF(strstr(err.msg, "10x6") && strstr(err.msg, "s = 4") && strstr(err.msg, "8x4"), "%s",
+         err.msg);
   CHECK(ct_pixel_decode(lat, 10, 6, 4, rgb, &err) == CT_ERR_SHAPE);
   CHECK(ct_pixel_encode(rgb, 9, 6, 2, lat, &err) == CT_ERR_SHAPE);
   CHECK(ct_pixel_encode(rgb, 10, 5, 2, lat, &err) == CT_ERR_SHAPE);

@@ -76,8 +76,7 @@ CT_TEST(textenc, golden_parity) {
   fprintf(stderr, "  textenc golden: rel err seq %.2e pooled %.2e\n", es, ep);
   CHECK(es <= 1e-4);
   CHECK(ep <= 1e-4);
-  /* Pooled only, and with T shorter than max_pos via a prefix of each row:
-   * seq=NULL must give the same pooled vectors. */
+  /* Pooled only (seq = NULL) gives the same pooled vectors. */
   float *pool2 = malloc(sizeof(float) * B * d);
   CHECK(ct_textenc_encode(te, ids, B, T, NULL, pool2, &err) == CT_OK);
   CHECK(!memcmp(pool, pool2, sizeof(float) * B * d));
@@ -122,7 +121,8 @@ CT_TEST(textenc, seeded_captions_differ) {
       worst = cs > worst ? cs : worst;
     }
   }
-  fprintf(stderr, "  seeded init: pooled cosine between different captions: largest %.3f, mean %.3f\n",
+  fprintf(stderr,
+          "  seeded init: pooled cosine between different captions: largest %.3f, mean %.3f\n",
           worst, mean);
   /* A collapsed encoder gives cosines near 1. The largest is "a red cube" vs
    * "a red cubes" (one byte apart, about 0.94); unrelated captions sit near 0.5. */
@@ -226,8 +226,9 @@ CT_TEST(textenc, save_load_roundtrip) {
 
 /* Write every parameter of a fresh encoder under `prefix`, as `dt`, with the
  * given name dropped / reshaped / added. */
-static ct_status write_variant(const ct_textenc_config *c, const char *path, const char *prefix, ct_dtype dt,
-                               const char *drop, const char *reshape, const char *add, ct_err *err) {
+static ct_status write_variant(const ct_textenc_config *c, const char *path, const char *prefix,
+                               ct_dtype dt, const char *drop, const char *reshape, const char *add,
+                               ct_err *err) {
   ct_textenc *te = NULL;
   ct_status st = ct_textenc_new(c, 9, &te, err);
   if (st) return st;
@@ -302,18 +303,23 @@ CT_TEST(textenc, load_formats_and_errors) {
     CHECKF(e < 0.1 && e > 0, "%s max diff %g", ct_dtype_name(dts[k]), e);
   }
   /* The HF position_ids buffer is accepted and ignored. */
-  REQUIRE(write_variant(&c, path, "text_model.", CT_DTYPE_F32, NULL, NULL, "embeddings.position_ids", &err) ==
-          CT_OK);
+  REQUIRE(write_variant(&c, path, "text_model.", CT_DTYPE_F32, NULL, NULL,
+                        "embeddings.position_ids", &err) == CT_OK);
   CHECKF(ct_textenc_load(te, path, &err) == CT_OK, "%s", err.msg);
   /* Missing + wrong shape + unexpected: one error naming all three. */
   REQUIRE(write_variant(&c, path, "text_model.", CT_DTYPE_F32, "encoder.layers.0.mlp.fc2.bias",
-                        "embeddings.position_embedding.weight", "encoder.layers.0.extra.weight", &err) == CT_OK);
+                        "embeddings.position_embedding.weight", "encoder.layers.0.extra.weight",
+                        &err) == CT_OK);
   ct_status st = ct_textenc_load(te, path, &err);
   CHECK(st == CT_ERR_SHAPE);
   CHECKF(strstr(err.msg, "1 missing [encoder.layers.0.mlp.fc2.bias]") != NULL, "%s", err.msg);
-  CHECKF(strstr(err.msg, "1 wrongly shaped [embeddings.position_embedding.weight F32[7,16] (need [8,16])]") != NULL,
-         "%s", err.msg);
-  CHECKF(strstr(err.msg, "1 unexpected [text_model.encoder.layers.0.extra.weight]") != NULL, "%s", err.msg);
+  CHECKF(
+      strstr(err.msg,
+             "1 wrongly shaped [embeddings.position_embedding.weight F32[7,16] (need [8,16])]") !=
+          NULL,
+      "%s", err.msg);
+  CHECKF(strstr(err.msg, "1 unexpected [text_model.encoder.layers.0.extra.weight]") != NULL, "%s",
+         err.msg);
   /* A failed load leaves the weights untouched. */
   CHECK(ct_textenc_encode(te, ids, 1, 8, NULL, pt, &err) == CT_OK);
   CHECK(!memcmp(pr, pt, sizeof pr));
@@ -337,7 +343,8 @@ CT_TEST(textenc, load_formats_and_errors) {
 CT_TEST(textenc, config_and_encode_errors) {
   ct_textenc_config c;
   ct_textenc_config_default(128, &c);
-  CHECK(c.vocab == 259 && c.max_pos == 77 && c.heads == 2 && c.layers == 2 && c.intermediate == 512);
+  CHECK(c.vocab == 259 && c.max_pos == 77 && c.heads == 2 && c.layers == 2 &&
+        c.intermediate == 512);
   ct_textenc_config_default(48, &c);
   CHECK(c.heads == 1);
   ct_textenc_config_default(200, &c); /* 200/64 = 3 does not divide 200 */
@@ -373,7 +380,7 @@ CT_TEST(textenc, pooled_at_first_eos_or_last) {
   ct_err err = {0};
   REQUIRE(ct_textenc_new(&c, 5, &te, &err) == CT_OK);
   int32_t ids[16] = {256, 65, 257, 257, 258, 258, 258, 258, /* EOS twice: first wins */
-                     256, 65, 66, 67, 68, 69, 70, 71};      /* no EOS: last position */
+                     256, 65, 66,  67,  68,  69,  70,  71}; /* no EOS: last position */
   float seq[16 * 16], pool[2 * 16];
   REQUIRE(ct_textenc_encode(te, ids, 2, 8, seq, pool, &err) == CT_OK);
   CHECK(!memcmp(pool, seq + 2 * 16, sizeof(float) * 16));
@@ -384,11 +391,13 @@ CT_TEST(textenc, pooled_at_first_eos_or_last) {
 CT_TEST(textenc, tokenizer_bytes) {
   int32_t ids[8];
   CHECK(ct_tokenize_bytes("ab", 8, ids) == 4);
-  int32_t want[8] = {CT_TOK_BOS, 'a', 'b', CT_TOK_EOS, CT_TOK_PAD, CT_TOK_PAD, CT_TOK_PAD, CT_TOK_PAD};
+  int32_t want[8] = {CT_TOK_BOS, 'a',        'b',        CT_TOK_EOS,
+                     CT_TOK_PAD, CT_TOK_PAD, CT_TOK_PAD, CT_TOK_PAD};
   CHECK(!memcmp(ids, want, sizeof want));
   /* Empty and NULL: BOS EOS PAD... */
   CHECK(ct_tokenize_bytes("", 4, ids) == 2);
-  CHECK(ids[0] == CT_TOK_BOS && ids[1] == CT_TOK_EOS && ids[2] == CT_TOK_PAD && ids[3] == CT_TOK_PAD);
+  CHECK(ids[0] == CT_TOK_BOS && ids[1] == CT_TOK_EOS && ids[2] == CT_TOK_PAD &&
+        ids[3] == CT_TOK_PAD);
   CHECK(ct_tokenize_bytes(NULL, 3, ids) == 2 && ids[2] == CT_TOK_PAD);
   /* Exactly fitting: no PAD. Too long: truncated, EOS last. */
   CHECK(ct_tokenize_bytes("abcd", 6, ids) == 6 && ids[4] == 'd' && ids[5] == CT_TOK_EOS);

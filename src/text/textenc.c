@@ -12,6 +12,8 @@
  * not allocate; hence one ct_textenc must not be used by two threads at once.
  * Not here: tokenizers (tokenizer.c), gradients (the encoder never trains).
  */
+#include "ctuner/textenc.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,6 @@
 #include "ctuner/kernels.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
-#include "ctuner/textenc.h"
 
 #define PREFIX "text_model."
 #define RNG_STREAM 0x54455854ull /* "TEXT": distinct from the MMDiT's streams */
@@ -69,26 +70,30 @@ void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
 
 ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
   if (!c) return ct_errf(err, CT_ERR_INVALID, "text encoder config is NULL");
-  if (c->vocab < 1) return ct_errf(err, CT_ERR_INVALID, "text encoder vocab must be >= 1 (got %d)", c->vocab);
+  if (c->vocab < 1)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder vocab must be >= 1 (got %d)", c->vocab);
   if (c->max_pos < 1)
     return ct_errf(err, CT_ERR_INVALID, "text encoder max_pos must be >= 1 (got %d)", c->max_pos);
   if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads)
     return ct_errf(err, CT_ERR_INVALID,
                    "text encoder hidden (%d) must be >= 1 and divisible by heads (%d)", c->hidden,
                    c->heads);
-  if (c->layers < 0) return ct_errf(err, CT_ERR_INVALID, "text encoder layers must be >= 0 (got %d)", c->layers);
+  if (c->layers < 0)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder layers must be >= 0 (got %d)", c->layers);
   if (c->intermediate < 1)
-    return ct_errf(err, CT_ERR_INVALID, "text encoder intermediate must be >= 1 (got %d)", c->intermediate);
+    return ct_errf(err, CT_ERR_INVALID, "text encoder intermediate must be >= 1 (got %d)",
+                   c->intermediate);
   if (!(c->ln_eps > 0.0f) || !isfinite(c->ln_eps))
     return ct_errf(err, CT_ERR_INVALID, "text encoder ln_eps must be a positive number (got %g)",
                    (double)c->ln_eps);
   /* Keep every size well inside int (kernels take int dimensions). */
   if (c->hidden > (1 << 16) || c->intermediate > (1 << 18) || c->vocab > (1 << 22) ||
       c->max_pos > (1 << 16) || c->layers > 1024)
-    return ct_errf(err, CT_ERR_RANGE,
-                   "text encoder config too large (hidden %d, intermediate %d, vocab %d, max_pos %d, "
-                   "layers %d)",
-                   c->hidden, c->intermediate, c->vocab, c->max_pos, c->layers);
+    return ct_errf(
+        err, CT_ERR_RANGE,
+        "text encoder config too large (hidden %d, intermediate %d, vocab %d, max_pos %d, "
+        "layers %d)",
+        c->hidden, c->intermediate, c->vocab, c->max_pos, c->layers);
   return CT_OK;
 }
 
@@ -119,7 +124,8 @@ static ct_status build_table(ct_textenc *te, ct_err *err) {
   size_t n = 4 + 16 * (size_t)c->layers;
   te->params = calloc(n, sizeof *te->params);
   te->layers = calloc(c->layers ? (size_t)c->layers : 1, sizeof *te->layers);
-  if (!te->params || !te->layers) return ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder table)");
+  if (!te->params || !te->layers)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder table)");
   te->tok = add(te, "embeddings.token_embedding.weight", c->vocab, d);
   te->pos = add(te, "embeddings.position_embedding.weight", c->max_pos, d);
   for (int l = 0; l < c->layers; l++) {
@@ -191,7 +197,8 @@ static void init_params(ct_textenc *te, uint64_t seed) {
   }
 }
 
-ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out, ct_err *err) {
+ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
+                         ct_err *err) {
   ct_status st = CT_OK;
   ct_textenc *te = NULL;
   *out = NULL;
@@ -207,7 +214,8 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
   if (st) goto out;
   te->w = ct_alloc(CT_MEM_PARAMS, te->numel * sizeof(float));
   if (!te->w) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)", te->numel);
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)",
+                 te->numel);
     goto out;
   }
   init_params(te, seed);
@@ -264,7 +272,7 @@ static int is_known_buffer(const char *name) {
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
   ct_status st = CT_OK;
   ct_st_file *f = NULL;
-  enum { CAP = 300 };
+  enum { CAP = 240 }; /* three lists + the summary fit ct_err's 1024 bytes */
   char missing[CAP] = "", wrong[CAP] = "", extra[CAP] = "";
   int nmissing = 0, nwrong = 0, nextra = 0;
   char full[128], item[256];
@@ -285,7 +293,8 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
       list_add(missing, CAP, &nmissing, p->name);
       continue;
     }
-    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] && (p->ndim == 1 || t->shape[1] == p->shape[1]);
+    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] &&
+             (p->ndim == 1 || t->shape[1] == p->shape[1]);
     int dt_ok = t->dtype == CT_DTYPE_F32 || t->dtype == CT_DTYPE_F16 || t->dtype == CT_DTYPE_BF16;
     if (!ok || !dt_ok) {
       char got[96] = "";
@@ -293,11 +302,11 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
       for (int k = 0; k < t->ndim && gl < 80; k++)
         gl += snprintf(got + gl, sizeof got - gl, "%s%lld", k ? "," : "", (long long)t->shape[k]);
       if (p->ndim == 2)
-        snprintf(item, sizeof item, "%s %s[%s] (need [%lld,%lld])", p->name, ct_dtype_name(t->dtype), got,
-                 (long long)p->shape[0], (long long)p->shape[1]);
+        snprintf(item, sizeof item, "%s %s[%s] (need [%lld,%lld])", p->name,
+                 ct_dtype_name(t->dtype), got, (long long)p->shape[0], (long long)p->shape[1]);
       else
-        snprintf(item, sizeof item, "%s %s[%s] (need [%lld])", p->name, ct_dtype_name(t->dtype), got,
-                 (long long)p->shape[0]);
+        snprintf(item, sizeof item, "%s %s[%s] (need [%lld])", p->name, ct_dtype_name(t->dtype),
+                 got, (long long)p->shape[0]);
       list_add(wrong, CAP, &nwrong, item);
     }
   }
@@ -309,14 +318,15 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
     if (!find(te, tn + plen) && !is_known_buffer(tn + plen)) list_add(extra, CAP, &nextra, tn);
   }
   if (nmissing || nwrong || nextra) {
-    st = ct_errf(err, CT_ERR_SHAPE,
-                 "%s does not match the text encoder (%zu tensors, hidden %d, layers %d, "
-                 "intermediate %d, vocab %d, max_pos %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
-                 "%d unexpected%s%s%s",
-                 path, te->nparams, te->cfg.hidden, te->cfg.layers, te->cfg.intermediate, te->cfg.vocab,
-                 te->cfg.max_pos, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
-                 nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
-                 nextra ? "]" : "");
+    st = ct_errf(
+        err, CT_ERR_SHAPE,
+        "%s does not match the text encoder (%zu tensors, hidden %d, layers %d, "
+        "intermediate %d, vocab %d, max_pos %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
+        "%d unexpected%s%s%s",
+        path, te->nparams, te->cfg.hidden, te->cfg.layers, te->cfg.intermediate, te->cfg.vocab,
+        te->cfg.max_pos, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
+        nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
+        nextra ? "]" : "");
     goto out;
   }
   for (size_t i = 0; i < te->nparams; i++) {
@@ -351,7 +361,8 @@ ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err) {
 static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
   if (rows <= te->cap_rows) return CT_OK;
   const ct_textenc_config *c = &te->cfg;
-  size_t d = (size_t)c->hidden, wide = 3 * d > (size_t)c->intermediate ? 3 * d : (size_t)c->intermediate;
+  size_t d = (size_t)c->hidden,
+         wide = 3 * d > (size_t)c->intermediate ? 3 * d : (size_t)c->intermediate;
   free_scratch(te);
   te->x = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
   te->h = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
@@ -377,23 +388,26 @@ static void split_heads(int B, int T, int H, int hd, const float *qkv, float *ou
     const float *src = qkv + (size_t)r * 3 * d;
     for (int s = 0; s < 3; s++)
       for (int h = 0; h < H; h++)
-        memcpy(out + s * plane + (((size_t)b * H + h) * T + t) * hd, src + (size_t)s * d + (size_t)h * hd,
-               (size_t)hd * sizeof(float));
+        memcpy(out + s * plane + (((size_t)b * H + h) * T + t) * hd,
+               src + (size_t)s * d + (size_t)h * hd, (size_t)hd * sizeof(float));
   }
 }
 
-ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq, float *pooled,
-                            ct_err *err) {
+ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
+                            float *pooled, ct_err *err) {
   ct_status st = CT_OK;
+  CT_ASSERT(te);
   const ct_textenc_config *c = &te->cfg;
   if (B < 1 || T < 1 || T > c->max_pos)
-    return ct_errf(err, CT_ERR_RANGE, "text encoder: batch %d x %d tokens; need B >= 1 and 1 <= T <= max_pos (%d)",
-                   B, T, c->max_pos);
+    return ct_errf(err, CT_ERR_RANGE,
+                   "text encoder: batch %d x %d tokens; need B >= 1 and 1 <= T <= max_pos (%d)", B,
+                   T, c->max_pos);
   if (!ids) return ct_errf(err, CT_ERR_INVALID, "text encoder: ids is NULL");
   size_t rows = (size_t)B * T;
   for (size_t r = 0; r < rows; r++)
     if (ids[r] < 0 || ids[r] >= c->vocab)
-      return ct_errf(err, CT_ERR_RANGE, "text encoder: token id %d at caption %zu position %zu is outside [0, %d)",
+      return ct_errf(err, CT_ERR_RANGE,
+                     "text encoder: token id %d at caption %zu position %zu is outside [0, %d)",
                      (int)ids[r], r / (size_t)T, r % (size_t)T, c->vocab);
   st = reserve(te, rows, err);
   if (st) return st;
@@ -416,8 +430,8 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     ct_layernorm_affine_fwd(N, d, x, d, W + L->ln1_w, W + L->ln1_b, c->ln_eps, h, d);
     ct_linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
     split_heads(B, T, H, hd, big, te->qkv);
-    ct_attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane, te->qkv + 2 * plane, o,
-                     te->lse);
+    ct_attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
+                     te->qkv + 2 * plane, o, te->lse);
     ct_linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
     ct_add_inplace(plane, x, h);
     /* x += fc2(quick_gelu(fc1(LN2(x)))) */
