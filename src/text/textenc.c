@@ -281,7 +281,7 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
   st = ct_st_open(path, &f, err);
   if (st) goto out;
   /* The prefix is whatever the file uses: HF CLIPTextModel files have it,
-   * files written by ct_textenc_save do not. */
+   * bare names (as listed in docs/text_encoder.md) are accepted too. */
   for (size_t i = 0; i < f->ntensors; i++)
     if (!strncmp(f->tensors[i].name, PREFIX, strlen(PREFIX))) prefix = PREFIX;
   size_t plen = strlen(prefix);
