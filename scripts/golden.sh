@@ -13,3 +13,5 @@ $PY "$PEER" golden --preset tiny --seed 0 --out tests/data/golden_tiny.safetenso
 $PY "$PEER" golden --preset tiny --seed 1 --set hw=6,10 --set hidden=48 --set heads=2 --set axes=4,10,10 \
   --set nd=2 --set ns=1 --set T=7 --set B=3 --set ctx=24 --set vec=40 --set lat=3 \
   --out tests/data/golden_odd.safetensors
+# frozen CLIP text encoder (plain torch reference, no transformers package)
+$PY scripts/textenc_golden.py --seed 0 --out tests/data/textenc_golden.safetensors

@@ -1,0 +1,458 @@
+/* The frozen CLIP text encoder: parameters, seeded init, safetensors load/save
+ * and the forward pass (Hugging Face CLIPTextModel semantics).
+ *
+ * Design: all weights live in one CT_MEM_PARAMS block described by a table of
+ * HF names (without the "text_model." prefix). Within a layer q, k and v
+ * weights are adjacent, and so are their biases, so the three projections are
+ * one [3d, d] linear. The forward is a chain of existing kernels
+ * (ct_layernorm_affine_fwd, ct_linear_fwd, ct_attention_fwd with its causal
+ * mask, ct_quick_gelu_fwd); the only code of its own here is the embedding
+ * lookup and the (B*T, 3d) -> (3, B, H, T, hd) head split. Scratch buffers are
+ * kept in the struct and grow to the largest B*T seen, so repeated encodes do
+ * not allocate; hence one ct_textenc must not be used by two threads at once.
+ * Not here: tokenizers (tokenizer.c), gradients (the encoder never trains).
+ */
+#include "ctuner/textenc.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
+#include "ctuner/rng.h"
+#include "ctuner/safetensors.h"
+
+#define PREFIX "text_model."
+#define RNG_STREAM 0x54455854ull /* "TEXT": distinct from the MMDiT's streams */
+
+typedef struct tparam {
+  char name[96]; /* HF name without the "text_model." prefix */
+  int ndim;
+  int64_t shape[2];
+  size_t offset, numel; /* floats within te->w */
+} tparam;
+
+/* Offsets of one layer's tensors within te->w. */
+typedef struct tlayer {
+  size_t ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} tlayer;
+
+struct ct_textenc {
+  ct_textenc_config cfg;
+  tparam *params;
+  size_t nparams, numel;
+  float *w;
+  tlayer *layers;
+  size_t tok, pos, lnf_w, lnf_b;
+  /* scratch, sized for cap_rows = B*T rows */
+  size_t cap_rows;
+  float *x;   /* (B*T, d) residual stream */
+  float *h;   /* (B*T, d) normed input / branch output */
+  float *big; /* (B*T, max(3d, intermediate)) qkv or MLP hidden */
+  float *qkv; /* (3, B, H, T, hd) heads */
+  float *o;   /* (B*T, d) attention output, heads concatenated */
+  float *lse; /* (B, H, T) */
+};
+
+void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
+  int heads = hidden / 64 > 1 ? hidden / 64 : 1;
+  while (heads > 1 && hidden % heads) heads--;
+  cfg->vocab = CT_TOK_BYTE_VOCAB;
+  cfg->max_pos = 77;
+  cfg->hidden = hidden;
+  cfg->heads = heads;
+  cfg->layers = 2;
+  cfg->intermediate = 4 * hidden;
+  cfg->ln_eps = 1e-5f;
+}
+
+ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
+  if (!c) return ct_errf(err, CT_ERR_INVALID, "text encoder config is NULL");
+  if (c->vocab < 1)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder vocab must be >= 1 (got %d)", c->vocab);
+  if (c->max_pos < 1)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder max_pos must be >= 1 (got %d)", c->max_pos);
+  if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "text encoder hidden (%d) must be >= 1 and divisible by heads (%d)", c->hidden,
+                   c->heads);
+  if (c->layers < 0)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder layers must be >= 0 (got %d)", c->layers);
+  if (c->intermediate < 1)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder intermediate must be >= 1 (got %d)",
+                   c->intermediate);
+  if (!(c->ln_eps > 0.0f) || !isfinite(c->ln_eps))
+    return ct_errf(err, CT_ERR_INVALID, "text encoder ln_eps must be a positive number (got %g)",
+                   (double)c->ln_eps);
+  /* Keep every size well inside int (kernels take int dimensions). */
+  if (c->hidden > (1 << 16) || c->intermediate > (1 << 18) || c->vocab > (1 << 22) ||
+      c->max_pos > (1 << 16) || c->layers > 1024)
+    return ct_errf(
+        err, CT_ERR_RANGE,
+        "text encoder config too large (hidden %d, intermediate %d, vocab %d, max_pos %d, "
+        "layers %d)",
+        c->hidden, c->intermediate, c->vocab, c->max_pos, c->layers);
+  return CT_OK;
+}
+
+static size_t add(ct_textenc *te, const char *name, int64_t d0, int64_t d1) {
+  tparam *p = &te->params[te->nparams++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = d1 ? 2 : 1;
+  p->shape[0] = d0;
+  p->shape[1] = d1;
+  p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+  p->offset = te->numel;
+  te->numel += p->numel;
+  return p->offset;
+}
+
+static size_t addl(ct_textenc *te, int layer, const char *suffix, int64_t d0, int64_t d1) {
+  char nm[96];
+  snprintf(nm, sizeof nm, "encoder.layers.%d.%s", layer, suffix);
+  return add(te, nm, d0, d1);
+}
+
+/* The table in the order HF's named_parameters() would give, except that
+ * within self_attn the q, k, v weights come first and then their biases, which
+ * makes them one contiguous [3d, d] weight and [3d] bias. */
+static ct_status build_table(ct_textenc *te, ct_err *err) {
+  const ct_textenc_config *c = &te->cfg;
+  int64_t d = c->hidden, I = c->intermediate;
+  size_t n = 4 + 16 * (size_t)c->layers;
+  te->params = calloc(n, sizeof *te->params);
+  te->layers = calloc(c->layers ? (size_t)c->layers : 1, sizeof *te->layers);
+  if (!te->params || !te->layers)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder table)");
+  te->tok = add(te, "embeddings.token_embedding.weight", c->vocab, d);
+  te->pos = add(te, "embeddings.position_embedding.weight", c->max_pos, d);
+  for (int l = 0; l < c->layers; l++) {
+    tlayer *L = &te->layers[l];
+    L->ln1_w = addl(te, l, "layer_norm1.weight", d, 0);
+    L->ln1_b = addl(te, l, "layer_norm1.bias", d, 0);
+    L->qkv_w = addl(te, l, "self_attn.q_proj.weight", d, d);
+    addl(te, l, "self_attn.k_proj.weight", d, d);
+    addl(te, l, "self_attn.v_proj.weight", d, d);
+    L->qkv_b = addl(te, l, "self_attn.q_proj.bias", d, 0);
+    addl(te, l, "self_attn.k_proj.bias", d, 0);
+    addl(te, l, "self_attn.v_proj.bias", d, 0);
+    L->out_w = addl(te, l, "self_attn.out_proj.weight", d, d);
+    L->out_b = addl(te, l, "self_attn.out_proj.bias", d, 0);
+    L->ln2_w = addl(te, l, "layer_norm2.weight", d, 0);
+    L->ln2_b = addl(te, l, "layer_norm2.bias", d, 0);
+    L->fc1_w = addl(te, l, "mlp.fc1.weight", I, d);
+    L->fc1_b = addl(te, l, "mlp.fc1.bias", I, 0);
+    L->fc2_w = addl(te, l, "mlp.fc2.weight", d, I);
+    L->fc2_b = addl(te, l, "mlp.fc2.bias", d, 0);
+  }
+  te->lnf_w = add(te, "final_layer_norm.weight", d, 0);
+  te->lnf_b = add(te, "final_layer_norm.bias", d, 0);
+  CT_ASSERT(te->nparams == n);
+  return CT_OK;
+}
+
+static const tparam *find(const ct_textenc *te, const char *name) {
+  for (size_t i = 0; i < te->nparams; i++)
+    if (!strcmp(te->params[i].name, name)) return &te->params[i];
+  return NULL;
+}
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* HF CLIPPreTrainedModel._init_weights with initializer_factor 1 (see
+ * docs/text_encoder.md). Each tensor has its own RNG stream (its table index),
+ * so a tensor's values do not depend on the others' sizes or the thread count. */
+static void init_params(ct_textenc *te, uint64_t seed) {
+  const ct_textenc_config *c = &te->cfg;
+  float d = (float)c->hidden, twoL = 2.0f * (float)(c->layers ? c->layers : 1);
+  float in_std = 1.0f / sqrtf(d) / sqrtf(twoL); /* q, k, v, fc2 */
+  float out_std = 1.0f / sqrtf(d);              /* out_proj */
+  float fc1_std = 1.0f / sqrtf(2.0f * d);       /* fc1 */
+  for (size_t i = 0; i < te->nparams; i++) {
+    const tparam *p = &te->params[i];
+    float *w = te->w + p->offset;
+    float std = 0.0f;
+    if (strstr(p->name, "layer_norm") && ends_with(p->name, ".weight")) {
+      for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+      continue;
+    }
+    if (ends_with(p->name, ".bias")) {
+      memset(w, 0, p->numel * sizeof(float));
+      continue;
+    }
+    if (strstr(p->name, "embedding"))
+      std = 0.02f;
+    else if (strstr(p->name, "out_proj"))
+      std = out_std;
+    else if (strstr(p->name, "fc1"))
+      std = fc1_std;
+    else
+      std = in_std; /* q/k/v_proj, fc2 */
+    ct_rng_fill_normal(w, p->numel, seed, RNG_STREAM + i, 0, 0.0f, std);
+  }
+}
+
+ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
+                         ct_err *err) {
+  ct_status st = CT_OK;
+  ct_textenc *te = NULL;
+  *out = NULL;
+  st = ct_textenc_config_validate(cfg, err);
+  if (st) goto out;
+  te = calloc(1, sizeof *te);
+  if (!te) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder)");
+    goto out;
+  }
+  te->cfg = *cfg;
+  st = build_table(te, err);
+  if (st) goto out;
+  te->w = ct_alloc(CT_MEM_PARAMS, te->numel * sizeof(float));
+  if (!te->w) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)",
+                 te->numel);
+    goto out;
+  }
+  init_params(te, seed);
+  *out = te;
+  te = NULL;
+out:
+  ct_textenc_free(te);
+  return st;
+}
+
+static void free_scratch(ct_textenc *te) {
+  ct_free(te->x);
+  ct_free(te->h);
+  ct_free(te->big);
+  ct_free(te->qkv);
+  ct_free(te->o);
+  ct_free(te->lse);
+  te->x = te->h = te->big = te->qkv = te->o = te->lse = NULL;
+  te->cap_rows = 0;
+}
+
+void ct_textenc_free(ct_textenc *te) {
+  if (!te) return;
+  free_scratch(te);
+  ct_free(te->w);
+  free(te->params);
+  free(te->layers);
+  free(te);
+}
+
+const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te) {
+  return &te->cfg;
+}
+
+/* ---- safetensors ---- */
+
+/* Append an item to a bounded, comma-separated list; counts every item. */
+static void list_add(char *buf, size_t cap, int *count, const char *item) {
+  size_t len = strlen(buf);
+  (*count)++;
+  if (len + strlen(item) + 16 >= cap) {
+    if (!strstr(buf, ", ...")) snprintf(buf + len, cap - len, ", ...");
+    return;
+  }
+  snprintf(buf + len, cap - len, "%s%s", *count > 1 ? ", " : "", item);
+}
+
+static int is_known_buffer(const char *name) {
+  /* Older transformers versions save the position_ids buffer (an I64 arange);
+   * it carries no weights. */
+  return !strcmp(name, "embeddings.position_ids");
+}
+
+ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
+  ct_status st = CT_OK;
+  ct_st_file *f = NULL;
+  enum { CAP = 240 }; /* three lists + the summary fit ct_err's 1024 bytes */
+  char missing[CAP] = "", wrong[CAP] = "", extra[CAP] = "";
+  int nmissing = 0, nwrong = 0, nextra = 0;
+  char full[128], item[256];
+  const char *prefix = "";
+
+  st = ct_st_open(path, &f, err);
+  if (st) goto out;
+  /* The prefix is whatever the file uses: HF CLIPTextModel files have it,
+   * bare names (as listed in docs/text_encoder.md) are accepted too. */
+  for (size_t i = 0; i < f->ntensors; i++)
+    if (!strncmp(f->tensors[i].name, PREFIX, strlen(PREFIX))) prefix = PREFIX;
+  size_t plen = strlen(prefix);
+  for (size_t i = 0; i < te->nparams; i++) {
+    const tparam *p = &te->params[i];
+    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    const ct_st_tensor *t = ct_st_find(f, full);
+    if (!t) {
+      list_add(missing, CAP, &nmissing, p->name);
+      continue;
+    }
+    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] &&
+             (p->ndim == 1 || t->shape[1] == p->shape[1]);
+    int dt_ok = t->dtype == CT_DTYPE_F32 || t->dtype == CT_DTYPE_F16 || t->dtype == CT_DTYPE_BF16;
+    if (!ok || !dt_ok) {
+      char got[96] = "";
+      size_t gl = 0;
+      for (int k = 0; k < t->ndim && gl < 80; k++)
+        gl += snprintf(got + gl, sizeof got - gl, "%s%lld", k ? "," : "", (long long)t->shape[k]);
+      if (p->ndim == 2)
+        snprintf(item, sizeof item, "%s %s[%s] (need [%lld,%lld])", p->name,
+                 ct_dtype_name(t->dtype), got, (long long)p->shape[0], (long long)p->shape[1]);
+      else
+        snprintf(item, sizeof item, "%s %s[%s] (need [%lld])", p->name, ct_dtype_name(t->dtype),
+                 got, (long long)p->shape[0]);
+      list_add(wrong, CAP, &nwrong, item);
+    }
+  }
+  for (size_t i = 0; i < f->ntensors; i++) {
+    const char *tn = f->tensors[i].name;
+    /* With a prefix, tensors outside text_model.* (a full CLIPModel's vision
+     * tower, projections) are not ours and are ignored. */
+    if (strncmp(tn, prefix, plen)) continue;
+    if (!find(te, tn + plen) && !is_known_buffer(tn + plen)) list_add(extra, CAP, &nextra, tn);
+  }
+  if (nmissing || nwrong || nextra) {
+    st = ct_errf(
+        err, CT_ERR_SHAPE,
+        "%s does not match the text encoder (%zu tensors, hidden %d, layers %d, "
+        "intermediate %d, vocab %d, max_pos %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
+        "%d unexpected%s%s%s",
+        path, te->nparams, te->cfg.hidden, te->cfg.layers, te->cfg.intermediate, te->cfg.vocab,
+        te->cfg.max_pos, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
+        nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
+        nextra ? "]" : "");
+    goto out;
+  }
+  for (size_t i = 0; i < te->nparams; i++) {
+    const tparam *p = &te->params[i];
+    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    st = ct_st_to_f32(ct_st_find(f, full), te->w + p->offset, p->numel, err);
+    if (st) goto out;
+  }
+out:
+  ct_st_close(f);
+  return st;
+}
+
+ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err) {
+  ct_st_writer *w = NULL;
+  char full[128];
+  ct_status st = ct_st_writer_new(&w);
+  if (st) return ct_errf(err, st, "out of memory");
+  /* HF names with the prefix, so the file is a CLIPTextModel state dict. */
+  for (size_t i = 0; i < te->nparams && !st; i++) {
+    const tparam *p = &te->params[i];
+    snprintf(full, sizeof full, PREFIX "%s", p->name);
+    st = ct_st_writer_add_f32(w, full, p->ndim, p->shape, te->w + p->offset, CT_DTYPE_F32, err);
+  }
+  if (!st) st = ct_st_writer_write(w, path, err);
+  ct_st_writer_free(w);
+  return st;
+}
+
+/* ---- forward ---- */
+
+static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
+  if (rows <= te->cap_rows) return CT_OK;
+  const ct_textenc_config *c = &te->cfg;
+  size_t d = (size_t)c->hidden,
+         wide = 3 * d > (size_t)c->intermediate ? 3 * d : (size_t)c->intermediate;
+  free_scratch(te);
+  te->x = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->h = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->big = ct_alloc(CT_MEM_BUFFERS, rows * wide * sizeof(float));
+  te->qkv = ct_alloc(CT_MEM_BUFFERS, 3 * rows * d * sizeof(float));
+  te->o = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->lse = ct_alloc(CT_MEM_BUFFERS, rows * (size_t)c->heads * sizeof(float));
+  if (!te->x || !te->h || !te->big || !te->qkv || !te->o || !te->lse) {
+    free_scratch(te);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder scratch for %zu tokens", rows);
+  }
+  te->cap_rows = rows;
+  return CT_OK;
+}
+
+/* (B*T, 3d) rows laid out (3, H, hd) -> q, k, v each (B, H, T, hd). */
+static void split_heads(int B, int T, int H, int hd, const float *qkv, float *out) {
+  size_t plane = (size_t)B * H * T * hd;
+  int d = H * hd;
+#pragma omp parallel for schedule(static) if ((size_t)B * T * d > 16384)
+  for (int r = 0; r < B * T; r++) {
+    int b = r / T, t = r % T;
+    const float *src = qkv + (size_t)r * 3 * d;
+    for (int s = 0; s < 3; s++)
+      for (int h = 0; h < H; h++)
+        memcpy(out + s * plane + (((size_t)b * H + h) * T + t) * hd,
+               src + (size_t)s * d + (size_t)h * hd, (size_t)hd * sizeof(float));
+  }
+}
+
+ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
+                            float *pooled, ct_err *err) {
+  ct_status st = CT_OK;
+  CT_ASSERT(te);
+  const ct_textenc_config *c = &te->cfg;
+  if (B < 1 || T < 1 || T > c->max_pos)
+    return ct_errf(err, CT_ERR_RANGE,
+                   "text encoder: batch %d x %d tokens; need B >= 1 and 1 <= T <= max_pos (%d)", B,
+                   T, c->max_pos);
+  if (!ids) return ct_errf(err, CT_ERR_INVALID, "text encoder: ids is NULL");
+  size_t rows = (size_t)B * T;
+  for (size_t r = 0; r < rows; r++)
+    if (ids[r] < 0 || ids[r] >= c->vocab)
+      return ct_errf(err, CT_ERR_RANGE,
+                     "text encoder: token id %d at caption %zu position %zu is outside [0, %d)",
+                     (int)ids[r], r / (size_t)T, r % (size_t)T, c->vocab);
+  st = reserve(te, rows, err);
+  if (st) return st;
+
+  int d = c->hidden, H = c->heads, hd = d / H, I = c->intermediate, N = (int)rows;
+  float *x = te->x, *h = te->h, *big = te->big, *o = te->o;
+  const float *W = te->w;
+  size_t plane = rows * (size_t)d;
+
+#pragma omp parallel for schedule(static) if (rows * d > 16384)
+  for (int r = 0; r < N; r++) {
+    const float *tok = W + te->tok + (size_t)ids[r] * d, *pos = W + te->pos + (size_t)(r % T) * d;
+    float *xr = x + (size_t)r * d;
+    for (int j = 0; j < d; j++) xr[j] = tok[j] + pos[j];
+  }
+  for (int l = 0; l < c->layers; l++) {
+    const tlayer *L = &te->layers[l];
+    /* x += out_proj(attn(LN1(x))); HF multiplies q by hd^-1/2, the kernel
+     * scales the scores: the same product. */
+    ct_layernorm_affine_fwd(N, d, x, d, W + L->ln1_w, W + L->ln1_b, c->ln_eps, h, d);
+    ct_linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
+    split_heads(B, T, H, hd, big, te->qkv);
+    ct_attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
+                     te->qkv + 2 * plane, o, te->lse);
+    ct_linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
+    ct_add_inplace(plane, x, h);
+    /* x += fc2(quick_gelu(fc1(LN2(x)))) */
+    ct_layernorm_affine_fwd(N, d, x, d, W + L->ln2_w, W + L->ln2_b, c->ln_eps, h, d);
+    ct_linear_fwd(N, d, I, h, d, W + L->fc1_w, W + L->fc1_b, big, I);
+    ct_quick_gelu_fwd(N, I, big, I, big, I);
+    ct_linear_fwd(N, I, d, big, I, W + L->fc2_w, W + L->fc2_b, h, d);
+    ct_add_inplace(plane, x, h);
+  }
+  float *y = seq ? seq : h;
+  ct_layernorm_affine_fwd(N, d, x, d, W + te->lnf_w, W + te->lnf_b, c->ln_eps, y, d);
+  if (pooled) {
+    for (int b = 0; b < B; b++) {
+      int at = T - 1;
+      for (int t = 0; t < T; t++)
+        if (ids[(size_t)b * T + t] == CT_TOK_EOS) {
+          at = t;
+          break;
+        }
+      memcpy(pooled + (size_t)b * d, y + ((size_t)b * T + at) * d, (size_t)d * sizeof(float));
+    }
+  }
+  return CT_OK;
+}
