@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +148,17 @@ static long ckpt_step(const char *name) {
   return v;
 }
 
+int ct_pathf(char *buf, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(buf, n, fmt, ap);
+  va_end(ap);
+  return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
 static int guarded(const char *dir) {
   char p[4200], buf[16] = {0};
-  snprintf(p, sizeof p, "%s/.guard", dir);
+  if (ct_pathf(p, sizeof p, "%s/.guard", dir)) return 0;
   FILE *f = fopen(p, "rb");
   if (!f) return 0;
   size_t r = fread(buf, 1, sizeof buf - 1, f);
@@ -362,8 +371,9 @@ static void fault_kill(long step) {
 ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_train_state *s,
                              long limit, char *path, size_t pn, ct_err *err) {
   char tmp[4096], dst[4096], p[4200];
-  snprintf(dst, sizeof dst, "%s/checkpoint-%ld", out, s->global_step);
-  snprintf(tmp, sizeof tmp, "%s-tmp", dst);
+  if (ct_pathf(dst, sizeof dst, "%s/checkpoint-%ld", out, s->global_step) ||
+      ct_pathf(tmp, sizeof tmp, "%s-tmp", dst))
+    return ct_errf(err, CT_ERR_RANGE, "output_dir path is too long: %s", out);
   ct_status st = ct_rm_rf(tmp, err);
   if (!st) st = ct_mkdir_p(tmp, err);
   if (!st) {

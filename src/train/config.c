@@ -3,6 +3,7 @@
 #include "ctuner/config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,8 +382,8 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->max_train_steps < 0) BAD("max_train_steps must be >= 0, got %ld", c->max_train_steps);
   if (c->max_train_steps == 0 && c->num_train_epochs < 1)
     BAD("set max_train_steps or num_train_epochs (>= 1)");
-  if (!(c->learning_rate >= 0) || c->learning_rate > 10)
-    BAD("learning_rate must be in [0, 10], got %g", c->learning_rate);
+  if (!(c->learning_rate >= 0) || !isfinite(c->learning_rate))
+    BAD("learning_rate must be a finite number >= 0, got %g", c->learning_rate);
   ct_sched_kind sk;
   if (!c->lr_scheduler) BAD("lr_scheduler is required");
   ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);

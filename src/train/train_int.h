@@ -25,6 +25,10 @@ typedef struct ct_geometry {
 ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err);
 ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, ct_textenc **te, ct_err *err);
 
+/* snprintf into a path buffer; 0 if it fit, -1 if truncated (callers fail
+ * with a clear error instead of using a cut path). */
+int ct_pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Checkpoint files. */
 ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
 ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err);

@@ -279,8 +279,8 @@ typedef struct trainer {
 } trainer;
 
 static ct_status write_sidecar(const char *png, const char *prompt, ct_err *err) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s", png);
+  char p[4700];
+  if (ct_pathf(p, sizeof p, "%s", png)) return ct_errf(err, CT_ERR_RANGE, "path too long: %s", png);
   char *dot = strrchr(p, '.');
   if (dot) strcpy(dot, ".txt");
   return ct_write_file_atomic(p, prompt, strlen(prompt), err);
@@ -667,7 +667,12 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
         cb(&e, user);
       }
     }
-    if ((cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last) {
+    const int due = (cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last;
+    if (due && s.nonfinite_run > 0) {
+      /* Never checkpoint in the middle of NaN/Inf trouble: the newest
+       * checkpoint stays one from before it. */
+      CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s.nonfinite_run);
+    } else if (due) {
       st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
                               sum->last_checkpoint, sizeof sum->last_checkpoint, err);
       if (st) goto out;
