@@ -17,6 +17,8 @@ static void usage(FILE *f) {
           "  model check   run forward and backward on a PyTorch golden file and compare\n"
           "  model info    print a preset's configuration and parameter count\n"
           "  bench step    time forward + backward + AdamW of a preset on random data\n"
+          "  dataset synth write the synthetic coloured-shapes dataset (images + captions)\n"
+          "  eval synth    judge colour and shape of images against their prompts\n"
           "\n"
           "Run 'ctuner <command> --help' for a command's options.\n");
 }
@@ -62,6 +64,20 @@ int ct_cli_float(const char *key, const char *val, double *out) {
   return 0;
 }
 
+void ct_cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   const char *lv = NULL;
@@ -87,6 +103,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "model")) return ct_cmd_model(argc - i, argv + i);
   if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
+  if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
+  if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
