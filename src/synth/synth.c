@@ -53,7 +53,7 @@ static const color COLORS[] = {
 #define STREAM_SPEC 0x53594e54ull   /* spec of image i */
 #define STREAM_FILE 0x46494c45ull   /* size and format of dataset image i */
 #define HELD_KEY 0x68656c646f7574ull /* fixed: the held-out set never changes */
-#define HELD_FRACTION 0.10
+#define HELD_PER_SHAPE 7
 
 int ct_synth_nshapes(void) {
   return NSHAPES;
@@ -210,21 +210,39 @@ ct_status ct_synth_render(const ct_synth_spec *s, int w, int h, ct_image *out, c
 
 /* ---- drawing specs ---- */
 
-static int held(int combo) {
-  uint32_t o[4];
-  ct_philox4x32(HELD_KEY, 0, (uint64_t)combo, o);
-  return o[0] < (uint32_t)(HELD_FRACTION * 4294967296.0);
+/* held[c] = 1 for the held-out combinations: for each shape, the HELD_PER_SHAPE
+ * of its colour x position combinations with the smallest Philox hash under a
+ * constant key (7 of 72 per shape: 21 of 216, 9.7%). */
+static void held_set(uint8_t held[NCOMBO]) {
+  enum { PER = NFG * NPOS };
+  uint32_t hv[PER];
+  for (int sh = 0; sh < NSHAPES; sh++) {
+    for (int k = 0; k < PER; k++) {
+      uint32_t o[4];
+      ct_philox4x32(HELD_KEY, 0, (uint64_t)(sh * PER + k), o);
+      hv[k] = o[0];
+    }
+    for (int k = 0; k < PER; k++) {
+      int rank = 0;
+      for (int j = 0; j < PER; j++) rank += hv[j] < hv[k] || (hv[j] == hv[k] && j < k);
+      held[sh * PER + k] = rank < HELD_PER_SHAPE;
+    }
+  }
 }
 
 int ct_synth_is_held_out(const ct_synth_spec *s) {
-  return held((s->shape * NFG + s->color) * NPOS + s->pos);
+  uint8_t held[NCOMBO];
+  held_set(held);
+  return held[(s->shape * NFG + s->color) * NPOS + s->pos];
 }
 
 void ct_synth_draw(uint64_t seed, uint64_t i, int held_out, ct_synth_spec *s) {
   uint32_t o[4];
   int list[NCOMBO], n = 0;
+  uint8_t held[NCOMBO];
+  held_set(held);
   for (int c = 0; c < NCOMBO; c++)
-    if (held(c) == (held_out != 0)) list[n++] = c;
+    if (held[c] == (held_out != 0)) list[n++] = c;
   CT_ASSERT(n > 0);
   ct_philox4x32(seed, STREAM_SPEC, i, o);
   int combo = list[o[0] % (uint32_t)n];
