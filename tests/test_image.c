@@ -57,23 +57,26 @@ static void check_fixture(int *ct_failed_, const char *name, int w, int h, int t
   CHECKF(ref && n == (size_t)w * h * 3, "%s: reference %s missing or wrong size", name, refp);
   if (ref && n == (size_t)w * h * 3) {
     int m = maxdiff(img.px, ref, n, &nd);
-    CHECKF(m <= tol, "%s: max diff %d (%zu of %zu values differ), tolerance %d", name, m, nd, n, tol);
+    CHECKF(m <= tol, "%s: max diff %d (%zu of %zu values differ), tolerance %d", name, m, nd, n,
+           tol);
   }
   free(ref);
   ct_image_free(&img);
 }
 
 CT_TEST(image, png_variants_match_pillow) {
-  const char *names[] = {"rgb.png",       "rgba.png",           "palette.png",
-                         "grey.png",      "grey_alpha.png",     "bilevel.png",
-                         "rgb16.png",     "interlaced.png",     "interlaced_rgba.png"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++) check_fixture(ct_failed_, names[i], 23, 17, 0);
+  const char *names[] = {"rgb.png",   "rgba.png",       "palette.png",
+                         "grey.png",  "grey_alpha.png", "bilevel.png",
+                         "rgb16.png", "interlaced.png", "interlaced_rgba.png"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    check_fixture(ct_failed_, names[i], 23, 17, 0);
 }
 
 CT_TEST(image, jpeg_variants_match_pillow) {
   /* Same libjpeg-turbo, same default settings: exact. */
   const char *names[] = {"baseline.jpg", "progressive.jpg", "grey.jpg", "cmyk.jpg", "q95_444.jpg"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++) check_fixture(ct_failed_, names[i], 37, 29, 0);
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    check_fixture(ct_failed_, names[i], 37, 29, 0);
 }
 
 static void expect_error(int *ct_failed_, const char *name, const char *needle) {

@@ -34,11 +34,11 @@ CT_TEST(synth, palette) {
   CHECK(!strcmp(ct_synth_shape_name(2), "triangle") && !strcmp(ct_synth_shape_name(9), "?"));
 }
 
-#define FOR_ALL_SPECS(s)                                                         \
-  for (s.shape = 0; s.shape < ct_synth_nshapes(); s.shape++)                     \
-    for (s.color = 0; s.color < ct_synth_nfg(); s.color++)                       \
-      for (s.size = 0; s.size < 3; s.size++)                                     \
-        for (s.pos = 0; s.pos < 9; s.pos++)                                      \
+#define FOR_ALL_SPECS(s)                                     \
+  for (s.shape = 0; s.shape < ct_synth_nshapes(); s.shape++) \
+    for (s.color = 0; s.color < ct_synth_nfg(); s.color++)   \
+      for (s.size = 0; s.size < 3; s.size++)                 \
+        for (s.pos = 0; s.pos < 9; s.pos++)                  \
           for (s.bg = ct_synth_nfg(); s.bg < ct_synth_ncolors(); s.bg++)
 
 CT_TEST(synth, caption_round_trip) {
@@ -63,7 +63,8 @@ CT_TEST(synth, caption_round_trip) {
   CHECK(p.shape == 2 && p.color == 2 && p.size == 2 && p.pos == 4 && p.bg == ct_synth_nfg() + 1);
   CHECK(ct_synth_parse("a small red circle at the top left", &p, &err) == CT_ERR_FORMAT);
   CHECKF(strstr(err.msg, "background") != NULL, "%s", err.msg);
-  CHECK(ct_synth_parse("a small circle on a white background at the left", &p, &err) == CT_ERR_FORMAT);
+  CHECK(ct_synth_parse("a small circle on a white background at the left", &p, &err) ==
+        CT_ERR_FORMAT);
   CHECKF(strstr(err.msg, "colour") != NULL, "%s", err.msg);
   CHECK(ct_synth_parse("", &p, &err) == CT_ERR_FORMAT);
 }
@@ -190,7 +191,8 @@ static void judge_all(int *ct_failed_, int w, int h, int rw, int rh, double sigm
     }
     ct_image_free(&im);
   }
-  fprintf(stderr, "  judge %dx%d%s%s noise %.0f: colour %d/%d, shape %d/%d; confusion "
+  fprintf(stderr,
+          "  judge %dx%d%s%s noise %.0f: colour %d/%d, shape %d/%d; confusion "
           "c[%d %d %d] s[%d %d %d] t[%d %d %d]\n",
           w, h, rw ? " resized to " : "", rw ? (rw == 32 ? "32x32" : "other") : "", sigma, cok, n,
           sok, n, conf[0][0], conf[0][1], conf[0][2], conf[1][0], conf[1][1], conf[1][2],

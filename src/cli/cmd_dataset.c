@@ -94,7 +94,8 @@ static int dataset_synth(int argc, char **argv) {
   int ds = dir_state(out, force);
   if (ds < 0) return 1;
   if (ds > 0) {
-    fprintf(stderr, "ctuner dataset synth: %s is not empty; use --force to overwrite a dataset there\n",
+    fprintf(stderr,
+            "ctuner dataset synth: %s is not empty; use --force to overwrite a dataset there\n",
             out);
     return 1;
   }

@@ -131,13 +131,14 @@ static int eval_synth(int argc, char **argv) {
       ct_cli_json_str(pf, names[k]);
       fprintf(pf, ", \"prompt\": ");
       ct_cli_json_str(pf, prompt);
-      fprintf(pf,
-              ", \"prompt_from\": \"%s\", \"size\": [%d, %d], \"color\": \"%s\", \"shape\": \"%s\", "
-              "\"color_ok\": %s, \"shape_ok\": %s}",
-              side ? "sidecar" : "filename", img.w, img.h,
-              v.color_found >= 0 ? ct_synth_color_name(v.color_found) : "none",
-              v.shape_found >= 0 ? ct_synth_shape_name(v.shape_found) : "none",
-              v.color_ok ? "true" : "false", v.shape_ok ? "true" : "false");
+      fprintf(
+          pf,
+          ", \"prompt_from\": \"%s\", \"size\": [%d, %d], \"color\": \"%s\", \"shape\": \"%s\", "
+          "\"color_ok\": %s, \"shape_ok\": %s}",
+          side ? "sidecar" : "filename", img.w, img.h,
+          v.color_found >= 0 ? ct_synth_color_name(v.color_found) : "none",
+          v.shape_found >= 0 ? ct_synth_shape_name(v.shape_found) : "none",
+          v.color_ok ? "true" : "false", v.shape_ok ? "true" : "false");
     }
     scored++;
     cok += v.color_ok;
@@ -153,7 +154,8 @@ static int eval_synth(int argc, char **argv) {
   for (size_t k = 0; k < nn; k++) free(names[k]);
   free(names);
   if (!scored) {
-    fprintf(stderr, "ctuner eval synth: no image in %s could be scored (%zu image files, %ld skipped)\n",
+    fprintf(stderr,
+            "ctuner eval synth: no image in %s could be scored (%zu image files, %ld skipped)\n",
             dir, nn, skipped);
     return 1;
   }

@@ -171,7 +171,8 @@ ct_status ct_image_probe(const char *path, int *w, int *h, ct_err *err) {
   else if (is_jpeg(sig, got))
     st = ct_jpeg_probe(fp, w, h, err);
   else
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "not a PNG or JPEG file (only PNG and JPEG are supported)");
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "not a PNG or JPEG file (only PNG and JPEG are supported)");
 out:
   if (fp) fclose(fp);
   if (st) ct_err_prefix(err, "%s: ", path);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* jpeglib.h needs stdio.h (FILE, size_t) first. */
 #include <jerror.h>
 #include <jpeglib.h>
 

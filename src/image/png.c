@@ -26,8 +26,8 @@ typedef struct {
   const uint8_t *p;
   size_t n, off;
   char msg[256];
-  uint8_t *px;       /* output pixels */
-  png_bytep *rows;   /* row pointers */
+  uint8_t *px;     /* output pixels */
+  png_bytep *rows; /* row pointers */
 } pngdec;
 
 static void on_error(png_structp png, png_const_charp msg) {

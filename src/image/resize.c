@@ -125,7 +125,8 @@ ct_status ct_image_resize(const ct_image *src, int w, int h, ct_image *dst, ct_e
   int *bh = NULL, *bv = NULL;
   int32_t *kh = NULL, *kv = NULL;
   ct_image tmp = {0}, res = {0};
-  if (!src || !src->px || !dst) return ct_errf(err, CT_ERR_INVALID, "ct_image_resize: NULL argument");
+  if (!src || !src->px || !dst)
+    return ct_errf(err, CT_ERR_INVALID, "ct_image_resize: NULL argument");
   if ((st = ct_image_alloc(w, h, &res, err))) {
     ct_err_prefix(err, "resize %dx%d -> %dx%d: ", src->w, src->h, w, h);
     return st;

@@ -11,6 +11,8 @@
  * target image (a circle is round at any aspect ratio); sizes are fractions of
  * min(w, h). The judge lives in judge.c; docs/synth.md has the design.
  */
+#include "ctuner/synth.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -19,18 +21,17 @@
 #include <sys/stat.h>
 
 #include "ctuner/rng.h"
-#include "ctuner/synth.h"
 #include "synth/synth_int.h"
 
 static const char *const SHAPES[] = {"circle", "square", "triangle"};
 static const char *const SIZES[] = {"small", "medium", "large"};
 static const double SIZE_FRAC[] = {0.30, 0.45, 0.60};
-static const char *const POS[] = {"top left", "top",         "top right",
-                                  "left",     "center",      "right",
-                                  "bottom left", "bottom",   "bottom right"};
+static const char *const POS[] = {"top left", "top",         "top right", "left",        "center",
+                                  "right",    "bottom left", "bottom",    "bottom right"};
 static const char *const POS_PHRASE[] = {
-    "at the top left", "at the top",    "at the top right",    "at the left",        "in the center",
-    "at the right",    "at the bottom left", "at the bottom", "at the bottom right"};
+    "at the top left",    "at the top",    "at the top right",
+    "at the left",        "in the center", "at the right",
+    "at the bottom left", "at the bottom", "at the bottom right"};
 
 typedef struct {
   const char *name;
@@ -38,7 +39,7 @@ typedef struct {
 } color;
 /* Foreground colours first (saturated, pairwise >= 80 apart in RGB), then backgrounds. */
 static const color COLORS[] = {
-    {"red", {230, 25, 25}},     {"green", {30, 180, 40}},   {"blue", {30, 60, 230}},
+    {"red", {230, 25, 25}},     {"green", {30, 180, 40}},    {"blue", {30, 60, 230}},
     {"yellow", {245, 220, 30}}, {"magenta", {220, 40, 200}}, {"cyan", {30, 210, 220}},
     {"orange", {250, 140, 20}}, {"purple", {120, 40, 170}},  {"white", {255, 255, 255}},
     {"black", {0, 0, 0}},       {"grey", {128, 128, 128}},
@@ -50,8 +51,8 @@ static const color COLORS[] = {
 #define NCOMBO (NSHAPES * NFG * NPOS)
 
 /* Philox streams: one per use, so draws never overlap. */
-#define STREAM_SPEC 0x53594e54ull   /* spec of image i */
-#define STREAM_FILE 0x46494c45ull   /* size and format of dataset image i */
+#define STREAM_SPEC 0x53594e54ull    /* spec of image i */
+#define STREAM_FILE 0x46494c45ull    /* size and format of dataset image i */
 #define HELD_KEY 0x68656c646f7574ull /* fixed: the held-out set never changes */
 #define HELD_PER_SHAPE 7
 
@@ -96,8 +97,8 @@ void ct_synth_caption(const ct_synth_spec *s, char *buf, int n) {
     snprintf(buf, (size_t)n, "an invalid spec");
     return;
   }
-  snprintf(buf, (size_t)n, "a %s %s %s %s on a %s background", SIZES[s->size], COLORS[s->color].name,
-           SHAPES[s->shape], POS_PHRASE[s->pos], COLORS[s->bg].name);
+  snprintf(buf, (size_t)n, "a %s %s %s %s on a %s background", SIZES[s->size],
+           COLORS[s->color].name, SHAPES[s->shape], POS_PHRASE[s->pos], COLORS[s->bg].name);
 }
 
 /* Word k of the lowercased caption into w (letters only); returns the number of words. */
@@ -133,24 +134,33 @@ ct_status ct_synth_parse(const char *caption, ct_synth_spec *s, ct_err *err) {
   for (int i = 0; i < nw; i++) {
     const char *w = words[i];
     int k;
-    if (shape < 0 && (k = find_word(w, SHAPES, 0, NSHAPES)) >= 0) shape = k;
-    else if (size < 0 && (k = find_word(w, SIZES, 0, 3)) >= 0) size = k;
+    if (shape < 0 && (k = find_word(w, SHAPES, 0, NSHAPES)) >= 0)
+      shape = k;
+    else if (size < 0 && (k = find_word(w, SIZES, 0, 3)) >= 0)
+      size = k;
     else if (!strcmp(w, "background") && i > 0 && bg < 0 &&
              (k = find_word(words[i - 1], cnames, NFG, NCOLORS)) >= 0)
       bg = k;
-    else if (col < 0 && (k = find_word(w, cnames, 0, NFG)) >= 0) col = k;
-    else if (!strcmp(w, "top")) row = 0;
-    else if (!strcmp(w, "bottom")) row = 2;
-    else if (!strcmp(w, "left")) cl = 0;
-    else if (!strcmp(w, "right")) cl = 2;
-    else if (!strcmp(w, "center") || !strcmp(w, "centre") || !strcmp(w, "middle")) center = 1;
+    else if (col < 0 && (k = find_word(w, cnames, 0, NFG)) >= 0)
+      col = k;
+    else if (!strcmp(w, "top"))
+      row = 0;
+    else if (!strcmp(w, "bottom"))
+      row = 2;
+    else if (!strcmp(w, "left"))
+      cl = 0;
+    else if (!strcmp(w, "right"))
+      cl = 2;
+    else if (!strcmp(w, "center") || !strcmp(w, "centre") || !strcmp(w, "middle"))
+      center = 1;
   }
-  const char *missing = shape < 0 ? "a shape (circle, square, triangle)"
-                        : col < 0 ? "a foreground colour (red, green, blue, yellow, magenta, cyan, orange, purple)"
-                        : size < 0 ? "a size (small, medium, large)"
-                        : bg < 0   ? "a background ('on a white|black|grey background')"
-                        : (row < 0 && cl < 0 && !center) ? "a position (top left ... center ... bottom right)"
-                                                         : NULL;
+  const char *missing =
+      shape < 0  ? "a shape (circle, square, triangle)"
+      : col < 0  ? "a foreground colour (red, green, blue, yellow, magenta, cyan, orange, purple)"
+      : size < 0 ? "a size (small, medium, large)"
+      : bg < 0   ? "a background ('on a white|black|grey background')"
+      : (row < 0 && cl < 0 && !center) ? "a position (top left ... center ... bottom right)"
+                                       : NULL;
   if (missing) return ct_errf(err, CT_ERR_FORMAT, "caption \"%.200s\" lacks %s", caption, missing);
   s->shape = shape;
   s->color = col;
@@ -289,7 +299,8 @@ void ct_synth_file_plan(uint64_t seed, uint64_t i, int *w, int *h, int *jpeg) {
 ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, ct_err *err) {
   ct_status st = CT_OK;
   ct_image img = {0};
-  if (!dir || count < 0) return ct_errf(err, CT_ERR_INVALID, "ct_synth_write_dataset: bad argument");
+  if (!dir || count < 0)
+    return ct_errf(err, CT_ERR_INVALID, "ct_synth_write_dataset: bad argument");
   if ((st = mkdirs(dir, err))) return st;
   size_t dl = strlen(dir);
   char *path = malloc(dl + 32);
