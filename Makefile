@@ -13,7 +13,7 @@ help:
 	@echo "make test       install missing packages, build with -Werror, run every test (ctest)"
 	@echo "make demo       install, build, run the parity check and the step benchmark"
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
-	@echo "make fuzz       60 s libFuzzer run of the safetensors reader under ASan (clang)"
+	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make format     clang-format the sources"

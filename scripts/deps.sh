@@ -6,8 +6,8 @@
 # Idempotent: installed packages are skipped.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev)
-TEST_PKGS=(python3 python3-torch python3-numpy clang libclang-rt-14-dev libomp-dev)
+BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev)
+TEST_PKGS=(python3 python3-torch python3-numpy python3-pil clang libclang-rt-14-dev libomp-dev)
 PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 
 check_only=0

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets in fuzz/ (ASan + UBSan) for SECONDS each.
+# Runs every libFuzzer target in fuzz/ (ASan + UBSan) for SECONDS each.
 #   scripts/fuzz.sh [SECONDS]      default 60
 # Builds into build-fuzz/ with clang (-DCT_FUZZ=ON), seeds fuzz-corpus/<target>/
-# from tests/data/*.safetensors plus a few small generated files, and fails if a
+# (fuzz_safetensors: tests/data/*.safetensors plus a few small generated files;
+# fuzz_image: the PNG/JPEG fixtures in tests/data/images/), and fails if a
 # target reports a crash, leak or sanitizer error. Crash inputs are kept in
 # build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>.
 set -euo pipefail
@@ -41,11 +42,16 @@ for f in fuzz/*.c; do
 done
 cmake --build build-fuzz -j "$jobs" --target "${targets[@]}"
 
-mkdir -p build-fuzz/artifacts
-status=0
-for t in "${targets[@]}"; do
-  corpus="fuzz-corpus/$t"
-  mkdir -p "$corpus"
+seed_image() {
+  local s
+  for s in tests/data/images/*.png tests/data/images/*.jpg; do
+    [ -f "$s" ] && cp -f "$s" "$1/seed-$(basename "$s")"
+  done
+  return 0
+}
+
+seed_safetensors() {
+  local corpus="$1" s
   # Seeds: committed test files and a few small generated ones.
   for s in tests/data/*.safetensors; do
     [ -f "$s" ] && cp -f "$s" "$corpus/seed-$(basename "$s")"
@@ -64,6 +70,17 @@ open(f"{corpus}/seed-gen-f16.safetensors", "wb").write(st(h2, b"\x00\x3c\x00\xbc
 open(f"{corpus}/seed-gen-hdr.bin", "wb").write(bytes([6]) + hdr)
 open(f"{corpus}/seed-gen-json.json", "wb").write(b'{"a": [1, -2.5e3, "\\u00e9\\ud83d\\ude00", true, null, {}]}')
 PY
+}
+
+mkdir -p build-fuzz/artifacts
+status=0
+for t in "${targets[@]}"; do
+  corpus="fuzz-corpus/$t"
+  mkdir -p "$corpus"
+  case "$t" in
+    fuzz_image) seed_image "$corpus" ;;
+    *) seed_safetensors "$corpus" ;;
+  esac
   dict=()
   [ -f "fuzz/${t#fuzz_}.dict" ] && dict=(-dict="fuzz/${t#fuzz_}.dict")
   echo "fuzz.sh: running $t for ${secs}s (corpus $corpus)"

@@ -25,6 +25,10 @@ void ct_image_free(ct_image *img);
 /* Format by signature, not extension. */
 ct_status ct_image_load(const char *path, ct_image *out, ct_err *err);
 ct_status ct_image_decode(const void *data, size_t n, ct_image *out, ct_err *err);
+/* As ct_image_decode with a tighter pixel budget (w*h <= max_pixels), for
+ * callers that know their images are small (fuzzing, thumbnails). */
+ct_status ct_image_decode_limit(const void *data, size_t n, long max_pixels, ct_image *out,
+                                ct_err *err);
 /* Size without decoding pixels (for bucketing and metadata caches). */
 ct_status ct_image_probe(const char *path, int *w, int *h, ct_err *err);
 

@@ -23,6 +23,12 @@ typedef struct ct_synth_spec {
 
 int ct_synth_nshapes(void);
 int ct_synth_ncolors(void);
+/* Colours [0, nfg) are foreground colours, [nfg, ncolors) background colours,
+ * so a spec's fg and bg never coincide. */
+int ct_synth_nfg(void);
+int ct_synth_nsizes(void);
+const char *ct_synth_size_name(int i);     /* "small", "medium", "large" */
+const char *ct_synth_position_name(int i); /* "top left", ..., "center", ... */
 const char *ct_synth_shape_name(int i);
 const char *ct_synth_color_name(int i);
 void ct_synth_color_rgb(int i, uint8_t rgb[3]);

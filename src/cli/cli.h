@@ -2,10 +2,14 @@
 #ifndef CT_CLI_H
 #define CT_CLI_H
 
+#include <stdio.h>
+
 int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
 int ct_cmd_train(int argc, char **argv);
 int ct_cmd_sample(int argc, char **argv);
+int ct_cmd_dataset(int argc, char **argv);
+int ct_cmd_eval(int argc, char **argv);
 
 /* "--key=value" or "--key value": if argv[*i] is option `key`, store its value,
  * advance *i and return 1; 0 if it is another option; -1 (message printed) if
@@ -14,5 +18,7 @@ int ct_cli_opt(int argc, char **argv, int *i, const char *key, const char **val)
 /* Parse an integer/float option value; prints an error naming the option. */
 int ct_cli_int(const char *key, const char *val, long lo, long hi, long *out);
 int ct_cli_float(const char *key, const char *val, double *out);
+/* Write s as a JSON string literal (quoted, escaped). */
+void ct_cli_json_str(FILE *f, const char *s);
 
 #endif

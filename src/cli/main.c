@@ -19,6 +19,8 @@ static void usage(FILE *f) {
           "  bench step    time forward + backward + AdamW of a preset on random data\n"
           "  train         train the MMDiT (flow matching) from a SimpleTuner-style config\n"
           "  sample        generate images from a checkpoint\n"
+          "  dataset synth write the synthetic coloured-shapes dataset (images + captions)\n"
+          "  eval synth    judge colour and shape of images against their prompts\n"
           "\n"
           "Run 'ctuner <command> --help' for a command's options.\n");
 }
@@ -64,6 +66,20 @@ int ct_cli_float(const char *key, const char *val, double *out) {
   return 0;
 }
 
+void ct_cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   const char *lv = NULL;
@@ -91,6 +107,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
   if (!strcmp(cmd, "train")) return ct_cmd_train(argc - i, argv + i);
   if (!strcmp(cmd, "sample")) return ct_cmd_sample(argc - i, argv + i);
+  if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
+  if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
