@@ -1,0 +1,256 @@
+/* AVX-512 SGEMM: GotoBLAS/BLIS-style blocking around a register-tile kernel.
+ *
+ * C (M x N) is computed in column blocks of up to NC_MAX, and K in blocks of
+ * about KC_MAX. For each (column block, K block) op(B) is packed once into
+ * NR-wide panels (k-major, NR floats per k) shared by all threads; each task
+ * then packs an MC-row block of op(A) into MR-row panels (MR floats per k) in a
+ * thread-local buffer and sweeps the micro-kernel over its MR x NR tiles. The
+ * micro-kernel keeps an MR x NR tile of C in zmm registers, broadcasting one
+ * A value per row and loading NR/16 vectors of B per k; edges use zero-padded
+ * panels and masked loads/stores of C.
+ *
+ * Determinism: the K blocks depend only on K, and each element of C is
+ * computed as acc = sum_k a*b (FMA, k ascending within a block), then
+ * C = alpha*acc + (first block ? beta*C : C) — the same operations whichever
+ * thread or tile handles it, so results do not depend on the thread count.
+ * Threads split only (row block, column group) tasks of one K block.
+ * Every function carries the AVX-512 target attribute so the library builds
+ * without -march flags; gemm.c calls in here only after a CPU check.
+ * Not here: dispatch, degenerate shapes (gemm.c).
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gemm.h"
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+/* Register tile: MR rows of C by NV zmm vectors (NR = 16 * NV columns). The
+ * defaults were measured best on the development CPU (docs/gemm.md). */
+#ifndef GEMM_MR
+#define GEMM_MR 12
+#endif
+#ifndef GEMM_NV
+#define GEMM_NV 2
+#endif
+#define MR GEMM_MR
+#define NV GEMM_NV
+#define NR (16 * NV)
+/* Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2,
+ * a KC x NC block of B in L3. Upper bounds; actual blocks split evenly. */
+#ifndef GEMM_KC
+#define GEMM_KC 256
+#endif
+#ifndef GEMM_MC
+#define GEMM_MC 144
+#endif
+#ifndef GEMM_NC
+#define GEMM_NC 3072
+#endif
+/* Below this many multiply-adds a call runs on one thread. */
+#define GEMM_SERIAL_FMAS (1 << 18)
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Per-thread packing buffers, grown on demand and kept for the thread's life:
+ * GEMMs are called thousands of times per step, so no malloc per call. */
+static _Thread_local float *tls_buf[2];
+static _Thread_local size_t tls_cap[2];
+
+static float *tls_get(int which, size_t nfloat) {
+  if (nfloat > tls_cap[which]) {
+    free(tls_buf[which]);
+    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
+    tls_buf[which] = aligned_alloc(64, bytes);
+    if (!tls_buf[which]) {
+      fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n",
+              bytes);
+      abort();
+    }
+    tls_cap[which] = nfloat;
+  }
+  return tls_buf[which];
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* Mask of the first n lanes (n <= 0: none, n >= 16: all). */
+AVX512 static inline __mmask16 lanes(int n) {
+  if (n >= 16) return (__mmask16)0xFFFF;
+  return n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* Rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-row panels: panel p
+ * holds op(A)[i0+p+i][k0+k] at [p*kc + k*MR + i]; rows past mc are zero so
+ * the micro-kernel never branches on the row count. */
+AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
+                          float *restrict ap) {
+  for (int p = 0; p < mc; p += MR) {
+    int mr = imin(MR, mc - p);
+    float *dst = ap + (size_t)p * kc;
+    if (transA) { /* op(A)[i][k] = A[k][i]: MR contiguous floats per k */
+      const float *src = A + (size_t)k0 * lda + i0 + p;
+      for (int k = 0; k < kc; k++, src += lda, dst += MR)
+        for (int i = 0; i < MR; i++) dst[i] = i < mr ? src[i] : 0.0f;
+    } else { /* gather one float from each of mr row streams per k */
+      const float *row[MR];
+      for (int i = 0; i < MR; i++) row[i] = A + (size_t)(i0 + p + imin(i, mr - 1)) * lda + k0;
+      for (int k = 0; k < kc; k++, dst += MR)
+        for (int i = 0; i < MR; i++) dst[i] = i < mr ? row[i][k] : 0.0f;
+    }
+  }
+}
+
+/* Columns [j0, j0+nr) (nr <= NR) x depth [k0, k0+kc) of op(B) into one panel:
+ * op(B)[k0+k][j0+j] at [k*NR + j], zero past nr. */
+AVX512 static void pack_b_panel(int transB, const float *B, int ldb, int k0, int kc, int j0,
+                                int nr, float *restrict dst) {
+  if (!transB) { /* op(B) rows are contiguous: masked vector copies */
+    __mmask16 m[NV];
+    for (int v = 0; v < NV; v++) m[v] = lanes(nr - 16 * v);
+    const float *src = B + (size_t)k0 * ldb + j0;
+    for (int k = 0; k < kc; k++, src += ldb, dst += NR)
+      for (int v = 0; v < NV; v++)
+        _mm512_store_ps(dst + 16 * v, _mm512_maskz_loadu_ps(m[v], src + 16 * v));
+    return;
+  }
+  /* op(B)[k][j] = B[j][k]: read each stored row contiguously, scatter by NR */
+  for (int j = 0; j < NR; j++) {
+    if (j < nr) {
+      const float *src = B + (size_t)(j0 + j) * ldb + k0;
+      for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = src[k];
+    } else {
+      for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = 0.0f;
+    }
+  }
+}
+
+/* ----------------------------------------------------------- micro-kernel */
+
+/* C[0:mr, 0:nr] = alpha * (a-panel . b-panel) + (first ? beta * C : C), with
+ * beta == 0 on the first block never reading C. a: kc x MR, b: kc x NR. */
+AVX512 static void ukernel(int kc, const float *restrict a, const float *restrict b,
+                           float *restrict c, int ldc, int mr, int nr, float alpha, float beta,
+                           int first) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+  for (int k = 0; k < kc; k++, a += MR, b += NR) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; i++) {
+      __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 m[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; v++) m[v] = lanes(nr - 16 * v);
+  int skip_c = first && beta == 0.0f, scale_c = first && beta != 1.0f;
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; i++) {
+    if (i >= mr) break;
+    float *ci = c + (size_t)i * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+      __m512 old = _mm512_setzero_ps();
+      if (!skip_c) old = _mm512_maskz_loadu_ps(m[v], ci + 16 * v);
+      if (scale_c && !skip_c) old = _mm512_mul_ps(vb, old);
+      _mm512_mask_storeu_ps(ci + 16 * v, m[v], _mm512_fmadd_ps(va, acc[i][v], old));
+    }
+  }
+}
+
+/* ----------------------------------------------------------------- driver */
+
+typedef struct {
+  int tA, tB, M, N, K;
+  const float *A, *B;
+  int lda, ldb, ldc;
+  float alpha, beta;
+  float *C;
+  float *bp;         /* shared packed B block, KC_MAX x round_up(NC_MAX, NR) */
+  int kc, nc, mc;    /* block sizes (K blocks: depend on K only) */
+  int nic, ngrp;     /* row blocks, column groups per column block */
+} job;
+
+/* Tiles of one task: rows [ic, ic+mc) against B panels [q0, q1). */
+AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int jc, int nc,
+                              int q0, int q1, int kc, int first) {
+  for (int q = q0; q < q1; q++) {
+    int nr = imin(NR, nc - q * NR);
+    const float *bq = g->bp + (size_t)q * kc * NR;
+    float *cq = g->C + (size_t)ic * g->ldc + jc + q * NR;
+    for (int p = 0; p < mc; p += MR)
+      ukernel(kc, ap + (size_t)p * kc, bq, cq + (size_t)p * g->ldc, g->ldc, imin(MR, mc - p), nr,
+              g->alpha, g->beta, first);
+  }
+}
+
+/* One thread's share; called by every thread of the team. */
+AVX512 static void run(const job *g) {
+  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
+  for (int jc = 0; jc < g->N; jc += g->nc) {
+    int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
+    for (int pc = 0; pc < g->K; pc += g->kc) {
+      int kc = imin(g->kc, g->K - pc), first = pc == 0;
+      for (int q = tid; q < npan; q += nth)
+        pack_b_panel(g->tB, g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
+                     g->bp + (size_t)q * kc * NR);
+#pragma omp barrier
+      int packed = -1; /* row block currently in ap */
+#pragma omp for schedule(dynamic, 1)
+      for (int t = 0; t < g->nic * g->ngrp; t++) {
+        int ib = t / g->ngrp, grp = t % g->ngrp;
+        int ic = ib * g->mc, mc = imin(g->mc, g->M - ic);
+        if (packed != ib) {
+          pack_a(g->tA, g->A, g->lda, ic, pc, mc, kc, ap);
+          packed = ib;
+        }
+        task_tiles(g, ap, ic, mc, jc, nc, grp * npan / g->ngrp, (grp + 1) * npan / g->ngrp, kc,
+                   first);
+      }
+      /* the implicit barrier keeps bp until every task of this block is done */
+    }
+  }
+}
+
+/* Block sizes: K blocks depend on K alone (determinism); row blocks are a
+ * multiple of the thread count when possible so the tasks balance. */
+static void plan(job *g, int nth) {
+  int nkb = cdiv(g->K, GEMM_KC);
+  g->kc = cdiv(g->K, nkb);
+  int nnb = cdiv(g->N, GEMM_NC);
+  g->nc = cdiv(cdiv(g->N, nnb), NR) * NR;
+  int nic = cdiv(g->M, GEMM_MC);
+  if (nth > 1 && nic % nth) nic += nth - nic % nth;
+  g->mc = cdiv(cdiv(g->M, nic), MR) * MR;
+  g->nic = cdiv(g->M, g->mc);
+  int npan = cdiv(g->nc, NR), want = 2 * nth;
+  g->ngrp = g->nic >= want ? 1 : imin(npan, cdiv(want, g->nic));
+}
+
+void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)M * N * K < GEMM_SERIAL_FMAS) nth = 1;
+  job g = {transA, transB, M, N, K, A, B, lda, ldb, ldc, alpha, beta, C, NULL, 0, 0, 0, 0, 0};
+  plan(&g, nth);
+  g.bp = tls_get(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
+  /* Always open a region (of one thread if serial): the work-sharing inside
+   * run() must bind to our team, not to a caller's enclosing one. */
+#pragma omp parallel num_threads(nth)
+  run(&g);
+}
