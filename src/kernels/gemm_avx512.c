@@ -30,10 +30,10 @@
 /* Register tile: MR rows of C by NV zmm vectors (NR = 16 * NV columns). The
  * defaults were measured best on the development CPU (docs/gemm.md). */
 #ifndef GEMM_MR
-#define GEMM_MR 12
+#define GEMM_MR 8
 #endif
 #ifndef GEMM_NV
-#define GEMM_NV 2
+#define GEMM_NV 3
 #endif
 #define MR GEMM_MR
 #define NV GEMM_NV
@@ -41,10 +41,10 @@
 /* Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2,
  * a KC x NC block of B in L3. Upper bounds; actual blocks split evenly. */
 #ifndef GEMM_KC
-#define GEMM_KC 256
+#define GEMM_KC 512
 #endif
 #ifndef GEMM_MC
-#define GEMM_MC 144
+#define GEMM_MC 192
 #endif
 #ifndef GEMM_NC
 #define GEMM_NC 3072
@@ -85,6 +85,38 @@ AVX512 static inline __mmask16 lanes(int n) {
   return n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
+/* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block: the packing of
+ * row-major A (rows -> k-major panels) and of transposed B (rows of the stored
+ * matrix -> columns of op(B)) are both this transpose. */
+AVX512 static inline void transpose8x8(const float *src, size_t lds, float *dst, size_t ldd) {
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+/* Scalar transpose of an r x c block (r, c <= 8 or any size), for edges. */
+static void transpose_edge(const float *src, size_t lds, int r, int c, float *dst, size_t ldd) {
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
+}
+
 /* Rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-row panels: panel p
  * holds op(A)[i0+p+i][k0+k] at [p*kc + k*MR + i]; rows past mc are zero so
  * the micro-kernel never branches on the row count. */
@@ -95,13 +127,28 @@ AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, i
     float *dst = ap + (size_t)p * kc;
     if (transA) { /* op(A)[i][k] = A[k][i]: MR contiguous floats per k */
       const float *src = A + (size_t)k0 * lda + i0 + p;
+#if MR <= 16
+      __mmask16 m = lanes(mr), all = lanes(MR);
+      for (int k = 0; k < kc; k++, src += lda, dst += MR)
+        _mm512_mask_storeu_ps(dst, all, _mm512_maskz_loadu_ps(m, src));
+#else
       for (int k = 0; k < kc; k++, src += lda, dst += MR)
         for (int i = 0; i < MR; i++) dst[i] = i < mr ? src[i] : 0.0f;
-    } else { /* gather one float from each of mr row streams per k */
-      const float *row[MR];
-      for (int i = 0; i < MR; i++) row[i] = A + (size_t)(i0 + p + imin(i, mr - 1)) * lda + k0;
-      for (int k = 0; k < kc; k++, dst += MR)
-        for (int i = 0; i < MR; i++) dst[i] = i < mr ? row[i][k] : 0.0f;
+#endif
+      continue;
+    }
+    /* row-major A: 8 x 8 transposes of (rows, k) into (k, rows) */
+    const float *src = A + (size_t)(i0 + p) * lda + k0;
+    if (mr < MR)
+      for (int k = 0; k < kc; k++)
+        for (int i = mr; i < MR; i++) dst[(size_t)k * MR + i] = 0.0f;
+    for (int i = 0; i < mr; i += 8) {
+      int r = imin(8, mr - i), k = 0;
+      if (r == 8)
+        for (; k + 8 <= kc; k += 8)
+          transpose8x8(src + (size_t)i * lda + k, (size_t)lda, dst + (size_t)k * MR + i, MR);
+      transpose_edge(src + (size_t)i * lda + k, (size_t)lda, r, kc - k, dst + (size_t)k * MR + i,
+                     MR);
     }
   }
 }
@@ -119,15 +166,18 @@ AVX512 static void pack_b_panel(int transB, const float *B, int ldb, int k0, int
         _mm512_store_ps(dst + 16 * v, _mm512_maskz_loadu_ps(m[v], src + 16 * v));
     return;
   }
-  /* op(B)[k][j] = B[j][k]: read each stored row contiguously, scatter by NR */
-  for (int j = 0; j < NR; j++) {
-    if (j < nr) {
-      const float *src = B + (size_t)(j0 + j) * ldb + k0;
-      for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = src[k];
-    } else {
-      for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = 0.0f;
-    }
+  /* op(B)[k][j] = B[j][k]: 8 x 8 transposes of (stored rows j, k) */
+  const float *src = B + (size_t)j0 * ldb + k0;
+  for (int j = 0; j < nr; j += 8) {
+    int r = imin(8, nr - j), k = 0;
+    if (r == 8)
+      for (; k + 8 <= kc; k += 8)
+        transpose8x8(src + (size_t)j * ldb + k, (size_t)ldb, dst + (size_t)k * NR + j, NR);
+    transpose_edge(src + (size_t)j * ldb + k, (size_t)ldb, r, kc - k, dst + (size_t)k * NR + j, NR);
   }
+  if (nr < NR)
+    for (int k = 0; k < kc; k++)
+      for (int j = nr; j < NR; j++) dst[(size_t)k * NR + j] = 0.0f;
 }
 
 /* ----------------------------------------------------------- micro-kernel */
