@@ -52,8 +52,12 @@
 /* Below this many multiply-adds a call runs on one thread. */
 #define GEMM_SERIAL_FMAS (1 << 18)
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+static inline int imin(int a, int b) {
+  return a < b ? a : b;
+}
+static inline int cdiv(int a, int b) {
+  return (a + b - 1) / b;
+}
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -122,21 +126,24 @@ static void transpose_edge(const float *src, size_t lds, int r, int c, float *ds
  * the micro-kernel never branches on the row count. */
 AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
                           float *restrict ap) {
+  if (transA) { /* op(A)[i][k] = A[k][i]: walk stored rows in order (one
+                 * memory stream), dealing MR floats to each panel */
+    for (int k = 0; k < kc; k++) {
+      const float *src = A + (size_t)(k0 + k) * lda + i0;
+      for (int p = 0; p < mc; p += MR) {
+        float *dst = ap + (size_t)p * kc + (size_t)k * MR;
+#if MR <= 16
+        _mm512_mask_storeu_ps(dst, lanes(MR), _mm512_maskz_loadu_ps(lanes(mc - p), src + p));
+#else
+        for (int i = 0; i < MR; i++) dst[i] = p + i < mc ? src[p + i] : 0.0f;
+#endif
+      }
+    }
+    return;
+  }
   for (int p = 0; p < mc; p += MR) {
     int mr = imin(MR, mc - p);
     float *dst = ap + (size_t)p * kc;
-    if (transA) { /* op(A)[i][k] = A[k][i]: MR contiguous floats per k */
-      const float *src = A + (size_t)k0 * lda + i0 + p;
-#if MR <= 16
-      __mmask16 m = lanes(mr), all = lanes(MR);
-      for (int k = 0; k < kc; k++, src += lda, dst += MR)
-        _mm512_mask_storeu_ps(dst, all, _mm512_maskz_loadu_ps(m, src));
-#else
-      for (int k = 0; k < kc; k++, src += lda, dst += MR)
-        for (int i = 0; i < MR; i++) dst[i] = i < mr ? src[i] : 0.0f;
-#endif
-      continue;
-    }
     /* row-major A: 8 x 8 transposes of (rows, k) into (k, rows) */
     const float *src = A + (size_t)(i0 + p) * lda + k0;
     if (mr < MR)
@@ -153,19 +160,27 @@ AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, i
   }
 }
 
-/* Columns [j0, j0+nr) (nr <= NR) x depth [k0, k0+kc) of op(B) into one panel:
- * op(B)[k0+k][j0+j] at [k*NR + j], zero past nr. */
-AVX512 static void pack_b_panel(int transB, const float *B, int ldb, int k0, int kc, int j0,
-                                int nr, float *restrict dst) {
-  if (!transB) { /* op(B) rows are contiguous: masked vector copies */
-    __mmask16 m[NV];
-    for (int v = 0; v < NV; v++) m[v] = lanes(nr - 16 * v);
-    const float *src = B + (size_t)k0 * ldb + j0;
-    for (int k = 0; k < kc; k++, src += ldb, dst += NR)
+/* Rows [k0+ka, k0+kb) of op(B) = B (not transposed), columns [j0, j0+nc),
+ * into the NR-wide panels of a kc-deep block: each stored row is read once,
+ * front to back (one memory stream), and dealt to the panels. */
+AVX512 static void pack_b_rows(const float *B, int ldb, int k0, int ka, int kb, int kc, int j0,
+                               int nc, float *restrict bp) {
+  for (int k = ka; k < kb; k++) {
+    const float *src = B + (size_t)(k0 + k) * ldb + j0;
+    for (int q = 0; q * NR < nc; q++) {
+      float *dst = bp + (size_t)q * kc * NR + (size_t)k * NR;
+#pragma GCC unroll 4
       for (int v = 0; v < NV; v++)
-        _mm512_store_ps(dst + 16 * v, _mm512_maskz_loadu_ps(m[v], src + 16 * v));
-    return;
+        _mm512_store_ps(dst + 16 * v,
+                        _mm512_maskz_loadu_ps(lanes(nc - q * NR - 16 * v), src + q * NR + 16 * v));
+    }
   }
+}
+
+/* Columns [j0, j0+nr) (nr <= NR) x depth [k0, k0+kc) of op(B) = B^T (B stored
+ * transposed) into one panel: op(B)[k0+k][j0+j] at [k*NR + j], zero past nr. */
+AVX512 static void pack_bt_panel(const float *B, int ldb, int k0, int kc, int j0, int nr,
+                                 float *restrict dst) {
   /* op(B)[k][j] = B[j][k]: 8 x 8 transposes of (stored rows j, k) */
   const float *src = B + (size_t)j0 * ldb + k0;
   for (int j = 0; j < nr; j += 8) {
@@ -192,6 +207,12 @@ AVX512 static void ukernel(int kc, const float *restrict a, const float *restric
   for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+  /* C is read after the k loop; fetch its lines now so that the loads at the
+   * end do not stall (C usually comes from memory, once per K block). */
+  for (int i = 0; i < mr; i++)
+    for (int v = 0; v < NR; v += 16)
+      _mm_prefetch((const char *)(c + (size_t)i * ldc + v), _MM_HINT_T0);
+#pragma GCC unroll 2
   for (int k = 0; k < kc; k++, a += MR, b += NR) {
     __m512 bv[NV];
 #pragma GCC unroll 4
@@ -230,14 +251,14 @@ typedef struct {
   int lda, ldb, ldc;
   float alpha, beta;
   float *C;
-  float *bp;         /* shared packed B block, KC_MAX x round_up(NC_MAX, NR) */
-  int kc, nc, mc;    /* block sizes (K blocks: depend on K only) */
-  int nic, ngrp;     /* row blocks, column groups per column block */
+  float *bp;      /* shared packed B block, KC_MAX x round_up(NC_MAX, NR) */
+  int kc, nc, mc; /* block sizes (K blocks: depend on K only) */
+  int nic, ngrp;  /* row blocks, column groups per column block */
 } job;
 
 /* Tiles of one task: rows [ic, ic+mc) against B panels [q0, q1). */
-AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int jc, int nc,
-                              int q0, int q1, int kc, int first) {
+AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int jc, int nc, int q0,
+                              int q1, int kc, int first) {
   for (int q = q0; q < q1; q++) {
     int nr = imin(NR, nc - q * NR);
     const float *bq = g->bp + (size_t)q * kc * NR;
@@ -256,9 +277,12 @@ AVX512 static void run(const job *g) {
     int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
     for (int pc = 0; pc < g->K; pc += g->kc) {
       int kc = imin(g->kc, g->K - pc), first = pc == 0;
-      for (int q = tid; q < npan; q += nth)
-        pack_b_panel(g->tB, g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
-                     g->bp + (size_t)q * kc * NR);
+      if (g->tB) /* threads take panels: each reads whole stored rows */
+        for (int q = tid; q < npan; q += nth)
+          pack_bt_panel(g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
+                        g->bp + (size_t)q * kc * NR);
+      else /* threads take contiguous row ranges */
+        pack_b_rows(g->B, g->ldb, pc, kc * tid / nth, kc * (tid + 1) / nth, kc, jc, nc, g->bp);
 #pragma omp barrier
       int packed = -1; /* row block currently in ap */
 #pragma omp for schedule(dynamic, 1)
