@@ -65,9 +65,10 @@ static void one(const char *name, const char *op, int tA, int tB, int M, int N, 
   double mc = median(tc, REPS), mb = median(tb, REPS), fl = 2.0 * M * N * K;
   *sum_ct += mc;
   *sum_blas += mb;
-  printf("{\"name\": \"%s\", \"op\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"ct_gflops\": %.1f, "
-         "\"blas_gflops\": %.1f, \"ratio\": %.2f}\n",
-         name, op, M, N, K, fl / mc / 1e9, fl / mb / 1e9, mb / mc);
+  printf(
+      "{\"name\": \"%s\", \"op\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"ct_gflops\": %.1f, "
+      "\"blas_gflops\": %.1f, \"ratio\": %.2f}\n",
+      name, op, M, N, K, fl / mc / 1e9, fl / mb / 1e9, mb / mc);
   fflush(stdout);
   free(A), free(B), free(C), free(tc), free(tb);
 }
@@ -82,8 +83,9 @@ static void linear(const char *name, int rows, int in, int out, double *sc, doub
 int main(int argc, char **argv) {
   if (argc > 1) REPS = atoi(argv[1]) > 0 ? atoi(argv[1]) : REPS;
   const char *ct = getenv("OPENBLAS_CORETYPE");
-  printf("{\"threads\": %d, \"reps\": %d, \"openblas_coretype\": \"%s\", \"ct_gemm_path\": \"%s\"}\n",
-         omp_get_max_threads(), REPS, ct ? ct : "", ct_sgemm_path());
+  printf(
+      "{\"threads\": %d, \"reps\": %d, \"openblas_coretype\": \"%s\", \"ct_gemm_path\": \"%s\"}\n",
+      omp_get_max_threads(), REPS, ct ? ct : "", ct_sgemm_path());
   enum { D = 384, F = 4 * D, NI = 16 * 64, NT = 16 * 16, NJ = 16 * 80, BZ = 16 };
   double sc = 0, sb = 0;
   linear("double.img.qkv", NI, D, 3 * D, &sc, &sb);
@@ -97,8 +99,9 @@ int main(int argc, char **argv) {
   linear("single.linear1.mlp", NJ, D, F, &sc, &sb);
   linear("single.linear2", NJ, D + F, D, &sc, &sb);
   linear("double.mod", BZ, D, 6 * D, &sc, &sb);
-  printf("{\"name\": \"model_shapes_total\", \"ct_ms\": %.3f, \"blas_ms\": %.3f, \"ratio\": %.2f}\n",
-         sc * 1e3, sb * 1e3, sb / sc);
+  printf(
+      "{\"name\": \"model_shapes_total\", \"ct_ms\": %.3f, \"blas_ms\": %.3f, \"ratio\": %.2f}\n",
+      sc * 1e3, sb * 1e3, sb / sc);
   double s2c = 0, s2b = 0;
   one("square2048", "NN", 0, 0, 2048, 2048, 2048, 0.0f, &s2c, &s2b);
   one("square2048", "NT", 0, 1, 2048, 2048, 2048, 0.0f, &s2c, &s2b);

@@ -61,8 +61,10 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
       double ref = (double)alpha * s + cprev;
       double scale = fabs((double)alpha) * sa + fabs(cprev) + 1e-30;
       if (!(fabs((double)C[ij] - ref) <= tol_k * scale)) {
-        fprintf(stderr, "  tA=%d tB=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d: C[%d][%d] = %.9g, ref %.9g\n",
-                tA, tB, M, N, K, alpha, beta, pad, i, j, C[ij], ref);
+        fprintf(
+            stderr,
+            "  tA=%d tB=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d: C[%d][%d] = %.9g, ref %.9g\n",
+            tA, tB, M, N, K, alpha, beta, pad, i, j, C[ij], ref);
         bad++;
       }
     }

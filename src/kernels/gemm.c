@@ -33,7 +33,9 @@ static int path_get(void) {
   return p;
 }
 
-const char *ct_sgemm_path(void) { return path_get() == PATH_AVX512 ? "avx512" : "blas"; }
+const char *ct_sgemm_path(void) {
+  return path_get() == PATH_AVX512 ? "avx512" : "blas";
+}
 
 /* C = beta * C; beta == 0 writes zeros (never multiplies a NaN). */
 static void scale_c(int M, int N, float beta, float *C, int ldc) {

@@ -22,6 +22,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <threads.h>
 
 #include "gemm.h"
 
@@ -62,23 +63,52 @@ static inline int cdiv(int a, int b) {
 /* ---------------------------------------------------------------- buffers */
 
 /* Per-thread packing buffers, grown on demand and kept for the thread's life:
- * GEMMs are called thousands of times per step, so no malloc per call. */
-static _Thread_local float *tls_buf[2];
-static _Thread_local size_t tls_cap[2];
+ * GEMMs are called thousands of times per step, so no malloc per call. They
+ * hang off a thread-specific key whose destructor frees them when a thread
+ * ends (OpenMP shrinks its pool when the thread count drops). */
+typedef struct {
+  float *buf[2];
+  size_t cap[2]; /* in floats */
+} packbufs;
 
-static float *tls_get(int which, size_t nfloat) {
-  if (nfloat > tls_cap[which]) {
-    free(tls_buf[which]);
-    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
-    tls_buf[which] = aligned_alloc(64, bytes);
-    if (!tls_buf[which]) {
-      fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n",
-              bytes);
-      abort();
-    }
-    tls_cap[which] = nfloat;
+static tss_t bufs_key;
+static once_flag bufs_once = ONCE_FLAG_INIT;
+
+static void bufs_free(void *p) {
+  packbufs *b = p;
+  if (!b) return;
+  free(b->buf[0]);
+  free(b->buf[1]);
+  free(b);
+}
+
+static void bufs_key_init(void) {
+  if (tss_create(&bufs_key, bufs_free) != thrd_success) {
+    fprintf(stderr, "ctuner: cannot create the GEMM buffers' thread-specific key\n");
+    abort();
   }
-  return tls_buf[which];
+}
+
+static _Noreturn void oom(size_t bytes) {
+  fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n", bytes);
+  abort();
+}
+
+/* This thread's buffer `which` (0: A block, 1: B block), at least nfloat long. */
+static float *tls_get(int which, size_t nfloat) {
+  call_once(&bufs_once, bufs_key_init);
+  packbufs *b = tss_get(bufs_key);
+  if (!b) {
+    if (!(b = calloc(1, sizeof *b))) oom(sizeof *b);
+    tss_set(bufs_key, b);
+  }
+  if (nfloat > b->cap[which]) {
+    free(b->buf[which]);
+    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
+    if (!(b->buf[which] = aligned_alloc(64, bytes))) oom(bytes);
+    b->cap[which] = nfloat;
+  }
+  return b->buf[which];
 }
 
 /* ---------------------------------------------------------------- packing */
@@ -269,8 +299,37 @@ AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int
   }
 }
 
+/* Few rows (one row block): each thread takes a contiguous range of B panels,
+ * packs them itself right before use and needs no barrier. Sharing one packed
+ * B block would cost a barrier per K block and move every panel between
+ * cores, and for so few rows packing B is most of the work. */
+AVX512 static void run_narrow(const job *g) {
+  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+  int npan = cdiv(g->N, NR), q0 = npan * tid / nth, q1 = npan * (tid + 1) / nth;
+  if (q0 >= q1) return;
+  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16), *bp = tls_get(1, (size_t)g->kc * NR);
+  for (int pc = 0; pc < g->K; pc += g->kc) {
+    int kc = imin(g->kc, g->K - pc);
+    pack_a(g->tA, g->A, g->lda, 0, pc, g->M, kc, ap);
+    for (int q = q0; q < q1; q++) {
+      int j0 = q * NR, nr = imin(NR, g->N - j0);
+      if (g->tB)
+        pack_bt_panel(g->B, g->ldb, pc, kc, j0, nr, bp);
+      else
+        pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, j0, nr, bp);
+      for (int p = 0; p < g->M; p += MR)
+        ukernel(kc, ap + (size_t)p * kc, bp, g->C + (size_t)p * g->ldc + j0, g->ldc,
+                imin(MR, g->M - p), nr, g->alpha, g->beta, pc == 0);
+    }
+  }
+}
+
 /* One thread's share; called by every thread of the team. */
 AVX512 static void run(const job *g) {
+  if (g->nic == 1) {
+    run_narrow(g);
+    return;
+  }
   int tid = omp_get_thread_num(), nth = omp_get_num_threads();
   float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
   for (int jc = 0; jc < g->N; jc += g->nc) {
@@ -322,9 +381,9 @@ void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, c
   if ((double)M * N * K < GEMM_SERIAL_FMAS) nth = 1;
   job g = {transA, transB, M, N, K, A, B, lda, ldb, ldc, alpha, beta, C, NULL, 0, 0, 0, 0, 0};
   plan(&g, nth);
-  g.bp = tls_get(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
-  /* Always open a region (of one thread if serial): the work-sharing inside
-   * run() must bind to our team, not to a caller's enclosing one. */
+  if (g.nic > 1) g.bp = tls_get(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
+    /* Always open a region (of one thread if serial): the work-sharing inside
+     * run() must bind to our team, not to a caller's enclosing one. */
 #pragma omp parallel num_threads(nth)
   run(&g);
 }
