@@ -307,19 +307,24 @@ AVX512 static void run_narrow(const job *g) {
   int tid = omp_get_thread_num(), nth = omp_get_num_threads();
   int npan = cdiv(g->N, NR), q0 = npan * tid / nth, q1 = npan * (tid + 1) / nth;
   if (q0 >= q1) return;
-  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16), *bp = tls_get(1, (size_t)g->kc * NR);
+  int j0 = q0 * NR, ncols = imin(q1 * NR, g->N) - j0;
+  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
+  float *bp = tls_get(1, (size_t)g->kc * (q1 - q0) * NR);
   for (int pc = 0; pc < g->K; pc += g->kc) {
     int kc = imin(g->kc, g->K - pc);
     pack_a(g->tA, g->A, g->lda, 0, pc, g->M, kc, ap);
+    if (g->tB)
+      for (int q = q0; q < q1; q++)
+        pack_bt_panel(g->B, g->ldb, pc, kc, q * NR, imin(NR, g->N - q * NR),
+                      bp + (size_t)(q - q0) * kc * NR);
+    else /* whole row segments of this thread's columns: one memory stream */
+      pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, j0, ncols, bp);
     for (int q = q0; q < q1; q++) {
-      int j0 = q * NR, nr = imin(NR, g->N - j0);
-      if (g->tB)
-        pack_bt_panel(g->B, g->ldb, pc, kc, j0, nr, bp);
-      else
-        pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, j0, nr, bp);
+      int jq = q * NR, nr = imin(NR, g->N - jq);
       for (int p = 0; p < g->M; p += MR)
-        ukernel(kc, ap + (size_t)p * kc, bp, g->C + (size_t)p * g->ldc + j0, g->ldc,
-                imin(MR, g->M - p), nr, g->alpha, g->beta, pc == 0);
+        ukernel(kc, ap + (size_t)p * kc, bp + (size_t)(q - q0) * kc * NR,
+                g->C + (size_t)p * g->ldc + jq, g->ldc, imin(MR, g->M - p), nr, g->alpha, g->beta,
+                pc == 0);
     }
   }
 }
