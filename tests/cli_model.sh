@@ -48,7 +48,8 @@ out=$("$CT" model info --preset flux-dev) && echo "$out" | grep -q '"params": 11
 
 # bench step runs and prints its fields
 out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2) || bad "bench step tiny"
-for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sgemm; do
+for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sgemm ct_sgemm_gflops \
+         mfu_vs_ct_sgemm ct_sgemm_path; do
   echo "$out" | grep -q "\"$k\"" || bad "bench output lacks $k: $out"
 done
 ok "bench step tiny"

@@ -12,7 +12,11 @@
  *
  * Everything here is OpenMP-parallel and deterministic: the result does not
  * depend on the thread count (reductions over rows are done per batch item or
- * in fixed-size chunks combined in a fixed order).
+ * in fixed-size chunks combined in a fixed order). Matrix products go through
+ * ct_sgemm (src/kernels/gemm.h), whose AVX-512 path sums K in a fixed order
+ * whatever the thread count, which OpenBLAS does not promise; with CT_GEMM=blas
+ * or on CPUs without AVX-512 the linear layers use OpenBLAS and dx/dw may then
+ * differ in the last bits between thread counts.
  * Kernels know nothing of parameters' names, files or models.
  */
 #ifndef CTUNER_KERNELS_H

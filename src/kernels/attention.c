@@ -2,9 +2,9 @@
  *
  * Design: for one (batch, head) and a tile of up to ATT_TQ query rows the scores
  * S = scale Q K^T (tile x keys) live in a per-thread scratch buffer, so no
- * B*H*L*L tensor ever exists. All products are cblas_sgemm calls made inside
- * an OpenMP parallel region, where the OpenMP build of OpenBLAS runs them
- * single-threaded; the parallelism is ours. The forward parallelises over
+ * B*H*L*L tensor ever exists. All products are ct_sgemm calls made inside
+ * an OpenMP parallel region, where they run on the calling thread; the
+ * parallelism is ours. The forward parallelises over
  * (batch, head, query tile), normalises the softmax in place with a
  * vectorised exp and stores lse = max + log(sum) per query. The backward
  * parallelises over (batch, head): each task owns dK and dV of its head and
@@ -14,13 +14,13 @@
  * Results do not depend on the thread count: every output element is produced
  * by one task with a fixed sequence of operations.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/kernels.h"
 #include "fastmath.h"
+#include "gemm.h"
 #include "scratch.h"
 
 #define ATT_TQ 64 /* query rows per tile */
@@ -62,13 +62,12 @@ void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, cons
       int tq = min_int(ATT_TQ, L - i0), lk = causal ? i0 + tq : L;
       const float *Q = q + ((size_t)bh * L + i0) * hd;
       const float *K = k + (size_t)bh * L * hd, *V = v + (size_t)bh * L * hd;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, lk, hd, scale, Q, hd, K, hd, 0.0f,
-                  S, lk);
+      ct_sgemm(0, 1, tq, lk, hd, scale, Q, hd, K, hd, 0.0f, S, lk);
       for (int i = 0; i < tq; i++)
-        lse[(size_t)bh * L + i0 + i] = softmax_row(S + (size_t)i * lk, causal ? i0 + i + 1 : lk, lk);
+        lse[(size_t)bh * L + i0 + i] =
+            softmax_row(S + (size_t)i * lk, causal ? i0 + i + 1 : lk, lk);
       float *O = o + ((size_t)b * L + i0) * ldo + (size_t)h * hd;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, lk, 1.0f, S, lk, V, hd, 0.0f,
-                  O, ldo);
+      ct_sgemm(0, 0, tq, hd, lk, 1.0f, S, lk, V, hd, 0.0f, O, ldo);
     }
     free(S);
   }
@@ -98,10 +97,8 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
         const float *O = o + ((size_t)b * L + i0) * ldo + (size_t)h * hd;
         const float *dO = dout + ((size_t)b * L + i0) * ldo + (size_t)h * hd;
         const float *ls = lse + (size_t)bh * L + i0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, lk, hd, scale, Q, hd, K, hd,
-                    0.0f, P, lk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, lk, hd, 1.0f, dO, ldo, V, hd,
-                    0.0f, dP, lk);
+        ct_sgemm(0, 1, tq, lk, hd, scale, Q, hd, K, hd, 0.0f, P, lk);
+        ct_sgemm(0, 1, tq, lk, hd, 1.0f, dO, ldo, V, hd, 0.0f, dP, lk);
         for (int i = 0; i < tq; i++) {
           float *p = P + (size_t)i * lk, *dp = dP + (size_t)i * lk;
           const float *oi = O + (size_t)i * ldo, *doi = dO + (size_t)i * ldo;
@@ -117,12 +114,9 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
           }
           for (int j = n; j < lk; j++) p[j] = dp[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, lk, scale, dP, lk, K, hd,
-                    0.0f, dq + hoff + (size_t)i0 * hd, hd);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lk, hd, tq, scale, dP, lk, Q, hd,
-                    1.0f, dK, hd);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lk, hd, tq, 1.0f, P, lk, dO, ldo,
-                    1.0f, dV, hd);
+        ct_sgemm(0, 0, tq, hd, lk, scale, dP, lk, K, hd, 0.0f, dq + hoff + (size_t)i0 * hd, hd);
+        ct_sgemm(1, 0, lk, hd, tq, scale, dP, lk, Q, hd, 1.0f, dK, hd);
+        ct_sgemm(1, 0, lk, hd, tq, 1.0f, P, lk, dO, ldo, 1.0f, dV, hd);
       }
     }
     free(P);

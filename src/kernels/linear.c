@@ -1,17 +1,18 @@
 /* Linear layer y = x w^T + b with w in PyTorch layout [out, in].
  *
- * Design: all the arithmetic is in OpenBLAS SGEMM (the OpenMP build, so it
- * shares our thread pool). The forward copies the bias into every row of y and
+ * Design: all the arithmetic is in ct_sgemm (our AVX-512 SGEMM, gemm.h, or
+ * OpenBLAS where that is unavailable); it is OpenMP-parallel over blocks of the
+ * output and deterministic across thread counts. The forward copies the bias into every row of y and
  * lets one SGEMM accumulate onto it (beta = 1), which saves a second pass over
  * y. The backward is one SGEMM for dx, one for dw (beta = 1: accumulate), and a
  * column sum for db that is parallel over fixed column blocks, each summing its
  * rows in order, so db does not depend on the thread count.
  * Not here: any knowledge of which layer this is or where its weights live.
  */
-#include <cblas.h>
 #include <string.h>
 
 #include "ctuner/kernels.h"
+#include "gemm.h"
 
 #define COLBLK 64 /* columns per task in the bias-gradient column sum */
 
@@ -27,7 +28,7 @@ void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
     for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
   }
   if (K <= 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
+  ct_sgemm(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
 }
 
 /* db[j] += sum_r dy[r][j], rows summed in order for every column. */
@@ -49,10 +50,8 @@ void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w,
                    int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
   if (N <= 0 || M <= 0) return;
   if (dx && K > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K, M, 1.0f, dy, lddy, w, K, beta_dx,
-                dx, lddx);
+    ct_sgemm(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
   if (dw && K > 0)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw,
-                K);
+    ct_sgemm(1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K);
   if (db) colsum_acc(N, M, dy, lddy, db);
 }

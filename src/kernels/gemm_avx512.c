@@ -1,0 +1,394 @@
+/* AVX-512 SGEMM: GotoBLAS/BLIS-style blocking around a register-tile kernel.
+ *
+ * C (M x N) is computed in column blocks of up to NC_MAX, and K in blocks of
+ * about KC_MAX. For each (column block, K block) op(B) is packed once into
+ * NR-wide panels (k-major, NR floats per k) shared by all threads; each task
+ * then packs an MC-row block of op(A) into MR-row panels (MR floats per k) in a
+ * thread-local buffer and sweeps the micro-kernel over its MR x NR tiles. The
+ * micro-kernel keeps an MR x NR tile of C in zmm registers, broadcasting one
+ * A value per row and loading NR/16 vectors of B per k; edges use zero-padded
+ * panels and masked loads/stores of C.
+ *
+ * Determinism: the K blocks depend only on K, and each element of C is
+ * computed as acc = sum_k a*b (FMA, k ascending within a block), then
+ * C = alpha*acc + (first block ? beta*C : C) — the same operations whichever
+ * thread or tile handles it, so results do not depend on the thread count.
+ * Threads split only (row block, column group) tasks of one K block.
+ * Every function carries the AVX-512 target attribute so the library builds
+ * without -march flags; gemm.c calls in here only after a CPU check.
+ * Not here: dispatch, degenerate shapes (gemm.c).
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <threads.h>
+
+#include "gemm.h"
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+/* Register tile: MR rows of C by NV zmm vectors (NR = 16 * NV columns). The
+ * defaults were measured best on the development CPU (docs/gemm.md). */
+#ifndef GEMM_MR
+#define GEMM_MR 8
+#endif
+#ifndef GEMM_NV
+#define GEMM_NV 3
+#endif
+#define MR GEMM_MR
+#define NV GEMM_NV
+#define NR (16 * NV)
+/* Cache blocks: a KC x NR panel of B stays in L1, an MC x KC block of A in L2,
+ * a KC x NC block of B in L3. Upper bounds; actual blocks split evenly. */
+#ifndef GEMM_KC
+#define GEMM_KC 512
+#endif
+#ifndef GEMM_MC
+#define GEMM_MC 192
+#endif
+#ifndef GEMM_NC
+#define GEMM_NC 3072
+#endif
+/* Below this many multiply-adds a call runs on one thread. */
+#define GEMM_SERIAL_FMAS (1 << 18)
+
+static inline int imin(int a, int b) {
+  return a < b ? a : b;
+}
+static inline int cdiv(int a, int b) {
+  return (a + b - 1) / b;
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Per-thread packing buffers, grown on demand and kept for the thread's life:
+ * GEMMs are called thousands of times per step, so no malloc per call. They
+ * hang off a thread-specific key whose destructor frees them when a thread
+ * ends (OpenMP shrinks its pool when the thread count drops). */
+typedef struct {
+  float *buf[2];
+  size_t cap[2]; /* in floats */
+} packbufs;
+
+static tss_t bufs_key;
+static once_flag bufs_once = ONCE_FLAG_INIT;
+
+static void bufs_free(void *p) {
+  packbufs *b = p;
+  if (!b) return;
+  free(b->buf[0]);
+  free(b->buf[1]);
+  free(b);
+}
+
+static void bufs_key_init(void) {
+  if (tss_create(&bufs_key, bufs_free) != thrd_success) {
+    fprintf(stderr, "ctuner: cannot create the GEMM buffers' thread-specific key\n");
+    abort();
+  }
+}
+
+static _Noreturn void oom(size_t bytes) {
+  fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n", bytes);
+  abort();
+}
+
+/* This thread's buffer `which` (0: A block, 1: B block), at least nfloat long. */
+static float *tls_get(int which, size_t nfloat) {
+  call_once(&bufs_once, bufs_key_init);
+  packbufs *b = tss_get(bufs_key);
+  if (!b) {
+    if (!(b = calloc(1, sizeof *b))) oom(sizeof *b);
+    tss_set(bufs_key, b);
+  }
+  if (nfloat > b->cap[which]) {
+    free(b->buf[which]);
+    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
+    if (!(b->buf[which] = aligned_alloc(64, bytes))) oom(bytes);
+    b->cap[which] = nfloat;
+  }
+  return b->buf[which];
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* Mask of the first n lanes (n <= 0: none, n >= 16: all). */
+AVX512 static inline __mmask16 lanes(int n) {
+  if (n >= 16) return (__mmask16)0xFFFF;
+  return n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block: the packing of
+ * row-major A (rows -> k-major panels) and of transposed B (rows of the stored
+ * matrix -> columns of op(B)) are both this transpose. */
+AVX512 static inline void transpose8x8(const float *src, size_t lds, float *dst, size_t ldd) {
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+
+/* Scalar transpose of an r x c block (r, c <= 8 or any size), for edges. */
+static void transpose_edge(const float *src, size_t lds, int r, int c, float *dst, size_t ldd) {
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) dst[(size_t)j * ldd + i] = src[(size_t)i * lds + j];
+}
+
+/* Rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-row panels: panel p
+ * holds op(A)[i0+p+i][k0+k] at [p*kc + k*MR + i]; rows past mc are zero so
+ * the micro-kernel never branches on the row count. */
+AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
+                          float *restrict ap) {
+  if (transA) { /* op(A)[i][k] = A[k][i]: walk stored rows in order (one
+                 * memory stream), dealing MR floats to each panel */
+    for (int k = 0; k < kc; k++) {
+      const float *src = A + (size_t)(k0 + k) * lda + i0;
+      for (int p = 0; p < mc; p += MR) {
+        float *dst = ap + (size_t)p * kc + (size_t)k * MR;
+#if MR <= 16
+        _mm512_mask_storeu_ps(dst, lanes(MR), _mm512_maskz_loadu_ps(lanes(mc - p), src + p));
+#else
+        for (int i = 0; i < MR; i++) dst[i] = p + i < mc ? src[p + i] : 0.0f;
+#endif
+      }
+    }
+    return;
+  }
+  for (int p = 0; p < mc; p += MR) {
+    int mr = imin(MR, mc - p);
+    float *dst = ap + (size_t)p * kc;
+    /* row-major A: 8 x 8 transposes of (rows, k) into (k, rows) */
+    const float *src = A + (size_t)(i0 + p) * lda + k0;
+    if (mr < MR)
+      for (int k = 0; k < kc; k++)
+        for (int i = mr; i < MR; i++) dst[(size_t)k * MR + i] = 0.0f;
+    for (int i = 0; i < mr; i += 8) {
+      int r = imin(8, mr - i), k = 0;
+      if (r == 8)
+        for (; k + 8 <= kc; k += 8)
+          transpose8x8(src + (size_t)i * lda + k, (size_t)lda, dst + (size_t)k * MR + i, MR);
+      transpose_edge(src + (size_t)i * lda + k, (size_t)lda, r, kc - k, dst + (size_t)k * MR + i,
+                     MR);
+    }
+  }
+}
+
+/* Rows [k0+ka, k0+kb) of op(B) = B (not transposed), columns [j0, j0+nc),
+ * into the NR-wide panels of a kc-deep block: each stored row is read once,
+ * front to back (one memory stream), and dealt to the panels. */
+AVX512 static void pack_b_rows(const float *B, int ldb, int k0, int ka, int kb, int kc, int j0,
+                               int nc, float *restrict bp) {
+  for (int k = ka; k < kb; k++) {
+    const float *src = B + (size_t)(k0 + k) * ldb + j0;
+    for (int q = 0; q * NR < nc; q++) {
+      float *dst = bp + (size_t)q * kc * NR + (size_t)k * NR;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++)
+        _mm512_store_ps(dst + 16 * v,
+                        _mm512_maskz_loadu_ps(lanes(nc - q * NR - 16 * v), src + q * NR + 16 * v));
+    }
+  }
+}
+
+/* Columns [j0, j0+nr) (nr <= NR) x depth [k0, k0+kc) of op(B) = B^T (B stored
+ * transposed) into one panel: op(B)[k0+k][j0+j] at [k*NR + j], zero past nr. */
+AVX512 static void pack_bt_panel(const float *B, int ldb, int k0, int kc, int j0, int nr,
+                                 float *restrict dst) {
+  /* op(B)[k][j] = B[j][k]: 8 x 8 transposes of (stored rows j, k) */
+  const float *src = B + (size_t)j0 * ldb + k0;
+  for (int j = 0; j < nr; j += 8) {
+    int r = imin(8, nr - j), k = 0;
+    if (r == 8)
+      for (; k + 8 <= kc; k += 8)
+        transpose8x8(src + (size_t)j * ldb + k, (size_t)ldb, dst + (size_t)k * NR + j, NR);
+    transpose_edge(src + (size_t)j * ldb + k, (size_t)ldb, r, kc - k, dst + (size_t)k * NR + j, NR);
+  }
+  if (nr < NR)
+    for (int k = 0; k < kc; k++)
+      for (int j = nr; j < NR; j++) dst[(size_t)k * NR + j] = 0.0f;
+}
+
+/* ----------------------------------------------------------- micro-kernel */
+
+/* C[0:mr, 0:nr] = alpha * (a-panel . b-panel) + (first ? beta * C : C), with
+ * beta == 0 on the first block never reading C. a: kc x MR, b: kc x NR. */
+AVX512 static void ukernel(int kc, const float *restrict a, const float *restrict b,
+                           float *restrict c, int ldc, int mr, int nr, float alpha, float beta,
+                           int first) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+  /* C is read after the k loop; fetch its lines now so that the loads at the
+   * end do not stall (C usually comes from memory, once per K block). */
+  for (int i = 0; i < mr; i++)
+    for (int v = 0; v < NR; v += 16)
+      _mm_prefetch((const char *)(c + (size_t)i * ldc + v), _MM_HINT_T0);
+#pragma GCC unroll 2
+  for (int k = 0; k < kc; k++, a += MR, b += NR) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) bv[v] = _mm512_load_ps(b + 16 * v);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; i++) {
+      __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 m[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; v++) m[v] = lanes(nr - 16 * v);
+  int skip_c = first && beta == 0.0f, scale_c = first && beta != 1.0f;
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; i++) {
+    if (i >= mr) break;
+    float *ci = c + (size_t)i * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+      __m512 old = _mm512_setzero_ps();
+      if (!skip_c) old = _mm512_maskz_loadu_ps(m[v], ci + 16 * v);
+      if (scale_c && !skip_c) old = _mm512_mul_ps(vb, old);
+      _mm512_mask_storeu_ps(ci + 16 * v, m[v], _mm512_fmadd_ps(va, acc[i][v], old));
+    }
+  }
+}
+
+/* ----------------------------------------------------------------- driver */
+
+typedef struct {
+  int tA, tB, M, N, K;
+  const float *A, *B;
+  int lda, ldb, ldc;
+  float alpha, beta;
+  float *C;
+  float *bp;      /* shared packed B block, KC_MAX x round_up(NC_MAX, NR) */
+  int kc, nc, mc; /* block sizes (K blocks: depend on K only) */
+  int nic, ngrp;  /* row blocks, column groups per column block */
+} job;
+
+/* Tiles of one task: rows [ic, ic+mc) against B panels [q0, q1). */
+AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int jc, int nc, int q0,
+                              int q1, int kc, int first) {
+  for (int q = q0; q < q1; q++) {
+    int nr = imin(NR, nc - q * NR);
+    const float *bq = g->bp + (size_t)q * kc * NR;
+    float *cq = g->C + (size_t)ic * g->ldc + jc + q * NR;
+    for (int p = 0; p < mc; p += MR)
+      ukernel(kc, ap + (size_t)p * kc, bq, cq + (size_t)p * g->ldc, g->ldc, imin(MR, mc - p), nr,
+              g->alpha, g->beta, first);
+  }
+}
+
+/* Few rows (one row block): each thread takes a contiguous range of B panels,
+ * packs them itself right before use and needs no barrier. Sharing one packed
+ * B block would cost a barrier per K block and move every panel between
+ * cores, and for so few rows packing B is most of the work. */
+AVX512 static void run_narrow(const job *g) {
+  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+  int npan = cdiv(g->N, NR), q0 = npan * tid / nth, q1 = npan * (tid + 1) / nth;
+  if (q0 >= q1) return;
+  int j0 = q0 * NR, ncols = imin(q1 * NR, g->N) - j0;
+  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
+  float *bp = tls_get(1, (size_t)g->kc * (q1 - q0) * NR);
+  for (int pc = 0; pc < g->K; pc += g->kc) {
+    int kc = imin(g->kc, g->K - pc);
+    pack_a(g->tA, g->A, g->lda, 0, pc, g->M, kc, ap);
+    if (g->tB)
+      for (int q = q0; q < q1; q++)
+        pack_bt_panel(g->B, g->ldb, pc, kc, q * NR, imin(NR, g->N - q * NR),
+                      bp + (size_t)(q - q0) * kc * NR);
+    else /* whole row segments of this thread's columns: one memory stream */
+      pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, j0, ncols, bp);
+    for (int q = q0; q < q1; q++) {
+      int jq = q * NR, nr = imin(NR, g->N - jq);
+      for (int p = 0; p < g->M; p += MR)
+        ukernel(kc, ap + (size_t)p * kc, bp + (size_t)(q - q0) * kc * NR,
+                g->C + (size_t)p * g->ldc + jq, g->ldc, imin(MR, g->M - p), nr, g->alpha, g->beta,
+                pc == 0);
+    }
+  }
+}
+
+/* One thread's share; called by every thread of the team. */
+AVX512 static void run(const job *g) {
+  if (g->nic == 1) {
+    run_narrow(g);
+    return;
+  }
+  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
+  for (int jc = 0; jc < g->N; jc += g->nc) {
+    int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
+    for (int pc = 0; pc < g->K; pc += g->kc) {
+      int kc = imin(g->kc, g->K - pc), first = pc == 0;
+      if (g->tB) /* threads take panels: each reads whole stored rows */
+        for (int q = tid; q < npan; q += nth)
+          pack_bt_panel(g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
+                        g->bp + (size_t)q * kc * NR);
+      else /* threads take contiguous row ranges */
+        pack_b_rows(g->B, g->ldb, pc, kc * tid / nth, kc * (tid + 1) / nth, kc, jc, nc, g->bp);
+#pragma omp barrier
+      int packed = -1; /* row block currently in ap */
+#pragma omp for schedule(dynamic, 1)
+      for (int t = 0; t < g->nic * g->ngrp; t++) {
+        int ib = t / g->ngrp, grp = t % g->ngrp;
+        int ic = ib * g->mc, mc = imin(g->mc, g->M - ic);
+        if (packed != ib) {
+          pack_a(g->tA, g->A, g->lda, ic, pc, mc, kc, ap);
+          packed = ib;
+        }
+        task_tiles(g, ap, ic, mc, jc, nc, grp * npan / g->ngrp, (grp + 1) * npan / g->ngrp, kc,
+                   first);
+      }
+      /* the implicit barrier keeps bp until every task of this block is done */
+    }
+  }
+}
+
+/* Block sizes: K blocks depend on K alone (determinism); row blocks are a
+ * multiple of the thread count when possible so the tasks balance. */
+static void plan(job *g, int nth) {
+  int nkb = cdiv(g->K, GEMM_KC);
+  g->kc = cdiv(g->K, nkb);
+  int nnb = cdiv(g->N, GEMM_NC);
+  g->nc = cdiv(cdiv(g->N, nnb), NR) * NR;
+  int nic = cdiv(g->M, GEMM_MC);
+  if (nth > 1 && nic % nth) nic += nth - nic % nth;
+  g->mc = cdiv(cdiv(g->M, nic), MR) * MR;
+  g->nic = cdiv(g->M, g->mc);
+  int npan = cdiv(g->nc, NR), want = 2 * nth;
+  g->ngrp = g->nic >= want ? 1 : imin(npan, cdiv(want, g->nic));
+}
+
+void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)M * N * K < GEMM_SERIAL_FMAS) nth = 1;
+  job g = {transA, transB, M, N, K, A, B, lda, ldb, ldc, alpha, beta, C, NULL, 0, 0, 0, 0, 0};
+  plan(&g, nth);
+  if (g.nic > 1) g.bp = tls_get(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
+    /* Always open a region (of one thread if serial): the work-sharing inside
+     * run() must bind to our team, not to a caller's enclosing one. */
+#pragma omp parallel num_threads(nth)
+  run(&g);
+}

@@ -1,0 +1,178 @@
+/* Tests of ct_sgemm against a naive double-precision reference: all transpose
+ * combinations, alpha/beta (beta = 0 ignores NaN in C), odd sizes around the
+ * register tile and cache blocks, K across several K blocks, leading
+ * dimensions wider than the matrices; and bitwise equality of results computed
+ * with 1, 2 and 3 threads. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/gemm.h"
+
+static uint64_t rng_s = 1;
+static float frand(void) { /* uniform in [-1, 1) */
+  rng_s ^= rng_s << 13;
+  rng_s ^= rng_s >> 7;
+  rng_s ^= rng_s << 17;
+  return (float)((double)(rng_s >> 40) / (double)(1ull << 23) - 1.0);
+}
+static float *randv(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) p[i] = frand();
+  return p;
+}
+
+/* Element (i, k) of op(X) for a row-major X with leading dimension ld. */
+static double at(const float *X, int ld, int trans, int i, int k) {
+  return trans ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k];
+}
+
+/* Runs one ct_sgemm and compares every element (and the padding columns, which
+ * must be untouched) against the double reference. Returns 0 if all match. */
+static int check_case(int tA, int tB, int M, int N, int K, float alpha, float beta, int pad,
+                      int nan_c) {
+  int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + pad;
+  size_t na = (size_t)(tA ? K : M) * lda, nb = (size_t)(tB ? N : K) * ldb;
+  size_t nc = (size_t)M * ldc;
+  float *A = randv(na), *B = randv(nb), *C = randv(nc), *C0 = malloc(nc * sizeof(float));
+  if (nan_c)
+    for (size_t i = 0; i < nc; i++) C[i] = NAN;
+  memcpy(C0, C, nc * sizeof(float));
+  ct_sgemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  int bad = 0;
+  double tol_k = 1e-5 * sqrt((double)K + 1);
+  for (int i = 0; i < M && bad < 3; i++) {
+    for (int j = 0; j < ldc && bad < 3; j++) {
+      size_t ij = (size_t)i * ldc + j;
+      if (j >= N) { /* padding: must be untouched (NaN compares by bits) */
+        if (memcmp(&C[ij], &C0[ij], sizeof(float))) bad++;
+        continue;
+      }
+      double s = 0, sa = 0;
+      for (int k = 0; k < K; k++) {
+        double p = at(A, lda, tA, i, k) * at(B, ldb, tB, k, j);
+        s += p;
+        sa += fabs(p);
+      }
+      double cprev = beta == 0.0f ? 0.0 : (double)beta * C0[ij];
+      double ref = (double)alpha * s + cprev;
+      double scale = fabs((double)alpha) * sa + fabs(cprev) + 1e-30;
+      if (!(fabs((double)C[ij] - ref) <= tol_k * scale)) {
+        fprintf(
+            stderr,
+            "  tA=%d tB=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d: C[%d][%d] = %.9g, ref %.9g\n",
+            tA, tB, M, N, K, alpha, beta, pad, i, j, C[ij], ref);
+        bad++;
+      }
+    }
+  }
+  free(A), free(B), free(C), free(C0);
+  return bad;
+}
+
+CT_TEST(gemm, transpose_combos_odd_sizes) {
+  static const int sz[] = {1, 2, 3, 5, 7, 13, 17, 31, 33, 63, 65, 127, 129};
+  int n = (int)(sizeof sz / sizeof sz[0]), cases = 0;
+  rng_s = 11;
+  for (int t = 0; t < 4; t++) {
+    int tA = t >> 1, tB = t & 1;
+    for (int a = 0; a < n; a++)
+      for (int b = 0; b < n; b++) {
+        /* all (M, N) pairs, K cycling through the sizes so every one is hit */
+        int M = sz[a], N = sz[b], K = sz[(a * 5 + b * 3 + t) % n];
+        CHECK(check_case(tA, tB, M, N, K, 1.0f, 0.0f, 0, 0) == 0);
+        cases++;
+      }
+  }
+  CHECK(cases == 4 * n * n);
+}
+
+CT_TEST(gemm, alpha_beta_and_nan_c) {
+  rng_s = 12;
+  for (int t = 0; t < 4; t++) {
+    int tA = t >> 1, tB = t & 1;
+    CHECK(check_case(tA, tB, 37, 45, 29, 1.0f, 1.0f, 0, 0) == 0);
+    CHECK(check_case(tA, tB, 37, 45, 29, -0.5f, 0.25f, 3, 0) == 0);
+    CHECK(check_case(tA, tB, 50, 70, 200, 2.0f, -1.0f, 5, 0) == 0);
+    /* beta == 0: C full of NaN must be overwritten, not propagated */
+    CHECK(check_case(tA, tB, 19, 33, 17, 0.75f, 0.0f, 2, 1) == 0);
+    /* alpha == 0 and K == 0: C = beta * C; beta == 0 clears NaN */
+    CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.5f, 1, 0) == 0);
+    CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.0f, 1, 1) == 0);
+    CHECK(check_case(tA, tB, 9, 40, 0, 1.0f, 0.0f, 1, 1) == 0);
+  }
+}
+
+CT_TEST(gemm, large_k_and_leading_dims) {
+  rng_s = 13;
+  /* K crosses several K blocks; sizes not multiples of the register tile */
+  CHECK(check_case(0, 1, 67, 93, 1031, 1.0f, 0.0f, 7, 0) == 0);
+  CHECK(check_case(0, 0, 130, 70, 1500, 1.0f, 1.0f, 0, 0) == 0);
+  CHECK(check_case(1, 0, 45, 150, 1283, 0.5f, 1.0f, 16, 0) == 0);
+  CHECK(check_case(1, 1, 200, 33, 777, 1.0f, 0.5f, 1, 0) == 0);
+  /* the model's shapes: many rows, wide outputs, a row count below one tile */
+  CHECK(check_case(0, 1, 300, 1152, 384, 1.0f, 1.0f, 0, 0) == 0);
+  CHECK(check_case(0, 1, 16, 2304, 384, 1.0f, 0.0f, 0, 0) == 0);
+}
+
+/* C of one product computed with `threads` threads (into a fresh buffer). */
+static float *run_threads(int threads, int tA, int tB, int M, int N, int K, const float *A,
+                          const float *B, const float *C0, float beta) {
+  int lda = tA ? M : K, ldb = tB ? K : N;
+  float *C = malloc((size_t)M * N * sizeof(float));
+  memcpy(C, C0, (size_t)M * N * sizeof(float));
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+  omp_set_num_threads(saved);
+  return C;
+}
+
+CT_TEST(gemm, bitwise_identical_across_threads) {
+  if (strcmp(ct_sgemm_path(), "avx512")) { /* OpenBLAS makes no such promise */
+    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX-512 or CT_GEMM=blas)\n");
+    return;
+  }
+  /* shapes that give different row blocks and column groups per thread count */
+  static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}};
+  rng_s = 14;
+  for (int s = 0; s < 4; s++) {
+    int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+    for (int t = 0; t < 4; t++) {
+      int tA = t >> 1, tB = t & 1;
+      float *A = randv((size_t)M * K), *B = randv((size_t)K * N), *C0 = randv((size_t)M * N);
+      float *c1 = run_threads(1, tA, tB, M, N, K, A, B, C0, 1.0f);
+      float *c2 = run_threads(2, tA, tB, M, N, K, A, B, C0, 1.0f);
+      float *c3 = run_threads(3, tA, tB, M, N, K, A, B, C0, 1.0f);
+      size_t bytes = (size_t)M * N * sizeof(float);
+      CHECKF(!memcmp(c1, c2, bytes), "M=%d N=%d K=%d tA=%d tB=%d: 1 vs 2 threads", M, N, K, tA, tB);
+      CHECKF(!memcmp(c1, c3, bytes), "M=%d N=%d K=%d tA=%d tB=%d: 1 vs 3 threads", M, N, K, tA, tB);
+      free(A), free(B), free(C0), free(c1), free(c2), free(c3);
+    }
+  }
+}
+
+/* Called from inside a parallel region (as attention does per tile) it must run
+ * on the calling thread only and still be correct. */
+CT_TEST(gemm, inside_parallel_region) {
+  if (strcmp(ct_sgemm_path(), "avx512")) {
+    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX-512 or CT_GEMM=blas)\n");
+    return;
+  }
+  enum { M = 64, N = 80, K = 64, T = 4 };
+  rng_s = 15;
+  float *A = randv((size_t)T * M * K), *B = randv((size_t)T * K * N);
+  float *C = malloc(sizeof(float) * T * M * N), *R = malloc(sizeof(float) * T * M * N);
+  for (int t = 0; t < T; t++)
+    ct_sgemm(0, 0, M, N, K, 1.0f, A + (size_t)t * M * K, K, B + (size_t)t * K * N, N, 0.0f,
+             R + (size_t)t * M * N, N);
+#pragma omp parallel for num_threads(2)
+  for (int t = 0; t < T; t++)
+    ct_sgemm(0, 0, M, N, K, 1.0f, A + (size_t)t * M * K, K, B + (size_t)t * K * N, N, 0.0f,
+             C + (size_t)t * M * N, N);
+  CHECK(!memcmp(C, R, sizeof(float) * T * M * N));
+  free(A), free(B), free(C), free(R);
+}
