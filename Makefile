@@ -11,7 +11,7 @@ all: build
 help:
 	@echo "make            build (Release) into $(BUILD)/"
 	@echo "make test       install missing packages, build with -Werror, run every test (ctest)"
-	@echo "make demo       install, build, run the parity check and the step benchmark"
+	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"

@@ -83,6 +83,20 @@ assert p['prompt_from'] == 'filename' and p['color_ok'] and p['shape_ok'], p
 " && ok "prompt from file name, --verbose JSON" || bad "file-name prompt: $out $(cat "$tmp/err")"
 grep -q "broken.png" "$tmp/err" && ok "unreadable image reported: $(grep broken "$tmp/err")" || bad "broken.png not reported"
 
+# Held-out prompts: never a (colour, shape, position) that training draws.
+key() { sed -E 's/^a [a-z]+ //; s/ on a [a-z]+ background$//' | sort -u; }
+"$CT" dataset prompts --count 3000 --seed 1 | key > "$tmp/train_keys"
+"$CT" dataset prompts --held-out --count 300 --seed 7 > "$tmp/held"
+key < "$tmp/held" > "$tmp/held_keys"
+nh=$(wc -l < "$tmp/held"); nk=$(wc -l < "$tmp/held_keys"); nt=$(wc -l < "$tmp/train_keys")
+both=$(comm -12 "$tmp/train_keys" "$tmp/held_keys" | wc -l)
+[ "$nh" -eq 300 ] && [ "$nk" -eq 21 ] && [ "$nt" -eq 195 ] && [ "$both" -eq 0 ] \
+  && ok "held-out prompts: 21 combinations, disjoint from the 195 training ones" \
+  || bad "held-out prompts: $nh lines, $nk held keys, $nt train keys, $both shared"
+"$CT" dataset prompts --count 4 --seed 3 | cmp -s - <("$CT" dataset prompts --count 4 --seed 3) \
+  && ok "dataset prompts is deterministic" || bad "dataset prompts not deterministic"
+"$CT" dataset prompts >/dev/null 2>&1; [ $? -eq 2 ] && ok "dataset prompts without --count" || bad "prompts without --count"
+
 # Refusals and usage errors.
 "$CT" dataset synth --out "$tmp/ds" --count 5 >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "not empty" "$tmp/err" && ok "non-empty dir refused" || bad "non-empty dir rc=$rc $(cat "$tmp/err")"

@@ -1,4 +1,5 @@
-/* `ctuner dataset synth`: writes the synthetic coloured-shapes dataset. */
+/* `ctuner dataset synth`: writes the synthetic coloured-shapes dataset;
+ * `ctuner dataset prompts`: prints captions of drawn specs (e.g. held-out ones). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -117,14 +118,63 @@ static int dataset_synth(int argc, char **argv) {
   return 0;
 }
 
+static void prompts_usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner dataset prompts --count N [--seed S] [--held-out]\n"
+          "\n"
+          "Prints N captions of the synthetic dataset, one per line, drawn like\n"
+          "'dataset synth' draws them (same seed, same captions). --held-out draws only\n"
+          "the held-out shape x colour x position combinations that training never sees\n"
+          "(docs/synth.md): prompts for judging how a model generalises.\n");
+}
+
+static int dataset_prompts(int argc, char **argv) {
+  const char *v;
+  long count = -1, seed = 0;
+  int held = 0;
+  for (int i = 2; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      prompts_usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--held-out")) {
+      held = 1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "count", &v))) {
+      if (r < 0 || ct_cli_int("count", v, 1, 10000000, &count)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
+      if (r < 0 || ct_cli_int("seed", v, 0, 0x7fffffffffffffffL, &seed)) return 2;
+    } else {
+      fprintf(stderr, "ctuner dataset prompts: unknown option '%s'\n", argv[i]);
+      prompts_usage(stderr);
+      return 2;
+    }
+  }
+  if (count < 0) {
+    fprintf(stderr, "ctuner dataset prompts: --count N is required\n");
+    prompts_usage(stderr);
+    return 2;
+  }
+  for (long i = 0; i < count; i++) {
+    ct_synth_spec s;
+    char cap[256];
+    ct_synth_draw((uint64_t)seed, (uint64_t)i, held, &s);
+    ct_synth_caption(&s, cap, sizeof cap);
+    printf("%s\n", cap);
+  }
+  return 0;
+}
+
 int ct_cmd_dataset(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner dataset <synth> [options]\n\n");
+    fprintf(f, "usage: ctuner dataset <synth|prompts> [options]\n\n");
     synth_usage(f);
+    fprintf(f, "\n");
+    prompts_usage(f);
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "synth")) return dataset_synth(argc, argv);
-  fprintf(stderr, "ctuner dataset: unknown subcommand '%s' (synth)\n", argv[1]);
+  if (!strcmp(argv[1], "prompts")) return dataset_prompts(argc, argv);
+  fprintf(stderr, "ctuner dataset: unknown subcommand '%s' (synth, prompts)\n", argv[1]);
   return 2;
 }
