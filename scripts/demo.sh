@@ -14,7 +14,7 @@ mkdir -p "$DEMO_OUT"
 if [ ! -f "$DEMO_OUT/data/.complete" ]; then
   echo "== 1/4 synthetic dataset: $DEMO_OUT/data"
   rm -rf "$DEMO_OUT/data"
-  "$CT" dataset synth --out "$DEMO_OUT/data" --count 2000 --seed 1
+  "$CT" dataset synth --out "$DEMO_OUT/data" --count 2000 --seed 1 --size 64x64
   touch "$DEMO_OUT/data/.complete"
 else
   echo "== 1/4 synthetic dataset: reusing $DEMO_OUT/data"

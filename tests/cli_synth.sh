@@ -83,6 +83,33 @@ assert p['prompt_from'] == 'filename' and p['color_ok'] and p['shape_ok'], p
 " && ok "prompt from file name, --verbose JSON" || bad "file-name prompt: $out $(cat "$tmp/err")"
 grep -q "broken.png" "$tmp/err" && ok "unreadable image reported: $(grep broken "$tmp/err")" || bad "broken.png not reported"
 
+# --size: every image WxH (PNG IHDR / JPEG SOF read by the judge's decoder via eval).
+"$CT" dataset synth --out "$tmp/sized" --count 12 --seed 2 --size 40x24 >/dev/null \
+  && $PY - "$tmp/sized" <<'PY' && ok "--size 40x24: every image 40x24" || bad "--size 40x24"
+import os, struct, sys
+d = sys.argv[1]
+n = 0
+for f in os.listdir(d):
+    b = open(os.path.join(d, f), "rb").read()
+    if f.endswith(".png"):
+        w, h = struct.unpack(">II", b[16:24])
+    elif f.endswith(".jpg"):
+        i = 2
+        while b[i + 1] not in (0xC0, 0xC1, 0xC2):
+            i += 2 + struct.unpack(">H", b[i + 2:i + 4])[0]
+        h, w = struct.unpack(">HH", b[i + 5:i + 9])
+    else:
+        continue
+    assert (w, h) == (40, 24), (f, w, h)
+    n += 1
+assert n == 12, n
+PY
+for sz in 40 0x10 40x24x1 9000x8 ax; do
+  "$CT" dataset synth --out "$tmp/badsize" --count 2 --size "$sz" >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "size" "$tmp/err" || bad "--size $sz rc=$rc"
+done
+ok "bad --size values refused"
+
 # Held-out prompts: never a (colour, shape, position) that training draws.
 key() { sed -E 's/^a [a-z]+ //; s/ on a [a-z]+ background$//' | sort -u; }
 "$CT" dataset prompts --count 3000 --seed 1 | key > "$tmp/train_keys"

@@ -230,8 +230,8 @@ CT_TEST(synth, write_dataset) {
   ct_err err = {0};
   snprintf(d1, sizeof d1, "%s/ds1/sub", ct_test_tmpdir());
   snprintf(d2, sizeof d2, "%s/ds2", ct_test_tmpdir());
-  REQUIRE(ct_synth_write_dataset(d1, 25, 3, &err) == CT_OK);
-  REQUIRE(ct_synth_write_dataset(d2, 25, 3, &err) == CT_OK);
+  REQUIRE(ct_synth_write_dataset(d1, 25, 3, 0, 0, &err) == CT_OK);
+  REQUIRE(ct_synth_write_dataset(d2, 25, 3, 0, 0, &err) == CT_OK);
   int png = 0, jpg = 0, ok = 0;
   for (int i = 0; i < 25; i++) {
     int w, h, jpeg;
@@ -261,5 +261,5 @@ CT_TEST(synth, write_dataset) {
   snprintf(p, sizeof p, "cmp -s %s/000007.png %s/000007.png || cmp -s %s/000007.jpg %s/000007.jpg",
            d1, d2, d1, d2);
   CHECK(system(p) == 0);
-  CHECK(ct_synth_write_dataset("/proc/nope", 1, 1, &err) != CT_OK && err.msg[0]);
+  CHECK(ct_synth_write_dataset("/proc/nope", 1, 1, 0, 0, &err) != CT_OK && err.msg[0]);
 }

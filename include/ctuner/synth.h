@@ -43,9 +43,10 @@ ct_status ct_synth_render(const ct_synth_spec *s, int w, int h, ct_image *out, c
  * training) so that evaluation prompts are unseen. */
 void ct_synth_draw(uint64_t seed, uint64_t i, int held_out, ct_synth_spec *s);
 
-/* Write count images (+ same-name .txt captions) into dir: several sizes and
- * aspect ratios, mostly PNG, some JPEG. */
-ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, ct_err *err);
+/* Write count images (+ same-name .txt captions) into dir, mostly PNG, some
+ * JPEG: of size w x h, or (w = h = 0) of several sizes and aspect ratios. */
+ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, int w, int h,
+                                 ct_err *err);
 
 typedef struct ct_synth_verdict {
   int color_ok, shape_ok;

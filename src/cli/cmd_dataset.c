@@ -13,12 +13,13 @@
 
 static void synth_usage(FILE *f) {
   fprintf(f,
-          "usage: ctuner dataset synth --out DIR --count N [--seed S] [--force]\n"
+          "usage: ctuner dataset synth --out DIR --count N [--seed S] [--size WxH] [--force]\n"
           "\n"
           "Writes N images of coloured shapes into DIR (created if missing) as\n"
           "000000.png ... (about 20%% JPEG, quality 95), each with a same-name .txt\n"
           "caption such as \"a small red circle at the top left on a white background\".\n"
-          "Sizes vary among 32x32, 48x32, 32x48, 64x64, 64x48, 48x64, 96x64 and 64x96.\n"
+          "Sizes vary among 32x32, 48x32, 32x48, 64x64, 64x48, 48x64, 96x64 and 64x96,\n"
+          "or are all WxH with --size (each side 8..4096).\n"
           "The same seed (default 0) gives the same files. Held-out combinations of\n"
           "shape, colour and position are never drawn (see docs/synth.md).\n"
           "A non-empty DIR is refused unless --force, which first deletes the files a\n"
@@ -67,7 +68,7 @@ static int dir_state(const char *dir, int force) {
 static int dataset_synth(int argc, char **argv) {
   const char *out = NULL, *v;
   long count = -1, seed = 0;
-  int force = 0;
+  int force = 0, fw = 0, fh = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -81,6 +82,13 @@ static int dataset_synth(int argc, char **argv) {
       if (r < 0 || ct_cli_int("count", v, 1, 10000000, &count)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
       if (r < 0 || ct_cli_int("seed", v, 0, 0x7fffffffffffffffL, &seed)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "size", &v))) {
+      char tail;
+      if (r < 0) return 2;
+      if (sscanf(v, "%dx%d%c", &fw, &fh, &tail) != 2 || fw < 8 || fh < 8 || fw > 4096 || fh > 4096) {
+        fprintf(stderr, "ctuner dataset synth: --size '%s': expected WxH with sides 8..4096, e.g. 64x64\n", v);
+        return 2;
+      }
     } else {
       fprintf(stderr, "ctuner dataset synth: unknown option '%s'\n", argv[i]);
       synth_usage(stderr);
@@ -101,7 +109,7 @@ static int dataset_synth(int argc, char **argv) {
     return 1;
   }
   ct_err err = {0};
-  if (ct_synth_write_dataset(out, (int)count, (uint64_t)seed, &err)) {
+  if (ct_synth_write_dataset(out, (int)count, (uint64_t)seed, fw, fh, &err)) {
     fprintf(stderr, "ctuner dataset synth: %s\n", err.msg);
     return 1;
   }

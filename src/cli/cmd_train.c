@@ -266,6 +266,20 @@ int ct_cmd_sample(int argc, char **argv) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     goto done;
   }
+  {
+    int over = 0;
+    size_t longest = 0;
+    for (int i = 0; i < n; i++) {
+      size_t l = strlen(prompts[i]);
+      if (l + 2 > (size_t)p.T) over++;
+      if (l > longest) longest = l;
+    }
+    if (over)
+      fprintf(stderr,
+              "ctuner sample: warning: %d prompt(s) longer than the %d bytes the model's "
+              "tokenizer_max_length %d keeps are truncated (longest %zu bytes)\n",
+              over, p.T - 2, p.T, longest);
+  }
   int res = 0;
   ct_sample_opts so = {0, 0, (int)p.cfg.validation_num_inference_steps, (float)p.cfg.validation_guidance,
                        (float)p.cfg.flow_shift, (uint64_t)p.cfg.validation_seed};

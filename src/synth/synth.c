@@ -296,10 +296,11 @@ void ct_synth_file_plan(uint64_t seed, uint64_t i, int *w, int *h, int *jpeg) {
   *jpeg = o[1] % 5u == 0; /* 20% */
 }
 
-ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, ct_err *err) {
+ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, int fw, int fh,
+                                 ct_err *err) {
   ct_status st = CT_OK;
   ct_image img = {0};
-  if (!dir || count < 0)
+  if (!dir || count < 0 || fw < 0 || fh < 0 || (fw == 0) != (fh == 0))
     return ct_errf(err, CT_ERR_INVALID, "ct_synth_write_dataset: bad argument");
   if ((st = mkdirs(dir, err))) return st;
   size_t dl = strlen(dir);
@@ -311,6 +312,7 @@ ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, ct_e
     char cap[160];
     ct_synth_draw(seed, (uint64_t)i, 0, &s);
     ct_synth_file_plan(seed, (uint64_t)i, &w, &h, &jpeg);
+    if (fw) w = fw, h = fh;
     ct_synth_caption(&s, cap, sizeof cap);
     if ((st = ct_synth_render(&s, w, h, &img, err))) break;
     snprintf(path, dl + 32, "%s/%06d.%s", dir, i, jpeg ? "jpg" : "png");

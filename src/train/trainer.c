@@ -511,6 +511,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
   size_t N = ct_dataset_count(tr.ds);
   sum->images = N;
   sum->images_skipped = ct_dataset_skipped(tr.ds, NULL);
+  {
+    /* The byte tokenizer keeps T - 2 bytes (BOS and EOS take two tokens). */
+    size_t over, longest = ct_dataset_longest_caption(tr.ds, (size_t)tr.g.T - 2, &over);
+    if (over)
+      CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d bytes) and are "
+              "truncated; the longest has %zu bytes: set --tokenizer_max_length=%zu to keep them whole",
+              over, tr.g.T, tr.g.T - 2, longest, longest + 2);
+  }
   if (N < (size_t)B) {
     st = ct_errf(err, CT_ERR_INVALID,
                  "the datasets hold %zu samples, fewer than train_batch_size %d: an epoch would have "
