@@ -3,7 +3,8 @@
 #   scripts/fuzz.sh [SECONDS]      default 60
 # Builds into build-fuzz/ with clang (-DCT_FUZZ=ON), seeds fuzz-corpus/<target>/
 # (fuzz_safetensors: tests/data/*.safetensors plus a few small generated files;
-# fuzz_image: the PNG/JPEG fixtures in tests/data/images/), and fails if a
+# fuzz_image: the PNG/JPEG fixtures in tests/data/images/; fuzz_bpe: the test
+# merges.txt plus a caption), and fails if a
 # target reports a crash, leak or sanitizer error. Crash inputs are kept in
 # build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>.
 set -euo pipefail
@@ -79,6 +80,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   case "$t" in
     fuzz_image) seed_image "$corpus" ;;
+    fuzz_bpe)
+      { cat tests/data/bpe/merges.txt; printf '\0A Small RED circle, it'"'"'s 3.14 <|endoftext|> caf\xc3\xa9!'; } > "$corpus/seed-merges-text"
+      printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
     *) seed_safetensors "$corpus" ;;
   esac
   dict=()

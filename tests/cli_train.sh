@@ -130,4 +130,19 @@ printf 'a red circle\na green square\n' > "$tmp/prompts.txt"
   && [ -s "$tmp/many/0003.png" ] && grep -q "green square" "$tmp/many/0003.txt" && ok "sample --prompts-file" || bad "sample --prompts-file"
 expect_err "sample without checkpoint" "need --checkpoint" "$CT" sample --prompt x --out y.png
 
+# ---- clip-bpe: tokenizer files copied into the checkpoint, which then stands alone ----
+cp -r "$(dirname "$0")/../examples/demo/tokenizer" "$tmp/tok"
+bpe=(--text_encoder=clip-bpe --tokenizer_vocab="$tmp/tok/vocab.json" --tokenizer_merges="$tmp/tok/merges.txt")
+expect_err "clip-bpe without files" "needs tokenizer_vocab" run --text_encoder=clip-bpe --output_dir="$tmp/e"
+expect_err "clip-bpe with a missing vocab" "$tmp/tok/nope.json" run "${bpe[@]}" --tokenizer_vocab="$tmp/tok/nope.json" --output_dir="$tmp/e"
+run "${bpe[@]}" --output_dir="$tmp/bpe" --max_train_steps=2 --tokenizer_max_length=8 >/dev/null 2>"$tmp/bpe.log"
+grep -q "captions are longer than tokenizer_max_length 8 allows (6 BPE tokens)" "$tmp/bpe.log" \
+  && ok "clip-bpe trains; truncation warning counts BPE tokens" || bad "clip-bpe run: $(cat "$tmp/bpe.log")"
+cmp -s "$tmp/bpe/checkpoint-2/tokenizer_vocab.json" "$tmp/tok/vocab.json" && cmp -s "$tmp/bpe/checkpoint-2/tokenizer_merges.txt" "$tmp/tok/merges.txt" \
+  && ok "checkpoint carries the tokenizer" || bad "tokenizer files missing from the checkpoint"
+rm -rf "$tmp/tok"
+"$CT" sample --checkpoint "$tmp/bpe/checkpoint-2" --prompt "a small red circle at the top left on a white background" \
+  --out "$tmp/bpe.png" --steps 2 >/dev/null 2>"$tmp/bpe_s.log" && [ -s "$tmp/bpe.png" ] \
+  && ok "sample from a clip-bpe checkpoint without the original tokenizer files" || bad "bpe sample: $(cat "$tmp/bpe_s.log")"
+
 exit $fail

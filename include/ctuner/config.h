@@ -71,11 +71,13 @@
   X(logit_mean, NUM, "0", "logit-normal mean")                                                 \
   X(logit_std, NUM, "1", "logit-normal standard deviation")                                    \
   X(flow_shift, NUM, "1", "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling") \
-  X(text_encoder, STR, "clip-byte", "clip-byte: CLIP text transformer with the byte tokenizer") \
+  X(text_encoder, STR, "clip-byte", "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer") \
   X(text_encoder_path, STR, NULL, "CLIPTextModel safetensors (else seeded weights)")           \
   X(text_encoder_layers, INT, "2", "layers of the seeded text encoder")                        \
   X(text_encoder_seed, INT, "1234", "seed of the seeded text encoder weights")                 \
   X(tokenizer_max_length, INT, "0", "text tokens per caption (0: the preset's)")               \
+  X(tokenizer_vocab, STR, NULL, "clip-bpe: the tokenizer's vocab.json")                        \
+  X(tokenizer_merges, STR, NULL, "clip-bpe: the tokenizer's merges.txt")                       \
   X(codec, STR, "pixel", "latent codec: pixel (space-to-depth)")                               \
   X(codec_scale, INT, "0", "pixel codec factor s in {1,2,4} (0: from the preset's channels)")  \
   X(mixed_precision, STR, "no", "no (float32); bf16 is not supported on CPU yet")              \

@@ -40,9 +40,11 @@ int ct_dataset_latent_side(const ct_dataset *ds);
 const float *ct_dataset_latent(const ct_dataset *ds, size_t i);
 /* Caption of sample i; with several lines, line (pick mod nlines). */
 const char *ct_dataset_caption(const ct_dataset *ds, size_t i, uint64_t pick);
-/* Longest caption in bytes over every caption line of every sample; *n_over (if
- * not NULL) counts caption lines longer than `limit` bytes. */
-size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t limit, size_t *n_over);
+/* Longest caption over every caption line of every sample, measured by
+ * measure(caption, ctx) (NULL: bytes); *n_over (if not NULL) counts caption
+ * lines longer than `limit`. */
+size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *), void *ctx,
+                                  size_t limit, size_t *n_over);
 /* Images skipped as unreadable, and the path of the first one (or NULL). */
 size_t ct_dataset_skipped(const ct_dataset *ds, const char **first);
 

@@ -22,10 +22,11 @@ typedef struct ct_textenc_config {
   int layers;
   int intermediate; /* MLP width (4 d) */
   float ln_eps;     /* 1e-5 */
+  int eos_id;       /* token whose first position gives the pooled output (257; CLIP BPE 49407) */
 } ct_textenc_config;
 
 /* Defaults for a width: vocab 259, max_pos 77, heads max(1, d/64) dividing d,
- * layers 2, intermediate 4 d. */
+ * layers 2, intermediate 4 d, eos_id 257. */
 void ct_textenc_config_default(int hidden, ct_textenc_config *cfg);
 ct_status ct_textenc_config_validate(const ct_textenc_config *cfg, ct_err *err);
 
@@ -42,10 +43,21 @@ void ct_textenc_free(ct_textenc *te);
 const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te);
 
 /* ids (B, T) int32 with T <= max_pos -> seq (B, T, hidden), pooled (B, hidden);
- * either output may be NULL. Pooled takes the first position whose id is the
- * tokenizer's EOS (257), or the last position if there is none. */
+ * either output may be NULL. Pooled takes the first position whose id is
+ * cfg.eos_id, or the last position if there is none. */
 ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
                             float *pooled, ct_err *err);
+
+/* The tokenizer captions go through: the byte tokenizer unless a CLIP BPE
+ * tokenizer was attached (the encoder then owns it and frees it). Attaching
+ * checks that the BPE ids fit the vocabulary and sets nothing else: build the
+ * encoder with vocab = ct_bpe_vocab_size and eos_id = ct_bpe_eos. */
+typedef struct ct_bpe ct_bpe;
+ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err);
+const ct_bpe *ct_textenc_bpe(const ct_textenc *te);
+/* Token ids (B x T rows) of one text with the encoder's tokenizer; returns the
+ * number of non-padding tokens. */
+int ct_textenc_tokenize(const ct_textenc *te, const char *text, int T, int32_t *ids);
 
 /* ---- tokenizers ---- */
 enum { CT_TOK_BOS = 256, CT_TOK_EOS = 257, CT_TOK_PAD = 258, CT_TOK_BYTE_VOCAB = 259 };
@@ -54,5 +66,21 @@ enum { CT_TOK_BOS = 256, CT_TOK_EOS = 257, CT_TOK_PAD = 258, CT_TOK_BYTE_VOCAB =
  * Longer texts are truncated so that EOS is always the last kept token.
  * T >= 2. Returns the number of non-PAD tokens. */
 int ct_tokenize_bytes(const char *text, int T, int32_t *ids);
+
+/* CLIP BPE tokenizer (docs/text_encoder.md): a user's vocab.json ({"symbol": id})
+ * and merges.txt ("left right" per line, optional "#version" first line), with
+ * <|startoftext|> and <|endoftext|> in the vocabulary. Errors name the file,
+ * line and column. */
+ct_status ct_bpe_load(const char *vocab_json, const char *merges_txt, ct_bpe **out, ct_err *err);
+void ct_bpe_free(ct_bpe *b);
+int ct_bpe_vocab_size(const ct_bpe *b); /* largest id + 1 */
+int ct_bpe_bos(const ct_bpe *b);
+int ct_bpe_eos(const ct_bpe *b);
+/* Token ids of text without BOS/EOS: writes at most cap, returns how many there are. */
+int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap);
+/* BOS, the tokens, EOS, then EOS as padding up to T (CLIP's pad token); longer
+ * texts are truncated so that EOS is the last kept token. T >= 2. Returns the
+ * number of tokens up to and including the first EOS. */
+int ct_bpe_encode(const ct_bpe *b, const char *text, int T, int32_t *ids);
 
 #endif

@@ -270,15 +270,16 @@ int ct_cmd_sample(int argc, char **argv) {
     int over = 0;
     size_t longest = 0;
     for (int i = 0; i < n; i++) {
-      size_t l = strlen(prompts[i]);
+      const ct_bpe *bpe = ct_textenc_bpe(p.te);
+      size_t l = bpe ? (size_t)ct_bpe_tokens(bpe, prompts[i], NULL, 0) : strlen(prompts[i]);
       if (l + 2 > (size_t)p.T) over++;
       if (l > longest) longest = l;
     }
     if (over)
       fprintf(stderr,
-              "ctuner sample: warning: %d prompt(s) longer than the %d bytes the model's "
-              "tokenizer_max_length %d keeps are truncated (longest %zu bytes)\n",
-              over, p.T - 2, p.T, longest);
+              "ctuner sample: warning: %d prompt(s) longer than the %d %s the model's "
+              "tokenizer_max_length %d keeps are truncated (longest %zu)\n",
+              over, p.T - 2, ct_textenc_bpe(p.te) ? "tokens" : "bytes", p.T, longest);
   }
   int res = 0;
   ct_sample_opts so = {0, 0, (int)p.cfg.validation_num_inference_steps, (float)p.cfg.validation_guidance,

@@ -457,11 +457,13 @@ const float *ct_dataset_latent(const ct_dataset *ds, size_t i) {
 const char *ct_dataset_caption(const ct_dataset *ds, size_t i, uint64_t pick) {
   return ds->s[i].lines[pick % (uint64_t)ds->s[i].nlines];
 }
-size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t limit, size_t *n_over) {
+size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *), void *ctx,
+                                  size_t limit, size_t *n_over) {
   size_t longest = 0, over = 0;
   for (size_t i = 0; i < ds->n; i++)
     for (int k = 0; k < ds->s[i].nlines; k++) {
-      size_t l = strlen(ds->s[i].lines[k]);
+      const char *c = ds->s[i].lines[k];
+      size_t l = measure ? measure(c, ctx) : strlen(c);
       if (l > longest) longest = l;
       over += l > limit;
     }

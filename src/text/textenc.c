@@ -54,12 +54,14 @@ struct ct_textenc {
   float *qkv; /* (3, B, H, T, hd) heads */
   float *o;   /* (B*T, d) attention output, heads concatenated */
   float *lse; /* (B, H, T) */
+  ct_bpe *bpe; /* owned; NULL: byte tokenizer */
 };
 
 void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
   int heads = hidden / 64 > 1 ? hidden / 64 : 1;
   while (heads > 1 && hidden % heads) heads--;
   cfg->vocab = CT_TOK_BYTE_VOCAB;
+  cfg->eos_id = CT_TOK_EOS;
   cfg->max_pos = 77;
   cfg->hidden = hidden;
   cfg->heads = heads;
@@ -72,6 +74,9 @@ ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
   if (!c) return ct_errf(err, CT_ERR_INVALID, "text encoder config is NULL");
   if (c->vocab < 1)
     return ct_errf(err, CT_ERR_INVALID, "text encoder vocab must be >= 1 (got %d)", c->vocab);
+  if (c->eos_id < 0 || c->eos_id >= c->vocab)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder eos_id %d is outside the vocabulary [0, %d)",
+                   c->eos_id, c->vocab);
   if (c->max_pos < 1)
     return ct_errf(err, CT_ERR_INVALID, "text encoder max_pos must be >= 1 (got %d)", c->max_pos);
   if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads)
@@ -243,7 +248,28 @@ void ct_textenc_free(ct_textenc *te) {
   ct_free(te->w);
   free(te->params);
   free(te->layers);
+  ct_bpe_free(te->bpe);
   free(te);
+}
+
+ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err) {
+  if (b && (ct_bpe_vocab_size(b) > te->cfg.vocab || ct_bpe_eos(b) != te->cfg.eos_id)) {
+    ct_status st = ct_errf(err, CT_ERR_SHAPE,
+                           "tokenizer (%d ids, <|endoftext|> = %d) does not match the text encoder "
+                           "(vocab %d, eos_id %d)",
+                           ct_bpe_vocab_size(b), ct_bpe_eos(b), te->cfg.vocab, te->cfg.eos_id);
+    ct_bpe_free(b);
+    return st;
+  }
+  ct_bpe_free(te->bpe);
+  te->bpe = b;
+  return CT_OK;
+}
+
+const ct_bpe *ct_textenc_bpe(const ct_textenc *te) { return te->bpe; }
+
+int ct_textenc_tokenize(const ct_textenc *te, const char *text, int T, int32_t *ids) {
+  return te->bpe ? ct_bpe_encode(te->bpe, text, T, ids) : ct_tokenize_bytes(text, T, ids);
 }
 
 const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te) {
@@ -447,7 +473,7 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     for (int b = 0; b < B; b++) {
       int at = T - 1;
       for (int t = 0; t < T; t++)
-        if (ids[(size_t)b * T + t] == CT_TOK_EOS) {
+        if (ids[(size_t)b * T + t] == c->eos_id) {
           at = t;
           break;
         }

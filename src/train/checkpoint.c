@@ -393,6 +393,18 @@ ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_tra
     snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
     st = ct_textenc_save(io->te, p, err);
   }
+  if (!st && ct_textenc_bpe(io->te)) { /* the tokenizer travels with the checkpoint */
+    const char *src[2] = {io->cfg->tokenizer_vocab, io->cfg->tokenizer_merges};
+    const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
+    for (int k = 0; k < 2 && !st; k++) {
+      char *data = NULL;
+      size_t n = 0;
+      st = ct_read_file(src[k], (size_t)1 << 30, &data, &n, err);
+      snprintf(p, sizeof p, "%s/%s", tmp, name[k]);
+      if (!st) st = ct_write_file_atomic(p, data, n, err);
+      free(data);
+    }
+  }
   if (!st) {
     char *cj = ct_config_to_json(io->cfg);
     snprintf(p, sizeof p, "%s/config.json", tmp);

@@ -434,8 +434,11 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
         c->timestep_sampling ? c->timestep_sampling : "");
   if (!(c->logit_std > 0)) BAD("logit_std must be > 0, got %g", c->logit_std);
   if (!(c->flow_shift > 0 && c->flow_shift < 1000)) BAD("flow_shift must be in (0, 1000), got %g", c->flow_shift);
-  if (!c->text_encoder || strcmp(c->text_encoder, "clip-byte"))
-    BAD("text_encoder '%s' is not supported; use \"clip-byte\"", c->text_encoder ? c->text_encoder : "");
+  if (!c->text_encoder || (strcmp(c->text_encoder, "clip-byte") && strcmp(c->text_encoder, "clip-bpe")))
+    BAD("text_encoder '%s' is not supported; use \"clip-byte\" or \"clip-bpe\"",
+        c->text_encoder ? c->text_encoder : "");
+  if (!strcmp(c->text_encoder, "clip-bpe") && (!c->tokenizer_vocab || !c->tokenizer_merges))
+    BAD("text_encoder \"clip-bpe\" needs tokenizer_vocab (vocab.json) and tokenizer_merges (merges.txt)");
   if (c->text_encoder_layers < 1 || c->text_encoder_layers > 48)
     BAD("text_encoder_layers must be between 1 and 48, got %ld", c->text_encoder_layers);
   if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)

@@ -20,7 +20,7 @@ ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, i
                             float *y, ct_err *err) {
   int32_t *ids = malloc((size_t)n * T * sizeof *ids);
   if (!ids) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < n; i++) ct_tokenize_bytes(prompts[i], T, ids + (size_t)i * T);
+  for (int i = 0; i < n; i++) ct_textenc_tokenize(te, prompts[i], T, ids + (size_t)i * T);
   ct_status st = ct_textenc_encode(te, ids, n, T, txt, y, err);
   free(ids);
   return st;

@@ -23,7 +23,12 @@ typedef struct ct_geometry {
   int T, codec_scale, resolution;
 } ct_geometry;
 ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err);
-ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, ct_textenc **te, ct_err *err);
+/* The text encoder (and its tokenizer) of a config; with ckpt_dir, weights and
+ * tokenizer files come from that checkpoint instead of the config's paths. */
+#define CT_CKPT_TOKENIZER_VOCAB "tokenizer_vocab.json"
+#define CT_CKPT_TOKENIZER_MERGES "tokenizer_merges.txt"
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
+                                 ct_err *err);
 
 /* snprintf into a path buffer; 0 if it fit, -1 if truncated (callers fail
  * with a clear error instead of using a cut path). */

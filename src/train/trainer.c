@@ -61,18 +61,42 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
   return ct_mmdit_config_validate(&g->mc, err);
 }
 
-ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, ct_textenc **te, ct_err *err) {
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
+                                 ct_err *err) {
+  char vocab[4200], merges[4200], weights[4200];
+  const char *wpath = cfg->text_encoder_path;
+  *te = NULL;
+  if (ckpt_dir) {
+    snprintf(vocab, sizeof vocab, "%s/" CT_CKPT_TOKENIZER_VOCAB, ckpt_dir);
+    snprintf(merges, sizeof merges, "%s/" CT_CKPT_TOKENIZER_MERGES, ckpt_dir);
+    snprintf(weights, sizeof weights, "%s/text_encoder.safetensors", ckpt_dir);
+    wpath = weights;
+  } else if (cfg->tokenizer_vocab && cfg->tokenizer_merges) {
+    snprintf(vocab, sizeof vocab, "%s", cfg->tokenizer_vocab);
+    snprintf(merges, sizeof merges, "%s", cfg->tokenizer_merges);
+  }
   ct_textenc_config tc;
   ct_textenc_config_default(hidden, &tc);
   tc.layers = (int)cfg->text_encoder_layers;
-  ct_status st = ct_textenc_config_validate(&tc, err);
+  ct_bpe *bpe = NULL;
+  ct_status st = CT_OK;
+  if (cfg->text_encoder && !strcmp(cfg->text_encoder, "clip-bpe")) {
+    st = ct_bpe_load(vocab, merges, &bpe, err);
+    if (st) return st;
+    tc.vocab = ct_bpe_vocab_size(bpe);
+    tc.eos_id = ct_bpe_eos(bpe);
+  }
+  st = ct_textenc_config_validate(&tc, err);
   if (!st) st = ct_textenc_new(&tc, (uint64_t)cfg->text_encoder_seed, te, err);
-  if (!st && cfg->text_encoder_path) {
-    st = ct_textenc_load(*te, cfg->text_encoder_path, err);
-    if (st) {
-      ct_textenc_free(*te);
-      *te = NULL;
-    }
+  if (!st && bpe) {
+    st = ct_textenc_set_bpe(*te, bpe, err);
+    bpe = NULL;
+  }
+  if (!st && wpath) st = ct_textenc_load(*te, wpath, err);
+  if (st) {
+    ct_bpe_free(bpe);
+    ct_textenc_free(*te);
+    *te = NULL;
   }
   return st;
 }
@@ -409,6 +433,12 @@ static int fault_nan(long step) {
   return 0;
 }
 
+/* Tokens of a caption without BOS/EOS. */
+static size_t caption_tokens(const char *caption, void *te) {
+  const ct_bpe *b = ct_textenc_bpe(te);
+  return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
+}
+
 /* One micro-batch: forward, loss, backward (grads accumulate). */
 static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss,
                              ct_err *err) {
@@ -511,14 +541,6 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
   size_t N = ct_dataset_count(tr.ds);
   sum->images = N;
   sum->images_skipped = ct_dataset_skipped(tr.ds, NULL);
-  {
-    /* The byte tokenizer keeps T - 2 bytes (BOS and EOS take two tokens). */
-    size_t over, longest = ct_dataset_longest_caption(tr.ds, (size_t)tr.g.T - 2, &over);
-    if (over)
-      CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d bytes) and are "
-              "truncated; the longest has %zu bytes: set --tokenizer_max_length=%zu to keep them whole",
-              over, tr.g.T, tr.g.T - 2, longest, longest + 2);
-  }
   if (N < (size_t)B) {
     st = ct_errf(err, CT_ERR_INVALID,
                  "the datasets hold %zu samples, fewer than train_batch_size %d: an epoch would have "
@@ -533,7 +555,15 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
 
   st = ct_mmdit_new(&tr.g.mc, (uint64_t)cfg->seed, 1, &tr.m, err);
   if (!st && cfg->pretrained_model_path) st = ct_mmdit_load(tr.m, cfg->pretrained_model_path, "", err);
-  if (!st) st = ct_textenc_from_config(cfg, tr.g.mc.context_in_dim, &tr.te, err);
+  if (!st) st = ct_textenc_from_config(cfg, tr.g.mc.context_in_dim, NULL, &tr.te, err);
+  if (!st) {
+    /* BOS and EOS take two of the T tokens. */
+    size_t over, longest = ct_dataset_longest_caption(tr.ds, caption_tokens, tr.te, (size_t)tr.g.T - 2, &over);
+    if (over)
+      CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
+              "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
+              over, tr.g.T, tr.g.T - 2, ct_textenc_bpe(tr.te) ? "BPE tokens" : "bytes", longest, longest + 2);
+  }
   if (!st) st = build_optim(cfg, &tr.g, tr.m, &tr.opt, err);
   if (!st) st = build_sched(cfg, tr.total, &tr.sched, err);
   if (!st) st = load_prompts(cfg, &tr.vp, err);
@@ -721,12 +751,7 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   }
   st = ct_mmdit_load(p->model, path, "", err);
   if (st) goto fail;
-  ct_textenc_config tc;
-  ct_textenc_config_default(g.mc.context_in_dim, &tc);
-  tc.layers = (int)p->cfg.text_encoder_layers;
-  st = ct_textenc_new(&tc, (uint64_t)p->cfg.text_encoder_seed, &p->te, err);
-  snprintf(path, sizeof path, "%s/text_encoder.safetensors", dir);
-  if (!st) st = ct_textenc_load(p->te, path, err);
+  st = ct_textenc_from_config(&p->cfg, g.mc.context_in_dim, dir, &p->te, err);
   if (st) goto fail;
   return CT_OK;
 fail:

@@ -1,0 +1,409 @@
+/* The CLIP BPE tokenizer (OpenAI CLIP / Hugging Face CLIPTokenizer) over a
+ * user's vocab.json + merges.txt.
+ *
+ * text -> collapse whitespace runs to one space, strip, lowercase (ASCII)
+ *      -> split into pieces: <|startoftext|>, <|endoftext|>, 's 't 're 've 'm 'll 'd,
+ *         letter runs, single digits, runs of other non-space characters
+ *      -> each piece: bytes mapped to printable code points (bytes_to_unicode),
+ *         "</w>" appended to the last, then merges applied lowest rank first
+ *      -> vocabulary ids (a symbol missing from the vocabulary becomes the
+ *         unknown token, which for CLIP is <|endoftext|>).
+ * Approximations, documented in docs/text_encoder.md: non-ASCII bytes count as
+ * letters (\p{L}), non-ASCII text is neither NFC-normalised nor lowercased.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core_int.h"
+#include "ctuner/json.h"
+#include "ctuner/textenc.h"
+
+/* ---- string -> int hash map (open addressing, FNV-1a) ---- */
+typedef struct smap {
+  char **keys;
+  int *vals;
+  size_t cap, n;
+} smap;
+
+static uint64_t fnv(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+  return h;
+}
+
+static int smap_find(const smap *m, const char *k, size_t n) {
+  if (!m->cap) return -1;
+  for (size_t i = fnv(k, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->keys[i]) return -1;
+    if (strlen(m->keys[i]) == n && !memcmp(m->keys[i], k, n)) return m->vals[i];
+  }
+}
+
+/* Insert or overwrite (last wins, as in a Python dict built from the file). */
+static int smap_put(smap *m, const char *k, size_t n, int v) {
+  if (2 * (m->n + 1) > m->cap) {
+    size_t nc = m->cap ? 2 * m->cap : 1024;
+    char **nk = calloc(nc, sizeof *nk);
+    int *nv = calloc(nc, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->keys[i]) {
+        size_t j = fnv(m->keys[i], strlen(m->keys[i])) & (nc - 1);
+        while (nk[j]) j = (j + 1) & (nc - 1);
+        nk[j] = m->keys[i];
+        nv[j] = m->vals[i];
+      }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = nc;
+  }
+  size_t i = fnv(k, n) & (m->cap - 1);
+  for (; m->keys[i]; i = (i + 1) & (m->cap - 1))
+    if (strlen(m->keys[i]) == n && !memcmp(m->keys[i], k, n)) {
+      m->vals[i] = v;
+      return 0;
+    }
+  m->keys[i] = malloc(n + 1);
+  if (!m->keys[i]) return -1;
+  memcpy(m->keys[i], k, n);
+  m->keys[i][n] = 0;
+  m->vals[i] = v;
+  m->n++;
+  return 0;
+}
+
+static void smap_free(smap *m) {
+  for (size_t i = 0; i < m->cap; i++) free(m->keys[i]);
+  free(m->keys);
+  free(m->vals);
+}
+
+struct ct_bpe {
+  smap vocab;  /* symbol -> id */
+  smap ranks;  /* "left right" -> merge rank */
+  int nvocab;  /* max id + 1 */
+  int bos, eos;
+  char byte_sym[256][4]; /* bytes_to_unicode as UTF-8 */
+};
+
+/* CLIP's bytes_to_unicode: printable Latin-1 bytes map to themselves, the rest
+ * to 256, 257, ... in byte order. */
+static void byte_table(ct_bpe *b) {
+  int n = 0;
+  for (int c = 0; c < 256; c++) {
+    int keep = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+    int cp = keep ? c : 256 + n++;
+    char *o = b->byte_sym[c];
+    if (cp < 0x80) {
+      o[0] = (char)cp;
+      o[1] = 0;
+    } else { /* all code points here are < 0x800: two bytes */
+      o[0] = (char)(0xC0 | (cp >> 6));
+      o[1] = (char)(0x80 | (cp & 0x3F));
+      o[2] = 0;
+    }
+  }
+}
+
+static char *read_all(const char *path, size_t *len, ct_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    ct_errf(err, CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (n < cap) break;
+    if (cap >= ((size_t)1 << 30)) { /* 1 GiB: no tokenizer file is that large */
+      free(buf);
+      buf = NULL;
+      ct_errf(err, CT_ERR_INVALID, "%s: larger than 1 GiB; not a tokenizer file", path);
+      fclose(f);
+      return NULL;
+    }
+    char *nb = realloc(buf, 2 * cap + 1);
+    if (!nb) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = nb;
+    cap *= 2;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf) {
+    ct_errf(err, CT_ERR_NOMEM, "%s: out of memory", path);
+    return NULL;
+  }
+  if (bad) {
+    free(buf);
+    ct_errf(err, CT_ERR_IO, "%s: read error", path);
+    return NULL;
+  }
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+void ct_bpe_free(ct_bpe *b) {
+  if (!b) return;
+  smap_free(&b->vocab);
+  smap_free(&b->ranks);
+  free(b);
+}
+
+ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **out, ct_err *err) {
+  *out = NULL;
+  ct_bpe *b = calloc(1, sizeof *b);
+  if (!b) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  byte_table(b);
+  ct_status st = CT_OK;
+  size_t len;
+  ct_json *j = NULL;
+  char *text = read_all(vocab_path, &len, err);
+  if (!text) {
+    st = err->status ? err->status : CT_ERR_IO;
+    goto fail;
+  }
+  ct_err jerr = {0};
+  if (ct_json_parse(text, len, &j, &jerr)) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: %s", vocab_path, jerr.msg);
+    goto fail;
+  }
+  if (j->type != CT_JSON_OBJECT || j->n == 0) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {\"token\": id, ...}", vocab_path);
+    goto fail;
+  }
+  for (size_t i = 0; i < j->n; i++) {
+    const ct_json *v = &j->items[i];
+    if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 0 || v->i64 >= (1 << 22)) {
+      st = ct_errf(err, CT_ERR_FORMAT,
+                   "%s:%d:%d: the id of token \"%.40s\" must be an integer in [0, 4194304)", vocab_path,
+                   v->line, v->col, j->keys[i]);
+      goto fail;
+    }
+    if (smap_put(&b->vocab, j->keys[i], strlen(j->keys[i]), (int)v->i64)) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      goto fail;
+    }
+    if ((int)v->i64 + 1 > b->nvocab) b->nvocab = (int)v->i64 + 1;
+  }
+  b->bos = smap_find(&b->vocab, "<|startoftext|>", 15);
+  b->eos = smap_find(&b->vocab, "<|endoftext|>", 13);
+  if (b->bos < 0 || b->eos < 0) {
+    st = ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)", vocab_path,
+                 b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
+    goto fail;
+  }
+  ct_json_free(j);
+  j = NULL;
+  free(text);
+  text = read_all(merges_path, &len, err);
+  if (!text) {
+    st = err->status ? err->status : CT_ERR_IO;
+    goto fail;
+  }
+  int rank = 0, line = 0;
+  for (char *p = text; *p;) {
+    char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    line++;
+    if (n && p[n - 1] == '\r') n--;
+    if (line == 1 && n >= 8 && !memcmp(p, "#version", 8)) {
+      /* header line of CLIP's merges file */
+    } else if (n) {
+      char *sp = memchr(p, ' ', n);
+      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
+        st = ct_errf(err, CT_ERR_FORMAT, "%s:%d: expected two symbols separated by one space: \"%.*s\"",
+                     merges_path, line, (int)(n > 60 ? 60 : n), p);
+        goto fail;
+      }
+      if (smap_find(&b->ranks, p, n) < 0 && smap_put(&b->ranks, p, n, rank)) {
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        goto fail;
+      }
+      rank++;
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+  free(text);
+  *out = b;
+  return CT_OK;
+fail:
+  ct_json_free(j);
+  free(text);
+  ct_bpe_free(b);
+  return st;
+}
+
+int ct_bpe_vocab_size(const ct_bpe *b) { return b->nvocab; }
+int ct_bpe_bos(const ct_bpe *b) { return b->bos; }
+int ct_bpe_eos(const ct_bpe *b) { return b->eos; }
+
+/* BPE of one piece; emits ids through push. Symbols are kept as (offset, len)
+ * into one growing string of the piece's mapped characters. */
+typedef struct emitter {
+  int32_t *ids;
+  int cap, n;
+} emitter;
+
+static void push(emitter *e, int id) {
+  if (e->n < e->cap) e->ids[e->n] = id;
+  e->n++;
+}
+
+static void bpe_piece(const ct_bpe *b, const char *s, size_t n, emitter *e) {
+  /* mapped text: every byte's symbol, then "</w>" belongs to the last symbol */
+  size_t cap = n * 2 + 5;
+  char stackbuf[1024];
+  int stackoff[512], stacklen[512];
+  char *buf = cap <= sizeof stackbuf ? stackbuf : malloc(cap);
+  int *off = n <= 512 ? stackoff : malloc(n * sizeof *off);
+  int *len = n <= 512 ? stacklen : malloc(n * sizeof *len);
+  if (!buf || !off || !len) { /* out of memory: the piece becomes unknown */
+    push(e, b->eos);
+    goto done;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *sym = b->byte_sym[(uint8_t)s[i]];
+    off[i] = (int)m;
+    len[i] = (int)strlen(sym);
+    memcpy(buf + m, sym, (size_t)len[i]);
+    m += (size_t)len[i];
+  }
+  memcpy(buf + m, "</w>", 4);
+  len[n - 1] += 4;
+  /* Symbols are contiguous in buf, so a merged symbol is (off[i], len[i] + len[i+1]). */
+  int ns = (int)n;
+  char key[512];
+  for (;;) {
+    int best = -1, bestrank = 0x7fffffff;
+    for (int i = 0; i + 1 < ns; i++) {
+      int kl = len[i] + 1 + len[i + 1];
+      if (kl >= (int)sizeof key) continue;
+      memcpy(key, buf + off[i], (size_t)len[i]);
+      key[len[i]] = ' ';
+      memcpy(key + len[i] + 1, buf + off[i + 1], (size_t)len[i + 1]);
+      int r = smap_find(&b->ranks, key, (size_t)kl);
+      if (r >= 0 && r < bestrank) bestrank = r, best = i;
+    }
+    if (best < 0) break;
+    /* merge every occurrence of that pair, left to right (as CLIP does) */
+    int la = len[best], lb = len[best + 1];
+    const char *A = buf + off[best], *Bs = buf + off[best + 1];
+    char pa[256], pb[256];
+    if (la >= 256 || lb >= 256) break;
+    memcpy(pa, A, (size_t)la);
+    memcpy(pb, Bs, (size_t)lb);
+    int w = 0;
+    for (int i = 0; i < ns;) {
+      if (i + 1 < ns && len[i] == la && len[i + 1] == lb && !memcmp(buf + off[i], pa, (size_t)la) &&
+          !memcmp(buf + off[i + 1], pb, (size_t)lb)) {
+        off[w] = off[i];
+        len[w] = la + lb;
+        i += 2;
+      } else {
+        off[w] = off[i];
+        len[w] = len[i];
+        i++;
+      }
+      w++;
+    }
+    ns = w;
+    if (ns == 1) break;
+  }
+  for (int i = 0; i < ns; i++) {
+    int id = smap_find(&b->vocab, buf + off[i], (size_t)len[i]);
+    push(e, id >= 0 ? id : b->eos);
+  }
+done:
+  if (buf != stackbuf) free(buf);
+  if (off != stackoff) free(off);
+  if (len != stacklen) free(len);
+}
+
+static int is_letter(unsigned char c) { return isalpha(c) || c >= 0x80; }
+
+int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
+  emitter e = {ids, cap, 0};
+  /* normalise: whitespace runs -> one space, strip, ASCII lowercase */
+  size_t n = strlen(text);
+  char *t = malloc(n + 1);
+  if (!t) return 0;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if (isspace(c)) {
+      if (m && t[m - 1] != ' ') t[m++] = ' ';
+    } else {
+      t[m++] = (char)tolower(c);
+    }
+  }
+  while (m && t[m - 1] == ' ') m--;
+  t[m] = 0;
+  static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+  for (size_t i = 0; i < m;) {
+    unsigned char c = (unsigned char)t[i];
+    if (c == ' ') {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    if (!strncmp(t + i, "<|startoftext|>", 15)) {
+      push(&e, b->bos);
+      i += 15;
+      continue;
+    }
+    if (!strncmp(t + i, "<|endoftext|>", 13)) {
+      push(&e, b->eos);
+      i += 13;
+      continue;
+    }
+    int matched = 0;
+    for (size_t k = 0; k < sizeof contr / sizeof *contr && !matched; k++) {
+      size_t l = strlen(contr[k]);
+      if (!strncmp(t + i, contr[k], l)) j = i + l, matched = 1;
+    }
+    if (!matched) {
+      if (is_letter(c)) {
+        while (j < m && is_letter((unsigned char)t[j])) j++;
+      } else if (isdigit(c)) {
+        j = i + 1;
+      } else {
+        /* special tokens are split out wherever they are (as Hugging Face's added tokens) */
+        while (j < m && t[j] != ' ' && !is_letter((unsigned char)t[j]) && !isdigit((unsigned char)t[j]) &&
+               !(j > i && (!strncmp(t + j, "<|startoftext|>", 15) || !strncmp(t + j, "<|endoftext|>", 13))))
+          j++;
+      }
+    }
+    bpe_piece(b, t + i, j - i, &e);
+    i = j;
+  }
+  free(t);
+  return e.n;
+}
+
+int ct_bpe_encode(const ct_bpe *b, const char *text, int T, int32_t *ids) {
+  CT_ASSERT(T >= 2);
+  int n = ct_bpe_tokens(b, text, ids + 1, T - 2);
+  if (n > T - 2) n = T - 2;
+  ids[0] = b->bos;
+  ids[n + 1] = b->eos;
+  for (int i = n + 2; i < T; i++) ids[i] = b->eos; /* CLIP pads with <|endoftext|> */
+  return n + 2;
+}
