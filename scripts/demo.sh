@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 export DEMO_OUT=${DEMO_OUT:-demo-output}
 start=$(date +%s)
 mkdir -p "$DEMO_OUT"
-if [ ! -f "$DEMO_OUT/data/.complete" ]; then
+marker="$DEMO_OUT/data/.complete-2000-seed1-64x64"
+if [ ! -f "$marker" ]; then
   echo "== 1/4 synthetic dataset: $DEMO_OUT/data"
   rm -rf "$DEMO_OUT/data"
   "$CT" dataset synth --out "$DEMO_OUT/data" --count 2000 --seed 1 --size 64x64
-  touch "$DEMO_OUT/data/.complete"
+  touch "$marker"
 else
   echo "== 1/4 synthetic dataset: reusing $DEMO_OUT/data"
 fi
