@@ -43,6 +43,13 @@ expect_err "missing data dir" "/nonexistent/dir" run --data_backend_config="$tmp
 expect_err "unknown optimizer" "unknown optimizer 'adamq'" run --optimizer=adamq --output_dir="$tmp/e"
 expect_err "unknown key on the command line" "did you mean 'max_train_steps'" run --max_train_step=3
 expect_err "env var unset" "CT_TEST_UNSET_VAR" run --output_dir='{env:CT_TEST_UNSET_VAR}/x'
+expect_err "muon momentum range" "muon_momentum must be in" run --optimizer=muon --muon_momentum=1.5
+
+# ---- every key the binary knows has a row in docs/config.md (the user's reference) ----
+cfgdoc="$(cd "$(dirname "$0")/.." && pwd)/docs/config.md"
+missing=$("$CT" train --help-keys | awk '{print $1}' | while read -r k; do
+  grep -q "^| \`$k\`" "$cfgdoc" || echo "$k"; done)
+[ -z "$missing" ] && ok "docs/config.md lists every key" || bad "docs/config.md lacks: $missing"
 expect_err "batch larger than dataset" "fewer than train_batch_size" run --train_batch_size=100 --output_dir="$tmp/e"
 CT_TEST_OUT="$tmp/envout" run --output_dir='{env:CT_TEST_OUT}' --max_train_steps=1 >/dev/null 2>&1 \
   && [ -d "$tmp/envout/checkpoint-1" ] && ok "{env:VAR} substitution" || bad "{env:VAR} substitution"

@@ -44,9 +44,12 @@
   X(adam_beta2, NUM, "0.999", "second-moment decay (Adam family, Lamb; Lion's beta2)")        \
   X(adam_epsilon, NUM, "1e-8", "denominator epsilon")                                          \
   X(adam_weight_decay, NUM, "1e-2", "weight decay")                                            \
-  X(optimizer_momentum, NUM, "0.9", "SGD/MuSGD momentum; Muon's momentum")                     \
-  X(optimizer_nesterov, BOOL, "false", "SGD/MuSGD/Muon: Nesterov momentum")                    \
+  X(optimizer_momentum, NUM, "0.9", "SGD/MuSGD momentum")                     \
+  X(optimizer_nesterov, BOOL, "false", "SGD/MuSGD: Nesterov momentum")                    \
   X(muon_ns_steps, INT, "5", "Muon: Newton-Schulz iterations")                                 \
+  X(muon_momentum, NUM, "0.95", "Muon: momentum of the 2-D weights")                          \
+  X(muon_nesterov, BOOL, "true", "Muon: Nesterov momentum for the 2-D weights")                 \
+  X(muon_adamw_lr, NUM, "1", "Muon: lr of its AdamW part (other tensors) as a multiple of lr") \
   X(mup_base_hidden, INT, "0", "Mu* optimizers: width of the base model (0: the preset's)")    \
   X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \

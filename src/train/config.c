@@ -409,6 +409,10 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
     BAD("optimizer_momentum must be in [0, 1), got %g", c->optimizer_momentum);
   if (c->muon_ns_steps < 1 || c->muon_ns_steps > 20)
     BAD("muon_ns_steps must be between 1 and 20, got %ld", c->muon_ns_steps);
+  if (!(c->muon_momentum >= 0 && c->muon_momentum < 1))
+    BAD("muon_momentum must be in [0, 1), got %g", c->muon_momentum);
+  if (!(c->muon_adamw_lr >= 0 && c->muon_adamw_lr <= 1e3))
+    BAD("muon_adamw_lr must be in [0, 1000], got %g", c->muon_adamw_lr);
   if (c->mup_base_hidden < 0) BAD("mup_base_hidden must be >= 0, got %ld", c->mup_base_hidden);
   if (!(c->max_grad_norm >= 0)) BAD("max_grad_norm must be >= 0 (0 disables), got %g", c->max_grad_norm);
   if (c->max_nonfinite_steps < 1) BAD("max_nonfinite_steps must be >= 1, got %ld", c->max_nonfinite_steps);

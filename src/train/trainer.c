@@ -126,8 +126,10 @@ static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdi
   hp.weight_decay = (float)cfg->adam_weight_decay;
   hp.momentum = (float)cfg->optimizer_momentum;
   hp.nesterov = cfg->optimizer_nesterov;
-  hp.muon_momentum = (float)cfg->optimizer_momentum;
+  hp.muon_momentum = (float)cfg->muon_momentum;
   hp.muon_ns_steps = (int)cfg->muon_ns_steps;
+  hp.muon_adamw_lr = (float)cfg->muon_adamw_lr;
+  if (kind == CT_OPTIM_MUON) hp.nesterov = cfg->muon_nesterov;
   size_t np, n = ct_mmdit_numel(m);
   const ct_param *t = ct_mmdit_table(m, &np);
   ct_param *base = NULL;
