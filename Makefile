@@ -10,7 +10,8 @@ all: build
 
 help:
 	@echo "make            build (Release) into $(BUILD)/"
-	@echo "make test       install missing packages, build with -Werror, run every test (ctest)"
+	@echo "make test       install missing packages, build with -Werror, run every test (ctest),"
+	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
@@ -32,6 +33,7 @@ test: deps
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200
 	scripts/fuzz.sh 10
+	$(MAKE) asan
 
 demo: deps build
 	scripts/demo.sh $(CTUNER)

@@ -83,6 +83,7 @@ CT_TEST(config, errors_name_the_problem) {
   CHECK(ct_config_set(&c, "zzzzzzzzzzzz", "1", &err) == CT_ERR_INVALID);
   CHECK(strstr(err.msg, "did you mean") == NULL);
   /* Validation names the key. */
+  ct_config_free(&c);
   ct_config_defaults(&c);
   c.train_batch_size = 0;
   CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);

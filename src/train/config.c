@@ -337,9 +337,9 @@ ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
     return st;
   }
   if (j->type != CT_JSON_OBJECT) {
+    const char *got = ct_json_type_name(j->type); /* a static string; read before the free */
     ct_json_free(j);
-    return ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object of options, got %s", path,
-                   ct_json_type_name(j->type));
+    return ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object of options, got %s", path, got);
   }
   char where[600];
   snprintf(where, sizeof where, "%s: ", path);
