@@ -6,7 +6,7 @@
 # Idempotent: installed packages are skipped.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev)
+BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libopenmpi-dev openmpi-bin)
 TEST_PKGS=(python3 python3-torch python3-numpy python3-pil clang libclang-rt-14-dev libomp-dev)
 PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 

@@ -22,7 +22,8 @@
   X(ERR_RANGE, 8, "value out of range")                                   \
   X(ERR_NUMERIC, 9, "numerical error (NaN or Inf)")                       \
   X(ERR_TOLERANCE, 10, "result outside tolerance")                        \
-  X(ERR_INTERNAL, 11, "internal error")
+  X(ERR_INTERNAL, 11, "internal error")                                   \
+  X(ERR_COMM, 12, "communication between ranks failed")
 
 typedef enum ct_status {
 #define CT_X(name, val, desc) CT_##name = val,

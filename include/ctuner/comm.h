@@ -1,0 +1,64 @@
+/* comm.h: the communicator — the only door to MPI (docs/distributed.md).
+ *
+ * One ct_comm per process. Under mpirun (Open MPI sets OMPI_COMM_WORLD_SIZE;
+ * Slurm's srun with PMI sets PMI_SIZE / PMIX_RANK) ct_comm_init starts MPI and
+ * spans every rank; otherwise it is the single-process communicator (size 1,
+ * every collective a copy or a no-op) and MPI is never initialised.
+ *
+ * Determinism: every reduction sums the ranks' contributions in rank order
+ * 0, 1, ..., N-1 in float32 (f32) or double (f64), whatever MPI's own
+ * algorithms would do: reduce-scatter is an all-to-all of the chunks followed
+ * by the summation on the owning rank, and all-reduce is reduce-scatter then
+ * all-gather. So a run is bit-reproducible for a given world size.
+ *
+ * Shards: the flat buffers of n floats are split into N equal contiguous
+ * shards of ct_comm_shard_len(n, N) floats; the last may be padding (callers
+ * allocate N * shard floats). Rank r owns [r * shard, (r + 1) * shard).
+ *
+ * Failures: a collective that fails returns CT_ERR_COMM with a message; MPI's
+ * error handler is set to return errors rather than abort. A rank that dies
+ * makes mpirun end the job (docs/distributed.md, "Failures").
+ */
+#ifndef CTUNER_COMM_H
+#define CTUNER_COMM_H
+
+#include <stddef.h>
+
+#include "ctuner/status.h"
+
+typedef struct ct_comm ct_comm;
+
+/* Starts MPI when launched by an MPI launcher, else a single-process
+ * communicator. force_single != 0 never touches MPI. */
+ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err);
+/* Finalises MPI (when it was started) and frees. NULL is fine. */
+void ct_comm_free(ct_comm *c);
+
+int ct_comm_rank(const ct_comm *c);
+int ct_comm_size(const ct_comm *c);
+/* Ranks on this node and this rank's index among them (for threads per rank). */
+int ct_comm_local_rank(const ct_comm *c);
+int ct_comm_local_size(const ct_comm *c);
+/* "mpi" or "single". */
+const char *ct_comm_backend(const ct_comm *c);
+
+/* Floats per shard when n floats are split over size ranks (rounded up to a
+ * multiple of 16 floats, so shards stay 64-byte aligned). */
+size_t ct_comm_shard_len(size_t n, int size);
+
+/* buf[0..n) <- sum over ranks, in rank order (reduce-scatter + all-gather). */
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err);
+/* The same for a few doubles (losses, norms): every rank gathers all. */
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err);
+/* send holds size * shard floats; recv[0..shard) <- sum over ranks of their
+ * send[rank * shard ..], in rank order. recv must not overlap send. */
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, float *recv, size_t shard,
+                                     ct_err *err);
+/* recv (size * shard floats) <- every rank's send[0..shard), in rank order.
+ * send may alias recv + rank * shard. */
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, ct_err *err);
+/* bytes of buf from root to every rank. */
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
+ct_status ct_comm_barrier(ct_comm *c, ct_err *err);
+
+#endif

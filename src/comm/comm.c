@@ -1,0 +1,227 @@
+/* comm.c: the communicator over Open MPI, and the single-process one.
+ *
+ * Reductions never use MPI_SUM: the ranks' pieces are exchanged (all-to-all or
+ * all-gather) and summed here in rank order, so results are bitwise
+ * reproducible for a world size whatever algorithm MPI picks. Large transfers
+ * go in chunks of at most CHUNK floats (MPI counts are int), packed into
+ * scratch buffers the communicator keeps and grows.
+ * Not here: who owns which shard of the model (src/train), launching.
+ */
+#include "ctuner/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/log.h"
+
+#define CHUNK ((size_t)1 << 22) /* floats per exchange (16 MiB) */
+
+struct ct_comm {
+  int mpi; /* MPI was initialised by us */
+  int rank, size, local_rank, local_size;
+  MPI_Comm world;
+  float *pack, *unpack; /* size * CHUNK floats each, allocated on first use */
+  size_t cap;           /* floats in each */
+};
+
+static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return ct_errf(err, CT_ERR_COMM, "%s failed: %s (a rank may have died; see the other ranks' output)", what,
+                 msg);
+}
+
+static int launched_by_mpi(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
+  for (const char *const *v = vars; *v; v++)
+    if (getenv(*v)) return 1;
+  return 0;
+}
+
+ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err) {
+  *out = NULL;
+  ct_comm *c = calloc(1, sizeof *c);
+  if (!c) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the communicator");
+  c->size = c->local_size = 1;
+  if (force_single || !launched_by_mpi()) {
+    *out = c;
+    return CT_OK;
+  }
+  int provided = 0;
+  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    return ct_errf(err, CT_ERR_COMM, "MPI_Init_thread failed (code %d): is this an Open MPI launch?", rc);
+  }
+  c->mpi = 1;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->world, &c->rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->world, &c->size);
+  MPI_Comm node;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+  if (rc == MPI_SUCCESS) {
+    MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
+    MPI_Comm_free(&node);
+  }
+  if (rc != MPI_SUCCESS) {
+    ct_status st = mpi_fail(err, rc, "setting up MPI_COMM_WORLD");
+    ct_comm_free(c);
+    return st;
+  }
+  *out = c;
+  return CT_OK;
+}
+
+void ct_comm_free(ct_comm *c) {
+  if (!c) return;
+  ct_free(c->pack);
+  ct_free(c->unpack);
+  if (c->mpi) {
+    if (c->world != MPI_COMM_NULL && c->world) MPI_Comm_free(&c->world);
+    MPI_Finalize();
+  }
+  free(c);
+}
+
+int ct_comm_rank(const ct_comm *c) { return c ? c->rank : 0; }
+int ct_comm_size(const ct_comm *c) { return c ? c->size : 1; }
+int ct_comm_local_rank(const ct_comm *c) { return c ? c->local_rank : 0; }
+int ct_comm_local_size(const ct_comm *c) { return c ? c->local_size : 1; }
+const char *ct_comm_backend(const ct_comm *c) { return c && c->mpi ? "mpi" : "single"; }
+
+size_t ct_comm_shard_len(size_t n, int size) {
+  if (size < 1) size = 1;
+  size_t s = (n + (size_t)size - 1) / (size_t)size;
+  return (s + 15) / 16 * 16;
+}
+
+static ct_status ensure_scratch(ct_comm *c, size_t per_rank, ct_err *err) {
+  size_t need = (size_t)c->size * per_rank;
+  if (need <= c->cap) return CT_OK;
+  ct_free(c->pack);
+  ct_free(c->unpack);
+  c->pack = ct_alloc(CT_MEM_BUFFERS, need * sizeof(float));
+  c->unpack = ct_alloc(CT_MEM_BUFFERS, need * sizeof(float));
+  c->cap = c->pack && c->unpack ? need : 0;
+  if (!c->cap) return ct_errf(err, CT_ERR_NOMEM, "out of memory for %zu MB of communication buffers",
+                              2 * need * sizeof(float) >> 20);
+  return CT_OK;
+}
+
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, float *recv, size_t shard,
+                                     ct_err *err) {
+  if (!c->mpi || c->size == 1) {
+    memcpy(recv, send, shard * sizeof(float));
+    return CT_OK;
+  }
+  const int N = c->size;
+  const size_t len0 = shard < CHUNK ? shard : CHUNK;
+  ct_status st = ensure_scratch(c, len0, err);
+  if (st) return st;
+  for (size_t off = 0; off < shard; off += len0) {
+    const size_t len = shard - off < len0 ? shard - off : len0;
+    for (int p = 0; p < N; p++) memcpy(c->pack + (size_t)p * len, send + (size_t)p * shard + off, len * sizeof(float));
+    int rc = MPI_Alltoall(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "reduce-scatter (MPI_Alltoall)");
+    float *r = recv + off;
+    const float *u = c->unpack;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < len; i++) {
+      float acc = u[i];
+      for (int p = 1; p < N; p++) acc += u[(size_t)p * len + i];
+      r[i] = acc;
+    }
+  }
+  return CT_OK;
+}
+
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, ct_err *err) {
+  const int N = c->size;
+  if (!c->mpi || N == 1) {
+    if (recv != send) memmove(recv, send, shard * sizeof(float));
+    return CT_OK;
+  }
+  if (shard <= CHUNK) {
+    int rc;
+    if (send == recv + (size_t)c->rank * shard)
+      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
+    else
+      rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+  }
+  ct_status st = ensure_scratch(c, CHUNK, err);
+  if (st) return st;
+  for (size_t off = 0; off < shard; off += CHUNK) {
+    const size_t len = shard - off < CHUNK ? shard - off : CHUNK;
+    memcpy(c->pack, send + off, len * sizeof(float));
+    int rc = MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+    for (int p = 0; p < N; p++)
+      memcpy(recv + (size_t)p * shard + off, c->unpack + (size_t)p * len, len * sizeof(float));
+  }
+  return CT_OK;
+}
+
+ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
+  if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
+  const int N = c->size;
+  const size_t shard = ct_comm_shard_len(n, N), full = (size_t)N * shard;
+  float *tmp = ct_alloc(CT_MEM_BUFFERS, full * sizeof(float));
+  float *mine = ct_alloc(CT_MEM_BUFFERS, shard * sizeof(float));
+  ct_status st = CT_OK;
+  if (!tmp || !mine) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
+    goto out;
+  }
+  memcpy(tmp, buf, n * sizeof(float));
+  memset(tmp + n, 0, (full - n) * sizeof(float));
+  st = ct_comm_reduce_scatter_f32(c, tmp, mine, shard, err);
+  if (!st) st = ct_comm_allgather_f32(c, mine, tmp, shard, err);
+  if (!st) memcpy(buf, tmp, n * sizeof(float));
+out:
+  ct_free(tmp);
+  ct_free(mine);
+  return st;
+}
+
+ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) {
+  if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
+  if (n > (size_t)INT_MAX / (size_t)c->size)
+    return ct_errf(err, CT_ERR_INVALID, "allreduce_f64 is for a few values, not %zu", n);
+  double *all = malloc((size_t)c->size * n * sizeof *all);
+  if (!all) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  int rc = MPI_Allgather(buf, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, c->world);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return mpi_fail(err, rc, "all-reduce of doubles (MPI_Allgather)");
+  }
+  for (size_t i = 0; i < n; i++) {
+    double acc = all[i];
+    for (int p = 1; p < c->size; p++) acc += all[(size_t)p * n + i];
+    buf[i] = acc;
+  }
+  free(all);
+  return CT_OK;
+}
+
+ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err) {
+  if (!c->mpi || c->size == 1) return CT_OK;
+  for (size_t off = 0; off < bytes; off += (size_t)INT_MAX) {
+    size_t len = bytes - off < (size_t)INT_MAX ? bytes - off : (size_t)INT_MAX;
+    int rc = MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->world);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "broadcast (MPI_Bcast)");
+  }
+  return CT_OK;
+}
+
+ct_status ct_comm_barrier(ct_comm *c, ct_err *err) {
+  if (!c->mpi || c->size == 1) return CT_OK;
+  int rc = MPI_Barrier(c->world);
+  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "barrier (MPI_Barrier)");
+}

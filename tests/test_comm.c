@@ -1,0 +1,85 @@
+/* The communicator. Under ctest this runs on one process (the single-process
+ * communicator); tests/cli_dist.sh also runs it under mpirun with 2 and 3
+ * ranks, where every collective is checked against the sums computed locally
+ * in rank order (bit-exact: the reductions promise that order). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/comm.h"
+#include "harness.h"
+
+/* Exactly representable terms, so no FMA contraction can change a value; the
+ * sums are then exact too, which makes the expected result unambiguous. */
+static float val(int rank, size_t i) { return (float)(rank + 1) * 0.5f + (float)(i % 1013) * 0.25f; }
+
+CT_TEST(comm, collectives) {
+  ct_err err = {0};
+  ct_comm *c = NULL;
+  REQUIRE(ct_comm_init(0, &c, &err) == CT_OK);
+  const int R = ct_comm_rank(c), N = ct_comm_size(c);
+  CHECK(R >= 0 && R < N);
+  CHECK(ct_comm_local_rank(c) >= 0 && ct_comm_local_rank(c) < ct_comm_local_size(c));
+  CHECK(ct_comm_shard_len(100, 3) == 48 && ct_comm_shard_len(0, 2) == 0 && ct_comm_shard_len(16, 1) == 16);
+
+  /* all-reduce: odd length, and one larger than a chunk per shard (4M floats). */
+  const size_t lens[] = {1, 1000003, (size_t)9 << 20};
+  for (int k = 0; k < 3; k++) {
+    const size_t n = lens[k];
+    float *x = malloc(n * sizeof *x);
+    REQUIRE(x);
+    for (size_t i = 0; i < n; i++) x[i] = val(R, i);
+    REQUIRE(ct_comm_allreduce_f32(c, x, n, &err) == CT_OK);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = val(0, i);
+      for (int p = 1; p < N; p++) want += val(p, i);
+      bad += memcmp(&want, &x[i], sizeof want) != 0;
+    }
+    CHECKF(bad == 0, "n %zu: %zu elements differ from the rank-order sum", n, bad);
+    free(x);
+  }
+
+  /* reduce-scatter + all-gather of a shard larger than a chunk. */
+  const size_t shard = ((size_t)4 << 20) + 48;
+  float *send = malloc((size_t)N * shard * sizeof *send), *mine = malloc(shard * sizeof *mine);
+  float *all = malloc((size_t)N * shard * sizeof *all);
+  REQUIRE(send && mine && all);
+  for (size_t i = 0; i < (size_t)N * shard; i++) send[i] = val(R, i);
+  REQUIRE(ct_comm_reduce_scatter_f32(c, send, mine, shard, &err) == CT_OK);
+  size_t bad = 0;
+  for (size_t i = 0; i < shard; i++) {
+    size_t gi = (size_t)R * shard + i;
+    float want = val(0, gi);
+    for (int p = 1; p < N; p++) want += val(p, gi);
+    bad += want != mine[i];
+  }
+  CHECKF(bad == 0, "reduce-scatter: %zu elements wrong", bad);
+  for (size_t i = 0; i < shard; i++) mine[i] = (float)R + (float)(i % 7);
+  REQUIRE(ct_comm_allgather_f32(c, mine, all, shard, &err) == CT_OK);
+  bad = 0;
+  for (int p = 0; p < N; p++)
+    for (size_t i = 0; i < shard; i++) bad += all[(size_t)p * shard + i] != (float)p + (float)(i % 7);
+  CHECKF(bad == 0, "all-gather: %zu elements wrong", bad);
+  /* in place: this rank's shard already sits in the output */
+  for (size_t i = 0; i < 1000; i++) all[(size_t)R * 1000 + i] = (float)R * 2 + 1;
+  REQUIRE(ct_comm_allgather_f32(c, all + (size_t)R * 1000, all, 1000, &err) == CT_OK);
+  bad = 0;
+  for (int p = 0; p < N; p++)
+    for (size_t i = 0; i < 1000; i++) bad += all[(size_t)p * 1000 + i] != (float)p * 2 + 1;
+  CHECKF(bad == 0, "in-place all-gather: %zu elements wrong", bad);
+  free(send);
+  free(mine);
+  free(all);
+
+  double d[2] = {R + 0.25, 1.0};
+  REQUIRE(ct_comm_allreduce_f64(c, d, 2, &err) == CT_OK);
+  CHECK_NEAR(d[0], N * (N - 1) / 2.0 + 0.25 * N, 0);
+  CHECK_NEAR(d[1], (double)N, 0);
+  char msg[32] = "";
+  if (R == 0) strcpy(msg, "from rank 0");
+  REQUIRE(ct_comm_broadcast(c, msg, sizeof msg, 0, &err) == CT_OK);
+  CHECK(!strcmp(msg, "from rank 0"));
+  CHECK(ct_comm_barrier(c, &err) == CT_OK);
+  ct_comm_free(c);
+}
