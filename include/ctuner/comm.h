@@ -60,5 +60,9 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err);
+/* Ends every rank of the job with exit code `code` (MPI_Abort) when there is
+ * more than one rank; returns (doing nothing) otherwise. For the CLI's error
+ * path: a rank that fails alone must not leave the others waiting. */
+void ct_comm_abort(ct_comm *c, int code);
 
 #endif

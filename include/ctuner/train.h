@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "ctuner/comm.h"
 #include "ctuner/config.h"
 #include "ctuner/image.h"
 #include "ctuner/mmdit.h"
@@ -38,8 +39,13 @@ typedef struct ct_train_summary {
   char last_checkpoint[1024];
 } ct_train_summary;
 
-ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train_summary *sum,
-                       ct_err *err);
+/* comm: the ranks to train on (NULL: this process alone). With N ranks each
+ * takes train_batch_size samples of every global micro-batch of N x
+ * train_batch_size; gradients are averaged over the ranks (docs/distributed.md),
+ * so N ranks train the same model as 1 rank with N times the batch. Rank 0
+ * alone writes metrics, validation images and checkpoints, and alone calls cb. */
+ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
+                       ct_train_summary *sum, ct_err *err);
 
 /* ---- checkpoints ---- */
 /* Newest checkpoint-<N> under output_dir with a .guard holding "complete";

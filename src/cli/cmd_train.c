@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "ctuner/config.h"
 #include "ctuner/image.h"
+#include "ctuner/log.h"
 #include "ctuner/train.h"
 
 static void train_usage(FILE *f) {
@@ -94,6 +95,7 @@ int ct_cmd_train(int argc, char **argv) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   ct_err err = {0};
+  ct_comm *comm = NULL;
   int rc = 2;
   /* --config first, so that the other arguments override it wherever they are. */
   for (int i = 1; i < argc; i++) {
@@ -147,20 +149,36 @@ int ct_cmd_train(int argc, char **argv) {
   progress p = {isatty(1) && !cfg.disable_progress_bar, 1, 0, 0};
   long planned = cfg.max_train_steps;
   p.every = planned >= 50 ? (int)(planned / 50) : 1;
+  if (ct_comm_init(0, &comm, &err)) {
+    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    goto out;
+  }
+  const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
+  if (rank > 0) {
+    ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
+    p.tty = 0;
+  }
   ct_train_summary sum;
-  ct_status st = ct_train_run(&cfg, on_step, &p, &sum, &err);
+  ct_status st = ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
   if (st) {
+    if (world > 1) {
+      fprintf(stderr, "ctuner train: rank %d of %d: %s\n", rank, world, err.msg);
+      fflush(stderr);
+      ct_comm_abort(comm, 1); /* the other ranks must not wait for this one */
+    }
     fprintf(stderr, "ctuner train: %s\n", err.msg);
     rc = 1;
     goto out;
   }
+  rc = 0;
+  if (rank > 0) goto out;
   printf("{\"steps\": %ld, \"from_step\": %ld, \"last_loss\": %.6g, \"seconds\": %.1f, \"images\": %zu, "
          "\"images_skipped\": %zu, \"nonfinite_steps_skipped\": %ld, \"checkpoint\": \"%s\"}\n",
          sum.end_step, sum.start_step, sum.last_loss, sum.seconds, sum.images, sum.images_skipped,
          sum.skipped_nonfinite, sum.last_checkpoint);
-  rc = 0;
 out:
+  ct_comm_free(comm);
   ct_config_free(&cfg);
   return rc;
 }

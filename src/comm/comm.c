@@ -225,3 +225,7 @@ ct_status ct_comm_barrier(ct_comm *c, ct_err *err) {
   int rc = MPI_Barrier(c->world);
   return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "barrier (MPI_Barrier)");
 }
+
+void ct_comm_abort(ct_comm *c, int code) {
+  if (c && c->mpi && c->size > 1) MPI_Abort(c->world, code);
+}

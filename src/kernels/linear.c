@@ -31,18 +31,21 @@ void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
   ct_sgemm(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
 }
 
-/* db[j] += sum_r dy[r][j], rows summed in order for every column. */
+/* db[j] += sum_r dy[r][j], rows summed in order for every column, in double:
+ * a bias gradient sums many terms of both signs (B x L rows), and a float sum's
+ * rounding would make a batch split over ranks or micro-batches differ from the
+ * whole batch far more than the final rounding does. */
 static void colsum_acc(int N, int M, const float *dy, int lddy, float *db) {
   int nblk = (M + COLBLK - 1) / COLBLK;
 #pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
   for (int blk = 0; blk < nblk; blk++) {
     int c0 = blk * COLBLK, nc = M - c0 < COLBLK ? M - c0 : COLBLK;
-    float acc[COLBLK] = {0};
+    double acc[COLBLK] = {0};
     for (int r = 0; r < N; r++) {
       const float *row = dy + (size_t)r * lddy + c0;
-      for (int j = 0; j < nc; j++) acc[j] += row[j];
+      for (int j = 0; j < nc; j++) acc[j] += (double)row[j];
     }
-    for (int j = 0; j < nc; j++) db[c0 + j] += acc[j];
+    for (int j = 0; j < nc; j++) db[c0 + j] = (float)((double)db[c0 + j] + acc[j]);
   }
 }
 

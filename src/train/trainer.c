@@ -287,6 +287,8 @@ static ct_status parse_vres(const ct_config *cfg, int def, int *w, int *h, ct_er
 
 typedef struct trainer {
   const ct_config *cfg;
+  ct_comm *comm;
+  int rank, world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
   ct_geometry g;
   ct_mmdit *m;
   ct_textenc *te;
@@ -448,14 +450,16 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   const int B = (int)cfg->train_batch_size, T = tr->g.T, side = tr->g.resolution / tr->g.codec_scale;
   const size_t lat = (size_t)tr->g.mc.in_channels * side * side;
   size_t N = ct_dataset_count(tr->ds);
-  if ((size_t)s->epoch_pos + (size_t)B > N) { /* drop the incomplete tail batch */
+  const size_t GB = (size_t)B * (size_t)tr->world, r0 = (size_t)B * (size_t)tr->rank;
+  if ((size_t)s->epoch_pos + GB > N) { /* drop the incomplete tail of the global batch */
     s->epoch++;
     s->epoch_pos = 0;
   }
   const uint64_t seed = (uint64_t)cfg->seed;
   for (int b = 0; b < B; b++) {
-    uint64_t id = (uint64_t)s->samples_seen + (uint64_t)b;
-    size_t idx = ct_dataset_order(tr->ds, s->epoch, (size_t)s->epoch_pos + (size_t)b);
+    /* ids and positions are global: N ranks x B draw exactly what 1 rank x N*B would */
+    uint64_t id = (uint64_t)s->samples_seen + (uint64_t)r0 + (uint64_t)b;
+    size_t idx = ct_dataset_order(tr->ds, s->epoch, (size_t)s->epoch_pos + r0 + (size_t)b);
     memcpy(tr->x0 + b * lat, ct_dataset_latent(tr->ds, idx), lat * sizeof(float));
     uint32_t r[4];
     ct_philox4x32(seed, CT_STREAM_CAPTION, id, r);
@@ -483,7 +487,7 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
-  const float scale = 2.0f / ((float)tot * (float)accum);
+  const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
   double l = 0;
   for (size_t i = 0; i < tot; i++) {
     float diff = tr->v[i] - (tr->eps[i] - tr->x0[i]);
@@ -493,8 +497,8 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
   *loss = l / (double)tot;
-  s->samples_seen += B;
-  s->epoch_pos += B;
+  s->samples_seen += (long)GB;
+  s->epoch_pos += (long)GB;
   return st;
 }
 
@@ -518,12 +522,16 @@ static void trainer_free(trainer *tr) {
   free(tr->caps);
 }
 
-ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train_summary *sum,
-                       ct_err *err) {
+ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
+                       ct_train_summary *sum, ct_err *err) {
   const double t_start = now_s();
   memset(sum, 0, sizeof *sum);
   trainer tr = {0};
   tr.cfg = cfg;
+  tr.comm = comm;
+  tr.rank = ct_comm_rank(comm);
+  tr.world = ct_comm_size(comm);
+  const int lead = tr.rank == 0; /* rank 0 writes metrics, validation images and checkpoints */
   ct_train_state s = {0};
   ct_status st = ct_config_validate(cfg, err);
   if (!st) st = ct_geometry_from_config(cfg, &tr.g, err);
@@ -531,10 +539,20 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
   if (!cfg->data_backend_config)
     return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
                                         "listing the datasets (docs/training.md)");
-  if (cfg->num_threads > 0) omp_set_num_threads((int)cfg->num_threads);
-  st = ct_mkdir_p(cfg->output_dir, err);
+  if (cfg->num_threads > 0) {
+    omp_set_num_threads((int)cfg->num_threads);
+  } else if (tr.world > 1 && !getenv("OMP_NUM_THREADS")) {
+    /* cores of this process (its affinity mask) shared by the ranks on the node */
+    int per = omp_get_num_procs() / ct_comm_local_size(comm);
+    omp_set_num_threads(per < 1 ? 1 : per);
+  }
+  if (lead) {
+    st = ct_mkdir_p(cfg->output_dir, err);
+    if (st) return st;
+    ct_checkpoint_clean_tmp(cfg->output_dir);
+  }
+  st = ct_comm_barrier(comm, err); /* output_dir exists (shared) before anyone reads it */
   if (st) return st;
-  ct_checkpoint_clean_tmp(cfg->output_dir);
 
   ct_data_opts dopt = {tr.g.resolution, tr.g.codec_scale, (uint64_t)cfg->seed};
   st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr.ds, err);
@@ -543,14 +561,19 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
   size_t N = ct_dataset_count(tr.ds);
   sum->images = N;
   sum->images_skipped = ct_dataset_skipped(tr.ds, NULL);
-  if (N < (size_t)B) {
+  const size_t GB = (size_t)B * (size_t)tr.world;
+  if (N < GB) {
     st = ct_errf(err, CT_ERR_INVALID,
-                 "the datasets hold %zu samples, fewer than train_batch_size %d: an epoch would have "
-                 "no steps; lower train_batch_size or add images/repeats",
-                 N, B);
+                 "the datasets hold %zu samples, fewer than train_batch_size %d x %d ranks = %zu: an "
+                 "epoch would have no steps; lower train_batch_size or add images/repeats",
+                 N, B, tr.world, GB);
     goto out;
   }
-  long per_epoch = (long)(N / (size_t)B) / accum;
+  if (lead)
+    CT_INFO("effective batch %zu = train_batch_size %d x %d rank(s) x gradient_accumulation_steps %d "
+            "(%d OpenMP thread(s) per rank)",
+            GB * (size_t)accum, B, tr.world, accum, omp_get_max_threads());
+  long per_epoch = (long)(N / GB) / accum;
   if (per_epoch < 1) per_epoch = 1;
   tr.total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
   sum->total_steps = tr.total;
@@ -612,8 +635,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
     }
   }
   sum->start_step = s.global_step;
-  tr.metrics = open_metrics(cfg->output_dir, s.global_step);
-  if (!tr.metrics) {
+  if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
+  if (lead && !tr.metrics) {
     st = ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
     goto out;
   }
@@ -648,6 +671,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
       loss += l / accum;
     }
     if (st) goto out;
+    if (tr.world > 1) {
+      /* each rank's gradient is already divided by the world size: the sum is the mean */
+      st = ct_comm_allreduce_f32(comm, g, nw, err);
+      double lsum = loss;
+      if (!st) st = ct_comm_allreduce_f64(comm, &lsum, 1, err);
+      if (st) goto out;
+      loss = lsum / tr.world;
+    }
     double gn = grad_norm(g, nw);
     ct_step_info info = {step, tr.total, s.epoch, loss, lr, gn, 0, 0, 0, NULL};
     if (!isfinite(loss) || !isfinite(gn)) {
@@ -686,17 +717,19 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
     }
     s.global_step = step;
     info.seconds = now_s() - t0;
-    info.samples_per_s = (double)B * accum / (info.seconds > 0 ? info.seconds : 1e-9);
+    info.samples_per_s = (double)GB * accum / (info.seconds > 0 ? info.seconds : 1e-9);
+    if (lead) {
     fprintf(tr.metrics,
             "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
             "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
             step, s.epoch + 1, loss, lr, gn, info.seconds, info.samples_per_s,
             info.skipped ? "true" : "false");
     fflush(tr.metrics);
-    if (cb) cb(&info, user);
+    }
+    if (cb && lead) cb(&info, user);
     const int last = s.global_step == tr.total;
     char ev[4300];
-    if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last) {
+    if (lead && ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last)) {
       int nimg = 0;
       st = validate(&tr, step, &nimg, err);
       if (st) goto out;
@@ -712,7 +745,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_step_cb cb, void *user, ct_train
       /* Never checkpoint in the middle of NaN/Inf trouble: the newest
        * checkpoint stays one from before it. */
       CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s.nonfinite_run);
-    } else if (due) {
+    } else if (due && lead) {
+      /* stage 0: every rank holds the same weights and optimizer state */
       st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
                               sum->last_checkpoint, sizeof sum->last_checkpoint, err);
       if (st) goto out;

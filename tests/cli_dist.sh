@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Data-parallel training over MPI (docs/distributed.md): the communicator's
+# collectives under mpirun, and N ranks x micro-batch b against 1 rank x N*b —
+# losses and final weights must agree within 1e-5 relative.
+# Usage: tests/cli_dist.sh path/to/ctuner
+set -u
+CT=${1:?usage: $0 path/to/ctuner}
+BIN=$(dirname "$CT")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok - $*"; }
+bad() { echo "FAIL - $*"; fail=1; }
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+# Open MPI's own start-up allocations are not ours to chase under ASan.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+
+for n in 2 3; do
+  if out=$("${MPIRUN[@]}" -np $n -x OMP_NUM_THREADS=1 "$BIN/ct_tests" comm 2>&1); then
+    ok "communicator collectives on $n ranks"
+  else
+    bad "communicator on $n ranks: $out"
+  fi
+done
+
+"$CT" dataset synth --out "$tmp/data" --count 32 --seed 5 >/dev/null || { echo "FAIL - dataset synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+cat > "$tmp/base.json" <<JSON
+{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+ "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 11, "--max_train_steps": 20,
+ "--checkpoint_step_interval": 0, "--use_ema": true, "--max_grad_norm": 1.0}
+JSON
+
+# compare.py A B: metrics losses and model.safetensors, max relative error
+cat > "$tmp/compare.py" <<'PY'
+import json, struct, sys
+import numpy as np
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(run + "/metrics.jsonl")]
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        s, e = v["data_offsets"]
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=np.float32)
+    return out
+a, b, ck = sys.argv[1], sys.argv[2], sys.argv[3]
+la, lb = losses(a), losses(b)
+assert len(la) == len(lb) == 20, (len(la), len(lb))
+lerr = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(la, lb))
+ta, tb = tensors(f"{a}/{ck}/model.safetensors"), tensors(f"{b}/{ck}/model.safetensors")
+assert ta.keys() == tb.keys()
+# per tensor: |a - b| / |b| in the L2 norm (the usual relative error of a tensor);
+# the largest elementwise difference over the tensor's largest value is printed too
+werr, worst, emax = 0.0, "", 0.0
+for k in ta:
+    a64, b64 = ta[k].astype(np.float64), tb[k].astype(np.float64)
+    d = float(np.linalg.norm(a64 - b64)) / max(float(np.linalg.norm(b64)), 1e-30)
+    emax = max(emax, float(np.max(np.abs(a64 - b64))) / max(float(np.max(np.abs(b64))), 1e-30))
+    if d > werr: werr, worst = d, k
+print(f"loss {lerr:.3g} weights {werr:.3g} ({worst}; elementwise {emax:.3g})")
+sys.exit(0 if lerr <= 1e-5 and werr <= 1e-5 else 1)
+PY
+
+for opt in adamw sgd; do
+  "$CT" train --config "$tmp/base.json" --optimizer=$opt --train_batch_size=4 --output_dir="$tmp/one-$opt" \
+    >/dev/null 2>"$tmp/one.err" || { bad "1 rank ($opt): $(tail -3 "$tmp/one.err")"; continue; }
+  for n in 2 4; do
+    b=$((4 / n))
+    if ! "${MPIRUN[@]}" -np $n -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=$opt \
+        --train_batch_size=$b --output_dir="$tmp/n$n-$opt" >"$tmp/n.out" 2>"$tmp/n.err"; then
+      bad "$n ranks ($opt): $(tail -5 "$tmp/n.err")"
+      continue
+    fi
+    if r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n$n-$opt" "$tmp/one-$opt" checkpoint-20 2>&1); then
+      ok "$opt: $n ranks x batch $b == 1 rank x batch 4 ($r)"
+    else
+      bad "$opt: $n ranks x batch $b differs from 1 rank x batch 4: $r"
+    fi
+  done
+done
+# The small preset too (2 ranks x 2 against 1 x 4, AdamW).
+if "$CT" train --config "$tmp/base.json" --preset=small --resolution=16 --train_batch_size=4 \
+    --output_dir="$tmp/one-small" >/dev/null 2>"$tmp/one.err" &&
+  "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
+    --resolution=16 --train_batch_size=2 --output_dir="$tmp/n2-small" >/dev/null 2>"$tmp/n2s.err"; then
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n2-small" "$tmp/one-small" checkpoint-20 2>&1) &&
+    ok "small: 2 ranks x batch 2 == 1 rank x batch 4 ($r)" || bad "small: 2 ranks differ: $r"
+else
+  bad "small preset runs: $(tail -3 "$tmp/one.err" "$tmp/n2s.err")"
+fi
+# Only rank 0 reports: one summary line on stdout.
+[ "$(grep -c '"steps"' "$tmp/n.out")" = 1 ] && ok "one summary line from $n ranks" || bad "summary lines: $(cat "$tmp/n.out")"
+grep -q "effective batch 4 = train_batch_size 1 x 4 rank(s)" "$tmp/n.err" && ok "effective batch logged" ||
+  bad "effective batch not logged: $(head -5 "$tmp/n.err")"
+
+# A batch too large for the data names the arithmetic.
+if out=$("${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=20 \
+    --output_dir="$tmp/big" 2>&1); then
+  bad "20 x 2 ranks > 32 images: exit 0"
+else
+  echo "$out" | grep -q "train_batch_size 20 x 2 ranks = 40" && ok "global batch larger than the data" ||
+    bad "global batch error: $out"
+fi
+exit $fail
