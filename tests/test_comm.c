@@ -46,7 +46,7 @@ CT_TEST(comm, collectives) {
   float *all = malloc((size_t)N * shard * sizeof *all);
   REQUIRE(send && mine && all);
   for (size_t i = 0; i < (size_t)N * shard; i++) send[i] = val(R, i);
-  REQUIRE(ct_comm_reduce_scatter_f32(c, send, mine, shard, &err) == CT_OK);
+  REQUIRE(ct_comm_reduce_scatter_f32(c, send, (size_t)N * shard, mine, shard, &err) == CT_OK);
   size_t bad = 0;
   for (size_t i = 0; i < shard; i++) {
     size_t gi = (size_t)R * shard + i;
@@ -56,14 +56,14 @@ CT_TEST(comm, collectives) {
   }
   CHECKF(bad == 0, "reduce-scatter: %zu elements wrong", bad);
   for (size_t i = 0; i < shard; i++) mine[i] = (float)R + (float)(i % 7);
-  REQUIRE(ct_comm_allgather_f32(c, mine, all, shard, &err) == CT_OK);
+  REQUIRE(ct_comm_allgather_f32(c, mine, all, shard, (size_t)N * shard, &err) == CT_OK);
   bad = 0;
   for (int p = 0; p < N; p++)
     for (size_t i = 0; i < shard; i++) bad += all[(size_t)p * shard + i] != (float)p + (float)(i % 7);
   CHECKF(bad == 0, "all-gather: %zu elements wrong", bad);
   /* in place: this rank's shard already sits in the output */
   for (size_t i = 0; i < 1000; i++) all[(size_t)R * 1000 + i] = (float)R * 2 + 1;
-  REQUIRE(ct_comm_allgather_f32(c, all + (size_t)R * 1000, all, 1000, &err) == CT_OK);
+  REQUIRE(ct_comm_allgather_f32(c, all + (size_t)R * 1000, all, 1000, (size_t)N * 1000, &err) == CT_OK);
   bad = 0;
   for (int p = 0; p < N; p++)
     for (size_t i = 0; i < 1000; i++) bad += all[(size_t)p * 1000 + i] != (float)p * 2 + 1;
@@ -72,6 +72,55 @@ CT_TEST(comm, collectives) {
   free(mine);
   free(all);
 
+  /* ragged: n = N * shard - 37 valid floats; the tail past n reads as zeros
+   * and is never written */
+  {
+    const size_t sh = 1000, n = (size_t)N * sh - 37;
+    float *in = malloc(n * sizeof *in), *part = malloc(sh * sizeof *part), *out = malloc((n + 1) * sizeof *out);
+    REQUIRE(in && part && out);
+    for (size_t i = 0; i < n; i++) in[i] = val(R, i);
+    const size_t m = ct_comm_shard_valid(n, sh, R);
+    CHECK(m == (R == N - 1 ? sh - 37 : sh));
+    part[sh - 1] = -5;
+    REQUIRE(ct_comm_reduce_scatter_f32(c, in, n, part, sh, &err) == CT_OK);
+    size_t badr = 0;
+    for (size_t i = 0; i < m; i++) {
+      size_t gi = (size_t)R * sh + i;
+      float want = val(0, gi);
+      for (int p = 1; p < N; p++) want += val(p, gi);
+      badr += want != part[i];
+    }
+    CHECKF(badr == 0, "ragged reduce-scatter: %zu wrong", badr);
+    if (m < sh) CHECKF(part[sh - 1] == -5, "reduce-scatter wrote past its valid %zu floats", m);
+    /* in place, into this rank's own slot of the input */
+    float *inp = malloc(n * sizeof *inp);
+    REQUIRE(inp);
+    for (size_t i = 0; i < n; i++) inp[i] = val(R, i);
+    REQUIRE(ct_comm_reduce_scatter_f32(c, inp, n, inp + (size_t)R * sh, sh, &err) == CT_OK);
+    CHECK(!memcmp(inp + (size_t)R * sh, part, m * sizeof(float)));
+    /* in-place all-gather completes it */
+    REQUIRE(ct_comm_allgather_f32(c, inp + (size_t)R * sh, inp, sh, n, &err) == CT_OK);
+    badr = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = val(0, i);
+      for (int p = 1; p < N; p++) want += val(p, i);
+      badr += want != inp[i];
+    }
+    CHECKF(badr == 0, "in-place ragged all-gather: %zu wrong", badr);
+    free(inp);
+    out[n] = -7;
+    REQUIRE(ct_comm_allgather_f32(c, part, out, sh, n, &err) == CT_OK);
+    badr = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = val(0, i);
+      for (int p = 1; p < N; p++) want += val(p, i);
+      badr += want != out[i];
+    }
+    CHECKF(badr == 0 && out[n] == -7, "ragged all-gather: %zu wrong, guard %g", badr, out[n]);
+    free(in);
+    free(part);
+    free(out);
+  }
   double d[2] = {R + 0.25, 1.0};
   REQUIRE(ct_comm_allreduce_f64(c, d, 2, &err) == CT_OK);
   CHECK_NEAR(d[0], N * (N - 1) / 2.0 + 0.25 * N, 0);

@@ -50,13 +50,19 @@ size_t ct_comm_shard_len(size_t n, int size);
 ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err);
 /* The same for a few doubles (losses, norms): every rank gathers all. */
 ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err);
-/* send holds size * shard floats; recv[0..shard) <- sum over ranks of their
- * send[rank * shard ..], in rank order. recv must not overlap send. */
-ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, float *recv, size_t shard,
+/* The floats of rank r's shard that lie inside n: min(shard, n - r*shard), >= 0. */
+size_t ct_comm_shard_valid(size_t n, size_t shard, int rank);
+/* send holds n <= size * shard floats (the missing tail counts as zeros);
+ * recv[0..m) <- sum over ranks of their send[rank * shard ..], in rank order,
+ * m = ct_comm_shard_valid(n, shard, rank). recv may be send + rank * shard
+ * (in place); no other overlap. */
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv, size_t shard,
                                      ct_err *err);
-/* recv (size * shard floats) <- every rank's send[0..shard), in rank order.
- * send may alias recv + rank * shard. */
-ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, ct_err *err);
+/* recv[0..n) <- every rank's shard in rank order, cut at n (n <= size * shard);
+ * each rank's send holds its ct_comm_shard_valid(n, shard, rank) floats. send
+ * may be recv + rank * shard (in place). */
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                                ct_err *err);
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err);

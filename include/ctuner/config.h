@@ -53,6 +53,7 @@
   X(mup_base_hidden, INT, "0", "Mu* optimizers: width of the base model (0: the preset's)")    \
   X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
+  X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state sharded") \
   X(use_ema, BOOL, "false", "keep an exponential moving average of the weights")               \
   X(ema_decay, NUM, "0.995", "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)")           \
   X(ema_update_interval, INT, "1", "update the EMA every N optimizer steps")                   \

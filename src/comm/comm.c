@@ -114,25 +114,42 @@ static ct_status ensure_scratch(ct_comm *c, size_t per_rank, ct_err *err) {
   return CT_OK;
 }
 
-ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, float *recv, size_t shard,
+size_t ct_comm_shard_valid(size_t n, size_t shard, int rank) {
+  size_t a = (size_t)rank * shard;
+  if (a >= n) return 0;
+  return n - a < shard ? n - a : shard;
+}
+
+/* Copies send[g0 .. g0+len) into dst, zero past n. */
+static void copy_valid(float *dst, const float *send, size_t g0, size_t len, size_t n) {
+  size_t have = g0 >= n ? 0 : (n - g0 < len ? n - g0 : len);
+  if (have) memcpy(dst, send + g0, have * sizeof(float));
+  if (have < len) memset(dst + have, 0, (len - have) * sizeof(float));
+}
+
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv, size_t shard,
                                      ct_err *err) {
-  if (!c->mpi || c->size == 1) {
-    memcpy(recv, send, shard * sizeof(float));
+  const int N = c->size;
+  const size_t m = ct_comm_shard_valid(n, shard, c->rank);
+  if (!c->mpi || N == 1) {
+    if (recv != send) memmove(recv, send, m * sizeof(float));
     return CT_OK;
   }
-  const int N = c->size;
   const size_t len0 = shard < CHUNK ? shard : CHUNK;
   ct_status st = ensure_scratch(c, len0, err);
   if (st) return st;
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
-    for (int p = 0; p < N; p++) memcpy(c->pack + (size_t)p * len, send + (size_t)p * shard + off, len * sizeof(float));
+    for (int p = 0; p < N; p++) copy_valid(c->pack + (size_t)p * len, send, (size_t)p * shard + off, len, n);
     int rc = MPI_Alltoall(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "reduce-scatter (MPI_Alltoall)");
+    /* Chunks go in increasing offset: writing recv[off, off+len) in place
+     * never touches what a later chunk still has to send. */
     float *r = recv + off;
     const float *u = c->unpack;
+    const size_t keep = off >= m ? 0 : (m - off < len ? m - off : len);
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < len; i++) {
+    for (size_t i = 0; i < keep; i++) {
       float acc = u[i];
       for (int p = 1; p < N; p++) acc += u[(size_t)p * len + i];
       r[i] = acc;
@@ -141,13 +158,15 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, float *recv,
   return CT_OK;
 }
 
-ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, ct_err *err) {
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                                ct_err *err) {
   const int N = c->size;
+  const size_t m = ct_comm_shard_valid(n, shard, c->rank);
   if (!c->mpi || N == 1) {
-    if (recv != send) memmove(recv, send, shard * sizeof(float));
+    if (recv != send) memmove(recv, send, m * sizeof(float));
     return CT_OK;
   }
-  if (shard <= CHUNK) {
+  if (shard <= CHUNK && n == (size_t)N * shard) {
     int rc;
     if (send == recv + (size_t)c->rank * shard)
       rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
@@ -155,37 +174,31 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
       rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
     return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
   }
-  ct_status st = ensure_scratch(c, CHUNK, err);
+  const size_t len0 = shard < CHUNK ? shard : CHUNK;
+  ct_status st = ensure_scratch(c, len0, err);
   if (st) return st;
-  for (size_t off = 0; off < shard; off += CHUNK) {
-    const size_t len = shard - off < CHUNK ? shard - off : CHUNK;
-    memcpy(c->pack, send + off, len * sizeof(float));
+  for (size_t off = 0; off < shard; off += len0) {
+    const size_t len = shard - off < len0 ? shard - off : len0;
+    copy_valid(c->pack, send, off, len, m);
     int rc = MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "all-gather (MPI_Allgather)");
-    for (int p = 0; p < N; p++)
-      memcpy(recv + (size_t)p * shard + off, c->unpack + (size_t)p * len, len * sizeof(float));
+    for (int p = 0; p < N; p++) {
+      size_t g0 = (size_t)p * shard + off;
+      if (g0 >= n) break;
+      size_t cnt = n - g0 < len ? n - g0 : len;
+      memcpy(recv + g0, c->unpack + (size_t)p * len, cnt * sizeof(float));
+    }
   }
   return CT_OK;
 }
 
 ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
   if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
-  const int N = c->size;
-  const size_t shard = ct_comm_shard_len(n, N), full = (size_t)N * shard;
-  float *tmp = ct_alloc(CT_MEM_BUFFERS, full * sizeof(float));
+  const size_t shard = ct_comm_shard_len(n, c->size);
   float *mine = ct_alloc(CT_MEM_BUFFERS, shard * sizeof(float));
-  ct_status st = CT_OK;
-  if (!tmp || !mine) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
-    goto out;
-  }
-  memcpy(tmp, buf, n * sizeof(float));
-  memset(tmp + n, 0, (full - n) * sizeof(float));
-  st = ct_comm_reduce_scatter_f32(c, tmp, mine, shard, err);
-  if (!st) st = ct_comm_allgather_f32(c, mine, tmp, shard, err);
-  if (!st) memcpy(buf, tmp, n * sizeof(float));
-out:
-  ct_free(tmp);
+  if (!mine) return ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
+  ct_status st = ct_comm_reduce_scatter_f32(c, buf, n, mine, shard, err);
+  if (!st) st = ct_comm_allgather_f32(c, mine, buf, shard, n, err);
   ct_free(mine);
   return st;
 }

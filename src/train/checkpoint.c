@@ -267,22 +267,24 @@ static ct_status load_flat(const char *path, const ct_mmdit *m, float *buf, ct_e
   return st;
 }
 
-static ct_status save_optim(const char *path, struct ct_optim *o, ct_err *err) {
+static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err) {
+  struct ct_optim *o = io->opt;
   ct_st_writer *w;
   if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_st_writer_meta(w, "optimizer", ct_optim_kind_name(ct_optim_get_kind(o)), err);
-  int64_t shape[1] = {(int64_t)ct_optim_numel(o)};
+  int64_t shape[1] = {(int64_t)(io->opt_full ? io->full_n : ct_optim_numel(o))};
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     float *s = ct_optim_state(o, i, &name);
-    st = ct_st_writer_add_f32(w, name, 1, shape, s, CT_DTYPE_F32, err);
+    st = ct_st_writer_add_f32(w, name, 1, shape, io->opt_full ? io->opt_full[i] : s, CT_DTYPE_F32, err);
   }
   if (!st) st = ct_st_writer_write(w, path, err);
   ct_st_writer_free(w);
   return st;
 }
 
-static ct_status load_optim(const char *path, struct ct_optim *o, ct_err *err) {
+static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err) {
+  struct ct_optim *o = io->opt;
   ct_st_file *f;
   ct_status st = ct_st_open(path, &f, err);
   if (st) return st;
@@ -293,14 +295,30 @@ static ct_status load_optim(const char *path, struct ct_optim *o, ct_err *err) {
                  "%s: optimizer state is for '%s' but the config says '%s'; resume with the same "
                  "optimizer or set resume_from_checkpoint to none",
                  path, kind ? kind : "?", want);
+  const size_t n = ct_optim_numel(o), off = io->opt_offset;
+  const size_t full = io->full_n ? io->full_n : n;
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     float *s = ct_optim_state(o, i, &name);
     const ct_st_tensor *x = ct_st_find(f, name);
-    if (!x || x->numel != ct_optim_numel(o))
+    if (!x || x->numel != full) {
       st = ct_errf(err, CT_ERR_SHAPE, "%s: state %s is %s", path, name, x ? "of the wrong size" : "missing");
-    else
+    } else if (off == 0 && n == full) {
       st = ct_st_to_f32(x, s, x->numel, err);
+    } else { /* this rank's range of the full state */
+      float *tmp = ct_alloc(CT_MEM_BUFFERS, full * sizeof(float));
+      if (!tmp) {
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory reading %s", path);
+        break;
+      }
+      st = ct_st_to_f32(x, tmp, full, err);
+      size_t have = off >= full ? 0 : (full - off < n ? full - off : n);
+      if (!st) {
+        memcpy(s, tmp + (off < full ? off : 0), have * sizeof(float));
+        memset(s + have, 0, (n - have) * sizeof(float));
+      }
+      ct_free(tmp);
+    }
   }
   ct_st_close(f);
   return st;
@@ -385,9 +403,9 @@ ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_tra
     snprintf(p, sizeof p, "%s/ema.safetensors", tmp);
     st = save_flat(p, io->model, io->ema, err);
   }
-  if (!st) {
+  if (!st && io->opt) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
-    st = save_optim(p, io->opt, err);
+    st = save_optim(p, io, err);
   }
   if (!st) {
     snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
@@ -457,7 +475,7 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
   }
   if (!st && io->opt) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
-    st = load_optim(p, io->opt, err);
+    st = load_optim(p, io, err);
   }
   return st;
 }

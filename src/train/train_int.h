@@ -61,9 +61,16 @@ typedef struct ct_ckpt_io {
   ct_mmdit *model;
   const float *ema;    /* NULL without EMA */
   float *ema_out;      /* for loading */
-  struct ct_optim *opt;
+  struct ct_optim *opt; /* NULL: a rank without an optimizer range (nothing saved or loaded) */
   ct_textenc *te;
   const ct_config *cfg;
+  /* ZeRO (docs/distributed.md): the optimizer covers [opt_offset, opt_offset +
+   * numel) of the full_n-float parameter buffer. Saving: opt_full holds every
+   * state gathered to full_n floats (ct_optim_nstate arrays), written instead of
+   * the optimizer's own. Loading: the checkpoint's full_n-float states are cut
+   * to this range (zeros past full_n). Both NULL/0 without sharding. */
+  float *const *opt_full;
+  size_t opt_offset, full_n;
 } ct_ckpt_io;
 
 /* Write output_dir/checkpoint-<step> atomically (temporary directory, fsync,

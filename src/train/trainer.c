@@ -113,8 +113,11 @@ static int muon_excluded(const char *name) {
   return 0;
 }
 
-static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, ct_optim **out,
-                             ct_err *err) {
+/* The optimizer over [lo, hi) of the flat buffer (everything without ZeRO).
+ * Tensors cut by lo or hi become fragments; the tensor-wise kinds (Lamb's
+ * trust ratio, Muon's orthogonalisation) need whole tensors and refuse. */
+static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo,
+                             size_t hi, ct_optim **out, ct_err *err) {
   ct_optim_kind kind;
   ct_status st = ct_optim_kind_parse(cfg->optimizer, &kind, err);
   if (st) return st;
@@ -169,7 +172,28 @@ static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdi
     cur = t[i].offset + t[i].numel;
   }
   if (cur < n) ot[k++] = (ct_optim_tensor){"(padding)", cur, n - cur, 0, 0, 1, 1};
-  st = ct_optim_new(kind, &hp, ot, k, n, out, err);
+  /* cut the table to [lo, hi), offsets relative to lo */
+  size_t kk = 0;
+  for (size_t i = 0; i < k; i++) {
+    size_t a = ot[i].offset, b = a + ot[i].numel;
+    if (b <= lo || a >= hi) continue;
+    ct_optim_tensor x = ot[i];
+    size_t a2 = a < lo ? lo : a, b2 = b > hi ? hi : b;
+    if (a2 != a || b2 != b) {
+      if (kind == CT_OPTIM_LAMB || (kind == CT_OPTIM_MUON && x.cols > 0)) {
+        st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                     "optimizer '%s' updates whole tensors, and the ZeRO shard boundary at float %zu "
+                     "cuts '%s'; use zero_stage 0 with this optimizer",
+                     cfg->optimizer, a2 != a ? lo : hi, x.name);
+        break;
+      }
+      x.cols = 0; /* a fragment is a vector to the elementwise rules */
+    }
+    x.offset = a2 - lo;
+    x.numel = b2 - a2;
+    ot[kk++] = x;
+  }
+  if (!st) st = ct_optim_new(kind, &hp, ot, kk, hi - lo, out, err);
   free(ot);
   free(base);
   return st;
@@ -195,8 +219,8 @@ static ct_status build_sched(const ct_config *cfg, long total, ct_sched *s, ct_e
   return st;
 }
 
-/* Deterministic global L2 norm: fixed chunks summed in double, in order. */
-static double grad_norm(const float *g, size_t n) {
+/* Deterministic sum of squares: fixed chunks summed in double, in order. */
+static double sumsq(const float *g, size_t n) {
   enum { CH = 1 << 16 };
   size_t nch = (n + CH - 1) / CH;
   double *part = malloc(nch * sizeof *part);
@@ -211,7 +235,7 @@ static double grad_norm(const float *g, size_t n) {
   double s = 0;
   for (size_t c = 0; c < nch; c++) s += part[c];
   free(part);
-  return sqrt(s);
+  return s;
 }
 
 /* Validation prompts: validation_prompt ("validation") + user_prompt_library. */
@@ -289,6 +313,8 @@ typedef struct trainer {
   const ct_config *cfg;
   ct_comm *comm;
   int rank, world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
+  int zero;        /* ZeRO stage 1: this rank's optimizer covers [lo, hi) of the flat buffer */
+  size_t shard, lo, hi;
   ct_geometry g;
   ct_mmdit *m;
   ct_textenc *te;
@@ -502,6 +528,27 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   return st;
 }
 
+/* Every optimizer state, gathered from the ranks' shards to nw floats. */
+static ct_status gather_optim(trainer *tr, ct_comm *comm, size_t nw, float ***out, size_t *nout,
+                              ct_err *err) {
+  const size_t nst = ct_optim_nstate(tr->opt);
+  float **full = calloc(nst ? nst : 1, sizeof *full);
+  if (!full) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < nst && !st; i++) {
+    full[i] = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+    if (!full[i]) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the optimizer state for a checkpoint");
+      break;
+    }
+    const char *name;
+    st = ct_comm_allgather_f32(comm, ct_optim_state(tr->opt, i, &name), full[i], tr->shard, nw, err);
+  }
+  *out = full;
+  *nout = nst;
+  return st;
+}
+
 static void trainer_free(trainer *tr) {
   ct_mmdit_free(tr->m);
   ct_textenc_free(tr->te);
@@ -589,12 +636,20 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
               "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
               over, tr.g.T, tr.g.T - 2, ct_textenc_bpe(tr.te) ? "BPE tokens" : "bytes", longest, longest + 2);
   }
-  if (!st) st = build_optim(cfg, &tr.g, tr.m, &tr.opt, err);
+  const size_t nw = ct_mmdit_numel(tr.m);
+  tr.zero = !st && cfg->zero_stage >= 1;
+  tr.shard = ct_comm_shard_len(nw, tr.world);
+  tr.lo = tr.zero ? (size_t)tr.rank * tr.shard : 0;
+  if (tr.lo > nw) tr.lo = nw;
+  tr.hi = tr.zero ? (tr.lo + tr.shard < nw ? tr.lo + tr.shard : nw) : nw;
+  if (!st && tr.hi > tr.lo) st = build_optim(cfg, &tr.g, tr.m, tr.lo, tr.hi, &tr.opt, err);
+  if (!st && tr.zero && tr.hi <= tr.lo)
+    st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
+                 tr.world);
   if (!st) st = build_sched(cfg, tr.total, &tr.sched, err);
   if (!st) st = load_prompts(cfg, &tr.vp, err);
   if (!st) st = parse_vres(cfg, tr.g.resolution, &tr.vw, &tr.vh, err);
   if (st) goto out;
-  const size_t nw = ct_mmdit_numel(tr.m);
   if (cfg->use_ema) {
     tr.ema = ct_alloc(CT_MEM_OPTIMIZER, nw * sizeof(float));
     if (!tr.ema) {
@@ -604,8 +659,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     memcpy(tr.ema, ct_mmdit_params(tr.m), nw * sizeof(float));
   }
   ct_config_digest(cfg, s.digest);
-  snprintf(s.optimizer, sizeof s.optimizer, "%s", ct_optim_kind_name(ct_optim_get_kind(tr.opt)));
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg};
+  {
+    ct_optim_kind kind;
+    ct_err e2 = {0};
+    snprintf(s.optimizer, sizeof s.optimizer, "%s",
+             ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
+  }
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, NULL, tr.lo, tr.zero ? nw : 0};
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -671,15 +731,29 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       loss += l / accum;
     }
     if (st) goto out;
-    if (tr.world > 1) {
-      /* each rank's gradient is already divided by the world size: the sum is the mean */
-      st = ct_comm_allreduce_f32(comm, g, nw, err);
-      double lsum = loss;
-      if (!st) st = ct_comm_allreduce_f64(comm, &lsum, 1, err);
+    /* Each rank's gradient is already divided by the world size: sums are means. */
+    float *gstep = g; /* the gradient the optimizer sees: all of it, or this rank's shard */
+    double gn;
+    if (tr.zero) {
+      double red[2] = {loss, 0};
+      /* in place: this rank's slot of the gradient buffer receives its reduced shard */
+      st = ct_comm_reduce_scatter_f32(comm, g, nw, g + tr.lo, tr.shard, err);
+      red[1] = sumsq(g + tr.lo, tr.hi - tr.lo);
+      if (!st) st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
-      loss = lsum / tr.world;
+      loss = red[0] / tr.world;
+      gn = sqrt(red[1]);
+      gstep = g + tr.lo;
+    } else {
+      if (tr.world > 1) {
+        st = ct_comm_allreduce_f32(comm, g, nw, err);
+        double lsum = loss;
+        if (!st) st = ct_comm_allreduce_f64(comm, &lsum, 1, err);
+        if (st) goto out;
+        loss = lsum / tr.world;
+      }
+      gn = sqrt(sumsq(g, nw));
     }
-    double gn = grad_norm(g, nw);
     ct_step_info info = {step, tr.total, s.epoch, loss, lr, gn, 0, 0, 0, NULL};
     if (!isfinite(loss) || !isfinite(gn)) {
       s.nonfinite_run++;
@@ -697,13 +771,16 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
     } else {
       s.nonfinite_run = 0;
+      const size_t ns = tr.hi - tr.lo;
       if (cfg->max_grad_norm > 0 && gn > cfg->max_grad_norm) {
         const float c = (float)(cfg->max_grad_norm / (gn + 1e-6));
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < nw; i++) g[i] *= c;
+        for (size_t i = 0; i < ns; i++) gstep[i] *= c;
       }
       s.opt_steps++;
-      st = ct_optim_step(tr.opt, w, g, (float)lr, s.opt_steps, err);
+      if (tr.opt) st = ct_optim_step(tr.opt, w + tr.lo, gstep, (float)lr, s.opt_steps, err);
+      if (!st && tr.zero && tr.world > 1) /* every rank gets every updated shard, in place */
+        st = ct_comm_allgather_f32(comm, w + tr.lo, w, tr.shard, nw, err);
       if (st) goto out;
       if (tr.ema && s.opt_steps % cfg->ema_update_interval == 0) {
         const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
@@ -745,12 +822,22 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       /* Never checkpoint in the middle of NaN/Inf trouble: the newest
        * checkpoint stays one from before it. */
       CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s.nonfinite_run);
-    } else if (due && lead) {
-      /* stage 0: every rank holds the same weights and optimizer state */
-      st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
-                              sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+    } else if (due) {
+      /* Every rank holds the same weights. ZeRO-1: the optimizer state is
+       * gathered for rank 0, which writes a checkpoint any world size or stage
+       * can resume (docs/distributed.md). */
+      float **full = NULL;
+      size_t nst = 0;
+      if (tr.zero && tr.world > 1) st = gather_optim(&tr, comm, nw, &full, &nst, err);
+      io.opt_full = full;
+      if (!st && lead)
+        st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
+                                sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+      for (size_t i = 0; i < nst; i++) ct_free(full[i]);
+      free(full);
+      io.opt_full = NULL;
       if (st) goto out;
-      if (cb) {
+      if (cb && lead) {
         snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
         ct_step_info e = info;
         e.event = ev;
