@@ -142,6 +142,23 @@ else
   echo "$out" | grep -q "train_batch_size 20 x 2 ranks = 40" && ok "global batch larger than the data" ||
     bad "global batch error: $out"
 fi
+# bench memory: measured trainable/grad/optimizer bytes per rank within 5% of
+# the ZeRO formula, and stage 1's optimizer share falls as 1/N.
+for spec in "1 0" "2 0" "2 1" "4 1"; do
+  set -- $spec
+  j=$("$CT" bench memory --preset tiny --ranks "$1" --stage "$2" 2>"$tmp/bm.err")
+  if /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); n = int(sys.argv[2]); st = int(sys.argv[3])
+r = d["measured_over_formula"]; opt = d["measured_mb"]["optimizer"]; full = 8 * d["psi"] / 1048576
+want = full / n if st >= 1 else full
+sys.exit(0 if 0.95 <= r <= 1.05 and abs(opt - want) <= 0.05 * want and d["ranks"] == n else 1)' "$j" "$1" "$2"; then
+    ok "bench memory tiny, $1 rank(s), stage $2: measured/formula $(echo "$j" | sed 's/.*over_formula": \([0-9.]*\).*/\1/')"
+  else
+    bad "bench memory $1 ranks stage $2: $j $(cat "$tmp/bm.err")"
+  fi
+done
+
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
 out=$("$CT" train --config "$tmp/base.json" --zero_stage=2 --output_dir="$tmp/z2" 2>&1) &&
   bad "zero_stage 2: exit 0" || { echo "$out" | grep -q "zero_stage 2 is not implemented yet" &&

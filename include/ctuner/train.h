@@ -36,6 +36,7 @@ typedef struct ct_train_summary {
   double last_loss;
   double seconds;
   size_t images, images_skipped;
+  size_t params; /* trainable parameters of the model (Ψ) */
   char last_checkpoint[1024];
 } ct_train_summary;
 

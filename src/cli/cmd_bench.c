@@ -30,7 +30,9 @@ static void usage(FILE *f) {
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
           "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
-          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n",
+          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
+          "\n"
+          "       ctuner bench memory --preset NAME [--stage S] [--ranks N]   (see --help there)\n",
           ct_mmdit_preset_names());
 }
 
@@ -66,12 +68,13 @@ static void sgemm_gflops(double *blas, double *ours) {
 }
 
 int ct_cmd_bench(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "memory")) return ct_cmd_bench_memory(argc - 1, argv + 1);
   if (argc < 2 || strcmp(argv[1], "step")) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
       usage(stdout);
       return 0;
     }
-    fprintf(stderr, "ctuner bench: expected a subcommand: step\n");
+    fprintf(stderr, "ctuner bench: expected a subcommand: step or memory\n");
     usage(stderr);
     return 2;
   }

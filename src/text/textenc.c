@@ -217,7 +217,8 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
   te->cfg = *cfg;
   st = build_table(te, err);
   if (st) goto out;
-  te->w = ct_alloc(CT_MEM_PARAMS, te->numel * sizeof(float));
+  /* frozen weights: "other", so that "params" counts what is trained (ZeRO formulas) */
+  te->w = ct_alloc(CT_MEM_OTHER, te->numel * sizeof(float));
   if (!te->w) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)",
                  te->numel);

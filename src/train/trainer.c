@@ -637,6 +637,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
               over, tr.g.T, tr.g.T - 2, ct_textenc_bpe(tr.te) ? "BPE tokens" : "bytes", longest, longest + 2);
   }
   const size_t nw = ct_mmdit_numel(tr.m);
+  if (!st) {
+    size_t np;
+    const ct_param *tab = ct_mmdit_table(tr.m, &np);
+    for (size_t i = 0; i < np; i++) sum->params += tab[i].numel;
+  }
   tr.zero = !st && cfg->zero_stage >= 1;
   tr.shard = ct_comm_shard_len(nw, tr.world);
   tr.lo = tr.zero ? (size_t)tr.rank * tr.shard : 0;

@@ -1,0 +1,183 @@
+/* `ctuner bench memory`: bytes per rank by category, measured in a real
+ * training run (ct_train_run, two steps of AdamW on a generated dataset), beside
+ * the ZeRO formula for the stage (docs/distributed.md, docs/performance.md).
+ * With --ranks N outside an MPI launch it runs itself under mpirun. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "ctuner/alloc.h"
+#include "ctuner/comm.h"
+#include "ctuner/config.h"
+#include "ctuner/log.h"
+#include "ctuner/synth.h"
+#include "ctuner/train.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision no]\n"
+          "\n"
+          "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
+          "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
+          "bytes of trainable parameters, gradients and optimizer state, the ZeRO\n"
+          "formula for fp32 storage (params 4Ψ, grads 4Ψ, AdamW 8Ψ; stage 1 divides the\n"
+          "optimizer by N, stage 2 also the gradients, stage 3 everything) and their\n"
+          "ratio, and the peaks outside the formula (activations; buffers, which hold\n"
+          "the optimizer state gathered for the final checkpoint). --ranks N (default: the MPI world, else 1) re-runs this command under\n"
+          "mpirun -np N when it was not started by an MPI launcher.\n");
+}
+
+static int relaunch(int argc, char **argv, long ranks) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    perror("ctuner bench memory: /proc/self/exe");
+    return 1;
+  }
+  self[n] = 0;
+  char np[32];
+  snprintf(np, sizeof np, "%ld", ranks);
+  char **av = calloc((size_t)argc + 16, sizeof *av);
+  if (!av) return 1;
+  int k = 0;
+  av[k++] = "mpirun";
+  av[k++] = "--oversubscribe";
+  if (getuid() == 0) av[k++] = "--allow-run-as-root";
+  av[k++] = "-np";
+  av[k++] = np;
+  av[k++] = self;
+  av[k++] = "bench";
+  for (int i = 0; i < argc; i++) av[k++] = argv[i]; /* "memory" and its options */
+  av[k] = NULL;
+  fflush(stdout);
+  execvp("mpirun", av);
+  perror("ctuner bench memory: cannot run mpirun (scripts/deps.sh installs openmpi-bin)");
+  free(av);
+  return 1;
+}
+
+int ct_cmd_bench_memory(int argc, char **argv) {
+  const char *preset = "bench", *mp = "no", *v;
+  long stage = 0, ranks = 0;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
+               (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
+      if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
+      if (r < 0 || ct_cli_int("ranks", v, 1, 1024, &ranks)) return 2;
+    } else {
+      fprintf(stderr, "ctuner bench memory: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (strcmp(mp, "no")) {
+    fprintf(stderr, "ctuner bench memory: --mixed_precision %s: bf16 storage is not implemented yet; use no\n", mp);
+    return 2;
+  }
+  if (stage > 1) {
+    fprintf(stderr, "ctuner bench memory: --stage %ld: ZeRO stages 2 and 3 are not implemented yet\n", stage);
+    return 2;
+  }
+  const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  if (ranks > 1 && !launched) return relaunch(argc, argv, ranks);
+
+  ct_err err = {0};
+  ct_comm *comm = NULL;
+  if (ct_comm_init(0, &comm, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    return 1;
+  }
+  const int rank = ct_comm_rank(comm), N = ct_comm_size(comm);
+  int rc = 1;
+  char dir[] = "/tmp/ctuner-benchmem.XXXXXX", data[64], backend[80], out[64], json[256];
+  if (!mkdtemp(dir)) {
+    perror("ctuner bench memory: mkdtemp");
+    goto done;
+  }
+  snprintf(data, sizeof data, "%s/data", dir);
+  snprintf(backend, sizeof backend, "%s/backend.json", dir);
+  snprintf(out, sizeof out, "%s/run", dir);
+  ct_log_set_level(CT_LOG_ERROR);
+  if (ct_synth_write_dataset(data, 2 * N, 1, 16, 16, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    goto done;
+  }
+  snprintf(json, sizeof json, "[{\"id\": \"m\", \"type\": \"local\", \"instance_data_dir\": \"%s\"}]", data);
+  FILE *f = fopen(backend, "w");
+  if (!f || fputs(json, f) < 0 || fclose(f)) {
+    perror("ctuner bench memory: backend.json");
+    goto done;
+  }
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  char st_s[8];
+  snprintf(st_s, sizeof st_s, "%ld", stage);
+  const char *kv[][2] = {{"preset", preset},         {"resolution", "16"},      {"train_batch_size", "1"},
+                         {"max_train_steps", "2"},   {"optimizer", "adamw"},    {"use_ema", "false"},
+                         {"disable_validation", "true"}, {"checkpoint_step_interval", "0"},
+                         {"data_backend_config", backend}, {"output_dir", out}, {"zero_stage", st_s}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
+      fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+      ct_config_free(&cfg);
+      goto done;
+    }
+  ct_mem_reset_peak();
+  ct_train_summary sum;
+  if (ct_train_run(&cfg, comm, NULL, NULL, &sum, &err)) {
+    fprintf(stderr, "ctuner bench memory: rank %d: %s\n", rank, err.msg);
+    ct_config_free(&cfg);
+    ct_comm_abort(comm, 1);
+    goto done;
+  }
+  ct_config_free(&cfg);
+  ct_mem_stats ms;
+  ct_mem_get_stats(&ms);
+  /* the largest per rank: max over ranks via each rank's slot of an all-reduce */
+  double *v3 = calloc((size_t)5 * N, sizeof *v3);
+  if (!v3) goto done;
+  const ct_mem_cat cats[5] = {CT_MEM_PARAMS, CT_MEM_GRADS, CT_MEM_OPTIMIZER, CT_MEM_ACTIVATIONS, CT_MEM_BUFFERS};
+  for (int k = 0; k < 5; k++) v3[5 * rank + k] = (double)ms.peak[cats[k]];
+  if (ct_comm_allreduce_f64(comm, v3, (size_t)5 * N, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    free(v3);
+    goto done;
+  }
+  double mx[5] = {0, 0, 0, 0, 0};
+  for (int r = 0; r < N; r++)
+    for (int k = 0; k < 5; k++)
+      if (v3[5 * r + k] > mx[k]) mx[k] = v3[5 * r + k];
+  free(v3);
+  const double psi = (double)sum.params;
+  double fp = 4 * psi, fg = 4 * psi, fo = 8 * psi;
+  if (stage >= 1) fo /= N;
+  if (stage >= 2) fg /= N;
+  if (stage >= 3) fp /= N;
+  const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
+  if (rank == 0)
+    printf("{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"no\", \"psi\": %.0f, "
+           "\"measured_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
+           "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
+           "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, \"buffers\": %.2f}}\n",
+           preset, N, stage, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
+           fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576, mx[4] / 1048576);
+  rc = 0;
+done:
+  if (dir[0] && strncmp(dir + strlen(dir) - 6, "XXXXXX", 6)) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) { /* best effort */
+    }
+  }
+  ct_comm_free(comm);
+  return rc;
+}
