@@ -159,6 +159,40 @@ sys.exit(0 if 0.95 <= r <= 1.05 and abs(opt - want) <= 0.05 * want and d["ranks"
   fi
 done
 
+# kill -9 of one rank mid-run: every rank is gone within 60 s, the job exits
+# non-zero naming the rank, and the newest guarded checkpoint resumes.
+kdir="$tmp/killed"
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=2 \
+  --max_train_steps=1000000 --checkpoint_step_interval=20 --use_ema=false --output_dir="$kdir" \
+  >"$tmp/kill.out" 2>"$tmp/kill.err" &
+mpid=$!
+for _ in $(seq 1 300); do [ -f "$kdir/checkpoint-40/.guard" ] && break; sleep 0.1; done
+victim=$(pgrep -f -- "--output_dir=$kdir" | while read -r p; do
+  [ "$(ps -o comm= -p "$p")" = ctuner ] && echo "$p"; done | tail -1)
+if [ -z "$victim" ]; then
+  bad "kill test: no rank process found"
+else
+  kill -9 "$victim"
+  t0=$(date +%s)
+  wait $mpid
+  krc=$?
+  dt=$(( $(date +%s) - t0 ))
+  left=$(pgrep -f -- "--output_dir=$kdir" | wc -l)
+  if [ "$krc" -ne 0 ] && [ "$dt" -le 60 ] && [ "$left" = 0 ] && grep -q "exited on signal 9" "$tmp/kill.err"; then
+    ok "one rank killed: job ended in ${dt}s with exit $krc and the rank named"
+  else
+    bad "kill: rc $krc after ${dt}s, $left processes left: $(tail -5 "$tmp/kill.err")"
+  fi
+  last=$(ls -d "$kdir"/checkpoint-*/.guard | sed 's/.*checkpoint-//; s/\/.guard//' | sort -n | tail -1)
+  if "$CT" train --config "$tmp/base.json" --train_batch_size=4 --use_ema=false --resume_from_checkpoint=latest \
+      --max_train_steps=$((last + 2)) --output_dir="$kdir" >"$tmp/kres.out" 2>&1 &&
+    grep -q "\"from_step\": $last" "$tmp/kres.out"; then
+    ok "resumed from checkpoint-$last after the kill"
+  else
+    bad "resume after kill: $(tail -3 "$tmp/kres.out")"
+  fi
+fi
+
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
 out=$("$CT" train --config "$tmp/base.json" --zero_stage=2 --output_dir="$tmp/z2" 2>&1) &&
   bad "zero_stage 2: exit 0" || { echo "$out" | grep -q "zero_stage 2 is not implemented yet" &&

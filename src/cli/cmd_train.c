@@ -154,10 +154,8 @@ int ct_cmd_train(int argc, char **argv) {
     goto out;
   }
   const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
-  if (rank > 0) {
-    ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
-    p.tty = 0;
-  }
+  if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
+  if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   ct_train_summary sum;
   ct_status st = ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
