@@ -7,6 +7,7 @@
 int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
+int ct_cmd_launch(int argc, char **argv);
 int ct_cmd_train(int argc, char **argv);
 int ct_cmd_sample(int argc, char **argv);
 int ct_cmd_dataset(int argc, char **argv);

@@ -17,7 +17,10 @@ static void usage(FILE *f) {
           "  model check      run forward and backward on a PyTorch golden file and compare\n"
           "  model info       print a preset's configuration and parameter count\n"
           "  bench step       time forward + backward + AdamW of a preset on random data\n"
+          "  bench memory     bytes per rank by category beside the ZeRO formula\n"
           "  train            train the MMDiT (flow matching) from a SimpleTuner-style config\n"
+          "                   (mpirun -np N ctuner train ...: data parallel / ZeRO over N ranks)\n"
+          "  launch           run train under mpirun as an Accelerate config describes\n"
           "  sample           generate images from a checkpoint\n"
           "  dataset synth    write the synthetic coloured-shapes dataset (images + captions)\n"
           "  dataset prompts  print captions of the synthetic dataset (--held-out: unseen ones)\n"
@@ -110,6 +113,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "sample")) return ct_cmd_sample(argc - i, argv + i);
   if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
   if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
+  if (!strcmp(cmd, "launch")) return ct_cmd_launch(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;

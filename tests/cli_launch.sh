@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `ctuner launch`: Accelerate configs turned into mpirun commands (--dry-run
+# output checked for a 2-machine config), config errors named, and a real
+# 1-machine, 2-process launch that trains.
+# Usage: tests/cli_launch.sh path/to/ctuner
+set -u
+CT=${1:?usage: $0 path/to/ctuner}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok - $*"; }
+bad() { echo "FAIL - $*"; fail=1; }
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+
+# As `accelerate config` writes it, for 2 machines x 2 processes with DeepSpeed.
+cat > "$tmp/two.yaml" <<'YAML'
+compute_environment: LOCAL_MACHINE
+debug: false
+deepspeed_config:
+  gradient_accumulation_steps: 2
+  offload_optimizer_device: none   # no offload
+  offload_param_device: none
+  zero3_init_flag: false
+  zero_stage: 1
+distributed_type: DEEPSPEED
+downcast_bf16: 'no'
+machine_rank: 0
+main_process_ip: 10.0.0.1
+main_process_port: 29500
+main_training_function: main
+mixed_precision: 'no'
+num_machines: 2
+num_processes: 4
+rdzv_backend: static
+same_network: true
+tpu_env: []
+use_cpu: true
+YAML
+printf '10.0.0.1 slots=2\n10.0.0.2 slots=2\n' > "$tmp/hosts"
+if out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train \
+    --config x.json --seed=3 2>"$tmp/err"); then
+  want=("mpirun" "-np 4" "--map-by ppr:2:node" "--hostfile $tmp/hosts" "--mca btl tcp,self,vader"
+    " train --config x.json --seed=3" "--zero_stage=1" "--gradient_accumulation_steps=2")
+  miss=""
+  for w in "${want[@]}"; do echo "$out" | grep -q -- "$w" || miss="$miss [$w]"; done
+  [ -z "$miss" ] && ok "2-machine Accelerate config -> $out" || bad "dry-run lacks$miss: $out"
+  grep -q "2 machine(s) x 2 process(es) = 4 ranks" "$tmp/err" && ok "launch summary on stderr" ||
+    bad "summary: $(cat "$tmp/err")"
+else
+  bad "dry-run failed: $(cat "$tmp/err")"
+fi
+
+expect_err() { # name, pattern, yaml-edit (sed), extra args...
+  local name=$1 pat=$2 edit=$3; shift 3
+  sed "$edit" "$tmp/two.yaml" > "$tmp/e.yaml"
+  if out=$("$CT" launch --accelerate-config "$tmp/e.yaml" "$@" --dry-run -- train 2>&1); then
+    bad "$name: exit 0 ($out)"
+  else
+    echo "$out" | grep -q -- "$pat" && ok "$name" || bad "$name: '$out' lacks '$pat'"
+  fi
+}
+expect_err "unequal ranks per machine" "num_processes 3 is not a multiple of num_machines 2" \
+  's/num_processes: 4/num_processes: 3/' --hostfile "$tmp/hosts"
+expect_err "hostfile required" "num_machines 2 needs --hostfile" 's/x/x/'
+expect_err "not the main machine" "run ctuner launch once, on machine_rank 0" 's/machine_rank: 0/machine_rank: 1/' \
+  --hostfile "$tmp/hosts"
+expect_err "bad integer names file and line" "e.yaml:16: num_machines: expected an integer" \
+  's/num_machines: 2/num_machines: two/' --hostfile "$tmp/hosts"
+expect_err "FSDP refused" "distributed_type FSDP is not supported" 's/DEEPSPEED/FSDP/' --hostfile "$tmp/hosts"
+expect_err "bf16 not yet" "mixed_precision bf16" "s/mixed_precision: 'no'/mixed_precision: bf16/" \
+  --hostfile "$tmp/hosts"
+expect_err "offload not yet" "offload_optimizer_device nvme" 's/offload_optimizer_device: none/offload_optimizer_device: nvme/' \
+  --hostfile "$tmp/hosts"
+
+# A real launch on this machine: 1 machine x 2 processes, stage 1.
+"$CT" dataset synth --out "$tmp/data" --count 8 --seed 2 >/dev/null
+cat > "$tmp/backend.json" <<JSON
+[{"id": "d", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile"}]
+JSON
+printf 'distributed_type: MULTI_CPU\nnum_machines: 1\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 1\n' \
+  > "$tmp/one.yaml"
+if OMP_NUM_THREADS=1 "$CT" launch --accelerate-config "$tmp/one.yaml" -- train --preset=tiny --resolution=8 \
+    --data_backend_config="$tmp/backend.json" --train_batch_size=2 --max_train_steps=3 --disable_validation=true \
+    --output_dir="$tmp/run" >"$tmp/run.out" 2>"$tmp/run.err" && [ -f "$tmp/run/checkpoint-3/.guard" ] &&
+  grep -q "effective batch 4 = train_batch_size 2 x 2 rank(s)" "$tmp/run.err"; then
+  ok "launch trains on 2 processes (effective batch 4)"
+else
+  bad "real launch: $(tail -5 "$tmp/run.err")"
+fi
+exit $fail
