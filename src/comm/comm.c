@@ -25,6 +25,8 @@ struct ct_comm {
   MPI_Comm world;
   float *pack, *unpack; /* size * CHUNK floats each, allocated on first use */
   size_t cap;           /* floats in each */
+  float *shard;         /* all-reduce's reduced shard, kept between calls */
+  size_t shard_cap;
 };
 
 static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
@@ -82,6 +84,7 @@ void ct_comm_free(ct_comm *c) {
   if (!c) return;
   ct_free(c->pack);
   ct_free(c->unpack);
+  ct_free(c->shard);
   if (c->mpi) {
     if (c->world != MPI_COMM_NULL && c->world) MPI_Comm_free(&c->world);
     MPI_Finalize();
@@ -195,11 +198,14 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
 ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
   if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
   const size_t shard = ct_comm_shard_len(n, c->size);
-  float *mine = ct_alloc(CT_MEM_BUFFERS, shard * sizeof(float));
-  if (!mine) return ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
-  ct_status st = ct_comm_reduce_scatter_f32(c, buf, n, mine, shard, err);
-  if (!st) st = ct_comm_allgather_f32(c, mine, buf, shard, n, err);
-  ct_free(mine);
+  if (shard > c->shard_cap) { /* kept: a training step all-reduces the same size every time */
+    ct_free(c->shard);
+    c->shard = ct_alloc(CT_MEM_BUFFERS, shard * sizeof(float));
+    c->shard_cap = c->shard ? shard : 0;
+    if (!c->shard) return ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
+  }
+  ct_status st = ct_comm_reduce_scatter_f32(c, buf, n, c->shard, shard, err);
+  if (!st) st = ct_comm_allgather_f32(c, c->shard, buf, shard, n, err);
   return st;
 }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Data-parallel throughput on this machine: `bench` preset (batch 16 = 64 image
+# tokens + 16 text tokens per sample, AdamW), 1 rank x 2 threads against
+# 2 ranks x 1 thread (batch 8 each) at ZeRO stages 0 and 1. Prints the median
+# seconds per step over steps 6-25 and the ratio of samples/s to the 1-rank run.
+#   scripts/bench_dist.sh [path/to/ctuner]
+set -euo pipefail
+CT=$(readlink -f "${1:-build/ctuner}")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$CT" dataset synth --out "$tmp/data" --count 64 --seed 1 --size 16x16 >/dev/null
+echo "[{\"id\": \"d\", \"type\": \"local\", \"instance_data_dir\": \"$tmp/data\", \"caption_strategy\": \"textfile\"}]" > "$tmp/b.json"
+A=(train --preset=bench --resolution=16 --data_backend_config="$tmp/b.json" --max_train_steps=25
+  --disable_validation=true --use_ema=false --learning_rate=1e-4)
+OMP_NUM_THREADS=2 "$CT" "${A[@]}" --train_batch_size=16 --output_dir="$tmp/r1" >/dev/null 2>&1
+for st in 0 1; do
+  mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$CT" "${A[@]}" --train_batch_size=8 \
+    --zero_stage=$st --output_dir="$tmp/r2s$st" >/dev/null 2>&1
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, statistics, sys
+t = sys.argv[1]
+def med(r):
+    L = [json.loads(l) for l in open(f"{t}/{r}/metrics.jsonl")][5:]
+    return statistics.median(x["seconds"] for x in L)
+base = med("r1")
+print(json.dumps({"one_rank_2_threads_s_per_step": round(base, 4),
+                  "two_ranks_1_thread_stage0_s_per_step": round(med("r2s0"), 4),
+                  "two_ranks_1_thread_stage1_s_per_step": round(med("r2s1"), 4),
+                  "stage0_throughput_vs_one_rank": round(base / med("r2s0"), 3),
+                  "stage1_throughput_vs_one_rank": round(base / med("r2s1"), 3)}))
+PY
