@@ -193,6 +193,47 @@ else
   fi
 fi
 
+# deepspeed_config, inline in config.json: the same run as 1 rank x batch 4.
+cat > "$tmp/ds.json" <<JSON
+{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+ "--disable_validation": true, "--seed": 11, "--max_train_steps": 20, "--checkpoint_step_interval": 0,
+ "--use_ema": true, "--learning_rate": 0.5, "--max_grad_norm": 7,
+ "--deepspeed_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": "auto",
+   "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "steps_per_print": 10,
+   "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto", "offload_optimizer": {"device": "cpu"}},
+   "optimizer": {"type": "adamw", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}}
+JSON
+if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/ds.json" --output_dir="$tmp/ds" \
+    >/dev/null 2>"$tmp/ds.err"; then
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/ds" "$tmp/one-adamw" checkpoint-20 2>&1) &&
+    ok "deepspeed_config (stage 1, micro batch from train_batch_size, clipping, AdamW) == 1 rank x 4 ($r)" ||
+    bad "deepspeed_config run differs: $r"
+else
+  bad "deepspeed_config run: $(tail -3 "$tmp/ds.err")"
+fi
+ds_err() { # name, pattern, deepspeed json (a file)
+  echo "$3" > "$tmp/dsx.json"
+  out=$("${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=2 \
+    --deepspeed_config="$tmp/dsx.json" --output_dir="$tmp/dsx" 2>&1) && { bad "$1: exit 0"; return; }
+  echo "$out" | grep -q -- "$2" && ok "deepspeed_config: $1" || bad "deepspeed_config $1: $out"
+}
+ds_err "batch arithmetic" "train_batch_size 8 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 1 x 2 rank(s) = 4" \
+  '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}'
+ds_err "1-bit optimizers not yet" "OneBitAdam (1-bit compressed communication) is not implemented yet" \
+  '{"optimizer": {"type": "OneBitAdam"}}'
+ds_err "NVMe offload not yet" "offload_optimizer.device nvme" \
+  '{"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}'
+ds_err "bf16 not yet" "bf16.enabled" '{"bf16": {"enabled": true}}'
+ds_err "malformed JSON with line" "line 2, column" $'{"zero_optimization":\n  {"stage": 1,}}'
+echo '{"optimizer": {"type": "CPUAdam", "params": {"lr": "auto"}}}' > "$tmp/dsw.json"
+if out=$("$CT" train --config "$tmp/base.json" --train_batch_size=4 --max_train_steps=2 \
+    --deepspeed_config="$tmp/dsw.json" --output_dir="$tmp/dsw" 2>&1) &&
+  echo "$out" | grep -q "optimizer 'CPUAdam' is not one of ctuner's; using AdamW"; then
+  ok "deepspeed_config: CPUAdam becomes AdamW with a warning"
+else
+  bad "CPUAdam: $out"
+fi
+
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
 out=$("$CT" train --config "$tmp/base.json" --zero_stage=2 --output_dir="$tmp/z2" 2>&1) &&
   bad "zero_stage 2: exit 0" || { echo "$out" | grep -q "zero_stage 2 is not implemented yet" &&

@@ -54,6 +54,7 @@
   X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
   X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state sharded") \
+  X(deepspeed_config, STR, NULL, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
   X(use_ema, BOOL, "false", "keep an exponential moving average of the weights")               \
   X(ema_decay, NUM, "0.995", "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)")           \
   X(ema_update_interval, INT, "1", "update the EMA every N optimizer steps")                   \
@@ -113,6 +114,10 @@ ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err);
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err);
 /* Check ranges and choices after all sources are merged; names the key. */
 ct_status ct_config_validate(const ct_config *cfg, ct_err *err);
+/* Folds cfg->deepspeed_config (a file path or inline JSON text) into the
+ * trainer's keys for `world` ranks (src/train/deepspeed.c; docs/distributed.md).
+ * A no-op without one. */
+ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err);
 /* Canonical JSON of every key (sorted as declared); caller frees. */
 char *ct_config_to_json(const ct_config *cfg);
 /* FNV-1a 64 of the canonical JSON of the keys that change the training math

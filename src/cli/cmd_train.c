@@ -154,6 +154,10 @@ int ct_cmd_train(int argc, char **argv) {
     goto out;
   }
   const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
+  if (ct_deepspeed_apply(&cfg, world, &err) || ct_config_validate(&cfg, &err)) {
+    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    goto out;
+  }
   if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   ct_train_summary sum;

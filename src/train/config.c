@@ -253,6 +253,58 @@ ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_e
   return set_text(cfg, k, value, "command line: ", err);
 }
 
+/* JSON text of v (for keys that take an inline object); 0 on success. */
+static int json_write(const ct_json *v, char **buf, size_t *len, size_t *cap);
+static int put(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+  if (*len + n + 1 > *cap) {
+    size_t nc = (*cap ? *cap * 2 : 256) + n;
+    char *nb = realloc(*buf, nc);
+    if (!nb) return -1;
+    *buf = nb, *cap = nc;
+  }
+  memcpy(*buf + *len, s, n);
+  *len += n;
+  (*buf)[*len] = 0;
+  return 0;
+}
+static int put_str(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+  if (put(buf, len, cap, "\"", 1)) return -1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    char esc[8];
+    if (ch == '"' || ch == '\\') snprintf(esc, sizeof esc, "\\%c", ch);
+    else if (ch < 0x20) snprintf(esc, sizeof esc, "\\u%04x", ch);
+    else esc[0] = (char)ch, esc[1] = 0;
+    if (put(buf, len, cap, esc, strlen(esc))) return -1;
+  }
+  return put(buf, len, cap, "\"", 1);
+}
+static int json_write(const ct_json *v, char **buf, size_t *len, size_t *cap) {
+  char num[64];
+  switch (v->type) {
+  case CT_JSON_NULL: return put(buf, len, cap, "null", 4);
+  case CT_JSON_BOOL: return put(buf, len, cap, v->boolean ? "true" : "false", v->boolean ? 4 : 5);
+  case CT_JSON_NUMBER:
+    if (v->is_int) snprintf(num, sizeof num, "%lld", (long long)v->i64);
+    else snprintf(num, sizeof num, "%.17g", v->num);
+    return put(buf, len, cap, num, strlen(num));
+  case CT_JSON_STRING: return put_str(buf, len, cap, v->str, v->len);
+  case CT_JSON_ARRAY:
+  case CT_JSON_OBJECT: {
+    const int obj = v->type == CT_JSON_OBJECT;
+    if (put(buf, len, cap, obj ? "{" : "[", 1)) return -1;
+    for (size_t i = 0; i < v->n; i++) {
+      if (i && put(buf, len, cap, ", ", 2)) return -1;
+      if (obj && (put_str(buf, len, cap, v->keys[i], strlen(v->keys[i])) || put(buf, len, cap, ": ", 2)))
+        return -1;
+      if (json_write(&v->items[i], buf, len, cap)) return -1;
+    }
+    return put(buf, len, cap, obj ? "}" : "]", 1);
+  }
+  }
+  return -1;
+}
+
 static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, const char *where,
                           ct_err *err) {
   char *base = (char *)cfg + k->off;
@@ -282,6 +334,17 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
   case K_STR:
     if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
     if (v->type == CT_JSON_NULL) return set_str((char **)base, NULL, where, err);
+    if (v->type == CT_JSON_OBJECT && !strcmp(k->name, "deepspeed_config")) { /* inline object: kept as text */
+      char *buf = NULL;
+      size_t len = 0, cap = 0;
+      if (json_write(v, &buf, &len, &cap)) {
+        free(buf);
+        return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      }
+      free(*(char **)base);
+      *(char **)base = buf;
+      return CT_OK;
+    }
     if (v->type == CT_JSON_NUMBER) { /* e.g. "validation_resolution": 512 */
       char buf[64];
       if (v->is_int)
