@@ -97,6 +97,17 @@ for n in 2 4; do
   fi
 done
 
+# µP (MuAdamW): a shard boundary inside a weight must keep its width multipliers.
+if "$CT" train --config "$tmp/base.json" --optimizer=muadamw --mup_base_hidden=32 --train_batch_size=4 \
+    --output_dir="$tmp/one-mu" >/dev/null 2>"$tmp/mu.err" &&
+  "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=muadamw \
+    --mup_base_hidden=32 --zero_stage=1 --train_batch_size=2 --output_dir="$tmp/z1-mu" >/dev/null 2>>"$tmp/mu.err"; then
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/z1-mu" "$tmp/one-mu" checkpoint-20 2>&1) &&
+    ok "zero_stage 1 with MuAdamW == 1 rank ($r)" || bad "zero_stage 1 with MuAdamW differs: $r"
+else
+  bad "MuAdamW runs: $(tail -3 "$tmp/mu.err")"
+fi
+
 # Resume across world sizes and stages: 10 steps, checkpoint, 10 more elsewhere;
 # all 20 losses and the final weights match the uninterrupted 1-rank run.
 resume_case() { # name, "launcher 1", "args 1", "launcher 2", "args 2" (split on spaces)

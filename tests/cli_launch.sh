@@ -40,7 +40,7 @@ printf '10.0.0.1 slots=2\n10.0.0.2 slots=2\n' > "$tmp/hosts"
 if out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train \
     --config x.json --seed=3 2>"$tmp/err"); then
   want=("mpirun" "-np 4" "--map-by ppr:2:node" "--hostfile $tmp/hosts" "--mca btl tcp,self,vader"
-    " train --config x.json --seed=3" "--zero_stage=1" "--gradient_accumulation_steps=2")
+    " train --zero_stage=1 --gradient_accumulation_steps=2 --config x.json --seed=3")
   miss=""
   for w in "${want[@]}"; do echo "$out" | grep -q -- "$w" || miss="$miss [$w]"; done
   [ -z "$miss" ] && ok "2-machine Accelerate config -> $out" || bad "dry-run lacks$miss: $out"
@@ -71,6 +71,12 @@ expect_err "bf16 not yet" "mixed_precision bf16" "s/mixed_precision: 'no'/mixed_
   --hostfile "$tmp/hosts"
 expect_err "offload not yet" "offload_optimizer_device nvme" 's/offload_optimizer_device: none/offload_optimizer_device: nvme/' \
   --hostfile "$tmp/hosts"
+
+# deepspeed_config_file is passed on as --deepspeed_config
+sed 's/  zero_stage: 1/  zero_stage: 1\n  deepspeed_config_file: \/etc\/ds.json/' "$tmp/two.yaml" > "$tmp/dsf.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/dsf.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+echo "$out" | grep -q -- "--deepspeed_config=/etc/ds.json" && ok "deepspeed_config_file passed on" ||
+  bad "deepspeed_config_file: $out"
 
 # A real launch on this machine: 1 machine x 2 processes, stage 1.
 "$CT" dataset synth --out "$tmp/data" --count 8 --seed 2 >/dev/null

@@ -13,7 +13,8 @@
  *
  * Shards: the flat buffers of n floats are split into N equal contiguous
  * shards of ct_comm_shard_len(n, N) floats; the last may be padding (callers
- * allocate N * shard floats). Rank r owns [r * shard, (r + 1) * shard).
+ * allocate N * shard floats); with the rounding several trailing ranks may hold
+ * nothing of a short buffer. Rank r owns [r * shard, (r + 1) * shard).
  *
  * Failures: a collective that fails returns CT_ERR_COMM with a message; MPI's
  * error handler is set to return errors rather than abort. A rank that dies
@@ -60,7 +61,8 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
                                      ct_err *err);
 /* recv[0..n) <- every rank's shard in rank order, cut at n (n <= size * shard);
  * each rank's send holds its ct_comm_shard_valid(n, shard, rank) floats. send
- * may be recv + rank * shard (in place). */
+ * may be recv + rank * shard (in place) — on every rank or on none (MPI's rule
+ * for MPI_IN_PLACE). */
 ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
                                 ct_err *err);
 /* bytes of buf from root to every rank. */

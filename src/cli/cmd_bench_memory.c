@@ -172,6 +172,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
            fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576, mx[4] / 1048576);
   rc = 0;
 done:
+  if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */
   if (dir[0] && strncmp(dir + strlen(dir) - 6, "XXXXXX", 6)) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

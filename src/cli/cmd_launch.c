@@ -19,6 +19,7 @@
 typedef struct acc_cfg {
   long num_machines, num_processes, machine_rank, main_process_port, zero_stage, grad_accum;
   char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32], offload_param[32];
+  char ds_file[1024]; /* deepspeed_config.deepspeed_config_file */
 } acc_cfg;
 
 static void usage(FILE *f) {
@@ -29,7 +30,8 @@ static void usage(FILE *f) {
           "main_process_ip, main_process_port, mixed_precision, distributed_type,\n"
           "deepspeed_config.zero_stage / gradient_accumulation_steps / offload_*_device)\n"
           "and runs `mpirun -np num_processes --map-by ppr:<per machine>:node ... ctuner\n"
-          "train ...` with the matching --zero_stage and --gradient_accumulation_steps.\n"
+          "train ...` with the matching --zero_stage and --gradient_accumulation_steps\n"
+          "(and --deepspeed_config=<deepspeed_config_file>) before your own options, which win.\n"
           "Run it once, on machine_rank 0; mpirun starts the ranks of the other machines\n"
           "listed in --hostfile (required when num_machines > 1). --dry-run prints the\n"
           "command instead of running it.\n");
@@ -122,6 +124,8 @@ static int load_accelerate(const char *path, acc_cfg *c) {
       else if (!strcmp(k, "gradient_accumulation_steps")) rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
       else if (!strcmp(k, "offload_optimizer_device")) snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
       else if (!strcmp(k, "offload_param_device")) snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
+      else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
+        snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
       continue;
     }
     if (!strcmp(k, "num_machines")) rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
@@ -244,7 +248,8 @@ int ct_cmd_launch(int argc, char **argv) {
   if (n <= 0) snprintf(self, sizeof self, "ctuner");
   else self[n] = 0;
   const long per = c.num_processes / c.num_machines;
-  char np[32], ppr[64], zs[32], ga[64];
+  char np[32], ppr[64], zs[32], ga[64], dsf[1100];
+  snprintf(dsf, sizeof dsf, "--deepspeed_config=%s", c.ds_file);
   snprintf(np, sizeof np, "%ld", c.num_processes);
   snprintf(ppr, sizeof ppr, "ppr:%ld:node", per);
   snprintf(zs, sizeof zs, "--zero_stage=%ld", c.zero_stage);
@@ -270,9 +275,13 @@ int ct_cmd_launch(int argc, char **argv) {
     av[k++] = "tcp,self,vader";
   }
   av[k++] = self;
-  for (int j = i; j < argc; j++) av[k++] = argv[j]; /* train and its options */
+  av[k++] = argv[i]; /* "train" */
+  /* what the Accelerate config says comes first, so the user's own options
+   * after '--' win (ctuner train applies options in order) */
   if (c.zero_stage >= 0) av[k++] = zs;
   if (c.grad_accum > 0) av[k++] = ga;
+  if (*c.ds_file) av[k++] = dsf;
+  for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;
   fprintf(stderr,
           "ctuner launch: %ld machine(s) x %ld process(es) = %ld ranks, distributed_type %s, zero_stage %s\n",

@@ -156,6 +156,8 @@ int ct_cmd_train(int argc, char **argv) {
   const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
   if (ct_deepspeed_apply(&cfg, world, &err) || ct_config_validate(&cfg, &err)) {
     fprintf(stderr, "ctuner train: %s\n", err.msg);
+    fflush(stderr);
+    ct_comm_abort(comm, 2); /* one rank's bad file must not leave the others waiting */
     goto out;
   }
   if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */

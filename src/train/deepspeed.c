@@ -229,7 +229,7 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
   if (!st && set_t) {
     if (!set_m && set_a && total % (accum * world) == 0) micro = total / (accum * world), set_m = 1;
     if (!set_a && set_m && total % (micro * world) == 0) accum = total / (micro * world), set_a = 1;
-    if (micro * accum * world != total)
+    if ((double)micro * (double)accum * (double)world != (double)total)
       st = ct_errf(err, CT_ERR_INVALID,
                    "deepspeed_config: train_batch_size %ld != train_micro_batch_size_per_gpu %ld x "
                    "gradient_accumulation_steps %ld x %d rank(s) = %ld; fix one of them (or set it to \"auto\")",
@@ -249,6 +249,8 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
     } else {
       long stage = 0;
       st = num(z, "stage", "zero_optimization.", &d, &set, err);
+      if (!st && set && (d != floor(d) || d < 0 || d > 3))
+        st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.stage: expected 0, 1, 2 or 3, got %g", d);
       if (!st && set) {
         stage = (long)d;
         snprintf(buf, sizeof buf, "%ld", stage);

@@ -187,7 +187,8 @@ static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdi
                      cfg->optimizer, a2 != a ? lo : hi, x.name);
         break;
       }
-      x.cols = 0; /* a fragment is a vector to the elementwise rules */
+      /* a fragment keeps rows/cols: the elementwise rules only read them for
+       * the µP width multipliers, which apply to every element of the tensor */
     }
     x.offset = a2 - lo;
     x.numel = b2 - a2;
@@ -674,7 +675,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
-    char dir[4096];
+    char dir[4096] = "";
     long cs = 0;
     int have = 0;
     if (!strcmp(cfg->resume_from_checkpoint, "latest")) {
@@ -683,6 +684,16 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     } else {
       snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
       have = 1;
+    }
+    if (tr.world > 1) { /* rank 0 decides, so no rank resumes from another step */
+      char msg[4100];
+      msg[0] = (char)have;
+      memcpy(msg + 1, dir, sizeof dir);
+      st = ct_comm_broadcast(comm, msg, sizeof msg, 0, err);
+      if (st) goto out;
+      have = msg[0];
+      memcpy(dir, msg + 1, sizeof dir);
+      dir[sizeof dir - 1] = 0;
     }
     if (have) {
       char digest[17];
@@ -697,6 +708,16 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
                 digest, s.digest);
       memcpy(s.digest, digest, sizeof digest);
       CT_INFO("resumed from %s at step %ld (epoch %ld)", dir, s.global_step, s.epoch + 1);
+    }
+    if (tr.world > 1) { /* every rank must have read the same state */
+      long mine[2] = {s.global_step, s.samples_seen}, root[2] = {s.global_step, s.samples_seen};
+      st = ct_comm_broadcast(comm, root, sizeof root, 0, err);
+      if (!st && (root[0] != mine[0] || root[1] != mine[1]))
+        st = ct_errf(err, CT_ERR_IO,
+                     "rank %d resumed at step %ld but rank 0 at step %ld: %s is not the same on every "
+                     "machine (output_dir must be a shared file system)",
+                     tr.rank, mine[0], root[0], have ? dir : cfg->output_dir);
+      if (st) goto out;
     }
   }
   sum->start_step = s.global_step;
