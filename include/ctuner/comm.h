@@ -65,6 +65,10 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
  * for MPI_IN_PLACE). */
 ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
                                 ct_err *err);
+/* As ct_comm_allgather_f32, but only root receives (recv may be NULL
+ * elsewhere): root's recv[0..n) <- every rank's shard in rank order. */
+ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
+                             ct_err *err);
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err);

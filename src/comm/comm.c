@@ -195,6 +195,33 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
   return CT_OK;
 }
 
+ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
+                             ct_err *err) {
+  const int N = c->size;
+  const size_t m = ct_comm_shard_valid(n, shard, c->rank);
+  if (!c->mpi || N == 1) {
+    if (recv != send) memmove(recv, send, m * sizeof(float));
+    return CT_OK;
+  }
+  const size_t len0 = shard < CHUNK ? shard : CHUNK;
+  ct_status st = ensure_scratch(c, len0, err);
+  if (st) return st;
+  for (size_t off = 0; off < shard; off += len0) {
+    const size_t len = shard - off < len0 ? shard - off : len0;
+    copy_valid(c->pack, send, off, len, m);
+    int rc = MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, root, c->world);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "gather (MPI_Gather)");
+    if (c->rank != root) continue;
+    for (int p = 0; p < N; p++) {
+      size_t g0 = (size_t)p * shard + off;
+      if (g0 >= n) break;
+      size_t cnt = n - g0 < len ? n - g0 : len;
+      memcpy(recv + g0, c->unpack + (size_t)p * len, cnt * sizeof(float));
+    }
+  }
+  return CT_OK;
+}
+
 ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
   if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
   const size_t shard = ct_comm_shard_len(n, c->size);

@@ -529,7 +529,8 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   return st;
 }
 
-/* Every optimizer state, gathered from the ranks' shards to nw floats. */
+/* Every optimizer state, gathered from the ranks' shards to nw floats on
+ * rank 0 (which writes the checkpoint); the other ranks only send. */
 static ct_status gather_optim(trainer *tr, ct_comm *comm, size_t nw, float ***out, size_t *nout,
                               ct_err *err) {
   const size_t nst = ct_optim_nstate(tr->opt);
@@ -537,13 +538,15 @@ static ct_status gather_optim(trainer *tr, ct_comm *comm, size_t nw, float ***ou
   if (!full) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = CT_OK;
   for (size_t i = 0; i < nst && !st; i++) {
-    full[i] = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
-    if (!full[i]) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the optimizer state for a checkpoint");
-      break;
+    if (tr->rank == 0) {
+      full[i] = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+      if (!full[i]) { /* the job aborts from the CLI: the others must not wait here */
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the optimizer state for a checkpoint");
+        break;
+      }
     }
     const char *name;
-    st = ct_comm_allgather_f32(comm, ct_optim_state(tr->opt, i, &name), full[i], tr->shard, nw, err);
+    st = ct_comm_gather_f32(comm, ct_optim_state(tr->opt, i, &name), full[i], tr->shard, nw, 0, err);
   }
   *out = full;
   *nout = nst;
