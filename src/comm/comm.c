@@ -161,30 +161,23 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
   return CT_OK;
 }
 
-ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
-                                ct_err *err) {
+/* The packed path of all-gather (root < 0) and gather (to root): chunk by
+ * chunk, this rank's valid floats are packed (zeros past them), exchanged, and
+ * unpacked into recv cut at n, on every rank or on root only. */
+static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
+                               ct_err *err) {
   const int N = c->size;
   const size_t m = ct_comm_shard_valid(n, shard, c->rank);
-  if (!c->mpi || N == 1) {
-    if (recv != send) memmove(recv, send, m * sizeof(float));
-    return CT_OK;
-  }
-  if (shard <= CHUNK && n == (size_t)N * shard) {
-    int rc;
-    if (send == recv + (size_t)c->rank * shard)
-      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
-    else
-      rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
-    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
-  }
   const size_t len0 = shard < CHUNK ? shard : CHUNK;
   ct_status st = ensure_scratch(c, len0, err);
   if (st) return st;
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
     copy_valid(c->pack, send, off, len, m);
-    int rc = MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+    int rc = root < 0 ? MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world)
+                      : MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, root, c->world);
+    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, root < 0 ? "all-gather (MPI_Allgather)" : "gather (MPI_Gather)");
+    if (root >= 0 && c->rank != root) continue;
     for (int p = 0; p < N; p++) {
       size_t g0 = (size_t)p * shard + off;
       if (g0 >= n) break;
@@ -195,31 +188,31 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
   return CT_OK;
 }
 
-ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
-                             ct_err *err) {
+ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                                ct_err *err) {
   const int N = c->size;
-  const size_t m = ct_comm_shard_valid(n, shard, c->rank);
   if (!c->mpi || N == 1) {
-    if (recv != send) memmove(recv, send, m * sizeof(float));
+    if (recv != send) memmove(recv, send, ct_comm_shard_valid(n, shard, c->rank) * sizeof(float));
     return CT_OK;
   }
-  const size_t len0 = shard < CHUNK ? shard : CHUNK;
-  ct_status st = ensure_scratch(c, len0, err);
-  if (st) return st;
-  for (size_t off = 0; off < shard; off += len0) {
-    const size_t len = shard - off < len0 ? shard - off : len0;
-    copy_valid(c->pack, send, off, len, m);
-    int rc = MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, root, c->world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "gather (MPI_Gather)");
-    if (c->rank != root) continue;
-    for (int p = 0; p < N; p++) {
-      size_t g0 = (size_t)p * shard + off;
-      if (g0 >= n) break;
-      size_t cnt = n - g0 < len ? n - g0 : len;
-      memcpy(recv + g0, c->unpack + (size_t)p * len, cnt * sizeof(float));
-    }
+  if (shard <= CHUNK && n == (size_t)N * shard) {
+    int rc;
+    if (send == recv + (size_t)c->rank * shard)
+      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
+    else
+      rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
+    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
   }
-  return CT_OK;
+  return gather_packed(c, send, recv, shard, n, -1, err);
+}
+
+ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
+                             ct_err *err) {
+  if (!c->mpi || c->size == 1) {
+    if (recv != send) memmove(recv, send, ct_comm_shard_valid(n, shard, c->rank) * sizeof(float));
+    return CT_OK;
+  }
+  return gather_packed(c, send, recv, shard, n, root, err);
 }
 
 ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
