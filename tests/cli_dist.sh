@@ -245,6 +245,42 @@ else
   bad "CPUAdam: $out"
 fi
 
+# checkpoint export: one file, f32 equal to the checkpoint's weights, bf16 within
+# bf16 rounding; the f32 file loads as pretrained_model_path.
+if "$CT" checkpoint export --checkpoint "latest:$tmp/z1-n2" --out "$tmp/x32.safetensors" >/dev/null &&
+  "$CT" checkpoint export --checkpoint "$tmp/z1-n2/checkpoint-20" --ema --dtype bf16 \
+    --out "$tmp/x16.safetensors" >/dev/null &&
+  /usr/bin/python3 - "$tmp" <<'PY'
+import json, struct, sys
+import numpy as np
+t = sys.argv[1]
+def read(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        s, e = v["data_offsets"]; raw = b[8 + n + s:8 + n + e]
+        if v["dtype"] == "F32": out[k] = np.frombuffer(raw, np.float32)
+        else:
+            assert v["dtype"] == "BF16", v["dtype"]
+            out[k] = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return out
+a, m = read(f"{t}/x32.safetensors"), read(f"{t}/z1-n2/checkpoint-20/model.safetensors")
+assert a.keys() == m.keys() and all(np.array_equal(a[k], m[k]) for k in a), "f32 export differs"
+b, e = read(f"{t}/x16.safetensors"), read(f"{t}/z1-n2/checkpoint-20/ema.safetensors")
+worst = max(float(np.max(np.abs(b[k] - e[k]) / np.maximum(np.abs(e[k]), 1e-30))) for k in b)
+assert worst <= 2 ** -8, worst
+PY
+then
+  if "$CT" train --config "$tmp/base.json" --train_batch_size=4 --max_train_steps=1 \
+      --pretrained_model_path="$tmp/x32.safetensors" --output_dir="$tmp/pre" >/dev/null 2>"$tmp/pre.err"; then
+    ok "checkpoint export: f32 equals the weights, bf16 (EMA) within 2^-8, loads as pretrained_model_path"
+  else
+    bad "exported file does not load: $(tail -2 "$tmp/pre.err")"
+  fi
+else
+  bad "checkpoint export"
+fi
+
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
 out=$("$CT" train --config "$tmp/base.json" --zero_stage=2 --output_dir="$tmp/z2" 2>&1) &&
   bad "zero_stage 2: exit 0" || { echo "$out" | grep -q "zero_stage 2 is not implemented yet" &&

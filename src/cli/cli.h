@@ -8,6 +8,10 @@ int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
 int ct_cmd_launch(int argc, char **argv);
+int ct_cmd_checkpoint(int argc, char **argv);
+/* "latest:OUTPUT_DIR" (the newest complete checkpoint there) or a directory
+ * into dir; prints the error and returns -1 if there is none. */
+int ct_cli_checkpoint_dir(const char *cmd, const char *arg, char *dir, size_t n);
 int ct_cmd_train(int argc, char **argv);
 int ct_cmd_sample(int argc, char **argv);
 int ct_cmd_dataset(int argc, char **argv);

@@ -244,14 +244,7 @@ int ct_cmd_sample(int argc, char **argv) {
   }
   ct_err err = {0};
   char dir[4096];
-  if (!strncmp(ckpt, "latest:", 7)) {
-    if (ct_checkpoint_latest(ckpt + 7, dir, sizeof dir, NULL, &err)) {
-      fprintf(stderr, "ctuner sample: %s\n", err.msg);
-      return 1;
-    }
-  } else {
-    snprintf(dir, sizeof dir, "%s", ckpt);
-  }
+  if (ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
   /* Prompts. */
   char **prompts = NULL;
   int n = 0;
@@ -379,4 +372,17 @@ done:
   for (int i = 0; i < n; i++) free(prompts[i]);
   free(prompts);
   return rc;
+}
+
+int ct_cli_checkpoint_dir(const char *cmd, const char *arg, char *dir, size_t n) {
+  if (strncmp(arg, "latest:", 7)) {
+    snprintf(dir, n, "%s", arg);
+    return 0;
+  }
+  ct_err err = {0};
+  if (ct_checkpoint_latest(arg + 7, dir, n, NULL, &err)) {
+    fprintf(stderr, "ctuner %s: %s\n", cmd, err.msg);
+    return -1;
+  }
+  return 0;
 }

@@ -22,6 +22,7 @@ static void usage(FILE *f) {
           "                   (mpirun -np N ctuner train ...: data parallel / ZeRO over N ranks)\n"
           "  launch           run train under mpirun as an Accelerate config describes\n"
           "  sample           generate images from a checkpoint\n"
+          "  checkpoint export  one Flux-layout safetensors file (f32 or bf16) from a checkpoint\n"
           "  dataset synth    write the synthetic coloured-shapes dataset (images + captions)\n"
           "  dataset prompts  print captions of the synthetic dataset (--held-out: unseen ones)\n"
           "  eval synth       judge colour and shape of images against their prompts\n"
@@ -114,6 +115,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
   if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
   if (!strcmp(cmd, "launch")) return ct_cmd_launch(argc - i, argv + i);
+  if (!strcmp(cmd, "checkpoint")) return ct_cmd_checkpoint(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
