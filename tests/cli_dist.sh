@@ -3,14 +3,8 @@
 # collectives under mpirun, and N ranks x micro-batch b against 1 rank x N*b —
 # losses and final weights must agree within 1e-5 relative.
 # Usage: tests/cli_dist.sh path/to/ctuner
-set -u
-CT=${1:?usage: $0 path/to/ctuner}
+. "$(dirname "$0")/lib/common.sh"
 BIN=$(dirname "$CT")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 # Open MPI's own start-up allocations are not ours to chase under ASan.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0

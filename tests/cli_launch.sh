@@ -3,13 +3,7 @@
 # output checked for a 2-machine config), config errors named, and a real
 # 1-machine, 2-process launch that trains.
 # Usage: tests/cli_launch.sh path/to/ctuner
-set -u
-CT=${1:?usage: $0 path/to/ctuner}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
+. "$(dirname "$0")/lib/common.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 
 # As `accelerate config` writes it, for 2 machines x 2 processes with DeepSpeed.

@@ -2,15 +2,9 @@
 # End-to-end: the real ctuner binary on golden files (committed ones and fresh
 # ones from the PyTorch peer with other configs), model info, bench step, and
 # usage errors. Usage: tests/cli_model.sh path/to/ctuner
-set -u
-CT=${1:?usage: $0 path/to/ctuner}
+. "$(dirname "$0")/lib/common.sh"
 PEER=../shared/peers/mmdit_torch.py
 [ -f "$PEER" ] || PEER=/work/shared/peers/mmdit_torch.py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
 
 for g in tests/data/golden_tiny.safetensors tests/data/golden_odd.safetensors; do
   if out=$("$CT" model check --golden "$g"); then ok "model check $g"; else bad "model check $g: $out"; fi

@@ -3,13 +3,7 @@
 # file counts and formats, caption grammar, determinism, the judge on ground
 # truth (and on wrong captions, where it must disagree), prompts from file
 # names, and usage errors. Usage: tests/cli_synth.sh path/to/ctuner
-set -u
-CT=${1:?usage: $0 path/to/ctuner}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
+. "$(dirname "$0")/lib/common.sh"
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 # json FIELD < json  -> value

@@ -3,13 +3,7 @@
 # dataset with the tiny preset: config errors, accumulation equivalence,
 # bit-exact resume after kill -9 during a checkpoint write, rotation, NaN
 # skipping, validation images, sampling. Usage: tests/cli_train.sh path/to/ctuner
-set -u
-CT=${1:?usage: $0 path/to/ctuner}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
+. "$(dirname "$0")/lib/common.sh"
 export OMP_NUM_THREADS=2
 
 "$CT" dataset synth --out "$tmp/data" --count 24 --seed 3 >/dev/null || { echo "FAIL - dataset synth"; exit 1; }

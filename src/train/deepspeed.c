@@ -65,6 +65,23 @@ static ct_status set_key(ct_config *cfg, const char *key, const char *val, ct_er
   return st;
 }
 
+/* For each (DeepSpeed key, ctuner key): a number in o (not "auto") sets the ctuner key. */
+static ct_status copy_numbers(ct_config *cfg, const ct_json *o, const char *where, const char *const (*pairs)[2],
+                              size_t n, ct_err *err) {
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < n && !st; i++) {
+    double d;
+    int set;
+    st = num(o, pairs[i][0], where, &d, &set, err);
+    if (!st && set) {
+      char buf[64];
+      snprintf(buf, sizeof buf, "%.17g", d);
+      st = set_key(cfg, pairs[i][1], buf, err);
+    }
+  }
+  return st;
+}
+
 static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) {
   if (o->type != CT_JSON_OBJECT) return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer: expected an object");
   const ct_json *t = ct_json_get(o, "type");
@@ -103,20 +120,12 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
   if (st || !p) return st;
   if (p->type != CT_JSON_OBJECT)
     return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer.params: expected an object");
-  double d;
-  int set;
   char buf[64];
   static const char *const pairs[][2] = {{"lr", "learning_rate"},
                                          {"eps", "adam_epsilon"},
                                          {"weight_decay", "adam_weight_decay"},
                                          {"momentum", "optimizer_momentum"}};
-  for (size_t i = 0; i < 4 && !st; i++) {
-    st = num(p, pairs[i][0], "optimizer.params.", &d, &set, err);
-    if (!st && set) {
-      snprintf(buf, sizeof buf, "%.17g", d);
-      st = set_key(cfg, pairs[i][1], buf, err);
-    }
-  }
+  st = copy_numbers(cfg, p, "optimizer.params.", pairs, 4, err);
   const ct_json *b = ct_json_get(p, "betas");
   if (!st && b && !is_auto(b)) {
     if (b->type != CT_JSON_ARRAY || b->n != 2 || b->items[0].type != CT_JSON_NUMBER ||
@@ -153,13 +162,7 @@ static ct_status apply_scheduler(ct_config *cfg, const ct_json *s, ct_err *err) 
   static const char *const pairs[][2] = {{"warmup_min_lr", "warmup_min_lr"},
                                          {"warmup_max_lr", "learning_rate"},
                                          {"warmup_num_steps", "lr_warmup_steps"}};
-  for (size_t i = 0; i < 3 && !st; i++) {
-    st = num(p, pairs[i][0], "scheduler.params.", &d, &set, err);
-    if (!st && set) {
-      snprintf(buf, sizeof buf, i == 2 ? "%.0f" : "%.17g", d);
-      st = set_key(cfg, pairs[i][1], buf, err);
-    }
-  }
+  st = copy_numbers(cfg, p, "scheduler.params.", pairs, 3, err);
   const ct_json *wt = ct_json_get(p, "warmup_type");
   if (!st && wt && !is_auto(wt)) {
     if (wt->type != CT_JSON_STRING || (strcmp(wt->str, "log") && strcmp(wt->str, "linear")))
@@ -238,10 +241,10 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
   char buf[64];
   if (!st && set_m) snprintf(buf, sizeof buf, "%ld", micro), st = set_key(cfg, "train_batch_size", buf, err);
   if (!st && set_a) snprintf(buf, sizeof buf, "%ld", accum), st = set_key(cfg, "gradient_accumulation_steps", buf, err);
+  static const char *const clip[][2] = {{"gradient_clipping", "max_grad_norm"}};
+  if (!st) st = copy_numbers(cfg, j, "", clip, 1, err);
   double d;
   int set;
-  if (!st) st = num(j, "gradient_clipping", "", &d, &set, err);
-  if (!st && set) snprintf(buf, sizeof buf, "%.17g", d), st = set_key(cfg, "max_grad_norm", buf, err);
   const ct_json *z = ct_json_get(j, "zero_optimization");
   if (!st && z) {
     if (z->type != CT_JSON_OBJECT) {
