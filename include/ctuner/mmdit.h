@@ -84,6 +84,35 @@ const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name);
 /* Bytes of the activation arena currently reserved. */
 size_t ct_mmdit_activation_bytes(const ct_mmdit *m);
 
+/* ---- segments and hooks (ZeRO-2/3, docs/distributed.md) ----
+ * The flat buffer is cut into contiguous segments in the order of the table:
+ * 0 = the input embeddings (img_in, time_in, vector_in, guidance_in, txt_in),
+ * 1..D the double blocks, D+1..D+S the single blocks, D+S+1 the final layer.
+ * The forward runs them 0, 1, ..., last; the backward last, ..., 0, so the
+ * gradients complete from the end of the buffer towards its start. */
+int ct_mmdit_nsegments(const ct_mmdit *m);
+void ct_mmdit_segment(const ct_mmdit *m, int s, size_t *off, size_t *numel);
+
+typedef struct ct_mmdit_hooks {
+  void *user;
+  /* Before segment s runs in the forward (backward = 0) or the backward (1).
+   * It may set *w to the segment's parameters and (backward) *g to where its
+   * gradients accumulate — numel floats each, laid out as in the flat buffer —
+   * or leave them NULL for the model's own buffers. They must stay valid
+   * until leave. */
+  ct_status (*enter)(void *user, int s, int backward, float **w, float **g, ct_err *err);
+  /* After segment s: its forward is done, or (backward) its gradients are complete. */
+  ct_status (*leave)(void *user, int s, int backward, ct_err *err);
+} ct_mmdit_hooks;
+
+/* Installs hooks (copied), or removes them (NULL: back to the own buffers). */
+void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);
+/* Replaces the parameter (gradient) storage by w (g): numel floats, borrowed,
+ * or NULL for none — then hooks must supply every segment. Frees the model's
+ * own buffer. */
+void ct_mmdit_use_params(ct_mmdit *m, float *w);
+void ct_mmdit_use_grads(ct_mmdit *m, float *g);
+
 /* Load parameters from a Flux-layout safetensors file; tensor names are
  * prefix + parameter name (prefix "" for model files, "param." for golden files).
  * Missing, unexpected (with the prefix) or wrongly shaped tensors give ONE error

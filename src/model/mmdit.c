@@ -24,7 +24,12 @@
 
 /* ---- parameter views ---- */
 
-static lin view_lin(ct_mmdit *m, const char *prefix) {
+/* A parameter's address inside its segment's current storage. */
+static float *seg_addr(float *base, const ct_mmdit *m, int s, const ct_param *p) {
+  return base ? base + (p->offset - m->seg_off[s]) : NULL;
+}
+
+static lin view_lin(ct_mmdit *m, int s, const char *prefix) {
   char n[128];
   lin l;
   memset(&l, 0, sizeof l);
@@ -33,70 +38,112 @@ static lin view_lin(ct_mmdit *m, const char *prefix) {
   snprintf(n, sizeof n, "%s.bias", prefix);
   const ct_param *pb = ct_mmdit_find(m, n);
   CT_ASSERT(pw && pb);
-  l.w = m->w + pw->offset;
-  l.b = m->w + pb->offset;
-  l.gw = m->g ? m->g + pw->offset : NULL;
-  l.gb = m->g ? m->g + pb->offset : NULL;
+  l.w = seg_addr(m->segw[s], m, s, pw);
+  l.b = seg_addr(m->segw[s], m, s, pb);
+  l.gw = seg_addr(m->segg[s], m, s, pw);
+  l.gb = seg_addr(m->segg[s], m, s, pb);
   l.out = (int)pw->shape[0];
   l.in = (int)pw->shape[1];
   return l;
 }
 
-static void view_vec(ct_mmdit *m, const char *name, float **w, float **g) {
+static void view_vec(ct_mmdit *m, int s, const char *name, float **w, float **g) {
   const ct_param *p = ct_mmdit_find(m, name);
   CT_ASSERT(p);
-  *w = m->w + p->offset;
-  *g = m->g ? m->g + p->offset : NULL;
+  *w = seg_addr(m->segw[s], m, s, p);
+  *g = seg_addr(m->segg[s], m, s, p);
 }
 
-static void bind_views(ct_mmdit *m) {
+/* Points the views of segment s at m->segw[s] / m->segg[s]. */
+static void bind_segment(ct_mmdit *m, int s) {
   const ct_mmdit_config *c = &m->cfg;
+  const int D = c->depth_double, S = c->depth_single;
   char n[128];
-  m->img_in = view_lin(m, "img_in");
-  m->txt_in = view_lin(m, "txt_in");
-  m->time_in0 = view_lin(m, "time_in.in_layer");
-  m->time_in1 = view_lin(m, "time_in.out_layer");
-  m->vec_in0 = view_lin(m, "vector_in.in_layer");
-  m->vec_in1 = view_lin(m, "vector_in.out_layer");
-  if (c->guidance_embed) {
-    m->g_in0 = view_lin(m, "guidance_in.in_layer");
-    m->g_in1 = view_lin(m, "guidance_in.out_layer");
-  }
-  m->final_lin = view_lin(m, "final_layer.linear");
-  m->final_mod = view_lin(m, "final_layer.adaLN_modulation.1");
-  static const char *sn[2] = {"img", "txt"};
-  for (int i = 0; i < c->depth_double; i++) {
-    for (int s = 0; s < 2; s++) {
-      dstream_p *p = &m->db[i][s];
-      snprintf(n, sizeof n, "double_blocks.%d.%s_mod.lin", i, sn[s]);
-      p->mod = view_lin(m, n);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.qkv", i, sn[s]);
-      p->qkv = view_lin(m, n);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.proj", i, sn[s]);
-      p->proj = view_lin(m, n);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.0", i, sn[s]);
-      p->mlp0 = view_lin(m, n);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.2", i, sn[s]);
-      p->mlp2 = view_lin(m, n);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.query_norm.scale", i, sn[s]);
-      view_vec(m, n, &p->qs, &p->gqs);
-      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.key_norm.scale", i, sn[s]);
-      view_vec(m, n, &p->ks, &p->gks);
+  if (s == 0) {
+    m->img_in = view_lin(m, s, "img_in");
+    m->txt_in = view_lin(m, s, "txt_in");
+    m->time_in0 = view_lin(m, s, "time_in.in_layer");
+    m->time_in1 = view_lin(m, s, "time_in.out_layer");
+    m->vec_in0 = view_lin(m, s, "vector_in.in_layer");
+    m->vec_in1 = view_lin(m, s, "vector_in.out_layer");
+    if (c->guidance_embed) {
+      m->g_in0 = view_lin(m, s, "guidance_in.in_layer");
+      m->g_in1 = view_lin(m, s, "guidance_in.out_layer");
     }
-  }
-  for (int i = 0; i < c->depth_single; i++) {
+  } else if (s <= D) {
+    static const char *sn[2] = {"img", "txt"};
+    const int i = s - 1;
+    for (int k = 0; k < 2; k++) {
+      dstream_p *p = &m->db[i][k];
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mod.lin", i, sn[k]);
+      p->mod = view_lin(m, s, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.qkv", i, sn[k]);
+      p->qkv = view_lin(m, s, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.proj", i, sn[k]);
+      p->proj = view_lin(m, s, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.0", i, sn[k]);
+      p->mlp0 = view_lin(m, s, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_mlp.2", i, sn[k]);
+      p->mlp2 = view_lin(m, s, n);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.query_norm.scale", i, sn[k]);
+      view_vec(m, s, n, &p->qs, &p->gqs);
+      snprintf(n, sizeof n, "double_blocks.%d.%s_attn.norm.key_norm.scale", i, sn[k]);
+      view_vec(m, s, n, &p->ks, &p->gks);
+    }
+  } else if (s <= D + S) {
+    const int i = s - 1 - D;
     sblock_p *p = &m->sb[i];
     snprintf(n, sizeof n, "single_blocks.%d.linear1", i);
-    p->l1 = view_lin(m, n);
+    p->l1 = view_lin(m, s, n);
     snprintf(n, sizeof n, "single_blocks.%d.linear2", i);
-    p->l2 = view_lin(m, n);
+    p->l2 = view_lin(m, s, n);
     snprintf(n, sizeof n, "single_blocks.%d.modulation.lin", i);
-    p->mod = view_lin(m, n);
+    p->mod = view_lin(m, s, n);
     snprintf(n, sizeof n, "single_blocks.%d.norm.query_norm.scale", i);
-    view_vec(m, n, &p->qs, &p->gqs);
+    view_vec(m, s, n, &p->qs, &p->gqs);
     snprintf(n, sizeof n, "single_blocks.%d.norm.key_norm.scale", i);
-    view_vec(m, n, &p->ks, &p->gks);
+    view_vec(m, s, n, &p->ks, &p->gks);
+  } else {
+    m->final_lin = view_lin(m, s, "final_layer.linear");
+    m->final_mod = view_lin(m, s, "final_layer.adaLN_modulation.1");
   }
+}
+
+/* Segment of a parameter name: 0 inputs, 1..D double blocks, D+1..D+S single
+ * blocks, D+S+1 the final layer. */
+static int segment_of(const ct_mmdit_config *c, const char *name) {
+  int i;
+  if (sscanf(name, "double_blocks.%d.", &i) == 1) return 1 + i;
+  if (sscanf(name, "single_blocks.%d.", &i) == 1) return 1 + c->depth_double + i;
+  if (!strncmp(name, "final_layer.", 12)) return 1 + c->depth_double + c->depth_single;
+  return 0;
+}
+
+/* Default storage: the model's own buffers; then rebinds every segment. */
+static void bind_views(ct_mmdit *m) {
+  for (int s = 0; s < m->nseg; s++) {
+    m->segw[s] = m->w ? m->w + m->seg_off[s] : NULL;
+    m->segg[s] = m->g ? m->g + m->seg_off[s] : NULL;
+    bind_segment(m, s);
+  }
+}
+
+static ct_status build_segments(ct_mmdit *m, ct_err *err) {
+  const ct_mmdit_config *c = &m->cfg;
+  m->nseg = 2 + c->depth_double + c->depth_single;
+  m->seg_off = calloc((size_t)m->nseg + 1, sizeof *m->seg_off);
+  m->segw = calloc((size_t)m->nseg, sizeof *m->segw);
+  m->segg = calloc((size_t)m->nseg, sizeof *m->segg);
+  if (!m->seg_off || !m->segw || !m->segg) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  int prev = -1;
+  for (size_t i = 0; i < m->nparams; i++) {
+    int s = segment_of(c, m->params[i].name);
+    CT_ASSERT(s >= prev && s < m->nseg); /* the table keeps each segment contiguous */
+    while (prev < s) m->seg_off[++prev] = m->params[i].offset;
+  }
+  CT_ASSERT(prev == m->nseg - 1);
+  m->seg_off[m->nseg] = m->numel;
+  return CT_OK;
 }
 
 ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads, ct_mmdit **out,
@@ -120,6 +167,8 @@ ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads
   }
   m->own_w = 1;
   m->own_g = with_grads;
+  st = build_segments(m, err);
+  if (st) goto out;
   bind_views(m);
   ct_mmdit_init_params(m, seed);
 out:
@@ -142,6 +191,9 @@ void ct_mmdit_free(ct_mmdit *m) {
   free(m->sb);
   free(m->db_a);
   free(m->sb_a);
+  free(m->seg_off);
+  free(m->segw);
+  free(m->segg);
   free(m);
 }
 
@@ -154,6 +206,62 @@ const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n) {
   return m->params;
 }
 size_t ct_mmdit_activation_bytes(const ct_mmdit *m) { return m->arena_floats * sizeof(float); }
+
+int ct_mmdit_nsegments(const ct_mmdit *m) { return m->nseg; }
+void ct_mmdit_segment(const ct_mmdit *m, int s, size_t *off, size_t *numel) {
+  CT_ASSERT(s >= 0 && s < m->nseg);
+  *off = m->seg_off[s];
+  *numel = m->seg_off[s + 1] - m->seg_off[s];
+}
+
+void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h) {
+  if (h) {
+    m->hooks = *h;
+    m->have_hooks = 1;
+  } else {
+    memset(&m->hooks, 0, sizeof m->hooks);
+    m->have_hooks = 0;
+    bind_views(m);
+  }
+}
+
+void ct_mmdit_use_params(ct_mmdit *m, float *w) {
+  if (m->own_w) ct_free(m->w);
+  m->w = w;
+  m->own_w = 0;
+  bind_views(m);
+}
+
+void ct_mmdit_use_grads(ct_mmdit *m, float *g) {
+  if (m->own_g) ct_free(m->g);
+  m->g = g;
+  m->own_g = 0;
+  bind_views(m);
+}
+
+/* Before segment s runs: the hook may supply its storage; rebinds when it moved. */
+static ct_status seg_enter(ct_mmdit *m, int s, int backward, ct_err *err) {
+  float *w = NULL, *g = NULL;
+  if (m->have_hooks && m->hooks.enter) {
+    ct_status st = m->hooks.enter(m->hooks.user, s, backward, &w, &g, err);
+    if (st) return st;
+  }
+  if (!w) w = m->w ? m->w + m->seg_off[s] : NULL;
+  if (!g) g = m->g ? m->g + m->seg_off[s] : NULL;
+  if (!w) return ct_errf(err, CT_ERR_INVALID, "segment %d has no parameters (sharded model without hooks)", s);
+  if (backward && !g) return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
+  if (w != m->segw[s] || (backward && g != m->segg[s])) {
+    m->segw[s] = w;
+    if (backward) m->segg[s] = g;
+    bind_segment(m, s);
+  }
+  return CT_OK;
+}
+
+static ct_status seg_leave(ct_mmdit *m, int s, int backward, ct_err *err) {
+  if (m->have_hooks && m->hooks.leave) return m->hooks.leave(m->hooks.user, s, backward, err);
+  return CT_OK;
+}
 
 /* ---- activation arena ---- */
 
@@ -336,8 +444,10 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   const int Ni = B * Li, Nt = B * T, N = B * Lt, gw = in->W / 2;
   const float ascale = 1.0f / sqrtf((float)hd);
 
+  const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
   a->in_txt = in->txt;
   a->in_y = in->y;
+  if ((st = seg_enter(m, 0, 0, err))) return st;
   ct_patchify(B, C, in->H, in->W, 2, in->x, a->img_p);
   /* vec = time_in(temb(t)) + vector_in(y) [+ guidance_in(temb(g))] */
   ct_timestep_embedding(B, in->t, 256, 10000.f, 1000.f, a->temb);
@@ -358,6 +468,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   ct_silu_fwd(B, d, a->vec, d, a->svec, d);
   lin_fwd(&m->img_in, Ni, a->img_p, P, a->img0, d);
   lin_fwd(&m->txt_in, Nt, in->txt, c->context_in_dim, a->txt0, d);
+  if ((st = seg_leave(m, 0, 0, err))) return st;
 
   /* RoPE table of the joint sequence: text (0,0,0), image (0, row, col). */
   for (int l = 0; l < Lt; l++) {
@@ -371,6 +482,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   const float *ximg = a->img0, *xtxt = a->txt0;
   for (int i = 0; i < c->depth_double; i++) {
     dblock_a *ba = &a->db[i];
+    if ((st = seg_enter(m, 1 + i, 0, err))) return st;
     for (int s = 0; s < 2; s++) {
       dstream_p *p = &m->db[i][s];
       dstream_a *x = &ba->s[s];
@@ -398,6 +510,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
     }
     ximg = ba->s[0].x2;
     xtxt = ba->s[1].x2;
+    if ((st = seg_leave(m, 1 + i, 0, err))) return st;
   }
 
   if (c->depth_single > 0) {
@@ -407,6 +520,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
     for (int i = 0; i < c->depth_single; i++) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
+      if ((st = seg_enter(m, 1 + D + i, 0, err))) return st;
       x->xin = xj;
       lin_fwd(&p->mod, B, a->svec, d, x->mod, 3 * d);
       ct_ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
@@ -422,15 +536,18 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
       lin_fwd(&p->l2, N, x->cat, d + mh, x->l2, d);
       ct_gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
       xj = x->xout;
+      if ((st = seg_leave(m, 1 + D + i, 0, err))) return st;
     }
     rows_copy(B, Li, Lt, T, d, (float *)xj, a->xf, 0);
   } else {
     memcpy(a->xf, ximg, (size_t)Ni * d * sizeof(float));
   }
 
+  if ((st = seg_enter(m, last, 0, err))) return st;
   lin_fwd(&m->final_mod, B, a->svec, d, a->modf, 2 * d);
   ct_ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf, d);
   lin_fwd(&m->final_lin, Ni, a->hf, d, a->outp, P);
+  if ((st = seg_leave(m, last, 0, err))) return st;
   ct_unpatchify(B, C, in->H, in->W, 2, a->outp, v);
   m->have_acts = 1;
   return CT_OK;
@@ -438,22 +555,25 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
 
 ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   const ct_mmdit_config *c = &m->cfg;
-  if (!m->g) return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
   if (!m->have_acts) return ct_errf(err, CT_ERR_INVALID, "backward called before forward");
   acts *a = &m->a;
   const int B = a->B, T = a->T, Li = a->Li, Lt = a->Lt, d = c->hidden, nh = c->heads, hd = d / nh;
   const int mh = c->mlp_ratio * d, C = c->in_channels, P = C * 4;
   const int Ni = B * Li, Nt = B * T, N = B * Lt;
   const float ascale = 1.0f / sqrtf((float)hd);
+  const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
+  ct_status st;
 
   ct_zero((size_t)B * d, a->dsvec);
   /* final layer */
+  if ((st = seg_enter(m, last, 1, err))) return st;
   ct_patchify(B, C, a->H, a->W, 2, dv, a->doutp);
   lin_bwd(&m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
   ct_zero((size_t)B * 2 * d, a->dmod);
   ct_zero((size_t)Ni * d, a->dimg);
   ct_ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod, a->dmod + d);
   lin_bwd(&m->final_mod, B, a->svec, d, a->dmod, 2 * d, a->dsvec, d, 1.0f);
+  if ((st = seg_leave(m, last, 1, err))) return st;
 
   if (c->depth_single > 0) {
     ct_zero((size_t)N * d, a->dj);
@@ -461,6 +581,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
     for (int i = c->depth_single - 1; i >= 0; i--) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
+      if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
       ct_zero((size_t)B * 3 * d, a->dmod);
       /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
       ct_gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d, a->dmod + 2 * d);
@@ -476,6 +597,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
                     p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
       ct_ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod, a->dmod + d);
       lin_bwd(&p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
+      if ((st = seg_leave(m, 1 + D + i, 1, err))) return st;
     }
     rows_copy(B, Li, Lt, T, d, a->dj, a->dimg, 0);
     rows_copy(B, T, Lt, 0, d, a->dj, a->dtxt, 0);
@@ -485,6 +607,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
 
   for (int i = c->depth_double - 1; i >= 0; i--) {
     dblock_a *ba = &a->db[i];
+    if ((st = seg_enter(m, 1 + i, 1, err))) return st;
     /* Each stream's modulation gradient (B, 6d) is complete only after the
      * attention backward (shift1/scale1), so both are kept until then. */
     ct_zero((size_t)2 * B * 6 * d, a->dmod);
@@ -519,9 +642,11 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       ct_ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod, dmod + d);
       lin_bwd(&p->mod, B, a->svec, d, dmod, 6 * d, a->dsvec, d, 1.0f);
     }
+    if ((st = seg_leave(m, 1 + i, 1, err))) return st;
   }
 
   /* embeddings */
+  if ((st = seg_enter(m, 0, 1, err))) return st;
   lin_bwd(&m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
   ct_silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);
   lin_bwd(&m->time_in1, B, a->t_hs, d, a->dvec, d, a->dbv, d, 0.0f);
@@ -536,7 +661,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
     lin_bwd(&m->g_in0, B, a->g_emb, 256, a->dbv2, d, NULL, 0, 0.0f);
   }
   lin_bwd(&m->txt_in, Nt, a->in_txt, c->context_in_dim, a->dtxt, d, NULL, 0, 0.0f);
-  return CT_OK;
+  return seg_leave(m, 0, 1, err);
 }
 
 void ct_mmdit_flops(const ct_mmdit_config *c, int B, int H, int W, int T, double *fwd, double *bwd) {

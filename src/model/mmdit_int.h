@@ -86,6 +86,12 @@ struct ct_mmdit {
   lin img_in, txt_in, time_in0, time_in1, vec_in0, vec_in1, g_in0, g_in1, final_lin, final_mod;
   dstream_p (*db)[2];
   sblock_p *sb;
+  /* segments (ct_mmdit_segment) and where each one's views point now */
+  int nseg;
+  size_t *seg_off; /* nseg + 1 */
+  float **segw, **segg;
+  ct_mmdit_hooks hooks;
+  int have_hooks;
   /* activations */
   acts a;
   int have_acts;   /* a forward has filled the arena */

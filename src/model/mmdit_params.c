@@ -208,6 +208,7 @@ ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_er
   int nmissing = 0, nwrong = 0, nextra = 0;
   size_t plen = strlen(prefix);
   const size_t cap = 4096;
+  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; load before sharding", path);
   char full[160], shp[64];
 
   st = ct_st_open(path, &f, err);
@@ -273,6 +274,7 @@ out:
 }
 
 ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err) {
+  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; gather them first", path);
   ct_st_writer *w = NULL;
   ct_status st = ct_st_writer_new(&w);
   if (st) return ct_errf(err, st, "out of memory");
