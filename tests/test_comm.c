@@ -129,6 +129,51 @@ CT_TEST(comm, collectives) {
     free(part);
     free(out);
   }
+  /* non-blocking range collectives: buckets in backward order (from the end
+   * of the buffer), crossing shard borders or not, two in flight at a time;
+   * the reductions accumulate onto what the shard already holds */
+  {
+    const size_t n = 10007, sh = ct_comm_shard_len(n, N);
+    const size_t cuts[] = {n, 9000, 8999, 5003, 5002, 1234, 17, 0};
+    const int nb = (int)(sizeof cuts / sizeof *cuts) - 1;
+    float *full = malloc(n * sizeof *full), *acc = malloc(sh * sizeof *acc), *got = malloc(n * sizeof *got);
+    REQUIRE(full && acc && got);
+    for (size_t i = 0; i < n; i++) full[i] = val(R, i);
+    for (size_t i = 0; i < sh; i++) acc[i] = 1.0f;
+    ct_comm_req *q[8] = {0};
+    for (int k = 0; k < nb; k++) {
+      const size_t a = cuts[k + 1], b = cuts[k];
+      REQUIRE(ct_comm_ireduce_scatter(c, full + a, a, b, sh, acc, &q[k], &err) == CT_OK);
+      int done = 0;
+      REQUIRE(ct_comm_test(c, q[k], &done, &err) == CT_OK);
+      if (k >= 1) REQUIRE(ct_comm_wait(c, q[k - 1], &err) == CT_OK);
+    }
+    REQUIRE(ct_comm_wait(c, q[nb - 1], &err) == CT_OK);
+    size_t badr = 0, m = ct_comm_shard_valid(n, sh, R);
+    for (size_t i = 0; i < m; i++) {
+      size_t gi = (size_t)R * sh + i;
+      float want = val(0, gi);
+      for (int p = 1; p < N; p++) want += val(p, gi);
+      badr += 1.0f + want != acc[i];
+    }
+    for (size_t i = m; i < sh; i++) badr += acc[i] != 1.0f;
+    CHECKF(badr == 0, "bucketed reduce-scatter: %zu wrong", badr);
+    /* gather the same ranges back from every rank's shard */
+    for (size_t i = 0; i < m; i++) acc[i] = (float)((size_t)R * sh + i);
+    memset(got, 0, n * sizeof *got);
+    for (int k = 0; k < nb; k++) {
+      const size_t a = cuts[k + 1], b = cuts[k];
+      REQUIRE(ct_comm_iallgather(c, acc, a, b, sh, got + a, &q[k], &err) == CT_OK);
+    }
+    for (int k = 0; k < nb; k++) REQUIRE(ct_comm_wait(c, q[k], &err) == CT_OK);
+    badr = 0;
+    for (size_t i = 0; i < n; i++) badr += got[i] != (float)i;
+    CHECKF(badr == 0, "range all-gather: %zu wrong", badr);
+    CHECK(ct_comm_wait(c, NULL, &err) == CT_OK);
+    free(full);
+    free(acc);
+    free(got);
+  }
   double d[2] = {R + 0.25, 1.0};
   REQUIRE(ct_comm_allreduce_f64(c, d, 2, &err) == CT_OK);
   CHECK_NEAR(d[0], N * (N - 1) / 2.0 + 0.25 * N, 0);

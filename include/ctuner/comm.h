@@ -69,6 +69,28 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
  * elsewhere): root's recv[0..n) <- every rank's shard in rank order. */
 ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
                              ct_err *err);
+/* ---- non-blocking collectives over a range (ZeRO-2/3) ----
+ * [a, b) is a range of a flat buffer split into shards of `shard` floats (rank
+ * r owns [r * shard, (r + 1) * shard)); b - a below 2^31. A started operation
+ * is completed by ct_comm_wait, which also frees it; ct_comm_test lets MPI
+ * progress it in between (call it while computing). Operations complete in
+ * the order the caller waits; every rank must start them in the same order. */
+typedef struct ct_comm_req ct_comm_req;
+/* send[0 .. b-a) holds this rank's floats [a, b). On completion, for each i in
+ * [a, b) inside this rank's shard: acc[i - rank * shard] += the sum over ranks,
+ * in rank order, of their send[i - a]. send and acc belong to the operation
+ * until ct_comm_wait. */
+ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
+                                  ct_comm_req **req, ct_err *err);
+/* recv[0 .. b-a) <- floats [a, b), each rank giving the part inside its shard
+ * from `mine` (its shard buffer: mine[0] is float rank * shard). */
+ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
+                             ct_comm_req **req, ct_err *err);
+/* *done <- 1 when the operation has completed (ct_comm_wait is still due). */
+ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err);
+/* Completes r (applying a reduction's sums) and frees it. NULL is fine. */
+ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err);
+
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err);

@@ -249,6 +249,162 @@ ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) 
   return CT_OK;
 }
 
+/* ---- non-blocking range collectives ---- */
+
+struct ct_comm_req {
+  int kind;          /* 0 reduce-scatter, 1 all-gather */
+  MPI_Request mr;
+  int active;        /* an MPI request is outstanding */
+  int *cnt;          /* 4 * size ints: send counts, send displs, recv counts, recv displs */
+  float *recv;       /* reduce: size * m floats, rank p's piece at p * m */
+  float *acc;
+  size_t m;          /* floats of [a, b) in this rank's shard */
+};
+
+/* [a, b) ∩ shard p as (offset from a, count). */
+static void piece(size_t a, size_t b, size_t shard, int p, size_t *off, size_t *cnt) {
+  size_t lo = (size_t)p * shard, hi = lo + shard;
+  if (lo < a) lo = a;
+  if (hi > b) hi = b;
+  *off = lo < hi ? lo - a : 0;
+  *cnt = lo < hi ? hi - lo : 0;
+}
+
+static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req **out, ct_err *err) {
+  *out = NULL;
+  if (b < a || b - a > (size_t)INT_MAX)
+    return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu floats (at most %d)", b - a, INT_MAX);
+  ct_comm_req *r = calloc(1, sizeof *r);
+  if (r) r->cnt = calloc(4 * (size_t)c->size, sizeof *r->cnt);
+  if (!r || !r->cnt) {
+    if (r) free(r);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for a collective");
+  }
+  r->kind = kind;
+  *out = r;
+  return CT_OK;
+}
+
+static void req_free(ct_comm_req *r) {
+  if (!r) return;
+  ct_free(r->recv);
+  free(r->cnt);
+  free(r);
+}
+
+ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
+                                  ct_comm_req **req, ct_err *err) {
+  ct_comm_req *r;
+  ct_status st = req_new(c, 0, a, b, &r, err);
+  if (st) return st;
+  const int N = c->size;
+  size_t off, m;
+  piece(a, b, shard, c->rank, &off, &m);
+  r->acc = acc;
+  r->m = m;
+  if (!c->mpi || N == 1) { /* the sum over one rank: done at once */
+    for (size_t i = 0; i < m; i++) acc[a + off - (size_t)c->rank * shard + i] += send[off + i];
+    r->acc = NULL;
+    *req = r;
+    return CT_OK;
+  }
+  r->acc = acc + (m ? a + off - (size_t)c->rank * shard : 0);
+  if (m) {
+    r->recv = ct_alloc(CT_MEM_BUFFERS, (size_t)N * m * sizeof(float));
+    if (!r->recv) {
+      req_free(r);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu floats", (size_t)N * m);
+    }
+  }
+  int *sc = r->cnt, *sd = sc + N, *rc = sd + N, *rd = rc + N;
+  for (int p = 0; p < N; p++) {
+    size_t po, pc;
+    piece(a, b, shard, p, &po, &pc);
+    sc[p] = (int)pc;
+    sd[p] = (int)po;
+    rc[p] = (int)m;
+    rd[p] = (int)((size_t)p * m);
+  }
+  if ((size_t)N * m > (size_t)INT_MAX) {
+    req_free(r);
+    return ct_errf(err, CT_ERR_INVALID, "a reduce-scatter bucket of %zu floats x %d ranks is too large", m, N);
+  }
+  int rcode = MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, r->recv, rc, rd, MPI_FLOAT, c->world, &r->mr);
+  if (rcode != MPI_SUCCESS) {
+    req_free(r);
+    return mpi_fail(err, rcode, "reduce-scatter (MPI_Ialltoallv)");
+  }
+  r->active = 1;
+  *req = r;
+  return CT_OK;
+}
+
+ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
+                             ct_comm_req **req, ct_err *err) {
+  ct_comm_req *r;
+  ct_status st = req_new(c, 1, a, b, &r, err);
+  if (st) return st;
+  const int N = c->size;
+  size_t off, m;
+  piece(a, b, shard, c->rank, &off, &m);
+  const float *src = mine + (m ? a + off - (size_t)c->rank * shard : 0);
+  if (!c->mpi || N == 1) {
+    if (m) memcpy(recv + off, src, m * sizeof(float));
+    *req = r;
+    return CT_OK;
+  }
+  int *rc = r->cnt, *rd = rc + N;
+  for (int p = 0; p < N; p++) {
+    size_t po, pc;
+    piece(a, b, shard, p, &po, &pc);
+    rc[p] = (int)pc;
+    rd[p] = (int)po;
+  }
+  int rcode = MPI_Iallgatherv(src, (int)m, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, c->world, &r->mr);
+  if (rcode != MPI_SUCCESS) {
+    req_free(r);
+    return mpi_fail(err, rcode, "all-gather (MPI_Iallgatherv)");
+  }
+  r->active = 1;
+  *req = r;
+  return CT_OK;
+}
+
+ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err) {
+  (void)c;
+  *done = 1;
+  if (!r || !r->active) return CT_OK;
+  int flag = 0, rc = MPI_Test(&r->mr, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_fail(err, rc, r->kind ? "all-gather (MPI_Test)" : "reduce-scatter (MPI_Test)");
+  if (flag) r->active = 0;
+  *done = flag;
+  return CT_OK;
+}
+
+ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
+  if (!r) return CT_OK;
+  ct_status st = CT_OK;
+  if (r->active) {
+    int rc = MPI_Wait(&r->mr, MPI_STATUS_IGNORE);
+    r->active = 0;
+    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Wait)" : "reduce-scatter (MPI_Wait)");
+  }
+  if (!st && r->kind == 0 && r->acc && r->m) {
+    const int N = c->size;
+    const size_t m = r->m;
+    const float *u = r->recv;
+    float *acc = r->acc;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < m; i++) {
+      float s = u[i];
+      for (int p = 1; p < N; p++) s += u[(size_t)p * m + i];
+      acc[i] += s;
+    }
+  }
+  req_free(r);
+  return st;
+}
+
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err) {
   if (!c->mpi || c->size == 1) return CT_OK;
   for (size_t off = 0; off < bytes; off += (size_t)INT_MAX) {
