@@ -151,6 +151,92 @@ CT_TEST(model, accumulate_and_threads) {
   ct_mmdit_free(m);
 }
 
+/* Hooks that move every segment: parameters copied to a scratch buffer on
+ * enter, gradients into a separate per-segment buffer; the log records the
+ * calls so the order (forward 0..last, backward last..0) is checked. */
+typedef struct seg_hooks {
+  ct_mmdit *m;
+  const float *w;
+  float *scratch, *grads; /* numel floats each, at the flat offsets */
+  int log[256], nlog, open;
+} seg_hooks;
+
+static ct_status hk_enter(void *user, int s, int backward, float **w, float **g, ct_err *err) {
+  seg_hooks *h = user;
+  size_t off, n;
+  ct_mmdit_segment(h->m, s, &off, &n);
+  if (h->open >= 0) return ct_errf(err, CT_ERR_INVALID, "segment %d entered inside %d", s, h->open);
+  h->open = s;
+  memset(h->scratch, 0xff, ct_mmdit_numel(h->m) * sizeof(float)); /* NaN everywhere else */
+  memcpy(h->scratch + off, h->w + off, n * sizeof(float));
+  *w = h->scratch + off;
+  if (backward) *g = h->grads + off;
+  if (h->nlog < 256) h->log[h->nlog++] = backward ? -1 - s : s;
+  return CT_OK;
+}
+
+static ct_status hk_leave(void *user, int s, int backward, ct_err *err) {
+  seg_hooks *h = user;
+  (void)backward;
+  if (h->open != s) return ct_errf(err, CT_ERR_INVALID, "segment %d left but %d open", s, h->open);
+  h->open = -1;
+  return CT_OK;
+}
+
+CT_TEST(model, segment_hooks) {
+  ct_mmdit *m;
+  ct_err err = {0};
+  io d;
+  make_io(&d);
+  REQUIRE(ct_mmdit_new(&ct_mmdit_preset_find("tiny")->cfg, 5, 1, &m, &err) == CT_OK);
+  const size_t n = ct_mmdit_numel(m);
+  const int ns = ct_mmdit_nsegments(m);
+  const ct_mmdit_config *c = ct_mmdit_cfg(m);
+  CHECK(ns == c->depth_double + c->depth_single + 2);
+  size_t off, len, at = 0;
+  for (int s = 0; s < ns; s++) { /* contiguous, covering, non-empty */
+    ct_mmdit_segment(m, s, &off, &len);
+    CHECK(off == at && len > 0);
+    at = off + len;
+  }
+  CHECK(at == n);
+  ct_mmdit_segment(m, 1, &off, &len);
+  CHECK(!strncmp(ct_mmdit_table(m, &len)[0].name, "img_in", 6));
+  CHECK(ct_mmdit_find(m, "double_blocks.0.img_mod.lin.weight")->offset == off);
+
+  ct_rng_fill_normal(ct_mmdit_params(m), n, 3, 0, 0, 0, 0.05f);
+  float *v0 = malloc(sizeof d.v), *g0 = malloc(n * 4);
+  float *w = malloc(n * 4), *scratch = malloc(n * 4), *grads = calloc(n, 4);
+  REQUIRE(v0 && g0 && w && scratch && grads);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  memcpy(v0, d.v, sizeof d.v);
+  memcpy(g0, ct_mmdit_grads(m), n * 4);
+  memcpy(w, ct_mmdit_params(m), n * 4);
+
+  /* no own parameters or gradients: everything through the hooks */
+  seg_hooks h = {.m = m, .w = w, .scratch = scratch, .grads = grads, .open = -1};
+  ct_mmdit_hooks hk = {&h, hk_enter, hk_leave};
+  ct_mmdit_use_params(m, NULL);
+  ct_mmdit_use_grads(m, NULL);
+  memset(d.v, 0, sizeof d.v);
+  CHECK(run(m, &d, &err) == CT_ERR_INVALID); /* without hooks nothing to run on */
+  ct_mmdit_set_hooks(m, &hk);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  CHECK(!memcmp(v0, d.v, sizeof d.v));
+  CHECKF(!memcmp(g0, grads, n * 4), "gradients through the hooks differ");
+  REQUIRE(h.nlog == 2 * ns);
+  int order = 1;
+  for (int i = 0; i < ns; i++) order &= h.log[i] == i && h.log[ns + i] == -1 - (ns - 1 - i);
+  CHECK(order);
+  ct_mmdit_set_hooks(m, NULL);
+  free(v0);
+  free(g0);
+  free(w);
+  free(scratch);
+  free(grads);
+  ct_mmdit_free(m);
+}
+
 CT_TEST(model, save_load_roundtrip) {
   ct_mmdit *a, *b;
   ct_err err = {0};
