@@ -79,17 +79,56 @@ for opt in adamw sgd; do
     fi
   done
 done
-# ZeRO stage 1: optimizer state sharded; the same model as 1 rank x batch 4.
-for n in 2 4; do
-  b=$((4 / n))
-  if "${MPIRUN[@]}" -np $n -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw \
-      --zero_stage=1 --train_batch_size=$b --output_dir="$tmp/z1-n$n" >/dev/null 2>"$tmp/z.err"; then
-    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/z1-n$n" "$tmp/one-adamw" checkpoint-20 2>&1) &&
-      ok "zero_stage 1: $n ranks x batch $b == 1 rank x batch 4 ($r)" || bad "zero_stage 1 on $n ranks: $r"
-  else
-    bad "zero_stage 1 on $n ranks: $(tail -3 "$tmp/z.err")"
-  fi
+# ZeRO stages 1-3 (optimizer state; + gradients, reduced in buckets during the
+# backward; + parameters, gathered per block): the same model as 1 rank x batch 4.
+for st in 1 2 3; do
+  for n in 2 4; do
+    b=$((4 / n))
+    if "${MPIRUN[@]}" -np $n -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw \
+        --zero_stage=$st --reduce_bucket_size=3000 --train_batch_size=$b --output_dir="$tmp/z$st-n$n" \
+        >/dev/null 2>"$tmp/z.err"; then
+      r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/z$st-n$n" "$tmp/one-adamw" checkpoint-20 2>&1) &&
+        ok "zero_stage $st: $n ranks x batch $b == 1 rank x batch 4 ($r)" || bad "zero_stage $st on $n ranks: $r"
+    else
+      bad "zero_stage $st on $n ranks: $(tail -3 "$tmp/z.err")"
+    fi
+  done
 done
+# Stages 2 and 3 change where the sums happen, not their order: bit-identical to stage 1.
+for st in 2 3; do
+  cmp -s "$tmp/z1-n2/checkpoint-20/model.safetensors" "$tmp/z$st-n2/checkpoint-20/model.safetensors" &&
+    cmp -s "$tmp/z1-n2/checkpoint-20/optimizer.safetensors" "$tmp/z$st-n2/checkpoint-20/optimizer.safetensors" &&
+    cmp -s "$tmp/z1-n2/checkpoint-20/ema.safetensors" "$tmp/z$st-n2/checkpoint-20/ema.safetensors" &&
+    ok "zero_stage $st checkpoint bit-identical to stage 1 (model, optimizer, EMA)" ||
+    bad "zero_stage $st checkpoint differs from stage 1"
+done
+# Accumulation under stage 3 (each micro-step reduces into the gradient shard),
+# and stage 3 on one process.
+if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw \
+    --zero_stage=3 --train_batch_size=1 --gradient_accumulation_steps=2 --output_dir="$tmp/z3-acc" \
+    >/dev/null 2>"$tmp/z.err" &&
+  "$CT" train --config "$tmp/base.json" --optimizer=adamw --zero_stage=3 --train_batch_size=4 \
+    --output_dir="$tmp/z3-one" >/dev/null 2>>"$tmp/z.err"; then
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/z3-acc" "$tmp/one-adamw" checkpoint-20 2>&1) &&
+    ok "zero_stage 3: 2 ranks x batch 1 x accumulation 2 == 1 rank x batch 4 ($r)" || bad "zero_stage 3 accumulation: $r"
+  cmp -s "$tmp/z3-one/checkpoint-20/model.safetensors" "$tmp/one-adamw/checkpoint-20/model.safetensors" &&
+    ok "zero_stage 3 on one process == stage 0" || bad "zero_stage 3 on one process differs"
+else
+  bad "zero_stage 3 accumulation / one process: $(tail -3 "$tmp/z.err")"
+fi
+# Validation under stage 3: rank 0 gathers the model; the same images as stage 1.
+for st in 1 3; do
+  "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --zero_stage=$st \
+    --train_batch_size=2 --max_train_steps=4 --disable_validation=false --validation_step_interval=2 \
+    --validation_num_inference_steps=2 --validation_prompt="a red circle" --output_dir="$tmp/v$st" \
+    >/dev/null 2>"$tmp/v.err" || bad "validation at stage $st: $(tail -3 "$tmp/v.err")"
+done
+if [ -s "$tmp/v3/validation_images/step_2_validation_0_8x8.png" ] &&
+  cmp -s "$tmp/v1/validation_images/step_4_validation-ema_0_8x8.png" "$tmp/v3/validation_images/step_4_validation-ema_0_8x8.png"; then
+  ok "stage 3 validation images (live and EMA) equal stage 1's"
+else
+  bad "stage 3 validation images: $(ls "$tmp/v3/validation_images" 2>&1)"
+fi
 
 # µP (MuAdamW): a shard boundary inside a weight must keep its width multipliers.
 if "$CT" train --config "$tmp/base.json" --optimizer=muadamw --mup_base_hidden=32 --train_batch_size=4 \
@@ -123,6 +162,10 @@ resume_case "2 ranks stage 1 -> 1 rank" "$M 2" "--train_batch_size=2 --zero_stag
 resume_case "1 rank -> 4 ranks stage 1" "" "--train_batch_size=4" "$M 4" "--train_batch_size=1 --zero_stage=1"
 resume_case "4 ranks stage 0 -> 2 ranks stage 1" "$M 4" "--train_batch_size=1" "$M 2" \
   "--train_batch_size=2 --zero_stage=1"
+resume_case "2 ranks stage 3 -> 1 rank stage 0" "$M 2" "--train_batch_size=2 --zero_stage=3" "" "--train_batch_size=4"
+resume_case "1 rank stage 0 -> 4 ranks stage 3" "" "--train_batch_size=4" "$M 4" "--train_batch_size=1 --zero_stage=3"
+resume_case "4 ranks stage 2 -> 2 ranks stage 3" "$M 4" "--train_batch_size=1 --zero_stage=2" "$M 2" \
+  "--train_batch_size=2 --zero_stage=3"
 
 # The small preset too (2 ranks x 2 against 1 x 4, AdamW).
 if "$CT" train --config "$tmp/base.json" --preset=small --resolution=16 --train_batch_size=4 \
@@ -149,15 +192,19 @@ else
 fi
 # bench memory: measured trainable/grad/optimizer bytes per rank within 5% of
 # the ZeRO formula, and stage 1's optimizer share falls as 1/N.
-for spec in "1 0" "2 0" "2 1" "4 1"; do
+for spec in "1 0" "2 0" "2 1" "4 1" "2 2" "4 2" "2 3" "4 3"; do
   set -- $spec
   j=$("$CT" bench memory --preset tiny --ranks "$1" --stage "$2" 2>"$tmp/bm.err")
   if /usr/bin/python3 -c '
 import json, sys
 d = json.loads(sys.argv[1]); n = int(sys.argv[2]); st = int(sys.argv[3])
-r = d["measured_over_formula"]; opt = d["measured_mb"]["optimizer"]; full = 8 * d["psi"] / 1048576
-want = full / n if st >= 1 else full
-sys.exit(0 if 0.95 <= r <= 1.05 and abs(opt - want) <= 0.05 * want and d["ranks"] == n else 1)' "$j" "$1" "$2"; then
+r = d["measured_over_formula"]; m = d["measured_mb"]; mb = d["psi"] / 1048576
+# per category: params 4, grads 4, AdamW 8 bytes per parameter, divided by N
+# from stage 3, 2 and 1 on
+want = {"optimizer": 8 * mb / (n if st >= 1 else 1), "grads": 4 * mb / (n if st >= 2 else 1),
+        "params": 4 * mb / (n if st >= 3 else 1)}
+good = all(abs(m[k] - v) <= 0.05 * v for k, v in want.items())
+sys.exit(0 if 0.95 <= r <= 1.05 and good and d["ranks"] == n else 1)' "$j" "$1" "$2"; then
     ok "bench memory tiny, $1 rank(s), stage $2: measured/formula $(echo "$j" | sed 's/.*over_formula": \([0-9.]*\).*/\1/')"
   else
     bad "bench memory $1 ranks stage $2: $j $(cat "$tmp/bm.err")"

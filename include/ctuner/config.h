@@ -53,7 +53,8 @@
   X(mup_base_hidden, INT, "0", "Mu* optimizers: width of the base model (0: the preset's)")    \
   X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
-  X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state sharded") \
+  X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
+  X(reduce_bucket_size, INT, "0", "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one block)") \
   X(deepspeed_config, STR, NULL, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
   X(use_ema, BOOL, "false", "keep an exponential moving average of the weights")               \
   X(ema_decay, NUM, "0.995", "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)")           \

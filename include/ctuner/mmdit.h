@@ -69,10 +69,17 @@ typedef struct ct_mmdit_batch {
 
 typedef struct ct_mmdit ct_mmdit;
 
-/* Allocate parameters (and gradients if with_grads) and initialise per MODEL.md
- * (weights N(0, 0.02), biases 0, norm scales 1, modulations and final linear 0). */
-ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads, ct_mmdit **out,
-                       ct_err *err);
+/* Allocate parameters (and gradients if flags has CT_MMDIT_GRADS; 1 works) and
+ * initialise per MODEL.md (weights N(0, 0.02), biases 0, norm scales 1,
+ * modulations and final linear 0). With CT_MMDIT_NO_PARAMS nothing is
+ * allocated: a sharded model (ZeRO-3) whose storage comes through hooks; use
+ * ct_mmdit_init_range / ct_mmdit_load_range for the shard. */
+#define CT_MMDIT_GRADS 1
+#define CT_MMDIT_NO_PARAMS 2
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out, ct_err *err);
+/* The initial values of floats [lo, hi) of the flat buffer into out[0 .. hi-lo):
+ * the same numbers ct_mmdit_new gives them. */
+void ct_mmdit_init_range(const ct_mmdit *m, uint64_t seed, size_t lo, size_t hi, float *out);
 void ct_mmdit_free(ct_mmdit *m);
 
 const ct_mmdit_config *ct_mmdit_cfg(const ct_mmdit *m);
@@ -118,6 +125,10 @@ void ct_mmdit_use_grads(ct_mmdit *m, float *g);
  * Missing, unexpected (with the prefix) or wrongly shaped tensors give ONE error
  * listing all of them. F32, F16 and BF16 are accepted. */
 ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_err *err);
+/* The same checks, but only floats [lo, hi) of the flat buffer are read, into
+ * out[0 .. hi-lo) (a ZeRO-3 shard, or a file with the model's tensor names). */
+ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo, size_t hi,
+                              float *out, ct_err *err);
 /* Write parameters (Flux names) atomically. */
 ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err);
 

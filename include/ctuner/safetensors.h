@@ -67,6 +67,8 @@ const ct_st_tensor *ct_st_find(const ct_st_file *f, const char *name);
 const char *ct_st_meta(const ct_st_file *f, const char *key); /* NULL if absent */
 /* Convert a F32/F16/BF16 tensor to float32; n must equal t->numel. */
 ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err);
+/* Elements [first, first + n) of a F32/F16/BF16 tensor to float32. */
+ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out, ct_err *err);
 
 /* bf16/f16 conversions (round to nearest even; NaN kept NaN). */
 uint16_t ct_f32_to_bf16(float f);

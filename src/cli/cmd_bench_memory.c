@@ -83,10 +83,6 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     fprintf(stderr, "ctuner bench memory: --mixed_precision %s: bf16 storage is not implemented yet; use no\n", mp);
     return 2;
   }
-  if (stage > 1) {
-    fprintf(stderr, "ctuner bench memory: --stage %ld: ZeRO stages 2 and 3 are not implemented yet\n", stage);
-    return 2;
-  }
   const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
   if (ranks > 1 && !launched) return relaunch(argc, argv, ranks);
 

@@ -141,17 +141,24 @@ float ct_f16_to_f32(uint16_t h) {
 }
 
 ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err) {
+  if (t && n != t->numel)
+    return ct_errf(err, CT_ERR_SHAPE, "tensor '%s' has %zu elements but the buffer holds %zu",
+                   t->name ? t->name : "?", t->numel, n);
+  return ct_st_to_f32_range(t, 0, n, out, err);
+}
+
+ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out, ct_err *err) {
   ct_status st = CT_OK;
   if (!t || (!out && n)) {
     st = ct_errf(err, CT_ERR_INVALID, "ct_st_to_f32: NULL argument");
     goto out;
   }
-  if (n != t->numel) {
-    st = ct_errf(err, CT_ERR_SHAPE, "tensor '%s' has %zu elements but the buffer holds %zu",
-                 t->name ? t->name : "?", t->numel, n);
+  if (first > t->numel || n > t->numel - first) {
+    st = ct_errf(err, CT_ERR_RANGE, "tensor '%s' has %zu elements, not [%zu, %zu)", t->name ? t->name : "?",
+                 t->numel, first, first + n);
     goto out;
   }
-  const unsigned char *src = t->data;
+  const unsigned char *src = (const unsigned char *)t->data + first * ct_dtype_size(t->dtype);
   switch (t->dtype) {
   case CT_DTYPE_F32:
     if (n) memcpy(out, src, n * 4);

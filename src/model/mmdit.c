@@ -146,31 +146,31 @@ static ct_status build_segments(ct_mmdit *m, ct_err *err) {
   return CT_OK;
 }
 
-ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int with_grads, ct_mmdit **out,
-                       ct_err *err) {
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out, ct_err *err) {
+  const int with_grads = (flags & CT_MMDIT_GRADS) != 0, with_params = !(flags & CT_MMDIT_NO_PARAMS);
   ct_status st = CT_OK;
   ct_mmdit *m = calloc(1, sizeof *m);
   if (!m) return ct_errf(err, CT_ERR_NOMEM, "out of memory allocating the model");
   m->cfg = *cfg;
   st = ct_mmdit_param_table(cfg, &m->params, &m->nparams, &m->numel, err);
   if (st) goto out;
-  m->w = ct_calloc(CT_MEM_PARAMS, m->numel, sizeof(float));
+  if (with_params) m->w = ct_calloc(CT_MEM_PARAMS, m->numel, sizeof(float));
   if (with_grads) m->g = ct_calloc(CT_MEM_GRADS, m->numel, sizeof(float));
   m->db = calloc((size_t)cfg->depth_double + 1, sizeof *m->db);
   m->sb = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb);
   m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
   m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
-  if (!m->w || (with_grads && !m->g) || !m->db || !m->sb || !m->db_a || !m->sb_a) {
+  if ((with_params && !m->w) || (with_grads && !m->g) || !m->db || !m->sb || !m->db_a || !m->sb_a) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MiB%s)", m->numel,
                  m->numel * 4.0 / 1048576.0, with_grads ? " and as much for gradients" : "");
     goto out;
   }
-  m->own_w = 1;
+  m->own_w = with_params;
   m->own_g = with_grads;
   st = build_segments(m, err);
   if (st) goto out;
   bind_views(m);
-  ct_mmdit_init_params(m, seed);
+  if (m->w) ct_mmdit_init_params(m, seed);
 out:
   if (st) {
     ct_mmdit_free(m);

@@ -171,21 +171,26 @@ static int ends_with(const char *s, const char *suf) {
 /* MODEL.md: weights N(0, 0.02), biases 0, norm scales 1, every modulation lin and
  * final_layer.linear zero (adaLN-Zero). Tensor i draws from Philox stream i, so a
  * tensor's values do not depend on the others or on the thread count. */
-void ct_mmdit_init_params(ct_mmdit *m, uint64_t seed) {
+void ct_mmdit_init_range(const ct_mmdit *m, uint64_t seed, size_t lo, size_t hi, float *out) {
   for (size_t i = 0; i < m->nparams; i++) {
     const ct_param *p = &m->params[i];
-    float *w = m->w + p->offset;
+    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a >= b) continue;
+    float *w = out + (a - lo);
+    const size_t n = b - a, first = a - p->offset;
     int zero = strstr(p->name, "_mod.lin.") || strstr(p->name, "modulation.lin.") ||
                strstr(p->name, "adaLN_modulation.1.") || strstr(p->name, "final_layer.linear.");
     if (ends_with(p->name, ".scale")) {
-      for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+      for (size_t j = 0; j < n; j++) w[j] = 1.0f;
     } else if (ends_with(p->name, ".bias") || zero) {
-      memset(w, 0, p->numel * sizeof(float));
+      memset(w, 0, n * sizeof(float));
     } else {
-      ct_rng_fill_normal(w, p->numel, seed, 0x4d4d444954ull + i, 0, 0.0f, 0.02f);
+      ct_rng_fill_normal(w, n, seed, 0x4d4d444954ull + i, first, 0.0f, 0.02f);
     }
   }
 }
+
+void ct_mmdit_init_params(ct_mmdit *m, uint64_t seed) { ct_mmdit_init_range(m, seed, 0, m->numel, m->w); }
 
 const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name) {
   for (size_t i = 0; i < m->nparams; i++)
@@ -202,13 +207,18 @@ static void list_add(char *buf, size_t cap, int *count, const char *fmt, const c
 }
 
 ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_err *err) {
+  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; load a range", path);
+  return ct_mmdit_load_range(m, path, prefix, 0, m->numel, m->w, err);
+}
+
+ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo, size_t hi,
+                              float *out, ct_err *err) {
   ct_status st = CT_OK;
   ct_st_file *f = NULL;
   char *missing = NULL, *wrong = NULL, *extra = NULL;
   int nmissing = 0, nwrong = 0, nextra = 0;
   size_t plen = strlen(prefix);
   const size_t cap = 4096;
-  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; load before sharding", path);
   char full[160], shp[64];
 
   st = ct_st_open(path, &f, err);
@@ -261,8 +271,10 @@ ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_er
   }
   for (size_t i = 0; i < m->nparams; i++) {
     const ct_param *p = &m->params[i];
+    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a >= b) continue;
     snprintf(full, sizeof full, "%s%s", prefix, p->name);
-    st = ct_st_to_f32(ct_st_find(f, full), m->w + p->offset, p->numel, err);
+    st = ct_st_to_f32_range(ct_st_find(f, full), a - p->offset, b - a, out + (a - lo), err);
     if (st) goto out;
   }
 out:

@@ -249,24 +249,6 @@ static ct_status save_flat(const char *path, const ct_mmdit *m, const float *buf
   return st;
 }
 
-static ct_status load_flat(const char *path, const ct_mmdit *m, float *buf, ct_err *err) {
-  ct_st_file *f;
-  ct_status st = ct_st_open(path, &f, err);
-  if (st) return st;
-  size_t np;
-  const ct_param *t = ct_mmdit_table(m, &np);
-  for (size_t i = 0; i < np && !st; i++) {
-    const ct_st_tensor *x = ct_st_find(f, t[i].name);
-    if (!x || x->numel != t[i].numel)
-      st = ct_errf(err, CT_ERR_SHAPE, "%s: tensor %s is %s", path, t[i].name,
-                   x ? "of the wrong size" : "missing");
-    else
-      st = ct_st_to_f32(x, buf + t[i].offset, t[i].numel, err);
-  }
-  ct_st_close(f);
-  return st;
-}
-
 static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err) {
   struct ct_optim *o = io->opt;
   ct_st_writer *w;
@@ -462,15 +444,17 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
   ct_status st = read_state(p, s, err);
   if (!st) {
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    st = ct_mmdit_load(io->model, p, "", err);
+    st = io->w_shard ? ct_mmdit_load_range(io->model, p, "", io->w_lo, io->w_hi, io->w_shard, err)
+                     : ct_mmdit_load(io->model, p, "", err);
   }
   if (!st && io->ema_out) {
+    const size_t lo = io->w_shard ? io->w_lo : 0, hi = io->w_shard ? io->w_hi : ct_mmdit_numel(io->model);
     snprintf(p, sizeof p, "%s/ema.safetensors", dir);
-    if (access(p, R_OK) == 0)
-      st = load_flat(p, io->model, io->ema_out, err);
-    else {
+    if (access(p, R_OK) == 0) {
+      st = ct_mmdit_load_range(io->model, p, "", lo, hi, io->ema_out, err);
+    } else {
       CT_WARN("%s has no ema.safetensors; the EMA starts from the loaded weights", dir);
-      memcpy(io->ema_out, ct_mmdit_params(io->model), ct_mmdit_numel(io->model) * sizeof(float));
+      memcpy(io->ema_out, io->w_shard ? io->w_shard : ct_mmdit_params(io->model), (hi - lo) * sizeof(float));
     }
   }
   if (!st && io->opt) {

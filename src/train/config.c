@@ -480,9 +480,7 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (!(c->max_grad_norm >= 0)) BAD("max_grad_norm must be >= 0 (0 disables), got %g", c->max_grad_norm);
   if (c->max_nonfinite_steps < 1) BAD("max_nonfinite_steps must be >= 1, got %ld", c->max_nonfinite_steps);
   if (c->zero_stage < 0 || c->zero_stage > 3) BAD("zero_stage must be 0, 1, 2 or 3, got %ld", c->zero_stage);
-  if (c->zero_stage > 1)
-    BAD("zero_stage %ld is not implemented yet (gradient and parameter sharding); use 0 or 1 "
-        "(docs/distributed.md)", c->zero_stage);
+  if (c->reduce_bucket_size < 0) BAD("reduce_bucket_size must be >= 0 (0: auto), got %ld", c->reduce_bucket_size);
   if (!(c->ema_decay >= 0 && c->ema_decay < 1)) BAD("ema_decay must be in [0, 1), got %g", c->ema_decay);
   if (c->ema_update_interval < 1) BAD("ema_update_interval must be >= 1, got %ld", c->ema_update_interval);
   static const char *const emav[] = {"none", "ema_only", "comparison", NULL};

@@ -71,6 +71,10 @@ typedef struct ct_ckpt_io {
    * to this range (zeros past full_n). Both NULL/0 without sharding. */
   float *const *opt_full;
   size_t opt_offset, full_n;
+  /* ZeRO-3 loading: the model's weights (and the EMA, into ema_out) are read
+   * only for [w_lo, w_hi) of the flat buffer, into w_shard. NULL otherwise. */
+  float *w_shard;
+  size_t w_lo, w_hi;
 } ct_ckpt_io;
 
 /* Write output_dir/checkpoint-<step> atomically (temporary directory, fsync,

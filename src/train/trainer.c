@@ -26,6 +26,7 @@
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
 #include "ctuner/rng.h"
+#include "train/zero.h"
 #include "train_int.h"
 
 static double now_s(void) {
@@ -314,15 +315,18 @@ typedef struct trainer {
   const ct_config *cfg;
   ct_comm *comm;
   int rank, world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
-  int zero;        /* ZeRO stage 1: this rank's optimizer covers [lo, hi) of the flat buffer */
+  int zero;        /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
+  int stage;       /* zero_stage */
   size_t shard, lo, hi;
+  zero_ctx z;      /* stages 2 and 3 (zero.h) */
+  float *wsh;      /* stage 3: this rank's parameters [lo, hi) (shard floats) */
   ct_geometry g;
   ct_mmdit *m;
   ct_textenc *te;
   ct_dataset *ds;
   ct_optim *opt;
   ct_sched sched;
-  float *ema;
+  float *ema;      /* every parameter; stage 3: this rank's shard only */
   vprompts vp;
   int vw, vh;
   long total;
@@ -553,8 +557,32 @@ static ct_status gather_optim(trainer *tr, ct_comm *comm, size_t nw, float ***ou
   return st;
 }
 
+/* Stage 3: the full parameters (into the model) and EMA on rank 0, for
+ * validation and checkpoints; every rank takes part. Other stages: nothing. */
+static ct_status stage3_gather(trainer *tr, float **wf, float **ef, ct_err *err) {
+  *wf = *ef = NULL;
+  if (tr->stage < 3) return CT_OK;
+  ct_status st = zero_materialize(&tr->z, wf, err);
+  if (!tr->ema) return st;
+  const size_t nw = ct_mmdit_numel(tr->m);
+  if (!st && tr->rank == 0) {
+    *ef = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+    if (!*ef) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the EMA weights");
+  }
+  ct_status s2 = ct_comm_gather_f32(tr->comm, tr->ema, *ef, tr->shard, nw, 0, err);
+  return st ? st : s2;
+}
+
+static void stage3_release(trainer *tr, float *wf, float *ef) {
+  if (tr->stage < 3) return;
+  zero_release(&tr->z, wf);
+  ct_free(ef);
+}
+
 static void trainer_free(trainer *tr) {
+  zero_free(&tr->z);
   ct_mmdit_free(tr->m);
+  ct_free(tr->wsh);
   ct_textenc_free(tr->te);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
@@ -629,8 +657,30 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   tr.total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
   sum->total_steps = tr.total;
 
-  st = ct_mmdit_new(&tr.g.mc, (uint64_t)cfg->seed, 1, &tr.m, err);
-  if (!st && cfg->pretrained_model_path) st = ct_mmdit_load(tr.m, cfg->pretrained_model_path, "", err);
+  /* Stages 2 and 3 keep no full gradient, stage 3 no full parameters: each
+   * rank initialises and loads only its shard (zero.c). */
+  tr.zero = cfg->zero_stage >= 1;
+  tr.stage = (int)cfg->zero_stage;
+  st = ct_mmdit_new(&tr.g.mc, (uint64_t)cfg->seed,
+                    (tr.stage < 2 ? CT_MMDIT_GRADS : 0) | (tr.stage >= 3 ? CT_MMDIT_NO_PARAMS : 0), &tr.m, err);
+  if (st) goto out;
+  const size_t nw = ct_mmdit_numel(tr.m);
+  tr.shard = ct_comm_shard_len(nw, tr.world);
+  tr.lo = tr.zero ? (size_t)tr.rank * tr.shard : 0;
+  if (tr.lo > nw) tr.lo = nw;
+  tr.hi = tr.zero ? (tr.lo + tr.shard < nw ? tr.lo + tr.shard : nw) : nw;
+  if (tr.stage >= 3) {
+    tr.wsh = ct_calloc(CT_MEM_PARAMS, tr.shard ? tr.shard : 1, sizeof(float));
+    if (!tr.wsh) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the ZeRO-3 parameter shard");
+      goto out;
+    }
+    ct_mmdit_init_range(tr.m, (uint64_t)cfg->seed, tr.lo, tr.hi, tr.wsh);
+    if (cfg->pretrained_model_path)
+      st = ct_mmdit_load_range(tr.m, cfg->pretrained_model_path, "", tr.lo, tr.hi, tr.wsh, err);
+  } else if (cfg->pretrained_model_path) {
+    st = ct_mmdit_load(tr.m, cfg->pretrained_model_path, "", err);
+  }
   if (!st) st = ct_textenc_from_config(cfg, tr.g.mc.context_in_dim, NULL, &tr.te, err);
   if (!st) {
     /* BOS and EOS take two of the T tokens. */
@@ -640,17 +690,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
               "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
               over, tr.g.T, tr.g.T - 2, ct_textenc_bpe(tr.te) ? "BPE tokens" : "bytes", longest, longest + 2);
   }
-  const size_t nw = ct_mmdit_numel(tr.m);
   if (!st) {
     size_t np;
     const ct_param *tab = ct_mmdit_table(tr.m, &np);
     for (size_t i = 0; i < np; i++) sum->params += tab[i].numel;
   }
-  tr.zero = !st && cfg->zero_stage >= 1;
-  tr.shard = ct_comm_shard_len(nw, tr.world);
-  tr.lo = tr.zero ? (size_t)tr.rank * tr.shard : 0;
-  if (tr.lo > nw) tr.lo = nw;
-  tr.hi = tr.zero ? (tr.lo + tr.shard < nw ? tr.lo + tr.shard : nw) : nw;
   if (!st && tr.hi > tr.lo) st = build_optim(cfg, &tr.g, tr.m, tr.lo, tr.hi, &tr.opt, err);
   if (!st && tr.zero && tr.hi <= tr.lo)
     st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
@@ -659,13 +703,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   if (!st) st = load_prompts(cfg, &tr.vp, err);
   if (!st) st = parse_vres(cfg, tr.g.resolution, &tr.vw, &tr.vh, err);
   if (st) goto out;
-  if (cfg->use_ema) {
-    tr.ema = ct_alloc(CT_MEM_OPTIMIZER, nw * sizeof(float));
+  if (cfg->use_ema) { /* stage 3: this rank's shard of it */
+    const size_t ne = tr.stage >= 3 ? tr.shard : nw;
+    tr.ema = ct_calloc(CT_MEM_OPTIMIZER, ne ? ne : 1, sizeof(float));
     if (!tr.ema) {
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the EMA weights");
       goto out;
     }
-    memcpy(tr.ema, ct_mmdit_params(tr.m), nw * sizeof(float));
+    memcpy(tr.ema, tr.stage >= 3 ? tr.wsh : ct_mmdit_params(tr.m), (tr.stage >= 3 ? tr.hi - tr.lo : nw) * sizeof(float));
   }
   ct_config_digest(cfg, s.digest);
   {
@@ -674,7 +719,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     snprintf(s.optimizer, sizeof s.optimizer, "%s",
              ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   }
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, NULL, tr.lo, tr.zero ? nw : 0};
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, NULL, tr.lo, tr.zero ? nw : 0,
+                   tr.stage >= 3 ? tr.wsh : NULL, tr.lo, tr.hi};
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -724,6 +770,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
   sum->start_step = s.global_step;
+  if (tr.stage >= 2) { /* loaded and resumed: now shard */
+    size_t bucket = (size_t)cfg->reduce_bucket_size;
+    if (!bucket) bucket = (size_t)tr.g.mc.hidden * (size_t)tr.g.mc.hidden;
+    st = zero_init(&tr.z, comm, tr.m, tr.stage, bucket, err);
+    if (!st && tr.stage >= 3) st = zero_shard_params(&tr.z, tr.wsh, err);
+    if (st) goto out;
+  }
   if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
   if (lead && !tr.metrics) {
     st = ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
@@ -752,7 +805,10 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     const double t0 = now_s();
     const long step = s.global_step + 1;
     const double lr = ct_sched_lr(&tr.sched, s.global_step);
-    memset(g, 0, nw * sizeof(float));
+    if (tr.stage >= 2)
+      zero_begin_step(&tr.z);
+    else
+      memset(g, 0, nw * sizeof(float));
     double loss = 0;
     for (int a = 0; a < accum && !st; a++) {
       double l;
@@ -763,7 +819,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     /* Each rank's gradient is already divided by the world size: sums are means. */
     float *gstep = g; /* the gradient the optimizer sees: all of it, or this rank's shard */
     double gn;
-    if (tr.zero) {
+    if (tr.stage >= 2) { /* reduced during the backward, bucket by bucket (zero.c) */
+      double red[2] = {loss, sumsq(tr.z.gsh, tr.hi - tr.lo)};
+      st = ct_comm_allreduce_f64(comm, red, 2, err);
+      if (st) goto out;
+      loss = red[0] / tr.world;
+      gn = sqrt(red[1]);
+      gstep = tr.z.gsh;
+    } else if (tr.zero) {
       double red[2] = {loss, 0};
       /* in place: this rank's slot of the gradient buffer receives its reduced shard */
       st = ct_comm_reduce_scatter_f32(comm, g, nw, g + tr.lo, tr.shard, err);
@@ -807,16 +870,20 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
         for (size_t i = 0; i < ns; i++) gstep[i] *= c;
       }
       s.opt_steps++;
-      if (tr.opt) st = ct_optim_step(tr.opt, w + tr.lo, gstep, (float)lr, s.opt_steps, err);
-      if (!st && tr.zero && tr.world > 1) /* every rank gets every updated shard, in place */
+      float *wstep = tr.stage >= 3 ? tr.wsh : w + tr.lo; /* this rank's master weights */
+      if (tr.opt) st = ct_optim_step(tr.opt, wstep, gstep, (float)lr, s.opt_steps, err);
+      if (!st && tr.zero && tr.stage < 3 && tr.world > 1) /* every rank gets every updated shard, in place */
         st = ct_comm_allgather_f32(comm, w + tr.lo, w, tr.shard, nw, err);
+      if (!st && tr.stage >= 3) st = zero_params_changed(&tr.z, err);
       if (st) goto out;
       if (tr.ema && s.opt_steps % cfg->ema_update_interval == 0) {
         const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
         const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
         float *e = tr.ema;
+        const float *src = tr.stage >= 3 ? tr.wsh : w;
+        const size_t ne = tr.stage >= 3 ? tr.hi - tr.lo : nw;
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < nw; i++) e[i] = dcy * e[i] + (1.0f - dcy) * w[i];
+        for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
       }
       s.last_loss = loss;
       sum->last_loss = loss;
@@ -835,9 +902,16 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     if (cb && lead) cb(&info, user);
     const int last = s.global_step == tr.total;
     char ev[4300];
-    if (lead && ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last)) {
+    if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last) {
       int nimg = 0;
-      st = validate(&tr, step, &nimg, err);
+      float *wf = NULL, *ef = NULL, *ema_shard = tr.ema;
+      st = stage3_gather(&tr, &wf, &ef, err); /* stage 3: the full model on rank 0 */
+      if (!st && lead) {
+        if (tr.stage >= 3) tr.ema = ef;
+        st = validate(&tr, step, &nimg, err);
+        tr.ema = ema_shard;
+      }
+      stage3_release(&tr, wf, ef);
       if (st) goto out;
       if (nimg && cb) {
         snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, cfg->output_dir);
@@ -855,13 +929,16 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       /* Every rank holds the same weights. ZeRO-1: the optimizer state is
        * gathered for rank 0, which writes a checkpoint any world size or stage
        * can resume (docs/distributed.md). */
-      float **full = NULL;
+      float **full = NULL, *wf = NULL, *ef = NULL;
       size_t nst = 0;
       if (tr.zero && tr.world > 1) st = gather_optim(&tr, comm, nw, &full, &nst, err);
+      if (!st) st = stage3_gather(&tr, &wf, &ef, err);
       io.opt_full = full;
+      if (tr.stage >= 3) io.ema = ef;
       if (!st && lead)
         st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
                                 sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+      stage3_release(&tr, wf, ef);
       for (size_t i = 0; i < nst; i++) ct_free(full[i]);
       free(full);
       io.opt_full = NULL;
