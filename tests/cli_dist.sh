@@ -252,13 +252,14 @@ cat > "$tmp/ds.json" <<JSON
  "--use_ema": true, "--learning_rate": 0.5, "--max_grad_norm": 7,
  "--deepspeed_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": "auto",
    "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "steps_per_print": 10,
-   "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto", "offload_optimizer": {"device": "cpu"}},
+   "zero_optimization": {"stage": 3, "reduce_bucket_size": 5000, "stage3_prefetch_bucket_size": "auto",
+     "offload_optimizer": {"device": "cpu"}},
    "optimizer": {"type": "adamw", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}}}
 JSON
 if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/ds.json" --output_dir="$tmp/ds" \
     >/dev/null 2>"$tmp/ds.err"; then
   r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/ds" "$tmp/one-adamw" checkpoint-20 2>&1) &&
-    ok "deepspeed_config (stage 1, micro batch from train_batch_size, clipping, AdamW) == 1 rank x 4 ($r)" ||
+    ok "deepspeed_config (stage 3, bucket 5000, micro batch from train_batch_size, clipping, AdamW) == 1 rank x 4 ($r)" ||
     bad "deepspeed_config run differs: $r"
 else
   bad "deepspeed_config run: $(tail -3 "$tmp/ds.err")"
@@ -323,9 +324,9 @@ else
 fi
 
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
-out=$("$CT" train --config "$tmp/base.json" --zero_stage=2 --output_dir="$tmp/z2" 2>&1) &&
-  bad "zero_stage 2: exit 0" || { echo "$out" | grep -q "zero_stage 2 is not implemented yet" &&
-  ok "zero_stage 2 refused with a message" || bad "zero_stage 2 message: $out"; }
+out=$("$CT" train --config "$tmp/base.json" --zero_stage=4 --output_dir="$tmp/z4" 2>&1) &&
+  bad "zero_stage 4: exit 0" || { echo "$out" | grep -q "zero_stage must be 0, 1, 2 or 3, got 4" &&
+  ok "zero_stage 4 refused with a message" || bad "zero_stage 4 message: $out"; }
 out=$("${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=lamb \
   --zero_stage=1 --train_batch_size=2 --output_dir="$tmp/zl" 2>&1) && bad "lamb + zero_stage 1: exit 0" ||
   { echo "$out" | grep -q "optimizer 'lamb' updates whole tensors" && ok "lamb + zero_stage 1 refused by name" ||

@@ -280,9 +280,13 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
                        "deepspeed_config: zero_optimization.%s.device '%s': expected none, cpu or nvme", off[i],
                        dev->str);
       }
-      static const char *const sizes[] = {"reduce_bucket_size", "stage3_prefetch_bucket_size",
-                                          "allgather_bucket_size", "stage3_param_persistence_threshold", NULL};
+      /* the prefetch is one block ahead and parameters are never persisted
+       * whole (docs/distributed.md): these sizes are checked, not used */
+      static const char *const sizes[] = {"stage3_prefetch_bucket_size", "allgather_bucket_size",
+                                          "stage3_param_persistence_threshold", NULL};
       for (const char *const *k = sizes; *k && !st; k++) st = num(z, *k, "zero_optimization.", &d, &set, err);
+      static const char *const bucket[][2] = {{"reduce_bucket_size", "reduce_bucket_size"}};
+      if (!st) st = copy_numbers(cfg, z, "zero_optimization.", bucket, 1, err);
     }
   }
   const ct_json *o = ct_json_get(j, "optimizer");
