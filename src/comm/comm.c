@@ -18,6 +18,7 @@
 #include "ctuner/log.h"
 
 #define CHUNK ((size_t)1 << 22) /* floats per exchange (16 MiB) */
+#define POOL 4
 
 struct ct_comm {
   int mpi; /* MPI was initialised by us */
@@ -27,6 +28,10 @@ struct ct_comm {
   size_t cap;           /* floats in each */
   float *shard;         /* all-reduce's reduced shard, kept between calls */
   size_t shard_cap;
+  /* receive buffers of range reductions, kept for reuse: fresh pages cost a
+   * fault each on first touch, which made a 20 MB bucket 10x slower */
+  float *pool[POOL];
+  size_t pool_cap[POOL];
 };
 
 static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
@@ -85,6 +90,7 @@ void ct_comm_free(ct_comm *c) {
   ct_free(c->pack);
   ct_free(c->unpack);
   ct_free(c->shard);
+  for (int i = 0; i < POOL; i++) ct_free(c->pool[i]);
   if (c->mpi) {
     if (c->world != MPI_COMM_NULL && c->world) MPI_Comm_free(&c->world);
     MPI_Finalize();
@@ -251,12 +257,21 @@ ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) 
 
 /* ---- non-blocking range collectives ---- */
 
+/* Point-to-point messages (Isend/Irecv to each rank) rather than Open MPI's
+ * non-blocking collectives: a message between two ranks of a node moves with
+ * one CMA copy as soon as the receiver progresses, whichever schedule libnbc
+ * would pick, and each piece completes on its own. Every rank starts
+ * range operations in the same order, and MPI keeps messages between two
+ * ranks with one tag in order, so one tag per kind suffices. */
+#define TAG_REDUCE 7101
+#define TAG_GATHER 7102
+
 struct ct_comm_req {
   int kind;          /* 0 reduce-scatter, 1 all-gather */
-  MPI_Request mr;
-  int active;        /* an MPI request is outstanding */
-  int *cnt;          /* 4 * size ints: send counts, send displs, recv counts, recv displs */
-  float *recv;       /* reduce: size * m floats, rank p's piece at p * m */
+  MPI_Request *mr;   /* 2 * size requests (MPI_REQUEST_NULL where none) */
+  int nmr, active;   /* requests outstanding */
+  float *recv;       /* reduce: size * m floats, rank p's piece at p * m (pooled) */
+  size_t recv_cap;
   float *acc;
   size_t m;          /* floats of [a, b) in this rank's shard */
 };
@@ -275,20 +290,53 @@ static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req *
   if (b < a || b - a > (size_t)INT_MAX)
     return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu floats (at most %d)", b - a, INT_MAX);
   ct_comm_req *r = calloc(1, sizeof *r);
-  if (r) r->cnt = calloc(4 * (size_t)c->size, sizeof *r->cnt);
-  if (!r || !r->cnt) {
+  if (r) r->mr = malloc(2 * (size_t)c->size * sizeof *r->mr);
+  if (!r || !r->mr) {
     if (r) free(r);
     return ct_errf(err, CT_ERR_NOMEM, "out of memory for a collective");
   }
+  for (int i = 0; i < 2 * c->size; i++) r->mr[i] = MPI_REQUEST_NULL;
   r->kind = kind;
   *out = r;
   return CT_OK;
 }
 
-static void req_free(ct_comm_req *r) {
+/* A buffer of at least n floats from the pool (the smallest that fits, else
+ * the largest grown), or a new one when all are in use. */
+static float *pool_take(ct_comm *c, size_t n, size_t *cap) {
+  int best = -1;
+  for (int i = 0; i < POOL; i++)
+    if (c->pool[i] && c->pool_cap[i] >= n && (best < 0 || c->pool_cap[i] < c->pool_cap[best])) best = i;
+  if (best < 0)
+    for (int i = 0; i < POOL; i++)
+      if (c->pool[i] && (best < 0 || c->pool_cap[i] > c->pool_cap[best])) best = i;
+  float *p = NULL;
+  if (best >= 0) {
+    p = c->pool[best];
+    *cap = c->pool_cap[best];
+    c->pool[best] = NULL;
+    if (*cap >= n) return p;
+    ct_free(p);
+  }
+  *cap = n;
+  return ct_alloc(CT_MEM_BUFFERS, n * sizeof(float));
+}
+
+static void pool_give(ct_comm *c, float *p, size_t cap) {
+  if (!p) return;
+  for (int i = 0; i < POOL; i++)
+    if (!c->pool[i]) {
+      c->pool[i] = p;
+      c->pool_cap[i] = cap;
+      return;
+    }
+  ct_free(p);
+}
+
+static void req_free(ct_comm *c, ct_comm_req *r) {
   if (!r) return;
-  ct_free(r->recv);
-  free(r->cnt);
+  pool_give(c, r->recv, r->recv_cap);
+  free(r->mr);
   free(r);
 }
 
@@ -310,33 +358,30 @@ ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_
   }
   r->acc = acc + (m ? a + off - (size_t)c->rank * shard : 0);
   if (m) {
-    r->recv = ct_alloc(CT_MEM_BUFFERS, (size_t)N * m * sizeof(float));
+    r->recv = pool_take(c, (size_t)N * m, &r->recv_cap);
     if (!r->recv) {
-      req_free(r);
+      req_free(c, r);
       return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu floats", (size_t)N * m);
     }
   }
-  int *sc = r->cnt, *sd = sc + N, *rc = sd + N, *rd = rc + N;
-  for (int p = 0; p < N; p++) {
+  /* receive every rank's piece of my part; send each rank its part of mine */
+  int rcode = MPI_SUCCESS;
+  for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
+    if (!m) break;
+    if (p == c->rank)
+      memcpy(r->recv + (size_t)p * m, send + off, m * sizeof(float));
+    else
+      rcode = MPI_Irecv(r->recv + (size_t)p * m, (int)m, MPI_FLOAT, p, TAG_REDUCE, c->world, &r->mr[r->nmr++]);
+  }
+  for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
     size_t po, pc;
     piece(a, b, shard, p, &po, &pc);
-    sc[p] = (int)pc;
-    sd[p] = (int)po;
-    rc[p] = (int)m;
-    rd[p] = (int)((size_t)p * m);
+    if (p != c->rank && pc)
+      rcode = MPI_Isend(send + po, (int)pc, MPI_FLOAT, p, TAG_REDUCE, c->world, &r->mr[r->nmr++]);
   }
-  if ((size_t)N * m > (size_t)INT_MAX) {
-    req_free(r);
-    return ct_errf(err, CT_ERR_INVALID, "a reduce-scatter bucket of %zu floats x %d ranks is too large", m, N);
-  }
-  int rcode = MPI_Ialltoallv(send, sc, sd, MPI_FLOAT, r->recv, rc, rd, MPI_FLOAT, c->world, &r->mr);
-  if (rcode != MPI_SUCCESS) {
-    req_free(r);
-    return mpi_fail(err, rcode, "reduce-scatter (MPI_Ialltoallv)");
-  }
-  r->active = 1;
+  r->active = r->nmr > 0;
   *req = r;
-  return CT_OK;
+  return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "reduce-scatter (MPI_Isend/MPI_Irecv)");
 }
 
 ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
@@ -353,29 +398,30 @@ ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, 
     *req = r;
     return CT_OK;
   }
-  int *rc = r->cnt, *rd = rc + N;
-  for (int p = 0; p < N; p++) {
+  /* every rank's piece from it; mine to every other rank */
+  int rcode = MPI_SUCCESS;
+  for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
     size_t po, pc;
     piece(a, b, shard, p, &po, &pc);
-    rc[p] = (int)pc;
-    rd[p] = (int)po;
+    if (!pc) continue;
+    if (p == c->rank)
+      memcpy(recv + off, src, m * sizeof(float));
+    else
+      rcode = MPI_Irecv(recv + po, (int)pc, MPI_FLOAT, p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
   }
-  int rcode = MPI_Iallgatherv(src, (int)m, MPI_FLOAT, recv, rc, rd, MPI_FLOAT, c->world, &r->mr);
-  if (rcode != MPI_SUCCESS) {
-    req_free(r);
-    return mpi_fail(err, rcode, "all-gather (MPI_Iallgatherv)");
-  }
-  r->active = 1;
+  for (int p = 0; p < N && rcode == MPI_SUCCESS && m; p++)
+    if (p != c->rank) rcode = MPI_Isend(src, (int)m, MPI_FLOAT, p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
+  r->active = r->nmr > 0;
   *req = r;
-  return CT_OK;
+  return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "all-gather (MPI_Isend/MPI_Irecv)");
 }
 
 ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err) {
   (void)c;
   *done = 1;
   if (!r || !r->active) return CT_OK;
-  int flag = 0, rc = MPI_Test(&r->mr, &flag, MPI_STATUS_IGNORE);
-  if (rc != MPI_SUCCESS) return mpi_fail(err, rc, r->kind ? "all-gather (MPI_Test)" : "reduce-scatter (MPI_Test)");
+  int flag = 0, rc = MPI_Testall(r->nmr, r->mr, &flag, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_fail(err, rc, r->kind ? "all-gather (MPI_Testall)" : "reduce-scatter (MPI_Testall)");
   if (flag) r->active = 0;
   *done = flag;
   return CT_OK;
@@ -385,9 +431,9 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
   if (!r) return CT_OK;
   ct_status st = CT_OK;
   if (r->active) {
-    int rc = MPI_Wait(&r->mr, MPI_STATUS_IGNORE);
+    int rc = MPI_Waitall(r->nmr, r->mr, MPI_STATUSES_IGNORE);
     r->active = 0;
-    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Wait)" : "reduce-scatter (MPI_Wait)");
+    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Waitall)" : "reduce-scatter (MPI_Waitall)");
   }
   if (!st && r->kind == 0 && r->acc && r->m) {
     const int N = c->size;
@@ -401,7 +447,7 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
       acc[i] += s;
     }
   }
-  req_free(r);
+  req_free(c, r);
   return st;
 }
 

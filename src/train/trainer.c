@@ -776,6 +776,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     st = zero_init(&tr.z, comm, tr.m, tr.stage, bucket, err);
     if (!st && tr.stage >= 3) st = zero_shard_params(&tr.z, tr.wsh, err);
     if (st) goto out;
+    if (lead)
+      CT_INFO("ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu floats during the "
+              "backward%s",
+              tr.stage, tr.hi - tr.lo, nw, tr.z.cap,
+              tr.stage >= 3 ? "; each block's parameters gathered before it runs, the next one prefetched" : "");
   }
   if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
   if (lead && !tr.metrics) {
@@ -952,6 +957,10 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
 out:
+  if (tr.stage >= 2 && tr.z.comm && lead)
+    CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
+            "communication",
+            tr.stage, tr.z.buckets, tr.z.misses, tr.z.wait_s);
   sum->end_step = s.global_step;
   sum->skipped_nonfinite = s.nonfinite_total;
   sum->seconds = now_s() - t_start;

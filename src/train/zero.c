@@ -20,13 +20,23 @@
  * the next) until the optimizer changes the shard.
  */
 #include <string.h>
+#include <time.h>
 
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
 #include "train/zero.h"
 
-static ct_status z_wait(ct_comm *c, ct_comm_req **r, ct_err *err) {
-  ct_status st = ct_comm_wait(c, *r, err);
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ct_status z_wait(zero_ctx *z, ct_comm_req **r, ct_err *err) {
+  if (!*r) return CT_OK;
+  const double t0 = now();
+  ct_status st = ct_comm_wait(z->comm, *r, err);
+  z->wait_s += now() - t0;
   *r = NULL;
   return st;
 }
@@ -40,7 +50,7 @@ static ct_status flush(zero_ctx *z, ct_err *err) {
   z->buckets++;
   z->cur ^= 1;
   z->top = z->bot = 0;
-  return z_wait(z->comm, &z->breq[z->cur], err);
+  return z_wait(z, &z->breq[z->cur], err);
 }
 
 static ct_status grad_enter(zero_ctx *z, size_t off, size_t n, float **g, ct_err *err) {
@@ -58,7 +68,7 @@ static ct_status grad_enter(zero_ctx *z, size_t off, size_t n, float **g, ct_err
 static ct_status gather_into(zero_ctx *z, int k, int s, ct_err *err) {
   size_t off, n;
   ct_mmdit_segment(z->m, s, &off, &n);
-  ct_status st = z_wait(z->comm, &z->sreq[k], err);
+  ct_status st = z_wait(z, &z->sreq[k], err);
   if (!st) st = ct_comm_iallgather(z->comm, z->wsh, off, off + n, z->shard, z->slot[k], &z->sreq[k], err);
   z->slot_seg[k] = st ? -1 : s;
   return st;
@@ -72,7 +82,7 @@ static ct_status param_enter(zero_ctx *z, int s, int backward, float **w, ct_err
     z->misses++;
     if ((st = gather_into(z, k, s, err))) return st;
   }
-  if ((st = z_wait(z->comm, &z->sreq[k], err))) return st;
+  if ((st = z_wait(z, &z->sreq[k], err))) return st;
   z->cur_slot = k;
   const int next = backward ? s - 1 : s + 1;
   if (next >= 0 && next < z->nseg && z->slot_seg[k ^ 1] != next && (st = gather_into(z, k ^ 1, next, err)))
@@ -106,8 +116,8 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
   ct_status st = progress(z, err);
   if (!st && backward && s == 0 && z->stage >= 2) { /* the backward is over: finish every reduction */
     st = flush(z, err);
-    if (!st) st = z_wait(z->comm, &z->breq[0], err);
-    if (!st) st = z_wait(z->comm, &z->breq[1], err);
+    if (!st) st = z_wait(z, &z->breq[0], err);
+    if (!st) st = z_wait(z, &z->breq[1], err);
   }
   return st;
 }
@@ -163,7 +173,7 @@ void zero_begin_step(zero_ctx *z) {
 ct_status zero_params_changed(zero_ctx *z, ct_err *err) {
   ct_status st = CT_OK;
   for (int k = 0; k < 2; k++) {
-    ct_status s2 = z_wait(z->comm, &z->sreq[k], err);
+    ct_status s2 = z_wait(z, &z->sreq[k], err);
     if (!st) st = s2;
     z->slot_seg[k] = -1;
   }

@@ -22,7 +22,8 @@ typedef struct zero_ctx {
   float *slot[2];
   int slot_seg[2], cur_slot;
   ct_comm_req *sreq[2];
-  long buckets, misses;  /* reduce-scatters started; segments gathered without prefetch */
+  long buckets, misses;
+  double wait_s;         /* seconds blocked in waits (communication not hidden) */  /* reduce-scatters started; segments gathered without prefetch */
 } zero_ctx;
 
 /* Stages 2 and 3 install the hooks and allocate the gradient shard, two buckets
