@@ -96,12 +96,26 @@ for st in 1 2 3; do
 done
 # Stages 2 and 3 change where the sums happen, not their order: bit-identical to stage 1.
 for st in 2 3; do
-  cmp -s "$tmp/z1-n2/checkpoint-20/model.safetensors" "$tmp/z$st-n2/checkpoint-20/model.safetensors" &&
-    cmp -s "$tmp/z1-n2/checkpoint-20/optimizer.safetensors" "$tmp/z$st-n2/checkpoint-20/optimizer.safetensors" &&
-    cmp -s "$tmp/z1-n2/checkpoint-20/ema.safetensors" "$tmp/z$st-n2/checkpoint-20/ema.safetensors" &&
-    ok "zero_stage $st checkpoint bit-identical to stage 1 (model, optimizer, EMA)" ||
+  c1=$tmp/z1-n2/checkpoint-20 c2=$tmp/z$st-n2/checkpoint-20
+  cmp -s "$c1/model.safetensors" "$c2/model.safetensors" && cmp -s "$c1/ema.safetensors" "$c2/ema.safetensors" &&
+    cmp -s "$c1/zero/rank-0-of-2.safetensors" "$c2/zero/rank-0-of-2.safetensors" &&
+    cmp -s "$c1/zero/rank-1-of-2.safetensors" "$c2/zero/rank-1-of-2.safetensors" &&
+    ok "zero_stage $st checkpoint bit-identical to stage 1 (model, EMA, optimizer fragments)" ||
     bad "zero_stage $st checkpoint differs from stage 1"
 done
+# Sharded checkpoints: one fragment file per rank, no whole optimizer file;
+# a missing rank file makes the resume fail with a message naming it.
+c=$tmp/z3-n4/checkpoint-20
+if [ "$(ls "$c/zero")" = "$(printf 'rank-0-of-4.safetensors\nrank-1-of-4.safetensors\nrank-2-of-4.safetensors\nrank-3-of-4.safetensors')" ] &&
+  [ ! -e "$c/optimizer.safetensors" ] && [ -f "$c/.guard" ]; then
+  ok "stage 3 on 4 ranks: 4 fragment files, guarded"
+else
+  bad "fragment files: $(ls "$c" "$c/zero" 2>&1)"
+fi
+cp -r "$tmp/z3-n4" "$tmp/z3-broken" && rm "$tmp/z3-broken/checkpoint-20/zero/rank-2-of-4.safetensors"
+out=$("$CT" train --config "$tmp/base.json" --train_batch_size=4 --max_train_steps=21 --resume_from_checkpoint=latest \
+  --output_dir="$tmp/z3-broken" 2>&1) && bad "resume without a fragment file: exit 0" ||
+  { echo "$out" | grep -q "rank-2-of-4.safetensors" && ok "a missing fragment file is named" || bad "missing fragment: $out"; }
 # Accumulation under stage 3 (each micro-step reduces into the gradient shard),
 # and stage 3 on one process.
 if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw \

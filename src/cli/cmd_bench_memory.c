@@ -101,7 +101,14 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   }
   snprintf(data, sizeof data, "%s/data", dir);
   snprintf(backend, sizeof backend, "%s/backend.json", dir);
-  snprintf(out, sizeof out, "%s/run", dir);
+  /* one output_dir for all ranks (checkpoints are written by all): rank 0's */
+  char shared[sizeof dir];
+  memcpy(shared, dir, sizeof dir);
+  if (ct_comm_broadcast(comm, shared, sizeof shared, 0, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    goto done;
+  }
+  snprintf(out, sizeof out, "%s/run", shared);
   ct_log_set_level(CT_LOG_ERROR);
   if (ct_synth_write_dataset(data, 2 * N, 1, 16, 16, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);

@@ -2,6 +2,13 @@
  * names), ema.safetensors, optimizer.safetensors, text_encoder.safetensors,
  * config.json and training_state.json, then .guard ("complete").
  *
+ * Sharded optimizers (ZeRO on several ranks) write no optimizer.safetensors:
+ * each rank writes zero/rank-R-of-N.safetensors with its part of every state
+ * as fragments — tensor "<state>/<parameter name>" holding the parameter's
+ * elements [start, start + length), start in the metadata under the same key —
+ * and .guard follows only when every rank's file is durable. A loader of any
+ * world size or stage reads the fragments that meet its range.
+ *
  * Crash safety: everything is written into checkpoint-<step>-tmp, fsynced,
  * renamed to checkpoint-<step>, and only then is .guard written (temp file +
  * rename + directory fsync). A directory without a guard, or with the -tmp
@@ -254,14 +261,145 @@ static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
   ct_st_writer *w;
   if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_st_writer_meta(w, "optimizer", ct_optim_kind_name(ct_optim_get_kind(o)), err);
-  int64_t shape[1] = {(int64_t)(io->opt_full ? io->full_n : ct_optim_numel(o))};
+  int64_t shape[1] = {(int64_t)ct_optim_numel(o)};
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     float *s = ct_optim_state(o, i, &name);
-    st = ct_st_writer_add_f32(w, name, 1, shape, io->opt_full ? io->opt_full[i] : s, CT_DTYPE_F32, err);
+    st = ct_st_writer_add_f32(w, name, 1, shape, s, CT_DTYPE_F32, err);
   }
   if (!st) st = ct_st_writer_write(w, path, err);
   ct_st_writer_free(w);
+  return st;
+}
+
+/* [a, b) = parameter p's floats inside [lo, hi) of the flat buffer; 0 if none. */
+static int meet(const ct_param *p, size_t lo, size_t hi, size_t *a, size_t *b) {
+  *a = p->offset > lo ? p->offset : lo;
+  *b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+  return *a < *b;
+}
+
+ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s, int rank,
+                                        int world, ct_err *err) {
+  char p[4300], key[256], val[32];
+  snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR "/rank-%d-of-%d.safetensors", tmp, rank, world);
+  ct_st_writer *w;
+  if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_status st = ct_st_writer_meta(w, "format", "ctuner-zero-fragments-1", err);
+  if (!st) st = ct_st_writer_meta(w, "optimizer", s->optimizer, err);
+  snprintf(val, sizeof val, "%d", world);
+  if (!st) st = ct_st_writer_meta(w, "world", val, err);
+  snprintf(val, sizeof val, "%d", rank);
+  if (!st) st = ct_st_writer_meta(w, "rank", val, err);
+  struct ct_optim *o = io->opt; /* NULL: this rank's shard is empty; the file says so */
+  const size_t lo = io->opt_offset, hi = o ? lo + ct_optim_numel(o) : lo;
+  size_t np;
+  const ct_param *tab = ct_mmdit_table(io->model, &np);
+  for (size_t i = 0; o && i < ct_optim_nstate(o) && !st; i++) {
+    const char *name;
+    const float *data = ct_optim_state(o, i, &name);
+    for (size_t k = 0; k < np && !st; k++) {
+      size_t a, b;
+      if (!meet(&tab[k], lo, hi, &a, &b)) continue;
+      int64_t shape[1] = {(int64_t)(b - a)};
+      snprintf(key, sizeof key, "%s/%s", name, tab[k].name);
+      snprintf(val, sizeof val, "%zu", a - tab[k].offset);
+      st = ct_st_writer_add_f32(w, key, 1, shape, data + (a - lo), CT_DTYPE_F32, err);
+      if (!st) st = ct_st_writer_meta(w, key, val, err);
+    }
+  }
+  if (!st) st = ct_st_writer_write(w, p, err);
+  ct_st_writer_free(w);
+  return st;
+}
+
+/* Every rank's fragments that meet this optimizer's range, into its states. */
+static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *err) {
+  struct ct_optim *o = io->opt;
+  const size_t n = ct_optim_numel(o), lo = io->opt_offset, hi = lo + n;
+  const size_t nst = ct_optim_nstate(o);
+  const char *want = ct_optim_kind_name(ct_optim_get_kind(o));
+  char p[4300];
+  /* the world size of the writer: rank 0's file names it */
+  int world = 0;
+  DIR *d = NULL;
+  snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR, dir);
+  if ((d = opendir(p))) {
+    struct dirent *e;
+    int r, wsz;
+    char tail;
+    while ((e = readdir(d)))
+      if (sscanf(e->d_name, "rank-%d-of-%d.safetensor%c", &r, &wsz, &tail) == 3 && r == 0) world = wsz;
+    closedir(d);
+  }
+  if (world < 1) return ct_errf(err, CT_ERR_IO, "%s: no rank-0-of-N.safetensors: the checkpoint is incomplete", p);
+  size_t np;
+  const ct_param *tab = ct_mmdit_table(io->model, &np);
+  size_t want_floats = 0, a, b;
+  for (size_t k = 0; k < np; k++)
+    if (meet(&tab[k], lo, hi, &a, &b)) want_floats += b - a;
+  size_t *got = calloc(nst ? nst : 1, sizeof *got);
+  if (!got) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < nst; i++) {
+    const char *name;
+    memset(ct_optim_state(o, i, &name), 0, n * sizeof(float));
+  }
+  ct_status st = CT_OK;
+  for (int r = 0; r < world && !st; r++) {
+    snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR "/rank-%d-of-%d.safetensors", dir, r, world);
+    ct_st_file *f;
+    st = ct_st_open(p, &f, err);
+    if (st) {
+      ct_err_prefix(err, "a sharded checkpoint needs every rank's fragments: ");
+      break;
+    }
+    const char *kind = ct_st_meta(f, "optimizer");
+    if (!kind || strcmp(kind, want))
+      st = ct_errf(err, CT_ERR_INVALID,
+                   "%s: optimizer state is for '%s' but the config says '%s'; resume with the same "
+                   "optimizer or set resume_from_checkpoint to none",
+                   p, kind ? kind : "?", want);
+    for (size_t t = 0; t < f->ntensors && !st; t++) {
+      const ct_st_tensor *x = &f->tensors[t];
+      const char *slash = strchr(x->name, '/');
+      const char *start = ct_st_meta(f, x->name);
+      size_t si = nst;
+      float *dst = NULL;
+      for (size_t i = 0; slash && i < nst; i++) {
+        const char *name;
+        float *sd = ct_optim_state(o, i, &name);
+        if (strlen(name) == (size_t)(slash - x->name) && !strncmp(name, x->name, (size_t)(slash - x->name)))
+          si = i, dst = sd;
+      }
+      const ct_param *prm = slash ? ct_mmdit_find(io->model, slash + 1) : NULL;
+      char *endp = NULL;
+      unsigned long long s0 = start ? strtoull(start, &endp, 10) : 0;
+      if (si == nst || !prm || !start || !endp || *endp || x->ndim != 1 || s0 > prm->numel ||
+          x->numel > prm->numel - s0) {
+        st = ct_errf(err, CT_ERR_INVALID,
+                     "%s: fragment '%s' does not fit this model and optimizer (state, parameter, start or "
+                     "length); was it written for another model?",
+                     p, x->name);
+        break;
+      }
+      const size_t g0 = prm->offset + (size_t)s0, g1 = g0 + x->numel;
+      const size_t c0 = g0 > lo ? g0 : lo, c1 = g1 < hi ? g1 : hi;
+      if (c0 >= c1) continue;
+      st = ct_st_to_f32_range(x, c0 - g0, c1 - c0, dst + (c0 - lo), err);
+      got[si] += c1 - c0;
+    }
+    ct_st_close(f);
+  }
+  for (size_t i = 0; i < nst && !st; i++)
+    if (got[i] != want_floats) {
+      const char *name;
+      ct_optim_state(o, i, &name);
+      st = ct_errf(err, CT_ERR_INVALID,
+                   "%s/" CT_CKPT_ZERO_DIR ": the fragments of state '%s' cover %zu of the %zu floats this rank "
+                   "needs; the checkpoint is incomplete or inconsistent",
+                   dir, name, got[i], want_floats);
+    }
+  free(got);
   return st;
 }
 
@@ -277,30 +415,21 @@ static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
                  "%s: optimizer state is for '%s' but the config says '%s'; resume with the same "
                  "optimizer or set resume_from_checkpoint to none",
                  path, kind ? kind : "?", want);
+  /* the state of the whole model (a single process wrote it); this rank
+   * reads its range [off, off + n) */
   const size_t n = ct_optim_numel(o), off = io->opt_offset;
-  const size_t full = io->full_n ? io->full_n : n;
+  const size_t full = ct_mmdit_numel(io->model);
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     float *s = ct_optim_state(o, i, &name);
     const ct_st_tensor *x = ct_st_find(f, name);
     if (!x || x->numel != full) {
       st = ct_errf(err, CT_ERR_SHAPE, "%s: state %s is %s", path, name, x ? "of the wrong size" : "missing");
-    } else if (off == 0 && n == full) {
-      st = ct_st_to_f32(x, s, x->numel, err);
-    } else { /* this rank's range of the full state */
-      float *tmp = ct_alloc(CT_MEM_BUFFERS, full * sizeof(float));
-      if (!tmp) {
-        st = ct_errf(err, CT_ERR_NOMEM, "out of memory reading %s", path);
-        break;
-      }
-      st = ct_st_to_f32(x, tmp, full, err);
-      size_t have = off >= full ? 0 : (full - off < n ? full - off : n);
-      if (!st) {
-        memcpy(s, tmp + (off < full ? off : 0), have * sizeof(float));
-        memset(s + have, 0, (n - have) * sizeof(float));
-      }
-      ct_free(tmp);
+      break;
     }
+    size_t have = off >= full ? 0 : (full - off < n ? full - off : n);
+    st = ct_st_to_f32_range(x, off < full ? off : full, have, s, err);
+    memset(s + have, 0, (n - have) * sizeof(float));
   }
   ct_st_close(f);
   return st;
@@ -368,26 +497,35 @@ static void fault_kill(long step) {
   if (e && atol(e) == step) raise(SIGKILL);
 }
 
-ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_train_state *s,
-                             long limit, char *path, size_t pn, ct_err *err) {
-  char tmp[4096], dst[4096], p[4200];
-  if (ct_pathf(dst, sizeof dst, "%s/checkpoint-%ld", out, s->global_step) ||
-      ct_pathf(tmp, sizeof tmp, "%s-tmp", dst))
+ct_status ct_checkpoint_prepare(const char *out, long step, char *tmp, size_t n, ct_err *err) {
+  char dst[4096];
+  if (ct_pathf(dst, sizeof dst, "%s/checkpoint-%ld", out, step) || ct_pathf(tmp, n, "%s-tmp", dst))
     return ct_errf(err, CT_ERR_RANGE, "output_dir path is too long: %s", out);
   ct_status st = ct_rm_rf(tmp, err);
   if (!st) st = ct_mkdir_p(tmp, err);
-  if (!st) {
-    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    st = ct_mmdit_save(io->model, p, err);
-  }
+  char z[4200];
+  snprintf(z, sizeof z, "%s/" CT_CKPT_ZERO_DIR, tmp);
+  if (!st) st = ct_mkdir_p(z, err);
+  return st;
+}
+
+ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s,
+                                   int fragments, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+  ct_status st = ct_mmdit_save(io->model, p, err);
   if (!st) fault_kill(s->global_step);
   if (!st && io->ema) {
     snprintf(p, sizeof p, "%s/ema.safetensors", tmp);
     st = save_flat(p, io->model, io->ema, err);
   }
-  if (!st && io->opt) {
+  if (!st && io->opt && !fragments) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
     st = save_optim(p, io, err);
+  }
+  if (!st && !fragments) { /* a single process: no fragment directory */
+    snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR, tmp);
+    rmdir(p);
   }
   if (!st) {
     snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
@@ -415,7 +553,17 @@ ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_tra
     snprintf(p, sizeof p, "%s/training_state.json", tmp);
     st = write_state(p, s, err);
   }
-  if (!st) st = ct_fsync_dir(tmp, err);
+  return st;
+}
+
+ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path, size_t pn,
+                               ct_err *err) {
+  char dst[4096], p[4200];
+  snprintf(dst, sizeof dst, "%s/checkpoint-%ld", out, step);
+  ct_status st = ct_fsync_dir(tmp, err);
+  snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR, tmp);
+  struct stat sb;
+  if (!st && stat(p, &sb) == 0) st = ct_fsync_dir(p, err);
   /* Re-saving a step (after a resume) replaces the old directory. */
   if (!st) st = ct_rm_rf(dst, err);
   if (!st && rename(tmp, dst) != 0)
@@ -430,8 +578,20 @@ ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_tra
     return st;
   }
   if (path) snprintf(path, pn, "%s", dst);
-  rotate(out, limit, s->global_step);
+  rotate(out, limit, step);
   return CT_OK;
+}
+
+ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_train_state *s,
+                             long limit, char *path, size_t pn, ct_err *err) {
+  char tmp[4096];
+  ct_status st = ct_checkpoint_prepare(out, s->global_step, tmp, sizeof tmp, err);
+  if (!st) st = ct_checkpoint_write_main(tmp, io, s, 0, err);
+  if (st) {
+    ct_err_prefix(err, "writing checkpoint %s: ", tmp);
+    return st;
+  }
+  return ct_checkpoint_commit(out, tmp, s->global_step, limit, path, pn, err);
 }
 
 ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s, ct_err *err) {
@@ -458,8 +618,14 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
     }
   }
   if (!st && io->opt) {
-    snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
-    st = load_optim(p, io, err);
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR, dir);
+    if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      st = load_fragments(dir, io, err);
+    } else {
+      snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
+      st = load_optim(p, io, err);
+    }
   }
   return st;
 }

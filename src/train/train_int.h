@@ -65,23 +65,35 @@ typedef struct ct_ckpt_io {
   ct_textenc *te;
   const ct_config *cfg;
   /* ZeRO (docs/distributed.md): the optimizer covers [opt_offset, opt_offset +
-   * numel) of the full_n-float parameter buffer. Saving: opt_full holds every
-   * state gathered to full_n floats (ct_optim_nstate arrays), written instead of
-   * the optimizer's own. Loading: the checkpoint's full_n-float states are cut
-   * to this range (zeros past full_n). Both NULL/0 without sharding. */
-  float *const *opt_full;
-  size_t opt_offset, full_n;
+   * numel) of the flat parameter buffer (0 without sharding). Loading reads
+   * that range of a whole-model optimizer.safetensors or of every rank's
+   * fragments, whichever the checkpoint has. */
+  size_t opt_offset;
   /* ZeRO-3 loading: the model's weights (and the EMA, into ema_out) are read
    * only for [w_lo, w_hi) of the flat buffer, into w_shard. NULL otherwise. */
   float *w_shard;
   size_t w_lo, w_hi;
 } ct_ckpt_io;
 
+#define CT_CKPT_ZERO_DIR "zero"
 /* Write output_dir/checkpoint-<step> atomically (temporary directory, fsync,
- * rename, .guard last), then rotate to keep `limit` (0 = all). */
+ * rename, .guard last), then rotate to keep `limit` (0 = all). One process. */
 ct_status ct_checkpoint_save(const char *output_dir, const ct_ckpt_io *io,
                              const ct_train_state *s, long limit, char *path, size_t n,
                              ct_err *err);
 ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s, ct_err *err);
+/* The same in steps, for ranks that each write a part (sharded optimizers):
+ * rank 0 prepares checkpoint-<step>-tmp (with the zero/ directory) and tmp
+ * gets its path; after a barrier every rank writes its fragments and rank 0
+ * the rest (write_main with fragments = 1: no optimizer.safetensors); once all
+ * ranks' files are durable (a collective), rank 0 commits: fsync, rename,
+ * .guard, rotation. */
+ct_status ct_checkpoint_prepare(const char *out, long step, char *tmp, size_t n, ct_err *err);
+ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s, int rank,
+                                        int world, ct_err *err);
+ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s,
+                                   int fragments, ct_err *err);
+ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path, size_t pn,
+                               ct_err *err);
 /* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
 void ct_checkpoint_clean_tmp(const char *output_dir);

@@ -533,27 +533,44 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   return st;
 }
 
-/* Every optimizer state, gathered from the ranks' shards to nw floats on
- * rank 0 (which writes the checkpoint); the other ranks only send. */
-static ct_status gather_optim(trainer *tr, ct_comm *comm, size_t nw, float ***out, size_t *nout,
-                              ct_err *err) {
-  const size_t nst = ct_optim_nstate(tr->opt);
-  float **full = calloc(nst ? nst : 1, sizeof *full);
-  if (!full) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  ct_status st = CT_OK;
-  for (size_t i = 0; i < nst && !st; i++) {
-    if (tr->rank == 0) {
-      full[i] = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
-      if (!full[i]) { /* the job aborts from the CLI: the others must not wait here */
-        st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the optimizer state for a checkpoint");
-        break;
-      }
-    }
-    const char *name;
-    st = ct_comm_gather_f32(comm, ct_optim_state(tr->opt, i, &name), full[i], tr->shard, nw, 0, err);
-  }
-  *out = full;
-  *nout = nst;
+/* A checkpoint. One rank, or an unsharded optimizer: rank 0 writes it all.
+ * Sharded: every rank writes its optimizer fragments into the temporary
+ * directory rank 0 prepared, rank 0 the rest, and rank 0 commits (.guard)
+ * only after every rank reported its file durable; the others learn the
+ * outcome, so all ranks fail together. */
+static ct_status save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s,
+                                 ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const int lead = tr->rank == 0;
+  if (!tr->zero || tr->world == 1)
+    return lead ? ct_checkpoint_save(cfg->output_dir, io, s, cfg->checkpoints_total_limit, sum->last_checkpoint,
+                                     sizeof sum->last_checkpoint, err)
+                : CT_OK;
+  char tmp[4096];
+  double bad = 0;
+  ct_status st = lead ? ct_checkpoint_prepare(cfg->output_dir, s->global_step, tmp, sizeof tmp, err) : CT_OK;
+  bad = st ? 1 : 0;
+  ct_status cs = ct_comm_broadcast(tr->comm, &bad, sizeof bad, 0, err); /* the directory exists */
+  if (cs) return cs;
+  if (bad) return st ? st : ct_errf(err, CT_ERR_IO, "rank 0 could not prepare the checkpoint directory");
+  if (!lead && ct_pathf(tmp, sizeof tmp, "%s/checkpoint-%ld-tmp", cfg->output_dir, s->global_step))
+    st = ct_errf(err, CT_ERR_RANGE, "output_dir path is too long: %s", cfg->output_dir);
+  if (!st) st = ct_checkpoint_write_fragments(tmp, io, s, tr->rank, tr->world, err);
+  if (!st && lead) st = ct_checkpoint_write_main(tmp, io, s, 1, err);
+  double fails[2] = {st ? 1 : 0, st ? (double)tr->rank : 0};
+  cs = ct_comm_allreduce_f64(tr->comm, fails, 2, err); /* every rank's files are durable (or not) */
+  if (cs) return cs;
+  if (st) return st;
+  if (fails[0] > 0)
+    return ct_errf(err, CT_ERR_IO, "checkpoint %s: %g rank(s) failed to write their part (see their messages)",
+                   tmp, fails[0]);
+  if (lead)
+    st = ct_checkpoint_commit(cfg->output_dir, tmp, s->global_step, cfg->checkpoints_total_limit,
+                              sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+  bad = st ? 1 : 0;
+  cs = ct_comm_broadcast(tr->comm, &bad, sizeof bad, 0, err);
+  if (cs) return cs;
+  if (!st && bad) st = ct_errf(err, CT_ERR_IO, "rank 0 could not complete checkpoint %s", tmp);
   return st;
 }
 
@@ -719,8 +736,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     snprintf(s.optimizer, sizeof s.optimizer, "%s",
              ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   }
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, NULL, tr.lo, tr.zero ? nw : 0,
-                   tr.stage >= 3 ? tr.wsh : NULL, tr.lo, tr.hi};
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, tr.stage >= 3 ? tr.wsh : NULL, tr.lo, tr.hi};
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -934,19 +950,12 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       /* Every rank holds the same weights. ZeRO-1: the optimizer state is
        * gathered for rank 0, which writes a checkpoint any world size or stage
        * can resume (docs/distributed.md). */
-      float **full = NULL, *wf = NULL, *ef = NULL;
-      size_t nst = 0;
-      if (tr.zero && tr.world > 1) st = gather_optim(&tr, comm, nw, &full, &nst, err);
-      if (!st) st = stage3_gather(&tr, &wf, &ef, err);
-      io.opt_full = full;
+      float *wf = NULL, *ef = NULL;
+      st = stage3_gather(&tr, &wf, &ef, err);
       if (tr.stage >= 3) io.ema = ef;
-      if (!st && lead)
-        st = ct_checkpoint_save(cfg->output_dir, &io, &s, cfg->checkpoints_total_limit,
-                                sum->last_checkpoint, sizeof sum->last_checkpoint, err);
+      if (!st) st = save_checkpoint(&tr, &io, &s, sum, err);
       stage3_release(&tr, wf, ef);
-      for (size_t i = 0; i < nst; i++) ct_free(full[i]);
-      free(full);
-      io.opt_full = NULL;
+      io.ema = tr.stage >= 3 ? NULL : tr.ema;
       if (st) goto out;
       if (cb && lead) {
         snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
