@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ctuner/comm.h"
+#include "ctuner/safetensors.h"
 #include "harness.h"
 
 /* Exactly representable terms, so no FMA contraction can change a value; the
@@ -173,6 +174,37 @@ CT_TEST(comm, collectives) {
     free(full);
     free(acc);
     free(got);
+  }
+  /* bf16: whole-buffer all-reduce and an accumulating range reduce-scatter;
+   * small integers, so every bf16 sum is exact */
+  {
+    const size_t n = 10007, sh = ct_comm_shard_len(n, N);
+    uint16_t *b = malloc(n * sizeof *b), *acc = malloc(sh * sizeof *acc);
+    REQUIRE(b && acc);
+    for (size_t i = 0; i < n; i++) b[i] = ct_f32_to_bf16((float)(R + 1) + (float)(i % 7) * 2);
+    REQUIRE(ct_comm_allreduce_bf16(c, b, n, &err) == CT_OK);
+    size_t badb = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = 0;
+      for (int p = 0; p < N; p++) want += (float)(p + 1) + (float)(i % 7) * 2;
+      badb += ct_bf16_to_f32(b[i]) != want;
+    }
+    CHECKF(badb == 0, "bf16 all-reduce: %zu wrong", badb);
+    for (size_t i = 0; i < n; i++) b[i] = ct_f32_to_bf16((float)(R + 1));
+    for (size_t i = 0; i < sh; i++) acc[i] = ct_f32_to_bf16(3.0f);
+    ct_comm_req *q = NULL;
+    REQUIRE(ct_comm_ireduce_scatter_t(c, CT_COMM_BF16, CT_COMM_ACCUMULATE, b + 100, 100, 9000, sh, acc, &q, &err) ==
+            CT_OK);
+    REQUIRE(ct_comm_wait(c, q, &err) == CT_OK);
+    badb = 0;
+    for (size_t i = 0; i < sh; i++) {
+      size_t gi = (size_t)R * sh + i;
+      float want = 3.0f + (gi >= 100 && gi < 9000 ? (float)(N * (N + 1) / 2) : 0.0f);
+      badb += ct_bf16_to_f32(acc[i]) != want;
+    }
+    CHECKF(badb == 0, "bf16 accumulating range reduce-scatter: %zu wrong", badb);
+    free(b);
+    free(acc);
   }
   double d[2] = {R + 0.25, 1.0};
   REQUIRE(ct_comm_allreduce_f64(c, d, 2, &err) == CT_OK);

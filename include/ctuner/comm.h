@@ -24,6 +24,7 @@
 #define CTUNER_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctuner/status.h"
 
@@ -86,6 +87,21 @@ ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_
  * from `mine` (its shard buffer: mine[0] is float rank * shard). */
 ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
                              ct_comm_req **req, ct_err *err);
+/* The same for float32 or bf16 elements (bf16: sums in float32, rounded to
+ * bf16 once). flags CT_COMM_ACCUMULATE adds the sum to acc; without it acc
+ * receives the sum, and acc may then be this rank's slot of send itself. */
+typedef enum ct_comm_dtype { CT_COMM_F32 = 0, CT_COMM_BF16 = 1 } ct_comm_dtype;
+#define CT_COMM_ACCUMULATE 1
+ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send, size_t a, size_t b,
+                                    size_t shard, void *acc, ct_comm_req **req, ct_err *err);
+ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
+                               void *recv, ct_comm_req **req, ct_err *err);
+/* Whole bf16 buffers of n elements, in place: this rank's slot buf[rank *
+ * shard ..] receives its reduced shard; all-gather fills buf from every
+ * rank's slot; all-reduce is both. */
+ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err);
+ct_status ct_comm_allgather_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err);
+ct_status ct_comm_allreduce_bf16(ct_comm *c, uint16_t *buf, size_t n, ct_err *err);
 /* *done <- 1 when the operation has completed (ct_comm_wait is still due). */
 ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err);
 /* Completes r (applying a reduction's sums) and frees it. NULL is fine. */

@@ -16,6 +16,7 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
+#include "ctuner/safetensors.h" /* bf16 conversions */
 
 #define CHUNK ((size_t)1 << 22) /* floats per exchange (16 MiB) */
 #define POOL 4
@@ -30,8 +31,8 @@ struct ct_comm {
   size_t shard_cap;
   /* receive buffers of range reductions, kept for reuse: fresh pages cost a
    * fault each on first touch, which made a 20 MB bucket 10x slower */
-  float *pool[POOL];
-  size_t pool_cap[POOL];
+  void *pool[POOL];
+  size_t pool_cap[POOL]; /* bytes */
 };
 
 static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
@@ -268,13 +269,30 @@ ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) 
 
 struct ct_comm_req {
   int kind;          /* 0 reduce-scatter, 1 all-gather */
+  ct_comm_dtype t;
+  int flags;
   MPI_Request *mr;   /* 2 * size requests (MPI_REQUEST_NULL where none) */
   int nmr, active;   /* requests outstanding */
-  float *recv;       /* reduce: size * m floats, rank p's piece at p * m (pooled) */
-  size_t recv_cap;
-  float *acc;
-  size_t m;          /* floats of [a, b) in this rank's shard */
+  void *recv;        /* reduce: size * m elements, rank p's piece at p * m (pooled) */
+  size_t recv_cap;   /* bytes */
+  void *acc;
+  size_t m;          /* elements of [a, b) in this rank's shard */
 };
+
+static size_t esize(ct_comm_dtype t) { return t == CT_COMM_BF16 ? 2 : 4; }
+static MPI_Datatype mpi_type(ct_comm_dtype t) { return t == CT_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+
+static float ld(ct_comm_dtype t, const void *p, size_t i) {
+  if (t == CT_COMM_BF16) return ct_bf16_to_f32(((const uint16_t *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+static void st_(ct_comm_dtype t, void *p, size_t i, float v) {
+  if (t == CT_COMM_BF16)
+    ((uint16_t *)p)[i] = ct_f32_to_bf16(v);
+  else
+    ((float *)p)[i] = v;
+}
 
 /* [a, b) ∩ shard p as (offset from a, count). */
 static void piece(size_t a, size_t b, size_t shard, int p, size_t *off, size_t *cnt) {
@@ -288,7 +306,7 @@ static void piece(size_t a, size_t b, size_t shard, int p, size_t *off, size_t *
 static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req **out, ct_err *err) {
   *out = NULL;
   if (b < a || b - a > (size_t)INT_MAX)
-    return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu floats (at most %d)", b - a, INT_MAX);
+    return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu elements (at most %d)", b - a, INT_MAX);
   ct_comm_req *r = calloc(1, sizeof *r);
   if (r) r->mr = malloc(2 * (size_t)c->size * sizeof *r->mr);
   if (!r || !r->mr) {
@@ -301,16 +319,16 @@ static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req *
   return CT_OK;
 }
 
-/* A buffer of at least n floats from the pool (the smallest that fits, else
+/* A buffer of at least n bytes from the pool (the smallest that fits, else
  * the largest grown), or a new one when all are in use. */
-static float *pool_take(ct_comm *c, size_t n, size_t *cap) {
+static void *pool_take(ct_comm *c, size_t n, size_t *cap) {
   int best = -1;
   for (int i = 0; i < POOL; i++)
     if (c->pool[i] && c->pool_cap[i] >= n && (best < 0 || c->pool_cap[i] < c->pool_cap[best])) best = i;
   if (best < 0)
     for (int i = 0; i < POOL; i++)
       if (c->pool[i] && (best < 0 || c->pool_cap[i] > c->pool_cap[best])) best = i;
-  float *p = NULL;
+  void *p = NULL;
   if (best >= 0) {
     p = c->pool[best];
     *cap = c->pool_cap[best];
@@ -319,10 +337,10 @@ static float *pool_take(ct_comm *c, size_t n, size_t *cap) {
     ct_free(p);
   }
   *cap = n;
-  return ct_alloc(CT_MEM_BUFFERS, n * sizeof(float));
+  return ct_alloc(CT_MEM_BUFFERS, n);
 }
 
-static void pool_give(ct_comm *c, float *p, size_t cap) {
+static void pool_give(ct_comm *c, void *p, size_t cap) {
   if (!p) return;
   for (int i = 0; i < POOL; i++)
     if (!c->pool[i]) {
@@ -340,61 +358,89 @@ static void req_free(ct_comm *c, ct_comm_req *r) {
   free(r);
 }
 
-ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
-                                  ct_comm_req **req, ct_err *err) {
+/* acc[i] <- (acc[i] +) the rank-order float sum of the pieces, i < m. */
+static void reduce_into(ct_comm_dtype t, int flags, const void *u, int N, size_t m, void *acc) {
+  const int add = flags & CT_COMM_ACCUMULATE;
+  if (t == CT_COMM_F32) {
+    const float *f = u;
+    float *o = acc;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < m; i++) {
+      float s = f[i];
+      for (int p = 1; p < N; p++) s += f[(size_t)p * m + i];
+      o[i] = add ? o[i] + s : s;
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (m > 65536)
+  for (size_t i = 0; i < m; i++) {
+    float s = ld(t, u, i);
+    for (int p = 1; p < N; p++) s += ld(t, u, (size_t)p * m + i);
+    st_(t, acc, i, add ? ld(t, acc, i) + s : s);
+  }
+}
+
+ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send, size_t a, size_t b,
+                                    size_t shard, void *acc, ct_comm_req **req, ct_err *err) {
   ct_comm_req *r;
   ct_status st = req_new(c, 0, a, b, &r, err);
   if (st) return st;
   const int N = c->size;
+  const size_t es = esize(t);
   size_t off, m;
   piece(a, b, shard, c->rank, &off, &m);
-  r->acc = acc;
+  r->t = t;
+  r->flags = flags;
   r->m = m;
+  void *dst = (char *)acc + (m ? a + off - (size_t)c->rank * shard : 0) * es;
+  const char *mine = (const char *)send + off * es;
   if (!c->mpi || N == 1) { /* the sum over one rank: done at once */
-    for (size_t i = 0; i < m; i++) acc[a + off - (size_t)c->rank * shard + i] += send[off + i];
-    r->acc = NULL;
+    reduce_into(t, flags, mine, 1, m, dst);
     *req = r;
     return CT_OK;
   }
-  r->acc = acc + (m ? a + off - (size_t)c->rank * shard : 0);
+  r->acc = dst;
   if (m) {
-    r->recv = pool_take(c, (size_t)N * m, &r->recv_cap);
+    r->recv = pool_take(c, (size_t)N * m * es, &r->recv_cap);
     if (!r->recv) {
       req_free(c, r);
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu floats", (size_t)N * m);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu elements", (size_t)N * m);
     }
   }
   /* receive every rank's piece of my part; send each rank its part of mine */
   int rcode = MPI_SUCCESS;
-  for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
-    if (!m) break;
+  for (int p = 0; p < N && rcode == MPI_SUCCESS && m; p++) {
+    char *slot = (char *)r->recv + (size_t)p * m * es;
     if (p == c->rank)
-      memcpy(r->recv + (size_t)p * m, send + off, m * sizeof(float));
+      memcpy(slot, mine, m * es);
     else
-      rcode = MPI_Irecv(r->recv + (size_t)p * m, (int)m, MPI_FLOAT, p, TAG_REDUCE, c->world, &r->mr[r->nmr++]);
+      rcode = MPI_Irecv(slot, (int)m, mpi_type(t), p, TAG_REDUCE, c->world, &r->mr[r->nmr++]);
   }
   for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
     size_t po, pc;
     piece(a, b, shard, p, &po, &pc);
     if (p != c->rank && pc)
-      rcode = MPI_Isend(send + po, (int)pc, MPI_FLOAT, p, TAG_REDUCE, c->world, &r->mr[r->nmr++]);
+      rcode = MPI_Isend((const char *)send + po * es, (int)pc, mpi_type(t), p, TAG_REDUCE, c->world,
+                        &r->mr[r->nmr++]);
   }
   r->active = r->nmr > 0;
   *req = r;
   return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "reduce-scatter (MPI_Isend/MPI_Irecv)");
 }
 
-ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
-                             ct_comm_req **req, ct_err *err) {
+ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
+                               void *recv, ct_comm_req **req, ct_err *err) {
   ct_comm_req *r;
   ct_status st = req_new(c, 1, a, b, &r, err);
   if (st) return st;
   const int N = c->size;
+  const size_t es = esize(t);
   size_t off, m;
   piece(a, b, shard, c->rank, &off, &m);
-  const float *src = mine + (m ? a + off - (size_t)c->rank * shard : 0);
+  r->t = t;
+  const char *src = (const char *)mine + (m ? a + off - (size_t)c->rank * shard : 0) * es;
+  if (m) memmove((char *)recv + off * es, src, m * es); /* may be in place */
   if (!c->mpi || N == 1) {
-    if (m) memcpy(recv + off, src, m * sizeof(float));
     *req = r;
     return CT_OK;
   }
@@ -403,17 +449,25 @@ ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, 
   for (int p = 0; p < N && rcode == MPI_SUCCESS; p++) {
     size_t po, pc;
     piece(a, b, shard, p, &po, &pc);
-    if (!pc) continue;
-    if (p == c->rank)
-      memcpy(recv + off, src, m * sizeof(float));
-    else
-      rcode = MPI_Irecv(recv + po, (int)pc, MPI_FLOAT, p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
+    if (pc && p != c->rank)
+      rcode = MPI_Irecv((char *)recv + po * es, (int)pc, mpi_type(t), p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
   }
   for (int p = 0; p < N && rcode == MPI_SUCCESS && m; p++)
-    if (p != c->rank) rcode = MPI_Isend(src, (int)m, MPI_FLOAT, p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
+    if (p != c->rank)
+      rcode = MPI_Isend(src, (int)m, mpi_type(t), p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
   r->active = r->nmr > 0;
   *req = r;
   return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "all-gather (MPI_Isend/MPI_Irecv)");
+}
+
+ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
+                                  ct_comm_req **req, ct_err *err) {
+  return ct_comm_ireduce_scatter_t(c, CT_COMM_F32, CT_COMM_ACCUMULATE, send, a, b, shard, acc, req, err);
+}
+
+ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
+                             ct_comm_req **req, ct_err *err) {
+  return ct_comm_iallgather_t(c, CT_COMM_F32, mine, a, b, shard, recv, req, err);
 }
 
 ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err) {
@@ -435,19 +489,46 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
     r->active = 0;
     if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Waitall)" : "reduce-scatter (MPI_Waitall)");
   }
-  if (!st && r->kind == 0 && r->acc && r->m) {
-    const int N = c->size;
-    const size_t m = r->m;
-    const float *u = r->recv;
-    float *acc = r->acc;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < m; i++) {
-      float s = u[i];
-      for (int p = 1; p < N; p++) s += u[(size_t)p * m + i];
-      acc[i] += s;
-    }
-  }
+  if (!st && r->kind == 0 && r->acc && r->m) reduce_into(r->t, r->flags, r->recv, c->size, r->m, r->acc);
   req_free(c, r);
+  return st;
+}
+
+/* Whole-buffer bf16 operations: windows of at most 2^30 elements through the
+ * range operations, each completed before the next. */
+#define WINDOW ((size_t)1 << 30)
+
+ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err) {
+  ct_status st = CT_OK;
+  uint16_t *slot = buf + (size_t)c->rank * shard;
+  for (size_t a = 0; a < n && !st; a += WINDOW) {
+    const size_t b = n - a < WINDOW ? n : a + WINDOW;
+    ct_comm_req *r = NULL;
+    st = ct_comm_ireduce_scatter_t(c, CT_COMM_BF16, 0, buf + a, a, b, shard, slot, &r, err);
+    ct_status s2 = ct_comm_wait(c, r, err);
+    if (!st) st = s2;
+  }
+  return st;
+}
+
+ct_status ct_comm_allgather_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err) {
+  ct_status st = CT_OK;
+  const uint16_t *mine = buf + (size_t)c->rank * shard;
+  for (size_t a = 0; a < n && !st; a += WINDOW) {
+    const size_t b = n - a < WINDOW ? n : a + WINDOW;
+    ct_comm_req *r = NULL;
+    st = ct_comm_iallgather_t(c, CT_COMM_BF16, mine, a, b, shard, buf + a, &r, err);
+    ct_status s2 = ct_comm_wait(c, r, err);
+    if (!st) st = s2;
+  }
+  return st;
+}
+
+ct_status ct_comm_allreduce_bf16(ct_comm *c, uint16_t *buf, size_t n, ct_err *err) {
+  if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
+  const size_t shard = ct_comm_shard_len(n, c->size);
+  ct_status st = ct_comm_reduce_scatter_bf16(c, buf, n, shard, err);
+  if (!st) st = ct_comm_allgather_bf16(c, buf, n, shard, err);
   return st;
 }
 
