@@ -86,7 +86,7 @@
   X(tokenizer_merges, STR, NULL, "clip-bpe: the tokenizer's merges.txt")                       \
   X(codec, STR, "pixel", "latent codec: pixel (space-to-depth)")                               \
   X(codec_scale, INT, "0", "pixel codec factor s in {1,2,4} (0: from the preset's channels)")  \
-  X(mixed_precision, STR, "no", "no (float32); bf16 is not supported on CPU yet")              \
+  X(mixed_precision, STR, "no", "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
   X(num_threads, INT, "0", "OpenMP threads (0: all cores)")                                    \
   X(disable_progress_bar, BOOL, "false", "plain log lines even on a terminal")
 

@@ -17,16 +17,18 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision no]\n"
+          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision no|bf16]\n"
           "\n"
           "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
           "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
           "bytes of trainable parameters, gradients and optimizer state, the ZeRO\n"
-          "formula for fp32 storage (params 4Ψ, grads 4Ψ, AdamW 8Ψ; stage 1 divides the\n"
-          "optimizer by N, stage 2 also the gradients, stage 3 everything) and their\n"
-          "ratio, and the peaks outside the formula (activations; buffers, which hold\n"
-          "the optimizer state gathered for the final checkpoint). --ranks N (default: the MPI world, else 1) re-runs this command under\n"
-          "mpirun -np N when it was not started by an MPI launcher.\n");
+          "formula (fp32: params 4Ψ, grads 4Ψ, AdamW 8Ψ; bf16: params 2Ψ, grads 2Ψ,\n"
+          "float32 master weights + AdamW 12Ψ; stage 1 divides the optimizer part by N,\n"
+          "stage 2 also the gradients, stage 3 everything) and their ratio, and the\n"
+          "peaks outside the formula (activations; buffers: communication scratch,\n"
+          "buckets, the weights gathered for the final checkpoint). --ranks N (default:\n"
+          "the MPI world, else 1) re-runs this command under mpirun -np N when it was\n"
+          "not started by an MPI launcher.\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -79,8 +81,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       return 2;
     }
   }
-  if (strcmp(mp, "no")) {
-    fprintf(stderr, "ctuner bench memory: --mixed_precision %s: bf16 storage is not implemented yet; use no\n", mp);
+  if (strcmp(mp, "no") && strcmp(mp, "bf16")) {
+    fprintf(stderr, "ctuner bench memory: --mixed_precision %s: use no or bf16\n", mp);
     return 2;
   }
   const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
@@ -127,7 +129,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   const char *kv[][2] = {{"preset", preset},         {"resolution", "16"},      {"train_batch_size", "1"},
                          {"max_train_steps", "2"},   {"optimizer", "adamw"},    {"use_ema", "false"},
                          {"disable_validation", "true"}, {"checkpoint_step_interval", "0"},
-                         {"data_backend_config", backend}, {"output_dir", out}, {"zero_stage", st_s}};
+                         {"data_backend_config", backend}, {"output_dir", out}, {"zero_stage", st_s},
+                         {"mixed_precision", mp}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -161,17 +164,18 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       if (v3[5 * r + k] > mx[k]) mx[k] = v3[5 * r + k];
   free(v3);
   const double psi = (double)sum.params;
-  double fp = 4 * psi, fg = 4 * psi, fo = 8 * psi;
+  const int bf = !strcmp(mp, "bf16");
+  double fp = (bf ? 2 : 4) * psi, fg = (bf ? 2 : 4) * psi, fo = (bf ? 12 : 8) * psi;
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
-    printf("{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"no\", \"psi\": %.0f, "
+    printf("{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"%s\", \"psi\": %.0f, "
            "\"measured_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
            "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
            "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, \"buffers\": %.2f}}\n",
-           preset, N, stage, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
+           preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
            fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576, mx[4] / 1048576);
   rc = 0;
 done:

@@ -142,13 +142,13 @@ static int load_accelerate(const char *path, acc_cfg *c) {
   if (strcmp(dt, "NO") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "MULTI_CPU") && strcmp(dt, "DEEPSPEED")) {
     fprintf(stderr,
             "ctuner launch: %s: distributed_type %s is not supported; use MULTI_GPU, MULTI_CPU, "
-            "DEEPSPEED or NO (FSDP's sharding is ZeRO stage 3, not implemented yet)\n",
+            "DEEPSPEED or NO (for FSDP's full sharding use DEEPSPEED with zero_stage 3)\n",
             path, dt);
     return -1;
   }
-  if (strcmp(c->mixed_precision, "no")) {
-    fprintf(stderr, "ctuner launch: %s: mixed_precision %s: bf16/fp16 storage is not implemented yet; use no\n",
-            path, c->mixed_precision);
+  if (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "bf16")) {
+    fprintf(stderr, "ctuner launch: %s: mixed_precision %s: use no or bf16 (fp16 needs loss scaling ctuner does "
+            "not do)\n", path, c->mixed_precision);
     return -1;
   }
   for (int i = 0; i < 2; i++) {
@@ -280,6 +280,9 @@ int ct_cmd_launch(int argc, char **argv) {
    * after '--' win (ctuner train applies options in order) */
   if (c.zero_stage >= 0) av[k++] = zs;
   if (c.grad_accum > 0) av[k++] = ga;
+  char mp[64];
+  snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
+  av[k++] = mp;
   if (*c.ds_file) av[k++] = dsf;
   for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;

@@ -517,9 +517,11 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
         c->codec ? c->codec : "");
   if (c->codec_scale != 0 && c->codec_scale != 1 && c->codec_scale != 2 && c->codec_scale != 4)
     BAD("codec_scale must be 0 (from the preset), 1, 2 or 4, got %ld", c->codec_scale);
-  if (!c->mixed_precision || (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32")))
-    BAD("mixed_precision '%s' is not supported; use \"no\" (float32)",
-        c->mixed_precision ? c->mixed_precision : "");
+  if (!c->mixed_precision ||
+      (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32") && strcmp(c->mixed_precision, "bf16")))
+    BAD("mixed_precision '%s' is not supported; use \"no\" (float32) or \"bf16\"%s",
+        c->mixed_precision ? c->mixed_precision : "",
+        c->mixed_precision && !strcmp(c->mixed_precision, "fp16") ? " (fp16 needs loss scaling ctuner does not do)" : "");
   if (c->num_threads < 0 || c->num_threads > 1024) BAD("num_threads must be between 0 and 1024, got %ld", c->num_threads);
   if (!c->resume_from_checkpoint) BAD("resume_from_checkpoint must be latest, none or a path");
   return CT_OK;

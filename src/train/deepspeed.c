@@ -217,13 +217,11 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
   }
   int on = 0;
   st = enabled(j, "bf16", &on, err);
-  if (!st && on)
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "deepspeed_config: bf16.enabled: bf16 storage is not implemented yet; "
-                                          "set it to false");
+  if (!st && on) st = set_key(cfg, "mixed_precision", "bf16", err);
   if (!st) st = enabled(j, "fp16", &on, err);
   if (!st && on)
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "deepspeed_config: fp16.enabled: fp16 is not supported (use bf16 "
-                                          "when it lands, or false)");
+    st = ct_errf(err, CT_ERR_UNSUPPORTED, "deepspeed_config: fp16.enabled: fp16 is not supported (it needs loss "
+                                          "scaling); use \"bf16\": {\"enabled\": true} or false");
   long micro = cfg->train_batch_size, accum = cfg->gradient_accumulation_steps, total = 0;
   int set_m = 0, set_a = 0, set_t = 0;
   if (!st) st = posint(j, "train_micro_batch_size_per_gpu", "", &micro, &set_m, err);

@@ -318,15 +318,17 @@ typedef struct trainer {
   int zero;        /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
   int stage;       /* zero_stage */
   size_t shard, lo, hi;
-  zero_ctx z;      /* stages 2 and 3 (zero.h) */
-  float *wsh;      /* stage 3: this rank's parameters [lo, hi) (shard floats) */
+  int bf16;        /* mixed_precision bf16 */
+  int own;         /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
+  zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
+  float *wsh;      /* float32 (master) weights of [lo, hi) when own */
   ct_geometry g;
   ct_mmdit *m;
   ct_textenc *te;
   ct_dataset *ds;
   ct_optim *opt;
   ct_sched sched;
-  float *ema;      /* every parameter; stage 3: this rank's shard only */
+  float *ema;      /* every parameter; when own: [lo, hi) only */
   vprompts vp;
   int vw, vh;
   long total;
@@ -574,26 +576,58 @@ static ct_status save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_tra
   return st;
 }
 
-/* Stage 3: the full parameters (into the model) and EMA on rank 0, for
- * validation and checkpoints; every rank takes part. Other stages: nothing. */
-static ct_status stage3_gather(trainer *tr, float **wf, float **ef, ct_err *err) {
-  *wf = *ef = NULL;
-  if (tr->stage < 3) return CT_OK;
-  ct_status st = zero_materialize(&tr->z, wf, err);
-  if (!tr->ema) return st;
+/* When the trainer holds the weights (stage 3, bf16): the full float32
+ * weights and EMA on rank 0 — gathered from the ranks' ranges, or the
+ * trainer's own when it holds all — with the model pointing at them without
+ * hooks, for validation and checkpoints; every rank takes part. Otherwise
+ * nothing: the model has its full weights. */
+typedef struct full_view {
+  float *w, *e;
+  int owned; /* gathered copies, freed by release */
+} full_view;
+
+static ct_status gather_full(trainer *tr, full_view *fv, ct_err *err) {
+  memset(fv, 0, sizeof *fv);
+  if (!tr->own) return CT_OK;
   const size_t nw = ct_mmdit_numel(tr->m);
-  if (!st && tr->rank == 0) {
-    *ef = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
-    if (!*ef) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the EMA weights");
+  const int lead = tr->rank == 0;
+  ct_status st = CT_OK;
+  if (tr->hi - tr->lo == nw) { /* bf16 stage 0: every rank holds all */
+    fv->w = lead ? tr->wsh : NULL;
+    fv->e = lead ? tr->ema : NULL;
+  } else {
+    fv->owned = 1;
+    if (lead) {
+      fv->w = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+      fv->e = tr->ema ? ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float)) : NULL;
+      if (!fv->w || (tr->ema && !fv->e)) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the weights");
+    }
+    /* every rank takes part even if rank 0 failed: the CLI then aborts the job */
+    ct_status s2 = ct_comm_gather_f32(tr->comm, tr->wsh, fv->w, tr->shard, nw, 0, err);
+    if (!st) st = s2;
+    if (tr->ema) {
+      s2 = ct_comm_gather_f32(tr->comm, tr->ema, fv->e, tr->shard, nw, 0, err);
+      if (!st) st = s2;
+    }
   }
-  ct_status s2 = ct_comm_gather_f32(tr->comm, tr->ema, *ef, tr->shard, nw, 0, err);
-  return st ? st : s2;
+  if (!st && lead) {
+    zero_hooks(&tr->z, 0);
+    ct_mmdit_use_params(tr->m, fv->w);
+  }
+  return st;
 }
 
-static void stage3_release(trainer *tr, float *wf, float *ef) {
-  if (tr->stage < 3) return;
-  zero_release(&tr->z, wf);
-  ct_free(ef);
+static void release_full(trainer *tr, full_view *fv) {
+  if (!tr->own) return;
+  if (tr->rank == 0 && fv->w) {
+    ct_mmdit_use_params(tr->m, NULL);
+    zero_hooks(&tr->z, 1);
+  }
+  if (fv->owned) {
+    ct_free(fv->w);
+    ct_free(fv->e);
+  }
+  memset(fv, 0, sizeof *fv);
 }
 
 static void trainer_free(trainer *tr) {
@@ -675,21 +709,25 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   sum->total_steps = tr.total;
 
   /* Stages 2 and 3 keep no full gradient, stage 3 no full parameters: each
-   * rank initialises and loads only its shard (zero.c). */
+   * rank initialises and loads only its shard (zero.c). bf16 keeps bf16
+   * parameters and gradients in zero.c and the float32 weights of the
+   * optimizer's range here. */
   tr.zero = cfg->zero_stage >= 1;
   tr.stage = (int)cfg->zero_stage;
+  tr.bf16 = !strcmp(cfg->mixed_precision, "bf16");
+  tr.own = tr.stage >= 3 || tr.bf16;
   st = ct_mmdit_new(&tr.g.mc, (uint64_t)cfg->seed,
-                    (tr.stage < 2 ? CT_MMDIT_GRADS : 0) | (tr.stage >= 3 ? CT_MMDIT_NO_PARAMS : 0), &tr.m, err);
+                    (tr.stage < 2 && !tr.bf16 ? CT_MMDIT_GRADS : 0) | (tr.own ? CT_MMDIT_NO_PARAMS : 0), &tr.m, err);
   if (st) goto out;
   const size_t nw = ct_mmdit_numel(tr.m);
   tr.shard = ct_comm_shard_len(nw, tr.world);
   tr.lo = tr.zero ? (size_t)tr.rank * tr.shard : 0;
   if (tr.lo > nw) tr.lo = nw;
   tr.hi = tr.zero ? (tr.lo + tr.shard < nw ? tr.lo + tr.shard : nw) : nw;
-  if (tr.stage >= 3) {
-    tr.wsh = ct_calloc(CT_MEM_PARAMS, tr.shard ? tr.shard : 1, sizeof(float));
+  if (tr.own) { /* bf16: master weights, counted with the optimizer state as in ZeRO's 12 bytes */
+    tr.wsh = ct_calloc(tr.bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, tr.hi - tr.lo ? tr.hi - tr.lo : 1, sizeof(float));
     if (!tr.wsh) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the ZeRO-3 parameter shard");
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank", tr.hi - tr.lo);
       goto out;
     }
     ct_mmdit_init_range(tr.m, (uint64_t)cfg->seed, tr.lo, tr.hi, tr.wsh);
@@ -720,14 +758,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   if (!st) st = load_prompts(cfg, &tr.vp, err);
   if (!st) st = parse_vres(cfg, tr.g.resolution, &tr.vw, &tr.vh, err);
   if (st) goto out;
-  if (cfg->use_ema) { /* stage 3: this rank's shard of it */
-    const size_t ne = tr.stage >= 3 ? tr.shard : nw;
+  if (cfg->use_ema) { /* own: this rank's range of it */
+    const size_t ne = tr.own ? tr.hi - tr.lo : nw;
     tr.ema = ct_calloc(CT_MEM_OPTIMIZER, ne ? ne : 1, sizeof(float));
     if (!tr.ema) {
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the EMA weights");
       goto out;
     }
-    memcpy(tr.ema, tr.stage >= 3 ? tr.wsh : ct_mmdit_params(tr.m), (tr.stage >= 3 ? tr.hi - tr.lo : nw) * sizeof(float));
+    memcpy(tr.ema, tr.own ? tr.wsh : ct_mmdit_params(tr.m), ne * sizeof(float));
   }
   ct_config_digest(cfg, s.digest);
   {
@@ -736,7 +774,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     snprintf(s.optimizer, sizeof s.optimizer, "%s",
              ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   }
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, tr.stage >= 3 ? tr.wsh : NULL, tr.lo, tr.hi};
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, tr.own ? tr.wsh : NULL, tr.lo, tr.hi};
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -786,17 +824,20 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
   sum->start_step = s.global_step;
-  if (tr.stage >= 2) { /* loaded and resumed: now shard */
+  if (tr.stage >= 2 || tr.bf16) { /* loaded and resumed: now shard / round to bf16 */
     size_t bucket = (size_t)cfg->reduce_bucket_size;
     if (!bucket) bucket = (size_t)tr.g.mc.hidden * (size_t)tr.g.mc.hidden;
-    st = zero_init(&tr.z, comm, tr.m, tr.stage, bucket, err);
-    if (!st && tr.stage >= 3) st = zero_shard_params(&tr.z, tr.wsh, err);
+    st = zero_init(&tr.z, comm, tr.m, tr.stage, tr.bf16, bucket, tr.own ? tr.wsh : NULL, err);
     if (st) goto out;
-    if (lead)
-      CT_INFO("ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu floats during the "
+    if (lead && tr.stage >= 2)
+      CT_INFO("ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu elements during the "
               "backward%s",
               tr.stage, tr.hi - tr.lo, nw, tr.z.cap,
               tr.stage >= 3 ? "; each block's parameters gathered before it runs, the next one prefetched" : "");
+    if (lead && tr.bf16)
+      CT_INFO("mixed_precision bf16: bf16 parameters, gradients and communication; float32 master weights and "
+              "optimizer state for %zu parameters per rank; float32 compute",
+              tr.hi - tr.lo);
   }
   if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
   if (lead && !tr.metrics) {
@@ -826,7 +867,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     const double t0 = now_s();
     const long step = s.global_step + 1;
     const double lr = ct_sched_lr(&tr.sched, s.global_step);
-    if (tr.stage >= 2)
+    if (tr.stage >= 2 || tr.bf16)
       zero_begin_step(&tr.z);
     else
       memset(g, 0, nw * sizeof(float));
@@ -840,7 +881,15 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     /* Each rank's gradient is already divided by the world size: sums are means. */
     float *gstep = g; /* the gradient the optimizer sees: all of it, or this rank's shard */
     double gn;
-    if (tr.stage >= 2) { /* reduced during the backward, bucket by bucket (zero.c) */
+    if (tr.bf16) { /* bf16 gradients reduced (zero.c), this rank's range in float32 */
+      st = zero_bf16_grads(&tr.z, &gstep, err);
+      /* stage 0: every rank holds the whole (identical) gradient */
+      double red[2] = {loss, tr.stage == 0 && tr.rank > 0 ? 0 : sumsq(gstep, tr.hi - tr.lo)};
+      if (!st) st = ct_comm_allreduce_f64(comm, red, 2, err);
+      if (st) goto out;
+      loss = red[0] / tr.world;
+      gn = sqrt(red[1]);
+    } else if (tr.stage >= 2) { /* reduced during the backward, bucket by bucket (zero.c) */
       double red[2] = {loss, sumsq(tr.z.gsh, tr.hi - tr.lo)};
       st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
@@ -891,18 +940,18 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
         for (size_t i = 0; i < ns; i++) gstep[i] *= c;
       }
       s.opt_steps++;
-      float *wstep = tr.stage >= 3 ? tr.wsh : w + tr.lo; /* this rank's master weights */
+      float *wstep = tr.own ? tr.wsh : w + tr.lo; /* this rank's (master) weights */
       if (tr.opt) st = ct_optim_step(tr.opt, wstep, gstep, (float)lr, s.opt_steps, err);
-      if (!st && tr.zero && tr.stage < 3 && tr.world > 1) /* every rank gets every updated shard, in place */
+      if (!st && tr.zero && !tr.own && tr.world > 1) /* every rank gets every updated shard, in place */
         st = ct_comm_allgather_f32(comm, w + tr.lo, w, tr.shard, nw, err);
-      if (!st && tr.stage >= 3) st = zero_params_changed(&tr.z, err);
+      if (!st && tr.own) st = zero_params_changed(&tr.z, err); /* bf16 rounding and sharing; stale slots */
       if (st) goto out;
       if (tr.ema && s.opt_steps % cfg->ema_update_interval == 0) {
         const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
         const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
         float *e = tr.ema;
-        const float *src = tr.stage >= 3 ? tr.wsh : w;
-        const size_t ne = tr.stage >= 3 ? tr.hi - tr.lo : nw;
+        const float *src = tr.own ? tr.wsh : w;
+        const size_t ne = tr.own ? tr.hi - tr.lo : nw;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
       }
@@ -925,14 +974,15 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     char ev[4300];
     if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last) {
       int nimg = 0;
-      float *wf = NULL, *ef = NULL, *ema_shard = tr.ema;
-      st = stage3_gather(&tr, &wf, &ef, err); /* stage 3: the full model on rank 0 */
+      full_view fv;
+      float *ema_mine = tr.ema;
+      st = gather_full(&tr, &fv, err); /* own: the full model on rank 0 */
       if (!st && lead) {
-        if (tr.stage >= 3) tr.ema = ef;
+        if (tr.own) tr.ema = fv.e;
         st = validate(&tr, step, &nimg, err);
-        tr.ema = ema_shard;
+        tr.ema = ema_mine;
       }
-      stage3_release(&tr, wf, ef);
+      release_full(&tr, &fv);
       if (st) goto out;
       if (nimg && cb) {
         snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, cfg->output_dir);
@@ -950,12 +1000,12 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       /* Every rank holds the same weights. ZeRO-1: the optimizer state is
        * gathered for rank 0, which writes a checkpoint any world size or stage
        * can resume (docs/distributed.md). */
-      float *wf = NULL, *ef = NULL;
-      st = stage3_gather(&tr, &wf, &ef, err);
-      if (tr.stage >= 3) io.ema = ef;
+      full_view fv;
+      st = gather_full(&tr, &fv, err);
+      if (tr.own) io.ema = fv.e;
       if (!st) st = save_checkpoint(&tr, &io, &s, sum, err);
-      stage3_release(&tr, wf, ef);
-      io.ema = tr.stage >= 3 ? NULL : tr.ema;
+      release_full(&tr, &fv);
+      io.ema = tr.own ? NULL : tr.ema;
       if (st) goto out;
       if (cb && lead) {
         snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
@@ -966,7 +1016,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
 out:
-  if (tr.stage >= 2 && tr.z.comm && lead)
+  if ((tr.stage >= 2 || tr.bf16) && tr.z.comm && lead)
     CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
             "communication",
             tr.stage, tr.z.buckets, tr.z.misses, tr.z.wait_s);

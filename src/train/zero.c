@@ -1,5 +1,5 @@
-/* zero.c: ZeRO stages 2 and 3 through the model's segment hooks
- * (docs/distributed.md, "ZeRO-2 and ZeRO-3").
+/* zero.c: ZeRO stages 2 and 3, and bf16 storage, through the model's segment
+ * hooks (docs/distributed.md, "ZeRO-2 and ZeRO-3", "bf16").
  *
  * Stage 2: the backward writes each segment's gradient into a bucket buffer
  * instead of a full-size gradient buffer. Segments complete from the end of
@@ -18,18 +18,39 @@
  * the same time. A slot that already holds the segment is reused (the final
  * layer from forward to backward, the input embeddings from one micro-step to
  * the next) until the optimizer changes the shard.
+ *
+ * bf16 (any stage): parameters, gradients, buckets and slots hold bf16; the
+ * float32 master weights and optimizer state cover [mlo, mhi). A segment's
+ * parameters are widened to float32 scratch when it is entered and its float32
+ * gradient is rounded into the bf16 storage when it is left, so the kernels
+ * always compute in float32. Stages 0-1 keep all bf16 parameters and
+ * gradients and reduce once per step (all-reduce or reduce-scatter in bf16).
  */
 #include <string.h>
 #include <time.h>
 
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
+#include "ctuner/safetensors.h"
 #include "train/zero.h"
 
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t es(const zero_ctx *z) { return z->bf16 ? 2 : 4; }
+static ct_comm_dtype dt(const zero_ctx *z) { return z->bf16 ? CT_COMM_BF16 : CT_COMM_F32; }
+
+static void widen(const uint16_t *src, float *dst, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
+}
+
+static void narrow(const float *src, uint16_t *dst, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) dst[i] = ct_f32_to_bf16(src[i]);
 }
 
 static ct_status z_wait(zero_ctx *z, ct_comm_req **r, ct_err *err) {
@@ -44,8 +65,10 @@ static ct_status z_wait(zero_ctx *z, ct_comm_req **r, ct_err *err) {
 /* Starts the current bucket's reduce-scatter and frees the other buffer. */
 static ct_status flush(zero_ctx *z, ct_err *err) {
   if (z->top == z->bot) return CT_OK;
-  float *base = z->bucket[z->cur] + z->cap - (z->top - z->bot);
-  ct_status st = ct_comm_ireduce_scatter(z->comm, base, z->bot, z->top, z->shard, z->gsh, &z->breq[z->cur], err);
+  char *base = (char *)z->bucket[z->cur] + (z->cap - (z->top - z->bot)) * es(z);
+  void *acc = z->bf16 ? (void *)z->g16 : (void *)z->gsh;
+  ct_status st = ct_comm_ireduce_scatter_t(z->comm, dt(z), CT_COMM_ACCUMULATE, base, z->bot, z->top, z->shard, acc,
+                                           &z->breq[z->cur], err);
   if (st) return st;
   z->buckets++;
   z->cur ^= 1;
@@ -53,15 +76,14 @@ static ct_status flush(zero_ctx *z, ct_err *err) {
   return z_wait(z, &z->breq[z->cur], err);
 }
 
-static ct_status grad_enter(zero_ctx *z, size_t off, size_t n, float **g, ct_err *err) {
+/* The place of segment [off, off + n) in the current bucket. */
+static ct_status grad_place(zero_ctx *z, size_t off, size_t n, void **dst, ct_err *err) {
   ct_status st;
   if (z->top != z->bot && z->top - off > z->cap && (st = flush(z, err))) return st;
   if (z->top == z->bot) z->top = z->bot = off + n;
   CT_ASSERT(off + n == z->bot); /* segments complete downwards, without gaps */
-  float *dst = z->bucket[z->cur] + z->cap - (z->top - off);
-  memset(dst, 0, n * sizeof(float));
+  *dst = (char *)z->bucket[z->cur] + (z->cap - (z->top - off)) * es(z);
   z->bot = off;
-  *g = dst;
   return CT_OK;
 }
 
@@ -69,12 +91,15 @@ static ct_status gather_into(zero_ctx *z, int k, int s, ct_err *err) {
   size_t off, n;
   ct_mmdit_segment(z->m, s, &off, &n);
   ct_status st = z_wait(z, &z->sreq[k], err);
-  if (!st) st = ct_comm_iallgather(z->comm, z->wsh, off, off + n, z->shard, z->slot[k], &z->sreq[k], err);
+  const void *mine = z->bf16 ? (const void *)z->w16 : (const void *)z->master;
+  if (!st) st = ct_comm_iallgather_t(z->comm, dt(z), mine, off, off + n, z->shard, z->slot[k], &z->sreq[k], err);
   z->slot_seg[k] = st ? -1 : s;
   return st;
 }
 
-static ct_status param_enter(zero_ctx *z, int s, int backward, float **w, ct_err *err) {
+/* Stage 3: segment s's parameters in a slot (waiting for its gather), the
+ * next segment's gather started. */
+static ct_status param_slot(zero_ctx *z, int s, int backward, void **slot, ct_err *err) {
   ct_status st = CT_OK;
   int k = z->slot_seg[0] == s ? 0 : z->slot_seg[1] == s ? 1 : -1;
   if (k < 0) { /* not prefetched: gather now */
@@ -87,7 +112,7 @@ static ct_status param_enter(zero_ctx *z, int s, int backward, float **w, ct_err
   const int next = backward ? s - 1 : s + 1;
   if (next >= 0 && next < z->nseg && z->slot_seg[k ^ 1] != next && (st = gather_into(z, k ^ 1, next, err)))
     return st;
-  *w = z->slot[k];
+  *slot = z->slot[k];
   return CT_OK;
 }
 
@@ -106,13 +131,49 @@ static ct_status z_enter(void *user, int s, int backward, float **w, float **g, 
   size_t off, n;
   ct_mmdit_segment(z->m, s, &off, &n);
   ct_status st = CT_OK;
-  if (z->stage >= 3) st = param_enter(z, s, backward, w, err);
-  if (!st && backward && z->stage >= 2) st = grad_enter(z, off, n, g, err);
+  /* parameters */
+  if (z->stage >= 3) {
+    void *slot;
+    if ((st = param_slot(z, s, backward, &slot, err))) return st;
+    if (z->bf16)
+      widen(slot, z->wseg, n);
+    else
+      *w = slot;
+  } else if (z->bf16) {
+    widen(z->w16 + off, z->wseg, n);
+  }
+  if (z->bf16) *w = z->wseg;
+  if (!backward) return CT_OK;
+  /* gradients */
+  if (z->bf16) {
+    memset(z->gseg, 0, n * sizeof(float));
+    *g = z->gseg;
+    if (z->stage >= 2) st = grad_place(z, off, n, &z->gdst, err);
+  } else if (z->stage >= 2) {
+    void *dst;
+    st = grad_place(z, off, n, &dst, err);
+    if (!st) {
+      memset(dst, 0, n * sizeof(float));
+      *g = dst;
+    }
+  }
   return st;
 }
 
 static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
   zero_ctx *z = user;
+  if (backward && z->bf16) { /* the segment's float32 gradient into bf16 storage */
+    size_t off, n;
+    ct_mmdit_segment(z->m, s, &off, &n);
+    const float *gs = z->gseg;
+    if (z->stage >= 2) {
+      narrow(gs, z->gdst, n);
+    } else {
+      uint16_t *g = z->g16 + off;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (size_t i = 0; i < n; i++) g[i] = ct_f32_to_bf16(ct_bf16_to_f32(g[i]) + gs[i]);
+    }
+  }
   ct_status st = progress(z, err);
   if (!st && backward && s == 0 && z->stage >= 2) { /* the backward is over: finish every reduction */
     st = flush(z, err);
@@ -122,91 +183,106 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
   return st;
 }
 
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, size_t bucket, ct_err *err) {
+void zero_hooks(zero_ctx *z, int on) {
+  if (!z->comm || (z->stage < 2 && !z->bf16)) return;
+  ct_mmdit_hooks h = {z, z_enter, z_leave};
+  ct_mmdit_set_hooks(z->m, on ? &h : NULL);
+}
+
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16, size_t bucket, float *master,
+                    ct_err *err) {
   memset(z, 0, sizeof *z);
   z->comm = comm;
   z->m = m;
   z->stage = stage;
+  z->bf16 = bf16;
+  z->master = master;
   z->n = ct_mmdit_numel(m);
   z->shard = ct_comm_shard_len(z->n, ct_comm_size(comm));
   z->lo = (size_t)ct_comm_rank(comm) * z->shard;
   if (z->lo > z->n) z->lo = z->n;
   z->hi = z->lo + z->shard < z->n ? z->lo + z->shard : z->n;
+  z->mlo = stage >= 1 ? z->lo : 0;
+  z->mhi = stage >= 1 ? z->hi : z->n;
   z->nseg = ct_mmdit_nsegments(m);
   z->slot_seg[0] = z->slot_seg[1] = -1;
-  if (stage < 2) return CT_OK;
+  if (stage < 2 && !bf16) return CT_OK;
   for (int s = 0; s < z->nseg; s++) {
     size_t off, n;
     ct_mmdit_segment(m, s, &off, &n);
     if (n > z->maxseg) z->maxseg = n;
   }
-  z->cap = bucket > z->maxseg ? bucket : z->maxseg; /* a segment is one piece */
-  z->gsh = ct_calloc(CT_MEM_GRADS, z->shard ? z->shard : 1, sizeof(float));
-  z->bucket[0] = ct_alloc(CT_MEM_BUFFERS, z->cap * sizeof(float));
-  z->bucket[1] = ct_alloc(CT_MEM_BUFFERS, z->cap * sizeof(float));
-  if (!z->gsh || !z->bucket[0] || !z->bucket[1])
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory for ZeRO-%d gradient buffers (%zu + 2 x %zu floats)", stage,
-                   z->shard, z->cap);
-  if (stage >= 3) {
-    z->slot[0] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
-    z->slot[1] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
-    if (!z->slot[0] || !z->slot[1])
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for ZeRO-3 parameter slots (2 x %zu floats)", z->maxseg);
+  const size_t e = es(z), sh = z->shard ? z->shard : 1;
+  if (stage >= 2) {
+    z->cap = bucket > z->maxseg ? bucket : z->maxseg; /* a segment is one piece */
+    z->bucket[0] = ct_alloc(CT_MEM_BUFFERS, z->cap * e);
+    z->bucket[1] = ct_alloc(CT_MEM_BUFFERS, z->cap * e);
+    if (!z->bucket[0] || !z->bucket[1])
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for two gradient buckets of %zu elements", z->cap);
   }
-  ct_mmdit_hooks h = {z, z_enter, z_leave};
-  ct_mmdit_set_hooks(m, &h);
-  return CT_OK;
-}
-
-ct_status zero_shard_params(zero_ctx *z, float *wsh, ct_err *err) {
-  (void)err;
-  CT_ASSERT(z->stage >= 3);
-  z->wsh = wsh;
-  ct_mmdit_use_params(z->m, NULL);
-  return CT_OK;
+  if (stage >= 3) {
+    z->slot[0] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * e);
+    z->slot[1] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * e);
+    if (!z->slot[0] || !z->slot[1])
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for ZeRO-3 parameter slots (2 x %zu elements)", z->maxseg);
+  }
+  if (bf16) {
+    const size_t nw16 = stage >= 3 ? sh : z->n, ng16 = stage >= 2 ? sh : z->n;
+    z->w16 = ct_calloc(CT_MEM_PARAMS, nw16, 2);
+    z->g16 = ct_calloc(CT_MEM_GRADS, ng16, 2);
+    z->wseg = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
+    z->gseg = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
+    z->g32 = ct_alloc(CT_MEM_BUFFERS, (z->mhi - z->mlo ? z->mhi - z->mlo : 1) * sizeof(float));
+    if (!z->w16 || !z->g16 || !z->wseg || !z->gseg || !z->g32)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the bf16 parameters and gradients");
+  } else {
+    z->gsh = ct_calloc(CT_MEM_GRADS, sh, sizeof(float));
+    if (!z->gsh) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the gradient shard (%zu floats)", sh);
+  }
+  ct_mmdit_use_grads(m, NULL);
+  if (stage >= 3 || bf16) ct_mmdit_use_params(m, NULL);
+  zero_hooks(z, 1);
+  return bf16 ? zero_params_changed(z, err) : CT_OK;
 }
 
 void zero_begin_step(zero_ctx *z) {
-  if (z->stage >= 2) memset(z->gsh, 0, z->shard * sizeof(float));
+  if (z->bf16)
+    memset(z->g16, 0, (z->stage >= 2 ? z->shard : z->n) * 2);
+  else if (z->stage >= 2)
+    memset(z->gsh, 0, z->shard * sizeof(float));
+}
+
+ct_status zero_bf16_grads(zero_ctx *z, float **g32, ct_err *err) {
+  ct_status st = CT_OK;
+  const double t0 = now();
+  if (z->stage == 0)
+    st = ct_comm_allreduce_bf16(z->comm, z->g16, z->n, err);
+  else if (z->stage == 1)
+    st = ct_comm_reduce_scatter_bf16(z->comm, z->g16, z->n, z->shard, err);
+  z->wait_s += now() - t0;
+  if (st) return st;
+  /* stages 0-1 hold all n (this rank's range at [mlo, ...)); 2-3 the shard */
+  widen(z->g16 + (z->stage >= 2 ? 0 : z->mlo), z->g32, z->mhi - z->mlo);
+  *g32 = z->g32;
+  return CT_OK;
 }
 
 ct_status zero_params_changed(zero_ctx *z, ct_err *err) {
   ct_status st = CT_OK;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 2; k++) { /* stage 3: the slots hold old values */
     ct_status s2 = z_wait(z, &z->sreq[k], err);
     if (!st) st = s2;
     z->slot_seg[k] = -1;
   }
-  return st;
-}
-
-ct_status zero_materialize(zero_ctx *z, float **full, ct_err *err) {
-  *full = NULL;
-  if (z->stage < 3) return CT_OK;
-  ct_status st = zero_params_changed(z, err);
-  const int lead = ct_comm_rank(z->comm) == 0;
-  if (!st && lead) {
-    *full = ct_alloc(CT_MEM_BUFFERS, z->n * sizeof(float));
-    if (!*full) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the %zu parameters", z->n);
-  }
-  /* every rank takes part even if rank 0 failed: the CLI then aborts the job */
-  ct_status s2 = ct_comm_gather_f32(z->comm, z->wsh, *full, z->shard, z->n, 0, err);
-  if (!st) st = s2;
-  if (!st && lead) {
-    ct_mmdit_set_hooks(z->m, NULL);
-    ct_mmdit_use_params(z->m, *full);
+  if (st || !z->bf16) return st;
+  const size_t n = z->mhi - z->mlo;
+  narrow(z->master, z->w16 + (z->stage >= 3 ? 0 : z->mlo), n);
+  if (z->stage == 1 || z->stage == 2) {
+    const double t0 = now();
+    st = ct_comm_allgather_bf16(z->comm, z->w16, z->n, z->shard, err);
+    z->wait_s += now() - t0;
   }
   return st;
-}
-
-void zero_release(zero_ctx *z, float *full) {
-  if (z->stage < 3) return;
-  if (full) {
-    ct_mmdit_use_params(z->m, NULL);
-    ct_mmdit_hooks h = {z, z_enter, z_leave};
-    ct_mmdit_set_hooks(z->m, &h);
-  }
-  ct_free(full);
 }
 
 void zero_free(zero_ctx *z) {
@@ -219,6 +295,11 @@ void zero_free(zero_ctx *z) {
     ct_free(z->slot[k]);
   }
   ct_free(z->gsh);
-  if (z->m && z->stage >= 2) ct_mmdit_set_hooks(z->m, NULL);
+  ct_free(z->w16);
+  ct_free(z->g16);
+  ct_free(z->wseg);
+  ct_free(z->gseg);
+  ct_free(z->g32);
+  zero_hooks(z, 0);
   memset(z, 0, sizeof *z);
 }

@@ -1,7 +1,10 @@
-/* ZeRO stages 2 and 3 over the model's segment hooks (see zero.c). Stage 1
- * needs none of this: the trainer reduce-scatters the full gradient. */
+/* ZeRO stages 2 and 3, and bf16 storage at any stage, over the model's
+ * segment hooks (see zero.c). Stage 1 in float32 needs none of this: the
+ * trainer reduce-scatters the full gradient. */
 #ifndef CT_TRAIN_ZERO_H
 #define CT_TRAIN_ZERO_H
+
+#include <stdint.h>
 
 #include "ctuner/comm.h"
 #include "ctuner/mmdit.h"
@@ -9,39 +12,51 @@
 typedef struct zero_ctx {
   ct_comm *comm;
   ct_mmdit *m;
-  int stage, nseg;
+  int stage, nseg, bf16;
   size_t n, shard, lo, hi, maxseg;
-  float *gsh;            /* stage >= 2: this rank's gradient shard (shard floats) */
-  float *wsh;            /* stage 3: this rank's parameter shard (borrowed) */
+  size_t mlo, mhi;       /* the master / optimizer range: [lo, hi), or all at stage 0 */
+  float *master;         /* float32 weights of [mlo, mhi) (borrowed): fp32 stage 3, or bf16 */
+  /* float32 storage (stages 2-3) */
+  float *gsh;            /* this rank's gradient shard (shard floats) */
+  /* bf16 storage */
+  uint16_t *w16;         /* parameters: all n (stages 0-2) or this rank's shard (stage 3) */
+  uint16_t *g16;         /* gradients: all n (stages 0-1) or this rank's shard (stages 2-3) */
+  float *wseg, *gseg;    /* one segment in float32: its parameters, its gradient */
+  float *g32;            /* the step's float32 gradient of [mlo, mhi) */
+  void *gdst;            /* bf16 stages 2-3: where the current segment's gradient goes in its bucket */
   /* gradient buckets: [bot, top) of the flat buffer, stored at the end of bucket[cur] */
-  float *bucket[2];
+  void *bucket[2];
   size_t cap, top, bot;
   int cur;
   ct_comm_req *breq[2];
-  /* stage 3 parameter slots (maxseg floats), the segment each holds (-1 none) */
-  float *slot[2];
+  /* stage 3 parameter slots (maxseg elements), the segment each holds (-1 none) */
+  void *slot[2];
   int slot_seg[2], cur_slot;
   ct_comm_req *sreq[2];
-  long buckets, misses;
-  double wait_s;         /* seconds blocked in waits (communication not hidden) */  /* reduce-scatters started; segments gathered without prefetch */
+  long buckets, misses;  /* reduce-scatters started; segments gathered without prefetch */
+  double wait_s;         /* seconds blocked in waits (communication not hidden) */
 } zero_ctx;
 
-/* Stages 2 and 3 install the hooks and allocate the gradient shard, two buckets
- * of max(bucket, largest segment) floats and (stage 3) two parameter slots.
- * Stages 0 and 1 only fill the shard geometry. */
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, size_t bucket, ct_err *err);
-/* Stage 3: wsh (shard floats, this rank's [lo, hi)) becomes the parameters;
- * the model's full buffer is freed. */
-ct_status zero_shard_params(zero_ctx *z, float *wsh, ct_err *err);
-/* Zero the gradient shard (start of an optimizer step). */
+/* Stages 2-3 or bf16: installs the hooks and allocates what the mode needs
+ * (gradient shard and two buckets of max(bucket, largest segment) elements;
+ * stage 3 two parameter slots; bf16 the bf16 parameters and gradients and
+ * float32 segment scratch). master: float32 weights of [mlo, mhi) — needed
+ * for stage 3 and bf16, NULL otherwise; bf16 rounds it into the bf16
+ * parameters (every rank must call this: stages 1-2 all-gather them).
+ * Stages 0-1 in float32 only fill the geometry. */
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16, size_t bucket, float *master,
+                    ct_err *err);
+/* Zero the gradient storage (start of an optimizer step). */
 void zero_begin_step(zero_ctx *z);
-/* The shard changed (after the optimizer step): slots are stale. */
+/* bf16, after the micro-steps: reduces the bf16 gradient (stage 0 all-reduce,
+ * stage 1 reduce-scatter; stages 2-3 already did) and returns this rank's
+ * float32 gradient of [mlo, mhi). */
+ct_status zero_bf16_grads(zero_ctx *z, float **g32, ct_err *err);
+/* After the optimizer changed the master weights: bf16 rounds them into the
+ * bf16 parameters (stages 1-2 all-gather them); stage 3 marks the slots stale. */
 ct_status zero_params_changed(zero_ctx *z, ct_err *err);
-/* Stage 3: every rank sends its shard; rank 0 gets the full parameters in
- * *full and the model points at them without hooks (validation, checkpoints)
- * until zero_release. Other stages and other ranks: *full = NULL. */
-ct_status zero_materialize(zero_ctx *z, float **full, ct_err *err);
-void zero_release(zero_ctx *z, float *full);
+/* Remove (0) or reinstall (1) the hooks, e.g. around validation on rank 0. */
+void zero_hooks(zero_ctx *z, int on);
 void zero_free(zero_ctx *z);
 
 #endif
