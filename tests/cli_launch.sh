@@ -34,7 +34,7 @@ printf '10.0.0.1 slots=2\n10.0.0.2 slots=2\n' > "$tmp/hosts"
 if out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train \
     --config x.json --seed=3 2>"$tmp/err"); then
   want=("mpirun" "-np 4" "--map-by ppr:2:node" "--hostfile $tmp/hosts" "--mca btl tcp,self,vader"
-    " train --zero_stage=1 --gradient_accumulation_steps=2 --config x.json --seed=3")
+    " train --zero_stage=1 --gradient_accumulation_steps=2 --mixed_precision=no --config x.json --seed=3")
   miss=""
   for w in "${want[@]}"; do echo "$out" | grep -q -- "$w" || miss="$miss [$w]"; done
   [ -z "$miss" ] && ok "2-machine Accelerate config -> $out" || bad "dry-run lacks$miss: $out"
@@ -61,8 +61,11 @@ expect_err "not the main machine" "run ctuner launch once, on machine_rank 0" 's
 expect_err "bad integer names file and line" "e.yaml:16: num_machines: expected an integer" \
   's/num_machines: 2/num_machines: two/' --hostfile "$tmp/hosts"
 expect_err "FSDP refused" "distributed_type FSDP is not supported" 's/DEEPSPEED/FSDP/' --hostfile "$tmp/hosts"
-expect_err "bf16 not yet" "mixed_precision bf16" "s/mixed_precision: 'no'/mixed_precision: bf16/" \
+expect_err "fp16 refused" "mixed_precision fp16: use no or bf16" "s/mixed_precision: 'no'/mixed_precision: fp16/" \
   --hostfile "$tmp/hosts"
+sed "s/mixed_precision: 'no'/mixed_precision: bf16/" "$tmp/two.yaml" > "$tmp/bf.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/bf.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+echo "$out" | grep -q -- "--mixed_precision=bf16" && ok "mixed_precision bf16 passed on" || bad "bf16: $out"
 expect_err "offload not yet" "offload_optimizer_device nvme" 's/offload_optimizer_device: none/offload_optimizer_device: nvme/' \
   --hostfile "$tmp/hosts"
 
