@@ -4,7 +4,8 @@
 # sample held-out prompts (combinations never seen in training) and score them
 # with the synthetic judge.
 #   scripts/demo.sh [path/to/ctuner]     DEMO_OUT=dir (default demo-output)
-#   DEMO_STEPS=N overrides max_train_steps (for a quick look).
+#   DEMO_STEPS=N overrides max_train_steps (for a quick look); DEMO_ARGS adds
+#   training options (e.g. DEMO_ARGS=--mixed_precision=bf16).
 set -euo pipefail
 CT=${1:-build/ctuner}
 cd "$(dirname "$0")/.."
@@ -24,6 +25,8 @@ fi
 echo "== 2/4 training (examples/demo/config.json; progress in $DEMO_OUT/run/metrics.jsonl)"
 extra=()
 [ -n "${DEMO_STEPS:-}" ] && extra+=(--max_train_steps="$DEMO_STEPS")
+# shellcheck disable=SC2206
+[ -n "${DEMO_ARGS:-}" ] && extra+=($DEMO_ARGS)
 # A fresh run each time (resume_from_checkpoint=none): the demo shows training.
 "$CT" train --config examples/demo/config.json --resume_from_checkpoint=none "${extra[@]}"
 
