@@ -416,6 +416,70 @@ CT_TEST(optim, thread_count_independent) {
   for (int i = 0; i < 2; i++) ct_free(sa[i]), ct_free(sb[i]);
 }
 
+/* ---- slices (offload): stepping [a, a+n) pieces with outside state equals one step ---- */
+CT_TEST(optim, slices_equal_whole) {
+  const ct_optim_tensor shape[] = {
+      {"w2d", 0, 96 * 130, 96, 130, 2, 2},
+      {"b", 0, 130, 0, 0, 1, 2},
+      {"tall", 0, 150 * 40, 150, 40, 1, 3},
+      {"odd", 0, 4099, 0, 0, 1, 1},
+  };
+  enum { NT = 4 };
+  ct_optim_tensor tab[NT];
+  size_t n = 0;
+  for (int i = 0; i < NT; i++) {
+    tab[i] = shape[i];
+    tab[i].offset = n;
+    n += tab[i].numel;
+  }
+  float *w0 = malloc(n * 4), *g = malloc(n * 4), *wa = malloc(n * 4), *wb = malloc(n * 4);
+  float *st[2] = {calloc(n, 4), calloc(n, 4)};
+  REQUIRE(w0 && g && wa && wb && st[0] && st[1]);
+  for (size_t i = 0; i < n; i++) w0[i] = (float)((i * 37) % 101) / 101.0f - 0.5f, g[i] = (float)((i * 53) % 97) / 970.0f - 0.05f;
+  const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_ADAGRAD, CT_OPTIM_LION, CT_OPTIM_SGD,
+                                 CT_OPTIM_MUADAMW, CT_OPTIM_MUSGD};
+  ct_err err = {0};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    ct_optim_hp hp;
+    ct_optim_hp_default(kinds[k], &hp);
+    hp.weight_decay = 0.01f;
+    if (kinds[k] == CT_OPTIM_SGD || kinds[k] == CT_OPTIM_MUSGD) hp.momentum = 0.9f;
+    ct_optim *a = NULL, *b = NULL;
+    REQUIRE(ct_optim_new(kinds[k], &hp, tab, NT, n, &a, &err) == CT_OK);
+    REQUIRE(ct_optim_new(kinds[k], &hp, tab, NT, n, &b, &err) == CT_OK);
+    ct_optim_release_state(b);
+    CHECK(ct_optim_state(b, 0, NULL) == NULL);
+    CHECK(ct_optim_nstate(b) == 0 || ct_optim_step(b, wb, g, 1e-3f, 1, &err) == CT_ERR_INVALID);
+    memcpy(wa, w0, n * 4);
+    memcpy(wb, w0, n * 4);
+    memset(st[0], 0, n * 4);
+    memset(st[1], 0, n * 4);
+    const size_t piece = 1237; /* cuts tensors anywhere */
+    for (int s = 1; s <= 3; s++) {
+      REQUIRE(ct_optim_step(a, wa, g, 1e-3f, s, &err) == CT_OK);
+      for (size_t o = 0; o < n; o += piece) {
+        size_t m = n - o < piece ? n - o : piece;
+        float *sl[2] = {st[0] + o, st[1] + o};
+        REQUIRE(ct_optim_step_slice(b, o, m, wb + o, g + o, sl, 1e-3f, s, &err) == CT_OK);
+      }
+    }
+    CHECKF(!memcmp(wa, wb, n * 4), "%s: slices differ from the whole step", ct_optim_kind_name(kinds[k]));
+    for (size_t i = 0; i < ct_optim_nstate(a); i++)
+      CHECKF(!memcmp(ct_optim_state(a, i, NULL), st[i], n * 4), "%s: state %zu differs",
+             ct_optim_kind_name(kinds[k]), i);
+    ct_optim_free(a);
+    ct_optim_free(b);
+  }
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_LAMB, &hp);
+  ct_optim *l = NULL;
+  REQUIRE(ct_optim_new(CT_OPTIM_LAMB, &hp, tab, NT, n, &l, &err) == CT_OK);
+  float *sl[2] = {st[0], st[1]};
+  CHECK(ct_optim_step_slice(l, 0, 10, wb, g, sl, 1e-3f, 1, &err) == CT_ERR_UNSUPPORTED);
+  ct_optim_free(l);
+  free(w0), free(g), free(wa), free(wb), free(st[0]), free(st[1]);
+}
+
 /* ---- names ---- */
 
 CT_TEST(optim, kind_parse) {

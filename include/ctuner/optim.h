@@ -94,6 +94,16 @@ size_t ct_optim_nstate(const ct_optim *o);
 float *ct_optim_state(ct_optim *o, size_t i, const char **name);
 size_t ct_optim_numel(const ct_optim *o);
 
+/* Offload (docs/distributed.md): the state lives outside the optimizer.
+ * ct_optim_release_state frees the optimizer's own state block
+ * (ct_optim_state then returns NULL, ct_optim_step fails); step_slice steps
+ * floats [a, a + n) of the range with the caller's state buffers (state i at
+ * states[i], n floats) — elementwise kinds only (not Lamb, Muon). A range
+ * stepped in slices gives exactly what one ct_optim_step gives. */
+void ct_optim_release_state(ct_optim *o);
+ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g, float *const *states,
+                              float lr, long step, ct_err *err);
+
 /* ---- learning-rate schedules ---- */
 #define CT_SCHED_MAP(X)                              \
   X(CONSTANT, "constant")                            \

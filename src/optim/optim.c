@@ -462,21 +462,13 @@ static void mup_factors(ct_optim_kind k, const ct_optim_tensor *t, double *flr, 
   }
 }
 
-ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long step, ct_err *err) {
-  if (!isfinite(lr) || lr < 0)
-    return ct_errf(err, CT_ERR_INVALID, "%s: learning rate %g must be finite and >= 0",
-                   ct_optim_kind_name(o->kind), lr);
-  if (step < 1)
-    return ct_errf(err, CT_ERR_INVALID, "%s: step %ld must be >= 1 (1-based)",
-                   ct_optim_kind_name(o->kind), step);
-  if (!o->n) return CT_OK;
-  if (!w || !g)
-    return ct_errf(err, CT_ERR_INVALID, "%s: NULL parameters or gradients",
-                   ct_optim_kind_name(o->kind));
+static int elementwise(ct_optim_kind k) { return k != CT_OPTIM_LAMB && k != CT_OPTIM_MUON; }
+
+/* Floats [a, a + n) of the range for the elementwise kinds; w, g, s0, s1
+ * point at float a. */
+static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const float *g, float *s0, float *s1,
+                       float lr, long step) {
   const ct_optim_hp *hp = &o->hp;
-  const size_t n = o->n;
-  float *s0 = o->nstate > 0 ? o->state_block : NULL;
-  float *s1 = o->nstate > 1 ? o->state_block + o->stride : NULL;
   switch (o->kind) {
     case CT_OPTIM_ADAMW:
     case CT_OPTIM_ADAM:
@@ -484,16 +476,68 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
                           o->kind == CT_OPTIM_ADAMW, step);
       break;
     case CT_OPTIM_ADAGRAD:
-      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
-                             step);
+      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay, step);
       break;
     case CT_OPTIM_LION:
       ct_optim_lion_slice(n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
       break;
     case CT_OPTIM_SGD:
-      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
-                         hp->weight_decay, step);
+      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov, hp->weight_decay, step);
       break;
+    case CT_OPTIM_MUADAM:
+    case CT_OPTIM_MUADAMW:
+    case CT_OPTIM_MUSGD:
+      for (size_t i = 0; i < o->nt;) {
+        double flr, fwd, f2, w2;
+        mup_factors(o->kind, &o->t[i], &flr, &fwd);
+        size_t j = i + 1, ta = o->t[i].offset, len = o->t[i].numel;
+        while (j < o->nt) { /* a run with the same factors */
+          mup_factors(o->kind, &o->t[j], &f2, &w2);
+          if (f2 != flr || w2 != fwd) break;
+          len += o->t[j++].numel;
+        }
+        i = j;
+        size_t lo = ta > a ? ta : a, hi = ta + len < a + n ? ta + len : a + n;
+        if (lo >= hi) continue;
+        const size_t d = lo - a, cnt = hi - lo;
+        const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
+        if (o->kind == CT_OPTIM_MUSGD)
+          ct_optim_sgd_slice(cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum, hp->dampening, hp->nesterov,
+                             twd, step);
+        else
+          ct_optim_adam_slice(cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2, hp->eps, twd,
+                              o->kind == CT_OPTIM_MUADAMW, step);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+static ct_status step_check(const ct_optim *o, float lr, long step, ct_err *err) {
+  if (!isfinite(lr) || lr < 0)
+    return ct_errf(err, CT_ERR_INVALID, "%s: learning rate %g must be finite and >= 0",
+                   ct_optim_kind_name(o->kind), lr);
+  if (step < 1)
+    return ct_errf(err, CT_ERR_INVALID, "%s: step %ld must be >= 1 (1-based)",
+                   ct_optim_kind_name(o->kind), step);
+  return CT_OK;
+}
+
+ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  ct_status st = step_check(o, lr, step, err);
+  if (st) return st;
+  if (!o->n) return CT_OK;
+  if (!w || !g)
+    return ct_errf(err, CT_ERR_INVALID, "%s: NULL parameters or gradients",
+                   ct_optim_kind_name(o->kind));
+  if (o->nstate && !o->state_block)
+    return ct_errf(err, CT_ERR_INVALID, "%s: the state lives elsewhere (offloaded); step slices",
+                   ct_optim_kind_name(o->kind));
+  const ct_optim_hp *hp = &o->hp;
+  float *s0 = o->nstate > 0 ? o->state_block : NULL;
+  float *s1 = o->nstate > 1 ? o->state_block + o->stride : NULL;
+  switch (o->kind) {
     case CT_OPTIM_LAMB:
       for (size_t i = 0; i < o->nt; i++) {
         size_t a = o->t[i].offset;
@@ -519,30 +563,29 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
       }
       break;
     }
-    case CT_OPTIM_MUADAM:
-    case CT_OPTIM_MUADAMW:
-    case CT_OPTIM_MUSGD:
-      for (size_t i = 0; i < o->nt;) {
-        double flr, fwd, f2, w2;
-        mup_factors(o->kind, &o->t[i], &flr, &fwd);
-        size_t j = i + 1, a = o->t[i].offset, len = o->t[i].numel;
-        while (j < o->nt) { /* a run with the same factors */
-          mup_factors(o->kind, &o->t[j], &f2, &w2);
-          if (f2 != flr || w2 != fwd) break;
-          len += o->t[j++].numel;
-        }
-        const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
-        if (o->kind == CT_OPTIM_MUSGD)
-          ct_optim_sgd_slice(len, w + a, g + a, s0 ? s0 + a : NULL, tlr, hp->momentum,
-                             hp->dampening, hp->nesterov, twd, step);
-        else
-          ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, tlr, hp->beta1, hp->beta2, hp->eps,
-                              twd, o->kind == CT_OPTIM_MUADAMW, step);
-        i = j;
-      }
-      break;
     default:
-      return ct_errf(err, CT_ERR_INTERNAL, "optimizer kind %d has no step", (int)o->kind);
+      elem_range(o, 0, o->n, w, g, s0, s1, lr, step);
+      break;
   }
   return CT_OK;
+}
+
+ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g, float *const *states,
+                              float lr, long step, ct_err *err) {
+  ct_status st = step_check(o, lr, step, err);
+  if (st) return st;
+  if (!elementwise(o->kind))
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "%s updates whole tensors and cannot step a slice (offload needs an "
+                   "elementwise optimizer: AdamW, Adam, Adagrad, Lion, SGD or a Mu* kind)",
+                   ct_optim_kind_name(o->kind));
+  if (a > o->n || n > o->n - a)
+    return ct_errf(err, CT_ERR_RANGE, "slice [%zu, %zu) outside the optimizer's %zu floats", a, a + n, o->n);
+  if (!n) return CT_OK;
+  elem_range(o, a, n, w, g, o->nstate > 0 ? states[0] : NULL, o->nstate > 1 ? states[1] : NULL, lr, step);
+  return CT_OK;
+}
+
+void ct_optim_release_state(ct_optim *o) {
+  ct_free(o->state_block);
+  o->state_block = NULL;
 }
