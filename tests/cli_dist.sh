@@ -160,6 +160,35 @@ cmp -s "$tmp/bfr/checkpoint-20/model.safetensors" "$tmp/bfa/checkpoint-20/model.
   cmp -s "$tmp/bfr/checkpoint-20/ema.safetensors" "$tmp/bfa/checkpoint-20/ema.safetensors" &&
   ok "bf16 with accumulation: 2 ranks stage 3 -> stage 2 resume equals the uninterrupted run bit for bit" ||
   bad "bf16 resume differs"
+# Optimizer offload to a swap file: bit-identical to keeping the state in
+# memory (1 rank; 2 ranks at stage 1 with small sub-groups), the swap directory
+# is gone afterwards, and a stage-3 offloaded checkpoint resumes on 1 rank.
+mkdir -p "$tmp/swap"
+OFF=(--offload_optimizer=nvme --offload_param_path="$tmp/swap" --offload_buffer_size=5000)
+"$CT" train --config "$tmp/base.json" --optimizer=adamw --train_batch_size=4 "${OFF[@]}" --output_dir="$tmp/of1" \
+  >/dev/null 2>"$tmp/of.err" || bad "offload run: $(tail -3 "$tmp/of.err")"
+cmp -s "$tmp/of1/checkpoint-20/model.safetensors" "$tmp/one-adamw/checkpoint-20/model.safetensors" &&
+  cmp -s "$tmp/of1/checkpoint-20/optimizer.safetensors" "$tmp/one-adamw/checkpoint-20/optimizer.safetensors" &&
+  ok "offload_optimizer nvme: model and optimizer state bit-identical to no offload" || bad "offload changes results"
+[ -z "$(ls -A "$tmp/swap")" ] && ok "swap directory removed at the end" || bad "swap left: $(ls -R "$tmp/swap")"
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw --zero_stage=1 \
+  --train_batch_size=2 "${OFF[@]}" --offload_buffer_size=3000 --output_dir="$tmp/of2" >/dev/null 2>"$tmp/of.err" &&
+  cmp -s "$tmp/of2/checkpoint-20/model.safetensors" "$tmp/z1-n2/checkpoint-20/model.safetensors" &&
+  cmp -s "$tmp/of2/checkpoint-20/zero/rank-1-of-2.safetensors" "$tmp/z1-n2/checkpoint-20/zero/rank-1-of-2.safetensors" &&
+  ok "offload at stage 1 on 2 ranks: bit-identical to stage 1" || bad "offload stage 1: $(tail -3 "$tmp/of.err")"
+mkdir -p "$tmp/swap/ctuner-swap-0123456789abcdef/rank-0" && echo stale > "$tmp/swap/ctuner-swap-0123456789abcdef/rank-0/x"
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw --zero_stage=3 \
+  --train_batch_size=2 "${OFF[@]}" --max_train_steps=10 --output_dir="$tmp/ofr" >/dev/null 2>"$tmp/of.err" &&
+  "$CT" train --config "$tmp/base.json" --optimizer=adamw --train_batch_size=4 "${OFF[@]}" \
+    --resume_from_checkpoint=latest --output_dir="$tmp/ofr" >/dev/null 2>>"$tmp/of.err" &&
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/ofr" "$tmp/one-adamw" checkpoint-20 2>&1) &&
+  ok "offload: 2 ranks stage 3 -> 1 rank resume ($r)" || bad "offload resume: $r $(tail -3 "$tmp/of.err")"
+out=$("$CT" train --config "$tmp/base.json" --offload_optimizer=nvme --output_dir="$tmp/ofx" 2>&1) &&
+  bad "nvme without a path: exit 0" || { echo "$out" | grep -q "offload_optimizer nvme needs offload_param_path" &&
+  ok "nvme offload without offload_param_path refused" || bad "nvme without path: $out"; }
+out=$("$CT" train --config "$tmp/base.json" --optimizer=lamb "${OFF[@]}" --output_dir="$tmp/ofx" 2>&1) &&
+  bad "lamb + offload: exit 0" || { echo "$out" | grep -q "optimizer 'lamb' updates whole tensors" &&
+  ok "lamb + offload refused by name" || bad "lamb + offload: $out"; }
 # Validation under stage 3: rank 0 gathers the model; the same images as stage 1.
 for st in 1 3; do
   "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --zero_stage=$st \
@@ -321,8 +350,19 @@ ds_err "batch arithmetic" "train_batch_size 8 != train_micro_batch_size_per_gpu 
   '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}'
 ds_err "1-bit optimizers not yet" "OneBitAdam (1-bit compressed communication) is not implemented yet" \
   '{"optimizer": {"type": "OneBitAdam"}}'
-ds_err "NVMe offload not yet" "offload_optimizer.device nvme" \
-  '{"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}}'
+# deepspeed_config's NVMe optimizer offload maps to offload_optimizer / offload_param_path / buffer size
+echo "{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$tmp/swap\",
+  \"buffer_size\": 4096, \"pin_memory\": true}}}" > "$tmp/dsn.json"
+if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=adamw --train_batch_size=2 \
+    --deepspeed_config="$tmp/dsn.json" --output_dir="$tmp/dsn" >/dev/null 2>"$tmp/dsn.err" &&
+  grep -q "offload_optimizer nvme: 2 state array(s)" "$tmp/dsn.err" &&
+  cmp -s "$tmp/dsn/checkpoint-20/model.safetensors" "$tmp/z1-n2/checkpoint-20/model.safetensors"; then
+  ok "deepspeed_config offload_optimizer nvme (nvme_path, buffer_size, pin_memory) == stage 1"
+else
+  bad "deepspeed nvme offload: $(tail -3 "$tmp/dsn.err")"
+fi
+ds_err "NVMe parameter offload refused" "offload_param nvme: parameter offload to NVMe is not implemented" \
+  '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}}'
 ds_err "fp16 refused" "fp16.enabled: fp16 is not supported" '{"fp16": {"enabled": true}}'
 ds_err "malformed JSON with line" "line 2, column" $'{"zero_optimization":\n  {"stage": 1,}}'
 echo '{"optimizer": {"type": "CPUAdam", "params": {"lr": "auto"}}}' > "$tmp/dsw.json"

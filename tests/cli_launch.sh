@@ -34,7 +34,7 @@ printf '10.0.0.1 slots=2\n10.0.0.2 slots=2\n' > "$tmp/hosts"
 if out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train \
     --config x.json --seed=3 2>"$tmp/err"); then
   want=("mpirun" "-np 4" "--map-by ppr:2:node" "--hostfile $tmp/hosts" "--mca btl tcp,self,vader"
-    " train --zero_stage=1 --gradient_accumulation_steps=2 --mixed_precision=no --config x.json --seed=3")
+    " train --zero_stage=1 --gradient_accumulation_steps=2 --mixed_precision=no --offload_optimizer=none --offload_param=none --config x.json --seed=3")
   miss=""
   for w in "${want[@]}"; do echo "$out" | grep -q -- "$w" || miss="$miss [$w]"; done
   [ -z "$miss" ] && ok "2-machine Accelerate config -> $out" || bad "dry-run lacks$miss: $out"
@@ -66,8 +66,12 @@ expect_err "fp16 refused" "mixed_precision fp16: use no or bf16" "s/mixed_precis
 sed "s/mixed_precision: 'no'/mixed_precision: bf16/" "$tmp/two.yaml" > "$tmp/bf.yaml"
 out=$("$CT" launch --accelerate-config "$tmp/bf.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
 echo "$out" | grep -q -- "--mixed_precision=bf16" && ok "mixed_precision bf16 passed on" || bad "bf16: $out"
-expect_err "offload not yet" "offload_optimizer_device nvme" 's/offload_optimizer_device: none/offload_optimizer_device: nvme/' \
+expect_err "parameter offload to nvme refused" "offload_param_device nvme: use none or cpu" 's/offload_param_device: none/offload_param_device: nvme/' \
   --hostfile "$tmp/hosts"
+sed 's/offload_optimizer_device: none.*/offload_optimizer_device: nvme\n  offload_optimizer_nvme_path: \/mnt\/nvme/' "$tmp/two.yaml" > "$tmp/nv.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/nv.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+echo "$out" | grep -q -- "--offload_optimizer=nvme --offload_param=none --offload_param_path=/mnt/nvme" &&
+  ok "optimizer offload to nvme passed on with its path" || bad "nvme offload: $out"
 
 # deepspeed_config_file is passed on as --deepspeed_config
 sed 's/  zero_stage: 1/  zero_stage: 1\n  deepspeed_config_file: \/etc\/ds.json/' "$tmp/two.yaml" > "$tmp/dsf.yaml"

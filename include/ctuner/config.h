@@ -54,6 +54,11 @@
   X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
   X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
+  X(offload_optimizer, STR, "none", "none, cpu (host memory: where the state already is) or nvme (a swap file under offload_param_path)") \
+  X(offload_param, STR, "none", "none or cpu (host memory); nvme is not implemented") \
+  X(offload_param_path, STR, NULL, "directory for NVMe offload swap files (DeepSpeed nvme_path)") \
+  X(offload_buffer_size, INT, "0", "offload: floats per state moved at a time (0: auto, 4Mi)") \
+  X(offload_pin_memory, BOOL, "false", "offload: mlock the two I/O buffers") \
   X(reduce_bucket_size, INT, "0", "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one block)") \
   X(deepspeed_config, STR, NULL, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
   X(use_ema, BOOL, "false", "keep an exponential moving average of the weights")               \

@@ -19,6 +19,7 @@
 typedef struct acc_cfg {
   long num_machines, num_processes, machine_rank, main_process_port, zero_stage, grad_accum;
   char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32], offload_param[32];
+  char nvme_path[1024];
   char ds_file[1024]; /* deepspeed_config.deepspeed_config_file */
 } acc_cfg;
 
@@ -124,6 +125,9 @@ static int load_accelerate(const char *path, acc_cfg *c) {
       else if (!strcmp(k, "gradient_accumulation_steps")) rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
       else if (!strcmp(k, "offload_optimizer_device")) snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
       else if (!strcmp(k, "offload_param_device")) snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
+      else if ((!strcmp(k, "offload_optimizer_nvme_path") || !strcmp(k, "offload_param_nvme_path")) && *v &&
+               strcmp(v, "none"))
+        snprintf(c->nvme_path, sizeof c->nvme_path, "%s", v);
       else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
         snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
       continue;
@@ -153,9 +157,10 @@ static int load_accelerate(const char *path, acc_cfg *c) {
   }
   for (int i = 0; i < 2; i++) {
     const char *d = i ? c->offload_param : c->offload_opt;
-    if (*d && strcmp(d, "none")) {
-      fprintf(stderr, "ctuner launch: %s: %s %s: offload is not implemented yet; use none\n", path,
-              i ? "offload_param_device" : "offload_optimizer_device", d);
+    if (*d && strcmp(d, "none") && strcmp(d, "cpu") && (i || strcmp(d, "nvme"))) {
+      fprintf(stderr, "ctuner launch: %s: %s %s: use none or cpu%s\n", path,
+              i ? "offload_param_device" : "offload_optimizer_device", d,
+              i ? " (parameter offload to NVMe is not implemented)" : " or nvme");
       return -1;
     }
   }
@@ -280,9 +285,21 @@ int ct_cmd_launch(int argc, char **argv) {
    * after '--' win (ctuner train applies options in order) */
   if (c.zero_stage >= 0) av[k++] = zs;
   if (c.grad_accum > 0) av[k++] = ga;
-  char mp[64];
+  char mp[64], oo[64], op[64], np_[1100];
   snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
   av[k++] = mp;
+  if (*c.offload_opt) {
+    snprintf(oo, sizeof oo, "--offload_optimizer=%s", c.offload_opt);
+    av[k++] = oo;
+  }
+  if (*c.offload_param) {
+    snprintf(op, sizeof op, "--offload_param=%s", c.offload_param);
+    av[k++] = op;
+  }
+  if (*c.nvme_path) {
+    snprintf(np_, sizeof np_, "--offload_param_path=%s", c.nvme_path);
+    av[k++] = np_;
+  }
   if (*c.ds_file) av[k++] = dsf;
   for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;

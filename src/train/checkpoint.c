@@ -256,6 +256,12 @@ static ct_status save_flat(const char *path, const ct_mmdit *m, const float *buf
   return st;
 }
 
+/* State i of the optimizer: its own array, or the caller's copy (offload). */
+static float *state_of(const ct_ckpt_io *io, size_t i, const char **name) {
+  float *p = ct_optim_state(io->opt, i, name);
+  return io->opt_states ? io->opt_states[i] : p;
+}
+
 static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err) {
   struct ct_optim *o = io->opt;
   ct_st_writer *w;
@@ -264,7 +270,7 @@ static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
   int64_t shape[1] = {(int64_t)ct_optim_numel(o)};
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
-    float *s = ct_optim_state(o, i, &name);
+    float *s = state_of(io, i, &name);
     st = ct_st_writer_add_f32(w, name, 1, shape, s, CT_DTYPE_F32, err);
   }
   if (!st) st = ct_st_writer_write(w, path, err);
@@ -297,7 +303,7 @@ ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, c
   const ct_param *tab = ct_mmdit_table(io->model, &np);
   for (size_t i = 0; o && i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
-    const float *data = ct_optim_state(o, i, &name);
+    const float *data = state_of(io, i, &name);
     for (size_t k = 0; k < np && !st; k++) {
       size_t a, b;
       if (!meet(&tab[k], lo, hi, &a, &b)) continue;
@@ -342,7 +348,7 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
   if (!got) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < nst; i++) {
     const char *name;
-    memset(ct_optim_state(o, i, &name), 0, n * sizeof(float));
+    memset(state_of(io, i, &name), 0, n * sizeof(float));
   }
   ct_status st = CT_OK;
   for (int r = 0; r < world && !st; r++) {
@@ -367,7 +373,7 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
       float *dst = NULL;
       for (size_t i = 0; slash && i < nst; i++) {
         const char *name;
-        float *sd = ct_optim_state(o, i, &name);
+        float *sd = state_of(io, i, &name);
         if (strlen(name) == (size_t)(slash - x->name) && !strncmp(name, x->name, (size_t)(slash - x->name)))
           si = i, dst = sd;
       }
@@ -393,7 +399,7 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
   for (size_t i = 0; i < nst && !st; i++)
     if (got[i] != want_floats) {
       const char *name;
-      ct_optim_state(o, i, &name);
+      state_of(io, i, &name);
       st = ct_errf(err, CT_ERR_INVALID,
                    "%s/" CT_CKPT_ZERO_DIR ": the fragments of state '%s' cover %zu of the %zu floats this rank "
                    "needs; the checkpoint is incomplete or inconsistent",
@@ -421,7 +427,7 @@ static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
   const size_t full = ct_mmdit_numel(io->model);
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
-    float *s = ct_optim_state(o, i, &name);
+    float *s = state_of(io, i, &name);
     const ct_st_tensor *x = ct_st_find(f, name);
     if (!x || x->numel != full) {
       st = ct_errf(err, CT_ERR_SHAPE, "%s: state %s is %s", path, name, x ? "of the wrong size" : "missing");

@@ -480,6 +480,18 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (!(c->max_grad_norm >= 0)) BAD("max_grad_norm must be >= 0 (0 disables), got %g", c->max_grad_norm);
   if (c->max_nonfinite_steps < 1) BAD("max_nonfinite_steps must be >= 1, got %ld", c->max_nonfinite_steps);
   if (c->zero_stage < 0 || c->zero_stage > 3) BAD("zero_stage must be 0, 1, 2 or 3, got %ld", c->zero_stage);
+  /* "none" reads as unset (NULL) */
+  static const char *const offd[] = {"cpu", "nvme", NULL};
+  if (c->offload_optimizer && !is_one_of(c->offload_optimizer, offd))
+    BAD("offload_optimizer must be none, cpu or nvme, got '%s'", c->offload_optimizer);
+  if (c->offload_param && !is_one_of(c->offload_param, offd))
+    BAD("offload_param must be none, cpu or nvme, got '%s'", c->offload_param);
+  if (c->offload_param && !strcmp(c->offload_param, "nvme"))
+    BAD("offload_param nvme: parameter offload to NVMe is not implemented; use offload_optimizer nvme (the "
+        "optimizer state is the larger part) or none/cpu");
+  if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme") && (!c->offload_param_path || !*c->offload_param_path))
+    BAD("offload_optimizer nvme needs offload_param_path: a directory on the device for the swap files");
+  if (c->offload_buffer_size < 0) BAD("offload_buffer_size must be >= 0 (0: auto), got %ld", c->offload_buffer_size);
   if (c->reduce_bucket_size < 0) BAD("reduce_bucket_size must be >= 0 (0: auto), got %ld", c->reduce_bucket_size);
   if (!(c->ema_decay >= 0 && c->ema_decay < 1)) BAD("ema_decay must be in [0, 1), got %g", c->ema_decay);
   if (c->ema_update_interval < 1) BAD("ema_update_interval must be >= 1, got %ld", c->ema_update_interval);

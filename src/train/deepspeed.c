@@ -5,8 +5,8 @@
  * "auto" keeps the trainer's value; absent sections are filled from the
  * trainer's keys (AdamW, the configured schedule); optimizer names are
  * case-insensitive, and cpuadam/fusedadam/unknown names become AdamW with a
- * warning naming the original. What ctuner cannot do yet (bf16/fp16, NVMe
- * offload, the 1-bit optimizers, stages 2-3) is an error that says so.
+ * warning naming the original. What ctuner cannot do (fp16, NVMe parameter
+ * offload, the 1-bit optimizers) is an error that says so.
  */
 #include <ctype.h>
 #include <math.h>
@@ -265,18 +265,28 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
         if (dev->type != CT_JSON_STRING)
           st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.%s.device: expected a string",
                        off[i]);
-        else if (!strcmp(dev->str, "nvme"))
-          st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                       "deepspeed_config: zero_optimization.%s.device nvme: NVMe offload is not implemented yet; "
-                       "use \"none\" or \"cpu\"",
-                       off[i]);
-        else if (!strcmp(dev->str, "cpu"))
-          CT_INFO("deepspeed_config: %s to cpu: on this CPU backend the state already lives in host memory",
-                  off[i]);
-        else if (strcmp(dev->str, "none"))
+        else if (strcmp(dev->str, "nvme") && strcmp(dev->str, "cpu") && strcmp(dev->str, "none"))
           st = ct_errf(err, CT_ERR_INVALID,
                        "deepspeed_config: zero_optimization.%s.device '%s': expected none, cpu or nvme", off[i],
                        dev->str);
+        else
+          st = set_key(cfg, off[i], dev->str, err);
+        if (!st && !strcmp(dev->str, "cpu"))
+          CT_INFO("deepspeed_config: %s to cpu: on this CPU backend the state already lives in host memory",
+                  off[i]);
+        const ct_json *np = ct_json_get(o, "nvme_path");
+        if (!st && np) {
+          if (np->type != CT_JSON_STRING)
+            st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.%s.nvme_path: expected a string",
+                         off[i]);
+          else
+            st = set_key(cfg, "offload_param_path", np->str, err);
+        }
+        const ct_json *pm = ct_json_get(o, "pin_memory");
+        if (!st && pm && pm->type == CT_JSON_BOOL && i == 0)
+          st = set_key(cfg, "offload_pin_memory", pm->boolean ? "true" : "false", err);
+        static const char *const bsz[][2] = {{"buffer_size", "offload_buffer_size"}};
+        if (!st && i == 0) st = copy_numbers(cfg, o, "zero_optimization.offload_optimizer.", bsz, 1, err);
       }
       /* the prefetch is one block ahead and parameters are never persisted
        * whole (docs/distributed.md): these sizes are checked, not used */

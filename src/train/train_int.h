@@ -69,6 +69,9 @@ typedef struct ct_ckpt_io {
    * that range of a whole-model optimizer.safetensors or of every rank's
    * fragments, whichever the checkpoint has. */
   size_t opt_offset;
+  /* Offloaded optimizer state: the arrays to save from / load into instead
+   * of the optimizer's own (NULL otherwise). */
+  float *const *opt_states;
   /* ZeRO-3 loading: the model's weights (and the EMA, into ema_out) are read
    * only for [w_lo, w_hi) of the flat buffer, into w_shard. NULL otherwise. */
   float *w_shard;

@@ -26,6 +26,7 @@
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
 #include "ctuner/rng.h"
+#include "train/offload.h"
 #include "train/zero.h"
 #include "train_int.h"
 
@@ -322,6 +323,8 @@ typedef struct trainer {
   int own;         /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
   zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
   float *wsh;      /* float32 (master) weights of [lo, hi) when own */
+  ct_offload *off; /* offload_optimizer nvme: the optimizer state in a swap file */
+  char swap_dir[4200];
   ct_geometry g;
   ct_mmdit *m;
   ct_textenc *te;
@@ -630,7 +633,82 @@ static void release_full(trainer *tr, full_view *fv) {
   memset(fv, 0, sizeof *fv);
 }
 
+/* offload_optimizer nvme: the optimizer's state moves into a swap file under
+ * offload_param_path/ctuner-swap-<hash of output_dir>/rank-R (a stale one of
+ * an earlier run is removed first) and the optimizer steps it sub-group by
+ * sub-group. */
+static ct_status start_offload(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  ct_optim_kind kind = ct_optim_get_kind(tr->opt);
+  if (kind == CT_OPTIM_LAMB || kind == CT_OPTIM_MUON)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "offload_optimizer nvme: optimizer '%s' updates whole tensors and cannot step the state in "
+                   "pieces; use an elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
+                   ct_optim_kind_name(kind));
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of output_dir: one swap directory per run directory */
+  for (const char *c = cfg->output_dir; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  if (ct_pathf(tr->swap_dir, sizeof tr->swap_dir, "%s/ctuner-swap-%016llx/rank-%d", cfg->offload_param_path,
+               (unsigned long long)h, tr->rank))
+    return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s", cfg->offload_param_path);
+  ct_status st = ct_rm_rf(tr->swap_dir, err); /* a stale swap of an earlier run */
+  if (st) return st;
+  const size_t nst = ct_optim_nstate(tr->opt);
+  const size_t sub = cfg->offload_buffer_size > 0 ? (size_t)cfg->offload_buffer_size : (size_t)1 << 22;
+  st = ct_offload_open(tr->swap_dir, ct_optim_numel(tr->opt), nst, sub, cfg->offload_pin_memory, &tr->off, err);
+  if (st) return st;
+  float *arr[8] = {0};
+  for (size_t i = 0; i < nst && i < 8; i++) arr[i] = ct_optim_state(tr->opt, i, NULL);
+  st = ct_offload_store_all(tr->off, arr, err);
+  if (st) return st;
+  ct_optim_release_state(tr->opt);
+  if (tr->rank == 0)
+    CT_INFO("offload_optimizer nvme: %zu state array(s) of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
+            nst, ct_optim_numel(tr->opt), tr->swap_dir, ct_offload_mode(tr->off), sub);
+  return CT_OK;
+}
+
+typedef struct off_step {
+  ct_optim *opt;
+  float *w;
+  const float *g;
+  float lr;
+  long step;
+} off_step;
+
+static ct_status off_step_fn(void *user, size_t a, size_t len, float *const *states, ct_err *err) {
+  off_step *s = user;
+  return ct_optim_step_slice(s->opt, a, len, s->w + a, s->g + a, states, s->lr, s->step, err);
+}
+
+/* The offloaded state in memory for a checkpoint (arrays of the range). */
+static ct_status offload_states(trainer *tr, float ***out, ct_err *err) {
+  *out = NULL;
+  if (!tr->off) return CT_OK;
+  const size_t nst = ct_optim_nstate(tr->opt), n = ct_optim_numel(tr->opt);
+  float **a = calloc(nst ? nst : 1, sizeof *a);
+  if (!a) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  *out = a;
+  for (size_t i = 0; i < nst; i++) {
+    a[i] = ct_alloc(CT_MEM_BUFFERS, (n ? n : 1) * sizeof(float));
+    if (!a[i]) return ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded optimizer state back");
+  }
+  return ct_offload_load_all(tr->off, a, err);
+}
+
+static void free_states(trainer *tr, float **a) {
+  if (!a) return;
+  for (size_t i = 0; i < ct_optim_nstate(tr->opt); i++) ct_free(a[i]);
+  free(a);
+}
+
 static void trainer_free(trainer *tr) {
+  if (tr->off) {
+    ct_offload_close(tr->off);
+    ct_err e = {0};
+    ct_rm_rf(tr->swap_dir, &e);
+    char *slash = strrchr(tr->swap_dir, '/');
+    if (slash) *slash = 0, rmdir(tr->swap_dir); /* the run's directory, once empty */
+  }
   zero_free(&tr->z);
   ct_mmdit_free(tr->m);
   ct_free(tr->wsh);
@@ -774,7 +852,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     snprintf(s.optimizer, sizeof s.optimizer, "%s",
              ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   }
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, tr.own ? tr.wsh : NULL, tr.lo, tr.hi};
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, NULL, tr.own ? tr.wsh : NULL, tr.lo, tr.hi};
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -824,6 +902,10 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
   sum->start_step = s.global_step;
+  if (tr.opt && cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) { /* loaded and resumed: now to the swap file */
+    st = start_offload(&tr, err);
+    if (st) goto out;
+  }
   if (tr.stage >= 2 || tr.bf16) { /* loaded and resumed: now shard / round to bf16 */
     size_t bucket = (size_t)cfg->reduce_bucket_size;
     if (!bucket) bucket = (size_t)tr.g.mc.hidden * (size_t)tr.g.mc.hidden;
@@ -941,7 +1023,12 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
       s.opt_steps++;
       float *wstep = tr.own ? tr.wsh : w + tr.lo; /* this rank's (master) weights */
-      if (tr.opt) st = ct_optim_step(tr.opt, wstep, gstep, (float)lr, s.opt_steps, err);
+      if (tr.off) {
+        off_step os = {tr.opt, wstep, gstep, (float)lr, s.opt_steps};
+        st = ct_offload_foreach(tr.off, off_step_fn, &os, err);
+      } else if (tr.opt) {
+        st = ct_optim_step(tr.opt, wstep, gstep, (float)lr, s.opt_steps, err);
+      }
       if (!st && tr.zero && !tr.own && tr.world > 1) /* every rank gets every updated shard, in place */
         st = ct_comm_allgather_f32(comm, w + tr.lo, w, tr.shard, nw, err);
       if (!st && tr.own) st = zero_params_changed(&tr.z, err); /* bf16 rounding and sharing; stale slots */
@@ -1001,9 +1088,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
        * gathered for rank 0, which writes a checkpoint any world size or stage
        * can resume (docs/distributed.md). */
       full_view fv;
+      float **ost = NULL;
       st = gather_full(&tr, &fv, err);
       if (tr.own) io.ema = fv.e;
+      if (!st) st = offload_states(&tr, &ost, err);
+      io.opt_states = ost;
       if (!st) st = save_checkpoint(&tr, &io, &s, sum, err);
+      io.opt_states = NULL;
+      free_states(&tr, ost);
       release_full(&tr, &fv);
       io.ema = tr.own ? NULL : tr.ema;
       if (st) goto out;
@@ -1016,6 +1108,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
 out:
+  if (tr.off && lead)
+    CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)", ct_offload_bytes(tr.off) / 1e6,
+            ct_offload_wait_s(tr.off), ct_offload_mode(tr.off));
   if ((tr.stage >= 2 || tr.bf16) && tr.z.comm && lead)
     CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
             "communication",
