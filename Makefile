@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo bench bench-dist fuzz fuzz-long asan format clean help golden
+.PHONY: all build deps test demo bench bench-dist bench-offload fuzz fuzz-long asan format clean help golden
 
 all: build
 
@@ -14,7 +14,8 @@ help:
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
-	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0 and 1)"
+	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
+	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
@@ -44,6 +45,9 @@ bench: build
 
 bench-dist: deps build
 	scripts/bench_dist.sh $(CTUNER)
+
+bench-offload: build
+	scripts/bench_offload.sh $(CTUNER)
 
 fuzz: deps
 	scripts/fuzz.sh 60
