@@ -653,7 +653,12 @@ static ct_status start_offload(trainer *tr, ct_err *err) {
   ct_status st = ct_rm_rf(tr->swap_dir, err); /* a stale swap of an earlier run */
   if (st) return st;
   const size_t nst = ct_optim_nstate(tr->opt);
-  const size_t sub = cfg->offload_buffer_size > 0 ? (size_t)cfg->offload_buffer_size : (size_t)1 << 22;
+  /* auto: an eighth of the range (so reading, stepping and writing overlap),
+   * between 256 Ki and 4 Mi floats per state */
+  size_t sub = ct_optim_numel(tr->opt) / 8;
+  sub = sub < ((size_t)1 << 18) ? (size_t)1 << 18 : sub > ((size_t)1 << 22) ? (size_t)1 << 22 : sub;
+  if (cfg->offload_buffer_size > 0) sub = (size_t)cfg->offload_buffer_size;
+  sub = (sub + 1023) / 1024 * 1024; /* whole 4 KiB pages per state (O_DIRECT) */
   st = ct_offload_open(tr->swap_dir, ct_optim_numel(tr->opt), nst, sub, cfg->offload_pin_memory, &tr->off, err);
   if (st) return st;
   float *arr[8] = {0};
