@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/bf16.h" /* ct_f32_to_bf16, ct_bf16_to_f32 */
 #include "ctuner/status.h"
 
 #define CT_ST_MAX_HEADER (100u * 1024u * 1024u)
@@ -70,9 +71,7 @@ ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err)
 /* Elements [first, first + n) of a F32/F16/BF16 tensor to float32. */
 ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out, ct_err *err);
 
-/* bf16/f16 conversions (round to nearest even; NaN kept NaN). */
-uint16_t ct_f32_to_bf16(float f);
-float ct_bf16_to_f32(uint16_t h);
+/* f16 conversions (round to nearest even; NaN kept NaN); bf16 ones are in bf16.h. */
 uint16_t ct_f32_to_f16(float f);
 float ct_f16_to_f32(uint16_t h);
 

@@ -87,15 +87,6 @@ static float bits_f32(uint32_t u) {
   return f;
 }
 
-uint16_t ct_f32_to_bf16(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-float ct_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
 uint16_t ct_f32_to_f16(float f) {
   uint32_t u = f32_bits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
