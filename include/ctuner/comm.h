@@ -107,6 +107,12 @@ ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err);
 /* Completes r (applying a reduction's sums) and frees it. NULL is fine. */
 ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err);
 
+/* Raw bytes (the 1-bit optimizers' packed signs and scales): all-to-all —
+ * this rank's send[p * bytes ..] goes to rank p's recv[rank * bytes ..] — and
+ * all-gather — recv[p * bytes ..] <- rank p's send. bytes <= 2^31 - 1. */
+ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err);
+ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err);
+
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err);

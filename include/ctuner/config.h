@@ -39,7 +39,8 @@
   X(lr_end, NUM, "1e-7", "polynomial: final learning rate")                                    \
   X(warmup_min_lr, NUM, "0", "WarmupLR/WarmupDecayLR: learning rate at step 0")                \
   X(warmup_type, STR, "log", "WarmupLR/WarmupDecayLR: log or linear warmup")                   \
-  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd") \
+  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam") \
+  X(freeze_step, INT, "100", "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
   X(adam_beta1, NUM, "0.9", "first-moment decay (Adam family, Lamb; Lion's beta1)")           \
   X(adam_beta2, NUM, "0.999", "second-moment decay (Adam family, Lamb; Lion's beta2)")        \
   X(adam_epsilon, NUM, "1e-8", "denominator epsilon")                                          \

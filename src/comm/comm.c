@@ -532,6 +532,26 @@ ct_status ct_comm_allreduce_bf16(ct_comm *c, uint16_t *buf, size_t n, ct_err *er
   return st;
 }
 
+ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err) {
+  if (bytes > (size_t)INT_MAX) return ct_errf(err, CT_ERR_INVALID, "all-to-all of %zu bytes per rank", bytes);
+  if (!c->mpi || c->size == 1) {
+    memmove(recv, send, bytes);
+    return CT_OK;
+  }
+  int rc = MPI_Alltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world);
+  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-to-all (MPI_Alltoall)");
+}
+
+ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err) {
+  if (bytes > (size_t)INT_MAX) return ct_errf(err, CT_ERR_INVALID, "all-gather of %zu bytes per rank", bytes);
+  if (!c->mpi || c->size == 1) {
+    memmove(recv, send, bytes);
+    return CT_OK;
+  }
+  int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world);
+  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+}
+
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err) {
   if (!c->mpi || c->size == 1) return CT_OK;
   for (size_t off = 0; off < bytes; off += (size_t)INT_MAX) {

@@ -1,6 +1,7 @@
 /* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
  * the canonical dump and help, so a key is declared exactly once. */
 #include "ctuner/config.h"
+#include "train/onebit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -457,9 +458,20 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->lr_warmup_steps < 0) BAD("lr_warmup_steps must be >= 0, got %ld", c->lr_warmup_steps);
   if (!c->warmup_type || (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear")))
     BAD("warmup_type must be \"log\" or \"linear\", got '%s'", c->warmup_type ? c->warmup_type : "");
-  ct_optim_kind ok;
+  ct_optim_kind ok = CT_OPTIM_ADAMW;
   if (!c->optimizer) BAD("optimizer is required");
-  st = ct_optim_kind_parse(c->optimizer, &ok, err);
+  if (c->freeze_step < 0) BAD("freeze_step must be >= 0, got %ld", c->freeze_step);
+  if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam: data parallel over float32 */
+    if (c->zero_stage != 0)
+      BAD("optimizer onebitadam communicates the momentum itself and works with zero_stage 0 only (as in "
+          "DeepSpeed), got %ld",
+          c->zero_stage);
+    if (c->mixed_precision && !strcmp(c->mixed_precision, "bf16"))
+      BAD("optimizer onebitadam keeps float32 storage; set mixed_precision no");
+    if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme"))
+      BAD("optimizer onebitadam cannot offload its state; set offload_optimizer none");
+  }
+  st = ct_onebit_name(c->optimizer) ? CT_OK : ct_optim_kind_parse(c->optimizer, &ok, err);
   if (st) {
     ct_err_prefix(err, "optimizer: ");
     return st;

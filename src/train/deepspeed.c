@@ -103,11 +103,12 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
     const ct_json *wm = pp && pp->type == CT_JSON_OBJECT ? ct_json_get(pp, "adam_w_mode") : NULL;
     mapped = wm && wm->type == CT_JSON_BOOL && !wm->boolean ? "adam" : "adamw";
   }
-  if (!strcmp(low, "onebitadam") || !strcmp(low, "zerooneadam") || !strcmp(low, "onebitlamb"))
+  if (!strcmp(low, "onebitadam")) mapped = "onebitadam";
+  if (!strcmp(low, "zerooneadam") || !strcmp(low, "onebitlamb"))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "deepspeed_config: optimizer %s (1-bit compressed communication) is not implemented yet; "
-                   "use AdamW or Lamb",
-                   t->str);
+                   "deepspeed_config: optimizer %s is not implemented; OneBitAdam is (the same 1-bit compressed "
+                   "momentum after freeze_step)%s",
+                   t->str, !strcmp(low, "onebitlamb") ? ", or Lamb without compression" : "");
   if (!mapped) {
     CT_WARN("deepspeed_config: optimizer '%s' is not one of ctuner's; using AdamW (%s)", t->str,
             !strcmp(low, "cpuadam") || !strcmp(low, "fusedadam") || !strcmp(low, "deepspeedcpuadam")
@@ -126,6 +127,8 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
                                          {"weight_decay", "adam_weight_decay"},
                                          {"momentum", "optimizer_momentum"}};
   st = copy_numbers(cfg, p, "optimizer.params.", pairs, 4, err);
+  static const char *const fz[][2] = {{"freeze_step", "freeze_step"}};
+  if (!st) st = copy_numbers(cfg, p, "optimizer.params.", fz, 1, err);
   const ct_json *b = ct_json_get(p, "betas");
   if (!st && b && !is_auto(b)) {
     if (b->type != CT_JSON_ARRAY || b->n != 2 || b->items[0].type != CT_JSON_NUMBER ||

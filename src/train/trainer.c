@@ -27,6 +27,7 @@
 #include "ctuner/optim.h"
 #include "ctuner/rng.h"
 #include "train/offload.h"
+#include "train/onebit.h"
 #include "train/zero.h"
 #include "train_int.h"
 
@@ -120,8 +121,8 @@ static int muon_excluded(const char *name) {
  * trust ratio, Muon's orthogonalisation) need whole tensors and refuse. */
 static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo,
                              size_t hi, ct_optim **out, ct_err *err) {
-  ct_optim_kind kind;
-  ct_status st = ct_optim_kind_parse(cfg->optimizer, &kind, err);
+  ct_optim_kind kind = CT_OPTIM_ADAM; /* onebitadam keeps Adam's two moments (onebit.c steps them) */
+  ct_status st = ct_onebit_name(cfg->optimizer) ? CT_OK : ct_optim_kind_parse(cfg->optimizer, &kind, err);
   if (st) return st;
   ct_optim_hp hp;
   ct_optim_hp_default(kind, &hp);
@@ -324,6 +325,7 @@ typedef struct trainer {
   zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
   float *wsh;      /* float32 (master) weights of [lo, hi) when own */
   ct_offload *off; /* offload_optimizer nvme: the optimizer state in a swap file */
+  ct_onebit *ob;   /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
   ct_mmdit *m;
@@ -707,6 +709,7 @@ static void free_states(trainer *tr, float **a) {
 }
 
 static void trainer_free(trainer *tr) {
+  ct_onebit_free(tr->ob);
   if (tr->off) {
     ct_offload_close(tr->off);
     ct_err e = {0};
@@ -907,6 +910,24 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
   sum->start_step = s.global_step;
+  if (tr.opt && ct_onebit_name(cfg->optimizer)) { /* loaded and resumed: the moments are tr.opt's */
+    size_t np;
+    const ct_param *tab = ct_mmdit_table(tr.m, &np);
+    size_t *offs = malloc((np + 1) * sizeof *offs), *lens = malloc((np + 1) * sizeof *lens);
+    if (!offs || !lens) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; !st && i < np; i++) offs[i] = tab[i].offset, lens[i] = tab[i].numel;
+    if (!st)
+      st = ct_onebit_new(comm, nw, offs, lens, np, ct_optim_state(tr.opt, 0, NULL), ct_optim_state(tr.opt, 1, NULL),
+                         (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon,
+                         (float)cfg->adam_weight_decay, cfg->freeze_step, &tr.ob, err);
+    free(offs);
+    free(lens);
+    if (st) goto out;
+    if (lead)
+      CT_INFO("OneBitAdam: full-precision warm-up for %ld steps, then 1-bit compressed momentum (error "
+              "feedback starts at zero%s)",
+              cfg->freeze_step, s.opt_steps ? "; a resume resets it, as DeepSpeed" : "");
+  }
   if (tr.opt && cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) { /* loaded and resumed: now to the swap file */
     st = start_offload(&tr, err);
     if (st) goto out;
@@ -993,6 +1014,17 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       loss = red[0] / tr.world;
       gn = sqrt(red[1]);
       gstep = g + tr.lo;
+    } else if (tr.ob && ct_onebit_compressing(tr.ob, s.opt_steps + 1)) {
+      /* 1-bit Adam after freeze_step: no gradient all-reduce; each rank steps
+       * the momentum with its own mean gradient (world x its share), the
+       * norm reported and clipped is the RMS over ranks of those */
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < nw; i++) g[i] *= (float)tr.world;
+      double red[2] = {loss, sumsq(g, nw)};
+      st = ct_comm_allreduce_f64(comm, red, 2, err);
+      if (st) goto out;
+      loss = red[0] / tr.world;
+      gn = sqrt(red[1] / tr.world);
     } else {
       if (tr.world > 1) {
         st = ct_comm_allreduce_f32(comm, g, nw, err);
@@ -1028,7 +1060,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
       s.opt_steps++;
       float *wstep = tr.own ? tr.wsh : w + tr.lo; /* this rank's (master) weights */
-      if (tr.off) {
+      if (tr.ob) {
+        st = ct_onebit_step(tr.ob, wstep, gstep, (float)lr, s.opt_steps, err);
+      } else if (tr.off) {
         off_step os = {tr.opt, wstep, gstep, (float)lr, s.opt_steps};
         st = ct_offload_foreach(tr.off, off_step_fn, &os, err);
       } else if (tr.opt) {
@@ -1113,6 +1147,15 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
   }
 out:
+  if (tr.ob && lead) {
+    double sent, full;
+    long ns;
+    ct_onebit_bytes(tr.ob, &sent, &full, &ns);
+    if (ns)
+      CT_INFO("OneBitAdam: %ld compressed step(s): %.3f MB sent per rank instead of %.3f MB of float32 "
+              "all-reduce (%.1fx less)",
+              ns, sent / 1e6, full / 1e6, sent > 0 ? full / sent : 0.0);
+  }
   if (tr.off && lead)
     CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)", ct_offload_bytes(tr.off) / 1e6,
             ct_offload_wait_s(tr.off), ct_offload_mode(tr.off));

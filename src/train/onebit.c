@@ -1,0 +1,234 @@
+/* onebit.c: 1-bit Adam (docs/distributed.md, "1-bit Adam").
+ *
+ * Warm-up (steps <= freeze_step): the trainer all-reduces the gradient as
+ * usual and this is Adam without bias correction (DeepSpeed's OneBitAdam
+ * update: m / (sqrt(v) + eps), plus weight_decay * w).
+ *
+ * Compression (later steps): the trainer skips the gradient all-reduce. Each
+ * rank updates the momentum with its own gradient, and the momentum — not the
+ * gradient — is averaged by the error-compensated compressed all-reduce:
+ *   worker:  x = m + e_w;  s_w = ||x|| / sqrt(len);  e_w = x - s_w sign(x);
+ *            chunk c of sign(x) (bits) goes to rank c, s_w to everyone;
+ *   server:  y = (sum over ranks, in rank order, of s_p sign_p) / N + e_s;
+ *            s_s = ||y|| / sqrt(chunk);  e_s = y - s_s sign(y);
+ *            sign(y) (bits) and s_s go to everyone;
+ *   m = s_s(c) sign(y) for every chunk c.
+ * The variance is frozen at its value after warm-up. Every rank ends the step
+ * with the same m, so the weights stay identical. Per element that is 2 bits
+ * through MPI instead of the 64 of a reduce-scatter + all-gather of floats.
+ *
+ * Error feedback starts at zero and is not checkpointed: a resume resets it,
+ * as DeepSpeed does.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "train/onebit.h"
+
+/* One tensor: compressed on its own (its own scales and error), as
+ * DeepSpeed compresses each parameter. Its n floats are padded to np, a
+ * multiple of 8 N, and cut into N chunks of ch; chunk p is served by rank p. */
+typedef struct ob_tensor {
+  size_t off, n, np, ch;
+  size_t xoff; /* in the worker buffers (sum of np before it) */
+  size_t soff; /* in the server buffers (sum of ch before it); its bits start at soff / 8 */
+} ob_tensor;
+
+struct ct_onebit {
+  ct_comm *comm;
+  int N, rank;
+  size_t n;
+  ob_tensor *t;
+  size_t nt, nx, ns, B; /* worker floats, server floats, bytes of one rank's bits (ns / 8) */
+  float *m, *v;         /* borrowed */
+  float *werr, *serr, *x, *y;
+  uint8_t *bits, *rbits, *sbits, *gbits; /* N B, N B, B, N B */
+  float *wsc, *wsc_all, *ssc, *ssc_all;  /* nt, N nt, nt, N nt */
+  float b1, b2, eps, wd;
+  long freeze;
+  double sent, full;
+  long nsteps;
+};
+
+int ct_onebit_name(const char *s) {
+  if (!s) return 0;
+  char low[32];
+  size_t i = 0;
+  for (; s[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)s[i]);
+  low[i] = 0;
+  return !strcmp(low, "onebitadam") || !strcmp(low, "1bitadam") || !strcmp(low, "onebit_adam");
+}
+
+ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
+                        float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,
+                        ct_onebit **out, ct_err *err) {
+  *out = NULL;
+  ct_onebit *o = calloc(1, sizeof *o);
+  if (!o) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  o->comm = comm;
+  o->N = ct_comm_size(comm);
+  o->rank = ct_comm_rank(comm);
+  o->n = n;
+  o->m = m;
+  o->v = v;
+  o->b1 = beta1, o->b2 = beta2, o->eps = eps, o->wd = weight_decay;
+  o->freeze = freeze_step;
+  o->nt = nt;
+  o->t = calloc(nt ? nt : 1, sizeof *o->t);
+  if (!o->t) {
+    free(o);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  const size_t q = (size_t)8 * (size_t)o->N;
+  for (size_t i = 0; i < nt; i++) {
+    ob_tensor *t = &o->t[i];
+    t->off = offs[i];
+    t->n = lens[i];
+    t->np = (t->n + q - 1) / q * q;
+    t->ch = t->np / (size_t)o->N;
+    t->xoff = o->nx;
+    t->soff = o->ns;
+    o->nx += t->np;
+    o->ns += t->ch;
+  }
+  o->B = o->ns / 8;
+  const size_t N = (size_t)o->N, T = nt ? nt : 1;
+  o->werr = ct_calloc(CT_MEM_OPTIMIZER, o->nx + 1, sizeof(float));
+  o->serr = ct_calloc(CT_MEM_OPTIMIZER, o->ns + 1, sizeof(float));
+  o->x = ct_alloc(CT_MEM_BUFFERS, (o->nx + 1) * sizeof(float));
+  o->y = ct_alloc(CT_MEM_BUFFERS, (o->ns + 1) * sizeof(float));
+  o->bits = ct_alloc(CT_MEM_BUFFERS, N * o->B + 1);
+  o->rbits = ct_alloc(CT_MEM_BUFFERS, N * o->B + 1);
+  o->sbits = ct_alloc(CT_MEM_BUFFERS, o->B + 1);
+  o->gbits = ct_alloc(CT_MEM_BUFFERS, N * o->B + 1);
+  o->wsc = calloc(T, sizeof(float));
+  o->wsc_all = calloc(N * T, sizeof(float));
+  o->ssc = calloc(T, sizeof(float));
+  o->ssc_all = calloc(N * T, sizeof(float));
+  if (!o->werr || !o->serr || !o->x || !o->y || !o->bits || !o->rbits || !o->sbits || !o->gbits || !o->wsc ||
+      !o->wsc_all || !o->ssc || !o->ssc_all) {
+    const size_t nx = o->nx;
+    ct_onebit_free(o);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for OneBitAdam's error feedback (%zu floats)", nx);
+  }
+  *out = o;
+  return CT_OK;
+}
+
+void ct_onebit_free(ct_onebit *o) {
+  if (!o) return;
+  free(o->t);
+  ct_free(o->werr);
+  ct_free(o->serr);
+  ct_free(o->x);
+  ct_free(o->y);
+  ct_free(o->bits);
+  ct_free(o->rbits);
+  ct_free(o->sbits);
+  ct_free(o->gbits);
+  free(o->wsc);
+  free(o->wsc_all);
+  free(o->ssc);
+  free(o->ssc_all);
+  free(o);
+}
+
+int ct_onebit_compressing(const ct_onebit *o, long step) { return step > o->freeze; }
+
+static float rms(const float *x, size_t len) {
+  double ss = 0;
+  for (size_t i = 0; i < len; i++) ss += (double)x[i] * x[i];
+  return len ? (float)(sqrt(ss) / sqrt((double)len)) : 0.0f;
+}
+
+/* sign bits of x[0..len) (1 for >= 0; len a multiple of 8) and the error x - scale * sign. */
+static void quantize(const float *x, size_t len, float scale, uint8_t *bits, float *e) {
+  memset(bits, 0, len / 8);
+  for (size_t i = 0; i < len; i++) {
+    const int pos = x[i] >= 0.0f;
+    bits[i >> 3] |= (uint8_t)(pos << (i & 7));
+    e[i] = x[i] - (pos ? scale : -scale);
+  }
+}
+
+static inline float sgn(const uint8_t *bits, size_t i) { return (bits[i >> 3] >> (i & 7)) & 1 ? 1.0f : -1.0f; }
+
+ct_status ct_onebit_allreduce(ct_onebit *o, float *m, ct_err *err) {
+  const int N = o->N;
+  const size_t B = o->B, T = o->nt;
+  /* workers: compensate, one scale per tensor, chunk p's signs for rank p */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < T; k++) {
+    const ob_tensor *t = &o->t[k];
+    float *x = o->x + t->xoff, *e = o->werr + t->xoff;
+    for (size_t i = 0; i < t->np; i++) x[i] = (i < t->n ? m[t->off + i] : 0.0f) + e[i];
+    o->wsc[k] = rms(x, t->np);
+    for (int p = 0; p < N; p++)
+      quantize(x + (size_t)p * t->ch, t->ch, o->wsc[k], o->bits + (size_t)p * B + t->soff / 8,
+               e + (size_t)p * t->ch);
+  }
+  ct_status st = ct_comm_alltoall_bytes(o->comm, o->bits, o->rbits, B, err);
+  if (!st) st = ct_comm_allgather_bytes(o->comm, o->wsc, o->wsc_all, T * sizeof(float), err);
+  if (st) return st;
+  /* servers: this rank's chunk of every tensor from every worker, averaged in
+   * rank order, compensated, one scale per tensor */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < T; k++) {
+    const ob_tensor *t = &o->t[k];
+    float *y = o->y + t->soff, *e = o->serr + t->soff;
+    for (size_t j = 0; j < t->ch; j++) {
+      float s = 0.0f;
+      for (int p = 0; p < N; p++) s += o->wsc_all[(size_t)p * T + k] * sgn(o->rbits + (size_t)p * B + t->soff / 8, j);
+      y[j] = s / (float)N + e[j];
+    }
+    o->ssc[k] = rms(y, t->ch);
+    quantize(y, t->ch, o->ssc[k], o->sbits + t->soff / 8, e);
+  }
+  st = ct_comm_allgather_bytes(o->comm, o->sbits, o->gbits, B, err);
+  if (!st) st = ct_comm_allgather_bytes(o->comm, o->ssc, o->ssc_all, T * sizeof(float), err);
+  if (st) return st;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < T; k++) {
+    const ob_tensor *t = &o->t[k];
+    for (size_t i = 0; i < t->n; i++) {
+      const size_t p = i / t->ch, j = i % t->ch;
+      m[t->off + i] = o->ssc_all[p * T + k] * sgn(o->gbits + p * B + t->soff / 8, j);
+    }
+  }
+  /* what went through MPI from this rank: signs to N-1 ranks twice, the scales twice */
+  o->sent += (double)(N - 1) * (2.0 * (double)B + 2.0 * (double)T * sizeof(float));
+  o->full += 2.0 * (double)(N - 1) * (double)ct_comm_shard_len(o->n, N) * sizeof(float);
+  return CT_OK;
+}
+
+ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  float *m = o->m, *v = o->v;
+  const float b1 = o->b1, b2 = o->b2;
+  const size_t n = o->n;
+  if (!ct_onebit_compressing(o, step)) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    }
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    ct_status st = ct_onebit_allreduce(o, m, err);
+    if (st) return st;
+    o->nsteps++;
+  }
+  const float eps = o->eps, wd = o->wd;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) w[i] -= lr * (m[i] / (sqrtf(v[i]) + eps) + wd * w[i]);
+  return CT_OK;
+}
+
+void ct_onebit_bytes(const ct_onebit *o, double *sent, double *full, long *compressed_steps) {
+  *sent = o->sent;
+  *full = o->full;
+  *compressed_steps = o->nsteps;
+}

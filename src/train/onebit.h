@@ -1,0 +1,44 @@
+/* 1-bit Adam (DeepSpeed's OneBitAdam; Tang et al. 2021): Adam with full
+ * communication for freeze_step warm-up steps, then the variance frozen and
+ * only the momentum communicated, as signs with one scale per rank and chunk,
+ * with error feedback on the workers and the servers (see onebit.c). */
+#ifndef CT_TRAIN_ONEBIT_H
+#define CT_TRAIN_ONEBIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctuner/comm.h"
+
+/* Is this optimizer name OneBitAdam (case-insensitive; also "1bitadam")? */
+int ct_onebit_name(const char *optimizer);
+
+typedef struct ct_onebit ct_onebit;
+
+/* n floats of parameters holding nt tensors [offs[i], offs[i] + lens[i])
+ * (each compressed with its own scales, as DeepSpeed does per parameter);
+ * m and v (n floats each) are the moments, owned by the caller (a
+ * checkpointed optimizer's state). */
+ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
+                        float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,
+                        ct_onebit **out, ct_err *err);
+void ct_onebit_free(ct_onebit *o);
+/* Steps 1..freeze_step: the gradient is already averaged over the ranks. */
+int ct_onebit_compressing(const ct_onebit *o, long step);
+/* One step. Warm-up: g is the averaged gradient; Adam without bias correction
+ * (as DeepSpeed), v updated. Compressed: g is this rank's own mean gradient;
+ * the momentum is updated locally and replaced by the 1-bit compressed
+ * average over the ranks; v stays frozen. w -= lr * (m / (sqrt(v) + eps) +
+ * weight_decay * w). */
+ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err);
+/* Bytes this rank handed to MPI for the optimizer's communication in
+ * compressed steps, and what full-precision all-reduces of the same steps
+ * would have sent (reduce-scatter + all-gather of n floats). */
+void ct_onebit_bytes(const ct_onebit *o, double *sent, double *full, long *compressed_steps);
+
+/* The compressed all-reduce alone (tests): x (n floats) <- the 1-bit
+ * error-compensated average over the ranks of x, tensor by tensor (floats
+ * outside the tensors are left alone). */
+ct_status ct_onebit_allreduce(ct_onebit *o, float *x, ct_err *err);
+
+#endif
