@@ -183,6 +183,12 @@ mkdir -p "$tmp/swap/ctuner-swap-0123456789abcdef/rank-0" && echo stale > "$tmp/s
     --resume_from_checkpoint=latest --output_dir="$tmp/ofr" >/dev/null 2>>"$tmp/of.err" &&
   r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/ofr" "$tmp/one-adamw" checkpoint-20 2>&1) &&
   ok "offload: 2 ranks stage 3 -> 1 rank resume ($r)" || bad "offload resume: $r $(tail -3 "$tmp/of.err")"
+out=$("$CT" train --config "$tmp/base.json" --optimizer=sgd --optimizer_momentum=0 "${OFF[@]}" --max_train_steps=2 \
+  --output_dir="$tmp/ofs" 2>&1) && echo "$out" | grep -q "keeps no state here; nothing to offload" &&
+  ok "offload with a stateless optimizer (SGD without momentum): nothing to offload" || bad "stateless offload: $out"
+out=$("$CT" train --config "$tmp/base.json" --optimizer=onebitadam --freeze_step=0 --output_dir="$tmp/ofx" 2>&1) &&
+  bad "freeze_step 0: exit 0" || { echo "$out" | grep -q "needs freeze_step >= 1" && ok "onebitadam freeze_step 0 refused" ||
+  bad "freeze_step 0: $out"; }
 out=$("$CT" train --config "$tmp/base.json" --offload_optimizer=nvme --output_dir="$tmp/ofx" 2>&1) &&
   bad "nvme without a path: exit 0" || { echo "$out" | grep -q "offload_optimizer nvme needs offload_param_path" &&
   ok "nvme offload without offload_param_path refused" || bad "nvme without path: $out"; }
@@ -281,6 +287,16 @@ if "$CT" train --config "$tmp/base.json" --preset=small --resolution=16 --train_
 else
   bad "small preset runs: $(tail -3 "$tmp/one.err" "$tmp/n2s.err")"
 fi
+# small at stages 2 and 3 (2 ranks x 2) against the same 1 x 4 run
+for st in 2 3; do
+  if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
+      --resolution=16 --train_batch_size=2 --zero_stage=$st --output_dir="$tmp/n2-small-z$st" >/dev/null 2>"$tmp/n2s.err"; then
+    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n2-small-z$st" "$tmp/one-small" checkpoint-20 2>&1) &&
+      ok "small, zero_stage $st: 2 ranks x batch 2 == 1 rank x batch 4 ($r)" || bad "small stage $st differs: $r"
+  else
+    bad "small stage $st: $(tail -3 "$tmp/n2s.err")"
+  fi
+done
 # Only rank 0 reports: one summary line on stdout.
 [ "$(grep -c '"steps"' "$tmp/n.out")" = 1 ] && ok "one summary line from $n ranks" || bad "summary lines: $(cat "$tmp/n.out")"
 grep -q "effective batch 4 = train_batch_size 1 x 4 rank(s)" "$tmp/n.err" && ok "effective batch logged" ||

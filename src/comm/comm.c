@@ -184,7 +184,7 @@ static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_
     int rc = root < 0 ? MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world)
                       : MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, root, c->world);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, root < 0 ? "all-gather (MPI_Allgather)" : "gather (MPI_Gather)");
-    if (root >= 0 && c->rank != root) continue;
+    if ((root >= 0 && c->rank != root) || !recv) continue; /* a root without a buffer (it failed) only sends */
     for (int p = 0; p < N; p++) {
       size_t g0 = (size_t)p * shard + off;
       if (g0 >= n) break;
@@ -423,9 +423,13 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
       rcode = MPI_Isend((const char *)send + po * es, (int)pc, mpi_type(t), p, TAG_REDUCE, c->world,
                         &r->mr[r->nmr++]);
   }
+  if (rcode != MPI_SUCCESS) { /* requests already posted may still use the buffers: leak them; the job aborts */
+    *req = NULL;
+    return mpi_fail(err, rcode, "reduce-scatter (MPI_Isend/MPI_Irecv)");
+  }
   r->active = r->nmr > 0;
   *req = r;
-  return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "reduce-scatter (MPI_Isend/MPI_Irecv)");
+  return CT_OK;
 }
 
 ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
@@ -455,9 +459,13 @@ ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, si
   for (int p = 0; p < N && rcode == MPI_SUCCESS && m; p++)
     if (p != c->rank)
       rcode = MPI_Isend(src, (int)m, mpi_type(t), p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
+  if (rcode != MPI_SUCCESS) { /* as above: leaked, never reused while MPI may write into it */
+    *req = NULL;
+    return mpi_fail(err, rcode, "all-gather (MPI_Isend/MPI_Irecv)");
+  }
   r->active = r->nmr > 0;
   *req = r;
-  return rcode == MPI_SUCCESS ? CT_OK : mpi_fail(err, rcode, "all-gather (MPI_Isend/MPI_Irecv)");
+  return CT_OK;
 }
 
 ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
@@ -487,7 +495,10 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
   if (r->active) {
     int rc = MPI_Waitall(r->nmr, r->mr, MPI_STATUSES_IGNORE);
     r->active = 0;
-    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Waitall)" : "reduce-scatter (MPI_Waitall)");
+    if (rc != MPI_SUCCESS) {
+      st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Waitall)" : "reduce-scatter (MPI_Waitall)");
+      r->recv = NULL; /* receives may still land in it: never back to the pool */
+    }
   }
   if (!st && r->kind == 0 && r->acc && r->m) reduce_into(r->t, r->flags, r->recv, c->size, r->m, r->acc);
   req_free(c, r);

@@ -292,12 +292,13 @@ ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, c
   ct_st_writer *w;
   if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_st_writer_meta(w, "format", "ctuner-zero-fragments-1", err);
-  if (!st) st = ct_st_writer_meta(w, "optimizer", s->optimizer, err);
+  struct ct_optim *o = io->opt; /* NULL: this rank's shard is empty; the file says so */
+  /* the optimizer's kind, as optimizer.safetensors names it and loaders compare */
+  if (!st) st = ct_st_writer_meta(w, "optimizer", o ? ct_optim_kind_name(ct_optim_get_kind(o)) : s->optimizer, err);
   snprintf(val, sizeof val, "%d", world);
   if (!st) st = ct_st_writer_meta(w, "world", val, err);
   snprintf(val, sizeof val, "%d", rank);
   if (!st) st = ct_st_writer_meta(w, "rank", val, err);
-  struct ct_optim *o = io->opt; /* NULL: this rank's shard is empty; the file says so */
   const size_t lo = io->opt_offset, hi = o ? lo + ct_optim_numel(o) : lo;
   size_t np;
   const ct_param *tab = ct_mmdit_table(io->model, &np);

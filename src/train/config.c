@@ -462,6 +462,8 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (!c->optimizer) BAD("optimizer is required");
   if (c->freeze_step < 0) BAD("freeze_step must be >= 0, got %ld", c->freeze_step);
   if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam: data parallel over float32 */
+    if (c->freeze_step < 1)
+      BAD("optimizer onebitadam needs freeze_step >= 1: the frozen variance comes from the warm-up steps");
     if (c->zero_stage != 0)
       BAD("optimizer onebitadam communicates the momentum itself and works with zero_stage 0 only (as in "
           "DeepSpeed), got %ld",

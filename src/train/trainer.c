@@ -655,6 +655,12 @@ static ct_status start_offload(trainer *tr, ct_err *err) {
   ct_status st = ct_rm_rf(tr->swap_dir, err); /* a stale swap of an earlier run */
   if (st) return st;
   const size_t nst = ct_optim_nstate(tr->opt);
+  if (!nst) {
+    if (tr->rank == 0)
+      CT_INFO("offload_optimizer nvme: optimizer '%s' keeps no state here; nothing to offload",
+              ct_optim_kind_name(kind));
+    return CT_OK;
+  }
   /* auto: an eighth of the range (so reading, stepping and writing overlap),
    * between 256 Ki and 4 Mi floats per state */
   size_t sub = ct_optim_numel(tr->opt) / 8;
@@ -886,7 +892,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
     if (have) {
       char digest[17];
+      char optname[sizeof s.optimizer];
       memcpy(digest, s.digest, sizeof digest);
+      memcpy(optname, s.optimizer, sizeof optname);
       st = ct_checkpoint_load(dir, &io, &s, err);
       if (st) {
         ct_err_prefix(err, "resume_from_checkpoint: ");
@@ -896,6 +904,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
         CT_WARN("resuming %s with a different configuration (digest %s, checkpoint %s)", dir,
                 digest, s.digest);
       memcpy(s.digest, digest, sizeof digest);
+      memcpy(s.optimizer, optname, sizeof optname); /* this run's optimizer, as the digest */
       CT_INFO("resumed from %s at step %ld (epoch %ld)", dir, s.global_step, s.epoch + 1);
     }
     if (tr.world > 1) { /* every rank must have read the same state */
