@@ -73,20 +73,24 @@ fi
 cat > "$tmp/backend.json" <<JSON
 [{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
 JSON
-args=(train --preset=tiny --resolution=8 --data_backend_config="$tmp/backend.json" --train_batch_size=2
-  --learning_rate=1e-3 --disable_validation=true --seed=4 --max_train_steps=12 --zero_stage=1)
-if ! in_a "${MPI2[@]}" "$CT" "${args[@]}" --output_dir="$tmp/two-nodes" >/dev/null 2>"$tmp/a.err"; then
-  bad "training across 2 namespaces: $(tail -5 "$tmp/a.err")"
-elif ! mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$CT" "${args[@]}" \
-    --output_dir="$tmp/one-node" >/dev/null 2>"$tmp/b.err"; then
-  bad "training on one node: $(tail -5 "$tmp/b.err")"
-else
-  if cmp -s <(sed 's/"seconds": [0-9.]*, "samples_per_s": [0-9.]*//' "$tmp/two-nodes/metrics.jsonl") \
-      <(sed 's/"seconds": [0-9.]*, "samples_per_s": [0-9.]*//' "$tmp/one-node/metrics.jsonl") &&
-    cmp -s "$tmp/two-nodes/checkpoint-12/model.safetensors" "$tmp/one-node/checkpoint-12/model.safetensors"; then
-    ok "2 nodes x 1 rank == 1 node x 2 ranks: identical losses and weights over 12 steps"
+for mode in "--zero_stage=1" "--zero_stage=3 --mixed_precision=bf16"; do
+  # shellcheck disable=SC2206
+  args=(train --preset=tiny --resolution=8 --data_backend_config="$tmp/backend.json" --train_batch_size=2
+    --learning_rate=1e-3 --disable_validation=true --seed=4 --max_train_steps=12 $mode)
+  rm -rf "$tmp/two-nodes" "$tmp/one-node"
+  if ! in_a "${MPI2[@]}" "$CT" "${args[@]}" --output_dir="$tmp/two-nodes" >/dev/null 2>"$tmp/a.err"; then
+    bad "training across 2 namespaces ($mode): $(tail -5 "$tmp/a.err")"
+  elif ! mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$CT" "${args[@]}" \
+      --output_dir="$tmp/one-node" >/dev/null 2>"$tmp/b.err"; then
+    bad "training on one node ($mode): $(tail -5 "$tmp/b.err")"
   else
-    bad "cross-namespace run differs: $(diff <(cut -c1-60 "$tmp/two-nodes/metrics.jsonl") <(cut -c1-60 "$tmp/one-node/metrics.jsonl") | head -4)"
+    if cmp -s <(sed 's/"seconds": [0-9.]*, "samples_per_s": [0-9.]*//' "$tmp/two-nodes/metrics.jsonl") \
+        <(sed 's/"seconds": [0-9.]*, "samples_per_s": [0-9.]*//' "$tmp/one-node/metrics.jsonl") &&
+      cmp -s "$tmp/two-nodes/checkpoint-12/model.safetensors" "$tmp/one-node/checkpoint-12/model.safetensors"; then
+      ok "2 nodes x 1 rank == 1 node x 2 ranks ($mode): identical losses and weights over 12 steps"
+    else
+      bad "cross-namespace run differs ($mode): $(diff <(cut -c1-60 "$tmp/two-nodes/metrics.jsonl") <(cut -c1-60 "$tmp/one-node/metrics.jsonl") | head -4)"
+    fi
   fi
-fi
+done
 exit $fail
