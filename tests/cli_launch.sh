@@ -66,7 +66,7 @@ expect_err "fp16 refused" "mixed_precision fp16: use no or bf16" "s/mixed_precis
 sed "s/mixed_precision: 'no'/mixed_precision: bf16/" "$tmp/two.yaml" > "$tmp/bf.yaml"
 out=$("$CT" launch --accelerate-config "$tmp/bf.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
 echo "$out" | grep -q -- "--mixed_precision=bf16" && ok "mixed_precision bf16 passed on" || bad "bf16: $out"
-expect_err "parameter offload to nvme refused" "offload_param_device nvme: use none or cpu" 's/offload_param_device: none/offload_param_device: nvme/' \
+expect_err "unknown offload device" "offload_param_device disk: use none, cpu or nvme" 's/offload_param_device: none/offload_param_device: disk/' \
   --hostfile "$tmp/hosts"
 sed 's/offload_optimizer_device: none.*/offload_optimizer_device: nvme\n  offload_optimizer_nvme_path: \/mnt\/nvme/' "$tmp/two.yaml" > "$tmp/nv.yaml"
 out=$("$CT" launch --accelerate-config "$tmp/nv.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)

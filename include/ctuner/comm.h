@@ -96,6 +96,10 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
                                     size_t shard, void *acc, ct_comm_req **req, ct_err *err);
 ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
                                void *recv, ct_comm_req **req, ct_err *err);
+/* As ct_comm_iallgather_t, but piece points at this rank's elements of [a, b)
+ * themselves (b - a ∩ its shard of them), wherever they are. */
+ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece, size_t a, size_t b, size_t shard,
+                                   void *recv, ct_comm_req **req, ct_err *err);
 /* Whole bf16 buffers of n elements, in place: this rank's slot buf[rank *
  * shard ..] receives its reduced shard; all-gather fills buf from every
  * rank's slot; all-reduce is both. */

@@ -157,10 +157,9 @@ static int load_accelerate(const char *path, acc_cfg *c) {
   }
   for (int i = 0; i < 2; i++) {
     const char *d = i ? c->offload_param : c->offload_opt;
-    if (*d && strcmp(d, "none") && strcmp(d, "cpu") && (i || strcmp(d, "nvme"))) {
-      fprintf(stderr, "ctuner launch: %s: %s %s: use none or cpu%s\n", path,
-              i ? "offload_param_device" : "offload_optimizer_device", d,
-              i ? " (parameter offload to NVMe is not implemented)" : " or nvme");
+    if (*d && strcmp(d, "none") && strcmp(d, "cpu") && strcmp(d, "nvme")) {
+      fprintf(stderr, "ctuner launch: %s: %s %s: use none, cpu or nvme\n", path,
+              i ? "offload_param_device" : "offload_optimizer_device", d);
       return -1;
     }
   }

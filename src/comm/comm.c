@@ -434,6 +434,14 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
 
 ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
                                void *recv, ct_comm_req **req, ct_err *err) {
+  size_t off, m;
+  piece(a, b, shard, c->rank, &off, &m);
+  const char *src = (const char *)mine + (m ? a + off - (size_t)c->rank * shard : 0) * esize(t);
+  return ct_comm_iallgather_piece(c, t, src, a, b, shard, recv, req, err);
+}
+
+ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece_src, size_t a, size_t b,
+                                   size_t shard, void *recv, ct_comm_req **req, ct_err *err) {
   ct_comm_req *r;
   ct_status st = req_new(c, 1, a, b, &r, err);
   if (st) return st;
@@ -442,7 +450,7 @@ ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, si
   size_t off, m;
   piece(a, b, shard, c->rank, &off, &m);
   r->t = t;
-  const char *src = (const char *)mine + (m ? a + off - (size_t)c->rank * shard : 0) * es;
+  const char *src = piece_src;
   if (m) memmove((char *)recv + off * es, src, m * es); /* may be in place */
   if (!c->mpi || N == 1) {
     *req = r;

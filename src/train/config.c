@@ -500,11 +500,17 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
     BAD("offload_optimizer must be none, cpu or nvme, got '%s'", c->offload_optimizer);
   if (c->offload_param && !is_one_of(c->offload_param, offd))
     BAD("offload_param must be none, cpu or nvme, got '%s'", c->offload_param);
-  if (c->offload_param && !strcmp(c->offload_param, "nvme"))
-    BAD("offload_param nvme: parameter offload to NVMe is not implemented; use offload_optimizer nvme (the "
-        "optimizer state is the larger part) or none/cpu");
-  if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme") && (!c->offload_param_path || !*c->offload_param_path))
-    BAD("offload_optimizer nvme needs offload_param_path: a directory on the device for the swap files");
+  const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
+  const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
+  if (pnv && c->zero_stage != 3)
+    BAD("offload_param nvme needs zero_stage 3 (parameters are sharded there; below it every rank holds all "
+        "of them), got zero_stage %ld",
+        c->zero_stage);
+  if (pnv && c->mixed_precision && !strcmp(c->mixed_precision, "bf16"))
+    BAD("offload_param nvme works with float32 storage; set mixed_precision no");
+  if ((onv || pnv) && (!c->offload_param_path || !*c->offload_param_path))
+    BAD("offload_%s nvme needs offload_param_path: a directory on the device for the swap files",
+        onv ? "optimizer" : "param");
   if (c->offload_buffer_size < 0) BAD("offload_buffer_size must be >= 0 (0: auto), got %ld", c->offload_buffer_size);
   if (c->reduce_bucket_size < 0) BAD("reduce_bucket_size must be >= 0 (0: auto), got %ld", c->reduce_bucket_size);
   if (!(c->ema_decay >= 0 && c->ema_decay < 1)) BAD("ema_decay must be in [0, 1), got %g", c->ema_decay);

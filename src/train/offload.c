@@ -43,6 +43,9 @@ typedef struct req {
   size_t k;
   int slot;
   long seq, dep; /* reads: the write sequence number that must be complete first */
+  void *dst;     /* a part of a block instead of a whole one: len bytes at off into dst */
+  off_t off;
+  size_t len;
 } req;
 
 typedef struct io_arg {
@@ -70,6 +73,8 @@ struct ct_offload {
   queue q[2];        /* 0 reads, 1 writes */
   long slot_write[NBUF]; /* last write sequence number from each buffer */
   long *sub_write;       /* last write sequence number of each sub-group (nsub) */
+  void *part_raw;        /* ct_offload_read_range's aligned staging buffer (sub floats) */
+  float *part;
   int pre_slot;          /* buffer holding (or reading) sub-group 0 for the next pass, -1 none */
   long pre_seq;
   int io_failed;
@@ -117,7 +122,10 @@ static void *io_main(void *arg) {
     pthread_mutex_unlock(&o->mu);
     int rc = 0, e = 0;
     if (!failed) {
-      rc = xfer(o->fd, a->write, o->buf[r.slot], o->block, (off_t)(r.k * o->block));
+      if (r.dst)
+        rc = xfer(o->fd, 0, r.dst, r.len, r.off);
+      else
+        rc = xfer(o->fd, a->write, o->buf[r.slot], o->block, (off_t)(r.k * o->block));
       e = errno;
     }
     pthread_mutex_lock(&o->mu);
@@ -126,14 +134,14 @@ static void *io_main(void *arg) {
       snprintf(o->io_msg, sizeof o->io_msg, "%s: %s of sub-group %zu failed: %s", o->path,
                a->write ? "write" : "read", r.k, strerror(e));
     }
-    o->bytes += (double)o->block;
+    o->bytes += (double)(r.dst ? r.len : o->block);
     q->completed = r.seq;
     pthread_cond_broadcast(&o->cv);
     pthread_mutex_unlock(&o->mu);
   }
 }
 
-static long submit(ct_offload *o, int write, size_t k, int slot, long dep) {
+static long submit_req(ct_offload *o, int write, size_t k, int slot, long dep, void *dst, off_t off, size_t len) {
   queue *q = &o->q[write];
   pthread_mutex_lock(&o->mu);
   while (q->qn == QCAP) pthread_cond_wait(&o->cv, &o->mu);
@@ -141,6 +149,9 @@ static long submit(ct_offload *o, int write, size_t k, int slot, long dep) {
   r->k = k;
   r->slot = slot;
   r->dep = dep;
+  r->dst = dst;
+  r->off = off;
+  r->len = len;
   r->seq = ++q->submitted;
   q->qn++;
   long s = r->seq;
@@ -151,6 +162,10 @@ static long submit(ct_offload *o, int write, size_t k, int slot, long dep) {
     o->sub_write[k] = s;
   }
   return s;
+}
+
+static long submit(ct_offload *o, int write, size_t k, int slot, long dep) {
+  return submit_req(o, write, k, slot, dep, NULL, 0, 0);
 }
 
 /* Read sub-group k into buffer slot once its writes are done. */
@@ -278,7 +293,8 @@ ct_status ct_offload_load_all(ct_offload *o, float *const *arrays, ct_err *err) 
     st = wait_for(o, 0, read_into(o, k, 0), err);
     if (st) break;
     const size_t len = sub_len(o, k);
-    for (size_t i = 0; i < o->nstate; i++) memcpy(arrays[i] + k * o->sub, o->buf[0] + i * o->sub, len * sizeof(float));
+    for (size_t i = 0; i < o->nstate; i++)
+      if (arrays[i]) memcpy(arrays[i] + k * o->sub, o->buf[0] + i * o->sub, len * sizeof(float));
   }
   o->pre_slot = -1;
   return st;
@@ -319,6 +335,29 @@ ct_status ct_offload_foreach(ct_offload *o, ct_offload_fn fn, void *user, ct_err
   return CT_OK;
 }
 
+ct_status ct_offload_read_range(ct_offload *o, size_t arr, size_t a, size_t b, float *dst, ct_err *err) {
+  if (arr >= o->nstate || a > b || b > o->n)
+    return ct_errf(err, CT_ERR_RANGE, "offload: range [%zu, %zu) of array %zu outside %zu x %zu floats", a, b, arr,
+                   o->nstate, o->n);
+  if (!o->part) {
+    o->part_raw = ct_alloc(CT_MEM_BUFFERS, o->sub * sizeof(float) + ALIGN);
+    if (!o->part_raw) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the offload staging buffer");
+    o->part = (float *)(((uintptr_t)o->part_raw + ALIGN - 1) / ALIGN * ALIGN);
+  }
+  for (size_t k = a / o->sub; a < b; k++) { /* one sub-group's part of the array at a time */
+    const size_t k0 = k * o->sub, i0 = a - k0, i1 = (b - k0 < o->sub ? b - k0 : o->sub);
+    const size_t f0 = i0 / 1024 * 1024, f1 = (i1 + 1023) / 1024 * 1024; /* whole pages (O_DIRECT) */
+    const off_t off = (off_t)(k * o->block + (arr * o->sub + f0) * sizeof(float));
+    ct_status st = wait_for(o, 0, submit_req(o, 0, k, 0, o->sub_write[k], o->part, off, (f1 - f0) * sizeof(float)),
+                            err);
+    if (st) return st;
+    memcpy(dst, o->part + (i0 - f0), (i1 - i0) * sizeof(float));
+    dst += i1 - i0;
+    a = k0 + i1;
+  }
+  return CT_OK;
+}
+
 double ct_offload_wait_s(const ct_offload *o) { return o ? o->wait_s : 0; }
 double ct_offload_bytes(const ct_offload *o) { return o ? o->bytes : 0; }
 const char *ct_offload_mode(const ct_offload *o) { return o && o->direct ? "O_DIRECT" : "buffered"; }
@@ -340,6 +379,7 @@ void ct_offload_close(ct_offload *o) {
     ct_free(o->raw[s]);
   }
   free(o->sub_write);
+  ct_free(o->part_raw);
   pthread_mutex_destroy(&o->mu);
   pthread_cond_destroy(&o->cv);
   free(o);

@@ -324,7 +324,9 @@ typedef struct trainer {
   int own;         /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
   zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
   float *wsh;      /* float32 (master) weights of [lo, hi) when own */
-  ct_offload *off; /* offload_optimizer nvme: the optimizer state in a swap file */
+  ct_offload *off; /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
+  int opt_off;     /* the optimizer's state arrays are the file's first ones */
+  int widx;        /* offload_param: the weights are the file's array widx (wsh is NULL); else -1 */
   ct_onebit *ob;   /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
@@ -588,7 +590,8 @@ static ct_status save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_tra
  * nothing: the model has its full weights. */
 typedef struct full_view {
   float *w, *e;
-  int owned; /* gathered copies, freed by release */
+  int owned;   /* gathered copies, freed by release */
+  float *mine; /* offload_param: this rank's weights read back from the file */
 } full_view;
 
 static ct_status gather_full(trainer *tr, full_view *fv, ct_err *err) {
@@ -597,8 +600,18 @@ static ct_status gather_full(trainer *tr, full_view *fv, ct_err *err) {
   const size_t nw = ct_mmdit_numel(tr->m);
   const int lead = tr->rank == 0;
   ct_status st = CT_OK;
-  if (tr->hi - tr->lo == nw) { /* bf16 stage 0: every rank holds all */
-    fv->w = lead ? tr->wsh : NULL;
+  const float *wsrc = tr->wsh;
+  if (tr->widx >= 0) { /* offload_param: this rank's weights from the swap file */
+    fv->mine = ct_alloc(CT_MEM_BUFFERS, (tr->hi - tr->lo ? tr->hi - tr->lo : 1) * sizeof(float));
+    float *arr[8] = {0};
+    arr[tr->widx] = fv->mine;
+    st = fv->mine ? ct_offload_load_all(tr->off, arr, err)
+                  : ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded weights back");
+    if (st) return st; /* the CLI aborts the job: nobody waits in a gather */
+    wsrc = fv->mine;
+  }
+  if (tr->hi - tr->lo == nw) { /* one rank at stage 3, or bf16 stage 0: every rank holds all */
+    fv->w = lead ? (float *)wsrc : NULL;
     fv->e = lead ? tr->ema : NULL;
   } else {
     fv->owned = 1;
@@ -608,7 +621,7 @@ static ct_status gather_full(trainer *tr, full_view *fv, ct_err *err) {
       if (!fv->w || (tr->ema && !fv->e)) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the weights");
     }
     /* every rank takes part even if rank 0 failed: the CLI then aborts the job */
-    ct_status s2 = ct_comm_gather_f32(tr->comm, tr->wsh, fv->w, tr->shard, nw, 0, err);
+    ct_status s2 = ct_comm_gather_f32(tr->comm, wsrc, fv->w, tr->shard, nw, 0, err);
     if (!st) st = s2;
     if (tr->ema) {
       s2 = ct_comm_gather_f32(tr->comm, tr->ema, fv->e, tr->shard, nw, 0, err);
@@ -632,6 +645,7 @@ static void release_full(trainer *tr, full_view *fv) {
     ct_free(fv->w);
     ct_free(fv->e);
   }
+  ct_free(fv->mine);
   memset(fv, 0, sizeof *fv);
 }
 
@@ -639,14 +653,26 @@ static void release_full(trainer *tr, full_view *fv) {
  * offload_param_path/ctuner-swap-<hash of output_dir>/rank-R (a stale one of
  * an earlier run is removed first) and the optimizer steps it sub-group by
  * sub-group. */
+static ct_status par_read(void *user, size_t a, size_t b, float *dst, ct_err *err) {
+  trainer *tr = user;
+  return ct_offload_read_range(tr->off, tr->widx, a, b, dst, err);
+}
+
 static ct_status start_offload(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   ct_optim_kind kind = ct_optim_get_kind(tr->opt);
+  const int want_opt = cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme");
+  const int par = cfg->offload_param && !strcmp(cfg->offload_param, "nvme");
   if (kind == CT_OPTIM_LAMB || kind == CT_OPTIM_MUON)
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "offload_optimizer nvme: optimizer '%s' updates whole tensors and cannot step the state in "
-                   "pieces; use an elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
-                   ct_optim_kind_name(kind));
+                   "offload %s nvme: optimizer '%s' updates whole tensors and cannot step in pieces; use an "
+                   "elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
+                   par ? "param" : "optimizer", ct_optim_kind_name(kind));
+  const size_t nst = want_opt ? ct_optim_nstate(tr->opt) : 0;
+  if (want_opt && !nst && tr->rank == 0)
+    CT_INFO("offload_optimizer nvme: optimizer '%s' keeps no state here; nothing to offload",
+            ct_optim_kind_name(kind));
+  if (!nst && !par) return CT_OK;
   uint64_t h = 1469598103934665603ull; /* FNV-1a of output_dir: one swap directory per run directory */
   for (const char *c = cfg->output_dir; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
   if (ct_pathf(tr->swap_dir, sizeof tr->swap_dir, "%s/ctuner-swap-%016llx/rank-%d", cfg->offload_param_path,
@@ -654,49 +680,68 @@ static ct_status start_offload(trainer *tr, ct_err *err) {
     return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s", cfg->offload_param_path);
   ct_status st = ct_rm_rf(tr->swap_dir, err); /* a stale swap of an earlier run */
   if (st) return st;
-  const size_t nst = ct_optim_nstate(tr->opt);
-  if (!nst) {
-    if (tr->rank == 0)
-      CT_INFO("offload_optimizer nvme: optimizer '%s' keeps no state here; nothing to offload",
-              ct_optim_kind_name(kind));
-    return CT_OK;
-  }
+  /* One swap file: the optimizer's state arrays (offload_optimizer), then the
+   * float32 weights of this rank's range (offload_param, stage 3). */
+  const size_t n = tr->hi - tr->lo, narr = nst + (size_t)par;
   /* auto: an eighth of the range (so reading, stepping and writing overlap),
-   * between 256 Ki and 4 Mi floats per state */
-  size_t sub = ct_optim_numel(tr->opt) / 8;
+   * between 256 Ki and 4 Mi floats per array */
+  size_t sub = n / 8;
   sub = sub < ((size_t)1 << 18) ? (size_t)1 << 18 : sub > ((size_t)1 << 22) ? (size_t)1 << 22 : sub;
   if (cfg->offload_buffer_size > 0) sub = (size_t)cfg->offload_buffer_size;
-  sub = (sub + 1023) / 1024 * 1024; /* whole 4 KiB pages per state (O_DIRECT) */
-  st = ct_offload_open(tr->swap_dir, ct_optim_numel(tr->opt), nst, sub, cfg->offload_pin_memory, &tr->off, err);
+  sub = (sub + 1023) / 1024 * 1024; /* whole 4 KiB pages per array (O_DIRECT) */
+  st = ct_offload_open(tr->swap_dir, n, narr, sub, cfg->offload_pin_memory, &tr->off, err);
   if (st) return st;
   float *arr[8] = {0};
-  for (size_t i = 0; i < nst && i < 8; i++) arr[i] = ct_optim_state(tr->opt, i, NULL);
+  for (size_t i = 0; i < nst && i < 7; i++) arr[i] = ct_optim_state(tr->opt, i, NULL);
+  if (par) arr[nst] = tr->wsh;
   st = ct_offload_store_all(tr->off, arr, err);
   if (st) return st;
-  ct_optim_release_state(tr->opt);
+  tr->opt_off = nst > 0;
+  if (tr->opt_off) ct_optim_release_state(tr->opt);
+  if (par) { /* the gathers read this rank's pieces from the file from now on */
+    tr->widx = (int)nst;
+    st = zero_set_reader(&tr->z, par_read, tr, err);
+    if (st) return st;
+    ct_free(tr->wsh);
+    tr->wsh = NULL;
+  }
   if (tr->rank == 0)
-    CT_INFO("offload_optimizer nvme: %zu state array(s) of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
-            nst, ct_optim_numel(tr->opt), tr->swap_dir, ct_offload_mode(tr->off), sub);
+    CT_INFO("offload nvme: %s%s%s of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
+            nst ? "the optimizer state" : "", nst && par ? " and " : "", par ? "the float32 weights" : "", n,
+            tr->swap_dir, ct_offload_mode(tr->off), sub);
   return CT_OK;
 }
 
 typedef struct off_step {
-  ct_optim *opt;
-  float *w;
+  trainer *tr;
+  float *w;       /* in memory, or NULL: in the file (offload_param) */
   const float *g;
   float lr;
   long step;
+  float *ema;     /* offload_param: the EMA is updated here (NULL: not this step) */
+  float dcy;
 } off_step;
 
 static ct_status off_step_fn(void *user, size_t a, size_t len, float *const *states, ct_err *err) {
   off_step *s = user;
-  return ct_optim_step_slice(s->opt, a, len, s->w + a, s->g + a, states, s->lr, s->step, err);
+  trainer *tr = s->tr;
+  float *w = tr->widx >= 0 ? states[tr->widx] : s->w + a;
+  float *st[2] = {NULL, NULL};
+  for (size_t i = 0; i < ct_optim_nstate(tr->opt) && i < 2; i++)
+    st[i] = tr->opt_off ? states[i] : ct_optim_state(tr->opt, i, NULL) + a;
+  ct_status rc = ct_optim_step_slice(tr->opt, a, len, w, s->g + a, st, s->lr, s->step, err);
+  if (!rc && s->ema) {
+    float *e = s->ema + a;
+    const float d = s->dcy;
+    for (size_t i = 0; i < len; i++) e[i] = d * e[i] + (1.0f - d) * w[i];
+  }
+  return rc;
 }
 
-/* The offloaded state in memory for a checkpoint (arrays of the range). */
+/* The offloaded optimizer state in memory for a checkpoint (arrays of the range). */
 static ct_status offload_states(trainer *tr, float ***out, ct_err *err) {
   *out = NULL;
-  if (!tr->off) return CT_OK;
+  if (!tr->opt_off) return CT_OK;
   const size_t nst = ct_optim_nstate(tr->opt), n = ct_optim_numel(tr->opt);
   float **a = calloc(nst ? nst : 1, sizeof *a);
   if (!a) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
@@ -705,7 +750,9 @@ static ct_status offload_states(trainer *tr, float ***out, ct_err *err) {
     a[i] = ct_alloc(CT_MEM_BUFFERS, (n ? n : 1) * sizeof(float));
     if (!a[i]) return ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded optimizer state back");
   }
-  return ct_offload_load_all(tr->off, a, err);
+  float *arr[8] = {0}; /* the weights' array (if any) is skipped */
+  for (size_t i = 0; i < nst && i < 7; i++) arr[i] = a[i];
+  return ct_offload_load_all(tr->off, arr, err);
 }
 
 static void free_states(trainer *tr, float **a) {
@@ -749,6 +796,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   const double t_start = now_s();
   memset(sum, 0, sizeof *sum);
   trainer tr = {0};
+  tr.widx = -1;
   tr.cfg = cfg;
   tr.comm = comm;
   tr.rank = ct_comm_rank(comm);
@@ -937,10 +985,6 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
               "feedback starts at zero%s)",
               cfg->freeze_step, s.opt_steps ? "; a resume resets it, as DeepSpeed" : "");
   }
-  if (tr.opt && cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) { /* loaded and resumed: now to the swap file */
-    st = start_offload(&tr, err);
-    if (st) goto out;
-  }
   if (tr.stage >= 2 || tr.bf16) { /* loaded and resumed: now shard / round to bf16 */
     size_t bucket = (size_t)cfg->reduce_bucket_size;
     if (!bucket) bucket = (size_t)tr.g.mc.hidden * (size_t)tr.g.mc.hidden;
@@ -955,6 +999,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       CT_INFO("mixed_precision bf16: bf16 parameters, gradients and communication; float32 master weights and "
               "optimizer state for %zu parameters per rank; float32 compute",
               tr.hi - tr.lo);
+  }
+  if (tr.opt && ((cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) ||
+                 (cfg->offload_param && !strcmp(cfg->offload_param, "nvme")))) { /* loaded, resumed, sharded: to the swap file */
+    st = start_offload(&tr, err);
+    if (st) goto out;
   }
   if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
   if (lead && !tr.metrics) {
@@ -1069,10 +1118,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
       s.opt_steps++;
       float *wstep = tr.own ? tr.wsh : w + tr.lo; /* this rank's (master) weights */
+      const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
+      const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
+      const int ema_due = tr.ema && s.opt_steps % cfg->ema_update_interval == 0;
       if (tr.ob) {
         st = ct_onebit_step(tr.ob, wstep, gstep, (float)lr, s.opt_steps, err);
-      } else if (tr.off) {
-        off_step os = {tr.opt, wstep, gstep, (float)lr, s.opt_steps};
+      } else if (tr.off) { /* offload_param: the EMA follows each sub-group of weights as it passes */
+        off_step os = {&tr, wstep, gstep, (float)lr, s.opt_steps, tr.widx >= 0 && ema_due ? tr.ema : NULL, dcy};
         st = ct_offload_foreach(tr.off, off_step_fn, &os, err);
       } else if (tr.opt) {
         st = ct_optim_step(tr.opt, wstep, gstep, (float)lr, s.opt_steps, err);
@@ -1081,9 +1133,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
         st = ct_comm_allgather_f32(comm, w + tr.lo, w, tr.shard, nw, err);
       if (!st && tr.own) st = zero_params_changed(&tr.z, err); /* bf16 rounding and sharing; stale slots */
       if (st) goto out;
-      if (tr.ema && s.opt_steps % cfg->ema_update_interval == 0) {
-        const double dcy0 = (1.0 + s.opt_steps) / (10.0 + s.opt_steps);
-        const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
+      if (ema_due && tr.widx < 0) {
         float *e = tr.ema;
         const float *src = tr.own ? tr.wsh : w;
         const size_t ne = tr.own ? tr.hi - tr.lo : nw;

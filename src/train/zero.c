@@ -91,6 +91,15 @@ static ct_status gather_into(zero_ctx *z, int k, int s, ct_err *err) {
   size_t off, n;
   ct_mmdit_segment(z->m, s, &off, &n);
   ct_status st = z_wait(z, &z->sreq[k], err);
+  if (!st && z->read) { /* offloaded: this rank's piece from the swap file first */
+    const size_t pa = off > z->lo ? off : z->lo, pb = off + n < z->hi ? off + n : z->hi;
+    if (pb > pa) st = z->read(z->read_user, pa - z->lo, pb - z->lo, z->piece[k], err);
+    if (!st)
+      st = ct_comm_iallgather_piece(z->comm, CT_COMM_F32, z->piece[k], off, off + n, z->shard, z->slot[k],
+                                    &z->sreq[k], err);
+    z->slot_seg[k] = st ? -1 : s;
+    return st;
+  }
   const void *mine = z->bf16 ? (const void *)z->w16 : (const void *)z->master;
   if (!st) st = ct_comm_iallgather_t(z->comm, dt(z), mine, off, off + n, z->shard, z->slot[k], &z->sreq[k], err);
   z->slot_seg[k] = st ? -1 : s;
@@ -245,6 +254,19 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16
   return bf16 ? zero_params_changed(z, err) : CT_OK;
 }
 
+ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err) {
+  CT_ASSERT(z->stage >= 3 && !z->bf16);
+  const size_t cap = z->maxseg < z->shard ? z->maxseg : z->shard;
+  for (int k = 0; k < 2; k++) {
+    z->piece[k] = ct_alloc(CT_MEM_BUFFERS, (cap ? cap : 1) * sizeof(float));
+    if (!z->piece[k]) return ct_errf(err, CT_ERR_NOMEM, "out of memory for parameter pieces (%zu floats)", cap);
+  }
+  z->read = fn;
+  z->read_user = user;
+  z->master = NULL;
+  return zero_params_changed(z, err);
+}
+
 void zero_begin_step(zero_ctx *z) {
   if (z->bf16)
     memset(z->g16, 0, (z->stage >= 2 ? z->shard : z->n) * 2);
@@ -293,6 +315,7 @@ void zero_free(zero_ctx *z) {
     ct_comm_wait(z->comm, z->sreq[k], &e);
     ct_free(z->bucket[k]);
     ct_free(z->slot[k]);
+    ct_free(z->piece[k]);
   }
   ct_free(z->gsh);
   ct_free(z->w16);

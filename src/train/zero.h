@@ -9,6 +9,10 @@
 #include "ctuner/comm.h"
 #include "ctuner/mmdit.h"
 
+/* Stage 3 with the parameters offloaded: reads floats [a, b) of this rank's
+ * range (offsets from lo) into dst. */
+typedef ct_status (*zero_read_fn)(void *user, size_t a, size_t b, float *dst, ct_err *err);
+
 typedef struct zero_ctx {
   ct_comm *comm;
   ct_mmdit *m;
@@ -33,6 +37,9 @@ typedef struct zero_ctx {
   void *slot[2];
   int slot_seg[2], cur_slot;
   ct_comm_req *sreq[2];
+  zero_read_fn read;     /* parameters offloaded: master is NULL, pieces come from here ... */
+  void *read_user;
+  float *piece[2];       /* ... into these, one per slot */
   long buckets, misses;  /* reduce-scatters started; segments gathered without prefetch */
   double wait_s;         /* seconds blocked in waits (communication not hidden) */
 } zero_ctx;
@@ -46,6 +53,9 @@ typedef struct zero_ctx {
  * Stages 0-1 in float32 only fill the geometry. */
 ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16, size_t bucket, float *master,
                     ct_err *err);
+/* Stage 3 (float32): the parameters live elsewhere (offload); each gather
+ * reads this rank's piece through fn first. */
+ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err);
 /* Zero the gradient storage (start of an optimizer step). */
 void zero_begin_step(zero_ctx *z);
 /* bf16, after the micro-steps: reduces the bf16 gradient (stage 0 all-reduce,
