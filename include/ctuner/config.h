@@ -56,7 +56,7 @@
   X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
   X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
   X(offload_optimizer, STR, "none", "none, cpu (host memory: where the state already is) or nvme (a swap file under offload_param_path)") \
-  X(offload_param, STR, "none", "none or cpu (host memory); nvme is not implemented") \
+  X(offload_param, STR, "none", "none, cpu (host memory) or nvme (stage 3: the weights in the swap file)") \
   X(offload_param_path, STR, NULL, "directory for NVMe offload swap files (DeepSpeed nvme_path)") \
   X(offload_buffer_size, INT, "0", "offload: floats per state moved at a time (0: auto, 4Mi)") \
   X(offload_pin_memory, BOOL, "false", "offload: mlock the two I/O buffers") \
