@@ -259,9 +259,28 @@ print(f"warm-up identical {same}, last-20 mean loss {la:.4f} compressed vs {lb:.
 sys.exit(0 if same and abs(la - lb) <= 0.15 * lb and la < sum(a[20:30]) / 10 else 1)
 PY
 ); then ok "onebitadam after freeze_step 30: $r"; else bad "onebitadam compressed: $r"; fi
-grep -q "OneBitAdam: 50 compressed step(s): .* (3[0-9.]*x less)" "$tmp/obf30.err" &&
+grep -q "OneBitAdam: 50 compressed round(s): .* (3[0-9.]*x less)" "$tmp/obf30.err" &&
   ok "onebitadam: $(grep -o '[0-9.]* MB sent per rank instead of [0-9.]* MB[^)]*)' "$tmp/obf30.err")" ||
   bad "onebitadam bytes: $(grep OneBitAdam "$tmp/obf30.err")"
+# 0/1 Adam: variance at doubling intervals until step 40 (1-bit gradients in
+# between), then local steps synchronised every 1, 2, 4 steps; it keeps
+# training like the uncompressed run and sends several times fewer bytes.
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=zerooneadam \
+  --adam_beta2=0.9 --var_freeze_step=40 --var_update_scaler=4 --local_step_scaler=5 --local_step_clipper=4 \
+  --max_train_steps=80 --train_batch_size=2 --output_dir="$tmp/zo" >/dev/null 2>"$tmp/zo.err" ||
+  bad "zerooneadam: $(tail -3 "$tmp/zo.err")"
+if r=$(/usr/bin/python3 - "$tmp/zo" "$tmp/obf1000" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:3])
+la, lb = sum(a[-20:]) / 20, sum(b[-20:]) / 20
+print(f"last-20 mean loss {la:.4f} vs {lb:.4f} uncompressed")
+sys.exit(0 if len(a) == 80 and abs(la - lb) <= 0.15 * lb else 1)
+PY
+) && grep -q "ZeroOneAdam: all 80 step(s): .* ([3-9][0-9.]*x less)" "$tmp/zo.err"; then
+  ok "zerooneadam: $r; $(grep -o 'all 80 step(s): .*' "$tmp/zo.err")"
+else
+  bad "zerooneadam: $r $(grep ZeroOneAdam "$tmp/zo.err")"
+fi
 out=$("${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --optimizer=OneBitAdam \
   --zero_stage=1 --train_batch_size=2 --output_dir="$tmp/obx" 2>&1) && bad "onebitadam + stage 1: exit 0" ||
   { echo "$out" | grep -q "works with zero_stage 0 only" && ok "onebitadam with ZeRO refused" || bad "onebit+zero: $out"; }
@@ -434,8 +453,15 @@ ds_err() { # name, pattern, deepspeed json (a file)
 }
 ds_err "batch arithmetic" "train_batch_size 8 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 1 x 2 rank(s) = 4" \
   '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}'
-ds_err "ZeroOneAdam refused" "optimizer ZeroOneAdam is not implemented; OneBitAdam is" \
-  '{"optimizer": {"type": "ZeroOneAdam"}}'
+ds_err "OneBitLamb refused" "optimizer OneBitLamb is not implemented; OneBitAdam and ZeroOneAdam are" \
+  '{"optimizer": {"type": "OneBitLamb"}}'
+echo '{"optimizer": {"type": "ZeroOneAdam", "params": {"var_freeze_step": 40, "var_update_scaler": 4,
+  "local_step_scaler": 5, "local_step_clipper": 4, "betas": [0.9, 0.9]}}}' > "$tmp/dsz.json"
+"${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=2 --max_train_steps=80 \
+  --deepspeed_config="$tmp/dsz.json" --output_dir="$tmp/dsz" >/dev/null 2>"$tmp/dsz.err" &&
+  cmp -s "$tmp/dsz/checkpoint-80/model.safetensors" "$tmp/zo/checkpoint-80/model.safetensors" &&
+  ok "deepspeed_config ZeroOneAdam (its schedule keys) == --optimizer=zerooneadam" ||
+  bad "deepspeed ZeroOneAdam: $(tail -3 "$tmp/dsz.err")"
 echo '{"optimizer": {"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": 1000, "betas": [0.9, 0.9]}}}' > "$tmp/dso.json"
 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=2 \
   --deepspeed_config="$tmp/dso.json" --output_dir="$tmp/dso" >/dev/null 2>"$tmp/dso.err" &&

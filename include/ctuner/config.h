@@ -39,8 +39,12 @@
   X(lr_end, NUM, "1e-7", "polynomial: final learning rate")                                    \
   X(warmup_min_lr, NUM, "0", "WarmupLR/WarmupDecayLR: learning rate at step 0")                \
   X(warmup_type, STR, "log", "WarmupLR/WarmupDecayLR: log or linear warmup")                   \
-  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam") \
+  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam") \
   X(freeze_step, INT, "100", "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
+  X(var_freeze_step, INT, "1000", "zerooneadam: the last step whose variance may update") \
+  X(var_update_scaler, INT, "16", "zerooneadam: the variance-update interval doubles after this many updates") \
+  X(local_step_scaler, INT, "32678", "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps") \
+  X(local_step_clipper, INT, "16", "zerooneadam: the largest local-step interval") \
   X(adam_beta1, NUM, "0.9", "first-moment decay (Adam family, Lamb; Lion's beta1)")           \
   X(adam_beta2, NUM, "0.999", "second-moment decay (Adam family, Lamb; Lion's beta2)")        \
   X(adam_epsilon, NUM, "1e-8", "denominator epsilon")                                          \

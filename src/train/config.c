@@ -461,17 +461,21 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   ct_optim_kind ok = CT_OPTIM_ADAMW;
   if (!c->optimizer) BAD("optimizer is required");
   if (c->freeze_step < 0) BAD("freeze_step must be >= 0, got %ld", c->freeze_step);
-  if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam: data parallel over float32 */
-    if (c->freeze_step < 1)
+  if (c->var_freeze_step < 0) BAD("var_freeze_step must be >= 0, got %ld", c->var_freeze_step);
+  if (c->var_update_scaler < 1) BAD("var_update_scaler must be >= 1, got %ld", c->var_update_scaler);
+  if (c->local_step_scaler < 1) BAD("local_step_scaler must be >= 1, got %ld", c->local_step_scaler);
+  if (c->local_step_clipper < 1) BAD("local_step_clipper must be >= 1, got %ld", c->local_step_clipper);
+  if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam, 0/1 Adam: data parallel over float32 */
+    if (ct_onebit_name(c->optimizer) == 1 && c->freeze_step < 1)
       BAD("optimizer onebitadam needs freeze_step >= 1: the frozen variance comes from the warm-up steps");
     if (c->zero_stage != 0)
-      BAD("optimizer onebitadam communicates the momentum itself and works with zero_stage 0 only (as in "
+      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
           "DeepSpeed), got %ld",
-          c->zero_stage);
+          c->optimizer, c->zero_stage);
     if (c->mixed_precision && !strcmp(c->mixed_precision, "bf16"))
-      BAD("optimizer onebitadam keeps float32 storage; set mixed_precision no");
+      BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
     if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme"))
-      BAD("optimizer onebitadam cannot offload its state; set offload_optimizer none");
+      BAD("optimizer %s cannot offload its state; set offload_optimizer none", c->optimizer);
   }
   st = ct_onebit_name(c->optimizer) ? CT_OK : ct_optim_kind_parse(c->optimizer, &ok, err);
   if (st) {

@@ -104,11 +104,11 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
     mapped = wm && wm->type == CT_JSON_BOOL && !wm->boolean ? "adam" : "adamw";
   }
   if (!strcmp(low, "onebitadam")) mapped = "onebitadam";
-  if (!strcmp(low, "zerooneadam") || !strcmp(low, "onebitlamb"))
+  if (!strcmp(low, "zerooneadam")) mapped = "zerooneadam";
+  if (!strcmp(low, "onebitlamb"))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "deepspeed_config: optimizer %s is not implemented; OneBitAdam is (the same 1-bit compressed "
-                   "momentum after freeze_step)%s",
-                   t->str, !strcmp(low, "onebitlamb") ? ", or Lamb without compression" : "");
+                   "deepspeed_config: optimizer OneBitLamb is not implemented; OneBitAdam and ZeroOneAdam are (the "
+                   "same 1-bit compressed communication), or Lamb without compression");
   if (!mapped) {
     CT_WARN("deepspeed_config: optimizer '%s' is not one of ctuner's; using AdamW (%s)", t->str,
             !strcmp(low, "cpuadam") || !strcmp(low, "fusedadam") || !strcmp(low, "deepspeedcpuadam")
@@ -127,8 +127,12 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
                                          {"weight_decay", "adam_weight_decay"},
                                          {"momentum", "optimizer_momentum"}};
   st = copy_numbers(cfg, p, "optimizer.params.", pairs, 4, err);
-  static const char *const fz[][2] = {{"freeze_step", "freeze_step"}};
-  if (!st) st = copy_numbers(cfg, p, "optimizer.params.", fz, 1, err);
+  static const char *const fz[][2] = {{"freeze_step", "freeze_step"},
+                                      {"var_freeze_step", "var_freeze_step"},
+                                      {"var_update_scaler", "var_update_scaler"},
+                                      {"local_step_scaler", "local_step_scaler"},
+                                      {"local_step_clipper", "local_step_clipper"}};
+  if (!st) st = copy_numbers(cfg, p, "optimizer.params.", fz, 5, err);
   const ct_json *b = ct_json_get(p, "betas");
   if (!st && b && !is_auto(b)) {
     if (b->type != CT_JSON_ARRAY || b->n != 2 || b->items[0].type != CT_JSON_NUMBER ||

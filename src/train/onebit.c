@@ -51,6 +51,16 @@ struct ct_onebit {
   long freeze;
   double sent, full;
   long nsteps;
+  /* 0/1 Adam */
+  int zeroone;
+  ct_zeroone_hp zh;
+  long var_interval, var_counter, local_interval, local_counter;
+  int frozen, errors_reset;
+  double lrs;  /* learning rates summed over the local steps since the last sync */
+  float *u;    /* momentum accumulator of the local steps (n) */
+  float *g1;   /* the gradient's copy for its 1-bit all-reduce (n) */
+  double sent_all, full_all; /* every step: what went through MPI, and a float32 all-reduce each step */
+  long steps;
 };
 
 int ct_onebit_name(const char *s) {
@@ -59,7 +69,9 @@ int ct_onebit_name(const char *s) {
   size_t i = 0;
   for (; s[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)s[i]);
   low[i] = 0;
-  return !strcmp(low, "onebitadam") || !strcmp(low, "1bitadam") || !strcmp(low, "onebit_adam");
+  if (!strcmp(low, "onebitadam") || !strcmp(low, "1bitadam") || !strcmp(low, "onebit_adam")) return 1;
+  if (!strcmp(low, "zerooneadam") || !strcmp(low, "01adam") || !strcmp(low, "zeroone_adam")) return 2;
+  return 0;
 }
 
 ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
@@ -118,8 +130,19 @@ ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_
   return CT_OK;
 }
 
+ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err) {
+  o->zeroone = 1;
+  o->zh = *hp;
+  o->var_interval = o->local_interval = 1;
+  o->u = ct_calloc(CT_MEM_OPTIMIZER, o->n ? o->n : 1, sizeof(float));
+  o->g1 = ct_alloc(CT_MEM_BUFFERS, (o->n ? o->n : 1) * sizeof(float));
+  return o->u && o->g1 ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for 0/1 Adam's momentum accumulator");
+}
+
 void ct_onebit_free(ct_onebit *o) {
   if (!o) return;
+  ct_free(o->u);
+  ct_free(o->g1);
   free(o->t);
   ct_free(o->werr);
   ct_free(o->serr);
@@ -136,7 +159,10 @@ void ct_onebit_free(ct_onebit *o) {
   free(o);
 }
 
-int ct_onebit_compressing(const ct_onebit *o, long step) { return step > o->freeze; }
+int ct_onebit_full_gradient(const ct_onebit *o, long step) {
+  if (!o->zeroone) return step <= o->freeze;
+  return !o->frozen && step % o->var_interval == 0;
+}
 
 static float rms(const float *x, size_t len) {
   double ss = 0;
@@ -199,16 +225,101 @@ ct_status ct_onebit_allreduce(ct_onebit *o, float *m, ct_err *err) {
     }
   }
   /* what went through MPI from this rank: signs to N-1 ranks twice, the scales twice */
-  o->sent += (double)(N - 1) * (2.0 * (double)B + 2.0 * (double)T * sizeof(float));
+  const double c = (double)(N - 1) * (2.0 * (double)B + 2.0 * (double)T * sizeof(float));
+  o->sent += c;
+  o->sent_all += c;
   o->full += 2.0 * (double)(N - 1) * (double)ct_comm_shard_len(o->n, N) * sizeof(float);
   return CT_OK;
 }
 
+/* 0/1 Adam (Lu et al. 2022, as DeepSpeed's ZeroOneAdam steps it). Before the
+ * variance freezes: on variance-update steps (at exponentially growing
+ * intervals) the all-reduced gradient updates m and v; on the others each
+ * rank's gradient goes through the 1-bit all-reduce into m alone. After it:
+ * every rank takes local steps with its own gradient, accumulating its
+ * updates in u, and every local_interval steps (growing to
+ * local_step_clipper) the ranks synchronise: the local updates are undone,
+ * u is turned back into momentum units, 1-bit all-reduced, and applied once;
+ * m becomes the average momentum over those steps. */
+static ct_status zeroone_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  float *m = o->m, *v = o->v, *u = o->u;
+  const float b1 = o->b1, b2 = o->b2, eps = o->eps, wd = o->wd;
+  const size_t n = o->n;
+  ct_status st = CT_OK;
+  if (!o->frozen) {
+    if (step % o->var_interval == 0) { /* the gradient was all-reduced */
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; i++) {
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      }
+    } else {
+      float *x = o->g1; /* the 1-bit average of the ranks' gradients, into m */
+      memcpy(x, g, n * sizeof(float));
+      if (o->N > 1 && (st = ct_onebit_allreduce(o, x, err))) return st;
+#pragma omp parallel for simd schedule(static)
+      for (size_t i = 0; i < n; i++) m[i] = b1 * m[i] + (1.0f - b1) * x[i];
+      o->nsteps++;
+    }
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    o->lrs += lr;
+  }
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float up = m[i] / (sqrtf(v[i]) + eps) + wd * w[i];
+    w[i] -= lr * up;
+    if (o->frozen) u[i] -= lr * up;
+  }
+  if (o->frozen && step % o->local_interval == 0) { /* synchronise the ranks */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      w[i] -= u[i];
+      u[i] *= sqrtf(v[i]) + eps;
+    }
+    if (o->N > 1 && (st = ct_onebit_allreduce(o, u, err))) return st;
+    const float inv = o->lrs > 0 ? (float)(1.0 / o->lrs) : 0.0f;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      m[i] = -u[i] * inv;
+      w[i] += u[i] / (sqrtf(v[i]) + eps);
+      u[i] = 0.0f;
+    }
+    o->lrs = 0;
+    o->nsteps++;
+  }
+  /* the schedules */
+  if (!o->frozen) {
+    if (step % o->var_interval == 0 && ++o->var_counter == o->zh.var_update_scaler) {
+      o->var_counter = 0;
+      o->var_interval *= 2;
+    }
+  } else if (++o->local_counter == o->zh.local_step_scaler) {
+    o->local_counter = 0;
+    o->local_interval = o->local_interval * 2 < o->zh.local_step_clipper ? o->local_interval * 2 : o->zh.local_step_clipper;
+  }
+  if (!o->frozen && step > o->zh.var_freeze_step) {
+    o->frozen = 1;
+    /* the errors now measure accumulated momentum, not gradients: start them afresh */
+    memset(o->werr, 0, o->nx * sizeof(float));
+    memset(o->serr, 0, o->ns * sizeof(float));
+  }
+  return CT_OK;
+}
+
 ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  /* the float32 all-reduce a step would cost (reduce-scatter + all-gather), and
+   * whether the trainer made one for this step's gradient */
+  const double fb = 2.0 * (double)(o->N - 1) * (double)ct_comm_shard_len(o->n, o->N) * sizeof(float);
+  o->full_all += fb;
+  if (ct_onebit_full_gradient(o, step)) o->sent_all += fb;
+  o->steps++;
+  if (o->zeroone) return zeroone_step(o, w, g, lr, step, err);
   float *m = o->m, *v = o->v;
   const float b1 = o->b1, b2 = o->b2;
   const size_t n = o->n;
-  if (!ct_onebit_compressing(o, step)) {
+  if (ct_onebit_full_gradient(o, step)) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
       m[i] = b1 * m[i] + (1.0f - b1) * g[i];
@@ -231,4 +342,10 @@ void ct_onebit_bytes(const ct_onebit *o, double *sent, double *full, long *compr
   *sent = o->sent;
   *full = o->full;
   *compressed_steps = o->nsteps;
+}
+
+void ct_onebit_bytes_all(const ct_onebit *o, double *sent, double *full, long *steps) {
+  *sent = o->sent_all;
+  *full = o->full_all;
+  *steps = o->steps;
 }

@@ -10,8 +10,17 @@
 
 #include "ctuner/comm.h"
 
-/* Is this optimizer name OneBitAdam (case-insensitive; also "1bitadam")? */
+/* Which compressed optimizer a name is (case-insensitive): 1 OneBitAdam
+ * ("onebitadam", "1bitadam"), 2 ZeroOneAdam ("zerooneadam", "01adam"), 0 neither. */
 int ct_onebit_name(const char *optimizer);
+
+/* 0/1 Adam's schedule (DeepSpeed's names). */
+typedef struct ct_zeroone_hp {
+  long var_freeze_step;   /* the last step whose variance may update */
+  long var_update_scaler; /* the variance interval doubles after this many updates */
+  long local_step_scaler; /* after freezing, the local-step interval doubles after this many steps ... */
+  long local_step_clipper; /* ... up to this many */
+} ct_zeroone_hp;
 
 typedef struct ct_onebit ct_onebit;
 
@@ -22,9 +31,14 @@ typedef struct ct_onebit ct_onebit;
 ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
                         float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,
                         ct_onebit **out, ct_err *err);
+/* Make it 0/1 Adam (instead of 1-bit Adam) with this schedule; allocates the
+ * momentum accumulator of the local steps. */
+ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err);
 void ct_onebit_free(ct_onebit *o);
-/* Steps 1..freeze_step: the gradient is already averaged over the ranks. */
-int ct_onebit_compressing(const ct_onebit *o, long step);
+/* Whether step `step` (1-based) takes the ordinary all-reduced gradient
+ * (1-bit Adam: the freeze_step warm-up steps; 0/1 Adam: the variance-update
+ * steps before var_freeze_step) or each rank's own (0). */
+int ct_onebit_full_gradient(const ct_onebit *o, long step);
 /* One step. Warm-up: g is the averaged gradient; Adam without bias correction
  * (as DeepSpeed), v updated. Compressed: g is this rank's own mean gradient;
  * the momentum is updated locally and replaced by the 1-bit compressed
@@ -36,6 +50,9 @@ ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long 
  * would have sent (reduce-scatter + all-gather of n floats). */
 void ct_onebit_bytes(const ct_onebit *o, double *sent, double *full, long *compressed_steps);
 
+/* Over every step: bytes through MPI for the gradient and the optimizer,
+ * against a float32 all-reduce at every step. */
+void ct_onebit_bytes_all(const ct_onebit *o, double *sent, double *full, long *steps);
 /* The compressed all-reduce alone (tests): x (n floats) <- the 1-bit
  * error-compensated average over the ranks of x, tensor by tensor (floats
  * outside the tensors are left alone). */

@@ -979,11 +979,22 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
                          (float)cfg->adam_weight_decay, cfg->freeze_step, &tr.ob, err);
     free(offs);
     free(lens);
+    const int zo = ct_onebit_name(cfg->optimizer) == 2;
+    if (!st && zo) {
+      ct_zeroone_hp zh = {cfg->var_freeze_step, cfg->var_update_scaler, cfg->local_step_scaler,
+                          cfg->local_step_clipper};
+      st = ct_onebit_zeroone(tr.ob, &zh, err);
+    }
     if (st) goto out;
-    if (lead)
+    if (lead && !zo)
       CT_INFO("OneBitAdam: full-precision warm-up for %ld steps, then 1-bit compressed momentum (error "
               "feedback starts at zero%s)",
               cfg->freeze_step, s.opt_steps ? "; a resume resets it, as DeepSpeed" : "");
+    if (lead && zo)
+      CT_INFO("ZeroOneAdam: variance updated at doubling intervals (x2 every %ld updates) until step %ld, 1-bit "
+              "gradients between; then local steps, synchronised every 1, 2, ... %ld steps (x2 every %ld)%s",
+              cfg->var_update_scaler, cfg->var_freeze_step, cfg->local_step_clipper, cfg->local_step_scaler,
+              s.opt_steps ? "; a resume restarts the schedules, as DeepSpeed" : "");
   }
   if (tr.stage >= 2 || tr.bf16) { /* loaded and resumed: now shard / round to bf16 */
     size_t bucket = (size_t)cfg->reduce_bucket_size;
@@ -1072,10 +1083,10 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       loss = red[0] / tr.world;
       gn = sqrt(red[1]);
       gstep = g + tr.lo;
-    } else if (tr.ob && ct_onebit_compressing(tr.ob, s.opt_steps + 1)) {
-      /* 1-bit Adam after freeze_step: no gradient all-reduce; each rank steps
-       * the momentum with its own mean gradient (world x its share), the
-       * norm reported and clipped is the RMS over ranks of those */
+    } else if (tr.ob && !ct_onebit_full_gradient(tr.ob, s.opt_steps + 1)) {
+      /* 1-bit Adam after freeze_step, 0/1 Adam outside its variance steps: no
+       * gradient all-reduce; each rank steps with its own mean gradient (world
+       * x its share), the norm reported and clipped is the RMS over ranks */
 #pragma omp parallel for simd schedule(static)
       for (size_t i = 0; i < nw; i++) g[i] *= (float)tr.world;
       double red[2] = {loss, sumsq(g, nw)};
@@ -1207,13 +1218,19 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   }
 out:
   if (tr.ob && lead) {
-    double sent, full;
-    long ns;
+    double sent, full, sa, fa;
+    long ns, na;
     ct_onebit_bytes(tr.ob, &sent, &full, &ns);
+    ct_onebit_bytes_all(tr.ob, &sa, &fa, &na);
+    const char *nm = ct_onebit_name(cfg->optimizer) == 2 ? "ZeroOneAdam" : "OneBitAdam";
     if (ns)
-      CT_INFO("OneBitAdam: %ld compressed step(s): %.3f MB sent per rank instead of %.3f MB of float32 "
+      CT_INFO("%s: %ld compressed round(s): %.3f MB sent per rank instead of %.3f MB of float32 "
               "all-reduce (%.1fx less)",
-              ns, sent / 1e6, full / 1e6, sent > 0 ? full / sent : 0.0);
+              nm, ns, sent / 1e6, full / 1e6, sent > 0 ? full / sent : 0.0);
+    if (na)
+      CT_INFO("%s: all %ld step(s): %.3f MB sent per rank for gradients and momentum instead of %.3f MB with a "
+              "float32 all-reduce every step (%.1fx less)",
+              nm, na, sa / 1e6, fa / 1e6, sa > 0 ? fa / sa : 0.0);
   }
   if (tr.off && lead)
     CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)", ct_offload_bytes(tr.off) / 1e6,
