@@ -39,9 +39,15 @@
   X(lr_end, NUM, "1e-7", "polynomial: final learning rate")                                    \
   X(warmup_min_lr, NUM, "0", "WarmupLR/WarmupDecayLR: learning rate at step 0")                \
   X(warmup_type, STR, "log", "WarmupLR/WarmupDecayLR: log or linear warmup")                   \
-  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam") \
+  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam, onebitlamb") \
   X(freeze_step, INT, "100", "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
   X(var_freeze_step, INT, "1000", "zerooneadam: the last step whose variance may update") \
+  X(lamb_max_coeff, NUM, "10", "onebitlamb: largest trust ratio (DeepSpeed max_coeff)") \
+  X(lamb_min_coeff, NUM, "0.01", "onebitlamb: smallest trust ratio (min_coeff)") \
+  X(lamb_coeff_beta, NUM, "0.9", "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)") \
+  X(lamb_factor_max, NUM, "4", "onebitlamb: largest factor on the frozen trust ratio (factor_max)") \
+  X(lamb_factor_min, NUM, "0.5", "onebitlamb: smallest factor (factor_min)") \
+  X(lamb_factor_threshold, NUM, "0.1", "onebitlamb: largest relative change of the factor per step (factor_threshold)") \
   X(var_update_scaler, INT, "16", "zerooneadam: the variance-update interval doubles after this many updates") \
   X(local_step_scaler, INT, "32678", "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps") \
   X(local_step_clipper, INT, "16", "zerooneadam: the largest local-step interval") \

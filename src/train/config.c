@@ -466,7 +466,14 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->local_step_scaler < 1) BAD("local_step_scaler must be >= 1, got %ld", c->local_step_scaler);
   if (c->local_step_clipper < 1) BAD("local_step_clipper must be >= 1, got %ld", c->local_step_clipper);
   if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam, 0/1 Adam: data parallel over float32 */
-    if (ct_onebit_name(c->optimizer) == 1 && c->freeze_step < 1)
+    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
+      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
+    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
+      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
+    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
+      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
+          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
+    if (ct_onebit_name(c->optimizer) != 2 && c->freeze_step < 1)
       BAD("optimizer onebitadam needs freeze_step >= 1: the frozen variance comes from the warm-up steps");
     if (c->zero_stage != 0)
       BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "

@@ -105,10 +105,7 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
   }
   if (!strcmp(low, "onebitadam")) mapped = "onebitadam";
   if (!strcmp(low, "zerooneadam")) mapped = "zerooneadam";
-  if (!strcmp(low, "onebitlamb"))
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "deepspeed_config: optimizer OneBitLamb is not implemented; OneBitAdam and ZeroOneAdam are (the "
-                   "same 1-bit compressed communication), or Lamb without compression");
+  if (!strcmp(low, "onebitlamb")) mapped = "onebitlamb";
   if (!mapped) {
     CT_WARN("deepspeed_config: optimizer '%s' is not one of ctuner's; using AdamW (%s)", t->str,
             !strcmp(low, "cpuadam") || !strcmp(low, "fusedadam") || !strcmp(low, "deepspeedcpuadam")
@@ -131,8 +128,14 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
                                       {"var_freeze_step", "var_freeze_step"},
                                       {"var_update_scaler", "var_update_scaler"},
                                       {"local_step_scaler", "local_step_scaler"},
-                                      {"local_step_clipper", "local_step_clipper"}};
-  if (!st) st = copy_numbers(cfg, p, "optimizer.params.", fz, 5, err);
+                                      {"local_step_clipper", "local_step_clipper"},
+                                      {"max_coeff", "lamb_max_coeff"},
+                                      {"min_coeff", "lamb_min_coeff"},
+                                      {"coeff_beta", "lamb_coeff_beta"},
+                                      {"factor_max", "lamb_factor_max"},
+                                      {"factor_min", "lamb_factor_min"},
+                                      {"factor_threshold", "lamb_factor_threshold"}};
+  if (!st) st = copy_numbers(cfg, p, "optimizer.params.", fz, 11, err);
   const ct_json *b = ct_json_get(p, "betas");
   if (!st && b && !is_auto(b)) {
     if (b->type != CT_JSON_ARRAY || b->n != 2 || b->items[0].type != CT_JSON_NUMBER ||

@@ -59,6 +59,13 @@ struct ct_onebit {
   double lrs;  /* learning rates summed over the local steps since the last sync */
   float *u;    /* momentum accumulator of the local steps (n) */
   float *g1;   /* the gradient's copy for its 1-bit all-reduce (n) */
+  /* 1-bit Lamb */
+  int lamb;
+  ct_onebit_lamb_hp lh;
+  float *vfresh;         /* the variance re-estimated from the communicated momentum (n) */
+  double *coeff_freeze;  /* per tensor: running average of the trust ratio during warm-up */
+  double *last_factor;   /* per tensor */
+  float *mlast;          /* the momentum before this step (n) */
   double sent_all, full_all; /* every step: what went through MPI, and a float32 all-reduce each step */
   long steps;
 };
@@ -71,6 +78,7 @@ int ct_onebit_name(const char *s) {
   low[i] = 0;
   if (!strcmp(low, "onebitadam") || !strcmp(low, "1bitadam") || !strcmp(low, "onebit_adam")) return 1;
   if (!strcmp(low, "zerooneadam") || !strcmp(low, "01adam") || !strcmp(low, "zeroone_adam")) return 2;
+  if (!strcmp(low, "onebitlamb") || !strcmp(low, "1bitlamb") || !strcmp(low, "onebit_lamb")) return 3;
   return 0;
 }
 
@@ -139,8 +147,28 @@ ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err) 
   return o->u && o->g1 ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for 0/1 Adam's momentum accumulator");
 }
 
+ct_status ct_onebit_lamb(ct_onebit *o, const ct_onebit_lamb_hp *hp, ct_err *err) {
+  o->lamb = 1;
+  o->lh = *hp;
+  const size_t n = o->n ? o->n : 1, T = o->nt ? o->nt : 1;
+  o->vfresh = ct_calloc(CT_MEM_OPTIMIZER, n, sizeof(float));
+  o->mlast = ct_alloc(CT_MEM_BUFFERS, n * sizeof(float));
+  o->coeff_freeze = calloc(T, sizeof(double));
+  o->last_factor = malloc(T * sizeof(double));
+  if (!o->vfresh || !o->mlast || !o->coeff_freeze || !o->last_factor)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for 1-bit Lamb's state");
+  for (size_t k = 0; k < T; k++) o->last_factor[k] = 1.0;
+  return CT_OK;
+}
+
+void ct_onebit_set_freeze(ct_onebit *o, long freeze_step) { o->freeze = freeze_step; }
+
 void ct_onebit_free(ct_onebit *o) {
   if (!o) return;
+  ct_free(o->vfresh);
+  ct_free(o->mlast);
+  free(o->coeff_freeze);
+  free(o->last_factor);
   ct_free(o->u);
   ct_free(o->g1);
   free(o->t);
@@ -308,6 +336,90 @@ static ct_status zeroone_step(ct_onebit *o, float *w, const float *g, float lr, 
   return CT_OK;
 }
 
+static double norm2(const float *x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return sqrt(s);
+}
+
+/* 1-bit Lamb (Li et al. 2021, as DeepSpeed's OnebitLamb steps it), tensor by
+ * tensor. Warm-up: Lamb without bias correction over the all-reduced gradient
+ * — update u = m / (sqrt(v) + eps) + wd w, trust ratio ||w|| / ||u|| clipped
+ * to [min_coeff, max_coeff] — keeping a running average of each tensor's
+ * trust ratio. After freeze_step: v is frozen, the momentum (updated with each
+ * rank's own gradient) goes through the 1-bit all-reduce, a fresh variance
+ * is re-estimated from the gradient that momentum implies, and the trust
+ * ratio is the frozen average times a factor max(denominator / fresh
+ * denominator), bounded by factor_min/factor_max and by factor_threshold
+ * from the last step. (DeepSpeed compresses one flat buffer after scaling
+ * every tensor's momentum to a common size; with a scale per tensor here,
+ * that scaling is not needed.) */
+static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+  float *m = o->m, *v = o->v;
+  const float b1 = o->b1, b2 = o->b2, eps = o->eps, wd = o->wd;
+  const ct_onebit_lamb_hp *h = &o->lh;
+  const int warm = ct_onebit_full_gradient(o, step);
+  if (!warm) {
+    memcpy(o->mlast, m, o->n * sizeof(float));
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < o->n; i++) m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    ct_status st = ct_onebit_allreduce(o, m, err);
+    if (st) return st;
+    o->nsteps++;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t k = 0; k < o->nt; k++) {
+    const ob_tensor *t = &o->t[k];
+    float *wk = w + t->off, *mk = m + t->off, *vk = v + t->off, *fk = o->vfresh + t->off;
+    const float *gk = g + t->off;
+    double un2 = 0, up2 = 0, dmax = 0;
+    if (warm) {
+      for (size_t i = 0; i < t->n; i++) {
+        mk[i] = b1 * mk[i] + (1.0f - b1) * gk[i];
+        vk[i] = b2 * vk[i] + (1.0f - b2) * gk[i] * gk[i];
+      }
+      if (step == o->freeze) memcpy(fk, vk, t->n * sizeof(float));
+    } else {
+      const float *ml = o->mlast + t->off;
+      for (size_t i = 0; i < t->n; i++) {
+        const float gr = (mk[i] - ml[i] * b1) / (1.0f - b1); /* the gradient the momentum implies */
+        fk[i] = b2 * fk[i] + (1.0f - b2) * gr * gr;
+        const double den = (double)sqrtf(vk[i]) + eps, real = (double)sqrtf(fk[i]) + eps;
+        if (den / real > dmax) dmax = den / real;
+      }
+    }
+    for (size_t i = 0; i < t->n; i++) {
+      const double pre = mk[i] / (sqrtf(vk[i]) + eps), u = pre + (double)wd * wk[i];
+      up2 += pre * pre;
+      un2 += u * u;
+    }
+    const double un = sqrt(un2);
+    double coeff = 1.0;
+    if (warm) {
+      const double wn = norm2(wk, t->n);
+      if (wn != 0 && un != 0) {
+        coeff = wn / un;
+        coeff = coeff > h->max_coeff ? h->max_coeff : coeff < h->min_coeff ? h->min_coeff : coeff;
+      }
+      if (coeff != 1.0) o->coeff_freeze[k] = h->coeff_beta * o->coeff_freeze[k] + (1.0 - h->coeff_beta) * coeff;
+    } else {
+      double factor = dmax;
+      if (wd > 0.0f && un > 0) {
+        const double ratio = fmin(1.0, sqrt(up2) / un);
+        factor = factor * ratio + (1.0 - ratio);
+      }
+      factor = fmin(fmax(factor, h->factor_min), h->factor_max);
+      const double lf = o->last_factor[k];
+      factor = fmin(fmax(factor, lf * (1.0 - h->factor_threshold)), lf * (1.0 + h->factor_threshold));
+      o->last_factor[k] = factor;
+      coeff = o->coeff_freeze[k] * factor;
+    }
+    const float c = (float)((double)lr * coeff);
+    for (size_t i = 0; i < t->n; i++) wk[i] -= c * (mk[i] / (sqrtf(vk[i]) + eps) + wd * wk[i]);
+  }
+  return CT_OK;
+}
+
 ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
   /* the float32 all-reduce a step would cost (reduce-scatter + all-gather), and
    * whether the trainer made one for this step's gradient */
@@ -316,6 +428,7 @@ ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long 
   if (ct_onebit_full_gradient(o, step)) o->sent_all += fb;
   o->steps++;
   if (o->zeroone) return zeroone_step(o, w, g, lr, step, err);
+  if (o->lamb) return lamb_step(o, w, g, lr, step, err);
   float *m = o->m, *v = o->v;
   const float b1 = o->b1, b2 = o->b2;
   const size_t n = o->n;

@@ -11,7 +11,8 @@
 #include "ctuner/comm.h"
 
 /* Which compressed optimizer a name is (case-insensitive): 1 OneBitAdam
- * ("onebitadam", "1bitadam"), 2 ZeroOneAdam ("zerooneadam", "01adam"), 0 neither. */
+ * ("onebitadam", "1bitadam"), 2 ZeroOneAdam ("zerooneadam", "01adam"), 3
+ * OneBitLamb ("onebitlamb", "1bitlamb"), 0 none. */
 int ct_onebit_name(const char *optimizer);
 
 /* 0/1 Adam's schedule (DeepSpeed's names). */
@@ -34,6 +35,16 @@ ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_
 /* Make it 0/1 Adam (instead of 1-bit Adam) with this schedule; allocates the
  * momentum accumulator of the local steps. */
 ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err);
+
+/* 1-bit Lamb's coefficients (DeepSpeed's names and defaults: 10, 0.01, 0.9, 4, 0.5, 0.1). */
+typedef struct ct_onebit_lamb_hp {
+  float max_coeff, min_coeff, coeff_beta, factor_max, factor_min, factor_threshold;
+} ct_onebit_lamb_hp;
+/* Make it 1-bit Lamb; allocates the fresh variance and the per-tensor
+ * trust-ratio state. */
+ct_status ct_onebit_lamb(ct_onebit *o, const ct_onebit_lamb_hp *hp, ct_err *err);
+/* Move the end of the warm-up to after step `freeze_step` (1-bit Adam and Lamb). */
+void ct_onebit_set_freeze(ct_onebit *o, long freeze_step);
 void ct_onebit_free(ct_onebit *o);
 /* Whether step `step` (1-based) takes the ordinary all-reduced gradient
  * (1-bit Adam: the freeze_step warm-up steps; 0/1 Adam: the variance-update

@@ -979,14 +979,32 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
                          (float)cfg->adam_weight_decay, cfg->freeze_step, &tr.ob, err);
     free(offs);
     free(lens);
-    const int zo = ct_onebit_name(cfg->optimizer) == 2;
+    const int zo = ct_onebit_name(cfg->optimizer) == 2, lb = ct_onebit_name(cfg->optimizer) == 3;
     if (!st && zo) {
       ct_zeroone_hp zh = {cfg->var_freeze_step, cfg->var_update_scaler, cfg->local_step_scaler,
                           cfg->local_step_clipper};
       st = ct_onebit_zeroone(tr.ob, &zh, err);
     }
+    if (!st && lb) {
+      ct_onebit_lamb_hp lh = {(float)cfg->lamb_max_coeff, (float)cfg->lamb_min_coeff, (float)cfg->lamb_coeff_beta,
+                              (float)cfg->lamb_factor_max, (float)cfg->lamb_factor_min,
+                              (float)cfg->lamb_factor_threshold};
+      st = ct_onebit_lamb(tr.ob, &lh, err);
+      if (!st && s.opt_steps >= cfg->freeze_step) {
+        /* the frozen trust ratios are not checkpointed: warm up again from the loaded moments */
+        ct_onebit_set_freeze(tr.ob, s.opt_steps + cfg->freeze_step);
+        if (lead)
+          CT_WARN("OneBitLamb resumed at step %ld, past freeze_step %ld: its trust-ratio state is not in the "
+                  "checkpoint, so %ld more full-precision warm-up steps re-estimate it",
+                  s.opt_steps, cfg->freeze_step, cfg->freeze_step);
+      }
+    }
     if (st) goto out;
-    if (lead && !zo)
+    if (lead && lb)
+      CT_INFO("OneBitLamb: Lamb warm-up for %ld steps (trust ratios averaged), then 1-bit compressed momentum with "
+              "the frozen trust ratios scaled by the re-estimated variance",
+              cfg->freeze_step);
+    if (lead && !zo && !lb)
       CT_INFO("OneBitAdam: full-precision warm-up for %ld steps, then 1-bit compressed momentum (error "
               "feedback starts at zero%s)",
               cfg->freeze_step, s.opt_steps ? "; a resume resets it, as DeepSpeed" : "");
@@ -1222,7 +1240,8 @@ out:
     long ns, na;
     ct_onebit_bytes(tr.ob, &sent, &full, &ns);
     ct_onebit_bytes_all(tr.ob, &sa, &fa, &na);
-    const char *nm = ct_onebit_name(cfg->optimizer) == 2 ? "ZeroOneAdam" : "OneBitAdam";
+    const int kind = ct_onebit_name(cfg->optimizer);
+    const char *nm = kind == 2 ? "ZeroOneAdam" : kind == 3 ? "OneBitLamb" : "OneBitAdam";
     if (ns)
       CT_INFO("%s: %ld compressed round(s): %.3f MB sent per rank instead of %.3f MB of float32 "
               "all-reduce (%.1fx less)",
