@@ -363,14 +363,16 @@ if "$CT" train --config "$tmp/base.json" --preset=small --resolution=16 --train_
 else
   bad "small preset runs: $(tail -3 "$tmp/one.err" "$tmp/n2s.err")"
 fi
-# small at stages 2 and 3 (2 ranks x 2) against the same 1 x 4 run
-for st in 2 3; do
-  if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
-      --resolution=16 --train_batch_size=2 --zero_stage=$st --output_dir="$tmp/n2-small-z$st" >/dev/null 2>"$tmp/n2s.err"; then
-    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n2-small-z$st" "$tmp/one-small" checkpoint-20 2>&1) &&
-      ok "small, zero_stage $st: 2 ranks x batch 2 == 1 rank x batch 4 ($r)" || bad "small stage $st differs: $r"
+# small at stages 1-3 on 2 ranks x 2 and stages 0-3 on 4 ranks x 1, against the same 1 x 4 run
+for spec in "2 1" "2 2" "2 3" "4 0" "4 1" "4 2" "4 3"; do
+  set -- $spec
+  if "${MPIRUN[@]}" -np "$1" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
+      --resolution=16 --train_batch_size=$((4 / $1)) --zero_stage="$2" --output_dir="$tmp/n$1-small-z$2" \
+      >/dev/null 2>"$tmp/n2s.err"; then
+    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n$1-small-z$2" "$tmp/one-small" checkpoint-20 2>&1) &&
+      ok "small, zero_stage $2: $1 ranks x batch $((4 / $1)) == 1 rank x batch 4 ($r)" || bad "small $spec differs: $r"
   else
-    bad "small stage $st: $(tail -3 "$tmp/n2s.err")"
+    bad "small $spec: $(tail -3 "$tmp/n2s.err")"
   fi
 done
 # Only rank 0 reports: one summary line on stdout.
