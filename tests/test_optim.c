@@ -363,6 +363,17 @@ static void run_threads(ct_optim_kind k, int threads, const ct_optim_tensor *tab
   ct_optim_free(o);
 }
 
+/* tab <- shape placed back to back from offset 0; returns the floats in all. */
+static size_t lay_out(const ct_optim_tensor *shape, int nt, ct_optim_tensor *tab) {
+  size_t n = 0;
+  for (int i = 0; i < nt; i++) {
+    tab[i] = shape[i];
+    tab[i].offset = n;
+    n += tab[i].numel;
+  }
+  return n;
+}
+
 CT_TEST(optim, thread_count_independent) {
   /* sizes straddle the reduction blocks (2048) and odd lengths */
   const ct_optim_tensor shape[] = {
@@ -373,12 +384,7 @@ CT_TEST(optim, thread_count_independent) {
   };
   enum { NT = 4 };
   ct_optim_tensor tab[NT];
-  size_t n = 0;
-  for (int i = 0; i < NT; i++) {
-    tab[i] = shape[i];
-    tab[i].offset = n;
-    n += tab[i].numel;
-  }
+  const size_t n = lay_out(shape, NT, tab);
   float *w0 = ct_alloc(CT_MEM_PARAMS, n * 4), *g = ct_alloc(CT_MEM_GRADS, 2 * n * 4);
   float *wa = ct_alloc(CT_MEM_PARAMS, n * 4), *wb = ct_alloc(CT_MEM_PARAMS, n * 4);
   float *sa[2], *sb[2];
@@ -426,12 +432,7 @@ CT_TEST(optim, slices_equal_whole) {
   };
   enum { NT = 4 };
   ct_optim_tensor tab[NT];
-  size_t n = 0;
-  for (int i = 0; i < NT; i++) {
-    tab[i] = shape[i];
-    tab[i].offset = n;
-    n += tab[i].numel;
-  }
+  const size_t n = lay_out(shape, NT, tab);
   float *w0 = malloc(n * 4), *g = malloc(n * 4), *wa = malloc(n * 4), *wb = malloc(n * 4);
   float *st[2] = {calloc(n, 4), calloc(n, 4)};
   REQUIRE(w0 && g && wa && wb && st[0] && st[1]);

@@ -380,16 +380,24 @@ static void reduce_into(ct_comm_dtype t, int flags, const void *u, int N, size_t
   }
 }
 
+/* A new request of kind over [a, b), and this rank's piece of it. */
+static ct_status range_begin(ct_comm *c, int kind, ct_comm_dtype t, size_t a, size_t b, size_t shard,
+                             ct_comm_req **r, size_t *off, size_t *m, ct_err *err) {
+  ct_status st = req_new(c, kind, a, b, r, err);
+  if (st) return st;
+  (*r)->t = t;
+  piece(a, b, shard, c->rank, off, m);
+  return CT_OK;
+}
+
 ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send, size_t a, size_t b,
                                     size_t shard, void *acc, ct_comm_req **req, ct_err *err) {
   ct_comm_req *r;
-  ct_status st = req_new(c, 0, a, b, &r, err);
+  size_t off, m;
+  ct_status st = range_begin(c, 0, t, a, b, shard, &r, &off, &m, err);
   if (st) return st;
   const int N = c->size;
   const size_t es = esize(t);
-  size_t off, m;
-  piece(a, b, shard, c->rank, &off, &m);
-  r->t = t;
   r->flags = flags;
   r->m = m;
   void *dst = (char *)acc + (m ? a + off - (size_t)c->rank * shard : 0) * es;
@@ -443,13 +451,11 @@ ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, si
 ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece_src, size_t a, size_t b,
                                    size_t shard, void *recv, ct_comm_req **req, ct_err *err) {
   ct_comm_req *r;
-  ct_status st = req_new(c, 1, a, b, &r, err);
+  size_t off, m;
+  ct_status st = range_begin(c, 1, t, a, b, shard, &r, &off, &m, err);
   if (st) return st;
   const int N = c->size;
   const size_t es = esize(t);
-  size_t off, m;
-  piece(a, b, shard, c->rank, &off, &m);
-  r->t = t;
   const char *src = piece_src;
   if (m) memmove((char *)recv + off * es, src, m * es); /* may be in place */
   if (!c->mpi || N == 1) {
