@@ -6,7 +6,8 @@
 # Idempotent: installed packages are skipped.
 set -euo pipefail
 
-BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libopenmpi-dev openmpi-bin)
+BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
+            zlib1g-dev libzstd-dev libsnappy-dev libssl-dev libopenmpi-dev openmpi-bin)
 TEST_PKGS=(python3 python3-torch python3-numpy python3-pil clang libclang-rt-14-dev libomp-dev iproute2 util-linux)
 PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 
@@ -19,6 +20,13 @@ for p in "${PKGS[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Node.js and npm run the independent parquet writers of the tests (DuckDB,
+# parquet-wasm; scripts/npm_deps.sh). A machine may have them from elsewhere
+# (NodeSource); only a missing command pulls in Debian's packages.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "deps: all ${#PKGS[@]} packages present"
