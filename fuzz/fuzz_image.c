@@ -1,11 +1,14 @@
-/* fuzz_image.c: libFuzzer target for the image decoders (libpng and
- * libjpeg-turbo behind ct_image_decode).
+/* fuzz_image.c: libFuzzer target for the image decoders (libpng,
+ * libjpeg-turbo, libwebp, giflib and our BMP reader behind ct_image_decode,
+ * with the EXIF orientation applied).
  *
  * Each input is decoded from an exact-size heap copy (so ASan sees over-reads)
  * with a 4-megapixel budget, so that a header claiming a huge image is refused
  * rather than exhausting the fuzzer's RSS limit. Every failure must carry a
  * message; every success must give a consistent image, which is then resized
- * (down and up) and cropped to exercise those paths on arbitrary sizes.
+ * (down and up) and cropped to exercise those paths on arbitrary sizes. When
+ * the header probe also succeeds, the decoded size must be the probe's
+ * displayed size (the promise discovery relies on).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   if (img.w <= 0 || img.h <= 0 || !img.px) abort();
+  ct_image_info info;
+  if (ct_image_probe_mem(copy, size, &info, NULL, &err) == CT_OK &&
+      (info.w != img.w || info.h != img.h))
+    abort();
   volatile unsigned sum = 0;
   for (size_t i = 0; i < (size_t)img.w * img.h * 3; i++) sum += img.px[i]; /* reads all */
   if (img.w * img.h <= 1 << 16) {

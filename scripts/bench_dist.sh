@@ -10,7 +10,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$CT" dataset synth --out "$tmp/data" --count 64 --seed 1 --size 16x16 >/dev/null
 echo "[{\"id\": \"d\", \"type\": \"local\", \"instance_data_dir\": \"$tmp/data\", \"caption_strategy\": \"textfile\"}]" > "$tmp/b.json"
-A=(train --preset=bench --resolution=16 --data_backend_config="$tmp/b.json" --max_train_steps=25
+A=(train --preset=bench --resolution=16 --aspect_bucket_alignment=16 --data_backend_config="$tmp/b.json" --max_train_steps=25
   --disable_validation=true --use_ema=false --learning_rate=1e-4)
 OMP_NUM_THREADS=2 "$CT" "${A[@]}" --train_batch_size=16 --output_dir="$tmp/r1" >/dev/null 2>&1
 for st in 0 1 2 3; do

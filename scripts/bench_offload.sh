@@ -15,7 +15,7 @@ swap=${OFFLOAD_DIR:-$tmp/swap}
 mkdir -p "$swap"
 "$CT" dataset synth --out "$tmp/data" --count 256 --seed 1 --size 32x32 >/dev/null
 echo "[{\"id\": \"d\", \"type\": \"local\", \"instance_data_dir\": \"$tmp/data\", \"caption_strategy\": \"textfile\"}]" > "$tmp/b.json"
-A=(train --preset=small --resolution=32 --data_backend_config="$tmp/b.json" --max_train_steps=25 --train_batch_size=32
+A=(train --preset=small --resolution=32 --aspect_bucket_alignment=32 --data_backend_config="$tmp/b.json" --max_train_steps=25 --train_batch_size=32
   --disable_validation=true --use_ema=false --optimizer=adamw --learning_rate=1e-4 --checkpoint_step_interval=0)
 "$CT" "${A[@]}" --output_dir="$tmp/mem" >/dev/null 2>&1
 "$CT" "${A[@]}" --offload_optimizer=nvme --offload_param_path="$swap" --output_dir="$tmp/off" >/dev/null 2>"$tmp/off.err"

@@ -3,8 +3,10 @@
 #   scripts/fuzz.sh [SECONDS]      default 60
 # Builds into build-fuzz/ with clang (-DCT_FUZZ=ON), seeds fuzz-corpus/<target>/
 # (fuzz_safetensors: tests/data/*.safetensors plus a few small generated files;
-# fuzz_image: the PNG/JPEG fixtures in tests/data/images/; fuzz_bpe: the test
-# merges.txt plus a caption), and fails if a
+# fuzz_image and fuzz_image_header: the PNG/JPEG/WebP/BMP/GIF fixtures in
+# tests/data/images/; fuzz_bpe: the test
+# merges.txt plus a caption; fuzz_parquet: tests/data/parquet/*.parquet up to
+# 8 KB, the -max_len), and fails if a
 # target reports a crash, leak or sanitizer error. Crash inputs are kept in
 # build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>.
 set -euo pipefail
@@ -45,8 +47,18 @@ cmake --build build-fuzz -j "$jobs" --target "${targets[@]}"
 
 seed_image() {
   local s
-  for s in tests/data/images/*.png tests/data/images/*.jpg; do
+  for s in tests/data/images/*.png tests/data/images/*.jpg tests/data/images/*.webp \
+           tests/data/images/*.bmp tests/data/images/*.gif; do
     [ -f "$s" ] && cp -f "$s" "$1/seed-$(basename "$s")"
+  done
+  return 0
+}
+
+seed_parquet() {
+  local s
+  # The committed fixtures of at most 8 KB (-max_len): DuckDB and parquet-wasm files.
+  for s in tests/data/parquet/*.parquet; do
+    [ -f "$s" ] && [ "$(wc -c < "$s")" -le 8192 ] && cp -f "$s" "$1/seed-$(basename "$s")"
   done
   return 0
 }
@@ -79,10 +91,11 @@ for t in "${targets[@]}"; do
   corpus="fuzz-corpus/$t"
   mkdir -p "$corpus"
   case "$t" in
-    fuzz_image) seed_image "$corpus" ;;
+    fuzz_image|fuzz_image_header) seed_image "$corpus" ;;
     fuzz_bpe)
       { cat tests/data/bpe/merges.txt; printf '\0A Small RED circle, it'"'"'s 3.14 <|endoftext|> caf\xc3\xa9!'; } > "$corpus/seed-merges-text"
       printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
+    fuzz_parquet) seed_parquet "$corpus" ;;
     *) seed_safetensors "$corpus" ;;
   esac
   dict=()

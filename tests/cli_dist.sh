@@ -23,7 +23,7 @@ cat > "$tmp/backend.json" <<JSON
 [{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
 JSON
 cat > "$tmp/base.json" <<JSON
-{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+{"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--data_backend_config": "$tmp/backend.json",
  "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 11, "--max_train_steps": 20,
  "--checkpoint_step_interval": 0, "--use_ema": true, "--max_grad_norm": 1.0}
 JSON
@@ -385,7 +385,7 @@ if out=$("${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/ba
     --output_dir="$tmp/big" 2>&1); then
   bad "20 x 2 ranks > 32 images: exit 0"
 else
-  echo "$out" | grep -q "train_batch_size 20 x 2 ranks = 40" && ok "global batch larger than the data" ||
+  echo "$out" | grep -q "Batch size: 20 x 2 GPU(s)/rank(s) x gradient_accumulation_steps 1 = effective batch 40" && ok "global batch larger than the data" ||
     bad "global batch error: $out"
 fi
 # bench memory: measured trainable/grad/optimizer bytes per rank within 5% of
@@ -448,7 +448,7 @@ fi
 
 # deepspeed_config, inline in config.json: the same run as 1 rank x batch 4.
 cat > "$tmp/ds.json" <<JSON
-{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+{"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--data_backend_config": "$tmp/backend.json",
  "--disable_validation": true, "--seed": 11, "--max_train_steps": 20, "--checkpoint_step_interval": 0,
  "--use_ema": true, "--learning_rate": 0.5, "--max_grad_norm": 7,
  "--deepspeed_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": "auto",

@@ -86,7 +86,7 @@ cat > "$tmp/backend.json" <<JSON
 JSON
 printf 'distributed_type: MULTI_CPU\nnum_machines: 1\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 1\n' \
   > "$tmp/one.yaml"
-if OMP_NUM_THREADS=1 "$CT" launch --accelerate-config "$tmp/one.yaml" -- train --preset=tiny --resolution=8 \
+if OMP_NUM_THREADS=1 "$CT" launch --accelerate-config "$tmp/one.yaml" -- train --preset=tiny --resolution=8 --aspect_bucket_alignment=8 \
     --data_backend_config="$tmp/backend.json" --train_batch_size=2 --max_train_steps=3 --disable_validation=true \
     --output_dir="$tmp/run" >"$tmp/run.out" 2>"$tmp/run.err" && [ -f "$tmp/run/checkpoint-3/.guard" ] &&
   grep -q "effective batch 4 = train_batch_size 2 x 2 rank(s)" "$tmp/run.err"; then

@@ -12,7 +12,7 @@ cat > "$tmp/backend.json" <<JSON
 JSON
 # A tiny, fast base config; every test overrides what it needs.
 cat > "$tmp/base.json" <<JSON
-{"--preset": "tiny", "--resolution": 8, "--data_backend_config": "$tmp/backend.json",
+{"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--data_backend_config": "$tmp/backend.json",
  "--train_batch_size": 4, "--learning_rate": 1e-3, "--validation_num_inference_steps": 2,
  "--disable_validation": true, "--seed": 7}
 JSON
@@ -44,7 +44,7 @@ cfgdoc="$(cd "$(dirname "$0")/.." && pwd)/docs/config.md"
 missing=$("$CT" train --help-keys | awk '{print $1}' | while read -r k; do
   grep -q "^| \`$k\`" "$cfgdoc" || echo "$k"; done)
 [ -z "$missing" ] && ok "docs/config.md lists every key" || bad "docs/config.md lacks: $missing"
-expect_err "batch larger than dataset" "fewer than train_batch_size" run --train_batch_size=100 --output_dir="$tmp/e"
+expect_err "batch larger than dataset" "cannot fill the effective batch size" run --train_batch_size=100 --output_dir="$tmp/e"
 CT_TEST_OUT="$tmp/envout" run --output_dir='{env:CT_TEST_OUT}' --max_train_steps=1 >/dev/null 2>&1 \
   && [ -d "$tmp/envout/checkpoint-1" ] && ok "{env:VAR} substitution" || bad "{env:VAR} substitution"
 

@@ -75,7 +75,7 @@ cat > "$tmp/backend.json" <<JSON
 JSON
 for mode in "--zero_stage=1" "--zero_stage=3 --mixed_precision=bf16"; do
   # shellcheck disable=SC2206
-  args=(train --preset=tiny --resolution=8 --data_backend_config="$tmp/backend.json" --train_batch_size=2
+  args=(train --preset=tiny --resolution=8 --aspect_bucket_alignment=8 --data_backend_config="$tmp/backend.json" --train_batch_size=2
     --learning_rate=1e-3 --disable_validation=true --seed=4 --max_train_steps=12 $mode)
   rm -rf "$tmp/two-nodes" "$tmp/one-node"
   if ! in_a "${MPI2[@]}" "$CT" "${args[@]}" --output_dir="$tmp/two-nodes" >/dev/null 2>"$tmp/a.err"; then

@@ -27,6 +27,14 @@
   X(seed, INT, "0", "seed of every random draw (init, data order, noise, timesteps)")           \
   X(resolution, INT, "0", "training image side in pixels (0: the preset's latent size x codec scale)") \
   X(data_backend_config, STR, NULL, "multidatabackend.json: the datasets to train on")         \
+  X(aspect_bucket_alignment, INT, "64", "bucket sizes are multiples of this: 8, 16, 24, 32 or 64 (docs/data.md)") \
+  X(aspect_bucket_rounding, INT, "2", "decimals of a bucket's aspect key (\"1.33\")")            \
+  X(allow_dataset_oversubscription, BOOL, "false", "raise repeats of datasets whose buckets cannot fill the effective batch (not where repeats is set)") \
+  X(disable_bucket_pruning, BOOL, "false", "fail instead of dropping buckets smaller than the effective batch") \
+  X(compress_disk_cache, BOOL, "false", "compress latent cache entries (disk_cache_compression)") \
+  X(disk_cache_compression, STR, "gzip", "gzip or zstd, with compress_disk_cache")           \
+  X(dataloader_prefetch, BOOL, "true", "prepare batches on a background thread")              \
+  X(dataloader_prefetch_qlen, INT, "4", "micro-batches prepared ahead with dataloader_prefetch") \
   X(train_batch_size, INT, "1", "samples per micro-batch")                                     \
   X(gradient_accumulation_steps, INT, "1", "micro-batches per optimizer step")                 \
   X(max_train_steps, INT, "0", "optimizer steps to train (0: from num_train_epochs)")          \

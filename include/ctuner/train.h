@@ -35,6 +35,7 @@ typedef struct ct_train_summary {
   long skipped_nonfinite; /* steps skipped for NaN/Inf over the run */
   double last_loss;
   double seconds;
+  double loop_seconds, data_wait_seconds; /* the training loop, and its time waiting for batches */
   size_t images, images_skipped;
   size_t params; /* trainable parameters of the model (Ψ) */
   char last_checkpoint[1024];

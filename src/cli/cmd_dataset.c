@@ -1,5 +1,6 @@
 /* `ctuner dataset synth`: writes the synthetic coloured-shapes dataset;
- * `ctuner dataset prompts`: prints captions of drawn specs (e.g. held-out ones). */
+ * `ctuner dataset prompts`: prints captions of drawn specs (e.g. held-out ones);
+ * `ctuner dataset parquet`: dumps a Parquet file as JSON lines (cmd_parquet.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -10,6 +11,10 @@
 #include "cli/cli.h"
 #include "ctuner/synth.h"
 #include "synth/synth_int.h"
+
+/* `ctuner dataset parquet` lives in cmd_parquet.c. */
+void ct_parquet_usage(FILE *f);
+int ct_cmd_dataset_parquet(int argc, char **argv);
 
 static void synth_usage(FILE *f) {
   fprintf(f,
@@ -175,14 +180,17 @@ static int dataset_prompts(int argc, char **argv) {
 int ct_cmd_dataset(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner dataset <synth|prompts> [options]\n\n");
+    fprintf(f, "usage: ctuner dataset <synth|prompts|parquet> [options]\n\n");
     synth_usage(f);
     fprintf(f, "\n");
     prompts_usage(f);
+    fprintf(f, "\n");
+    ct_parquet_usage(f);
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "synth")) return dataset_synth(argc, argv);
   if (!strcmp(argv[1], "prompts")) return dataset_prompts(argc, argv);
-  fprintf(stderr, "ctuner dataset: unknown subcommand '%s' (synth, prompts)\n", argv[1]);
+  if (!strcmp(argv[1], "parquet")) return ct_cmd_dataset_parquet(argc, argv);
+  fprintf(stderr, "ctuner dataset: unknown subcommand '%s' (synth, prompts, parquet)\n", argv[1]);
   return 2;
 }

@@ -1,13 +1,19 @@
 /* image.c: the image module's front door — allocation, format dispatch by
- * signature, loading files, probing sizes, atomic saving, and cropping.
+ * signature, loading files, EXIF orientation after decoding, atomic saving,
+ * and cropping.
  *
- * Decoders live in png.c (libpng) and jpeg.c (libjpeg-turbo); the resampler in
- * resize.c. Files are read whole into memory (bounded by CT_IMAGE_MAX_FILE) and
- * decoded from there, so the decoders never see a FILE that could block or
- * change under them. Saving writes a temporary file beside the target, fsyncs
- * it and renames it over the target; a reader never sees a half-written image.
+ * Decoders live in png.c (libpng), jpeg.c (libjpeg-turbo), webp.c (libwebp),
+ * gif.c (giflib) and bmp.c (our own); header-only probing and the EXIF
+ * orientation reader in probe.c, the transposition in orient.c, the resampler
+ * in resize.c. Files are read whole into memory (bounded by CT_IMAGE_MAX_FILE)
+ * and decoded from there, so the decoders never see a FILE that could block or
+ * change under them. Every decode first probes the header (cheap) for the
+ * orientation, so a decoded image is what Pillow's exif_transpose(img)
+ * .convert("RGB") gives and its size is what ct_image_probe reports. Saving
+ * writes a temporary file beside the target, fsyncs it and renames it over the
+ * target; a reader never sees a half-written image.
  * Not here: colour management (ICC profiles and gamma are ignored, as Pillow's
- * convert("RGB") does), EXIF orientation, formats other than PNG and JPEG.
+ * convert("RGB") does), formats other than PNG, JPEG, WebP, BMP and GIF.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,8 +26,6 @@
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
 #include "image/image_int.h"
-
-static const uint8_t PNG_SIG[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 ct_status ct_image_check_dims(long w, long h, long max_pixels, const char *fmt, ct_err *err) {
   if (w <= 0 || h <= 0)
@@ -61,27 +65,47 @@ void ct_image_free(ct_image *img) {
   img->w = img->h = 0;
 }
 
-static int is_png(const uint8_t *p, size_t n) {
-  return n >= 8 && !memcmp(p, PNG_SIG, 8);
-}
-static int is_jpeg(const uint8_t *p, size_t n) {
-  return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF;
-}
-
 ct_status ct_image_decode_limit(const void *data, size_t n, long max_pixels, ct_image *out,
                                 ct_err *err) {
   const uint8_t *p = data;
+  ct_status st = CT_OK;
   if (!out) return ct_errf(err, CT_ERR_INVALID, "ct_image_decode: NULL output");
   out->w = out->h = 0;
   out->px = NULL;
   if (!p && n) return ct_errf(err, CT_ERR_INVALID, "ct_image_decode: NULL data");
   if (n == 0) return ct_errf(err, CT_ERR_FORMAT, "empty file (0 bytes), not an image");
-  if (is_png(p, n)) return ct_png_decode(p, n, max_pixels, out, err);
-  if (is_jpeg(p, n)) return ct_jpeg_decode(p, n, max_pixels, out, err);
-  return ct_errf(err, CT_ERR_UNSUPPORTED,
-                 "not a PNG or JPEG file (first bytes %02x %02x %02x %02x; only PNG and JPEG "
-                 "are supported)",
-                 p[0], n > 1 ? p[1] : 0, n > 2 ? p[2] : 0, n > 3 ? p[3] : 0);
+  int fmt = ct_image_sniff(p, n);
+  if (fmt <= 0)
+    return ct_errf(err, fmt < 0 ? CT_ERR_FORMAT : CT_ERR_UNSUPPORTED,
+                   "not a PNG, JPEG, WebP, BMP or GIF file (%zu bytes, first bytes %02x %02x %02x "
+                   "%02x)",
+                   n, p[0], n > 1 ? p[1] : 0, n > 2 ? p[2] : 0, n > 3 ? p[3] : 0);
+  /* The header probe gives the EXIF orientation and refuses a bomb early; if
+   * it fails for another reason the decoder reports the problem in its words. */
+  ct_image_info info;
+  ct_err perr = {0};
+  ct_status ps = ct_image_probe_mem(p, n, &info, NULL, &perr);
+  if (ps == CT_ERR_RANGE) return ct_errf(err, ps, "%s", perr.msg);
+  switch (fmt) {
+    case CT_IMAGE_PNG:
+      st = ct_png_decode(p, n, max_pixels, out, err);
+      break;
+    case CT_IMAGE_JPEG:
+      st = ct_jpeg_decode(p, n, max_pixels, out, err);
+      break;
+    case CT_IMAGE_WEBP:
+      st = ct_webp_decode(p, n, max_pixels, out, err);
+      break;
+    case CT_IMAGE_BMP:
+      st = ct_bmp_decode(p, n, max_pixels, out, err);
+      break;
+    default:
+      st = ct_gif_decode(p, n, max_pixels, out, err);
+      break;
+  }
+  if (st || ps) return st;
+  if ((st = ct_image_orient(out, info.orientation, err))) ct_image_free(out);
+  return st;
 }
 
 ct_status ct_image_decode(const void *data, size_t n, ct_image *out, ct_err *err) {
@@ -146,36 +170,6 @@ ct_status ct_image_load(const char *path, ct_image *out, ct_err *err) {
   if (!st) st = ct_image_decode(buf, n, out, err);
   if (st) ct_err_prefix(err, "%s: ", path);
   free(buf);
-  return st;
-}
-
-ct_status ct_image_probe(const char *path, int *w, int *h, ct_err *err) {
-  ct_status st = CT_OK;
-  uint8_t sig[8] = {0};
-  size_t got;
-  FILE *fp = NULL;
-  if (!path || !w || !h) return ct_errf(err, CT_ERR_INVALID, "ct_image_probe: NULL argument");
-  *w = *h = 0;
-  fp = fopen(path, "rb");
-  if (!fp) {
-    st = ct_errf(err, errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "cannot open: %s",
-                 strerror(errno));
-    goto out;
-  }
-  got = fread(sig, 1, sizeof sig, fp);
-  rewind(fp);
-  if (got == 0)
-    st = ct_errf(err, CT_ERR_FORMAT, "empty file (0 bytes), not an image");
-  else if (is_png(sig, got))
-    st = ct_png_probe(fp, w, h, err);
-  else if (is_jpeg(sig, got))
-    st = ct_jpeg_probe(fp, w, h, err);
-  else
-    st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                 "not a PNG or JPEG file (only PNG and JPEG are supported)");
-out:
-  if (fp) fclose(fp);
-  if (st) ct_err_prefix(err, "%s: ", path);
   return st;
 }
 

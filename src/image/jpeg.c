@@ -168,31 +168,6 @@ out:
   return st;
 }
 
-ct_status ct_jpeg_probe(FILE *fp, int *w, int *h, ct_err *err) {
-  volatile ct_status st = CT_OK;
-  struct jpeg_decompress_struct cinfo;
-  jdec d;
-  memset(&d, 0, sizeof d);
-  memset(&cinfo, 0, sizeof cinfo);
-  init_errors(&d);
-  cinfo.err = &d.pub;
-  if (setjmp(d.jb)) {
-    st = ct_errf(err, CT_ERR_FORMAT, "corrupt or truncated JPEG header: %s", d.msg);
-    goto out;
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_stdio_src(&cinfo, fp);
-  jpeg_read_header(&cinfo, TRUE);
-  if ((st = ct_image_check_dims((long)cinfo.image_width, (long)cinfo.image_height,
-                                CT_IMAGE_MAX_PIXELS, "JPEG", err)))
-    goto out;
-  *w = (int)cinfo.image_width;
-  *h = (int)cinfo.image_height;
-out:
-  jpeg_destroy_decompress(&cinfo);
-  return st;
-}
-
 ct_status ct_jpeg_write(FILE *fp, const ct_image *img, int quality, ct_err *err) {
   volatile ct_status st = CT_OK;
   struct jpeg_compress_struct cinfo;

@@ -113,31 +113,6 @@ out:
   return st;
 }
 
-ct_status ct_png_probe(FILE *fp, int *w, int *h, ct_err *err) {
-  volatile ct_status st = CT_OK;
-  pngdec d = {0};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &d, on_error, on_warning);
-  png_infop info = png ? png_create_info_struct(png) : NULL;
-  if (!png || !info) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory creating the PNG decoder");
-    goto out;
-  }
-  if (setjmp(png_jmpbuf(png))) {
-    st = ct_errf(err, CT_ERR_FORMAT, "corrupt or truncated PNG header: %s", d.msg);
-    goto out;
-  }
-  png_init_io(png, fp);
-  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
-  png_read_info(png, info);
-  long pw = (long)png_get_image_width(png, info), ph = (long)png_get_image_height(png, info);
-  if ((st = ct_image_check_dims(pw, ph, CT_IMAGE_MAX_PIXELS, "PNG", err))) goto out;
-  *w = (int)pw;
-  *h = (int)ph;
-out:
-  if (png) png_destroy_read_struct(&png, info ? &info : NULL, NULL);
-  return st;
-}
-
 ct_status ct_png_write(FILE *fp, const ct_image *img, ct_err *err) {
   volatile ct_status st = CT_OK;
   pngdec d = {0};

@@ -439,6 +439,19 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->seed < 0) BAD("seed must be >= 0, got %ld", c->seed);
   if (c->resolution < 0 || c->resolution > 4096)
     BAD("resolution must be between 0 and 4096, got %ld", c->resolution);
+  if (c->aspect_bucket_alignment != 8 && c->aspect_bucket_alignment != 16 && c->aspect_bucket_alignment != 24 &&
+      c->aspect_bucket_alignment != 32 && c->aspect_bucket_alignment != 64)
+    BAD("aspect_bucket_alignment must be 8, 16, 24, 32 or 64, got %ld", c->aspect_bucket_alignment);
+  if (c->aspect_bucket_rounding < 0 || c->aspect_bucket_rounding > 6)
+    BAD("aspect_bucket_rounding must be between 0 and 6, got %ld", c->aspect_bucket_rounding);
+  {
+    static const char *const comps[] = {"gzip", "zstd", NULL};
+    if (!c->disk_cache_compression || !is_one_of(c->disk_cache_compression, comps))
+      BAD("disk_cache_compression must be gzip or zstd, got '%s'",
+          c->disk_cache_compression ? c->disk_cache_compression : "");
+  }
+  if (c->dataloader_prefetch_qlen < 1 || c->dataloader_prefetch_qlen > 256)
+    BAD("dataloader_prefetch_qlen must be between 1 and 256, got %ld", c->dataloader_prefetch_qlen);
   if (c->train_batch_size < 1 || c->train_batch_size > 4096)
     BAD("train_batch_size must be between 1 and 4096, got %ld", c->train_batch_size);
   if (c->gradient_accumulation_steps < 1)
@@ -616,7 +629,8 @@ static int cosmetic(const char *k) {
                                   "validation_step_interval", "validation_num_inference_steps",
                                   "validation_guidance", "validation_resolution",
                                   "num_validation_images", "validation_seed", "disable_validation",
-                                  "disable_progress_bar", "ema_validation", NULL};
+                                  "disable_progress_bar", "ema_validation", "dataloader_prefetch",
+                                  "dataloader_prefetch_qlen", "compress_disk_cache", "disk_cache_compression", NULL};
   return is_one_of(k, c);
 }
 

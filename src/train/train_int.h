@@ -2,6 +2,7 @@
 #ifndef CT_TRAIN_INT_H
 #define CT_TRAIN_INT_H
 
+#include "ctuner/fs.h"
 #include "ctuner/train.h"
 
 /* Philox streams of the trainer's random draws: each draw is a pure function
@@ -9,8 +10,6 @@
  * change which numbers a sample gets. */
 #define CT_STREAM_NOISE 0x4e4f495345000000ull        /* eps, offset sample*latent */
 #define CT_STREAM_TIMESTEP 0x54494d4500000000ull     /* t */
-#define CT_STREAM_DROPOUT 0x44524f5000000000ull      /* caption dropout */
-#define CT_STREAM_CAPTION 0x4341505400000000ull      /* caption line choice */
 #define CT_STREAM_SAMPLE_NOISE 0x53414d5000000000ull /* sampling noise */
 
 float ct_flow_shift_t(float t, float shift);
@@ -29,17 +28,6 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
 #define CT_CKPT_TOKENIZER_MERGES "tokenizer_merges.txt"
 ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
                                  ct_err *err);
-
-/* snprintf into a path buffer; 0 if it fit, -1 if truncated (callers fail
- * with a clear error instead of using a cut path). */
-int ct_pathf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Checkpoint files. */
-ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_err *err);
-ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err);
-ct_status ct_mkdir_p(const char *path, ct_err *err);
-ct_status ct_rm_rf(const char *path, ct_err *err);
-ct_status ct_fsync_dir(const char *path, ct_err *err);
 
 #endif
 
@@ -76,6 +64,11 @@ typedef struct ct_ckpt_io {
    * only for [w_lo, w_hi) of the flat buffer, into w_shard. NULL otherwise. */
   float *w_shard;
   size_t w_lo, w_hi;
+  /* The data sampler's position (sampler_state.json): saved from
+   * sampler_json; a load stores a malloc'd copy in *sampler_out (NULL when
+   * the checkpoint predates it). */
+  const char *sampler_json;
+  char **sampler_out;
 } ct_ckpt_io;
 
 #define CT_CKPT_ZERO_DIR "zero"

@@ -333,6 +333,7 @@ typedef struct trainer {
   ct_mmdit *m;
   ct_textenc *te;
   ct_dataset *ds;
+  double data_wait; /* seconds waited for batches */
   ct_optim *opt;
   ct_sched sched;
   float *ema;      /* every parameter; when own: [lo, hi) only */
@@ -483,28 +484,24 @@ static size_t caption_tokens(const char *caption, void *te) {
   return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
 }
 
-/* One micro-batch: forward, loss, backward (grads accumulate). */
+/* One micro-batch: forward, loss, backward (grads accumulate). The batch
+ * (one aspect bucket, this rank's slice of the step's samples) comes from the
+ * data loader; noise and timesteps are keyed by its global sample ids. */
 static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss,
                              ct_err *err) {
   const ct_config *cfg = tr->cfg;
-  const int B = (int)cfg->train_batch_size, T = tr->g.T, side = tr->g.resolution / tr->g.codec_scale;
-  const size_t lat = (size_t)tr->g.mc.in_channels * side * side;
-  size_t N = ct_dataset_count(tr->ds);
-  const size_t GB = (size_t)B * (size_t)tr->world, r0 = (size_t)B * (size_t)tr->rank;
-  if ((size_t)s->epoch_pos + GB > N) { /* drop the incomplete tail of the global batch */
-    s->epoch++;
-    s->epoch_pos = 0;
-  }
+  const int B = (int)cfg->train_batch_size, T = tr->g.T;
+  ct_batch *bt = NULL;
+  ct_status st = ct_dataset_next(tr->ds, &bt, err);
+  if (st) return st;
+  const size_t lat = (size_t)bt->C * (size_t)bt->h * (size_t)bt->w;
+  const size_t GB = (size_t)B * (size_t)tr->world;
+  tr->data_wait += bt->wait_s;
+  memcpy(tr->x0, bt->x0, (size_t)B * lat * sizeof(float));
   const uint64_t seed = (uint64_t)cfg->seed;
   for (int b = 0; b < B; b++) {
-    /* ids and positions are global: N ranks x B draw exactly what 1 rank x N*B would */
-    uint64_t id = (uint64_t)s->samples_seen + (uint64_t)r0 + (uint64_t)b;
-    size_t idx = ct_dataset_order(tr->ds, s->epoch, (size_t)s->epoch_pos + r0 + (size_t)b);
-    memcpy(tr->x0 + b * lat, ct_dataset_latent(tr->ds, idx), lat * sizeof(float));
-    uint32_t r[4];
-    ct_philox4x32(seed, CT_STREAM_CAPTION, id, r);
-    tr->caps[b] = ct_dataset_caption(tr->ds, idx, r[0]);
-    if (ct_rng_uniform(seed, CT_STREAM_DROPOUT, id) < cfg->caption_dropout_probability) tr->caps[b] = "";
+    const uint64_t id = bt->ids[b];
+    tr->caps[b] = bt->caps[b];
     float t;
     if (!strcmp(cfg->timestep_sampling, "uniform")) {
       t = ct_rng_uniform(seed, CT_STREAM_TIMESTEP, id);
@@ -515,7 +512,7 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
     tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
     ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
   }
-  ct_status st = ct_encode_prompts(tr->te, T, tr->caps, B, tr->txt, tr->y, err);
+  st = ct_encode_prompts(tr->te, T, tr->caps, B, tr->txt, tr->y, err);
   if (st) return st;
   for (int b = 0; b < B; b++) {
     const float t = tr->t[b];
@@ -523,7 +520,7 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
-  ct_mmdit_batch in = {.B = B, .H = side, .W = side, .T = T, .x = tr->xt, .t = tr->t, .txt = tr->txt, .y = tr->y};
+  ct_mmdit_batch in = {.B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = tr->txt, .y = tr->y};
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
@@ -537,8 +534,10 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
   *loss = l / (double)tot;
-  s->samples_seen += (long)GB;
-  s->epoch_pos += (long)GB;
+  (void)GB;
+  s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
+  s->epoch = ct_dataset_epoch(tr->ds);
+  s->epoch_pos = 0;
   return st;
 }
 
@@ -824,26 +823,24 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   st = ct_comm_barrier(comm, err); /* output_dir exists (shared) before anyone reads it */
   if (st) return st;
 
-  ct_data_opts dopt = {tr.g.resolution, tr.g.codec_scale, (uint64_t)cfg->seed};
+  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr.g.codec_scale, .size_multiple = tr.g.codec_scale * 2,
+                       .text = NULL, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
   st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr.ds, err);
   if (st) goto out;
   const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
-  size_t N = ct_dataset_count(tr.ds);
-  sum->images = N;
-  sum->images_skipped = ct_dataset_skipped(tr.ds, NULL);
-  const size_t GB = (size_t)B * (size_t)tr.world;
-  if (N < GB) {
-    st = ct_errf(err, CT_ERR_INVALID,
-                 "the datasets hold %zu samples, fewer than train_batch_size %d x %d ranks = %zu: an "
-                 "epoch would have no steps; lower train_batch_size or add images/repeats",
-                 N, B, tr.world, GB);
-    goto out;
+  {
+    ct_data_stats ds_st;
+    ct_dataset_stats(tr.ds, &ds_st);
+    sum->images = ds_st.kept;
+    sum->images_skipped = ds_st.unreadable + ds_st.no_caption + ds_st.not_found + ds_st.duplicate +
+                          ds_st.outside_dir + ds_st.metadata_missing;
   }
+  const size_t GB = (size_t)B * (size_t)tr.world;
   if (lead)
     CT_INFO("effective batch %zu = train_batch_size %d x %d rank(s) x gradient_accumulation_steps %d "
             "(%d OpenMP thread(s) per rank)",
             GB * (size_t)accum, B, tr.world, accum, omp_get_max_threads());
-  long per_epoch = (long)(N / GB) / accum;
+  long per_epoch = ct_dataset_steps_per_epoch(tr.ds);
   if (per_epoch < 1) per_epoch = 1;
   tr.total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
   sum->total_steps = tr.total;
@@ -914,7 +911,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     snprintf(s.optimizer, sizeof s.optimizer, "%s",
              ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   }
-  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, NULL, tr.own ? tr.wsh : NULL, tr.lo, tr.hi};
+  ct_ckpt_io io = {tr.m, tr.ema, tr.ema, tr.opt, tr.te, cfg, tr.lo, NULL, tr.own ? tr.wsh : NULL, tr.lo, tr.hi, NULL, NULL};
+  char *sampler_loaded = NULL;
+  io.sampler_out = &sampler_loaded;
 
   /* Resume. */
   if (strcmp(cfg->resume_from_checkpoint, "none")) {
@@ -954,6 +953,19 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       memcpy(s.digest, digest, sizeof digest);
       memcpy(s.optimizer, optname, sizeof optname); /* this run's optimizer, as the digest */
       CT_INFO("resumed from %s at step %ld (epoch %ld)", dir, s.global_step, s.epoch + 1);
+      if (!sampler_loaded) { /* a checkpoint from before the bucketed loader: epoch and sample ids only */
+        char buf[256];
+        snprintf(buf, sizeof buf, "{\"epoch\": %ld, \"step_in_epoch\": 0, \"samples_seen\": %ld, \"datasets\": {}}",
+                 s.epoch, s.samples_seen);
+        sampler_loaded = strdup(buf);
+      }
+      if (sampler_loaded) st = ct_dataset_state_restore(tr.ds, sampler_loaded, err);
+      free(sampler_loaded);
+      sampler_loaded = NULL;
+      if (st) {
+        ct_err_prefix(err, "%s: ", dir);
+        goto out;
+      }
     }
     if (tr.world > 1) { /* every rank must have read the same state */
       long mine[2] = {s.global_step, s.samples_seen}, root[2] = {s.global_step, s.samples_seen};
@@ -966,6 +978,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       if (st) goto out;
     }
   }
+  io.sampler_out = NULL;
   sum->start_step = s.global_step;
   if (tr.opt && ct_onebit_name(cfg->optimizer)) { /* loaded and resumed: the moments are tr.opt's */
     size_t np;
@@ -1040,8 +1053,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     goto out;
   }
 
-  const int T = tr.g.T, side = tr.g.resolution / tr.g.codec_scale;
-  const size_t lat = (size_t)tr.g.mc.in_channels * side * side;
+  const int T = tr.g.T;
+  const size_t lat = ct_dataset_max_latent(tr.ds);
   const int d = tr.g.mc.context_in_dim;
   tr.x0 = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr.eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
@@ -1174,6 +1187,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
     s.global_step = step;
     info.seconds = now_s() - t0;
+    sum->loop_seconds += info.seconds; /* steps only: not validation or checkpoints */
     info.samples_per_s = (double)GB * accum / (info.seconds > 0 ? info.seconds : 1e-9);
     if (lead) {
     fprintf(tr.metrics,
@@ -1220,7 +1234,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       if (tr.own) io.ema = fv.e;
       if (!st) st = offload_states(&tr, &ost, err);
       io.opt_states = ost;
-      if (!st) st = save_checkpoint(&tr, &io, &s, sum, err);
+      char *sj = ct_dataset_state_json(tr.ds);
+      io.sampler_json = sj;
+      if (!st) st = sj ? save_checkpoint(&tr, &io, &s, sum, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      io.sampler_json = NULL;
+      free(sj);
       io.opt_states = NULL;
       free_states(&tr, ost);
       release_full(&tr, &fv);
@@ -1261,6 +1279,10 @@ out:
   sum->end_step = s.global_step;
   sum->skipped_nonfinite = s.nonfinite_total;
   sum->seconds = now_s() - t_start;
+  sum->data_wait_seconds = tr.data_wait;
+  if (sum->loop_seconds > 0 && lead)
+    CT_INFO("data: waited %.2f s for batches in %.2f s of training steps (%.1f%%)", tr.data_wait, sum->loop_seconds,
+            100.0 * tr.data_wait / sum->loop_seconds);
   trainer_free(&tr);
   return st;
 }

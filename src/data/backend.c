@@ -1,0 +1,490 @@
+/* backend.c: multidatabackend.json -> ct_backend.
+ *
+ * A JSON array of dataset objects with SimpleTuner's keys (shared/docs/
+ * SIMPLETUNER.md). One table lists every key ctuner reads; SimpleTuner keys
+ * it does not use are accepted with one warning each; anything else is an
+ * error naming the dataset id, the key and the nearest known key. String
+ * values may hold {env:VAR}. Cross-key rules (instanceprompt needs
+ * instance_prompt, parquet needs a parquet block, one default text_embeds
+ * dataset, references to existing cache datasets, unique ids) are checked
+ * here so that a bad file fails before any image is read.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/config.h"
+#include "ctuner/data.h"
+#include "ctuner/json.h"
+#include "ctuner/log.h"
+
+/* SimpleTuner keys ctuner accepts but does not act on. */
+static const char *const IGNORED[] = {"skip_file_discovery", "hash_filenames", "vae_cache_clear_each_epoch",
+                                      "scan_for_errors", "is_regularisation_data", "is_regularization_data",
+                                      "caption_filter_list", "prepend_instance_prompt", "only_instance_prompt",
+                                      "disable_multiline_split", "conditioning_data", NULL};
+static const char *const KNOWN[] = {
+    "id", "type", "dataset_type", "disabled", "instance_data_dir", "caption_strategy", "instance_prompt",
+    "metadata_backend", "parquet", "resolution", "resolution_type", "minimum_image_size",
+    "maximum_image_size", "target_downsample_size", "minimum_aspect_ratio", "maximum_aspect_ratio", "crop",
+    "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats", "probability", "max_num_samples",
+    "cache_dir_vae", "text_embeds", "image_embeds", "vae_cache_disable", "preserve_data_backend_cache",
+    "compress_cache", "default", "cache_dir", "write_batch_size",
+    /* S3 keys belong to the storage issue's backend; listed so they get a clear "unsupported type". */
+    "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id", "aws_secret_access_key",
+    "aws_session_token", "aws_data_prefix", "aws_max_pool_connections", NULL};
+static const char *const PARQUET_KEYS[] = {"path", "filename_column", "caption_column", "fallback_caption_column",
+                                           "width_column", "height_column", "identifier_includes_extension",
+                                           NULL};
+
+static int in_list(const char *k, const char *const *l) {
+  for (; *l; l++)
+    if (!strcmp(k, *l)) return 1;
+  return 0;
+}
+
+/* Levenshtein distance, bounded strings. */
+static int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int d[64][64];
+  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+      d[i][j] = c;
+    }
+  return d[la][lb];
+}
+
+static const char *suggest(const char *k, const char *const *l) {
+  const char *best = NULL;
+  int bd = 4;
+  for (; *l; l++) {
+    int dd = edit_distance(k, *l);
+    if (dd < bd) bd = dd, best = *l;
+  }
+  return best;
+}
+
+typedef struct ctx {
+  const char *file;
+  char where[160]; /* "dataset 'id'" or "entry 3" */
+  ct_err *err;
+} ctx;
+
+static ct_status bad(ctx *c, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static ct_status bad(ctx *c, const char *key, const char *fmt, ...) {
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return ct_errf(c->err, CT_ERR_INVALID, "%s: %s: key '%s': %s", c->file, c->where, key, msg);
+}
+
+static ct_status get_str(ctx *c, const ct_json *o, const char *key, char **out) {
+  const ct_json *v = ct_json_get(o, key);
+  if (!v || v->type == CT_JSON_NULL) return CT_OK;
+  if (v->type != CT_JSON_STRING) return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
+  free(*out);
+  *out = NULL;
+  ct_status st = ct_config_expand_env(v->str, out, c->err);
+  if (st) ct_err_prefix(c->err, "%s: %s: key '%s': ", c->file, c->where, key);
+  return st;
+}
+
+static ct_status get_bool(ctx *c, const ct_json *o, const char *key, int *out) {
+  const ct_json *v = ct_json_get(o, key);
+  if (!v || v->type == CT_JSON_NULL) return CT_OK;
+  if (v->type == CT_JSON_BOOL) {
+    *out = v->boolean;
+    return CT_OK;
+  }
+  if (v->type == CT_JSON_STRING && (!strcmp(v->str, "true") || !strcmp(v->str, "false"))) {
+    *out = !strcmp(v->str, "true");
+    return CT_OK;
+  }
+  return bad(c, key, "expected true or false, got %s", ct_json_type_name(v->type));
+}
+
+static ct_status get_num(ctx *c, const ct_json *o, const char *key, double lo, double hi, double *out) {
+  const ct_json *v = ct_json_get(o, key);
+  if (!v || v->type == CT_JSON_NULL) return CT_OK;
+  double x;
+  if (v->type == CT_JSON_NUMBER) {
+    x = v->num;
+  } else if (v->type == CT_JSON_STRING) { /* "{env:RES}" */
+    char *s = NULL, *end;
+    ct_status st = get_str(c, o, key, &s);
+    if (st) return st;
+    errno = 0;
+    x = strtod(s, &end);
+    int ok = end != s && !*end && !errno;
+    free(s);
+    if (!ok) return bad(c, key, "expected a number, got \"%s\"", v->str);
+  } else {
+    return bad(c, key, "expected a number, got %s", ct_json_type_name(v->type));
+  }
+  if (!(x >= lo && x <= hi)) return bad(c, key, "%g is out of range [%g, %g]", x, lo, hi);
+  *out = x;
+  return CT_OK;
+}
+
+static ct_status get_int(ctx *c, const ct_json *o, const char *key, long lo, long hi, long *out) {
+  double x = (double)*out;
+  ct_status st = get_num(c, o, key, (double)lo, (double)hi, &x);
+  if (st) return st;
+  if (x != floor(x)) return bad(c, key, "expected an integer, got %g", x);
+  *out = (long)x;
+  return CT_OK;
+}
+
+/* A string that must be one of names[]; *out gets its index (aliases map via map[]). */
+static ct_status get_enum(ctx *c, const ct_json *o, const char *key, const char *const *names, const int *map,
+                          int *out) {
+  char *s = NULL;
+  ct_status st = get_str(c, o, key, &s);
+  if (st || !s) return st;
+  int found = -1;
+  char list[300] = "";
+  for (int i = 0; names[i]; i++) {
+    if (!strcmp(s, names[i])) found = map ? map[i] : i;
+    if (strlen(list) + strlen(names[i]) + 4 < sizeof list) {
+      if (list[0]) strcat(list, ", ");
+      strcat(list, names[i]);
+    }
+  }
+  if (found < 0) st = bad(c, key, "\"%s\" is not one of: %s", s, list);
+  free(s);
+  if (!st) *out = found;
+  return st;
+}
+
+static void ds_free(ct_ds_config *d) {
+  free(d->id);
+  free(d->type);
+  free(d->instance_data_dir);
+  free(d->instance_prompt);
+  free(d->parquet.path);
+  free(d->parquet.filename_column);
+  free(d->parquet.caption_column);
+  free(d->parquet.fallback_caption_column);
+  free(d->parquet.width_column);
+  free(d->parquet.height_column);
+  free(d->crop_aspect_buckets);
+  free(d->crop_aspect_weights);
+  free(d->cache_dir_vae);
+  free(d->text_embeds);
+  free(d->image_embeds);
+  free(d->cache_dir);
+}
+
+static char *dup(const char *s) {
+  char *r = strdup(s);
+  if (!r) abort(); /* a few bytes at start-up; not worth a status path */
+  return r;
+}
+
+static ct_status parse_aspects(ctx *c, const ct_json *o, ct_ds_config *d) {
+  const ct_json *v = ct_json_get(o, "crop_aspect_buckets");
+  if (!v || v->type == CT_JSON_NULL) return CT_OK;
+  if (v->type != CT_JSON_ARRAY || v->n == 0 || v->n > 256)
+    return bad(c, "crop_aspect_buckets", "expected a list of 1 to 256 aspect ratios (floats, or "
+                                         "{\"aspect\": a, \"weight\": w} objects)");
+  d->crop_aspect_buckets = calloc(v->n, sizeof(double));
+  d->crop_aspect_weights = calloc(v->n, sizeof(double));
+  if (!d->crop_aspect_buckets || !d->crop_aspect_weights) return ct_errf(c->err, CT_ERR_NOMEM, "out of memory");
+  d->n_crop_aspect_buckets = (int)v->n;
+  int weighted = -1;
+  double wsum = 0;
+  for (size_t i = 0; i < v->n; i++) {
+    const ct_json *e = &v->items[i];
+    double a, w = 1.0 / (double)v->n;
+    int is_obj = e->type == CT_JSON_OBJECT;
+    if (weighted >= 0 && weighted != is_obj)
+      return bad(c, "crop_aspect_buckets", "mixes plain numbers and {aspect, weight} objects; use one form");
+    weighted = is_obj;
+    if (is_obj) {
+      const ct_json *ja = ct_json_get(e, "aspect"), *jw = ct_json_get(e, "weight");
+      if (!ja || ja->type != CT_JSON_NUMBER || !jw || jw->type != CT_JSON_NUMBER)
+        return bad(c, "crop_aspect_buckets", "item %zu: an object needs numbers 'aspect' and 'weight'", i);
+      a = ja->num;
+      w = jw->num;
+    } else if (e->type == CT_JSON_NUMBER) {
+      a = e->num;
+    } else {
+      return bad(c, "crop_aspect_buckets", "item %zu: expected a number or an object, got %s", i,
+                 ct_json_type_name(e->type));
+    }
+    if (!(a > 0.05 && a < 20)) return bad(c, "crop_aspect_buckets", "item %zu: aspect %g is not in (0.05, 20)", i, a);
+    if (!(w > 0)) return bad(c, "crop_aspect_buckets", "item %zu: weight %g must be positive", i, w);
+    d->crop_aspect_buckets[i] = a;
+    d->crop_aspect_weights[i] = w;
+    wsum += w;
+  }
+  if (weighted == 1 && fabs(wsum - 1.0) > 1e-6)
+    return bad(c, "crop_aspect_buckets", "the weights sum to %g; they must sum to 1", wsum);
+  return CT_OK;
+}
+
+static ct_status parse_parquet(ctx *c, const ct_json *o, ct_ds_config *d) {
+  const ct_json *p = ct_json_get(o, "parquet");
+  ct_ds_parquet *q = &d->parquet;
+  q->filename_column = dup("filename");
+  q->caption_column = dup("caption");
+  q->width_column = dup("width");
+  q->height_column = dup("height");
+  if (!p || p->type == CT_JSON_NULL) return CT_OK;
+  if (p->type != CT_JSON_OBJECT) return bad(c, "parquet", "expected an object, got %s", ct_json_type_name(p->type));
+  for (size_t i = 0; i < p->n; i++)
+    if (!in_list(p->keys[i], PARQUET_KEYS)) {
+      const char *s = suggest(p->keys[i], PARQUET_KEYS);
+      return bad(c, "parquet", "unknown key '%s'%s%s%s", p->keys[i], s ? "; did you mean '" : "", s ? s : "",
+                 s ? "'?" : "");
+    }
+  snprintf(c->where + strlen(c->where), sizeof c->where - strlen(c->where), ": parquet");
+  ct_status st = get_str(c, p, "path", &q->path);
+  if (!st) st = get_str(c, p, "filename_column", &q->filename_column);
+  if (!st) st = get_str(c, p, "caption_column", &q->caption_column);
+  if (!st) st = get_str(c, p, "fallback_caption_column", &q->fallback_caption_column);
+  if (!st) st = get_str(c, p, "width_column", &q->width_column);
+  if (!st) st = get_str(c, p, "height_column", &q->height_column);
+  if (!st) st = get_bool(c, p, "identifier_includes_extension", &q->identifier_includes_extension);
+  *strrchr(c->where, ':') = '\0';
+  return st;
+}
+
+static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
+  static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
+  static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
+  static const char *const METAS[] = {"discovery", "parquet", "json", NULL};
+  static const int META_MAP[] = {CT_META_DISCOVERY, CT_META_PARQUET, CT_META_DISCOVERY};
+  static const char *const RES[] = {"pixel", "area", "pixel_area", NULL};
+  static const char *const STYLES[] = {"random", "center", "centre", "corner", NULL};
+  static const int STYLE_MAP[] = {CT_CROP_RANDOM, CT_CROP_CENTER, CT_CROP_CENTER, CT_CROP_CORNER};
+  static const char *const ASPECTS[] = {"square", "preserve", "closest", "random", NULL};
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < o->n; i++) {
+    const char *k = o->keys[i];
+    if (in_list(k, KNOWN)) continue;
+    if (in_list(k, IGNORED)) {
+      CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file, c->where, k);
+      continue;
+    }
+    const char *s = suggest(k, KNOWN);
+    return ct_errf(c->err, CT_ERR_INVALID, "%s: %s: unknown key '%s'%s%s%s", c->file, c->where, k,
+                   s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+  }
+  d->kind = CT_DS_IMAGE;
+  d->caption_strategy = CT_CAP_FILENAME; /* SimpleTuner's default */
+  d->crop_style = CT_CROP_RANDOM;
+  d->crop_aspect = CT_ASPECT_SQUARE;
+  d->resolution_type = CT_RES_PIXEL;
+  d->probability = 1.0;
+  d->write_batch_size = 128;
+  int v;
+  if ((st = get_str(c, o, "type", &d->type))) return st;
+  v = d->kind;
+  if ((st = get_enum(c, o, "dataset_type", KINDS, NULL, &v))) return st;
+  d->kind = (ct_ds_kind)v;
+  if ((st = get_bool(c, o, "disabled", &d->disabled))) return st;
+  if ((st = get_str(c, o, "instance_data_dir", &d->instance_data_dir))) return st;
+  v = d->caption_strategy;
+  if ((st = get_enum(c, o, "caption_strategy", CAPS, NULL, &v))) return st;
+  d->caption_strategy = (ct_caption_strategy)v;
+  if ((st = get_str(c, o, "instance_prompt", &d->instance_prompt))) return st;
+  v = d->metadata_backend;
+  if ((st = get_enum(c, o, "metadata_backend", METAS, META_MAP, &v))) return st;
+  d->metadata_backend = (ct_metadata_backend)v;
+  if ((st = parse_parquet(c, o, d))) return st;
+  if ((st = get_num(c, o, "resolution", 0, 100000, &d->resolution))) return st;
+  v = d->resolution_type;
+  if ((st = get_enum(c, o, "resolution_type", RES, NULL, &v))) return st;
+  d->resolution_type = (ct_resolution_type)v;
+  if ((st = get_num(c, o, "minimum_image_size", 0, 1e6, &d->minimum_image_size))) return st;
+  if ((st = get_num(c, o, "maximum_image_size", 0, 1e6, &d->maximum_image_size))) return st;
+  if ((st = get_num(c, o, "target_downsample_size", 0, 1e6, &d->target_downsample_size))) return st;
+  if ((st = get_num(c, o, "minimum_aspect_ratio", 0, 100, &d->minimum_aspect_ratio))) return st;
+  if ((st = get_num(c, o, "maximum_aspect_ratio", 0, 100, &d->maximum_aspect_ratio))) return st;
+  if ((st = get_bool(c, o, "crop", &d->crop))) return st;
+  v = d->crop_style;
+  if ((st = get_enum(c, o, "crop_style", STYLES, STYLE_MAP, &v))) return st;
+  d->crop_style = (ct_crop_style)v;
+  v = d->crop_aspect;
+  if ((st = get_enum(c, o, "crop_aspect", ASPECTS, NULL, &v))) return st;
+  d->crop_aspect = (ct_crop_aspect)v;
+  if ((st = parse_aspects(c, o, d))) return st;
+  d->repeats_set = ct_json_get(o, "repeats") != NULL;
+  if ((st = get_int(c, o, "repeats", 0, 1000000, &d->repeats))) return st;
+  if ((st = get_num(c, o, "probability", 0, 1e6, &d->probability))) return st;
+  if ((st = get_int(c, o, "max_num_samples", 0, LONG_MAX / 2, &d->max_num_samples))) return st;
+  if ((st = get_str(c, o, "cache_dir_vae", &d->cache_dir_vae))) return st;
+  if ((st = get_str(c, o, "text_embeds", &d->text_embeds))) return st;
+  if ((st = get_str(c, o, "image_embeds", &d->image_embeds))) return st;
+  if ((st = get_bool(c, o, "vae_cache_disable", &d->vae_cache_disable))) return st;
+  if ((st = get_bool(c, o, "preserve_data_backend_cache", &d->preserve_data_backend_cache))) return st;
+  if ((st = get_bool(c, o, "compress_cache", &d->compress_cache))) return st;
+  if ((st = get_bool(c, o, "default", &d->is_default))) return st;
+  if ((st = get_str(c, o, "cache_dir", &d->cache_dir))) return st;
+  if ((st = get_int(c, o, "write_batch_size", 1, 1 << 20, &d->write_batch_size))) return st;
+
+  /* cross-key rules */
+  if (!d->type) return bad(c, "type", "is required (\"local\")");
+  if (strcmp(d->type, "local")) {
+    if (!strcmp(d->type, "aws"))
+      return ct_errf(c->err, CT_ERR_UNSUPPORTED,
+                     "%s: %s: key 'type': \"aws\" (S3) is not available in this build yet; copy the data "
+                     "to a local directory and use \"local\"",
+                     c->file, c->where);
+    return bad(c, "type", "\"%s\" is not supported; use \"local\"", d->type);
+  }
+  if (d->kind == CT_DS_IMAGE) {
+    if (!d->instance_data_dir) return bad(c, "instance_data_dir", "is required for an image dataset");
+    if (d->caption_strategy == CT_CAP_INSTANCEPROMPT && !d->instance_prompt)
+      return bad(c, "instance_prompt", "is required with caption_strategy \"instanceprompt\"");
+    if ((d->caption_strategy == CT_CAP_PARQUET || d->metadata_backend == CT_META_PARQUET) && !d->parquet.path)
+      return bad(c, "parquet", "caption_strategy or metadata_backend \"parquet\" needs a \"parquet\" block "
+                               "with a \"path\" (.parquet or .jsonl)");
+    if (d->crop_aspect >= CT_ASPECT_CLOSEST && !d->n_crop_aspect_buckets)
+      return bad(c, "crop_aspect_buckets", "crop_aspect \"%s\" needs a list of crop_aspect_buckets",
+                 ASPECTS[d->crop_aspect]);
+    if (d->minimum_aspect_ratio > 0 && d->maximum_aspect_ratio > 0 &&
+        d->minimum_aspect_ratio > d->maximum_aspect_ratio)
+      return bad(c, "minimum_aspect_ratio", "%g is above maximum_aspect_ratio %g", d->minimum_aspect_ratio,
+                 d->maximum_aspect_ratio);
+  } else {
+    if (d->kind == CT_DS_TEXT_EMBEDS && !d->cache_dir)
+      return bad(c, "cache_dir", "is required for a text_embeds dataset");
+    if (d->kind == CT_DS_IMAGE_EMBEDS && !d->cache_dir && !d->instance_data_dir)
+      return bad(c, "cache_dir", "is required for an image_embeds dataset (or instance_data_dir)");
+  }
+  return CT_OK;
+}
+
+ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out, ct_err *err) {
+  ct_json *j = NULL;
+  ct_backend *b = NULL;
+  ct_status st = ct_json_parse(text, len, &j, err);
+  *out = NULL;
+  if (st) {
+    ct_err_prefix(err, "%s: ", name);
+    return st;
+  }
+  if (j->type != CT_JSON_ARRAY) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON array of datasets, got %s", name,
+                 ct_json_type_name(j->type));
+    goto out;
+  }
+  b = calloc(1, sizeof *b);
+  if (!b || !(b->ds = calloc(j->n ? j->n : 1, sizeof *b->ds)) || !(b->path = strdup(name))) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  ctx c = {name, "", err};
+  for (size_t i = 0; i < j->n && !st; i++) {
+    const ct_json *e = &j->items[i];
+    snprintf(c.where, sizeof c.where, "entry %zu", i);
+    if (e->type != CT_JSON_OBJECT) {
+      st = ct_errf(err, CT_ERR_FORMAT, "%s: entry %zu: expected an object, got %s", name, i,
+                   ct_json_type_name(e->type));
+      break;
+    }
+    ct_ds_config *d = &b->ds[b->n++];
+    st = get_str(&c, e, "id", &d->id);
+    if (!st && (!d->id || !*d->id)) st = bad(&c, "id", "a non-empty string is required (it names the caches)");
+    if (st) break;
+    for (const char *p = d->id; *p; p++)
+      if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20) {
+        st = bad(&c, "id", "\"%s\" may not contain '/', '\\' or control characters (it is part of file names)",
+                 d->id);
+        break;
+      }
+    if (st) break;
+    snprintf(c.where, sizeof c.where, "dataset '%s'", d->id);
+    for (int k = 0; k < b->n - 1; k++)
+      if (!strcmp(b->ds[k].id, d->id)) {
+        st = bad(&c, "id", "\"%s\" is used by entry %d too; ids must be unique", d->id, k);
+        break;
+      }
+    if (!st) st = parse_one(&c, e, d);
+  }
+  if (st) goto out;
+  /* references and defaults among the enabled datasets */
+  int n_img = 0, n_default = 0, n_text = 0;
+  for (int i = 0; i < b->n; i++) {
+    const ct_ds_config *d = &b->ds[i];
+    if (d->disabled) continue;
+    n_img += d->kind == CT_DS_IMAGE;
+    n_text += d->kind == CT_DS_TEXT_EMBEDS;
+    n_default += d->kind == CT_DS_TEXT_EMBEDS && d->is_default;
+    const char *refs[2] = {d->text_embeds, d->image_embeds};
+    const ct_ds_kind want[2] = {CT_DS_TEXT_EMBEDS, CT_DS_IMAGE_EMBEDS};
+    for (int r = 0; r < 2; r++) {
+      if (!refs[r]) continue;
+      const ct_ds_config *t = ct_backend_find(b, refs[r]);
+      if (!t || t->disabled || t->kind != want[r]) {
+        st = ct_errf(err, CT_ERR_INVALID, "%s: dataset '%s': key '%s': no enabled %s dataset with id \"%s\"", name,
+                     d->id, r ? "image_embeds" : "text_embeds", r ? "image_embeds" : "text_embeds", refs[r]);
+        goto out;
+      }
+    }
+  }
+  if (n_text > 1 && n_default != 1) {
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "%s: %d text_embeds datasets and %d marked \"default\": true; exactly one must be the default",
+                 name, n_text, n_default);
+    goto out;
+  }
+  if (n_img == 0)
+    st = ct_errf(err, CT_ERR_INVALID, "%s: no enabled image dataset (dataset_type \"image\"); nothing to train on",
+                 name);
+out:
+  ct_json_free(j);
+  if (st) {
+    ct_backend_free(b);
+    b = NULL;
+  }
+  *out = b;
+  return st;
+}
+
+ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return ct_errf(err, CT_ERR_IO, "data_backend_config %s: cannot open: %s", path, strerror(errno));
+  const size_t cap = (size_t)16 << 20;
+  char *text = malloc(cap);
+  size_t len = text ? fread(text, 1, cap, f) : 0;
+  int more = text && len == cap;
+  fclose(f);
+  if (!text) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (more) {
+    free(text);
+    return ct_errf(err, CT_ERR_RANGE, "%s: larger than 16 MiB; is this really a multidatabackend.json?", path);
+  }
+  ct_status st = ct_backend_parse(text, len, path, out, err);
+  free(text);
+  return st;
+}
+
+void ct_backend_free(ct_backend *b) {
+  if (!b) return;
+  for (int i = 0; i < b->n; i++) ds_free(&b->ds[i]);
+  free(b->ds);
+  free(b->path);
+  free(b);
+}
+
+const ct_ds_config *ct_backend_find(const ct_backend *b, const char *id) {
+  for (int i = 0; b && i < b->n; i++)
+    if (!strcmp(b->ds[i].id, id)) return &b->ds[i];
+  return NULL;
+}

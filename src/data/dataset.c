@@ -1,0 +1,1081 @@
+/* dataset.c: the training data behind ctuner/data.h.
+ *
+ * Open: parse the multidatabackend.json (backend.c); per image dataset,
+ * discover its items (discover.c, spread over ranks), drop what the filters
+ * reject (counted), place each image in an aspect bucket (bucket.c; every
+ * image of a bucket shares its size), write SimpleTuner's bucket index and
+ * metadata files, check every bucket against the effective batch (fail with
+ * SimpleTuner's detailed message, oversubscribe, or prune), then build the
+ * latent cache with each rank encoding its share of the images.
+ *
+ * Sampling: an optimizer step takes E consecutive entries of one bucket's
+ * order for the epoch (a Philox shuffle of its images x (repeats + 1), keyed
+ * by seed, dataset, bucket and epoch); the dataset and then the bucket are
+ * drawn with a generator keyed by (seed, epoch, step-in-epoch), datasets by
+ * `probability`, buckets by the whole steps they have left. Micro-batch m of
+ * rank r takes entries [(m x ranks + r) x b, +b). A bucket with fewer than
+ * E entries left is done for the epoch (its tail is not repeated); the epoch
+ * ends when every bucket is done. The position (epoch, steps drawn, entries
+ * consumed per bucket, samples seen) is all the state there is.
+ *
+ * Prefetch: a producer thread runs the same sampler ahead of the trainer and
+ * fills a ring of slots (dataloader_prefetch_qlen); each slot carries the
+ * position after it, which becomes the dataset's position when the trainer
+ * takes the slot.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/codec.h"
+#include "ctuner/comm.h"
+#include "ctuner/config.h"
+#include "ctuner/fs.h"
+#include "ctuner/image.h"
+#include "ctuner/json.h"
+#include "ctuner/log.h"
+#include "ctuner/rng.h"
+#include "data/discover.h"
+
+#define STREAM_PERM 0x5045524d00000000ull
+#define STREAM_DSPICK 0x4453504b00000000ull
+#define STREAM_BUCKET 0x424b504b00000000ull
+#define STREAM_SUBSET 0x5355425300000000ull
+
+typedef struct item {
+  char *rel;
+  char **lines;
+  int nlines;
+  ct_img_geom g;
+  uint64_t hash;
+  int bucket;
+} item;
+
+typedef struct bucket {
+  char key[24];
+  int w, h;
+  size_t *idx; /* items */
+  size_t n;
+} bucket;
+
+typedef struct dset {
+  const ct_ds_config *c;
+  char *dir;
+  ct_bucket_opts bo;
+  item *it;
+  size_t nit;
+  bucket *b;
+  int nb;
+  long repeats;
+  int boff; /* first flat bucket index */
+  char vae_dir[4096];
+} dset;
+
+typedef struct position {
+  long epoch, k;
+  uint64_t seen;
+  size_t *consumed; /* per flat bucket */
+} position;
+
+typedef struct slot {
+  ct_batch b;
+  float *x0;
+  const char **caps;
+  uint64_t *ids;
+  position after;
+  int ready;
+  ct_status st;
+  ct_err err;
+} slot;
+
+struct ct_dataset {
+  ct_data_opts o;
+  const ct_config *cfg;
+  ct_backend *be;
+  dset *d;
+  int nd, nbt; /* datasets, flat buckets */
+  int C, s, rank, world;
+  size_t B, accum, E, maxlat;
+  ct_cache_comp comp;
+  ct_data_stats stats;
+  position pos; /* after the last batch the trainer took */
+  /* producer */
+  position ppos;
+  int pd, pb, pm; /* current step: dataset, bucket, next micro-batch */
+  size_t pbase;
+  uint64_t pseen; /* samples seen at the current step's start */
+  int pnew_epoch;
+  long perm_epoch;
+  size_t **perm; /* per flat bucket */
+  /* queue */
+  slot *q;
+  int qn, qhead, qtail, qcount, started, stop;
+  slot *held;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  double wait_s;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static void pos_copy(position *dst, const position *src, int nbt) {
+  dst->epoch = src->epoch, dst->k = src->k, dst->seen = src->seen;
+  memcpy(dst->consumed, src->consumed, (size_t)nbt * sizeof(size_t));
+}
+
+static size_t entries(const ct_dataset *ds, int d, int b) {
+  return ds->d[d].b[b].n * (size_t)(ds->d[d].repeats + 1);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --------------------------------------------------------------- buckets */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_bucket(const void *a, const void *b) {
+  double x = atof(((const bucket *)a)->key), y = atof(((const bucket *)b)->key);
+  return x < y ? -1 : x > y;
+}
+
+static void free_buckets(dset *d) {
+  for (int i = 0; i < d->nb; i++) free(d->b[i].idx);
+  free(d->b);
+  d->b = NULL;
+  d->nb = 0;
+}
+
+/* Group items by aspect key; a bucket's size is its first item's target. */
+static ct_status make_buckets(dset *d, ct_err *err) {
+  free_buckets(d);
+  for (size_t i = 0; i < d->nit; i++) {
+    item *it = &d->it[i];
+    char key[24];
+    ct_bucket_key(it->g.aspect, d->bo.rounding, key, sizeof key);
+    int b;
+    for (b = 0; b < d->nb; b++)
+      if (!strcmp(d->b[b].key, key)) break;
+    if (b == d->nb) {
+      bucket *nb = realloc(d->b, (size_t)(d->nb + 1) * sizeof *nb);
+      if (!nb) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      d->b = nb;
+      memset(&d->b[b], 0, sizeof d->b[b]);
+      snprintf(d->b[b].key, sizeof d->b[b].key, "%s", key);
+      d->b[b].w = it->g.target_w, d->b[b].h = it->g.target_h;
+      d->nb++;
+    }
+    bucket *bk = &d->b[b];
+    if (it->g.target_w != bk->w || it->g.target_h != bk->h) ct_bucket_refit(&d->bo, bk->w, bk->h, it->hash, &it->g);
+    size_t *ni = realloc(bk->idx, (bk->n + 1) * sizeof *ni);
+    if (!ni) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    bk->idx = ni;
+    bk->idx[bk->n++] = i;
+  }
+  qsort(d->b, (size_t)d->nb, sizeof *d->b, cmp_bucket);
+  for (int b = 0; b < d->nb; b++)
+    for (size_t k = 0; k < d->b[b].n; k++) d->it[d->b[b].idx[k]].bucket = b;
+  return CT_OK;
+}
+
+static void drop_bucket(dset *d, int b) {
+  free(d->b[b].idx);
+  memmove(&d->b[b], &d->b[b + 1], (size_t)(d->nb - b - 1) * sizeof *d->b);
+  d->nb--;
+}
+
+/* SimpleTuner's checks of every bucket against the effective batch. */
+static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
+  const size_t E = ds->E;
+  int nbad = 0;
+  long need_r = 0;
+  for (int b = 0; b < d->nb; b++)
+    if (entries(ds, (int)(d - ds->d), b) < E) {
+      nbad++;
+      long r = (long)((E + d->b[b].n - 1) / d->b[b].n) - 1;
+      if (r > need_r) need_r = r;
+    }
+  if (!nbad) return CT_OK;
+  const ct_config *cfg = ds->cfg;
+  if (cfg->allow_dataset_oversubscription && !(d->c->repeats_set && d->c->repeats > 0)) {
+    CT_WARN("dataset '%s': %d bucket(s) hold fewer samples than the effective batch %zu; "
+            "allow_dataset_oversubscription sets repeats to %ld (each image seen %ld times per epoch)",
+            d->c->id, nbad, E, need_r, need_r + 1);
+    d->repeats = need_r;
+    return CT_OK;
+  }
+  if (!cfg->disable_bucket_pruning && nbad < d->nb) {
+    for (int b = d->nb - 1; b >= 0; b--)
+      if (entries(ds, (int)(d - ds->d), b) < E) {
+        CT_WARN("dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer than the "
+                "effective batch %zu; pruned (its images are not trained on; set allow_dataset_oversubscription "
+                "or add images to keep them)",
+                d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats, entries(ds, (int)(d - ds->d), b),
+                E);
+        ds->stats.buckets_pruned++;
+        drop_bucket(d, b);
+      }
+    return CT_OK;
+  }
+  /* The detailed failure. */
+  size_t total = 0;
+  for (int b = 0; b < d->nb; b++) total += d->b[b].n;
+  char msg[8192];
+  int n = snprintf(msg, sizeof msg,
+                   "Dataset '%s' cannot fill the effective batch size.\n"
+                   "  Total samples: %zu image(s) in %d bucket(s); repeats: %ld\n"
+                   "  Batch size: %ld x %d GPU(s)/rank(s) x gradient_accumulation_steps %ld = effective batch %zu\n"
+                   "Insufficient buckets:\n",
+                   d->c->id, total, d->nb, d->repeats, cfg->train_batch_size, ds->world,
+                   cfg->gradient_accumulation_steps, E);
+  int shown = 0;
+  for (int b = 0; b < d->nb && n < (int)sizeof msg - 400; b++) {
+    size_t have = entries(ds, (int)(d - ds->d), b);
+    if (have >= E) continue;
+    n += snprintf(msg + n, sizeof msg - (size_t)n,
+                  "  Bucket %s: %zu samples x (%ld+1) = %zu samples; need at least %zu; minimum repeats: %zu\n",
+                  d->b[b].key, d->b[b].n, d->repeats, have, E, (E + d->b[b].n - 1) / d->b[b].n - 1);
+    shown++;
+  }
+  if (shown < nbad) n += snprintf(msg + n, sizeof msg - (size_t)n, "  ... and %d more\n", nbad - shown);
+  n += snprintf(msg + n, sizeof msg - (size_t)n,
+                "Solutions:\n"
+                "  1. Reduce --train_batch_size (now %ld)\n"
+                "  2. Use fewer GPUs/ranks (now %d)\n"
+                "  3. Reduce --gradient_accumulation_steps (now %ld)\n"
+                "  4. Set \"repeats\": %ld (or more) on dataset '%s'\n"
+                "  5. Add more images to the small buckets\n"
+                "  6. Set --allow_dataset_oversubscription=true to apply the minimum repeats automatically\n",
+                cfg->train_batch_size, ds->world, cfg->gradient_accumulation_steps, need_r, d->c->id);
+  if (d->c->repeats_set && d->c->repeats > 0)
+    n += snprintf(msg + n, sizeof msg - (size_t)n,
+                  "Note: repeats is set by hand (%ld) on dataset '%s'; --allow_dataset_oversubscription does not "
+                  "override it.\n",
+                  d->c->repeats, d->c->id);
+  if (cfg->disable_bucket_pruning)
+    n += snprintf(msg + n, sizeof msg - (size_t)n, "(bucket pruning is off: disable_bucket_pruning is set)\n");
+  CT_ERROR("%s", msg);
+  return ct_errf(err, CT_ERR_INVALID, "%s", msg);
+}
+
+/* ---------------------------------------------------------- index files */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* aspect_ratio_bucket_indices_<id>.json and aspect_ratio_bucket_metadata_<id>.json
+ * beside the images (SimpleTuner's place), or in output_dir when that is
+ * read-only. Rank 0 writes; atomic. */
+static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
+  const char *dirs[2] = {d->dir, ds->cfg->output_dir};
+  for (int attempt = 0; attempt < 2; attempt++) {
+    char p1[4200], p2[4200];
+    if (ct_pathf(p1, sizeof p1, "%s/aspect_ratio_bucket_indices_%s.json", dirs[attempt], d->c->id) ||
+        ct_pathf(p2, sizeof p2, "%s/aspect_ratio_bucket_metadata_%s.json", dirs[attempt], d->c->id))
+      return;
+    char *b1 = NULL, *b2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    FILE *f = open_memstream(&b1, &n1);
+    if (!f) return;
+    fprintf(f, "{\"config\": {\"resolution\": %g, \"resolution_type\": \"%s\", \"aspect_bucket_alignment\": %d, "
+               "\"aspect_bucket_rounding\": %d, \"crop\": %s, \"crop_style\": %d, \"crop_aspect\": %d},\n",
+            d->bo.resolution, d->bo.resolution_type == CT_RES_AREA ? "area" : "pixel", d->bo.alignment,
+            d->bo.rounding, d->bo.crop ? "true" : "false", (int)d->bo.crop_style, (int)d->bo.crop_aspect);
+    fprintf(f, " \"aspect_ratio_bucket_indices\": {");
+    for (int b = 0; b < d->nb; b++) {
+      fprintf(f, "%s\n  \"%s\": [", b ? "," : "", d->b[b].key);
+      for (size_t k = 0; k < d->b[b].n; k++) {
+        char full[8400];
+        snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[b].idx[k]].rel);
+        if (k) fputs(", ", f);
+        json_str(f, full);
+      }
+      fputc(']', f);
+    }
+    fprintf(f, "},\n \"filtering_statistics\": {\"total_processed\": %zu, \"skipped\": {\"too_small\": %zu, "
+               "\"aspect_ratio\": %zu, \"unreadable\": %zu, \"no_caption\": %zu, \"outside_dir\": %zu, "
+               "\"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, \"max_num_samples\": %zu}}}\n",
+            fs->total_processed, fs->too_small, fs->aspect_ratio, fs->unreadable, fs->no_caption, fs->outside_dir,
+            fs->duplicate, fs->not_found, fs->metadata_missing, fs->max_num_samples);
+    fclose(f);
+    f = open_memstream(&b2, &n2);
+    if (!f) {
+      free(b1);
+      return;
+    }
+    fputc('{', f);
+    for (size_t i = 0; i < d->nit; i++) {
+      const ct_img_geom *g = &d->it[i].g;
+      fprintf(f, "%s\n ", i ? "," : "");
+      json_str(f, d->it[i].rel);
+      fprintf(f,
+              ": {\"original_size\": [%d, %d], \"intermediary_size\": [%d, %d], \"crop_coordinates\": [%d, %d], "
+              "\"target_size\": [%d, %d], \"aspect_ratio\": %g}",
+              g->orig_w, g->orig_h, g->inter_w, g->inter_h, g->crop_y, g->crop_x, g->target_w, g->target_h,
+              g->aspect);
+    }
+    fputs("\n}\n", f);
+    fclose(f);
+    ct_err e = {0};
+    ct_status st = ct_write_file_atomic(p1, b1, n1, &e);
+    if (!st) st = ct_write_file_atomic(p2, b2, n2, &e);
+    free(b1);
+    free(b2);
+    if (!st) return;
+    CT_WARN("dataset '%s': cannot write the bucket index beside the images (%s)%s", d->c->id, e.msg,
+            attempt ? "" : "; writing it to output_dir");
+  }
+}
+
+/* ---------------------------------------------------------------- latents */
+
+static void latent_path(const dset *d, const item *it, char *out, size_t n) {
+  char stem[4096], hex[65];
+  snprintf(stem, sizeof stem, "%s", it->rel);
+  char *dot = strrchr(stem, '.'), *slash = strrchr(stem, '/');
+  if (dot && (!slash || dot > slash)) *dot = 0;
+  ct_sha256_hex(stem, strlen(stem), hex);
+  snprintf(out, n, "%s/%s.st", d->vae_dir, hex);
+}
+
+/* What a cache entry must have been made from. */
+static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96], const char *meta[8]) {
+  const ct_img_geom *g = &it->g;
+  snprintf(bufs[0], 96, "pixel:%d", ds->s);
+  snprintf(bufs[1], 96, "%dx%d", g->target_w, g->target_h);
+  snprintf(bufs[2], 96, "%d,%d,%dx%d", g->crop_x, g->crop_y, g->inter_w, g->inter_h);
+  snprintf(bufs[3], 96, "%dx%d", g->orig_w, g->orig_h);
+  meta[0] = "codec", meta[1] = bufs[0], meta[2] = "target_size", meta[3] = bufs[1];
+  meta[4] = "crop", meta[5] = bufs[2], meta[6] = "original_size", meta[7] = bufs[3];
+}
+
+/* Decode, resize to the intermediary size, crop, encode. */
+static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it, float *lat, ct_err *err) {
+  char path[8400];
+  snprintf(path, sizeof path, "%s/%s", d->dir, it->rel);
+  ct_image img = {0}, r = {0}, c = {0};
+  const ct_img_geom *g = &it->g;
+  ct_status st = ct_image_load(path, &img, err);
+  if (!st && (img.w != g->orig_w || img.h != g->orig_h))
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: decoded %dx%d but its header said %dx%d", path, img.w, img.h, g->orig_w,
+                 g->orig_h);
+  if (!st) st = ct_image_resize(&img, g->inter_w, g->inter_h, &r, err);
+  if (!st) st = ct_image_crop(&r, g->crop_x, g->crop_y, g->target_w, g->target_h, &c, err);
+  if (!st) st = ct_pixel_encode(c.px, c.w, c.h, ds->s, lat, err);
+  ct_image_free(&img);
+  ct_image_free(&r);
+  ct_image_free(&c);
+  return st;
+}
+
+static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat, int write, ct_err *err) {
+  const ct_img_geom *g = &it->g;
+  ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
+  if (d->c->vae_cache_disable) return encode_item(ds, d, it, lat, err);
+  char path[4200], bufs[4][96];
+  const char *meta[8];
+  latent_path(d, it, path, sizeof path);
+  latent_meta(ds, it, bufs, meta);
+  float *outs[1] = {lat};
+  ct_err re = {0};
+  ct_status st = ct_cache_read(path, &t, outs, 1, meta, 4, &re);
+  if (st == CT_OK) return CT_OK;
+  if (st != CT_ERR_NOT_FOUND) CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
+  st = encode_item(ds, d, it, lat, err);
+  if (!st && write) st = ct_cache_write(path, ds->comp, &t, 1, meta, 4, err);
+  return st;
+}
+
+/* Every rank encodes its share of every dataset's images into the cache;
+ * images that fail are dropped everywhere (counted as unreadable). */
+static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
+  ct_status st = CT_OK;
+  for (int di = 0; di < ds->nd && !st; di++) {
+    dset *d = &ds->d[di];
+    if (d->c->vae_cache_disable) continue;
+    if ((st = ct_mkdir_p(d->vae_dir, err))) break;
+    const size_t lo = d->nit * (size_t)ds->rank / (size_t)ds->world,
+                 hi = d->nit * (size_t)(ds->rank + 1) / (size_t)ds->world;
+    unsigned char *bad = calloc(d->nit + 1, 1);
+    size_t built = 0;
+    int fatal = 0;
+    ct_err ferr = {0};
+    double t0 = now_s();
+    if (!bad) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+#pragma omp parallel reduction(+ : built)
+    {
+      float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
+#pragma omp for schedule(dynamic, 4)
+      for (long i = (long)lo; i < (long)hi; i++) {
+        item *it = &d->it[i];
+        const ct_img_geom *g = &it->g;
+        char path[4200], bufs[4][96];
+        const char *meta[8];
+        latent_path(d, it, path, sizeof path);
+        latent_meta(ds, it, bufs, meta);
+        ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
+        float *outs[1] = {lat};
+        ct_err e = {0};
+        if (!lat) {
+          bad[i] = 2;
+          snprintf(ferr.msg, sizeof ferr.msg, "out of memory for a latent");
+          continue;
+        }
+        ct_status rs = ct_cache_read(path, &t, outs, 1, meta, 4, &e);
+        if (rs == CT_OK) continue;
+        if (rs != CT_ERR_NOT_FOUND) CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, e.msg);
+        rs = encode_item(ds, d, it, lat, &e);
+        if (rs) {
+          CT_WARN("dataset '%s': %s; skipped", d->c->id, e.msg);
+          bad[i] = 1;
+          continue;
+        }
+        rs = ct_cache_write(path, ds->comp, &t, 1, meta, 4, &e);
+        if (rs) {
+#pragma omp critical(ct_cache_fatal)
+          {
+            fatal = 1;
+            ferr = e;
+          }
+          continue;
+        }
+        built++;
+      }
+      ct_free(lat);
+    }
+    /* everyone learns which images failed (and whether a write failed) */
+    unsigned char *allbad = NULL;
+    size_t *off = NULL;
+    bad[d->nit] = (unsigned char)fatal;
+    for (size_t i = lo; i < hi; i++)
+      if (bad[i] == 2) fatal = 1;
+    bad[d->nit] = (unsigned char)fatal;
+    char *mine = malloc(hi - lo + 1);
+    if (!mine) {
+      free(bad);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    }
+    memcpy(mine, bad + lo, hi - lo);
+    mine[hi - lo] = (char)fatal;
+    st = ct_data_allgatherv(ds->o.comm, mine, hi - lo + 1, (char **)&allbad, &off, err);
+    free(mine);
+    size_t dropped = 0;
+    int anyfatal = 0;
+    for (int r = 0; !st && r < ds->world; r++) {
+      size_t rlo = d->nit * (size_t)r / (size_t)ds->world, rhi = d->nit * (size_t)(r + 1) / (size_t)ds->world;
+      for (size_t i = rlo; i < rhi; i++) bad[i] = allbad[off[r] + (i - rlo)];
+      anyfatal |= allbad[off[r] + (rhi - rlo)];
+    }
+    free(allbad);
+    free(off);
+    if (!st && anyfatal)
+      st = fatal ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s", d->c->id, ferr.msg)
+                 : ct_errf(err, CT_ERR_IO, "another rank failed writing the latent cache of dataset '%s'", d->c->id);
+    if (!st) {
+      size_t k = 0;
+      for (size_t i = 0; i < d->nit; i++) {
+        if (bad[i]) {
+          free(d->it[i].rel);
+          for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
+          free(d->it[i].lines);
+          dropped++;
+          continue;
+        }
+        d->it[k++] = d->it[i];
+      }
+      d->nit = k;
+      ds->stats.unreadable += dropped;
+      ds->stats.kept -= dropped;
+      if (dropped) st = make_buckets(d, err);
+    }
+    free(bad);
+    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable image(s) dropped",
+            d->c->id, d->vae_dir, built, now_s() - t0, dropped);
+  }
+  return st;
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+static void make_perms(ct_dataset *ds, long epoch) {
+  if (ds->perm_epoch == epoch) return;
+  for (int di = 0; di < ds->nd; di++) {
+    dset *d = &ds->d[di];
+    for (int b = 0; b < d->nb; b++) {
+      size_t n = entries(ds, di, b), *p = ds->perm[d->boff + b];
+      uint64_t key = ct_hash_str(d->c->id) ^ (ct_hash_str(d->b[b].key) * 0x9e3779b97f4a7c15ull);
+      for (size_t i = 0; i < n; i++) p[i] = i % d->b[b].n;
+      for (size_t i = n; i > 1; i--) { /* Fisher-Yates, Philox-keyed: the same on every rank and run */
+        uint32_t r[4];
+        ct_philox4x32((uint64_t)ds->cfg->seed, STREAM_PERM ^ key, ((uint64_t)epoch << 32) + i, r);
+        size_t j = (size_t)((((uint64_t)r[0] << 32) | r[1]) % i);
+        size_t t = p[i - 1];
+        p[i - 1] = p[j];
+        p[j] = t;
+      }
+    }
+  }
+  ds->perm_epoch = epoch;
+}
+
+/* Draw the next optimizer step's bucket at position p (advanced). */
+static void draw_step(ct_dataset *ds, position *p, int *od, int *ob, size_t *base, int *new_epoch) {
+  const size_t E = ds->E;
+  *new_epoch = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    double wsum = 0;
+    for (int di = 0; di < ds->nd; di++) {
+      dset *d = &ds->d[di];
+      for (int b = 0; b < d->nb; b++)
+        if (entries(ds, di, b) - p->consumed[d->boff + b] >= E) {
+          wsum += d->c->probability;
+          break;
+        }
+    }
+    if (wsum > 0) {
+      uint64_t key = ((uint64_t)p->epoch << 32) + (uint64_t)p->k;
+      double u = ct_rng_uniform((uint64_t)ds->cfg->seed, STREAM_DSPICK, key) * wsum, acc = 0;
+      int pick = -1, last = -1;
+      for (int di = 0; di < ds->nd && pick < 0; di++) {
+        dset *d = &ds->d[di];
+        for (int b = 0; b < d->nb; b++)
+          if (entries(ds, di, b) - p->consumed[d->boff + b] >= E) {
+            last = di;
+            acc += d->c->probability;
+            if (u < acc) pick = di;
+            break;
+          }
+      }
+      if (pick < 0) pick = last;
+      dset *d = &ds->d[pick];
+      double bsum = 0;
+      for (int b = 0; b < d->nb; b++) bsum += (double)((entries(ds, pick, b) - p->consumed[d->boff + b]) / E);
+      double v = ct_rng_uniform((uint64_t)ds->cfg->seed, STREAM_BUCKET, key) * bsum;
+      int bp = -1, bl = -1;
+      acc = 0;
+      for (int b = 0; b < d->nb && bp < 0; b++) {
+        double steps = (double)((entries(ds, pick, b) - p->consumed[d->boff + b]) / E);
+        if (steps <= 0) continue;
+        bl = b;
+        acc += steps;
+        if (v < acc) bp = b;
+      }
+      if (bp < 0) bp = bl;
+      *od = pick, *ob = bp, *base = p->consumed[d->boff + bp];
+      p->consumed[d->boff + bp] += E;
+      p->k++;
+      return;
+    }
+    /* every bucket is done: a new epoch */
+    p->epoch++;
+    p->k = 0;
+    memset(p->consumed, 0, (size_t)ds->nbt * sizeof(size_t));
+    *new_epoch = 1;
+  }
+  CT_ASSERT(!"no bucket can fill a step after the effective-batch check");
+}
+
+/* Produce this rank's next micro-batch into s (the producer's sampler). */
+static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
+  const int N = ds->world, r = ds->rank;
+  const size_t B = ds->B;
+  int ne = 0;
+  if (ds->pm == 0) {
+    ds->pseen = ds->ppos.seen;
+    draw_step(ds, &ds->ppos, &ds->pd, &ds->pb, &ds->pbase, &ne);
+    ds->ppos.seen += ds->E;
+    ds->pnew_epoch = ne;
+  }
+  make_perms(ds, ds->ppos.epoch);
+  const int m = ds->pm;
+  dset *d = &ds->d[ds->pd];
+  const bucket *bk = &d->b[ds->pb];
+  const size_t *perm = ds->perm[d->boff + ds->pb];
+  const size_t lat = (size_t)ds->C * (size_t)(bk->h / ds->s) * (size_t)(bk->w / ds->s);
+  s->b.B = (int)B, s->b.C = ds->C, s->b.h = bk->h / ds->s, s->b.w = bk->w / ds->s;
+  s->b.x0 = s->x0, s->b.caps = s->caps, s->b.ids = s->ids;
+  s->b.epoch_end = m == 0 && ds->pnew_epoch;
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < B && !st; i++) {
+    const size_t off = ((size_t)m * (size_t)N + (size_t)r) * B + i;
+    const item *it = &d->it[bk->idx[perm[ds->pbase + off]]];
+    const uint64_t id = ds->pseen + off;
+    s->ids[i] = id;
+    uint32_t rr[4];
+    ct_philox4x32((uint64_t)ds->cfg->seed, CT_STREAM_CAPTION, id, rr);
+    s->caps[i] = it->lines[rr[0] % (uint32_t)it->nlines];
+    if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) < ds->cfg->caption_dropout_probability)
+      s->caps[i] = "";
+    st = latent_of(ds, d, it, s->x0 + i * lat, 1, err);
+  }
+  if (++ds->pm == (int)ds->accum) ds->pm = 0;
+  pos_copy(&s->after, &ds->ppos, ds->nbt);
+  return st;
+}
+
+static void *producer(void *arg) {
+  ct_dataset *ds = arg;
+  pthread_mutex_lock(&ds->mu);
+  for (;;) {
+    while (!ds->stop && ds->qcount == ds->qn) pthread_cond_wait(&ds->cv, &ds->mu);
+    if (ds->stop) break;
+    slot *s = &ds->q[ds->qtail];
+    pthread_mutex_unlock(&ds->mu);
+    memset(&s->err, 0, sizeof s->err);
+    s->st = produce(ds, s, &s->err);
+    pthread_mutex_lock(&ds->mu);
+    s->ready = 1;
+    ds->qtail = (ds->qtail + 1) % ds->qn;
+    ds->qcount++;
+    pthread_cond_broadcast(&ds->cv);
+    if (s->st) break; /* the consumer reports it */
+  }
+  pthread_mutex_unlock(&ds->mu);
+  return NULL;
+}
+
+ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
+  *out = NULL;
+  double t0 = now_s();
+  slot *s;
+  if (ds->qn == 1 && !ds->started) { /* synchronous */
+    s = &ds->q[0];
+    ct_status st = produce(ds, s, err);
+    if (st) return st;
+  } else {
+    pthread_mutex_lock(&ds->mu);
+    if (ds->held) { /* the previous batch is free again */
+      ds->held->ready = 0;
+      ds->held = NULL;
+      ds->qhead = (ds->qhead + 1) % ds->qn;
+      ds->qcount--;
+      pthread_cond_broadcast(&ds->cv);
+    }
+    if (!ds->started) {
+      ds->started = 1;
+      if (pthread_create(&ds->th, NULL, producer, ds) != 0) {
+        ds->started = 0;
+        pthread_mutex_unlock(&ds->mu);
+        return ct_errf(err, CT_ERR_INTERNAL, "cannot start the data prefetch thread: %s", strerror(errno));
+      }
+    }
+    while (ds->qcount == 0) pthread_cond_wait(&ds->cv, &ds->mu);
+    s = &ds->q[ds->qhead];
+    ds->held = s;
+    pthread_mutex_unlock(&ds->mu);
+    if (s->st) {
+      if (err) *err = s->err;
+      return s->st;
+    }
+  }
+  pos_copy(&ds->pos, &s->after, ds->nbt);
+  s->b.wait_s = now_s() - t0;
+  ds->wait_s += s->b.wait_s;
+  *out = &s->b;
+  return CT_OK;
+}
+
+/* ---------------------------------------------------------------- state */
+
+char *ct_dataset_state_json(const ct_dataset *ds) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  if (!f) return NULL;
+  fprintf(f, "{\"version\": 1, \"epoch\": %ld, \"step_in_epoch\": %ld, \"samples_seen\": %llu, \"datasets\": {",
+          ds->pos.epoch, ds->pos.k, (unsigned long long)ds->pos.seen);
+  for (int di = 0; di < ds->nd; di++) {
+    const dset *d = &ds->d[di];
+    fprintf(f, "%s", di ? ", " : "");
+    json_str(f, d->c->id);
+    fprintf(f, ": {\"repeats\": %ld, \"consumed\": {", d->repeats);
+    for (int b = 0; b < d->nb; b++)
+      fprintf(f, "%s\"%s\": %zu", b ? ", " : "", d->b[b].key, ds->pos.consumed[d->boff + b]);
+    fprintf(f, "}}");
+  }
+  fprintf(f, "}}");
+  fclose(f);
+  return buf;
+}
+
+ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err) {
+  if (ds->started) return ct_errf(err, CT_ERR_INVALID, "ct_dataset_state_restore after the first batch");
+  ct_json *j = NULL;
+  ct_status st = ct_json_parse(json, strlen(json), &j, err);
+  if (st) {
+    ct_err_prefix(err, "sampler state: ");
+    return st;
+  }
+  const ct_json *e = ct_json_get(j, "epoch"), *k = ct_json_get(j, "step_in_epoch"),
+                *seen = ct_json_get(j, "samples_seen"), *dsets = ct_json_get(j, "datasets");
+  if (!e || !e->is_int || !k || !k->is_int || !seen || !seen->is_int || !dsets || dsets->type != CT_JSON_OBJECT) {
+    ct_json_free(j);
+    return ct_errf(err, CT_ERR_FORMAT, "sampler state: missing epoch, step_in_epoch, samples_seen or datasets");
+  }
+  position p = ds->pos;
+  p.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
+  if (!p.consumed) {
+    ct_json_free(j);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  p.epoch = (long)e->i64, p.k = (long)k->i64, p.seen = (uint64_t)seen->i64;
+  int changed = 0;
+  for (int di = 0; di < ds->nd; di++) {
+    dset *d = &ds->d[di];
+    const ct_json *x = ct_json_get(dsets, d->c->id), *c = x ? ct_json_get(x, "consumed") : NULL;
+    if (!c) {
+      changed = 1;
+      continue;
+    }
+    for (int b = 0; b < d->nb; b++) {
+      const ct_json *v = ct_json_get(c, d->b[b].key);
+      size_t have = entries(ds, di, b);
+      if (!v || !v->is_int || v->i64 < 0 || (size_t)v->i64 > have) {
+        changed = 1;
+        continue;
+      }
+      p.consumed[d->boff + b] = (size_t)v->i64;
+    }
+  }
+  ct_json_free(j);
+  if (changed)
+    CT_WARN("the datasets changed since the checkpoint (buckets or sizes differ); the sampler continues in epoch "
+            "%ld with the buckets it can match",
+            p.epoch + 1);
+  pos_copy(&ds->ppos, &p, ds->nbt);
+  pos_copy(&ds->pos, &p, ds->nbt);
+  free(p.consumed);
+  ds->pm = 0;
+  return CT_OK;
+}
+
+long ct_dataset_epoch(const ct_dataset *ds) { return ds->pos.epoch; }
+uint64_t ct_dataset_samples_seen(const ct_dataset *ds) { return ds->pos.seen; }
+double ct_dataset_wait_seconds(const ct_dataset *ds) { return ds->wait_s; }
+void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out) { *out = ds->stats; }
+int ct_dataset_channels(const ct_dataset *ds) { return ds->C; }
+size_t ct_dataset_max_latent(const ct_dataset *ds) { return ds->maxlat; }
+
+size_t ct_dataset_count(const ct_dataset *ds) {
+  size_t n = 0;
+  for (int di = 0; di < ds->nd; di++)
+    for (int b = 0; b < ds->d[di].nb; b++) n += entries(ds, di, b);
+  return n;
+}
+
+long ct_dataset_steps_per_epoch(const ct_dataset *ds) {
+  long n = 0;
+  for (int di = 0; di < ds->nd; di++)
+    for (int b = 0; b < ds->d[di].nb; b++) n += (long)(entries(ds, di, b) / ds->E);
+  return n;
+}
+
+size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *), void *ctx,
+                                  size_t limit, size_t *n_over) {
+  size_t best = 0, over = 0;
+  for (int di = 0; di < ds->nd; di++)
+    for (size_t i = 0; i < ds->d[di].nit; i++)
+      for (int l = 0; l < ds->d[di].it[i].nlines; l++) {
+        const char *c = ds->d[di].it[i].lines[l];
+        size_t m = measure ? measure(c, ctx) : strlen(c);
+        if (m > best) best = m;
+        if (m > limit) over++;
+      }
+  if (n_over) *n_over = over;
+  return best;
+}
+
+/* ---------------------------------------------------------------- open */
+
+static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
+  const ct_ds_config *c = d->c;
+  const ct_config *cfg = ds->cfg;
+  ct_disc disc;
+  ct_status st = ct_bucket_opts_from(c, (double)cfg->resolution, (int)cfg->aspect_bucket_alignment,
+                                     (int)cfg->aspect_bucket_rounding, (uint64_t)cfg->seed, &d->bo, err);
+  if (st) return st;
+  if (d->bo.alignment % ds->o.size_multiple) {
+    return ct_errf(err, CT_ERR_INVALID,
+                   "aspect_bucket_alignment %d is not a multiple of %d (pixel codec scale %d x patch size 2): "
+                   "bucket sizes would not fit the model",
+                   d->bo.alignment, ds->o.size_multiple, ds->s);
+  }
+  double t0 = now_s();
+  st = ct_discover(c, d->dir, ds->o.comm, &disc, err);
+  if (st) return st;
+  ct_data_stats *S = &ds->stats, fs = {0};
+  fs.total_processed = disc.total;
+  fs.outside_dir = disc.outside_dir, fs.duplicate = disc.duplicate, fs.metadata_missing = disc.metadata_missing;
+  d->it = calloc(disc.n + 1, sizeof *d->it);
+  if (!d->it) {
+    ct_disc_free(&disc);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < disc.n && !st; i++) {
+    ct_disc_item *x = &disc.it[i];
+    if (x->why == CT_DISC_UNREADABLE) {
+      fs.unreadable++;
+      CT_WARN("dataset '%s': %s is not a readable image; skipped", c->id, x->rel);
+      continue;
+    }
+    if (x->why == CT_DISC_NOT_FOUND) {
+      fs.not_found++;
+      continue;
+    }
+    if (x->why == CT_DISC_NO_CAPTION) {
+      fs.no_caption++;
+      continue;
+    }
+    const double ar = (double)x->w / x->h;
+    const double size = d->bo.resolution_type == CT_RES_AREA ? (double)x->w * x->h / 1e6 : (x->w < x->h ? x->w : x->h);
+    double minsz = c->minimum_image_size;
+    if (c->resolution_type == CT_RES_PIXEL_AREA) minsz = minsz * minsz / 1e6;
+    if (minsz > 0 && size < minsz) {
+      fs.too_small++;
+      continue;
+    }
+    if ((c->minimum_aspect_ratio > 0 && ar < c->minimum_aspect_ratio) ||
+        (c->maximum_aspect_ratio > 0 && ar > c->maximum_aspect_ratio)) {
+      fs.aspect_ratio++;
+      continue;
+    }
+    item *it = &d->it[d->nit];
+    it->hash = ct_hash_str(x->rel);
+    st = ct_bucket_place(&d->bo, x->w, x->h, it->hash, &it->g, err);
+    if (st) break;
+    if (c->caption_strategy == CT_CAP_INSTANCEPROMPT) {
+      it->lines = malloc(sizeof *it->lines);
+      if (it->lines && (it->lines[0] = strdup(c->instance_prompt))) it->nlines = 1;
+    } else {
+      it->nlines = ct_caption_lines(x->caption, &it->lines);
+    }
+    if (it->nlines <= 0) {
+      free(it->lines);
+      it->lines = NULL;
+      it->nlines = 0;
+      fs.no_caption++;
+      continue;
+    }
+    it->rel = x->rel;
+    x->rel = NULL;
+    d->nit++;
+  }
+  ct_disc_free(&disc);
+  if (st) return st;
+  /* max_num_samples: a seeded, deterministic subset */
+  if (c->max_num_samples > 0 && d->nit > (size_t)c->max_num_samples) {
+    size_t keep = (size_t)c->max_num_samples;
+    uint64_t *key = malloc(d->nit * sizeof *key);
+    if (!key) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < d->nit; i++) {
+      uint32_t r[4];
+      ct_philox4x32((uint64_t)cfg->seed, STREAM_SUBSET, d->it[i].hash, r);
+      key[i] = ((uint64_t)r[0] << 32) | r[1];
+    }
+    /* keep the `keep` smallest keys, in path order */
+    uint64_t *sorted = malloc(d->nit * sizeof *sorted);
+    if (!sorted) {
+      free(key);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    }
+    memcpy(sorted, key, d->nit * sizeof *sorted);
+    qsort(sorted, d->nit, sizeof *sorted, cmp_u64);
+    uint64_t cut = sorted[keep - 1];
+    size_t k = 0;
+    for (size_t i = 0; i < d->nit; i++) {
+      if (key[i] <= cut && k < keep) {
+        d->it[k++] = d->it[i];
+      } else {
+        free(d->it[i].rel);
+        for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
+        free(d->it[i].lines);
+      }
+    }
+    fs.max_num_samples = d->nit - k;
+    d->nit = k;
+    free(key);
+    free(sorted);
+  }
+  fs.kept = d->nit;
+  if (d->nit == 0) {
+    return ct_errf(err, CT_ERR_NOT_FOUND,
+                   "dataset '%s': no usable images in %s (%zu processed: %zu unreadable, %zu without a caption, "
+                   "%zu too small, %zu outside the aspect range, %zu not found)",
+                   c->id, d->dir, fs.total_processed, fs.unreadable, fs.no_caption, fs.too_small, fs.aspect_ratio,
+                   fs.not_found);
+  }
+  st = make_buckets(d, err);
+  if (st) return st;
+  if (ds->rank == 0) write_index(ds, d, &fs);
+  CT_INFO("dataset '%s': %zu of %zu images in %d bucket(s) (%.2f s, %d rank(s)); skipped: %zu unreadable, %zu "
+          "without caption, %zu too small, %zu aspect, %zu outside dir, %zu duplicate, %zu not found, %zu beyond "
+          "max_num_samples",
+          c->id, d->nit, fs.total_processed, d->nb, now_s() - t0, ds->world, fs.unreadable, fs.no_caption,
+          fs.too_small, fs.aspect_ratio, fs.outside_dir, fs.duplicate, fs.not_found, fs.max_num_samples);
+  S->total_processed += fs.total_processed, S->kept += fs.kept, S->too_small += fs.too_small;
+  S->aspect_ratio += fs.aspect_ratio, S->unreadable += fs.unreadable, S->no_caption += fs.no_caption;
+  S->outside_dir += fs.outside_dir, S->duplicate += fs.duplicate, S->not_found += fs.not_found;
+  S->metadata_missing += fs.metadata_missing, S->max_num_samples += fs.max_num_samples;
+  return CT_OK;
+}
+
+ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_dataset **out, ct_err *err) {
+  *out = NULL;
+  const ct_config *cfg = o->cfg;
+  ct_dataset *ds = calloc(1, sizeof *ds);
+  if (!ds) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ds->o = *o;
+  ds->cfg = cfg;
+  ds->s = o->codec_scale;
+  ds->C = ct_pixel_channels(o->codec_scale);
+  ds->rank = o->comm ? ct_comm_rank(o->comm) : 0;
+  ds->world = o->comm ? ct_comm_size(o->comm) : 1;
+  ds->B = (size_t)cfg->train_batch_size;
+  ds->accum = (size_t)cfg->gradient_accumulation_steps;
+  ds->E = ds->B * (size_t)ds->world * ds->accum;
+  ds->comp = !cfg->compress_disk_cache ? CT_CACHE_RAW
+             : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
+                                                            : CT_CACHE_GZIP;
+  ds->perm_epoch = -1;
+  pthread_mutex_init(&ds->mu, NULL);
+  pthread_cond_init(&ds->cv, NULL);
+  ct_status st = ct_backend_load(backend_json, &ds->be, err);
+  if (st) goto out;
+  if (o->size_multiple <= 0 || ds->C <= 0) {
+    st = ct_errf(err, CT_ERR_INVALID, "codec scale %d is not 1, 2 or 4", o->codec_scale);
+    goto out;
+  }
+  ds->d = calloc((size_t)ds->be->n, sizeof *ds->d);
+  if (!ds->d) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < ds->be->n && !st; i++) {
+    const ct_ds_config *c = &ds->be->ds[i];
+    if (c->disabled || c->kind != CT_DS_IMAGE) continue;
+    if (c->probability <= 0) {
+      CT_WARN("dataset '%s': probability 0; never sampled, so not loaded", c->id);
+      continue;
+    }
+    dset *d = &ds->d[ds->nd++];
+    d->c = c;
+    d->dir = strdup(c->instance_data_dir);
+    d->repeats = c->repeats;
+    if (c->cache_dir_vae)
+      snprintf(d->vae_dir, sizeof d->vae_dir, "%s", c->cache_dir_vae);
+    else
+      snprintf(d->vae_dir, sizeof d->vae_dir, "%s/cache/vae/%s", cfg->output_dir, c->id);
+    if (!d->dir) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    if (!st) st = load_dataset(ds, d, err);
+  }
+  if (st) goto out;
+  for (int i = 0; i < ds->nd && !st; i++) st = check_effective_batch(ds, &ds->d[i], err);
+  for (int i = 0; i < ds->nd; i++) /* the largest latent, for the encoders' buffers */
+    for (int b = 0; b < ds->d[i].nb; b++) {
+      size_t lat = (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+      if (lat > ds->maxlat) ds->maxlat = lat;
+    }
+  if (!st) st = build_latent_cache(ds, err);
+  /* images dropped by the cache build may have emptied buckets: check again */
+  for (int i = 0; i < ds->nd && !st; i++) st = check_effective_batch(ds, &ds->d[i], err);
+  if (st) goto out;
+  /* flat buckets, positions, permutations, queue */
+  for (int i = 0; i < ds->nd; i++) {
+    ds->d[i].boff = ds->nbt;
+    ds->nbt += ds->d[i].nb;
+    for (int b = 0; b < ds->d[i].nb; b++) {
+      size_t lat = (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+      if (lat > ds->maxlat) ds->maxlat = lat;
+    }
+    ds->stats.buckets += (size_t)ds->d[i].nb;
+  }
+  ds->stats.samples = ct_dataset_count(ds);
+  ds->pos.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
+  ds->ppos.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
+  ds->perm = calloc((size_t)ds->nbt + 1, sizeof *ds->perm);
+  ds->qn = o->prefetch > 0 ? o->prefetch + 1 : 1; /* one slot is held by the trainer */
+  ds->q = calloc((size_t)ds->qn, sizeof *ds->q);
+  if (!ds->pos.consumed || !ds->ppos.consumed || !ds->perm || !ds->q) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < ds->nd && !st; i++)
+    for (int b = 0; b < ds->d[i].nb; b++)
+      if (!(ds->perm[ds->d[i].boff + b] = malloc(entries(ds, i, b) * sizeof(size_t))))
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the sample order");
+  for (int k = 0; k < ds->qn && !st; k++) {
+    slot *s = &ds->q[k];
+    s->x0 = ct_alloc(CT_MEM_BUFFERS, ds->B * ds->maxlat * sizeof(float));
+    s->caps = calloc(ds->B, sizeof *s->caps);
+    s->ids = calloc(ds->B, sizeof *s->ids);
+    s->after.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
+    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  if (!st && ds->qn == 1) ds->qn = 1; /* synchronous: produce() on the trainer's thread */
+out:
+  if (st) {
+    ct_dataset_free(ds);
+    return st;
+  }
+  *out = ds;
+  return CT_OK;
+}
+
+void ct_dataset_free(ct_dataset *ds) {
+  if (!ds) return;
+  if (ds->started) {
+    pthread_mutex_lock(&ds->mu);
+    ds->stop = 1;
+    pthread_cond_broadcast(&ds->cv);
+    pthread_mutex_unlock(&ds->mu);
+    pthread_join(ds->th, NULL);
+  }
+  for (int k = 0; ds->q && k < ds->qn; k++) {
+    ct_free(ds->q[k].x0);
+    free(ds->q[k].caps);
+    free(ds->q[k].ids);
+    free(ds->q[k].after.consumed);
+  }
+  free(ds->q);
+  for (int b = 0; ds->perm && b < ds->nbt; b++) free(ds->perm[b]);
+  free(ds->perm);
+  free(ds->pos.consumed);
+  free(ds->ppos.consumed);
+  for (int i = 0; ds->d && i < ds->nd; i++) {
+    dset *d = &ds->d[i];
+    for (size_t k = 0; k < d->nit; k++) {
+      free(d->it[k].rel);
+      for (int l = 0; l < d->it[k].nlines; l++) free(d->it[k].lines[l]);
+      free(d->it[k].lines);
+    }
+    free(d->it);
+    free_buckets(d);
+    free(d->dir);
+  }
+  free(ds->d);
+  ct_backend_free(ds->be);
+  pthread_mutex_destroy(&ds->mu);
+  pthread_cond_destroy(&ds->cv);
+  free(ds);
+}

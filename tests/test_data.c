@@ -1,0 +1,449 @@
+/* Data loader tests: SimpleTuner's bucket arithmetic, multidatabackend.json
+ * validation, the effective-batch check, the sampler (one bucket per step, no
+ * repeats within an epoch, exact resume), and the cache files. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctuner/config.h"
+#include "ctuner/data.h"
+#include "ctuner/fs.h"
+#include "ctuner/image.h"
+#include "data/data_int.h"
+#include "harness.h"
+
+CT_TEST(data, round_and_keys) {
+  CHECK(ct_round_half_even(2.5) == 2.0);
+  CHECK(ct_round_half_even(3.5) == 4.0);
+  CHECK(ct_round_half_even(-0.5) == 0.0 || ct_round_half_even(-0.5) == -0.0);
+  CHECK(ct_round_half_even(19.6) == 20.0);
+  char k[24];
+  ct_bucket_key(1.0, 2, k, sizeof k);
+  CHECK(!strcmp(k, "1.0"));
+  ct_bucket_key(4.0 / 3.0, 2, k, sizeof k);
+  CHECK(!strcmp(k, "1.33"));
+  ct_bucket_key(0.75, 2, k, sizeof k);
+  CHECK(!strcmp(k, "0.75"));
+  ct_bucket_key(1.5, 2, k, sizeof k);
+  CHECK(!strcmp(k, "1.5"));
+  ct_bucket_key(1280.0 / 832.0, 2, k, sizeof k);
+  CHECK(!strcmp(k, "1.54"));
+}
+
+static ct_ds_config ds_default(void) {
+  ct_ds_config d;
+  memset(&d, 0, sizeof d);
+  d.id = "t";
+  d.resolution_type = CT_RES_PIXEL;
+  d.crop_aspect = CT_ASPECT_SQUARE;
+  return d;
+}
+
+CT_TEST(data, bucket_arithmetic) {
+  ct_err err = {0};
+  ct_bucket_opts o;
+  ct_img_geom g;
+  /* pixel_area 1024 -> 1.048576 megapixels; a 1.5 image -> 1280 x 832 */
+  ct_ds_config d = ds_default();
+  d.resolution = 1024;
+  d.resolution_type = CT_RES_PIXEL_AREA;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
+  CHECK(o.resolution_type == CT_RES_AREA);
+  CHECK_NEAR(o.resolution, 1.048576, 1e-12);
+  REQUIRE(ct_bucket_place(&o, 1500, 1000, 1, &g, &err) == CT_OK);
+  CHECK(g.target_w == 1280 && g.target_h == 832);
+  CHECK_NEAR(g.aspect, 1.54, 1e-12);
+  REQUIRE(ct_bucket_place(&o, 1000, 1000, 1, &g, &err) == CT_OK);
+  CHECK(g.target_w == 1024 && g.target_h == 1024);
+  /* pixel 512: short edge 512, long int(512 * ar) rounded to 64 */
+  d = ds_default();
+  d.resolution = 512;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
+  REQUIRE(ct_bucket_place(&o, 768, 512, 1, &g, &err) == CT_OK);
+  CHECK(g.target_w == 768 && g.target_h == 512);
+  CHECK(g.inter_w == 768 && g.inter_h == 512 && g.crop_x == 0 && g.crop_y == 0); /* no crop: resized */
+  REQUIRE(ct_bucket_place(&o, 600, 800, 1, &g, &err) == CT_OK); /* 0.75: 512 x int(682.67)=682 -> 704 */
+  CHECK(g.target_w == 512 && g.target_h == 704);
+  /* crop, square, centre: 768x512 -> 512x512 from the middle */
+  d.crop = 1;
+  d.crop_style = CT_CROP_CENTER;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
+  REQUIRE(ct_bucket_place(&o, 1536, 1024, 1, &g, &err) == CT_OK);
+  CHECK(g.target_w == 512 && g.target_h == 512);
+  CHECK(g.inter_w == 768 && g.inter_h == 512);
+  CHECK(g.crop_x == 128 && g.crop_y == 0);
+  /* corner: bottom-right */
+  d.crop_style = CT_CROP_CORNER;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
+  REQUIRE(ct_bucket_place(&o, 512, 1024, 1, &g, &err) == CT_OK);
+  CHECK(g.crop_x == 0 && g.crop_y == 512);
+  /* random crops stay inside and depend on the image */
+  d.crop_style = CT_CROP_RANDOM;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 7, &o, &err) == CT_OK);
+  int differ = 0;
+  for (uint64_t h = 0; h < 32; h++) {
+    REQUIRE(ct_bucket_place(&o, 2000, 1000, h, &g, &err) == CT_OK);
+    CHECK(g.crop_x >= 0 && g.crop_x + 512 <= g.inter_w && g.crop_y == 0);
+    differ |= g.crop_x != 0;
+  }
+  CHECK(differ);
+  /* closest of a list */
+  static double aspects[] = {0.75, 1.0, 1.5};
+  d.crop_aspect = CT_ASPECT_CLOSEST;
+  d.crop_aspect_buckets = aspects;
+  d.n_crop_aspect_buckets = 3;
+  REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
+  REQUIRE(ct_bucket_place(&o, 1400, 1000, 1, &g, &err) == CT_OK);
+  CHECK(g.target_w == 768 && g.target_h == 512);
+  /* bad alignment and area given as pixels */
+  CHECK(ct_bucket_opts_from(&d, 0, 48, 2, 0, &o, &err) == CT_ERR_INVALID);
+  d = ds_default();
+  d.resolution = 1024;
+  d.resolution_type = CT_RES_AREA;
+  CHECK(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_ERR_INVALID);
+  CHECK(strstr(err.msg, "pixel_area") != NULL);
+}
+
+static ct_status parse(const char *text, ct_backend **b, ct_err *err) {
+  return ct_backend_parse(text, strlen(text), "mdb.json", b, err);
+}
+
+CT_TEST(data, backend_json) {
+  ct_err err = {0};
+  ct_backend *b = NULL;
+  setenv("CT_TEST_DATA_DIR", "/data/x", 1);
+  REQUIRE(parse("[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"{env:CT_TEST_DATA_DIR}/imgs\", "
+                "\"crop\": true, \"crop_aspect\": \"random\", \"crop_aspect_buckets\": [{\"aspect\": 1.0, "
+                "\"weight\": 0.25}, {\"aspect\": 1.5, \"weight\": 0.75}], \"repeats\": 3, \"resolution\": 512, "
+                "\"resolution_type\": \"pixel\", \"crop_style\": \"centre\", \"caption_strategy\": \"textfile\"},"
+                " {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"default\": true, "
+                "\"cache_dir\": \"/tmp/te\"}]",
+                &b, &err) == CT_OK);
+  REQUIRE(b->n == 2);
+  CHECK(!strcmp(b->ds[0].instance_data_dir, "/data/x/imgs"));
+  CHECK(b->ds[0].crop && b->ds[0].crop_aspect == CT_ASPECT_RANDOM && b->ds[0].n_crop_aspect_buckets == 2);
+  CHECK(b->ds[0].crop_style == CT_CROP_CENTER && b->ds[0].repeats == 3 && b->ds[0].repeats_set);
+  CHECK(b->ds[0].caption_strategy == CT_CAP_TEXTFILE);
+  CHECK(b->ds[1].kind == CT_DS_TEXT_EMBEDS);
+  ct_backend_free(b);
+  struct {
+    const char *json, *want;
+  } bad[] = {
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_styl\": \"random\"}]",
+       "dataset 'a': unknown key 'crop_styl'; did you mean 'crop_style'?"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"repeats\": \"many\"}]",
+       "dataset 'a': key 'repeats': expected a number"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"caption_strategy\": "
+       "\"instanceprompt\"}]",
+       "dataset 'a': key 'instance_prompt': is required"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\"}, {\"id\": \"a\", \"type\": \"local\", "
+       "\"instance_data_dir\": \"/y\"}]",
+       "ids must be unique"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_aspect\": \"closest\"}]",
+       "needs a list of crop_aspect_buckets"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_aspect_buckets\": [{\"aspect\": "
+       "1.0, \"weight\": 0.5}]}]",
+       "the weights sum to 0.5"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"resolution_type\": \"pixels\"}]",
+       "\"pixels\" is not one of: pixel, area, pixel_area"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"text_embeds\": \"nope\"}]",
+       "no enabled text_embeds dataset with id \"nope\""},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"instance_data_dir\": \"/x\"}]", "\"aws\" (S3) is not available"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"{env:CT_TEST_UNSET_VAR}\"}]",
+       "CT_TEST_UNSET_VAR"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"metadata_backend\": \"parquet\"}]",
+       "needs a \"parquet\" block"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"parquet\": {\"pth\": \"m.parquet\"}}]",
+       "unknown key 'pth'; did you mean 'path'?"},
+      {"[{\"type\": \"local\"}]", "entry 0: key 'id'"},
+      {"{\"id\": \"a\"}", "expected a JSON array"},
+      {"[{\"id\": \"t\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": \"/c\"}]",
+       "no enabled image dataset"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ct_err e = {0};
+    ct_backend *x = NULL;
+    CHECKF(parse(bad[i].json, &x, &e) != CT_OK, "case %zu accepted", i);
+    CHECKF(strstr(e.msg, bad[i].want) != NULL, "case %zu: got '%s', want '%s'", i, e.msg, bad[i].want);
+    CHECK(x == NULL);
+  }
+}
+
+CT_TEST(data, cache_files) {
+  ct_err err = {0};
+  float v[24], back[24];
+  for (int i = 0; i < 24; i++) v[i] = (float)i * 0.25f - 1.0f;
+  ct_cache_tensor t = {"latent", 3, {2, 3, 4, 0}, v};
+  const char *meta[4] = {"codec", "pixel:1", "target_size", "8x12"};
+  const ct_cache_comp comps[3] = {CT_CACHE_RAW, CT_CACHE_GZIP, CT_CACHE_ZSTD};
+  const unsigned char magic[3][2] = {{0, 0}, {0x1f, 0x8b}, {0x28, 0xb5}};
+  for (int c = 0; c < 3; c++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cache-%d.st", ct_test_tmpdir(), c);
+    REQUIRE(ct_cache_write(path, comps[c], &t, 1, meta, 2, &err) == CT_OK);
+    char *raw = NULL;
+    size_t n = 0;
+    REQUIRE(ct_read_file(path, 1 << 20, &raw, &n, &err) == CT_OK);
+    if (c) CHECK((unsigned char)raw[0] == magic[c][0] && (unsigned char)raw[1] == magic[c][1]);
+    float *outs[1] = {back};
+    memset(back, 0, sizeof back);
+    CHECK(ct_cache_read(path, &t, outs, 1, meta, 2, &err) == CT_OK);
+    CHECK(!memcmp(v, back, sizeof v));
+    /* a different target size is a mismatch, not a silent reuse */
+    const char *other[4] = {"codec", "pixel:1", "target_size", "16x12"};
+    CHECK(ct_cache_read(path, &t, outs, 1, other, 2, &err) == CT_ERR_FORMAT);
+    /* truncated: an error, never a crash */
+    REQUIRE(ct_write_file_atomic(path, raw, n / 2, &err) == CT_OK);
+    CHECK(ct_cache_read(path, &t, outs, 1, meta, 2, &err) == CT_ERR_FORMAT);
+    free(raw);
+  }
+  char missing[1024];
+  snprintf(missing, sizeof missing, "%s/nope.st", ct_test_tmpdir());
+  float *outs[1] = {back};
+  CHECK(ct_cache_read(missing, &t, outs, 1, meta, 2, &err) == CT_ERR_NOT_FOUND);
+  char hex[65];
+  ct_sha256_hex("abc", 3, hex);
+  CHECK(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  char md5[33];
+  ct_md5_hex("", 0, md5);
+  CHECK(!strcmp(md5, "d41d8cd98f00b204e9800998ecf8427e"));
+}
+
+/* A small dataset on disk: n images per size in sizes[], captions "c<i>". */
+static void write_images(const char *dir, const int (*sizes)[2], int nsizes, int per) {
+  ct_err err = {0};
+  ct_mkdir_p(dir, &err);
+  int k = 0;
+  for (int s = 0; s < nsizes; s++)
+    for (int i = 0; i < per; i++, k++) {
+      ct_image img = {0};
+      if (ct_image_alloc(sizes[s][0], sizes[s][1], &img, &err)) return;
+      for (int p = 0; p < img.w * img.h * 3; p++) img.px[p] = (uint8_t)(p * 7 + k * 13);
+      char path[2100];
+      snprintf(path, sizeof path, "%s/img%04d.png", dir, k);
+      ct_image_save_png(path, &img, &err);
+      ct_image_free(&img);
+      snprintf(path, sizeof path, "%s/img%04d.txt", dir, k);
+      FILE *f = fopen(path, "w");
+      if (f) {
+        fprintf(f, "c%d\n", k);
+        fclose(f);
+      }
+    }
+}
+
+static const char *write_backend(const char *name, const char *body) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/%s", ct_test_tmpdir(), name);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(body, f);
+    fclose(f);
+  }
+  return path;
+}
+
+static void cfg_for(ct_config *cfg, long batch, long accum) {
+  ct_config_defaults(cfg);
+  cfg->resolution = 16;
+  cfg->aspect_bucket_alignment = 8;
+  cfg->train_batch_size = batch;
+  cfg->gradient_accumulation_steps = accum;
+  cfg->seed = 3;
+  cfg->caption_dropout_probability = 0;
+  free(cfg->output_dir);
+  char od[1024];
+  snprintf(od, sizeof od, "%s/out", ct_test_tmpdir());
+  cfg->output_dir = strdup(od);
+}
+
+CT_TEST(data, sampler_buckets_epochs_resume) {
+  static const int sizes[3][2] = {{16, 16}, {24, 16}, {16, 24}};
+  char dir[1024], body[4096];
+  snprintf(dir, sizeof dir, "%s/imgs", ct_test_tmpdir());
+  write_images(dir, sizes, 3, 10); /* 30 images: buckets 1.0, 1.5, 0.67 of 10 each */
+  snprintf(body, sizeof body,
+           "[{\"id\": \"s\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\", \"repeats\": 1}]",
+           dir);
+  const char *be = write_backend("sampler.json", body);
+  ct_config cfg;
+  cfg_for(&cfg, 2, 2); /* E = 4: each bucket 20 entries -> 5 steps; 15 steps per epoch */
+  ct_err err = {0};
+  for (int prefetch = 0; prefetch <= 3; prefetch += 3) {
+    ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = prefetch};
+    ct_dataset *ds = NULL;
+    REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+    ct_data_stats st;
+    ct_dataset_stats(ds, &st);
+    CHECK(st.kept == 30 && st.buckets == 3 && st.samples == 60);
+    CHECK(ct_dataset_steps_per_epoch(ds) == 15);
+    /* two epochs: every step one shape; every caption exactly twice per epoch (repeats 1) */
+    char *mid = NULL;
+    int counts[2][30];
+    memset(counts, 0, sizeof counts);
+    uint64_t next_id = 0;
+    for (int step = 0; step < 30; step++) {
+      int h = -1, w = -1;
+      for (int m = 0; m < 2; m++) {
+        ct_batch *b = NULL;
+        REQUIRE(ct_dataset_next(ds, &b, &err) == CT_OK);
+        if (m == 0) h = b->h, w = b->w;
+        CHECK(b->h == h && b->w == w && b->B == 2);
+        for (int i = 0; i < 2; i++) {
+          CHECK(b->ids[i] == next_id);
+          next_id++;
+          int k = atoi(b->caps[i] + 1);
+          REQUIRE(k >= 0 && k < 30);
+          counts[step / 15][k]++;
+          /* the latent matches the bucket: an image of this shape */
+          int ih = k < 10 ? 16 : k < 20 ? 16 : 24, iw = k < 10 ? 16 : k < 20 ? 24 : 16;
+          CHECK(ih == b->h && iw == b->w);
+        }
+      }
+      CHECK(ct_dataset_epoch(ds) == step / 15);
+      if (step == 19) mid = ct_dataset_state_json(ds);
+    }
+    for (int e = 0; e < 2; e++)
+      for (int k = 0; k < 30; k++) CHECKF(counts[e][k] == 2, "epoch %d image %d seen %d times", e, k, counts[e][k]);
+    /* continue from step 20 in a fresh dataset: the same batches as the original continued */
+    ct_batch *b = NULL;
+    uint64_t oid[8];
+    for (int m = 0; m < 4; m++) { /* the original run continued into epoch 3 */
+      REQUIRE(ct_dataset_next(ds, &b, &err) == CT_OK);
+      for (int i = 0; i < 2; i++) oid[2 * m + i] = b->ids[i];
+    }
+    ct_dataset_free(ds);
+    /* restore the position after step 19 and replay steps 20..29 */
+    ct_dataset *ds2 = NULL;
+    REQUIRE(ct_dataset_open(be, &o, &ds2, &err) == CT_OK);
+    REQUIRE(mid != NULL);
+    REQUIRE(ct_dataset_state_restore(ds2, mid, &err) == CT_OK);
+    CHECK(ct_dataset_samples_seen(ds2) == 80);
+    for (int step = 20; step < 30; step++)
+      for (int m = 0; m < 2; m++) {
+        REQUIRE(ct_dataset_next(ds2, &b, &err) == CT_OK);
+        CHECK(b->ids[0] == (uint64_t)(step * 4 + m * 2));
+      }
+    for (int m = 0; m < 4; m++) {
+      REQUIRE(ct_dataset_next(ds2, &b, &err) == CT_OK);
+      for (int i = 0; i < 2; i++) CHECK(b->ids[i] == oid[2 * m + i]);
+    }
+    free(mid);
+    ct_dataset_free(ds2);
+  }
+  ct_config_free(&cfg);
+}
+
+CT_TEST(data, effective_batch_message_and_oversubscription) {
+  static const int sizes[2][2] = {{16, 16}, {24, 16}};
+  char dir[1024], body[4096];
+  snprintf(dir, sizeof dir, "%s/small", ct_test_tmpdir());
+  write_images(dir, sizes, 2, 5); /* 5 + 5 images */
+  ct_config cfg;
+  cfg_for(&cfg, 4, 2); /* E = 8 */
+  ct_err err = {0};
+  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 0};
+  ct_dataset *ds = NULL;
+  snprintf(body, sizeof body,
+           "[{\"id\": \"tiny\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\"}]",
+           dir);
+  const char *be = write_backend("small.json", body);
+  CHECK(ct_dataset_open(be, &o, &ds, &err) == CT_ERR_INVALID);
+  const char *want[] = {"Dataset 'tiny' cannot fill the effective batch size",
+                        "Total samples: 10 image(s) in 2 bucket(s); repeats: 0",
+                        "= effective batch 8",
+                        "Bucket 1.0: 5 samples x (0+1) = 5 samples; need at least 8; minimum repeats: 1",
+                        "Bucket 1.5: 5 samples",
+                        "Set --allow_dataset_oversubscription=true"};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECKF(strstr(err.msg, want[i]), "missing '%s' in:\n%s", want[i], err.msg);
+  cfg.allow_dataset_oversubscription = 1;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  CHECK(ct_dataset_count(ds) == 20);
+  CHECK(ct_dataset_steps_per_epoch(ds) == 2);
+  ct_dataset_free(ds);
+  /* repeats set by hand: oversubscription leaves it and the message says so */
+  snprintf(body, sizeof body,
+           "[{\"id\": \"hand\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\", \"repeats\": 1}]",
+           dir);
+  be = write_backend("hand.json", body);
+  cfg.gradient_accumulation_steps = 4; /* E = 16 > 5 x 2 */
+  CHECK(ct_dataset_open(be, &o, &ds, &err) == CT_ERR_INVALID);
+  cfg.gradient_accumulation_steps = 2;
+  CHECK(strstr(err.msg, "repeats is set by hand (1) on dataset 'hand'") != NULL);
+  /* pruning: one bucket big enough, the other is dropped */
+  static const int sizes2[2][2] = {{16, 16}, {24, 16}};
+  char dir2[1024];
+  snprintf(dir2, sizeof dir2, "%s/uneven", ct_test_tmpdir());
+  write_images(dir2, sizes2, 1, 8);                 /* 8 square */
+  cfg.allow_dataset_oversubscription = 0;
+  snprintf(body, sizeof body,
+           "[{\"id\": \"u\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": \"textfile\"},"
+           " {\"id\": \"v\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\", \"repeats\": 2}]",
+           dir2, dir);
+  be = write_backend("prune.json", body);
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK); /* v: 5 x 3 = 15 per bucket >= 8 */
+  ct_data_stats st;
+  ct_dataset_stats(ds, &st);
+  CHECK(st.buckets == 3 && st.buckets_pruned == 0);
+  ct_dataset_free(ds);
+  ct_config_free(&cfg);
+}
+
+CT_TEST(data, bad_images_counted) {
+  static const int sizes[1][2] = {{16, 16}};
+  char dir[1024], body[4096], p[1100];
+  snprintf(dir, sizeof dir, "%s/bad", ct_test_tmpdir());
+  write_images(dir, sizes, 1, 6);
+  ct_err err = {0};
+  /* an empty file, garbage with a .png name, a truncated PNG, an image without caption */
+  snprintf(p, sizeof p, "%s/empty.png", dir);
+  ct_write_file_atomic(p, "", 0, &err);
+  snprintf(p, sizeof p, "%s/empty.txt", dir);
+  ct_write_file_atomic(p, "x", 1, &err);
+  snprintf(p, sizeof p, "%s/garbage.png", dir);
+  ct_write_file_atomic(p, "not an image at all", 19, &err);
+  snprintf(p, sizeof p, "%s/garbage.txt", dir);
+  ct_write_file_atomic(p, "x", 1, &err);
+  char *png = NULL;
+  size_t n = 0;
+  snprintf(p, sizeof p, "%s/img0000.png", dir);
+  REQUIRE(ct_read_file(p, 1 << 20, &png, &n, &err) == CT_OK);
+  snprintf(p, sizeof p, "%s/trunc.png", dir);
+  ct_write_file_atomic(p, png, n - 20, &err); /* header fine, pixels cut */
+  snprintf(p, sizeof p, "%s/trunc.txt", dir);
+  ct_write_file_atomic(p, "t", 1, &err);
+  snprintf(p, sizeof p, "%s/nocap.png", dir);
+  ct_write_file_atomic(p, png, n, &err);
+  free(png);
+  snprintf(body, sizeof body,
+           "[{\"id\": \"b\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\"}]",
+           dir);
+  const char *be = write_backend("bad.json", body);
+  ct_config cfg;
+  cfg_for(&cfg, 2, 1);
+  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 2};
+  ct_dataset *ds = NULL;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  ct_data_stats st;
+  ct_dataset_stats(ds, &st);
+  CHECK(st.total_processed == 10);
+  CHECKF(st.unreadable == 3, "unreadable %zu", st.unreadable); /* empty, garbage (headers), trunc (decode) */
+  CHECK(st.no_caption == 1);
+  CHECK(st.kept == 6);
+  ct_batch *b = NULL;
+  CHECK(ct_dataset_next(ds, &b, &err) == CT_OK);
+  ct_dataset_free(ds);
+  /* the index files SimpleTuner writes */
+  snprintf(p, sizeof p, "%s/aspect_ratio_bucket_indices_b.json", dir);
+  struct stat sb;
+  CHECK(stat(p, &sb) == 0);
+  snprintf(p, sizeof p, "%s/aspect_ratio_bucket_metadata_b.json", dir);
+  CHECK(stat(p, &sb) == 0);
+  ct_config_free(&cfg);
+}
