@@ -179,7 +179,8 @@ static ct_status make_buckets(dset *d, ct_err *err) {
       d->nb++;
     }
     bucket *bk = &d->b[b];
-    if (it->g.target_w != bk->w || it->g.target_h != bk->h) ct_bucket_refit(&d->bo, bk->w, bk->h, it->hash, &it->g);
+    if (it->g.target_w != bk->w || it->g.target_h != bk->h)
+      ct_bucket_refit(&d->bo, bk->w, bk->h, it->hash, &it->g);
     size_t *ni = realloc(bk->idx, (bk->n + 1) * sizeof *ni);
     if (!ni) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     bk->idx = ni;
@@ -211,24 +212,42 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
   if (!nbad) return CT_OK;
   const ct_config *cfg = ds->cfg;
   if (cfg->allow_dataset_oversubscription && !(d->c->repeats_set && d->c->repeats > 0)) {
-    CT_WARN("dataset '%s': %d bucket(s) hold fewer samples than the effective batch %zu; "
-            "allow_dataset_oversubscription sets repeats to %ld (each image seen %ld times per epoch)",
-            d->c->id, nbad, E, need_r, need_r + 1);
+    CT_WARN(
+        "dataset '%s': %d bucket(s) hold fewer samples than the effective batch %zu; "
+        "allow_dataset_oversubscription sets repeats to %ld (each image seen %ld times per epoch)",
+        d->c->id, nbad, E, need_r, need_r + 1);
     d->repeats = need_r;
     return CT_OK;
   }
   if (!cfg->disable_bucket_pruning && nbad < d->nb) {
     for (int b = d->nb - 1; b >= 0; b--)
       if (entries(ds, (int)(d - ds->d), b) < E) {
-        CT_WARN("dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer than the "
-                "effective batch %zu; pruned (its images are not trained on; set allow_dataset_oversubscription "
-                "or add images to keep them)",
-                d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats, entries(ds, (int)(d - ds->d), b),
-                E);
+        CT_WARN(
+            "dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer "
+            "than the "
+            "effective batch %zu; pruned (its images are not trained on; set "
+            "allow_dataset_oversubscription "
+            "or add images to keep them)",
+            d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats,
+            entries(ds, (int)(d - ds->d), b), E);
         ds->stats.buckets_pruned++;
+        for (size_t k = 0; k < d->b[b].n; k++) d->it[d->b[b].idx[k]].bucket = -1;
         drop_bucket(d, b);
       }
-    return CT_OK;
+    /* the pruned buckets' images leave the dataset (no cache, no captions) */
+    size_t k = 0;
+    for (size_t i = 0; i < d->nit; i++) {
+      if (d->it[i].bucket < 0) {
+        free(d->it[i].rel);
+        for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
+        free(d->it[i].lines);
+        continue;
+      }
+      d->it[k++] = d->it[i];
+    }
+    ds->stats.kept -= d->nit - k;
+    d->nit = k;
+    return make_buckets(d, err);
   }
   /* The detailed failure. */
   size_t total = 0;
@@ -237,36 +256,43 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
   int n = snprintf(msg, sizeof msg,
                    "Dataset '%s' cannot fill the effective batch size.\n"
                    "  Total samples: %zu image(s) in %d bucket(s); repeats: %ld\n"
-                   "  Batch size: %ld x %d GPU(s)/rank(s) x gradient_accumulation_steps %ld = effective batch %zu\n"
+                   "  Batch size: %ld x %d GPU(s)/rank(s) x gradient_accumulation_steps %ld = "
+                   "effective batch %zu\n"
                    "Insufficient buckets:\n",
                    d->c->id, total, d->nb, d->repeats, cfg->train_batch_size, ds->world,
                    cfg->gradient_accumulation_steps, E);
   int shown = 0;
-  for (int b = 0; b < d->nb && n < (int)sizeof msg - 400; b++) {
+  for (int b = 0; b < d->nb && n < (int)sizeof msg - 1200; b++) {
     size_t have = entries(ds, (int)(d - ds->d), b);
     if (have >= E) continue;
-    n += snprintf(msg + n, sizeof msg - (size_t)n,
-                  "  Bucket %s: %zu samples x (%ld+1) = %zu samples; need at least %zu; minimum repeats: %zu\n",
+    n += snprintf(msg + n, n < (int)sizeof msg ? sizeof msg - (size_t)n : 0,
+                  "  Bucket %s: %zu samples x (%ld+1) = %zu samples; need at least %zu; minimum "
+                  "repeats: %zu\n",
                   d->b[b].key, d->b[b].n, d->repeats, have, E, (E + d->b[b].n - 1) / d->b[b].n - 1);
     shown++;
   }
-  if (shown < nbad) n += snprintf(msg + n, sizeof msg - (size_t)n, "  ... and %d more\n", nbad - shown);
-  n += snprintf(msg + n, sizeof msg - (size_t)n,
-                "Solutions:\n"
-                "  1. Reduce --train_batch_size (now %ld)\n"
-                "  2. Use fewer GPUs/ranks (now %d)\n"
-                "  3. Reduce --gradient_accumulation_steps (now %ld)\n"
-                "  4. Set \"repeats\": %ld (or more) on dataset '%s'\n"
-                "  5. Add more images to the small buckets\n"
-                "  6. Set --allow_dataset_oversubscription=true to apply the minimum repeats automatically\n",
-                cfg->train_batch_size, ds->world, cfg->gradient_accumulation_steps, need_r, d->c->id);
+  if (shown < nbad)
+    n += snprintf(msg + n, n < (int)sizeof msg ? sizeof msg - (size_t)n : 0, "  ... and %d more\n",
+                  nbad - shown);
+  n += snprintf(
+      msg + n, n < (int)sizeof msg ? sizeof msg - (size_t)n : 0,
+      "Solutions:\n"
+      "  1. Reduce --train_batch_size (now %ld)\n"
+      "  2. Use fewer GPUs/ranks (now %d)\n"
+      "  3. Reduce --gradient_accumulation_steps (now %ld)\n"
+      "  4. Set \"repeats\": %ld (or more) on dataset '%s'\n"
+      "  5. Add more images to the small buckets\n"
+      "  6. Set --allow_dataset_oversubscription=true to apply the minimum repeats automatically\n",
+      cfg->train_batch_size, ds->world, cfg->gradient_accumulation_steps, need_r, d->c->id);
   if (d->c->repeats_set && d->c->repeats > 0)
-    n += snprintf(msg + n, sizeof msg - (size_t)n,
-                  "Note: repeats is set by hand (%ld) on dataset '%s'; --allow_dataset_oversubscription does not "
+    n += snprintf(msg + n, n < (int)sizeof msg ? sizeof msg - (size_t)n : 0,
+                  "Note: repeats is set by hand (%ld) on dataset '%s'; "
+                  "--allow_dataset_oversubscription does not "
                   "override it.\n",
                   d->c->repeats, d->c->id);
   if (cfg->disable_bucket_pruning)
-    n += snprintf(msg + n, sizeof msg - (size_t)n, "(bucket pruning is off: disable_bucket_pruning is set)\n");
+    n += snprintf(msg + n, n < (int)sizeof msg ? sizeof msg - (size_t)n : 0,
+                  "(bucket pruning is off: disable_bucket_pruning is set)\n");
   CT_ERROR("%s", msg);
   return ct_errf(err, CT_ERR_INVALID, "%s", msg);
 }
@@ -277,9 +303,12 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
   }
   fputc('"', f);
 }
@@ -291,17 +320,22 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
   const char *dirs[2] = {d->dir, ds->cfg->output_dir};
   for (int attempt = 0; attempt < 2; attempt++) {
     char p1[4200], p2[4200];
-    if (ct_pathf(p1, sizeof p1, "%s/aspect_ratio_bucket_indices_%s.json", dirs[attempt], d->c->id) ||
+    if (ct_pathf(p1, sizeof p1, "%s/aspect_ratio_bucket_indices_%s.json", dirs[attempt],
+                 d->c->id) ||
         ct_pathf(p2, sizeof p2, "%s/aspect_ratio_bucket_metadata_%s.json", dirs[attempt], d->c->id))
       return;
     char *b1 = NULL, *b2 = NULL;
     size_t n1 = 0, n2 = 0;
     FILE *f = open_memstream(&b1, &n1);
     if (!f) return;
-    fprintf(f, "{\"config\": {\"resolution\": %g, \"resolution_type\": \"%s\", \"aspect_bucket_alignment\": %d, "
-               "\"aspect_bucket_rounding\": %d, \"crop\": %s, \"crop_style\": %d, \"crop_aspect\": %d},\n",
-            d->bo.resolution, d->bo.resolution_type == CT_RES_AREA ? "area" : "pixel", d->bo.alignment,
-            d->bo.rounding, d->bo.crop ? "true" : "false", (int)d->bo.crop_style, (int)d->bo.crop_aspect);
+    fprintf(
+        f,
+        "{\"config\": {\"resolution\": %g, \"resolution_type\": \"%s\", "
+        "\"aspect_bucket_alignment\": %d, "
+        "\"aspect_bucket_rounding\": %d, \"crop\": %s, \"crop_style\": %d, \"crop_aspect\": %d},\n",
+        d->bo.resolution, d->bo.resolution_type == CT_RES_AREA ? "area" : "pixel", d->bo.alignment,
+        d->bo.rounding, d->bo.crop ? "true" : "false", (int)d->bo.crop_style,
+        (int)d->bo.crop_aspect);
     fprintf(f, " \"aspect_ratio_bucket_indices\": {");
     for (int b = 0; b < d->nb; b++) {
       fprintf(f, "%s\n  \"%s\": [", b ? "," : "", d->b[b].key);
@@ -313,11 +347,15 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
       }
       fputc(']', f);
     }
-    fprintf(f, "},\n \"filtering_statistics\": {\"total_processed\": %zu, \"skipped\": {\"too_small\": %zu, "
-               "\"aspect_ratio\": %zu, \"unreadable\": %zu, \"no_caption\": %zu, \"outside_dir\": %zu, "
-               "\"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, \"max_num_samples\": %zu}}}\n",
-            fs->total_processed, fs->too_small, fs->aspect_ratio, fs->unreadable, fs->no_caption, fs->outside_dir,
-            fs->duplicate, fs->not_found, fs->metadata_missing, fs->max_num_samples);
+    fprintf(
+        f,
+        "},\n \"filtering_statistics\": {\"total_processed\": %zu, \"skipped\": {\"too_small\": "
+        "%zu, "
+        "\"aspect_ratio\": %zu, \"unreadable\": %zu, \"no_caption\": %zu, \"outside_dir\": %zu, "
+        "\"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, \"max_num_samples\": "
+        "%zu}}}\n",
+        fs->total_processed, fs->too_small, fs->aspect_ratio, fs->unreadable, fs->no_caption,
+        fs->outside_dir, fs->duplicate, fs->not_found, fs->metadata_missing, fs->max_num_samples);
     fclose(f);
     f = open_memstream(&b2, &n2);
     if (!f) {
@@ -330,10 +368,11 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
       fprintf(f, "%s\n ", i ? "," : "");
       json_str(f, d->it[i].rel);
       fprintf(f,
-              ": {\"original_size\": [%d, %d], \"intermediary_size\": [%d, %d], \"crop_coordinates\": [%d, %d], "
+              ": {\"original_size\": [%d, %d], \"intermediary_size\": [%d, %d], "
+              "\"crop_coordinates\": [%d, %d], "
               "\"target_size\": [%d, %d], \"aspect_ratio\": %g}",
-              g->orig_w, g->orig_h, g->inter_w, g->inter_h, g->crop_y, g->crop_x, g->target_w, g->target_h,
-              g->aspect);
+              g->orig_w, g->orig_h, g->inter_w, g->inter_h, g->crop_y, g->crop_x, g->target_w,
+              g->target_h, g->aspect);
     }
     fputs("\n}\n", f);
     fclose(f);
@@ -360,7 +399,8 @@ static void latent_path(const dset *d, const item *it, char *out, size_t n) {
 }
 
 /* What a cache entry must have been made from. */
-static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96], const char *meta[8]) {
+static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96],
+                        const char *meta[8]) {
   const ct_img_geom *g = &it->g;
   snprintf(bufs[0], 96, "pixel:%d", ds->s);
   snprintf(bufs[1], 96, "%dx%d", g->target_w, g->target_h);
@@ -371,15 +411,16 @@ static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96], 
 }
 
 /* Decode, resize to the intermediary size, crop, encode. */
-static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it, float *lat, ct_err *err) {
+static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it, float *lat,
+                             ct_err *err) {
   char path[8400];
   snprintf(path, sizeof path, "%s/%s", d->dir, it->rel);
   ct_image img = {0}, r = {0}, c = {0};
   const ct_img_geom *g = &it->g;
   ct_status st = ct_image_load(path, &img, err);
   if (!st && (img.w != g->orig_w || img.h != g->orig_h))
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: decoded %dx%d but its header said %dx%d", path, img.w, img.h, g->orig_w,
-                 g->orig_h);
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: decoded %dx%d but its header said %dx%d", path, img.w,
+                 img.h, g->orig_w, g->orig_h);
   if (!st) st = ct_image_resize(&img, g->inter_w, g->inter_h, &r, err);
   if (!st) st = ct_image_crop(&r, g->crop_x, g->crop_y, g->target_w, g->target_h, &c, err);
   if (!st) st = ct_pixel_encode(c.px, c.w, c.h, ds->s, lat, err);
@@ -389,7 +430,8 @@ static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it
   return st;
 }
 
-static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat, int write, ct_err *err) {
+static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
+                           int write, ct_err *err) {
   const ct_img_geom *g = &it->g;
   ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
   if (d->c->vae_cache_disable) return encode_item(ds, d, it, lat, err);
@@ -401,7 +443,8 @@ static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, 
   ct_err re = {0};
   ct_status st = ct_cache_read(path, &t, outs, 1, meta, 4, &re);
   if (st == CT_OK) return CT_OK;
-  if (st != CT_ERR_NOT_FOUND) CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
+  if (st != CT_ERR_NOT_FOUND)
+    CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
   st = encode_item(ds, d, it, lat, err);
   if (!st && write) st = ct_cache_write(path, ds->comp, &t, 1, meta, 4, err);
   return st;
@@ -434,7 +477,8 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
         const char *meta[8];
         latent_path(d, it, path, sizeof path);
         latent_meta(ds, it, bufs, meta);
-        ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
+        ct_cache_tensor t = {
+            "latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
         float *outs[1] = {lat};
         ct_err e = {0};
         if (!lat) {
@@ -444,7 +488,8 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
         }
         ct_status rs = ct_cache_read(path, &t, outs, 1, meta, 4, &e);
         if (rs == CT_OK) continue;
-        if (rs != CT_ERR_NOT_FOUND) CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, e.msg);
+        if (rs != CT_ERR_NOT_FOUND)
+          CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, e.msg);
         rs = encode_item(ds, d, it, lat, &e);
         if (rs) {
           CT_WARN("dataset '%s': %s; skipped", d->c->id, e.msg);
@@ -483,15 +528,19 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
     size_t dropped = 0;
     int anyfatal = 0;
     for (int r = 0; !st && r < ds->world; r++) {
-      size_t rlo = d->nit * (size_t)r / (size_t)ds->world, rhi = d->nit * (size_t)(r + 1) / (size_t)ds->world;
+      size_t rlo = d->nit * (size_t)r / (size_t)ds->world,
+             rhi = d->nit * (size_t)(r + 1) / (size_t)ds->world;
       for (size_t i = rlo; i < rhi; i++) bad[i] = allbad[off[r] + (i - rlo)];
       anyfatal |= allbad[off[r] + (rhi - rlo)];
     }
     free(allbad);
     free(off);
     if (!st && anyfatal)
-      st = fatal ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s", d->c->id, ferr.msg)
-                 : ct_errf(err, CT_ERR_IO, "another rank failed writing the latent cache of dataset '%s'", d->c->id);
+      st = fatal
+               ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s",
+                         d->c->id, ferr.msg)
+               : ct_errf(err, CT_ERR_IO,
+                         "another rank failed writing the latent cache of dataset '%s'", d->c->id);
     if (!st) {
       size_t k = 0;
       for (size_t i = 0; i < d->nit; i++) {
@@ -510,8 +559,10 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
       if (dropped) st = make_buckets(d, err);
     }
     free(bad);
-    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable image(s) dropped",
-            d->c->id, d->vae_dir, built, now_s() - t0, dropped);
+    CT_INFO(
+        "dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable "
+        "image(s) dropped",
+        d->c->id, d->vae_dir, built, now_s() - t0, dropped);
   }
   return st;
 }
@@ -526,7 +577,8 @@ static void make_perms(ct_dataset *ds, long epoch) {
       size_t n = entries(ds, di, b), *p = ds->perm[d->boff + b];
       uint64_t key = ct_hash_str(d->c->id) ^ (ct_hash_str(d->b[b].key) * 0x9e3779b97f4a7c15ull);
       for (size_t i = 0; i < n; i++) p[i] = i % d->b[b].n;
-      for (size_t i = n; i > 1; i--) { /* Fisher-Yates, Philox-keyed: the same on every rank and run */
+      for (size_t i = n; i > 1;
+           i--) { /* Fisher-Yates, Philox-keyed: the same on every rank and run */
         uint32_t r[4];
         ct_philox4x32((uint64_t)ds->cfg->seed, STREAM_PERM ^ key, ((uint64_t)epoch << 32) + i, r);
         size_t j = (size_t)((((uint64_t)r[0] << 32) | r[1]) % i);
@@ -570,7 +622,8 @@ static void draw_step(ct_dataset *ds, position *p, int *od, int *ob, size_t *bas
       if (pick < 0) pick = last;
       dset *d = &ds->d[pick];
       double bsum = 0;
-      for (int b = 0; b < d->nb; b++) bsum += (double)((entries(ds, pick, b) - p->consumed[d->boff + b]) / E);
+      for (int b = 0; b < d->nb; b++)
+        bsum += (double)((entries(ds, pick, b) - p->consumed[d->boff + b]) / E);
       double v = ct_rng_uniform((uint64_t)ds->cfg->seed, STREAM_BUCKET, key) * bsum;
       int bp = -1, bl = -1;
       acc = 0;
@@ -625,7 +678,8 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     uint32_t rr[4];
     ct_philox4x32((uint64_t)ds->cfg->seed, CT_STREAM_CAPTION, id, rr);
     s->caps[i] = it->lines[rr[0] % (uint32_t)it->nlines];
-    if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) < ds->cfg->caption_dropout_probability)
+    if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) <
+        ds->cfg->caption_dropout_probability)
       s->caps[i] = "";
     st = latent_of(ds, d, it, s->x0 + i * lat, 1, err);
   }
@@ -677,7 +731,8 @@ ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
       if (pthread_create(&ds->th, NULL, producer, ds) != 0) {
         ds->started = 0;
         pthread_mutex_unlock(&ds->mu);
-        return ct_errf(err, CT_ERR_INTERNAL, "cannot start the data prefetch thread: %s", strerror(errno));
+        return ct_errf(err, CT_ERR_INTERNAL, "cannot start the data prefetch thread: %s",
+                       strerror(errno));
       }
     }
     while (ds->qcount == 0) pthread_cond_wait(&ds->cv, &ds->mu);
@@ -703,7 +758,9 @@ char *ct_dataset_state_json(const ct_dataset *ds) {
   size_t n = 0;
   FILE *f = open_memstream(&buf, &n);
   if (!f) return NULL;
-  fprintf(f, "{\"version\": 1, \"epoch\": %ld, \"step_in_epoch\": %ld, \"samples_seen\": %llu, \"datasets\": {",
+  fprintf(f,
+          "{\"version\": 1, \"epoch\": %ld, \"step_in_epoch\": %ld, \"samples_seen\": %llu, "
+          "\"datasets\": {",
           ds->pos.epoch, ds->pos.k, (unsigned long long)ds->pos.seen);
   for (int di = 0; di < ds->nd; di++) {
     const dset *d = &ds->d[di];
@@ -720,7 +777,8 @@ char *ct_dataset_state_json(const ct_dataset *ds) {
 }
 
 ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err) {
-  if (ds->started) return ct_errf(err, CT_ERR_INVALID, "ct_dataset_state_restore after the first batch");
+  if (ds->started)
+    return ct_errf(err, CT_ERR_INVALID, "ct_dataset_state_restore after the first batch");
   ct_json *j = NULL;
   ct_status st = ct_json_parse(json, strlen(json), &j, err);
   if (st) {
@@ -729,9 +787,11 @@ ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err
   }
   const ct_json *e = ct_json_get(j, "epoch"), *k = ct_json_get(j, "step_in_epoch"),
                 *seen = ct_json_get(j, "samples_seen"), *dsets = ct_json_get(j, "datasets");
-  if (!e || !e->is_int || !k || !k->is_int || !seen || !seen->is_int || !dsets || dsets->type != CT_JSON_OBJECT) {
+  if (!e || !e->is_int || !k || !k->is_int || !seen || !seen->is_int || !dsets ||
+      dsets->type != CT_JSON_OBJECT) {
     ct_json_free(j);
-    return ct_errf(err, CT_ERR_FORMAT, "sampler state: missing epoch, step_in_epoch, samples_seen or datasets");
+    return ct_errf(err, CT_ERR_FORMAT,
+                   "sampler state: missing epoch, step_in_epoch, samples_seen or datasets");
   }
   position p = ds->pos;
   p.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
@@ -760,9 +820,11 @@ ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err
   }
   ct_json_free(j);
   if (changed)
-    CT_WARN("the datasets changed since the checkpoint (buckets or sizes differ); the sampler continues in epoch "
-            "%ld with the buckets it can match",
-            p.epoch + 1);
+    CT_WARN(
+        "the datasets changed since the checkpoint (buckets or sizes differ); the sampler "
+        "continues in epoch "
+        "%ld with the buckets it can match",
+        p.epoch + 1);
   pos_copy(&ds->ppos, &p, ds->nbt);
   pos_copy(&ds->pos, &p, ds->nbt);
   free(p.consumed);
@@ -770,12 +832,24 @@ ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err
   return CT_OK;
 }
 
-long ct_dataset_epoch(const ct_dataset *ds) { return ds->pos.epoch; }
-uint64_t ct_dataset_samples_seen(const ct_dataset *ds) { return ds->pos.seen; }
-double ct_dataset_wait_seconds(const ct_dataset *ds) { return ds->wait_s; }
-void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out) { *out = ds->stats; }
-int ct_dataset_channels(const ct_dataset *ds) { return ds->C; }
-size_t ct_dataset_max_latent(const ct_dataset *ds) { return ds->maxlat; }
+long ct_dataset_epoch(const ct_dataset *ds) {
+  return ds->pos.epoch;
+}
+uint64_t ct_dataset_samples_seen(const ct_dataset *ds) {
+  return ds->pos.seen;
+}
+double ct_dataset_wait_seconds(const ct_dataset *ds) {
+  return ds->wait_s;
+}
+void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out) {
+  *out = ds->stats;
+}
+int ct_dataset_channels(const ct_dataset *ds) {
+  return ds->C;
+}
+size_t ct_dataset_max_latent(const ct_dataset *ds) {
+  return ds->maxlat;
+}
 
 size_t ct_dataset_count(const ct_dataset *ds) {
   size_t n = 0;
@@ -791,8 +865,8 @@ long ct_dataset_steps_per_epoch(const ct_dataset *ds) {
   return n;
 }
 
-size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *), void *ctx,
-                                  size_t limit, size_t *n_over) {
+size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *),
+                                  void *ctx, size_t limit, size_t *n_over) {
   size_t best = 0, over = 0;
   for (int di = 0; di < ds->nd; di++)
     for (size_t i = 0; i < ds->d[di].nit; i++)
@@ -812,21 +886,24 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
   const ct_ds_config *c = d->c;
   const ct_config *cfg = ds->cfg;
   ct_disc disc;
-  ct_status st = ct_bucket_opts_from(c, (double)cfg->resolution, (int)cfg->aspect_bucket_alignment,
-                                     (int)cfg->aspect_bucket_rounding, (uint64_t)cfg->seed, &d->bo, err);
+  ct_status st =
+      ct_bucket_opts_from(c, (double)cfg->resolution, (int)cfg->aspect_bucket_alignment,
+                          (int)cfg->aspect_bucket_rounding, (uint64_t)cfg->seed, &d->bo, err);
   if (st) return st;
   if (d->bo.alignment % ds->o.size_multiple) {
-    return ct_errf(err, CT_ERR_INVALID,
-                   "aspect_bucket_alignment %d is not a multiple of %d (pixel codec scale %d x patch size 2): "
-                   "bucket sizes would not fit the model",
-                   d->bo.alignment, ds->o.size_multiple, ds->s);
+    return ct_errf(
+        err, CT_ERR_INVALID,
+        "aspect_bucket_alignment %d is not a multiple of %d (pixel codec scale %d x patch size 2): "
+        "bucket sizes would not fit the model",
+        d->bo.alignment, ds->o.size_multiple, ds->s);
   }
   double t0 = now_s();
   st = ct_discover(c, d->dir, ds->o.comm, &disc, err);
   if (st) return st;
   ct_data_stats *S = &ds->stats, fs = {0};
   fs.total_processed = disc.total;
-  fs.outside_dir = disc.outside_dir, fs.duplicate = disc.duplicate, fs.metadata_missing = disc.metadata_missing;
+  fs.outside_dir = disc.outside_dir, fs.duplicate = disc.duplicate,
+  fs.metadata_missing = disc.metadata_missing;
   d->it = calloc(disc.n + 1, sizeof *d->it);
   if (!d->it) {
     ct_disc_free(&disc);
@@ -848,7 +925,8 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
       continue;
     }
     const double ar = (double)x->w / x->h;
-    const double size = d->bo.resolution_type == CT_RES_AREA ? (double)x->w * x->h / 1e6 : (x->w < x->h ? x->w : x->h);
+    const double size = d->bo.resolution_type == CT_RES_AREA ? (double)x->w * x->h / 1e6
+                                                             : (x->w < x->h ? x->w : x->h);
     double minsz = c->minimum_image_size;
     if (c->resolution_type == CT_RES_PIXEL_AREA) minsz = minsz * minsz / 1e6;
     if (minsz > 0 && size < minsz) {
@@ -920,27 +998,34 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
   fs.kept = d->nit;
   if (d->nit == 0) {
     return ct_errf(err, CT_ERR_NOT_FOUND,
-                   "dataset '%s': no usable images in %s (%zu processed: %zu unreadable, %zu without a caption, "
+                   "dataset '%s': no usable images in %s (%zu processed: %zu unreadable, %zu "
+                   "without a caption, "
                    "%zu too small, %zu outside the aspect range, %zu not found)",
-                   c->id, d->dir, fs.total_processed, fs.unreadable, fs.no_caption, fs.too_small, fs.aspect_ratio,
-                   fs.not_found);
+                   c->id, d->dir, fs.total_processed, fs.unreadable, fs.no_caption, fs.too_small,
+                   fs.aspect_ratio, fs.not_found);
   }
   st = make_buckets(d, err);
   if (st) return st;
   if (ds->rank == 0) write_index(ds, d, &fs);
-  CT_INFO("dataset '%s': %zu of %zu images in %d bucket(s) (%.2f s, %d rank(s)); skipped: %zu unreadable, %zu "
-          "without caption, %zu too small, %zu aspect, %zu outside dir, %zu duplicate, %zu not found, %zu beyond "
-          "max_num_samples",
-          c->id, d->nit, fs.total_processed, d->nb, now_s() - t0, ds->world, fs.unreadable, fs.no_caption,
-          fs.too_small, fs.aspect_ratio, fs.outside_dir, fs.duplicate, fs.not_found, fs.max_num_samples);
+  CT_INFO(
+      "dataset '%s': %zu of %zu images in %d bucket(s) (%.2f s, %d rank(s)); skipped: %zu "
+      "unreadable, %zu "
+      "without caption, %zu too small, %zu aspect, %zu outside dir, %zu duplicate, %zu not found, "
+      "%zu beyond "
+      "max_num_samples",
+      c->id, d->nit, fs.total_processed, d->nb, now_s() - t0, ds->world, fs.unreadable,
+      fs.no_caption, fs.too_small, fs.aspect_ratio, fs.outside_dir, fs.duplicate, fs.not_found,
+      fs.max_num_samples);
   S->total_processed += fs.total_processed, S->kept += fs.kept, S->too_small += fs.too_small;
-  S->aspect_ratio += fs.aspect_ratio, S->unreadable += fs.unreadable, S->no_caption += fs.no_caption;
+  S->aspect_ratio += fs.aspect_ratio, S->unreadable += fs.unreadable,
+      S->no_caption += fs.no_caption;
   S->outside_dir += fs.outside_dir, S->duplicate += fs.duplicate, S->not_found += fs.not_found;
   S->metadata_missing += fs.metadata_missing, S->max_num_samples += fs.max_num_samples;
   return CT_OK;
 }
 
-ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_dataset **out, ct_err *err) {
+ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_dataset **out,
+                          ct_err *err) {
   *out = NULL;
   const ct_config *cfg = o->cfg;
   ct_dataset *ds = calloc(1, sizeof *ds);
@@ -954,7 +1039,7 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   ds->B = (size_t)cfg->train_batch_size;
   ds->accum = (size_t)cfg->gradient_accumulation_steps;
   ds->E = ds->B * (size_t)ds->world * ds->accum;
-  ds->comp = !cfg->compress_disk_cache ? CT_CACHE_RAW
+  ds->comp = !cfg->compress_disk_cache                      ? CT_CACHE_RAW
              : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
                                                             : CT_CACHE_GZIP;
   ds->perm_epoch = -1;
@@ -993,7 +1078,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   for (int i = 0; i < ds->nd && !st; i++) st = check_effective_batch(ds, &ds->d[i], err);
   for (int i = 0; i < ds->nd; i++) /* the largest latent, for the encoders' buffers */
     for (int b = 0; b < ds->d[i].nb; b++) {
-      size_t lat = (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+      size_t lat =
+          (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
       if (lat > ds->maxlat) ds->maxlat = lat;
     }
   if (!st) st = build_latent_cache(ds, err);
@@ -1005,7 +1091,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     ds->d[i].boff = ds->nbt;
     ds->nbt += ds->d[i].nb;
     for (int b = 0; b < ds->d[i].nb; b++) {
-      size_t lat = (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+      size_t lat =
+          (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
       if (lat > ds->maxlat) ds->maxlat = lat;
     }
     ds->stats.buckets += (size_t)ds->d[i].nb;
@@ -1030,7 +1117,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     s->caps = calloc(ds->B, sizeof *s->caps);
     s->ids = calloc(ds->B, sizeof *s->ids);
     s->after.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
-    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed)
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
   if (!st && ds->qn == 1) ds->qn = 1; /* synchronous: produce() on the trainer's thread */
 out:
