@@ -29,6 +29,22 @@ const char *ct_test_data(const char *name) {
   return buf;
 }
 
+void *ct_test_slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long l = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = l >= 0 ? malloc((size_t)l + 1) : NULL;
+  if (s && fread(s, 1, (size_t)l, f) != (size_t)l) {
+    free(s);
+    s = NULL;
+  }
+  fclose(f);
+  if (s) s[l] = 0, *n = (size_t)l;
+  return s;
+}
+
 const char *ct_test_tmpdir(void) {
   static char dir[256];
   if (!dir[0]) {

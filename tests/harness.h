@@ -56,6 +56,8 @@ void ct_test_register(const char *suite, const char *name, ct_test_fn fn);
 
 /* Path of a file under tests/data (static buffer). */
 const char *ct_test_data(const char *name);
+/* A whole file, malloc'd and NUL-terminated (n excludes the NUL); NULL if unreadable. */
+void *ct_test_slurp(const char *path, size_t *n);
 /* A fresh temporary directory for this test process (created once). */
 const char *ct_test_tmpdir(void);
 

@@ -20,29 +20,13 @@ static ct_bpe *load_test_bpe(ct_err *err) {
   return ct_bpe_load(pathbuf[0], pathbuf[1], &b, err) == CT_OK ? b : NULL;
 }
 
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long l = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)l + 1);
-  if (s && fread(s, 1, (size_t)l, f) != (size_t)l) {
-    free(s);
-    s = NULL;
-  }
-  fclose(f);
-  if (s) s[l] = 0, *n = (size_t)l;
-  return s;
-}
-
 CT_TEST(bpe, matches_hf_tokenizers_js) {
   ct_err err = {0};
   ct_bpe *b = load_test_bpe(&err);
   REQUIRE(b);
   CHECK(ct_bpe_vocab_size(b) == 2014 && ct_bpe_bos(b) == 2012 && ct_bpe_eos(b) == 2013);
   size_t n;
-  char *text = slurp(ct_test_data("bpe/cases.json"), &n);
+  char *text = ct_test_slurp(ct_test_data("bpe/cases.json"), &n);
   REQUIRE(text);
   ct_json *j = NULL;
   REQUIRE(ct_json_parse(text, n, &j, &err) == CT_OK);

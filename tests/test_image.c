@@ -11,18 +11,6 @@
 #include "ctuner/json.h"
 #include "harness.h"
 
-static uint8_t *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-  *n = b ? fread(b, 1, (size_t)sz, f) : 0;
-  fclose(f);
-  return b;
-}
-
 static const char *img_path(const char *name) {
   static char buf[4096];
   snprintf(buf, sizeof buf, "%s", ct_test_data("images/"));
@@ -56,7 +44,7 @@ static void check_fixture(int *ct_failed_, const char *name, int w, int h, int t
   CHECKF(ct_image_probe(path, &pw, &ph, &err) == CT_OK && pw == w && ph == h, "probe %s: %s", name,
          err.msg);
   size_t n = 0, nd = 0;
-  uint8_t *ref = slurp(refp, &n);
+  uint8_t *ref = ct_test_slurp(refp, &n);
   CHECKF(ref && n == (size_t)w * h * 3, "%s: reference %s missing or wrong size", name, refp);
   if (ref && n == (size_t)w * h * 3) {
     int m = maxdiff(img.px, ref, n, &nd);
@@ -92,7 +80,7 @@ static void expect_error(int *ct_failed_, const char *name, const char *needle) 
   CHECKF(strstr(err.msg, needle) != NULL, "%s: message lacks '%s': %s", name, needle, err.msg);
   /* From memory too (fuzz path). */
   size_t n = 0;
-  uint8_t *b = slurp(img_path(name), &n);
+  uint8_t *b = ct_test_slurp(img_path(name), &n);
   ct_err e2 = {0};
   CHECK(ct_image_decode(b, n, &img, &e2) != CT_OK && e2.msg[0]);
   free(b);
@@ -131,7 +119,7 @@ CT_TEST(image, every_prefix_is_safe) {
                          "offset_transparent.gif", "exif_6.jpg"};
   for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
     size_t n = 0;
-    uint8_t *b = slurp(img_path(names[f]), &n);
+    uint8_t *b = ct_test_slurp(img_path(names[f]), &n);
     REQUIRE(b);
     int fails = 0;
     for (size_t k = 0; k < n; k += (k < 64 ? 1 : 7)) {
@@ -164,7 +152,7 @@ CT_TEST(image, limits) {
   ct_image_free(&img); /* idempotent */
   ct_image_free(NULL);
   size_t n = 0;
-  uint8_t *b = slurp(img_path("rgb.png"), &n);
+  uint8_t *b = ct_test_slurp(img_path("rgb.png"), &n);
   CHECK(ct_image_decode_limit(b, n, 100, &img, &err) == CT_ERR_RANGE);
   CHECK(ct_image_decode_limit(b, n, 23 * 17, &img, &err) == CT_OK);
   ct_image_free(&img);
@@ -173,7 +161,7 @@ CT_TEST(image, limits) {
 
 CT_TEST(image, resize_matches_pillow_lanczos) {
   size_t n = 0;
-  uint8_t *src = slurp(ct_test_data("images/resize_src_40x30.rgb"), &n);
+  uint8_t *src = ct_test_slurp(ct_test_data("images/resize_src_40x30.rgb"), &n);
   REQUIRE(src && n == 40 * 30 * 3);
   ct_image s = {40, 30, src};
   int sizes[][2] = {{17, 13}, {40, 15}, {20, 30}, {97, 61}, {11, 47}, {64, 64}, {3, 2}};
@@ -183,7 +171,7 @@ CT_TEST(image, resize_matches_pillow_lanczos) {
     char name[64];
     snprintf(name, sizeof name, "images/resize_%dx%d.rgb", w, h);
     size_t rn = 0, nd = 0;
-    uint8_t *ref = slurp(ct_test_data(name), &rn);
+    uint8_t *ref = ct_test_slurp(ct_test_data(name), &rn);
     CHECKF(ref && rn == (size_t)w * h * 3, "%s missing", name);
     ct_image d = {0};
     ct_err err = {0};
@@ -268,7 +256,7 @@ CT_TEST(image, save_round_trip) {
 
 static ct_json *load_probe_json(void) {
   size_t n = 0;
-  uint8_t *b = slurp(img_path("probe.json"), &n);
+  uint8_t *b = ct_test_slurp(img_path("probe.json"), &n);
   ct_json *j = NULL;
   ct_err err = {0};
   if (b && ct_json_parse((const char *)b, n, &j, &err) != CT_OK) j = NULL;
@@ -313,7 +301,7 @@ CT_TEST(image, probe_matches_pillow) {
     if (got.format >= 1 && got.format <= 5) formats_seen[got.format] = 1;
     /* The memory variant agrees, and so does the size-only wrapper. */
     size_t n = 0, need = 7;
-    uint8_t *b = slurp(img_path(name), &n);
+    uint8_t *b = ct_test_slurp(img_path(name), &n);
     CHECKF(ct_image_probe_mem(b, n, &gm, &need, &err) == CT_OK && same_info(&gm, &got) && need == 0,
            "probe_mem %s: %s", name, err.msg);
     free(b);
@@ -396,7 +384,7 @@ CT_TEST(image, probe_every_prefix) {
   for (size_t i = 0; i < j->n; i++) {
     const char *name = j->keys[i];
     size_t n = 0;
-    uint8_t *b = slurp(img_path(name), &n);
+    uint8_t *b = ct_test_slurp(img_path(name), &n);
     ct_image_info full, got;
     ct_err err = {0};
     REQUIRE(b && ct_image_probe_mem(b, n, &full, NULL, &err) == CT_OK);
@@ -450,7 +438,7 @@ CT_TEST(image, probe_jpeg_big_app_segments) {
    * lies ~196 KiB in), then 100 kB of zeros. The file probe seeks past the
    * segments. */
   size_t n = 0;
-  uint8_t *b = slurp(img_path("exif_1.jpg"), &n);
+  uint8_t *b = ct_test_slurp(img_path("exif_1.jpg"), &n);
   REQUIRE(b && n > 4);
   size_t seg = 65535, total = 2 + 3 * (seg + 2) + (n - 2) + 100000; /* + zeros after EOI */
   uint8_t *f = calloc(1, total);

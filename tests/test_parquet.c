@@ -14,22 +14,6 @@
 #include "ctuner/parquet.h"
 #include "harness.h"
 
-static uint8_t *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-  if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-    free(b);
-    b = NULL;
-  }
-  fclose(f);
-  *n = (size_t)sz;
-  return b;
-}
-
 /* ---- comparing with the writers' JSON lines ---- */
 
 typedef struct cmp_ctx {
@@ -150,7 +134,7 @@ static int check_fixture(const char *name, const int *cols, int ncols, cmp_ctx *
   snprintf(path + strlen(path), sizeof path - strlen(path), "%s.parquet", name);
   snprintf(jpath, sizeof jpath, "%.*s.json", (int)(strlen(path) - 8), path);
   size_t jn;
-  char *json = (char *)slurp(jpath, &jn);
+  char *json = (char *)ct_test_slurp(jpath, &jn);
   if (!json) {
     fprintf(stderr, "  %s: missing (run scripts/parquet_fixtures.sh)\n", jpath);
     return -1;
@@ -260,7 +244,7 @@ static ct_status count_read(void *ctx, uint64_t off, void *buf, size_t n, ct_err
 
 CT_TEST(parquet, early_stop_mem_and_source) {
   size_t n;
-  uint8_t *data = slurp(ct_test_data("parquet/duckdb_v1_snappy.parquet"), &n);
+  uint8_t *data = ct_test_slurp(ct_test_data("parquet/duckdb_v1_snappy.parquet"), &n);
   REQUIRE(data);
   ct_parquet *pq = NULL;
   ct_err err = {0};
@@ -628,7 +612,7 @@ static ct_status open_scan(const uint8_t *d, size_t n, ct_err *err) {
 
 CT_TEST(parquet, malformed_files) {
   size_t n;
-  uint8_t *d = slurp(ct_test_data("parquet/duckdb_v1_gzip.parquet"), &n);
+  uint8_t *d = ct_test_slurp(ct_test_data("parquet/duckdb_v1_gzip.parquet"), &n);
   REQUIRE(d && n > 100);
   ct_err err = {0};
   CHECK(open_scan(d, n, &err) == CT_OK);
@@ -694,7 +678,7 @@ CT_TEST(parquet, mutation_sweep) {
   int failures = 0, ok = 0;
   for (int f = 0; f < 2; f++) {
     size_t n;
-    uint8_t *d = slurp(ct_test_data(names[f]), &n);
+    uint8_t *d = ct_test_slurp(ct_test_data(names[f]), &n);
     REQUIRE(d);
     uint8_t *m = malloc(n);
     const uint8_t pats[3] = {0x01, 0x80, 0xff};

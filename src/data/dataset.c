@@ -192,10 +192,21 @@ static ct_status make_buckets(dset *d, ct_err *err) {
   return CT_OK;
 }
 
-static void drop_bucket(dset *d, int b) {
-  free(d->b[b].idx);
-  memmove(&d->b[b], &d->b[b + 1], (size_t)(d->nb - b - 1) * sizeof *d->b);
-  d->nb--;
+/* Frees the items with drop[i] set and closes the gaps; returns how many went. */
+static size_t drop_items(dset *d, const unsigned char *drop) {
+  size_t k = 0;
+  for (size_t i = 0; i < d->nit; i++) {
+    if (!drop[i]) {
+      d->it[k++] = d->it[i];
+      continue;
+    }
+    free(d->it[i].rel);
+    for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
+    free(d->it[i].lines);
+  }
+  size_t gone = d->nit - k;
+  d->nit = k;
+  return gone;
 }
 
 /* SimpleTuner's checks of every bucket against the effective batch. */
@@ -220,33 +231,21 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
     return CT_OK;
   }
   if (!cfg->disable_bucket_pruning && nbad < d->nb) {
+    unsigned char *drop = calloc(d->nit + 1, 1);
+    if (!drop) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     for (int b = d->nb - 1; b >= 0; b--)
       if (entries(ds, (int)(d - ds->d), b) < E) {
-        CT_WARN(
-            "dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer "
-            "than the "
-            "effective batch %zu; pruned (its images are not trained on; set "
-            "allow_dataset_oversubscription "
-            "or add images to keep them)",
-            d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats,
-            entries(ds, (int)(d - ds->d), b), E);
+        CT_WARN("dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer than the "
+                "effective batch %zu; pruned (its images are not trained on; set allow_dataset_oversubscription "
+                "or add images to keep them)",
+                d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats,
+                entries(ds, (int)(d - ds->d), b), E);
         ds->stats.buckets_pruned++;
-        for (size_t k = 0; k < d->b[b].n; k++) d->it[d->b[b].idx[k]].bucket = -1;
-        drop_bucket(d, b);
+        for (size_t k = 0; k < d->b[b].n; k++) drop[d->b[b].idx[k]] = 1;
       }
     /* the pruned buckets' images leave the dataset (no cache, no captions) */
-    size_t k = 0;
-    for (size_t i = 0; i < d->nit; i++) {
-      if (d->it[i].bucket < 0) {
-        free(d->it[i].rel);
-        for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
-        free(d->it[i].lines);
-        continue;
-      }
-      d->it[k++] = d->it[i];
-    }
-    ds->stats.kept -= d->nit - k;
-    d->nit = k;
+    ds->stats.kept -= drop_items(d, drop);
+    free(drop);
     return make_buckets(d, err);
   }
   /* The detailed failure. */
@@ -430,11 +429,17 @@ static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it
   return st;
 }
 
-static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
-                           int write, ct_err *err) {
+typedef enum { LAT_CACHED, LAT_ENCODED, LAT_BAD, LAT_WRITE_FAILED } lat_result;
+
+/* An item's latent: its cache entry when that is valid, else encoded from the
+ * image and (unless vae_cache_disable) written to the cache. The one path of
+ * both the cache build and the prefetch thread; err says what went wrong for
+ * LAT_BAD (the image) and LAT_WRITE_FAILED (the cache; lat is still valid). */
+static lat_result latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
+                            ct_err *err) {
+  if (d->c->vae_cache_disable) return encode_item(ds, d, it, lat, err) ? LAT_BAD : LAT_ENCODED;
   const ct_img_geom *g = &it->g;
   ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
-  if (d->c->vae_cache_disable) return encode_item(ds, d, it, lat, err);
   char path[4200], bufs[4][96];
   const char *meta[8];
   latent_path(d, it, path, sizeof path);
@@ -442,16 +447,16 @@ static ct_status latent_of(const ct_dataset *ds, const dset *d, const item *it, 
   float *outs[1] = {lat};
   ct_err re = {0};
   ct_status st = ct_cache_read(path, &t, outs, 1, meta, 4, &re);
-  if (st == CT_OK) return CT_OK;
+  if (st == CT_OK) return LAT_CACHED;
   if (st != CT_ERR_NOT_FOUND)
     CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
-  st = encode_item(ds, d, it, lat, err);
-  if (!st && write) st = ct_cache_write(path, ds->comp, &t, 1, meta, 4, err);
-  return st;
+  if (encode_item(ds, d, it, lat, err)) return LAT_BAD;
+  return ct_cache_write(path, ds->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED : LAT_ENCODED;
 }
 
 /* Every rank encodes its share of every dataset's images into the cache;
- * images that fail are dropped everywhere (counted as unreadable). */
+ * images that fail are dropped everywhere (counted as unreadable). A failed
+ * cache write fails every rank. */
 static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
   ct_status st = CT_OK;
   for (int di = 0; di < ds->nd && !st; di++) {
@@ -460,109 +465,64 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
     if ((st = ct_mkdir_p(d->vae_dir, err))) break;
     const size_t lo = d->nit * (size_t)ds->rank / (size_t)ds->world,
                  hi = d->nit * (size_t)(ds->rank + 1) / (size_t)ds->world;
-    unsigned char *bad = calloc(d->nit + 1, 1);
-    size_t built = 0;
-    int fatal = 0;
+    /* mine[i - lo]: item i failed; mine[hi - lo]: a cache write failed here */
+    char *mine = calloc(hi - lo + 1, 1), *all = NULL;
+    size_t built = 0, *off = NULL;
     ct_err ferr = {0};
-    double t0 = now_s();
-    if (!bad) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    const double t0 = now_s();
+    if (!mine) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
 #pragma omp parallel reduction(+ : built)
     {
       float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
       for (long i = (long)lo; i < (long)hi; i++) {
-        item *it = &d->it[i];
-        const ct_img_geom *g = &it->g;
-        char path[4200], bufs[4][96];
-        const char *meta[8];
-        latent_path(d, it, path, sizeof path);
-        latent_meta(ds, it, bufs, meta);
-        ct_cache_tensor t = {
-            "latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
-        float *outs[1] = {lat};
         ct_err e = {0};
-        if (!lat) {
-          bad[i] = 2;
-          snprintf(ferr.msg, sizeof ferr.msg, "out of memory for a latent");
-          continue;
-        }
-        ct_status rs = ct_cache_read(path, &t, outs, 1, meta, 4, &e);
-        if (rs == CT_OK) continue;
-        if (rs != CT_ERR_NOT_FOUND)
-          CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, e.msg);
-        rs = encode_item(ds, d, it, lat, &e);
-        if (rs) {
+        lat_result r = lat ? latent_of(ds, d, &d->it[i], lat, &e) : LAT_WRITE_FAILED;
+        if (!lat) snprintf(e.msg, sizeof e.msg, "out of memory for a latent");
+        if (r == LAT_BAD) {
           CT_WARN("dataset '%s': %s; skipped", d->c->id, e.msg);
-          bad[i] = 1;
-          continue;
-        }
-        rs = ct_cache_write(path, ds->comp, &t, 1, meta, 4, &e);
-        if (rs) {
+          mine[i - (long)lo] = 1;
+        } else if (r == LAT_WRITE_FAILED) {
 #pragma omp critical(ct_cache_fatal)
           {
-            fatal = 1;
+            mine[hi - lo] = 1;
             ferr = e;
           }
-          continue;
         }
-        built++;
+        built += r == LAT_ENCODED;
       }
       ct_free(lat);
     }
-    /* everyone learns which images failed (and whether a write failed) */
-    unsigned char *allbad = NULL;
-    size_t *off = NULL;
-    bad[d->nit] = (unsigned char)fatal;
-    for (size_t i = lo; i < hi; i++)
-      if (bad[i] == 2) fatal = 1;
-    bad[d->nit] = (unsigned char)fatal;
-    char *mine = malloc(hi - lo + 1);
-    if (!mine) {
-      free(bad);
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-    }
-    memcpy(mine, bad + lo, hi - lo);
-    mine[hi - lo] = (char)fatal;
-    st = ct_data_allgatherv(ds->o.comm, mine, hi - lo + 1, (char **)&allbad, &off, err);
-    free(mine);
-    size_t dropped = 0;
+    /* everyone learns which images failed and whether a write failed */
+    st = ct_data_allgatherv(ds->o.comm, mine, hi - lo + 1, &all, &off, err);
+    unsigned char *drop = st ? NULL : calloc(d->nit + 1, 1);
     int anyfatal = 0;
+    if (!st && !drop) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     for (int r = 0; !st && r < ds->world; r++) {
       size_t rlo = d->nit * (size_t)r / (size_t)ds->world,
              rhi = d->nit * (size_t)(r + 1) / (size_t)ds->world;
-      for (size_t i = rlo; i < rhi; i++) bad[i] = allbad[off[r] + (i - rlo)];
-      anyfatal |= allbad[off[r] + (rhi - rlo)];
+      memcpy(drop + rlo, all + off[r], rhi - rlo);
+      anyfatal |= all[off[r] + (rhi - rlo)];
     }
-    free(allbad);
-    free(off);
     if (!st && anyfatal)
-      st = fatal
-               ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s",
-                         d->c->id, ferr.msg)
-               : ct_errf(err, CT_ERR_IO,
-                         "another rank failed writing the latent cache of dataset '%s'", d->c->id);
+      st = mine[hi - lo] ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s",
+                                   d->c->id, ferr.msg)
+                         : ct_errf(err, CT_ERR_IO,
+                                   "another rank failed writing the latent cache of dataset '%s'", d->c->id);
+    size_t dropped = 0;
     if (!st) {
-      size_t k = 0;
-      for (size_t i = 0; i < d->nit; i++) {
-        if (bad[i]) {
-          free(d->it[i].rel);
-          for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
-          free(d->it[i].lines);
-          dropped++;
-          continue;
-        }
-        d->it[k++] = d->it[i];
-      }
-      d->nit = k;
+      dropped = drop_items(d, drop);
       ds->stats.unreadable += dropped;
       ds->stats.kept -= dropped;
       if (dropped) st = make_buckets(d, err);
     }
-    free(bad);
-    CT_INFO(
-        "dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable "
-        "image(s) dropped",
-        d->c->id, d->vae_dir, built, now_s() - t0, dropped);
+    free(mine);
+    free(all);
+    free(off);
+    free(drop);
+    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable "
+            "image(s) dropped",
+            d->c->id, d->vae_dir, built, now_s() - t0, dropped);
   }
   return st;
 }
@@ -681,7 +641,12 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) <
         ds->cfg->caption_dropout_probability)
       s->caps[i] = "";
-    st = latent_of(ds, d, it, s->x0 + i * lat, 1, err);
+    ct_err e = {0};
+    lat_result lr = latent_of(ds, d, it, s->x0 + i * lat, &e);
+    if (lr == LAT_WRITE_FAILED) /* the latent is fine; only the cache is not */
+      CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
+    if (lr == LAT_BAD)
+      st = ct_errf(err, CT_ERR_IO, "dataset '%s': %s (readable when the cache was built)", d->c->id, e.msg);
   }
   if (++ds->pm == (int)ds->accum) ds->pm = 0;
   pos_copy(&s->after, &ds->ppos, ds->nbt);
@@ -980,18 +945,14 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
     memcpy(sorted, key, d->nit * sizeof *sorted);
     qsort(sorted, d->nit, sizeof *sorted, cmp_u64);
     uint64_t cut = sorted[keep - 1];
-    size_t k = 0;
+    unsigned char *drop = (unsigned char *)sorted; /* reused: nit bytes fit in nit words */
+    size_t kept = 0;
     for (size_t i = 0; i < d->nit; i++) {
-      if (key[i] <= cut && k < keep) {
-        d->it[k++] = d->it[i];
-      } else {
-        free(d->it[i].rel);
-        for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
-        free(d->it[i].lines);
-      }
+      int keep_i = key[i] <= cut && kept < keep;
+      kept += (size_t)keep_i;
+      drop[i] = (unsigned char)!keep_i;
     }
-    fs.max_num_samples = d->nit - k;
-    d->nit = k;
+    fs.max_num_samples = drop_items(d, drop);
     free(key);
     free(sorted);
   }
@@ -1120,7 +1081,6 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     if (!s->x0 || !s->caps || !s->ids || !s->after.consumed)
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
-  if (!st && ds->qn == 1) ds->qn = 1; /* synchronous: produce() on the trainer's thread */
 out:
   if (st) {
     ct_dataset_free(ds);

@@ -517,13 +517,6 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *co
     memcpy(it->caption, p, cl);
     it->caption[cl] = 0;
     p += cl;
-    if (it->why == CT_DISC_OK) {
-      char **lines = NULL;
-      int nl = split_lines(it->caption, &lines);
-      for (int k = 0; k < nl; k++) free(lines[k]);
-      free(lines);
-      if (nl == 0 && c->caption_strategy != CT_CAP_INSTANCEPROMPT) it->why = CT_DISC_NO_CAPTION;
-    }
   }
 out:
   for (size_t i = 0; i < files.n; i++) free(files.s[i]);

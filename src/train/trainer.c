@@ -342,9 +342,7 @@ typedef struct trainer {
   long total;
   FILE *metrics;
   /* batch buffers */
-  float *x0, *eps, *xt, *v, *dv, *t, *txt, *y;
-  int32_t *ids;
-  const char **caps;
+  float *eps, *xt, *v, *dv, *t, *txt, *y;
 } trainer;
 
 static ct_status write_sidecar(const char *png, const char *prompt, ct_err *err) {
@@ -495,13 +493,11 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   ct_status st = ct_dataset_next(tr->ds, &bt, err);
   if (st) return st;
   const size_t lat = (size_t)bt->C * (size_t)bt->h * (size_t)bt->w;
-  const size_t GB = (size_t)B * (size_t)tr->world;
   tr->data_wait += bt->wait_s;
-  memcpy(tr->x0, bt->x0, (size_t)B * lat * sizeof(float));
+  const float *x0s = bt->x0; /* (B, C, h, w), valid until the next batch */
   const uint64_t seed = (uint64_t)cfg->seed;
   for (int b = 0; b < B; b++) {
     const uint64_t id = bt->ids[b];
-    tr->caps[b] = bt->caps[b];
     float t;
     if (!strcmp(cfg->timestep_sampling, "uniform")) {
       t = ct_rng_uniform(seed, CT_STREAM_TIMESTEP, id);
@@ -512,11 +508,11 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
     tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
     ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
   }
-  st = ct_encode_prompts(tr->te, T, tr->caps, B, tr->txt, tr->y, err);
+  st = ct_encode_prompts(tr->te, T, bt->caps, B, tr->txt, tr->y, err);
   if (st) return st;
   for (int b = 0; b < B; b++) {
     const float t = tr->t[b];
-    const float *x0 = tr->x0 + b * lat, *e = tr->eps + b * lat;
+    const float *x0 = x0s + b * lat, *e = tr->eps + b * lat;
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
@@ -527,14 +523,13 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
   double l = 0;
   for (size_t i = 0; i < tot; i++) {
-    float diff = tr->v[i] - (tr->eps[i] - tr->x0[i]);
+    float diff = tr->v[i] - (tr->eps[i] - x0s[i]);
     l += (double)diff * diff;
     tr->dv[i] = scale * diff;
   }
   if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
   *loss = l / (double)tot;
-  (void)GB;
   s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
   s->epoch = ct_dataset_epoch(tr->ds);
   s->epoch_pos = 0;
@@ -778,7 +773,6 @@ static void trainer_free(trainer *tr) {
   ct_free(tr->ema);
   vprompts_free(&tr->vp);
   if (tr->metrics) fclose(tr->metrics);
-  ct_free(tr->x0);
   ct_free(tr->eps);
   ct_free(tr->xt);
   ct_free(tr->v);
@@ -786,8 +780,6 @@ static void trainer_free(trainer *tr) {
   ct_free(tr->t);
   ct_free(tr->txt);
   ct_free(tr->y);
-  free(tr->ids);
-  free(tr->caps);
 }
 
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
@@ -1056,7 +1048,6 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   const int T = tr.g.T;
   const size_t lat = ct_dataset_max_latent(tr.ds);
   const int d = tr.g.mc.context_in_dim;
-  tr.x0 = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr.eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr.xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr.v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
@@ -1064,8 +1055,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   tr.t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
   tr.txt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * T * d * sizeof(float));
   tr.y = ct_alloc(CT_MEM_BUFFERS, (size_t)B * d * sizeof(float));
-  tr.caps = malloc(B * sizeof *tr.caps);
-  if (!tr.x0 || !tr.eps || !tr.xt || !tr.v || !tr.dv || !tr.t || !tr.txt || !tr.y || !tr.caps) {
+  if (!tr.eps || !tr.xt || !tr.v || !tr.dv || !tr.t || !tr.txt || !tr.y) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
     goto out;
   }
