@@ -447,3 +447,93 @@ CT_TEST(data, bad_images_counted) {
   CHECK(stat(p, &sb) == 0);
   ct_config_free(&cfg);
 }
+
+/* A stand-in text encoder: values are a function of the caption, and calls are counted. */
+typedef struct stub_enc {
+  int calls, captions;
+} stub_enc;
+
+static float stub_val(const char *cap, int k) {
+  unsigned h = 2166136261u;
+  for (const char *p = cap; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+  return (float)((h + (unsigned)k * 2654435761u) % 1000u) / 1000.0f;
+}
+
+static ct_status stub_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err) {
+  stub_enc *s = ctx;
+  (void)err;
+  s->calls++;
+  s->captions += n;
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 4 * 3; k++) seq[i * 12 + k] = stub_val(caps[i], k);
+    for (int k = 0; k < 5; k++) pooled[i * 5 + k] = stub_val(caps[i], 100 + k);
+  }
+  return CT_OK;
+}
+
+CT_TEST(data, text_cache) {
+  static const int sizes[2][2] = {{16, 16}, {24, 16}};
+  char dir[1024], body[4096];
+  snprintf(dir, sizeof dir, "%s/text", ct_test_tmpdir());
+  write_images(dir, sizes, 2, 6);
+  char tdir[1024];
+  snprintf(tdir, sizeof tdir, "%s/textcache", ct_test_tmpdir());
+  snprintf(body, sizeof body,
+           "[{\"id\": \"i\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": \"textfile\", "
+           "\"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", "
+           "\"cache_dir\": \"%s\", \"write_batch_size\": 5}]",
+           dir, tdir);
+  const char *be = write_backend("text.json", body);
+  ct_config cfg;
+  cfg_for(&cfg, 2, 1);
+  cfg.caption_dropout_probability = 0.3;
+  cfg.compress_disk_cache = 1;
+  free(cfg.disk_cache_compression);
+  cfg.disk_cache_compression = strdup("zstd");
+  stub_enc se = {0, 0};
+  ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 2};
+  ct_err err = {0};
+  ct_dataset *ds = NULL;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  CHECK(se.captions == 13); /* 12 captions + the empty one, in batches of 5 */
+  CHECK(se.calls == 3);
+  int empty = 0;
+  for (int step = 0; step < 12; step++) {
+    ct_batch *b = NULL;
+    REQUIRE(ct_dataset_next(ds, &b, &err) == CT_OK);
+    REQUIRE(b->txt && b->pooled);
+    for (int i = 0; i < b->B; i++) {
+      empty += !b->caps[i][0];
+      for (int k = 0; k < 12; k++) CHECK(b->txt[i * 12 + k] == stub_val(b->caps[i], k));
+      for (int k = 0; k < 5; k++) CHECK(b->pooled[i * 5 + k] == stub_val(b->caps[i], 100 + k));
+    }
+  }
+  CHECK(empty > 0); /* dropout reads the empty caption's entry */
+  CHECK(se.captions == 13);
+  ct_dataset_free(ds);
+  /* a second run encodes nothing; a corrupt entry is rebuilt with the right values */
+  char p[1200];
+  snprintf(p, sizeof p, "%s/img0000.txt", dir);
+  char md5[33];
+  ct_md5_hex("c0", 2, md5);
+  snprintf(p, sizeof p, "%s/%s-stub1.st", tdir, md5);
+  REQUIRE(ct_write_file_atomic(p, "\x28\xb5\x2f\xfd garbage", 12, &err) == CT_OK);
+  se.calls = se.captions = 0;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  CHECK(se.captions == 1);
+  for (int step = 0; step < 12; step++) {
+    ct_batch *b = NULL;
+    REQUIRE(ct_dataset_next(ds, &b, &err) == CT_OK);
+    for (int i = 0; i < b->B; i++)
+      for (int k = 0; k < 12; k++) CHECK(b->txt[i * 12 + k] == stub_val(b->caps[i], k));
+  }
+  ct_dataset_free(ds);
+  /* another encoder (tag) never reads these entries */
+  snprintf(te.tag, sizeof te.tag, "stub2");
+  se.calls = se.captions = 0;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  CHECK(se.captions == 13);
+  ct_dataset_free(ds);
+  ct_config_free(&cfg);
+}

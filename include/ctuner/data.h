@@ -129,12 +129,13 @@ double ct_round_half_even(double x);
 struct ct_comm;
 struct ct_config;
 
-/* Frozen text encoder for the text-embedding cache: seq (T, d) and pooled (d)
- * of one caption. */
+/* Frozen text encoder for the text-embedding cache: seq (n, T, d) and pooled
+ * (n, dp) of n captions. Called on the thread that calls ct_dataset_open and
+ * ct_dataset_next only (never on the prefetch thread). */
 typedef struct ct_text_encoder_fn {
   void *ctx;
-  int T, d;
-  char tag[32]; /* names the encoder in cache file names (weights + config digest) */
+  int T, d, dp;
+  char tag[32]; /* names the encoder in cache file names: a digest of its output on probe captions */
   ct_status (*encode)(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err);
 } ct_text_encoder_fn;
 
@@ -162,7 +163,7 @@ typedef struct ct_batch {
   int B, C, h, w;       /* latents (B, C, h, w) */
   float *x0;            /* (B, C, h, w) */
   const char **caps;    /* B captions after the pick and dropout */
-  float *txt, *pooled;  /* (B, T, d), (B, d) when a text encoder was given */
+  float *txt, *pooled;  /* (B, T, d), (B, dp) from the text cache when a text encoder was given, else NULL */
   uint64_t *ids;        /* global sample ids (noise and timestep streams) */
   double wait_s;        /* seconds the trainer waited for this batch */
   int epoch_end;        /* 1: this micro-batch started a new epoch */

@@ -46,6 +46,10 @@ typedef struct ct_train_summary {
  * train_batch_size; gradients are averaged over the ranks (docs/distributed.md),
  * so N ranks train the same model as 1 rank with N times the batch. Rank 0
  * alone writes metrics, validation images and checkpoints, and alone calls cb. */
+/* Builds the data caches of cfg (discovery, latents, text embeddings; every
+ * rank of comm together) without training; stats as the loader counted them. */
+struct ct_data_stats;
+ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats *stats, ct_err *err);
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err);
 

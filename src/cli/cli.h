@@ -13,6 +13,7 @@ int ct_cmd_checkpoint(int argc, char **argv);
  * into dir; prints the error and returns -1 if there is none. */
 int ct_cli_checkpoint_dir(const char *cmd, const char *arg, char *dir, size_t n);
 int ct_cmd_train(int argc, char **argv);
+int ct_cmd_cache(int argc, char **argv); /* cmd_train.c */
 int ct_cmd_sample(int argc, char **argv);
 int ct_cmd_dataset(int argc, char **argv);
 int ct_cmd_eval(int argc, char **argv);

@@ -1,5 +1,5 @@
-/* `ctuner train` and `ctuner sample`: thin wrappers over ct_train_run and
- * ct_sample_images; progress drawing lives here, not in the library. */
+/* `ctuner train`, `ctuner cache` and `ctuner sample`: thin wrappers over
+ * ct_train_run, ct_cache_run and ct_sample_images; progress drawing lives here, not in the library. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,9 +9,24 @@
 
 #include "cli/cli.h"
 #include "ctuner/config.h"
+#include "ctuner/data.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
 #include "ctuner/train.h"
+
+static void cache_usage(FILE *f) {
+  fprintf(f,
+          "usage: ctuner cache [--config config.json] [--KEY=VALUE ...]\n"
+          "\n"
+          "Builds the data caches of a training configuration and stops: discovery\n"
+          "(image headers, spread over every rank), the bucket index files, the latent\n"
+          "cache (cache_dir_vae) and the text-embedding cache, each rank encoding its\n"
+          "share. Run it under mpirun (or 'ctuner launch') to use several processes or\n"
+          "machines. Entries already valid are kept, so an interrupted run continues\n"
+          "where it stopped. 'ctuner train' does the same at start. Prints one JSON\n"
+          "line: images, processed, buckets, samples and the skipped counts\n"
+          "(docs/data.md).\n");
+}
 
 static void train_usage(FILE *f) {
   fprintf(f,
@@ -91,7 +106,9 @@ static void print_keys(void) {
     printf("  %-32s %s (default: %s)\n", keys[i], ct_config_help(keys[i]), defs[i] ? defs[i] : "unset");
 }
 
-int ct_cmd_train(int argc, char **argv) {
+/* `ctuner train` and `ctuner cache` share options, launch and failure handling. */
+static int train_or_cache(int argc, char **argv, int cache) {
+  const char *who = cache ? "ctuner cache" : "ctuner train";
   ct_config cfg;
   ct_config_defaults(&cfg);
   ct_err err = {0};
@@ -101,7 +118,10 @@ int ct_cmd_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *v;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      train_usage(stdout);
+      if (cache)
+        cache_usage(stdout);
+      else
+        train_usage(stdout);
       rc = 0;
       goto out;
     }
@@ -113,7 +133,7 @@ int ct_cmd_train(int argc, char **argv) {
     int r = ct_cli_opt(argc, argv, &i, "config", &v);
     if (r < 0) goto out;
     if (r && ct_config_load_file(&cfg, v, &err)) {
-      fprintf(stderr, "ctuner train: %s\n", err.msg);
+      fprintf(stderr, "%s: %s\n", who, err.msg);
       goto out;
     }
   }
@@ -121,7 +141,7 @@ int ct_cmd_train(int argc, char **argv) {
     const char *a = argv[i], *v;
     if (ct_cli_opt(argc, argv, &i, "config", &v)) continue;
     if (strncmp(a, "--", 2)) {
-      fprintf(stderr, "ctuner train: unexpected argument '%s' (options are --KEY=VALUE)\n", a);
+      fprintf(stderr, "%s: unexpected argument '%s' (options are --KEY=VALUE)\n", who, a);
       goto out;
     }
     char key[256];
@@ -132,30 +152,30 @@ int ct_cmd_train(int argc, char **argv) {
     } else {
       snprintf(key, sizeof key, "%s", a);
       if (i + 1 >= argc) {
-        fprintf(stderr, "ctuner train: option %s needs a value\n", a);
+        fprintf(stderr, "%s: option %s needs a value\n", who, a);
         goto out;
       }
       v = argv[++i];
     }
     if (ct_config_set(&cfg, key, v, &err)) {
-      fprintf(stderr, "ctuner train: %s\n", err.msg);
+      fprintf(stderr, "%s: %s\n", who, err.msg);
       goto out;
     }
   }
   if (ct_config_validate(&cfg, &err)) {
-    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
   progress p = {isatty(1) && !cfg.disable_progress_bar, 1, 0, 0};
   long planned = cfg.max_train_steps;
   p.every = planned >= 50 ? (int)(planned / 50) : 1;
   if (ct_comm_init(0, &comm, &err)) {
-    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
   const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
   if (ct_deepspeed_apply(&cfg, world, &err) || ct_config_validate(&cfg, &err)) {
-    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    fprintf(stderr, "%s: %s\n", who, err.msg);
     fflush(stderr);
     ct_comm_abort(comm, 2); /* one rank's bad file must not leave the others waiting */
     goto out;
@@ -163,20 +183,31 @@ int ct_cmd_train(int argc, char **argv) {
   if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   ct_train_summary sum;
-  ct_status st = ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
+  ct_data_stats ds;
+  ct_status st = cache ? ct_cache_run(&cfg, comm, &ds, &err) : ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
   if (st) {
     if (world > 1) {
-      fprintf(stderr, "ctuner train: rank %d of %d: %s\n", rank, world, err.msg);
+      fprintf(stderr, "%s: rank %d of %d: %s\n", who, rank, world, err.msg);
       fflush(stderr);
       ct_comm_abort(comm, 1); /* the other ranks must not wait for this one */
     }
-    fprintf(stderr, "ctuner train: %s\n", err.msg);
+    fprintf(stderr, "%s: %s\n", who, err.msg);
     rc = 1;
     goto out;
   }
   rc = 0;
   if (rank > 0) goto out;
+  if (cache) {
+    printf("{\"images\": %zu, \"processed\": %zu, \"buckets\": %zu, \"buckets_pruned\": %zu, \"samples\": %zu, "
+           "\"skipped\": {\"unreadable\": %zu, \"no_caption\": %zu, \"too_small\": %zu, \"aspect_ratio\": %zu, "
+           "\"outside_dir\": %zu, \"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, "
+           "\"max_num_samples\": %zu}}\n",
+           ds.kept, ds.total_processed, ds.buckets, ds.buckets_pruned, ds.samples, ds.unreadable, ds.no_caption,
+           ds.too_small, ds.aspect_ratio, ds.outside_dir, ds.duplicate, ds.not_found, ds.metadata_missing,
+           ds.max_num_samples);
+    goto out;
+  }
   printf("{\"steps\": %ld, \"from_step\": %ld, \"last_loss\": %.6g, \"seconds\": %.1f, \"images\": %zu, "
          "\"images_skipped\": %zu, \"nonfinite_steps_skipped\": %ld, \"checkpoint\": \"%s\"}\n",
          sum.end_step, sum.start_step, sum.last_loss, sum.seconds, sum.images, sum.images_skipped,
@@ -186,6 +217,9 @@ out:
   ct_config_free(&cfg);
   return rc;
 }
+
+int ct_cmd_train(int argc, char **argv) { return train_or_cache(argc, argv, 0); }
+int ct_cmd_cache(int argc, char **argv) { return train_or_cache(argc, argv, 1); }
 
 static void sample_usage(FILE *f) {
   fprintf(f,

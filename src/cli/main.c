@@ -20,6 +20,7 @@ static void usage(FILE *f) {
           "  bench memory     bytes per rank by category beside the ZeRO formula\n"
           "  train            train the MMDiT (flow matching) from a SimpleTuner-style config\n"
           "                   (mpirun -np N ctuner train ...: data parallel / ZeRO over N ranks)\n"
+          "  cache            discover the data and build its latent and text caches (docs/data.md)\n"
           "  launch           run train under mpirun as an Accelerate config describes\n"
           "  sample           generate images from a checkpoint\n"
           "  checkpoint export  one Flux-layout safetensors file (f32 or bf16) from a checkpoint\n"
@@ -111,6 +112,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "model")) return ct_cmd_model(argc - i, argv + i);
   if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
   if (!strcmp(cmd, "train")) return ct_cmd_train(argc - i, argv + i);
+  if (!strcmp(cmd, "cache")) return ct_cmd_cache(argc - i, argv + i);
   if (!strcmp(cmd, "sample")) return ct_cmd_sample(argc - i, argv + i);
   if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
   if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);

@@ -8,10 +8,9 @@
  * unpacked size, validate the safetensors header, and compare the metadata;
  * anything wrong is CT_ERR_FORMAT so that the caller rebuilds the entry.
  * Writes are atomic (ctuner/fs.h): a crash leaves the old entry or none.
- * Names: SHA-256 / MD5 hex digests through libcrypto's EVP interface.
+ * Names: SHA-256 / MD5 hex digests (ctuner/hash.h).
  */
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,23 +21,6 @@
 #include "ctuner/fs.h"
 #include "ctuner/safetensors.h"
 #include "data/data_int.h"
-
-uint64_t ct_hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static void digest_hex(const EVP_MD *md, const void *data, size_t n, char *out) {
-  unsigned char d[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data, n, d, &len, md, NULL);
-  for (unsigned i = 0; i < len; i++) sprintf(out + 2 * i, "%02x", d[i]);
-  out[2 * len] = '\0';
-}
-
-void ct_sha256_hex(const void *data, size_t n, char out[65]) { digest_hex(EVP_sha256(), data, n, out); }
-void ct_md5_hex(const void *data, size_t n, char out[33]) { digest_hex(EVP_md5(), data, n, out); }
 
 ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, size_t *on, ct_err *err) {
   *out = NULL;

@@ -6,22 +6,18 @@
 #include <stdint.h>
 
 #include "ctuner/data.h"
+#include "ctuner/hash.h"
 
 struct ct_comm;
 
 /* bucket.c: re-fit an image to a given target (a bucket's shared size). */
 void ct_bucket_refit(const ct_bucket_opts *o, int target_w, int target_h, uint64_t key_hash, ct_img_geom *g);
 
-/* FNV-1a 64 of a string (stable across runs and machines). */
-uint64_t ct_hash_str(const char *s);
 
 /* ---- cache.c: cache files ---- */
 
 typedef enum { CT_CACHE_RAW = 0, CT_CACHE_GZIP, CT_CACHE_ZSTD } ct_cache_comp;
 
-/* Hex digests (64 and 32 characters + NUL) through libcrypto. */
-void ct_sha256_hex(const void *data, size_t n, char out[65]);
-void ct_md5_hex(const void *data, size_t n, char out[33]);
 
 /* Compress (gzip or zstd) or pass through; *out malloc'd. */
 ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, size_t *on, ct_err *err);

@@ -75,6 +75,8 @@ typedef struct dset {
   long repeats;
   int boff; /* first flat bucket index */
   char vae_dir[4096];
+  char text_dir[4096]; /* the text_embeds dataset's cache_dir, or {output_dir}/cache/text */
+  long text_batch;     /* captions encoded at a time (write_batch_size) */
 } dset;
 
 typedef struct position {
@@ -88,6 +90,11 @@ typedef struct slot {
   float *x0;
   const char **caps;
   uint64_t *ids;
+  float *txt, *pooled;  /* text cache: (B, T, d), (B, dp) */
+  unsigned char *miss;  /* text cache entries the trainer's thread must encode */
+  const char **rels;    /* the samples' files (the CTUNER_DATA_TRACE test hook) */
+  const char *key;      /* the bucket */
+  const dset *from;     /* the dataset of this batch */
   position after;
   int ready;
   ct_status st;
@@ -527,6 +534,100 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
   return st;
 }
 
+/* ------------------------------------------------------------- text cache */
+
+static void text_path(const ct_dataset *ds, const dset *d, const char *cap, char *out, size_t n,
+                      char md5[33]) {
+  ct_md5_hex(cap, strlen(cap), md5);
+  snprintf(out, n, "%s/%s-%s.st", d->text_dir, md5, ds->o.text->tag);
+}
+
+/* Read (write = 0) or write the entry of one caption. */
+static ct_status text_entry(const ct_dataset *ds, const dset *d, const char *cap, float *seq, float *pooled,
+                            int write, ct_err *err) {
+  const ct_text_encoder_fn *te = ds->o.text;
+  char path[4200], md5[33];
+  text_path(ds, d, cap, path, sizeof path, md5);
+  const char *meta[4] = {"encoder", te->tag, "caption_md5", md5};
+  ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq}, {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
+  if (write) return ct_cache_write(path, ds->comp, t, 2, meta, 2, err);
+  float *outs[2] = {seq, pooled};
+  return ct_cache_read(path, t, outs, 2, meta, 2, err);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every caption line of every dataset (and "", caption dropout's) gets an
+ * entry: each rank encodes the missing ones of its share, write_batch_size at
+ * a time. A failed write fails every rank. */
+static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
+  const ct_text_encoder_fn *te = ds->o.text;
+  ct_status st = CT_OK;
+  if (!te) return CT_OK;
+  const size_t Td = (size_t)te->T * (size_t)te->d;
+  for (int di = 0; di < ds->nd && !st; di++) {
+    dset *d = &ds->d[di];
+    if ((st = ct_mkdir_p(d->text_dir, err))) break;
+    size_t n = 1;
+    for (size_t i = 0; i < d->nit; i++) n += (size_t)d->it[i].nlines;
+    const char **caps = malloc(n * sizeof *caps), **todo = malloc(n * sizeof *todo);
+    const size_t nb = (size_t)d->text_batch;
+    float *seq = ct_alloc(CT_MEM_BUFFERS, nb * Td * sizeof(float)),
+          *pooled = ct_alloc(CT_MEM_BUFFERS, nb * (size_t)te->dp * sizeof(float));
+    if (!caps || !todo || !seq || !pooled) st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
+    size_t u = 0, ntodo = 0, built = 0;
+    const double t0 = now_s();
+    if (!st) {
+      caps[0] = "";
+      size_t k = 1;
+      for (size_t i = 0; i < d->nit; i++)
+        for (int l = 0; l < d->it[i].nlines; l++) caps[k++] = d->it[i].lines[l];
+      qsort(caps, n, sizeof *caps, cmp_cstr);
+      for (size_t i = 0; i < n; i++)
+        if (!u || strcmp(caps[u - 1], caps[i])) caps[u++] = caps[i];
+      const size_t lo = u * (size_t)ds->rank / (size_t)ds->world, hi = u * (size_t)(ds->rank + 1) / (size_t)ds->world;
+      for (size_t i = lo; i < hi; i++) {
+        ct_err e = {0};
+        ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
+        if (rs == CT_OK) continue;
+        if (rs != CT_ERR_NOT_FOUND) CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
+        todo[ntodo++] = caps[i];
+      }
+    }
+    char failed = 0;
+    for (size_t i = 0; !st && !failed && i < ntodo; i += nb) {
+      const int m = (int)(ntodo - i < nb ? ntodo - i : nb);
+      st = te->encode(te->ctx, todo + i, m, seq, pooled, err);
+      for (int j = 0; !st && !failed && j < m; j++) {
+        ct_err e = {0};
+        if (text_entry(ds, d, todo[i + (size_t)j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1, &e)) {
+          failed = 1;
+          CT_ERROR("dataset '%s': writing the text cache failed: %s", d->c->id, e.msg);
+        }
+        built++;
+      }
+    }
+    char *all = NULL;
+    size_t *off = NULL;
+    failed |= st != CT_OK;
+    ct_status gs = ct_data_allgatherv(ds->o.comm, &failed, 1, &all, &off, err);
+    if (!st) st = gs;
+    for (int r = 0; !st && r < ds->world; r++)
+      if (all[r]) st = ct_errf(err, CT_ERR_IO, "rank %d failed building the text cache of dataset '%s' in %s", r,
+                               d->c->id, d->text_dir);
+    free(all);
+    free(off);
+    free(caps);
+    free(todo);
+    ct_free(seq);
+    ct_free(pooled);
+    if (!st)
+      CT_INFO("dataset '%s': text cache in %s: %zu distinct caption(s), %zu encoded by this rank in %.1f s",
+              d->c->id, d->text_dir, u, built, now_s() - t0);
+  }
+  return st;
+}
+
 /* ---------------------------------------------------------------- sampler */
 
 static void make_perms(ct_dataset *ds, long epoch) {
@@ -635,6 +736,7 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     const item *it = &d->it[bk->idx[perm[ds->pbase + off]]];
     const uint64_t id = ds->pseen + off;
     s->ids[i] = id;
+    s->rels[i] = it->rel;
     uint32_t rr[4];
     ct_philox4x32((uint64_t)ds->cfg->seed, CT_STREAM_CAPTION, id, rr);
     s->caps[i] = it->lines[rr[0] % (uint32_t)it->nlines];
@@ -647,7 +749,16 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
       CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
     if (lr == LAT_BAD)
       st = ct_errf(err, CT_ERR_IO, "dataset '%s': %s (readable when the cache was built)", d->c->id, e.msg);
+    if (ds->o.text) { /* a missing or bad entry is encoded on the trainer's thread (ct_dataset_next) */
+      const ct_text_encoder_fn *te = ds->o.text;
+      s->miss[i] = text_entry(ds, d, s->caps[i], s->txt + i * (size_t)te->T * (size_t)te->d,
+                              s->pooled + i * (size_t)te->dp, 0, &e) != CT_OK;
+    }
   }
+  s->from = d;
+  s->key = bk->key;
+  s->b.txt = ds->o.text ? s->txt : NULL;
+  s->b.pooled = ds->o.text ? s->pooled : NULL;
   if (++ds->pm == (int)ds->accum) ds->pm = 0;
   pos_copy(&s->after, &ds->ppos, ds->nbt);
   return st;
@@ -672,6 +783,19 @@ static void *producer(void *arg) {
   }
   pthread_mutex_unlock(&ds->mu);
   return NULL;
+}
+
+/* Test hook: CTUNER_DATA_TRACE=FILE appends one line per sample the trainer
+ * takes: global id, rank, epoch, dataset, bucket, file (docs/training.md, "Test hooks"). */
+static void trace(const ct_dataset *ds, const slot *s) {
+  const char *path = getenv("CTUNER_DATA_TRACE");
+  if (!path || !*path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  for (int i = 0; i < s->b.B; i++)
+    fprintf(f, "%llu %d %ld %s %s %s\n", (unsigned long long)s->ids[i], ds->rank, s->after.epoch, s->from->c->id,
+            s->key, s->rels[i]);
+  fclose(f);
 }
 
 ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
@@ -709,7 +833,19 @@ ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
       return s->st;
     }
   }
+  for (int i = 0; ds->o.text && i < s->b.B; i++) {
+    if (!s->miss[i]) continue;
+    const ct_text_encoder_fn *te = ds->o.text;
+    float *seq = s->txt + (size_t)i * (size_t)te->T * (size_t)te->d, *pooled = s->pooled + (size_t)i * (size_t)te->dp;
+    ct_status st = te->encode(te->ctx, &s->caps[i], 1, seq, pooled, err);
+    if (st) return st;
+    ct_err e = {0};
+    if (text_entry(ds, s->from, s->caps[i], seq, pooled, 1, &e))
+      CT_WARN("text cache: %s (training continues without this entry)", e.msg);
+    s->miss[i] = 0;
+  }
   pos_copy(&ds->pos, &s->after, ds->nbt);
+  trace(ds, s);
   s->b.wait_s = now_s() - t0;
   ds->wait_s += s->b.wait_s;
   *out = &s->b;
@@ -1032,6 +1168,16 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
       snprintf(d->vae_dir, sizeof d->vae_dir, "%s", c->cache_dir_vae);
     else
       snprintf(d->vae_dir, sizeof d->vae_dir, "%s/cache/vae/%s", cfg->output_dir, c->id);
+    const ct_ds_config *tc = c->text_embeds ? ct_backend_find(ds->be, c->text_embeds) : NULL;
+    for (int k = 0; !c->text_embeds && k < ds->be->n; k++) { /* the default (or only) text_embeds dataset */
+      const ct_ds_config *x = &ds->be->ds[k];
+      if (!x->disabled && x->kind == CT_DS_TEXT_EMBEDS && (x->is_default || !tc)) tc = x;
+    }
+    if (tc)
+      snprintf(d->text_dir, sizeof d->text_dir, "%s", tc->cache_dir);
+    else
+      snprintf(d->text_dir, sizeof d->text_dir, "%s/cache/text", cfg->output_dir);
+    d->text_batch = tc ? tc->write_batch_size : 128;
     if (!d->dir) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     if (!st) st = load_dataset(ds, d, err);
   }
@@ -1044,6 +1190,7 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
       if (lat > ds->maxlat) ds->maxlat = lat;
     }
   if (!st) st = build_latent_cache(ds, err);
+  if (!st) st = build_text_cache(ds, err);
   /* images dropped by the cache build may have emptied buckets: check again */
   for (int i = 0; i < ds->nd && !st; i++) st = check_effective_batch(ds, &ds->d[i], err);
   if (st) goto out;
@@ -1078,7 +1225,13 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     s->caps = calloc(ds->B, sizeof *s->caps);
     s->ids = calloc(ds->B, sizeof *s->ids);
     s->after.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
-    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed)
+    s->miss = calloc(ds->B, 1);
+    s->rels = calloc(ds->B, sizeof *s->rels);
+    if (o->text) {
+      s->txt = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->T * (size_t)o->text->d * sizeof(float));
+      s->pooled = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->dp * sizeof(float));
+    }
+    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed || !s->miss || !s->rels || (o->text && (!s->txt || !s->pooled)))
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
 out:
@@ -1104,6 +1257,10 @@ void ct_dataset_free(ct_dataset *ds) {
     free(ds->q[k].caps);
     free(ds->q[k].ids);
     free(ds->q[k].after.consumed);
+    free(ds->q[k].miss);
+    free(ds->q[k].rels);
+    ct_free(ds->q[k].txt);
+    ct_free(ds->q[k].pooled);
   }
   free(ds->q);
   for (int b = 0; ds->perm && b < ds->nbt; b++) free(ds->perm[b]);

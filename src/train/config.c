@@ -1,6 +1,7 @@
 /* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
  * the canonical dump and help, so a key is declared exactly once. */
 #include "ctuner/config.h"
+#include "ctuner/hash.h"
 #include "train/onebit.h"
 
 #include <errno.h>
@@ -677,8 +678,7 @@ char *ct_config_to_json(const ct_config *cfg) { return dump(cfg, 0); }
 
 void ct_config_digest(const ct_config *cfg, char out[17]) {
   char *s = dump(cfg, 1);
-  uint64_t h = 1469598103934665603ull;
-  for (const char *p = s ? s : ""; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t h = ct_hash_str(s ? s : "");
   free(s);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }

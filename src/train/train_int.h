@@ -2,6 +2,7 @@
 #ifndef CT_TRAIN_INT_H
 #define CT_TRAIN_INT_H
 
+#include "ctuner/data.h"
 #include "ctuner/fs.h"
 #include "ctuner/train.h"
 
@@ -29,7 +30,14 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
 ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
                                  ct_err *err);
 
-#endif
+/* The data loader's view of the frozen text encoder (the text-embedding
+ * cache): ct_text_fn_init fills fn with cb as its context and a tag that
+ * digests the encoder's output on probe captions. */
+typedef struct ct_text_cb {
+  ct_textenc *te;
+  int T;
+} ct_text_cb;
+ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn, ct_err *err);
 
 /* Everything besides tensors that a checkpoint must restore for an exact resume. */
 typedef struct ct_train_state {
@@ -93,3 +101,5 @@ ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long
                                ct_err *err);
 /* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
 void ct_checkpoint_clean_tmp(const char *output_dir);
+
+#endif

@@ -22,6 +22,7 @@
 #include "ctuner/alloc.h"
 #include "ctuner/codec.h"
 #include "ctuner/data.h"
+#include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
@@ -333,6 +334,8 @@ typedef struct trainer {
   ct_mmdit *m;
   ct_textenc *te;
   ct_dataset *ds;
+  ct_text_cb text_cb;
+  ct_text_encoder_fn text_fn;
   double data_wait; /* seconds waited for batches */
   ct_optim *opt;
   ct_sched sched;
@@ -476,6 +479,31 @@ static int fault_nan(long step) {
   return 0;
 }
 
+static ct_status text_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err) {
+  const ct_text_cb *cb = ctx;
+  return ct_encode_prompts(cb->te, cb->T, caps, n, seq, pooled, err);
+}
+
+ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn, ct_err *err) {
+  /* The tag is a digest of the encoder's output on probe captions: any change
+   * of weights, tokenizer or length names different cache files. */
+  static const char *const probe[3] = {"", "a small red circle at the top left", "ctuner text cache probe 0123"};
+  const size_t Td = (size_t)cb->T * (size_t)d;
+  float *seq = malloc(3 * Td * sizeof(float)), *pooled = malloc(3 * (size_t)dp * sizeof(float));
+  ct_status st = seq && pooled ? ct_encode_prompts(cb->te, cb->T, probe, 3, seq, pooled, err)
+                               : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!st) {
+    char h1[65], h2[65];
+    ct_sha256_hex(seq, 3 * Td * sizeof(float), h1);
+    ct_sha256_hex(pooled, 3 * (size_t)dp * sizeof(float), h2);
+    *fn = (ct_text_encoder_fn){.ctx = cb, .T = cb->T, .d = d, .dp = dp, .encode = text_encode};
+    snprintf(fn->tag, sizeof fn->tag, "T%d-%.8s%.8s", cb->T, h1, h2);
+  }
+  free(seq);
+  free(pooled);
+  return st;
+}
+
 /* Tokens of a caption without BOS/EOS. */
 static size_t caption_tokens(const char *caption, void *te) {
   const ct_bpe *b = ct_textenc_bpe(te);
@@ -508,15 +536,19 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
     tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
     ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
   }
-  st = ct_encode_prompts(tr->te, T, bt->caps, B, tr->txt, tr->y, err);
-  if (st) return st;
+  const float *txt = bt->txt, *y = bt->pooled; /* from the text cache */
+  if (!txt) {
+    st = ct_encode_prompts(tr->te, T, bt->caps, B, tr->txt, tr->y, err);
+    if (st) return st;
+    txt = tr->txt, y = tr->y;
+  }
   for (int b = 0; b < B; b++) {
     const float t = tr->t[b];
     const float *x0 = x0s + b * lat, *e = tr->eps + b * lat;
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
-  ct_mmdit_batch in = {.B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = tr->txt, .y = tr->y};
+  ct_mmdit_batch in = {.B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
@@ -667,8 +699,7 @@ static ct_status start_offload(trainer *tr, ct_err *err) {
     CT_INFO("offload_optimizer nvme: optimizer '%s' keeps no state here; nothing to offload",
             ct_optim_kind_name(kind));
   if (!nst && !par) return CT_OK;
-  uint64_t h = 1469598103934665603ull; /* FNV-1a of output_dir: one swap directory per run directory */
-  for (const char *c = cfg->output_dir; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  const uint64_t h = ct_hash_str(cfg->output_dir); /* one swap directory per run directory */
   if (ct_pathf(tr->swap_dir, sizeof tr->swap_dir, "%s/ctuner-swap-%016llx/rank-%d", cfg->offload_param_path,
                (unsigned long long)h, tr->rank))
     return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s", cfg->offload_param_path);
@@ -782,27 +813,22 @@ static void trainer_free(trainer *tr) {
   ct_free(tr->y);
 }
 
-ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
-                       ct_train_summary *sum, ct_err *err) {
-  const double t_start = now_s();
-  memset(sum, 0, sizeof *sum);
-  trainer tr = {0};
-  tr.widx = -1;
-  tr.cfg = cfg;
-  tr.comm = comm;
-  tr.rank = ct_comm_rank(comm);
-  tr.world = ct_comm_size(comm);
-  const int lead = tr.rank == 0; /* rank 0 writes metrics, validation images and checkpoints */
-  ct_train_state s = {0};
+/* Everything up to the data: config checks, threads per rank, output_dir,
+ * the frozen text encoder, and the dataset with its caches built (every rank
+ * together). Shared by training and `ctuner cache`. */
+static ct_status open_data(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  ct_comm *comm = tr->comm;
+  const int lead = tr->rank == 0;
   ct_status st = ct_config_validate(cfg, err);
-  if (!st) st = ct_geometry_from_config(cfg, &tr.g, err);
+  if (!st) st = ct_geometry_from_config(cfg, &tr->g, err);
   if (st) return st;
   if (!cfg->data_backend_config)
     return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
                                         "listing the datasets (docs/training.md)");
   if (cfg->num_threads > 0) {
     omp_set_num_threads((int)cfg->num_threads);
-  } else if (tr.world > 1 && !getenv("OMP_NUM_THREADS")) {
+  } else if (tr->world > 1 && !getenv("OMP_NUM_THREADS")) {
     /* cores of this process (its affinity mask) shared by the ranks on the node */
     int per = omp_get_num_procs() / ct_comm_local_size(comm);
     omp_set_num_threads(per < 1 ? 1 : per);
@@ -815,9 +841,30 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   st = ct_comm_barrier(comm, err); /* output_dir exists (shared) before anyone reads it */
   if (st) return st;
 
-  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr.g.codec_scale, .size_multiple = tr.g.codec_scale * 2,
-                       .text = NULL, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
-  st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr.ds, err);
+  /* the frozen text encoder first: the data loader caches its embeddings */
+  st = ct_textenc_from_config(cfg, tr->g.mc.context_in_dim, NULL, &tr->te, err);
+  if (st) return st;
+  tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
+  st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn, err);
+  if (st) return st;
+  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .size_multiple = tr->g.codec_scale * 2,
+                       .text = &tr->text_fn, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
+  return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
+}
+
+ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
+                       ct_train_summary *sum, ct_err *err) {
+  const double t_start = now_s();
+  memset(sum, 0, sizeof *sum);
+  trainer tr = {0};
+  tr.widx = -1;
+  tr.cfg = cfg;
+  tr.comm = comm;
+  tr.rank = ct_comm_rank(comm);
+  tr.world = ct_comm_size(comm);
+  const int lead = tr.rank == 0; /* rank 0 writes metrics, validation images and checkpoints */
+  ct_train_state s = {0};
+  ct_status st = open_data(&tr, err);
   if (st) goto out;
   const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   {
@@ -865,7 +912,6 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   } else if (cfg->pretrained_model_path) {
     st = ct_mmdit_load(tr.m, cfg->pretrained_model_path, "", err);
   }
-  if (!st) st = ct_textenc_from_config(cfg, tr.g.mc.context_in_dim, NULL, &tr.te, err);
   if (!st) {
     /* BOS and EOS take two of the T tokens. */
     size_t over, longest = ct_dataset_longest_caption(tr.ds, caption_tokens, tr.te, (size_t)tr.g.T - 2, &over);
@@ -1311,4 +1357,17 @@ void ct_pipeline_free(ct_pipeline *p) {
   ct_textenc_free(p->te);
   ct_config_free(&p->cfg);
   memset(p, 0, sizeof *p);
+}
+
+ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, ct_data_stats *stats, ct_err *err) {
+  trainer tr = {0};
+  tr.widx = -1;
+  tr.cfg = cfg;
+  tr.comm = comm;
+  tr.rank = ct_comm_rank(comm);
+  tr.world = ct_comm_size(comm);
+  ct_status st = open_data(&tr, err);
+  if (!st) ct_dataset_stats(tr.ds, stats);
+  trainer_free(&tr);
+  return st;
 }
