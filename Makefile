@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo bench bench-dist bench-offload fuzz fuzz-long asan format clean help golden
+.PHONY: all build deps test demo bench bench-dist bench-offload bench-data fuzz fuzz-long asan format clean help golden
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
+	@echo "make bench-data discovery (headers) vs full decode on 10,000 images; latent cache size raw/gzip/zstd"
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
@@ -48,6 +49,9 @@ bench-dist: deps build
 
 bench-offload: build
 	scripts/bench_offload.sh $(CTUNER)
+
+bench-data: deps build
+	scripts/bench_data.sh $(CTUNER)
 
 fuzz: deps
 	scripts/fuzz.sh 60

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ctuner/fs.h"
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
 #include "ctuner/parallel.h"
@@ -323,4 +324,26 @@ CT_TEST(core, assert_aborts_with_location) {
   CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
   CHECKF(strstr(buf, "ctuner: assertion failed: x == 2 at ") != NULL, "got '%s'", buf);
   CHECKF(strstr(buf, "test_core.c:") != NULL, "got '%s'", buf);
+}
+
+CT_TEST(core, read_file_bounds) {
+  ct_err err = {0};
+  char p[1024];
+  snprintf(p, sizeof p, "%s/ten.bin", ct_test_tmpdir());
+  REQUIRE(ct_write_file_atomic(p, "0123456789", 10, &err) == CT_OK);
+  char *d = NULL;
+  size_t n = 0;
+  REQUIRE(ct_read_file(p, 10, &d, &n, &err) == CT_OK);
+  CHECK(n == 10 && !memcmp(d, "0123456789", 10) && d[10] == 0);
+  free(d);
+  CHECK(ct_read_file(p, 9, &d, &n, &err) == CT_ERR_RANGE);
+  CHECK(strstr(err.msg, "larger than 9 bytes") != NULL);
+  REQUIRE(ct_read_file(p, (size_t)1 << 30, &d, &n, &err) == CT_OK); /* a large bound costs nothing */
+  CHECK(n == 10);
+  free(d);
+  snprintf(p, sizeof p, "%s/none.bin", ct_test_tmpdir());
+  CHECK(ct_read_file(p, 10, &d, &n, &err) == CT_ERR_NOT_FOUND);
+  CHECK(ct_read_file("/proc/self/status", 1 << 20, &d, &n, &err) == CT_OK); /* size 0 in stat, content > 0 */
+  CHECK(n > 0 && strstr(d, "Name:") != NULL);
+  free(d);
 }

@@ -7,6 +7,7 @@
 int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
+int ct_cmd_bench_discovery(int argc, char **argv); /* cmd_bench_data.c */
 int ct_cmd_launch(int argc, char **argv);
 int ct_cmd_checkpoint(int argc, char **argv);
 /* "latest:OUTPUT_DIR" (the newest complete checkpoint there) or a directory

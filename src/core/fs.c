@@ -70,13 +70,26 @@ ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_
   if (!f)
     return ct_errf(err, errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: cannot open: %s", path,
                    strerror(errno));
-  char *buf = malloc(max + 1);
-  if (!buf) {
-    fclose(f);
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  /* the buffer fits the file (not max): reads of small files stay cheap */
+  struct stat sb;
+  size_t cap = fstat(fileno(f), &sb) == 0 && sb.st_size >= 0 ? (size_t)sb.st_size : 4096;
+  if (cap > max) cap = max;
+  char *buf = malloc(cap + 2);
+  size_t r = 0;
+  while (buf) {
+    r += fread(buf + r, 1, cap + 1 - r, f);
+    if (r <= cap || cap >= max + 1) break; /* EOF, or more than max */
+    size_t nc = cap * 2 + 4096 > max + 1 ? max + 1 : cap * 2 + 4096; /* the file grew while we read it */
+    char *nb = realloc(buf, nc + 2);
+    if (!nb) {
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    buf = nb, cap = nc;
   }
-  size_t r = fread(buf, 1, max + 1, f);
   fclose(f);
+  if (!buf) return ct_errf(err, CT_ERR_NOMEM, "out of memory reading %s", path);
   if (r > max) {
     free(buf);
     return ct_errf(err, CT_ERR_RANGE, "%s: larger than %zu bytes", path, max);

@@ -77,6 +77,7 @@ typedef struct dset {
   char vae_dir[4096];
   char text_dir[4096]; /* the text_embeds dataset's cache_dir, or {output_dir}/cache/text */
   long text_batch;     /* captions encoded at a time (write_batch_size) */
+  ct_cache_comp comp;  /* compress_disk_cache, or the dataset's compress_cache */
 } dset;
 
 typedef struct position {
@@ -458,7 +459,7 @@ static lat_result latent_of(const ct_dataset *ds, const dset *d, const item *it,
   if (st != CT_ERR_NOT_FOUND)
     CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
   if (encode_item(ds, d, it, lat, err)) return LAT_BAD;
-  return ct_cache_write(path, ds->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED : LAT_ENCODED;
+  return ct_cache_write(path, d->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED : LAT_ENCODED;
 }
 
 /* Every rank encodes its share of every dataset's images into the cache;
@@ -550,7 +551,7 @@ static ct_status text_entry(const ct_dataset *ds, const dset *d, const char *cap
   text_path(ds, d, cap, path, sizeof path, md5);
   const char *meta[4] = {"encoder", te->tag, "caption_md5", md5};
   ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq}, {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
-  if (write) return ct_cache_write(path, ds->comp, t, 2, meta, 2, err);
+  if (write) return ct_cache_write(path, d->comp, t, 2, meta, 2, err);
   float *outs[2] = {seq, pooled};
   return ct_cache_read(path, t, outs, 2, meta, 2, err);
 }
@@ -1178,6 +1179,9 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     else
       snprintf(d->text_dir, sizeof d->text_dir, "%s/cache/text", cfg->output_dir);
     d->text_batch = tc ? tc->write_batch_size : 128;
+    d->comp = ds->comp != CT_CACHE_RAW || !c->compress_cache ? ds->comp
+              : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
+                                                               : CT_CACHE_GZIP;
     if (!d->dir) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     if (!st) st = load_dataset(ds, d, err);
   }
