@@ -571,7 +571,7 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     if ((st = ct_mkdir_p(d->text_dir, err))) break;
     size_t n = 1;
     for (size_t i = 0; i < d->nit; i++) n += (size_t)d->it[i].nlines;
-    const char **caps = malloc(n * sizeof *caps), **todo = malloc(n * sizeof *todo);
+    const char **caps = malloc(n * sizeof *caps), ***todo = malloc(n * sizeof *todo);
     const size_t nb = (size_t)d->text_batch;
     float *seq = ct_alloc(CT_MEM_BUFFERS, nb * Td * sizeof(float)),
           *pooled = ct_alloc(CT_MEM_BUFFERS, nb * (size_t)te->dp * sizeof(float));
@@ -586,22 +586,29 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
       qsort(caps, n, sizeof *caps, cmp_cstr);
       for (size_t i = 0; i < n; i++)
         if (!u || strcmp(caps[u - 1], caps[i])) caps[u++] = caps[i];
-      const size_t lo = u * (size_t)ds->rank / (size_t)ds->world, hi = u * (size_t)(ds->rank + 1) / (size_t)ds->world;
-      for (size_t i = lo; i < hi; i++) {
-        ct_err e = {0};
-        ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
-        if (rs == CT_OK) continue;
-        if (rs != CT_ERR_NOT_FOUND) CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
-        todo[ntodo++] = caps[i];
-      }
+      /* Groups of nb captions of the sorted list are the encoder's batches and
+       * the ranks' unit of work, so an entry's bits never depend on the world
+       * size; a group with any entry missing is encoded (and written) whole. */
+      const size_t groups = (u + nb - 1) / nb, glo = groups * (size_t)ds->rank / (size_t)ds->world,
+                   ghi = groups * (size_t)(ds->rank + 1) / (size_t)ds->world;
+      for (size_t g = glo; g < ghi; g++)
+        for (size_t i = g * nb; i < (g + 1) * nb && i < u; i++) {
+          ct_err e = {0};
+          ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
+          if (rs == CT_OK) continue;
+          if (rs != CT_ERR_NOT_FOUND) CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
+          todo[ntodo++] = caps + g * nb; /* the group's first caption */
+          break;
+        }
     }
     char failed = 0;
-    for (size_t i = 0; !st && !failed && i < ntodo; i += nb) {
-      const int m = (int)(ntodo - i < nb ? ntodo - i : nb);
-      st = te->encode(te->ctx, todo + i, m, seq, pooled, err);
+    for (size_t k = 0; !st && !failed && k < ntodo; k++) {
+      const size_t first = (size_t)(todo[k] - caps);
+      const int m = (int)(u - first < nb ? u - first : nb);
+      st = te->encode(te->ctx, todo[k], m, seq, pooled, err);
       for (int j = 0; !st && !failed && j < m; j++) {
         ct_err e = {0};
-        if (text_entry(ds, d, todo[i + (size_t)j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1, &e)) {
+        if (text_entry(ds, d, todo[k][j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1, &e)) {
           failed = 1;
           CT_ERROR("dataset '%s': writing the text cache failed: %s", d->c->id, e.msg);
         }
