@@ -537,3 +537,112 @@ CT_TEST(data, text_cache) {
   ct_dataset_free(ds);
   ct_config_free(&cfg);
 }
+
+/* Keys of a file list, or -1 if it is missing or not an object. */
+static long list_keys(const char *outdir, const char *kind, const char *id, ct_keyset *ks) {
+  char p[1200];
+  snprintf(p, sizeof p, "%s/all_%s_files_%s.json", outdir, kind, id);
+  memset(ks, 0, sizeof *ks);
+  return ct_keyset_load(p, ks) ? (long)ks->n : -1;
+}
+
+CT_TEST(data, file_lists) {
+  static const int sizes[1][2] = {{16, 16}};
+  char dir[1024], tdir[1024], body[4096];
+  snprintf(dir, sizeof dir, "%s/lists", ct_test_tmpdir());
+  snprintf(tdir, sizeof tdir, "%s/lists_text", ct_test_tmpdir());
+  write_images(dir, sizes, 1, 6);
+  ct_config cfg;
+  cfg_for(&cfg, 2, 1);
+  free(cfg.output_dir);
+  char od[1100];
+  snprintf(od, sizeof od, "%s/lists_out", ct_test_tmpdir());
+  cfg.output_dir = strdup(od);
+  ct_err err = {0};
+  /* a stale list from an earlier run is replaced when preserve is off */
+  REQUIRE(ct_mkdir_p(od, &err) == CT_OK);
+  char p[1300];
+  snprintf(p, sizeof p, "%s/all_image_files_l.json", od);
+  REQUIRE(ct_write_file_atomic(p, "{\"/elsewhere/x.png\": false}", 27, &err) == CT_OK);
+  for (int preserve = 0; preserve < 2; preserve++) {
+    snprintf(body, sizeof body,
+             "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+             "\"textfile\", \"text_embeds\": \"te\", \"preserve_data_backend_cache\": %s}, {\"id\": \"te\", "
+             "\"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": \"%s\", \"write_batch_size\": 4}]",
+             dir, preserve ? "true" : "false", tdir);
+    const char *be = write_backend(preserve ? "lists1.json" : "lists0.json", body);
+    stub_enc se = {0, 0};
+    ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+    ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 1};
+    ct_dataset *ds = NULL;
+    REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+    ct_data_stats st;
+    ct_dataset_stats(ds, &st);
+    if (!preserve) {
+      CHECK(st.kept == 6);
+      CHECK(se.captions == 7); /* 6 captions and "" */
+      ct_keyset ks;
+      CHECK(list_keys(od, "image", "l", &ks) == 6);
+      for (size_t i = 0; i < ks.n; i++) {
+        char want[1200];
+        snprintf(want, sizeof want, "%s/img%04zu.png", dir, i);
+        CHECK(!strcmp(ct_keyset_key(&ks, i), want));
+        CHECK(ct_keyset_find(&ks, want)->type == CT_JSON_BOOL);
+      }
+      ct_keyset_free(&ks);
+      CHECK(list_keys(od, "vae_cache", "l", &ks) == 6);
+      struct stat sb;
+      for (size_t i = 0; i < ks.n; i++) CHECK(stat(ct_keyset_key(&ks, i), &sb) == 0);
+      ct_keyset_free(&ks);
+      CHECK(list_keys(od, "text_cache", "te", &ks) == 7);
+      for (size_t i = 0; i < ks.n; i++) CHECK(stat(ct_keyset_key(&ks, i), &sb) == 0);
+      ct_keyset_free(&ks);
+    } else {
+      /* the preserved list, not the directory: the 7th image is not seen; the
+       * corrupt (listed) text entry is not read back before training */
+      CHECK(st.kept == 6);
+      CHECK(se.calls == 0);
+    }
+    /* every batch has the right embeddings, the corrupt entry included */
+    for (int step = 0; step < 6; step++) {
+      ct_batch *b = NULL;
+      REQUIRE(ct_dataset_next(ds, &b, &err) == CT_OK);
+      for (int i = 0; i < b->B; i++)
+        for (int k = 0; k < 12; k++) CHECK(b->txt[i * 12 + k] == stub_val(b->caps[i], k));
+    }
+    if (preserve) CHECK(se.calls == 1 && se.captions == 1); /* the corrupt entry, rebuilt by its batch */
+    ct_dataset_free(ds);
+    if (!preserve) { /* a new image and a corrupt text cache entry before the preserved run */
+      static const int one[1][2] = {{16, 16}};
+      char more[1100];
+      snprintf(more, sizeof more, "%s/more", dir);
+      write_images(more, one, 1, 1);
+      char md5[33];
+      ct_md5_hex("c0", 2, md5);
+      snprintf(p, sizeof p, "%s/%s-stub1.st", tdir, md5);
+      REQUIRE(ct_write_file_atomic(p, "garbage", 7, &err) == CT_OK);
+    }
+  }
+  /* preserve off again: the walk finds 7 images; every entry is valid (the new
+   * image's caption "c0" has one) */
+  snprintf(body, sizeof body,
+           "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "\"textfile\", \"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": "
+           "\"text_embeds\", \"cache_dir\": \"%s\", \"write_batch_size\": 4}]",
+           dir, tdir);
+  const char *be = write_backend("lists2.json", body);
+  stub_enc se = {0, 0};
+  ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 1};
+  ct_dataset *ds = NULL;
+  REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
+  ct_data_stats st;
+  ct_dataset_stats(ds, &st);
+  CHECK(st.kept == 7);
+  CHECK(se.calls == 0);
+  ct_keyset ks;
+  CHECK(list_keys(od, "image", "l", &ks) == 7);
+  ct_keyset_free(&ks);
+  ct_dataset_free(ds);
+  ct_config_free(&cfg);
+}

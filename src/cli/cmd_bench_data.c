@@ -63,7 +63,7 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
   ct_disc d;
   ct_err err = {0};
   double t0 = ct_time_now();
-  if (ct_discover(&c, dir, NULL, &d, &err)) {
+  if (ct_discover(&c, dir, NULL, NULL, &d, &err)) {
     fprintf(stderr, "ctuner bench discovery: %s\n", err.msg);
     return 1;
   }

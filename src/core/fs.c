@@ -25,7 +25,7 @@ ct_status ct_fsync_dir(const char *path, ct_err *err) {
   return CT_OK;
 }
 
-ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_err *err) {
+static ct_status write_replace(const char *path, const void *data, size_t n, int durable, ct_err *err) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d.%lx", path, (int)getpid(), (unsigned long)(uintptr_t)pthread_self());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -43,7 +43,7 @@ ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_
     }
     p += w, left -= (size_t)w;
   }
-  if (fsync(fd) != 0) {
+  if (durable && fsync(fd) != 0) {
     int e = errno;
     close(fd);
     unlink(tmp);
@@ -55,6 +55,7 @@ ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_
     unlink(tmp);
     return ct_errf(err, CT_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
   }
+  if (!durable) return CT_OK;
   char dir[4200];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
@@ -63,6 +64,14 @@ ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_
     return ct_fsync_dir(dir[0] ? dir : "/", err);
   }
   return ct_fsync_dir(".", err);
+}
+
+ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_err *err) {
+  return write_replace(path, data, n, 1, err);
+}
+
+ct_status ct_write_file_replace(const char *path, const void *data, size_t n, ct_err *err) {
+  return write_replace(path, data, n, 0, err);
 }
 
 ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err) {

@@ -175,7 +175,7 @@ ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tenso
   size_t pn = 0;
   ct_status st = ct_cache_pack(c, buf, total, &packed, &pn, err);
   free(buf);
-  if (!st) st = ct_write_file_atomic(path, packed, pn, err);
+  if (!st) st = ct_write_file_replace(path, packed, pn, err); /* readers validate entries */
   free(packed);
   return st;
 }

@@ -41,6 +41,32 @@ ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tenso
 ct_status ct_cache_read(const char *path, const ct_cache_tensor *t, float *const *out, int nt,
                         const char *const *meta, int nmeta, ct_err *err);
 
+/* ---- filelist.c: key sets and output_dir file lists ---- */
+
+#include "ctuner/json.h"
+
+/* The keys of a JSON object, sorted for binary search (duplicates: one kept). */
+typedef struct ct_keyset {
+  void *kv;
+  size_t n;
+  ct_json *owner;
+} ct_keyset;
+/* Takes obj (freed with the set, or at once on error). */
+ct_status ct_keyset_from_json(ct_json *obj, ct_keyset *s, ct_err *err);
+/* 1 when path held a JSON object (now in s); 0 if missing or bad (warned). */
+int ct_keyset_load(const char *path, ct_keyset *s);
+const ct_json *ct_keyset_find(const ct_keyset *s, const char *key);
+const char *ct_keyset_key(const ct_keyset *s, size_t i); /* i < s->n, in strcmp order */
+void ct_keyset_free(ct_keyset *s);
+
+/* {outdir}/all_{kind}_files_{id}.json, kind "image", "vae_cache" or "text_cache". */
+int ct_filelist_path(char *buf, size_t n, const char *outdir, const char *kind, const char *id);
+void ct_filelist_remove(const char *outdir, const char *kind, const char *id);
+/* Writes {prefix+key: false, ...} atomically; merge keeps what the file
+ * already lists (several datasets sharing one text cache). */
+ct_status ct_filelist_write(const char *outdir, const char *kind, const char *id, const char *prefix,
+                            const char *const *keys, size_t n, int merge, ct_err *err);
+
 /* ---- comm helpers ---- */
 
 /* Every rank's bytes, concatenated in rank order (*all malloc'd; off[r] is

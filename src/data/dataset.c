@@ -77,6 +77,8 @@ typedef struct dset {
   char vae_dir[4096];
   char text_dir[4096]; /* the text_embeds dataset's cache_dir, or {output_dir}/cache/text */
   long text_batch;     /* captions encoded at a time (write_batch_size) */
+  const char *text_id; /* the text_embeds dataset's id (its file list's name) */
+  int text_preserve;   /* preserve_data_backend_cache of this dataset or its text_embeds dataset */
   ct_cache_comp comp;  /* compress_disk_cache, or the dataset's compress_cache */
 } dset;
 
@@ -462,6 +464,24 @@ static lat_result latent_of(const ct_dataset *ds, const dset *d, const item *it,
   return ct_cache_write(path, d->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED : LAT_ENCODED;
 }
 
+/* all_vae_cache_files_<id>.json: every entry of the finished build. */
+static void write_vae_list(const ct_dataset *ds, const dset *d) {
+  char **paths = calloc(d->nit + 1, sizeof *paths);
+  size_t k = 0;
+  for (; paths && k < d->nit; k++) {
+    char p[4200];
+    latent_path(d, &d->it[k], p, sizeof p);
+    if (!(paths[k] = strdup(p))) break;
+  }
+  ct_err e = {0};
+  if (!paths || k < d->nit ||
+      ct_filelist_write(ds->cfg->output_dir, "vae_cache", d->c->id, NULL, (const char *const *)paths, k, 0, &e))
+    CT_WARN("dataset '%s': cannot write its latent cache file list to output_dir: %s", d->c->id,
+            e.msg[0] ? e.msg : "out of memory");
+  for (size_t i = 0; paths && i < k; i++) free(paths[i]);
+  free(paths);
+}
+
 /* Every rank encodes its share of every dataset's images into the cache;
  * images that fail are dropped everywhere (counted as unreadable). A failed
  * cache write fails every rank. */
@@ -475,16 +495,31 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
                  hi = d->nit * (size_t)(ds->rank + 1) / (size_t)ds->world;
     /* mine[i - lo]: item i failed; mine[hi - lo]: a cache write failed here */
     char *mine = calloc(hi - lo + 1, 1), *all = NULL;
-    size_t built = 0, *off = NULL;
+    size_t built = 0, trusted = 0, *off = NULL;
     ct_err ferr = {0};
     const double t0 = now_s();
     if (!mine) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-#pragma omp parallel reduction(+ : built)
+    /* preserve_data_backend_cache: entries the last finished build listed are
+     * not read back here (a batch still validates what it reads) */
+    ct_keyset listed = {0};
+    char lp[4200];
+    if (d->c->preserve_data_backend_cache &&
+        !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "vae_cache", d->c->id))
+      ct_keyset_load(lp, &listed);
+#pragma omp parallel reduction(+ : built, trusted)
     {
       float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
       for (long i = (long)lo; i < (long)hi; i++) {
         ct_err e = {0};
+        char path[4200];
+        if (listed.n) {
+          latent_path(d, &d->it[i], path, sizeof path);
+          if (ct_keyset_find(&listed, path)) {
+            trusted++;
+            continue;
+          }
+        }
         lat_result r = lat ? latent_of(ds, d, &d->it[i], lat, &e) : LAT_WRITE_FAILED;
         if (!lat) snprintf(e.msg, sizeof e.msg, "out of memory for a latent");
         if (r == LAT_BAD) {
@@ -524,13 +559,15 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
       ds->stats.kept -= dropped;
       if (dropped) st = make_buckets(d, err);
     }
+    ct_keyset_free(&listed);
+    if (!st && ds->rank == 0) write_vae_list(ds, d);
     free(mine);
     free(all);
     free(off);
     free(drop);
-    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s, %zu unreadable "
-            "image(s) dropped",
-            d->c->id, d->vae_dir, built, now_s() - t0, dropped);
+    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s (%zu listed entries "
+            "trusted), %zu unreadable image(s) dropped",
+            d->c->id, d->vae_dir, built, now_s() - t0, trusted, dropped);
   }
   return st;
 }
@@ -576,8 +613,10 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     float *seq = ct_alloc(CT_MEM_BUFFERS, nb * Td * sizeof(float)),
           *pooled = ct_alloc(CT_MEM_BUFFERS, nb * (size_t)te->dp * sizeof(float));
     if (!caps || !todo || !seq || !pooled) st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
-    size_t u = 0, ntodo = 0, built = 0;
+    size_t u = 0, ntodo = 0, built = 0, trusted = 0;
     const double t0 = now_s();
+    ct_keyset listed = {0};
+    char lp[4200];
     if (!st) {
       caps[0] = "";
       size_t k = 1;
@@ -591,9 +630,19 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
        * size; a group with any entry missing is encoded (and written) whole. */
       const size_t groups = (u + nb - 1) / nb, glo = groups * (size_t)ds->rank / (size_t)ds->world,
                    ghi = groups * (size_t)(ds->rank + 1) / (size_t)ds->world;
+      if (d->text_preserve && !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "text_cache", d->text_id))
+        ct_keyset_load(lp, &listed);
       for (size_t g = glo; g < ghi; g++)
         for (size_t i = g * nb; i < (g + 1) * nb && i < u; i++) {
           ct_err e = {0};
+          if (listed.n) { /* preserve_data_backend_cache: a listed entry is not read back */
+            char path[4200], md5[33];
+            text_path(ds, d, caps[i], path, sizeof path, md5);
+            if (ct_keyset_find(&listed, path)) {
+              trusted++;
+              continue;
+            }
+          }
           ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
           if (rs == CT_OK) continue;
           if (rs != CT_ERR_NOT_FOUND) CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
@@ -623,6 +672,23 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     for (int r = 0; !st && r < ds->world; r++)
       if (all[r]) st = ct_errf(err, CT_ERR_IO, "rank %d failed building the text cache of dataset '%s' in %s", r,
                                d->c->id, d->text_dir);
+    ct_keyset_free(&listed);
+    if (!st && ds->rank == 0) { /* all_text_cache_files_<id>.json, shared by the datasets using it */
+      char **paths = calloc(u + 1, sizeof *paths);
+      size_t k = 0;
+      for (; paths && k < u; k++) {
+        char p[4200], md5[33];
+        text_path(ds, d, caps[k], p, sizeof p, md5);
+        if (!(paths[k] = strdup(p))) break;
+      }
+      ct_err e = {0};
+      if (!paths || k < u ||
+          ct_filelist_write(ds->cfg->output_dir, "text_cache", d->text_id, NULL, (const char *const *)paths, k, 1, &e))
+        CT_WARN("dataset '%s': cannot write the text cache file list to output_dir: %s", d->c->id,
+                e.msg[0] ? e.msg : "out of memory");
+      for (size_t i = 0; paths && i < k; i++) free(paths[i]);
+      free(paths);
+    }
     free(all);
     free(off);
     free(caps);
@@ -630,8 +696,9 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     ct_free(seq);
     ct_free(pooled);
     if (!st)
-      CT_INFO("dataset '%s': text cache in %s: %zu distinct caption(s), %zu encoded by this rank in %.1f s",
-              d->c->id, d->text_dir, u, built, now_s() - t0);
+      CT_INFO("dataset '%s': text cache in %s: %zu distinct caption(s), %zu encoded by this rank in %.1f s "
+              "(%zu listed entries trusted)",
+              d->c->id, d->text_dir, u, built, now_s() - t0, trusted);
   }
   return st;
 }
@@ -1007,8 +1074,27 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
         d->bo.alignment, ds->o.size_multiple, ds->s);
   }
   double t0 = now_s();
-  st = ct_discover(c, d->dir, ds->o.comm, &disc, err);
+  ct_keyset listed = {0};
+  char lp[4200];
+  if (c->preserve_data_backend_cache && !ct_filelist_path(lp, sizeof lp, cfg->output_dir, "image", c->id))
+    ct_keyset_load(lp, &listed);
+  st = ct_discover(c, d->dir, &listed, ds->o.comm, &disc, err);
+  const int from_list = listed.n > 0;
+  ct_keyset_free(&listed);
   if (st) return st;
+  if (ds->rank == 0 && !from_list) { /* SimpleTuner's all_image_files_<id>.json: the files found */
+    const char **names = malloc((disc.n + 1) * sizeof *names);
+    size_t k = 0;
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/", d->dir);
+    for (size_t i = 0; names && i < disc.n; i++)
+      if (disc.it[i].why != CT_DISC_NOT_FOUND) names[k++] = disc.it[i].rel;
+    ct_err e = {0};
+    if (!names || ct_filelist_write(cfg->output_dir, "image", c->id, prefix, names, k, 0, &e))
+      CT_WARN("dataset '%s': cannot write its image file list to output_dir: %s", c->id,
+              names ? e.msg : "out of memory");
+    free(names);
+  }
   ct_data_stats *S = &ds->stats, fs = {0};
   fs.total_processed = disc.total;
   fs.outside_dir = disc.outside_dir, fs.duplicate = disc.duplicate,
@@ -1186,6 +1272,15 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     else
       snprintf(d->text_dir, sizeof d->text_dir, "%s/cache/text", cfg->output_dir);
     d->text_batch = tc ? tc->write_batch_size : 128;
+    d->text_id = tc ? tc->id : "text_embeds";
+    d->text_preserve = c->preserve_data_backend_cache || (tc && tc->preserve_data_backend_cache);
+    if (ds->rank == 0) { /* SimpleTuner: the lists of an earlier run go unless preserved */
+      if (!c->preserve_data_backend_cache) {
+        ct_filelist_remove(cfg->output_dir, "image", c->id);
+        ct_filelist_remove(cfg->output_dir, "vae_cache", c->id);
+      }
+      if (!d->text_preserve) ct_filelist_remove(cfg->output_dir, "text_cache", d->text_id);
+    }
     d->comp = ds->comp != CT_CACHE_RAW || !c->compress_cache ? ds->comp
               : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
                                                                : CT_CACHE_GZIP;

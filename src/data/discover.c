@@ -348,29 +348,19 @@ static int cmp_item(const void *a, const void *b) {
 }
 
 /* Sizes from a preserved aspect_ratio_bucket_metadata_<id>.json. */
-static ct_json *load_preserved(const char *dir, const char *id) {
+static int load_preserved(const char *dir, const char *id, ct_keyset *s) {
   char p[8192];
   snprintf(p, sizeof p, "%s/aspect_ratio_bucket_metadata_%s.json", dir, id);
-  char *text = NULL;
-  size_t n;
-  ct_err e = {0};
-  if (ct_read_file(p, (size_t)1 << 31, &text, &n, &e)) return NULL;
-  ct_json *j = NULL;
-  if (ct_json_parse(text, n, &j, &e) || j->type != CT_JSON_OBJECT) {
-    CT_WARN("%s: %s; discovering again", p, e.msg[0] ? e.msg : "not a JSON object");
-    ct_json_free(j);
-    j = NULL;
-  }
-  free(text);
-  return j;
+  return ct_keyset_load(p, s);
 }
 
-ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *comm, ct_disc *d, ct_err *err) {
+ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *listed, struct ct_comm *comm,
+                      ct_disc *d, ct_err *err) {
   ct_status st = CT_OK;
   strlist files = {0};
   char *blob = NULL, *all = NULL;
   size_t *off = NULL;
-  ct_json *pres = NULL;
+  ct_keyset pres = {0};
   memset(d, 0, sizeof *d);
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -413,6 +403,21 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *co
       d->it[k++] = d->it[i];
     }
     d->n = k;
+  } else if (listed && listed->n) {
+    /* a preserved all_image_files_<id>.json: its paths under dir, not a walk */
+    const size_t dl = strlen(dir);
+    for (size_t i = 0; i < listed->n && !st; i++) {
+      const char *k = ct_keyset_key(listed, i);
+      if (strncmp(k, dir, dl) || k[dl] != '/' || outside(k + dl + 1) || !is_image_name(k + dl + 1)) continue;
+      char *rel = strdup(k + dl + 1);
+      st = rel ? add_item(d, rel, 0, 0, NULL) : CT_ERR_NOMEM; /* add_item frees rel on failure */
+    }
+    if (st) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      goto out;
+    }
+    CT_INFO("dataset '%s': %zu image(s) from the preserved file list (instance_data_dir not listed)", c->id,
+            d->n);
   } else {
     st = list_rel(dir, "", &files, 0, err);
     if (st) goto out;
@@ -430,7 +435,7 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *co
   /* 2. this rank's share: sizes (header, table or preserved) and captions */
   const int size = comm ? ct_comm_size(comm) : 1, rank = comm ? ct_comm_rank(comm) : 0;
   const size_t lo = d->n * (size_t)rank / (size_t)size, hi = d->n * (size_t)(rank + 1) / (size_t)size;
-  if (c->preserve_data_backend_cache) pres = load_preserved(dir, c->id);
+  if (c->preserve_data_backend_cache) load_preserved(dir, c->id, &pres);
   const int need_size = c->metadata_backend == CT_META_DISCOVERY;
   size_t cap = 64;
   for (size_t i = lo; i < hi; i++) cap += 16 + (d->it[i].caption ? strlen(d->it[i].caption) : 0);
@@ -448,7 +453,7 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *co
     char path[8192];
     int w = it->w, h = it->h, why = CT_DISC_OK;
     snprintf(path, sizeof path, "%s/%s", dir, it->rel);
-    const ct_json *m = pres ? ct_json_get(pres, it->rel) : NULL;
+    const ct_json *m = ct_keyset_find(&pres, it->rel);
     const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
     if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int && os->items[1].is_int) {
       w = (int)os->items[0].i64, h = (int)os->items[1].i64;
@@ -524,7 +529,7 @@ out:
   free(blob);
   free(all);
   free(off);
-  ct_json_free(pres);
+  ct_keyset_free(&pres);
   if (st) ct_disc_free(d);
   return st;
 }

@@ -19,8 +19,11 @@ typedef struct ct_disc {
   size_t total, outside_dir, duplicate, metadata_missing;
 } ct_disc;
 
-/* Every rank calls it together; every rank gets the same list. */
-ct_status ct_discover(const ct_ds_config *c, const char *dir, struct ct_comm *comm, ct_disc *d, ct_err *err);
+/* Every rank calls it together; every rank gets the same list. listed: a
+ * preserved all_image_files_<id>.json (its paths under dir replace the
+ * directory walk), or NULL. */
+ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *listed, struct ct_comm *comm,
+                      ct_disc *d, ct_err *err);
 void ct_disc_free(ct_disc *d);
 /* Caption lines of a text: trimmed, non-empty; returns the count. */
 int ct_caption_lines(const char *text, char ***lines);
