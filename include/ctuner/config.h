@@ -112,7 +112,19 @@
   X(codec_scale, INT, "0", "pixel codec factor s in {1,2,4} (0: from the preset's channels)")  \
   X(mixed_precision, STR, "no", "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
   X(num_threads, INT, "0", "OpenMP threads (0: all cores)")                                    \
-  X(disable_progress_bar, BOOL, "false", "plain log lines even on a terminal")
+  X(disable_progress_bar, BOOL, "false", "plain log lines even on a terminal")                 \
+  X(webhook_config, STR, NULL, "webhooks (docs/health.md): a JSON file path, or an inline object or list") \
+  X(webhook_timeout, NUM, "5", "seconds per webhook request")                                  \
+  X(webhook_retries, INT, "3", "retries of a failed webhook request (exponential backoff)")     \
+  X(webhook_status_interval, NUM, "10", "seconds between training.status webhook events (0: every step)") \
+  X(health_poll_interval, NUM, "5", "seconds between GPU health polls")                         \
+  X(health_ecc_threshold, INT, "10", "new uncorrected (volatile) ECC errors since start that open the circuit") \
+  X(health_temp_margin, NUM, "5", "degrees C below the NVML shutdown temperature that open the circuit") \
+  X(health_nvml_library, STR, "libnvidia-ml.so.1", "the NVML library loaded with dlopen")      \
+  X(health_memory_low_percent, NUM, "5", "warn when available host memory falls below this percentage") \
+  X(disk_low_threshold, STR, NULL, "free space on output_dir needed before a checkpoint (e.g. 10G, 500M, bytes)") \
+  X(disk_low_action, STR, "stop", "below disk_low_threshold: stop, wait or script")            \
+  X(disk_low_script, STR, NULL, "disk_low_action=script: the command run (sh -c) to free space")
 
 typedef struct ct_config {
 #define CT_X_INT(k) long k;
@@ -151,6 +163,8 @@ void ct_config_digest(const ct_config *cfg, char out[17]);
 /* Replace every {env:VAR} in `in` by the variable's value (malloc'd result);
  * an unset variable is an error naming it. Used for multidatabackend.json too. */
 ct_status ct_config_expand_env(const char *in, char **out, ct_err *err);
+/* "10G", "500M", "1.5GiB", "1048576" -> bytes (binary units); -1 if malformed. */
+long long ct_parse_bytes(const char *s);
 /* Help text for one key (NULL if unknown). */
 const char *ct_config_help(const char *key);
 /* Nearest known key by edit distance (for "did you mean"); NULL if none close. */

@@ -23,7 +23,8 @@
   X(ERR_NUMERIC, 9, "numerical error (NaN or Inf)")                       \
   X(ERR_TOLERANCE, 10, "result outside tolerance")                        \
   X(ERR_INTERNAL, 11, "internal error")                                   \
-  X(ERR_COMM, 12, "communication between ranks failed")
+  X(ERR_COMM, 12, "communication between ranks failed")                   \
+  X(ERR_HEALTH, 13, "stopped by the health circuit breaker")
 
 typedef enum ct_status {
 #define CT_X(name, val, desc) CT_##name = val,

@@ -12,6 +12,7 @@
 #include "ctuner/data.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
+#include "ctuner/health.h"
 #include "ctuner/train.h"
 
 static void cache_usage(FILE *f) {
@@ -183,17 +184,24 @@ static int train_or_cache(int argc, char **argv, int cache) {
   if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   ct_train_summary sum;
+  memset(&sum, 0, sizeof sum);
   ct_data_stats ds;
   ct_status st = cache ? ct_cache_run(&cfg, comm, &ds, &err) : ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
   if (st) {
+    /* The circuit breaker's stop has its own exit code (docs/health.md);
+     * when every rank stopped at the same step they all exit with it
+     * cleanly, otherwise this rank ends the job. */
+    const int code = st == CT_ERR_HEALTH ? CT_EXIT_HEALTH : 1;
+    const int joint = st == CT_ERR_HEALTH && !cache && sum.health_joint;
     if (world > 1) {
       fprintf(stderr, "%s: rank %d of %d: %s\n", who, rank, world, err.msg);
       fflush(stderr);
-      ct_comm_abort(comm, 1); /* the other ranks must not wait for this one */
+      if (!joint) ct_comm_abort(comm, code); /* the other ranks must not wait for this one */
+    } else {
+      fprintf(stderr, "%s: %s\n", who, err.msg);
     }
-    fprintf(stderr, "%s: %s\n", who, err.msg);
-    rc = 1;
+    rc = code;
     goto out;
   }
   rc = 0;

@@ -336,7 +336,9 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
   case K_STR:
     if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
     if (v->type == CT_JSON_NULL) return set_str((char **)base, NULL, where, err);
-    if (v->type == CT_JSON_OBJECT && !strcmp(k->name, "deepspeed_config")) { /* inline object: kept as text */
+    if ((v->type == CT_JSON_OBJECT && !strcmp(k->name, "deepspeed_config")) ||
+        ((v->type == CT_JSON_OBJECT || v->type == CT_JSON_ARRAY) && !strcmp(k->name, "webhook_config"))) {
+      /* inline JSON: kept as text */
       char *buf = NULL;
       size_t len = 0, cap = 0;
       if (json_write(v, &buf, &len, &cap)) {
@@ -450,6 +452,28 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
     if (!c->disk_cache_compression || !is_one_of(c->disk_cache_compression, comps))
       BAD("disk_cache_compression must be gzip or zstd, got '%s'",
           c->disk_cache_compression ? c->disk_cache_compression : "");
+  }
+  if (!(c->webhook_timeout > 0 && c->webhook_timeout <= 600))
+    BAD("webhook_timeout must be between 0 and 600 seconds, got %g", c->webhook_timeout);
+  if (!(c->webhook_status_interval >= 0))
+    BAD("webhook_status_interval must be >= 0 seconds, got %g", c->webhook_status_interval);
+  if (c->webhook_retries < 0 || c->webhook_retries > 20)
+    BAD("webhook_retries must be between 0 and 20, got %ld", c->webhook_retries);
+  if (!(c->health_poll_interval >= 0.01 && c->health_poll_interval <= 3600))
+    BAD("health_poll_interval must be between 0.01 and 3600 seconds, got %g", c->health_poll_interval);
+  if (c->health_ecc_threshold < 1) BAD("health_ecc_threshold must be >= 1, got %ld", c->health_ecc_threshold);
+  if (!(c->health_temp_margin >= 0 && c->health_temp_margin <= 100))
+    BAD("health_temp_margin must be between 0 and 100 degrees, got %g", c->health_temp_margin);
+  if (!(c->health_memory_low_percent >= 0 && c->health_memory_low_percent < 100))
+    BAD("health_memory_low_percent must be between 0 and 100, got %g", c->health_memory_low_percent);
+  if (c->disk_low_threshold && ct_parse_bytes(c->disk_low_threshold) < 0)
+    BAD("disk_low_threshold must be a size such as 10G, 500M or 1048576 (bytes), got '%s'", c->disk_low_threshold);
+  {
+    static const char *const acts[] = {"stop", "wait", "script", NULL};
+    if (!c->disk_low_action || !is_one_of(c->disk_low_action, acts))
+      BAD("disk_low_action must be stop, wait or script, got '%s'", c->disk_low_action ? c->disk_low_action : "");
+    if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
+      BAD("disk_low_action=script needs disk_low_script (the command to run)");
   }
   if (c->dataloader_prefetch_qlen < 1 || c->dataloader_prefetch_qlen > 256)
     BAD("dataloader_prefetch_qlen must be between 1 and 256, got %ld", c->dataloader_prefetch_qlen);
@@ -631,8 +655,49 @@ static int cosmetic(const char *k) {
                                   "validation_guidance", "validation_resolution",
                                   "num_validation_images", "validation_seed", "disable_validation",
                                   "disable_progress_bar", "ema_validation", "dataloader_prefetch",
-                                  "dataloader_prefetch_qlen", "compress_disk_cache", "disk_cache_compression", NULL};
+                                  "dataloader_prefetch_qlen", "compress_disk_cache", "disk_cache_compression",
+                                  "webhook_config", "webhook_timeout", "webhook_retries", "webhook_status_interval", "health_poll_interval",
+                                  "health_ecc_threshold", "health_temp_margin", "health_nvml_library",
+                                  "health_memory_low_percent", "disk_low_threshold", "disk_low_action",
+                                  "disk_low_script", NULL};
   return is_one_of(k, c);
+}
+
+/* Inline webhook_config JSON with every auth_token value replaced (configs
+ * are written into checkpoints and logs; tokens must not be). NULL: not
+ * inline JSON, write it as it is. */
+static void redact_walk(ct_json *v) {
+  if (v->type != CT_JSON_OBJECT && v->type != CT_JSON_ARRAY) return;
+  for (size_t i = 0; i < v->n; i++) {
+    ct_json *it = &v->items[i];
+    if (v->type == CT_JSON_OBJECT && !strcmp(v->keys[i], "auth_token") && it->type == CT_JSON_STRING) {
+      char *r = strdup("<redacted>");
+      if (r) {
+        free(it->str);
+        it->str = r;
+        it->len = strlen(r);
+      }
+    } else {
+      redact_walk(it);
+    }
+  }
+}
+static char *redact_tokens(const char *s) {
+  if (!s) return NULL;
+  while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+  if (*s != '{' && *s != '[') return NULL;
+  ct_json *j = NULL;
+  ct_err e = {0};
+  if (ct_json_parse(s, strlen(s), &j, &e)) return strdup("<webhook_config: not valid JSON>");
+  redact_walk(j);
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  if (json_write(j, &buf, &len, &cap)) {
+    free(buf);
+    buf = strdup("<webhook_config>");
+  }
+  ct_json_free(j);
+  return buf;
 }
 
 static char *dump(const ct_config *cfg, int math_only) {
@@ -662,16 +727,45 @@ static char *dump(const ct_config *cfg, int math_only) {
       break;
     case K_STR: {
       const char *s = *(char *const *)base;
-      if (s)
+      char *red = !strcmp(k->name, "webhook_config") ? redact_tokens(s) : NULL;
+      if (red)
+        sb_json_string(&b, red);
+      else if (s)
         sb_json_string(&b, s);
       else
         sb_str(&b, "null");
+      free(red);
       break;
     }
     }
   }
   sb_str(&b, "}");
   return b.p;
+}
+
+long long ct_parse_bytes(const char *s) {
+  if (!s) return -1;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || !(v >= 0)) return -1;
+  double mul = 1;
+  if (*end) {
+    switch (*end == 0 ? 0 : (end[0] | 0x20)) {
+    case 'k': mul = 1024.0; break;
+    case 'm': mul = 1024.0 * 1024; break;
+    case 'g': mul = 1024.0 * 1024 * 1024; break;
+    case 't': mul = 1024.0 * 1024 * 1024 * 1024; break;
+    case 'b': mul = 1; end--; break;
+    default: return -1;
+    }
+    end++;
+    if ((*end | 0x20) == 'i') end++;
+    if ((*end | 0x20) == 'b') end++;
+    if (*end) return -1;
+  }
+  v *= mul;
+  return v < 9.2e18 ? (long long)v : -1;
 }
 
 char *ct_config_to_json(const ct_config *cfg) { return dump(cfg, 0); }

@@ -23,6 +23,7 @@
 #include "ctuner/codec.h"
 #include "ctuner/data.h"
 #include "ctuner/hash.h"
+#include "ctuner/health.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
@@ -337,6 +338,7 @@ typedef struct trainer {
   ct_text_cb text_cb;
   ct_text_encoder_fn text_fn;
   double data_wait; /* seconds waited for batches */
+  ct_health *h;     /* monitor, circuit breaker, webhooks (ct_train_run only) */
   ct_optim *opt;
   ct_sched sched;
   float *ema;      /* every parameter; when own: [lo, hi) only */
@@ -787,6 +789,7 @@ static void free_states(trainer *tr, float **a) {
 }
 
 static void trainer_free(trainer *tr) {
+  ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
   ct_onebit_free(tr->ob);
   if (tr->off) {
     ct_offload_close(tr->off);
@@ -864,8 +867,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   tr.world = ct_comm_size(comm);
   const int lead = tr.rank == 0; /* rank 0 writes metrics, validation images and checkpoints */
   ct_train_state s = {0};
-  ct_status st = open_data(&tr, err);
+  double last_status = 0;
+  long first_step = 0;
+  ct_status st = ct_health_open(cfg, comm, &tr.h, err); /* collective: GPUs are assigned to ranks */
   if (st) goto out;
+  ct_health_stage(tr.h, "init_data_backend", "Loading data backends and caches", "running", 0);
+  st = open_data(&tr, err);
+  if (st) goto out;
+  ct_health_stage(tr.h, "init_data_backend", "Loading data backends and caches", "completed", 100);
   const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   {
     ct_data_stats ds_st;
@@ -980,11 +989,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       char optname[sizeof s.optimizer];
       memcpy(digest, s.digest, sizeof digest);
       memcpy(optname, s.optimizer, sizeof optname);
+      ct_health_stage(tr.h, "init_resume_checkpoint", "Resuming from checkpoint", "running", 0);
       st = ct_checkpoint_load(dir, &io, &s, err);
       if (st) {
         ct_err_prefix(err, "resume_from_checkpoint: ");
         goto out;
       }
+      ct_health_stage(tr.h, "init_resume_checkpoint", "Resuming from checkpoint", "completed", 100);
       if (strcmp(digest, s.digest))
         CT_WARN("resuming %s with a different configuration (digest %s, checkpoint %s)", dir,
                 digest, s.digest);
@@ -1107,6 +1118,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   }
 
   float *w = ct_mmdit_params(tr.m), *g = ct_mmdit_grads(tr.m);
+  first_step = s.global_step;
+  ct_health_status(tr.h, "running", s.global_step, tr.total, -1, NAN);
+  last_status = now_s();
   while (s.global_step < tr.total) {
     const double t0 = now_s();
     const long step = s.global_step + 1;
@@ -1171,6 +1185,21 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
       gn = sqrt(sumsq(g, nw));
     }
+    /* The circuit breaker, agreed by every rank: a fault anywhere stops every
+     * rank here, before this step changes the weights, without a checkpoint. */
+    if (tr.h) {
+      double open = ct_health_is_open(tr.h);
+      if (tr.world > 1 && (st = ct_comm_allreduce_f64(comm, &open, 1, err))) goto out;
+      if (open > 0) {
+        sum->health_joint = 1;
+        st = ct_health_is_open(tr.h)
+                 ? ct_errf(err, CT_ERR_HEALTH, "circuit breaker open before step %ld: %s; stopped without a checkpoint "
+                           "(the newest one, if any, resumes)", step, ct_health_reason(tr.h))
+                 : ct_errf(err, CT_ERR_HEALTH, "circuit breaker open on %.0f other rank(s) before step %ld; stopped "
+                           "without a checkpoint (the newest one, if any, resumes)", open, step);
+        goto out;
+      }
+    }
     ct_step_info info = {step, tr.total, s.epoch, loss, lr, gn, 0, 0, 0, NULL};
     if (!isfinite(loss) || !isfinite(gn)) {
       s.nonfinite_run++;
@@ -1179,11 +1208,14 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       CT_WARN("step %ld: %s is not finite; step skipped (%ld in a row, %ld in all)", step,
               isfinite(loss) ? "the gradient norm" : "the loss", s.nonfinite_run, s.nonfinite_total);
       if (s.nonfinite_run >= cfg->max_nonfinite_steps) {
-        st = ct_errf(err, CT_ERR_NUMERIC,
+        /* a runtime fault every rank sees at the same step (the loss is reduced) */
+        st = ct_errf(err, CT_ERR_HEALTH,
                      "stopping: %ld consecutive steps had NaN/Inf loss or gradients (max_nonfinite_steps "
                      "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
                      "max_grad_norm",
                      s.nonfinite_run, cfg->max_nonfinite_steps);
+        ct_health_runtime_fault(tr.h, "nonfinite_loss", "FloatingPointError", err->msg, lead);
+        sum->health_joint = 1;
         goto out;
       }
     } else {
@@ -1235,6 +1267,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     }
     if (cb && lead) cb(&info, user);
     const int last = s.global_step == tr.total;
+    if (tr.h && lead && (last || now_s() - last_status >= cfg->webhook_status_interval)) {
+      const double per = sum->loop_seconds / (double)(step - first_step);
+      ct_health_status(tr.h, "running", step, tr.total, per * (double)(tr.total - step), loss);
+      last_status = now_s();
+    }
     char ev[4300];
     if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last) {
       int nimg = 0;
@@ -1248,6 +1285,11 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       }
       release_full(&tr, &fv);
       if (st) goto out;
+      if (nimg) {
+        char vdir[4200];
+        snprintf(vdir, sizeof vdir, "%s/validation_images", cfg->output_dir);
+        ct_health_validation(tr.h, step, nimg, vdir);
+      }
       if (nimg && cb) {
         snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, cfg->output_dir);
         ct_step_info e = info;
@@ -1261,6 +1303,18 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
        * checkpoint stays one from before it. */
       CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s.nonfinite_run);
     } else if (due) {
+      /* Free space first (rank 0 judges output_dir, every rank follows). */
+      if (tr.h) {
+        ct_status ds = lead ? ct_health_disk_check(tr.h, cfg->output_dir, err) : CT_OK;
+        double bad = ds ? 1 : 0;
+        if (tr.world > 1 && (st = ct_comm_broadcast(comm, &bad, sizeof bad, 0, err))) goto out;
+        if (bad) {
+          st = ds ? ds : ct_errf(err, CT_ERR_IO, "rank 0 found too little free space in %s for a checkpoint",
+                                 cfg->output_dir);
+          goto out;
+        }
+      }
+      ct_health_stage(tr.h, "checkpoint_save", "Saving checkpoint", "running", 0);
       /* Every rank holds the same weights. ZeRO-1: the optimizer state is
        * gathered for rank 0, which writes a checkpoint any world size or stage
        * can resume (docs/distributed.md). */
@@ -1280,6 +1334,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       release_full(&tr, &fv);
       io.ema = tr.own ? NULL : tr.ema;
       if (st) goto out;
+      ct_health_stage(tr.h, "checkpoint_save", "Saving checkpoint", "completed", 100);
+      ct_health_checkpoint(tr.h, sum->last_checkpoint, step, last);
       if (cb && lead) {
         snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
         ct_step_info e = info;
@@ -1312,6 +1368,22 @@ out:
     CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
             "communication",
             tr.stage, tr.z.buckets, tr.z.misses, tr.z.wait_s);
+  /* A rank alone short of memory or cut off from the others is a runtime
+   * fault too: the breaker opens and the CLI ends the job with its code. */
+  if (tr.h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
+    ct_health_runtime_fault(tr.h, "runtime_error", st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg, 1);
+    st = CT_ERR_HEALTH;
+  }
+  if (st == CT_OK) {
+    ct_health_stage(tr.h, "training_complete", "Training complete", "completed", 100);
+  } else if (tr.h) {
+    ct_health_stage(tr.h, "training_abort", "Training stopped", "failed", 100 * (double)s.global_step / (double)(tr.total ? tr.total : 1));
+    if (st != CT_ERR_HEALTH || !sum->health_joint || lead) { /* one error event for a joint stop */
+      char title[96];
+      snprintf(title, sizeof title, "Training failed: %s", ct_status_name(st));
+      ct_health_error(tr.h, title, err->msg);
+    }
+  }
   sum->end_step = s.global_step;
   sum->skipped_nonfinite = s.nonfinite_total;
   sum->seconds = now_s() - t_start;
