@@ -199,8 +199,26 @@ out=$("$CT" train --config "$tmp/base.json" --output_dir="$tmp/disk" --checkpoin
 rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "below disk_low_threshold" && [ -z "$(ls -d "$tmp/disk"/checkpoint-* 2>/dev/null)" ] &&
   ok "disk below disk_low_threshold: stopped before writing the checkpoint" || bad "disk check: exit $rc: $(echo "$out" | tail -2)"
+# disk_low_action=wait holds every rank at the checkpoint; a fault on rank 1 while they wait still ends the job with 3
+printf 'count 2\n' > "$tmp/nvml"
+wcommon=(train --config "$tmp/base.json" --output_dir="$tmp/wait" --checkpoint_step_interval=5 --max_train_steps=50
+         --disk_low_threshold=1000000T --disk_low_action=wait)
+"${MPIRUN[@]}" -np 1 -x OMP_NUM_THREADS=1 -x CUDA_VISIBLE_DEVICES=0 -x CTUNER_FAKE_NVML_STATE "$CT" "${wcommon[@]}" : \
+  -np 1 -x OMP_NUM_THREADS=1 -x CUDA_VISIBLE_DEVICES=1 -x CTUNER_FAKE_NVML_STATE "$CT" "${wcommon[@]}" \
+  >"$tmp/wait.out" 2>"$tmp/wait.err" &
+job=$!
+for _ in $(seq 1 600); do grep -q "below disk_low_threshold" "$tmp/wait.err" && break; sleep 0.1; done
+sleep 1
+kill -0 $job 2>/dev/null && waiting=1 || waiting=0
+printf 'count 2\ngpu 1 temp 93\n' > "$tmp/nvml"
+wait $job
+rc=$?
+printf 'count 2\n' > "$tmp/nvml"
+[ $waiting = 1 ] && [ $rc = 3 ] && [ -z "$(ls -d "$tmp/wait"/checkpoint-* 2>/dev/null)" ] &&
+  ok "disk_low_action=wait: both ranks wait at the checkpoint; a fault on rank 1 meanwhile ends the job with 3" ||
+  bad "wait + fault: waiting $waiting exit $rc: $(tail -3 "$tmp/wait.err")"
 out=$("$CT" train --config "$tmp/base.json" --output_dir="$tmp/bad" --webhook_config='{"webhook_type": "slack"}' 2>&1)
 rc=$?
-[ $rc != 0 ] && echo "$out" | grep -q "webhook_config: .*webhook_type 'slack' is not supported" &&
-  ok "a bad webhook_config is refused with its reason" || bad "bad webhook_config: exit $rc: $out"
+[ $rc = 2 ] && echo "$out" | grep -q "webhook_config: .*webhook_type 'slack' is not supported" &&
+  ok "a bad webhook_config is refused before training with exit 2 and its reason" || bad "bad webhook_config: exit $rc: $out"
 exit $fail

@@ -275,7 +275,7 @@ CT_TEST(health, sender_never_blocks) {
   ct_err err = {0};
   REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}", &h, &n, &err) ==
           CT_OK);
-  ct_sender_opts o = {1.0, 50, 0.05, 4};
+  ct_sender_opts o = {1.0, 50, 0.05, 4, 0};
   ct_sender *s = NULL;
   REQUIRE(ct_sender_start(h, n, &o, "j", &s, &err) == CT_OK);
   double t0 = mono();
@@ -290,6 +290,21 @@ CT_TEST(health, sender_never_blocks) {
   CHECKF(mono() - t0 < 2.0, "stop took %.2f s", mono() - t0);
   CHECK(sent == 0);
   CHECKF(dropped >= 95 && failed + dropped == 100, "failed %ld dropped %ld", failed, dropped);
+  /* a fault is never dropped for status events: the oldest info event makes room */
+  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}", &h, &n, &err) ==
+          CT_OK);
+  ct_sender_opts o2 = {1.0, 0, 0.05, 4, 1}; /* paused: the queue only fills */
+  REQUIRE(ct_sender_start(h, n, &o2, "j", &s, &err) == CT_OK);
+  for (int i = 0; i < 10; i++) {
+    ct_event ev = {"training.status", CT_SEV_INFO, strdup(""), strdup("x"), 0};
+    ct_sender_post(s, &ev);
+  }
+  CHECK(ct_sender_queued(s, CT_SEV_DEBUG) == 4 && ct_sender_queued(s, CT_SEV_WARNING) == 0);
+  ct_event fault = {"gpu.fault", CT_SEV_CRITICAL, strdup(""), strdup("x"), 0};
+  ct_sender_post(s, &fault);
+  CHECK(ct_sender_queued(s, CT_SEV_DEBUG) == 4 && ct_sender_queued(s, CT_SEV_CRITICAL) == 1);
+  ct_sender_stop(s, 1.0, &sent, &failed, &dropped);
+  CHECKF(dropped == 7 && failed == 4, "failed %ld dropped %ld", failed, dropped);
 }
 
 CT_TEST(health, disk_check) {
@@ -301,13 +316,20 @@ CT_TEST(health, disk_check) {
   ct_err err = {0};
   cfg.disk_low_threshold = strdup("1K");
   REQUIRE(ct_health_open(&cfg, NULL, &h, &err) == CT_OK);
-  CHECK(ct_health_disk_check(h, ct_test_tmpdir(), &err) == CT_OK);
+  CHECK(ct_health_disk_verdict(h, ct_test_tmpdir(), 0, &err) == 0);
   ct_health_close(h);
   free(cfg.disk_low_threshold);
   cfg.disk_low_threshold = strdup("1000000T"); /* more than any disk */
   REQUIRE(ct_health_open(&cfg, NULL, &h, &err) == CT_OK);
-  CHECK(ct_health_disk_check(h, ct_test_tmpdir(), &err) == CT_ERR_IO);
+  CHECK(ct_health_disk_verdict(h, ct_test_tmpdir(), 0, &err) == 2);
   CHECK(strstr(err.msg, "below disk_low_threshold") && strstr(err.msg, "not written"));
+  ct_health_close(h);
+  /* wait: asks to poll again, every round */
+  free(cfg.disk_low_action);
+  cfg.disk_low_action = strdup("wait");
+  REQUIRE(ct_health_open(&cfg, NULL, &h, &err) == CT_OK);
+  CHECK(ct_health_disk_verdict(h, ct_test_tmpdir(), 0, &err) == 1);
+  CHECK(ct_health_disk_verdict(h, ct_test_tmpdir(), 1, &err) == 1);
   ct_health_close(h);
   /* script: it runs (with the free bytes in its environment), then the space is checked again */
   char marker[1100], script[2300];
@@ -317,7 +339,7 @@ CT_TEST(health, disk_check) {
   cfg.disk_low_action = strdup("script");
   cfg.disk_low_script = strdup(script);
   REQUIRE(ct_health_open(&cfg, NULL, &h, &err) == CT_OK);
-  CHECK(ct_health_disk_check(h, ct_test_tmpdir(), &err) == CT_ERR_IO);
+  CHECK(ct_health_disk_verdict(h, ct_test_tmpdir(), 0, &err) == 2);
   ct_health_close(h);
   size_t len = 0;
   char *got = ct_test_slurp(marker, &len);
@@ -337,14 +359,19 @@ CT_TEST(health, config_redacts_tokens) {
   ct_config_defaults(&cfg);
   ct_err err = {0};
   REQUIRE(ct_config_set(&cfg, "webhook_config",
-                        "[{\"webhook_type\": \"raw\", \"callback_url\": \"http://x\", \"auth_token\": \"s3cr3t\"}]",
+                        "[{\"webhook_type\": \"raw\", \"callback_url\": \"http://u:pw@ops.example:8080/cb?key=k3y\", "
+                        "\"auth_token\": \"s3cr3t\"}, {\"webhook_type\": \"discord\", \"webhook_url\": "
+                        "\"https://discord.com/api/webhooks/123/T0KEN\"}]",
                         &err) == CT_OK);
   REQUIRE(ct_config_validate(&cfg, &err) == CT_OK);
   char *j = ct_config_to_json(&cfg);
   REQUIRE(j);
-  CHECK(!strstr(j, "s3cr3t"));
-  CHECK(strstr(j, "<redacted>") != NULL);
+  CHECKF(!strstr(j, "s3cr3t") && !strstr(j, "k3y") && !strstr(j, "T0KEN") && !strstr(j, "pw@"), "%s", j);
+  CHECK(strstr(j, "http://ops.example:8080/<redacted>") && strstr(j, "https://discord.com/<redacted>"));
   free(j);
+  /* a URL where the config goes is refused without echoing it */
+  CHECK(ct_health_check_webhooks("https://discord.com/api/webhooks/123/T0KEN", &err) == CT_ERR_INVALID);
+  CHECK(!strstr(err.msg, "T0KEN") && strstr(err.msg, "looks like a URL"));
   /* the values the health keys accept */
   CHECK(ct_config_set(&cfg, "disk_low_action", "panic", &err) == CT_OK);
   CHECK(ct_config_validate(&cfg, &err) == CT_ERR_INVALID && strstr(err.msg, "disk_low_action"));

@@ -46,9 +46,16 @@ void ct_health_checkpoint(ct_health *h, const char *path, long step, int is_fina
 void ct_health_validation(ct_health *h, long step, int images, const char *dir);
 void ct_health_error(ct_health *h, const char *title, const char *message);
 
-/* Before a checkpoint: free space on dir against disk_low_threshold, acting
- * by disk_low_action (stop: CT_ERR_IO; wait: poll until space returns;
- * script: run disk_low_script, then check once more). */
-ct_status ct_health_disk_check(ct_health *h, const char *dir, ct_err *err);
+/* Before a checkpoint, round 0, 1, ...: free space on dir against
+ * disk_low_threshold. 0: enough (or no threshold); 1: wait (disk_low_action
+ * wait: ask again after ct_health_poll_seconds); 2: stop, err says why (an
+ * error event is sent). disk_low_action script runs its script at round 0
+ * and then decides. The trainer asks on rank 0 and all-reduces the verdict
+ * with the breaker, so every rank waits or stops together. */
+int ct_health_disk_verdict(ct_health *h, const char *dir, int round, ct_err *err);
+double ct_health_poll_seconds(const ct_health *h);
+/* Validates a webhook_config value (path or inline JSON) without starting
+ * anything: for the CLI's configuration checks (exit code 2). */
+ct_status ct_health_check_webhooks(const char *value, ct_err *err);
 
 #endif

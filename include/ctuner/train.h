@@ -39,7 +39,7 @@ typedef struct ct_train_summary {
   size_t images, images_skipped;
   size_t params; /* trainable parameters of the model (Ψ) */
   char last_checkpoint[1024];
-  int health_joint; /* CT_ERR_HEALTH reached by every rank at the same step (no abort needed) */
+  int joint_stop; /* the error was reached by every rank at the same point (breaker, disk): no abort needed */
 } ct_train_summary;
 
 /* comm: the ranks to train on (NULL: this process alone). With N ranks each

@@ -163,7 +163,8 @@ static int train_or_cache(int argc, char **argv, int cache) {
       goto out;
     }
   }
-  if (ct_config_validate(&cfg, &err)) {
+  if (ct_config_validate(&cfg, &err) ||
+      (!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
     fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
@@ -189,11 +190,11 @@ static int train_or_cache(int argc, char **argv, int cache) {
   ct_status st = cache ? ct_cache_run(&cfg, comm, &ds, &err) : ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
   if (st) {
-    /* The circuit breaker's stop has its own exit code (docs/health.md);
-     * when every rank stopped at the same step they all exit with it
-     * cleanly, otherwise this rank ends the job. */
+    /* The circuit breaker's stop has its own exit code (docs/health.md).
+     * When every rank stopped at the same point (breaker, low disk) they all
+     * exit cleanly; otherwise this rank ends the job. */
     const int code = st == CT_ERR_HEALTH ? CT_EXIT_HEALTH : 1;
-    const int joint = st == CT_ERR_HEALTH && !cache && sum.health_joint;
+    const int joint = !cache && sum.joint_stop;
     if (world > 1) {
       fprintf(stderr, "%s: rank %d of %d: %s\n", who, rank, world, err.msg);
       fflush(stderr);

@@ -96,11 +96,14 @@ typedef struct ct_sender_opts {
   int retries;       /* after the first attempt */
   double backoff_s;  /* first retry delay, doubled each time */
   int queue_max;     /* events queued at most; more are dropped (counted) */
+  int paused;        /* tests: deliver nothing until ct_sender_stop */
 } ct_sender_opts;
 ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const char *job_id, ct_sender **out,
                           ct_err *err);
 /* Takes ev's strings. Never blocks: a full queue drops the event. */
 void ct_sender_post(ct_sender *s, ct_event *ev);
+/* Events queued now with severity at or above sev (tests). */
+int ct_sender_queued(ct_sender *s, ct_severity sev);
 /* Waits up to grace_s for the queue to drain, then stops; returns events
  * delivered / failed / dropped through the out-parameters (may be NULL). */
 void ct_sender_stop(ct_sender *s, double grace_s, long *sent, long *failed, long *dropped);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,6 +24,8 @@
 #define KEYLEN 160
 
 typedef struct watched {
+  ct_gpu_reading last;     /* the newest reading (under the mutex): runtime faults report it */
+  int have_last;
   int index;               /* NVML index */
   long long ecc_baseline;  /* uncorrected volatile errors at start (-1 unsupported) */
   int faulted, warned;     /* gpu.fault sent (fatal) / thermal warning active */
@@ -32,7 +35,7 @@ struct ct_health {
   int rank, world, lead;
   char host[64], job_id[128];
   ct_gpu_limits lim;
-  double poll_s, mem_low_pct, grace_s;
+  double poll_s, mem_low_pct, grace_s, disk_logged;
   long long disk_low; /* bytes, 0 off */
   char disk_action[16], *disk_script;
   ct_nvml *nvml;
@@ -226,10 +229,13 @@ void ct_health_runtime_fault(ct_health *h, const char *type, const char *excepti
   CT_ERROR("health: rank %d: %s: %s; the circuit breaker opens", h->rank, type, message);
   trip(h, message);
   if (!notify) return;
-  ct_gpu_reading g, *gp = NULL;
-  ct_err e = {0};
-  if (h->ngpu && !ct_nvml_read(h->nvml, h->gpu[0].index, &g, &e)) gp = &g;
-  send_fault(h, type, message, gp, "circuit_opened", exception_type, CT_SEV_CRITICAL);
+  /* the monitor's newest reading: no NVML call here, a lost GPU may hang it */
+  ct_gpu_reading g;
+  int have = 0;
+  pthread_mutex_lock(&h->mu);
+  if (h->ngpu && h->gpu[0].have_last) g = h->gpu[0].last, have = 1;
+  pthread_mutex_unlock(&h->mu);
+  send_fault(h, type, message, have ? &g : NULL, "circuit_opened", exception_type, CT_SEV_CRITICAL);
 }
 
 void ct_health_stage(ct_health *h, const char *key, const char *label, const char *status, double progress) {
@@ -328,37 +334,69 @@ static long long free_bytes(const char *dir) {
   return (long long)v.f_bavail * (long long)v.f_frsize;
 }
 
-ct_status ct_health_disk_check(ct_health *h, const char *dir, ct_err *err) {
-  if (!h || h->disk_low <= 0) return CT_OK;
+/* disk_low_script through sh -c with CTUNER_OUTPUT_DIR and CTUNER_FREE_BYTES
+ * added to a copy of the environment (setenv would race with getenv on the
+ * webhook and monitor threads). Returns its exit status, -1 if it did not run. */
+static int run_script(const char *script, const char *dir, long long free_b) {
+  extern char **environ;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **envp = calloc(n + 3, sizeof *envp);
+  char *e1 = NULL, *e2 = NULL;
+  if (!envp || asprintf(&e1, "CTUNER_OUTPUT_DIR=%s", dir) < 0 || asprintf(&e2, "CTUNER_FREE_BYTES=%lld", free_b) < 0) {
+    free(envp);
+    return -1;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "CTUNER_OUTPUT_DIR=", 18) && strncmp(environ[i], "CTUNER_FREE_BYTES=", 18))
+      envp[k++] = environ[i];
+  envp[k++] = e1;
+  envp[k++] = e2;
+  envp[k] = NULL;
+  char *argv[] = {"sh", "-c", (char *)script, NULL};
+  pid_t pid;
+  int rc = -1;
+  if (posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, envp) == 0) {
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  }
+  free(e1);
+  free(e2);
+  free(envp);
+  return rc;
+}
+
+int ct_health_disk_verdict(ct_health *h, const char *dir, int round, ct_err *err) {
+  if (!h || h->disk_low <= 0) return 0;
   long long fb = free_bytes(dir);
-  if (fb < 0) return ct_errf(err, CT_ERR_IO, "%s: cannot read free space: %s", dir, strerror(errno));
-  if (fb >= h->disk_low) return CT_OK;
+  if (fb < 0) {
+    ct_errf(err, CT_ERR_IO, "%s: cannot read free space: %s", dir, strerror(errno));
+    return 2;
+  }
+  if (fb >= h->disk_low) {
+    if (round) CT_INFO("health: %s has %.2f GiB free again; checkpointing", dir, fb / 1073741824.0);
+    return 0;
+  }
   const double gib = 1024.0 * 1024 * 1024;
-  CT_WARN("health: %s has %.2f GiB free, below disk_low_threshold %.2f GiB (disk_low_action %s)", dir, fb / gib,
-          h->disk_low / gib, h->disk_action);
+  if (!round)
+    CT_WARN("health: %s has %.2f GiB free, below disk_low_threshold %.2f GiB (disk_low_action %s)", dir, fb / gib,
+            h->disk_low / gib, h->disk_action);
   if (!strcmp(h->disk_action, "wait")) {
-    double last = now_s();
-    while ((fb = free_bytes(dir)) >= 0 && fb < h->disk_low && !ct_health_is_open(h)) {
-      usleep((useconds_t)(h->poll_s * 1e6));
-      if (now_s() - last > 60) {
-        CT_WARN("health: still waiting for space on %s (%.2f GiB free, need %.2f GiB)", dir, fb / gib,
-                h->disk_low / gib);
-        last = now_s();
-      }
+    if (round && now_s() - h->disk_logged > 60) {
+      CT_WARN("health: still waiting for space on %s (%.2f GiB free, need %.2f GiB)", dir, fb / gib, h->disk_low / gib);
+      h->disk_logged = now_s();
     }
-    if (fb >= h->disk_low) {
-      CT_INFO("health: %s has %.2f GiB free again; checkpointing", dir, fb / gib);
-      return CT_OK;
-    }
-  } else if (!strcmp(h->disk_action, "script")) {
-    char env[64];
-    snprintf(env, sizeof env, "%lld", fb);
-    setenv("CTUNER_FREE_BYTES", env, 1);
-    setenv("CTUNER_OUTPUT_DIR", dir, 1);
-    int rc = system(h->disk_script);
-    CT_INFO("health: disk_low_script exited with %d", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    if (!round) h->disk_logged = now_s();
+    return 1;
+  }
+  if (!strcmp(h->disk_action, "script") && !round) {
+    int rc = run_script(h->disk_script, dir, fb);
+    CT_INFO("health: disk_low_script exited with %d", rc);
     fb = free_bytes(dir);
-    if (fb >= h->disk_low) return CT_OK;
+    if (fb >= h->disk_low) return 0;
   }
   char msg[600];
   snprintf(msg, sizeof msg,
@@ -366,8 +404,11 @@ ct_status ct_health_disk_check(ct_health *h, const char *dir, ct_err *err) {
            "stops (free space, lower disk_low_threshold, or set disk_low_action to wait or script)",
            dir, fb / gib, h->disk_low / gib);
   ct_health_error(h, "Disk space low", msg);
-  return ct_errf(err, CT_ERR_IO, "%s", msg);
+  ct_errf(err, CT_ERR_IO, "%s", msg);
+  return 2;
 }
+
+double ct_health_poll_seconds(const ct_health *h) { return h ? h->poll_s : 1; }
 
 /* ------------------------------------------------------------ the thread */
 
@@ -381,6 +422,10 @@ static void poll_gpus(ct_health *h) {
       w->warned = 1;
       continue;
     }
+    pthread_mutex_lock(&h->mu);
+    w->last = g;
+    w->have_last = 1;
+    pthread_mutex_unlock(&h->mu);
     const char *type;
     char msg[400];
     ct_gpu_verdict v = ct_gpu_judge(&g, w->ecc_baseline, &h->lim, &type, msg, sizeof msg);
@@ -485,7 +530,7 @@ ct_status ct_health_open(const ct_config *cfg, ct_comm *comm, ct_health **out, c
     int nh = 0;
     st = ct_hooks_parse(cfg->webhook_config, &hooks, &nh, err);
     if (!st) {
-      ct_sender_opts so = {cfg->webhook_timeout, (int)cfg->webhook_retries, 1.0, 256};
+      ct_sender_opts so = {cfg->webhook_timeout, (int)cfg->webhook_retries, 1.0, 256, 0};
       st = ct_sender_start(hooks, nh, &so, h->job_id, &h->sender, err);
       if (st) ct_hooks_free(hooks, nh);
     }
@@ -525,7 +570,9 @@ ct_status ct_health_open(const ct_config *cfg, ct_comm *comm, ct_health **out, c
     w->index = idx[k];
     ct_gpu_reading g;
     ct_err e = {0};
-    w->ecc_baseline = ct_nvml_read(h->nvml, idx[k], &g, &e) ? -1 : g.ecc_double;
+    const ct_status rs = ct_nvml_read(h->nvml, idx[k], &g, &e);
+    w->ecc_baseline = rs ? -1 : g.ecc_double;
+    if (!rs) w->last = g, w->have_last = 1; /* the thread is not running yet */
     CT_INFO("health: rank %d watches GPU %d (%s) on %s: %d C (shutdown %d C), %lld uncorrected ECC error(s) at "
             "start",
             h->rank, idx[k], g.name, h->host, g.temperature, g.shutdown_temperature, w->ecc_baseline);

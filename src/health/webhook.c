@@ -13,6 +13,7 @@
 #include <curl/curl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,10 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
     st = (text = strdup(value)) ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   } else {
     where = value;
+    if (strstr(value, "://")) /* a URL given where the config goes: never echo it (it may hold a secret) */
+      return ct_errf(err, CT_ERR_INVALID,
+                     "webhook_config looks like a URL: give a JSON file path, or an object such as "
+                     "{\"webhook_type\": \"discord\", \"webhook_url\": \"...\"}");
     st = ct_read_file(value, 1 << 20, &text, &len, err);
     if (st == CT_ERR_NOT_FOUND)
       st = ct_errf(err, CT_ERR_NOT_FOUND, "webhook_config file not found: %s (give a path, or an inline object or list)",
@@ -184,6 +189,18 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
   }
   *hooks = hs;
   *n = (int)cnt;
+  return CT_OK;
+}
+
+ct_status ct_health_check_webhooks(const char *value, ct_err *err) {
+  ct_hook *h = NULL;
+  int n = 0;
+  ct_status st = ct_hooks_parse(value, &h, &n, err);
+  if (st) {
+    ct_err_prefix(err, "webhook_config: ");
+    return st;
+  }
+  ct_hooks_free(h, n);
   return CT_OK;
 }
 
@@ -252,6 +269,7 @@ struct ct_sender {
   atomic_int abort_now;
   long sent, failed, dropped;
   uint64_t rng;
+  unsigned char *down; /* per endpoint: its last event failed every attempt */
 };
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
@@ -292,14 +310,23 @@ static int nap(ct_sender *s, double secs) {
 }
 
 /* One event to one endpoint, with retries; 1 if delivered. */
-static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char *body) {
+static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char *body, int retries) {
   char host[256];
   url_host(h->url, host, sizeof host);
   CURL *c = curl_easy_init();
   if (!c) return 0;
-  struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+  struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json"), *h2 = NULL;
   char *key = NULL;
-  if (h->auth_token && asprintf(&key, "X-API-Key: %s", h->auth_token) >= 0) hdr = curl_slist_append(hdr, key);
+  if (h->auth_token && asprintf(&key, "X-API-Key: %s", h->auth_token) < 0) key = NULL;
+  if (hdr && key) h2 = curl_slist_append(hdr, key);
+  if (!hdr || (h->auth_token && !h2)) { /* never send without the header the endpoint expects */
+    CT_WARN("webhook %s: out of memory building the request; %s event not sent", host, type);
+    curl_slist_free_all(hdr);
+    if (key) memset(key, 0, strlen(key));
+    free(key);
+    curl_easy_cleanup(c);
+    return 0;
+  }
   curl_easy_setopt(c, CURLOPT_URL, h->url);
   curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -318,7 +345,7 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
   }
   int ok = 0;
   double delay = s->o.backoff_s;
-  for (int attempt = 0; attempt <= s->o.retries && !atomic_load(&s->abort_now); attempt++) {
+  for (int attempt = 0; attempt <= retries && !atomic_load(&s->abort_now); attempt++) {
     CURLcode rc = curl_easy_perform(c);
     long code = 0;
     if (rc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -337,7 +364,7 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
               h->type == CT_HOOK_RAW ? "raw" : "discord", type, why);
       break;
     }
-    if (attempt == s->o.retries) {
+    if (attempt == retries) {
       CT_WARN("webhook %s: %s event not delivered after %d attempt(s): %s", host, type, attempt + 1, why);
       break;
     }
@@ -357,9 +384,13 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
 
 static void *sender_main(void *arg) {
   ct_sender *s = arg;
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE); /* CURLOPT_NOSIGNAL: a reset TLS peer must not kill the trainer */
+  pthread_sigmask(SIG_BLOCK, &pipe, NULL);
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->count && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    while ((!s->count || s->o.paused) && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
     if (!s->count || atomic_load(&s->abort_now)) {
       pthread_mutex_unlock(&s->mu);
       break;
@@ -375,7 +406,13 @@ static void *sender_main(void *arg) {
       if (ev.severity > h->log_level) continue; /* more verbose than this endpoint wants */
       char *body = ct_event_body(&ev, h, s->job_id);
       any = 1;
-      delivered &= body && deliver(s, h, ev.type, body);
+      /* an endpoint whose last event failed every retry gets one attempt per
+       * event until it answers again, so a dead endpoint costs one timeout
+       * per event, not the whole backoff, and cannot hold the queue */
+      const int ok = body && deliver(s, h, ev.type, body, s->down[i] ? 0 : s->o.retries);
+      if (ok && s->down[i]) CT_INFO("webhook %d answers again", i);
+      s->down[i] = !ok;
+      delivered &= ok;
       free(body);
     }
     pthread_mutex_lock(&s->mu);
@@ -403,7 +440,10 @@ ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const 
   s->o = *o;
   if (s->o.queue_max < 1) s->o.queue_max = 256;
   s->q = calloc((size_t)s->o.queue_max, sizeof *s->q);
-  if (!s->q) {
+  s->down = calloc((size_t)n + 1, 1);
+  if (!s->q || !s->down) {
+    free(s->q);
+    free(s->down);
     free(s);
     return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
@@ -417,6 +457,7 @@ ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const 
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->q);
+    free(s->down);
     free(s);
     return ct_errf(err, CT_ERR_INTERNAL, "cannot start the webhook thread");
   }
@@ -433,6 +474,21 @@ ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const 
 
 void ct_sender_post(ct_sender *s, ct_event *ev) {
   pthread_mutex_lock(&s->mu);
+  if (!s->stop && s->count == s->o.queue_max && ev->severity <= CT_SEV_WARNING) {
+    /* a fault or an error never waits behind status events: the oldest
+     * info/debug event makes room */
+    for (int i = 0; i < s->count; i++) {
+      const int at = (s->head + i) % s->o.queue_max;
+      if (s->q[at].severity <= CT_SEV_WARNING) continue;
+      free(s->q[at].fields);
+      free(s->q[at].text);
+      for (int j = i; j + 1 < s->count; j++)
+        s->q[(s->head + j) % s->o.queue_max] = s->q[(s->head + j + 1) % s->o.queue_max];
+      s->count--;
+      s->dropped++;
+      break;
+    }
+  }
   if (s->stop || s->count == s->o.queue_max) {
     s->dropped++;
     pthread_mutex_unlock(&s->mu);
@@ -446,6 +502,14 @@ void ct_sender_post(ct_sender *s, ct_event *ev) {
   ev->fields = ev->text = NULL;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+int ct_sender_queued(ct_sender *s, ct_severity sev) {
+  int k = 0;
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < s->count; i++) k += s->q[(s->head + i) % s->o.queue_max].severity <= sev;
+  pthread_mutex_unlock(&s->mu);
+  return k;
 }
 
 void ct_sender_stop(ct_sender *s, double grace_s, long *sent, long *failed, long *dropped) {
@@ -478,5 +542,6 @@ void ct_sender_stop(ct_sender *s, double grace_s, long *sent, long *failed, long
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s->q);
+  free(s->down);
   free(s);
 }

@@ -663,14 +663,28 @@ static int cosmetic(const char *k) {
   return is_one_of(k, c);
 }
 
-/* Inline webhook_config JSON with every auth_token value replaced (configs
- * are written into checkpoints and logs; tokens must not be). NULL: not
- * inline JSON, write it as it is. */
+/* Inline webhook_config JSON with every auth_token value replaced and
+ * webhook URLs cut to scheme://host (configs are written into checkpoints
+ * and logs; secrets must not be). NULL: not inline JSON, write it as it is. */
 static void redact_walk(ct_json *v) {
   if (v->type != CT_JSON_OBJECT && v->type != CT_JSON_ARRAY) return;
   for (size_t i = 0; i < v->n; i++) {
     ct_json *it = &v->items[i];
-    if (v->type == CT_JSON_OBJECT && !strcmp(v->keys[i], "auth_token") && it->type == CT_JSON_STRING) {
+    const int url = v->type == CT_JSON_OBJECT && it->type == CT_JSON_STRING &&
+                    (!strcmp(v->keys[i], "webhook_url") || !strcmp(v->keys[i], "callback_url"));
+    if (url) { /* scheme://host only: a Discord webhook URL is itself a secret */
+      const char *p = strstr(it->str, "://"), *host = p ? p + 3 : it->str;
+      size_t hl = strcspn(host, "/?#");
+      const char *at = memchr(host, '@', hl); /* user:password@ goes too */
+      if (at) hl -= (size_t)(at + 1 - host), host = at + 1;
+      char *r = malloc(hl + 40);
+      if (r) {
+        snprintf(r, hl + 40, "%.*s%.*s/<redacted>", p ? (int)(p + 3 - it->str) : 0, it->str, (int)hl, host);
+        free(it->str);
+        it->str = r;
+        it->len = strlen(r);
+      }
+    } else if (v->type == CT_JSON_OBJECT && !strcmp(v->keys[i], "auth_token") && it->type == CT_JSON_STRING) {
       char *r = strdup("<redacted>");
       if (r) {
         free(it->str);

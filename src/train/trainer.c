@@ -855,6 +855,44 @@ static ct_status open_data(trainer *tr, ct_err *err) {
   return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
 }
 
+/* Before a checkpoint every rank agrees on two things, in rounds of one
+ * all-reduce: rank 0's verdict on the free space of output_dir (enough, wait,
+ * stop) and whether the breaker opened anywhere since the step began. A
+ * fault stops every rank without the checkpoint; so does too little space
+ * (disk_low_action stop or a script that freed too little); wait polls. */
+static ct_status checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, ct_err *err) {
+  if (!tr->h) return CT_OK;
+  for (int round = 0;; round++) {
+    ct_err de = {0};
+    double f[2] = {tr->rank == 0 ? (double)ct_health_disk_verdict(tr->h, tr->cfg->output_dir, round, &de) : 0,
+                   (double)ct_health_is_open(tr->h)};
+    if (tr->world > 1) {
+      ct_status cs = ct_comm_allreduce_f64(tr->comm, f, 2, err);
+      if (cs) return cs;
+    }
+    if (f[1] > 0) {
+      sum->joint_stop = 1;
+      return ct_health_is_open(tr->h)
+                 ? ct_errf(err, CT_ERR_HEALTH, "circuit breaker open before checkpoint %ld: %s; stopped without it",
+                           step, ct_health_reason(tr->h))
+                 : ct_errf(err, CT_ERR_HEALTH,
+                           "circuit breaker open on %.0f other rank(s) before checkpoint %ld; stopped without it",
+                           f[1], step);
+    }
+    if (f[0] == 0) return CT_OK;
+    if (f[0] >= 2) {
+      sum->joint_stop = 1; /* every rank stops here together */
+      if (tr->rank == 0) {
+        if (err) *err = de;
+        return CT_ERR_IO;
+      }
+      return ct_errf(err, CT_ERR_IO, "rank 0 found too little free space in %s for checkpoint %ld",
+                     tr->cfg->output_dir, step);
+    }
+    usleep((useconds_t)(ct_health_poll_seconds(tr->h) * 1e6)); /* disk_low_action wait */
+  }
+}
+
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err) {
   const double t_start = now_s();
@@ -1191,7 +1229,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       double open = ct_health_is_open(tr.h);
       if (tr.world > 1 && (st = ct_comm_allreduce_f64(comm, &open, 1, err))) goto out;
       if (open > 0) {
-        sum->health_joint = 1;
+        sum->joint_stop = 1;
         st = ct_health_is_open(tr.h)
                  ? ct_errf(err, CT_ERR_HEALTH, "circuit breaker open before step %ld: %s; stopped without a checkpoint "
                            "(the newest one, if any, resumes)", step, ct_health_reason(tr.h))
@@ -1215,7 +1253,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
                      "max_grad_norm",
                      s.nonfinite_run, cfg->max_nonfinite_steps);
         ct_health_runtime_fault(tr.h, "nonfinite_loss", "FloatingPointError", err->msg, lead);
-        sum->health_joint = 1;
+        sum->joint_stop = 1;
         goto out;
       }
     } else {
@@ -1303,17 +1341,8 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
        * checkpoint stays one from before it. */
       CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s.nonfinite_run);
     } else if (due) {
-      /* Free space first (rank 0 judges output_dir, every rank follows). */
-      if (tr.h) {
-        ct_status ds = lead ? ct_health_disk_check(tr.h, cfg->output_dir, err) : CT_OK;
-        double bad = ds ? 1 : 0;
-        if (tr.world > 1 && (st = ct_comm_broadcast(comm, &bad, sizeof bad, 0, err))) goto out;
-        if (bad) {
-          st = ds ? ds : ct_errf(err, CT_ERR_IO, "rank 0 found too little free space in %s for a checkpoint",
-                                 cfg->output_dir);
-          goto out;
-        }
-      }
+      st = checkpoint_gate(&tr, step, sum, err); /* free space, and no fault since the step began */
+      if (st) goto out;
       ct_health_stage(tr.h, "checkpoint_save", "Saving checkpoint", "running", 0);
       /* Every rank holds the same weights. ZeRO-1: the optimizer state is
        * gathered for rank 0, which writes a checkpoint any world size or stage
@@ -1368,6 +1397,15 @@ out:
     CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
             "communication",
             tr.stage, tr.z.buckets, tr.z.misses, tr.z.wait_s);
+  if (st == CT_OK && tr.h) { /* a fault during the last step's validation or checkpoint */
+    double open = ct_health_is_open(tr.h);
+    if (tr.world > 1) st = ct_comm_allreduce_f64(comm, &open, 1, err);
+    if (!st && open > 0) {
+      sum->joint_stop = 1;
+      st = ct_errf(err, CT_ERR_HEALTH, "circuit breaker open at the end of training%s%s",
+                   ct_health_is_open(tr.h) ? ": " : " (on another rank)", ct_health_reason(tr.h));
+    }
+  }
   /* A rank alone short of memory or cut off from the others is a runtime
    * fault too: the breaker opens and the CLI ends the job with its code. */
   if (tr.h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
@@ -1378,7 +1416,7 @@ out:
     ct_health_stage(tr.h, "training_complete", "Training complete", "completed", 100);
   } else if (tr.h) {
     ct_health_stage(tr.h, "training_abort", "Training stopped", "failed", 100 * (double)s.global_step / (double)(tr.total ? tr.total : 1));
-    if (st != CT_ERR_HEALTH || !sum->health_joint || lead) { /* one error event for a joint stop */
+    if (!sum->joint_stop || lead) { /* one error event for a stop every rank made */
       char title[96];
       snprintf(title, sizeof title, "Training failed: %s", ct_status_name(st));
       ct_health_error(tr.h, title, err->msg);
