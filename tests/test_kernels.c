@@ -999,3 +999,180 @@ CT_TEST(kernels, elementwise) {
     free(y), free(x), free(y0);
   }
 }
+
+/* ---------------------------------------------------------------- image kernels (VAE) */
+
+typedef struct conv_ctx {
+  ct_conv2d_shape s;
+  float *x, *w, *b, *y, *R, *col;
+} conv_ctx;
+
+static double conv_loss(void *p) {
+  conv_ctx *c = p;
+  ct_conv2d_fwd(&c->s, c->x, c->w, c->b, c->y, c->col);
+  const int Ho = ct_conv2d_out(c->s.H, c->s.k, c->s.stride, c->s.pad_t, c->s.pad_b);
+  const int Wo = ct_conv2d_out(c->s.W, c->s.k, c->s.stride, c->s.pad_l, c->s.pad_r);
+  return dot2(1, c->s.B * c->s.Cout * Ho * Wo, c->y, 0, c->R, 0);
+}
+
+/* naive double reference of one output element */
+static double conv_ref(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, int bi, int o, int oi,
+                       int oj) {
+  double acc = b ? b[o] : 0;
+  for (int c = 0; c < s->Cin; c++)
+    for (int ki = 0; ki < s->k; ki++)
+      for (int kj = 0; kj < s->k; kj++) {
+        const int i = oi * s->stride - s->pad_t + ki, j = oj * s->stride - s->pad_l + kj;
+        if (i < 0 || j < 0 || i >= s->H || j >= s->W) continue;
+        acc += (double)x[(((size_t)bi * s->Cin + c) * s->H + i) * s->W + j] *
+               w[(((size_t)o * s->Cin + c) * s->k + ki) * s->k + kj];
+      }
+  return acc;
+}
+
+CT_TEST(kernels, conv2d) {
+  /* 3x3 same, diffusers' stride-2 downsample (pad right/bottom only), 1x1,
+   * 3x3 stride 2 pad 1, and 5x5 stride 1 */
+  static const ct_conv2d_shape shapes[] = {
+      {2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1}, {2, 3, 8, 6, 4, 3, 2, 0, 0, 1, 1}, {2, 5, 4, 3, 6, 1, 1, 0, 0, 0, 0},
+      {1, 2, 9, 7, 3, 3, 2, 1, 1, 1, 1}, {1, 2, 6, 6, 2, 5, 1, 2, 2, 2, 2}};
+  for (int band = 0; band < 2; band++) {
+    /* band 1: a 3-float limit forces one output row per band */
+    if (band) setenv("CTUNER_CONV_COL_FLOATS", "3", 1);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      rng_seed(40 + si);
+      conv_ctx c = {.s = shapes[si]};
+      const ct_conv2d_shape *s = &c.s;
+      const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
+      const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
+      const size_t nx = (size_t)s->B * s->Cin * s->H * s->W, nw = (size_t)s->Cout * s->Cin * s->k * s->k,
+                   ny = (size_t)s->B * s->Cout * Ho * Wo;
+      c.x = randv(nx, 1), c.w = randv(nw, 0.5f), c.b = randv(s->Cout, 0.5f);
+      c.y = fillv(ny, NAN), c.R = randv(ny, 1);
+      c.col = fillv(ct_conv2d_col_floats(s), NAN);
+      ct_conv2d_fwd(s, c.x, c.w, c.b, c.y, c.col);
+      double md = 0, mr = 0;
+      for (int bi = 0; bi < s->B; bi++)
+        for (int o = 0; o < s->Cout; o++)
+          for (int i = 0; i < Ho; i++)
+            for (int j = 0; j < Wo; j++) {
+              const double r = conv_ref(s, c.x, c.w, c.b, bi, o, i, j);
+              md = fmax(md, fabs(r - c.y[(((size_t)bi * s->Cout + o) * Ho + i) * Wo + j]));
+              mr = fmax(mr, fabs(r));
+            }
+      CHECKF(md / mr < 1e-5, "conv2d shape %zu band %d: forward error %.3g", si, band, md / mr);
+      float *dx = fillv(nx, NAN), *dw = fillv(nw, 0), *db = fillv(s->Cout, 0);
+      ct_conv2d_bwd(s, c.x, c.w, c.R, dx, dw, db, c.col);
+      char name[64];
+      snprintf(name, sizeof name, "conv2d %zu dx", si);
+      CHECK_GRAD(name, c.x, nx, dx, conv_loss, &c, 200);
+      snprintf(name, sizeof name, "conv2d %zu dw", si);
+      CHECK_GRAD(name, c.w, nw, dw, conv_loss, &c, 200);
+      snprintf(name, sizeof name, "conv2d %zu db", si);
+      CHECK_GRAD(name, c.b, (size_t)s->Cout, db, conv_loss, &c, 200);
+      /* dw and db accumulate */
+      float *dw2 = fillv(nw, 1), *db2 = fillv(s->Cout, 1);
+      ct_conv2d_bwd(s, c.x, c.w, c.R, NULL, dw2, db2, c.col);
+      double acc = 0;
+      for (size_t i = 0; i < nw; i++) acc = fmax(acc, fabs(dw2[i] - 1 - dw[i]));
+      for (int i = 0; i < s->Cout; i++) acc = fmax(acc, fabs(db2[i] - 1 - db[i]));
+      CHECKF(acc < 1e-4, "conv2d %zu: accumulation off by %.3g", si, acc);
+      /* 1 and 2 threads: the same bits */
+      threads(1);
+      float *y1 = fillv(ny, 0), *dx1 = fillv(nx, 0), *dw1 = fillv(nw, 0);
+      ct_conv2d_fwd(s, c.x, c.w, c.b, y1, c.col);
+      ct_conv2d_bwd(s, c.x, c.w, c.R, dx1, dw1, NULL, c.col);
+      threads(2);
+      float *y2 = fillv(ny, 0), *dx2 = fillv(nx, 0), *dw3 = fillv(nw, 0);
+      ct_conv2d_fwd(s, c.x, c.w, c.b, y2, c.col);
+      ct_conv2d_bwd(s, c.x, c.w, c.R, dx2, dw3, NULL, c.col);
+      threads_restore();
+      CHECKF(SAME(y1, y2, ny) && SAME(dx1, dx2, nx) && SAME(dw1, dw3, nw), "conv2d %zu: thread count changes bits",
+             si);
+      free(c.x), free(c.w), free(c.b), free(c.y), free(c.R), free(c.col);
+      free(dx), free(dw), free(db), free(dw2), free(db2), free(y1), free(dx1), free(dw1), free(y2), free(dx2),
+          free(dw3);
+    }
+    unsetenv("CTUNER_CONV_COL_FLOATS");
+  }
+}
+
+typedef struct gn_ctx {
+  int B, C, HW, G;
+  float *x, *g, *b, *y, *R, *mean, *rstd;
+} gn_ctx;
+
+static double gn_loss(void *p) {
+  gn_ctx *c = p;
+  ct_groupnorm_fwd(c->B, c->C, c->HW, c->G, 1e-6f, c->x, c->g, c->b, c->y, c->mean, c->rstd);
+  return dot2(1, c->B * c->C * c->HW, c->y, 0, c->R, 0);
+}
+
+CT_TEST(kernels, groupnorm) {
+  rng_seed(77);
+  gn_ctx c = {.B = 2, .C = 6, .HW = 10, .G = 3};
+  const size_t n = (size_t)c.B * c.C * c.HW;
+  c.x = randv(n, 2), c.g = randv(c.C, 1), c.b = randv(c.C, 1), c.y = fillv(n, 0), c.R = randv(n, 1);
+  c.mean = fillv((size_t)c.B * c.G, 0), c.rstd = fillv((size_t)c.B * c.G, 0);
+  for (size_t i = 0; i < n; i++) c.x[i] += 3.0f; /* an offset the statistics must remove */
+  gn_loss(&c);
+  /* reference: per (image, group) mean and biased variance in double */
+  double md = 0;
+  const int cg = c.C / c.G;
+  for (int bi = 0; bi < c.B; bi++)
+    for (int g = 0; g < c.G; g++) {
+      double s1 = 0, s2 = 0;
+      const size_t off = ((size_t)bi * c.C + (size_t)g * cg) * c.HW, m = (size_t)cg * c.HW;
+      for (size_t i = 0; i < m; i++) s1 += c.x[off + i];
+      for (size_t i = 0; i < m; i++) s2 += (c.x[off + i] - s1 / m) * (c.x[off + i] - s1 / m);
+      const double rs = 1 / sqrt(s2 / m + 1e-6);
+      for (size_t i = 0; i < m; i++) {
+        const int ch = g * cg + (int)(i / c.HW);
+        const double r = (c.x[off + i] - s1 / m) * rs * c.g[ch] + c.b[ch];
+        md = fmax(md, fabs(r - c.y[off + i]));
+      }
+    }
+  CHECKF(md < 1e-5, "groupnorm forward error %.3g", md);
+  float *dx = fillv(n, NAN), *dg = fillv(c.C, 0), *db = fillv(c.C, 0);
+  ct_groupnorm_bwd(c.B, c.C, c.HW, c.G, c.x, c.g, c.mean, c.rstd, c.R, dx, dg, db);
+  CHECK_GRAD("groupnorm dx", c.x, n, dx, gn_loss, &c, 200);
+  CHECK_GRAD("groupnorm dgamma", c.g, (size_t)c.C, dg, gn_loss, &c, 200);
+  CHECK_GRAD("groupnorm dbeta", c.b, (size_t)c.C, db, gn_loss, &c, 200);
+  threads(1);
+  float *y1 = fillv(n, 0), *dx1 = fillv(n, 0);
+  ct_groupnorm_fwd(c.B, c.C, c.HW, c.G, 1e-6f, c.x, c.g, c.b, y1, c.mean, c.rstd);
+  ct_groupnorm_bwd(c.B, c.C, c.HW, c.G, c.x, c.g, c.mean, c.rstd, c.R, dx1, NULL, NULL);
+  threads(2);
+  float *y2 = fillv(n, 0), *dx2 = fillv(n, 0);
+  ct_groupnorm_fwd(c.B, c.C, c.HW, c.G, 1e-6f, c.x, c.g, c.b, y2, c.mean, c.rstd);
+  ct_groupnorm_bwd(c.B, c.C, c.HW, c.G, c.x, c.g, c.mean, c.rstd, c.R, dx2, NULL, NULL);
+  threads_restore();
+  CHECK(SAME(y1, y2, n) && SAME(dx1, dx2, n));
+  free(c.x), free(c.g), free(c.b), free(c.y), free(c.R), free(c.mean), free(c.rstd);
+  free(dx), free(dg), free(db), free(y1), free(dx1), free(y2), free(dx2);
+}
+
+CT_TEST(kernels, upsample_transpose) {
+  rng_seed(5);
+  const int BC = 3, H = 4, W = 5, n = BC * H * W;
+  float *x = randv(n, 1), *y = fillv(4 * n, NAN), *g = randv(4 * n, 1), *dx = fillv(n, NAN);
+  ct_upsample2x_fwd(BC, H, W, x, y);
+  int ok = 1;
+  for (int p = 0; p < BC; p++)
+    for (int i = 0; i < 2 * H; i++)
+      for (int j = 0; j < 2 * W; j++)
+        ok &= y[((size_t)p * 2 * H + i) * 2 * W + j] == x[((size_t)p * H + i / 2) * W + j / 2];
+  CHECK(ok);
+  /* the backward is the adjoint: <up(x), g> == <x, up'(g)> */
+  ct_upsample2x_bwd(BC, H, W, g, dx);
+  const double a = dot2(1, 4 * n, y, 0, g, 0), b = dot2(1, n, x, 0, dx, 0);
+  CHECKF(fabs(a - b) < 1e-5 * fmax(1, fabs(a)), "upsample adjoint %.9g vs %.9g", a, b);
+  /* (B, C, L) <-> (B, L, C) */
+  const int B = 2, C = 3, L = 7;
+  float *t = randv((size_t)B * C * L, 1), *u = fillv((size_t)B * C * L, 0), *v = fillv((size_t)B * C * L, 0);
+  ct_nchw_to_nlc(B, C, L, t, u);
+  CHECK(u[(1 * L + 4) * C + 2] == t[(1 * C + 2) * L + 4]);
+  ct_nlc_to_nchw(B, C, L, u, v);
+  CHECK(SAME(t, v, (size_t)B * C * L));
+  free(x), free(y), free(g), free(dx), free(t), free(u), free(v);
+}

@@ -128,6 +128,37 @@ void ct_unpatchify(int B, int C, int H, int W, int p, const float *in, float *x)
 /* Mean squared error over n elements; dpred = 2 (pred - target) / n * dloss (overwrite, may be NULL). */
 float ct_mse_fwd_bwd(size_t n, const float *pred, const float *target, float dloss, float *dpred);
 
+/* ---- image kernels (the VAE), NCHW float32 ---- */
+/* 2-D convolution: x (B, Cin, H, W), w (Cout, Cin, k, k) (PyTorch layout),
+ * b (Cout) or NULL, y (B, Cout, Ho, Wo), Ho = (H + pad_t + pad_b - k) /
+ * stride + 1. Padding may be asymmetric (diffusers' Downsample2D pads only
+ * right and bottom). col: scratch of ct_conv2d_col_floats() floats (unused
+ * for 1x1 stride-1 unpadded convolutions, may then be NULL). */
+typedef struct ct_conv2d_shape {
+  int B, Cin, H, W, Cout, k, stride, pad_t, pad_l, pad_b, pad_r;
+} ct_conv2d_shape;
+#define CT_CONV_COL_FLOATS ((size_t)8 << 20) /* 32 MiB of im2col per band of output rows */
+int ct_conv2d_out(int in, int k, int stride, int pad_lo, int pad_hi);
+int ct_conv2d_band_rows(const ct_conv2d_shape *s);
+size_t ct_conv2d_col_floats(const ct_conv2d_shape *s);
+void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, float *y, float *col);
+/* dx (overwritten; NULL: skipped), dw += , db += (NULL: skipped). */
+void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy, float *dx, float *dw,
+                   float *db, float *col);
+/* GroupNorm over (C/G channels x HW) per image and group, statistics in
+ * double; gamma/beta (C) may be NULL (1, 0). Keeps mean, rstd (B*G). */
+void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma, const float *beta,
+                      float *y, float *mean, float *rstd);
+/* dx overwritten (NULL: skipped); dgamma, dbeta += (NULL: skipped). */
+void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *gamma, const float *mean,
+                      const float *rstd, const float *dy, float *dx, float *dgamma, float *dbeta);
+/* Nearest-neighbour x2: (BC, H, W) -> (BC, 2H, 2W); the backward sums the 4 (overwrite). */
+void ct_upsample2x_fwd(int BC, int H, int W, const float *x, float *y);
+void ct_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx);
+/* (B, C, L) <-> (B, L, C): each is the other's backward. */
+void ct_nchw_to_nlc(int B, int C, int L, const float *x, float *y);
+void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
+
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
 void ct_zero(size_t n, float *x);
