@@ -15,3 +15,5 @@ $PY "$PEER" golden --preset tiny --seed 1 --set hw=6,10 --set hidden=48 --set he
   --out tests/data/golden_odd.safetensors
 # frozen CLIP text encoder (plain torch reference, no transformers package)
 $PY scripts/textenc_golden.py --seed 0 --out tests/data/textenc_golden.safetensors
+# AutoencoderKL (plain torch implementation of diffusers' architecture, small random config)
+$PY scripts/vae_golden.py --seed 0 --out tests/data/vae_golden.safetensors
