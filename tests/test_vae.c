@@ -63,7 +63,10 @@ static ct_status golden_weights(const ct_st_file *g, const ct_vae *v, const char
   return st;
 }
 
-static double rel_err(const float *a, const ct_st_tensor *ref, size_t n) {
+/* max |a - ref| / max(max |ref|, floor) */
+static double rel_err_floor(const float *a, const ct_st_tensor *ref, size_t n, double floor_);
+static double rel_err(const float *a, const ct_st_tensor *ref, size_t n) { return rel_err_floor(a, ref, n, 1e-12); }
+static double rel_err_floor(const float *a, const ct_st_tensor *ref, size_t n, double floor_) {
   float *r = malloc(n * sizeof(float));
   ct_err e = {0};
   if (ct_st_to_f32(ref, r, n, &e)) {
@@ -76,7 +79,7 @@ static double rel_err(const float *a, const ct_st_tensor *ref, size_t n) {
     mr = fmax(mr, fabs((double)r[i]));
   }
   free(r);
-  return md / fmax(mr, 1e-12);
+  return md / fmax(mr, floor_);
 }
 
 static const char *legacy(const char *name, char *buf, size_t n) {
@@ -112,7 +115,6 @@ CT_TEST(vae, golden_parity) {
   snprintf(wpath, sizeof wpath, "%s/vae.safetensors", ct_test_tmpdir());
   REQUIRE(golden_weights(g, v, wpath, NULL, NULL, NULL, 0, &err) == CT_OK);
   REQUIRE(ct_vae_load(v, wpath, &err) == CT_OK);
-  (void)tab;
   /* encoder */
   const ct_st_tensor *x = ct_st_find(g, "in.x"), *z = ct_st_find(g, "in.z");
   REQUIRE(x && z && x->ndim == 4 && z->ndim == 4);
@@ -135,6 +137,44 @@ CT_TEST(vae, golden_parity) {
   float *dec2 = malloc(nd * sizeof(float));
   REQUIRE(ct_vae_decode(v, B, h, w, zf, dec2, &err) == CT_OK);
   CHECK(!memcmp(dec, dec2, nd * sizeof(float)));
+  /* gradients: the golden loss is sum(mean rm) + sum(logvar rl) + sum(decoded rd) */
+  {
+    const ct_st_tensor *rm = ct_st_find(g, "in.rm"), *rl = ct_st_find(g, "in.rl"), *rd = ct_st_find(g, "in.rd");
+    REQUIRE(rm && rl && rd && rm->numel == nl && rd->numel == nd);
+    float *frm = malloc(nl * sizeof(float)), *frl = malloc(nl * sizeof(float)), *frd = malloc(nd * sizeof(float));
+    REQUIRE(!ct_st_to_f32(rm, frm, nl, &err) && !ct_st_to_f32(rl, frl, nl, &err) && !ct_st_to_f32(rd, frd, nd, &err));
+    float *m2 = malloc(nl * sizeof(float)), *l2 = malloc(nl * sizeof(float)), *d3 = malloc(nd * sizeof(float));
+    float *dx = malloc(x->numel * sizeof(float)), *dz = malloc(z->numel * sizeof(float));
+    ct_vae_tape *te = NULL, *td = NULL;
+    REQUIRE(ct_vae_encode_fwd(v, B, H, W, xf, m2, l2, &te, &err) == CT_OK);
+    REQUIRE(ct_vae_decode_fwd(v, B, h, w, zf, d3, &td, &err) == CT_OK);
+    /* the recorded forward computes the same bits as the plain one */
+    CHECK(!memcmp(m2, mean, nl * sizeof(float)) && !memcmp(l2, logvar, nl * sizeof(float)));
+    CHECK(!memcmp(d3, dec, nd * sizeof(float)));
+    REQUIRE(ct_vae_encode_bwd(v, te, frm, frl, dx, &err) == CT_OK);
+    REQUIRE(ct_vae_decode_bwd(v, td, frd, dz, &err) == CT_OK);
+    ct_vae_tape_free(te);
+    ct_vae_tape_free(td);
+    double ex = rel_err(dx, ct_st_find(g, "grad.in.x"), x->numel), ez = rel_err(dz, ct_st_find(g, "grad.in.z"), z->numel);
+    CHECKF(ex < 1e-4 && ez < 1e-4, "input gradients: x %.3g z %.3g", ex, ez);
+    const float *gw = ct_vae_grads(v);
+    /* relative per tensor; a tensor whose true gradient is ~0 (the key bias:
+     * softmax ignores a shift shared by all keys) against 1e-3 of the largest */
+    double gmax = 0;
+    for (size_t i = 0; i < ct_vae_numel(v); i++) gmax = fmax(gmax, fabs(gw[i]));
+    double worst = 0;
+    const char *wname = "";
+    for (size_t i = 0; i < np; i++) {
+      char gname[160];
+      snprintf(gname, sizeof gname, "grad.%s", tab[i].name);
+      const ct_st_tensor *gt = ct_st_find(g, gname);
+      REQUIRE(gt && gt->numel == tab[i].numel);
+      double e = rel_err_floor(gw + tab[i].offset, gt, tab[i].numel, 1e-3 * gmax);
+      if (e > worst) worst = e, wname = tab[i].name;
+    }
+    CHECKF(worst < 1e-4, "parameter gradients: worst %.3g relative (%s)", worst, wname);
+    free(frm), free(frl), free(frd), free(m2), free(l2), free(d3), free(dx), free(dz);
+  }
   /* the older attention names load too */
   REQUIRE(golden_weights(g, v, wpath, legacy, NULL, NULL, 0, &err) == CT_OK);
   ct_vae *v2 = NULL;

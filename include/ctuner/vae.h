@@ -71,4 +71,20 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
  * unscaled latent (post_quant_conv's input). */
 ct_status ct_vae_decode(ct_vae *v, int B, int h, int w, const float *z, float *x, ct_err *err);
 
+/* ---- training: a recorded forward and its backward (vae_train.c) ---- */
+typedef struct ct_vae_tape ct_vae_tape;
+/* The gradient buffer (same layout as the parameters), allocated zeroed on
+ * first use; backward passes ACCUMULATE into it. NULL if out of memory. */
+float *ct_vae_grads(ct_vae *v);
+/* As ct_vae_encode, keeping the activations on *tape for the backward. */
+ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar,
+                            ct_vae_tape **tape, ct_err *err);
+/* dmean, dlogvar: gradients of the loss (NULL: zero); dx: of the input (NULL: skipped). */
+ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dmean, const float *dlogvar, float *dx,
+                            ct_err *err);
+ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h, int w, const float *z, float *x, ct_vae_tape **tape,
+                            ct_err *err);
+ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dout, float *dz, ct_err *err);
+void ct_vae_tape_free(ct_vae_tape *tape);
+
 #endif

@@ -19,8 +19,8 @@
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/vae.h"
+#include "vae/vae_int.h"
 
-#define GN_EPS 1e-6f
 
 /* ---------------------------------------------------------------- config */
 
@@ -127,8 +127,8 @@ ct_status ct_vae_config_load(const char *path, ct_vae_config *c, ct_err *err) {
         st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: %s[%zu] must be %s (AutoencoderKL's)", path, kinds[k][0], i,
                      kinds[k][1]);
   }
-  const ct_json *act = ct_json_get(j, "act_fn");
-  if (!st && act && (act->type != CT_JSON_STRING || strcmp(act->str, "silu")))
+  const ct_json *actfn = ct_json_get(j, "act_fn");
+  if (!st && actfn && (actfn->type != CT_JSON_STRING || strcmp(actfn->str, "silu")))
     st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: act_fn must be \"silu\"", path);
   if (!st) st = cfg_int(j, path, "in_channels", 1, 64, &c->in_channels, err);
   if (!st) st = cfg_int(j, path, "out_channels", 1, 64, &c->out_channels, err);
@@ -171,59 +171,6 @@ char *ct_vae_config_json(const ct_vae_config *c) {
 }
 
 /* ------------------------------------------------------ the parameter table */
-
-typedef struct vconv {
-  size_t w, b; /* offsets */
-  int cin, cout, k;
-} vconv;
-typedef struct vgn {
-  size_t g, b;
-  int C;
-} vgn;
-typedef struct vlin {
-  size_t w, b;
-} vlin;
-typedef struct vres {
-  vgn n1, n2;
-  vconv c1, c2, sc;
-  int has_sc, cin, cout;
-} vres;
-typedef struct vattn {
-  vgn gn;
-  vlin q, k, v, o;
-  int C;
-} vattn;
-typedef struct vblock {
-  vres res[17];
-  int nres, has_sampler;
-  vconv sampler;
-} vblock;
-typedef struct vmid {
-  vres r0, r1;
-  vattn attn;
-  int has_attn;
-} vmid;
-
-struct ct_vae {
-  ct_vae_config cfg;
-  ct_vae_param *params;
-  size_t np, cap, numel;
-  float *w;
-  /* encoder */
-  vconv e_in, e_out;
-  vblock e_blocks[CT_VAE_MAX_BLOCKS];
-  vmid e_mid;
-  vgn e_norm;
-  /* decoder */
-  vconv d_in, d_out;
-  vblock d_blocks[CT_VAE_MAX_BLOCKS];
-  vmid d_mid;
-  vgn d_norm;
-  vconv quant, post_quant;
-  /* workspace of the last call */
-  float *buf[6], *col, *mean, *rstd;
-  size_t buf_n, col_n, stat_n;
-};
 
 static ct_status add(ct_vae *v, const char *name, int ndim, const int64_t *shape, size_t *off, ct_err *err) {
   if (v->np == v->cap) {
@@ -405,6 +352,7 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
 void ct_vae_free(ct_vae *v) {
   if (!v) return;
   ct_free(v->w);
+  ct_free(v->g);
   for (int i = 0; i < 6; i++) ct_free(v->buf[i]);
   ct_free(v->col);
   free(v->mean);
@@ -548,12 +496,7 @@ ct_status ct_vae_from_pretrained(const char *path, ct_vae **out, ct_err *err) {
 
 /* ---------------------------------------------------------------- forward */
 
-typedef struct act {
-  float *p;
-  int C, H, W;
-} act;
-
-static ct_status need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err) {
+ct_status ct_vae_need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err) {
   const size_t n = ct_conv2d_col_floats(s);
   if (n <= v->col_n) return CT_OK;
   ct_free(v->col);
@@ -569,7 +512,7 @@ static ct_status conv(ct_vae *v, int B, const vconv *c, const act *x, int down, 
     s.pad_b = s.pad_r = 1;
   else
     s.pad_t = s.pad_l = s.pad_b = s.pad_r = c->k / 2;
-  ct_status st = need_col(v, &s, err);
+  ct_status st = ct_vae_need_col(v, &s, err);
   if (st) return st;
   y->C = c->cout;
   y->H = ct_conv2d_out(x->H, c->k, s.stride, s.pad_t, s.pad_b);
