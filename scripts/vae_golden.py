@@ -170,6 +170,54 @@ class AutoencoderKL(nn.Module):
         return self.decoder(z)
 
 
+def blend_v(a, b, extent):
+    extent = min(a.shape[2], b.shape[2], extent)
+    for y in range(extent):
+        b[:, :, y, :] = a[:, :, -extent + y, :] * (1 - y / extent) + b[:, :, y, :] * (y / extent)
+    return b
+
+
+def blend_h(a, b, extent):
+    extent = min(a.shape[3], b.shape[3], extent)
+    for x in range(extent):
+        b[:, :, :, x] = a[:, :, :, -extent + x] * (1 - x / extent) + b[:, :, :, x] * (x / extent)
+    return b
+
+
+def tiles(inp, tile_in, tile_out, fn):
+    """diffusers' tiling: tiles of tile_in every tile_in*0.75, outputs blended
+    over tile_out*0.25 and cropped to tile_out - blend."""
+    overlap = int(tile_in * 0.75)
+    blend = int(tile_out * 0.25)
+    limit = tile_out - blend
+    rows = []
+    for i in range(0, inp.shape[2], overlap):
+        rows.append([fn(inp[:, :, i:i + tile_in, j:j + tile_in]) for j in range(0, inp.shape[3], overlap)])
+    result = []
+    for i, row in enumerate(rows):
+        r = []
+        for j, t in enumerate(row):
+            if i > 0:
+                t = blend_v(rows[i - 1][j], t, blend)
+            if j > 0:
+                t = blend_h(row[j - 1], t, blend)
+            r.append(t[:, :, :limit, :limit])
+        result.append(torch.cat(r, dim=3))
+    return torch.cat(result, dim=2)
+
+
+def tiled_encode(m, x, tile, f):
+    def enc(t):
+        h = m.encoder(t)
+        return m.quant_conv(h) if m.quant_conv is not None else h
+    mom = tiles(x, tile, tile // f, enc)
+    return mom[:, : m.lc], torch.clamp(mom[:, m.lc :], -30.0, 20.0)
+
+
+def tiled_decode(m, z, tile, f):
+    return tiles(z, tile // f, tile, m.decode)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -198,7 +246,15 @@ def main():
     rd = torch.cos(torch.arange(dec.numel(), dtype=torch.float64)).view_as(dec)
     loss = (mean * rm).sum() + (logvar * rl).sum() + (dec * rd).sum()
     loss.backward()
-    out = {}
+    # tiled encode/decode as diffusers' AutoencoderKL.tiled_encode/tiled_decode
+    # (tile_overlap_factor 0.25), on inputs larger than one tile
+    with torch.no_grad():
+        xt = torch.rand(1, 3, 20, 16, dtype=torch.float64) * 2 - 1
+        zt = torch.randn(1, 4, 10, 7, dtype=torch.float64)
+        tmean, tlogvar = tiled_encode(m, xt, 8, 2)
+        tdec = tiled_decode(m, zt, 8, 2)
+    out = {"in.xt": xt.float(), "in.zt": zt.float(), "out.tiled_mean": tmean.float(),
+           "out.tiled_logvar": tlogvar.float(), "out.tiled_decoded": tdec.float()}
     for n, p in m.named_parameters():
         out[n] = p.detach().float().contiguous()
         out["grad." + n] = p.grad.detach().float().contiguous()

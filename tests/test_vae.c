@@ -175,6 +175,28 @@ CT_TEST(vae, golden_parity) {
     CHECKF(worst < 1e-4, "parameter gradients: worst %.3g relative (%s)", worst, wname);
     free(frm), free(frl), free(frd), free(m2), free(l2), free(d3), free(dx), free(dz);
   }
+  /* tiled, as diffusers' tiled_encode/tiled_decode (tile 8 px on a 2x VAE) */
+  {
+    const ct_st_tensor *xt = ct_st_find(g, "in.xt"), *zt = ct_st_find(g, "in.zt");
+    REQUIRE(xt && zt);
+    const int TH = (int)xt->shape[2], TW = (int)xt->shape[3], th = (int)zt->shape[2], tw = (int)zt->shape[3];
+    float *fx = malloc(xt->numel * sizeof(float)), *fz = malloc(zt->numel * sizeof(float));
+    REQUIRE(!ct_st_to_f32(xt, fx, xt->numel, &err) && !ct_st_to_f32(zt, fz, zt->numel, &err));
+    const size_t tl = (size_t)4 * (TH / 2) * (TW / 2), td = (size_t)3 * (th * 2) * (tw * 2);
+    float *tm = malloc(tl * sizeof(float)), *tlv = malloc(tl * sizeof(float)), *tdec = malloc(td * sizeof(float));
+    REQUIRE(ct_vae_encode_tiled(v, 1, TH, TW, fx, 8, tm, tlv, &err) == CT_OK);
+    REQUIRE(ct_vae_decode_tiled(v, 1, th, tw, fz, 8, tdec, &err) == CT_OK);
+    double a = rel_err(tm, ct_st_find(g, "out.tiled_mean"), tl), b2 = rel_err(tlv, ct_st_find(g, "out.tiled_logvar"), tl),
+           c2 = rel_err(tdec, ct_st_find(g, "out.tiled_decoded"), td);
+    CHECKF(a < 1e-4 && b2 < 1e-4 && c2 < 1e-4, "tiled: mean %.3g logvar %.3g decoded %.3g", a, b2, c2);
+    /* a tile as large as the image is the untiled path */
+    float *um = malloc(tl * sizeof(float));
+    REQUIRE(ct_vae_encode_tiled(v, 1, TH, TW, fx, 32, um, NULL, &err) == CT_OK);
+    REQUIRE(ct_vae_encode(v, 1, TH, TW, fx, tm, NULL, &err) == CT_OK);
+    CHECK(!memcmp(um, tm, tl * sizeof(float)));
+    CHECK(ct_vae_encode_tiled(v, 1, TH, TW, fx, 6, tm, NULL, &err) == CT_ERR_INVALID && strstr(err.msg, "multiple of 4"));
+    free(fx), free(fz), free(tm), free(tlv), free(tdec), free(um);
+  }
   /* the older attention names load too */
   REQUIRE(golden_weights(g, v, wpath, legacy, NULL, NULL, 0, &err) == CT_OK);
   ct_vae *v2 = NULL;

@@ -71,6 +71,13 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
  * unscaled latent (post_quant_conv's input). */
 ct_status ct_vae_decode(ct_vae *v, int B, int h, int w, const float *z, float *x, ct_err *err);
 
+/* Tiled (diffusers' tiled_encode/tiled_decode, overlap 1/4, linear blends):
+ * `tile` image pixels per tile, a multiple of 4 f; images no larger than one
+ * tile (or tile 0) go through untiled. Memory follows the tile size. */
+ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, int tile, float *mean, float *logvar,
+                              ct_err *err);
+ct_status ct_vae_decode_tiled(ct_vae *v, int B, int h, int w, const float *z, int tile, float *x, ct_err *err);
+
 /* ---- training: a recorded forward and its backward (vae_train.c) ---- */
 typedef struct ct_vae_tape ct_vae_tape;
 /* The gradient buffer (same layout as the parameters), allocated zeroed on

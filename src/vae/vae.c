@@ -622,7 +622,9 @@ static ct_status run_mid(ct_vae *v, int B, const vmid *m, ws *w, ct_err *err) {
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 
-ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar, ct_err *err) {
+/* The encoder through quant_conv: (B, 2 latent, H/f, W/f) moments in the
+ * workspace (valid until the next call). */
+ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, const float **moments, ct_err *err) {
   const ct_vae_config *c = &v->cfg;
   const int f = ct_vae_factor(c), nb = c->nblocks, *boc = c->block_out_channels;
   if (B < 1 || H < f || W < f || H % f || W % f)
@@ -657,11 +659,14 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
     swap(&w);
   }
   if (st) return st;
-  /* moments: mean = channels [0, latent), logvar = [latent, 2 latent) */
-  const int lc = c->latent_channels;
-  const size_t plane = (size_t)w.cur->H * w.cur->W;
+  *moments = w.cur->p;
+  return CT_OK;
+}
+
+/* mean = channels [0, latent), logvar = [latent, 2 latent) clamped to [-30, 20] */
+void ct_vae_split_moments(int B, int lc, size_t plane, const float *mom, float *mean, float *logvar) {
   for (int bi = 0; bi < B; bi++) {
-    const float *src = w.cur->p + (size_t)bi * 2 * lc * plane;
+    const float *src = mom + (size_t)bi * 2 * lc * plane;
     if (mean) memcpy(mean + (size_t)bi * lc * plane, src, (size_t)lc * plane * sizeof(float));
     if (logvar)
       for (size_t i = 0; i < (size_t)lc * plane; i++) {
@@ -669,7 +674,16 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
         logvar[(size_t)bi * lc * plane + i] = lv < -30.0f ? -30.0f : lv > 20.0f ? 20.0f : lv;
       }
   }
-  return CT_OK;
+}
+
+ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar, ct_err *err) {
+  const float *mom = NULL;
+  ct_status st = ct_vae_encode_moments(v, B, H, W, x, &mom, err);
+  if (!st) {
+    const int f = ct_vae_factor(&v->cfg);
+    ct_vae_split_moments(B, v->cfg.latent_channels, (size_t)(H / f) * (size_t)(W / f), mom, mean, logvar);
+  }
+  return st;
 }
 
 ct_status ct_vae_decode(ct_vae *v, int B, int h, int w_, const float *z, float *x, ct_err *err) {
