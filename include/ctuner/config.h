@@ -20,7 +20,12 @@
  * STR (char *, NULL when the default is NULL). */
 #define CT_CONFIG_KEYS(X)                                                                      \
   X(model_family, STR, "flux", "model family; only \"flux\" (the MMDiT of MODEL.md)")          \
-  X(model_type, STR, "full", "\"full\" fine-tuning (LoRA is not supported yet)")               \
+  X(model_type, STR, "full", "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)") \
+  X(vae_config, STR, NULL, "model_type vae: diffusers config.json of a VAE trained from scratch") \
+  X(pretrained_vae_model_name_or_path, STR, NULL, "a VAE directory (config.json + diffusion_pytorch_model.safetensors)") \
+  X(vae_loss, STR, "l1", "model_type vae: reconstruction loss, l1 or l2")                     \
+  X(vae_kl_weight, NUM, "1e-6", "model_type vae: weight of the KL term")                      \
+  X(vae_stats_images, INT, "64", "model_type vae: images encoded at the end for scaling_factor/shift_factor") \
   X(preset, STR, "small", "model size preset: tiny, small, bench")                             \
   X(pretrained_model_path, STR, NULL, "Flux-layout safetensors to start from (else seeded init)") \
   X(output_dir, STR, "output", "where checkpoints, validation images and metrics go")          \

@@ -52,6 +52,8 @@ typedef struct ct_vae ct_vae;
 ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_err *err);
 void ct_vae_free(ct_vae *v);
 const ct_vae_config *ct_vae_cfg(const ct_vae *v);
+/* Sets scaling_factor and shift_factor (measured latent statistics). */
+void ct_vae_set_scaling(ct_vae *v, float scaling_factor, float shift_factor);
 const ct_vae_param *ct_vae_table(const ct_vae *v, size_t *n);
 float *ct_vae_params(ct_vae *v);
 size_t ct_vae_numel(const ct_vae *v);

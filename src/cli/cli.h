@@ -8,6 +8,9 @@ int ct_cmd_model(int argc, char **argv);
 int ct_cmd_bench(int argc, char **argv);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
 int ct_cmd_bench_discovery(int argc, char **argv); /* cmd_bench_data.c */
+int ct_cmd_bench_vae(int argc, char **argv);       /* cmd_bench_vae.c */
+int ct_eval_vae(int argc, char **argv);            /* cmd_eval_vae.c */
+void ct_eval_vae_usage(FILE *f);
 int ct_cmd_launch(int argc, char **argv);
 int ct_cmd_checkpoint(int argc, char **argv);
 /* "latest:OUTPUT_DIR" (the newest complete checkpoint there) or a directory

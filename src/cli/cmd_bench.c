@@ -33,7 +33,8 @@ static void usage(FILE *f) {
           "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
           "\n"
           "       ctuner bench memory --preset NAME [--stage S] [--ranks N]   (see --help there)\n"
-          "       ctuner bench discovery --dir DIR [--decode] [--limit N]       (see --help there)\n",
+          "       ctuner bench discovery --dir DIR [--decode] [--limit N]       (see --help there)\n"
+          "       ctuner bench vae [--vae DIR | --sd] [--size N] [--tile T]     (see --help there)\n",
           ct_mmdit_preset_names());
 }
 
@@ -71,12 +72,13 @@ static void sgemm_gflops(double *blas, double *ours) {
 int ct_cmd_bench(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "memory")) return ct_cmd_bench_memory(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "discovery")) return ct_cmd_bench_discovery(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "vae")) return ct_cmd_bench_vae(argc - 1, argv + 1);
   if (argc < 2 || strcmp(argv[1], "step")) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
       usage(stdout);
       return 0;
     }
-    fprintf(stderr, "ctuner bench: expected a subcommand: step, memory or discovery\n");
+    fprintf(stderr, "ctuner bench: expected a subcommand: step, memory, discovery or vae\n");
     usage(stderr);
     return 2;
   }

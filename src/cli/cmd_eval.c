@@ -165,11 +165,14 @@ static int eval_synth(int argc, char **argv) {
 int ct_cmd_eval(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner eval <synth> [options]\n\n");
+    fprintf(f, "usage: ctuner eval <synth|vae> [options]\n\n");
     synth_usage(f);
+    fputc('\n', f);
+    ct_eval_vae_usage(f);
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "synth")) return eval_synth(argc, argv);
-  fprintf(stderr, "ctuner eval: unknown subcommand '%s' (synth)\n", argv[1]);
+  if (!strcmp(argv[1], "vae")) return ct_eval_vae(argc, argv);
+  fprintf(stderr, "ctuner eval: unknown subcommand '%s' (synth, vae)\n", argv[1]);
   return 2;
 }

@@ -434,9 +434,16 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   static const char *const families[] = {"flux", NULL};
   if (!c->model_family || !is_one_of(c->model_family, families))
     BAD("model_family '%s' is not supported; use \"flux\"", c->model_family ? c->model_family : "");
-  if (!c->model_type || strcmp(c->model_type, "full"))
-    BAD("model_type '%s' is not supported; use \"full\" (LoRA is not implemented yet)",
+  if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae")))
+    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not implemented yet)",
         c->model_type ? c->model_type : "");
+  if (!strcmp(c->model_type, "vae") && !c->vae_config && !c->pretrained_vae_model_name_or_path)
+    BAD("model_type vae needs vae_config (a diffusers config.json to train from scratch) or "
+        "pretrained_vae_model_name_or_path (a VAE directory to fine-tune)");
+  if (!c->vae_loss || (strcmp(c->vae_loss, "l1") && strcmp(c->vae_loss, "l2")))
+    BAD("vae_loss must be l1 or l2, got '%s'", c->vae_loss ? c->vae_loss : "");
+  if (!(c->vae_kl_weight >= 0)) BAD("vae_kl_weight must be >= 0, got %g", c->vae_kl_weight);
+  if (c->vae_stats_images < 1) BAD("vae_stats_images must be >= 1, got %ld", c->vae_stats_images);
   if (!c->preset) BAD("preset is required (tiny, small, bench)");
   if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
   if (c->seed < 0) BAD("seed must be >= 0, got %ld", c->seed);

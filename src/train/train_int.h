@@ -2,6 +2,8 @@
 #ifndef CT_TRAIN_INT_H
 #define CT_TRAIN_INT_H
 
+#include <stdio.h>
+
 #include "ctuner/data.h"
 #include "ctuner/fs.h"
 #include "ctuner/train.h"
@@ -101,5 +103,15 @@ ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long
                                ct_err *err);
 /* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
 void ct_checkpoint_clean_tmp(const char *output_dir);
+
+/* trainer.c helpers shared with the VAE trainer */
+struct ct_sched;
+ct_status ct_train_build_sched(const ct_config *cfg, long total, struct ct_sched *s, ct_err *err);
+double ct_train_sumsq(const float *g, size_t n); /* deterministic, in double */
+/* metrics.jsonl opened for appending, keeping the lines of steps <= upto. */
+FILE *ct_train_open_metrics(const char *out, long upto);
+/* model_type vae (vae_trainer.c) */
+ct_status ct_vae_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user, ct_train_summary *sum,
+                           ct_err *err);
 
 #endif

@@ -205,7 +205,7 @@ static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdi
   return st;
 }
 
-static ct_status build_sched(const ct_config *cfg, long total, ct_sched *s, ct_err *err) {
+ct_status ct_train_build_sched(const ct_config *cfg, long total, ct_sched *s, ct_err *err) {
   memset(s, 0, sizeof *s);
   ct_status st = ct_sched_kind_parse(cfg->lr_scheduler, &s->kind, err);
   if (st) return st;
@@ -226,7 +226,7 @@ static ct_status build_sched(const ct_config *cfg, long total, ct_sched *s, ct_e
 }
 
 /* Deterministic sum of squares: fixed chunks summed in double, in order. */
-static double sumsq(const float *g, size_t n) {
+double ct_train_sumsq(const float *g, size_t n) {
   enum { CH = 1 << 16 };
   size_t nch = (n + CH - 1) / CH;
   double *part = malloc(nch * sizeof *part);
@@ -444,7 +444,7 @@ static ct_status validate(trainer *tr, long step, int *nimages, ct_err *err) {
 }
 
 /* Keep metrics.jsonl lines of steps <= `upto` (a resume rewrites the tail). */
-static FILE *open_metrics(const char *out, long upto) {
+FILE *ct_train_open_metrics(const char *out, long upto) {
   char p[4200], tmp[4300];
   snprintf(p, sizeof p, "%s/metrics.jsonl", out);
   if (upto > 0) {
@@ -895,6 +895,7 @@ static ct_status checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, 
 
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err) {
+  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return ct_vae_train_run(cfg, comm, cb, user, sum, err);
   const double t_start = now_s();
   memset(sum, 0, sizeof *sum);
   trainer tr = {0};
@@ -976,7 +977,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   if (!st && tr.zero && tr.hi <= tr.lo)
     st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
                  tr.world);
-  if (!st) st = build_sched(cfg, tr.total, &tr.sched, err);
+  if (!st) st = ct_train_build_sched(cfg, tr.total, &tr.sched, err);
   if (!st) st = load_prompts(cfg, &tr.vp, err);
   if (!st) st = parse_vres(cfg, tr.g.resolution, &tr.vw, &tr.vh, err);
   if (st) goto out;
@@ -1134,7 +1135,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     st = start_offload(&tr, err);
     if (st) goto out;
   }
-  if (lead) tr.metrics = open_metrics(cfg->output_dir, s.global_step);
+  if (lead) tr.metrics = ct_train_open_metrics(cfg->output_dir, s.global_step);
   if (lead && !tr.metrics) {
     st = ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
     goto out;
@@ -1180,13 +1181,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     if (tr.bf16) { /* bf16 gradients reduced (zero.c), this rank's range in float32 */
       st = zero_bf16_grads(&tr.z, &gstep, err);
       /* stage 0: every rank holds the whole (identical) gradient */
-      double red[2] = {loss, tr.stage == 0 && tr.rank > 0 ? 0 : sumsq(gstep, tr.hi - tr.lo)};
+      double red[2] = {loss, tr.stage == 0 && tr.rank > 0 ? 0 : ct_train_sumsq(gstep, tr.hi - tr.lo)};
       if (!st) st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
       loss = red[0] / tr.world;
       gn = sqrt(red[1]);
     } else if (tr.stage >= 2) { /* reduced during the backward, bucket by bucket (zero.c) */
-      double red[2] = {loss, sumsq(tr.z.gsh, tr.hi - tr.lo)};
+      double red[2] = {loss, ct_train_sumsq(tr.z.gsh, tr.hi - tr.lo)};
       st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
       loss = red[0] / tr.world;
@@ -1196,7 +1197,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       double red[2] = {loss, 0};
       /* in place: this rank's slot of the gradient buffer receives its reduced shard */
       st = ct_comm_reduce_scatter_f32(comm, g, nw, g + tr.lo, tr.shard, err);
-      red[1] = sumsq(g + tr.lo, tr.hi - tr.lo);
+      red[1] = ct_train_sumsq(g + tr.lo, tr.hi - tr.lo);
       if (!st) st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
       loss = red[0] / tr.world;
@@ -1208,7 +1209,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
        * x its share), the norm reported and clipped is the RMS over ranks */
 #pragma omp parallel for simd schedule(static)
       for (size_t i = 0; i < nw; i++) g[i] *= (float)tr.world;
-      double red[2] = {loss, sumsq(g, nw)};
+      double red[2] = {loss, ct_train_sumsq(g, nw)};
       st = ct_comm_allreduce_f64(comm, red, 2, err);
       if (st) goto out;
       loss = red[0] / tr.world;
@@ -1221,7 +1222,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
         if (st) goto out;
         loss = lsum / tr.world;
       }
-      gn = sqrt(sumsq(g, nw));
+      gn = sqrt(ct_train_sumsq(g, nw));
     }
     /* The circuit breaker, agreed by every rank: a fault anywhere stops every
      * rank here, before this step changes the weights, without a checkpoint. */

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# model_type vae end to end (docs/vae.md): a small AutoencoderKL trained by
+# `ctuner train` on synthetic images — checkpoints in diffusers' layout, the
+# validation grid and PSNR, latent statistics written into config.json, an
+# exact resume, 2 ranks x batch 2 == 1 rank x batch 4, `ctuner eval vae` on
+# held-out images, and the configuration errors.
+# Usage: tests/cli_vae.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+PY=/usr/bin/python3
+
+"$CT" dataset synth --out "$tmp/data" --count 32 --seed 5 --size 16x16 >/dev/null || { echo "FAIL - synth"; exit 1; }
+"$CT" dataset synth --out "$tmp/held" --count 8 --seed 99 --size 16x16 >/dev/null || { echo "FAIL - synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+cat > "$tmp/vae.json" <<JSON
+{"_class_name": "AutoencoderKL", "block_out_channels": [8, 16], "layers_per_block": 1, "latent_channels": 4,
+ "norm_num_groups": 4}
+JSON
+cat > "$tmp/base.json" <<JSON
+{"--model_type": "vae", "--vae_config": "$tmp/vae.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
+ "--data_backend_config": "$tmp/backend.json", "--train_batch_size": 4, "--learning_rate": 2e-3, "--seed": 3,
+ "--max_train_steps": 12, "--checkpoint_step_interval": 6, "--validation_step_interval": 6,
+ "--disable_progress_bar": true, "--vae_stats_images": 16}
+JSON
+
+if out=$("$CT" train --config "$tmp/base.json" --output_dir="$tmp/a" 2>"$tmp/a.err"); then
+  ok "trained 12 steps: $(echo "$out" | tail -1 | cut -c1-100)"
+else
+  bad "vae training failed: $(tail -3 "$tmp/a.err")"
+fi
+[ -f "$tmp/a/checkpoint-6/.guard" ] && [ -f "$tmp/a/checkpoint-12/vae/diffusion_pytorch_model.safetensors" ] &&
+  [ -f "$tmp/a/checkpoint-12/vae/config.json" ] && [ -f "$tmp/a/checkpoint-12/optimizer.safetensors" ] &&
+  ok "checkpoints hold the VAE in diffusers' layout and the optimizer state" || bad "checkpoint files: $(ls -R "$tmp/a" | head -20)"
+[ -f "$tmp/a/validation_images/step_000012_reconstruction.png" ] && grep -q '"validation_psnr"' "$tmp/a/metrics.jsonl" &&
+  ok "validation grid and PSNR" || bad "no validation output"
+if r=$("$PY" - "$tmp/a/vae/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["_class_name"] == "AutoencoderKL" and c["block_out_channels"] == [8, 16] and c["latent_channels"] == 4
+assert c["scaling_factor"] > 0 and c["scaling_factor"] != 0.18215 and c["shift_factor"] != 0, c
+print(f"scaling_factor {c['scaling_factor']:.4g}, shift_factor {c['shift_factor']:.4g}")
+PY
+); then ok "latent statistics in the saved config.json: $r"; else bad "saved config: $r"; fi
+
+# exact resume: 6 steps, then 6 more from checkpoint-6 == the 12 uninterrupted steps
+"$CT" train --config "$tmp/base.json" --output_dir="$tmp/b" --max_train_steps=6 >/dev/null 2>&1 &&
+  "$CT" train --config "$tmp/base.json" --output_dir="$tmp/b" --resume_from_checkpoint=latest >/dev/null 2>"$tmp/b.err" ||
+  bad "resume runs failed: $(tail -3 "$tmp/b.err")"
+cat > "$tmp/losses.py" <<'PY'
+import json, sys
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+tol = float(sys.argv[3])
+err = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+print(f"{len(a)} steps, max relative difference {err:.3g}")
+sys.exit(0 if err <= tol else 1)
+PY
+r=$("$PY" "$tmp/losses.py" "$tmp/b" "$tmp/a" 0) && ok "resume from checkpoint-6 reproduces the uninterrupted losses ($r)" ||
+  bad "resume differs: $r"
+
+# 2 ranks x batch 2 == 1 rank x batch 4 (the same global batches)
+if "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/n2" \
+    --train_batch_size=2 --max_train_steps=6 --checkpoint_step_interval=0 >/dev/null 2>"$tmp/n2.err" &&
+  OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/n1" --max_train_steps=6 \
+    --checkpoint_step_interval=0 >/dev/null 2>&1; then
+  r=$("$PY" "$tmp/losses.py" "$tmp/n2" "$tmp/n1" 1e-5) && ok "2 ranks x batch 2 == 1 rank x batch 4 ($r)" ||
+    bad "2 ranks differ: $r"
+else
+  bad "2-rank vae training failed: $(tail -3 "$tmp/n2.err")"
+fi
+
+# held-out reconstruction
+if r=$("$CT" eval vae --vae "$tmp/a/vae" --images "$tmp/held" --grid "$tmp/grid.png" 2>&1); then
+  echo "$r" | "$PY" -c "import json,sys; d=json.loads(sys.stdin.read()); sys.exit(0 if d['images']==8 and d['psnr']>5 else 1)" &&
+    [ -f "$tmp/grid.png" ] && ok "ctuner eval vae on 8 held-out images: $r" || bad "eval vae: $r"
+else
+  bad "eval vae failed: $r"
+fi
+
+# configuration errors
+out=$("$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" --vae_config=none 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "model_type vae needs vae_config" && ok "model_type vae without a VAE: exit 2 and its reason" ||
+  bad "missing vae_config: exit $rc: $out"
+echo '{"block_out_channels": [8, 12], "norm_num_groups": 8}' > "$tmp/bad.json"
+out=$("$CT" train --config "$tmp/base.json" --output_dir="$tmp/e2" --vae_config="$tmp/bad.json" 2>&1)
+rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q "block_out_channels\[1\] = 12 is not a positive multiple of norm_num_groups 8" &&
+  ok "a bad VAE config.json names the key" || bad "bad vae config: exit $rc: $out"
+exit $fail
