@@ -362,6 +362,10 @@ void ct_vae_free(ct_vae *v) {
 }
 
 const ct_vae_config *ct_vae_cfg(const ct_vae *v) { return &v->cfg; }
+void ct_vae_set_scaling(ct_vae *v, float scaling_factor, float shift_factor) {
+  v->cfg.scaling_factor = scaling_factor;
+  v->cfg.shift_factor = shift_factor;
+}
 const ct_vae_param *ct_vae_table(const ct_vae *v, size_t *n) {
   *n = v->np;
   return v->params;
