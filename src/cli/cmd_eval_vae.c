@@ -2,7 +2,8 @@
  * (e.g. held-out synthetic images): each image is centre-cropped to a
  * multiple of the VAE's factor, encoded (the distribution's mean), decoded,
  * and compared in 8-bit units. Prints JSON: images, psnr (over all pixels),
- * psnr_min (worst image), skipped. */
+ * psnr_min (worst image), skipped, latent_rms and logvar_mean (how much of the
+ * latent the sampling noise drowns). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +93,7 @@ int ct_eval_vae(int argc, char **argv) {
   closedir(d);
   qsort(names, n, sizeof *names, cmp_str);
   if (limit && (size_t)limit < n) n = (size_t)limit;
-  double se_all = 0, px_all = 0, worst = 1e9;
+  double se_all = 0, px_all = 0, worst = 1e9, lv_sum = 0, m_sq = 0, nlat = 0;
   long scored = 0, skipped = 0;
   ct_image g = {0};
   int gw = 0, gh = 0, gcount = 0;
@@ -111,13 +112,15 @@ int ct_eval_vae(int argc, char **argv) {
       continue;
     }
     const size_t npx = (size_t)3 * W * H, nl = (size_t)lc * (W / f) * (H / f);
-    float *x = malloc(npx * sizeof(float)), *m = malloc(nl * sizeof(float)), *y = malloc(npx * sizeof(float));
+    float *x = malloc(npx * sizeof(float)), *m = malloc(nl * sizeof(float)), *y = malloc(npx * sizeof(float)),
+          *lv = malloc(nl * sizeof(float));
     uint8_t *rgb = malloc(npx);
     int ok = x && m && y && rgb && !ct_pixel_encode(c.px, W, H, 1, x, &err) &&
-             !ct_vae_encode_tiled(vae, 1, H, W, x, (int)tile, m, NULL, &err) &&
+             !ct_vae_encode_tiled(vae, 1, H, W, x, (int)tile, m, lv, &err) &&
              !ct_vae_decode_tiled(vae, 1, H / f, W / f, m, (int)tile, y, &err) &&
              !ct_pixel_decode(y, W, H, 1, rgb, &err);
     if (ok) {
+      for (size_t i = 0; i < nl; i++) lv_sum += lv[i], m_sq += (double)m[i] * m[i], nlat += 1;
       double se = 0;
       for (size_t i = 0; i < npx; i++) {
         const double dd = (double)rgb[i] - c.px[i];
@@ -144,7 +147,7 @@ int ct_eval_vae(int argc, char **argv) {
       fprintf(stderr, "ctuner eval vae: %s: %s\n", path, err.msg);
       skipped++;
     }
-    free(x), free(m), free(y), free(rgb);
+    free(x), free(m), free(y), free(rgb), free(lv);
     ct_image_free(&img);
     ct_image_free(&c);
   }
@@ -158,7 +161,8 @@ int ct_eval_vae(int argc, char **argv) {
     return 1;
   }
   const double mse = se_all / px_all;
-  printf("{\"images\": %ld, \"psnr\": %.3f, \"psnr_min\": %.3f, \"skipped\": %ld}\n", scored,
-         mse > 0 ? 10 * log10(255.0 * 255.0 / mse) : 99.0, worst, skipped);
+  printf("{\"images\": %ld, \"psnr\": %.3f, \"psnr_min\": %.3f, \"skipped\": %ld, \"latent_rms\": %.4g, "
+         "\"logvar_mean\": %.4g}\n",
+         scored, mse > 0 ? 10 * log10(255.0 * 255.0 / mse) : 99.0, worst, skipped, sqrt(m_sq / nlat), lv_sum / nlat);
   return 0;
 }
