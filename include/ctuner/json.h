@@ -11,6 +11,7 @@
 #define CTUNER_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "ctuner/status.h"
@@ -41,6 +42,11 @@ typedef struct ct_json {
 #define CT_JSON_MAX_DEPTH 64
 
 ct_status ct_json_parse(const char *text, size_t len, ct_json **out, ct_err *err);
+/* Reads (at most max bytes) and parses a file; errors start with the path
+ * (CT_ERR_NOT_FOUND if it is missing). */
+ct_status ct_json_parse_file(const char *path, size_t max, ct_json **out, ct_err *err);
+/* Writes s as a JSON string literal (quotes, escapes) to f. */
+void ct_json_fput_str(FILE *f, const char *s);
 void ct_json_free(ct_json *j);
 /* Object member by key (last one wins on duplicates); NULL if absent or not an object. */
 const ct_json *ct_json_get(const ct_json *obj, const char *key);

@@ -20,6 +20,7 @@
  * Not here: writing JSON, comments, trailing commas, NaN/Infinity literals.
  */
 #include "ctuner/json.h"
+#include "ctuner/fs.h"
 
 #include "core/core_int.h"
 
@@ -605,6 +606,32 @@ ct_status ct_json_parse(const char *text, size_t len, ct_json **out, ct_err *err
 out:
   ct_json_free(root);
   return st;
+}
+
+ct_status ct_json_parse_file(const char *path, size_t max, ct_json **out, ct_err *err) {
+  *out = NULL;
+  char *text = NULL;
+  size_t n = 0;
+  ct_status st = ct_read_file(path, max, &text, &n, err);
+  if (st) return st;
+  st = ct_json_parse(text, n, out, err);
+  free(text);
+  if (st) ct_err_prefix(err, "%s: ", path);
+  return st;
+}
+
+void ct_json_fput_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    const unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
 }
 
 void ct_json_free(ct_json *j) {

@@ -308,20 +308,6 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
 
 /* ---------------------------------------------------------- index files */
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 /* aspect_ratio_bucket_indices_<id>.json and aspect_ratio_bucket_metadata_<id>.json
  * beside the images (SimpleTuner's place), or in output_dir when that is
  * read-only. Rank 0 writes; atomic. */
@@ -352,7 +338,7 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
         char full[8400];
         snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[b].idx[k]].rel);
         if (k) fputs(", ", f);
-        json_str(f, full);
+        ct_json_fput_str(f, full);
       }
       fputc(']', f);
     }
@@ -375,7 +361,7 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
     for (size_t i = 0; i < d->nit; i++) {
       const ct_img_geom *g = &d->it[i].g;
       fprintf(f, "%s\n ", i ? "," : "");
-      json_str(f, d->it[i].rel);
+      ct_json_fput_str(f, d->it[i].rel);
       fprintf(f,
               ": {\"original_size\": [%d, %d], \"intermediary_size\": [%d, %d], "
               "\"crop_coordinates\": [%d, %d], "
@@ -941,7 +927,7 @@ char *ct_dataset_state_json(const ct_dataset *ds) {
   for (int di = 0; di < ds->nd; di++) {
     const dset *d = &ds->d[di];
     fprintf(f, "%s", di ? ", " : "");
-    json_str(f, d->c->id);
+    ct_json_fput_str(f, d->c->id);
     fprintf(f, ": {\"repeats\": %ld, \"consumed\": {", d->repeats);
     for (int b = 0; b < d->nb; b++)
       fprintf(f, "%s\"%s\": %zu", b ? ", " : "", d->b[b].key, ds->pos.consumed[d->boff + b]);

@@ -76,17 +76,13 @@ void ct_keyset_free(ct_keyset *s) {
 
 int ct_keyset_load(const char *path, ct_keyset *s) {
   memset(s, 0, sizeof *s);
-  char *text = NULL;
-  size_t n;
   ct_err e = {0};
-  ct_status st = ct_read_file(path, (size_t)1 << 32, &text, &n, &e);
-  if (st == CT_ERR_NOT_FOUND) return 0;
   ct_json *j = NULL;
-  if (!st) st = ct_json_parse(text, n, &j, &e);
-  free(text);
-  if (!st) st = ct_keyset_from_json(j, s, &e);
+  ct_status st = ct_json_parse_file(path, (size_t)1 << 32, &j, &e);
+  if (st == CT_ERR_NOT_FOUND) return 0;
+  if (!st && (st = ct_keyset_from_json(j, s, &e))) ct_err_prefix(&e, "%s: ", path);
   if (st) {
-    CT_WARN("%s: %s; not used", path, e.msg);
+    CT_WARN("%s; not used", e.msg);
     return 0;
   }
   return 1;
@@ -100,20 +96,6 @@ void ct_filelist_remove(const char *outdir, const char *kind, const char *id) {
   char p[4200];
   if (ct_filelist_path(p, sizeof p, outdir, kind, id)) return;
   if (unlink(p) == 0) CT_DEBUG("%s removed (preserve_data_backend_cache is off)", p);
-}
-
-static void put_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
 }
 
 ct_status ct_filelist_write(const char *outdir, const char *kind, const char *id, const char *prefix,
@@ -137,14 +119,14 @@ ct_status ct_filelist_write(const char *outdir, const char *kind, const char *id
   char full[8400];
   for (size_t i = 0; i < old.n; i++) { /* what an earlier writer of this run listed */
     fputs(w++ ? ",\n " : "\n ", f);
-    put_str(f, ct_keyset_key(&old, i));
+    ct_json_fput_str(f, ct_keyset_key(&old, i));
     fputs(": false", f);
   }
   for (size_t i = 0; i < n; i++) {
     snprintf(full, sizeof full, "%s%s", prefix ? prefix : "", keys[i]);
     if (old.n && ct_keyset_find(&old, full)) continue;
     fputs(w++ ? ",\n " : "\n ", f);
-    put_str(f, full);
+    ct_json_fput_str(f, full);
     fputs(": false", f);
   }
   fputs(w ? "\n}\n" : "}\n", f);

@@ -347,17 +347,9 @@ static ct_status get_long(const ct_json *j, const char *k, long *out, const char
 }
 
 static ct_status read_state(const char *path, ct_train_state *s, ct_err *err) {
-  char *text;
-  size_t n;
-  ct_status st = ct_read_file(path, 1 << 20, &text, &n, err);
-  if (st) return st;
   ct_json *j = NULL;
-  st = ct_json_parse(text, n, &j, err);
-  free(text);
-  if (st) {
-    ct_err_prefix(err, "%s: ", path);
-    return st;
-  }
+  ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
+  if (st) return st;
   memset(s, 0, sizeof *s);
   if (j->type != CT_JSON_OBJECT) st = ct_errf(err, CT_ERR_FORMAT, "%s: not a JSON object", path);
   if (!st) st = get_long(j, "global_step", &s->global_step, path, err);

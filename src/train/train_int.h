@@ -108,6 +108,9 @@ void ct_checkpoint_clean_tmp(const char *output_dir);
 struct ct_sched;
 ct_status ct_train_build_sched(const ct_config *cfg, long total, struct ct_sched *s, ct_err *err);
 double ct_train_sumsq(const float *g, size_t n); /* deterministic, in double */
+/* The optimizer hyperparameters of a config (adam_*, optimizer_momentum, muon_*). */
+#include "ctuner/optim.h"
+void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp);
 /* metrics.jsonl opened for appending, keeping the lines of steps <= upto. */
 FILE *ct_train_open_metrics(const char *out, long upto);
 /* model_type vae (vae_trainer.c) */

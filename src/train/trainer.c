@@ -121,23 +121,27 @@ static int muon_excluded(const char *name) {
 /* The optimizer over [lo, hi) of the flat buffer (everything without ZeRO).
  * Tensors cut by lo or hi become fragments; the tensor-wise kinds (Lamb's
  * trust ratio, Muon's orthogonalisation) need whole tensors and refuse. */
+void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp) {
+  ct_optim_hp_default(kind, hp);
+  hp->beta1 = (float)cfg->adam_beta1;
+  hp->beta2 = (float)cfg->adam_beta2;
+  hp->eps = (float)cfg->adam_epsilon;
+  hp->weight_decay = (float)cfg->adam_weight_decay;
+  hp->momentum = (float)cfg->optimizer_momentum;
+  hp->nesterov = cfg->optimizer_nesterov;
+  hp->muon_momentum = (float)cfg->muon_momentum;
+  hp->muon_ns_steps = (int)cfg->muon_ns_steps;
+  hp->muon_adamw_lr = (float)cfg->muon_adamw_lr;
+  if (kind == CT_OPTIM_MUON) hp->nesterov = cfg->muon_nesterov;
+}
+
 static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo,
                              size_t hi, ct_optim **out, ct_err *err) {
   ct_optim_kind kind = CT_OPTIM_ADAM; /* onebitadam keeps Adam's two moments (onebit.c steps them) */
   ct_status st = ct_onebit_name(cfg->optimizer) ? CT_OK : ct_optim_kind_parse(cfg->optimizer, &kind, err);
   if (st) return st;
   ct_optim_hp hp;
-  ct_optim_hp_default(kind, &hp);
-  hp.beta1 = (float)cfg->adam_beta1;
-  hp.beta2 = (float)cfg->adam_beta2;
-  hp.eps = (float)cfg->adam_epsilon;
-  hp.weight_decay = (float)cfg->adam_weight_decay;
-  hp.momentum = (float)cfg->optimizer_momentum;
-  hp.nesterov = cfg->optimizer_nesterov;
-  hp.muon_momentum = (float)cfg->muon_momentum;
-  hp.muon_ns_steps = (int)cfg->muon_ns_steps;
-  hp.muon_adamw_lr = (float)cfg->muon_adamw_lr;
-  if (kind == CT_OPTIM_MUON) hp.nesterov = cfg->muon_nesterov;
+  ct_train_optim_hp(cfg, kind, &hp);
   size_t np, n = ct_mmdit_numel(m);
   const ct_param *t = ct_mmdit_table(m, &np);
   ct_param *base = NULL;

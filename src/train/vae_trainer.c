@@ -62,13 +62,7 @@ static ct_status build_optim(vtrainer *t, ct_err *err) {
   ct_status st = ct_optim_kind_parse(cfg->optimizer, &kind, err);
   if (st) return st;
   ct_optim_hp hp;
-  ct_optim_hp_default(kind, &hp);
-  hp.beta1 = (float)cfg->adam_beta1;
-  hp.beta2 = (float)cfg->adam_beta2;
-  hp.eps = (float)cfg->adam_epsilon;
-  hp.weight_decay = (float)cfg->adam_weight_decay;
-  hp.momentum = (float)cfg->optimizer_momentum;
-  hp.nesterov = cfg->optimizer_nesterov;
+  ct_train_optim_hp(cfg, kind, &hp);
   size_t np;
   const ct_vae_param *tab = ct_vae_table(t->vae, &np);
   ct_optim_tensor *ot = calloc(np + 1, sizeof *ot);
@@ -163,10 +157,8 @@ static ct_status load_checkpoint(vtrainer *t, const char *dir, ct_err *err) {
   char *text = NULL;
   size_t n;
   snprintf(p, sizeof p, "%s/training_state.json", dir);
-  st = ct_read_file(p, 1 << 20, &text, &n, err);
   ct_json *j = NULL;
-  if (!st) st = ct_json_parse(text, n, &j, err);
-  free(text);
+  st = ct_json_parse_file(p, 1 << 20, &j, err);
   const ct_json *gs = j ? ct_json_get(j, "global_step") : NULL, *os = j ? ct_json_get(j, "opt_steps") : NULL;
   if (!st && (!gs || !gs->is_int || !os || !os->is_int))
     st = ct_errf(err, CT_ERR_FORMAT, "%s: global_step and opt_steps are required", p);

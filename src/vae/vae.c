@@ -85,17 +85,9 @@ static ct_status cfg_num(const ct_json *j, const char *path, const char *key, fl
 
 ct_status ct_vae_config_load(const char *path, ct_vae_config *c, ct_err *err) {
   ct_vae_config_defaults(c);
-  char *text = NULL;
-  size_t n = 0;
-  ct_status st = ct_read_file(path, 1 << 20, &text, &n, err);
-  if (st) return st;
   ct_json *j = NULL;
-  st = ct_json_parse(text, n, &j, err);
-  free(text);
-  if (st) {
-    ct_err_prefix(err, "%s: ", path);
-    return st;
-  }
+  ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
+  if (st) return st;
   if (j->type != CT_JSON_OBJECT) st = ct_errf(err, CT_ERR_FORMAT, "%s: not a JSON object", path);
   const ct_json *cls = ct_json_get(j, "_class_name");
   if (!st && cls && cls->type == CT_JSON_STRING && strcmp(cls->str, "AutoencoderKL"))
