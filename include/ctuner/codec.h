@@ -19,4 +19,28 @@ ct_status ct_pixel_encode(const uint8_t *rgb, int w, int h, int s, float *lat, c
  * CT_ERR_NUMERIC. */
 ct_status ct_pixel_decode(const float *lat, int w, int h, int s, uint8_t *rgb, ct_err *err);
 
+/* A latent codec behind one interface (pixel, or a VAE: docs/vae.md). The
+ * VAE's latents are stored and used scaled: (z - shift_factor) *
+ * scaling_factor, z = mean + std * eps with eps from Philox by (seed, key). */
+typedef struct ct_codec {
+  char kind[8];         /* "pixel" or "vae" */
+  int channels, factor; /* latent channels; pixels per latent */
+  char tag[64];         /* cache metadata: "pixel:<s>" or "vae:<digest>" */
+  int serial;           /* 1: call from one thread at a time (the VAE's workspace); kernels use every core */
+  void *ctx;
+} ct_codec;
+
+/* The pixel codec with scale s. */
+ct_status ct_codec_pixel(int s, ct_codec *out, ct_err *err);
+/* A VAE directory (config.json + diffusion_pytorch_model.safetensors);
+ * tile: pixels per tile for encode/decode (0: untiled); seed: of the
+ * latent sample's noise. */
+ct_status ct_codec_vae(const char *dir, int tile, uint64_t seed, ct_codec *out, ct_err *err);
+void ct_codec_free(ct_codec *c);
+/* rgb (h, w, 3) -> lat (channels, h/factor, w/factor); key: the image's
+ * noise stream (the VAE's sample). Thread-safe (a VAE serialises). */
+ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key, float *lat, ct_err *err);
+/* lat (channels, h/factor, w/factor) -> rgb (h, w, 3). Thread-safe. */
+ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb, ct_err *err);
+
 #endif

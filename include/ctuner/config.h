@@ -113,7 +113,8 @@
   X(tokenizer_max_length, INT, "0", "text tokens per caption (0: the preset's)")               \
   X(tokenizer_vocab, STR, NULL, "clip-bpe: the tokenizer's vocab.json")                        \
   X(tokenizer_merges, STR, NULL, "clip-bpe: the tokenizer's merges.txt")                       \
-  X(codec, STR, "pixel", "latent codec: pixel (space-to-depth)")                               \
+  X(codec, STR, "pixel", "latent codec: pixel (space-to-depth) or vae (pretrained_vae_model_name_or_path)") \
+  X(vae_tile, INT, "512", "codec vae: pixels per tile for encode/decode (0: untiled)")       \
   X(codec_scale, INT, "0", "pixel codec factor s in {1,2,4} (0: from the preset's channels)")  \
   X(mixed_precision, STR, "no", "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
   X(num_threads, INT, "0", "OpenMP threads (0: all cores)")                                    \

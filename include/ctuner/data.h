@@ -142,7 +142,8 @@ typedef struct ct_text_encoder_fn {
 typedef struct ct_data_opts {
   const struct ct_config *cfg; /* seed, resolution, batch, accumulation, output_dir, data keys */
   struct ct_comm *comm;        /* NULL: one process */
-  int codec_scale;             /* pixel codec s */
+  int codec_scale;             /* pixel codec s (when codec is NULL) */
+  const struct ct_codec *codec; /* the latent codec (pixel or VAE); NULL: the pixel codec of codec_scale */
   int size_multiple;           /* bucket sizes must be multiples of this (codec s x patch) */
   const ct_text_encoder_fn *text; /* NULL: batches carry captions and nothing is cached */
   int prefetch;                /* micro-batches queued ahead (0: synchronous) */

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "ctuner/codec.h"
 #include "ctuner/comm.h"
 #include "ctuner/config.h"
 #include "ctuner/image.h"
@@ -68,7 +69,8 @@ typedef struct ct_pipeline {
   ct_mmdit *model;
   ct_textenc *te;
   int T;           /* text tokens */
-  int codec_scale; /* pixel codec s */
+  int codec_scale; /* latent factor (pixel codec s or VAE f) */
+  ct_codec codec;   /* the checkpoint's codec */
 } ct_pipeline;
 
 ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err);
@@ -84,7 +86,7 @@ typedef struct ct_sample_opts {
 
 /* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are
  * allocated here (ct_image_free each). */
-ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, int codec_scale,
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec,
                            const char *const *prompts, int n, uint64_t index0,
                            const ct_sample_opts *o, ct_image *out, ct_err *err);
 

@@ -378,7 +378,7 @@ int ct_cmd_sample(int argc, char **argv) {
     const char *pp[16];
     ct_image imgs[16];
     for (int k = 0; k < m; k++) pp[k] = prompts[(q + k) / per];
-    if (ct_sample_images(p.model, p.te, p.T, p.codec_scale, pp, m, (uint64_t)q, &so, imgs, &err)) {
+    if (ct_sample_images(p.model, p.te, p.T, &p.codec, pp, m, (uint64_t)q, &so, imgs, &err)) {
       fprintf(stderr, "ctuner sample: %s\n", err.msg);
       goto done;
     }

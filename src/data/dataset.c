@@ -397,7 +397,10 @@ static void latent_path(const dset *d, const item *it, char *out, size_t n) {
 static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96],
                         const char *meta[8]) {
   const ct_img_geom *g = &it->g;
-  snprintf(bufs[0], 96, "pixel:%d", ds->s);
+  if (ds->o.codec)
+    snprintf(bufs[0], 96, "%s", ds->o.codec->tag);
+  else
+    snprintf(bufs[0], 96, "pixel:%d", ds->s);
   snprintf(bufs[1], 96, "%dx%d", g->target_w, g->target_h);
   snprintf(bufs[2], 96, "%d,%d,%dx%d", g->crop_x, g->crop_y, g->inter_w, g->inter_h);
   snprintf(bufs[3], 96, "%dx%d", g->orig_w, g->orig_h);
@@ -418,7 +421,9 @@ static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it
                  img.h, g->orig_w, g->orig_h);
   if (!st) st = ct_image_resize(&img, g->inter_w, g->inter_h, &r, err);
   if (!st) st = ct_image_crop(&r, g->crop_x, g->crop_y, g->target_w, g->target_h, &c, err);
-  if (!st) st = ct_pixel_encode(c.px, c.w, c.h, ds->s, lat, err);
+  if (!st)
+    st = ds->o.codec ? ct_codec_encode(ds->o.codec, c.px, c.w, c.h, it->hash, lat, err)
+                     : ct_pixel_encode(c.px, c.w, c.h, ds->s, lat, err);
   ct_image_free(&img);
   ct_image_free(&r);
   ct_image_free(&c);
@@ -492,7 +497,8 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
     if (d->c->preserve_data_backend_cache &&
         !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "vae_cache", d->c->id))
       ct_keyset_load(lp, &listed);
-#pragma omp parallel reduction(+ : built, trusted)
+    /* a serial codec (the VAE) encodes one image at a time with every core in its kernels */
+#pragma omp parallel reduction(+ : built, trusted) if (!ds->o.codec || !ds->o.codec->serial)
     {
       float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
 #pragma omp for schedule(dynamic, 4)
@@ -1055,7 +1061,7 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
   if (d->bo.alignment % ds->o.size_multiple) {
     return ct_errf(
         err, CT_ERR_INVALID,
-        "aspect_bucket_alignment %d is not a multiple of %d (pixel codec scale %d x patch size 2): "
+        "aspect_bucket_alignment %d is not a multiple of %d (codec factor %d x patch size 2): "
         "bucket sizes would not fit the model",
         d->bo.alignment, ds->o.size_multiple, ds->s);
   }
@@ -1209,8 +1215,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   if (!ds) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ds->o = *o;
   ds->cfg = cfg;
-  ds->s = o->codec_scale;
-  ds->C = ct_pixel_channels(o->codec_scale);
+  ds->s = o->codec ? o->codec->factor : o->codec_scale;
+  ds->C = o->codec ? o->codec->channels : ct_pixel_channels(o->codec_scale);
   ds->rank = o->comm ? ct_comm_rank(o->comm) : 0;
   ds->world = o->comm ? ct_comm_size(o->comm) : 1;
   ds->B = (size_t)cfg->train_batch_size;
@@ -1225,7 +1231,7 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   ct_status st = ct_backend_load(backend_json, &ds->be, err);
   if (st) goto out;
   if (o->size_multiple <= 0 || ds->C <= 0) {
-    st = ct_errf(err, CT_ERR_INVALID, "codec scale %d is not 1, 2 or 4", o->codec_scale);
+    st = ct_errf(err, CT_ERR_INVALID, "codec scale %d is not 1, 2 or 4", ds->s);
     goto out;
   }
   ds->d = calloc((size_t)ds->be->n, sizeof *ds->d);

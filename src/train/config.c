@@ -600,8 +600,12 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
     BAD("text_encoder_layers must be between 1 and 48, got %ld", c->text_encoder_layers);
   if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
     BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld", c->tokenizer_max_length);
-  if (!c->codec || strcmp(c->codec, "pixel"))
-    BAD("codec '%s' is not supported; use \"pixel\" (the VAE codec is not implemented yet)",
+  if (c->codec && !strcmp(c->codec, "vae") && !c->pretrained_vae_model_name_or_path)
+    BAD("codec vae needs pretrained_vae_model_name_or_path (a VAE directory: config.json + "
+        "diffusion_pytorch_model.safetensors, e.g. the output_dir/vae of a model_type vae run)");
+  if (c->vae_tile < 0 || c->vae_tile > 16384) BAD("vae_tile must be between 0 and 16384, got %ld", c->vae_tile);
+  if (!c->codec || (strcmp(c->codec, "pixel") && strcmp(c->codec, "vae")))
+    BAD("codec '%s' is not supported; use \"pixel\" or \"vae\"",
         c->codec ? c->codec : "");
   if (c->codec_scale != 0 && c->codec_scale != 1 && c->codec_scale != 2 && c->codec_scale != 4)
     BAD("codec_scale must be 0 (from the preset), 1, 2 or 4, got %ld", c->codec_scale);

@@ -26,14 +26,14 @@ ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, i
   return st;
 }
 
-ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, int s, const char *const *prompts,
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec, const char *const *prompts,
                            int n, uint64_t index0, const ct_sample_opts *o, ct_image *out,
                            ct_err *err) {
   const ct_mmdit_config *mc = ct_mmdit_cfg(m);
-  const int C = mc->in_channels, d = mc->context_in_dim, dv = mc->vec_in_dim;
-  if (C != ct_pixel_channels(s))
-    return ct_errf(err, CT_ERR_SHAPE, "model has %d latent channels; pixel codec s=%d gives %d", C,
-                   s, ct_pixel_channels(s));
+  const int C = mc->in_channels, d = mc->context_in_dim, dv = mc->vec_in_dim, s = codec->factor;
+  if (C != codec->channels)
+    return ct_errf(err, CT_ERR_SHAPE, "model has %d latent channels; the %s codec (%s) gives %d", C, codec->kind,
+                   codec->tag, codec->channels);
   if (o->width <= 0 || o->height <= 0 || o->width % (2 * s) || o->height % (2 * s))
     return ct_errf(err, CT_ERR_INVALID, "image size %dx%d must be positive multiples of %d",
                    o->width, o->height, 2 * s);
@@ -88,7 +88,7 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, int s, const char
     }
   }
   for (int i = 0; i < n && !st; i++) {
-    st = ct_pixel_decode(x + (size_t)i * lat, o->width, o->height, s, rgb, err);
+    st = ct_codec_decode(codec, x + (size_t)i * lat, o->width, o->height, rgb, err);
     if (!st) st = ct_image_alloc(o->width, o->height, &out[i], err);
     if (!st) memcpy(out[i].px, rgb, (size_t)o->width * o->height * 3);
     if (st)

@@ -24,6 +24,7 @@
 #include "ctuner/data.h"
 #include "ctuner/hash.h"
 #include "ctuner/health.h"
+#include "ctuner/vae.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
@@ -46,20 +47,37 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
                    cfg->preset);
   g->mc = p->cfg;
   int s = (int)cfg->codec_scale;
-  if (s == 0) { /* the preset's channels if they are 3 s^2, else s = 1 */
-    s = 1;
-    for (int k = 1; k <= 4; k *= 2)
-      if (ct_pixel_channels(k) == p->cfg.in_channels) s = k;
+  if (cfg->codec && !strcmp(cfg->codec, "vae")) { /* the VAE's factor and latent channels */
+    char cp[4200];
+    const char *d = cfg->pretrained_vae_model_name_or_path;
+    const size_t l = strlen(d);
+    if (l > 12 && !strcmp(d + l - 12, ".safetensors")) {
+      const char *slash = strrchr(d, '/');
+      snprintf(cp, sizeof cp, "%.*sconfig.json", slash ? (int)(slash - d + 1) : 0, d);
+    } else {
+      snprintf(cp, sizeof cp, "%s/config.json", d);
+    }
+    ct_vae_config vc;
+    ct_status vs = ct_vae_config_load(cp, &vc, err);
+    if (vs) return vs;
+    s = ct_vae_factor(&vc);
+    g->mc.in_channels = vc.latent_channels;
+  } else {
+    if (s == 0) { /* the preset's channels if they are 3 s^2, else s = 1 */
+      s = 1;
+      for (int k = 1; k <= 4; k *= 2)
+        if (ct_pixel_channels(k) == p->cfg.in_channels) s = k;
+    }
+    g->mc.in_channels = ct_pixel_channels(s);
   }
   g->codec_scale = s;
-  g->mc.in_channels = ct_pixel_channels(s);
   g->T = cfg->tokenizer_max_length ? (int)cfg->tokenizer_max_length : p->txt_len;
   if (g->T < 2) g->T = 2;
   int res = (int)cfg->resolution;
   if (res == 0) res = (p->lat_h > p->lat_w ? p->lat_h : p->lat_w) * s;
   g->resolution = res;
   if (res % (2 * s))
-    return ct_errf(err, CT_ERR_INVALID, "resolution %d must be a multiple of %d (codec_scale %d x patch 2)",
+    return ct_errf(err, CT_ERR_INVALID, "resolution %d must be a multiple of %d (codec factor %d x patch 2)",
                    res, 2 * s, s);
   if (g->mc.context_in_dim != g->mc.vec_in_dim)
     return ct_errf(err, CT_ERR_INVALID, "preset '%s' has context_in_dim != vec_in_dim", cfg->preset);
@@ -343,6 +361,7 @@ typedef struct trainer {
   ct_text_encoder_fn text_fn;
   double data_wait; /* seconds waited for batches */
   ct_health *h;     /* monitor, circuit breaker, webhooks (ct_train_run only) */
+  ct_codec codec;   /* pixel or VAE: the data's latents, validation's decoding */
   ct_optim *opt;
   ct_sched sched;
   float *ema;      /* every parameter; when own: [lo, hi) only */
@@ -402,7 +421,7 @@ static ct_status validate(trainer *tr, long step, int *nimages, ct_err *err) {
     }
     /* Same noise for every prompt's idx-th image, so rows are comparable. */
     for (int q = 0; q < n && !st; q += per) {
-      st = ct_sample_images(tr->m, tr->te, tr->g.T, tr->g.codec_scale, prompts + q, per, 0, &so,
+      st = ct_sample_images(tr->m, tr->te, tr->g.T, &tr->codec, prompts + q, per, 0, &so,
                             imgs + (size_t)k * n + q, err);
     }
     if (live) {
@@ -794,6 +813,7 @@ static void free_states(trainer *tr, float **a) {
 
 static void trainer_free(trainer *tr) {
   ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
+  ct_codec_free(&tr->codec);
   ct_onebit_free(tr->ob);
   if (tr->off) {
     ct_offload_close(tr->off);
@@ -854,7 +874,16 @@ static ct_status open_data(trainer *tr, ct_err *err) {
   tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
   st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn, err);
   if (st) return st;
-  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .size_multiple = tr->g.codec_scale * 2,
+  st = cfg->codec && !strcmp(cfg->codec, "vae")
+           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile, (uint64_t)cfg->seed, &tr->codec,
+                          err)
+           : ct_codec_pixel(tr->g.codec_scale, &tr->codec, err);
+  if (st) return st;
+  if (lead && tr->codec.ctx)
+    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", cfg->pretrained_vae_model_name_or_path,
+            tr->codec.channels, tr->codec.factor, tr->codec.tag);
+  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .codec = &tr->codec,
+                       .size_multiple = tr->g.codec_scale * 2,
                        .text = &tr->text_fn, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
   return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
 }
@@ -1450,6 +1479,11 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   if (st) goto fail;
   p->T = g.T;
   p->codec_scale = g.codec_scale;
+  st = p->cfg.codec && !strcmp(p->cfg.codec, "vae")
+           ? ct_codec_vae(p->cfg.pretrained_vae_model_name_or_path, (int)p->cfg.vae_tile, (uint64_t)p->cfg.seed,
+                          &p->codec, err)
+           : ct_codec_pixel(g.codec_scale, &p->codec, err);
+  if (st) goto fail;
   st = ct_mmdit_new(&g.mc, 0, 0, &p->model, err);
   if (st) goto fail;
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
@@ -1468,6 +1502,7 @@ fail:
 }
 
 void ct_pipeline_free(ct_pipeline *p) {
+  ct_codec_free(&p->codec);
   ct_mmdit_free(p->model);
   ct_textenc_free(p->te);
   ct_config_free(&p->cfg);
