@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo bench bench-dist bench-offload bench-data fuzz fuzz-long asan format clean help golden
+.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data fuzz fuzz-long asan format clean help golden
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make test       install missing packages, build with -Werror, run every test (ctest),"
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
+	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
 	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
@@ -40,6 +41,9 @@ test: deps
 
 demo: deps build
 	scripts/demo.sh $(CTUNER)
+
+demo-vae: deps build
+	scripts/demo_vae.sh $(CTUNER)
 
 bench: build
 	scripts/bench.sh $(CTUNER)
