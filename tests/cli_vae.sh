@@ -96,15 +96,19 @@ if "$CT" train --config "$tmp/mm.json" --output_dir="$tmp/m1" >/dev/null 2>"$tmp
     bad "cache entry not tagged vae: $(head -c 200 "$entry" | tr -dc '[:print:]')"
   [ -n "$(ls "$tmp/m1/validation_images/"*.png 2>/dev/null)" ] && ok "validation images decoded through the VAE" ||
     bad "no validation images: $(tail -3 "$tmp/m1.err")"
-  if "$CT" sample --checkpoint "latest:$tmp/m1" --prompt "a red circle" --steps 2 --out "$tmp/s.png" >/dev/null 2>"$tmp/s.err" &&
+  # the checkpoint carries its VAE: sampling works with the original directory gone
+  cp -r "$tmp/a/vae" "$tmp/vae_saved" && rm -rf "$tmp/a/vae"
+  if [ -f "$tmp/m1/checkpoint-6/vae/diffusion_pytorch_model.safetensors" ] &&
+    "$CT" sample --checkpoint "latest:$tmp/m1" --prompt "a red circle" --steps 2 --out "$tmp/s.png" >/dev/null 2>"$tmp/s.err" &&
     "$PY" -c "from PIL import Image; import sys; sys.exit(0 if Image.open('$tmp/s.png').size == (16, 16) else 1)"; then
-    ok "ctuner sample decodes through the checkpoint's VAE (16x16 image)"
+    ok "ctuner sample decodes through the checkpoint's own copy of the VAE (16x16 image, original VAE removed)"
   else
     bad "sample with the VAE codec: $(tail -3 "$tmp/s.err")"
   fi
 else
   bad "MMDiT with codec vae failed: $(tail -3 "$tmp/m1.err")"
 fi
+[ -d "$tmp/vae_saved" ] && cp -r "$tmp/vae_saved" "$tmp/a/vae"
 printf '[{"id": "shapes", "type": "local", "instance_data_dir": "%s", "caption_strategy": "textfile", "crop": false, "vae_cache_disable": true}]\n' \
   "$tmp/data" > "$tmp/backend_nocache.json"
 if "$CT" train --config "$tmp/mm.json" --output_dir="$tmp/m2" --data_backend_config="$tmp/backend_nocache.json" \

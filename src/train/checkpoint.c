@@ -424,6 +424,33 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
       free(data);
     }
   }
+  if (!st && io->cfg->codec && !strcmp(io->cfg->codec, "vae")) {
+    /* the VAE travels with the checkpoint too (vae/), so sampling from it
+     * does not depend on the directory the config names */
+    const char *d = io->cfg->pretrained_vae_model_name_or_path;
+    const size_t dl = strlen(d);
+    const int file = dl > 12 && !strcmp(d + dl - 12, ".safetensors");
+    const char *slash = strrchr(d, '/');
+    char src[2][4200];
+    if (file) {
+      snprintf(src[0], sizeof src[0], "%.*sconfig.json", slash ? (int)(slash - d + 1) : 0, d);
+      snprintf(src[1], sizeof src[1], "%s", d);
+    } else {
+      snprintf(src[0], sizeof src[0], "%s/config.json", d);
+      snprintf(src[1], sizeof src[1], "%s/diffusion_pytorch_model.safetensors", d);
+    }
+    const char *name[2] = {"config.json", "diffusion_pytorch_model.safetensors"};
+    snprintf(p, sizeof p, "%s/vae", tmp);
+    st = ct_mkdir_p(p, err);
+    for (int k = 0; k < 2 && !st; k++) {
+      char *data = NULL;
+      size_t n = 0;
+      st = ct_read_file(src[k], (size_t)1 << 34, &data, &n, err);
+      snprintf(p, sizeof p, "%s/vae/%s", tmp, name[k]);
+      if (!st) st = ct_write_file_atomic(p, data, n, err);
+      free(data);
+    }
+  }
   if (!st) {
     char *cj = ct_config_to_json(io->cfg);
     snprintf(p, sizeof p, "%s/config.json", tmp);

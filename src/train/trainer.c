@@ -1474,15 +1474,32 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
   ct_status st = ct_config_load_file(&p->cfg, path, err);
+  if (!st && p->cfg.codec && !strcmp(p->cfg.codec, "vae")) {
+    /* the checkpoint's own copy of the VAE (vae/), else the directory its config names */
+    char vdir[4200];
+    struct stat sb;
+    snprintf(vdir, sizeof vdir, "%s/vae/config.json", dir);
+    if (stat(vdir, &sb) == 0) {
+      snprintf(vdir, sizeof vdir, "%s/vae", dir);
+      char *c = strdup(vdir);
+      if (!c) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      else {
+        free(p->cfg.pretrained_vae_model_name_or_path);
+        p->cfg.pretrained_vae_model_name_or_path = c;
+      }
+    }
+  }
   ct_geometry g;
   if (!st) st = ct_geometry_from_config(&p->cfg, &g, err);
   if (st) goto fail;
   p->T = g.T;
   p->codec_scale = g.codec_scale;
-  st = p->cfg.codec && !strcmp(p->cfg.codec, "vae")
-           ? ct_codec_vae(p->cfg.pretrained_vae_model_name_or_path, (int)p->cfg.vae_tile, (uint64_t)p->cfg.seed,
-                          &p->codec, err)
-           : ct_codec_pixel(g.codec_scale, &p->codec, err);
+  if (p->cfg.codec && !strcmp(p->cfg.codec, "vae")) {
+    st = ct_codec_vae(p->cfg.pretrained_vae_model_name_or_path, (int)p->cfg.vae_tile, (uint64_t)p->cfg.seed,
+                      &p->codec, err);
+  } else {
+    st = ct_codec_pixel(g.codec_scale, &p->codec, err);
+  }
   if (st) goto fail;
   st = ct_mmdit_new(&g.mc, 0, 0, &p->model, err);
   if (st) goto fail;
