@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctuner/json.h"
 #include "ctuner/log.h"
 
 static void usage(FILE *f) {
@@ -72,19 +73,7 @@ int ct_cli_float(const char *key, const char *val, double *out) {
   return 0;
 }
 
-void ct_cli_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
+void ct_cli_json_str(FILE *f, const char *s) { ct_json_fput_str(f, s); }
 
 int main(int argc, char **argv) {
   int i = 1;

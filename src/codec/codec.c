@@ -71,13 +71,16 @@ void ct_codec_free(ct_codec *c) {
   c->ctx = NULL;
 }
 
+static ct_status bad_size(int w, int h, int f, ct_err *err) {
+  return ct_errf(err, CT_ERR_SHAPE, "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
+}
+
 ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key, float *lat, ct_err *err) {
   if (!c->ctx) return ct_pixel_encode(rgb, w, h, c->factor, lat, err);
   vae_ctx *v = c->ctx;
   const ct_vae_config *vc = ct_vae_cfg(v->vae);
   const int f = c->factor;
-  if (w % f || h % f)
-    return ct_errf(err, CT_ERR_SHAPE, "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
+  if (w % f || h % f) return bad_size(w, h, f, err);
   const size_t npx = (size_t)3 * w * h, nl = (size_t)c->channels * (w / f) * (h / f);
   float *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float)), *lv = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float));
   ct_status st = x && lv ? ct_pixel_encode(rgb, w, h, 1, x, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
@@ -102,8 +105,7 @@ ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uin
   vae_ctx *v = c->ctx;
   const ct_vae_config *vc = ct_vae_cfg(v->vae);
   const int f = c->factor;
-  if (w % f || h % f)
-    return ct_errf(err, CT_ERR_SHAPE, "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
+  if (w % f || h % f) return bad_size(w, h, f, err);
   const size_t npx = (size_t)3 * w * h, nl = (size_t)c->channels * (w / f) * (h / f);
   float *z = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float)), *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float));
   ct_status st = z && x ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");

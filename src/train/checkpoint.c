@@ -390,6 +390,16 @@ ct_status ct_checkpoint_prepare(const char *out, long step, char *tmp, size_t n,
   return st;
 }
 
+/* A file copied into the checkpoint (tokenizer, VAE), written atomically. */
+static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
+  char *data = NULL;
+  size_t n = 0;
+  ct_status st = ct_read_file(src, (size_t)1 << 34, &data, &n, err);
+  if (!st) st = ct_write_file_atomic(dst, data, n, err);
+  free(data);
+  return st;
+}
+
 ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s,
                                    int fragments, ct_err *err) {
   char p[4200];
@@ -416,12 +426,8 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
     const char *src[2] = {io->cfg->tokenizer_vocab, io->cfg->tokenizer_merges};
     const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
     for (int k = 0; k < 2 && !st; k++) {
-      char *data = NULL;
-      size_t n = 0;
-      st = ct_read_file(src[k], (size_t)1 << 30, &data, &n, err);
       snprintf(p, sizeof p, "%s/%s", tmp, name[k]);
-      if (!st) st = ct_write_file_atomic(p, data, n, err);
-      free(data);
+      st = copy_file(src[k], p, err);
     }
   }
   if (!st && io->cfg->codec && !strcmp(io->cfg->codec, "vae")) {
@@ -443,12 +449,8 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
     snprintf(p, sizeof p, "%s/vae", tmp);
     st = ct_mkdir_p(p, err);
     for (int k = 0; k < 2 && !st; k++) {
-      char *data = NULL;
-      size_t n = 0;
-      st = ct_read_file(src[k], (size_t)1 << 34, &data, &n, err);
       snprintf(p, sizeof p, "%s/vae/%s", tmp, name[k]);
-      if (!st) st = ct_write_file_atomic(p, data, n, err);
-      free(data);
+      st = copy_file(src[k], p, err);
     }
   }
   if (!st) {
