@@ -62,8 +62,10 @@ CT_TEST(data, bucket_arithmetic) {
   REQUIRE(ct_bucket_opts_from(&d, 0, 64, 2, 0, &o, &err) == CT_OK);
   REQUIRE(ct_bucket_place(&o, 768, 512, 1, &g, &err) == CT_OK);
   CHECK(g.target_w == 768 && g.target_h == 512);
-  CHECK(g.inter_w == 768 && g.inter_h == 512 && g.crop_x == 0 && g.crop_y == 0); /* no crop: resized */
-  REQUIRE(ct_bucket_place(&o, 600, 800, 1, &g, &err) == CT_OK); /* 0.75: 512 x int(682.67)=682 -> 704 */
+  CHECK(g.inter_w == 768 && g.inter_h == 512 && g.crop_x == 0 &&
+        g.crop_y == 0); /* no crop: resized */
+  REQUIRE(ct_bucket_place(&o, 600, 800, 1, &g, &err) ==
+          CT_OK); /* 0.75: 512 x int(682.67)=682 -> 704 */
   CHECK(g.target_w == 512 && g.target_h == 704);
   /* crop, square, centre: 768x512 -> 512x512 from the middle */
   d.crop = 1;
@@ -113,16 +115,22 @@ CT_TEST(data, backend_json) {
   ct_err err = {0};
   ct_backend *b = NULL;
   setenv("CT_TEST_DATA_DIR", "/data/x", 1);
-  REQUIRE(parse("[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"{env:CT_TEST_DATA_DIR}/imgs\", "
-                "\"crop\": true, \"crop_aspect\": \"random\", \"crop_aspect_buckets\": [{\"aspect\": 1.0, "
-                "\"weight\": 0.25}, {\"aspect\": 1.5, \"weight\": 0.75}], \"repeats\": 3, \"resolution\": 512, "
-                "\"resolution_type\": \"pixel\", \"crop_style\": \"centre\", \"caption_strategy\": \"textfile\"},"
-                " {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"default\": true, "
+  REQUIRE(parse("[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": "
+                "\"{env:CT_TEST_DATA_DIR}/imgs\", "
+                "\"crop\": true, \"crop_aspect\": \"random\", \"crop_aspect_buckets\": "
+                "[{\"aspect\": 1.0, "
+                "\"weight\": 0.25}, {\"aspect\": 1.5, \"weight\": 0.75}], \"repeats\": 3, "
+                "\"resolution\": 512, "
+                "\"resolution_type\": \"pixel\", \"crop_style\": \"centre\", \"caption_strategy\": "
+                "\"textfile\"},"
+                " {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", "
+                "\"default\": true, "
                 "\"cache_dir\": \"/tmp/te\"}]",
                 &b, &err) == CT_OK);
   REQUIRE(b->n == 2);
   CHECK(!strcmp(b->ds[0].instance_data_dir, "/data/x/imgs"));
-  CHECK(b->ds[0].crop && b->ds[0].crop_aspect == CT_ASPECT_RANDOM && b->ds[0].n_crop_aspect_buckets == 2);
+  CHECK(b->ds[0].crop && b->ds[0].crop_aspect == CT_ASPECT_RANDOM &&
+        b->ds[0].n_crop_aspect_buckets == 2);
   CHECK(b->ds[0].crop_style == CT_CROP_CENTER && b->ds[0].repeats == 3 && b->ds[0].repeats_set);
   CHECK(b->ds[0].caption_strategy == CT_CAP_TEXTFILE);
   CHECK(b->ds[1].kind == CT_DS_TEXT_EMBEDS);
@@ -130,44 +138,184 @@ CT_TEST(data, backend_json) {
   struct {
     const char *json, *want;
   } bad[] = {
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_styl\": \"random\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_styl\": "
+       "\"random\"}]",
        "dataset 'a': unknown key 'crop_styl'; did you mean 'crop_style'?"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"repeats\": \"many\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"repeats\": "
+       "\"many\"}]",
        "dataset 'a': key 'repeats': expected a number"},
       {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"caption_strategy\": "
        "\"instanceprompt\"}]",
        "dataset 'a': key 'instance_prompt': is required"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\"}, {\"id\": \"a\", \"type\": \"local\", "
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\"}, {\"id\": \"a\", "
+       "\"type\": \"local\", "
        "\"instance_data_dir\": \"/y\"}]",
        "ids must be unique"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_aspect\": \"closest\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_aspect\": "
+       "\"closest\"}]",
        "needs a list of crop_aspect_buckets"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"crop_aspect_buckets\": [{\"aspect\": "
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", "
+       "\"crop_aspect_buckets\": [{\"aspect\": "
        "1.0, \"weight\": 0.5}]}]",
        "the weights sum to 0.5"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"resolution_type\": \"pixels\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"resolution_type\": "
+       "\"pixels\"}]",
        "\"pixels\" is not one of: pixel, area, pixel_area"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"text_embeds\": \"nope\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"text_embeds\": "
+       "\"nope\"}]",
        "no enabled text_embeds dataset with id \"nope\""},
-      {"[{\"id\": \"a\", \"type\": \"aws\", \"instance_data_dir\": \"/x\"}]", "\"aws\" (S3) is not available"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"instance_data_dir\": \"/x\"}]",
+       "dataset 'a': key 'aws_bucket_name': is required with \"type\": \"aws\""},
+      {"[{\"id\": \"a\", \"type\": \"s3\", \"instance_data_dir\": \"/x\"}]",
+       "use \"local\" or \"aws\""},
       {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"{env:CT_TEST_UNSET_VAR}\"}]",
        "CT_TEST_UNSET_VAR"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"metadata_backend\": \"parquet\"}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"metadata_backend\": "
+       "\"parquet\"}]",
        "needs a \"parquet\" block"},
-      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"parquet\": {\"pth\": \"m.parquet\"}}]",
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"parquet\": "
+       "{\"pth\": \"m.parquet\"}}]",
        "unknown key 'pth'; did you mean 'path'?"},
       {"[{\"type\": \"local\"}]", "entry 0: key 'id'"},
       {"{\"id\": \"a\"}", "expected a JSON array"},
-      {"[{\"id\": \"t\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": \"/c\"}]",
+      {"[{\"id\": \"t\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": "
+       "\"/c\"}]",
        "no enabled image dataset"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ct_err e = {0};
     ct_backend *x = NULL;
     CHECKF(parse(bad[i].json, &x, &e) != CT_OK, "case %zu accepted", i);
-    CHECKF(strstr(e.msg, bad[i].want) != NULL, "case %zu: got '%s', want '%s'", i, e.msg, bad[i].want);
+    CHECKF(strstr(e.msg, bad[i].want) != NULL, "case %zu: got '%s', want '%s'", i, e.msg,
+           bad[i].want);
     CHECK(x == NULL);
   }
+}
+
+/* type "aws": SimpleTuner's aws_* keys, ctuner's three, their errors, and
+ * secrets kept out of every message. */
+CT_TEST(data, backend_aws) {
+  ct_err err = {0};
+  ct_backend *b = NULL;
+  setenv("CT_TEST_S3_SECRET", "sEcReT-from-env-123", 1);
+  REQUIRE(parse("[{\"id\": \"p\", \"type\": \"aws\", \"aws_bucket_name\": \"bkt\", "
+                "\"aws_region_name\": \"us-east-1\", "
+                "\"aws_endpoint_url\": \"http://127.0.0.1:9000\", \"aws_access_key_id\": \"AK\", "
+                "\"aws_secret_access_key\": \"{env:CT_TEST_S3_SECRET}\", \"aws_data_prefix\": "
+                "\"/data/set1/\", "
+                "\"instance_data_dir\": \"./images/\", \"aws_addressing_style\": \"path\", "
+                "\"aws_max_retries\": 3, "
+                "\"aws_request_timeout\": 2.5, \"aws_max_pool_connections\": 16, "
+                "\"cache_dir_vae\": \"cache/vae\"},"
+                " {\"id\": \"te\", \"type\": \"aws\", \"dataset_type\": \"text_embeds\", "
+                "\"aws_bucket_name\": \"bkt\"},"
+                " {\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"/x\"}]",
+                &b, &err) == CT_OK);
+  REQUIRE(b->n == 3);
+  const ct_ds_config *d = &b->ds[0];
+  CHECK(d->is_aws && !strcmp(d->s3.bucket, "bkt") && !strcmp(d->s3.region, "us-east-1"));
+  CHECK(!strcmp(d->s3.endpoint, "http://127.0.0.1:9000") && !strcmp(d->s3.access_key, "AK"));
+  CHECK(!strcmp(d->s3.secret_key, "sEcReT-from-env-123") && d->s3.session_token == NULL);
+  CHECK(!strcmp(d->s3.prefix, "data/set1") && !strcmp(ct_ds_image_dir(d), "images"));
+  CHECK(!strcmp(d->cache_dir_vae, "cache/vae"));
+  CHECK(d->s3.addressing == CT_S3_ADDR_PATH && d->s3.max_retries == 3 &&
+        d->s3.request_timeout == 2.5);
+  CHECK(d->s3.max_pool_connections == 16);
+  /* defaults; a cache dataset needs no cache_dir on S3 */
+  CHECK(b->ds[1].is_aws && b->ds[1].kind == CT_DS_TEXT_EMBEDS && !strcmp(b->ds[1].s3.prefix, ""));
+  CHECK(b->ds[1].s3.max_pool_connections == 128 && b->ds[1].s3.max_retries == 6);
+  CHECK(b->ds[1].s3.request_timeout == 60 && b->ds[1].s3.addressing == CT_S3_ADDR_AUTO);
+  CHECK(!b->ds[2].is_aws && !strcmp(ct_ds_image_dir(&b->ds[2]), ""));
+  ct_backend_free(b);
+  /* an image dataset without instance_data_dir: the images are at the prefix */
+  REQUIRE(parse("[{\"id\": \"p\", \"type\": \"aws\", \"aws_bucket_name\": \"bkt\"}]", &b, &err) ==
+          CT_OK);
+  CHECK(!strcmp(ct_ds_image_dir(&b->ds[0]), ""));
+  ct_backend_free(b);
+  struct {
+    const char *json, *want;
+  } bad[] = {
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_secret_access_key\": \"sEcReT-inline-456\"}]",
+       "dataset 'a': key 'aws_bucket_name': is required"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_addressing_style\": "
+       "\"vhost\", "
+       "\"aws_secret_access_key\": \"sEcReT-inline-456\"}]",
+       "key 'aws_addressing_style': \"vhost\" is not one of: auto, path, virtual"},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", \"aws_bucket_name\": "
+       "\"b\"}]",
+       "dataset 'a': key 'aws_bucket_name': S3 settings need \"type\": \"aws\""},
+      {"[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"/x\", "
+       "\"aws_secret_access_key\": "
+       "\"sEcReT-inline-456\"}]",
+       "key 'aws_secret_access_key': S3 settings need \"type\": \"aws\""},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", "
+       "\"aws_max_pool_connections\": 0}]",
+       "key 'aws_max_pool_connections': 0 is out of range [1, 1024]"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", "
+       "\"aws_max_pool_connections\": 2000}]",
+       "key 'aws_max_pool_connections': 2000 is out of range"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", "
+       "\"aws_max_pool_connections\": 1.5}]",
+       "key 'aws_max_pool_connections': expected an integer"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_max_retries\": 21}]",
+       "key 'aws_max_retries': 21 is out of range [0, 20]"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_request_timeout\": "
+       "0}]",
+       "key 'aws_request_timeout': must be more than 0 seconds"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_endpoint_url\": "
+       "\"127.0.0.1:9000\"}]",
+       "key 'aws_endpoint_url': \"127.0.0.1:9000\" must start with http:// or https://"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_data_prefix\": "
+       "\"a/../b\"}]",
+       "key 'aws_data_prefix': \"a/../b\" is not a usable S3 key prefix"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_secret_access_key\": "
+       "\"sEcReT-{env:CT_TEST_UNSET_S3}\"}]",
+       "key 'aws_secret_access_key': the environment variable CT_TEST_UNSET_S3 is not set"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_session_token\": "
+       "\"sEcReT-{env:oops\"}]",
+       "key 'aws_session_token': holds a bad {env:VAR} reference"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_secret_access_key\": "
+       "7}]",
+       "key 'aws_secret_access_key': expected a string"},
+      {"[{\"id\": \"a\", \"type\": \"aws\", \"aws_bucket_name\": \"b\", \"aws_secret_acces_key\": "
+       "\"sEcReT-x\"}]",
+       "unknown key 'aws_secret_acces_key'; did you mean 'aws_secret_access_key'?"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ct_err e = {0};
+    ct_backend *x = NULL;
+    CHECKF(parse(bad[i].json, &x, &e) != CT_OK, "case %zu accepted", i);
+    CHECKF(strstr(e.msg, bad[i].want) != NULL, "case %zu: got '%s', want '%s'", i, e.msg,
+           bad[i].want);
+    CHECKF(strstr(e.msg, "sEcReT") == NULL, "case %zu: a secret in the message: '%s'", i, e.msg);
+    CHECK(x == NULL);
+  }
+  /* the storage of a local dataset is its directory; an S3 one's errors never show the secret */
+  REQUIRE(
+      parse("[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"/tmp/ct-aws-test\"},"
+            " {\"id\": \"s\", \"type\": \"aws\", \"aws_bucket_name\": \"bkt\", "
+            "\"aws_access_key_id\": \"AK\", "
+            "\"aws_secret_access_key\": \"sEcReT-open-789\", \"aws_endpoint_url\": "
+            "\"http://127.0.0.1:1\", "
+            "\"aws_max_retries\": 0, \"aws_request_timeout\": 1}]",
+            &b, &err) == CT_OK);
+  ct_storage *st = NULL;
+  REQUIRE(ct_ds_open_storage(&b->ds[0], &st, &err) == CT_OK);
+  CHECK(!ct_storage_is_remote(st) && !strcmp(ct_storage_describe(st), "/tmp/ct-aws-test"));
+  ct_storage_free(st);
+  st = NULL;
+  ct_err e = {0};
+  ct_status os = ct_ds_open_storage(&b->ds[1], &st, &e);
+  if (os ==
+      CT_OK) { /* the S3 backend is built: a request to a closed port fails, naming no secret */
+    CHECK(ct_storage_is_remote(st));
+    CHECK(strstr(ct_storage_describe(st), "sEcReT") == NULL);
+    uint64_t sz;
+    CHECK(ct_storage_head(st, "x", &sz, &e) != CT_OK);
+    ct_storage_free(st);
+  }
+  CHECKF(strstr(e.msg, "sEcReT") == NULL, "a secret in the message: '%s'", e.msg);
+  ct_backend_free(b);
 }
 
 CT_TEST(data, cache_files) {
@@ -263,16 +411,22 @@ CT_TEST(data, sampler_buckets_epochs_resume) {
   char dir[1024], body[4096];
   snprintf(dir, sizeof dir, "%s/imgs", ct_test_tmpdir());
   write_images(dir, sizes, 3, 10); /* 30 images: buckets 1.0, 1.5, 0.67 of 10 each */
-  snprintf(body, sizeof body,
-           "[{\"id\": \"s\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
-           "\"textfile\", \"repeats\": 1}]",
-           dir);
+  snprintf(
+      body, sizeof body,
+      "[{\"id\": \"s\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+      "\"textfile\", \"repeats\": 1}]",
+      dir);
   const char *be = write_backend("sampler.json", body);
   ct_config cfg;
   cfg_for(&cfg, 2, 2); /* E = 4: each bucket 20 entries -> 5 steps; 15 steps per epoch */
   ct_err err = {0};
   for (int prefetch = 0; prefetch <= 3; prefetch += 3) {
-    ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = prefetch};
+    ct_data_opts o = {.cfg = &cfg,
+                      .comm = NULL,
+                      .codec_scale = 1,
+                      .size_multiple = 2,
+                      .text = NULL,
+                      .prefetch = prefetch};
     ct_dataset *ds = NULL;
     REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
     ct_data_stats st;
@@ -306,7 +460,8 @@ CT_TEST(data, sampler_buckets_epochs_resume) {
       if (step == 19) mid = ct_dataset_state_json(ds);
     }
     for (int e = 0; e < 2; e++)
-      for (int k = 0; k < 30; k++) CHECKF(counts[e][k] == 2, "epoch %d image %d seen %d times", e, k, counts[e][k]);
+      for (int k = 0; k < 30; k++)
+        CHECKF(counts[e][k] == 2, "epoch %d image %d seen %d times", e, k, counts[e][k]);
     /* continue from step 20 in a fresh dataset: the same batches as the original continued */
     ct_batch *b = NULL;
     uint64_t oid[8];
@@ -344,21 +499,25 @@ CT_TEST(data, effective_batch_message_and_oversubscription) {
   ct_config cfg;
   cfg_for(&cfg, 4, 2); /* E = 8 */
   ct_err err = {0};
-  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 0};
+  ct_data_opts o = {
+      .cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 0};
   ct_dataset *ds = NULL;
   snprintf(body, sizeof body,
-           "[{\"id\": \"tiny\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "[{\"id\": \"tiny\", \"type\": \"local\", \"instance_data_dir\": \"%s\", "
+           "\"caption_strategy\": "
            "\"textfile\"}]",
            dir);
   const char *be = write_backend("small.json", body);
   CHECK(ct_dataset_open(be, &o, &ds, &err) == CT_ERR_INVALID);
-  const char *want[] = {"Dataset 'tiny' cannot fill the effective batch size",
-                        "Total samples: 10 image(s) in 2 bucket(s); repeats: 0",
-                        "= effective batch 8",
-                        "Bucket 1.0: 5 samples x (0+1) = 5 samples; need at least 8; minimum repeats: 1",
-                        "Bucket 1.5: 5 samples",
-                        "Set --allow_dataset_oversubscription=true"};
-  for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECKF(strstr(err.msg, want[i]), "missing '%s' in:\n%s", want[i], err.msg);
+  const char *want[] = {
+      "Dataset 'tiny' cannot fill the effective batch size",
+      "Total samples: 10 image(s) in 2 bucket(s); repeats: 0",
+      "= effective batch 8",
+      "Bucket 1.0: 5 samples x (0+1) = 5 samples; need at least 8; minimum repeats: 1",
+      "Bucket 1.5: 5 samples",
+      "Set --allow_dataset_oversubscription=true"};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    CHECKF(strstr(err.msg, want[i]), "missing '%s' in:\n%s", want[i], err.msg);
   cfg.allow_dataset_oversubscription = 1;
   REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
   CHECK(ct_dataset_count(ds) == 20);
@@ -366,7 +525,8 @@ CT_TEST(data, effective_batch_message_and_oversubscription) {
   ct_dataset_free(ds);
   /* repeats set by hand: oversubscription leaves it and the message says so */
   snprintf(body, sizeof body,
-           "[{\"id\": \"hand\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+           "[{\"id\": \"hand\", \"type\": \"local\", \"instance_data_dir\": \"%s\", "
+           "\"caption_strategy\": "
            "\"textfile\", \"repeats\": 1}]",
            dir);
   be = write_backend("hand.json", body);
@@ -378,13 +538,15 @@ CT_TEST(data, effective_batch_message_and_oversubscription) {
   static const int sizes2[2][2] = {{16, 16}, {24, 16}};
   char dir2[1024];
   snprintf(dir2, sizeof dir2, "%s/uneven", ct_test_tmpdir());
-  write_images(dir2, sizes2, 1, 8);                 /* 8 square */
+  write_images(dir2, sizes2, 1, 8); /* 8 square */
   cfg.allow_dataset_oversubscription = 0;
-  snprintf(body, sizeof body,
-           "[{\"id\": \"u\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": \"textfile\"},"
-           " {\"id\": \"v\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
-           "\"textfile\", \"repeats\": 2}]",
-           dir2, dir);
+  snprintf(
+      body, sizeof body,
+      "[{\"id\": \"u\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+      "\"textfile\"},"
+      " {\"id\": \"v\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+      "\"textfile\", \"repeats\": 2}]",
+      dir2, dir);
   be = write_backend("prune.json", body);
   REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK); /* v: 5 x 3 = 15 per bucket >= 8 */
   ct_data_stats st;
@@ -420,20 +582,23 @@ CT_TEST(data, bad_images_counted) {
   snprintf(p, sizeof p, "%s/nocap.png", dir);
   ct_write_file_atomic(p, png, n, &err);
   free(png);
-  snprintf(body, sizeof body,
-           "[{\"id\": \"b\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
-           "\"textfile\"}]",
-           dir);
+  snprintf(
+      body, sizeof body,
+      "[{\"id\": \"b\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+      "\"textfile\"}]",
+      dir);
   const char *be = write_backend("bad.json", body);
   ct_config cfg;
   cfg_for(&cfg, 2, 1);
-  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 2};
+  ct_data_opts o = {
+      .cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = NULL, .prefetch = 2};
   ct_dataset *ds = NULL;
   REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
   ct_data_stats st;
   ct_dataset_stats(ds, &st);
   CHECK(st.total_processed == 10);
-  CHECKF(st.unreadable == 3, "unreadable %zu", st.unreadable); /* empty, garbage (headers), trunc (decode) */
+  CHECKF(st.unreadable == 3, "unreadable %zu",
+         st.unreadable); /* empty, garbage (headers), trunc (decode) */
   CHECK(st.no_caption == 1);
   CHECK(st.kept == 6);
   ct_batch *b = NULL;
@@ -459,7 +624,8 @@ static float stub_val(const char *cap, int k) {
   return (float)((h + (unsigned)k * 2654435761u) % 1000u) / 1000.0f;
 }
 
-static ct_status stub_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err) {
+static ct_status stub_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled,
+                             ct_err *err) {
   stub_enc *s = ctx;
   (void)err;
   s->calls++;
@@ -479,8 +645,10 @@ CT_TEST(data, text_cache) {
   char tdir[1024];
   snprintf(tdir, sizeof tdir, "%s/textcache", ct_test_tmpdir());
   snprintf(body, sizeof body,
-           "[{\"id\": \"i\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": \"textfile\", "
-           "\"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", "
+           "[{\"id\": \"i\", \"type\": \"local\", \"instance_data_dir\": \"%s\", "
+           "\"caption_strategy\": \"textfile\", "
+           "\"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": "
+           "\"text_embeds\", "
            "\"cache_dir\": \"%s\", \"write_batch_size\": 5}]",
            dir, tdir);
   const char *be = write_backend("text.json", body);
@@ -491,8 +659,10 @@ CT_TEST(data, text_cache) {
   free(cfg.disk_cache_compression);
   cfg.disk_cache_compression = strdup("zstd");
   stub_enc se = {0, 0};
-  ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
-  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 2};
+  ct_text_encoder_fn te = {
+      .ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+  ct_data_opts o = {
+      .cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 2};
   ct_err err = {0};
   ct_dataset *ds = NULL;
   REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
@@ -566,14 +736,23 @@ CT_TEST(data, file_lists) {
   REQUIRE(ct_write_file_atomic(p, "{\"/elsewhere/x.png\": false}", 27, &err) == CT_OK);
   for (int preserve = 0; preserve < 2; preserve++) {
     snprintf(body, sizeof body,
-             "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
-             "\"textfile\", \"text_embeds\": \"te\", \"preserve_data_backend_cache\": %s}, {\"id\": \"te\", "
-             "\"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": \"%s\", \"write_batch_size\": 4}]",
+             "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", "
+             "\"caption_strategy\": "
+             "\"textfile\", \"text_embeds\": \"te\", \"preserve_data_backend_cache\": %s}, "
+             "{\"id\": \"te\", "
+             "\"type\": \"local\", \"dataset_type\": \"text_embeds\", \"cache_dir\": \"%s\", "
+             "\"write_batch_size\": 4}]",
              dir, preserve ? "true" : "false", tdir);
     const char *be = write_backend(preserve ? "lists1.json" : "lists0.json", body);
     stub_enc se = {0, 0};
-    ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
-    ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 1};
+    ct_text_encoder_fn te = {
+        .ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+    ct_data_opts o = {.cfg = &cfg,
+                      .comm = NULL,
+                      .codec_scale = 1,
+                      .size_multiple = 2,
+                      .text = &te,
+                      .prefetch = 1};
     ct_dataset *ds = NULL;
     REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
     ct_data_stats st;
@@ -610,7 +789,8 @@ CT_TEST(data, file_lists) {
       for (int i = 0; i < b->B; i++)
         for (int k = 0; k < 12; k++) CHECK(b->txt[i * 12 + k] == stub_val(b->caps[i], k));
     }
-    if (preserve) CHECK(se.calls == 1 && se.captions == 1); /* the corrupt entry, rebuilt by its batch */
+    if (preserve)
+      CHECK(se.calls == 1 && se.captions == 1); /* the corrupt entry, rebuilt by its batch */
     ct_dataset_free(ds);
     if (!preserve) { /* a new image and a corrupt text cache entry before the preserved run */
       static const int one[1][2] = {{16, 16}};
@@ -625,15 +805,19 @@ CT_TEST(data, file_lists) {
   }
   /* preserve off again: the walk finds 7 images; every entry is valid (the new
    * image's caption "c0" has one) */
-  snprintf(body, sizeof body,
-           "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
-           "\"textfile\", \"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": "
-           "\"text_embeds\", \"cache_dir\": \"%s\", \"write_batch_size\": 4}]",
-           dir, tdir);
+  snprintf(
+      body, sizeof body,
+      "[{\"id\": \"l\", \"type\": \"local\", \"instance_data_dir\": \"%s\", \"caption_strategy\": "
+      "\"textfile\", \"text_embeds\": \"te\"}, {\"id\": \"te\", \"type\": \"local\", "
+      "\"dataset_type\": "
+      "\"text_embeds\", \"cache_dir\": \"%s\", \"write_batch_size\": 4}]",
+      dir, tdir);
   const char *be = write_backend("lists2.json", body);
   stub_enc se = {0, 0};
-  ct_text_encoder_fn te = {.ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
-  ct_data_opts o = {.cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 1};
+  ct_text_encoder_fn te = {
+      .ctx = &se, .T = 4, .d = 3, .dp = 5, .tag = "stub1", .encode = stub_encode};
+  ct_data_opts o = {
+      .cfg = &cfg, .comm = NULL, .codec_scale = 1, .size_multiple = 2, .text = &te, .prefetch = 1};
   ct_dataset *ds = NULL;
   REQUIRE(ct_dataset_open(be, &o, &ds, &err) == CT_OK);
   ct_data_stats st;

@@ -25,15 +25,26 @@
 #include <stdint.h>
 
 #include "ctuner/status.h"
+#include "ctuner/storage.h"
 
 /* ---- multidatabackend.json ---- */
 
 typedef enum { CT_DS_IMAGE = 0, CT_DS_TEXT_EMBEDS, CT_DS_IMAGE_EMBEDS } ct_ds_kind;
-typedef enum { CT_CAP_TEXTFILE = 0, CT_CAP_FILENAME, CT_CAP_INSTANCEPROMPT, CT_CAP_PARQUET } ct_caption_strategy;
+typedef enum {
+  CT_CAP_TEXTFILE = 0,
+  CT_CAP_FILENAME,
+  CT_CAP_INSTANCEPROMPT,
+  CT_CAP_PARQUET
+} ct_caption_strategy;
 typedef enum { CT_META_DISCOVERY = 0, CT_META_PARQUET } ct_metadata_backend;
 typedef enum { CT_RES_PIXEL = 0, CT_RES_AREA, CT_RES_PIXEL_AREA } ct_resolution_type;
 typedef enum { CT_CROP_RANDOM = 0, CT_CROP_CENTER, CT_CROP_CORNER } ct_crop_style;
-typedef enum { CT_ASPECT_SQUARE = 0, CT_ASPECT_PRESERVE, CT_ASPECT_CLOSEST, CT_ASPECT_RANDOM } ct_crop_aspect;
+typedef enum {
+  CT_ASPECT_SQUARE = 0,
+  CT_ASPECT_PRESERVE,
+  CT_ASPECT_CLOSEST,
+  CT_ASPECT_RANDOM
+} ct_crop_aspect;
 
 typedef struct ct_ds_parquet {
   char *path; /* .parquet or .jsonl (relative: to instance_data_dir) */
@@ -41,12 +52,30 @@ typedef struct ct_ds_parquet {
   int identifier_includes_extension;
 } ct_ds_parquet;
 
+/* type "aws": SimpleTuner's aws_* keys plus ctuner's addressing, retries and
+ * timeout (docs/data.md, "S3 datasets"). Credentials left NULL come from
+ * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN. The secret
+ * key and session token never appear in a message, log line or saved file. */
+typedef struct ct_ds_s3 {
+  char *bucket;            /* aws_bucket_name (required) */
+  char *region, *endpoint; /* aws_region_name, aws_endpoint_url */
+  char *access_key, *secret_key, *session_token;
+  char *prefix; /* aws_data_prefix: the dataset's root in the bucket ("" = the bucket's) */
+  long max_pool_connections;   /* 1..1024 (128) */
+  ct_s3_addressing addressing; /* aws_addressing_style: auto, path, virtual */
+  long max_retries;            /* aws_max_retries 0..20 (6) */
+  double request_timeout;      /* aws_request_timeout, seconds (60) */
+} ct_ds_s3;
+
 typedef struct ct_ds_config {
   char *id;
-  char *type; /* "local" (S3: "aws", the storage issue) */
+  char *type; /* "local" or "aws" (S3) */
+  int is_aws;
+  ct_ds_s3 s3; /* type "aws" only */
   ct_ds_kind kind;
   int disabled;
-  char *instance_data_dir;
+  char *instance_data_dir; /* aws: a key prefix below aws_data_prefix ("" or NULL: the prefix
+                              itself) */
   ct_caption_strategy caption_strategy;
   char *instance_prompt;
   ct_metadata_backend metadata_backend;
@@ -63,8 +92,8 @@ typedef struct ct_ds_config {
   long repeats;
   int repeats_set; /* given in the file (oversubscription leaves it alone) */
   double probability;
-  long max_num_samples; /* 0: all */
-  char *cache_dir_vae;  /* NULL: {output_dir}/cache/vae/{id} */
+  long max_num_samples;             /* 0: all */
+  char *cache_dir_vae;              /* NULL: {output_dir}/cache/vae/{id} */
   char *text_embeds, *image_embeds; /* ids of cache datasets */
   int vae_cache_disable, preserve_data_backend_cache, compress_cache;
   /* text_embeds / image_embeds datasets */
@@ -83,10 +112,21 @@ typedef struct ct_backend {
  * keys are errors with the nearest known key; known SimpleTuner keys that
  * ctuner does not use are accepted with one warning. */
 ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err);
-ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out, ct_err *err);
+ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out,
+                           ct_err *err);
 void ct_backend_free(ct_backend *b);
 /* The dataset with this id, or NULL. */
 const ct_ds_config *ct_backend_find(const ct_backend *b, const char *id);
+
+/* The storage of a dataset: local, a directory (instance_data_dir, or for a
+ * cache dataset its cache_dir); aws, the bucket below aws_data_prefix (image
+ * keys then live under ct_ds_image_dir). Credentials missing from the config
+ * come from the environment. */
+ct_status ct_ds_open_storage(const ct_ds_config *d, ct_storage **out, ct_err *err);
+/* Where the images are inside the dataset's storage: "" (local, or aws
+ * without instance_data_dir) or a '/'-separated key prefix without slashes
+ * at either end. */
+const char *ct_ds_image_dir(const ct_ds_config *d);
 
 /* ---- buckets ---- */
 
@@ -106,19 +146,20 @@ typedef struct ct_bucket_opts {
 
 /* Where an image goes: SimpleTuner's per-image metadata. */
 typedef struct ct_img_geom {
-  int orig_w, orig_h;   /* original_size (after EXIF orientation) */
-  int inter_w, inter_h; /* intermediary_size: resized before the crop */
-  int crop_x, crop_y;   /* crop_coordinates (left, top) in the intermediary image */
+  int orig_w, orig_h;     /* original_size (after EXIF orientation) */
+  int inter_w, inter_h;   /* intermediary_size: resized before the crop */
+  int crop_x, crop_y;     /* crop_coordinates (left, top) in the intermediary image */
   int target_w, target_h; /* target_size: the bucket's pixel size */
-  double aspect;        /* aspect_ratio = round(target_w / target_h, rounding) */
+  double aspect;          /* aspect_ratio = round(target_w / target_h, rounding) */
 } ct_img_geom;
 
 /* pixel_area -> area (megapixels = edge^2 / 1e6), validation of alignment. */
-ct_status ct_bucket_opts_from(const ct_ds_config *d, double run_resolution, int alignment, int rounding,
-                              uint64_t seed, ct_bucket_opts *o, ct_err *err);
+ct_status ct_bucket_opts_from(const ct_ds_config *d, double run_resolution, int alignment,
+                              int rounding, uint64_t seed, ct_bucket_opts *o, ct_err *err);
 /* Place an image of w x h; key_hash decorrelates random crops and aspects
  * between images (a hash of its path). */
-ct_status ct_bucket_place(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img_geom *g, ct_err *err);
+ct_status ct_bucket_place(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img_geom *g,
+                          ct_err *err);
 /* round(x, decimals) the way Python prints it: "1.0", "1.33", "0.75". */
 void ct_bucket_key(double aspect, int rounding, char *out, size_t n);
 /* Python's round(x): half to even. */
@@ -135,18 +176,21 @@ struct ct_config;
 typedef struct ct_text_encoder_fn {
   void *ctx;
   int T, d, dp;
-  char tag[32]; /* names the encoder in cache file names: a digest of its output on probe captions */
-  ct_status (*encode)(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err);
+  char
+      tag[32]; /* names the encoder in cache file names: a digest of its output on probe captions */
+  ct_status (*encode)(void *ctx, const char *const *caps, int n, float *seq, float *pooled,
+                      ct_err *err);
 } ct_text_encoder_fn;
 
 typedef struct ct_data_opts {
   const struct ct_config *cfg; /* seed, resolution, batch, accumulation, output_dir, data keys */
   struct ct_comm *comm;        /* NULL: one process */
   int codec_scale;             /* pixel codec s (when codec is NULL) */
-  const struct ct_codec *codec; /* the latent codec (pixel or VAE); NULL: the pixel codec of codec_scale */
-  int size_multiple;           /* bucket sizes must be multiples of this (codec s x patch) */
+  const struct ct_codec
+      *codec;        /* the latent codec (pixel or VAE); NULL: the pixel codec of codec_scale */
+  int size_multiple; /* bucket sizes must be multiples of this (codec s x patch) */
   const ct_text_encoder_fn *text; /* NULL: batches carry captions and nothing is cached */
-  int prefetch;                /* micro-batches queued ahead (0: synchronous) */
+  int prefetch;                   /* micro-batches queued ahead (0: synchronous) */
 } ct_data_opts;
 
 typedef struct ct_dataset ct_dataset;
@@ -154,25 +198,27 @@ typedef struct ct_dataset ct_dataset;
 /* Filtering statistics (SimpleTuner's), summed over every dataset. */
 typedef struct ct_data_stats {
   size_t total_processed, kept;
-  size_t too_small, too_large, aspect_ratio, unreadable, no_caption, outside_dir, duplicate, not_found,
-      metadata_missing, max_num_samples;
+  size_t too_small, too_large, aspect_ratio, unreadable, no_caption, outside_dir, duplicate,
+      not_found, metadata_missing, max_num_samples;
   size_t buckets, buckets_pruned, samples; /* samples: after repeats */
 } ct_data_stats;
 
 /* One micro-batch for this rank: B samples of one bucket. */
 typedef struct ct_batch {
-  int B, C, h, w;       /* latents (B, C, h, w) */
-  float *x0;            /* (B, C, h, w) */
-  const char **caps;    /* B captions after the pick and dropout */
-  float *txt, *pooled;  /* (B, T, d), (B, dp) from the text cache when a text encoder was given, else NULL */
-  uint64_t *ids;        /* global sample ids (noise and timestep streams) */
-  double wait_s;        /* seconds the trainer waited for this batch */
-  int epoch_end;        /* 1: this micro-batch started a new epoch */
+  int B, C, h, w;    /* latents (B, C, h, w) */
+  float *x0;         /* (B, C, h, w) */
+  const char **caps; /* B captions after the pick and dropout */
+  float *txt,
+      *pooled; /* (B, T, d), (B, dp) from the text cache when a text encoder was given, else NULL */
+  uint64_t *ids; /* global sample ids (noise and timestep streams) */
+  double wait_s; /* seconds the trainer waited for this batch */
+  int epoch_end; /* 1: this micro-batch started a new epoch */
 } ct_batch;
 
 /* Discovery (or metadata), buckets, effective-batch check, caches. Every rank
  * calls it together. */
-ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_dataset **out, ct_err *err);
+ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_dataset **out,
+                          ct_err *err);
 void ct_dataset_free(ct_dataset *ds);
 
 void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out);
@@ -184,8 +230,8 @@ size_t ct_dataset_count(const ct_dataset *ds);
 long ct_dataset_steps_per_epoch(const ct_dataset *ds);
 /* Longest caption line measured by measure (NULL: bytes); *n_over counts
  * lines longer than limit. */
-size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *), void *ctx,
-                                  size_t limit, size_t *n_over);
+size_t ct_dataset_longest_caption(const ct_dataset *ds, size_t (*measure)(const char *, void *),
+                                  void *ctx, size_t limit, size_t *n_over);
 
 /* The next micro-batch of this rank (valid until the next call). */
 ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err);

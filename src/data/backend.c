@@ -21,24 +21,33 @@
 #include "ctuner/data.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
+#include "ctuner/storage.h"
 
 /* SimpleTuner keys ctuner accepts but does not act on. */
-static const char *const IGNORED[] = {"skip_file_discovery", "hash_filenames", "vae_cache_clear_each_epoch",
-                                      "scan_for_errors", "is_regularisation_data", "is_regularization_data",
-                                      "caption_filter_list", "prepend_instance_prompt", "only_instance_prompt",
-                                      "disable_multiline_split", "conditioning_data", NULL};
+static const char *const IGNORED[] = {
+    "skip_file_discovery",     "hash_filenames",          "vae_cache_clear_each_epoch",
+    "scan_for_errors",         "is_regularisation_data",  "is_regularization_data",
+    "caption_filter_list",     "prepend_instance_prompt", "only_instance_prompt",
+    "disable_multiline_split", "conditioning_data",       NULL};
 static const char *const KNOWN[] = {
-    "id", "type", "dataset_type", "disabled", "instance_data_dir", "caption_strategy", "instance_prompt",
-    "metadata_backend", "parquet", "resolution", "resolution_type", "minimum_image_size",
-    "maximum_image_size", "target_downsample_size", "minimum_aspect_ratio", "maximum_aspect_ratio", "crop",
-    "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats", "probability", "max_num_samples",
-    "cache_dir_vae", "text_embeds", "image_embeds", "vae_cache_disable", "preserve_data_backend_cache",
-    "compress_cache", "default", "cache_dir", "write_batch_size",
-    /* S3 keys belong to the storage issue's backend; listed so they get a clear "unsupported type". */
-    "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id", "aws_secret_access_key",
-    "aws_session_token", "aws_data_prefix", "aws_max_pool_connections", NULL};
-static const char *const PARQUET_KEYS[] = {"path", "filename_column", "caption_column", "fallback_caption_column",
-                                           "width_column", "height_column", "identifier_includes_extension",
+    "id", "type", "dataset_type", "disabled", "instance_data_dir", "caption_strategy",
+    "instance_prompt", "metadata_backend", "parquet", "resolution", "resolution_type",
+    "minimum_image_size", "maximum_image_size", "target_downsample_size", "minimum_aspect_ratio",
+    "maximum_aspect_ratio", "crop", "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats",
+    "probability", "max_num_samples", "cache_dir_vae", "text_embeds", "image_embeds",
+    "vae_cache_disable", "preserve_data_backend_cache", "compress_cache", "default", "cache_dir",
+    "write_batch_size",
+    /* type "aws" (AWS_KEYS) */
+    "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id",
+    "aws_secret_access_key", "aws_session_token", "aws_data_prefix", "aws_max_pool_connections",
+    "aws_addressing_style", "aws_max_retries", "aws_request_timeout", NULL};
+static const char *const PARQUET_KEYS[] = {"path",
+                                           "filename_column",
+                                           "caption_column",
+                                           "fallback_caption_column",
+                                           "width_column",
+                                           "height_column",
+                                           "identifier_includes_extension",
                                            NULL};
 
 static int in_list(const char *k, const char *const *l) {
@@ -80,7 +89,8 @@ typedef struct ctx {
   ct_err *err;
 } ctx;
 
-static ct_status bad(ctx *c, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static ct_status bad(ctx *c, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static ct_status bad(ctx *c, const char *key, const char *fmt, ...) {
   char msg[700];
   va_list ap;
@@ -93,7 +103,8 @@ static ct_status bad(ctx *c, const char *key, const char *fmt, ...) {
 static ct_status get_str(ctx *c, const ct_json *o, const char *key, char **out) {
   const ct_json *v = ct_json_get(o, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
-  if (v->type != CT_JSON_STRING) return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
+  if (v->type != CT_JSON_STRING)
+    return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
   free(*out);
   *out = NULL;
   ct_status st = ct_config_expand_env(v->str, out, c->err);
@@ -115,7 +126,8 @@ static ct_status get_bool(ctx *c, const ct_json *o, const char *key, int *out) {
   return bad(c, key, "expected true or false, got %s", ct_json_type_name(v->type));
 }
 
-static ct_status get_num(ctx *c, const ct_json *o, const char *key, double lo, double hi, double *out) {
+static ct_status get_num(ctx *c, const ct_json *o, const char *key, double lo, double hi,
+                         double *out) {
   const ct_json *v = ct_json_get(o, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
   double x;
@@ -148,8 +160,8 @@ static ct_status get_int(ctx *c, const ct_json *o, const char *key, long lo, lon
 }
 
 /* A string that must be one of names[]; *out gets its index (aliases map via map[]). */
-static ct_status get_enum(ctx *c, const ct_json *o, const char *key, const char *const *names, const int *map,
-                          int *out) {
+static ct_status get_enum(ctx *c, const ct_json *o, const char *key, const char *const *names,
+                          const int *map, int *out) {
   char *s = NULL;
   ct_status st = get_str(c, o, key, &s);
   if (st || !s) return st;
@@ -185,6 +197,11 @@ static void ds_free(ct_ds_config *d) {
   free(d->text_embeds);
   free(d->image_embeds);
   free(d->cache_dir);
+  ct_ds_s3 *a = &d->s3;
+  free(a->bucket), free(a->region), free(a->endpoint), free(a->access_key), free(a->prefix);
+  if (a->secret_key) memset(a->secret_key, 0, strlen(a->secret_key));
+  if (a->session_token) memset(a->session_token, 0, strlen(a->session_token));
+  free(a->secret_key), free(a->session_token);
 }
 
 static char *dup(const char *s) {
@@ -197,11 +214,13 @@ static ct_status parse_aspects(ctx *c, const ct_json *o, ct_ds_config *d) {
   const ct_json *v = ct_json_get(o, "crop_aspect_buckets");
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
   if (v->type != CT_JSON_ARRAY || v->n == 0 || v->n > 256)
-    return bad(c, "crop_aspect_buckets", "expected a list of 1 to 256 aspect ratios (floats, or "
-                                         "{\"aspect\": a, \"weight\": w} objects)");
+    return bad(c, "crop_aspect_buckets",
+               "expected a list of 1 to 256 aspect ratios (floats, or "
+               "{\"aspect\": a, \"weight\": w} objects)");
   d->crop_aspect_buckets = calloc(v->n, sizeof(double));
   d->crop_aspect_weights = calloc(v->n, sizeof(double));
-  if (!d->crop_aspect_buckets || !d->crop_aspect_weights) return ct_errf(c->err, CT_ERR_NOMEM, "out of memory");
+  if (!d->crop_aspect_buckets || !d->crop_aspect_weights)
+    return ct_errf(c->err, CT_ERR_NOMEM, "out of memory");
   d->n_crop_aspect_buckets = (int)v->n;
   int weighted = -1;
   double wsum = 0;
@@ -210,12 +229,14 @@ static ct_status parse_aspects(ctx *c, const ct_json *o, ct_ds_config *d) {
     double a, w = 1.0 / (double)v->n;
     int is_obj = e->type == CT_JSON_OBJECT;
     if (weighted >= 0 && weighted != is_obj)
-      return bad(c, "crop_aspect_buckets", "mixes plain numbers and {aspect, weight} objects; use one form");
+      return bad(c, "crop_aspect_buckets",
+                 "mixes plain numbers and {aspect, weight} objects; use one form");
     weighted = is_obj;
     if (is_obj) {
       const ct_json *ja = ct_json_get(e, "aspect"), *jw = ct_json_get(e, "weight");
       if (!ja || ja->type != CT_JSON_NUMBER || !jw || jw->type != CT_JSON_NUMBER)
-        return bad(c, "crop_aspect_buckets", "item %zu: an object needs numbers 'aspect' and 'weight'", i);
+        return bad(c, "crop_aspect_buckets",
+                   "item %zu: an object needs numbers 'aspect' and 'weight'", i);
       a = ja->num;
       w = jw->num;
     } else if (e->type == CT_JSON_NUMBER) {
@@ -224,8 +245,10 @@ static ct_status parse_aspects(ctx *c, const ct_json *o, ct_ds_config *d) {
       return bad(c, "crop_aspect_buckets", "item %zu: expected a number or an object, got %s", i,
                  ct_json_type_name(e->type));
     }
-    if (!(a > 0.05 && a < 20)) return bad(c, "crop_aspect_buckets", "item %zu: aspect %g is not in (0.05, 20)", i, a);
-    if (!(w > 0)) return bad(c, "crop_aspect_buckets", "item %zu: weight %g must be positive", i, w);
+    if (!(a > 0.05 && a < 20))
+      return bad(c, "crop_aspect_buckets", "item %zu: aspect %g is not in (0.05, 20)", i, a);
+    if (!(w > 0))
+      return bad(c, "crop_aspect_buckets", "item %zu: weight %g must be positive", i, w);
     d->crop_aspect_buckets[i] = a;
     d->crop_aspect_weights[i] = w;
     wsum += w;
@@ -243,12 +266,13 @@ static ct_status parse_parquet(ctx *c, const ct_json *o, ct_ds_config *d) {
   q->width_column = dup("width");
   q->height_column = dup("height");
   if (!p || p->type == CT_JSON_NULL) return CT_OK;
-  if (p->type != CT_JSON_OBJECT) return bad(c, "parquet", "expected an object, got %s", ct_json_type_name(p->type));
+  if (p->type != CT_JSON_OBJECT)
+    return bad(c, "parquet", "expected an object, got %s", ct_json_type_name(p->type));
   for (size_t i = 0; i < p->n; i++)
     if (!in_list(p->keys[i], PARQUET_KEYS)) {
       const char *s = suggest(p->keys[i], PARQUET_KEYS);
-      return bad(c, "parquet", "unknown key '%s'%s%s%s", p->keys[i], s ? "; did you mean '" : "", s ? s : "",
-                 s ? "'?" : "");
+      return bad(c, "parquet", "unknown key '%s'%s%s%s", p->keys[i], s ? "; did you mean '" : "",
+                 s ? s : "", s ? "'?" : "");
     }
   snprintf(c->where + strlen(c->where), sizeof c->where - strlen(c->where), ": parquet");
   ct_status st = get_str(c, p, "path", &q->path);
@@ -260,6 +284,110 @@ static ct_status parse_parquet(ctx *c, const ct_json *o, ct_ds_config *d) {
   if (!st) st = get_bool(c, p, "identifier_includes_extension", &q->identifier_includes_extension);
   *strrchr(c->where, ':') = '\0';
   return st;
+}
+
+/* A secret string (aws_secret_access_key, aws_session_token): as get_str, but
+ * no message ever quotes the value. */
+static ct_status get_secret(ctx *c, const ct_json *o, const char *key, char **out) {
+  const ct_json *v = ct_json_get(o, key);
+  if (!v || v->type == CT_JSON_NULL) return CT_OK;
+  if (v->type != CT_JSON_STRING)
+    return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
+  ct_err e = {0};
+  char *s = NULL;
+  if (ct_config_expand_env(v->str, &s, &e) == CT_OK) {
+    free(*out);
+    *out = s;
+    return CT_OK;
+  }
+  const char *p = strstr(v->str, "{env:"), *q = p ? strchr(p + 5, '}') : NULL;
+  if (p && q && q - p - 5 > 0 && q - p - 5 < 200 && strstr(e.msg, "is not set"))
+    return bad(c, key, "the environment variable %.*s is not set", (int)(q - p - 5), p + 5);
+  return bad(c, key, "holds a bad {env:VAR} reference (the value is not shown: it is a secret)");
+}
+
+/* A key prefix (aws_data_prefix, and with type "aws" instance_data_dir,
+ * cache_dir_vae, cache_dir): leading "/" and "./" and trailing "/" dropped;
+ * no empty, "." or ".." segments. */
+static ct_status norm_keydir(ctx *c, const char *key, char *s) {
+  if (!s) return CT_OK;
+  char *p = s;
+  for (;;) {
+    if (*p == '/')
+      p++;
+    else if (p[0] == '.' && p[1] == '/')
+      p += 2;
+    else
+      break;
+  }
+  if (!strcmp(p, ".")) p++;
+  memmove(s, p, strlen(p) + 1);
+  size_t n = strlen(s);
+  while (n && s[n - 1] == '/') s[--n] = 0;
+  for (const char *t = s; *t;) {
+    const char *e = strchr(t, '/');
+    size_t l = e ? (size_t)(e - t) : strlen(t);
+    if (l == 0 || (l == 1 && t[0] == '.') || (l == 2 && t[0] == '.' && t[1] == '.'))
+      return bad(
+          c, key,
+          "\"%s\" is not a usable S3 key prefix ('/'-separated, no empty, '.' or '..' parts)", s);
+    t += l + (e != NULL);
+  }
+  return CT_OK;
+}
+
+static const char *const AWS_KEYS[] = {
+    "aws_bucket_name",       "aws_region_name",   "aws_endpoint_url",    "aws_access_key_id",
+    "aws_secret_access_key", "aws_session_token", "aws_data_prefix",     "aws_max_pool_connections",
+    "aws_addressing_style",  "aws_max_retries",   "aws_request_timeout", NULL};
+
+static ct_status parse_aws(ctx *c, const ct_json *o, ct_ds_config *d) {
+  static const char *const ADDR[] = {"auto", "path", "virtual", NULL};
+  ct_ds_s3 *a = &d->s3;
+  a->max_pool_connections = 128;
+  a->max_retries = 6;
+  a->request_timeout = 60;
+  a->addressing = CT_S3_ADDR_AUTO;
+  if (!d->is_aws) {
+    for (size_t i = 0; i < o->n; i++)
+      if (in_list(o->keys[i], AWS_KEYS))
+        return bad(c, o->keys[i], "S3 settings need \"type\": \"aws\" (this dataset is \"%s\")",
+                   d->type);
+    return CT_OK;
+  }
+  ct_status st;
+  int v = CT_S3_ADDR_AUTO;
+  if ((st = get_str(c, o, "aws_bucket_name", &a->bucket))) return st;
+  if ((st = get_str(c, o, "aws_region_name", &a->region))) return st;
+  if ((st = get_str(c, o, "aws_endpoint_url", &a->endpoint))) return st;
+  if ((st = get_str(c, o, "aws_access_key_id", &a->access_key))) return st;
+  if ((st = get_secret(c, o, "aws_secret_access_key", &a->secret_key))) return st;
+  if ((st = get_secret(c, o, "aws_session_token", &a->session_token))) return st;
+  if ((st = get_str(c, o, "aws_data_prefix", &a->prefix))) return st;
+  if ((st = get_int(c, o, "aws_max_pool_connections", 1, 1024, &a->max_pool_connections)))
+    return st;
+  if ((st = get_enum(c, o, "aws_addressing_style", ADDR, NULL, &v))) return st;
+  a->addressing = (ct_s3_addressing)v;
+  if ((st = get_int(c, o, "aws_max_retries", 0, 20, &a->max_retries))) return st;
+  if ((st = get_num(c, o, "aws_request_timeout", 0, 86400, &a->request_timeout))) return st;
+  if (!(a->request_timeout > 0))
+    return bad(c, "aws_request_timeout", "must be more than 0 seconds");
+  if (!a->bucket || !a->bucket[0])
+    return bad(c, "aws_bucket_name",
+               "is required with \"type\": \"aws\" (the bucket that holds the dataset)");
+  if (strchr(a->bucket, '/'))
+    return bad(c, "aws_bucket_name",
+               "\"%s\" holds a '/'; put the path inside the bucket in aws_data_prefix", a->bucket);
+  if (a->endpoint && a->endpoint[0] && strncmp(a->endpoint, "http://", 7) &&
+      strncmp(a->endpoint, "https://", 8))
+    return bad(c, "aws_endpoint_url", "\"%s\" must start with http:// or https://", a->endpoint);
+  if (!a->prefix) a->prefix = dup("");
+  if ((st = norm_keydir(c, "aws_data_prefix", a->prefix))) return st;
+  if ((st = norm_keydir(c, "instance_data_dir", d->instance_data_dir))) return st;
+  if ((st = norm_keydir(c, "cache_dir_vae", d->cache_dir_vae))) return st;
+  if ((st = norm_keydir(c, "cache_dir", d->cache_dir))) return st;
+  if (d->kind == CT_DS_IMAGE && !d->instance_data_dir) d->instance_data_dir = dup("");
+  return CT_OK;
 }
 
 static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
@@ -276,7 +404,8 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
     const char *k = o->keys[i];
     if (in_list(k, KNOWN)) continue;
     if (in_list(k, IGNORED)) {
-      CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file, c->where, k);
+      CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
+              c->where, k);
       continue;
     }
     const char *s = suggest(k, KNOWN);
@@ -330,46 +459,47 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   if ((st = get_str(c, o, "text_embeds", &d->text_embeds))) return st;
   if ((st = get_str(c, o, "image_embeds", &d->image_embeds))) return st;
   if ((st = get_bool(c, o, "vae_cache_disable", &d->vae_cache_disable))) return st;
-  if ((st = get_bool(c, o, "preserve_data_backend_cache", &d->preserve_data_backend_cache))) return st;
+  if ((st = get_bool(c, o, "preserve_data_backend_cache", &d->preserve_data_backend_cache)))
+    return st;
   if ((st = get_bool(c, o, "compress_cache", &d->compress_cache))) return st;
   if ((st = get_bool(c, o, "default", &d->is_default))) return st;
   if ((st = get_str(c, o, "cache_dir", &d->cache_dir))) return st;
   if ((st = get_int(c, o, "write_batch_size", 1, 1 << 20, &d->write_batch_size))) return st;
 
   /* cross-key rules */
-  if (!d->type) return bad(c, "type", "is required (\"local\")");
-  if (strcmp(d->type, "local")) {
-    if (!strcmp(d->type, "aws"))
-      return ct_errf(c->err, CT_ERR_UNSUPPORTED,
-                     "%s: %s: key 'type': \"aws\" (S3) is not available in this build yet; copy the data "
-                     "to a local directory and use \"local\"",
-                     c->file, c->where);
-    return bad(c, "type", "\"%s\" is not supported; use \"local\"", d->type);
-  }
+  if (!d->type) return bad(c, "type", "is required (\"local\" or \"aws\")");
+  if (strcmp(d->type, "local") && strcmp(d->type, "aws"))
+    return bad(c, "type", "\"%s\" is not supported; use \"local\" or \"aws\" (S3)", d->type);
+  d->is_aws = !strcmp(d->type, "aws");
+  if ((st = parse_aws(c, o, d))) return st;
   if (d->kind == CT_DS_IMAGE) {
-    if (!d->instance_data_dir) return bad(c, "instance_data_dir", "is required for an image dataset");
+    if (!d->instance_data_dir)
+      return bad(c, "instance_data_dir", "is required for an image dataset");
     if (d->caption_strategy == CT_CAP_INSTANCEPROMPT && !d->instance_prompt)
       return bad(c, "instance_prompt", "is required with caption_strategy \"instanceprompt\"");
-    if ((d->caption_strategy == CT_CAP_PARQUET || d->metadata_backend == CT_META_PARQUET) && !d->parquet.path)
-      return bad(c, "parquet", "caption_strategy or metadata_backend \"parquet\" needs a \"parquet\" block "
-                               "with a \"path\" (.parquet or .jsonl)");
+    if ((d->caption_strategy == CT_CAP_PARQUET || d->metadata_backend == CT_META_PARQUET) &&
+        !d->parquet.path)
+      return bad(c, "parquet",
+                 "caption_strategy or metadata_backend \"parquet\" needs a \"parquet\" block "
+                 "with a \"path\" (.parquet or .jsonl)");
     if (d->crop_aspect >= CT_ASPECT_CLOSEST && !d->n_crop_aspect_buckets)
       return bad(c, "crop_aspect_buckets", "crop_aspect \"%s\" needs a list of crop_aspect_buckets",
                  ASPECTS[d->crop_aspect]);
     if (d->minimum_aspect_ratio > 0 && d->maximum_aspect_ratio > 0 &&
         d->minimum_aspect_ratio > d->maximum_aspect_ratio)
-      return bad(c, "minimum_aspect_ratio", "%g is above maximum_aspect_ratio %g", d->minimum_aspect_ratio,
-                 d->maximum_aspect_ratio);
+      return bad(c, "minimum_aspect_ratio", "%g is above maximum_aspect_ratio %g",
+                 d->minimum_aspect_ratio, d->maximum_aspect_ratio);
   } else {
-    if (d->kind == CT_DS_TEXT_EMBEDS && !d->cache_dir)
+    if (d->kind == CT_DS_TEXT_EMBEDS && !d->cache_dir && !d->is_aws)
       return bad(c, "cache_dir", "is required for a text_embeds dataset");
-    if (d->kind == CT_DS_IMAGE_EMBEDS && !d->cache_dir && !d->instance_data_dir)
+    if (d->kind == CT_DS_IMAGE_EMBEDS && !d->cache_dir && !d->instance_data_dir && !d->is_aws)
       return bad(c, "cache_dir", "is required for an image_embeds dataset (or instance_data_dir)");
   }
   return CT_OK;
 }
 
-ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out, ct_err *err) {
+ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out,
+                           ct_err *err) {
   ct_json *j = NULL;
   ct_backend *b = NULL;
   ct_status st = ct_json_parse(text, len, &j, err);
@@ -399,12 +529,15 @@ ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_ba
     }
     ct_ds_config *d = &b->ds[b->n++];
     st = get_str(&c, e, "id", &d->id);
-    if (!st && (!d->id || !*d->id)) st = bad(&c, "id", "a non-empty string is required (it names the caches)");
+    if (!st && (!d->id || !*d->id))
+      st = bad(&c, "id", "a non-empty string is required (it names the caches)");
     if (st) break;
     for (const char *p = d->id; *p; p++)
       if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20) {
-        st = bad(&c, "id", "\"%s\" may not contain '/', '\\' or control characters (it is part of file names)",
-                 d->id);
+        st =
+            bad(&c, "id",
+                "\"%s\" may not contain '/', '\\' or control characters (it is part of file names)",
+                d->id);
         break;
       }
     if (st) break;
@@ -431,21 +564,25 @@ ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_ba
       if (!refs[r]) continue;
       const ct_ds_config *t = ct_backend_find(b, refs[r]);
       if (!t || t->disabled || t->kind != want[r]) {
-        st = ct_errf(err, CT_ERR_INVALID, "%s: dataset '%s': key '%s': no enabled %s dataset with id \"%s\"", name,
-                     d->id, r ? "image_embeds" : "text_embeds", r ? "image_embeds" : "text_embeds", refs[r]);
+        st = ct_errf(err, CT_ERR_INVALID,
+                     "%s: dataset '%s': key '%s': no enabled %s dataset with id \"%s\"", name,
+                     d->id, r ? "image_embeds" : "text_embeds", r ? "image_embeds" : "text_embeds",
+                     refs[r]);
         goto out;
       }
     }
   }
   if (n_text > 1 && n_default != 1) {
     st = ct_errf(err, CT_ERR_INVALID,
-                 "%s: %d text_embeds datasets and %d marked \"default\": true; exactly one must be the default",
+                 "%s: %d text_embeds datasets and %d marked \"default\": true; exactly one must be "
+                 "the default",
                  name, n_text, n_default);
     goto out;
   }
   if (n_img == 0)
-    st = ct_errf(err, CT_ERR_INVALID, "%s: no enabled image dataset (dataset_type \"image\"); nothing to train on",
-                 name);
+    st =
+        ct_errf(err, CT_ERR_INVALID,
+                "%s: no enabled image dataset (dataset_type \"image\"); nothing to train on", name);
 out:
   ct_json_free(j);
   if (st) {
@@ -459,7 +596,9 @@ out:
 ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
   *out = NULL;
   FILE *f = fopen(path, "rb");
-  if (!f) return ct_errf(err, CT_ERR_IO, "data_backend_config %s: cannot open: %s", path, strerror(errno));
+  if (!f)
+    return ct_errf(err, CT_ERR_IO, "data_backend_config %s: cannot open: %s", path,
+                   strerror(errno));
   const size_t cap = (size_t)16 << 20;
   char *text = malloc(cap);
   size_t len = text ? fread(text, 1, cap, f) : 0;
@@ -468,7 +607,8 @@ ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
   if (!text) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   if (more) {
     free(text);
-    return ct_errf(err, CT_ERR_RANGE, "%s: larger than 16 MiB; is this really a multidatabackend.json?", path);
+    return ct_errf(err, CT_ERR_RANGE,
+                   "%s: larger than 16 MiB; is this really a multidatabackend.json?", path);
   }
   ct_status st = ct_backend_parse(text, len, path, out, err);
   free(text);
@@ -487,4 +627,36 @@ const ct_ds_config *ct_backend_find(const ct_backend *b, const char *id) {
   for (int i = 0; b && i < b->n; i++)
     if (!strcmp(b->ds[i].id, id)) return &b->ds[i];
   return NULL;
+}
+
+const char *ct_ds_image_dir(const ct_ds_config *d) {
+  return d->is_aws && d->instance_data_dir ? d->instance_data_dir : "";
+}
+
+ct_status ct_ds_open_storage(const ct_ds_config *d, ct_storage **out, ct_err *err) {
+  *out = NULL;
+  if (!d->is_aws) {
+    const char *dir = d->kind == CT_DS_IMAGE || !d->cache_dir ? d->instance_data_dir : d->cache_dir;
+    if (!dir || !dir[0])
+      return ct_errf(err, CT_ERR_INVALID, "dataset '%s': no directory to read", d->id);
+    return ct_storage_open_local(dir, out, err);
+  }
+  char name[200];
+  snprintf(name, sizeof name, "dataset '%s'", d->id);
+  const ct_ds_s3 *a = &d->s3;
+  ct_s3_config sc = {
+      .bucket = a->bucket,
+      .region = a->region,
+      .endpoint = a->endpoint,
+      .access_key = a->access_key,
+      .secret_key = a->secret_key,
+      .session_token = a->session_token,
+      .prefix = a->prefix,
+      .max_connections = (int)a->max_pool_connections,
+      .addressing = a->addressing,
+      .max_retries = a->max_retries > 0 ? (int)a->max_retries : -1, /* 0 in the file: no retries */
+      .timeout_s = a->request_timeout,
+      .name = name,
+  };
+  return ct_storage_open_s3(&sc, out, err);
 }
