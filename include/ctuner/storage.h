@@ -29,20 +29,21 @@ typedef enum { CT_S3_ADDR_AUTO = 0, CT_S3_ADDR_PATH, CT_S3_ADDR_VIRTUAL } ct_s3_
 
 /* Every string may be NULL/empty where it says so; the handle copies them. */
 typedef struct ct_s3_config {
-  const char *bucket;        /* required */
-  const char *region;        /* NULL/empty: AWS_REGION, AWS_DEFAULT_REGION, else "auto" (R2) */
-  const char *endpoint;      /* "http(s)://host[:port]"; NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL,
-                                else https://s3.<region>.amazonaws.com */
-  const char *access_key;    /* NULL: AWS_ACCESS_KEY_ID */
-  const char *secret_key;    /* NULL: AWS_SECRET_ACCESS_KEY */
-  const char *session_token; /* NULL: AWS_SESSION_TOKEN (only when the keys also came from the environment) */
-  const char *prefix;        /* key prefix inside the bucket ("" or NULL: the bucket's root) */
-  int max_connections;       /* the pool (0: 128, SimpleTuner's default) */
+  const char *bucket;     /* required */
+  const char *region;     /* NULL/empty: AWS_REGION, AWS_DEFAULT_REGION, else "auto" (R2) */
+  const char *endpoint;   /* "http(s)://host[:port]"; NULL: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL,
+                             else https://s3.<region>.amazonaws.com */
+  const char *access_key; /* NULL: AWS_ACCESS_KEY_ID */
+  const char *secret_key; /* NULL: AWS_SECRET_ACCESS_KEY */
+  const char *session_token;   /* NULL: AWS_SESSION_TOKEN (only when the keys also came from the
+                                  environment) */
+  const char *prefix;          /* key prefix inside the bucket ("" or NULL: the bucket's root) */
+  int max_connections;         /* the pool (0: 128, SimpleTuner's default) */
   ct_s3_addressing addressing; /* AUTO: virtual-hosted on AWS, path-style on any other endpoint */
-  int max_retries;           /* retries after the first try (0: the default 6; < 0: none) */
-  double timeout_s;          /* per request, connect to last byte (0: 60) */
-  double backoff_s;          /* first backoff (0: 0.2 s); attempt k sleeps U(0, min(cap, b*2^k)) */
-  const char *name;          /* for messages: e.g. "dataset 'photos'" (may be NULL) */
+  int max_retries;             /* retries after the first try (0: the default 6; < 0: none) */
+  double timeout_s;            /* per request, connect to last byte (0: 60) */
+  double backoff_s; /* first backoff (0: 0.2 s); attempt k sleeps U(0, min(cap, b*2^k)) */
+  const char *name; /* for messages: e.g. "dataset 'photos'" (may be NULL) */
 } ct_s3_config;
 
 ct_status ct_storage_open_local(const char *root, ct_storage **out, ct_err *err);
@@ -58,13 +59,15 @@ const char *ct_storage_describe(const ct_storage *s);
 int ct_storage_local_path(const ct_storage *s, const char *key, char *buf, size_t n);
 
 /* Whole object: NUL-terminated, malloc'd. CT_ERR_RANGE if larger than max. */
-ct_status ct_storage_get(ct_storage *s, const char *key, size_t max, char **data, size_t *n, ct_err *err);
+ct_status ct_storage_get(ct_storage *s, const char *key, size_t max, char **data, size_t *n,
+                         ct_err *err);
 /* Bytes [off, off+len) (fewer at the end of the object; 0 bytes past it). */
-ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, size_t len, char **data, size_t *n,
-                               ct_err *err);
+ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, size_t len,
+                               char **data, size_t *n, ct_err *err);
 /* Create or replace. durable: local writes fsync (checkpoints); S3 puts are
  * durable when they return either way. */
-ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_t n, int durable, ct_err *err);
+ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_t n, int durable,
+                         ct_err *err);
 /* Size of an object; CT_ERR_NOT_FOUND if missing. */
 ct_status ct_storage_head(ct_storage *s, const char *key, uint64_t *size, ct_err *err);
 /* Missing is not an error. */
@@ -89,9 +92,9 @@ typedef struct ct_storage_req {
   const char *key;
   uint64_t off;
   size_t len;
-  size_t max;      /* whole-object reads: CT_ERR_RANGE past it (0: 1 GiB) */
+  size_t max; /* whole-object reads: CT_ERR_RANGE past it (0: 1 GiB) */
   /* results */
-  char *data;      /* malloc'd, NUL-terminated; the caller frees */
+  char *data; /* malloc'd, NUL-terminated; the caller frees */
   size_t n;
   ct_status st;
 } ct_storage_req;
@@ -111,10 +114,10 @@ int ct_storage_parse_s3_url(const char *s, char **bucket, char **prefix);
  * examples). headers: n "name:value" pairs (lowercase names, trimmed values)
  * that are signed, sorted or not; payload_hash: hex SHA-256 of the body or
  * "UNSIGNED-PAYLOAD". Writes the Authorization header value. */
-ct_status ct_sigv4_authorization(const char *method, const char *canonical_uri, const char *canonical_query,
-                                 const char *const *headers, int nh, const char *payload_hash,
-                                 const char *amz_date, const char *region, const char *service,
-                                 const char *access_key, const char *secret_key, char *out, size_t out_n,
-                                 ct_err *err);
+ct_status ct_sigv4_authorization(const char *method, const char *canonical_uri,
+                                 const char *canonical_query, const char *const *headers, int nh,
+                                 const char *payload_hash, const char *amz_date, const char *region,
+                                 const char *service, const char *access_key,
+                                 const char *secret_key, char *out, size_t out_n, ct_err *err);
 
 #endif

@@ -25,7 +25,9 @@ int ct_storage_key_ok(const char *key) {
   return 1;
 }
 
-static int dir_ok(const char *dir) { return !dir || !dir[0] || ct_storage_key_ok(dir); }
+static int dir_ok(const char *dir) {
+  return !dir || !dir[0] || ct_storage_key_ok(dir);
+}
 
 int ct_storage_list_push(ct_storage_list *l, size_t *cap, char *key, uint64_t size) {
   if (l->n == *cap) {
@@ -47,7 +49,9 @@ typedef struct {
   char *k;
   uint64_t z;
 } kz;
-static int cmp_kz(const void *a, const void *b) { return strcmp(((const kz *)a)->k, ((const kz *)b)->k); }
+static int cmp_kz(const void *a, const void *b) {
+  return strcmp(((const kz *)a)->k, ((const kz *)b)->k);
+}
 
 void ct_storage_list_sort(ct_storage_list *l) {
   if (l->n < 2) return;
@@ -76,8 +80,12 @@ void ct_storage_free(ct_storage *s) {
   free(s);
 }
 
-int ct_storage_is_remote(const ct_storage *s) { return s && s->remote; }
-const char *ct_storage_describe(const ct_storage *s) { return s ? s->desc : "(none)"; }
+int ct_storage_is_remote(const ct_storage *s) {
+  return s && s->remote;
+}
+const char *ct_storage_describe(const ct_storage *s) {
+  return s ? s->desc : "(none)";
+}
 
 int ct_storage_local_path(const ct_storage *s, const char *key, char *buf, size_t n) {
   if (!s || s->remote) return -1;
@@ -85,10 +93,12 @@ int ct_storage_local_path(const ct_storage *s, const char *key, char *buf, size_
   return ct_pathf(buf, n, "%s/%s", s->root, key);
 }
 
-#define KEY_CHECK(key)                                                                                   \
-  if (!ct_storage_key_ok(key))                                                                           \
-    return ct_errf(err, CT_ERR_INVALID, "%s: invalid object key '%s' (relative, '/'-separated, no '.' or " \
-                   "'..' segments)", s->desc, key ? key : "(null)");
+#define KEY_CHECK(key)                                                                \
+  if (!ct_storage_key_ok(key))                                                        \
+    return ct_errf(err, CT_ERR_INVALID,                                               \
+                   "%s: invalid object key '%s' (relative, '/'-separated, no '.' or " \
+                   "'..' segments)",                                                  \
+                   s->desc, key ? key : "(null)");
 
 ct_status ct_storage_get_many(ct_storage *s, ct_storage_req *r, size_t n, ct_err *err) {
   for (size_t i = 0; i < n; i++) {
@@ -98,18 +108,20 @@ ct_status ct_storage_get_many(ct_storage *s, ct_storage_req *r, size_t n, ct_err
   return n ? s->ops->get_many(s, r, n, err) : CT_OK;
 }
 
-ct_status ct_storage_get(ct_storage *s, const char *key, size_t max, char **data, size_t *n, ct_err *err) {
+ct_status ct_storage_get(ct_storage *s, const char *key, size_t max, char **data, size_t *n,
+                         ct_err *err) {
   ct_storage_req r = {.key = key, .max = max ? max : ((size_t)1 << 30)};
   ct_status st = ct_storage_get_many(s, &r, 1, err);
-  if (!st && r.st == CT_ERR_NOT_FOUND) st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
+  if (!st && r.st == CT_ERR_NOT_FOUND)
+    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
   if (st) return free(r.data), st;
   *data = r.data;
   if (n) *n = r.n;
   return CT_OK;
 }
 
-ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, size_t len, char **data, size_t *n,
-                               ct_err *err) {
+ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, size_t len,
+                               char **data, size_t *n, ct_err *err) {
   if (len == 0) {
     *data = calloc(1, 1);
     if (n) *n = 0;
@@ -117,14 +129,16 @@ ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, siz
   }
   ct_storage_req r = {.key = key, .off = off, .len = len};
   ct_status st = ct_storage_get_many(s, &r, 1, err);
-  if (!st && r.st == CT_ERR_NOT_FOUND) st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
+  if (!st && r.st == CT_ERR_NOT_FOUND)
+    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
   if (st) return free(r.data), st;
   *data = r.data;
   if (n) *n = r.n;
   return CT_OK;
 }
 
-ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_t n, int durable, ct_err *err) {
+ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_t n, int durable,
+                         ct_err *err) {
   KEY_CHECK(key);
   return s->ops->put(s, key, data, n, durable, err);
 }
@@ -144,8 +158,10 @@ ct_status ct_storage_list_dir(ct_storage *s, const char *dir, ct_storage_list *o
   if (!dir_ok(dir))
     return ct_errf(err, CT_ERR_INVALID, "%s: invalid directory '%s' to list", s->desc, dir);
   ct_status st = s->ops->list(s, dir ? dir : "", out, err);
-  if (st) ct_storage_list_free(out);
-  else ct_storage_list_sort(out);
+  if (st)
+    ct_storage_list_free(out);
+  else
+    ct_storage_list_sort(out);
   return st;
 }
 
@@ -228,7 +244,8 @@ static ct_status local_get_many(ct_storage *s, ct_storage_req *r, size_t n, ct_e
   return first;
 }
 
-static ct_status local_put(ct_storage *s, const char *key, const void *data, size_t n, int durable, ct_err *err) {
+static ct_status local_put(ct_storage *s, const char *key, const void *data, size_t n, int durable,
+                           ct_err *err) {
   char p[4096];
   ct_status st = local_path(s, key, p, sizeof p, err);
   if (st) return st;
@@ -271,10 +288,11 @@ static ct_status local_del(ct_storage *s, const char *key, ct_err *err) {
   return CT_OK;
 }
 
-static ct_status local_walk(ct_storage *s, const char *rel, ct_storage_list *out, size_t *cap, int depth,
-                            ct_err *err) {
+static ct_status local_walk(ct_storage *s, const char *rel, ct_storage_list *out, size_t *cap,
+                            int depth, ct_err *err) {
   char p[4096];
-  if (ct_storage_local_path(s, rel, p, sizeof p)) return ct_errf(err, CT_ERR_RANGE, "%s: path too long", s->desc);
+  if (ct_storage_local_path(s, rel, p, sizeof p))
+    return ct_errf(err, CT_ERR_RANGE, "%s: path too long", s->desc);
   if (depth > 64) return ct_errf(err, CT_ERR_RANGE, "%s: directories nested deeper than 64", p);
   DIR *d = opendir(p);
   if (!d) {
@@ -320,7 +338,8 @@ static ct_status local_list(ct_storage *s, const char *dir, ct_storage_list *out
   return st;
 }
 
-static const ct_storage_ops local_ops = {local_get_many, local_put, local_head, local_del, local_list, NULL};
+static const ct_storage_ops local_ops = {local_get_many, local_put,  local_head,
+                                         local_del,      local_list, NULL};
 
 ct_status ct_storage_open_local(const char *root, ct_storage **out, ct_err *err) {
   *out = NULL;
