@@ -100,6 +100,17 @@ typedef struct ct_storage_req {
 } ct_storage_req;
 ct_status ct_storage_get_many(ct_storage *s, ct_storage_req *r, size_t n, ct_err *err);
 
+/* Many writes at once (the S3 pool; the local backend in turn). Each request
+ * has its own status; the call returns the first failure. */
+typedef struct ct_storage_put_req {
+  const char *key;
+  const void *data;
+  size_t n;
+  ct_status st; /* result */
+} ct_storage_put_req;
+ct_status ct_storage_put_many(ct_storage *s, ct_storage_put_req *r, size_t n, int durable,
+                              ct_err *err);
+
 /* Transfer statistics since open (S3: requests sent, including retries). */
 typedef struct ct_storage_stats {
   uint64_t requests, retries, bytes_in, bytes_out;

@@ -660,6 +660,35 @@ static ct_status s3_put(ct_storage *s, const char *key, const void *data, size_t
   return st;
 }
 
+static ct_status s3_put_many(ct_storage *s, ct_storage_put_req *r, size_t n, int durable,
+                             ct_err *err) {
+  (void)durable;
+  xfer *x = calloc(n, sizeof *x);
+  if (!x) return ct_errf(err, CT_ERR_NOMEM, "s3: out of memory for %zu requests", n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (xfer){.m = M_PUT,
+                  .key = r[i].key,
+                  .query = "",
+                  .body = r[i].data,
+                  .body_n = r[i].n,
+                  .max = ERRBODY_MAX};
+  ct_status st = run_xfers(s, x, n, err), first = CT_OK;
+  for (size_t i = 0; i < n; i++) {
+    r[i].st = st ? st : x[i].st;
+    if (!st && r[i].st && !first) {
+      first = r[i].st;
+      if (x[i].msg[0])
+        ct_errf(err, first, "%s", x[i].msg);
+      else
+        ct_errf(err, first, "PUT s3://%s/%s%s: bucket not found (HTTP 404); check aws_bucket_name",
+                ((s3 *)s->impl)->bucket, ((s3 *)s->impl)->prefix, r[i].key);
+    }
+    free(x[i].resp.p);
+  }
+  free(x);
+  return st ? st : first;
+}
+
 static ct_status s3_head(ct_storage *s, const char *key, uint64_t *size, ct_err *err) {
   xfer x = {.m = M_HEAD, .key = key, .query = "", .max = ERRBODY_MAX};
   ct_status st = one(s, &x, err);
@@ -828,7 +857,8 @@ static void s3_free(ct_storage *s) {
   free(q);
 }
 
-static const ct_storage_ops s3_ops = {s3_get_many, s3_put, s3_head, s3_del, s3_list, s3_free};
+static const ct_storage_ops s3_ops = {s3_get_many, s3_put,  s3_put_many, s3_head,
+                                      s3_del,      s3_list, s3_free};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) {

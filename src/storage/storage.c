@@ -143,6 +143,25 @@ ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_
   return s->ops->put(s, key, data, n, durable, err);
 }
 
+ct_status ct_storage_put_many(ct_storage *s, ct_storage_put_req *r, size_t n, int durable,
+                              ct_err *err) {
+  for (size_t i = 0; i < n; i++) {
+    r[i].st = CT_ERR_INTERNAL;
+    KEY_CHECK(r[i].key);
+  }
+  if (s->ops->put_many) return n ? s->ops->put_many(s, r, n, durable, err) : CT_OK;
+  ct_status first = CT_OK;
+  for (size_t i = 0; i < n; i++) {
+    ct_err e = {0};
+    r[i].st = s->ops->put(s, r[i].key, r[i].data, r[i].n, durable, &e);
+    if (r[i].st && !first) {
+      first = r[i].st;
+      if (err) *err = e;
+    }
+  }
+  return first;
+}
+
 ct_status ct_storage_head(ct_storage *s, const char *key, uint64_t *size, ct_err *err) {
   KEY_CHECK(key);
   return s->ops->head(s, key, size, err);
@@ -338,7 +357,7 @@ static ct_status local_list(ct_storage *s, const char *dir, ct_storage_list *out
   return st;
 }
 
-static const ct_storage_ops local_ops = {local_get_many, local_put,  local_head,
+static const ct_storage_ops local_ops = {local_get_many, local_put,  NULL, local_head,
                                          local_del,      local_list, NULL};
 
 ct_status ct_storage_open_local(const char *root, ct_storage **out, ct_err *err) {

@@ -10,6 +10,8 @@ typedef struct ct_storage_ops {
   ct_status (*get_many)(ct_storage *s, ct_storage_req *r, size_t n, ct_err *err);
   ct_status (*put)(ct_storage *s, const char *key, const void *data, size_t n, int durable,
                    ct_err *err);
+  ct_status (*put_many)(ct_storage *s, ct_storage_put_req *r, size_t n, int durable,
+                        ct_err *err); /* NULL: puts */
   ct_status (*head)(ct_storage *s, const char *key, uint64_t *size, ct_err *err);
   ct_status (*del)(ct_storage *s, const char *key, ct_err *err);
   ct_status (*list)(ct_storage *s, const char *dir, ct_storage_list *out, ct_err *err);
