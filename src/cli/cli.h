@@ -21,6 +21,7 @@ int ct_cmd_cache(int argc, char **argv); /* cmd_train.c */
 int ct_cmd_sample(int argc, char **argv);
 int ct_cmd_dataset(int argc, char **argv);
 int ct_cmd_eval(int argc, char **argv);
+int ct_cmd_storage(int argc, char **argv); /* cmd_storage.c */
 
 /* "--key=value" or "--key value": if argv[*i] is option `key`, store its value,
  * advance *i and return 1; 0 if it is another option; -1 (message printed) if

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
           "  dataset synth    write the synthetic coloured-shapes dataset (images + captions)\n"
           "  dataset prompts  print captions of the synthetic dataset (--held-out: unseen ones)\n"
           "  eval synth       judge colour and shape of images against their prompts\n"
+          "  storage          ls/get/put/rm/sync objects in an S3 bucket or a directory; bench the pool\n"
           "\n"
           "Run 'ctuner <command> --help' for a command's options.\n");
 }
@@ -107,6 +108,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
   if (!strcmp(cmd, "launch")) return ct_cmd_launch(argc - i, argv + i);
   if (!strcmp(cmd, "checkpoint")) return ct_cmd_checkpoint(argc - i, argv + i);
+  if (!strcmp(cmd, "storage")) return ct_cmd_storage(argc - i, argv + i);
   fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
   usage(stderr);
   return 2;
