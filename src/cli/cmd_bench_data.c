@@ -62,12 +62,15 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
   c.caption_strategy = CT_CAP_TEXTFILE;
   ct_disc d;
   ct_err err = {0};
+  ct_storage *sto = NULL;
   double t0 = ct_time_now();
-  if (ct_discover(&c, dir, NULL, NULL, &d, &err)) {
+  if (ct_ds_open_storage(&c, &sto, &err) || ct_discover(&c, sto, "", dir, NULL, NULL, &d, &err)) {
     fprintf(stderr, "ctuner bench discovery: %s\n", err.msg);
+    ct_storage_free(sto);
     return 1;
   }
   double secs = ct_time_now() - t0;
+  ct_storage_free(sto);
   size_t n = d.n, bad = 0;
   for (size_t i = 0; i < d.n; i++) bad += d.it[i].why != CT_DISC_OK;
   if (decode) { /* a discovery that decodes: the listing and captions, plus a decode per image */
@@ -85,10 +88,12 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
     }
     secs = listing + ct_time_now() - t0;
   }
-  printf("{\"mode\": \"%s\", \"files\": %zu, \"unreadable\": %zu, \"seconds\": %.4f, \"images_per_s\": %.1f, "
-         "\"threads\": %d}\n",
-         decode ? "full_decode" : "discovery_headers", n, bad, secs, (double)n / (secs > 0 ? secs : 1e-9),
-         omp_get_max_threads());
+  printf(
+      "{\"mode\": \"%s\", \"files\": %zu, \"unreadable\": %zu, \"seconds\": %.4f, "
+      "\"images_per_s\": %.1f, "
+      "\"threads\": %d}\n",
+      decode ? "full_decode" : "discovery_headers", n, bad, secs,
+      (double)n / (secs > 0 ? secs : 1e-9), omp_get_max_threads());
   ct_disc_free(&d);
   return 0;
 }

@@ -22,7 +22,8 @@
 #include "ctuner/safetensors.h"
 #include "data/data_int.h"
 
-ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, size_t *on, ct_err *err) {
+ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, size_t *on,
+                        ct_err *err) {
   *out = NULL;
   *on = 0;
   if (c == CT_CACHE_RAW) {
@@ -46,7 +47,8 @@ ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, s
   }
   z_stream z;
   memset(&z, 0, sizeof z);
-  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) /* +16: gzip wrapper */
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) /* +16: gzip wrapper */
     return ct_errf(err, CT_ERR_INTERNAL, "zlib deflateInit2 failed");
   size_t cap = deflateBound(&z, (uLong)n) + 32;
   unsigned char *b = malloc(cap);
@@ -69,7 +71,8 @@ ct_status ct_cache_pack(ct_cache_comp c, const void *in, size_t n, void **out, s
   return CT_OK;
 }
 
-ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size_t *on, int *owned, ct_err *err) {
+ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size_t *on, int *owned,
+                          ct_err *err) {
   const unsigned char *p = in;
   *out = NULL, *on = 0, *owned = 0;
   if (n >= 4 && p[0] == 0x28 && p[1] == 0xb5 && p[2] == 0x2f && p[3] == 0xfd) {
@@ -81,7 +84,8 @@ ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size
     size_t r = ZSTD_decompress(b, (size_t)sz, in, n);
     if (ZSTD_isError(r) || r != sz) {
       free(b);
-      return ct_errf(err, CT_ERR_FORMAT, "corrupt zstd data: %s", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short");
+      return ct_errf(err, CT_ERR_FORMAT, "corrupt zstd data: %s",
+                     ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short");
     }
     *out = b, *on = r, *owned = 1;
     return CT_OK;
@@ -89,7 +93,8 @@ ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size
   if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b) {
     z_stream z;
     memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 15 + 16) != Z_OK) return ct_errf(err, CT_ERR_INTERNAL, "zlib inflateInit2 failed");
+    if (inflateInit2(&z, 15 + 16) != Z_OK)
+      return ct_errf(err, CT_ERR_INTERNAL, "zlib inflateInit2 failed");
     size_t cap = n * 4 + 1024, got = 0;
     if (cap > max + 1) cap = max + 1;
     unsigned char *b = malloc(cap);
@@ -103,15 +108,18 @@ ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size
       got = cap - z.avail_out;
       if (r == Z_STREAM_END) break;
       if (r != Z_OK && r != Z_BUF_ERROR) {
-        st = ct_errf(err, CT_ERR_FORMAT, "corrupt gzip data (%s)", z.msg ? z.msg : "inflate failed");
+        st =
+            ct_errf(err, CT_ERR_FORMAT, "corrupt gzip data (%s)", z.msg ? z.msg : "inflate failed");
       } else if (z.avail_out == 0) {
         if (cap > max) {
           st = ct_errf(err, CT_ERR_FORMAT, "gzip data unpacks to more than %zu bytes", max);
         } else {
           size_t nc = cap * 2 > max + 1 ? max + 1 : cap * 2;
           unsigned char *nb = realloc(b, nc);
-          if (!nb) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-          else b = nb, cap = nc;
+          if (!nb)
+            st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+          else
+            b = nb, cap = nc;
         }
       } else if (z.avail_in == 0) {
         st = ct_errf(err, CT_ERR_FORMAT, "truncated gzip data");
@@ -129,8 +137,8 @@ ct_status ct_cache_unpack(const void *in, size_t n, size_t max, void **out, size
   return CT_OK;
 }
 
-ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tensor *t, int nt, const char *const *meta,
-                         int nmeta, ct_err *err) {
+ct_status ct_cache_encode(ct_cache_comp c, const ct_cache_tensor *t, int nt,
+                          const char *const *meta, int nmeta, void **out, size_t *on, ct_err *err) {
   /* safetensors bytes by hand: header JSON, padded to 8, then the data */
   size_t data = 0;
   char hdr[4096];
@@ -138,10 +146,13 @@ ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tenso
   for (int i = 0; i < nt; i++) {
     size_t numel = 1;
     for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
-    h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[", i ? "," : "", t[i].name);
+    h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[",
+                  i ? "," : "", t[i].name);
     for (int d = 0; d < t[i].ndim; d++)
-      h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-    h += snprintf(hdr + h, sizeof hdr - (size_t)h, "],\"data_offsets\":[%zu,%zu]}", data, data + numel * 4);
+      h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s%lld", d ? "," : "",
+                    (long long)t[i].shape[d]);
+    h += snprintf(hdr + h, sizeof hdr - (size_t)h, "],\"data_offsets\":[%zu,%zu]}", data,
+                  data + numel * 4);
     data += numel * 4;
   }
   h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s\"__metadata__\":{", nt ? "," : "");
@@ -156,7 +167,7 @@ ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tenso
     h += snprintf(hdr + h, sizeof hdr - (size_t)h, "\"");
   }
   h += snprintf(hdr + h, sizeof hdr - (size_t)h, "}}");
-  if (h >= (int)sizeof hdr - 8) return ct_errf(err, CT_ERR_RANGE, "%s: cache header too long", path);
+  if (h >= (int)sizeof hdr - 8) return ct_errf(err, CT_ERR_RANGE, "cache entry header too long");
   while (h % 8) hdr[h++] = ' ';
   size_t total = 8 + (size_t)h + data;
   unsigned char *buf = malloc(total);
@@ -171,12 +182,63 @@ ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tenso
     memcpy(buf + off, t[i].data, numel * 4); /* little-endian host */
     off += numel * 4;
   }
+  ct_status st = ct_cache_pack(c, buf, total, out, on, err);
+  free(buf);
+  return st;
+}
+
+ct_status ct_cache_write(const char *path, ct_cache_comp c, const ct_cache_tensor *t, int nt,
+                         const char *const *meta, int nmeta, ct_err *err) {
   void *packed = NULL;
   size_t pn = 0;
-  ct_status st = ct_cache_pack(c, buf, total, &packed, &pn, err);
-  free(buf);
+  ct_status st = ct_cache_encode(c, t, nt, meta, nmeta, &packed, &pn, err);
+  if (st) ct_err_prefix(err, "%s: ", path);
   if (!st) st = ct_write_file_replace(path, packed, pn, err); /* readers validate entries */
   free(packed);
+  return st;
+}
+
+ct_status ct_cache_put(ct_storage *s, const char *key, ct_cache_comp c, const ct_cache_tensor *t,
+                       int nt, const char *const *meta, int nmeta, ct_err *err) {
+  void *packed = NULL;
+  size_t pn = 0;
+  ct_status st = ct_cache_encode(c, t, nt, meta, nmeta, &packed, &pn, err);
+  if (st) ct_err_prefix(err, "%s: %s: ", ct_storage_describe(s), key);
+  if (!st) st = ct_storage_put(s, key, packed, pn, 0, err); /* readers validate entries */
+  free(packed);
+  return st;
+}
+
+ct_status ct_cache_decode(const void *raw, size_t n, const ct_cache_tensor *t, float *const *out,
+                          int nt, const char *const *meta, int nmeta, ct_err *err) {
+  void *un = NULL;
+  size_t un_n = 0;
+  int owned = 0;
+  ct_st_file *f = NULL;
+  ct_status st = ct_cache_unpack(raw, n, (size_t)1 << 30, &un, &un_n, &owned, err);
+  if (!st) st = ct_st_parse(un, un_n, &f, err);
+  for (int i = 0; i < nmeta && !st; i++) {
+    const char *v = ct_st_meta(f, meta[2 * i]);
+    if (!v || strcmp(v, meta[2 * i + 1]))
+      st = ct_errf(err, CT_ERR_FORMAT, "made for %s=%s, wanted %s", meta[2 * i],
+                   v ? v : "(missing)", meta[2 * i + 1]);
+  }
+  for (int i = 0; i < nt && !st; i++) {
+    const ct_st_tensor *x = ct_st_find(f, t[i].name);
+    size_t numel = 1;
+    for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
+    if (!x || x->numel != numel)
+      st = ct_errf(err, CT_ERR_FORMAT, "tensor %s %s", t[i].name,
+                   x ? "has the wrong size" : "is missing");
+    else
+      st = ct_st_to_f32(x, out[i], numel, err);
+  }
+  ct_st_close(f);
+  if (owned) free(un);
+  if (st && st != CT_ERR_NOMEM) {
+    st = CT_ERR_FORMAT;
+    if (err) err->status = st;
+  }
   return st;
 }
 
@@ -184,40 +246,28 @@ ct_status ct_cache_read(const char *path, const ct_cache_tensor *t, float *const
                         const char *const *meta, int nmeta, ct_err *err) {
   char *raw = NULL;
   size_t n = 0;
-  void *un = NULL;
-  size_t un_n = 0;
-  int owned = 0;
-  ct_st_file *f = NULL;
   ct_status st = ct_read_file(path, (size_t)1 << 30, &raw, &n, err);
   if (st) return st;
-  st = ct_cache_unpack(raw, n, (size_t)1 << 30, &un, &un_n, &owned, err);
-  if (!st) st = ct_st_parse(un, un_n, &f, err);
-  for (int i = 0; i < nmeta && !st; i++) {
-    const char *v = ct_st_meta(f, meta[2 * i]);
-    if (!v || strcmp(v, meta[2 * i + 1]))
-      st = ct_errf(err, CT_ERR_FORMAT, "made for %s=%s, wanted %s", meta[2 * i], v ? v : "(missing)", meta[2 * i + 1]);
-  }
-  for (int i = 0; i < nt && !st; i++) {
-    const ct_st_tensor *x = ct_st_find(f, t[i].name);
-    size_t numel = 1;
-    for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
-    if (!x || x->numel != numel)
-      st = ct_errf(err, CT_ERR_FORMAT, "tensor %s %s", t[i].name, x ? "has the wrong size" : "is missing");
-    else
-      st = ct_st_to_f32(x, out[i], numel, err);
-  }
-  ct_st_close(f);
-  if (owned) free(un);
+  st = ct_cache_decode(raw, n, t, out, nt, meta, nmeta, err);
   free(raw);
-  if (st && st != CT_ERR_NOMEM) {
-    if (st != CT_ERR_NOT_FOUND) st = CT_ERR_FORMAT;
-    ct_err_prefix(err, "%s: ", path);
-    err->status = st;
-  }
+  if (st && st != CT_ERR_NOMEM) ct_err_prefix(err, "%s: ", path);
   return st;
 }
 
-ct_status ct_data_allgatherv(struct ct_comm *comm, const void *mine, size_t n, char **all, size_t **off, ct_err *err) {
+ct_status ct_cache_get(ct_storage *s, const char *key, const ct_cache_tensor *t, float *const *out,
+                       int nt, const char *const *meta, int nmeta, ct_err *err) {
+  char *raw = NULL;
+  size_t n = 0;
+  ct_status st = ct_storage_get(s, key, (size_t)1 << 30, &raw, &n, err);
+  if (st) return st;
+  st = ct_cache_decode(raw, n, t, out, nt, meta, nmeta, err);
+  free(raw);
+  if (st && st != CT_ERR_NOMEM) ct_err_prefix(err, "%s: %s: ", ct_storage_describe(s), key);
+  return st;
+}
+
+ct_status ct_data_allgatherv(struct ct_comm *comm, const void *mine, size_t n, char **all,
+                             size_t **off, ct_err *err) {
   int size = comm ? ct_comm_size(comm) : 1;
   *all = NULL;
   *off = calloc((size_t)size + 1, sizeof(size_t));
@@ -244,13 +294,15 @@ ct_status ct_data_allgatherv(struct ct_comm *comm, const void *mine, size_t n, c
     pad = calloc(1, (size_t)mx);
     got = malloc((size_t)mx * (size_t)size);
     *all = malloc((*off)[size] ? (*off)[size] : 1);
-    if (!pad || !got || !*all) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering discovery results");
+    if (!pad || !got || !*all)
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering discovery results");
   }
   if (!st) {
     memcpy(pad, mine, n);
     st = ct_comm_allgather_bytes(comm, pad, got, (size_t)mx, err);
   }
-  for (int r = 0; !st && r < size; r++) memcpy(*all + (*off)[r], got + (size_t)r * mx, (size_t)lens[r]);
+  for (int r = 0; !st && r < size; r++)
+    memcpy(*all + (*off)[r], got + (size_t)r * mx, (size_t)lens[r]);
   free(lens);
   free(pad);
   free(got);

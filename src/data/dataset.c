@@ -66,16 +66,22 @@ typedef struct bucket {
 
 typedef struct dset {
   const ct_ds_config *c;
-  char *dir;
+  char *dir;          /* the images as users see them: a path, or s3://bucket/prefix/dir */
+  ct_storage *sto;    /* the dataset's storage (local directory or S3; owned by ct_dataset) */
+  const char *imgdir; /* the images' key prefix in sto ("" = its root) */
   ct_bucket_opts bo;
   item *it;
   size_t nit;
   bucket *b;
   int nb;
   long repeats;
-  int boff; /* first flat bucket index */
-  char vae_dir[4096];
+  int boff;            /* first flat bucket index */
+  char vae_dir[4096];  /* the latent cache as users see it (file lists, messages) */
+  ct_storage *vae_sto; /* where its entries are: the S3 dataset's storage, or a local directory */
+  char vae_key[4096];  /* their key prefix in vae_sto */
   char text_dir[4096]; /* the text_embeds dataset's cache_dir, or {output_dir}/cache/text */
+  ct_storage *text_sto;
+  char text_key[4096];
   long text_batch;     /* captions encoded at a time (write_batch_size) */
   const char *text_id; /* the text_embeds dataset's id (its file list's name) */
   int text_preserve;   /* preserve_data_backend_cache of this dataset or its text_embeds dataset */
@@ -93,11 +99,11 @@ typedef struct slot {
   float *x0;
   const char **caps;
   uint64_t *ids;
-  float *txt, *pooled;  /* text cache: (B, T, d), (B, dp) */
-  unsigned char *miss;  /* text cache entries the trainer's thread must encode */
-  const char **rels;    /* the samples' files (the CTUNER_DATA_TRACE test hook) */
-  const char *key;      /* the bucket */
-  const dset *from;     /* the dataset of this batch */
+  float *txt, *pooled; /* text cache: (B, T, d), (B, dp) */
+  unsigned char *miss; /* text cache entries the trainer's thread must encode */
+  const char **rels;   /* the samples' files (the CTUNER_DATA_TRACE test hook) */
+  const char *key;     /* the bucket */
+  const dset *from;    /* the dataset of this batch */
   position after;
   int ready;
   ct_status st;
@@ -108,6 +114,10 @@ struct ct_dataset {
   ct_data_opts o;
   const ct_config *cfg;
   ct_backend *be;
+  ct_storage *
+      *bsto; /* per backend entry, opened on first use (S3: one connection pool per dataset) */
+  ct_storage **own; /* local cache directories */
+  int nown;
   dset *d;
   int nd, nbt; /* datasets, flat buckets */
   int C, s, rank, world;
@@ -148,6 +158,36 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --------------------------------------------------------------- storage */
+
+static ct_status backend_storage(ct_dataset *ds, const ct_ds_config *c, ct_storage **out,
+                                 ct_err *err) {
+  const int k = (int)(c - ds->be->ds);
+  ct_status st = ds->bsto[k] ? CT_OK : ct_ds_open_storage(c, &ds->bsto[k], err);
+  *out = ds->bsto[k];
+  return st;
+}
+
+static ct_status local_storage(ct_dataset *ds, const char *dir, ct_storage **out, ct_err *err) {
+  ct_storage **no = realloc(ds->own, (size_t)(ds->nown + 1) * sizeof *no);
+  if (!no) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ds->own = no;
+  ct_status st = ct_storage_open_local(dir, out, err);
+  if (!st) ds->own[ds->nown++] = *out;
+  return st;
+}
+
+/* prefix/name (prefix "": name); -1 if it does not fit. */
+static int key_join(char *buf, size_t n, const char *prefix, const char *name) {
+  return ct_pathf(buf, n, "%s%s%s", prefix, *prefix ? "/" : "", name);
+}
+
+/* s3://bucket[/aws_data_prefix][/sub]: an S3 location as users see it. */
+static void s3_name(const ct_ds_config *c, const char *sub, char *out, size_t n) {
+  (void)ct_pathf(out, n, "s3://%s%s%s%s%s", c->s3.bucket, c->s3.prefix[0] ? "/" : "", c->s3.prefix,
+                 sub && sub[0] ? "/" : "", sub ? sub : "");
 }
 
 /* --------------------------------------------------------------- buckets */
@@ -245,11 +285,14 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
     if (!drop) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     for (int b = d->nb - 1; b >= 0; b--)
       if (entries(ds, (int)(d - ds->d), b) < E) {
-        CT_WARN("dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer than the "
-                "effective batch %zu; pruned (its images are not trained on; set allow_dataset_oversubscription "
-                "or add images to keep them)",
-                d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats,
-                entries(ds, (int)(d - ds->d), b), E);
+        CT_WARN(
+            "dataset '%s': bucket %s (%dx%d) holds %zu sample(s) x (%ld+1) repeats = %zu, fewer "
+            "than the "
+            "effective batch %zu; pruned (its images are not trained on; set "
+            "allow_dataset_oversubscription "
+            "or add images to keep them)",
+            d->c->id, d->b[b].key, d->b[b].w, d->b[b].h, d->b[b].n, d->repeats,
+            entries(ds, (int)(d - ds->d), b), E);
         ds->stats.buckets_pruned++;
         for (size_t k = 0; k < d->b[b].n; k++) drop[d->b[b].idx[k]] = 1;
       }
@@ -309,15 +352,18 @@ static ct_status check_effective_batch(ct_dataset *ds, dset *d, ct_err *err) {
 /* ---------------------------------------------------------- index files */
 
 /* aspect_ratio_bucket_indices_<id>.json and aspect_ratio_bucket_metadata_<id>.json
- * beside the images (SimpleTuner's place), or in output_dir when that is
- * read-only. Rank 0 writes; atomic. */
+ * beside the images (SimpleTuner's place; in the bucket for an S3 dataset),
+ * or in output_dir when that fails (a read-only directory). Rank 0 writes;
+ * atomic. */
 static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
-  const char *dirs[2] = {d->dir, ds->cfg->output_dir};
   for (int attempt = 0; attempt < 2; attempt++) {
-    char p1[4200], p2[4200];
-    if (ct_pathf(p1, sizeof p1, "%s/aspect_ratio_bucket_indices_%s.json", dirs[attempt],
-                 d->c->id) ||
-        ct_pathf(p2, sizeof p2, "%s/aspect_ratio_bucket_metadata_%s.json", dirs[attempt], d->c->id))
+    char p1[4200], p2[4200], n1s[200], n2s[200];
+    snprintf(n1s, sizeof n1s, "aspect_ratio_bucket_indices_%s.json", d->c->id);
+    snprintf(n2s, sizeof n2s, "aspect_ratio_bucket_metadata_%s.json", d->c->id);
+    if (attempt
+            ? ct_pathf(p1, sizeof p1, "%s/%s", ds->cfg->output_dir, n1s) ||
+                  ct_pathf(p2, sizeof p2, "%s/%s", ds->cfg->output_dir, n2s)
+            : key_join(p1, sizeof p1, d->imgdir, n1s) || key_join(p2, sizeof p2, d->imgdir, n2s))
       return;
     char *b1 = NULL, *b2 = NULL;
     size_t n1 = 0, n2 = 0;
@@ -372,8 +418,11 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
     fputs("\n}\n", f);
     fclose(f);
     ct_err e = {0};
-    ct_status st = ct_write_file_atomic(p1, b1, n1, &e);
-    if (!st) st = ct_write_file_atomic(p2, b2, n2, &e);
+    ct_status st =
+        attempt ? ct_write_file_atomic(p1, b1, n1, &e) : ct_storage_put(d->sto, p1, b1, n1, 1, &e);
+    if (!st)
+      st = attempt ? ct_write_file_atomic(p2, b2, n2, &e)
+                   : ct_storage_put(d->sto, p2, b2, n2, 1, &e);
     free(b1);
     free(b2);
     if (!st) return;
@@ -384,13 +433,18 @@ static void write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
 
 /* ---------------------------------------------------------------- latents */
 
-static void latent_path(const dset *d, const item *it, char *out, size_t n) {
-  char stem[4096], hex[65];
+/* An item's cache entry: its key in vae_sto and (shown) its name in file
+ * lists and messages: {cache_dir_vae}/{sha256(path without extension)}.st. */
+static void latent_path(const dset *d, const item *it, char *key, size_t kn, char *shown,
+                        size_t sn) {
+  char stem[4096], hex[65], name[80];
   snprintf(stem, sizeof stem, "%s", it->rel);
   char *dot = strrchr(stem, '.'), *slash = strrchr(stem, '/');
   if (dot && (!slash || dot > slash)) *dot = 0;
   ct_sha256_hex(stem, strlen(stem), hex);
-  snprintf(out, n, "%s/%s.st", d->vae_dir, hex);
+  snprintf(name, sizeof name, "%s.st", hex);
+  if (key) key_join(key, kn, d->vae_key, name);
+  if (shown) (void)ct_pathf(shown, sn, "%s/%s", d->vae_dir, name);
 }
 
 /* What a cache entry must have been made from. */
@@ -408,17 +462,27 @@ static void latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96],
   meta[4] = "crop", meta[5] = bufs[2], meta[6] = "original_size", meta[7] = bufs[3];
 }
 
-/* Decode, resize to the intermediary size, crop, encode. */
-static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it, float *lat,
-                             ct_err *err) {
-  char path[8400];
-  snprintf(path, sizeof path, "%s/%s", d->dir, it->rel);
+/* Decode, resize to the intermediary size, crop, encode. bytes: the image
+ * file when the caller fetched it, else NULL (fetched here). */
+static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it, const char *bytes,
+                             size_t n, float *lat, ct_err *err) {
+  char key[4400];
+  char *own = NULL;
   ct_image img = {0}, r = {0}, c = {0};
   const ct_img_geom *g = &it->g;
-  ct_status st = ct_image_load(path, &img, err);
+  ct_status st = CT_OK;
+  if (key_join(key, sizeof key, d->imgdir, it->rel))
+    return ct_errf(err, CT_ERR_RANGE, "%s: path too long", it->rel);
+  if (!bytes) {
+    st = ct_storage_get(d->sto, key, (size_t)1 << 30, &own, &n, err);
+    bytes = own;
+  }
+  if (!st) st = ct_image_decode(bytes, n, &img, err);
+  if (st) ct_err_prefix(err, "%s/%s: ", d->dir, it->rel);
   if (!st && (img.w != g->orig_w || img.h != g->orig_h))
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: decoded %dx%d but its header said %dx%d", path, img.w,
-                 img.h, g->orig_w, g->orig_h);
+    st = ct_errf(err, CT_ERR_FORMAT, "%s/%s: decoded %dx%d but its header said %dx%d", d->dir,
+                 it->rel, img.w, img.h, g->orig_w, g->orig_h);
+  free(own);
   if (!st) st = ct_image_resize(&img, g->inter_w, g->inter_h, &r, err);
   if (!st) st = ct_image_crop(&r, g->crop_x, g->crop_y, g->target_w, g->target_h, &c, err);
   if (!st)
@@ -432,27 +496,34 @@ static ct_status encode_item(const ct_dataset *ds, const dset *d, const item *it
 
 typedef enum { LAT_CACHED, LAT_ENCODED, LAT_BAD, LAT_WRITE_FAILED } lat_result;
 
+/* The tensor of an item's entry. */
+static ct_cache_tensor latent_tensor(const ct_dataset *ds, const item *it, float *lat) {
+  const ct_img_geom *g = &it->g;
+  return (ct_cache_tensor){"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
+}
+
 /* An item's latent: its cache entry when that is valid, else encoded from the
- * image and (unless vae_cache_disable) written to the cache. The one path of
- * both the cache build and the prefetch thread; err says what went wrong for
- * LAT_BAD (the image) and LAT_WRITE_FAILED (the cache; lat is still valid). */
+ * image and (unless vae_cache_disable) written to the cache. The path of the
+ * prefetch thread (the cache build batches the same steps, build_chunk); err
+ * says what went wrong for LAT_BAD (the image) and LAT_WRITE_FAILED (the
+ * cache; lat is still valid). */
 static lat_result latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
                             ct_err *err) {
-  if (d->c->vae_cache_disable) return encode_item(ds, d, it, lat, err) ? LAT_BAD : LAT_ENCODED;
-  const ct_img_geom *g = &it->g;
-  ct_cache_tensor t = {"latent", 3, {ds->C, g->target_h / ds->s, g->target_w / ds->s, 0}, lat};
-  char path[4200], bufs[4][96];
+  if (d->c->vae_cache_disable)
+    return encode_item(ds, d, it, NULL, 0, lat, err) ? LAT_BAD : LAT_ENCODED;
+  ct_cache_tensor t = latent_tensor(ds, it, lat);
+  char key[4400], bufs[4][96];
   const char *meta[8];
-  latent_path(d, it, path, sizeof path);
+  latent_path(d, it, key, sizeof key, NULL, 0);
   latent_meta(ds, it, bufs, meta);
   float *outs[1] = {lat};
   ct_err re = {0};
-  ct_status st = ct_cache_read(path, &t, outs, 1, meta, 4, &re);
+  ct_status st = ct_cache_get(d->vae_sto, key, &t, outs, 1, meta, 4, &re);
   if (st == CT_OK) return LAT_CACHED;
-  if (st != CT_ERR_NOT_FOUND)
-    CT_WARN("latent cache entry %s is unusable (%s); rebuilding it", path, re.msg);
-  if (encode_item(ds, d, it, lat, err)) return LAT_BAD;
-  return ct_cache_write(path, d->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED : LAT_ENCODED;
+  if (st != CT_ERR_NOT_FOUND) CT_WARN("latent cache entry unusable (%s); rebuilding it", re.msg);
+  if (encode_item(ds, d, it, NULL, 0, lat, err)) return LAT_BAD;
+  return ct_cache_put(d->vae_sto, key, d->comp, &t, 1, meta, 4, err) ? LAT_WRITE_FAILED
+                                                                     : LAT_ENCODED;
 }
 
 /* all_vae_cache_files_<id>.json: every entry of the finished build. */
@@ -461,16 +532,160 @@ static void write_vae_list(const ct_dataset *ds, const dset *d) {
   size_t k = 0;
   for (; paths && k < d->nit; k++) {
     char p[4200];
-    latent_path(d, &d->it[k], p, sizeof p);
+    latent_path(d, &d->it[k], NULL, 0, p, sizeof p);
     if (!(paths[k] = strdup(p))) break;
   }
   ct_err e = {0};
   if (!paths || k < d->nit ||
-      ct_filelist_write(ds->cfg->output_dir, "vae_cache", d->c->id, NULL, (const char *const *)paths, k, 0, &e))
+      ct_filelist_write(ds->cfg->output_dir, "vae_cache", d->c->id, NULL,
+                        (const char *const *)paths, k, 0, &e))
     CT_WARN("dataset '%s': cannot write its latent cache file list to output_dir: %s", d->c->id,
             e.msg[0] ? e.msg : "out of memory");
   for (size_t i = 0; paths && i < k; i++) free(paths[i]);
   free(paths);
+}
+
+/* Items per ct_storage_get_many of the cache build (S3: transfers in parallel
+ * over the connection pool). */
+#define BUILD_CHUNK 64
+
+typedef struct build_acc {
+  size_t built, trusted;
+  char *mine;  /* mine[i - lo]: item i failed */
+  int fatal;   /* a cache write (or an S3 read) failed here */
+  ct_err ferr; /* its message */
+} build_acc;
+
+static void build_fatal(build_acc *A, const ct_err *e) {
+#pragma omp critical(ct_cache_fatal)
+  {
+    if (!A->fatal) A->ferr = *e;
+    A->fatal = 1;
+  }
+}
+
+/* Items [a, b) of d (this rank's share starts at lo): read their entries with
+ * one get_many, check them, fetch the images of the missing or bad ones with
+ * another, then decode, encode and write those. */
+static void build_chunk(const ct_dataset *ds, const dset *d, size_t lo, size_t a, size_t b,
+                        const ct_keyset *listed, build_acc *A) {
+  const size_t n = b - a;
+  ct_storage_req *er = calloc(n, sizeof *er), *ir = calloc(n, sizeof *ir),
+                 *pk = calloc(n, sizeof *pk);
+  size_t *map = calloc(n, sizeof *map), np = 0;
+  unsigned char *todo = calloc(n, 1);
+  ct_err e = {0};
+  if (!er || !ir || !pk || !map || !todo) {
+    snprintf(e.msg, sizeof e.msg, "out of memory for the latent cache build");
+    build_fatal(A, &e);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char key[4400], shown[4400];
+    latent_path(d, &d->it[a + i], key, sizeof key, shown, sizeof shown);
+    if (listed->n && ct_keyset_find(listed, shown)) {
+      A->trusted++;
+      continue;
+    }
+    if (!(er[i].key = strdup(key))) {
+      snprintf(e.msg, sizeof e.msg, "out of memory for the latent cache build");
+      build_fatal(A, &e);
+      goto out;
+    }
+    map[np] = i, pk[np++] = er[i];
+  }
+  /* 1. the entries (a failed read is a rebuild, not an error) */
+  ct_storage_get_many(d->vae_sto, pk, np, &e);
+  for (size_t k = 0; k < np; k++) er[map[k]] = pk[k];
+  const int par = !ds->o.codec || !ds->o.codec->serial;
+#pragma omp parallel if (par)
+  {
+    float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+    for (long k = 0; k < (long)np; k++) {
+      const size_t i = map[k];
+      const item *it = &d->it[a + i];
+      if (er[i].st == CT_OK && lat) {
+        char bufs[4][96];
+        const char *meta[8];
+        ct_cache_tensor t = latent_tensor(ds, it, lat);
+        float *outs[1] = {lat};
+        ct_err re = {0};
+        latent_meta(ds, it, bufs, meta);
+        if (ct_cache_decode(er[i].data, er[i].n, &t, outs, 1, meta, 4, &re) == CT_OK) continue;
+        CT_WARN("latent cache entry %s of dataset '%s' is unusable (%s); rebuilding it", er[i].key,
+                d->c->id, re.msg);
+      } else if (er[i].st != CT_ERR_NOT_FOUND) {
+        CT_WARN("latent cache entry %s of dataset '%s' cannot be read (%s); rebuilding it",
+                er[i].key, d->c->id, ct_status_name(er[i].st));
+      }
+      todo[i] = 1;
+    }
+    ct_free(lat);
+  }
+  /* 2. the images of the entries to build */
+  np = 0;
+  for (size_t i = 0; i < n; i++) {
+    free(er[i].data), er[i].data = NULL;
+    if (!todo[i]) continue;
+    char key[4400];
+    if (key_join(key, sizeof key, d->imgdir, d->it[a + i].rel) || !(ir[i].key = strdup(key))) {
+      A->mine[a + i - lo] = 1;
+      continue;
+    }
+    ir[i].max = (size_t)1 << 30;
+    map[np] = i, pk[np++] = ir[i];
+  }
+  ct_err ge = {0};
+  ct_status gs = ct_storage_get_many(d->sto, pk, np, &ge);
+  for (size_t k = 0; k < np; k++) ir[map[k]] = pk[k];
+  if (gs &&
+      ct_storage_is_remote(d->sto)) { /* the network, not the images: no image is dropped for it */
+    ct_err_prefix(&ge, "reading the images of dataset '%s': ", d->c->id);
+    build_fatal(A, &ge);
+    goto out;
+  }
+  size_t built = 0;
+#pragma omp parallel if (par) reduction(+ : built)
+  {
+    float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+    for (long k = 0; k < (long)np; k++) {
+      const size_t i = map[k];
+      const item *it = &d->it[a + i];
+      ct_err ie = {0};
+      if (!lat) {
+        snprintf(ie.msg, sizeof ie.msg, "out of memory for a latent");
+        build_fatal(A, &ie);
+        continue;
+      }
+      ct_status st = ir[i].st;
+      if (st)
+        ct_errf(&ie, st, "%s/%s: %s", d->dir, it->rel,
+                st == CT_ERR_NOT_FOUND ? "not found" : "cannot be read");
+      else
+        st = encode_item(ds, d, it, ir[i].data, ir[i].n, lat, &ie);
+      if (st) {
+        CT_WARN("dataset '%s': %s; skipped", d->c->id, ie.msg);
+        A->mine[a + i - lo] = 1;
+        continue;
+      }
+      char bufs[4][96];
+      const char *meta[8];
+      ct_cache_tensor t = latent_tensor(ds, it, lat);
+      latent_meta(ds, it, bufs, meta);
+      if (ct_cache_put(d->vae_sto, er[i].key, d->comp, &t, 1, meta, 4, &ie))
+        build_fatal(A, &ie);
+      else
+        built++;
+    }
+    ct_free(lat);
+  }
+  A->built += built;
+out:
+  for (size_t i = 0; i < n && er; i++) free(er[i].data), free((char *)er[i].key);
+  for (size_t i = 0; i < n && ir; i++) free(ir[i].data), free((char *)ir[i].key);
+  free(er), free(ir), free(pk), free(map), free(todo);
 }
 
 /* Every rank encodes its share of every dataset's images into the cache;
@@ -481,13 +696,12 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
   for (int di = 0; di < ds->nd && !st; di++) {
     dset *d = &ds->d[di];
     if (d->c->vae_cache_disable) continue;
-    if ((st = ct_mkdir_p(d->vae_dir, err))) break;
+    if (!ct_storage_is_remote(d->vae_sto) && (st = ct_mkdir_p(d->vae_dir, err))) break;
     const size_t lo = d->nit * (size_t)ds->rank / (size_t)ds->world,
                  hi = d->nit * (size_t)(ds->rank + 1) / (size_t)ds->world;
     /* mine[i - lo]: item i failed; mine[hi - lo]: a cache write failed here */
     char *mine = calloc(hi - lo + 1, 1), *all = NULL;
-    size_t built = 0, trusted = 0, *off = NULL;
-    ct_err ferr = {0};
+    size_t *off = NULL;
     const double t0 = now_s();
     if (!mine) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     /* preserve_data_backend_cache: entries the last finished build listed are
@@ -497,37 +711,10 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
     if (d->c->preserve_data_backend_cache &&
         !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "vae_cache", d->c->id))
       ct_keyset_load(lp, &listed);
-    /* a serial codec (the VAE) encodes one image at a time with every core in its kernels */
-#pragma omp parallel reduction(+ : built, trusted) if (!ds->o.codec || !ds->o.codec->serial)
-    {
-      float *lat = ct_alloc(CT_MEM_BUFFERS, ds->maxlat * sizeof(float));
-#pragma omp for schedule(dynamic, 4)
-      for (long i = (long)lo; i < (long)hi; i++) {
-        ct_err e = {0};
-        char path[4200];
-        if (listed.n) {
-          latent_path(d, &d->it[i], path, sizeof path);
-          if (ct_keyset_find(&listed, path)) {
-            trusted++;
-            continue;
-          }
-        }
-        lat_result r = lat ? latent_of(ds, d, &d->it[i], lat, &e) : LAT_WRITE_FAILED;
-        if (!lat) snprintf(e.msg, sizeof e.msg, "out of memory for a latent");
-        if (r == LAT_BAD) {
-          CT_WARN("dataset '%s': %s; skipped", d->c->id, e.msg);
-          mine[i - (long)lo] = 1;
-        } else if (r == LAT_WRITE_FAILED) {
-#pragma omp critical(ct_cache_fatal)
-          {
-            mine[hi - lo] = 1;
-            ferr = e;
-          }
-        }
-        built += r == LAT_ENCODED;
-      }
-      ct_free(lat);
-    }
+    build_acc A = {0, 0, mine, 0, {0}};
+    for (size_t a = lo; a < hi && !A.fatal; a += BUILD_CHUNK)
+      build_chunk(ds, d, lo, a, a + BUILD_CHUNK < hi ? a + BUILD_CHUNK : hi, &listed, &A);
+    mine[hi - lo] = (char)A.fatal;
     /* everyone learns which images failed and whether a write failed */
     st = ct_data_allgatherv(ds->o.comm, mine, hi - lo + 1, &all, &off, err);
     unsigned char *drop = st ? NULL : calloc(d->nit + 1, 1);
@@ -540,10 +727,11 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
       anyfatal |= all[off[r] + (rhi - rlo)];
     }
     if (!st && anyfatal)
-      st = mine[hi - lo] ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s",
-                                   d->c->id, ferr.msg)
-                         : ct_errf(err, CT_ERR_IO,
-                                   "another rank failed writing the latent cache of dataset '%s'", d->c->id);
+      st = mine[hi - lo]
+               ? ct_errf(err, CT_ERR_IO, "writing the latent cache of dataset '%s' failed: %s",
+                         d->c->id, A.ferr.msg)
+               : ct_errf(err, CT_ERR_IO,
+                         "another rank failed writing the latent cache of dataset '%s'", d->c->id);
     size_t dropped = 0;
     if (!st) {
       dropped = drop_items(d, drop);
@@ -557,35 +745,44 @@ static ct_status build_latent_cache(ct_dataset *ds, ct_err *err) {
     free(all);
     free(off);
     free(drop);
-    CT_INFO("dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s (%zu listed entries "
-            "trusted), %zu unreadable image(s) dropped",
-            d->c->id, d->vae_dir, built, now_s() - t0, trusted, dropped);
+    CT_INFO(
+        "dataset '%s': latent cache in %s: %zu encoded by this rank in %.1f s (%zu listed entries "
+        "trusted), %zu unreadable image(s) dropped",
+        d->c->id, d->vae_dir, A.built, now_s() - t0, A.trusted, dropped);
   }
   return st;
 }
 
 /* ------------------------------------------------------------- text cache */
 
+/* A caption's entry: its name in file lists and messages (out), and its key
+ * in text_sto (key, if not NULL). */
 static void text_path(const ct_dataset *ds, const dset *d, const char *cap, char *out, size_t n,
-                      char md5[33]) {
+                      char md5[33], char *key, size_t kn) {
+  char name[120];
   ct_md5_hex(cap, strlen(cap), md5);
-  snprintf(out, n, "%s/%s-%s.st", d->text_dir, md5, ds->o.text->tag);
+  snprintf(name, sizeof name, "%s-%s.st", md5, ds->o.text->tag);
+  (void)ct_pathf(out, n, "%s/%s", d->text_dir, name);
+  if (key) key_join(key, kn, d->text_key, name);
 }
 
 /* Read (write = 0) or write the entry of one caption. */
-static ct_status text_entry(const ct_dataset *ds, const dset *d, const char *cap, float *seq, float *pooled,
-                            int write, ct_err *err) {
+static ct_status text_entry(const ct_dataset *ds, const dset *d, const char *cap, float *seq,
+                            float *pooled, int write, ct_err *err) {
   const ct_text_encoder_fn *te = ds->o.text;
-  char path[4200], md5[33];
-  text_path(ds, d, cap, path, sizeof path, md5);
+  char path[4200], md5[33], key[4400];
+  text_path(ds, d, cap, path, sizeof path, md5, key, sizeof key);
   const char *meta[4] = {"encoder", te->tag, "caption_md5", md5};
-  ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq}, {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
-  if (write) return ct_cache_write(path, d->comp, t, 2, meta, 2, err);
+  ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq},
+                          {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
+  if (write) return ct_cache_put(d->text_sto, key, d->comp, t, 2, meta, 2, err);
   float *outs[2] = {seq, pooled};
-  return ct_cache_read(path, t, outs, 2, meta, 2, err);
+  return ct_cache_get(d->text_sto, key, t, outs, 2, meta, 2, err);
 }
 
-static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_cstr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* Every caption line of every dataset (and "", caption dropout's) gets an
  * entry: each rank encodes the missing ones of its share, write_batch_size at
@@ -597,14 +794,15 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
   const size_t Td = (size_t)te->T * (size_t)te->d;
   for (int di = 0; di < ds->nd && !st; di++) {
     dset *d = &ds->d[di];
-    if ((st = ct_mkdir_p(d->text_dir, err))) break;
+    if (!ct_storage_is_remote(d->text_sto) && (st = ct_mkdir_p(d->text_dir, err))) break;
     size_t n = 1;
     for (size_t i = 0; i < d->nit; i++) n += (size_t)d->it[i].nlines;
     const char **caps = malloc(n * sizeof *caps), ***todo = malloc(n * sizeof *todo);
     const size_t nb = (size_t)d->text_batch;
     float *seq = ct_alloc(CT_MEM_BUFFERS, nb * Td * sizeof(float)),
           *pooled = ct_alloc(CT_MEM_BUFFERS, nb * (size_t)te->dp * sizeof(float));
-    if (!caps || !todo || !seq || !pooled) st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
+    if (!caps || !todo || !seq || !pooled)
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
     size_t u = 0, ntodo = 0, built = 0, trusted = 0;
     const double t0 = now_s();
     ct_keyset listed = {0};
@@ -622,14 +820,15 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
        * size; a group with any entry missing is encoded (and written) whole. */
       const size_t groups = (u + nb - 1) / nb, glo = groups * (size_t)ds->rank / (size_t)ds->world,
                    ghi = groups * (size_t)(ds->rank + 1) / (size_t)ds->world;
-      if (d->text_preserve && !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "text_cache", d->text_id))
+      if (d->text_preserve &&
+          !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "text_cache", d->text_id))
         ct_keyset_load(lp, &listed);
       for (size_t g = glo; g < ghi; g++)
         for (size_t i = g * nb; i < (g + 1) * nb && i < u; i++) {
           ct_err e = {0};
           if (listed.n) { /* preserve_data_backend_cache: a listed entry is not read back */
             char path[4200], md5[33];
-            text_path(ds, d, caps[i], path, sizeof path, md5);
+            text_path(ds, d, caps[i], path, sizeof path, md5, NULL, 0);
             if (ct_keyset_find(&listed, path)) {
               trusted++;
               continue;
@@ -637,7 +836,8 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
           }
           ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
           if (rs == CT_OK) continue;
-          if (rs != CT_ERR_NOT_FOUND) CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
+          if (rs != CT_ERR_NOT_FOUND)
+            CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
           todo[ntodo++] = caps + g * nb; /* the group's first caption */
           break;
         }
@@ -649,7 +849,8 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
       st = te->encode(te->ctx, todo[k], m, seq, pooled, err);
       for (int j = 0; !st && !failed && j < m; j++) {
         ct_err e = {0};
-        if (text_entry(ds, d, todo[k][j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1, &e)) {
+        if (text_entry(ds, d, todo[k][j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1,
+                       &e)) {
           failed = 1;
           CT_ERROR("dataset '%s': writing the text cache failed: %s", d->c->id, e.msg);
         }
@@ -662,20 +863,23 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     ct_status gs = ct_data_allgatherv(ds->o.comm, &failed, 1, &all, &off, err);
     if (!st) st = gs;
     for (int r = 0; !st && r < ds->world; r++)
-      if (all[r]) st = ct_errf(err, CT_ERR_IO, "rank %d failed building the text cache of dataset '%s' in %s", r,
-                               d->c->id, d->text_dir);
+      if (all[r])
+        st = ct_errf(err, CT_ERR_IO, "rank %d failed building the text cache of dataset '%s' in %s",
+                     r, d->c->id, d->text_dir);
     ct_keyset_free(&listed);
-    if (!st && ds->rank == 0) { /* all_text_cache_files_<id>.json, shared by the datasets using it */
+    if (!st &&
+        ds->rank == 0) { /* all_text_cache_files_<id>.json, shared by the datasets using it */
       char **paths = calloc(u + 1, sizeof *paths);
       size_t k = 0;
       for (; paths && k < u; k++) {
         char p[4200], md5[33];
-        text_path(ds, d, caps[k], p, sizeof p, md5);
+        text_path(ds, d, caps[k], p, sizeof p, md5, NULL, 0);
         if (!(paths[k] = strdup(p))) break;
       }
       ct_err e = {0};
       if (!paths || k < u ||
-          ct_filelist_write(ds->cfg->output_dir, "text_cache", d->text_id, NULL, (const char *const *)paths, k, 1, &e))
+          ct_filelist_write(ds->cfg->output_dir, "text_cache", d->text_id, NULL,
+                            (const char *const *)paths, k, 1, &e))
         CT_WARN("dataset '%s': cannot write the text cache file list to output_dir: %s", d->c->id,
                 e.msg[0] ? e.msg : "out of memory");
       for (size_t i = 0; paths && i < k; i++) free(paths[i]);
@@ -688,9 +892,11 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
     ct_free(seq);
     ct_free(pooled);
     if (!st)
-      CT_INFO("dataset '%s': text cache in %s: %zu distinct caption(s), %zu encoded by this rank in %.1f s "
-              "(%zu listed entries trusted)",
-              d->c->id, d->text_dir, u, built, now_s() - t0, trusted);
+      CT_INFO(
+          "dataset '%s': text cache in %s: %zu distinct caption(s), %zu encoded by this rank in "
+          "%.1f s "
+          "(%zu listed entries trusted)",
+          d->c->id, d->text_dir, u, built, now_s() - t0, trusted);
   }
   return st;
 }
@@ -815,8 +1021,10 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     if (lr == LAT_WRITE_FAILED) /* the latent is fine; only the cache is not */
       CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
     if (lr == LAT_BAD)
-      st = ct_errf(err, CT_ERR_IO, "dataset '%s': %s (readable when the cache was built)", d->c->id, e.msg);
-    if (ds->o.text) { /* a missing or bad entry is encoded on the trainer's thread (ct_dataset_next) */
+      st = ct_errf(err, CT_ERR_IO, "dataset '%s': %s (readable when the cache was built)", d->c->id,
+                   e.msg);
+    if (ds->o.text) { /* a missing or bad entry is encoded on the trainer's thread (ct_dataset_next)
+                       */
       const ct_text_encoder_fn *te = ds->o.text;
       s->miss[i] = text_entry(ds, d, s->caps[i], s->txt + i * (size_t)te->T * (size_t)te->d,
                               s->pooled + i * (size_t)te->dp, 0, &e) != CT_OK;
@@ -860,8 +1068,8 @@ static void trace(const ct_dataset *ds, const slot *s) {
   FILE *f = fopen(path, "a");
   if (!f) return;
   for (int i = 0; i < s->b.B; i++)
-    fprintf(f, "%llu %d %ld %s %s %s\n", (unsigned long long)s->ids[i], ds->rank, s->after.epoch, s->from->c->id,
-            s->key, s->rels[i]);
+    fprintf(f, "%llu %d %ld %s %s %s\n", (unsigned long long)s->ids[i], ds->rank, s->after.epoch,
+            s->from->c->id, s->key, s->rels[i]);
   fclose(f);
 }
 
@@ -903,7 +1111,8 @@ ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
   for (int i = 0; ds->o.text && i < s->b.B; i++) {
     if (!s->miss[i]) continue;
     const ct_text_encoder_fn *te = ds->o.text;
-    float *seq = s->txt + (size_t)i * (size_t)te->T * (size_t)te->d, *pooled = s->pooled + (size_t)i * (size_t)te->dp;
+    float *seq = s->txt + (size_t)i * (size_t)te->T * (size_t)te->d,
+          *pooled = s->pooled + (size_t)i * (size_t)te->dp;
     ct_status st = te->encode(te->ctx, &s->caps[i], 1, seq, pooled, err);
     if (st) return st;
     ct_err e = {0};
@@ -1068,9 +1277,10 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
   double t0 = now_s();
   ct_keyset listed = {0};
   char lp[4200];
-  if (c->preserve_data_backend_cache && !ct_filelist_path(lp, sizeof lp, cfg->output_dir, "image", c->id))
+  if (c->preserve_data_backend_cache &&
+      !ct_filelist_path(lp, sizeof lp, cfg->output_dir, "image", c->id))
     ct_keyset_load(lp, &listed);
-  st = ct_discover(c, d->dir, &listed, ds->o.comm, &disc, err);
+  st = ct_discover(c, d->sto, d->imgdir, d->dir, &listed, ds->o.comm, &disc, err);
   const int from_list = listed.n > 0;
   ct_keyset_free(&listed);
   if (st) return st;
@@ -1235,7 +1445,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     goto out;
   }
   ds->d = calloc((size_t)ds->be->n, sizeof *ds->d);
-  if (!ds->d) {
+  ds->bsto = calloc((size_t)ds->be->n + 1, sizeof *ds->bsto);
+  if (!ds->d || !ds->bsto) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     goto out;
   }
@@ -1248,21 +1459,43 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     }
     dset *d = &ds->d[ds->nd++];
     d->c = c;
-    d->dir = strdup(c->instance_data_dir);
     d->repeats = c->repeats;
-    if (c->cache_dir_vae)
-      snprintf(d->vae_dir, sizeof d->vae_dir, "%s", c->cache_dir_vae);
-    else
-      snprintf(d->vae_dir, sizeof d->vae_dir, "%s/cache/vae/%s", cfg->output_dir, c->id);
+    d->imgdir = ct_ds_image_dir(c);
+    char shown[4200];
+    if (c->is_aws) s3_name(c, d->imgdir, shown, sizeof shown);
+    d->dir = strdup(c->is_aws ? shown : c->instance_data_dir);
+    if ((st = backend_storage(ds, c, &d->sto, err))) break;
+    /* the latent cache: a key prefix of an S3 dataset's bucket, else a local directory */
+    if (c->is_aws && c->cache_dir_vae) {
+      d->vae_sto = d->sto;
+      snprintf(d->vae_key, sizeof d->vae_key, "%s", c->cache_dir_vae);
+      s3_name(c, c->cache_dir_vae, d->vae_dir, sizeof d->vae_dir);
+    } else {
+      if (c->cache_dir_vae)
+        snprintf(d->vae_dir, sizeof d->vae_dir, "%s", c->cache_dir_vae);
+      else
+        snprintf(d->vae_dir, sizeof d->vae_dir, "%s/cache/vae/%s", cfg->output_dir, c->id);
+      if ((st = local_storage(ds, d->vae_dir, &d->vae_sto, err))) break;
+    }
     const ct_ds_config *tc = c->text_embeds ? ct_backend_find(ds->be, c->text_embeds) : NULL;
-    for (int k = 0; !c->text_embeds && k < ds->be->n; k++) { /* the default (or only) text_embeds dataset */
+    for (int k = 0; !c->text_embeds && k < ds->be->n;
+         k++) { /* the default (or only) text_embeds dataset */
       const ct_ds_config *x = &ds->be->ds[k];
       if (!x->disabled && x->kind == CT_DS_TEXT_EMBEDS && (x->is_default || !tc)) tc = x;
     }
-    if (tc)
-      snprintf(d->text_dir, sizeof d->text_dir, "%s", tc->cache_dir);
-    else
-      snprintf(d->text_dir, sizeof d->text_dir, "%s/cache/text", cfg->output_dir);
+    /* the text cache: an S3 text_embeds dataset's bucket (below aws_data_prefix/cache_dir), else a
+     * directory */
+    if (tc && tc->is_aws) {
+      if ((st = backend_storage(ds, tc, &d->text_sto, err))) break;
+      snprintf(d->text_key, sizeof d->text_key, "%s", tc->cache_dir ? tc->cache_dir : "");
+      s3_name(tc, d->text_key, d->text_dir, sizeof d->text_dir);
+    } else {
+      if (tc)
+        snprintf(d->text_dir, sizeof d->text_dir, "%s", tc->cache_dir);
+      else
+        snprintf(d->text_dir, sizeof d->text_dir, "%s/cache/text", cfg->output_dir);
+      if ((st = local_storage(ds, d->text_dir, &d->text_sto, err))) break;
+    }
     d->text_batch = tc ? tc->write_batch_size : 128;
     d->text_id = tc ? tc->id : "text_embeds";
     d->text_preserve = c->preserve_data_backend_cache || (tc && tc->preserve_data_backend_cache);
@@ -1275,7 +1508,7 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     }
     d->comp = ds->comp != CT_CACHE_RAW || !c->compress_cache ? ds->comp
               : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
-                                                               : CT_CACHE_GZIP;
+                                                             : CT_CACHE_GZIP;
     if (!d->dir) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     if (!st) st = load_dataset(ds, d, err);
   }
@@ -1326,10 +1559,12 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
     s->miss = calloc(ds->B, 1);
     s->rels = calloc(ds->B, sizeof *s->rels);
     if (o->text) {
-      s->txt = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->T * (size_t)o->text->d * sizeof(float));
+      s->txt =
+          ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->T * (size_t)o->text->d * sizeof(float));
       s->pooled = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->dp * sizeof(float));
     }
-    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed || !s->miss || !s->rels || (o->text && (!s->txt || !s->pooled)))
+    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed || !s->miss || !s->rels ||
+        (o->text && (!s->txt || !s->pooled)))
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
 out:
@@ -1377,6 +1612,10 @@ void ct_dataset_free(ct_dataset *ds) {
     free(d->dir);
   }
   free(ds->d);
+  for (int i = 0; ds->bsto && ds->be && i < ds->be->n; i++) ct_storage_free(ds->bsto[i]);
+  free(ds->bsto);
+  for (int i = 0; i < ds->nown; i++) ct_storage_free(ds->own[i]);
+  free(ds->own);
   ct_backend_free(ds->be);
   pthread_mutex_destroy(&ds->mu);
   pthread_cond_destroy(&ds->cv);

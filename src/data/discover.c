@@ -1,7 +1,13 @@
 /* discover.c: the images of one dataset, their captions and sizes.
  *
+ * Every read goes through the dataset's ct_storage (a local directory or an
+ * S3 bucket, ctuner/storage.h): one code path for both. Reads are batched
+ * with ct_storage_get_many (S3 runs a batch over its connection pool): the
+ * first 64 KiB of each image (more when the header needs it) and the .txt
+ * captions, a chunk of items per call.
+ *
  * Two metadata backends fill the same list of items:
- *   discovery  the instance_data_dir is listed (recursively, sorted); the
+ *   discovery  the image directory is listed (recursively, sorted); the
  *              files are split into contiguous shares, one per rank, and each
  *              rank reads its share's image headers (no pixel decoding) and
  *              captions with a thread per core; the results are all-gathered
@@ -14,6 +20,8 @@
  * of the headers. Bad items (unreadable, no caption, ...) are skipped and
  * counted in ct_data_stats, never fatal.
  */
+#include "data/discover.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <omp.h>
@@ -29,7 +37,6 @@
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/parquet.h"
-#include "data/discover.h"
 
 static int is_image_name(const char *n) {
   static const char *const ext[] = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", NULL};
@@ -40,7 +47,22 @@ static int is_image_name(const char *n) {
   return 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* A listed key below the image directory: no hidden file or directory, an
+ * image extension. */
+static int wanted(const char *rel) {
+  for (const char *p = rel; p; p = strchr(p, '/')) {
+    if (*p == '/') p++;
+    if (*p == '.') return 0;
+  }
+  return is_image_name(rel);
+}
+
+/* The local fast path (measured 2.4x faster on 10,000 JPEGs than the
+ * generic one through the local storage backend, whose listing stats every
+ * file and whose reads go through stdio): readdir with d_type, and headers
+ * by ct_image_probe_info. Tests set it to 1 to run the generic path (what S3
+ * datasets use) on local directories. */
+int ct_disc_force_generic = 0;
 
 typedef struct strlist {
   char **s;
@@ -62,7 +84,11 @@ static int sl_push(strlist *l, char *s) {
   return 0;
 }
 
-/* Relative paths of the images under dir/sub, recursively. */
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Relative paths of the images under dir/sub, recursively (local fast path). */
 static ct_status list_rel(const char *dir, const char *sub, strlist *out, int depth, ct_err *err) {
   char path[4096];
   if (ct_pathf(path, sizeof path, "%s%s%s", dir, *sub ? "/" : "", sub))
@@ -85,11 +111,17 @@ static ct_status list_rel(const char *dir, const char *sub, strlist *out, int de
     if (isdir) {
       if (depth < 64) st = list_rel(dir, rel, out, depth + 1, err);
     } else if (is_image_name(e->d_name)) {
-      if (sl_push(out, strdup(rel))) st = ct_errf(err, CT_ERR_NOMEM, "out of memory listing %s", dir);
+      if (sl_push(out, strdup(rel)))
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory listing %s", dir);
     }
   }
   closedir(d);
   return st;
+}
+
+/* dir/rel (dir "" : rel) into buf; -1 if it does not fit. */
+static int join_key(char *buf, size_t n, const char *dir, const char *rel) {
+  return ct_pathf(buf, n, "%s%s%s", dir, *dir ? "/" : "", rel);
 }
 
 /* Caption lines: trimmed, non-empty. Returns the count (0: none). */
@@ -133,29 +165,35 @@ static char *caption_from_name(const char *rel) {
   return s;
 }
 
-/* The caption text of an item by strategy, or NULL (counted as no_caption). */
-static char *caption_text(const ct_ds_config *c, const char *dir, const char *rel, const char *table_caption) {
+/* The caption text of an item by strategy, or NULL (counted as no_caption);
+ * textfile: the fetched .txt (taken over). */
+static char *caption_text(const ct_ds_config *c, const char *rel, const char *table_caption,
+                          char **txt) {
   switch (c->caption_strategy) {
-  case CT_CAP_FILENAME:
-    return caption_from_name(rel);
-  case CT_CAP_INSTANCEPROMPT:
-    return strdup(c->instance_prompt);
-  case CT_CAP_PARQUET:
-    return table_caption && *table_caption ? strdup(table_caption) : NULL;
-  case CT_CAP_TEXTFILE: {
-    char p[8192];
-    snprintf(p, sizeof p, "%s/%s", dir, rel);
-    char *dot = strrchr(p, '.'), *slash = strrchr(p, '/');
-    if (dot && (!slash || dot > slash)) *dot = 0;
-    strncat(p, ".txt", sizeof p - strlen(p) - 1);
-    char *text = NULL;
-    size_t n;
-    ct_err e = {0};
-    if (ct_read_file(p, 1 << 20, &text, &n, &e)) return NULL;
-    return text;
-  }
+    case CT_CAP_FILENAME:
+      return caption_from_name(rel);
+    case CT_CAP_INSTANCEPROMPT:
+      return strdup(c->instance_prompt);
+    case CT_CAP_PARQUET:
+      return table_caption && *table_caption ? strdup(table_caption) : NULL;
+    case CT_CAP_TEXTFILE: {
+      char *t = *txt;
+      *txt = NULL;
+      return t;
+    }
   }
   return NULL;
+}
+
+/* The .txt key of an image key. */
+static int caption_key(char *buf, size_t n, const char *key) {
+  if (ct_pathf(buf, n, "%s", key)) return -1;
+  char *dot = strrchr(buf, '.'), *slash = strrchr(buf, '/');
+  if (dot && (!slash || dot > slash)) *dot = 0;
+  size_t l = strlen(buf);
+  if (l + 5 > n) return -1;
+  memcpy(buf + l, ".txt", 5);
+  return 0;
 }
 
 /* ---- per-item results exchanged between ranks ----
@@ -260,12 +298,21 @@ static int pq_row(void *ctx, int64_t row, const ct_pq_value *v) {
   return t->st != CT_OK;
 }
 
-static ct_status read_parquet(const char *path, const ct_ds_config *c, ct_disc *d, ct_err *err) {
+/* A table: a local file is mapped by the reader; an object is fetched whole
+ * (at most TABLE_MAX bytes) and read from memory. */
+#define TABLE_MAX ((size_t)4 << 30)
+
+static ct_status read_parquet(const char *path, const char *data, size_t len, const ct_ds_config *c,
+                              ct_disc *d, ct_err *err) {
   ct_parquet *pq = NULL;
-  ct_status st = ct_parquet_open(path, &pq, err);
-  if (st) return st;
-  const char *names[5] = {c->parquet.filename_column, c->parquet.caption_column, c->parquet.fallback_caption_column,
-                          c->parquet.width_column, c->parquet.height_column};
+  ct_status st = data ? ct_parquet_open_mem(data, len, &pq, err) : ct_parquet_open(path, &pq, err);
+  if (st) {
+    if (data) ct_err_prefix(err, "%s: ", path);
+    return st;
+  }
+  const char *names[5] = {c->parquet.filename_column, c->parquet.caption_column,
+                          c->parquet.fallback_caption_column, c->parquet.width_column,
+                          c->parquet.height_column};
   int cols[5], n = 0, pos[5];
   for (int i = 0; i < 5; i++) {
     pos[i] = -1;
@@ -273,8 +320,9 @@ static ct_status read_parquet(const char *path, const ct_ds_config *c, ct_disc *
     int ci = ct_parquet_column_index(pq, names[i]);
     if (ci < 0) {
       if (i == 0 || (i == 1 && c->caption_strategy == CT_CAP_PARQUET && !names[2])) {
-        st = ct_errf(err, CT_ERR_INVALID, "%s: dataset '%s': parquet.%s \"%s\" is not a column of the file", path,
-                     c->id, i == 0 ? "filename_column" : "caption_column", names[i]);
+        st = ct_errf(err, CT_ERR_INVALID,
+                     "%s: dataset '%s': parquet.%s \"%s\" is not a column of the file", path, c->id,
+                     i == 0 ? "filename_column" : "caption_column", names[i]);
         break;
       }
       continue;
@@ -289,29 +337,34 @@ static ct_status read_parquet(const char *path, const ct_ds_config *c, ct_disc *
   return st;
 }
 
-static ct_status read_jsonl(const char *path, const ct_ds_config *c, ct_disc *d, ct_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ct_errf(err, CT_ERR_NOT_FOUND, "%s: dataset '%s': cannot open: %s", path, c->id, strerror(errno));
+static ct_status read_jsonl(const char *path, char *text, size_t n, const ct_ds_config *c,
+                            ct_disc *d, ct_err *err) {
   table_ctx t = {d, c, 0, 1, 2, 3, 4, CT_OK};
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
   long lineno = 0;
   ct_status st = CT_OK;
-  while (!st && (len = getline(&line, &cap, f)) > 0) {
+  for (char *line = text, *end = text + n; !st && line < end;) {
+    char *nl = memchr(line, '\n', (size_t)(end - line));
+    size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
+    char *next = nl ? nl + 1 : end;
     lineno++;
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ')) line[--len] = 0;
-    if (!len) continue;
+    while (len && (line[len - 1] == '\r' || line[len - 1] == ' ')) len--;
+    if (!len) {
+      line = next;
+      continue;
+    }
     ct_json *j = NULL;
     ct_err je = {0};
-    if (ct_json_parse(line, (size_t)len, &j, &je) || j->type != CT_JSON_OBJECT) {
-      CT_WARN("%s: line %ld: not a JSON object (%s); skipped", path, lineno, je.msg[0] ? je.msg : "wrong type");
+    if (ct_json_parse(line, len, &j, &je) || j->type != CT_JSON_OBJECT) {
+      CT_WARN("%s: line %ld: not a JSON object (%s); skipped", path, lineno,
+              je.msg[0] ? je.msg : "wrong type");
       d->metadata_missing++;
       ct_json_free(j);
+      line = next;
       continue;
     }
     const char *names[5] = {c->parquet.filename_column, c->parquet.caption_column,
-                            c->parquet.fallback_caption_column, c->parquet.width_column, c->parquet.height_column};
+                            c->parquet.fallback_caption_column, c->parquet.width_column,
+                            c->parquet.height_column};
     ct_pq_value v[5];
     for (int i = 0; i < 5; i++) {
       const ct_json *x = names[i] ? ct_json_get(j, names[i]) : NULL;
@@ -322,10 +375,41 @@ static ct_status read_jsonl(const char *path, const ct_ds_config *c, ct_disc *d,
     pq_row(&t, lineno, v);
     st = t.st ? ct_errf(err, t.st, "out of memory reading %s", path) : CT_OK;
     ct_json_free(j);
+    line = next;
   }
-  free(line);
-  if (!st && ferror(f)) st = ct_errf(err, CT_ERR_IO, "%s: read error", path);
-  fclose(f);
+  return st;
+}
+
+/* The parquet.path table: an absolute path is a local file; a relative one a
+ * key below the image directory of the dataset's storage. */
+static ct_status read_table(const ct_ds_config *c, ct_storage *sto, const char *dir,
+                            const char *name, ct_disc *d, ct_err *err) {
+  char key[4096], local[4096], shown[8400];
+  const char *path = NULL;
+  const size_t l = strlen(c->parquet.path);
+  const int jsonl = l > 6 && !strcasecmp(c->parquet.path + l - 6, ".jsonl");
+  if (c->parquet.path[0] == '/') {
+    path = c->parquet.path;
+  } else {
+    if (join_key(key, sizeof key, dir, c->parquet.path))
+      return ct_errf(err, CT_ERR_RANGE, "dataset '%s': parquet.path is too long", c->id);
+    if (!ct_storage_is_remote(sto) && !ct_storage_local_path(sto, key, local, sizeof local))
+      path = local;
+  }
+  snprintf(shown, sizeof shown, "%s", path ? path : "");
+  if (!path) snprintf(shown, sizeof shown, "%s/%s", name, c->parquet.path);
+  char *data = NULL;
+  size_t n = 0;
+  ct_status st = CT_OK;
+  if (path && jsonl)
+    st = ct_read_file(path, TABLE_MAX, &data, &n, err);
+  else if (!path)
+    st = ct_storage_get(sto, key, TABLE_MAX, &data, &n, err);
+  if (st == CT_ERR_NOT_FOUND)
+    return ct_errf(err, st, "%s: dataset '%s': parquet.path: not found", shown, c->id);
+  if (st) return st;
+  st = jsonl ? read_jsonl(shown, data, n, c, d, err) : read_parquet(shown, data, n, c, d, err);
+  free(data);
   return st;
 }
 
@@ -347,42 +431,228 @@ static int cmp_item(const void *a, const void *b) {
   return strcmp(((const ct_disc_item *)a)->rel, ((const ct_disc_item *)b)->rel);
 }
 
-/* Sizes from a preserved aspect_ratio_bucket_metadata_<id>.json. */
-static int load_preserved(const char *dir, const char *id, ct_keyset *s) {
-  char p[8192];
-  snprintf(p, sizeof p, "%s/aspect_ratio_bucket_metadata_%s.json", dir, id);
-  return ct_keyset_load(p, s);
+/* Sizes from a preserved aspect_ratio_bucket_metadata_<id>.json beside the images. */
+static int load_preserved(ct_storage *sto, const char *dir, const char *id, ct_keyset *s) {
+  char rel[300], key[4400];
+  char *text = NULL;
+  size_t n = 0;
+  ct_err e = {0};
+  ct_json *j = NULL;
+  memset(s, 0, sizeof *s);
+  snprintf(rel, sizeof rel, "aspect_ratio_bucket_metadata_%s.json", id);
+  if (join_key(key, sizeof key, dir, rel)) return 0;
+  ct_status st = ct_storage_get(sto, key, (size_t)1 << 32, &text, &n, &e);
+  if (st == CT_ERR_NOT_FOUND) return 0;
+  if (!st) st = ct_json_parse(text, n, &j, &e);
+  free(text);
+  if (!st) st = ct_keyset_from_json(j, s, &e);
+  if (st) {
+    CT_WARN("%s: %s: %s; not used", ct_storage_describe(sto), key, e.msg);
+    return 0;
+  }
+  return 1;
 }
 
-ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *listed, struct ct_comm *comm,
-                      ct_disc *d, ct_err *err) {
+/* ---- this rank's share: sizes and captions, a chunk of items at a time ---- */
+
+#define PROBE_BYTES ((size_t)64 << 10)
+#define PROBE_MAX ((size_t)64 << 20) /* a header that needs more than this is unreadable */
+
+typedef struct share {
+  const ct_ds_config *c;
+  ct_storage *sto;
+  const char *dir;
+  ct_disc *d;
+  const ct_keyset *pres;
+  int need_size, remote;
+  int *res;    /* (w, h, why) per item of the share */
+  char **caps; /* caption text per item */
+} share;
+
+static void free_reqs(ct_storage_req *r, size_t n) {
+  for (size_t i = 0; i < n; i++) free(r[i].data), free((char *)r[i].key);
+}
+
+/* Items [a, b) of the d's list (share-relative i0 = a - lo). A failure of the
+ * storage itself (not a missing or bad file) on a remote storage is returned:
+ * images must not vanish from a dataset because the network did. */
+static ct_status probe_chunk_local(share *sh, size_t lo, size_t a, size_t b) {
+  const ct_ds_config *c = sh->c;
+  for (size_t i = a; i < b; i++) {
+    ct_disc_item *it = &sh->d->it[i];
+    int *r = &sh->res[3 * (i - lo)];
+    char key[4096], path[8192];
+    r[0] = it->w, r[1] = it->h, r[2] = CT_DISC_OK;
+    if (join_key(key, sizeof key, sh->dir, it->rel) ||
+        ct_storage_local_path(sh->sto, key, path, sizeof path)) {
+      r[2] = CT_DISC_NOT_FOUND;
+      continue;
+    }
+    const ct_json *m = ct_keyset_find(sh->pres, it->rel);
+    const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
+    if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int &&
+        os->items[1].is_int) {
+      r[0] = (int)os->items[0].i64, r[1] = (int)os->items[1].i64;
+    } else if (sh->need_size || it->w <= 0 || it->h <= 0) {
+      ct_image_info info;
+      ct_err e = {0};
+      ct_status ps = ct_image_probe_info(path, &info, &e);
+      if (ps == CT_ERR_NOT_FOUND)
+        r[2] = CT_DISC_NOT_FOUND;
+      else if (ps)
+        r[2] = CT_DISC_UNREADABLE;
+      else
+        r[0] = info.w, r[1] = info.h;
+      if (ps && ps != CT_ERR_NOT_FOUND) CT_DEBUG("dataset '%s': %s", c->id, e.msg);
+    } else {
+      struct stat fs;
+      if (stat(path, &fs) != 0) r[2] = CT_DISC_NOT_FOUND;
+    }
+    if (r[2] != CT_DISC_OK) continue;
+    char *txt = NULL;
+    if (c->caption_strategy == CT_CAP_TEXTFILE) {
+      char tp[8192];
+      size_t tn;
+      ct_err e = {0};
+      if (!caption_key(tp, sizeof tp, path) && ct_read_file(tp, 1 << 20, &txt, &tn, &e)) txt = NULL;
+    }
+    sh->caps[i - lo] = caption_text(c, it->rel, it->caption, &txt);
+    free(txt);
+    if (!sh->caps[i - lo]) r[2] = CT_DISC_NO_CAPTION;
+  }
+  return CT_OK;
+}
+
+static ct_status probe_chunk(share *sh, size_t lo, size_t a, size_t b, ct_err *err) {
+  if (!sh->remote && !ct_disc_force_generic) return probe_chunk_local(sh, lo, a, b);
+  const size_t n = b - a;
+  const ct_ds_config *c = sh->c;
+  ct_storage_req *rq = calloc(2 * n + 1, sizeof *rq);
+  int *kind = calloc(n + 1, sizeof *kind); /* 0: size known, 1: probe, 2: existence */
+  ct_status st = rq && kind ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  const int textfile = c->caption_strategy == CT_CAP_TEXTFILE;
+  for (size_t i = 0; !st && i < n; i++) {
+    ct_disc_item *it = &sh->d->it[a + i];
+    int *r = &sh->res[3 * (a + i - lo)];
+    r[0] = it->w, r[1] = it->h, r[2] = CT_DISC_OK;
+    char key[4096], tk[4096];
+    if (join_key(key, sizeof key, sh->dir, it->rel) ||
+        (textfile && caption_key(tk, sizeof tk, key))) {
+      r[2] = CT_DISC_NOT_FOUND;
+      continue;
+    }
+    const ct_json *m = ct_keyset_find(sh->pres, it->rel);
+    const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
+    if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int &&
+        os->items[1].is_int) {
+      r[0] = (int)os->items[0].i64, r[1] = (int)os->items[1].i64;
+    } else if (sh->need_size || it->w <= 0 || it->h <= 0) {
+      kind[i] = 1;
+      rq[i].len = PROBE_BYTES;
+    } else {
+      kind[i] = 2; /* sizes from the table: the file must exist */
+      rq[i].len = 1;
+    }
+    if (kind[i]) rq[i].key = strdup(key);
+    if (textfile) rq[n + i].key = strdup(tk), rq[n + i].max = (size_t)1 << 20;
+    if ((kind[i] && !rq[i].key) || (textfile && !rq[n + i].key))
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  /* one call for the headers and captions; requests without a key are skipped by packing */
+  ct_storage_req *pk = st ? NULL : calloc(2 * n + 1, sizeof *pk);
+  size_t *map = st ? NULL : calloc(2 * n + 1, sizeof *map), np = 0;
+  if (!st && (!pk || !map)) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; !st && i < 2 * n; i++)
+    if (rq[i].key) map[np] = i, pk[np++] = rq[i];
+  for (int round = 0; !st && np; round++) {
+    ct_err e = {0};
+    ct_status gs = ct_storage_get_many(sh->sto, pk, np, &e);
+    if (gs && sh->remote) {
+      st = ct_errf(err, gs, "dataset '%s': %s", c->id, e.msg);
+      break;
+    }
+    for (size_t k = 0; k < np; k++) {
+      const size_t i = map[k];
+      char *key = (char *)rq[i].key;
+      rq[i] = pk[k];
+      rq[i].key = key;
+    }
+    /* headers that continue past what was read: fetch that many and probe again */
+    size_t again = 0;
+    for (size_t k = 0; k < np; k++) {
+      const size_t i =
+          map[k];           /* again <= k: map and pk are rewritten behind the reading position */
+      if (i >= n) continue; /* a caption */
+      int *r = &sh->res[3 * (a + i - lo)];
+      if (rq[i].st == CT_ERR_NOT_FOUND) {
+        r[2] = CT_DISC_NOT_FOUND;
+      } else if (rq[i].st) {
+        r[2] = CT_DISC_UNREADABLE;
+      } else if (kind[i] == 1) {
+        ct_image_info info;
+        size_t need = 0;
+        ct_err pe = {0};
+        ct_status ps = ct_image_probe_mem(rq[i].data, rq[i].n, &info, &need, &pe);
+        if (!ps) {
+          r[0] = info.w, r[1] = info.h;
+        } else if (need > rq[i].n && rq[i].n == rq[i].len && need <= PROBE_MAX && round < 8) {
+          free(rq[i].data);
+          rq[i].data = NULL;
+          rq[i].len = need;
+          map[again] = i, pk[again++] = rq[i];
+        } else {
+          CT_DEBUG("dataset '%s': %s: %s", c->id, rq[i].key, pe.msg);
+          r[2] = CT_DISC_UNREADABLE;
+        }
+      }
+    }
+    np = again;
+  }
+  for (size_t i = 0; !st && i < n; i++) {
+    int *r = &sh->res[3 * (a + i - lo)];
+    if (r[2] != CT_DISC_OK) continue;
+    if (textfile && rq[n + i].st && rq[n + i].st != CT_ERR_NOT_FOUND &&
+        rq[n + i].st != CT_ERR_RANGE)
+      CT_DEBUG("dataset '%s': caption of %s unreadable", c->id, sh->d->it[a + i].rel);
+    sh->caps[a + i - lo] =
+        caption_text(c, sh->d->it[a + i].rel, sh->d->it[a + i].caption, &rq[n + i].data);
+    if (!sh->caps[a + i - lo]) r[2] = CT_DISC_NO_CAPTION;
+  }
+  if (rq) free_reqs(rq, 2 * n);
+  free(rq);
+  free(pk);
+  free(map);
+  free(kind);
+  return st;
+}
+
+ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, const char *name,
+                      const ct_keyset *listed, struct ct_comm *comm, ct_disc *d, ct_err *err) {
   ct_status st = CT_OK;
-  strlist files = {0};
+  ct_storage_list files = {0};
   char *blob = NULL, *all = NULL;
   size_t *off = NULL;
   ct_keyset pres = {0};
   memset(d, 0, sizeof *d);
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-    return ct_errf(err, CT_ERR_NOT_FOUND, "dataset '%s': instance_data_dir '%s' is not a directory (%s)", c->id, dir,
-                   stat(dir, &sb) ? strerror(errno) : "a file");
+  const int remote = ct_storage_is_remote(sto);
+  if (!remote) {
+    char p[4096];
+    struct stat sb;
+    if (ct_storage_local_path(sto, dir, p, sizeof p) || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return ct_errf(err, CT_ERR_NOT_FOUND,
+                     "dataset '%s': instance_data_dir '%s' is not a directory (%s)", c->id, name,
+                     stat(p, &sb) ? strerror(errno) : "a file");
   }
   /* 1. the candidate list (identical on every rank) */
   if (c->metadata_backend == CT_META_PARQUET || c->caption_strategy == CT_CAP_PARQUET) {
-    char tp[8192];
-    if (c->parquet.path[0] == '/')
-      snprintf(tp, sizeof tp, "%s", c->parquet.path);
-    else
-      snprintf(tp, sizeof tp, "%s/%s", dir, c->parquet.path);
-    size_t l = strlen(tp);
-    st = l > 6 && !strcasecmp(tp + l - 6, ".jsonl") ? read_jsonl(tp, c, d, err) : read_parquet(tp, c, d, err);
+    st = read_table(c, sto, dir, name, d, err);
     if (st) goto out;
     /* outside the directory, duplicates */
     size_t k = 0;
     for (size_t i = 0; i < d->n; i++) {
       if (outside(d->it[i].rel)) {
-        CT_WARN("dataset '%s': %s: row %zu names '%s', outside instance_data_dir; skipped", c->id, c->parquet.path,
-                i, d->it[i].rel);
+        CT_WARN("dataset '%s': %s: row %zu names '%s', outside instance_data_dir; skipped", c->id,
+                c->parquet.path, i, d->it[i].rel);
         d->outside_dir++;
         free(d->it[i].rel);
         free(d->it[i].caption);
@@ -404,11 +674,12 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *l
     }
     d->n = k;
   } else if (listed && listed->n) {
-    /* a preserved all_image_files_<id>.json: its paths under dir, not a walk */
-    const size_t dl = strlen(dir);
+    /* a preserved all_image_files_<id>.json: its paths under the directory, not a listing */
+    const size_t dl = strlen(name);
     for (size_t i = 0; i < listed->n && !st; i++) {
       const char *k = ct_keyset_key(listed, i);
-      if (strncmp(k, dir, dl) || k[dl] != '/' || outside(k + dl + 1) || !is_image_name(k + dl + 1)) continue;
+      if (strncmp(k, name, dl) || k[dl] != '/' || outside(k + dl + 1) || !is_image_name(k + dl + 1))
+        continue;
       char *rel = strdup(k + dl + 1);
       st = rel ? add_item(d, rel, 0, 0, NULL) : CT_ERR_NOMEM; /* add_item frees rel on failure */
     }
@@ -416,29 +687,48 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *l
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
       goto out;
     }
-    CT_INFO("dataset '%s': %zu image(s) from the preserved file list (instance_data_dir not listed)", c->id,
-            d->n);
-  } else {
-    st = list_rel(dir, "", &files, 0, err);
+    CT_INFO(
+        "dataset '%s': %zu image(s) from the preserved file list (instance_data_dir not listed)",
+        c->id, d->n);
+  } else if (!remote && !ct_disc_force_generic) {
+    char root[4096];
+    strlist fl = {0};
+    if (ct_storage_local_path(sto, dir, root, sizeof root))
+      st = ct_errf(err, CT_ERR_RANGE, "%s: too long", name);
+    if (!st) st = list_rel(root, "", &fl, 0, err);
+    if (!st) qsort(fl.s, fl.n, sizeof *fl.s, cmp_str);
+    for (size_t i = 0; i < fl.n; i++) {
+      if (!st)
+        st = add_item(d, fl.s[i], 0, 0, NULL) ? ct_errf(err, CT_ERR_NOMEM, "out of memory") : CT_OK;
+      else
+        free(fl.s[i]);
+    }
+    free(fl.s);
     if (st) goto out;
-    qsort(files.s, files.n, sizeof *files.s, cmp_str);
+  } else {
+    st = ct_storage_list_dir(sto, dir, &files, err);
+    if (st) goto out;
+    const size_t dl = *dir ? strlen(dir) + 1 : 0; /* keys are relative to the storage's root */
     for (size_t i = 0; i < files.n && !st; i++) {
-      st = add_item(d, files.s[i], 0, 0, NULL);
-      files.s[i] = NULL;
+      const char *rel = files.keys[i] + dl;
+      if (strlen(files.keys[i]) <= dl || !wanted(rel)) continue;
+      char *r = strdup(rel);
+      st = r ? add_item(d, r, 0, 0, NULL) : CT_ERR_NOMEM;
     }
     if (st) {
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
       goto out;
     }
+    /* the listing is sorted by key; the common prefix keeps the rel order, but a
+     * storage may not sort: make sure */
+    qsort(d->it, d->n, sizeof *d->it, cmp_item);
   }
   d->total = d->n + d->outside_dir + d->duplicate + d->metadata_missing;
   /* 2. this rank's share: sizes (header, table or preserved) and captions */
   const int size = comm ? ct_comm_size(comm) : 1, rank = comm ? ct_comm_rank(comm) : 0;
-  const size_t lo = d->n * (size_t)rank / (size_t)size, hi = d->n * (size_t)(rank + 1) / (size_t)size;
-  if (c->preserve_data_backend_cache) load_preserved(dir, c->id, &pres);
-  const int need_size = c->metadata_backend == CT_META_DISCOVERY;
-  size_t cap = 64;
-  for (size_t i = lo; i < hi; i++) cap += 16 + (d->it[i].caption ? strlen(d->it[i].caption) : 0);
+  const size_t lo = d->n * (size_t)rank / (size_t)size,
+               hi = d->n * (size_t)(rank + 1) / (size_t)size;
+  if (c->preserve_data_backend_cache) load_preserved(sto, dir, c->id, &pres);
   int *res = calloc((hi - lo) * 3 + 1, sizeof *res);
   char **caps = calloc(hi - lo + 1, sizeof *caps);
   if (!res || !caps) {
@@ -447,35 +737,29 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *l
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     goto out;
   }
-#pragma omp parallel for schedule(dynamic, 16)
-  for (long li = 0; li < (long)(hi - lo); li++) {
-    ct_disc_item *it = &d->it[lo + (size_t)li];
-    char path[8192];
-    int w = it->w, h = it->h, why = CT_DISC_OK;
-    snprintf(path, sizeof path, "%s/%s", dir, it->rel);
-    const ct_json *m = ct_keyset_find(&pres, it->rel);
-    const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
-    if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int && os->items[1].is_int) {
-      w = (int)os->items[0].i64, h = (int)os->items[1].i64;
-    } else if (need_size || w <= 0 || h <= 0) {
-      ct_image_info info;
-      ct_err e = {0};
-      ct_status ps = ct_image_probe_info(path, &info, &e);
-      if (ps == CT_ERR_NOT_FOUND) why = CT_DISC_NOT_FOUND;
-      else if (ps) why = CT_DISC_UNREADABLE;
-      else w = info.w, h = info.h;
-      if (ps && ps != CT_ERR_NOT_FOUND) CT_DEBUG("dataset '%s': %s", c->id, e.msg);
-    } else {
-      struct stat fs;
-      if (stat(path, &fs) != 0) why = CT_DISC_NOT_FOUND;
+  share sh = {c, sto, dir, d, &pres, c->metadata_backend == CT_META_DISCOVERY, remote, res, caps};
+  /* local: chunks spread over the cores; S3: one chunk at a time, its
+   * requests spread over the connection pool */
+  const size_t chunk = remote ? 256 : 32, nch = (hi - lo + chunk - 1) / chunk;
+  ct_err ferr = {0};
+  ct_status fst = CT_OK;
+#pragma omp parallel for schedule(dynamic, 1) if (!remote)
+  for (long ch = 0; ch < (long)nch; ch++) {
+    ct_err e = {0};
+    const size_t a = lo + (size_t)ch * chunk, b = a + chunk < hi ? a + chunk : hi;
+    ct_status cs = fst ? CT_OK : probe_chunk(&sh, lo, a, b, &e);
+    if (cs) {
+#pragma omp critical(ct_discover_fail)
+      if (!fst) fst = cs, ferr = e;
     }
-    char *text = NULL;
-    if (why == CT_DISC_OK) {
-      text = caption_text(c, dir, it->rel, it->caption);
-      if (!text) why = CT_DISC_NO_CAPTION;
-    }
-    res[3 * li] = w, res[3 * li + 1] = h, res[3 * li + 2] = why;
-    caps[li] = text;
+  }
+  if (fst) {
+    for (size_t i = 0; i < hi - lo; i++) free(caps[i]);
+    free(caps);
+    free(res);
+    st = fst;
+    if (err) *err = ferr;
+    goto out;
   }
   size_t bl = 0;
   for (size_t i = 0; i < hi - lo; i++) bl += 16 + (caps[i] ? strlen(caps[i]) : 0);
@@ -486,7 +770,8 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *l
     char *p = blob;
     for (size_t i = 0; i < hi - lo; i++) {
       size_t cl = caps[i] ? strlen(caps[i]) : 0;
-      put32(&p, (uint32_t)res[3 * i]), put32(&p, (uint32_t)res[3 * i + 1]), put32(&p, (uint32_t)res[3 * i + 2]);
+      put32(&p, (uint32_t)res[3 * i]), put32(&p, (uint32_t)res[3 * i + 1]),
+          put32(&p, (uint32_t)res[3 * i + 2]);
       put32(&p, (uint32_t)cl);
       memcpy(p, caps[i] ? caps[i] : "", cl);
       p += cl;
@@ -524,8 +809,7 @@ ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *l
     p += cl;
   }
 out:
-  for (size_t i = 0; i < files.n; i++) free(files.s[i]);
-  free(files.s);
+  ct_storage_list_free(&files);
   free(blob);
   free(all);
   free(off);
@@ -534,4 +818,6 @@ out:
   return st;
 }
 
-int ct_caption_lines(const char *text, char ***lines) { return split_lines(text, lines); }
+int ct_caption_lines(const char *text, char ***lines) {
+  return split_lines(text, lines);
+}

@@ -19,12 +19,18 @@ typedef struct ct_disc {
   size_t total, outside_dir, duplicate, metadata_missing;
 } ct_disc;
 
-/* Every rank calls it together; every rank gets the same list. listed: a
- * preserved all_image_files_<id>.json (its paths under dir replace the
- * directory walk), or NULL. */
-ct_status ct_discover(const ct_ds_config *c, const char *dir, const ct_keyset *listed, struct ct_comm *comm,
-                      ct_disc *d, ct_err *err);
+/* Every rank calls it together; every rank gets the same list. sto: the
+ * dataset's storage; dir: the images' key prefix in it ("" = its root);
+ * name: the images' directory as users see it (a path or s3://bucket/prefix),
+ * for messages and the file lists. listed: a preserved
+ * all_image_files_<id>.json (its paths under name replace the listing), or
+ * NULL. */
+ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, const char *name,
+                      const ct_keyset *listed, struct ct_comm *comm, ct_disc *d, ct_err *err);
 void ct_disc_free(ct_disc *d);
+/* Test hook: 1 runs local directories through the generic storage path (the
+ * one S3 datasets take) instead of the local fast path. */
+extern int ct_disc_force_generic;
 /* Caption lines of a text: trimmed, non-empty; returns the count. */
 int ct_caption_lines(const char *text, char ***lines);
 
