@@ -29,6 +29,10 @@
   X(preset, STR, "small", "model size preset: tiny, small, bench")                             \
   X(pretrained_model_path, STR, NULL, "Flux-layout safetensors to start from (else seeded init)") \
   X(output_dir, STR, "output", "where checkpoints, validation images and metrics go")          \
+  X(output_dir_local, STR, NULL, "with output_dir s3://bucket/prefix: the local working directory (default s3-output/<bucket>/<prefix>)") \
+  X(output_aws_endpoint_url, STR, NULL, "with output_dir s3://...: the S3 endpoint (else AWS_ENDPOINT_URL, else AWS)") \
+  X(output_aws_region_name, STR, NULL, "with output_dir s3://...: the region (else AWS_REGION, else \"auto\")") \
+  X(output_aws_addressing_style, STR, "auto", "with output_dir s3://...: auto, path or virtual") \
   X(seed, INT, "0", "seed of every random draw (init, data order, noise, timesteps)")           \
   X(resolution, INT, "0", "training image side in pixels (0: the preset's latent size x codec scale)") \
   X(data_backend_config, STR, NULL, "multidatabackend.json: the datasets to train on")         \

@@ -1,6 +1,7 @@
 /* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
  * the canonical dump and help, so a key is declared exactly once. */
 #include "ctuner/config.h"
+#include "ctuner/storage.h"
 #include "ctuner/hash.h"
 #include "train/onebit.h"
 
@@ -446,6 +447,19 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->vae_stats_images < 1) BAD("vae_stats_images must be >= 1, got %ld", c->vae_stats_images);
   if (!c->preset) BAD("preset is required (tiny, small, bench)");
   if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
+  if (!strncmp(c->output_dir, "s3://", 5)) {
+    char *b = NULL, *pf = NULL;
+    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0];
+    free(b), free(pf);
+    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix", c->output_dir);
+    if (c->model_type && !strcmp(c->model_type, "vae"))
+      BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a local output_dir");
+  }
+  if (!c->output_aws_addressing_style || (strcmp(c->output_aws_addressing_style, "auto") &&
+                                          strcmp(c->output_aws_addressing_style, "path") &&
+                                          strcmp(c->output_aws_addressing_style, "virtual")))
+    BAD("output_aws_addressing_style must be auto, path or virtual, got '%s'",
+        c->output_aws_addressing_style ? c->output_aws_addressing_style : "");
   if (c->seed < 0) BAD("seed must be >= 0, got %ld", c->seed);
   if (c->resolution < 0 || c->resolution > 4096)
     BAD("resolution must be between 0 and 4096, got %ld", c->resolution);
@@ -660,7 +674,8 @@ static void sb_json_string(sbuf *b, const char *s) {
 
 /* Keys that do not change the numbers a run computes. */
 static int cosmetic(const char *k) {
-  static const char *const c[] = {"output_dir", "checkpoint_step_interval", "checkpoints_total_limit",
+  static const char *const c[] = {"output_dir", "output_dir_local", "output_aws_endpoint_url",
+                                  "output_aws_region_name", "output_aws_addressing_style", "checkpoint_step_interval", "checkpoints_total_limit",
                                   "resume_from_checkpoint", "validation_prompt", "user_prompt_library",
                                   "validation_step_interval", "validation_num_inference_steps",
                                   "validation_guidance", "validation_resolution",

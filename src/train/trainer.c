@@ -32,6 +32,7 @@
 #include "train/offload.h"
 #include "train/onebit.h"
 #include "train/zero.h"
+#include "train/remote.h"
 #include "train_int.h"
 
 static double now_s(void) {
@@ -361,6 +362,8 @@ typedef struct trainer {
   ct_text_encoder_fn text_fn;
   double data_wait; /* seconds waited for batches */
   ct_health *h;     /* monitor, circuit breaker, webhooks (ct_train_run only) */
+  ct_remote *remote; /* output_dir s3://...: checkpoints mirrored there (rank 0) */
+  char remote_pending[1024]; /* a checkpoint whose upload failed, retried at the end */
   ct_codec codec;   /* pixel or VAE: the data's latents, validation's decoding */
   ct_optim *opt;
   ct_sched sched;
@@ -926,14 +929,14 @@ static ct_status checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, 
   }
 }
 
-ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
-                       ct_train_summary *sum, ct_err *err) {
-  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return ct_vae_train_run(cfg, comm, cb, user, sum, err);
+static ct_status train_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
+                           ct_train_summary *sum, ct_err *err) {
   const double t_start = now_s();
   memset(sum, 0, sizeof *sum);
   trainer tr = {0};
   tr.widx = -1;
   tr.cfg = cfg;
+  tr.remote = remote;
   tr.comm = comm;
   tr.rank = ct_comm_rank(comm);
   tr.world = ct_comm_size(comm);
@@ -1039,22 +1042,31 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
     char dir[4096] = "";
     long cs = 0;
     int have = 0;
+    ct_status pulled = CT_OK; /* output_dir s3://: rank 0 fetches a newer remote checkpoint first */
     if (!strcmp(cfg->resume_from_checkpoint, "latest")) {
+      long ps = 0;
+      if (lead && tr.remote) pulled = ct_remote_pull_latest(tr.remote, cfg->output_dir, &ps, err);
       ct_err e2 = {0};
-      have = ct_checkpoint_latest(cfg->output_dir, dir, sizeof dir, &cs, &e2) == CT_OK;
+      have = !pulled && ct_checkpoint_latest(cfg->output_dir, dir, sizeof dir, &cs, &e2) == CT_OK;
     } else {
       snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
       have = 1;
     }
     if (tr.world > 1) { /* rank 0 decides, so no rank resumes from another step */
       char msg[4100];
-      msg[0] = (char)have;
+      msg[0] = pulled ? 2 : (char)have;
       memcpy(msg + 1, dir, sizeof dir);
       st = ct_comm_broadcast(comm, msg, sizeof msg, 0, err);
       if (st) goto out;
-      have = msg[0];
+      if (msg[0] == 2 && !pulled)
+        pulled = ct_errf(err, CT_ERR_IO, "rank 0 could not download the newest checkpoint of the output bucket");
+      have = msg[0] == 1;
       memcpy(dir, msg + 1, sizeof dir);
       dir[sizeof dir - 1] = 0;
+    }
+    if (pulled) {
+      st = pulled;
+      goto out;
     }
     if (have) {
       char digest[17];
@@ -1397,6 +1409,13 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
       release_full(&tr, &fv);
       io.ema = tr.own ? NULL : tr.ema;
       if (st) goto out;
+      if (lead && tr.remote) { /* a failed upload warns; the end of the run tries once more */
+        ct_err ue = {0};
+        ct_status us = ct_remote_push_checkpoint(tr.remote, sum->last_checkpoint, cfg->checkpoints_total_limit, &ue);
+        if (!us) us = ct_remote_push_outputs(tr.remote, cfg->output_dir, &ue);
+        if (us) CT_WARN("%s (the local copy is intact; retried at the end of the run)", ue.msg);
+        snprintf(tr.remote_pending, sizeof tr.remote_pending, "%s", us ? sum->last_checkpoint : "");
+      }
       ct_health_stage(tr.h, "checkpoint_save", "Saving checkpoint", "completed", 100);
       ct_health_checkpoint(tr.h, sum->last_checkpoint, step, last);
       if (cb && lead) {
@@ -1445,6 +1464,11 @@ out:
   if (tr.h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
     ct_health_runtime_fault(tr.h, "runtime_error", st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg, 1);
     st = CT_ERR_HEALTH;
+  }
+  if (st == CT_OK && lead && tr.remote && tr.remote_pending[0]) { /* after every collective */
+    st = ct_remote_push_checkpoint(tr.remote, tr.remote_pending, cfg->checkpoints_total_limit, err);
+    if (!st) st = ct_remote_push_outputs(tr.remote, cfg->output_dir, err);
+    if (st) ct_err_prefix(err, "the last checkpoint is only local (%s): ", tr.remote_pending);
   }
   if (st == CT_OK) {
     ct_health_stage(tr.h, "training_complete", "Training complete", "completed", 100);
@@ -1526,7 +1550,43 @@ void ct_pipeline_free(ct_pipeline *p) {
   memset(p, 0, sizeof *p);
 }
 
-ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, ct_data_stats *stats, ct_err *err) {
+/* output_dir s3://bucket/prefix: the run works in the local directory and
+ * mirrors its checkpoints (src/train/remote.c). */
+static ct_status with_output(const ct_config *cfg, ct_config *local_cfg, ct_remote **remote, char **local,
+                             ct_err *err) {
+  *local_cfg = *cfg;
+  *remote = NULL;
+  *local = NULL;
+  if (!ct_remote_wanted(cfg)) return CT_OK;
+  ct_status st = ct_remote_open(cfg, remote, local, err);
+  if (st) return st;
+  local_cfg->output_dir = *local;
+  CT_INFO("output_dir %s: working in %s; checkpoints are mirrored to the bucket", cfg->output_dir, *local);
+  return CT_OK;
+}
+
+ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user, ct_train_summary *sum,
+                       ct_err *err) {
+  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return ct_vae_train_run(cfg, comm, cb, user, sum, err);
+  ct_config c2;
+  ct_remote *r;
+  char *local;
+  memset(sum, 0, sizeof *sum);
+  ct_status st = with_output(cfg, &c2, &r, &local, err);
+  if (!st) st = train_run(&c2, r, comm, cb, user, sum, err);
+  ct_remote_free(r);
+  free(local);
+  return st;
+}
+
+ct_status ct_cache_run(const ct_config *cfg_in, ct_comm *comm, ct_data_stats *stats, ct_err *err) {
+  ct_config c2;
+  ct_remote *r;
+  char *local;
+  ct_status st0 = with_output(cfg_in, &c2, &r, &local, err);
+  ct_remote_free(r);
+  if (st0) return st0;
+  const ct_config *cfg = &c2;
   trainer tr = {0};
   tr.widx = -1;
   tr.cfg = cfg;
@@ -1536,5 +1596,6 @@ ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, ct_data_stats *stats
   ct_status st = open_data(&tr, err);
   if (!st) ct_dataset_stats(tr.ds, stats);
   trainer_free(&tr);
+  free(local);
   return st;
 }

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Training with S3 storage end to end (docs/storage.md), against s3rver (npm,
+# started here on 127.0.0.1) behind tests/lib/s3_fault_proxy.py, which checks
+# every request's Signature V4 and injects faults:
+#  - the same images and captions on local disk and in a bucket (uploaded by
+#    `ctuner storage sync`), with the latent and text caches in the bucket,
+#    train to exactly the same losses — also while the proxy answers every 9th
+#    request with a 500/503/429/slow/drop/reset fault;
+#  - output_dir s3://bucket/prefix: checkpoints mirrored with .guard last,
+#    checkpoints_total_limit applied in the bucket, and a resume on an empty
+#    local directory pulls the newest checkpoint and continues exactly as an
+#    uninterrupted run;
+#  - a wrong secret: one clear error, the secret nowhere in the output.
+# Needs node + npm (s3rver); without them this test FAILS, it does not skip.
+# Usage: tests/cli_s3_train.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+root="$(cd "$(dirname "$0")/.." && pwd)"
+srv="$tmp/s3"
+cleanup() {
+  [ -n "${proxy_pid:-}" ] && kill "$proxy_pid" 2>/dev/null
+  "$root/scripts/s3_server.sh" stop "$srv" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+[ -n "${KEEP_TMP:-}" ] && trap - EXIT
+
+port=$("$root/scripts/s3_server.sh" start "$srv" train 2>"$tmp/srv.err") ||
+  { bad "s3rver did not start: $(tail -3 "$tmp/srv.err")"; exit 1; }
+"$PY" "$root/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$port" --port-file "$tmp/proxy.port" \
+  --log "$tmp/proxy.log" --control "$tmp/proxy.ctl" --credentials S3RVER:S3RVER --max-seconds 900 &
+proxy_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/proxy.port" ] && break; sleep 0.1; done
+[ -s "$tmp/proxy.port" ] || { bad "the fault proxy did not start"; exit 1; }
+ep="http://127.0.0.1:$(cat "$tmp/proxy.port")"
+export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+echo "mode=none" > "$tmp/proxy.ctl"
+
+# Two aspect buckets of synthetic images with captions.
+"$CT" dataset synth --out "$tmp/data/sq" --count 24 --seed 1 --size 32x32 >/dev/null &&
+  "$CT" dataset synth --out "$tmp/data/wide" --count 24 --seed 2 --size 48x32 >/dev/null ||
+  { bad "dataset synth"; exit 1; }
+if "$CT" storage sync "$tmp/data" s3://train/datasets/shapes --endpoint "$ep" >"$tmp/sync.out" 2>&1; then
+  n=$("$CT" storage ls s3://train/datasets/shapes --endpoint "$ep" | wc -l)
+  [ "$n" = 96 ] && ok "dataset uploaded: 48 images + 48 captions" || bad "bucket holds $n objects, not 96"
+else
+  bad "storage sync: $(tail -3 "$tmp/sync.out")"
+fi
+
+cat > "$tmp/local.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile",
+  "text_embeds": "text"},
+ {"id": "text", "type": "local", "dataset_type": "text_embeds", "default": true, "cache_dir": "$tmp/textcache"}]
+JSON
+s3keys="\"aws_bucket_name\": \"train\", \"aws_endpoint_url\": \"$ep\", \"aws_access_key_id\": \"{env:AWS_ACCESS_KEY_ID}\",
+  \"aws_secret_access_key\": \"{env:AWS_SECRET_ACCESS_KEY}\", \"aws_max_pool_connections\": 8, \"aws_max_retries\": 8"
+cat > "$tmp/s3.json" <<JSON
+[{"id": "shapes", "type": "aws", $s3keys, "aws_data_prefix": "datasets/shapes", "caption_strategy": "textfile",
+  "cache_dir_vae": "cache/vae", "text_embeds": "text"},
+ {"id": "text", "type": "aws", $s3keys, "aws_data_prefix": "caches", "dataset_type": "text_embeds", "default": true,
+  "cache_dir": "text"}]
+JSON
+base=(--preset=tiny --resolution=16 --aspect_bucket_alignment=8 --train_batch_size=4 --learning_rate=1e-3
+      --disable_validation=true --seed=3 --checkpoint_step_interval=5 --max_train_steps=12)
+losses() { sed 's/"seconds".*//' "$1"; }
+
+"$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --output_dir="$tmp/out-local" \
+  >/dev/null 2>"$tmp/local.err" || bad "local run: $(tail -3 "$tmp/local.err")"
+if "$CT" train "${base[@]}" --data_backend_config="$tmp/s3.json" --output_dir="$tmp/out-s3" \
+    >/dev/null 2>"$tmp/s3.err"; then
+  if diff <(losses "$tmp/out-local/metrics.jsonl") <(losses "$tmp/out-s3/metrics.jsonl") >/dev/null; then
+    ok "bucket and local disk: the same 12 losses"
+  else
+    bad "losses differ between the bucket and local disk"
+  fi
+  nv=$("$CT" storage ls s3://train/datasets/shapes/cache/vae --endpoint "$ep" | wc -l)
+  nt=$("$CT" storage ls s3://train/caches/text --endpoint "$ep" | wc -l)
+  [ "$nv" -ge 48 ] && ok "latent cache in the bucket ($nv objects)" || bad "latent cache in the bucket: $nv objects"
+  [ "$nt" -ge 1 ] && ok "text cache in the bucket ($nt objects)" || bad "text cache in the bucket: $nt objects"
+  ! grep -qr S3RVER "$tmp/out-s3" && ok "no credential in output_dir" || bad "a credential was written to output_dir"
+else
+  bad "bucket run: $(tail -3 "$tmp/s3.err")"
+fi
+
+# The same with faults: every 9th request fails once in one of six ways; the
+# caches in the bucket are dropped first so the faults hit the cache build too.
+"$CT" storage ls s3://train/datasets/shapes/cache --endpoint "$ep" | awk '{print $2}' |
+  while read -r k; do "$CT" storage rm "s3://train/datasets/shapes/$k" --endpoint "$ep"; done
+echo "mode=mixed every=9 slow_seconds=3" > "$tmp/proxy.ctl"
+sed 's/"aws_max_retries": 8/"aws_max_retries": 8, "aws_request_timeout": 1.5/' "$tmp/s3.json" > "$tmp/s3f.json"
+if "$CT" train "${base[@]}" --data_backend_config="$tmp/s3f.json" \
+    --output_dir="$tmp/out-fault" >/dev/null 2>"$tmp/fault.err"; then
+  faults=$(grep -c 'fault=[^n]' "$tmp/proxy.log")
+  kinds=$(grep -o 'fault=[^n ][^ ]*' "$tmp/proxy.log" | sort -u | wc -l)
+  [ "$faults" -ge 10 ] && [ "$kinds" = 6 ] && ok "$faults faults of 6 kinds injected" ||
+    bad "only $faults faults of $kinds kinds were injected"
+  if diff <(losses "$tmp/out-local/metrics.jsonl") <(losses "$tmp/out-fault/metrics.jsonl") >/dev/null; then
+    ok "with injected faults: the same losses"
+  else
+    bad "losses differ under faults"
+  fi
+else
+  bad "run under faults: $(tail -3 "$tmp/fault.err")"
+fi
+echo "mode=none" > "$tmp/proxy.ctl"
+
+# output_dir in the bucket: checkpoints 5 and 10 (limit 1), then a resume on an
+# empty local directory continues to step 12 exactly as the uninterrupted run.
+export AWS_ENDPOINT_URL="$ep"
+if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --max_train_steps=10 \
+    --output_dir=s3://train/runs/r1 --output_dir_local="$tmp/r1a" --checkpoints_total_limit=1 \
+    >/dev/null 2>"$tmp/r1.err"; then
+  keys=$("$CT" storage ls s3://train/runs/r1 --endpoint "$ep" | awk '{print $2}')
+  echo "$keys" | grep -qx 'checkpoint-10/.guard' && echo "$keys" | grep -qx 'checkpoint-10/model.safetensors' &&
+    ok "checkpoint-10 mirrored with its .guard" || bad "remote keys: $(echo $keys)"
+  echo "$keys" | grep -q '^checkpoint-5/' && bad "checkpoint-5 still in the bucket (limit 1)" ||
+    ok "checkpoints_total_limit applied in the bucket"
+  echo "$keys" | grep -qx 'metrics.jsonl' && ok "metrics.jsonl uploaded" || bad "no metrics.jsonl in the bucket"
+  if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --output_dir=s3://train/runs/r1 \
+      --output_dir_local="$tmp/r1b" >/dev/null 2>"$tmp/r1b.err"; then
+    grep -q "pulled checkpoint-10" "$tmp/r1b.err" && ok "resume pulled checkpoint-10 into an empty directory" ||
+      bad "no pull in the log"
+    if diff <(losses "$tmp/out-local/metrics.jsonl" | tail -2) <(losses "$tmp/r1b/metrics.jsonl" | tail -2) >/dev/null; then
+      ok "steps 11-12 after the pull equal the uninterrupted run"
+    else
+      bad "resumed losses differ: $(losses "$tmp/r1b/metrics.jsonl" | tail -2 | tr '\n' ' ')"
+    fi
+  else
+    bad "resume from the bucket: $(tail -3 "$tmp/r1b.err")"
+  fi
+else
+  bad "output_dir s3: $(tail -3 "$tmp/r1.err")"
+fi
+unset AWS_ENDPOINT_URL
+
+# A wrong secret: one clear error naming the bucket and the endpoint, no secret.
+secret="Wr0ngSecretValue/abc"
+if AWS_SECRET_ACCESS_KEY="$secret" "$CT" train "${base[@]}" --data_backend_config="$tmp/s3.json" \
+    --output_dir="$tmp/out-bad" >"$tmp/bad.out" 2>"$tmp/bad.err"; then
+  bad "a wrong secret trained"
+else
+  grep -q "SignatureDoesNotMatch" "$tmp/bad.err" && grep -q "s3://train/" "$tmp/bad.err" &&
+    grep -q "aws_secret_access_key" "$tmp/bad.err" && ok "wrong secret: $(grep -m1 SignatureDoesNotMatch "$tmp/bad.err" | cut -c1-160)…" ||
+    bad "wrong secret message: $(tail -2 "$tmp/bad.err")"
+  n=$(grep -c "SignatureDoesNotMatch" "$tmp/bad.err")
+  [ "$n" -le 2 ] && ok "the error is reported once ($n line(s))" || bad "the error is repeated $n times"
+  grep -rq "$secret" "$tmp/bad.out" "$tmp/bad.err" "$tmp/out-bad" 2>/dev/null && bad "the secret appears in the output" ||
+    ok "the secret appears nowhere in stdout, stderr or output_dir"
+fi
+exit $fail
