@@ -11,6 +11,7 @@
 #include "ctuner/fs.h"
 #include "ctuner/image.h"
 #include "data/data_int.h"
+#include "data/discover.h"
 #include "harness.h"
 
 CT_TEST(data, round_and_keys) {
@@ -829,4 +830,82 @@ CT_TEST(data, file_lists) {
   ct_keyset_free(&ks);
   ct_dataset_free(ds);
   ct_config_free(&cfg);
+}
+
+/* The generic storage path of discovery (what S3 datasets take: a listing,
+ * get_many of header ranges and captions, a re-fetch when a header goes past
+ * 64 KiB) finds exactly what the local fast path finds. */
+CT_TEST(data, discovery_generic_path) {
+  static const int sizes[2][2] = {{16, 16}, {24, 16}};
+  char dir[1024], p[1200];
+  ct_err err = {0};
+  snprintf(dir, sizeof dir, "%s/generic", ct_test_tmpdir());
+  write_images(dir, sizes, 2, 6);
+  snprintf(p, sizeof p, "%s/garbage.png", dir);
+  ct_write_file_atomic(p, "not an image at all", 19, &err);
+  snprintf(p, sizeof p, "%s/garbage.txt", dir);
+  ct_write_file_atomic(p, "x", 1, &err);
+  snprintf(p, sizeof p, "%s/.hidden/h.png", dir);
+  ct_write_file_atomic(p, "x", 1, &err); /* the write fails: no directory; fine either way */
+  /* a JPEG whose frame header sits past 128 KiB of APP2 segments */
+  ct_image img = {0};
+  REQUIRE(ct_image_alloc(40, 24, &img, &err) == CT_OK);
+  memset(img.px, 90, (size_t)40 * 24 * 3);
+  snprintf(p, sizeof p, "%s/small.jpg", ct_test_tmpdir());
+  REQUIRE(ct_image_save_jpeg(p, &img, 90, &err) == CT_OK);
+  ct_image_free(&img);
+  char *jpg = NULL;
+  size_t n = 0;
+  REQUIRE(ct_read_file(p, 1 << 20, &jpg, &n, &err) == CT_OK);
+  const size_t seg = 65535 + 2, big = n + 2 * seg;
+  unsigned char *b = malloc(big);
+  REQUIRE(b != NULL);
+  memcpy(b, jpg, 2);
+  for (int k = 0; k < 2; k++) {
+    unsigned char *s = b + 2 + (size_t)k * seg;
+    s[0] = 0xff, s[1] = 0xe2, s[2] = 0xff, s[3] = 0xff;
+    memset(s + 4, 'x', seg - 4);
+  }
+  memcpy(b + 2 + 2 * seg, jpg + 2, n - 2);
+  free(jpg);
+  snprintf(p, sizeof p, "%s/sub/bigapp.jpg", dir);
+  char sub[1100];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  REQUIRE(ct_mkdir_p(sub, &err) == CT_OK);
+  REQUIRE(ct_write_file_atomic(p, b, big, &err) == CT_OK);
+  free(b);
+  snprintf(p, sizeof p, "%s/sub/bigapp.txt", dir);
+  ct_write_file_atomic(p, "a big header\n", 13, &err);
+  ct_ds_config c = ds_default();
+  c.id = "g";
+  c.type = "local";
+  c.instance_data_dir = dir;
+  c.caption_strategy = CT_CAP_TEXTFILE;
+  ct_storage *sto = NULL;
+  REQUIRE(ct_ds_open_storage(&c, &sto, &err) == CT_OK);
+  ct_disc fast, gen;
+  REQUIRE(ct_discover(&c, sto, "", dir, NULL, NULL, &fast, &err) == CT_OK);
+  ct_disc_force_generic = 1;
+  ct_status gs = ct_discover(&c, sto, "", dir, NULL, NULL, &gen, &err);
+  ct_disc_force_generic = 0;
+  REQUIRE(gs == CT_OK);
+  CHECKF(fast.n == gen.n && fast.n == 14, "fast %zu, generic %zu items", fast.n, gen.n);
+  size_t found_big = 0, bad = 0;
+  for (size_t i = 0; i < fast.n && i < gen.n; i++) {
+    CHECK(!strcmp(fast.it[i].rel, gen.it[i].rel));
+    CHECKF(fast.it[i].w == gen.it[i].w && fast.it[i].h == gen.it[i].h &&
+               fast.it[i].why == gen.it[i].why,
+           "%s: fast %dx%d why %d, generic %dx%d why %d", fast.it[i].rel, fast.it[i].w,
+           fast.it[i].h, fast.it[i].why, gen.it[i].w, gen.it[i].h, gen.it[i].why);
+    CHECK(!strcmp(fast.it[i].caption ? fast.it[i].caption : "",
+                  gen.it[i].caption ? gen.it[i].caption : ""));
+    if (!strcmp(gen.it[i].rel, "sub/bigapp.jpg"))
+      found_big = gen.it[i].w == 40 && gen.it[i].h == 24;
+    bad += gen.it[i].why != CT_DISC_OK;
+  }
+  CHECK(found_big == 1);
+  CHECK(bad == 1); /* garbage.png */
+  ct_disc_free(&fast);
+  ct_disc_free(&gen);
+  ct_storage_free(sto);
 }

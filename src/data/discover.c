@@ -595,10 +595,12 @@ static ct_status probe_chunk(share *sh, size_t lo, size_t a, size_t b, ct_err *e
         ct_status ps = ct_image_probe_mem(rq[i].data, rq[i].n, &info, &need, &pe);
         if (!ps) {
           r[0] = info.w, r[1] = info.h;
-        } else if (need > rq[i].n && rq[i].n == rq[i].len && need <= PROBE_MAX && round < 8) {
+        } else if (need > rq[i].n && rq[i].n == rq[i].len && need <= PROBE_MAX && round < 12) {
+          /* need is where parsing stopped, not the header's end: at least double */
           free(rq[i].data);
           rq[i].data = NULL;
-          rq[i].len = need;
+          rq[i].len = need > 2 * rq[i].len ? need : 2 * rq[i].len;
+          if (rq[i].len > PROBE_MAX) rq[i].len = PROBE_MAX;
           map[again] = i, pk[again++] = rq[i];
         } else {
           CT_DEBUG("dataset '%s': %s: %s", c->id, rq[i].key, pe.msg);
