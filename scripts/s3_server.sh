@@ -62,7 +62,7 @@ start() {
   for b in "${buckets[@]}"; do args+=(--configure-bucket "$b"); done
   # `timeout` passes a TERM on to node and bounds the server's life.
   timeout --kill-after=5 "${S3_SERVER_MAX_SECONDS:-3600}" \
-    node "$tools/node_modules/s3rver/bin/s3rver.js" "${args[@]}" > "$dir/s3rver.log" 2>&1 < /dev/null &
+    node --openssl-legacy-provider "$tools/node_modules/s3rver/bin/s3rver.js" "${args[@]}" > "$dir/s3rver.log" 2>&1 < /dev/null &
   local pid=$!
   echo "$pid" > "$dir/pid"
   local port=""

@@ -29,7 +29,7 @@ The control file (--control FILE) holds "key=value" words (mode, every, first,
 match, slow_seconds); it is re-read when it changes, replacing the
 command-line settings, and a change starts the attempt counts afresh.
 
-One log line per request (--log FILE): seq, method, target, range, attempt,
+One log line per request (--log FILE): seq, method, target, Host, range, attempt,
 fault, status, seconds. The proxy exits by itself after --max-seconds.
 
   s3_fault_proxy.py --upstream 127.0.0.1:PORT --port-file F [--log F]
@@ -39,12 +39,14 @@ fault, status, seconds. The proxy exits by itself after --max-seconds.
 """
 import argparse
 import datetime
+import faulthandler
 import hashlib
 import hmac
 import http.client
 import http.server
 import os
 import re
+import signal
 import socket
 import struct
 import sys
@@ -388,9 +390,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException) as e:
             self.close_connection = True
             note += " error=" + type(e).__name__
-        st.write_log("%.3f seq=%d %s %s range=%s attempt=%d fault=%s status=%s dt=%.3f%s" %
-                     (time.time(), self.seq, self.command, self.path, rng or "-", att, fault or "none", status,
-                      time.monotonic() - t0, note))
+        st.write_log("%.3f seq=%d %s %s host=%s range=%s attempt=%d fault=%s status=%s dt=%.3f%s" %
+                     (time.time(), self.seq, self.command, self.path, self.headers.get("Host", "-"), rng or "-", att,
+                      fault or "none", status, time.monotonic() - t0, note))
 
     do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = handle_any
 
@@ -426,6 +428,13 @@ def main():
             st.write_log("max-seconds (%g) reached: exiting" % a.max_seconds)
         os._exit(0)
 
+    def on_signal(signum, frame):
+        st.write_log("signal %d: exiting" % signum)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    faulthandler.enable()
     threading.Thread(target=deadline, daemon=True).start()
     try:
         srv.serve_forever(poll_interval=0.2)
