@@ -582,7 +582,9 @@ static ct_status run_xfers(ct_storage *s, xfer *x, size_t n, ct_err *err) {
       free_c[nfree++] = t->c;
       t->c = NULL;
     }
-    if (done < n) {
+    /* wait for socket activity only with transfers in flight and none to
+     * start now (a poll on idle sockets would sleep out its timeout) */
+    if (done < n && active > 0 && !(next < n && active < pool)) {
       double d = wake - mono();
       int ms = d <= 0 ? 0 : d > 0.1 ? 100 : (int)(d * 1000) + 1;
       curl_multi_poll(m, NULL, 0, ms, NULL);

@@ -239,6 +239,7 @@ def xml_escape(s):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body leave in separate writes
     server_version = "s3-fault-proxy"
     sys_version = ""
 
@@ -270,6 +271,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if c is None:
             host, port = self.server.state.args.upstream.rsplit(":", 1)
             c = http.client.HTTPConnection(host, int(port), timeout=120)
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._up = c
         return c
 
