@@ -780,6 +780,77 @@ static ct_status text_entry(const ct_dataset *ds, const dset *d, const char *cap
   return ct_cache_get(d->text_sto, key, t, outs, 2, meta, 2, err);
 }
 
+/* The entries of captions caps[a, b) read at once (one get_many: S3 fetches
+ * them over the pool). *bad: index of the first missing or unusable entry, or
+ * b. A storage failure other than a missing entry is returned. */
+static ct_status text_group_check(const ct_dataset *ds, const dset *d, const char **caps, size_t a,
+                                  size_t b, const ct_keyset *listed, float *seq, float *pooled,
+                                  size_t *bad, size_t *trusted, ct_err *err) {
+  const ct_text_encoder_fn *te = ds->o.text;
+  const size_t m = b - a;
+  *bad = b;
+  ct_storage_req *rq = calloc(m, sizeof *rq);
+  char(*keys)[4400] = malloc(m * sizeof *keys);
+  size_t *idx = malloc(m * sizeof *idx), k = 0;
+  ct_status st =
+      rq && keys && idx ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
+  for (size_t i = a; !st && i < b; i++) {
+    char path[4200], md5[33];
+    text_path(ds, d, caps[i], path, sizeof path, md5, keys[k], sizeof keys[k]);
+    if (listed->n &&
+        ct_keyset_find(listed, path)) { /* preserve_data_backend_cache: not read back */
+      (*trusted)++;
+      continue;
+    }
+    rq[k].key = keys[k];
+    idx[k++] = i;
+  }
+  if (!st && k) st = ct_storage_get_many(d->text_sto, rq, k, err);
+  for (size_t j = 0; !st && j < k && *bad == b; j++) {
+    char md5[33];
+    ct_md5_hex(caps[idx[j]], strlen(caps[idx[j]]), md5);
+    const char *meta[4] = {"encoder", te->tag, "caption_md5", md5};
+    ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq},
+                            {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
+    float *outs[2] = {seq, pooled};
+    ct_err e = {0};
+    if (rq[j].st == CT_ERR_NOT_FOUND)
+      *bad = idx[j];
+    else if (ct_cache_decode(rq[j].data, rq[j].n, t, outs, 2, meta, 2, &e)) {
+      CT_WARN("text cache entry %s unusable (%s); rebuilding it", keys[j], e.msg);
+      *bad = idx[j];
+    }
+  }
+  for (size_t j = 0; rq && j < k; j++) free(rq[j].data);
+  free(rq), free(keys), free(idx);
+  return st;
+}
+
+/* The entries of m captions just encoded, written at once (one put_many). */
+static ct_status text_group_write(const ct_dataset *ds, const dset *d, const char **caps, int m,
+                                  const float *seq, const float *pooled, ct_err *err) {
+  const ct_text_encoder_fn *te = ds->o.text;
+  const size_t Td = (size_t)te->T * (size_t)te->d;
+  ct_storage_put_req *rq = calloc((size_t)m, sizeof *rq);
+  char(*keys)[4400] = malloc((size_t)m * sizeof *keys);
+  void **bufs = calloc((size_t)m, sizeof *bufs);
+  ct_status st =
+      rq && keys && bufs ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for the text cache");
+  for (int j = 0; !st && j < m; j++) {
+    char path[4200], md5[33];
+    text_path(ds, d, caps[j], path, sizeof path, md5, keys[j], sizeof keys[j]);
+    const char *meta[4] = {"encoder", te->tag, "caption_md5", md5};
+    ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq + (size_t)j * Td},
+                            {"pooled", 1, {te->dp, 0, 0, 0}, pooled + (size_t)j * te->dp}};
+    st = ct_cache_encode(d->comp, t, 2, meta, 2, &bufs[j], &rq[j].n, err);
+    rq[j].key = keys[j], rq[j].data = bufs[j];
+  }
+  if (!st) st = ct_storage_put_many(d->text_sto, rq, (size_t)m, 0, err);
+  for (int j = 0; bufs && j < m; j++) free(bufs[j]);
+  free(rq), free(keys), free(bufs);
+  return st;
+}
+
 static int cmp_cstr(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -823,39 +894,24 @@ static ct_status build_text_cache(ct_dataset *ds, ct_err *err) {
       if (d->text_preserve &&
           !ct_filelist_path(lp, sizeof lp, ds->cfg->output_dir, "text_cache", d->text_id))
         ct_keyset_load(lp, &listed);
-      for (size_t g = glo; g < ghi; g++)
-        for (size_t i = g * nb; i < (g + 1) * nb && i < u; i++) {
-          ct_err e = {0};
-          if (listed.n) { /* preserve_data_backend_cache: a listed entry is not read back */
-            char path[4200], md5[33];
-            text_path(ds, d, caps[i], path, sizeof path, md5, NULL, 0);
-            if (ct_keyset_find(&listed, path)) {
-              trusted++;
-              continue;
-            }
-          }
-          ct_status rs = text_entry(ds, d, caps[i], seq, pooled, 0, &e);
-          if (rs == CT_OK) continue;
-          if (rs != CT_ERR_NOT_FOUND)
-            CT_WARN("text cache entry unusable (%s); rebuilding it", e.msg);
-          todo[ntodo++] = caps + g * nb; /* the group's first caption */
-          break;
-        }
+      for (size_t g = glo; g < ghi && !st; g++) {
+        const size_t a = g * nb, b = (g + 1) * nb < u ? (g + 1) * nb : u;
+        size_t badi = b;
+        st = text_group_check(ds, d, caps, a, b, &listed, seq, pooled, &badi, &trusted, err);
+        if (!st && badi < b) todo[ntodo++] = caps + a; /* the group's first caption */
+      }
     }
     char failed = 0;
     for (size_t k = 0; !st && !failed && k < ntodo; k++) {
       const size_t first = (size_t)(todo[k] - caps);
       const int m = (int)(u - first < nb ? u - first : nb);
       st = te->encode(te->ctx, todo[k], m, seq, pooled, err);
-      for (int j = 0; !st && !failed && j < m; j++) {
-        ct_err e = {0};
-        if (text_entry(ds, d, todo[k][j], seq + (size_t)j * Td, pooled + (size_t)j * te->dp, 1,
-                       &e)) {
-          failed = 1;
-          CT_ERROR("dataset '%s': writing the text cache failed: %s", d->c->id, e.msg);
-        }
-        built++;
+      ct_err e = {0};
+      if (!st && text_group_write(ds, d, todo[k], m, seq, pooled, &e)) {
+        failed = 1;
+        CT_ERROR("dataset '%s': writing the text cache failed: %s", d->c->id, e.msg);
       }
+      if (!st) built += (size_t)m;
     }
     char *all = NULL;
     size_t *off = NULL;
@@ -984,6 +1040,63 @@ static void draw_step(ct_dataset *ds, position *p, int *od, int *ob, size_t *bas
 }
 
 /* Produce this rank's next micro-batch into s (the producer's sampler). */
+/* Fetch and check the cached latents (unless vae_cache_disable) and text
+ * entries of a micro-batch with one get_many per storage; ok[i] = 1 where the
+ * entry was there and valid (its values already in the slot). */
+static void batch_prefetch(const ct_dataset *ds, const dset *d, const item **its, slot *s,
+                           size_t lat, unsigned char *lat_ok, unsigned char *txt_ok) {
+  const size_t B = ds->B;
+  ct_storage_req *rq = calloc(B, sizeof *rq);
+  char(*keys)[4400] = malloc(B * sizeof *keys);
+  if (!rq || !keys) goto out; /* everything falls back to one read at a time */
+  if (!d->c->vae_cache_disable) {
+    for (size_t i = 0; i < B; i++) {
+      latent_path(d, its[i], keys[i], sizeof keys[i], NULL, 0);
+      rq[i] = (ct_storage_req){.key = keys[i]};
+    }
+    ct_err e = {0};
+    ct_storage_get_many(d->vae_sto, rq, B, &e); /* failures: per request, retried one by one */
+    for (size_t i = 0; i < B; i++) {
+      if (rq[i].st == CT_OK) {
+        char bufs[4][96];
+        const char *meta[8];
+        latent_meta(ds, its[i], bufs, meta);
+        ct_cache_tensor t = latent_tensor(ds, its[i], s->x0 + i * lat);
+        float *outs[1] = {s->x0 + i * lat};
+        lat_ok[i] = ct_cache_decode(rq[i].data, rq[i].n, &t, outs, 1, meta, 4, &e) == CT_OK;
+      }
+      free(rq[i].data);
+    }
+  }
+  if (ds->o.text) {
+    const ct_text_encoder_fn *te = ds->o.text;
+    char(*md5s)[33] = malloc(B * sizeof *md5s);
+    if (!md5s) goto out;
+    for (size_t i = 0; i < B; i++) {
+      char path[4200];
+      text_path(ds, d, s->caps[i], path, sizeof path, md5s[i], keys[i], sizeof keys[i]);
+      rq[i] = (ct_storage_req){.key = keys[i]};
+    }
+    ct_err e = {0};
+    ct_storage_get_many(d->text_sto, rq, B, &e);
+    for (size_t i = 0; i < B; i++) {
+      if (rq[i].st == CT_OK) {
+        float *seq = s->txt + i * (size_t)te->T * (size_t)te->d,
+              *pooled = s->pooled + i * (size_t)te->dp;
+        const char *meta[4] = {"encoder", te->tag, "caption_md5", md5s[i]};
+        ct_cache_tensor t[2] = {{"seq", 2, {te->T, te->d, 0, 0}, seq},
+                                {"pooled", 1, {te->dp, 0, 0, 0}, pooled}};
+        float *outs[2] = {seq, pooled};
+        txt_ok[i] = ct_cache_decode(rq[i].data, rq[i].n, t, outs, 2, meta, 2, &e) == CT_OK;
+      }
+      free(rq[i].data);
+    }
+    free(md5s);
+  }
+out:
+  free(rq), free(keys);
+}
+
 static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   const int N = ds->world, r = ds->rank;
   const size_t B = ds->B;
@@ -1004,9 +1117,11 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   s->b.x0 = s->x0, s->b.caps = s->caps, s->b.ids = s->ids;
   s->b.epoch_end = m == 0 && ds->pnew_epoch;
   ct_status st = CT_OK;
-  for (size_t i = 0; i < B && !st; i++) {
+  const item **its = malloc(B * sizeof *its);
+  if (!its) return ct_errf(err, CT_ERR_NOMEM, "out of memory for a batch");
+  for (size_t i = 0; i < B; i++) {
     const size_t off = ((size_t)m * (size_t)N + (size_t)r) * B + i;
-    const item *it = &d->it[bk->idx[perm[ds->pbase + off]]];
+    const item *it = its[i] = &d->it[bk->idx[perm[ds->pbase + off]]];
     const uint64_t id = ds->pseen + off;
     s->ids[i] = id;
     s->rels[i] = it->rel;
@@ -1016,20 +1131,26 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) <
         ds->cfg->caption_dropout_probability)
       s->caps[i] = "";
+  }
+  /* The batch's cache entries in two get_many calls (S3: over the pool);
+   * what is missing or bad falls back to latent_of / the trainer's thread. */
+  unsigned char *lat_ok = calloc(B, 1), *txt_ok = calloc(B, 1);
+  if (!lat_ok || !txt_ok) st = ct_errf(err, CT_ERR_NOMEM, "out of memory for a batch");
+  if (!st) batch_prefetch(ds, d, its, s, lat, lat_ok, txt_ok);
+  for (size_t i = 0; i < B && !st; i++) {
+    const item *it = its[i];
     ct_err e = {0};
-    lat_result lr = latent_of(ds, d, it, s->x0 + i * lat, &e);
+    lat_result lr = lat_ok[i] ? LAT_CACHED : latent_of(ds, d, it, s->x0 + i * lat, &e);
     if (lr == LAT_WRITE_FAILED) /* the latent is fine; only the cache is not */
       CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
     if (lr == LAT_BAD)
       st = ct_errf(err, CT_ERR_IO, "dataset '%s': %s (readable when the cache was built)", d->c->id,
                    e.msg);
-    if (ds->o.text) { /* a missing or bad entry is encoded on the trainer's thread (ct_dataset_next)
-                       */
-      const ct_text_encoder_fn *te = ds->o.text;
-      s->miss[i] = text_entry(ds, d, s->caps[i], s->txt + i * (size_t)te->T * (size_t)te->d,
-                              s->pooled + i * (size_t)te->dp, 0, &e) != CT_OK;
-    }
+    if (ds->o
+            .text) /* a missing or bad entry is encoded on the trainer's thread (ct_dataset_next) */
+      s->miss[i] = !txt_ok[i];
   }
+  free(its), free(lat_ok), free(txt_ok);
   s->from = d;
   s->key = bk->key;
   s->b.txt = ds->o.text ? s->txt : NULL;
