@@ -60,6 +60,7 @@ bench-data: deps build
 
 bench-s3: build
 	scripts/bench_s3.sh $(CTUNER)
+	scripts/bench_s3_train.sh $(CTUNER)
 
 fuzz: deps
 	scripts/fuzz.sh 60

@@ -574,8 +574,11 @@ static void build_chunk(const ct_dataset *ds, const dset *d, size_t lo, size_t a
                  *pk = calloc(n, sizeof *pk);
   size_t *map = calloc(n, sizeof *map), np = 0;
   unsigned char *todo = calloc(n, 1);
+  void **packed = calloc(n, sizeof *packed); /* encoded entries to write */
+  size_t *packed_n = calloc(n, sizeof *packed_n);
+  ct_storage_put_req *puts = calloc(n, sizeof *puts);
   ct_err e = {0};
-  if (!er || !ir || !pk || !map || !todo) {
+  if (!er || !ir || !pk || !map || !todo || !packed || !packed_n || !puts) {
     snprintf(e.msg, sizeof e.msg, "out of memory for the latent cache build");
     build_fatal(A, &e);
     goto out;
@@ -674,15 +677,26 @@ static void build_chunk(const ct_dataset *ds, const dset *d, size_t lo, size_t a
       const char *meta[8];
       ct_cache_tensor t = latent_tensor(ds, it, lat);
       latent_meta(ds, it, bufs, meta);
-      if (ct_cache_put(d->vae_sto, er[i].key, d->comp, &t, 1, meta, 4, &ie))
+      if (ct_cache_encode(d->comp, &t, 1, meta, 4, &packed[i], &packed_n[i], &ie))
         build_fatal(A, &ie);
       else
         built++;
     }
     ct_free(lat);
   }
-  A->built += built;
+  /* 3. the new entries with one put_many (S3: over the pool) */
+  np = 0;
+  for (size_t i = 0; i < n; i++)
+    if (packed[i])
+      puts[np++] = (ct_storage_put_req){.key = er[i].key, .data = packed[i], .n = packed_n[i]};
+  ct_err pe = {0};
+  if (np && ct_storage_put_many(d->vae_sto, puts, np, 0, &pe))
+    build_fatal(A, &pe);
+  else
+    A->built += built;
 out:
+  for (size_t i = 0; i < n && packed; i++) free(packed[i]);
+  free(packed), free(packed_n), free(puts);
   for (size_t i = 0; i < n && er; i++) free(er[i].data), free((char *)er[i].key);
   for (size_t i = 0; i < n && ir; i++) free(ir[i].data), free((char *)ir[i].key);
   free(er), free(ir), free(pk), free(map), free(todo);
