@@ -18,7 +18,7 @@ help:
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
 	@echo "make bench-data discovery (headers) vs full decode on 10,000 images; latent cache size raw/gzip/zstd"
-	@echo "make bench-s3   fetch 2,000 small objects from a local S3 server (s3rver) with a pool of 32 vs 1"
+	@echo "make bench-s3   fetch 2,000 small objects from a local S3 server (s3rver) with a pool of 32 vs 1; train from it vs local disk"
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"

@@ -231,7 +231,7 @@ CT_TEST(storage, s3_unreachable_endpoint) {
   ct_storage_free(s);
 }
 
-/* Against a live S3-compatible server, when tests/cli_s3.sh (or a user) sets
+/* Against a live S3-compatible server, when tests/cli_s3_train.sh (or a user) sets
  * CT_S3_TEST_ENDPOINT (and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, and
  * CT_S3_TEST_BUCKET): put/get/range/head/delete, many at once, listing under
  * a prefix with pagination past 1000 keys. Skipped (passes) without it. */
@@ -239,7 +239,7 @@ CT_TEST(storage, s3_live) {
   const char *ep = getenv("CT_S3_TEST_ENDPOINT"), *bk = getenv("CT_S3_TEST_BUCKET");
   if (!ep || !bk) {
     fprintf(stderr,
-            "  (skipped: CT_S3_TEST_ENDPOINT/CT_S3_TEST_BUCKET unset; tests/cli_s3.sh runs it)\n");
+            "  (skipped: CT_S3_TEST_ENDPOINT/CT_S3_TEST_BUCKET unset; tests/cli_s3_train.sh runs it)\n");
     return;
   }
   const char *addr = getenv("CT_S3_TEST_ADDRESSING");
@@ -267,6 +267,11 @@ CT_TEST(storage, s3_live) {
   free(d), d = NULL;
   CHECK(ct_storage_get(s, "a b/é+x&y.txt", 4, &d, &n, &err) == CT_ERR_RANGE);
   CHECK(ct_storage_get(s, "missing/key", 0, &d, &n, &err) == CT_ERR_NOT_FOUND);
+  /* a small bound or a range never turns a missing object's error document into CT_ERR_RANGE */
+  CHECK(ct_storage_get(s, "missing/key", 4, &d, &n, &err) == CT_ERR_NOT_FOUND);
+  CHECK(ct_storage_get_range(s, "missing/key", 0, 2, &d, &n, &err) == CT_ERR_NOT_FOUND);
+  /* (a range of an empty object is not checked: s3rver 3.7.1 answers 206 with
+   * Content-Length 1 and no body, where S3 answers 416, which reads as 0 bytes) */
   uint64_t sz = 0;
   CHECKF(!ct_storage_head(s, "a b/é+x&y.txt", &sz, &err) && sz == 11, "%s", err.msg);
   CHECK(ct_storage_head(s, "missing/key", &sz, &err) == CT_ERR_NOT_FOUND);

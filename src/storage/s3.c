@@ -194,6 +194,7 @@ typedef struct xfer {
   buf resp;
   long http;
   CURLcode cc;
+  int range_cut; /* a 200 to a range request, cut at off + len */
   char cerr[CURL_ERROR_SIZE];
   /* result */
   ct_status st;
@@ -219,8 +220,19 @@ static double jitter01(s3 *q) {
 static size_t on_body(char *d, size_t sz, size_t nm, void *ud) {
   xfer *x = ud;
   size_t n = sz * nm;
-  if (x->m == M_GET && x->len && x->http == 0)
+  if (x->http == 0) { /* the first bytes: bound the body by what it is */
     curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &x->http);
+    if (x->http >= 300)
+      x->resp.max = ERRBODY_MAX; /* an error document, whatever max the caller set */
+    else if (x->m == M_GET && x->len && x->http == 200)
+      x->resp.max = (size_t)x->off + x->len; /* range ignored */
+  }
+  if (x->m == M_GET && x->len && x->http == 200 && x->resp.n + n > x->resp.max) {
+    /* a server that ignored the range: keep the bytes up to off + len, then stop */
+    buf_add(&x->resp, d, x->resp.max - x->resp.n);
+    x->range_cut = 1;
+    return 0;
+  }
   return buf_add(&x->resp, d, n) ? 0 : n; /* over the bound: curl stops with CURLE_WRITE_ERROR */
 }
 
@@ -334,7 +346,8 @@ static ct_status setup(s3 *q, xfer *x, ct_err *err) {
   x->url = url.p;
   x->hdr = hl;
   free(x->resp.p);
-  x->resp = (buf){.max = x->max + 1};
+  x->resp = (buf){.max = x->max};
+  x->range_cut = 0;
   x->http = 0;
   x->cerr[0] = 0;
   CURL *c = x->c;
@@ -410,6 +423,7 @@ static int retryable_curl(CURLcode cc) {
 static int finish(s3 *q, xfer *x) {
   char w[400];
   where(q, x, w, sizeof w);
+  if (x->cc == CURLE_WRITE_ERROR && x->range_cut) x->cc = CURLE_OK;
   if (x->cc == CURLE_WRITE_ERROR && x->resp.over == 1) {
     x->st = CT_ERR_RANGE;
     snprintf(x->msg, sizeof x->msg, "%.400s: the object is larger than %zu bytes", w, x->max);
@@ -440,7 +454,7 @@ static int finish(s3 *q, xfer *x) {
       curl_easy_getinfo(x->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
       x->length = cl > 0 ? (uint64_t)cl : 0;
     }
-    if (x->m == M_GET && x->len && h == 200 && x->resp.n > x->len) {
+    if (x->m == M_GET && x->len && h == 200) {
       /* a server that ignored the range: keep the asked part */
       if (x->off >= x->resp.n)
         x->resp.n = 0;
