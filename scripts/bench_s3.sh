@@ -12,19 +12,11 @@ CT=$(readlink -f "${1:-build/ctuner}")
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 count=${COUNT:-2000} size=${SIZE:-4096} pools=${POOLS:-32,1} latency_ms=${LATENCY_MS:-20}
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+. tests/lib/s3_env.sh
 tmp=$(mktemp -d)
-proxy_pid=""
-cleanup() {
-  [ -n "$proxy_pid" ] && kill "$proxy_pid" 2> /dev/null
-  scripts/s3_server.sh stop "$tmp/s3" 2> /dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-port=$(S3_SERVER_MAX_SECONDS=1800 scripts/s3_server.sh start "$tmp/s3" bench)
-unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_PROFILE
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+trap 's3_stop "$tmp/s3"; rm -rf "$tmp"' EXIT
+S3_SERVER_MAX_SECONDS=1800 s3_start "$tmp/s3" bench
+port=$S3_PORT
 echo "bench_s3: $count objects of $size bytes, pools $pools; s3rver on 127.0.0.1:$port; $(nproc) cores" >&2
 
 echo "# direct to s3rver"
@@ -33,14 +25,8 @@ echo "# direct to s3rver"
 
 if [ "$latency_ms" != 0 ]; then
   delay=$(awk -v m="$latency_ms" 'BEGIN{printf "%.4f", m / 1000}')
-  "$PY" tests/lib/s3_fault_proxy.py --upstream "127.0.0.1:$port" --port-file "$tmp/proxy.port" \
-    --mode slow --first -1 --slow-seconds "$delay" --max-seconds 1800 &
-  proxy_pid=$!
-  for _ in $(seq 100); do
-    [ -s "$tmp/proxy.port" ] && break
-    sleep 0.05
-  done
+  s3_proxy "$tmp/s3" --mode slow --first -1 --slow-seconds "$delay" --max-seconds 1800
   echo "# through a proxy adding $latency_ms ms to every request"
   "$CT" storage bench s3://bench/objects --count "$count" --size "$size" --pools "$pools" \
-    --endpoint "http://127.0.0.1:$(cat "$tmp/proxy.port")" --region us-east-1
+    --endpoint "http://127.0.0.1:$S3_PROXY_PORT" --region us-east-1
 fi

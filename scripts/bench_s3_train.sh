@@ -9,25 +9,14 @@ set -euo pipefail
 CT=${1:?usage: $0 path/to/ctuner}
 root="$(cd "$(dirname "$0")/.." && pwd)"
 images=${IMAGES:-512} steps=${STEPS:-40} latency_ms=${LATENCY_MS:-20}
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+. "$root/tests/lib/s3_env.sh"
 tmp=$(mktemp -d)
-proxy_pid=""
-cleanup() {
-  [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null
-  "$root/scripts/s3_server.sh" stop "$tmp/s3" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-[ -n "${KEEP:-}" ] && trap - EXIT
-port=$("$root/scripts/s3_server.sh" start "$tmp/s3" bench)
+trap 's3_stop "$tmp/s3"; rm -rf "$tmp"' EXIT
 delay=$(awk -v m="$latency_ms" 'BEGIN{printf "%.4f", m / 1000}')
-"$PY" "$root/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$port" --port-file "$tmp/proxy.port" \
-  --mode slow --first -1 --slow-seconds "$delay" --max-seconds 3600 --no-verify --log "$tmp/proxy.log" &
-proxy_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/proxy.port" ] && break; sleep 0.05; done
-ep="http://127.0.0.1:$(cat "$tmp/proxy.port")"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+s3_start "$tmp/s3" bench
+s3_proxy "$tmp/s3" --mode slow --first -1 --slow-seconds "$delay" --max-seconds 3600 --no-verify --log "$tmp/proxy.log"
+port=$S3_PORT
+ep="http://127.0.0.1:$S3_PROXY_PORT"
 
 "$CT" dataset synth --out "$tmp/data" --count "$images" --seed 1 --size 32x32 >/dev/null
 "$CT" storage sync "$tmp/data" s3://bench/shapes --endpoint "http://127.0.0.1:$port" >/dev/null

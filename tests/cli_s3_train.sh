@@ -14,29 +14,16 @@
 # Needs node + npm (s3rver); without them this test FAILS, it does not skip.
 # Usage: tests/cli_s3_train.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/s3_env.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-root="$(cd "$(dirname "$0")/.." && pwd)"
 srv="$tmp/s3"
-cleanup() {
-  [ -n "${proxy_pid:-}" ] && kill "$proxy_pid" 2>/dev/null
-  "$root/scripts/s3_server.sh" stop "$srv" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-[ -n "${KEEP_TMP:-}" ] && trap - EXIT
+trap 's3_stop "$srv"; rm -rf "$tmp"' EXIT
+[ -n "${KEEP_TMP:-}" ] && trap 's3_stop "$srv"' EXIT
 
-port=$("$root/scripts/s3_server.sh" start "$srv" train 2>"$tmp/srv.err") ||
-  { bad "s3rver did not start: $(tail -3 "$tmp/srv.err")"; exit 1; }
-"$PY" "$root/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$port" --port-file "$tmp/proxy.port" \
-  --log "$tmp/proxy.log" --control "$tmp/proxy.ctl" --credentials S3RVER:S3RVER --max-seconds 900 &
-proxy_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/proxy.port" ] && break; sleep 0.1; done
-[ -s "$tmp/proxy.port" ] || { bad "the fault proxy did not start"; exit 1; }
-ep="http://127.0.0.1:$(cat "$tmp/proxy.port")"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
 echo "mode=none" > "$tmp/proxy.ctl"
+s3_start "$srv" train && s3_proxy "$srv" --log "$tmp/proxy.log" --control "$tmp/proxy.ctl" \
+  --credentials S3RVER:S3RVER --max-seconds 900 || { bad "s3rver and the fault proxy did not start"; exit 1; }
+ep="http://127.0.0.1:$S3_PROXY_PORT"
 
 # The storage API itself against the server, through the signature check:
 # put/get/range/head/delete, odd keys, 1,100 keys over two list pages, path-style
@@ -46,7 +33,7 @@ if [ -x "$tests_bin" ]; then
   for style in path virtual; do
     host=127.0.0.1
     [ $style = virtual ] && host=s3.localhost
-    if CT_S3_TEST_ENDPOINT="http://$host:$(cat "$tmp/proxy.port")" CT_S3_TEST_BUCKET=train CT_S3_TEST_ADDRESSING=$style \
+    if CT_S3_TEST_ENDPOINT="http://$host:$S3_PROXY_PORT" CT_S3_TEST_BUCKET=train CT_S3_TEST_ADDRESSING=$style \
         "$tests_bin" storage s3_live >"$tmp/live.out" 2>&1; then
       ok "storage.s3_live ($style-style)"
     else

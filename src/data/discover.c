@@ -476,6 +476,18 @@ static void free_reqs(ct_storage_req *r, size_t n) {
 /* Items [a, b) of the d's list (share-relative i0 = a - lo). A failure of the
  * storage itself (not a missing or bad file) on a remote storage is returned:
  * images must not vanish from a dataset because the network did. */
+
+/* The size preserved metadata recorded for rel (original_size), into r[0..1]. */
+static int preserved_size(const share *sh, const char *rel, int *r) {
+  const ct_json *m = ct_keyset_find(sh->pres, rel);
+  const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
+  if (!os || os->type != CT_JSON_ARRAY || os->n != 2 || !os->items[0].is_int ||
+      !os->items[1].is_int)
+    return 0;
+  r[0] = (int)os->items[0].i64, r[1] = (int)os->items[1].i64;
+  return 1;
+}
+
 static ct_status probe_chunk_local(share *sh, size_t lo, size_t a, size_t b) {
   const ct_ds_config *c = sh->c;
   for (size_t i = a; i < b; i++) {
@@ -488,12 +500,8 @@ static ct_status probe_chunk_local(share *sh, size_t lo, size_t a, size_t b) {
       r[2] = CT_DISC_NOT_FOUND;
       continue;
     }
-    const ct_json *m = ct_keyset_find(sh->pres, it->rel);
-    const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
-    if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int &&
-        os->items[1].is_int) {
-      r[0] = (int)os->items[0].i64, r[1] = (int)os->items[1].i64;
-    } else if (sh->need_size || it->w <= 0 || it->h <= 0) {
+    const int known = preserved_size(sh, it->rel, r);
+    if (!known && (sh->need_size || it->w <= 0 || it->h <= 0)) {
       ct_image_info info;
       ct_err e = {0};
       ct_status ps = ct_image_probe_info(path, &info, &e);
@@ -504,7 +512,7 @@ static ct_status probe_chunk_local(share *sh, size_t lo, size_t a, size_t b) {
       else
         r[0] = info.w, r[1] = info.h;
       if (ps && ps != CT_ERR_NOT_FOUND) CT_DEBUG("dataset '%s': %s", c->id, e.msg);
-    } else {
+    } else if (!known) {
       struct stat fs;
       if (stat(path, &fs) != 0) r[2] = CT_DISC_NOT_FOUND;
     }
@@ -541,15 +549,11 @@ static ct_status probe_chunk(share *sh, size_t lo, size_t a, size_t b, ct_err *e
       r[2] = CT_DISC_NOT_FOUND;
       continue;
     }
-    const ct_json *m = ct_keyset_find(sh->pres, it->rel);
-    const ct_json *os = m ? ct_json_get(m, "original_size") : NULL;
-    if (os && os->type == CT_JSON_ARRAY && os->n == 2 && os->items[0].is_int &&
-        os->items[1].is_int) {
-      r[0] = (int)os->items[0].i64, r[1] = (int)os->items[1].i64;
-    } else if (sh->need_size || it->w <= 0 || it->h <= 0) {
+    const int known = preserved_size(sh, it->rel, r);
+    if (!known && (sh->need_size || it->w <= 0 || it->h <= 0)) {
       kind[i] = 1;
       rq[i].len = PROBE_BYTES;
-    } else {
+    } else if (!known) {
       kind[i] = 2; /* sizes from the table: the file must exist */
       rq[i].len = 1;
     }

@@ -108,16 +108,21 @@ ct_status ct_storage_get_many(ct_storage *s, ct_storage_req *r, size_t n, ct_err
   return n ? s->ops->get_many(s, r, n, err) : CT_OK;
 }
 
+/* One read through get_many; a missing object gets a message here. */
+static ct_status get_one(ct_storage *s, ct_storage_req *r, char **data, size_t *n, ct_err *err) {
+  ct_status st = ct_storage_get_many(s, r, 1, err);
+  if (!st && r->st == CT_ERR_NOT_FOUND)
+    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, r->key);
+  if (st) return free(r->data), st;
+  *data = r->data;
+  if (n) *n = r->n;
+  return CT_OK;
+}
+
 ct_status ct_storage_get(ct_storage *s, const char *key, size_t max, char **data, size_t *n,
                          ct_err *err) {
   ct_storage_req r = {.key = key, .max = max ? max : ((size_t)1 << 30)};
-  ct_status st = ct_storage_get_many(s, &r, 1, err);
-  if (!st && r.st == CT_ERR_NOT_FOUND)
-    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
-  if (st) return free(r.data), st;
-  *data = r.data;
-  if (n) *n = r.n;
-  return CT_OK;
+  return get_one(s, &r, data, n, err);
 }
 
 ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, size_t len,
@@ -128,13 +133,7 @@ ct_status ct_storage_get_range(ct_storage *s, const char *key, uint64_t off, siz
     return *data ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
   ct_storage_req r = {.key = key, .off = off, .len = len};
-  ct_status st = ct_storage_get_many(s, &r, 1, err);
-  if (!st && r.st == CT_ERR_NOT_FOUND)
-    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: %s: not found", s->desc, key);
-  if (st) return free(r.data), st;
-  *data = r.data;
-  if (n) *n = r.n;
-  return CT_OK;
+  return get_one(s, &r, data, n, err);
 }
 
 ct_status ct_storage_put(ct_storage *s, const char *key, const void *data, size_t n, int durable,
