@@ -208,7 +208,10 @@ done
 setctl "mode=none"
 
 setctl "mode=mixed every=3"
-if st bench s3://bkt/mixed --count 40 --size 1000 --pools 8,2 > "$tmp/mixed.json" 2> "$tmp/mixed.err" &&
+# (each attempt lands on a faulted request with odds 1/3, so retries 10, not
+# 4: five faults in a row for one of ~120 requests would happen in ~40% of runs)
+if "$CT" storage bench s3://bkt/mixed --count 40 --size 1000 --pools 8,2 --endpoint "$EP" --region us-east-1 \
+    --timeout 2 --retries 10 > "$tmp/mixed.json" 2> "$tmp/mixed.err" &&
   grep -q '"ratio"' "$tmp/mixed.json"; then
   nmix=$(grep -F "/bkt/mixed/" "$plog" | grep -c -v "fault=none" || true)
   kinds=$(grep -F "/bkt/mixed/" "$plog" | grep -o "fault=[a-z0-9]*" | sort -u | grep -v none | tr '\n' ' ')

@@ -783,13 +783,46 @@ static char *xml_get(const char *a, const char *b, const char *tag, const char *
   return xml_text(p, e);
 }
 
+ct_status ct_s3_list_page(const char *doc, size_t n, const char *prefix, ct_storage_list *out,
+                          size_t *cap, int *more, char **token, ct_err *err) {
+  const char *end = doc + n, *p = doc, *c;
+  const size_t plen = strlen(prefix);
+  *more = 0;
+  *token = NULL;
+  if (!strstr(doc, "<ListBucketResult"))
+    return ct_errf(err, CT_ERR_FORMAT,
+                   "the reply is not a ListBucketResult document; is the endpoint an S3 endpoint?");
+  while ((c = strstr(p, "<Contents>")) && c < end) {
+    const char *ce = strstr(c, "</Contents>");
+    if (!ce) break;
+    char *k = xml_get(c, ce, "Key", NULL), *z = xml_get(c, ce, "Size", NULL);
+    /* keys under the prefix that are keys here (no "..", "//", trailing '/': directory markers) */
+    if (k && strlen(k) > plen && !strncmp(k, prefix, plen) && ct_storage_key_ok(k + plen)) {
+      char *rel = strdup(k + plen);
+      if (!rel || ct_storage_list_push(out, cap, rel, z ? strtoull(z, NULL, 10) : 0)) {
+        free(k), free(z);
+        return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      }
+    } else if (k && strlen(k) > plen && !strncmp(k, prefix, plen) && k[strlen(k) - 1] != '/') {
+      CT_DEBUG("s3: listing skips the key '%.200s' (empty, '.' or '..' segments)", k);
+    }
+    free(k), free(z);
+    p = ce + 11;
+  }
+  char *trunc = xml_get(doc, end, "IsTruncated", NULL);
+  *more = trunc && !strcmp(trunc, "true");
+  free(trunc);
+  if (*more) *token = xml_get(doc, end, "NextContinuationToken", NULL);
+  return CT_OK;
+}
+
 static ct_status s3_list(ct_storage *s, const char *dir, ct_storage_list *out, ct_err *err) {
   s3 *q = s->impl;
   buf pre = {0};
   int bad = buf_str(&pre, q->prefix);
   if (dir[0]) bad |= buf_str(&pre, dir) | buf_str(&pre, "/");
   if (bad) return free(pre.p), ct_errf(err, CT_ERR_NOMEM, "s3: out of memory");
-  size_t plen = strlen(q->prefix), cap = 0;
+  size_t cap = 0;
   char *token = NULL;
   ct_status st = CT_OK;
   for (int page = 0; !st; page++) {
@@ -814,34 +847,16 @@ static ct_status s3_list(ct_storage *s, const char *dir, ct_storage_list *out, c
       free(x.resp.p);
       break;
     }
-    const char *doc = x.resp.p ? x.resp.p : "", *end = doc + x.resp.n, *p = doc;
-    if (!strstr(doc, "<ListBucketResult")) {
-      st = ct_errf(err, CT_ERR_FORMAT,
-                   "listing s3://%s/%s (endpoint %s://%s): the reply is not a ListBucketResult "
-                   "document; is aws_endpoint_url an S3 endpoint?",
-                   q->bucket, pre.p ? pre.p : "", q->scheme, q->host);
-      free(x.resp.p);
-      break;
-    }
-    const char *c;
-    while (!st && (c = strstr(p, "<Contents>")) && c < end) {
-      const char *ce = strstr(c, "</Contents>");
-      if (!ce) break;
-      char *k = xml_get(c, ce, "Key", NULL), *z = xml_get(c, ce, "Size", NULL);
-      if (k && strlen(k) > plen && !strncmp(k, q->prefix, plen) && k[strlen(k) - 1] != '/') {
-        char *rel = strdup(k + plen);
-        if (!rel || ct_storage_list_push(out, &cap, rel, z ? strtoull(z, NULL, 10) : 0))
-          st = ct_errf(err, CT_ERR_NOMEM, "s3: out of memory listing s3://%s/%s", q->bucket, pre.p);
-      }
-      free(k), free(z);
-      p = ce + 11;
-    }
-    char *trunc = xml_get(doc, end, "IsTruncated", NULL);
-    int more = trunc && !strcmp(trunc, "true");
-    free(trunc);
+    int more = 0;
     free(token);
-    token = more ? xml_get(doc, end, "NextContinuationToken", NULL) : NULL;
+    token = NULL;
+    st = ct_s3_list_page(x.resp.p ? x.resp.p : "", x.resp.n, q->prefix, out, &cap, &more, &token,
+                         err);
     free(x.resp.p);
+    if (st == CT_ERR_FORMAT)
+      ct_err_prefix(err, "listing s3://%s/%s (endpoint %s://%s): ", q->bucket, pre.p ? pre.p : "",
+                    q->scheme, q->host);
+    if (st) break;
     if (!more) break;
     if (!token) {
       st = ct_errf(err, CT_ERR_FORMAT,

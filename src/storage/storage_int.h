@@ -35,4 +35,11 @@ void ct_storage_list_sort(ct_storage_list *l);
 /* Append to a listing; -1 when out of memory (the key is taken over). */
 int ct_storage_list_push(ct_storage_list *l, size_t *cap, char *key, uint64_t size);
 
+/* s3.c: one ListObjectsV2 page (NUL-terminated doc of n bytes): the keys
+ * under prefix, relative to it, appended to out (keys that are not valid
+ * keys here are skipped); *more and *token (malloc'd) for the next page.
+ * CT_ERR_FORMAT when doc is not a ListBucketResult. Exposed for the fuzzer. */
+ct_status ct_s3_list_page(const char *doc, size_t n, const char *prefix, ct_storage_list *out, size_t *cap,
+                          int *more, char **token, ct_err *err);
+
 #endif
