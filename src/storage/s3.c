@@ -1,9 +1,12 @@
 /* s3.c: the S3-compatible backend of ctuner/storage.h over libcurl.
  *
  * Every operation is a list of HTTP requests run by one engine (run_xfers):
- * a curl multi handle per call, at most max_connections transfers in flight,
- * connections kept alive in a connection cache shared by all calls of the
- * handle (CURLSH, so a thread's next call reuses the sockets of the last). A
+ * a curl multi handle per call, at most max_connections transfers in flight.
+ * Multi handles (each with its own cache of kept-alive connections) wait in a
+ * stack between calls, so a call reuses the sockets of an earlier one; calls
+ * running at once on several threads each check out their own, since libcurl
+ * cannot share one connection cache between threads safely (a transfer queued
+ * for a connection another thread's multi handle holds would never wake). A
  * request is signed (AWS Signature V4, our own over OpenSSL) at each attempt,
  * since the signature covers the time. Retries: 5xx, 408, 429, timeouts,
  * refused/reset/dropped connections and short bodies, after a backoff drawn
@@ -18,6 +21,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,8 +46,11 @@ typedef struct s3 {
   int virt; /* virtual-hosted addressing */
   int pool, max_retries;
   double timeout_s, backoff_s;
-  CURLSH *share;
+  CURLSH *share; /* DNS and TLS sessions only */
   pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+  pthread_mutex_t multi_mu; /* idle multi handles */
+  CURLM **multis;
+  int nmulti, cap_multi;
   pthread_mutex_t rng_mu;
   uint64_t rng;
 } s3;
@@ -233,6 +240,10 @@ static size_t on_body(char *d, size_t sz, size_t nm, void *ud) {
     x->range_cut = 1;
     return 0;
   }
+  if (x->http >= 300 && x->resp.n + n > x->resp.max) { /* a long error page: keep its start */
+    buf_add(&x->resp, d, x->resp.max - x->resp.n);
+    return n;
+  }
   return buf_add(&x->resp, d, n) ? 0 : n; /* over the bound: curl stops with CURLE_WRITE_ERROR */
 }
 
@@ -356,7 +367,13 @@ static ct_status setup(s3 *q, xfer *x, ct_err *err) {
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, x->hdr);
   curl_easy_setopt(c, CURLOPT_SHARE, q->share);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(q->timeout_s * 1000));
+  /* timeout_s bounds a request whose size is known, plus a second per MB
+   * moved; any transfer fails once no byte moved for timeout_s (a stall) */
+  size_t moved = x->m == M_PUT ? x->body_n : x->m == M_GET ? x->len : 0;
+  if (!(x->m == M_GET && !x->len))
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(q->timeout_s * 1000) + (long)(moved / 1000));
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)ceil(q->timeout_s));
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
                    (long)((q->timeout_s < 10 ? q->timeout_s : 10) * 1000));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -528,7 +545,11 @@ static ct_status start(s3 *q, CURLM *m, xfer *t, CURL **free_c, size_t *nfree, c
 static ct_status run_xfers(ct_storage *s, xfer *x, size_t n, ct_err *err) {
   s3 *q = s->impl;
   size_t pool = (size_t)q->pool;
-  CURLM *m = curl_multi_init();
+  CURLM *m = NULL;
+  pthread_mutex_lock(&q->multi_mu);
+  if (q->nmulti) m = q->multis[--q->nmulti];
+  pthread_mutex_unlock(&q->multi_mu);
+  if (!m && (m = curl_multi_init())) curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)q->pool);
   CURL **free_c = calloc(pool, sizeof *free_c);
   size_t *retry = calloc(n ? n : 1, sizeof *retry); /* indices waiting for their backoff */
   if (!m || !free_c || !retry) {
@@ -536,8 +557,6 @@ static ct_status run_xfers(ct_storage *s, xfer *x, size_t n, ct_err *err) {
     free(free_c), free(retry);
     return ct_errf(err, CT_ERR_NOMEM, "s3: out of memory");
   }
-  curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)q->pool);
-  curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)q->pool);
   size_t nfree = 0, active = 0, done = 0, next = 0, nretry = 0;
   uint64_t reqs = 0, retries = 0, bin = 0, bout = 0;
   ct_status st = CT_OK;
@@ -613,7 +632,15 @@ static ct_status run_xfers(ct_storage *s, xfer *x, size_t n, ct_err *err) {
   for (size_t i = 0; i < nfree; i++) curl_easy_cleanup(free_c[i]);
   free(free_c);
   free(retry);
-  curl_multi_cleanup(m);
+  pthread_mutex_lock(&q->multi_mu); /* back on the stack with its connections */
+  if (q->nmulti == q->cap_multi) {
+    int nc = q->cap_multi ? 2 * q->cap_multi : 4;
+    CURLM **v = realloc(q->multis, (size_t)nc * sizeof *v);
+    if (v) q->multis = v, q->cap_multi = nc;
+  }
+  if (q->nmulti < q->cap_multi) q->multis[q->nmulti++] = m, m = NULL;
+  pthread_mutex_unlock(&q->multi_mu);
+  if (m) curl_multi_cleanup(m);
   for (size_t i = 0; i < n; i++) {
     free(x[i].url);
     x[i].url = NULL;
@@ -878,6 +905,9 @@ static ct_status s3_list(ct_storage *s, const char *dir, ct_storage_list *out, c
 static void s3_free(ct_storage *s) {
   s3 *q = s->impl;
   if (!q) return;
+  for (int i = 0; i < q->nmulti; i++) curl_multi_cleanup(q->multis[i]);
+  free(q->multis);
+  pthread_mutex_destroy(&q->multi_mu);
   if (q->share) curl_share_cleanup(q->share);
   for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&q->share_mu[i]);
   pthread_mutex_destroy(&q->rng_mu);
@@ -991,6 +1021,7 @@ ct_status ct_storage_open_s3(const ct_s3_config *c, ct_storage **out, ct_err *er
   s->ops = &s3_ops;
   s->remote = 1;
   for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&q->share_mu[i], NULL);
+  pthread_mutex_init(&q->multi_mu, NULL);
   pthread_mutex_init(&q->rng_mu, NULL);
   q->rng =
       (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)q;
@@ -1039,7 +1070,6 @@ ct_status ct_storage_open_s3(const ct_s3_config *c, ct_storage **out, ct_err *er
   curl_share_setopt(q->share, CURLSHOPT_LOCKFUNC, lock_cb);
   curl_share_setopt(q->share, CURLSHOPT_UNLOCKFUNC, unlock_cb);
   curl_share_setopt(q->share, CURLSHOPT_USERDATA, q);
-  curl_share_setopt(q->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
   curl_share_setopt(q->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
   curl_share_setopt(q->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
   *out = s;
