@@ -115,6 +115,9 @@ echo "mode=none" > "$tmp/proxy.ctl"
 # output_dir in the bucket: checkpoints 5 and 10 (limit 1), then a resume on an
 # empty local directory continues to step 12 exactly as the uninterrupted run.
 export AWS_ENDPOINT_URL="$ep"
+# a file of another run's checkpoint-10 (say a rank's fragment) is in the way
+echo stale > "$tmp/stale.bin"
+"$CT" storage put "$tmp/stale.bin" s3://train/runs/r1/checkpoint-10/zero/rank-3-of-4.safetensors --endpoint "$ep"
 if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --max_train_steps=10 \
     --output_dir=s3://train/runs/r1 --output_dir_local="$tmp/r1a" --checkpoints_total_limit=1 \
     >/dev/null 2>"$tmp/r1.err"; then
@@ -124,6 +127,8 @@ if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --max_train_
   if echo "$keys" | grep -q '^checkpoint-5/'; then bad "checkpoint-5 still in the bucket (limit 1)"
   else ok "checkpoints_total_limit applied in the bucket"; fi
   echo "$keys" | grep -qx 'metrics.jsonl' && ok "metrics.jsonl uploaded" || bad "no metrics.jsonl in the bucket"
+  if echo "$keys" | grep -q 'rank-3-of-4'; then bad "a stale file of checkpoint-10 stayed under its new .guard"
+  else ok "a stale file of the same step was removed before the .guard"; fi
   if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --output_dir=s3://train/runs/r1 \
       --output_dir_local="$tmp/r1b" >/dev/null 2>"$tmp/r1b.err"; then
     grep -q "pulled checkpoint-10" "$tmp/r1b.err" && ok "resume pulled checkpoint-10 into an empty directory" ||
@@ -138,6 +143,17 @@ if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --max_train_
   fi
 else
   bad "output_dir s3: $(tail -3 "$tmp/r1.err")"
+fi
+# a newer checkpoint of another run in the prefix: rotation keeps this run's
+printf complete > "$tmp/guard"
+"$CT" storage put "$tmp/guard" s3://train/runs/r2/checkpoint-1000/.guard --endpoint "$ep"
+if "$CT" train "${base[@]}" --data_backend_config="$tmp/local.json" --max_train_steps=5 --resume_from_checkpoint=none \
+    --output_dir=s3://train/runs/r2 --output_dir_local="$tmp/r2" --checkpoints_total_limit=1 >/dev/null 2>"$tmp/r2.err"; then
+  keys=$("$CT" storage ls s3://train/runs/r2 --endpoint "$ep" | awk '{print $2}')
+  echo "$keys" | grep -qx 'checkpoint-5/.guard' && grep -q "newer than checkpoint-5" "$tmp/r2.err" &&
+    ok "rotation keeps the checkpoint just uploaded and warns of a newer one" || bad "rotation: $(echo $keys)"
+else
+  bad "run beside a newer checkpoint: $(tail -3 "$tmp/r2.err")"
 fi
 unset AWS_ENDPOINT_URL
 

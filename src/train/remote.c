@@ -34,7 +34,8 @@ const char *ct_remote_url(const ct_remote *r) {
   return r->url;
 }
 
-ct_status ct_remote_open(const ct_config *cfg, ct_remote **out, char **local, ct_err *err) {
+ct_status ct_remote_open(const ct_config *cfg, int connect, ct_remote **out, char **local,
+                         ct_err *err) {
   *out = NULL;
   *local = NULL;
   char *bucket = NULL, *prefix = NULL;
@@ -55,7 +56,7 @@ ct_status ct_remote_open(const ct_config *cfg, ct_remote **out, char **local, ct
                     .name = "output_dir"};
   ct_remote *r = calloc(1, sizeof *r);
   ct_status st = r ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  if (!st) st = ct_storage_open_s3(&c, &r->s, err);
+  if (!st && connect) st = ct_storage_open_s3(&c, &r->s, err);
   if (!st) {
     r->url = strdup(cfg->output_dir);
     if (cfg->output_dir_local)
@@ -74,6 +75,7 @@ ct_status ct_remote_open(const ct_config *cfg, ct_remote **out, char **local, ct
     *local = NULL;
     return st;
   }
+  if (!connect) ct_remote_free(r), r = NULL;
   *out = r;
   return CT_OK;
 }
@@ -275,16 +277,47 @@ static ct_status push_tree(ct_remote *r, const char *from, const char *to_dir, c
   return st;
 }
 
+/* Remote keys of checkpoint `name` the local directory does not have (a
+ * re-upload of a step another run wrote: other ranks' fragments, say) are
+ * deleted before the new files, so the .guard covers exactly this set. */
+static ct_status drop_stale(ct_remote *r, const char *ckpt_dir, const char *name, ct_err *err) {
+  ct_storage_list rl;
+  ct_status st = ct_storage_list_dir(r->s, name, &rl, err);
+  if (st || !rl.n) return ct_storage_list_free(&rl), st;
+  ct_storage *loc = NULL;
+  ct_storage_list ll = {0};
+  st = ct_storage_open_local(ckpt_dir, &loc, err);
+  if (!st) st = ct_storage_list_dir(loc, "", &ll, err);
+  const size_t pn = strlen(name) + 1;
+  for (size_t i = 0, j = 0; !st && i < rl.n; i++) {
+    const char *k = rl.keys[i] + pn; /* both lists are sorted */
+    while (j < ll.n && strcmp(ll.keys[j], k) < 0) j++;
+    if (j < ll.n && !strcmp(ll.keys[j], k)) continue;
+    CT_INFO("%s/%s: not in the local checkpoint; removed before the upload", r->url, rl.keys[i]);
+    st = ct_storage_delete(r->s, rl.keys[i], err);
+  }
+  ct_storage_list_free(&ll);
+  ct_storage_list_free(&rl);
+  ct_storage_free(loc);
+  return st;
+}
+
 ct_status ct_remote_push_checkpoint(ct_remote *r, const char *ckpt_dir, long limit, ct_err *err) {
   const char *name = strrchr(ckpt_dir, '/');
   name = name ? name + 1 : ckpt_dir;
-  char g[128];
+  char g[128], lg[4200];
+  struct stat sb;
   if (strncmp(name, "checkpoint-", 11) || strlen(name) > 60)
     return ct_errf(err, CT_ERR_INVALID, "%s is not a checkpoint directory", ckpt_dir);
+  if (ct_pathf(lg, sizeof lg, "%s/.guard", ckpt_dir) || stat(lg, &sb) != 0)
+    return ct_errf(err, CT_ERR_INVALID, "%s has no .guard: not a complete checkpoint, not uploaded",
+                   ckpt_dir);
   snprintf(g, sizeof g, "%s/.guard", name);
+  const long step = strtol(name + 11, NULL, 10);
   uint64_t bytes = 0;
   ct_status st =
       ct_storage_delete(r->s, g, err); /* a re-upload of the same step is unguarded until done */
+  if (!st) st = drop_stale(r, ckpt_dir, name, err);
   if (!st) st = push_tree(r, ckpt_dir, name, ".guard", &bytes, err);
   if (!st) st = ct_storage_put(r->s, g, "complete\n", 9, 1, err);
   if (st) {
@@ -296,8 +329,18 @@ ct_status ct_remote_push_checkpoint(ct_remote *r, const char *ckpt_dir, long lim
   long *steps = NULL;
   size_t n = 0;
   st = remote_steps(r, &steps, &n, err);
-  for (size_t i = 0; !st && n > (size_t)limit && i < n - (size_t)limit; i++) {
+  /* the oldest go, never the one just uploaded; newer ones come from another run */
+  size_t keep = n, newer = 0;
+  for (size_t i = 0; !st && i < n; i++) newer += steps[i] > step;
+  if (newer)
+    CT_WARN(
+        "%s holds %zu checkpoint(s) newer than checkpoint-%ld (another run's?); a resume takes the "
+        "newest",
+        r->url, newer, step);
+  for (size_t i = 0; !st && keep > (size_t)limit && i < n; i++) {
+    if (steps[i] == step) continue;
     st = remote_delete(r, steps[i], err);
+    keep--;
     if (!st)
       CT_INFO("removed checkpoint-%ld from %s (checkpoints_total_limit %ld)", steps[i], r->url,
               limit);

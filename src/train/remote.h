@@ -18,8 +18,10 @@ typedef struct ct_remote ct_remote;
 int ct_remote_wanted(const ct_config *cfg);
 /* The bucket from the output_aws_* keys and the AWS_* environment variables
  * (credentials only from the environment); *local: the working directory
- * (malloc'd). */
-ct_status ct_remote_open(const ct_config *cfg, ct_remote **out, char **local, ct_err *err);
+ * (malloc'd). connect 0: only *local, and *out is NULL (ranks other than 0
+ * never use the bucket and may lack the credentials). */
+ct_status ct_remote_open(const ct_config *cfg, int connect, ct_remote **out, char **local,
+                         ct_err *err);
 void ct_remote_free(ct_remote *r);
 const char *ct_remote_url(const ct_remote *r);
 

@@ -1552,16 +1552,16 @@ void ct_pipeline_free(ct_pipeline *p) {
 
 /* output_dir s3://bucket/prefix: the run works in the local directory and
  * mirrors its checkpoints (src/train/remote.c). */
-static ct_status with_output(const ct_config *cfg, ct_config *local_cfg, ct_remote **remote, char **local,
-                             ct_err *err) {
+static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cfg, ct_remote **remote,
+                             char **local, ct_err *err) {
   *local_cfg = *cfg;
   *remote = NULL;
   *local = NULL;
   if (!ct_remote_wanted(cfg)) return CT_OK;
-  ct_status st = ct_remote_open(cfg, remote, local, err);
+  ct_status st = ct_remote_open(cfg, lead, remote, local, err);
   if (st) return st;
   local_cfg->output_dir = *local;
-  CT_INFO("output_dir %s: working in %s; checkpoints are mirrored to the bucket", cfg->output_dir, *local);
+  if (lead) CT_INFO("output_dir %s: working in %s; checkpoints are mirrored to the bucket", cfg->output_dir, *local);
   return CT_OK;
 }
 
@@ -1572,7 +1572,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   ct_remote *r;
   char *local;
   memset(sum, 0, sizeof *sum);
-  ct_status st = with_output(cfg, &c2, &r, &local, err);
+  ct_status st = with_output(cfg, ct_comm_rank(comm) == 0, &c2, &r, &local, err);
   if (!st) st = train_run(&c2, r, comm, cb, user, sum, err);
   ct_remote_free(r);
   free(local);
@@ -1583,7 +1583,7 @@ ct_status ct_cache_run(const ct_config *cfg_in, ct_comm *comm, ct_data_stats *st
   ct_config c2;
   ct_remote *r;
   char *local;
-  ct_status st0 = with_output(cfg_in, &c2, &r, &local, err);
+  ct_status st0 = with_output(cfg_in, 0, &c2, &r, &local, err);
   ct_remote_free(r);
   if (st0) return st0;
   const ct_config *cfg = &c2;
