@@ -121,6 +121,10 @@ void ct_storage_get_stats(const ct_storage *s, ct_storage_stats *out);
  * an s3:// URL. */
 int ct_storage_parse_s3_url(const char *s, char **bucket, char **prefix);
 
+/* 1 if key is a valid key: relative, '/'-separated, no empty, "." or ".."
+ * segment. */
+int ct_storage_key_ok(const char *key);
+
 /* AWS Signature V4 of one request (exposed for tests against AWS's published
  * examples). headers: n "name:value" pairs (lowercase names, trimmed values)
  * that are signed, sorted or not; payload_hash: hex SHA-256 of the body or

@@ -642,7 +642,7 @@ static void build_chunk(const ct_dataset *ds, const dset *d, size_t lo, size_t a
   ct_err ge = {0};
   ct_status gs = ct_storage_get_many(d->sto, pk, np, &ge);
   for (size_t k = 0; k < np; k++) ir[map[k]] = pk[k];
-  if (gs &&
+  if ((gs == CT_ERR_IO || gs == CT_ERR_NOMEM) &&
       ct_storage_is_remote(d->sto)) { /* the network, not the images: no image is dropped for it */
     ct_err_prefix(&ge, "reading the images of dataset '%s': ", d->c->id);
     build_fatal(A, &ge);

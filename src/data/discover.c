@@ -571,8 +571,11 @@ static ct_status probe_chunk(share *sh, size_t lo, size_t a, size_t b, ct_err *e
   for (int round = 0; !st && np; round++) {
     ct_err e = {0};
     ct_status gs = ct_storage_get_many(sh->sto, pk, np, &e);
-    if (gs && sh->remote) {
+    /* the network or memory failing ends discovery (no image is dropped for
+     * it); one object too large or refused is that image's problem only */
+    if (sh->remote && (gs == CT_ERR_IO || gs == CT_ERR_NOMEM)) {
       st = ct_errf(err, gs, "dataset '%s': %s", c->id, e.msg);
+      for (size_t k = 0; k < np; k++) free(pk[k].data), pk[k].data = NULL;
       break;
     }
     for (size_t k = 0; k < np; k++) {

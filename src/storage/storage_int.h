@@ -28,8 +28,6 @@ struct ct_storage {
   void *impl;
 };
 
-/* A key is relative, '/'-separated, without empty, "." or ".." segments. */
-int ct_storage_key_ok(const char *key);
 /* Sort a listing bytewise (keys with their sizes). */
 void ct_storage_list_sort(ct_storage_list *l);
 /* Append to a listing; -1 when out of memory (the key is taken over). */

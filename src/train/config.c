@@ -449,9 +449,9 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
   if (!strncmp(c->output_dir, "s3://", 5)) {
     char *b = NULL, *pf = NULL;
-    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0];
+    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0] && (!pf[0] || ct_storage_key_ok(pf));
     free(b), free(pf);
-    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix", c->output_dir);
+    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix (a prefix without empty, '.' or '..' segments)", c->output_dir);
     if (c->model_type && !strcmp(c->model_type, "vae"))
       BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a local output_dir");
   }
