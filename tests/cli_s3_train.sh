@@ -157,6 +157,24 @@ else
 fi
 unset AWS_ENDPOINT_URL
 
+# A caption over the 1 MiB bound counts against its image (no caption); the
+# rest of the dataset loads.
+mkdir -p "$tmp/odd"
+cp "$tmp/data/sq/000001.png" "$tmp/data/sq/000002.png" "$tmp/data/sq/000003.png" "$tmp/odd/"
+for i in 1 2 3; do echo "a caption" > "$tmp/odd/00000$i.txt"; done
+head -c 1200000 /dev/zero | tr '\0' 'a' > "$tmp/odd/000002.txt"
+"$CT" storage sync "$tmp/odd" s3://train/odd --endpoint "$ep" >/dev/null
+cat > "$tmp/odd.json" <<JSON
+[{"id": "odd", "type": "aws", $s3keys, "aws_data_prefix": "odd", "caption_strategy": "textfile"}]
+JSON
+if out=$("$CT" cache "${base[@]}" --train_batch_size=1 --data_backend_config="$tmp/odd.json" \
+    --output_dir="$tmp/out-odd" 2>"$tmp/odd.err"); then
+  echo "$out" | "$S3_PY" -c 'import json,sys; d=json.load(sys.stdin); assert d["images"] == 2 and d["skipped"]["no_caption"] == 1, d' &&
+    ok "a caption over 1 MiB drops its image only (2 of 3 kept)" || bad "odd dataset: $out"
+else
+  bad "an oversized caption ended discovery: $(tail -2 "$tmp/odd.err")"
+fi
+
 # A wrong secret: one clear error naming the bucket and the endpoint, no secret.
 secret="Wr0ngSecretValue/abc"
 if AWS_SECRET_ACCESS_KEY="$secret" "$CT" train "${base[@]}" --data_backend_config="$tmp/s3.json" \

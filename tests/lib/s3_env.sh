@@ -27,7 +27,7 @@ s3_proxy() {
   local dir=$1
   shift
   rm -f "$dir/proxy.port"
-  "$S3_PY" "$S3_ROOT/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$S3_PORT" --port-file "$dir/proxy.port" "$@" &
+  "$S3_PY" "$S3_ROOT/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$S3_PORT" --port-file "$dir/proxy.port" "$@" 2>>"$dir/proxy.err" &
   S3_PROXY_PID=$!
   for _ in $(seq 100); do
     [ -s "$dir/proxy.port" ] && break
