@@ -262,6 +262,13 @@ static void unlock_cb(CURL *h, curl_lock_data d, void *u) {
   pthread_mutex_unlock(&((s3 *)u)->share_mu[d]);
 }
 
+/* Header lists hold the Authorization and the session token: wiped before freed. */
+static void free_headers(struct curl_slist *h) {
+  for (struct curl_slist *p = h; p; p = p->next)
+    if (p->data) OPENSSL_cleanse(p->data, strlen(p->data));
+  curl_slist_free_all(h);
+}
+
 /* Build, sign and configure one attempt. */
 static ct_status setup(s3 *q, xfer *x, ct_err *err) {
   buf path = {0}, url = {0};
@@ -349,11 +356,11 @@ static ct_status setup(s3 *q, xfer *x, ct_err *err) {
   free(path.p);
   if (st) {
     free(url.p);
-    curl_slist_free_all(hl);
+    free_headers(hl);
     return st;
   }
   free(x->url);
-  curl_slist_free_all(x->hdr);
+  free_headers(x->hdr);
   x->url = url.p;
   x->hdr = hl;
   free(x->resp.p);
@@ -644,7 +651,7 @@ static ct_status run_xfers(ct_storage *s, xfer *x, size_t n, ct_err *err) {
   for (size_t i = 0; i < n; i++) {
     free(x[i].url);
     x[i].url = NULL;
-    curl_slist_free_all(x[i].hdr);
+    free_headers(x[i].hdr);
     x[i].hdr = NULL;
   }
   pthread_mutex_lock(&s->stat_mu);
