@@ -31,8 +31,7 @@
 #include "ctuner/safetensors.h"
 #include "train_int.h"
 
-/* "checkpoint-<digits>" exactly; returns the step or -1. */
-static long ckpt_step(const char *name) {
+long ct_checkpoint_step(const char *name) {
   if (strncmp(name, "checkpoint-", 11)) return -1;
   const char *p = name + 11;
   if (!*p) return -1;
@@ -53,7 +52,7 @@ static int guarded(const char *dir) {
   size_t r = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[r] = 0;
-  return !strncmp(buf, "complete", 8);
+  return !strncmp(buf, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD));
 }
 
 ct_status ct_checkpoint_latest(const char *out, char *path, size_t n, long *step, ct_err *err) {
@@ -62,7 +61,7 @@ ct_status ct_checkpoint_latest(const char *out, char *path, size_t n, long *step
   long best = -1;
   struct dirent *e;
   while ((e = readdir(d))) {
-    long s = ckpt_step(e->d_name);
+    long s = ct_checkpoint_step(e->d_name);
     if (s < 0 || s <= best) continue;
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", out, e->d_name);
@@ -109,7 +108,7 @@ static void rotate(const char *out, long limit, long keep) {
   size_t n = 0;
   struct dirent *e;
   while ((e = readdir(d)) && n < 4096) {
-    long s = ckpt_step(e->d_name);
+    long s = ct_checkpoint_step(e->d_name);
     if (s >= 0) steps[n++] = s;
   }
   closedir(d);
@@ -485,7 +484,7 @@ ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long
   if (!st) st = ct_fsync_dir(out, err);
   if (!st) {
     snprintf(p, sizeof p, "%s/.guard", dst);
-    st = ct_write_file_atomic(p, "complete", 8, err);
+    st = ct_write_file_atomic(p, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD), err);
   }
   if (st) {
     ct_err_prefix(err, "writing checkpoint %s: ", dst);

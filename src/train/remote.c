@@ -89,13 +89,12 @@ void ct_remote_free(ct_remote *r) {
 
 /* "checkpoint-<digits>/.guard" -> step, else -1. */
 static long guard_step(const char *key) {
-  if (strncmp(key, "checkpoint-", 11)) return -1;
-  const char *p = key + 11;
-  long v = 0;
-  int nd = 0;
-  for (; *p >= '0' && *p <= '9' && nd < 12; p++, nd++) v = v * 10 + (*p - '0');
-  if (!nd || strcmp(p, "/.guard")) return -1;
-  return v;
+  const char *slash = strchr(key, '/');
+  if (!slash || strcmp(slash, "/.guard") || slash - key > 40) return -1;
+  char dir[48];
+  memcpy(dir, key, (size_t)(slash - key));
+  dir[slash - key] = 0;
+  return ct_checkpoint_step(dir);
 }
 
 static int cmp_long(const void *a, const void *b) {
@@ -122,7 +121,7 @@ static ct_status remote_steps(ct_remote *r, long **steps, size_t *n, ct_err *err
   if (!st && k) st = ct_storage_get_many(r->s, q, k, err);
   size_t m = 0;
   for (size_t i = 0; !st && i < k; i++)
-    if (q[i].st == CT_OK && !strncmp(q[i].data, "complete", 8)) v[m++] = v[i];
+    if (q[i].st == CT_OK && !strncmp(q[i].data, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD))) v[m++] = v[i];
   for (size_t i = 0; i < k; i++) free(q[i].data);
   free(q);
   ct_storage_list_free(&l);
@@ -220,7 +219,7 @@ ct_status ct_remote_pull_latest(ct_remote *r, const char *local_out, long *step,
     if (ct_pathf(g, sizeof g, "%s/.guard", fin))
       st = ct_errf(err, CT_ERR_RANGE, "path too long: %s", fin);
     else
-      st = ct_write_file_atomic(g, "complete\n", 9, err);
+      st = ct_write_file_atomic(g, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD), err);
   }
   if (st) {
     ct_rm_rf(tmp, NULL);
@@ -319,7 +318,7 @@ ct_status ct_remote_push_checkpoint(ct_remote *r, const char *ckpt_dir, long lim
       ct_storage_delete(r->s, g, err); /* a re-upload of the same step is unguarded until done */
   if (!st) st = drop_stale(r, ckpt_dir, name, err);
   if (!st) st = push_tree(r, ckpt_dir, name, ".guard", &bytes, err);
-  if (!st) st = ct_storage_put(r->s, g, "complete\n", 9, 1, err);
+  if (!st) st = ct_storage_put(r->s, g, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD), 1, err);
   if (st) {
     ct_err_prefix(err, "uploading %s to %s: ", name, r->url);
     return st;

@@ -103,6 +103,10 @@ ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long
                                ct_err *err);
 /* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
 void ct_checkpoint_clean_tmp(const char *output_dir);
+/* "checkpoint-<digits>" exactly: the step, else -1. */
+long ct_checkpoint_step(const char *name);
+/* What a checkpoint's .guard holds once it is complete (local and in a bucket). */
+#define CT_CKPT_GUARD "complete"
 
 /* trainer.c helpers shared with the VAE trainer */
 struct ct_sched;
