@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Refactors change no number: a fixed set of training runs (small preset with
+# AdamW + EMA, Muon, 2-rank ZeRO-2 bf16, 2-rank ZeRO-3 Lion, 2-rank 1-bit Adam,
+# NVMe offload, the VAE) must give the losses and final weights recorded in
+# tests/data/losses_<build>.txt, bit for bit. The file was recorded before the
+# structure rework (issue 17) and is only re-recorded on purpose:
+#   CT_RECORD=1 tests/cli_losses.sh build/ctuner       (Release, make test's first pass)
+#   CT_RECORD=1 tests/cli_losses.sh build-asan/ctuner  (Debug + sanitizers, its second pass)
+# The two builds differ (-O0 does not contract FMAs), hence one file each; any
+# other build directory runs the set and skips the comparison.
+# Usage: tests/cli_losses.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+GOLD=tests/data/losses_$(basename "$(dirname "$(readlink -f "$CT")")").txt
+
+"$CT" dataset synth --out "$tmp/data" --count 32 --seed 5 --size 16x16 >/dev/null || { echo "FAIL - synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+cat > "$tmp/vae.json" <<JSON
+{"_class_name": "AutoencoderKL", "block_out_channels": [8, 16], "layers_per_block": 1, "latent_channels": 4,
+ "norm_num_groups": 4}
+JSON
+cat > "$tmp/base.json" <<JSON
+{"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
+ "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 8,
+ "--checkpoint_step_interval": 0, "--max_grad_norm": 1.0, "--disable_progress_bar": true}
+JSON
+
+# name | ranks | extra flags
+RUNS=(
+  "small_adamw_ema|1|--preset=small --optimizer=adamw_bf16 --use_ema=true --train_batch_size=4"
+  "small_muon|1|--preset=small --optimizer=muon --use_ema=false --train_batch_size=4"
+  "tiny_zero2_bf16|2|--preset=tiny --optimizer=adamw --zero_stage=2 --mixed_precision=bf16 --use_ema=true --train_batch_size=2"
+  "tiny_zero3_lion|2|--preset=tiny --optimizer=lion --zero_stage=3 --use_ema=false --train_batch_size=2"
+  "tiny_zero1_adamw|2|--preset=tiny --optimizer=adamw --zero_stage=1 --use_ema=false --train_batch_size=2"
+  "tiny_onebitadam|2|--preset=tiny --optimizer=onebitadam --freeze_step=3 --learning_rate=2e-4 --use_ema=false --train_batch_size=2"
+  "tiny_offload_nvme|1|--preset=tiny --optimizer=adamw --offload_optimizer=nvme --offload_param_path=$tmp/swap --use_ema=true --train_batch_size=4"
+  "vae|1|--model_type=vae --vae_config=$tmp/vae.json --optimizer=adamw --use_ema=false --train_batch_size=4"
+)
+
+# one line per run: name, every loss, grad norms, and a digest of the final weights
+digest() { # every safetensors file of the output (checkpoints included), in path order
+  find "$1" -name '*.safetensors' | sort | xargs cat | sha256sum | cut -c1-16
+}
+: > "$tmp/got.txt"
+for r in "${RUNS[@]}"; do
+  IFS='|' read -r name ranks flags <<<"$r"
+  # shellcheck disable=SC2086
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" $flags --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
+  else
+    "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" $flags \
+      --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
+  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; continue; }
+  losses=$(/usr/bin/python3 -c '
+import json, sys
+L = [x for x in map(json.loads, open(sys.argv[1])) if "loss" in x]
+print(" ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L))' "$tmp/$name/metrics.jsonl")
+  echo "$name $(digest "$tmp/$name") $losses" >> "$tmp/got.txt"
+done
+
+if [ "${CT_RECORD:-0}" = 1 ]; then
+  cp "$tmp/got.txt" "$GOLD" && ok "recorded $(wc -l < "$GOLD") runs in $GOLD"
+elif [ ! -f "$GOLD" ]; then
+  ok "ran $(wc -l < "$tmp/got.txt") runs; no $GOLD for this build directory, comparison skipped"
+else
+  while read -r name rest; do
+    want=$(grep "^$name " "$GOLD" | cut -d' ' -f2-)
+    if [ "$rest" = "$want" ]; then
+      ok "$name: losses, grad norms and final weights as recorded"
+    else
+      bad "$name: differs from $GOLD"
+      echo "  got:  $rest" | cut -c1-400
+      echo "  want: $want" | cut -c1-400
+    fi
+  done < "$tmp/got.txt"
+  [ "$(wc -l < "$tmp/got.txt")" = "$(wc -l < "$GOLD")" ] || bad "ran $(wc -l < "$tmp/got.txt") of $(wc -l < "$GOLD") recorded runs"
+fi
+exit $fail
