@@ -33,13 +33,13 @@ static void announce(const trainer *tr, int zo, int lb, long opt_steps) {
 static ct_status start(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   if (!tr->opt) return CT_OK;
-  size_t np;
-  const ct_param *tab = ct_mmdit_table(tr->m, &np);
+  const size_t np = tr->model->ntab;
+  const ct_model_param *tab = tr->model->tab;
   size_t *offs = malloc((np + 1) * sizeof *offs), *lens = malloc((np + 1) * sizeof *lens);
   ct_status st = offs && lens ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (size_t i = 0; !st && i < np; i++) offs[i] = tab[i].offset, lens[i] = tab[i].numel;
   if (!st)
-    st = ct_onebit_new(tr->comm, ct_mmdit_numel(tr->m), offs, lens, np, ct_optim_state(tr->opt, 0, NULL),
+    st = ct_onebit_new(tr->comm, ct_model_numel(tr->model), offs, lens, np, ct_optim_state(tr->opt, 0, NULL),
                        ct_optim_state(tr->opt, 1, NULL), (float)cfg->adam_beta1, (float)cfg->adam_beta2,
                        (float)cfg->adam_epsilon, (float)cfg->adam_weight_decay, cfg->freeze_step, &tr->ob, err);
   free(offs);
@@ -68,15 +68,15 @@ static ct_status start(trainer *tr, ct_err *err) {
   return st;
 }
 
-static void begin_step(trainer *tr) { memset(ct_mmdit_grads(tr->m), 0, ct_mmdit_numel(tr->m) * sizeof(float)); }
+static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
 static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
   if (!tr->ob || ct_onebit_full_gradient(tr->ob, opt_step)) return ct_dp_allreduce(tr, loss, g, gn, err);
   /* 1-bit Adam after freeze_step, 0/1 Adam outside its variance steps: no
    * gradient all-reduce; each rank steps with its own mean gradient (world x
    * its share), the norm reported and clipped is the RMS over ranks */
-  float *gr = ct_mmdit_grads(tr->m);
-  const size_t nw = ct_mmdit_numel(tr->m);
+  float *gr = ct_model_grads(tr->model);
+  const size_t nw = ct_model_numel(tr->model);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < nw; i++) gr[i] *= (float)tr->world;
   double red[2] = {*loss, ct_train_sumsq(gr, nw)};
@@ -89,7 +89,7 @@ static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, dou
 }
 
 static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
-  return tr->ob ? ct_onebit_step(tr->ob, ct_mmdit_params(tr->m), g, lr, opt_step, err) : CT_OK;
+  return tr->ob ? ct_onebit_step(tr->ob, ct_model_params(tr->model), g, lr, opt_step, err) : CT_OK;
 }
 
 static void report(const trainer *tr) {

@@ -10,12 +10,12 @@
 
 static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
 
-static void begin_step(trainer *tr) { memset(ct_mmdit_grads(tr->m), 0, ct_mmdit_numel(tr->m) * sizeof(float)); }
+static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
 /* Shared with the 1-bit family's full-precision steps. */
 ct_status ct_dp_allreduce(trainer *tr, double *loss, float **g, double *gn, ct_err *err) {
-  float *gr = ct_mmdit_grads(tr->m);
-  const size_t nw = ct_mmdit_numel(tr->m);
+  float *gr = ct_model_grads(tr->model);
+  const size_t nw = ct_model_numel(tr->model);
   if (tr->world > 1) {
     ct_status st = ct_comm_allreduce_f32(tr->comm, gr, nw, err);
     double lsum = *loss;
@@ -33,7 +33,7 @@ static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, dou
 }
 
 static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
-  return ct_update_step(tr, ct_mmdit_params(tr->m), g, lr, opt_step, ema_dcy, err);
+  return ct_update_step(tr, ct_model_params(tr->model), g, lr, opt_step, ema_dcy, err);
 }
 
 static void report(const trainer *tr) {}

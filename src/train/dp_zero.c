@@ -16,9 +16,9 @@ static ct_status start(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   size_t bucket = (size_t)cfg->reduce_bucket_size;
   if (!bucket) bucket = (size_t)tr->g.mc.hidden * (size_t)tr->g.mc.hidden;
-  ct_status st = zero_init(&tr->z, tr->comm, tr->m, tr->stage, tr->bf16, bucket, tr->own ? tr->wsh : NULL, err);
+  ct_status st = zero_init(&tr->z, tr->comm, tr->model, tr->stage, tr->bf16, bucket, tr->own ? tr->wsh : NULL, err);
   if (st) return st;
-  const size_t nw = ct_mmdit_numel(tr->m);
+  const size_t nw = ct_model_numel(tr->model);
   if (tr->rank == 0 && tr->stage >= 2)
     CT_INFO("ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu elements during the "
             "backward%s",
@@ -53,10 +53,10 @@ static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, dou
 }
 
 static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
-  float *w = ct_mmdit_params(tr->m);
+  float *w = ct_model_params(tr->model);
   ct_status st = ct_update_step(tr, tr->own ? tr->wsh : w + tr->lo, g, lr, opt_step, ema_dcy, err);
   if (!st && tr->zero && !tr->own && tr->world > 1) /* stage 2: every rank gets every updated shard */
-    st = ct_comm_allgather_f32(tr->comm, w + tr->lo, w, tr->shard, ct_mmdit_numel(tr->m), err);
+    st = ct_comm_allgather_f32(tr->comm, w + tr->lo, w, tr->shard, ct_model_numel(tr->model), err);
   if (!st && tr->own) st = zero_params_changed(&tr->z, err); /* bf16 rounding and sharing; stale slots */
   return st;
 }
@@ -73,7 +73,7 @@ const ct_dp_ops ct_dp_zero = {"ZeRO-2/3, bf16", start, begin_step, reduce, step,
 ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
   memset(fv, 0, sizeof *fv);
   if (!tr->own) return CT_OK;
-  const size_t nw = ct_mmdit_numel(tr->m);
+  const size_t nw = ct_model_numel(tr->model);
   const int lead = tr->rank == 0;
   ct_status st = CT_OK;
   const float *wsrc = tr->wsh;
@@ -106,7 +106,7 @@ ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
   }
   if (!st && lead) {
     zero_hooks(&tr->z, 0);
-    ct_mmdit_use_params(tr->m, fv->w);
+    tr->model->ops->use_params(tr->model, fv->w);
   }
   return st;
 }
@@ -114,7 +114,7 @@ ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
 void ct_dp_release_full(trainer *tr, full_view *fv) {
   if (!tr->own) return;
   if (tr->rank == 0 && fv->w) {
-    ct_mmdit_use_params(tr->m, NULL);
+    tr->model->ops->use_params(tr->model, NULL);
     zero_hooks(&tr->z, 1);
   }
   if (fv->owned) {

@@ -10,11 +10,11 @@
 
 static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
 
-static void begin_step(trainer *tr) { memset(ct_mmdit_grads(tr->m), 0, ct_mmdit_numel(tr->m) * sizeof(float)); }
+static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
 static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
-  float *gr = ct_mmdit_grads(tr->m);
-  const size_t nw = ct_mmdit_numel(tr->m);
+  float *gr = ct_model_grads(tr->model);
+  const size_t nw = ct_model_numel(tr->model);
   double red[2] = {*loss, 0};
   ct_status st = ct_comm_reduce_scatter_f32(tr->comm, gr, nw, gr + tr->lo, tr->shard, err);
   red[1] = ct_train_sumsq(gr + tr->lo, tr->hi - tr->lo);
@@ -27,10 +27,10 @@ static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, dou
 }
 
 static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
-  float *w = ct_mmdit_params(tr->m);
+  float *w = ct_model_params(tr->model);
   ct_status st = ct_update_step(tr, w + tr->lo, g, lr, opt_step, ema_dcy, err);
   if (!st && tr->world > 1) /* every rank gets every updated shard, in place */
-    st = ct_comm_allgather_f32(tr->comm, w + tr->lo, w, tr->shard, ct_mmdit_numel(tr->m), err);
+    st = ct_comm_allgather_f32(tr->comm, w + tr->lo, w, tr->shard, ct_model_numel(tr->model), err);
   return st;
 }
 

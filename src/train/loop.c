@@ -38,7 +38,7 @@ void ct_trainer_free(trainer *tr) {
     if (slash) *slash = 0, rmdir(tr->swap_dir); /* the run's directory, once empty */
   }
   zero_free(&tr->z);
-  ct_mmdit_free(tr->m);
+  ct_model_free(tr->model);
   ct_free(tr->wsh);
   ct_textenc_free(tr->te);
   ct_dataset_free(tr->ds);
@@ -64,7 +64,11 @@ static ct_status setup_model(trainer *tr, ct_train_summary *sum, ct_err *err) {
   ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed,
                               (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0),
                               &tr->m, err);
-  if (st) return st;
+  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
+  if (st) {
+    tr->m = NULL;
+    return st;
+  }
   const size_t nw = ct_mmdit_numel(tr->m);
   tr->shard = ct_comm_shard_len(nw, tr->world);
   tr->lo = tr->zero ? (size_t)tr->rank * tr->shard : 0;
@@ -173,8 +177,8 @@ static void clip(float *g, size_t n, double gn, double max_norm) {
 static void ema_update(trainer *tr, float dcy) {
   if (tr->widx >= 0) return;
   float *e = tr->ema;
-  const float *src = tr->own ? tr->wsh : ct_mmdit_params(tr->m);
-  const size_t ne = tr->own ? tr->hi - tr->lo : ct_mmdit_numel(tr->m);
+  const float *src = tr->own ? tr->wsh : ct_model_params(tr->model);
+  const size_t ne = tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
 }
@@ -403,8 +407,9 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   ct_err e2 = {0};
   snprintf(s->optimizer, sizeof s->optimizer, "%s",
            ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
-  *io = (ct_ckpt_io){tr->m, tr->ema, tr->ema, tr->opt, tr->te, cfg, tr->lo, NULL, tr->own ? tr->wsh : NULL,
-                     tr->lo, tr->hi, NULL, NULL};
+  *io = (ct_ckpt_io){.model = tr->model, .ema = tr->ema, .ema_out = tr->ema, .opt = tr->opt,
+                     .extra = ct_task_mmdit_extra, .extra_user = tr, .cfg = cfg, .opt_offset = tr->lo,
+                     .w_shard = tr->own ? tr->wsh : NULL, .w_lo = tr->lo, .w_hi = tr->hi};
   st = ct_run_resume(tr, io, s, err);
   if (st) return st;
   sum->start_step = s->global_step;

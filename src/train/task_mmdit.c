@@ -188,3 +188,58 @@ ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long st
   s->epoch_pos = 0;
   return st;
 }
+
+/* A file copied into the checkpoint (tokenizer, VAE), written atomically. */
+static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
+  char *data = NULL;
+  size_t n = 0;
+  ct_status st = ct_read_file(src, (size_t)1 << 34, &data, &n, err);
+  if (!st) st = ct_write_file_atomic(dst, data, n, err);
+  free(data);
+  return st;
+}
+
+/* The MMDiT task's files in a checkpoint beside the model: the frozen text
+ * encoder, its tokenizer and the codec's VAE (so sampling from the
+ * checkpoint needs nothing else). */
+ct_status ct_task_mmdit_extra(void *user, const char *tmp, ct_err *err) {
+  trainer *tr = user;
+  char p[4200];
+  ct_status st = CT_OK;
+  if (!st) {
+    snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
+    st = ct_textenc_save(tr->te, p, err);
+  }
+  if (!st && ct_textenc_bpe(tr->te)) { /* the tokenizer travels with the checkpoint */
+    const char *src[2] = {tr->cfg->tokenizer_vocab, tr->cfg->tokenizer_merges};
+    const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
+    for (int k = 0; k < 2 && !st; k++) {
+      snprintf(p, sizeof p, "%s/%s", tmp, name[k]);
+      st = copy_file(src[k], p, err);
+    }
+  }
+  if (!st && tr->cfg->codec && !strcmp(tr->cfg->codec, "vae")) {
+    /* the VAE travels with the checkpoint too (vae/), so sampling from it
+     * does not depend on the directory the config names */
+    const char *d = tr->cfg->pretrained_vae_model_name_or_path;
+    const size_t dl = strlen(d);
+    const int file = dl > 12 && !strcmp(d + dl - 12, ".safetensors");
+    const char *slash = strrchr(d, '/');
+    char src[2][4200];
+    if (file) {
+      snprintf(src[0], sizeof src[0], "%.*sconfig.json", slash ? (int)(slash - d + 1) : 0, d);
+      snprintf(src[1], sizeof src[1], "%s", d);
+    } else {
+      snprintf(src[0], sizeof src[0], "%s/config.json", d);
+      snprintf(src[1], sizeof src[1], "%s/diffusion_pytorch_model.safetensors", d);
+    }
+    const char *name[2] = {"config.json", "diffusion_pytorch_model.safetensors"};
+    snprintf(p, sizeof p, "%s/vae", tmp);
+    st = ct_mkdir_p(p, err);
+    for (int k = 0; k < 2 && !st; k++) {
+      snprintf(p, sizeof p, "%s/vae/%s", tmp, name[k]);
+      st = copy_file(src[k], p, err);
+    }
+  }
+  return st;
+}

@@ -16,6 +16,7 @@
 #include "ctuner/optim.h"
 #include "train/offload.h"
 #include "train/onebit.h"
+#include "train/model.h"
 #include "train/remote.h"
 #include "train/zero.h"
 #include "train_int.h"
@@ -44,7 +45,8 @@ typedef struct trainer {
   ct_onebit *ob;   /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
-  ct_mmdit *m;
+  ct_model *model; /* the model interface (model.h) */
+  ct_mmdit *m;     /* model->impl: the MMDiT task's own view */
   ct_textenc *te;
   ct_dataset *ds;
   ct_text_cb text_cb;
@@ -123,6 +125,7 @@ ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmd
                               ct_optim **out, ct_err *err);
 ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err);
 size_t ct_task_caption_tokens(const char *caption, void *te);
+ct_status ct_task_mmdit_extra(void *user, const char *dir, ct_err *err);
 
 /* ---- validation.c ---- */
 ct_status ct_validation_init(trainer *tr, ct_err *err);
