@@ -66,7 +66,7 @@ for f in "$SRC"/cmd_*.c; do
            grep -ohE 'strcmp\(argv\[i\], "--[a-z_-]+"\)' "$f" | sed -E 's/.*"(.*)"\)/\1/') |
          grep -vxE -- '--help' | sort -u)
   undoc=""
-  for o in $opts; do grep -q -- "$o\\b" "$tmp/help_f" || undoc="$undoc $o"; done
+  for o in $opts; do grep -qE -- "$o([^a-z_-]|\$)" "$tmp/help_f" || undoc="$undoc $o"; done
   [ -z "$undoc" ] && ok "$(basename "$f"): its $(echo $opts | wc -w) options are in its help" ||
     bad "$(basename "$f"): options parsed but not in the help:$undoc"
 done
