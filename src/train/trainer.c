@@ -157,7 +157,7 @@ void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp
 static ct_status build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo,
                              size_t hi, ct_optim **out, ct_err *err) {
   ct_optim_kind kind = CT_OPTIM_ADAM; /* onebitadam keeps Adam's two moments (onebit.c steps them) */
-  ct_status st = ct_onebit_name(cfg->optimizer) ? CT_OK : ct_optim_kind_parse(cfg->optimizer, &kind, err);
+  ct_status st = ct_optim_onebit_of(cfg->optimizer) ? CT_OK : ct_optim_kind_parse(cfg->optimizer, &kind, err);
   if (st) return st;
   ct_optim_hp hp;
   ct_train_optim_hp(cfg, kind, &hp);
@@ -1113,7 +1113,7 @@ static ct_status train_run(const ct_config *cfg, ct_remote *remote, ct_comm *com
   }
   io.sampler_out = NULL;
   sum->start_step = s.global_step;
-  if (tr.opt && ct_onebit_name(cfg->optimizer)) { /* loaded and resumed: the moments are tr.opt's */
+  if (tr.opt && ct_optim_onebit_of(cfg->optimizer)) { /* loaded and resumed: the moments are tr.opt's */
     size_t np;
     const ct_param *tab = ct_mmdit_table(tr.m, &np);
     size_t *offs = malloc((np + 1) * sizeof *offs), *lens = malloc((np + 1) * sizeof *lens);
@@ -1125,7 +1125,8 @@ static ct_status train_run(const ct_config *cfg, ct_remote *remote, ct_comm *com
                          (float)cfg->adam_weight_decay, cfg->freeze_step, &tr.ob, err);
     free(offs);
     free(lens);
-    const int zo = ct_onebit_name(cfg->optimizer) == 2, lb = ct_onebit_name(cfg->optimizer) == 3;
+    const int zo = ct_optim_onebit_of(cfg->optimizer) == CT_OPTIM_ONEBIT_ZEROONE_ADAM,
+              lb = ct_optim_onebit_of(cfg->optimizer) == CT_OPTIM_ONEBIT_LAMB;
     if (!st && zo) {
       ct_zeroone_hp zh = {cfg->var_freeze_step, cfg->var_update_scaler, cfg->local_step_scaler,
                           cfg->local_step_clipper};
@@ -1432,8 +1433,7 @@ out:
     long ns, na;
     ct_onebit_bytes(tr.ob, &sent, &full, &ns);
     ct_onebit_bytes_all(tr.ob, &sa, &fa, &na);
-    const int kind = ct_onebit_name(cfg->optimizer);
-    const char *nm = kind == 2 ? "ZeroOneAdam" : kind == 3 ? "OneBitLamb" : "OneBitAdam";
+    const char *nm = ct_optim_onebit_name(ct_optim_onebit_of(cfg->optimizer));
     if (ns)
       CT_INFO("%s: %ld compressed round(s): %.3f MB sent per rank instead of %.3f MB of float32 "
               "all-reduce (%.1fx less)",
