@@ -3,7 +3,6 @@
 #include "ctuner/config.h"
 #include "ctuner/storage.h"
 #include "ctuner/hash.h"
-#include "train/onebit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -431,6 +430,60 @@ static int is_one_of(const char *s, const char *const *choices) {
 
 #define BAD(...) return ct_errf(err, CT_ERR_INVALID, __VA_ARGS__)
 
+/* The optimizer against the rest of the configuration, decided by its
+ * registry row (ctuner/optim.h): what it can do (offload, bf16 storage,
+ * 1-bit communication), not its name. Whether a ZeRO shard cuts a tensor of
+ * a tensor-wise optimizer depends on the world size: the trainer checks that
+ * (ct_optim_can_cut). */
+static ct_status check_optimizer(const ct_config *c, ct_err *err) {
+  const ct_optim_info *oi = ct_optim_lookup(c->optimizer, err);
+  if (!oi) {
+    ct_err_prefix(err, "optimizer: ");
+    return err ? err->status : CT_ERR_INVALID;
+  }
+  const int bf16 = c->mixed_precision && !strcmp(c->mixed_precision, "bf16");
+  const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
+  const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
+  if (oi->flags & CT_OPTIM_ONEBIT) { /* 1-bit Adam, 0/1 Adam, 1-bit Lamb: data parallel over float32 */
+    if (c->model_type && !strcmp(c->model_type, "vae"))
+      BAD("optimizer %s is data-parallel 1-bit communication (DeepSpeed's %s) for the MMDiT trainer; "
+          "model_type vae does not support it yet: use a local optimizer such as %s",
+          c->optimizer, ct_optim_onebit_name(oi->onebit), oi->onebit == CT_OPTIM_ONEBIT_LAMB ? "lamb" : "adam");
+    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
+      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
+    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
+      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
+    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
+      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
+          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
+    if (oi->onebit != CT_OPTIM_ONEBIT_ZEROONE_ADAM && c->freeze_step < 1)
+      BAD("optimizer %s needs freeze_step >= 1: the frozen variance comes from the warm-up steps", c->optimizer);
+    if (c->zero_stage != 0)
+      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
+          "DeepSpeed), got %ld",
+          c->optimizer, c->zero_stage);
+  }
+  if (bf16 && !(oi->flags & CT_OPTIM_CAN_BF16))
+    BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
+  if ((onv || pnv) && !(oi->flags & CT_OPTIM_CAN_OFFLOAD)) {
+    char list[256] = "";
+    size_t nr, len = 0;
+    const ct_optim_info *r = ct_optim_registry(&nr);
+    for (size_t i = 0; i < nr; i++) {
+      if (strcmp(r[i].name, r[i].canonical) || !(r[i].flags & CT_OPTIM_CAN_OFFLOAD)) continue;
+      int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", r[i].name);
+      if (w > 0 && (size_t)w < sizeof list - len) len += (size_t)w;
+    }
+    BAD("offload_%s nvme: optimizer '%s' %s, so it cannot offload its state; use an optimizer that can (%s) "
+        "or offload none",
+        onv ? "optimizer" : "param", c->optimizer,
+        oi->flags & CT_OPTIM_ONEBIT ? "communicates the momentum itself"
+                                    : "updates whole tensors and cannot step in pieces",
+        list);
+  }
+  return CT_OK;
+}
+
 ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   static const char *const families[] = {"flux", NULL};
   if (!c->model_family || !is_one_of(c->model_family, families))
@@ -517,37 +570,14 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
   if (c->lr_warmup_steps < 0) BAD("lr_warmup_steps must be >= 0, got %ld", c->lr_warmup_steps);
   if (!c->warmup_type || (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear")))
     BAD("warmup_type must be \"log\" or \"linear\", got '%s'", c->warmup_type ? c->warmup_type : "");
-  ct_optim_kind ok = CT_OPTIM_ADAMW;
   if (!c->optimizer) BAD("optimizer is required");
   if (c->freeze_step < 0) BAD("freeze_step must be >= 0, got %ld", c->freeze_step);
   if (c->var_freeze_step < 0) BAD("var_freeze_step must be >= 0, got %ld", c->var_freeze_step);
   if (c->var_update_scaler < 1) BAD("var_update_scaler must be >= 1, got %ld", c->var_update_scaler);
   if (c->local_step_scaler < 1) BAD("local_step_scaler must be >= 1, got %ld", c->local_step_scaler);
   if (c->local_step_clipper < 1) BAD("local_step_clipper must be >= 1, got %ld", c->local_step_clipper);
-  if (ct_onebit_name(c->optimizer)) { /* 1-bit Adam, 0/1 Adam: data parallel over float32 */
-    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
-      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
-    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
-      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
-    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
-      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
-          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
-    if (ct_onebit_name(c->optimizer) != 2 && c->freeze_step < 1)
-      BAD("optimizer onebitadam needs freeze_step >= 1: the frozen variance comes from the warm-up steps");
-    if (c->zero_stage != 0)
-      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
-          "DeepSpeed), got %ld",
-          c->optimizer, c->zero_stage);
-    if (c->mixed_precision && !strcmp(c->mixed_precision, "bf16"))
-      BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
-    if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme"))
-      BAD("optimizer %s cannot offload its state; set offload_optimizer none", c->optimizer);
-  }
-  st = ct_onebit_name(c->optimizer) ? CT_OK : ct_optim_kind_parse(c->optimizer, &ok, err);
-  if (st) {
-    ct_err_prefix(err, "optimizer: ");
-    return st;
-  }
+  st = check_optimizer(c, err);
+  if (st) return st;
   if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1)) BAD("adam_beta1 must be in [0, 1), got %g", c->adam_beta1);
   if (!(c->adam_beta2 >= 0 && c->adam_beta2 < 1)) BAD("adam_beta2 must be in [0, 1), got %g", c->adam_beta2);
   if (!(c->adam_epsilon >= 0)) BAD("adam_epsilon must be >= 0, got %g", c->adam_epsilon);

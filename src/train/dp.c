@@ -7,7 +7,8 @@
 #include "trainer_int.h"
 
 const ct_dp_ops *ct_dp_pick(const ct_config *cfg) {
-  if (ct_onebit_name(cfg->optimizer)) return &ct_dp_onebit;
+  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, NULL);
+  if (oi && (oi->flags & CT_OPTIM_ONEBIT)) return &ct_dp_onebit;
   if (cfg->zero_stage >= 2 || !strcmp(cfg->mixed_precision, "bf16")) return &ct_dp_zero;
   if (cfg->zero_stage == 1) return &ct_dp_zero1;
   return &ct_dp_plain;

@@ -44,7 +44,8 @@ static ct_status start(trainer *tr, ct_err *err) {
                        (float)cfg->adam_epsilon, (float)cfg->adam_weight_decay, cfg->freeze_step, &tr->ob, err);
   free(offs);
   free(lens);
-  const int zo = ct_onebit_name(cfg->optimizer) == 2, lb = ct_onebit_name(cfg->optimizer) == 3;
+  const ct_optim_onebit kind = ct_optim_onebit_of(cfg->optimizer);
+  const int zo = kind == CT_OPTIM_ONEBIT_ZEROONE_ADAM, lb = kind == CT_OPTIM_ONEBIT_LAMB;
   if (!st && zo) {
     ct_zeroone_hp zh = {cfg->var_freeze_step, cfg->var_update_scaler, cfg->local_step_scaler,
                         cfg->local_step_clipper};
@@ -98,8 +99,7 @@ static void report(const trainer *tr) {
   long ns, na;
   ct_onebit_bytes(tr->ob, &sent, &full, &ns);
   ct_onebit_bytes_all(tr->ob, &sa, &fa, &na);
-  const int kind = ct_onebit_name(tr->cfg->optimizer);
-  const char *nm = kind == 2 ? "ZeroOneAdam" : kind == 3 ? "OneBitLamb" : "OneBitAdam";
+  const char *nm = ct_optim_onebit_name(ct_optim_onebit_of(tr->cfg->optimizer));
   if (ns)
     CT_INFO("%s: %ld compressed round(s): %.3f MB sent per rank instead of %.3f MB of float32 "
             "all-reduce (%.1fx less)",

@@ -41,9 +41,11 @@ static int muon_excluded(const char *name) {
 
 ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
                               ct_optim **out, ct_err *err) {
-  ct_optim_kind kind = CT_OPTIM_ADAM; /* onebitadam keeps Adam's two moments (onebit.c steps them) */
-  ct_status st = ct_onebit_name(cfg->optimizer) ? CT_OK : ct_optim_kind_parse(cfg->optimizer, &kind, err);
-  if (st) return st;
+  /* the 1-bit family keeps Adam's two moments in an Adam (onebit.c steps them) */
+  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
+  const ct_optim_kind kind = oi->kind;
+  ct_status st = CT_OK;
   ct_optim_hp hp;
   ct_train_optim_hp(cfg, kind, &hp);
   size_t np, n = ct_mmdit_numel(m);
@@ -93,7 +95,7 @@ ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmd
     ct_optim_tensor x = ot[i];
     size_t a2 = a < lo ? lo : a, b2 = b > hi ? hi : b;
     if (a2 != a || b2 != b) {
-      if (kind == CT_OPTIM_LAMB || (kind == CT_OPTIM_MUON && x.cols > 0)) {
+      if (!ct_optim_can_cut(kind, &x)) {
         st = ct_errf(err, CT_ERR_UNSUPPORTED,
                      "optimizer '%s' updates whole tensors, and the ZeRO shard boundary at float %zu "
                      "cuts '%s'; use zero_stage 0 with this optimizer",

@@ -36,7 +36,7 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
   ct_optim_kind kind = ct_optim_get_kind(tr->opt);
   const int want_opt = cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme");
   const int par = cfg->offload_param && !strcmp(cfg->offload_param, "nvme");
-  if (kind == CT_OPTIM_LAMB || kind == CT_OPTIM_MUON)
+  if (!(ct_optim_kind_info(kind)->flags & CT_OPTIM_CAN_OFFLOAD)) /* config refuses it first */
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "offload %s nvme: optimizer '%s' updates whole tensors and cannot step in pieces; use an "
                    "elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
