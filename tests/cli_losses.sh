@@ -42,8 +42,23 @@ RUNS=(
 )
 
 # one line per run: name, every loss, grad norms, and a digest of the final weights
-digest() { # every safetensors file of the output (checkpoints included), in path order
-  find "$1" -name '*.safetensors' | sort | xargs cat | sha256sum | cut -c1-16
+digest() { # the tensors of every safetensors file of the output (checkpoints included): path, name, dtype,
+  # shape and bytes — not the header's metadata, which may name more than the numbers
+  /usr/bin/python3 - "$1" <<'PY'
+import hashlib, json, os, struct, sys
+root, h = sys.argv[1], hashlib.sha256()
+for d, _, fs in sorted(os.walk(root)):
+    for f in sorted(fs):
+        if not f.endswith(".safetensors"): continue
+        b = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", b[:8])[0]
+        hd = json.loads(b[8:8 + n])
+        h.update(os.path.relpath(os.path.join(d, f), root).encode())
+        for k in sorted(x for x in hd if x != "__metadata__"):
+            v = hd[k]; s, e = v["data_offsets"]
+            h.update(json.dumps([k, v["dtype"], v["shape"]]).encode()); h.update(b[8 + n + s:8 + n + e])
+print(h.hexdigest()[:16])
+PY
 }
 : > "$tmp/got.txt"
 for r in "${RUNS[@]}"; do

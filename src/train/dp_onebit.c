@@ -10,7 +10,7 @@
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
-ct_status ct_dp_allreduce(trainer *tr, double *loss, float **g, double *gn, ct_err *err); /* dp_plain.c */
+ct_status ct_dp_allreduce(trainer *tr, double *parts, int np, float **g, double *gn, ct_err *err); /* dp_plain.c */
 
 static void announce(const trainer *tr, int zo, int lb, long opt_steps) {
   const ct_config *cfg = tr->cfg;
@@ -71,8 +71,8 @@ static ct_status start(trainer *tr, ct_err *err) {
 
 static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
-static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
-  if (!tr->ob || ct_onebit_full_gradient(tr->ob, opt_step)) return ct_dp_allreduce(tr, loss, g, gn, err);
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
+  if (!tr->ob || ct_onebit_full_gradient(tr->ob, opt_step)) return ct_dp_allreduce(tr, parts, np, g, gn, err);
   /* 1-bit Adam after freeze_step, 0/1 Adam outside its variance steps: no
    * gradient all-reduce; each rank steps with its own mean gradient (world x
    * its share), the norm reported and clipped is the RMS over ranks */
@@ -80,11 +80,13 @@ static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, dou
   const size_t nw = ct_model_numel(tr->model);
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < nw; i++) gr[i] *= (float)tr->world;
-  double red[2] = {*loss, ct_train_sumsq(gr, nw)};
-  ct_status st = ct_comm_allreduce_f64(tr->comm, red, 2, err);
+  double red[CT_TASK_PARTS + 1];
+  memcpy(red, parts, (size_t)np * sizeof *red);
+  red[np] = ct_train_sumsq(gr, nw);
+  ct_status st = ct_comm_allreduce_f64(tr->comm, red, (size_t)np + 1, err);
   if (st) return st;
-  *loss = red[0] / tr->world;
-  *gn = sqrt(red[1] / tr->world);
+  memcpy(parts, red, (size_t)np * sizeof *red);
+  *gn = sqrt(red[np] / tr->world);
   *g = gr;
   return CT_OK;
 }

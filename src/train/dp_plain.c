@@ -13,23 +13,21 @@ static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
 static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
 /* Shared with the 1-bit family's full-precision steps. */
-ct_status ct_dp_allreduce(trainer *tr, double *loss, float **g, double *gn, ct_err *err) {
+ct_status ct_dp_allreduce(trainer *tr, double *parts, int np, float **g, double *gn, ct_err *err) {
   float *gr = ct_model_grads(tr->model);
   const size_t nw = ct_model_numel(tr->model);
   if (tr->world > 1) {
     ct_status st = ct_comm_allreduce_f32(tr->comm, gr, nw, err);
-    double lsum = *loss;
-    if (!st) st = ct_comm_allreduce_f64(tr->comm, &lsum, 1, err);
+    if (!st) st = ct_comm_allreduce_f64(tr->comm, parts, (size_t)np, err);
     if (st) return st;
-    *loss = lsum / tr->world;
   }
   *gn = sqrt(ct_train_sumsq(gr, nw));
   *g = gr;
   return CT_OK;
 }
 
-static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
-  return ct_dp_allreduce(tr, loss, g, gn, err);
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
+  return ct_dp_allreduce(tr, parts, np, g, gn, err);
 }
 
 static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {

@@ -33,22 +33,23 @@ static ct_status start(trainer *tr, ct_err *err) {
 
 static void begin_step(trainer *tr) { zero_begin_step(&tr->z); }
 
-static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
   ct_status st = CT_OK;
-  double red[2] = {*loss, 0};
+  double red[CT_TASK_PARTS + 1];
+  memcpy(red, parts, (size_t)np * sizeof *red);
   if (tr->bf16) { /* bf16 gradients reduced (zero.c), this rank's range in float32 */
     st = zero_bf16_grads(&tr->z, g, err);
     if (st) return st;
     /* stage 0: every rank holds the whole (identical) gradient */
-    red[1] = tr->stage == 0 && tr->rank > 0 ? 0 : ct_train_sumsq(*g, tr->hi - tr->lo);
+    red[np] = tr->stage == 0 && tr->rank > 0 ? 0 : ct_train_sumsq(*g, tr->hi - tr->lo);
   } else { /* reduced during the backward, bucket by bucket (zero.c) */
-    red[1] = ct_train_sumsq(tr->z.gsh, tr->hi - tr->lo);
+    red[np] = ct_train_sumsq(tr->z.gsh, tr->hi - tr->lo);
     *g = tr->z.gsh;
   }
-  st = ct_comm_allreduce_f64(tr->comm, red, 2, err);
+  st = ct_comm_allreduce_f64(tr->comm, red, (size_t)np + 1, err);
   if (st) return st;
-  *loss = red[0] / tr->world;
-  *gn = sqrt(red[1]);
+  memcpy(parts, red, (size_t)np * sizeof *red);
+  *gn = sqrt(red[np]);
   return CT_OK;
 }
 

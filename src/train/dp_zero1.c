@@ -12,16 +12,17 @@ static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
 
 static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
 
-static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
   float *gr = ct_model_grads(tr->model);
   const size_t nw = ct_model_numel(tr->model);
-  double red[2] = {*loss, 0};
+  double red[CT_TASK_PARTS + 1];
+  memcpy(red, parts, (size_t)np * sizeof *red);
   ct_status st = ct_comm_reduce_scatter_f32(tr->comm, gr, nw, gr + tr->lo, tr->shard, err);
-  red[1] = ct_train_sumsq(gr + tr->lo, tr->hi - tr->lo);
-  if (!st) st = ct_comm_allreduce_f64(tr->comm, red, 2, err);
+  red[np] = ct_train_sumsq(gr + tr->lo, tr->hi - tr->lo);
+  if (!st) st = ct_comm_allreduce_f64(tr->comm, red, (size_t)np + 1, err);
   if (st) return st;
-  *loss = red[0] / tr->world;
-  *gn = sqrt(red[1]);
+  memcpy(parts, red, (size_t)np * sizeof *red);
+  *gn = sqrt(red[np]);
   *g = gr + tr->lo;
   return CT_OK;
 }

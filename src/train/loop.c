@@ -28,7 +28,6 @@
 
 void ct_trainer_free(trainer *tr) {
   ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
-  ct_codec_free(&tr->codec);
   ct_onebit_free(tr->ob);
   if (tr->off) {
     ct_offload_close(tr->off);
@@ -38,91 +37,56 @@ void ct_trainer_free(trainer *tr) {
     if (slash) *slash = 0, rmdir(tr->swap_dir); /* the run's directory, once empty */
   }
   zero_free(&tr->z);
+  if (tr->task) tr->task->free(tr);
   ct_model_free(tr->model);
   ct_free(tr->wsh);
-  ct_textenc_free(tr->te);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
   ct_free(tr->ema);
-  ct_validation_free(tr);
   if (tr->metrics) fclose(tr->metrics);
-  float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
 }
 
-/* The model, this rank's range [lo, hi) of it, its (master) weights, the
- * optimizer over the range and the EMA. Stages 2 and 3 keep no full gradient,
- * stage 3 no full parameters: each rank initialises and loads only its shard
- * (zero.c). bf16 keeps bf16 parameters and gradients in zero.c and the float32
- * weights of the optimizer's range here. */
+ct_status ct_trainer_shard(trainer *tr, ct_err *err) {
+  const size_t nw = ct_model_numel(tr->model);
+  tr->shard = ct_comm_shard_len(nw, tr->world);
+  tr->lo = tr->zero ? (size_t)tr->rank * tr->shard : 0;
+  if (tr->lo > nw) tr->lo = nw;
+  tr->hi = tr->zero ? (tr->lo + tr->shard < nw ? tr->lo + tr->shard : nw) : nw;
+  if (!tr->own) return CT_OK;
+  if (!ct_model_has_segments(tr->model) || !tr->model->ops->init_range)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "the %s model has no segment hooks: zero_stage 3 and mixed_precision "
+                   "bf16 need them", tr->model->ops->family);
+  /* bf16: master weights, counted with the optimizer state as in ZeRO's 12 bytes */
+  tr->wsh = ct_calloc(tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, tr->hi - tr->lo ? tr->hi - tr->lo : 1,
+                      sizeof(float));
+  if (!tr->wsh)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank", tr->hi - tr->lo);
+  tr->model->ops->init_range(tr->model, (uint64_t)tr->cfg->seed, tr->lo, tr->hi, tr->wsh);
+  return CT_OK;
+}
+
+/* The model (the task makes it and this rank's range [lo, hi) of it), the
+ * optimizer over the range, the schedule and the EMA. */
 static ct_status setup_model(trainer *tr, ct_train_summary *sum, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   tr->zero = cfg->zero_stage >= 1;
   tr->stage = (int)cfg->zero_stage;
   tr->bf16 = !strcmp(cfg->mixed_precision, "bf16");
   tr->own = tr->stage >= 3 || tr->bf16;
-  ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed,
-                              (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0),
-                              &tr->m, err);
-  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
-  if (st) {
-    tr->m = NULL;
-    return st;
-  }
-  const size_t nw = ct_mmdit_numel(tr->m);
-  tr->shard = ct_comm_shard_len(nw, tr->world);
-  tr->lo = tr->zero ? (size_t)tr->rank * tr->shard : 0;
-  if (tr->lo > nw) tr->lo = nw;
-  tr->hi = tr->zero ? (tr->lo + tr->shard < nw ? tr->lo + tr->shard : nw) : nw;
-  if (tr->own) { /* bf16: master weights, counted with the optimizer state as in ZeRO's 12 bytes */
-    tr->wsh = ct_calloc(tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, tr->hi - tr->lo ? tr->hi - tr->lo : 1,
-                        sizeof(float));
-    if (!tr->wsh)
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank", tr->hi - tr->lo);
-    ct_mmdit_init_range(tr->m, (uint64_t)cfg->seed, tr->lo, tr->hi, tr->wsh);
-    if (cfg->pretrained_model_path)
-      st = ct_mmdit_load_range(tr->m, cfg->pretrained_model_path, "", tr->lo, tr->hi, tr->wsh, err);
-  } else if (cfg->pretrained_model_path) {
-    st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
-  }
-  if (!st) {
-    /* BOS and EOS take two of the T tokens. */
-    size_t over,
-        longest = ct_dataset_longest_caption(tr->ds, ct_task_caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
-    if (over)
-      CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
-              "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
-              over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest, longest + 2);
-    size_t np;
-    const ct_param *tab = ct_mmdit_table(tr->m, &np);
-    for (size_t i = 0; i < np; i++) sum->params += tab[i].numel;
-  }
-  if (!st && tr->hi > tr->lo) st = ct_task_build_optim(cfg, &tr->g, tr->m, tr->lo, tr->hi, &tr->opt, err);
+  ct_status st = tr->task->new_model(tr, err);
+  if (st) return st;
+  const size_t nw = ct_model_numel(tr->model);
+  for (size_t i = 0; i < tr->model->ntab; i++) sum->params += tr->model->tab[i].numel;
+  if (tr->hi > tr->lo) st = tr->task->build_optim(tr, &tr->opt, err);
   if (!st && tr->zero && tr->hi <= tr->lo)
     st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
                  tr->world);
   if (!st) st = ct_train_build_sched(cfg, tr->total, &tr->sched, err);
-  if (!st) st = ct_validation_init(tr, err);
   if (st || !cfg->use_ema) return st;
   const size_t ne = tr->own ? tr->hi - tr->lo : nw; /* own: this rank's range of it */
   tr->ema = ct_calloc(CT_MEM_OPTIMIZER, ne ? ne : 1, sizeof(float));
   if (!tr->ema) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the EMA weights");
-  memcpy(tr->ema, tr->own ? tr->wsh : ct_mmdit_params(tr->m), ne * sizeof(float));
-  return CT_OK;
-}
-
-static ct_status alloc_batch(trainer *tr, ct_err *err) {
-  const size_t B = (size_t)tr->cfg->train_batch_size, lat = ct_dataset_max_latent(tr->ds);
-  const size_t T = (size_t)tr->g.T, d = (size_t)tr->g.mc.context_in_dim;
-  tr->eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
-  tr->xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
-  tr->v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
-  tr->dv = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
-  tr->t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
-  tr->txt = ct_alloc(CT_MEM_BUFFERS, B * T * d * sizeof(float));
-  tr->y = ct_alloc(CT_MEM_BUFFERS, B * d * sizeof(float));
-  if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y)
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
+  memcpy(tr->ema, tr->own ? tr->wsh : ct_model_params(tr->model), ne * sizeof(float));
   return CT_OK;
 }
 
@@ -183,11 +147,13 @@ static void ema_update(trainer *tr, float dcy) {
   for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
 }
 
-static void log_step(trainer *tr, const ct_step_info *info, long epoch) {
+static void log_step(trainer *tr, const ct_step_info *info, long epoch, const double *parts) {
+  char extra[256];
+  tr->task->metrics(tr, parts, extra, sizeof extra);
   fprintf(tr->metrics,
-          "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+          "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
-          info->step, epoch + 1, info->loss, info->lr, info->grad_norm, info->seconds, info->samples_per_s,
+          info->step, epoch + 1, info->loss, extra, info->lr, info->grad_norm, info->seconds, info->samples_per_s,
           info->skipped ? "true" : "false");
   fflush(tr->metrics);
 }
@@ -205,17 +171,15 @@ static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_c
   full_view fv;
   float *ema_mine = tr->ema;
   ct_status st = ct_dp_gather_full(tr, &fv, err); /* own: the full model on rank 0 */
+  char where[4300], ev[4400];
   if (!st && tr->rank == 0) {
     if (tr->own) tr->ema = fv.e;
-    st = ct_validate(tr, info->step, &nimg, err);
+    st = tr->task->validate(tr, info->step, &nimg, where, sizeof where, ev, sizeof ev, err);
     tr->ema = ema_mine;
   }
   ct_dp_release_full(tr, &fv);
   if (st || !nimg) return st;
-  char ev[4300];
-  snprintf(ev, sizeof ev, "%s/validation_images", tr->cfg->output_dir);
-  ct_health_validation(tr->h, info->step, nimg, ev);
-  snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, tr->cfg->output_dir);
+  ct_health_validation(tr->h, info->step, nimg, where);
   event(cb, user, info, ev);
   return CT_OK;
 }
@@ -243,6 +207,8 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   ct_update_free_states(tr, ost);
   ct_dp_release_full(tr, &fv);
   io->ema = tr->own ? NULL : tr->ema;
+  if (!st && tr->task->checkpoint_done)
+    st = tr->task->checkpoint_done(tr, sum->last_checkpoint, info->step == tr->total, err);
   if (st) return st;
   if (tr->rank == 0 && tr->remote) { /* a failed upload warns; the end of the run tries once more */
     ct_err ue = {0};
@@ -266,6 +232,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
                            ct_train_summary *sum, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const ct_dp_ops *dp = tr->dp;
+  const ct_task_ops *task = tr->task;
   const int lead = tr->rank == 0, accum = (int)cfg->gradient_accumulation_steps;
   const size_t GB = (size_t)cfg->train_batch_size * (size_t)tr->world;
   const long first_step = s->global_step;
@@ -277,17 +244,14 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
     const long step = s->global_step + 1;
     const double lr = ct_sched_lr(&tr->sched, s->global_step);
     dp->begin_step(tr);
-    double loss = 0;
-    for (int a = 0; a < accum && !st; a++) {
-      double l;
-      st = ct_task_micro_batch(tr, s, accum, step, &l, err);
-      loss += l / accum;
-    }
+    double parts[CT_TASK_PARTS] = {0};
+    for (int a = 0; a < accum && !st; a++) st = task->micro_batch(tr, s, accum, step, parts, err);
     float *g = NULL; /* this rank's range of the reduced gradient */
     double gn = 0;
-    if (!st) st = dp->reduce(tr, s->opt_steps + 1, &loss, &g, &gn, err);
+    if (!st) st = dp->reduce(tr, s->opt_steps + 1, parts, task->nparts, &g, &gn, err);
     if (!st) st = breaker_gate(tr, step, sum, err);
     if (st) break;
+    const double loss = task->loss(tr, parts);
     ct_step_info info = {step, tr->total, s->epoch, loss, lr, gn, 0, 0, 0, NULL};
     if (!isfinite(loss) || !isfinite(gn)) {
       st = skip_nonfinite(tr, s, &info, sum, err);
@@ -308,7 +272,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
     info.seconds = ct_now_s() - t0;
     sum->loop_seconds += info.seconds; /* steps only: not validation or checkpoints */
     info.samples_per_s = (double)GB * accum / (info.seconds > 0 ? info.seconds : 1e-9);
-    if (lead) log_step(tr, &info, s->epoch);
+    if (lead) log_step(tr, &info, s->epoch, parts);
     if (cb && lead) cb(&info, user);
     const int last = s->global_step == tr->total;
     if (tr->h && lead && (last || ct_now_s() - last_status >= cfg->webhook_status_interval)) {
@@ -408,7 +372,7 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   snprintf(s->optimizer, sizeof s->optimizer, "%s",
            ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
   *io = (ct_ckpt_io){.model = tr->model, .ema = tr->ema, .ema_out = tr->ema, .opt = tr->opt,
-                     .extra = ct_task_mmdit_extra, .extra_user = tr, .cfg = cfg, .opt_offset = tr->lo,
+                     .extra = tr->task->extra, .extra_user = tr, .cfg = cfg, .opt_offset = tr->lo,
                      .w_shard = tr->own ? tr->wsh : NULL, .w_lo = tr->lo, .w_hi = tr->hi};
   st = ct_run_resume(tr, io, s, err);
   if (st) return st;
@@ -422,14 +386,14 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   if (st) return st;
   if (tr->rank == 0 && !(tr->metrics = ct_train_open_metrics(cfg->output_dir, s->global_step)))
     return ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
-  return alloc_batch(tr, err);
+  return tr->task->alloc(tr, err);
 }
 
 ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
                          ct_train_summary *sum, ct_err *err) {
   const double t_start = ct_now_s();
   memset(sum, 0, sizeof *sum);
-  trainer tr = {.cfg = cfg, .remote = remote, .comm = comm, .widx = -1};
+  trainer tr = {.cfg = cfg, .remote = remote, .comm = comm, .widx = -1, .task = ct_task_pick(cfg)};
   tr.rank = ct_comm_rank(comm);
   tr.world = ct_comm_size(comm);
   ct_train_state s = {0};

@@ -213,14 +213,13 @@ ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn,
 }
 
 /* Everything up to the data: config checks, threads per rank, output_dir,
- * the frozen text encoder, and the dataset with its caches built (every rank
- * together). Shared by training and `ctuner cache`. */
+ * then the task's frozen parts and the dataset with its caches built (every
+ * rank together). Shared by training and `ctuner cache`. */
 ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   ct_comm *comm = tr->comm;
-  const int lead = tr->rank == 0;
   ct_status st = ct_config_validate(cfg, err);
-  if (!st) st = ct_geometry_from_config(cfg, &tr->g, err);
+  if (!st) st = tr->task->configure(tr, err);
   if (st) return st;
   if (!cfg->data_backend_config)
     return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
@@ -232,36 +231,30 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
     int per = omp_get_num_procs() / ct_comm_local_size(comm);
     omp_set_num_threads(per < 1 ? 1 : per);
   }
-  if (lead) {
+  if (tr->rank == 0) {
     st = ct_mkdir_p(cfg->output_dir, err);
     if (st) return st;
     ct_checkpoint_clean_tmp(cfg->output_dir);
   }
   st = ct_comm_barrier(comm, err); /* output_dir exists (shared) before anyone reads it */
-  if (st) return st;
-
-  /* the frozen text encoder first: the data loader caches its embeddings */
-  st = ct_textenc_from_config(cfg, tr->g.mc.context_in_dim, NULL, &tr->te, err);
-  if (st) return st;
-  tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
-  st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn, err);
-  if (st) return st;
-  st = cfg->codec && !strcmp(cfg->codec, "vae")
-           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile, (uint64_t)cfg->seed, &tr->codec,
-                          err)
-           : ct_codec_pixel(tr->g.codec_scale, &tr->codec, err);
-  if (st) return st;
-  if (lead && tr->codec.ctx)
-    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", cfg->pretrained_vae_model_name_or_path,
-            tr->codec.channels, tr->codec.factor, tr->codec.tag);
-  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .codec = &tr->codec,
-                       .size_multiple = tr->g.codec_scale * 2,
-                       .text = &tr->text_fn, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
-  return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
+  return st ? st : tr->task->open(tr, err);
 }
 
 double ct_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Test hook (docs/testing.md): CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons the
+ * loss gradient of those steps with NaN, to exercise the skip logic. */
+int ct_fault_nan(long step) {
+  const char *e = getenv("CTUNER_FAULT_NAN_AT_STEP");
+  if (!e) return 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", e);
+  char *save = NULL;
+  for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+    if (atol(p) == step) return 1;
+  return 0;
 }

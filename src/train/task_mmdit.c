@@ -39,8 +39,8 @@ static int muon_excluded(const char *name) {
   return 0;
 }
 
-ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
-                              ct_optim **out, ct_err *err) {
+static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
+                                   ct_optim **out, ct_err *err) {
   /* the 1-bit family keeps Adam's two moments in an Adam (onebit.c steps them) */
   const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
   if (!oi) return err ? err->status : CT_ERR_INVALID;
@@ -115,21 +115,9 @@ ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmd
   return st;
 }
 
-/* Test hook (docs/testing.md): CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons the
- * loss gradient of those steps with NaN, to exercise the skip logic. */
-static int fault_nan(long step) {
-  const char *e = getenv("CTUNER_FAULT_NAN_AT_STEP");
-  if (!e) return 0;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", e);
-  char *save = NULL;
-  for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
-    if (atol(p) == step) return 1;
-  return 0;
-}
 
 /* Tokens of a caption without BOS/EOS. */
-size_t ct_task_caption_tokens(const char *caption, void *te) {
+static size_t caption_tokens(const char *caption, void *te) {
   const ct_bpe *b = ct_textenc_bpe(te);
   return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
 }
@@ -137,7 +125,7 @@ size_t ct_task_caption_tokens(const char *caption, void *te) {
 /* One micro-batch: forward, loss, backward (grads accumulate). The batch
  * (one aspect bucket, this rank's slice of the step's samples) comes from the
  * data loader; noise and timesteps are keyed by its global sample ids. */
-ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err) {
+static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const int B = (int)cfg->train_batch_size, T = tr->g.T;
   ct_batch *bt = NULL;
@@ -182,7 +170,7 @@ ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long st
     l += (double)diff * diff;
     tr->dv[i] = scale * diff;
   }
-  if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
+  if (ct_fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
   *loss = l / (double)tot;
   s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
@@ -204,7 +192,7 @@ static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
 /* The MMDiT task's files in a checkpoint beside the model: the frozen text
  * encoder, its tokenizer and the codec's VAE (so sampling from the
  * checkpoint needs nothing else). */
-ct_status ct_task_mmdit_extra(void *user, const char *tmp, ct_err *err) {
+static ct_status extra(void *user, const char *tmp, ct_err *err) {
   trainer *tr = user;
   char p[4200];
   ct_status st = CT_OK;
@@ -245,3 +233,121 @@ ct_status ct_task_mmdit_extra(void *user, const char *tmp, ct_err *err) {
   }
   return st;
 }
+
+/* ---- the task table ---- */
+
+static ct_status configure(trainer *tr, ct_err *err) { return ct_geometry_from_config(tr->cfg, &tr->g, err); }
+
+/* The frozen text encoder first (the data loader caches its embeddings),
+ * the codec, then the dataset. */
+static ct_status open_task(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  ct_comm *comm = tr->comm;
+  const int lead = tr->rank == 0;
+  ct_status st = CT_OK;
+  st = ct_textenc_from_config(cfg, tr->g.mc.context_in_dim, NULL, &tr->te, err);
+  if (st) return st;
+  tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
+  st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn, err);
+  if (st) return st;
+  st = cfg->codec && !strcmp(cfg->codec, "vae")
+           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile, (uint64_t)cfg->seed, &tr->codec,
+                          err)
+           : ct_codec_pixel(tr->g.codec_scale, &tr->codec, err);
+  if (st) return st;
+  if (lead && tr->codec.ctx)
+    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", cfg->pretrained_vae_model_name_or_path,
+            tr->codec.channels, tr->codec.factor, tr->codec.tag);
+  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .codec = &tr->codec,
+                       .size_multiple = tr->g.codec_scale * 2,
+                       .text = &tr->text_fn, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
+  return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
+}
+
+/* The MMDiT: stages 2 and 3 keep no full gradient, stage 3 no full
+ * parameters (zero.c supplies them); bf16 keeps bf16 copies in zero.c and
+ * the float32 weights of this rank's range in the trainer. */
+static ct_status new_model(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const int flags = (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
+  ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed, flags, &tr->m, err);
+  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
+  if (st) tr->m = NULL;
+  if (!st) st = ct_trainer_shard(tr, err);
+  if (st) return st;
+  if (tr->own && cfg->pretrained_model_path)
+    st = ct_mmdit_load_range(tr->m, cfg->pretrained_model_path, "", tr->lo, tr->hi, tr->wsh, err);
+  else if (cfg->pretrained_model_path)
+    st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
+  if (st) return st;
+  /* BOS and EOS take two of the T tokens. */
+  size_t over, longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
+  if (over)
+    CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
+            "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
+            over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest, longest + 2);
+  return ct_validation_init(tr, err);
+}
+
+static ct_status build_optim(trainer *tr, ct_optim **out, ct_err *err) {
+  return build_optim_range(tr->cfg, &tr->g, tr->m, tr->lo, tr->hi, out, err);
+}
+
+static ct_status alloc(trainer *tr, ct_err *err) {
+  const size_t B = (size_t)tr->cfg->train_batch_size, lat = ct_dataset_max_latent(tr->ds);
+  const size_t T = (size_t)tr->g.T, d = (size_t)tr->g.mc.context_in_dim;
+  tr->eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->dv = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
+  tr->txt = ct_alloc(CT_MEM_BUFFERS, B * T * d * sizeof(float));
+  tr->y = ct_alloc(CT_MEM_BUFFERS, B * d * sizeof(float));
+  if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
+  return CT_OK;
+}
+
+/* parts[0]: this rank's loss, the mean over its micro-batches */
+static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts, ct_err *err) {
+  double l = 0;
+  ct_status st = micro_batch_loss(tr, s, accum, step, &l, err);
+  parts[0] += l / accum;
+  return st;
+}
+
+static double loss(const trainer *tr, const double *parts) { return parts[0] / tr->world; }
+
+static void metrics(const trainer *tr, const double *parts, char *buf, size_t n) { buf[0] = 0; }
+
+static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev, size_t evn,
+                          ct_err *err) {
+  ct_status st = ct_validate(tr, step, nimg, err);
+  snprintf(where, wn, "%s/validation_images", tr->cfg->output_dir);
+  snprintf(ev, evn, "validation: %d images in %s/validation_images", *nimg, tr->cfg->output_dir);
+  return st;
+}
+
+static void task_free(trainer *tr) {
+  ct_textenc_free(tr->te);
+  tr->te = NULL;
+  ct_codec_free(&tr->codec);
+  ct_validation_free(tr);
+  float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
+}
+
+const ct_task_ops ct_task_mmdit = {.name = "mmdit",
+                                   .configure = configure,
+                                   .open = open_task,
+                                   .new_model = new_model,
+                                   .build_optim = build_optim,
+                                   .alloc = alloc,
+                                   .nparts = 1,
+                                   .micro_batch = micro_batch,
+                                   .loss = loss,
+                                   .metrics = metrics,
+                                   .validate = validate,
+                                   .extra = extra,
+                                   .checkpoint_done = NULL,
+                                   .free = task_free};

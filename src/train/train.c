@@ -10,6 +10,12 @@
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
+/* The task of a config's model_type: a task table per model family. */
+const ct_task_ops *ct_task_pick(const ct_config *cfg) {
+  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return &ct_task_vae;
+  return &ct_task_mmdit;
+}
+
 /* output_dir s3://bucket/prefix: the run works in the local directory and
  * mirrors its checkpoints (src/train/remote.c). */
 static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cfg, ct_remote **remote,
@@ -27,7 +33,6 @@ static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cf
 
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user, ct_train_summary *sum,
                        ct_err *err) {
-  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return ct_vae_train_run(cfg, comm, cb, user, sum, err);
   ct_config c2;
   ct_remote *r;
   char *local;
@@ -47,8 +52,7 @@ ct_status ct_cache_run(const ct_config *cfg_in, ct_comm *comm, ct_data_stats *st
   ct_remote_free(r);
   if (st0) return st0;
   const ct_config *cfg = &c2;
-  trainer tr = {0};
-  tr.widx = -1;
+  trainer tr = {.widx = -1, .task = &ct_task_mmdit};
   tr.cfg = cfg;
   tr.comm = comm;
   tr.rank = ct_comm_rank(comm);

@@ -120,8 +120,5 @@ double ct_train_sumsq(const float *g, size_t n); /* deterministic, in double */
 void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp);
 /* metrics.jsonl opened for appending, keeping the lines of steps <= upto. */
 FILE *ct_train_open_metrics(const char *out, long upto);
-/* model_type vae (vae_trainer.c) */
-ct_status ct_vae_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user, ct_train_summary *sum,
-                           ct_err *err);
 
 #endif

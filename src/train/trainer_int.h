@@ -66,6 +66,8 @@ typedef struct trainer {
   /* batch buffers */
   float *eps, *xt, *v, *dv, *t, *txt, *y;
   const struct ct_dp_ops *dp; /* the parallel strategy (dp.c picks it) */
+  const struct ct_task_ops *task; /* the model family and objective */
+  void *tk;                   /* the task's own state (task_vae.c) */
   long opt_steps0;            /* optimizer steps applied before this run (a resume) */
 } trainer;
 
@@ -93,9 +95,9 @@ typedef struct ct_dp_ops {
   /* after the weights, EMA and optimizer state are loaded (resumed) */
   ct_status (*start)(trainer *tr, ct_err *err);
   void (*begin_step)(trainer *tr);
-  /* *loss: in, this rank's loss; out, the mean over ranks. *g: this rank's
-   * gradient range (hi - lo floats), *gn: the global gradient norm. */
-  ct_status (*reduce)(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err);
+  /* parts: in, this rank's loss parts; out, their sums over ranks. *g: this
+   * rank's gradient range (hi - lo floats), *gn: the global gradient norm. */
+  ct_status (*reduce)(trainer *tr, long opt_step, double *parts, int nparts, float **g, double *gn, ct_err *err);
   /* the optimizer on this rank's range with gradient g, then every rank gets the weights it needs */
   ct_status (*step)(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err);
   void (*report)(const trainer *tr); /* rank 0, end of run: what it moved */
@@ -120,12 +122,44 @@ ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long o
 ct_status ct_update_offload_states(trainer *tr, float ***out, ct_err *err);
 void ct_update_free_states(trainer *tr, float **a);
 
-/* ---- task_mmdit.c: the flow-matching objective on the MMDiT ---- */
-ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
-                              ct_optim **out, ct_err *err);
-ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err);
-size_t ct_task_caption_tokens(const char *caption, void *te);
-ct_status ct_task_mmdit_extra(void *user, const char *dir, ct_err *err);
+/* ---- tasks: a model family and its objective (task_mmdit.c, task_vae.c) ----
+ * The loop knows a task only through this table. Losses travel as up to
+ * CT_TASK_PARTS partial sums (micro_batch adds to them, the strategy sums
+ * them over ranks, loss() combines them), so each task keeps its own
+ * normalisation and its metrics. */
+#define CT_TASK_PARTS 4
+typedef struct ct_task_ops {
+  const char *name;
+  /* Right after the config is validated, before anything is made: what the
+   * task needs of it (geometry) and what it refuses. */
+  ct_status (*configure)(trainer *tr, ct_err *err);
+  /* After the common setup (config checked, threads, output_dir): the frozen
+   * parts (text encoder, codec), the model's geometry, the dataset. */
+  ct_status (*open)(trainer *tr, ct_err *err);
+  /* tr->model (its range through ct_trainer_shard), pretrained weights,
+   * validation inputs; refuses what the model cannot do. */
+  ct_status (*new_model)(trainer *tr, ct_err *err);
+  ct_status (*build_optim)(trainer *tr, ct_optim **out, ct_err *err);
+  ct_status (*alloc)(trainer *tr, ct_err *err); /* batch buffers */
+  int nparts;
+  ct_status (*micro_batch)(trainer *tr, ct_train_state *s, int accum, long step, double *parts, ct_err *err);
+  double (*loss)(const trainer *tr, const double *parts);
+  /* Extra metrics.jsonl fields of a step ("\"rec_loss\": 0.1, "), or "". */
+  void (*metrics)(const trainer *tr, const double *parts, char *buf, size_t n);
+  /* Rank 0 on the full model: *nimg images written (0: none); where names
+   * them for the webhook, ev describes them for the progress callback. */
+  ct_status (*validate)(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev, size_t evn,
+                        ct_err *err);
+  ct_status (*extra)(void *user, const char *dir, ct_err *err); /* its files in a checkpoint, or NULL */
+  /* After checkpoint `path` of step was committed (every rank), or NULL. */
+  ct_status (*checkpoint_done)(trainer *tr, const char *path, int last, ct_err *err);
+  void (*free)(trainer *tr);
+} ct_task_ops;
+extern const ct_task_ops ct_task_mmdit, ct_task_vae;
+const ct_task_ops *ct_task_pick(const ct_config *cfg);
+/* The range [lo, hi) of the model this rank steps and, when the trainer
+ * holds the weights (stage 3, bf16), their float32 copy initialised. */
+ct_status ct_trainer_shard(trainer *tr, ct_err *err);
 
 /* ---- validation.c ---- */
 ct_status ct_validation_init(trainer *tr, ct_err *err);
@@ -146,5 +180,7 @@ void ct_trainer_free(trainer *tr);
 /* ---- setup.c ---- */
 ct_status ct_trainer_open_data(trainer *tr, ct_err *err);
 double ct_now_s(void);
+/* Test hook: CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons those steps' loss (tasks call it). */
+int ct_fault_nan(long step);
 
 #endif
