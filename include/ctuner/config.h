@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "ctuner/parse.h" /* {env:VAR} and byte sizes in values (core) */
 #include "ctuner/status.h"
 
 /* X(key, type, default, help); type is INT (long), NUM (double), BOOL (int) or
@@ -162,7 +163,7 @@ ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_e
 /* Check ranges and choices after all sources are merged; names the key. */
 ct_status ct_config_validate(const ct_config *cfg, ct_err *err);
 /* Folds cfg->deepspeed_config (a file path or inline JSON text) into the
- * trainer's keys for `world` ranks (src/train/deepspeed.c; docs/distributed.md).
+ * trainer's keys for `world` ranks (src/config/deepspeed.c; docs/distributed.md).
  * A no-op without one. */
 ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err);
 /* Canonical JSON of every key (sorted as declared); caller frees. */
@@ -170,11 +171,6 @@ char *ct_config_to_json(const ct_config *cfg);
 /* FNV-1a 64 of the canonical JSON of the keys that change the training math
  * (not output paths, intervals or resume settings), as 16 hex digits. */
 void ct_config_digest(const ct_config *cfg, char out[17]);
-/* Replace every {env:VAR} in `in` by the variable's value (malloc'd result);
- * an unset variable is an error naming it. Used for multidatabackend.json too. */
-ct_status ct_config_expand_env(const char *in, char **out, ct_err *err);
-/* "10G", "500M", "1.5GiB", "1048576" -> bytes (binary units); -1 if malformed. */
-long long ct_parse_bytes(const char *s);
 /* Help text for one key (NULL if unknown). */
 const char *ct_config_help(const char *key);
 /* Nearest known key by edit distance (for "did you mean"); NULL if none close. */

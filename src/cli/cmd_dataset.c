@@ -10,7 +10,6 @@
 
 #include "cli/cli.h"
 #include "ctuner/synth.h"
-#include "synth/synth_int.h"
 
 /* `ctuner dataset parquet` lives in cmd_parquet.c. */
 void ct_parquet_usage(FILE *f);
