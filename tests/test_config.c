@@ -1,5 +1,6 @@
 /* Config parsing: defaults, "--" prefixes, aliases, types, errors with line and
- * column, did-you-mean, {env:VAR}, command-line overrides, digest. */
+ * column, did-you-mean, the optimizer's combinations from its registry flags,
+ * {env:VAR}, command-line overrides, digest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,64 @@ CT_TEST(config, errors_name_the_problem) {
   CHECK(ct_config_set(&c, "lr_scheduler", "cosin", &err) == CT_OK);
   CHECK(ct_config_validate(&c, &err) != CT_OK);
   CHECKF(strstr(err.msg, "cosin"), "%s", err.msg);
+  ct_config_free(&c);
+}
+
+/* The optimizer's combinations are decided by its registry row's flags. */
+CT_TEST(config, optimizer_capabilities) {
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  /* 1-bit: the MMDiT trainer only, with a true message (no "not implemented") */
+  CHECK(ct_config_set(&c, "model_type", "vae", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "vae_config", "/tmp/vae.json", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_OK);
+  CHECK(ct_config_set(&c, "optimizer", "onebitadam", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "optimizer onebitadam is data-parallel 1-bit") &&
+             strstr(err.msg, "model_type vae does not support it yet") && !strstr(err.msg, "not implemented"),
+         "%s", err.msg);
+  CHECK(ct_config_set(&c, "optimizer", "1BitLamb", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "model_type vae does not support it yet") && strstr(err.msg, "OneBitLamb"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "model_type", "full", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "optimizer", "onebitadam", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  CHECK(ct_config_set(&c, "zero_stage", "1", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "works with zero_stage 0 only"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "zero_stage", "0", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "mixed_precision", "bf16", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "keeps float32 storage"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "mixed_precision", "no", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "freeze_step", "0", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "optimizer onebitadam needs freeze_step >= 1"), "%s", err.msg);
+  CHECK(ct_config_set(&c, "optimizer", "zerooneadam", &err) == CT_OK); /* 0/1 Adam has no warm-up */
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  /* offload needs an optimizer that steps in pieces */
+  CHECK(ct_config_set(&c, "offload_optimizer", "nvme", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "offload_param_path", "/tmp/swap", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "optimizer 'zerooneadam' communicates the momentum itself, so it cannot offload"), "%s",
+         err.msg);
+  CHECK(ct_config_set(&c, "optimizer", "lamb", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "offload_optimizer nvme: optimizer 'lamb' updates whole tensors") &&
+             strstr(err.msg, "(adamw, adam, adagrad, lion, sgd, muadam, muadamw, musgd)"),
+         "%s", err.msg);
+  CHECK(ct_config_set(&c, "optimizer", "optimi-lion", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  /* tensor-wise kinds train bf16 storage */
+  CHECK(ct_config_set(&c, "offload_optimizer", "none", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "optimizer", "muon", &err) == CT_OK);
+  CHECK(ct_config_set(&c, "mixed_precision", "bf16", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  /* a refused name keeps its reason */
+  CHECK(ct_config_set(&c, "optimizer", "prodigy", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_UNSUPPORTED);
+  CHECKF(strstr(err.msg, "optimizer: ") && strstr(err.msg, "Prodigy"), "%s", err.msg);
   ct_config_free(&c);
 }
 

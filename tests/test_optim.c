@@ -1,13 +1,17 @@
 /* Optimizer and schedule tests: replay of the PyTorch golden file
  * (tests/data/optim_golden.safetensors, written by scripts/optim_golden.py),
  * closed-form first steps, thread-count independence, name parsing with
- * did-you-mean, hyperparameter and schedule validation, schedule edge cases. */
+ * did-you-mean, the registry (every row round-trips; its granularity, state
+ * count and capability flags agree with what the code does; docs/optimizers.md
+ * shows it), hyperparameter and schedule validation, schedule edge cases. */
+#include <ctype.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/fs.h"
 #include "ctuner/optim.h"
 #include "ctuner/safetensors.h"
 #include "harness.h"
@@ -522,6 +526,156 @@ CT_TEST(optim, kind_parse) {
   CHECKF(strstr(err.msg, "did you mean 'cosine'?") != NULL, "%s", err.msg);
   CHECK(ct_sched_kind_parse("cosine_with_restarts", &sk, &err) == CT_ERR_UNSUPPORTED);
   CHECK(!strcmp(ct_sched_kind_name(CT_SCHED_POLYNOMIAL), "polynomial"));
+}
+
+/* ---- the registry ---- */
+
+static void upper_dashes(const char *s, char *out, size_t cap) {
+  size_t i = 0;
+  for (; s[i] && i + 1 < cap; i++) out[i] = s[i] == '_' ? '-' : (char)toupper((unsigned char)s[i]);
+  out[i] = 0;
+}
+
+CT_TEST(optim, registry_rows_round_trip) {
+  size_t nr;
+  const ct_optim_info *r = ct_optim_registry(&nr);
+  REQUIRE(r && nr >= CT_OPTIM_NKINDS + 3);
+  ct_err err = {0};
+  int onebit_seen[4] = {0};
+  for (size_t i = 0; i < nr; i++) {
+    const ct_optim_info *x = &r[i];
+    char alt[64];
+    upper_dashes(x->name, alt, sizeof alt);
+    CHECKF(ct_optim_lookup(x->name, &err) == x, "%s: %s", x->name, err.msg);
+    CHECKF(ct_optim_lookup(alt, &err) == x, "%s: %s", alt, err.msg);
+    CHECK(x->desc && x->desc[0]);
+    /* an alias has the capabilities of the optimizer it names */
+    const ct_optim_info *c = ct_optim_lookup(x->canonical, &err);
+    REQUIRE(c != NULL);
+    CHECKF(!strcmp(c->name, c->canonical) && c->kind == x->kind && c->onebit == x->onebit &&
+               c->granularity == x->granularity && c->flags == x->flags && c->nstate == x->nstate,
+           "%s differs from its canonical row %s", x->name, x->canonical);
+    /* flags agree with each other */
+    CHECKF(!(x->flags & CT_OPTIM_ONEBIT) == (x->onebit == CT_OPTIM_ONEBIT_NONE), "%s", x->name);
+    if (x->granularity == CT_OPTIM_TENSORWISE)
+      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD)), "tensor-wise %s cannot be sliced", x->name);
+    if (x->flags & CT_OPTIM_ONEBIT) {
+      onebit_seen[x->onebit] = 1;
+      CHECKF(x->kind == CT_OPTIM_ADAM && x->nstate == 2, "%s keeps Adam's moments", x->name);
+      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD | CT_OPTIM_CAN_BF16)), "%s", x->name);
+      CHECK(ct_optim_onebit_of(x->name) == x->onebit && ct_optim_onebit_of(alt) == x->onebit);
+      /* not a local kind, and no false "not implemented" */
+      ct_optim_kind k;
+      CHECK(ct_optim_kind_parse(x->name, &k, &err) == CT_ERR_UNSUPPORTED);
+      CHECKF(strstr(err.msg, "not implemented") == NULL && strstr(err.msg, "communicates") != NULL, "%s", err.msg);
+    } else {
+      ct_optim_kind k = CT_OPTIM_NKINDS;
+      CHECKF(ct_optim_kind_parse(x->name, &k, &err) == CT_OK && k == x->kind, "%s: %s", x->name, err.msg);
+      CHECK(ct_optim_onebit_of(x->name) == CT_OPTIM_ONEBIT_NONE);
+    }
+  }
+  CHECK(onebit_seen[CT_OPTIM_ONEBIT_ADAM] && onebit_seen[CT_OPTIM_ONEBIT_ZEROONE_ADAM] &&
+        onebit_seen[CT_OPTIM_ONEBIT_LAMB]);
+  /* each local kind has its canonical row */
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
+    const ct_optim_info *x = ct_optim_kind_info((ct_optim_kind)k);
+    REQUIRE(x != NULL);
+    CHECK((int)x->kind == k && !strcmp(x->name, ct_optim_kind_name((ct_optim_kind)k)) &&
+          !strcmp(x->name, x->canonical) && x->onebit == CT_OPTIM_ONEBIT_NONE);
+  }
+  CHECK(ct_optim_kind_info(CT_OPTIM_NKINDS) == NULL);
+  /* the spellings ct_onebit_name accepted */
+  CHECK(ct_optim_onebit_of("OneBitAdam") == CT_OPTIM_ONEBIT_ADAM && ct_optim_onebit_of("1bitadam") == CT_OPTIM_ONEBIT_ADAM);
+  CHECK(ct_optim_onebit_of("onebit_adam") == CT_OPTIM_ONEBIT_ADAM);
+  CHECK(ct_optim_onebit_of("ZeroOneAdam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM &&
+        ct_optim_onebit_of("01adam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM &&
+        ct_optim_onebit_of("zeroone_adam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM);
+  CHECK(ct_optim_onebit_of("OneBitLamb") == CT_OPTIM_ONEBIT_LAMB && ct_optim_onebit_of("1bitlamb") == CT_OPTIM_ONEBIT_LAMB &&
+        ct_optim_onebit_of("onebit_lamb") == CT_OPTIM_ONEBIT_LAMB);
+  CHECK(ct_optim_onebit_of("adam") == CT_OPTIM_ONEBIT_NONE && ct_optim_onebit_of("nonsense") == CT_OPTIM_ONEBIT_NONE &&
+        ct_optim_onebit_of(NULL) == CT_OPTIM_ONEBIT_NONE);
+  CHECK(!strcmp(ct_optim_onebit_name(CT_OPTIM_ONEBIT_ZEROONE_ADAM), "ZeroOneAdam"));
+  /* refused and unknown names */
+  CHECK(ct_optim_lookup("prodigy", &err) == NULL && err.status == CT_ERR_UNSUPPORTED && strstr(err.msg, "Prodigy"));
+  CHECK(ct_optim_lookup("onebitadm", &err) == NULL && err.status == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "did you mean 'onebitadam'?") && strstr(err.msg, "musgd, onebitadam, zerooneadam, onebitlamb)"),
+         "%s", err.msg);
+  CHECK(ct_optim_lookup("", &err) == NULL && err.status == CT_ERR_INVALID);
+}
+
+/* The flags say what the code does: a CAN_OFFLOAD kind steps slices with
+ * outside state; an ELEMENTWISE kind gives the same result on two fragments
+ * of a tensor as on the whole tensor, a TENSORWISE one does not; nstate is
+ * the instance's state count. */
+CT_TEST(optim, registry_flags_match_the_code) {
+  enum { R = 8, C = 16, N = R * C, H = 50 };
+  float w0[N], g[N], wa[N], wb[N];
+  for (int i = 0; i < N; i++) w0[i] = 0.05f * (float)((i * 7) % 23 - 11), g[i] = 0.01f * (float)((i * 5) % 17 - 8);
+  ct_err err = {0};
+  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
+    const ct_optim_info *x = ct_optim_kind_info((ct_optim_kind)k);
+    const char *nm = x->name;
+    ct_optim_hp hp;
+    ct_optim_hp_default(x->kind, &hp);
+    hp.momentum = 0.9f; /* sgd, musgd keep their buffer */
+    hp.weight_decay = 0.01f;
+    ct_optim_tensor whole = {"w", 0, N, R, C, 1, 1};
+    ct_optim_tensor ta = {"w", 0, H, R, 0, 1, 1}, tb = {"w", 0, N - H, R, 0, 1, 1}; /* fragments */
+    ct_optim *o = NULL, *a = NULL, *b = NULL;
+    REQUIRE(ct_optim_new(x->kind, &hp, &whole, 1, N, &o, &err) == CT_OK);
+    REQUIRE(ct_optim_new(x->kind, &hp, &ta, 1, H, &a, &err) == CT_OK);
+    REQUIRE(ct_optim_new(x->kind, &hp, &tb, 1, N - H, &b, &err) == CT_OK);
+    CHECKF((int)ct_optim_nstate(o) == x->nstate, "%s: nstate %zu, registry %d", nm, ct_optim_nstate(o), x->nstate);
+    memcpy(wa, w0, sizeof wa);
+    memcpy(wb, w0, sizeof wb);
+    for (long s = 1; s <= 2; s++) {
+      REQUIRE(ct_optim_step(o, wa, g, 1e-2f, s, &err) == CT_OK);
+      REQUIRE(ct_optim_step(a, wb, g, 1e-2f, s, &err) == CT_OK);
+      REQUIRE(ct_optim_step(b, wb + H, g + H, 1e-2f, s, &err) == CT_OK);
+    }
+    const int same = !memcmp(wa, wb, sizeof wa);
+    CHECKF(same == (x->granularity == CT_OPTIM_ELEMENTWISE), "%s: fragments %s the whole tensor", nm,
+           same ? "equal" : "differ from");
+    CHECKF(ct_optim_can_cut(x->kind, &whole) == !!(x->flags & CT_OPTIM_CAN_SLICE), "%s", nm);
+    float st0[N] = {0}, st1[N] = {0}, *sl[2] = {st0, st1};
+    ct_status rc = ct_optim_step_slice(o, 0, H, wa, g, sl, 1e-2f, 3, &err);
+    CHECKF((rc == CT_OK) == !!(x->flags & CT_OPTIM_CAN_OFFLOAD), "%s: step_slice %d", nm, rc);
+    ct_optim_free(o), ct_optim_free(a), ct_optim_free(b);
+  }
+  /* Muon's AdamW tensors (cols = 0) may be cut, its 2-D weights and Lamb's tensors not */
+  ct_optim_tensor vec = {"b", 0, 10, 10, 0, 1, 1}, mat = {"w", 0, N, R, C, 1, 1};
+  CHECK(ct_optim_can_cut(CT_OPTIM_MUON, &vec) && !ct_optim_can_cut(CT_OPTIM_MUON, &mat));
+  CHECK(!ct_optim_can_cut(CT_OPTIM_LAMB, &vec) && ct_optim_can_cut(CT_OPTIM_ADAMW, &mat));
+}
+
+/* docs/optimizers.md shows the registry: a table row per optimizer and every
+ * accepted spelling. */
+static void doc_row(const ct_optim_info *x, char *out, size_t cap) {
+  const unsigned f = x->flags;
+  snprintf(out, cap, "| `%s` | %s | %d | %s | %s | %s | %s | %s |", x->name,
+           x->granularity == CT_OPTIM_ELEMENTWISE ? "elementwise" : "tensor-wise", x->nstate,
+           f & CT_OPTIM_CAN_SLICE ? "yes" : f & CT_OPTIM_ONEBIT ? "no (zero_stage 0)" : "whole tensors only",
+           f & CT_OPTIM_CAN_OFFLOAD ? "yes" : "no", f & CT_OPTIM_CAN_BF16 ? "yes" : "no",
+           f & CT_OPTIM_ONEBIT ? ct_optim_onebit_name(x->onebit) : "-", x->desc);
+}
+
+CT_TEST(optim, registry_in_the_docs) {
+  char path[4096], *doc = NULL, row[512], tick[80];
+  size_t n = 0, nr;
+  ct_err err = {0};
+  snprintf(path, sizeof path, "%s/docs/optimizers.md", CT_SOURCE_DIR);
+  REQUIRE(ct_read_file(path, 1 << 20, &doc, &n, &err) == CT_OK);
+  const ct_optim_info *r = ct_optim_registry(&nr);
+  for (size_t i = 0; i < nr; i++) {
+    if (!strcmp(r[i].name, r[i].canonical)) {
+      doc_row(&r[i], row, sizeof row);
+      CHECKF(strstr(doc, row) != NULL, "docs/optimizers.md lacks the row\n%s", row);
+    } else {
+      snprintf(tick, sizeof tick, "`%s`", r[i].name);
+      CHECKF(strstr(doc, tick) != NULL, "docs/optimizers.md does not list the spelling %s", tick);
+    }
+  }
+  free(doc);
 }
 
 /* ---- validation ---- */

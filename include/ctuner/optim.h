@@ -47,9 +47,74 @@ typedef enum ct_optim_kind {
 } ct_optim_kind;
 
 const char *ct_optim_kind_name(ct_optim_kind k);
-/* Case-insensitive; also accepts SimpleTuner spellings ("adamw_bf16" -> adamw,
- * "optimi-lion" -> lion, ...). Unknown names fail with a "did you mean". */
+/* The local optimizer a name stands for: ct_optim_lookup(s)->kind. The 1-bit
+ * family is no local kind (it communicates itself: see ct_optim_info) and
+ * fails with CT_ERR_UNSUPPORTED saying so; unknown names fail as in
+ * ct_optim_lookup. */
 ct_status ct_optim_kind_parse(const char *s, ct_optim_kind *out, ct_err *err);
+
+/* ---- the registry: every accepted optimizer name and what it can do ----
+ * One row per accepted spelling (canonical names, SimpleTuner / DeepSpeed /
+ * library aliases, the 1-bit family), so the trainer and the config ask the
+ * row instead of testing kinds. docs/optimizers.md has the table. */
+typedef enum ct_optim_granularity {
+  CT_OPTIM_ELEMENTWISE, /* every float's update depends on that float alone (and the step) */
+  CT_OPTIM_TENSORWISE   /* updates read whole tensors (Lamb's trust ratio, Muon's 2-D weights) */
+} ct_optim_granularity;
+
+/* Which 1-bit optimizer (DeepSpeed's names; train/onebit.c runs them). */
+typedef enum ct_optim_onebit {
+  CT_OPTIM_ONEBIT_NONE = 0,     /* a local optimizer (ct_optim_new) */
+  CT_OPTIM_ONEBIT_ADAM,         /* OneBitAdam: warm-up, then 1-bit compressed momentum, frozen variance */
+  CT_OPTIM_ONEBIT_ZEROONE_ADAM, /* ZeroOneAdam (0/1 Adam): variance updated on a schedule, local steps */
+  CT_OPTIM_ONEBIT_LAMB          /* OneBitLamb: 1-bit Adam's momentum with Lamb's frozen trust ratios */
+} ct_optim_onebit;
+
+/* Capability flags of a row. */
+enum {
+  /* A range may end inside any tensor: a ZeRO shard may cut tensors into
+   * fragments (elementwise kinds). Without it, a shard must hold whole
+   * tensors (ct_optim_can_cut says which). */
+  CT_OPTIM_CAN_SLICE = 1u << 0,
+  /* Steps in pieces with the caller's state (ct_optim_step_slice):
+   * offload_optimizer nvme and offload_param nvme. */
+  CT_OPTIM_CAN_OFFLOAD = 1u << 1,
+  /* Trains bf16-stored weights (mixed_precision bf16; the optimizer steps a
+   * float32 master copy, its state stays float32 for every kind). */
+  CT_OPTIM_CAN_BF16 = 1u << 2,
+  /* Communicates itself (1-bit compressed momentum over the data-parallel
+   * ranks, train/onebit.c): replaces the gradient all-reduce, so zero_stage
+   * 0 and float32 only; `onebit` says which. */
+  CT_OPTIM_ONEBIT = 1u << 3
+};
+
+typedef struct ct_optim_info {
+  const char *name;      /* the spelling this row accepts (matched ignoring case, '-' = '_') */
+  const char *canonical; /* the optimizer it is ("adamw" for "adamw_bf16"); == name for canonical rows */
+  ct_optim_kind kind;    /* the local optimizer that steps it and holds its state; the 1-bit
+                          * family keeps Adam's two moments in a CT_OPTIM_ADAM (onebit.c steps them) */
+  ct_optim_onebit onebit;
+  ct_optim_granularity granularity;
+  unsigned flags; /* CT_OPTIM_CAN_SLICE | ... */
+  int nstate;     /* state arrays of n floats (ct_optim_nstate); sgd, musgd: 1 with momentum != 0, else 0 */
+  const char *desc;
+} ct_optim_info;
+
+/* The row of a name (case-insensitive, '-' and '_' alike). NULL for a name
+ * recognised but not implemented (CT_ERR_UNSUPPORTED, with the reason and
+ * what to use instead) or unknown (CT_ERR_INVALID: "did you mean", and the
+ * valid names). */
+const ct_optim_info *ct_optim_lookup(const char *name, ct_err *err);
+/* Every row (aliases included), for help and docs; *n rows. */
+const ct_optim_info *ct_optim_registry(size_t *n);
+/* The canonical row of a local kind (NULL outside the enum). */
+const ct_optim_info *ct_optim_kind_info(ct_optim_kind k);
+/* The 1-bit variant of a name; CT_OPTIM_ONEBIT_NONE for local optimizers
+ * and for names the registry does not accept. */
+ct_optim_onebit ct_optim_onebit_of(const char *name);
+/* DeepSpeed's class name of a 1-bit variant ("OneBitAdam", "ZeroOneAdam",
+ * "OneBitLamb"; "none"). */
+const char *ct_optim_onebit_name(ct_optim_onebit v);
 
 typedef struct ct_optim_hp {
   float beta1, beta2, eps, weight_decay; /* Adam family, Lamb, Lion (beta1/2), Adagrad eps */
@@ -74,6 +139,11 @@ typedef struct ct_optim_tensor {
   int rows, cols;
   float in_mult, out_mult;
 } ct_optim_tensor;
+
+/* Whether a range of kind k may end inside tensor t (t a fragment then):
+ * always for CT_OPTIM_CAN_SLICE kinds; Muon for the tensors it gives to its
+ * AdamW part (not rows > 0 && cols > 0); Lamb never. */
+int ct_optim_can_cut(ct_optim_kind k, const ct_optim_tensor *t);
 
 typedef struct ct_optim ct_optim;
 

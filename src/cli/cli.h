@@ -1,27 +1,66 @@
-/* Shared declarations of the ctuner subcommands. Each returns the process exit code. */
+/* Shared declarations of the ctuner commands. The commands themselves are
+ * declared once, as data, in the table of commands.c; main.c dispatches from
+ * it and generates `ctuner --help` and each group's help from it. */
 #ifndef CT_CLI_H
 #define CT_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
-int ct_cmd_model(int argc, char **argv);
-int ct_cmd_bench(int argc, char **argv);
+/* One row of the command table: `ctuner NAME [SUB] [options]`. */
+typedef struct ct_cli_cmd {
+  const char *section;               /* heading it is listed under in `ctuner --help` */
+  const char *name;                  /* first word: "train", "bench" */
+  const char *sub;                   /* second word ("step"), NULL for a command without subcommands */
+  const char *summary;               /* one line for `ctuner --help` */
+  void (*help)(FILE *f);             /* usage line(s) and description (`ctuner NAME [SUB] --help`) */
+  int (*run)(int argc, char **argv); /* argv[0] = NAME, argv[1] = SUB if any, then the options;
+                                        returns the exit code (0 done, 1 failed, 2 bad usage) */
+} ct_cli_cmd;
+
+/* The table (commands.c): rows of one NAME adjacent, rows of one section adjacent. */
+extern const ct_cli_cmd ct_cli_commands[];
+extern const size_t ct_cli_ncommands;
+
+/* Command handlers and their help, by file. */
+int ct_cmd_train(int argc, char **argv); /* cmd_train.c */
+void ct_cmd_train_help(FILE *f);
+int ct_cmd_cache(int argc, char **argv);
+void ct_cmd_cache_help(FILE *f);
+int ct_cmd_sample(int argc, char **argv);
+void ct_cmd_sample_help(FILE *f);
+int ct_cmd_launch(int argc, char **argv); /* cmd_launch.c */
+void ct_cmd_launch_help(FILE *f);
+int ct_cmd_model_check(int argc, char **argv); /* cmd_model.c */
+void ct_cmd_model_check_help(FILE *f);
+int ct_cmd_model_info(int argc, char **argv);
+void ct_cmd_model_info_help(FILE *f);
+int ct_cmd_checkpoint_export(int argc, char **argv); /* cmd_checkpoint.c */
+void ct_cmd_checkpoint_export_help(FILE *f);
+int ct_cmd_dataset_synth(int argc, char **argv); /* cmd_dataset.c */
+void ct_cmd_dataset_synth_help(FILE *f);
+int ct_cmd_dataset_prompts(int argc, char **argv);
+void ct_cmd_dataset_prompts_help(FILE *f);
+int ct_cmd_dataset_parquet(int argc, char **argv); /* cmd_parquet.c */
+void ct_cmd_dataset_parquet_help(FILE *f);
+int ct_cmd_eval_synth(int argc, char **argv); /* cmd_eval.c */
+void ct_cmd_eval_synth_help(FILE *f);
+int ct_cmd_eval_vae(int argc, char **argv); /* cmd_eval_vae.c */
+void ct_cmd_eval_vae_help(FILE *f);
+int ct_cmd_bench_step(int argc, char **argv); /* cmd_bench.c */
+void ct_cmd_bench_step_help(FILE *f);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
+void ct_cmd_bench_memory_help(FILE *f);
 int ct_cmd_bench_discovery(int argc, char **argv); /* cmd_bench_data.c */
-int ct_cmd_bench_vae(int argc, char **argv);       /* cmd_bench_vae.c */
-int ct_eval_vae(int argc, char **argv);            /* cmd_eval_vae.c */
-void ct_eval_vae_usage(FILE *f);
-int ct_cmd_launch(int argc, char **argv);
-int ct_cmd_checkpoint(int argc, char **argv);
+void ct_cmd_bench_discovery_help(FILE *f);
+int ct_cmd_bench_vae(int argc, char **argv); /* cmd_bench_vae.c */
+void ct_cmd_bench_vae_help(FILE *f);
+int ct_cmd_storage(int argc, char **argv); /* cmd_storage.c: every storage subcommand */
+void ct_cmd_storage_help(FILE *f);
+
 /* "latest:OUTPUT_DIR" (the newest complete checkpoint there) or a directory
  * into dir; prints the error and returns -1 if there is none. */
 int ct_cli_checkpoint_dir(const char *cmd, const char *arg, char *dir, size_t n);
-int ct_cmd_train(int argc, char **argv);
-int ct_cmd_cache(int argc, char **argv); /* cmd_train.c */
-int ct_cmd_sample(int argc, char **argv);
-int ct_cmd_dataset(int argc, char **argv);
-int ct_cmd_eval(int argc, char **argv);
-int ct_cmd_storage(int argc, char **argv); /* cmd_storage.c */
 
 /* "--key=value" or "--key value": if argv[*i] is option `key`, store its value,
  * advance *i and return 1; 0 if it is another option; -1 (message printed) if

@@ -20,7 +20,7 @@
 #include "ctuner/parallel.h"
 #include "ctuner/rng.h"
 
-static void usage(FILE *f) {
+void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
           "\n"
@@ -29,11 +29,7 @@ static void usage(FILE *f) {
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
           "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
-          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
-          "\n"
-          "       ctuner bench memory --preset NAME [--stage S] [--ranks N]   (see --help there)\n"
-          "       ctuner bench discovery --dir DIR [--decode] [--limit N]       (see --help there)\n"
-          "       ctuner bench vae [--vae DIR | --sd] [--size N] [--tile T]     (see --help there)\n",
+          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n",
           ct_mmdit_preset_names());
 }
 
@@ -68,25 +64,13 @@ static void sgemm_gflops(double *blas, double *ours) {
   ct_free(c);
 }
 
-int ct_cmd_bench(int argc, char **argv) {
-  if (argc >= 2 && !strcmp(argv[1], "memory")) return ct_cmd_bench_memory(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "discovery")) return ct_cmd_bench_discovery(argc - 1, argv + 1);
-  if (argc >= 2 && !strcmp(argv[1], "vae")) return ct_cmd_bench_vae(argc - 1, argv + 1);
-  if (argc < 2 || strcmp(argv[1], "step")) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-      usage(stdout);
-      return 0;
-    }
-    fprintf(stderr, "ctuner bench: expected a subcommand: step, memory, discovery or vae\n");
-    usage(stderr);
-    return 2;
-  }
+int ct_cmd_bench_step(int argc, char **argv) {
   const char *preset = "bench", *v;
   long steps = 10, warmup = 3, threads = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_bench_step_help(stdout);
       return 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset))) {
       if (r < 0) return 2;
@@ -98,7 +82,7 @@ int ct_cmd_bench(int argc, char **argv) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
     } else {
       fprintf(stderr, "ctuner bench step: unknown option '%s'\n", argv[i]);
-      usage(stderr);
+      ct_cmd_bench_step_help(stderr);
       return 2;
     }
   }

@@ -12,7 +12,7 @@
 #include "ctuner/image.h"
 #include "ctuner/parallel.h"
 
-static void usage(FILE *f) {
+void ct_cmd_bench_discovery_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench discovery --dir DIR [--decode] [--limit N]\n"
           "\n"
@@ -27,10 +27,10 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
   const char *dir = NULL, *v;
   int decode = 0;
   long limit = 0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_bench_discovery_help(stdout);
       return 0;
     }
     if (!strcmp(argv[i], "--decode")) {
@@ -43,15 +43,15 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
       continue;
     }
     if ((r = ct_cli_opt(argc, argv, &i, "limit", &v))) {
-      if (r < 0 || ct_cli_int("--limit", v, 1, 100000000, &limit)) return 2;
+      if (r < 0 || ct_cli_int("limit", v, 1, 100000000, &limit)) return 2;
       continue;
     }
     fprintf(stderr, "ctuner bench discovery: unknown argument '%s'\n", argv[i]);
-    usage(stderr);
+    ct_cmd_bench_discovery_help(stderr);
     return 2;
   }
   if (!dir) {
-    usage(stderr);
+    ct_cmd_bench_discovery_help(stderr);
     return 2;
   }
   ct_ds_listing d;

@@ -15,7 +15,7 @@
 #include "ctuner/synth.h"
 #include "ctuner/train.h"
 
-static void usage(FILE *f) {
+void ct_cmd_bench_memory_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision no|bf16]\n"
           "\n"
@@ -50,8 +50,7 @@ static int relaunch(int argc, char **argv, long ranks) {
   av[k++] = "-np";
   av[k++] = np;
   av[k++] = self;
-  av[k++] = "bench";
-  for (int i = 0; i < argc; i++) av[k++] = argv[i]; /* "memory" and its options */
+  for (int i = 0; i < argc; i++) av[k++] = argv[i]; /* "bench", "memory" and its options */
   av[k] = NULL;
   fflush(stdout);
   execvp("mpirun", av);
@@ -63,10 +62,10 @@ static int relaunch(int argc, char **argv, long ranks) {
 int ct_cmd_bench_memory(int argc, char **argv) {
   const char *preset = "bench", *mp = "no", *v;
   long stage = 0, ranks = 0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_bench_memory_help(stdout);
       return 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp))) {
@@ -77,7 +76,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       if (r < 0 || ct_cli_int("ranks", v, 1, 1024, &ranks)) return 2;
     } else {
       fprintf(stderr, "ctuner bench memory: unknown option '%s'\n", argv[i]);
-      usage(stderr);
+      ct_cmd_bench_memory_help(stderr);
       return 2;
     }
   }

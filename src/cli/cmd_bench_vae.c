@@ -12,7 +12,7 @@
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
 
-static void usage(FILE *f) {
+void ct_cmd_bench_vae_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench vae [--vae DIR | --sd] [--size N] [--tile T] [--seed S]\n"
           "\n"
@@ -26,10 +26,10 @@ static void usage(FILE *f) {
 int ct_cmd_bench_vae(int argc, char **argv) {
   const char *dir = NULL, *v;
   long size = 1024, tile = 512, seed = 0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_bench_vae_help(stdout);
       return 0;
     }
     if (!strcmp(argv[i], "--sd")) {
@@ -42,19 +42,19 @@ int ct_cmd_bench_vae(int argc, char **argv) {
       continue;
     }
     if ((r = ct_cli_opt(argc, argv, &i, "size", &v))) {
-      if (r < 0 || ct_cli_int("--size", v, 8, 16384, &size)) return 2;
+      if (r < 0 || ct_cli_int("size", v, 8, 16384, &size)) return 2;
       continue;
     }
     if ((r = ct_cli_opt(argc, argv, &i, "tile", &v))) {
-      if (r < 0 || ct_cli_int("--tile", v, 0, 16384, &tile)) return 2;
+      if (r < 0 || ct_cli_int("tile", v, 0, 16384, &tile)) return 2;
       continue;
     }
     if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
-      if (r < 0 || ct_cli_int("--seed", v, 0, 1L << 40, &seed)) return 2;
+      if (r < 0 || ct_cli_int("seed", v, 0, 1L << 40, &seed)) return 2;
       continue;
     }
     fprintf(stderr, "ctuner bench vae: unknown argument '%s'\n", argv[i]);
-    usage(stderr);
+    ct_cmd_bench_vae_help(stderr);
     return 2;
   }
   ct_err err = {0};

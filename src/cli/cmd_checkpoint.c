@@ -10,7 +10,7 @@
 #include "ctuner/safetensors.h"
 #include "ctuner/train.h"
 
-static void usage(FILE *f) {
+void ct_cmd_checkpoint_export_help(FILE *f) {
   fprintf(f,
           "usage: ctuner checkpoint export --checkpoint DIR|latest:OUTPUT_DIR --out FILE.safetensors\n"
           "                                [--dtype f32|bf16] [--ema]\n"
@@ -21,22 +21,13 @@ static void usage(FILE *f) {
           "PyTorch/diffusers tooling.\n");
 }
 
-int ct_cmd_checkpoint(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "export")) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-      usage(stdout);
-      return 0;
-    }
-    fprintf(stderr, "ctuner checkpoint: expected a subcommand: export\n");
-    usage(stderr);
-    return 2;
-  }
+int ct_cmd_checkpoint_export(int argc, char **argv) {
   const char *ckpt = NULL, *out = NULL, *dtype = "f32";
   int ema = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_checkpoint_export_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
@@ -45,13 +36,13 @@ int ct_cmd_checkpoint(int argc, char **argv) {
       if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner checkpoint export: unknown option '%s'\n", argv[i]);
-      usage(stderr);
+      ct_cmd_checkpoint_export_help(stderr);
       return 2;
     }
   }
   if (!ckpt || !out) {
     fprintf(stderr, "ctuner checkpoint export: --checkpoint and --out are required\n");
-    usage(stderr);
+    ct_cmd_checkpoint_export_help(stderr);
     return 2;
   }
   ct_dtype dt;

@@ -11,11 +11,7 @@
 #include "cli/cli.h"
 #include "ctuner/synth.h"
 
-/* `ctuner dataset parquet` lives in cmd_parquet.c. */
-void ct_parquet_usage(FILE *f);
-int ct_cmd_dataset_parquet(int argc, char **argv);
-
-static void synth_usage(FILE *f) {
+void ct_cmd_dataset_synth_help(FILE *f) {
   fprintf(f,
           "usage: ctuner dataset synth --out DIR --count N [--seed S] [--size WxH] [--force]\n"
           "\n"
@@ -69,14 +65,14 @@ static int dir_state(const char *dir, int force) {
   return force ? 0 : other > 0;
 }
 
-static int dataset_synth(int argc, char **argv) {
+int ct_cmd_dataset_synth(int argc, char **argv) {
   const char *out = NULL, *v;
   long count = -1, seed = 0;
   int force = 0, fw = 0, fh = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      synth_usage(stdout);
+      ct_cmd_dataset_synth_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--force")) {
       force = 1;
@@ -95,13 +91,13 @@ static int dataset_synth(int argc, char **argv) {
       }
     } else {
       fprintf(stderr, "ctuner dataset synth: unknown option '%s'\n", argv[i]);
-      synth_usage(stderr);
+      ct_cmd_dataset_synth_help(stderr);
       return 2;
     }
   }
   if (!out || !out[0] || count < 0) {
     fprintf(stderr, "ctuner dataset synth: --out DIR and --count N are required\n");
-    synth_usage(stderr);
+    ct_cmd_dataset_synth_help(stderr);
     return 2;
   }
   int ds = dir_state(out, force);
@@ -130,7 +126,7 @@ static int dataset_synth(int argc, char **argv) {
   return 0;
 }
 
-static void prompts_usage(FILE *f) {
+void ct_cmd_dataset_prompts_help(FILE *f) {
   fprintf(f,
           "usage: ctuner dataset prompts --count N [--seed S] [--held-out]\n"
           "\n"
@@ -140,14 +136,14 @@ static void prompts_usage(FILE *f) {
           "(docs/synth.md): prompts for judging how a model generalises.\n");
 }
 
-static int dataset_prompts(int argc, char **argv) {
+int ct_cmd_dataset_prompts(int argc, char **argv) {
   const char *v;
   long count = -1, seed = 0;
   int held = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      prompts_usage(stdout);
+      ct_cmd_dataset_prompts_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--held-out")) {
       held = 1;
@@ -157,13 +153,13 @@ static int dataset_prompts(int argc, char **argv) {
       if (r < 0 || ct_cli_int("seed", v, 0, 0x7fffffffffffffffL, &seed)) return 2;
     } else {
       fprintf(stderr, "ctuner dataset prompts: unknown option '%s'\n", argv[i]);
-      prompts_usage(stderr);
+      ct_cmd_dataset_prompts_help(stderr);
       return 2;
     }
   }
   if (count < 0) {
     fprintf(stderr, "ctuner dataset prompts: --count N is required\n");
-    prompts_usage(stderr);
+    ct_cmd_dataset_prompts_help(stderr);
     return 2;
   }
   for (long i = 0; i < count; i++) {
@@ -174,22 +170,4 @@ static int dataset_prompts(int argc, char **argv) {
     printf("%s\n", cap);
   }
   return 0;
-}
-
-int ct_cmd_dataset(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner dataset <synth|prompts|parquet> [options]\n\n");
-    synth_usage(f);
-    fprintf(f, "\n");
-    prompts_usage(f);
-    fprintf(f, "\n");
-    ct_parquet_usage(f);
-    return argc < 2 ? 2 : 0;
-  }
-  if (!strcmp(argv[1], "synth")) return dataset_synth(argc, argv);
-  if (!strcmp(argv[1], "prompts")) return dataset_prompts(argc, argv);
-  if (!strcmp(argv[1], "parquet")) return ct_cmd_dataset_parquet(argc, argv);
-  fprintf(stderr, "ctuner dataset: unknown subcommand '%s' (synth, prompts, parquet)\n", argv[1]);
-  return 2;
 }

@@ -11,7 +11,7 @@
 #include "ctuner/image.h"
 #include "ctuner/synth.h"
 
-static void synth_usage(FILE *f) {
+void ct_cmd_eval_synth_help(FILE *f) {
   fprintf(f,
           "usage: ctuner eval synth --images DIR [--verbose]\n"
           "\n"
@@ -56,13 +56,13 @@ static int prompt_of(const char *dir, const char *name, char *buf, size_t n, int
   return 0;
 }
 
-static int eval_synth(int argc, char **argv) {
+int ct_cmd_eval_synth(int argc, char **argv) {
   const char *dir = NULL;
   int verbose = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      synth_usage(stdout);
+      ct_cmd_eval_synth_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
       verbose = 1;
@@ -70,13 +70,13 @@ static int eval_synth(int argc, char **argv) {
       if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner eval synth: unknown option '%s'\n", argv[i]);
-      synth_usage(stderr);
+      ct_cmd_eval_synth_help(stderr);
       return 2;
     }
   }
   if (!dir) {
     fprintf(stderr, "ctuner eval synth: --images DIR is required\n");
-    synth_usage(stderr);
+    ct_cmd_eval_synth_help(stderr);
     return 2;
   }
   DIR *d = opendir(dir);
@@ -160,19 +160,4 @@ static int eval_synth(int argc, char **argv) {
     return 1;
   }
   return 0;
-}
-
-int ct_cmd_eval(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner eval <synth|vae> [options]\n\n");
-    synth_usage(f);
-    fputc('\n', f);
-    ct_eval_vae_usage(f);
-    return argc < 2 ? 2 : 0;
-  }
-  if (!strcmp(argv[1], "synth")) return eval_synth(argc, argv);
-  if (!strcmp(argv[1], "vae")) return ct_eval_vae(argc, argv);
-  fprintf(stderr, "ctuner eval: unknown subcommand '%s' (synth, vae)\n", argv[1]);
-  return 2;
 }

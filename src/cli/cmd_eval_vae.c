@@ -16,7 +16,7 @@
 #include "ctuner/image.h"
 #include "ctuner/vae.h"
 
-void ct_eval_vae_usage(FILE *f) {
+void ct_cmd_eval_vae_help(FILE *f) {
   fprintf(f,
           "usage: ctuner eval vae --vae DIR --images DIR [--limit N] [--tile T] [--grid OUT.png]\n"
           "\n"
@@ -29,13 +29,13 @@ void ct_eval_vae_usage(FILE *f) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int ct_eval_vae(int argc, char **argv) {
+int ct_cmd_eval_vae(int argc, char **argv) {
   const char *vdir = NULL, *idir = NULL, *grid = NULL, *v;
   long limit = 0, tile = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      ct_eval_vae_usage(stdout);
+      ct_cmd_eval_vae_help(stdout);
       return 0;
     }
     if ((r = ct_cli_opt(argc, argv, &i, "vae", &v))) {
@@ -53,12 +53,12 @@ int ct_eval_vae(int argc, char **argv) {
       if (r < 0 || ct_cli_int("tile", v, 0, 16384, &tile)) return 2;
     } else {
       fprintf(stderr, "ctuner eval vae: unknown argument '%s'\n", argv[i]);
-      ct_eval_vae_usage(stderr);
+      ct_cmd_eval_vae_help(stderr);
       return 2;
     }
   }
   if (!vdir || !idir) {
-    ct_eval_vae_usage(stderr);
+    ct_cmd_eval_vae_help(stderr);
     return 2;
   }
   ct_err err = {0};

@@ -23,7 +23,7 @@ typedef struct acc_cfg {
   char ds_file[1024]; /* deepspeed_config.deepspeed_config_file */
 } acc_cfg;
 
-static void usage(FILE *f) {
+void ct_cmd_launch_help(FILE *f) {
   fprintf(f,
           "usage: ctuner launch --accelerate-config FILE [--hostfile F] [--dry-run] -- train [options]\n"
           "\n"
@@ -201,7 +201,7 @@ int ct_cmd_launch(int argc, char **argv) {
   for (; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_launch_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--dry-run")) {
       dry = 1;
@@ -213,13 +213,13 @@ int ct_cmd_launch(int argc, char **argv) {
       if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner launch: unknown option '%s' (the command follows '--')\n", argv[i]);
-      usage(stderr);
+      ct_cmd_launch_help(stderr);
       return 2;
     }
   }
   if (!acc) {
     fprintf(stderr, "ctuner launch: --accelerate-config FILE is required\n");
-    usage(stderr);
+    ct_cmd_launch_help(stderr);
     return 2;
   }
   if (i >= argc || strcmp(argv[i], "train")) {

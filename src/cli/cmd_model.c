@@ -6,7 +6,7 @@
 #include "cli/cli.h"
 #include "ctuner/mmdit.h"
 
-static void check_usage(FILE *f) {
+void ct_cmd_model_check_help(FILE *f) {
   fprintf(f,
           "usage: ctuner model check --golden FILE [--tol X]\n"
           "\n"
@@ -18,7 +18,7 @@ static void check_usage(FILE *f) {
           "tolerance (default 1e-4).\n");
 }
 
-static void info_usage(FILE *f) {
+void ct_cmd_model_info_help(FILE *f) {
   fprintf(f,
           "usage: ctuner model info --preset NAME [--table]\n"
           "\n"
@@ -27,13 +27,13 @@ static void info_usage(FILE *f) {
           ct_mmdit_preset_names());
 }
 
-static int model_check(int argc, char **argv) {
+int ct_cmd_model_check(int argc, char **argv) {
   const char *golden = NULL, *v;
   double tol = 1e-4;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      check_usage(stdout);
+      ct_cmd_model_check_help(stdout);
       return 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "golden", &golden))) {
       if (r < 0) return 2;
@@ -41,13 +41,13 @@ static int model_check(int argc, char **argv) {
       if (r < 0 || ct_cli_float("tol", v, &tol)) return 2;
     } else {
       fprintf(stderr, "ctuner model check: unknown option '%s'\n", argv[i]);
-      check_usage(stderr);
+      ct_cmd_model_check_help(stderr);
       return 2;
     }
   }
   if (!golden) {
     fprintf(stderr, "ctuner model check: --golden FILE is required\n");
-    check_usage(stderr);
+    ct_cmd_model_check_help(stderr);
     return 2;
   }
   ct_err err = {0};
@@ -71,13 +71,13 @@ static int model_check(int argc, char **argv) {
   return pass ? 0 : 1;
 }
 
-static int model_info(int argc, char **argv) {
+int ct_cmd_model_info(int argc, char **argv) {
   const char *preset = NULL;
   int table = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      info_usage(stdout);
+      ct_cmd_model_info_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--table")) {
       table = 1;
@@ -85,7 +85,7 @@ static int model_info(int argc, char **argv) {
       if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner model info: unknown option '%s'\n", argv[i]);
-      info_usage(stderr);
+      ct_cmd_model_info_help(stderr);
       return 2;
     }
   }
@@ -121,19 +121,4 @@ static int model_info(int argc, char **argv) {
   }
   free(tab);
   return 0;
-}
-
-int ct_cmd_model(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    FILE *f = argc < 2 ? stderr : stdout;
-    fprintf(f, "usage: ctuner model <check|info> [options]\n\n");
-    check_usage(f);
-    fprintf(f, "\n");
-    info_usage(f);
-    return argc < 2 ? 2 : 0;
-  }
-  if (!strcmp(argv[1], "check")) return model_check(argc, argv);
-  if (!strcmp(argv[1], "info")) return model_info(argc, argv);
-  fprintf(stderr, "ctuner model: unknown subcommand '%s' (check, info)\n", argv[1]);
-  return 2;
 }

@@ -9,10 +9,7 @@
 #include "cli/cli.h"
 #include "ctuner/parquet.h"
 
-void ct_parquet_usage(FILE *f);
-int ct_cmd_dataset_parquet(int argc, char **argv);
-
-void ct_parquet_usage(FILE *f) {
+void ct_cmd_dataset_parquet_help(FILE *f) {
   fprintf(f,
           "usage: ctuner dataset parquet FILE [--columns a,b] [--limit N] [--schema]\n"
           "\n"
@@ -165,7 +162,7 @@ int ct_cmd_dataset_parquet(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      ct_parquet_usage(stdout);
+      ct_cmd_dataset_parquet_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--schema")) {
       schema = 1;
@@ -175,7 +172,7 @@ int ct_cmd_dataset_parquet(int argc, char **argv) {
       if (r < 0 || ct_cli_int("limit", v, 0, 0x7fffffffffffffffL, &limit)) return 2;
     } else if (argv[i][0] == '-' || file) {
       fprintf(stderr, "ctuner dataset parquet: unexpected argument '%s'\n", argv[i]);
-      ct_parquet_usage(stderr);
+      ct_cmd_dataset_parquet_help(stderr);
       return 2;
     } else {
       file = argv[i];
@@ -183,7 +180,7 @@ int ct_cmd_dataset_parquet(int argc, char **argv) {
   }
   if (!file) {
     fprintf(stderr, "ctuner dataset parquet: FILE is required\n");
-    ct_parquet_usage(stderr);
+    ct_cmd_dataset_parquet_help(stderr);
     return 2;
   }
   ct_err err = {0};

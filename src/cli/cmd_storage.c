@@ -27,7 +27,7 @@
 #define PUT_MAX ((size_t)5 << 30) /* one S3 PUT */
 #define SYNC_MAX_FILES 10000000
 
-static void usage(FILE *f) {
+void ct_cmd_storage_help(FILE *f) {
   fprintf(
       f,
       "usage: ctuner storage ls URL                     every object under URL (recursive): size, "
@@ -526,19 +526,9 @@ out:
   return rc;
 }
 
+/* Every storage subcommand (the table checked argv[1]): they share the options. */
 int ct_cmd_storage(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
   const char *sub = argv[1];
-  if (strcmp(sub, "ls") && strcmp(sub, "get") && strcmp(sub, "put") && strcmp(sub, "rm") &&
-      strcmp(sub, "sync") && strcmp(sub, "bench")) {
-    fprintf(stderr, "ctuner storage: unknown subcommand '%s' (ls, get, put, rm, sync, bench)\n",
-            sub);
-    usage(stderr);
-    return 2;
-  }
   s3opts o = {.addressing = CT_S3_ADDR_AUTO};
   const char *addr = NULL, *pool = NULL, *retries = NULL, *timeout = NULL, *out = NULL,
              *jobs_s = NULL;
@@ -548,7 +538,7 @@ int ct_cmd_storage(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
+      ct_cmd_storage_help(stdout);
       return 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "endpoint", &o.endpoint)) ||
                (r = ct_cli_opt(argc, argv, &i, "region", &o.region)) ||
@@ -606,7 +596,7 @@ int ct_cmd_storage(int argc, char **argv) {
   if (npos != want) {
     fprintf(stderr, "ctuner storage %s: expected %s\n", sub,
             want == 2 ? (!strcmp(sub, "put") ? "FILE URL" : "DIR URL") : "URL");
-    usage(stderr);
+    ct_cmd_storage_help(stderr);
     return 2;
   }
   if (!strcmp(sub, "ls")) return cmd_ls(pos[0], &o);

@@ -15,7 +15,7 @@
 #include "ctuner/health.h"
 #include "ctuner/train.h"
 
-static void cache_usage(FILE *f) {
+void ct_cmd_cache_help(FILE *f) {
   fprintf(f,
           "usage: ctuner cache [--config config.json] [--KEY=VALUE ...]\n"
           "\n"
@@ -29,7 +29,7 @@ static void cache_usage(FILE *f) {
           "(docs/data.md).\n");
 }
 
-static void train_usage(FILE *f) {
+void ct_cmd_train_help(FILE *f) {
   fprintf(f,
           "usage: ctuner train [--config config.json] [--KEY=VALUE ...]\n"
           "\n"
@@ -112,9 +112,9 @@ static int train_or_cache(int argc, char **argv, int cache) {
     const char *v;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       if (cache)
-        cache_usage(stdout);
+        ct_cmd_cache_help(stdout);
       else
-        train_usage(stdout);
+        ct_cmd_train_help(stdout);
       rc = 0;
       goto out;
     }
@@ -222,7 +222,7 @@ out:
 int ct_cmd_train(int argc, char **argv) { return train_or_cache(argc, argv, 0); }
 int ct_cmd_cache(int argc, char **argv) { return train_or_cache(argc, argv, 1); }
 
-static void sample_usage(FILE *f) {
+void ct_cmd_sample_help(FILE *f) {
   fprintf(f,
           "usage: ctuner sample --checkpoint DIR (--prompt TEXT --out FILE.png |\n"
           "                     --prompts-file FILE --out-dir DIR [--per-prompt N])\n"
@@ -243,7 +243,7 @@ int ct_cmd_sample(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      sample_usage(stdout);
+      ct_cmd_sample_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
@@ -267,14 +267,14 @@ int ct_cmd_sample(int argc, char **argv) {
       if (r < 0 || ct_cli_float("guidance", v, &guidance)) return 2;
     } else {
       fprintf(stderr, "ctuner sample: unknown option '%s'\n", argv[i]);
-      sample_usage(stderr);
+      ct_cmd_sample_help(stderr);
       return 2;
     }
   }
   if (!ckpt || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) || (pfile && !odir)) {
     fprintf(stderr, "ctuner sample: need --checkpoint and either --prompt with --out or "
                     "--prompts-file with --out-dir\n");
-    sample_usage(stderr);
+    ct_cmd_sample_help(stderr);
     return 2;
   }
   ct_err err = {0};

@@ -1,6 +1,9 @@
-/* ctuner command-line entry point: parses the subcommand and dispatches.
- * The CLI is the only part of the project that prints results to stdout and
- * chooses exit codes (0 success, 1 failure of the job, 2 usage error). */
+/* ctuner command-line entry point: global options, then dispatch through the
+ * command table (commands.c), from which `ctuner --help`, `ctuner help NAME
+ * [SUB]` and each group's help (`ctuner bench --help`) are generated; a
+ * command's own help comes from its row. Also the option helpers the commands
+ * share. The CLI is the only part of the project that prints results to stdout
+ * and chooses exit codes (0 success, 1 failure of the job, 2 usage error). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,29 +12,6 @@
 #include "cli/cli.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ctuner [--log-level debug|info|warn|error] <command> [options]\n"
-          "\n"
-          "commands:\n"
-          "  model check      run forward and backward on a PyTorch golden file and compare\n"
-          "  model info       print a preset's configuration and parameter count\n"
-          "  bench step       time forward + backward + AdamW of a preset on random data\n"
-          "  bench memory     bytes per rank by category beside the ZeRO formula\n"
-          "  train            train the MMDiT (flow matching) from a SimpleTuner-style config\n"
-          "                   (mpirun -np N ctuner train ...: data parallel / ZeRO over N ranks)\n"
-          "  cache            discover the data and build its latent and text caches (docs/data.md)\n"
-          "  launch           run train under mpirun as an Accelerate config describes\n"
-          "  sample           generate images from a checkpoint\n"
-          "  checkpoint export  one Flux-layout safetensors file (f32 or bf16) from a checkpoint\n"
-          "  dataset synth    write the synthetic coloured-shapes dataset (images + captions)\n"
-          "  dataset prompts  print captions of the synthetic dataset (--held-out: unseen ones)\n"
-          "  eval synth       judge colour and shape of images against their prompts\n"
-          "  storage          ls/get/put/rm/sync objects in an S3 bucket or a directory; bench the pool\n"
-          "\n"
-          "Run 'ctuner <command> --help' for a command's options.\n");
-}
 
 int ct_cli_opt(int argc, char **argv, int *i, const char *key, const char **val) {
   const char *a = argv[*i];
@@ -76,6 +56,136 @@ int ct_cli_float(const char *key, const char *val, double *out) {
 
 void ct_cli_json_str(FILE *f, const char *s) { ct_json_fput_str(f, s); }
 
+static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+/* `ctuner --help`: every row of the table under its section. */
+static void list_commands(FILE *f) {
+  int w = 0;
+  for (size_t k = 0; k < ct_cli_ncommands; k++) {
+    const ct_cli_cmd *c = &ct_cli_commands[k];
+    int l = (int)strlen(c->name) + (c->sub ? 1 + (int)strlen(c->sub) : 0);
+    if (l > w) w = l;
+  }
+  fprintf(f, "usage: ctuner [--log-level debug|info|warn|error|off] <command> [<subcommand>] [options]\n");
+  for (size_t k = 0; k < ct_cli_ncommands; k++) {
+    const ct_cli_cmd *c = &ct_cli_commands[k];
+    if (!k || strcmp(c->section, ct_cli_commands[k - 1].section)) fprintf(f, "\n%s:\n", c->section);
+    char name[128];
+    snprintf(name, sizeof name, "%s%s%s", c->name, c->sub ? " " : "", c->sub ? c->sub : "");
+    fprintf(f, "  %-*s  %s\n", w, name, c->summary);
+  }
+  fprintf(f, "\n"
+             "Run 'ctuner <command> [<subcommand>] --help' (or 'ctuner help <command> [<subcommand>]')\n"
+             "for its options. Under mpirun -np N, train, cache and bench memory run on N ranks.\n");
+}
+
+/* The rows of command `name` (adjacent in the table), or NULL. */
+static const ct_cli_cmd *find_group(const char *name, size_t *n) {
+  for (size_t k = 0; k < ct_cli_ncommands; k++) {
+    if (strcmp(ct_cli_commands[k].name, name)) continue;
+    size_t e = k;
+    while (e < ct_cli_ncommands && !strcmp(ct_cli_commands[e].name, name)) e++;
+    *n = e - k;
+    return &ct_cli_commands[k];
+  }
+  return NULL;
+}
+
+static const ct_cli_cmd *find_sub(const ct_cli_cmd *g, size_t n, const char *sub) {
+  for (size_t k = 0; k < n; k++)
+    if (!strcmp(g[k].sub, sub)) return &g[k];
+  return NULL;
+}
+
+/* "a|b|c" or "a, b, c": the subcommands of a group. */
+static void put_subs(FILE *f, const ct_cli_cmd *g, size_t n, const char *sep) {
+  for (size_t k = 0; k < n; k++) fprintf(f, "%s%s", k ? sep : "", g[k].sub);
+}
+
+/* `ctuner NAME --help` for a group: its synopsis, then each subcommand's help
+ * (once when several rows share one help, as the storage ones do). */
+static void group_help(FILE *f, const ct_cli_cmd *g, size_t n) {
+  fprintf(f, "usage: ctuner %s <", g->name);
+  put_subs(f, g, n, "|");
+  fprintf(f, "> [options]\n");
+  for (size_t k = 0; k < n; k++) {
+    int seen = 0;
+    for (size_t j = 0; j < k; j++) seen |= g[j].help == g[k].help;
+    if (seen) continue;
+    fputc('\n', f);
+    g[k].help(f);
+  }
+}
+
+static int unknown_sub(const char *who, const ct_cli_cmd *g, size_t n, const char *sub) {
+  fprintf(stderr, "%s: unknown subcommand '%s' (", who, sub);
+  put_subs(stderr, g, n, ", ");
+  fprintf(stderr, ")\n");
+  return 2;
+}
+
+/* `ctuner help [NAME [SUB]]`. */
+static int help(int argc, char **argv) {
+  if (argc < 2) {
+    list_commands(stdout);
+    return 0;
+  }
+  size_t n;
+  const ct_cli_cmd *g = find_group(argv[1], &n);
+  if (!g) {
+    fprintf(stderr, "ctuner help: unknown command '%s'\n\n", argv[1]);
+    list_commands(stderr);
+    return 2;
+  }
+  if (!g->sub) {
+    g->help(stdout);
+    return 0;
+  }
+  if (argc < 3) {
+    group_help(stdout, g, n);
+    return 0;
+  }
+  const ct_cli_cmd *c = find_sub(g, n, argv[2]);
+  if (!c) return unknown_sub("ctuner help", g, n, argv[2]);
+  c->help(stdout);
+  return 0;
+}
+
+/* argv[0] is the command's name. */
+static int dispatch(int argc, char **argv) {
+  size_t n;
+  const ct_cli_cmd *g = find_group(argv[0], &n), *c = g;
+  if (!g) {
+    fprintf(stderr, "ctuner: unknown command '%s'\n\n", argv[0]);
+    list_commands(stderr);
+    return 2;
+  }
+  int words = 1;
+  if (g->sub) {
+    char who[64];
+    snprintf(who, sizeof who, "ctuner %s", g->name);
+    if (argc < 2) {
+      fprintf(stderr, "%s: expected a subcommand (", who);
+      put_subs(stderr, g, n, ", ");
+      fprintf(stderr, ")\n\n");
+      group_help(stderr, g, n);
+      return 2;
+    }
+    if (is_help(argv[1])) {
+      group_help(stdout, g, n);
+      return 0;
+    }
+    c = find_sub(g, n, argv[1]);
+    if (!c) return unknown_sub(who, g, n, argv[1]);
+    words = 2;
+  }
+  if (argc > words && is_help(argv[words])) {
+    c->help(stdout);
+    return 0;
+  }
+  return c->run(argc, argv);
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   const char *lv = NULL;
@@ -91,25 +201,13 @@ int main(int argc, char **argv) {
     i++;
   }
   if (i >= argc) {
-    usage(stderr);
+    list_commands(stderr);
     return 2;
   }
-  const char *cmd = argv[i];
-  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-    usage(stdout);
+  if (is_help(argv[i])) {
+    list_commands(stdout);
     return 0;
   }
-  if (!strcmp(cmd, "model")) return ct_cmd_model(argc - i, argv + i);
-  if (!strcmp(cmd, "bench")) return ct_cmd_bench(argc - i, argv + i);
-  if (!strcmp(cmd, "train")) return ct_cmd_train(argc - i, argv + i);
-  if (!strcmp(cmd, "cache")) return ct_cmd_cache(argc - i, argv + i);
-  if (!strcmp(cmd, "sample")) return ct_cmd_sample(argc - i, argv + i);
-  if (!strcmp(cmd, "dataset")) return ct_cmd_dataset(argc - i, argv + i);
-  if (!strcmp(cmd, "eval")) return ct_cmd_eval(argc - i, argv + i);
-  if (!strcmp(cmd, "launch")) return ct_cmd_launch(argc - i, argv + i);
-  if (!strcmp(cmd, "checkpoint")) return ct_cmd_checkpoint(argc - i, argv + i);
-  if (!strcmp(cmd, "storage")) return ct_cmd_storage(argc - i, argv + i);
-  fprintf(stderr, "ctuner: unknown command '%s'\n\n", cmd);
-  usage(stderr);
-  return 2;
+  if (!strcmp(argv[i], "help")) return help(argc - i, argv + i);
+  return dispatch(argc - i, argv + i);
 }

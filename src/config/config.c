@@ -6,7 +6,6 @@
 #include "ctuner/storage.h"
 #include "ctuner/hash.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -422,24 +421,6 @@ ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
   return st;
 }
 
-/* 1 onebitadam, 2 zerooneadam, 3 onebitlamb (any spelling), else 0: the same
- * names as ct_onebit_name (src/train/onebit.c), which config cannot call since
- * train sits above it; both give way when the 1-bit family joins the optimizer
- * registry (issue 17, item 5). */
-static int onebit_kind(const char *s) {
-  static const char *const names[3][3] = {{"onebitadam", "1bitadam", "onebit_adam"},
-                                          {"zerooneadam", "01adam", "zeroone_adam"},
-                                          {"onebitlamb", "1bitlamb", "onebit_lamb"}};
-  char low[32];
-  size_t n = 0;
-  for (; s && s[n] && n + 1 < sizeof low; n++) low[n] = (char)tolower((unsigned char)s[n]);
-  low[n] = 0;
-  for (int k = 0; k < 3; k++)
-    for (int a = 0; a < 3; a++)
-      if (s && !strcmp(low, names[k][a])) return k + 1;
-  return 0;
-}
-
 static int is_one_of(const char *s, const char *const *choices) {
   for (; *choices; choices++)
     if (!strcmp(s, *choices)) return 1;
@@ -494,11 +475,12 @@ static ct_status check_lr_scheduler(const ct_config *c, ct_err *err) {
 }
 
 static ct_status check_optimizer(const ct_config *c, ct_err *err) {
-  ct_optim_kind ok = CT_OPTIM_ADAMW;
   if (!c->optimizer) BAD("optimizer is required");
-  ct_status st = onebit_kind(c->optimizer) ? CT_OK : ct_optim_kind_parse(c->optimizer, &ok, err);
-  if (st) ct_err_prefix(err, "optimizer: ");
-  return st;
+  if (!ct_optim_lookup(c->optimizer, err)) {
+    ct_err_prefix(err, "optimizer: ");
+    return err ? err->status : CT_ERR_INVALID;
+  }
+  return CT_OK;
 }
 
 static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err) {
@@ -620,6 +602,57 @@ static ct_status check_key(const ct_config *c, const key_def *k, ct_err *err) {
   return CT_OK;
 }
 
+/* The optimizer against the rest of the configuration, decided by its
+ * registry row (ctuner/optim.h): what it can do (offload, bf16 storage,
+ * 1-bit communication), not its name. Whether a ZeRO shard cuts a tensor of
+ * a tensor-wise optimizer depends on the world size: the trainer checks that
+ * (ct_optim_can_cut). The name itself was checked by its row (check_optimizer). */
+static ct_status check_optimizer_with(const ct_config *c, ct_err *err) {
+  const ct_optim_info *oi = ct_optim_lookup(c->optimizer, err);
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
+  const int bf16 = c->mixed_precision && !strcmp(c->mixed_precision, "bf16");
+  const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
+  const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
+  if (oi->flags & CT_OPTIM_ONEBIT) { /* 1-bit Adam, 0/1 Adam, 1-bit Lamb: data parallel over float32 */
+    if (c->model_type && !strcmp(c->model_type, "vae"))
+      BAD("optimizer %s is data-parallel 1-bit communication (DeepSpeed's %s) for the MMDiT trainer; "
+          "model_type vae does not support it yet: use a local optimizer such as %s",
+          c->optimizer, ct_optim_onebit_name(oi->onebit), oi->onebit == CT_OPTIM_ONEBIT_LAMB ? "lamb" : "adam");
+    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
+      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
+    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
+      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
+    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
+      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
+          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
+    if (oi->onebit != CT_OPTIM_ONEBIT_ZEROONE_ADAM && c->freeze_step < 1)
+      BAD("optimizer %s needs freeze_step >= 1: the frozen variance comes from the warm-up steps", c->optimizer);
+    if (c->zero_stage != 0)
+      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
+          "DeepSpeed), got %ld",
+          c->optimizer, c->zero_stage);
+  }
+  if (bf16 && !(oi->flags & CT_OPTIM_CAN_BF16))
+    BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
+  if ((onv || pnv) && !(oi->flags & CT_OPTIM_CAN_OFFLOAD)) {
+    char list[256] = "";
+    size_t nr, len = 0;
+    const ct_optim_info *r = ct_optim_registry(&nr);
+    for (size_t i = 0; i < nr; i++) {
+      if (strcmp(r[i].name, r[i].canonical) || !(r[i].flags & CT_OPTIM_CAN_OFFLOAD)) continue;
+      int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", r[i].name);
+      if (w > 0 && (size_t)w < sizeof list - len) len += (size_t)w;
+    }
+    BAD("offload_%s nvme: optimizer '%s' %s, so it cannot offload its state; use an optimizer that can (%s) "
+        "or offload none",
+        onv ? "optimizer" : "param", c->optimizer,
+        oi->flags & CT_OPTIM_ONEBIT ? "communicates the momentum itself"
+                                    : "updates whole tensors and cannot step in pieces",
+        list);
+  }
+  return CT_OK;
+}
+
 /* Rules that relate several keys; every key has passed its own rule. */
 static ct_status check_together(const ct_config *c, ct_err *err) {
   if (!strcmp(c->model_type, "vae") && !c->vae_config && !c->pretrained_vae_model_name_or_path)
@@ -630,24 +663,8 @@ static ct_status check_together(const ct_config *c, ct_err *err) {
   if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
     BAD("disk_low_action=script needs disk_low_script (the command to run)");
   if (c->max_train_steps == 0 && c->num_train_epochs < 1) BAD("set max_train_steps or num_train_epochs (>= 1)");
-  if (onebit_kind(c->optimizer)) { /* 1-bit Adam, 0/1 Adam: data parallel over float32 */
-    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
-      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
-    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
-      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
-    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
-      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
-          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
-    if (onebit_kind(c->optimizer) != 2 && c->freeze_step < 1)
-      BAD("optimizer onebitadam needs freeze_step >= 1: the frozen variance comes from the warm-up steps");
-    if (c->zero_stage != 0)
-      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
-          "DeepSpeed), got %ld",
-          c->optimizer, c->zero_stage);
-    if (!strcmp(c->mixed_precision, "bf16")) BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
-    if (c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme"))
-      BAD("optimizer %s cannot offload its state; set offload_optimizer none", c->optimizer);
-  }
+  ct_status st = check_optimizer_with(c, err);
+  if (st) return st;
   const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
   const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
   if (pnv && c->zero_stage != 3)

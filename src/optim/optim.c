@@ -1,5 +1,11 @@
-/* The optimizer object: kind names and parsing, defaults and validation, the
- * tensor table and state buffers, and the step that walks the table.
+/* The optimizer object: the registry of names and capabilities, defaults and
+ * validation, the tensor table and state buffers, and the step that walks the
+ * table.
+ *
+ * The registry has one row per accepted spelling (canonical kinds, aliases,
+ * the 1-bit family that train/onebit.c runs): granularity, state count and
+ * capability flags (ZeRO slicing, offload, bf16 storage, 1-bit), so callers
+ * ask the row instead of testing kinds.
  *
  * An optimizer owns one CT_MEM_OPTIMIZER block holding its state buffers
  * (PyTorch's names: exp_avg, exp_avg_sq, sum, momentum_buffer), each n floats
@@ -13,13 +19,14 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/alloc.h"
 #include "optim_int.h"
 
-/* ---- names ---- */
+/* ---- names and the registry ---- */
 
 static const char *const kind_names[] = {
 #define CT_X(id, name) name,
@@ -31,63 +38,97 @@ const char *ct_optim_kind_name(ct_optim_kind k) {
   return (unsigned)k < CT_OPTIM_NKINDS ? kind_names[k] : "unknown";
 }
 
-/* SimpleTuner / DeepSpeed / library spellings. kind < 0: recognised but not
- * supported, with the reason shown to the user. */
+/* Capabilities: elementwise local kinds step any slice (ZeRO fragments,
+ * offload); tensor-wise ones need whole tensors; the 1-bit family
+ * communicates itself (data parallel, zero_stage 0, float32). */
+#define ELEM CT_OPTIM_ELEMENTWISE, CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD | CT_OPTIM_CAN_BF16
+#define TENS CT_OPTIM_TENSORWISE, CT_OPTIM_CAN_BF16
+#define NO1 CT_OPTIM_ONEBIT_NONE
+/* {name, canonical, kind, onebit, granularity, flags, nstate, desc} */
+static const ct_optim_info rows[] = {
+    /* canonical local kinds, in enum order (ct_optim_kind_info indexes them) */
+    {"adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "AdamW, decoupled weight decay (torch.optim.AdamW)"},
+    {"adam", "adam", CT_OPTIM_ADAM, NO1, ELEM, 2, "Adam, L2 weight decay (torch.optim.Adam)"},
+    {"adagrad", "adagrad", CT_OPTIM_ADAGRAD, NO1, ELEM, 1, "Adagrad (torch.optim.Adagrad)"},
+    {"lamb", "lamb", CT_OPTIM_LAMB, NO1, TENS, 2, "Lamb: Adam's update scaled by a per-tensor trust ratio"},
+    {"lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "Lion: sign of an interpolated momentum"},
+    {"sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "SGD with optional momentum and Nesterov (torch.optim.SGD)"},
+    {"muon", "muon", CT_OPTIM_MUON, NO1, TENS, 2,
+     "Muon: Newton-Schulz orthogonalised momentum on 2-D weights, AdamW on the rest"},
+    {"muadam", "muadam", CT_OPTIM_MUADAM, NO1, ELEM, 2, "Adam with muP per-tensor learning rates (mup.MuAdam)"},
+    {"muadamw", "muadamw", CT_OPTIM_MUADAMW, NO1, ELEM, 2, "AdamW with muP per-tensor learning rates (mup.MuAdamW)"},
+    {"musgd", "musgd", CT_OPTIM_MUSGD, NO1, ELEM, 1, "SGD with muP per-tensor learning rates (mup.MuSGD)"},
+    /* the 1-bit family (DeepSpeed; train/onebit.c) */
+    {"onebitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Adam (DeepSpeed OneBitAdam): full-precision warm-up, then 1-bit compressed momentum"},
+    {"zerooneadam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE,
+     CT_OPTIM_ONEBIT, 2, "0/1 Adam (DeepSpeed ZeroOneAdam): scheduled variance updates and local steps"},
+    {"onebitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Lamb (DeepSpeed OneBitLamb): 1-bit momentum with frozen per-tensor trust ratios"},
+    /* SimpleTuner / DeepSpeed / library spellings */
+    {"adamw_bf16", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "SimpleTuner's bf16 AdamW (state is float32 here)"},
+    {"optimi-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "torch-optimi's AdamW"},
+    {"bnb-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "bitsandbytes' 32-bit AdamW"},
+    {"bnb-adamw-paged", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "bitsandbytes' paged AdamW"},
+    {"torch-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "torch.optim.AdamW"},
+    {"deepspeed-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "DeepSpeed's AdamW"},
+    {"fusedadam", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "DeepSpeed's FusedAdam (AdamW mode)"},
+    {"cpuadam", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "DeepSpeed's CPUAdam (AdamW mode)"},
+    {"optimi-adam", "adam", CT_OPTIM_ADAM, NO1, ELEM, 2, "torch-optimi's Adam"},
+    {"bnb-adam", "adam", CT_OPTIM_ADAM, NO1, ELEM, 2, "bitsandbytes' 32-bit Adam"},
+    {"bnb-adagrad", "adagrad", CT_OPTIM_ADAGRAD, NO1, ELEM, 1, "bitsandbytes' 32-bit Adagrad"},
+    {"optimi-lamb", "lamb", CT_OPTIM_LAMB, NO1, TENS, 2, "torch-optimi's Lamb"},
+    {"optimi-lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "torch-optimi's Lion"},
+    {"bnb-lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' 32-bit Lion"},
+    {"bnb-lion-paged", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' paged Lion"},
+    {"optimi-sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "torch-optimi's SGD"},
+    {"1bitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Adam"},
+    {"onebit_adam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Adam"},
+    {"01adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT,
+     2, "0/1 Adam"},
+    {"zeroone_adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE,
+     CT_OPTIM_ONEBIT, 2, "0/1 Adam"},
+    {"1bitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Lamb"},
+    {"onebit_lamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
+     "1-bit Lamb"},
+};
+#define NROWS (sizeof rows / sizeof rows[0])
+#undef ELEM
+#undef TENS
+#undef NO1
+
+/* Names recognised but not implemented, with the reason shown to the user. */
 static const struct {
-  const char *alias;
-  int kind;
+  const char *name;
   const char *why;
-} aliases[] = {
-    {"adamw_bf16", CT_OPTIM_ADAMW, NULL},
-    {"optimi-adamw", CT_OPTIM_ADAMW, NULL},
-    {"bnb-adamw", CT_OPTIM_ADAMW, NULL},
-    {"bnb-adamw-paged", CT_OPTIM_ADAMW, NULL},
-    {"torch-adamw", CT_OPTIM_ADAMW, NULL},
-    {"deepspeed-adamw", CT_OPTIM_ADAMW, NULL},
-    {"fusedadam", CT_OPTIM_ADAMW, NULL},
-    {"cpuadam", CT_OPTIM_ADAMW, NULL},
-    {"optimi-adam", CT_OPTIM_ADAM, NULL},
-    {"bnb-adam", CT_OPTIM_ADAM, NULL},
-    {"bnb-adagrad", CT_OPTIM_ADAGRAD, NULL},
-    {"optimi-lamb", CT_OPTIM_LAMB, NULL},
-    {"optimi-lion", CT_OPTIM_LION, NULL},
-    {"bnb-lion", CT_OPTIM_LION, NULL},
-    {"bnb-lion-paged", CT_OPTIM_LION, NULL},
-    {"optimi-sgd", CT_OPTIM_SGD, NULL},
-    {"adamw_schedulefree", -1,
+} refused[] = {
+    {"adamw_schedulefree",
      "schedule-free AdamW (an averaged iterate that replaces the lr "
      "schedule) is not implemented; use 'adamw' with a schedule"},
-    {"adamw_schedulefree+aggressive", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
-    {"adamw_schedulefree+no_kahan", -1, "schedule-free AdamW is not implemented; use 'adamw'"},
-    {"ao-adamw8bit", -1,
-     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"ao-adamw4bit", -1,
-     "4-bit optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"ao-adamfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adam'"},
-    {"ao-adamwfp8", -1, "fp8 optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"bnb-adamw8bit", -1,
-     "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
-    {"bnb-adamw8bit-paged", -1, "8-bit optimizer states are not implemented; use 'adamw'"},
-    {"bnb-adam8bit", -1,
-     "8-bit optimizer states are not implemented (state is float32); use 'adam'"},
-    {"bnb-lion8bit", -1,
-     "8-bit optimizer states are not implemented (state is float32); use 'lion'"},
-    {"bnb-lion8bit-paged", -1, "8-bit optimizer states are not implemented; use 'lion'"},
-    {"bnb-adagrad8bit", -1, "8-bit optimizer states are not implemented; use 'adagrad'"},
-    {"optimi-stableadamw", -1, "StableAdamW is not implemented; use 'adamw'"},
-    {"optimi-radam", -1, "RAdam is not implemented; use 'adam' with warmup"},
-    {"optimi-ranger", -1, "Ranger is not implemented; use 'adamw'"},
-    {"optimi-adan", -1, "Adan is not implemented; use 'adamw'"},
-    {"bnb-ademamix", -1, "AdEMAMix is not implemented; use 'adamw'"},
-    {"prodigy", -1, "Prodigy (learning-rate-free) is not implemented; use 'adamw'"},
-    {"soap", -1, "SOAP is not implemented; use 'adamw' or 'muon'"},
-    {"onebitadam", -1,
-     "DeepSpeed's 1-bit Adam compresses communication, which ctuner does not; "
-     "use 'adam'"},
-    {"onebitlamb", -1, "DeepSpeed's 1-bit Lamb is not implemented; use 'lamb'"},
-    {"zerooneadam", -1, "DeepSpeed's 0/1 Adam is not implemented; use 'adam'"},
+    {"adamw_schedulefree+aggressive", "schedule-free AdamW is not implemented; use 'adamw'"},
+    {"adamw_schedulefree+no_kahan", "schedule-free AdamW is not implemented; use 'adamw'"},
+    {"ao-adamw8bit", "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamw4bit", "4-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"ao-adamfp8", "fp8 optimizer states are not implemented (state is float32); use 'adam'"},
+    {"ao-adamwfp8", "fp8 optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"bnb-adamw8bit", "8-bit optimizer states are not implemented (state is float32); use 'adamw'"},
+    {"bnb-adamw8bit-paged", "8-bit optimizer states are not implemented; use 'adamw'"},
+    {"bnb-adam8bit", "8-bit optimizer states are not implemented (state is float32); use 'adam'"},
+    {"bnb-lion8bit", "8-bit optimizer states are not implemented (state is float32); use 'lion'"},
+    {"bnb-lion8bit-paged", "8-bit optimizer states are not implemented; use 'lion'"},
+    {"bnb-adagrad8bit", "8-bit optimizer states are not implemented; use 'adagrad'"},
+    {"optimi-stableadamw", "StableAdamW is not implemented; use 'adamw'"},
+    {"optimi-radam", "RAdam is not implemented; use 'adam' with warmup"},
+    {"optimi-ranger", "Ranger is not implemented; use 'adamw'"},
+    {"optimi-adan", "Adan is not implemented; use 'adamw'"},
+    {"bnb-ademamix", "AdEMAMix is not implemented; use 'adamw'"},
+    {"prodigy", "Prodigy (learning-rate-free) is not implemented; use 'adamw'"},
+    {"soap", "SOAP is not implemented; use 'adamw' or 'muon'"},
 };
-#define NALIASES (sizeof aliases / sizeof aliases[0])
+#define NREFUSED (sizeof refused / sizeof refused[0])
 
 /* Lower case, '-' and '_' alike; at most cap-1 characters. */
 static void normalise(const char *s, char *out, size_t cap) {
@@ -135,39 +176,81 @@ static const char *closest(const char *in, const char *const *names, size_t n) {
   return best;
 }
 
-ct_status ct_optim_kind_parse(const char *s, ct_optim_kind *out, ct_err *err) {
+static ct_status find(const char *s, const ct_optim_info **out, ct_err *err) {
   char in[64], nn[64];
+  *out = NULL;
   if (!s || !*s) return ct_errf(err, CT_ERR_INVALID, "empty optimizer name");
   normalise(s, in, sizeof in);
-  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
-    normalise(kind_names[k], nn, sizeof nn);
+  for (size_t i = 0; i < NROWS; i++) {
+    normalise(rows[i].name, nn, sizeof nn);
     if (!strcmp(in, nn)) {
-      *out = (ct_optim_kind)k;
+      *out = &rows[i];
       return CT_OK;
     }
   }
-  for (size_t i = 0; i < NALIASES; i++) {
-    normalise(aliases[i].alias, nn, sizeof nn);
-    if (strcmp(in, nn)) continue;
-    if (aliases[i].kind < 0)
-      return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer '%s' is not supported: %s", s,
-                     aliases[i].why);
-    *out = (ct_optim_kind)aliases[i].kind;
-    return CT_OK;
+  for (size_t i = 0; i < NREFUSED; i++) {
+    normalise(refused[i].name, nn, sizeof nn);
+    if (!strcmp(in, nn))
+      return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer '%s' is not supported: %s", s, refused[i].why);
   }
-  /* did you mean: canonical names and supported aliases */
-  const char *cand[CT_OPTIM_NKINDS + NALIASES];
-  size_t nc = 0;
-  for (int k = 0; k < CT_OPTIM_NKINDS; k++) cand[nc++] = kind_names[k];
-  for (size_t i = 0; i < NALIASES; i++)
-    if (aliases[i].kind >= 0) cand[nc++] = aliases[i].alias;
-  char choices[256] = "";
-  for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
-    if (k) strcat(choices, ", ");
-    strcat(choices, kind_names[k]);
+  /* did you mean: every accepted spelling; choices: the canonical names */
+  const char *cand[NROWS];
+  char choices[512] = "";
+  size_t len = 0;
+  for (size_t i = 0; i < NROWS; i++) {
+    cand[i] = rows[i].name;
+    if (strcmp(rows[i].name, rows[i].canonical)) continue;
+    int w = snprintf(choices + len, sizeof choices - len, "%s%s", len ? ", " : "", rows[i].name);
+    if (w > 0 && (size_t)w < sizeof choices - len) len += (size_t)w;
   }
   return ct_errf(err, CT_ERR_INVALID, "unknown optimizer '%s'; did you mean '%s'? (choices: %s)", s,
-                 closest(in, cand, nc), choices);
+                 closest(in, cand, NROWS), choices);
+}
+
+const ct_optim_info *ct_optim_lookup(const char *name, ct_err *err) {
+  const ct_optim_info *r;
+  find(name, &r, err);
+  return r;
+}
+
+const ct_optim_info *ct_optim_registry(size_t *n) {
+  *n = NROWS;
+  return rows;
+}
+
+const ct_optim_info *ct_optim_kind_info(ct_optim_kind k) {
+  return (unsigned)k < CT_OPTIM_NKINDS ? &rows[k] : NULL;
+}
+
+ct_optim_onebit ct_optim_onebit_of(const char *name) {
+  const ct_optim_info *r;
+  return find(name, &r, NULL) == CT_OK ? r->onebit : CT_OPTIM_ONEBIT_NONE;
+}
+
+const char *ct_optim_onebit_name(ct_optim_onebit v) {
+  switch (v) {
+    case CT_OPTIM_ONEBIT_ADAM:
+      return "OneBitAdam";
+    case CT_OPTIM_ONEBIT_ZEROONE_ADAM:
+      return "ZeroOneAdam";
+    case CT_OPTIM_ONEBIT_LAMB:
+      return "OneBitLamb";
+    default:
+      return "none";
+  }
+}
+
+ct_status ct_optim_kind_parse(const char *s, ct_optim_kind *out, ct_err *err) {
+  const ct_optim_info *r;
+  ct_status st = find(s, &r, err);
+  if (st) return st;
+  if (r->flags & CT_OPTIM_ONEBIT)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "optimizer '%s' is %s: it communicates its own 1-bit compressed momentum, so the "
+                   "data-parallel trainer runs it (train/onebit.c); it is not a local optimizer kind",
+                   s, ct_optim_onebit_name(r->onebit));
+  *out = r->kind;
+  return CT_OK;
 }
 
 /* ---- hyperparameters ---- */
@@ -273,6 +356,12 @@ static int is_mu(ct_optim_kind k) {
 /* Muon's rule for 2-D weights applies to tensors with rows > 0 and cols > 0. */
 static int muon_2d(const ct_optim_tensor *t) {
   return t->rows > 0 && t->cols > 0;
+}
+
+int ct_optim_can_cut(ct_optim_kind k, const ct_optim_tensor *t) {
+  if ((unsigned)k >= CT_OPTIM_NKINDS) return 0;
+  if (rows[k].flags & CT_OPTIM_CAN_SLICE) return 1;
+  return k == CT_OPTIM_MUON && !muon_2d(t);
 }
 
 static ct_status check_table(ct_optim_kind k, const ct_optim_tensor *t, size_t nt, size_t n,
@@ -462,7 +551,6 @@ static void mup_factors(ct_optim_kind k, const ct_optim_tensor *t, double *flr, 
   }
 }
 
-static int elementwise(ct_optim_kind k) { return k != CT_OPTIM_LAMB && k != CT_OPTIM_MUON; }
 
 /* Floats [a, a + n) of the range for the elementwise kinds; w, g, s0, s1
  * point at float a. */
@@ -574,7 +662,7 @@ ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const f
                               float lr, long step, ct_err *err) {
   ct_status st = step_check(o, lr, step, err);
   if (st) return st;
-  if (!elementwise(o->kind))
+  if (!(rows[o->kind].flags & CT_OPTIM_CAN_OFFLOAD))
     return ct_errf(err, CT_ERR_UNSUPPORTED, "%s updates whole tensors and cannot step a slice (offload needs an "
                    "elementwise optimizer: AdamW, Adam, Adagrad, Lion, SGD or a Mu* kind)",
                    ct_optim_kind_name(o->kind));

@@ -29,6 +29,7 @@
 #include "ctuner/log.h"
 #include "ctuner/optim.h"
 #include "ctuner/safetensors.h"
+#include "train/model.h"
 #include "train_int.h"
 
 long ct_checkpoint_step(const char *name) {
@@ -123,20 +124,6 @@ static void rotate(const char *out, long limit, long keep) {
   }
 }
 
-/* Flat buffer under the model's tensor names. */
-static ct_status save_flat(const char *path, const ct_mmdit *m, const float *buf, ct_err *err) {
-  size_t np;
-  const ct_param *t = ct_mmdit_table(m, &np);
-  ct_st_writer *w;
-  if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  ct_status st = CT_OK;
-  for (size_t i = 0; i < np && !st; i++)
-    st = ct_st_writer_add_f32(w, t[i].name, t[i].ndim, t[i].shape, buf + t[i].offset, CT_DTYPE_F32, err);
-  if (!st) st = ct_st_writer_write(w, path, err);
-  ct_st_writer_free(w);
-  return st;
-}
-
 /* State i of the optimizer: its own array, or the caller's copy (offload). */
 static float *state_of(const ct_ckpt_io *io, size_t i, const char **name) {
   float *p = ct_optim_state(io->opt, i, name);
@@ -160,7 +147,7 @@ static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
 }
 
 /* [a, b) = parameter p's floats inside [lo, hi) of the flat buffer; 0 if none. */
-static int meet(const ct_param *p, size_t lo, size_t hi, size_t *a, size_t *b) {
+static int meet(const ct_model_param *p, size_t lo, size_t hi, size_t *a, size_t *b) {
   *a = p->offset > lo ? p->offset : lo;
   *b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
   return *a < *b;
@@ -181,8 +168,8 @@ ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, c
   snprintf(val, sizeof val, "%d", rank);
   if (!st) st = ct_st_writer_meta(w, "rank", val, err);
   const size_t lo = io->opt_offset, hi = o ? lo + ct_optim_numel(o) : lo;
-  size_t np;
-  const ct_param *tab = ct_mmdit_table(io->model, &np);
+  const size_t np = io->model->ntab;
+  const ct_model_param *tab = io->model->tab;
   for (size_t i = 0; o && i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     const float *data = state_of(io, i, &name);
@@ -221,8 +208,8 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
     closedir(d);
   }
   if (world < 1) return ct_errf(err, CT_ERR_IO, "%s: no rank-0-of-N.safetensors: the checkpoint is incomplete", p);
-  size_t np;
-  const ct_param *tab = ct_mmdit_table(io->model, &np);
+  const size_t np = io->model->ntab;
+  const ct_model_param *tab = io->model->tab;
   size_t want_floats = 0, a, b;
   for (size_t k = 0; k < np; k++)
     if (meet(&tab[k], lo, hi, &a, &b)) want_floats += b - a;
@@ -259,7 +246,7 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
         if (strlen(name) == (size_t)(slash - x->name) && !strncmp(name, x->name, (size_t)(slash - x->name)))
           si = i, dst = sd;
       }
-      const ct_param *prm = slash ? ct_mmdit_find(io->model, slash + 1) : NULL;
+      const ct_model_param *prm = slash ? ct_model_find(io->model, slash + 1) : NULL;
       char *endp = NULL;
       unsigned long long s0 = start ? strtoull(start, &endp, 10) : 0;
       if (si == nst || !prm || !start || !endp || *endp || x->ndim != 1 || s0 > prm->numel ||
@@ -306,7 +293,7 @@ static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
   /* the state of the whole model (a single process wrote it); this rank
    * reads its range [off, off + n) */
   const size_t n = ct_optim_numel(o), off = io->opt_offset;
-  const size_t full = ct_mmdit_numel(io->model);
+  const size_t full = ct_model_numel(io->model);
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
     float *s = state_of(io, i, &name);
@@ -389,25 +376,14 @@ ct_status ct_checkpoint_prepare(const char *out, long step, char *tmp, size_t n,
   return st;
 }
 
-/* A file copied into the checkpoint (tokenizer, VAE), written atomically. */
-static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
-  char *data = NULL;
-  size_t n = 0;
-  ct_status st = ct_read_file(src, (size_t)1 << 34, &data, &n, err);
-  if (!st) st = ct_write_file_atomic(dst, data, n, err);
-  free(data);
-  return st;
-}
-
 ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s,
                                    int fragments, ct_err *err) {
   char p[4200];
-  snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-  ct_status st = ct_mmdit_save(io->model, p, err);
+  ct_status st = io->model->ops->save(io->model, tmp, err);
   if (!st) fault_kill(s->global_step);
   if (!st && io->ema) {
     snprintf(p, sizeof p, "%s/ema.safetensors", tmp);
-    st = save_flat(p, io->model, io->ema, err);
+    st = ct_model_save_flat(io->model, p, io->ema, err);
   }
   if (!st && io->opt && !fragments) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);
@@ -417,41 +393,7 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
     snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR, tmp);
     rmdir(p);
   }
-  if (!st) {
-    snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
-    st = ct_textenc_save(io->te, p, err);
-  }
-  if (!st && ct_textenc_bpe(io->te)) { /* the tokenizer travels with the checkpoint */
-    const char *src[2] = {io->cfg->tokenizer_vocab, io->cfg->tokenizer_merges};
-    const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
-    for (int k = 0; k < 2 && !st; k++) {
-      snprintf(p, sizeof p, "%s/%s", tmp, name[k]);
-      st = copy_file(src[k], p, err);
-    }
-  }
-  if (!st && io->cfg->codec && !strcmp(io->cfg->codec, "vae")) {
-    /* the VAE travels with the checkpoint too (vae/), so sampling from it
-     * does not depend on the directory the config names */
-    const char *d = io->cfg->pretrained_vae_model_name_or_path;
-    const size_t dl = strlen(d);
-    const int file = dl > 12 && !strcmp(d + dl - 12, ".safetensors");
-    const char *slash = strrchr(d, '/');
-    char src[2][4200];
-    if (file) {
-      snprintf(src[0], sizeof src[0], "%.*sconfig.json", slash ? (int)(slash - d + 1) : 0, d);
-      snprintf(src[1], sizeof src[1], "%s", d);
-    } else {
-      snprintf(src[0], sizeof src[0], "%s/config.json", d);
-      snprintf(src[1], sizeof src[1], "%s/diffusion_pytorch_model.safetensors", d);
-    }
-    const char *name[2] = {"config.json", "diffusion_pytorch_model.safetensors"};
-    snprintf(p, sizeof p, "%s/vae", tmp);
-    st = ct_mkdir_p(p, err);
-    for (int k = 0; k < 2 && !st; k++) {
-      snprintf(p, sizeof p, "%s/vae/%s", tmp, name[k]);
-      st = copy_file(src[k], p, err);
-    }
-  }
+  if (!st && io->extra) st = io->extra(io->extra_user, tmp, err); /* the task's own files */
   if (!st) {
     char *cj = ct_config_to_json(io->cfg);
     snprintf(p, sizeof p, "%s/config.json", tmp);
@@ -523,19 +465,15 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
     ct_status ss = ct_read_file(p, 16 << 20, io->sampler_out, &sn, &se);
     if (ss && ss != CT_ERR_NOT_FOUND) st = ct_errf(err, ss, "%s", se.msg);
   }
-  if (!st) {
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    st = io->w_shard ? ct_mmdit_load_range(io->model, p, "", io->w_lo, io->w_hi, io->w_shard, err)
-                     : ct_mmdit_load(io->model, p, "", err);
-  }
+  if (!st) st = io->model->ops->load(io->model, dir, io->w_lo, io->w_hi, io->w_shard, err);
   if (!st && io->ema_out) {
-    const size_t lo = io->w_shard ? io->w_lo : 0, hi = io->w_shard ? io->w_hi : ct_mmdit_numel(io->model);
+    const size_t lo = io->w_shard ? io->w_lo : 0, hi = io->w_shard ? io->w_hi : ct_model_numel(io->model);
     snprintf(p, sizeof p, "%s/ema.safetensors", dir);
     if (access(p, R_OK) == 0) {
-      st = ct_mmdit_load_range(io->model, p, "", lo, hi, io->ema_out, err);
+      st = ct_model_load_flat(io->model, p, lo, hi, io->ema_out, err);
     } else {
       CT_WARN("%s has no ema.safetensors; the EMA starts from the loaded weights", dir);
-      memcpy(io->ema_out, io->w_shard ? io->w_shard : ct_mmdit_params(io->model), (hi - lo) * sizeof(float));
+      memcpy(io->ema_out, io->w_shard ? io->w_shard : ct_model_params(io->model), (hi - lo) * sizeof(float));
     }
   }
   if (!st && io->opt) {

@@ -20,7 +20,6 @@
  * Error feedback starts at zero and is not checkpointed: a resume resets it,
  * as DeepSpeed does.
  */
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,18 +68,6 @@ struct ct_onebit {
   double sent_all, full_all; /* every step: what went through MPI, and a float32 all-reduce each step */
   long steps;
 };
-
-int ct_onebit_name(const char *s) {
-  if (!s) return 0;
-  char low[32];
-  size_t i = 0;
-  for (; s[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)s[i]);
-  low[i] = 0;
-  if (!strcmp(low, "onebitadam") || !strcmp(low, "1bitadam") || !strcmp(low, "onebit_adam")) return 1;
-  if (!strcmp(low, "zerooneadam") || !strcmp(low, "01adam") || !strcmp(low, "zeroone_adam")) return 2;
-  if (!strcmp(low, "onebitlamb") || !strcmp(low, "1bitlamb") || !strcmp(low, "onebit_lamb")) return 3;
-  return 0;
-}
 
 ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
                         float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,

@@ -10,10 +10,8 @@
 
 #include "ctuner/comm.h"
 
-/* Which compressed optimizer a name is (case-insensitive): 1 OneBitAdam
- * ("onebitadam", "1bitadam"), 2 ZeroOneAdam ("zerooneadam", "01adam"), 3
- * OneBitLamb ("onebitlamb", "1bitlamb"), 0 none. */
-int ct_onebit_name(const char *optimizer);
+/* Which 1-bit optimizer a name is: the registry's ct_optim_onebit_of
+ * (ctuner/optim.h). */
 
 /* 0/1 Adam's schedule (DeepSpeed's names). */
 typedef struct ct_zeroone_hp {

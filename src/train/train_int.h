@@ -55,12 +55,15 @@ typedef struct ct_train_state {
   char optimizer[32];
 } ct_train_state;
 
+struct ct_model;
 typedef struct ct_ckpt_io {
-  ct_mmdit *model;
+  struct ct_model *model; /* model.h: its own files, table, flat buffer */
   const float *ema;    /* NULL without EMA */
   float *ema_out;      /* for loading */
   struct ct_optim *opt; /* NULL: a rank without an optimizer range (nothing saved or loaded) */
-  ct_textenc *te;
+  /* the task's other files (text encoder, tokenizer, ...) into a checkpoint directory; may be NULL */
+  ct_status (*extra)(void *user, const char *dir, ct_err *err);
+  void *extra_user;
   const ct_config *cfg;
   /* ZeRO (docs/distributed.md): the optimizer covers [opt_offset, opt_offset +
    * numel) of the flat parameter buffer (0 without sharding). Loading reads

@@ -89,7 +89,7 @@ static ct_status grad_place(zero_ctx *z, size_t off, size_t n, void **dst, ct_er
 
 static ct_status gather_into(zero_ctx *z, int k, int s, ct_err *err) {
   size_t off, n;
-  ct_mmdit_segment(z->m, s, &off, &n);
+  z->m->ops->segment(z->m, s, &off, &n);
   ct_status st = z_wait(z, &z->sreq[k], err);
   if (!st && z->read) { /* offloaded: this rank's piece from the swap file first */
     const size_t pa = off > z->lo ? off : z->lo, pb = off + n < z->hi ? off + n : z->hi;
@@ -138,7 +138,7 @@ static ct_status progress(zero_ctx *z, ct_err *err) {
 static ct_status z_enter(void *user, int s, int backward, float **w, float **g, ct_err *err) {
   zero_ctx *z = user;
   size_t off, n;
-  ct_mmdit_segment(z->m, s, &off, &n);
+  z->m->ops->segment(z->m, s, &off, &n);
   ct_status st = CT_OK;
   /* parameters */
   if (z->stage >= 3) {
@@ -173,7 +173,7 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
   zero_ctx *z = user;
   if (backward && z->bf16) { /* the segment's float32 gradient into bf16 storage */
     size_t off, n;
-    ct_mmdit_segment(z->m, s, &off, &n);
+    z->m->ops->segment(z->m, s, &off, &n);
     const float *gs = z->gseg;
     if (z->stage >= 2) {
       narrow(gs, z->gdst, n);
@@ -194,11 +194,11 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
 
 void zero_hooks(zero_ctx *z, int on) {
   if (!z->comm || (z->stage < 2 && !z->bf16)) return;
-  ct_mmdit_hooks h = {z, z_enter, z_leave};
-  ct_mmdit_set_hooks(z->m, on ? &h : NULL);
+  ct_model_hooks h = {z, z_enter, z_leave};
+  z->m->ops->set_hooks(z->m, on ? &h : NULL);
 }
 
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16, size_t bucket, float *master,
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket, float *master,
                     ct_err *err) {
   memset(z, 0, sizeof *z);
   z->comm = comm;
@@ -206,19 +206,19 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16
   z->stage = stage;
   z->bf16 = bf16;
   z->master = master;
-  z->n = ct_mmdit_numel(m);
+  z->n = ct_model_numel(m);
   z->shard = ct_comm_shard_len(z->n, ct_comm_size(comm));
   z->lo = (size_t)ct_comm_rank(comm) * z->shard;
   if (z->lo > z->n) z->lo = z->n;
   z->hi = z->lo + z->shard < z->n ? z->lo + z->shard : z->n;
   z->mlo = stage >= 1 ? z->lo : 0;
   z->mhi = stage >= 1 ? z->hi : z->n;
-  z->nseg = ct_mmdit_nsegments(m);
+  z->nseg = m->ops->nsegments(m);
   z->slot_seg[0] = z->slot_seg[1] = -1;
   if (stage < 2 && !bf16) return CT_OK;
   for (int s = 0; s < z->nseg; s++) {
     size_t off, n;
-    ct_mmdit_segment(m, s, &off, &n);
+    m->ops->segment(m, s, &off, &n);
     if (n > z->maxseg) z->maxseg = n;
   }
   const size_t e = es(z), sh = z->shard ? z->shard : 1;
@@ -248,8 +248,8 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16
     z->gsh = ct_calloc(CT_MEM_GRADS, sh, sizeof(float));
     if (!z->gsh) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the gradient shard (%zu floats)", sh);
   }
-  ct_mmdit_use_grads(m, NULL);
-  if (stage >= 3 || bf16) ct_mmdit_use_params(m, NULL);
+  m->ops->use_grads(m, NULL);
+  if (stage >= 3 || bf16) m->ops->use_params(m, NULL);
   zero_hooks(z, 1);
   return bf16 ? zero_params_changed(z, err) : CT_OK;
 }

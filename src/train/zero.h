@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "ctuner/comm.h"
-#include "ctuner/mmdit.h"
+#include "train/model.h"
 
 /* Stage 3 with the parameters offloaded: reads floats [a, b) of this rank's
  * range (offsets from lo) into dst. */
@@ -15,7 +15,7 @@ typedef ct_status (*zero_read_fn)(void *user, size_t a, size_t b, float *dst, ct
 
 typedef struct zero_ctx {
   ct_comm *comm;
-  ct_mmdit *m;
+  ct_model *m;
   int stage, nseg, bf16;
   size_t n, shard, lo, hi, maxseg;
   size_t mlo, mhi;       /* the master / optimizer range: [lo, hi), or all at stage 0 */
@@ -51,7 +51,7 @@ typedef struct zero_ctx {
  * for stage 3 and bf16, NULL otherwise; bf16 rounds it into the bf16
  * parameters (every rank must call this: stages 1-2 all-gather them).
  * Stages 0-1 in float32 only fill the geometry. */
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_mmdit *m, int stage, int bf16, size_t bucket, float *master,
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket, float *master,
                     ct_err *err);
 /* Stage 3 (float32): the parameters live elsewhere (offload); each gather
  * reads this rank's piece through fn first. */

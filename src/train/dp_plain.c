@@ -1,0 +1,41 @@
+/* Plain data parallel (zero_stage 0, float32): every rank holds the whole
+ * model, gradient and optimizer state; the gradient is all-reduced (rank-order
+ * deterministic) and every rank takes the same step. One rank is the special
+ * case world = 1 with no communication at all. */
+#include <math.h>
+#include <string.h>
+
+#include "ctuner/log.h"
+#include "trainer_int.h"
+
+static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
+
+static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
+
+/* Shared with the 1-bit family's full-precision steps. */
+ct_status ct_dp_allreduce(trainer *tr, double *loss, float **g, double *gn, ct_err *err) {
+  float *gr = ct_model_grads(tr->model);
+  const size_t nw = ct_model_numel(tr->model);
+  if (tr->world > 1) {
+    ct_status st = ct_comm_allreduce_f32(tr->comm, gr, nw, err);
+    double lsum = *loss;
+    if (!st) st = ct_comm_allreduce_f64(tr->comm, &lsum, 1, err);
+    if (st) return st;
+    *loss = lsum / tr->world;
+  }
+  *gn = sqrt(ct_train_sumsq(gr, nw));
+  *g = gr;
+  return CT_OK;
+}
+
+static ct_status reduce(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err) {
+  return ct_dp_allreduce(tr, loss, g, gn, err);
+}
+
+static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
+  return ct_update_step(tr, ct_model_params(tr->model), g, lr, opt_step, ema_dcy, err);
+}
+
+static void report(const trainer *tr) {}
+
+const ct_dp_ops ct_dp_plain = {"data parallel", start, begin_step, reduce, step, report};

@@ -1,0 +1,443 @@
+/* The training loop (docs/training.md, docs/architecture.md). Per optimizer
+ * step, as pseudocode:
+ *
+ *   lr = schedule(step)
+ *   strategy.begin_step                     zero the gradient storage
+ *   repeat gradient_accumulation_steps:
+ *     task.micro_batch                      next batch, forward, loss, backward
+ *   strategy.reduce                         global loss, this rank's gradient, norm
+ *   breaker agreed by every rank            a fault anywhere stops all here
+ *   if loss or norm not finite: skip        (max_nonfinite_steps in a row: stop)
+ *   else: clip, strategy.step, EMA          the update and the weights' sharing
+ *   metrics, status; validation and checkpoint at their intervals
+ *
+ * The strategy (dp_*.c behind ct_dp_ops) hides every ZeRO, bf16, 1-bit and
+ * offload difference; the task (task_mmdit.c) the objective; run_ckpt.c the
+ * checkpoints and the resume; validation.c the grids. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/log.h"
+#include "trainer_int.h"
+
+void ct_trainer_free(trainer *tr) {
+  ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
+  ct_codec_free(&tr->codec);
+  ct_onebit_free(tr->ob);
+  if (tr->off) {
+    ct_offload_close(tr->off);
+    ct_err e = {0};
+    ct_rm_rf(tr->swap_dir, &e);
+    char *slash = strrchr(tr->swap_dir, '/');
+    if (slash) *slash = 0, rmdir(tr->swap_dir); /* the run's directory, once empty */
+  }
+  zero_free(&tr->z);
+  ct_model_free(tr->model);
+  ct_free(tr->wsh);
+  ct_textenc_free(tr->te);
+  ct_dataset_free(tr->ds);
+  ct_optim_free(tr->opt);
+  ct_free(tr->ema);
+  ct_validation_free(tr);
+  if (tr->metrics) fclose(tr->metrics);
+  float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
+}
+
+/* The model, this rank's range [lo, hi) of it, its (master) weights, the
+ * optimizer over the range and the EMA. Stages 2 and 3 keep no full gradient,
+ * stage 3 no full parameters: each rank initialises and loads only its shard
+ * (zero.c). bf16 keeps bf16 parameters and gradients in zero.c and the float32
+ * weights of the optimizer's range here. */
+static ct_status setup_model(trainer *tr, ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  tr->zero = cfg->zero_stage >= 1;
+  tr->stage = (int)cfg->zero_stage;
+  tr->bf16 = !strcmp(cfg->mixed_precision, "bf16");
+  tr->own = tr->stage >= 3 || tr->bf16;
+  ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed,
+                              (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0),
+                              &tr->m, err);
+  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
+  if (st) {
+    tr->m = NULL;
+    return st;
+  }
+  const size_t nw = ct_mmdit_numel(tr->m);
+  tr->shard = ct_comm_shard_len(nw, tr->world);
+  tr->lo = tr->zero ? (size_t)tr->rank * tr->shard : 0;
+  if (tr->lo > nw) tr->lo = nw;
+  tr->hi = tr->zero ? (tr->lo + tr->shard < nw ? tr->lo + tr->shard : nw) : nw;
+  if (tr->own) { /* bf16: master weights, counted with the optimizer state as in ZeRO's 12 bytes */
+    tr->wsh = ct_calloc(tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, tr->hi - tr->lo ? tr->hi - tr->lo : 1,
+                        sizeof(float));
+    if (!tr->wsh)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank", tr->hi - tr->lo);
+    ct_mmdit_init_range(tr->m, (uint64_t)cfg->seed, tr->lo, tr->hi, tr->wsh);
+    if (cfg->pretrained_model_path)
+      st = ct_mmdit_load_range(tr->m, cfg->pretrained_model_path, "", tr->lo, tr->hi, tr->wsh, err);
+  } else if (cfg->pretrained_model_path) {
+    st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
+  }
+  if (!st) {
+    /* BOS and EOS take two of the T tokens. */
+    size_t over,
+        longest = ct_dataset_longest_caption(tr->ds, ct_task_caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
+    if (over)
+      CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
+              "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
+              over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest, longest + 2);
+    size_t np;
+    const ct_param *tab = ct_mmdit_table(tr->m, &np);
+    for (size_t i = 0; i < np; i++) sum->params += tab[i].numel;
+  }
+  if (!st && tr->hi > tr->lo) st = ct_task_build_optim(cfg, &tr->g, tr->m, tr->lo, tr->hi, &tr->opt, err);
+  if (!st && tr->zero && tr->hi <= tr->lo)
+    st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
+                 tr->world);
+  if (!st) st = ct_train_build_sched(cfg, tr->total, &tr->sched, err);
+  if (!st) st = ct_validation_init(tr, err);
+  if (st || !cfg->use_ema) return st;
+  const size_t ne = tr->own ? tr->hi - tr->lo : nw; /* own: this rank's range of it */
+  tr->ema = ct_calloc(CT_MEM_OPTIMIZER, ne ? ne : 1, sizeof(float));
+  if (!tr->ema) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the EMA weights");
+  memcpy(tr->ema, tr->own ? tr->wsh : ct_mmdit_params(tr->m), ne * sizeof(float));
+  return CT_OK;
+}
+
+static ct_status alloc_batch(trainer *tr, ct_err *err) {
+  const size_t B = (size_t)tr->cfg->train_batch_size, lat = ct_dataset_max_latent(tr->ds);
+  const size_t T = (size_t)tr->g.T, d = (size_t)tr->g.mc.context_in_dim;
+  tr->eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->dv = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
+  tr->t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
+  tr->txt = ct_alloc(CT_MEM_BUFFERS, B * T * d * sizeof(float));
+  tr->y = ct_alloc(CT_MEM_BUFFERS, B * d * sizeof(float));
+  if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
+  return CT_OK;
+}
+
+/* The circuit breaker, agreed by every rank: a fault anywhere stops every
+ * rank here, before this step changes the weights, without a checkpoint. */
+static ct_status breaker_gate(trainer *tr, long step, ct_train_summary *sum, ct_err *err) {
+  if (!tr->h) return CT_OK;
+  double open = ct_health_is_open(tr->h);
+  ct_status st = tr->world > 1 ? ct_comm_allreduce_f64(tr->comm, &open, 1, err) : CT_OK;
+  if (st || open <= 0) return st;
+  sum->joint_stop = 1;
+  return ct_health_is_open(tr->h)
+             ? ct_errf(err, CT_ERR_HEALTH,
+                       "circuit breaker open before step %ld: %s; stopped without a checkpoint "
+                       "(the newest one, if any, resumes)",
+                       step, ct_health_reason(tr->h))
+             : ct_errf(err, CT_ERR_HEALTH,
+                       "circuit breaker open on %.0f other rank(s) before step %ld; stopped "
+                       "without a checkpoint (the newest one, if any, resumes)",
+                       open, step);
+}
+
+/* A step whose loss or gradient norm is not finite changes nothing; too many
+ * in a row stop every rank (the loss is reduced, so all see it at once). */
+static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *info, ct_train_summary *sum,
+                                ct_err *err) {
+  s->nonfinite_run++;
+  s->nonfinite_total++;
+  info->skipped = 1;
+  CT_WARN("step %ld: %s is not finite; step skipped (%ld in a row, %ld in all)", info->step,
+          isfinite(info->loss) ? "the gradient norm" : "the loss", s->nonfinite_run, s->nonfinite_total);
+  if (s->nonfinite_run < tr->cfg->max_nonfinite_steps) return CT_OK;
+  ct_status st = ct_errf(err, CT_ERR_HEALTH,
+                         "stopping: %ld consecutive steps had NaN/Inf loss or gradients (max_nonfinite_steps "
+                         "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
+                         "max_grad_norm",
+                         s->nonfinite_run, tr->cfg->max_nonfinite_steps);
+  ct_health_runtime_fault(tr->h, "nonfinite_loss", "FloatingPointError", err->msg, tr->rank == 0);
+  sum->joint_stop = 1;
+  return st;
+}
+
+static void clip(float *g, size_t n, double gn, double max_norm) {
+  if (!(max_norm > 0 && gn > max_norm)) return;
+  const float c = (float)(max_norm / (gn + 1e-6));
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) g[i] *= c;
+}
+
+/* EMA of this rank's weights (all of them unless the trainer holds a range);
+ * with the weights in the swap file the update did it as they passed. */
+static void ema_update(trainer *tr, float dcy) {
+  if (tr->widx >= 0) return;
+  float *e = tr->ema;
+  const float *src = tr->own ? tr->wsh : ct_model_params(tr->model);
+  const size_t ne = tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model);
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
+}
+
+static void log_step(trainer *tr, const ct_step_info *info, long epoch) {
+  fprintf(tr->metrics,
+          "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+          "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
+          info->step, epoch + 1, info->loss, info->lr, info->grad_norm, info->seconds, info->samples_per_s,
+          info->skipped ? "true" : "false");
+  fflush(tr->metrics);
+}
+
+static void event(ct_step_cb cb, void *user, const ct_step_info *info, const char *what) {
+  if (!cb) return;
+  ct_step_info e = *info;
+  e.event = what;
+  cb(&e, user);
+}
+
+/* Validation on the full model (rank 0; every rank helps gather it). */
+static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_cb cb, void *user, ct_err *err) {
+  int nimg = 0;
+  full_view fv;
+  float *ema_mine = tr->ema;
+  ct_status st = ct_dp_gather_full(tr, &fv, err); /* own: the full model on rank 0 */
+  if (!st && tr->rank == 0) {
+    if (tr->own) tr->ema = fv.e;
+    st = ct_validate(tr, info->step, &nimg, err);
+    tr->ema = ema_mine;
+  }
+  ct_dp_release_full(tr, &fv);
+  if (st || !nimg) return st;
+  char ev[4300];
+  snprintf(ev, sizeof ev, "%s/validation_images", tr->cfg->output_dir);
+  ct_health_validation(tr->h, info->step, nimg, ev);
+  snprintf(ev, sizeof ev, "validation: %d images in %s/validation_images", nimg, tr->cfg->output_dir);
+  event(cb, user, info, ev);
+  return CT_OK;
+}
+
+/* A checkpoint: every rank holds the same weights. ZeRO: the optimizer state
+ * is gathered for rank 0 or written in fragments (docs/distributed.md). */
+static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_state *s, const ct_step_info *info,
+                                ct_step_cb cb, void *user, ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  ct_status st = ct_run_checkpoint_gate(tr, info->step, sum, err); /* free space, no fault since the step began */
+  if (st) return st;
+  ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "running", 0);
+  full_view fv;
+  float **ost = NULL;
+  st = ct_dp_gather_full(tr, &fv, err);
+  if (tr->own) io->ema = fv.e;
+  if (!st) st = ct_update_offload_states(tr, &ost, err);
+  io->opt_states = ost;
+  char *sj = ct_dataset_state_json(tr->ds);
+  io->sampler_json = sj;
+  if (!st) st = sj ? ct_run_save_checkpoint(tr, io, s, sum, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  io->sampler_json = NULL;
+  free(sj);
+  io->opt_states = NULL;
+  ct_update_free_states(tr, ost);
+  ct_dp_release_full(tr, &fv);
+  io->ema = tr->own ? NULL : tr->ema;
+  if (st) return st;
+  if (tr->rank == 0 && tr->remote) { /* a failed upload warns; the end of the run tries once more */
+    ct_err ue = {0};
+    ct_status us = ct_remote_push_checkpoint(tr->remote, sum->last_checkpoint, cfg->checkpoints_total_limit, &ue);
+    if (!us) us = ct_remote_push_outputs(tr->remote, cfg->output_dir, &ue);
+    if (us) CT_WARN("%s (the local copy is intact; retried at the end of the run)", ue.msg);
+    snprintf(tr->remote_pending, sizeof tr->remote_pending, "%s", us ? sum->last_checkpoint : "");
+  }
+  ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "completed", 100);
+  ct_health_checkpoint(tr->h, sum->last_checkpoint, info->step, info->step == tr->total);
+  if (tr->rank == 0) {
+    char ev[4300];
+    snprintf(ev, sizeof ev, "checkpoint: %s", sum->last_checkpoint);
+    event(cb, user, info, ev);
+  }
+  return CT_OK;
+}
+
+/* The steps, from the (resumed) state s to tr->total. */
+static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_step_cb cb, void *user,
+                           ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const ct_dp_ops *dp = tr->dp;
+  const int lead = tr->rank == 0, accum = (int)cfg->gradient_accumulation_steps;
+  const size_t GB = (size_t)cfg->train_batch_size * (size_t)tr->world;
+  const long first_step = s->global_step;
+  ct_status st = CT_OK;
+  double last_status = ct_now_s();
+  ct_health_status(tr->h, "running", s->global_step, tr->total, -1, NAN);
+  while (!st && s->global_step < tr->total) {
+    const double t0 = ct_now_s();
+    const long step = s->global_step + 1;
+    const double lr = ct_sched_lr(&tr->sched, s->global_step);
+    dp->begin_step(tr);
+    double loss = 0;
+    for (int a = 0; a < accum && !st; a++) {
+      double l;
+      st = ct_task_micro_batch(tr, s, accum, step, &l, err);
+      loss += l / accum;
+    }
+    float *g = NULL; /* this rank's range of the reduced gradient */
+    double gn = 0;
+    if (!st) st = dp->reduce(tr, s->opt_steps + 1, &loss, &g, &gn, err);
+    if (!st) st = breaker_gate(tr, step, sum, err);
+    if (st) break;
+    ct_step_info info = {step, tr->total, s->epoch, loss, lr, gn, 0, 0, 0, NULL};
+    if (!isfinite(loss) || !isfinite(gn)) {
+      st = skip_nonfinite(tr, s, &info, sum, err);
+      if (st) break;
+    } else {
+      s->nonfinite_run = 0;
+      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm);
+      s->opt_steps++;
+      const double dcy0 = (1.0 + s->opt_steps) / (10.0 + s->opt_steps);
+      const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
+      const int ema_due = tr->ema && s->opt_steps % cfg->ema_update_interval == 0;
+      st = dp->step(tr, g, (float)lr, s->opt_steps, ema_due ? &dcy : NULL, err);
+      if (st) break;
+      if (ema_due) ema_update(tr, dcy);
+      s->last_loss = sum->last_loss = loss;
+    }
+    s->global_step = step;
+    info.seconds = ct_now_s() - t0;
+    sum->loop_seconds += info.seconds; /* steps only: not validation or checkpoints */
+    info.samples_per_s = (double)GB * accum / (info.seconds > 0 ? info.seconds : 1e-9);
+    if (lead) log_step(tr, &info, s->epoch);
+    if (cb && lead) cb(&info, user);
+    const int last = s->global_step == tr->total;
+    if (tr->h && lead && (last || ct_now_s() - last_status >= cfg->webhook_status_interval)) {
+      const double per = sum->loop_seconds / (double)(step - first_step);
+      ct_health_status(tr->h, "running", step, tr->total, per * (double)(tr->total - step), loss);
+      last_status = ct_now_s();
+    }
+    if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last)
+      st = validation_due(tr, &info, cb, user, err);
+    const int due = (cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last;
+    if (!st && due && s->nonfinite_run > 0) /* the newest checkpoint stays one from before the trouble */
+      CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s->nonfinite_run);
+    else if (!st && due)
+      st = checkpoint_due(tr, io, s, &info, cb, user, sum, err);
+  }
+  return st;
+}
+
+/* After the loop, whatever its outcome: the end-of-run checks every rank
+ * agrees on, the last upload, and the events. */
+static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const int lead = tr->rank == 0;
+  if (lead && tr->dp) tr->dp->report(tr);
+  if (tr->off && lead)
+    CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)", ct_offload_bytes(tr->off) / 1e6,
+            ct_offload_wait_s(tr->off), ct_offload_mode(tr->off));
+  if (st == CT_OK && tr->h) { /* a fault during the last step's validation or checkpoint */
+    double open = ct_health_is_open(tr->h);
+    if (tr->world > 1) st = ct_comm_allreduce_f64(tr->comm, &open, 1, err);
+    if (!st && open > 0) {
+      sum->joint_stop = 1;
+      st = ct_errf(err, CT_ERR_HEALTH, "circuit breaker open at the end of training%s%s",
+                   ct_health_is_open(tr->h) ? ": " : " (on another rank)", ct_health_reason(tr->h));
+    }
+  }
+  /* A rank alone short of memory or cut off from the others is a runtime
+   * fault too: the breaker opens and the CLI ends the job with its code. */
+  if (tr->h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
+    ct_health_runtime_fault(tr->h, "runtime_error", st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg,
+                            1);
+    st = CT_ERR_HEALTH;
+  }
+  if (st == CT_OK && lead && tr->remote && tr->remote_pending[0]) { /* after every collective */
+    st = ct_remote_push_checkpoint(tr->remote, tr->remote_pending, cfg->checkpoints_total_limit, err);
+    if (!st) st = ct_remote_push_outputs(tr->remote, cfg->output_dir, err);
+    if (st) ct_err_prefix(err, "the last checkpoint is only local (%s): ", tr->remote_pending);
+  }
+  if (st == CT_OK) {
+    ct_health_stage(tr->h, "training_complete", "Training complete", "completed", 100);
+  } else if (tr->h) {
+    ct_health_stage(tr->h, "training_abort", "Training stopped", "failed",
+                    100 * (double)s->global_step / (double)(tr->total ? tr->total : 1));
+    if (!sum->joint_stop || lead) { /* one error event for a stop every rank made */
+      char title[96];
+      snprintf(title, sizeof title, "Training failed: %s", ct_status_name(st));
+      ct_health_error(tr->h, title, err->msg);
+    }
+  }
+  sum->end_step = s->global_step;
+  sum->skipped_nonfinite = s->nonfinite_total;
+  sum->data_wait_seconds = tr->data_wait;
+  if (sum->loop_seconds > 0 && lead)
+    CT_INFO("data: waited %.2f s for batches in %.2f s of training steps (%.1f%%)", tr->data_wait, sum->loop_seconds,
+            100.0 * tr->data_wait / sum->loop_seconds);
+  return st;
+}
+
+/* Everything before the first step: data, model, optimizer, resume, strategy. */
+static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_train_summary *sum, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  ct_status st = ct_health_open(cfg, tr->comm, &tr->h, err); /* collective: GPUs are assigned to ranks */
+  if (st) return st;
+  ct_health_stage(tr->h, "init_data_backend", "Loading data backends and caches", "running", 0);
+  st = ct_trainer_open_data(tr, err);
+  if (st) return st;
+  ct_health_stage(tr->h, "init_data_backend", "Loading data backends and caches", "completed", 100);
+  ct_data_stats ds;
+  ct_dataset_stats(tr->ds, &ds);
+  sum->images = ds.kept;
+  sum->images_skipped = ds.unreadable + ds.no_caption + ds.not_found + ds.duplicate + ds.outside_dir +
+                        ds.metadata_missing;
+  const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
+  if (tr->rank == 0)
+    CT_INFO("effective batch %zu = train_batch_size %d x %d rank(s) x gradient_accumulation_steps %d "
+            "(%d OpenMP thread(s) per rank)",
+            (size_t)B * (size_t)tr->world * (size_t)accum, B, tr->world, accum, omp_get_max_threads());
+  long per_epoch = ct_dataset_steps_per_epoch(tr->ds);
+  if (per_epoch < 1) per_epoch = 1;
+  tr->total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
+  sum->total_steps = tr->total;
+  st = setup_model(tr, sum, err);
+  if (st) return st;
+  ct_config_digest(cfg, s->digest);
+  ct_optim_kind kind;
+  ct_err e2 = {0};
+  snprintf(s->optimizer, sizeof s->optimizer, "%s",
+           ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
+  *io = (ct_ckpt_io){.model = tr->model, .ema = tr->ema, .ema_out = tr->ema, .opt = tr->opt,
+                     .extra = ct_task_mmdit_extra, .extra_user = tr, .cfg = cfg, .opt_offset = tr->lo,
+                     .w_shard = tr->own ? tr->wsh : NULL, .w_lo = tr->lo, .w_hi = tr->hi};
+  st = ct_run_resume(tr, io, s, err);
+  if (st) return st;
+  sum->start_step = s->global_step;
+  tr->opt_steps0 = s->opt_steps;
+  tr->dp = ct_dp_pick(cfg);
+  st = tr->dp->start(tr, err); /* loaded and resumed: now shard, round to bf16, compress */
+  const int nvme = (cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) ||
+                   (cfg->offload_param && !strcmp(cfg->offload_param, "nvme"));
+  if (!st && tr->opt && nvme) st = ct_update_start_offload(tr, err); /* loaded, resumed, sharded: to the swap file */
+  if (st) return st;
+  if (tr->rank == 0 && !(tr->metrics = ct_train_open_metrics(cfg->output_dir, s->global_step)))
+    return ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
+  return alloc_batch(tr, err);
+}
+
+ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
+                         ct_train_summary *sum, ct_err *err) {
+  const double t_start = ct_now_s();
+  memset(sum, 0, sizeof *sum);
+  trainer tr = {.cfg = cfg, .remote = remote, .comm = comm, .widx = -1};
+  tr.rank = ct_comm_rank(comm);
+  tr.world = ct_comm_size(comm);
+  ct_train_state s = {0};
+  ct_ckpt_io io;
+  ct_status st = prepare(&tr, &io, &s, sum, err);
+  if (!st) st = run_steps(&tr, &io, &s, cb, user, sum, err);
+  st = finish(&tr, &s, st, sum, err);
+  sum->seconds = ct_now_s() - t_start;
+  ct_trainer_free(&tr);
+  return st;
+}

@@ -1,0 +1,89 @@
+/* The model interface the trainer works through (docs/architecture.md): a
+ * trainable model is one flat float32 buffer of parameters described by a
+ * table (name, shape, offset), with a gradient buffer of the same layout.
+ * A model that also cuts its buffer into segments and calls enter/leave
+ * hooks around each in its forward and backward supports ZeRO-2/3 and bf16
+ * storage (zero.c); one that does not still gets plain data parallel,
+ * ZeRO-1, 1-bit optimizers, offloaded optimizer state, EMA and checkpoints.
+ *
+ * Adding a model family: a model_<family>.c filling ct_model_ops, and a
+ * task (task_<family>.c) with its objective. The model's own code stays in
+ * its module (src/model, src/vae); the adapter translates. */
+#ifndef CT_TRAIN_MODEL_H
+#define CT_TRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctuner/status.h"
+
+typedef struct ct_model_param {
+  char name[112];
+  int ndim;
+  int64_t shape[4];
+  size_t offset, numel; /* in floats, within the flat buffer */
+} ct_model_param;
+
+/* Segment hooks (the MMDiT's ct_mmdit_hooks, for any model): before segment s
+ * runs in the forward (backward = 0) or the backward (1) enter may supply its
+ * parameters (*w) and gradient storage (*g); leave follows it. */
+typedef struct ct_model_hooks {
+  void *user;
+  ct_status (*enter)(void *user, int s, int backward, float **w, float **g, ct_err *err);
+  ct_status (*leave)(void *user, int s, int backward, ct_err *err);
+} ct_model_hooks;
+
+typedef struct ct_model ct_model;
+/* Every operation takes the model; adapters reach their object as m->impl. */
+typedef struct ct_model_ops {
+  const char *family;
+  float *(*params)(ct_model *m); /* NULL when the storage comes through hooks */
+  float *(*grads)(ct_model *m);  /* NULL without gradients */
+  /* Segments and hooks; NULL when the model has none (no ZeRO-2/3, no bf16). */
+  int (*nsegments)(const ct_model *m);
+  void (*segment)(const ct_model *m, int s, size_t *off, size_t *numel);
+  void (*set_hooks)(ct_model *m, const ct_model_hooks *h);
+  void (*use_params)(ct_model *m, float *w);
+  void (*use_grads)(ct_model *m, float *g);
+  /* The initial values of floats [lo, hi) into out (a shard without own storage). */
+  void (*init_range)(const ct_model *m, uint64_t seed, size_t lo, size_t hi, float *out);
+  /* Weights file of the checkpoint directory dir: floats [lo, hi) into out,
+   * or (out NULL) all of them into the model's own buffer. */
+  ct_status (*load)(ct_model *m, const char *dir, size_t lo, size_t hi, float *out, ct_err *err);
+  /* The model's own files into the checkpoint directory dir (its layout). */
+  ct_status (*save)(const ct_model *m, const char *dir, ct_err *err);
+  void (*free)(void *impl);
+} ct_model_ops;
+
+struct ct_model {
+  const ct_model_ops *ops;
+  void *impl; /* ct_mmdit *, ct_vae * */
+  ct_model_param *tab;
+  size_t ntab, numel;
+};
+
+/* Wrap impl (taking ownership): the table is copied here. */
+ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab, size_t numel,
+                        ct_model **out, ct_err *err);
+void ct_model_free(ct_model *m);
+static inline size_t ct_model_numel(const ct_model *m) { return m->numel; }
+static inline float *ct_model_params(ct_model *m) { return m->ops->params(m); }
+static inline float *ct_model_grads(ct_model *m) { return m->ops->grads(m); }
+static inline int ct_model_has_segments(const ct_model *m) { return m->ops->nsegments != NULL; }
+const ct_model_param *ct_model_find(const ct_model *m, const char *name);
+
+/* A flat buffer under the model's tensor names (float32 safetensors). */
+ct_status ct_model_save_flat(const ct_model *m, const char *path, const float *buf, ct_err *err);
+/* Floats [lo, hi) of a safetensors file with the model's tensor names into
+ * out; every missing or wrongly shaped tensor is listed in one error. */
+ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out, ct_err *err);
+
+/* The adapters. */
+struct ct_mmdit;
+struct ct_vae;
+ct_status ct_model_mmdit(struct ct_mmdit *m, ct_model **out, ct_err *err);
+ct_status ct_model_vae(struct ct_vae *v, ct_model **out, ct_err *err);
+/* The VAE in diffusers' layout into dir (config.json and the weights). */
+ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err *err);
+
+#endif

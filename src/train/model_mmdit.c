@@ -1,0 +1,65 @@
+/* The MMDiT behind the model interface (model.h): its flat buffer, table and
+ * segments (inputs, each block, the final layer) with their hooks, and its
+ * checkpoint file model.safetensors under Flux names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/mmdit.h"
+#include "model.h"
+
+static float *params(ct_model *m) { return ct_mmdit_params(m->impl); }
+static float *grads(ct_model *m) { return ct_mmdit_grads(m->impl); }
+static int nsegments(const ct_model *m) { return ct_mmdit_nsegments(m->impl); }
+static void segment(const ct_model *m, int s, size_t *off, size_t *n) { ct_mmdit_segment(m->impl, s, off, n); }
+static void use_params(ct_model *m, float *w) { ct_mmdit_use_params(m->impl, w); }
+static void use_grads(ct_model *m, float *g) { ct_mmdit_use_grads(m->impl, g); }
+static void mfree(void *impl) { ct_mmdit_free(impl); }
+
+static void set_hooks(ct_model *m, const ct_model_hooks *h) {
+  if (!h) {
+    ct_mmdit_set_hooks(m->impl, NULL);
+    return;
+  }
+  const ct_mmdit_hooks mh = {h->user, h->enter, h->leave};
+  ct_mmdit_set_hooks(m->impl, &mh);
+}
+
+static void init_range(const ct_model *m, uint64_t seed, size_t lo, size_t hi, float *out) {
+  ct_mmdit_init_range(m->impl, seed, lo, hi, out);
+}
+
+static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float *out, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  return out ? ct_mmdit_load_range(m->impl, p, "", lo, hi, out, err) : ct_mmdit_load(m->impl, p, "", err);
+}
+
+static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  return ct_mmdit_save(m->impl, p, err);
+}
+
+static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks, use_params,
+                                 use_grads, init_range, load, save, mfree};
+
+ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
+  size_t np;
+  const ct_param *t = ct_mmdit_table(mm, &np);
+  ct_model_param *tab = calloc(np ? np : 1, sizeof *tab);
+  if (!tab) {
+    ct_mmdit_free(mm);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < np; i++) {
+    snprintf(tab[i].name, sizeof tab[i].name, "%s", t[i].name);
+    tab[i].ndim = t[i].ndim;
+    for (int k = 0; k < t[i].ndim && k < 2; k++) tab[i].shape[k] = t[i].shape[k];
+    tab[i].offset = t[i].offset;
+    tab[i].numel = t[i].numel;
+  }
+  ct_status st = ct_model_wrap(&ops, mm, tab, np, ct_mmdit_numel(mm), out, err);
+  free(tab);
+  return st;
+}

@@ -1,0 +1,247 @@
+/* The flow-matching task on the MMDiT (MODEL.md "Objective and sampling"):
+ * the optimizer's tensor table over the model's flat buffer (Muon's
+ * exclusions, µP multipliers, a ZeRO range cut into fragments), and one
+ * micro-batch: t ~ logit-normal (or uniform) with the flow shift, eps ~
+ * N(0, 1), x_t = (1 - t) x0 + t eps, loss = mean (v - (eps - x0))^2,
+ * backward accumulating into the gradient.
+ *
+ * Every random number is indexed by the global sample id, so batch 8 x accum 1
+ * and batch 4 x accum 2 see identical samples, and a resumed run continues
+ * with exactly the numbers an uninterrupted one would have drawn. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/hash.h"
+#include "ctuner/json.h"
+#include "ctuner/log.h"
+#include "ctuner/rng.h"
+#include "ctuner/vae.h"
+#include "trainer_int.h"
+
+
+/* Optimizer tensor table over the model's flat buffer; alignment gaps become
+ * vector "tensors". Muon orthogonalises hidden 2-D weights only: embeddings,
+ * input layers and the final layer go to its AdamW part (cols = 0).
+ * µP multipliers compare each tensor with the same tensor of a base-width model. */
+static int muon_excluded(const char *name) {
+  static const char *const ex[] = {"img_in.", "txt_in.", "time_in.in_layer.", "vector_in.in_layer.",
+                                   "guidance_in.in_layer.", "final_layer.linear.", NULL};
+  for (const char *const *e = ex; *e; e++)
+    if (!strncmp(name, *e, strlen(*e))) return 1;
+  return 0;
+}
+
+ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
+                              ct_optim **out, ct_err *err) {
+  /* the 1-bit family keeps Adam's two moments in an Adam (onebit.c steps them) */
+  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
+  const ct_optim_kind kind = oi->kind;
+  ct_status st = CT_OK;
+  ct_optim_hp hp;
+  ct_train_optim_hp(cfg, kind, &hp);
+  size_t np, n = ct_mmdit_numel(m);
+  const ct_param *t = ct_mmdit_table(m, &np);
+  ct_param *base = NULL;
+  size_t nb = 0, bnumel = 0;
+  if (cfg->mup_base_hidden > 0) {
+    ct_mmdit_config bc = g->mc;
+    int hd = bc.hidden / bc.heads;
+    bc.hidden = (int)cfg->mup_base_hidden;
+    bc.heads = bc.hidden / hd;
+    if (bc.heads < 1 || bc.heads * hd != bc.hidden)
+      return ct_errf(err, CT_ERR_INVALID, "mup_base_hidden %ld must be a multiple of the head dim %d",
+                     cfg->mup_base_hidden, hd);
+    st = ct_mmdit_param_table(&bc, &base, &nb, &bnumel, err);
+    if (st) return st;
+    CT_ASSERT(nb == np);
+  }
+  ct_optim_tensor *ot = calloc(2 * np + 1, sizeof *ot);
+  if (!ot) {
+    free(base);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  size_t k = 0, cur = 0;
+  for (size_t i = 0; i < np; i++) {
+    if (t[i].offset > cur) ot[k++] = (ct_optim_tensor){"(padding)", cur, t[i].offset - cur, 0, 0, 1, 1};
+    ct_optim_tensor x = {t[i].name, t[i].offset, t[i].numel, (int)t[i].shape[0],
+                         t[i].ndim == 2 ? (int)t[i].shape[1] : 0, 1, 1};
+    if (kind == CT_OPTIM_MUON && muon_excluded(t[i].name)) x.cols = 0;
+    if (base) {
+      if (t[i].ndim == 2) {
+        x.out_mult = (float)t[i].shape[0] / (float)base[i].shape[0];
+        x.in_mult = (float)t[i].shape[1] / (float)base[i].shape[1];
+      } else {
+        x.out_mult = (float)t[i].shape[0] / (float)base[i].shape[0];
+      }
+    }
+    ot[k++] = x;
+    cur = t[i].offset + t[i].numel;
+  }
+  if (cur < n) ot[k++] = (ct_optim_tensor){"(padding)", cur, n - cur, 0, 0, 1, 1};
+  /* cut the table to [lo, hi), offsets relative to lo */
+  size_t kk = 0;
+  for (size_t i = 0; i < k; i++) {
+    size_t a = ot[i].offset, b = a + ot[i].numel;
+    if (b <= lo || a >= hi) continue;
+    ct_optim_tensor x = ot[i];
+    size_t a2 = a < lo ? lo : a, b2 = b > hi ? hi : b;
+    if (a2 != a || b2 != b) {
+      if (!ct_optim_can_cut(kind, &x)) {
+        st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                     "optimizer '%s' updates whole tensors, and the ZeRO shard boundary at float %zu "
+                     "cuts '%s'; use zero_stage 0 with this optimizer",
+                     cfg->optimizer, a2 != a ? lo : hi, x.name);
+        break;
+      }
+      /* a fragment keeps rows/cols: the elementwise rules only read them for
+       * the µP width multipliers, which apply to every element of the tensor */
+    }
+    x.offset = a2 - lo;
+    x.numel = b2 - a2;
+    ot[kk++] = x;
+  }
+  if (!st) st = ct_optim_new(kind, &hp, ot, kk, hi - lo, out, err);
+  free(ot);
+  free(base);
+  return st;
+}
+
+/* Test hook (docs/testing.md): CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons the
+ * loss gradient of those steps with NaN, to exercise the skip logic. */
+static int fault_nan(long step) {
+  const char *e = getenv("CTUNER_FAULT_NAN_AT_STEP");
+  if (!e) return 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", e);
+  char *save = NULL;
+  for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save))
+    if (atol(p) == step) return 1;
+  return 0;
+}
+
+/* Tokens of a caption without BOS/EOS. */
+size_t ct_task_caption_tokens(const char *caption, void *te) {
+  const ct_bpe *b = ct_textenc_bpe(te);
+  return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
+}
+
+/* One micro-batch: forward, loss, backward (grads accumulate). The batch
+ * (one aspect bucket, this rank's slice of the step's samples) comes from the
+ * data loader; noise and timesteps are keyed by its global sample ids. */
+ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const int B = (int)cfg->train_batch_size, T = tr->g.T;
+  ct_batch *bt = NULL;
+  ct_status st = ct_dataset_next(tr->ds, &bt, err);
+  if (st) return st;
+  const size_t lat = (size_t)bt->C * (size_t)bt->h * (size_t)bt->w;
+  tr->data_wait += bt->wait_s;
+  const float *x0s = bt->x0; /* (B, C, h, w), valid until the next batch */
+  const uint64_t seed = (uint64_t)cfg->seed;
+  for (int b = 0; b < B; b++) {
+    const uint64_t id = bt->ids[b];
+    float t;
+    if (!strcmp(cfg->timestep_sampling, "uniform")) {
+      t = ct_rng_uniform(seed, CT_STREAM_TIMESTEP, id);
+    } else {
+      float z = (float)cfg->logit_mean + (float)cfg->logit_std * ct_rng_normal(seed, CT_STREAM_TIMESTEP, id);
+      t = 1.0f / (1.0f + expf(-z));
+    }
+    tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
+    ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
+  }
+  const float *txt = bt->txt, *y = bt->pooled; /* from the text cache */
+  if (!txt) {
+    st = ct_encode_prompts(tr->te, T, bt->caps, B, tr->txt, tr->y, err);
+    if (st) return st;
+    txt = tr->txt, y = tr->y;
+  }
+  for (int b = 0; b < B; b++) {
+    const float t = tr->t[b];
+    const float *x0 = x0s + b * lat, *e = tr->eps + b * lat;
+    float *xt = tr->xt + b * lat;
+    for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
+  }
+  ct_mmdit_batch in = {.B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
+  st = ct_mmdit_forward(tr->m, &in, tr->v, err);
+  if (st) return st;
+  const size_t tot = (size_t)B * lat;
+  const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
+  double l = 0;
+  for (size_t i = 0; i < tot; i++) {
+    float diff = tr->v[i] - (tr->eps[i] - x0s[i]);
+    l += (double)diff * diff;
+    tr->dv[i] = scale * diff;
+  }
+  if (fault_nan(step)) tr->dv[0] = NAN, l = NAN;
+  st = ct_mmdit_backward(tr->m, tr->dv, err);
+  *loss = l / (double)tot;
+  s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
+  s->epoch = ct_dataset_epoch(tr->ds);
+  s->epoch_pos = 0;
+  return st;
+}
+
+/* A file copied into the checkpoint (tokenizer, VAE), written atomically. */
+static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
+  char *data = NULL;
+  size_t n = 0;
+  ct_status st = ct_read_file(src, (size_t)1 << 34, &data, &n, err);
+  if (!st) st = ct_write_file_atomic(dst, data, n, err);
+  free(data);
+  return st;
+}
+
+/* The MMDiT task's files in a checkpoint beside the model: the frozen text
+ * encoder, its tokenizer and the codec's VAE (so sampling from the
+ * checkpoint needs nothing else). */
+ct_status ct_task_mmdit_extra(void *user, const char *tmp, ct_err *err) {
+  trainer *tr = user;
+  char p[4200];
+  ct_status st = CT_OK;
+  if (!st) {
+    snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
+    st = ct_textenc_save(tr->te, p, err);
+  }
+  if (!st && ct_textenc_bpe(tr->te)) { /* the tokenizer travels with the checkpoint */
+    const char *src[2] = {tr->cfg->tokenizer_vocab, tr->cfg->tokenizer_merges};
+    const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
+    for (int k = 0; k < 2 && !st; k++) {
+      snprintf(p, sizeof p, "%s/%s", tmp, name[k]);
+      st = copy_file(src[k], p, err);
+    }
+  }
+  if (!st && tr->cfg->codec && !strcmp(tr->cfg->codec, "vae")) {
+    /* the VAE travels with the checkpoint too (vae/), so sampling from it
+     * does not depend on the directory the config names */
+    const char *d = tr->cfg->pretrained_vae_model_name_or_path;
+    const size_t dl = strlen(d);
+    const int file = dl > 12 && !strcmp(d + dl - 12, ".safetensors");
+    const char *slash = strrchr(d, '/');
+    char src[2][4200];
+    if (file) {
+      snprintf(src[0], sizeof src[0], "%.*sconfig.json", slash ? (int)(slash - d + 1) : 0, d);
+      snprintf(src[1], sizeof src[1], "%s", d);
+    } else {
+      snprintf(src[0], sizeof src[0], "%s/config.json", d);
+      snprintf(src[1], sizeof src[1], "%s/diffusion_pytorch_model.safetensors", d);
+    }
+    const char *name[2] = {"config.json", "diffusion_pytorch_model.safetensors"};
+    snprintf(p, sizeof p, "%s/vae", tmp);
+    st = ct_mkdir_p(p, err);
+    for (int k = 0; k < 2 && !st; k++) {
+      snprintf(p, sizeof p, "%s/vae/%s", tmp, name[k]);
+      st = copy_file(src[k], p, err);
+    }
+  }
+  return st;
+}

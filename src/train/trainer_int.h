@@ -1,0 +1,150 @@
+/* The trainer's shared state and the seams between its files (private to
+ * src/train). loop.c runs the steps; a parallel strategy (dp_*.c, behind
+ * ct_dp_ops) reduces gradients and steps the optimizer; update.c steps this
+ * rank's optimizer range, in memory or through the NVMe swap file;
+ * task_mmdit.c is the flow-matching objective; validation.c samples the
+ * validation grids; run_ckpt.c saves and resumes; setup.c builds what the
+ * config asks for. docs/architecture.md draws the flow. */
+#ifndef CT_TRAINER_INT_H
+#define CT_TRAINER_INT_H
+
+#include <stdio.h>
+
+#include "ctuner/codec.h"
+#include "ctuner/data.h"
+#include "ctuner/health.h"
+#include "ctuner/optim.h"
+#include "train/offload.h"
+#include "train/onebit.h"
+#include "train/model.h"
+#include "train/remote.h"
+#include "train/zero.h"
+#include "train_int.h"
+
+/* Validation prompts: validation_prompt ("validation") + user_prompt_library. */
+typedef struct vprompts {
+  int n;
+  char *short_[64];
+  char *text[64];
+} vprompts;
+
+typedef struct trainer {
+  const ct_config *cfg;
+  ct_comm *comm;
+  int rank, world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
+  int zero;        /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
+  int stage;       /* zero_stage */
+  size_t shard, lo, hi;
+  int bf16;        /* mixed_precision bf16 */
+  int own;         /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
+  zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
+  float *wsh;      /* float32 (master) weights of [lo, hi) when own */
+  ct_offload *off; /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
+  int opt_off;     /* the optimizer's state arrays are the file's first ones */
+  int widx;        /* offload_param: the weights are the file's array widx (wsh is NULL); else -1 */
+  ct_onebit *ob;   /* optimizer onebitadam (its moments are tr.opt's Adam state) */
+  char swap_dir[4200];
+  ct_geometry g;
+  ct_model *model; /* the model interface (model.h) */
+  ct_mmdit *m;     /* model->impl: the MMDiT task's own view */
+  ct_textenc *te;
+  ct_dataset *ds;
+  ct_text_cb text_cb;
+  ct_text_encoder_fn text_fn;
+  double data_wait; /* seconds waited for batches */
+  ct_health *h;     /* monitor, circuit breaker, webhooks (ct_train_run only) */
+  ct_remote *remote; /* output_dir s3://...: checkpoints mirrored there (rank 0) */
+  char remote_pending[1024]; /* a checkpoint whose upload failed, retried at the end */
+  ct_codec codec;   /* pixel or VAE: the data's latents, validation's decoding */
+  ct_optim *opt;
+  ct_sched sched;
+  float *ema;      /* every parameter; when own: [lo, hi) only */
+  vprompts vp;
+  int vw, vh;
+  long total;
+  FILE *metrics;
+  /* batch buffers */
+  float *eps, *xt, *v, *dv, *t, *txt, *y;
+  const struct ct_dp_ops *dp; /* the parallel strategy (dp.c picks it) */
+  long opt_steps0;            /* optimizer steps applied before this run (a resume) */
+} trainer;
+
+/* When the trainer holds the weights (stage 3, bf16): the full float32
+ * weights and EMA on rank 0 — gathered from the ranks' ranges, or the
+ * trainer's own when it holds all — with the model pointing at them without
+ * hooks, for validation and checkpoints; every rank takes part. Otherwise
+ * nothing: the model has its full weights. */
+typedef struct full_view {
+  float *w, *e;
+  int owned;   /* gathered copies, freed by release */
+  float *mine; /* offload_param: this rank's weights read back from the file */
+} full_view;
+
+/* ---- parallel strategies (docs/distributed.md) ----
+ * One table per data-parallel mode. The loop calls them in this order each
+ * optimizer step: begin_step (zero the gradient storage), the micro-batches,
+ * reduce (every rank's gradient summed and this rank's part returned with the
+ * global loss and gradient norm), then — unless the step is skipped — step
+ * (update this rank's range and share the new weights). gather_full and
+ * release_full give rank 0 the whole float32 model for validation and
+ * checkpoints where the strategy holds only a shard. */
+typedef struct ct_dp_ops {
+  const char *name;
+  /* after the weights, EMA and optimizer state are loaded (resumed) */
+  ct_status (*start)(trainer *tr, ct_err *err);
+  void (*begin_step)(trainer *tr);
+  /* *loss: in, this rank's loss; out, the mean over ranks. *g: this rank's
+   * gradient range (hi - lo floats), *gn: the global gradient norm. */
+  ct_status (*reduce)(trainer *tr, long opt_step, double *loss, float **g, double *gn, ct_err *err);
+  /* the optimizer on this rank's range with gradient g, then every rank gets the weights it needs */
+  ct_status (*step)(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err);
+  void (*report)(const trainer *tr); /* rank 0, end of run: what it moved */
+} ct_dp_ops;
+extern const ct_dp_ops ct_dp_plain, ct_dp_zero1, ct_dp_zero, ct_dp_onebit;
+/* The strategy of a config: 1-bit optimizers, ZeRO-2/3 or bf16 storage, ZeRO-1, plain. */
+const ct_dp_ops *ct_dp_pick(const ct_config *cfg);
+
+/* The full float32 weights (and EMA) on rank 0 when the trainer holds only a
+ * range (stage 3, bf16): every rank takes part. Nothing otherwise. */
+ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err);
+void ct_dp_release_full(trainer *tr, full_view *fv);
+
+/* ---- update.c: this rank's optimizer update ---- */
+/* offload_optimizer/offload_param nvme: the state (and weights) into the swap file */
+ct_status ct_update_start_offload(trainer *tr, ct_err *err);
+/* w: this rank's (master) weights; ema_dcy non-NULL: the EMA is due with that
+ * decay and, when the weights live in the swap file, updated here (*ema_done). */
+ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long opt_step, const float *ema_dcy,
+                         ct_err *err);
+/* The offloaded optimizer state read back for a checkpoint (NULL when in memory). */
+ct_status ct_update_offload_states(trainer *tr, float ***out, ct_err *err);
+void ct_update_free_states(trainer *tr, float **a);
+
+/* ---- task_mmdit.c: the flow-matching objective on the MMDiT ---- */
+ct_status ct_task_build_optim(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
+                              ct_optim **out, ct_err *err);
+ct_status ct_task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err);
+size_t ct_task_caption_tokens(const char *caption, void *te);
+ct_status ct_task_mmdit_extra(void *user, const char *dir, ct_err *err);
+
+/* ---- validation.c ---- */
+ct_status ct_validation_init(trainer *tr, ct_err *err);
+ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err);
+void ct_validation_free(trainer *tr);
+
+/* ---- run_ckpt.c: checkpoints of a run ---- */
+ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s, ct_train_summary *sum,
+                                 ct_err *err);
+ct_status ct_run_checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, ct_err *err);
+ct_status ct_run_resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_err *err);
+
+/* ---- loop.c ---- */
+ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
+                         ct_train_summary *sum, ct_err *err);
+void ct_trainer_free(trainer *tr);
+
+/* ---- setup.c ---- */
+ct_status ct_trainer_open_data(trainer *tr, ct_err *err);
+double ct_now_s(void);
+
+#endif
