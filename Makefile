@@ -4,13 +4,13 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format clean help golden
+.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden
 
 all: build
 
 help:
 	@echo "make            build (Release) into $(BUILD)/"
-	@echo "make test       install missing packages, build with -Werror, run every test (ctest),"
+	@echo "make test       install missing packages, check formatting, build with -Werror, run every test (ctest),"
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
@@ -23,6 +23,7 @@ help:
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make format     clang-format the sources"
+	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
 deps:
 	@scripts/deps.sh
@@ -34,6 +35,7 @@ build: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: deps
+	$(MAKE) format-check
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200
@@ -75,6 +77,10 @@ golden:
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	@command -v clang-format >/dev/null || { echo "format-check: clang-format not found: run scripts/deps.sh (Debian package clang-format)"; exit 1; }
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

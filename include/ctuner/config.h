@@ -12,142 +12,174 @@
 #ifndef CTUNER_CONFIG_H
 #define CTUNER_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/parse.h" /* {env:VAR} and byte sizes in values (core) */
 #include "ctuner/status.h"
 
-/* X(key, type, default, help); type is INT (long), NUM (double), BOOL (int) or
- * STR (char *, NULL when the default is NULL). */
-#define CT_CONFIG_KEYS(X)                                                                      \
-  X(model_family, STR, "flux", "model family; only \"flux\" (the MMDiT of MODEL.md)")          \
-  X(model_type, STR, "full", "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)") \
-  X(vae_config, STR, NULL, "model_type vae: diffusers config.json of a VAE trained from scratch") \
-  X(pretrained_vae_model_name_or_path, STR, NULL, "a VAE directory (config.json + diffusion_pytorch_model.safetensors)") \
-  X(vae_loss, STR, "l1", "model_type vae: reconstruction loss, l1 or l2")                     \
-  X(vae_kl_weight, NUM, "1e-6", "model_type vae: weight of the KL term")                      \
-  X(vae_stats_images, INT, "64", "model_type vae: images encoded at the end for scaling_factor/shift_factor") \
-  X(preset, STR, "small", "model size preset: tiny, small, bench")                             \
-  X(pretrained_model_path, STR, NULL, "Flux-layout safetensors to start from (else seeded init)") \
-  X(output_dir, STR, "output", "where checkpoints, validation images and metrics go")          \
-  X(output_dir_local, STR, NULL, "with output_dir s3://bucket/prefix: the local working directory (default s3-output/<bucket>/<prefix>)") \
-  X(output_aws_endpoint_url, STR, NULL, "with output_dir s3://...: the S3 endpoint (else AWS_ENDPOINT_URL, else AWS)") \
-  X(output_aws_region_name, STR, NULL, "with output_dir s3://...: the region (else AWS_REGION, else \"auto\")") \
-  X(output_aws_addressing_style, STR, "auto", "with output_dir s3://...: auto, path or virtual") \
-  X(seed, INT, "0", "seed of every random draw (init, data order, noise, timesteps)")           \
-  X(resolution, INT, "0", "training image side in pixels (0: the preset's latent size x codec scale)") \
-  X(data_backend_config, STR, NULL, "multidatabackend.json: the datasets to train on")         \
-  X(aspect_bucket_alignment, INT, "64", "bucket sizes are multiples of this: 8, 16, 24, 32 or 64 (docs/data.md)") \
-  X(aspect_bucket_rounding, INT, "2", "decimals of a bucket's aspect key (\"1.33\")")            \
-  X(allow_dataset_oversubscription, BOOL, "false", "raise repeats of datasets whose buckets cannot fill the effective batch (not where repeats is set)") \
-  X(disable_bucket_pruning, BOOL, "false", "fail instead of dropping buckets smaller than the effective batch") \
-  X(compress_disk_cache, BOOL, "false", "compress latent cache entries (disk_cache_compression)") \
-  X(disk_cache_compression, STR, "gzip", "gzip or zstd, with compress_disk_cache")           \
-  X(dataloader_prefetch, BOOL, "true", "prepare batches on a background thread")              \
-  X(dataloader_prefetch_qlen, INT, "4", "micro-batches prepared ahead with dataloader_prefetch") \
-  X(train_batch_size, INT, "1", "samples per micro-batch")                                     \
-  X(gradient_accumulation_steps, INT, "1", "micro-batches per optimizer step")                 \
-  X(max_train_steps, INT, "0", "optimizer steps to train (0: from num_train_epochs)")          \
-  X(num_train_epochs, INT, "1", "epochs, used when max_train_steps is 0")                      \
-  X(learning_rate, NUM, "1e-4", "peak learning rate")                                          \
-  X(lr_scheduler, STR, "constant", "constant, constant_with_warmup, linear, cosine, polynomial, WarmupLR, WarmupDecayLR") \
-  X(lr_warmup_steps, INT, "0", "warmup steps of the schedule")                                 \
-  X(lr_num_cycles, NUM, "0.5", "cosine: number of cosine cycles (0.5 = half a cosine)")        \
-  X(lr_power, NUM, "1.0", "polynomial: power")                                                 \
-  X(lr_end, NUM, "1e-7", "polynomial: final learning rate")                                    \
-  X(warmup_min_lr, NUM, "0", "WarmupLR/WarmupDecayLR: learning rate at step 0")                \
-  X(warmup_type, STR, "log", "WarmupLR/WarmupDecayLR: log or linear warmup")                   \
-  X(optimizer, STR, "adamw", "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam, onebitlamb") \
-  X(freeze_step, INT, "100", "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
-  X(var_freeze_step, INT, "1000", "zerooneadam: the last step whose variance may update") \
-  X(lamb_max_coeff, NUM, "10", "onebitlamb: largest trust ratio (DeepSpeed max_coeff)") \
-  X(lamb_min_coeff, NUM, "0.01", "onebitlamb: smallest trust ratio (min_coeff)") \
-  X(lamb_coeff_beta, NUM, "0.9", "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)") \
-  X(lamb_factor_max, NUM, "4", "onebitlamb: largest factor on the frozen trust ratio (factor_max)") \
-  X(lamb_factor_min, NUM, "0.5", "onebitlamb: smallest factor (factor_min)") \
-  X(lamb_factor_threshold, NUM, "0.1", "onebitlamb: largest relative change of the factor per step (factor_threshold)") \
-  X(var_update_scaler, INT, "16", "zerooneadam: the variance-update interval doubles after this many updates") \
-  X(local_step_scaler, INT, "32678", "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps") \
-  X(local_step_clipper, INT, "16", "zerooneadam: the largest local-step interval") \
-  X(adam_beta1, NUM, "0.9", "first-moment decay (Adam family, Lamb; Lion's beta1)")           \
-  X(adam_beta2, NUM, "0.999", "second-moment decay (Adam family, Lamb; Lion's beta2)")        \
-  X(adam_epsilon, NUM, "1e-8", "denominator epsilon")                                          \
-  X(adam_weight_decay, NUM, "1e-2", "weight decay")                                            \
-  X(optimizer_momentum, NUM, "0.9", "SGD/MuSGD momentum")                     \
-  X(optimizer_nesterov, BOOL, "false", "SGD/MuSGD: Nesterov momentum")                    \
-  X(muon_ns_steps, INT, "5", "Muon: Newton-Schulz iterations")                                 \
-  X(muon_momentum, NUM, "0.95", "Muon: momentum of the 2-D weights")                          \
-  X(muon_nesterov, BOOL, "true", "Muon: Nesterov momentum for the 2-D weights")                 \
-  X(muon_adamw_lr, NUM, "1", "Muon: lr of its AdamW part (other tensors) as a multiple of lr") \
-  X(mup_base_hidden, INT, "0", "Mu* optimizers: width of the base model (0: the preset's)")    \
-  X(max_grad_norm, NUM, "2.0", "clip gradients to this global L2 norm (0: no clipping)")       \
-  X(max_nonfinite_steps, INT, "5", "stop after this many consecutive steps with NaN/Inf")      \
-  X(zero_stage, INT, "0", "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
-  X(offload_optimizer, STR, "none", "none, cpu (host memory: where the state already is) or nvme (a swap file under offload_param_path)") \
-  X(offload_param, STR, "none", "none, cpu (host memory) or nvme (stage 3: the weights in the swap file)") \
-  X(offload_param_path, STR, NULL, "directory for NVMe offload swap files (DeepSpeed nvme_path)") \
-  X(offload_buffer_size, INT, "0", "offload: floats per state moved at a time (0: auto, 4Mi)") \
-  X(offload_pin_memory, BOOL, "false", "offload: mlock the two I/O buffers") \
-  X(reduce_bucket_size, INT, "0", "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one block)") \
-  X(deepspeed_config, STR, NULL, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
-  X(use_ema, BOOL, "false", "keep an exponential moving average of the weights")               \
-  X(ema_decay, NUM, "0.995", "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)")           \
-  X(ema_update_interval, INT, "1", "update the EMA every N optimizer steps")                   \
-  X(ema_validation, STR, "comparison", "validate with: none (live weights), ema_only, comparison (both)") \
-  X(checkpoint_step_interval, INT, "0", "checkpoint every N steps (0: only at the end)")      \
-  X(checkpoints_total_limit, INT, "5", "keep at most N checkpoints (0: keep all)")             \
-  X(resume_from_checkpoint, STR, "latest", "latest, none, or a checkpoint directory")          \
-  X(validation_prompt, STR, NULL, "prompt sampled at each validation")                         \
-  X(user_prompt_library, STR, NULL, "JSON object {shortname: prompt} of more validation prompts") \
-  X(validation_step_interval, INT, "0", "validate every N steps (0: only at the end)")        \
-  X(validation_num_inference_steps, INT, "30", "Euler steps of validation sampling")           \
-  X(validation_guidance, NUM, "7.5", "classifier-free guidance scale")                         \
-  X(validation_resolution, STR, NULL, "WxH[,WxH...] or a side (default: resolution)")         \
-  X(num_validation_images, INT, "1", "images per validation prompt")                           \
-  X(validation_seed, INT, "0", "seed of validation noise")                                     \
-  X(disable_validation, BOOL, "false", "never sample validation images")                       \
-  X(caption_dropout_probability, NUM, "0.1", "replace captions with the empty caption")       \
-  X(timestep_sampling, STR, "logit_normal", "logit_normal or uniform")                        \
-  X(logit_mean, NUM, "0", "logit-normal mean")                                                 \
-  X(logit_std, NUM, "1", "logit-normal standard deviation")                                    \
-  X(flow_shift, NUM, "1", "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling") \
-  X(text_encoder, STR, "clip-byte", "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer") \
-  X(text_encoder_path, STR, NULL, "CLIPTextModel safetensors (else seeded weights)")           \
-  X(text_encoder_layers, INT, "2", "layers of the seeded text encoder")                        \
-  X(text_encoder_seed, INT, "1234", "seed of the seeded text encoder weights")                 \
-  X(tokenizer_max_length, INT, "0", "text tokens per caption (0: the preset's)")               \
-  X(tokenizer_vocab, STR, NULL, "clip-bpe: the tokenizer's vocab.json")                        \
-  X(tokenizer_merges, STR, NULL, "clip-bpe: the tokenizer's merges.txt")                       \
-  X(codec, STR, "pixel", "latent codec: pixel (space-to-depth) or vae (pretrained_vae_model_name_or_path)") \
-  X(vae_tile, INT, "512", "codec vae: pixels per tile for encode/decode (0: untiled)")       \
-  X(codec_scale, INT, "0", "pixel codec factor s in {1,2,4} (0: from the preset's channels)")  \
-  X(mixed_precision, STR, "no", "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
-  X(num_threads, INT, "0", "OpenMP threads (0: all cores)")                                    \
-  X(disable_progress_bar, BOOL, "false", "plain log lines even on a terminal")                 \
-  X(webhook_config, STR, NULL, "webhooks (docs/health.md): a JSON file path, or an inline object or list") \
-  X(webhook_timeout, NUM, "5", "seconds per webhook request")                                  \
-  X(webhook_retries, INT, "3", "retries of a failed webhook request (exponential backoff)")     \
-  X(webhook_status_interval, NUM, "10", "seconds between training.status webhook events (0: every step)") \
-  X(health_poll_interval, NUM, "5", "seconds between GPU health polls")                         \
-  X(health_ecc_threshold, INT, "10", "new uncorrected (volatile) ECC errors since start that open the circuit") \
-  X(health_temp_margin, NUM, "5", "degrees C below the NVML shutdown temperature that open the circuit") \
-  X(health_nvml_library, STR, "libnvidia-ml.so.1", "the NVML library loaded with dlopen")      \
-  X(health_memory_low_percent, NUM, "5", "warn when available host memory falls below this percentage") \
-  X(disk_low_threshold, STR, NULL, "free space on output_dir needed before a checkpoint (e.g. 10G, 500M, bytes)") \
-  X(disk_low_action, STR, "stop", "below disk_low_threshold: stop, wait or script")            \
-  X(disk_low_script, STR, NULL, "disk_low_action=script: the command run (sh -c) to free space")
+/* X(key, type, default, models, check, help)
+ *   type: INT (long), NUM (double), BOOL (int) or STR (char *, NULL when the
+ *     default is NULL).
+ *   models: the model types the key applies to: FULL (model_type full, the
+ *     MMDiT), VAE (model_type vae) or ALL (CT_MODEL_* below;
+ *     ct_config_key_applies).
+ *   check: the key's own rule, run by ct_config_validate in table order:
+ *     ANY; INT_GE(lo), INT_GE_UNIT(lo, note), INT_IN(lo, hi) (lo..hi),
+ *     INT_ONE_OF("8|16"); NUM_GE(lo), NUM_GE_UNIT(lo, note), NUM_GT(lo),
+ *     NUM_IN("[)", lo, hi) (the interval's brackets), NUM_BETWEEN("(]", lo,
+ *     hi, unit); ONE_OF("a|b"), ONE_OF_QUOTED("a|b"), NONE_OR("a|b") (unset
+ *     or one of), USE("a|b") ("... is not supported; use"); FN(f): the
+ *     function f in src/config/config.c. Rules that relate several keys
+ *     (offload_param nvme needs zero_stage 3, ...) run after the table. */
+#define CT_CONFIG_KEYS(X) \
+  X(model_family, STR, "flux", ALL, USE("flux"), "model family; only \"flux\" (the MMDiT of MODEL.md)") \
+  X(model_type, STR, "full", ALL, FN(check_model_type), "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)") \
+  X(vae_config, STR, NULL, VAE, ANY, "model_type vae: diffusers config.json of a VAE trained from scratch") \
+  X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY, "a VAE directory (config.json + diffusion_pytorch_model.safetensors)") \
+  X(vae_loss, STR, "l1", VAE, ONE_OF("l1|l2"), "model_type vae: reconstruction loss, l1 or l2") \
+  X(vae_kl_weight, NUM, "1e-6", VAE, NUM_GE(0), "model_type vae: weight of the KL term") \
+  X(vae_stats_images, INT, "64", VAE, INT_GE(1), "model_type vae: images encoded at the end for scaling_factor/shift_factor") \
+  X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench") \
+  X(pretrained_model_path, STR, NULL, FULL, ANY, "Flux-layout safetensors to start from (else seeded init)") \
+  X(output_dir, STR, "output", ALL, FN(check_output_dir), "where checkpoints, validation images and metrics go") \
+  X(output_dir_local, STR, NULL, FULL, ANY, "with output_dir s3://bucket/prefix: the local working directory (default s3-output/<bucket>/<prefix>)") \
+  X(output_aws_endpoint_url, STR, NULL, FULL, ANY, "with output_dir s3://...: the S3 endpoint (else AWS_ENDPOINT_URL, else AWS)") \
+  X(output_aws_region_name, STR, NULL, FULL, ANY, "with output_dir s3://...: the region (else AWS_REGION, else \"auto\")") \
+  X(output_aws_addressing_style, STR, "auto", FULL, ONE_OF("auto|path|virtual"), "with output_dir s3://...: auto, path or virtual") \
+  X(seed, INT, "0", ALL, INT_GE(0), "seed of every random draw (init, data order, noise, timesteps)") \
+  X(resolution, INT, "0", ALL, INT_IN(0, 4096), "training image side in pixels (0: the preset's latent size x codec scale)") \
+  X(data_backend_config, STR, NULL, ALL, ANY, "multidatabackend.json: the datasets to train on") \
+  X(aspect_bucket_alignment, INT, "64", ALL, INT_ONE_OF("8|16|24|32|64"), "bucket sizes are multiples of this: 8, 16, 24, 32 or 64 (docs/data.md)") \
+  X(aspect_bucket_rounding, INT, "2", ALL, INT_IN(0, 6), "decimals of a bucket's aspect key (\"1.33\")") \
+  X(allow_dataset_oversubscription, BOOL, "false", ALL, ANY, "raise repeats of datasets whose buckets cannot fill the effective batch (not where repeats is set)") \
+  X(disable_bucket_pruning, BOOL, "false", ALL, ANY, "fail instead of dropping buckets smaller than the effective batch") \
+  X(compress_disk_cache, BOOL, "false", ALL, ANY, "compress latent cache entries (disk_cache_compression)") \
+  X(disk_cache_compression, STR, "gzip", ALL, ONE_OF("gzip|zstd"), "gzip or zstd, with compress_disk_cache") \
+  X(dataloader_prefetch, BOOL, "true", ALL, ANY, "prepare batches on a background thread") \
+  X(dataloader_prefetch_qlen, INT, "4", ALL, INT_IN(1, 256), "micro-batches prepared ahead with dataloader_prefetch") \
+  X(train_batch_size, INT, "1", ALL, INT_IN(1, 4096), "samples per micro-batch") \
+  X(gradient_accumulation_steps, INT, "1", ALL, INT_GE(1), "micro-batches per optimizer step") \
+  X(max_train_steps, INT, "0", ALL, INT_GE(0), "optimizer steps to train (0: from num_train_epochs)") \
+  X(num_train_epochs, INT, "1", ALL, ANY, "epochs, used when max_train_steps is 0") \
+  X(learning_rate, NUM, "1e-4", ALL, FN(check_learning_rate), "peak learning rate") \
+  X(lr_scheduler, STR, "constant", ALL, FN(check_lr_scheduler), "constant, constant_with_warmup, linear, cosine, polynomial, WarmupLR, WarmupDecayLR") \
+  X(lr_warmup_steps, INT, "0", ALL, INT_GE(0), "warmup steps of the schedule") \
+  X(lr_num_cycles, NUM, "0.5", ALL, ANY, "cosine: number of cosine cycles (0.5 = half a cosine)") \
+  X(lr_power, NUM, "1.0", ALL, ANY, "polynomial: power") \
+  X(lr_end, NUM, "1e-7", ALL, ANY, "polynomial: final learning rate") \
+  X(warmup_min_lr, NUM, "0", ALL, ANY, "WarmupLR/WarmupDecayLR: learning rate at step 0") \
+  X(warmup_type, STR, "log", ALL, ONE_OF_QUOTED("log|linear"), "WarmupLR/WarmupDecayLR: log or linear warmup") \
+  X(optimizer, STR, "adamw", ALL, FN(check_optimizer), "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam, onebitlamb") \
+  X(freeze_step, INT, "100", ALL, INT_GE(0), "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
+  X(var_freeze_step, INT, "1000", ALL, INT_GE(0), "zerooneadam: the last step whose variance may update") \
+  X(lamb_max_coeff, NUM, "10", ALL, ANY, "onebitlamb: largest trust ratio (DeepSpeed max_coeff)") \
+  X(lamb_min_coeff, NUM, "0.01", ALL, ANY, "onebitlamb: smallest trust ratio (min_coeff)") \
+  X(lamb_coeff_beta, NUM, "0.9", ALL, ANY, "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)") \
+  X(lamb_factor_max, NUM, "4", ALL, ANY, "onebitlamb: largest factor on the frozen trust ratio (factor_max)") \
+  X(lamb_factor_min, NUM, "0.5", ALL, ANY, "onebitlamb: smallest factor (factor_min)") \
+  X(lamb_factor_threshold, NUM, "0.1", ALL, ANY, "onebitlamb: largest relative change of the factor per step (factor_threshold)") \
+  X(var_update_scaler, INT, "16", ALL, INT_GE(1), "zerooneadam: the variance-update interval doubles after this many updates") \
+  X(local_step_scaler, INT, "32678", ALL, INT_GE(1), "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps") \
+  X(local_step_clipper, INT, "16", ALL, INT_GE(1), "zerooneadam: the largest local-step interval") \
+  X(adam_beta1, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "first-moment decay (Adam family, Lamb; Lion's beta1)") \
+  X(adam_beta2, NUM, "0.999", ALL, NUM_IN("[)", 0, 1), "second-moment decay (Adam family, Lamb; Lion's beta2)") \
+  X(adam_epsilon, NUM, "1e-8", ALL, NUM_GE(0), "denominator epsilon") \
+  X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0), "weight decay") \
+  X(optimizer_momentum, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "SGD/MuSGD momentum") \
+  X(optimizer_nesterov, BOOL, "false", ALL, ANY, "SGD/MuSGD: Nesterov momentum") \
+  X(muon_ns_steps, INT, "5", ALL, INT_IN(1, 20), "Muon: Newton-Schulz iterations") \
+  X(muon_momentum, NUM, "0.95", ALL, NUM_IN("[)", 0, 1), "Muon: momentum of the 2-D weights") \
+  X(muon_nesterov, BOOL, "true", ALL, ANY, "Muon: Nesterov momentum for the 2-D weights") \
+  X(muon_adamw_lr, NUM, "1", ALL, NUM_IN("[]", 0, 1000), "Muon: lr of its AdamW part (other tensors) as a multiple of lr") \
+  X(mup_base_hidden, INT, "0", FULL, INT_GE(0), "Mu* optimizers: width of the base model (0: the preset's)") \
+  X(max_grad_norm, NUM, "2.0", ALL, NUM_GE_UNIT(0, " (0 disables)"), "clip gradients to this global L2 norm (0: no clipping)") \
+  X(max_nonfinite_steps, INT, "5", ALL, INT_GE(1), "stop after this many consecutive steps with NaN/Inf") \
+  X(zero_stage, INT, "0", ALL, INT_ONE_OF("0|1|2|3"), "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
+  X(offload_optimizer, STR, "none", ALL, NONE_OR("cpu|nvme"), "none, cpu (host memory: where the state already is) or nvme (a swap file under offload_param_path)") \
+  X(offload_param, STR, "none", ALL, NONE_OR("cpu|nvme"), "none, cpu (host memory) or nvme (stage 3: the weights in the swap file)") \
+  X(offload_param_path, STR, NULL, ALL, ANY, "directory for NVMe offload swap files (DeepSpeed nvme_path)") \
+  X(offload_buffer_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"), "offload: floats per state moved at a time (0: auto, 4Mi)") \
+  X(offload_pin_memory, BOOL, "false", ALL, ANY, "offload: mlock the two I/O buffers") \
+  X(reduce_bucket_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"), "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one block)") \
+  X(deepspeed_config, STR, NULL, ALL, ANY, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
+  X(use_ema, BOOL, "false", ALL, ANY, "keep an exponential moving average of the weights") \
+  X(ema_decay, NUM, "0.995", ALL, NUM_IN("[)", 0, 1), "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)") \
+  X(ema_update_interval, INT, "1", ALL, INT_GE(1), "update the EMA every N optimizer steps") \
+  X(ema_validation, STR, "comparison", ALL, ONE_OF("none|ema_only|comparison"), "validate with: none (live weights), ema_only, comparison (both)") \
+  X(checkpoint_step_interval, INT, "0", ALL, INT_GE(0), "checkpoint every N steps (0: only at the end)") \
+  X(checkpoints_total_limit, INT, "5", ALL, INT_GE(0), "keep at most N checkpoints (0: keep all)") \
+  X(resume_from_checkpoint, STR, "latest", ALL, FN(check_resume), "latest, none, or a checkpoint directory") \
+  X(validation_prompt, STR, NULL, FULL, ANY, "prompt sampled at each validation") \
+  X(user_prompt_library, STR, NULL, FULL, ANY, "JSON object {shortname: prompt} of more validation prompts") \
+  X(validation_step_interval, INT, "0", ALL, INT_GE(0), "validate every N steps (0: only at the end)") \
+  X(validation_num_inference_steps, INT, "30", FULL, INT_IN(1, 1000), "Euler steps of validation sampling") \
+  X(validation_guidance, NUM, "7.5", FULL, NUM_GE(0), "classifier-free guidance scale") \
+  X(validation_resolution, STR, NULL, FULL, ANY, "WxH[,WxH...] or a side (default: resolution)") \
+  X(num_validation_images, INT, "1", FULL, INT_IN(1, 64), "images per validation prompt") \
+  X(validation_seed, INT, "0", FULL, ANY, "seed of validation noise") \
+  X(disable_validation, BOOL, "false", ALL, ANY, "never sample validation images") \
+  X(caption_dropout_probability, NUM, "0.1", FULL, NUM_IN("[]", 0, 1), "replace captions with the empty caption") \
+  X(timestep_sampling, STR, "logit_normal", FULL, ONE_OF("logit_normal|uniform"), "logit_normal or uniform") \
+  X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean") \
+  X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation") \
+  X(flow_shift, NUM, "1", FULL, NUM_IN("()", 0, 1000), "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling") \
+  X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"), "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer") \
+  X(text_encoder_path, STR, NULL, FULL, ANY, "CLIPTextModel safetensors (else seeded weights)") \
+  X(text_encoder_layers, INT, "2", FULL, INT_IN(1, 48), "layers of the seeded text encoder") \
+  X(text_encoder_seed, INT, "1234", FULL, ANY, "seed of the seeded text encoder weights") \
+  X(tokenizer_max_length, INT, "0", FULL, FN(check_tokenizer_max_length), "text tokens per caption (0: the preset's)") \
+  X(tokenizer_vocab, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's vocab.json") \
+  X(tokenizer_merges, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's merges.txt") \
+  X(codec, STR, "pixel", FULL, USE("pixel|vae"), "latent codec: pixel (space-to-depth) or vae (pretrained_vae_model_name_or_path)") \
+  X(vae_tile, INT, "512", FULL, INT_IN(0, 16384), "codec vae: pixels per tile for encode/decode (0: untiled)") \
+  X(codec_scale, INT, "0", FULL, FN(check_codec_scale), "pixel codec factor s in {1,2,4} (0: from the preset's channels)") \
+  X(mixed_precision, STR, "no", ALL, FN(check_mixed_precision), "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
+  X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)") \
+  X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal") \
+  X(webhook_config, STR, NULL, ALL, ANY, "webhooks (docs/health.md): a JSON file path, or an inline object or list") \
+  X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"), "seconds per webhook request") \
+  X(webhook_retries, INT, "3", ALL, INT_IN(0, 20), "retries of a failed webhook request (exponential backoff)") \
+  X(webhook_status_interval, NUM, "10", ALL, NUM_GE_UNIT(0, " seconds"), "seconds between training.status webhook events (0: every step)") \
+  X(health_poll_interval, NUM, "5", ALL, NUM_BETWEEN("[]", 0.01, 3600, " seconds"), "seconds between GPU health polls") \
+  X(health_ecc_threshold, INT, "10", ALL, INT_GE(1), "new uncorrected (volatile) ECC errors since start that open the circuit") \
+  X(health_temp_margin, NUM, "5", ALL, NUM_BETWEEN("[]", 0, 100, " degrees"), "degrees C below the NVML shutdown temperature that open the circuit") \
+  X(health_nvml_library, STR, "libnvidia-ml.so.1", ALL, ANY, "the NVML library loaded with dlopen") \
+  X(health_memory_low_percent, NUM, "5", ALL, NUM_BETWEEN("[)", 0, 100, ""), "warn when available host memory falls below this percentage") \
+  X(disk_low_threshold, STR, NULL, ALL, FN(check_bytes), "free space on output_dir needed before a checkpoint (e.g. 10G, 500M, bytes)") \
+  X(disk_low_action, STR, "stop", ALL, ONE_OF("stop|wait|script"), "below disk_low_threshold: stop, wait or script") \
+  X(disk_low_script, STR, NULL, ALL, ANY, "disk_low_action=script: the command run (sh -c) to free space")
+
+/* The model types of the models column, as bits. */
+typedef enum ct_model_types {
+  CT_MODEL_FULL = 1, /* model_type full: the MMDiT */
+  CT_MODEL_VAE = 2,  /* model_type vae: an AutoencoderKL */
+  CT_MODEL_ALL = 3
+} ct_model_types;
+
+/* CT_KEY_<key>: a key's row in the table; CT_CONFIG_NKEYS rows. */
+enum {
+#define CT_X(k, type, def, models, check, help) CT_KEY_##k,
+  CT_CONFIG_KEYS(CT_X)
+#undef CT_X
+  CT_CONFIG_NKEYS
+};
 
 typedef struct ct_config {
 #define CT_X_INT(k) long k;
 #define CT_X_NUM(k) double k;
 #define CT_X_BOOL(k) int k;
 #define CT_X_STR(k) char *k;
-#define CT_X(k, type, def, help) CT_X_##type(k)
+#define CT_X(k, type, def, models, check, help) CT_X_##type(k)
   CT_CONFIG_KEYS(CT_X)
 #undef CT_X
 #undef CT_X_INT
 #undef CT_X_NUM
 #undef CT_X_BOOL
 #undef CT_X_STR
+  /* given[CT_KEY_k] = 1: k was set by config.json, the command line or
+   * deepspeed_config rather than left at its default. */
+  unsigned char given[CT_CONFIG_NKEYS];
 } ct_config;
 
 /* Defaults into cfg (frees nothing: call on a zeroed or freed struct). */
@@ -162,7 +194,7 @@ ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_e
 /* Check ranges and choices after all sources are merged; names the key. */
 ct_status ct_config_validate(const ct_config *cfg, ct_err *err);
 /* Folds cfg->deepspeed_config (a file path or inline JSON text) into the
- * trainer's keys for `world` ranks (src/train/deepspeed.c; docs/distributed.md).
+ * trainer's keys for `world` ranks (src/config/deepspeed.c; docs/distributed.md).
  * A no-op without one. */
 ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err);
 /* Canonical JSON of every key (sorted as declared); caller frees. */
@@ -170,13 +202,24 @@ char *ct_config_to_json(const ct_config *cfg);
 /* FNV-1a 64 of the canonical JSON of the keys that change the training math
  * (not output paths, intervals or resume settings), as 16 hex digits. */
 void ct_config_digest(const ct_config *cfg, char out[17]);
-/* Replace every {env:VAR} in `in` by the variable's value (malloc'd result);
- * an unset variable is an error naming it. Used for multidatabackend.json too. */
-ct_status ct_config_expand_env(const char *in, char **out, ct_err *err);
-/* "10G", "500M", "1.5GiB", "1048576" -> bytes (binary units); -1 if malformed. */
-long long ct_parse_bytes(const char *s);
 /* Help text for one key (NULL if unknown). */
 const char *ct_config_help(const char *key);
+/* Row i of the table (0 <= i < CT_CONFIG_NKEYS) for listings such as
+ * `ctuner train --help-keys`; 0 past the end. def is NULL for "unset";
+ * models is a mask of ct_model_types. */
+typedef struct ct_config_key_info {
+  const char *name, *type, *def, *help;
+  unsigned models;
+} ct_config_key_info;
+int ct_config_key_info_at(size_t i, ct_config_key_info *out);
+/* "all", "full" or "vae" for a models mask (as --help-keys prints it). */
+const char *ct_config_models_name(unsigned models);
+/* 1 if key (or an alias of it) applies to model_type ("full", "vae"), 0 if
+ * it does not, -1 if the key or the model type is unknown. */
+int ct_config_key_applies(const char *key, const char *model_type);
+/* The first key given explicitly (cfg->given) that does not apply to
+ * cfg->model_type, or NULL: for a trainer that refuses such keys. */
+const char *ct_config_first_inapplicable(const ct_config *cfg);
 /* Nearest known key by edit distance (for "did you mean"); NULL if none close. */
 const char *ct_config_suggest(const char *key);
 

@@ -128,6 +128,18 @@ ct_status ct_ds_open_storage(const ct_ds_config *d, ct_storage **out, ct_err *er
  * at either end. */
 const char *ct_ds_image_dir(const ct_ds_config *d);
 
+/* A local directory of images listed the way the loader's discovery lists a
+ * dataset (listing, image headers and .txt captions, on every core;
+ * src/data/discover.c); `ctuner bench discovery` times it. rel: the image
+ * paths relative to dir, sorted; bad: those that are unreadable or lack a
+ * caption. ct_ds_listing_free(NULL-filled) is a no-op. */
+typedef struct ct_ds_listing {
+  char **rel;
+  size_t n, bad;
+} ct_ds_listing;
+ct_status ct_ds_list_dir(const char *dir, ct_ds_listing *out, ct_err *err);
+void ct_ds_listing_free(ct_ds_listing *l);
+
 /* ---- buckets ---- */
 
 typedef struct ct_bucket_opts {

@@ -51,5 +51,7 @@ void ct_json_free(ct_json *j);
 /* Object member by key (last one wins on duplicates); NULL if absent or not an object. */
 const ct_json *ct_json_get(const ct_json *obj, const char *key);
 const char *ct_json_type_name(ct_json_type t);
+/* 1 if s[0..n) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+int ct_utf8_valid(const char *s, size_t n);
 
 #endif

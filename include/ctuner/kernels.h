@@ -24,6 +24,14 @@
 
 #include <stddef.h>
 
+/* ---- SGEMM: C = alpha op(A) op(B) + beta C, row-major, cblas_sgemm's argument
+ * meaning (transA/transB != 0: the stored matrix is the transpose); beta == 0
+ * overwrites C. Own AVX-512 kernel, else OpenBLAS (src/kernels/gemm.h, docs/gemm.md). */
+void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+/* "avx512" or "blas": the path ct_sgemm takes on this machine and environment. */
+const char *ct_sgemm_path(void);
+
 /* ---- linear: y = x w^T + b, w is [out=M, in=K] (PyTorch layout) ---- */
 /* y (N, M) = x (N, K) . w^T + b; b may be NULL. */
 void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,

@@ -43,6 +43,10 @@ ct_status ct_synth_render(const ct_synth_spec *s, int w, int h, ct_image *out, c
  * training) so that evaluation prompts are unseen. */
 void ct_synth_draw(uint64_t seed, uint64_t i, int held_out, ct_synth_spec *s);
 
+/* Size and format (1 = JPEG) of dataset image i (ct_synth_write_dataset; the
+ * CLI's dataset commands report it). */
+void ct_synth_file_plan(uint64_t seed, uint64_t i, int *w, int *h, int *jpeg);
+
 /* Write count images (+ same-name .txt captions) into dir, mostly PNG, some
  * JPEG: of size w x h, or (w = h = 0) of several sizes and aspect ratios. */
 ct_status ct_synth_write_dataset(const char *dir, int count, uint64_t seed, int w, int h,

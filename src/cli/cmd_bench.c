@@ -13,7 +13,6 @@
 #include <sys/resource.h>
 
 #include "cli/cli.h"
-#include "kernels/gemm.h"
 #include "ctuner/alloc.h"
 #include "ctuner/kernels.h"
 #include "ctuner/mmdit.h"

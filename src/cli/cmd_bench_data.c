@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "ctuner/data.h"
 #include "ctuner/image.h"
 #include "ctuner/parallel.h"
-#include "data/discover.h"
 
 void ct_cmd_bench_discovery_help(FILE *f) {
   fprintf(f,
@@ -54,25 +54,15 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
     ct_cmd_bench_discovery_help(stderr);
     return 2;
   }
-  ct_ds_config c;
-  memset(&c, 0, sizeof c);
-  c.id = "bench";
-  c.type = "local";
-  c.instance_data_dir = (char *)dir;
-  c.caption_strategy = CT_CAP_TEXTFILE;
-  ct_disc d;
+  ct_ds_listing d;
   ct_err err = {0};
-  ct_storage *sto = NULL;
   double t0 = ct_time_now();
-  if (ct_ds_open_storage(&c, &sto, &err) || ct_discover(&c, sto, "", dir, NULL, NULL, &d, &err)) {
+  if (ct_ds_list_dir(dir, &d, &err)) {
     fprintf(stderr, "ctuner bench discovery: %s\n", err.msg);
-    ct_storage_free(sto);
     return 1;
   }
   double secs = ct_time_now() - t0;
-  ct_storage_free(sto);
-  size_t n = d.n, bad = 0;
-  for (size_t i = 0; i < d.n; i++) bad += d.it[i].why != CT_DISC_OK;
+  size_t n = d.n, bad = d.bad;
   if (decode) { /* a discovery that decodes: the listing and captions, plus a decode per image */
     if (limit > 0 && (size_t)limit < n) n = (size_t)limit;
     const double listing = secs * (double)n / (double)(d.n ? d.n : 1);
@@ -80,7 +70,7 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
 #pragma omp parallel for schedule(dynamic, 4) reduction(+ : bad)
     for (long i = 0; i < (long)n; i++) {
       char path[8192];
-      snprintf(path, sizeof path, "%s/%s", dir, d.it[i].rel);
+      snprintf(path, sizeof path, "%s/%s", dir, d.rel[i]);
       ct_image img = {0};
       ct_err e = {0};
       if (ct_image_load(path, &img, &e)) bad++;
@@ -94,6 +84,6 @@ int ct_cmd_bench_discovery(int argc, char **argv) {
       "\"threads\": %d}\n",
       decode ? "full_decode" : "discovery_headers", n, bad, secs,
       (double)n / (secs > 0 ? secs : 1e-9), omp_get_max_threads());
-  ct_disc_free(&d);
+  ct_ds_listing_free(&d);
   return 0;
 }

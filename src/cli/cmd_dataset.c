@@ -10,7 +10,6 @@
 
 #include "cli/cli.h"
 #include "ctuner/synth.h"
-#include "synth/synth_int.h"
 
 void ct_cmd_dataset_synth_help(FILE *f) {
   fprintf(f,

@@ -93,18 +93,10 @@ static void on_step(const ct_step_info *in, void *user) {
 }
 
 static void print_keys(void) {
-  static const char *const keys[] = {
-#define CT_X(k, type, d, h) #k,
-      CT_CONFIG_KEYS(CT_X)
-#undef CT_X
-  };
-  static const char *const defs[] = {
-#define CT_X(k, type, d, h) d,
-      CT_CONFIG_KEYS(CT_X)
-#undef CT_X
-  };
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-    printf("  %-32s %s (default: %s)\n", keys[i], ct_config_help(keys[i]), defs[i] ? defs[i] : "unset");
+  ct_config_key_info k;
+  for (size_t i = 0; ct_config_key_info_at(i, &k); i++)
+    printf("  %-32s %s (default: %s; model_type: %s)\n", k.name, k.help, k.def ? k.def : "unset",
+           ct_config_models_name(k.models));
 }
 
 /* `ctuner train` and `ctuner cache` share options, launch and failure handling. */

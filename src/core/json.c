@@ -22,8 +22,6 @@
 #include "ctuner/json.h"
 #include "ctuner/fs.h"
 
-#include "core/core_int.h"
-
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>

@@ -31,7 +31,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/core_int.h"
 #include "ctuner/alloc.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"

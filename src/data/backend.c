@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctuner/config.h"
 #include "ctuner/data.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
+#include "ctuner/parse.h"
 #include "ctuner/storage.h"
 
 /* SimpleTuner keys ctuner accepts but does not act on. */
@@ -107,7 +107,7 @@ static ct_status get_str(ctx *c, const ct_json *o, const char *key, char **out) 
     return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
   free(*out);
   *out = NULL;
-  ct_status st = ct_config_expand_env(v->str, out, c->err);
+  ct_status st = ct_expand_env(v->str, NULL, out, c->err);
   if (st) ct_err_prefix(c->err, "%s: %s: key '%s': ", c->file, c->where, key);
   return st;
 }
@@ -295,7 +295,7 @@ static ct_status get_secret(ctx *c, const ct_json *o, const char *key, char **ou
     return bad(c, key, "expected a string, got %s", ct_json_type_name(v->type));
   ct_err e = {0};
   char *s = NULL;
-  if (ct_config_expand_env(v->str, &s, &e) == CT_OK) {
+  if (ct_expand_env(v->str, NULL, &s, &e) == CT_OK) {
     free(*out);
     *out = s;
     return CT_OK;

@@ -220,6 +220,38 @@ void ct_disc_free(ct_disc *d) {
   memset(d, 0, sizeof *d);
 }
 
+ct_status ct_ds_list_dir(const char *dir, ct_ds_listing *out, ct_err *err) {
+  memset(out, 0, sizeof *out);
+  ct_ds_config c;
+  memset(&c, 0, sizeof c);
+  c.id = "bench";
+  c.type = "local";
+  c.instance_data_dir = (char *)dir;
+  c.caption_strategy = CT_CAP_TEXTFILE;
+  ct_storage *sto = NULL;
+  ct_disc d = {0};
+  ct_status st = ct_ds_open_storage(&c, &sto, err);
+  if (!st) st = ct_discover(&c, sto, "", dir, NULL, NULL, &d, err);
+  if (!st && d.n && !(out->rel = calloc(d.n, sizeof *out->rel))) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; !st && i < d.n; i++) {
+    out->rel[i] = d.it[i].rel; /* moved: ct_disc_free frees what is left */
+    d.it[i].rel = NULL;
+    out->bad += d.it[i].why != CT_DISC_OK;
+  }
+  if (!st) out->n = d.n;
+  ct_disc_free(&d);
+  ct_storage_free(sto);
+  if (st) ct_ds_listing_free(out);
+  return st;
+}
+
+void ct_ds_listing_free(ct_ds_listing *l) {
+  if (!l) return;
+  for (size_t i = 0; i < l->n; i++) free(l->rel[i]);
+  free(l->rel);
+  memset(l, 0, sizeof *l);
+}
+
 static ct_status add_item(ct_disc *d, char *rel, int w, int h, char *caption) {
   if (d->n == d->cap) {
     size_t nc = d->cap ? d->cap * 2 : 256;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ctuner/log.h"
+#include "ctuner/parse.h"
 #include "health/health_int.h"
 
 #define MAX_GPUS 16

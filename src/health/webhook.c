@@ -21,9 +21,9 @@
 #include <strings.h>
 #include <time.h>
 
-#include "ctuner/config.h"
 #include "ctuner/fs.h"
 #include "ctuner/log.h"
+#include "ctuner/parse.h"
 #include "health/health_int.h"
 
 static const char *const SEV[] = {"critical", "error", "warning", "info", "debug"};
@@ -164,7 +164,7 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
       st = ct_errf(err, CT_ERR_NOT_FOUND, "webhook_config file not found: %s (give a path, or an inline object or list)",
                    value);
   }
-  if (!st) st = ct_config_expand_env(text, &expanded, err); /* {env:VAR}, e.g. for auth_token */
+  if (!st) st = ct_expand_env(text, NULL, &expanded, err); /* {env:VAR}, e.g. for auth_token */
   free(text);
   ct_json *j = NULL;
   if (!st) st = ct_json_parse(expanded, strlen(expanded), &j, err);

@@ -1,5 +1,6 @@
-/* Single-precision GEMM used by the kernels (private to the library, also read
- * by the benchmarks).
+/* Single-precision GEMM used by the kernels (declared in ctuner/kernels.h; this
+ * header adds the AVX-512 entry point, private to src/kernels, also read by the
+ * benchmarks).
  *
  * ct_sgemm computes C = alpha * op(A) * op(B) + beta * C on row-major matrices,
  * with the argument meaning of cblas_sgemm(CblasRowMajor, ...): op(A) is M x K,
@@ -21,11 +22,7 @@
 #ifndef CT_KERNELS_GEMM_H
 #define CT_KERNELS_GEMM_H
 
-void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc);
-
-/* "avx512" or "blas": the path ct_sgemm takes on this machine and environment. */
-const char *ct_sgemm_path(void);
+#include "ctuner/kernels.h" /* ct_sgemm, ct_sgemm_path */
 
 /* The AVX-512 path itself (gemm_avx512.c). Requires M, N, K >= 1 and an
  * AVX-512F CPU; callers go through ct_sgemm. */

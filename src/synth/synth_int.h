@@ -10,8 +10,6 @@
 void ct_synth_geometry(const ct_synth_spec *s, int w, int h, double *cx, double *cy, double *r);
 /* 1 if the spec's (shape, colour, position) is in the held-out set. */
 int ct_synth_is_held_out(const ct_synth_spec *s);
-/* Size and format (1 = JPEG) of dataset image i. */
-void ct_synth_file_plan(uint64_t seed, uint64_t i, int *w, int *h, int *jpeg);
 
 /* What the judge measured (for tests and --verbose). */
 typedef struct ct_synth_features {

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core_int.h"
 #include "ctuner/json.h"
 #include "ctuner/textenc.h"
 

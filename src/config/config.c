@@ -1,5 +1,7 @@
 /* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
- * the canonical dump and help, so a key is declared exactly once. */
+ * each key's own validation rule and the model types it applies to, the
+ * canonical dump and help, so a key is declared exactly once. Rules between
+ * keys run after the table (check_together). */
 #include "ctuner/config.h"
 #include "ctuner/storage.h"
 #include "ctuner/hash.h"
@@ -16,16 +18,71 @@
 
 typedef enum { K_INT, K_NUM, K_BOOL, K_STR } ktype;
 
+/* A key's own rule (the check column of CT_CONFIG_KEYS). */
+typedef enum {
+  V_ANY,
+  V_FN,
+  V_INT_GE,
+  V_INT_IN,
+  V_INT_ONE_OF,
+  V_NUM_GE,
+  V_NUM_GT,
+  V_NUM_IN,
+  V_NUM_BETWEEN,
+  V_ONE_OF,
+  V_ONE_OF_QUOTED,
+  V_NONE_OR,
+  V_USE
+} vkind;
+typedef struct vspec {
+  vkind kind;
+  double lo, hi;
+  const char *shape; /* V_NUM_IN/V_NUM_BETWEEN: "[)" etc. */
+  const char *list;  /* '|'-separated choices */
+  const char *note;  /* after the bound: " seconds", " (0: auto)" */
+  ct_status (*fn)(const ct_config *c, ct_err *err);
+} vspec;
+#define CT_CHECK_ANY {.kind = V_ANY}
+#define CT_CHECK_FN(f) {.kind = V_FN, .fn = f}
+#define CT_CHECK_INT_GE(l) {.kind = V_INT_GE, .lo = (l), .note = ""}
+#define CT_CHECK_INT_GE_UNIT(l, u) {.kind = V_INT_GE, .lo = (l), .note = u}
+#define CT_CHECK_INT_IN(l, h) {.kind = V_INT_IN, .lo = (l), .hi = (h)}
+#define CT_CHECK_INT_ONE_OF(s) {.kind = V_INT_ONE_OF, .list = s}
+#define CT_CHECK_NUM_GE(l) {.kind = V_NUM_GE, .lo = (l), .note = ""}
+#define CT_CHECK_NUM_GE_UNIT(l, u) {.kind = V_NUM_GE, .lo = (l), .note = u}
+#define CT_CHECK_NUM_GT(l) {.kind = V_NUM_GT, .lo = (l)}
+#define CT_CHECK_NUM_IN(b, l, h) {.kind = V_NUM_IN, .shape = b, .lo = (l), .hi = (h)}
+#define CT_CHECK_NUM_BETWEEN(b, l, h, u) {.kind = V_NUM_BETWEEN, .shape = b, .lo = (l), .hi = (h), .note = u}
+#define CT_CHECK_ONE_OF(s) {.kind = V_ONE_OF, .list = s}
+#define CT_CHECK_ONE_OF_QUOTED(s) {.kind = V_ONE_OF_QUOTED, .list = s}
+#define CT_CHECK_NONE_OR(s) {.kind = V_NONE_OR, .list = s}
+#define CT_CHECK_USE(s) {.kind = V_USE, .list = s}
+
+/* The FN(...) rules (defined with ct_config_validate below). */
+static ct_status check_model_type(const ct_config *c, ct_err *err);
+static ct_status check_preset(const ct_config *c, ct_err *err);
+static ct_status check_output_dir(const ct_config *c, ct_err *err);
+static ct_status check_bytes(const ct_config *c, ct_err *err);
+static ct_status check_learning_rate(const ct_config *c, ct_err *err);
+static ct_status check_lr_scheduler(const ct_config *c, ct_err *err);
+static ct_status check_optimizer(const ct_config *c, ct_err *err);
+static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err);
+static ct_status check_codec_scale(const ct_config *c, ct_err *err);
+static ct_status check_mixed_precision(const ct_config *c, ct_err *err);
+static ct_status check_resume(const ct_config *c, ct_err *err);
+
 typedef struct key_def {
   const char *name;
   ktype type;
   const char *def;
   const char *help;
   size_t off;
+  unsigned models; /* ct_model_types bits */
+  vspec check;
 } key_def;
 
 static const key_def KEYS[] = {
-#define CT_X(k, type, d, h) {#k, K_##type, d, h, offsetof(ct_config, k)},
+#define CT_X(k, type, d, m, c, h) {#k, K_##type, d, h, offsetof(ct_config, k), CT_MODEL_##m, CT_CHECK_##c},
     CT_CONFIG_KEYS(CT_X)
 #undef CT_X
 };
@@ -116,71 +173,10 @@ static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
                  key);
 }
 
-/* {env:VAR} substitution; a missing variable is an error naming it. */
-static ct_status substitute_env(const char *in, char **out, const char *where, ct_err *err) {
-  size_t cap = strlen(in) + 1, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  const char *p = in;
-  while (*p) {
-    if (!strncmp(p, "{env:", 5)) {
-      const char *end = strchr(p + 5, '}');
-      if (!end) {
-        free(buf);
-        return ct_errf(err, CT_ERR_INVALID, "%sunterminated '{env:' in \"%s\"", where, in);
-      }
-      char var[256];
-      size_t vl = (size_t)(end - (p + 5));
-      if (vl == 0 || vl >= sizeof var) {
-        free(buf);
-        return ct_errf(err, CT_ERR_INVALID, "%sbad environment reference in \"%s\"", where, in);
-      }
-      memcpy(var, p + 5, vl);
-      var[vl] = 0;
-      const char *val = getenv(var);
-      if (!val) {
-        free(buf);
-        return ct_errf(err, CT_ERR_INVALID,
-                       "%s{env:%s} is used but the environment variable %s is not set", where,
-                       var, var);
-      }
-      size_t need = len + strlen(val) + strlen(end + 1) + 1;
-      if (need > cap) {
-        char *nb = realloc(buf, need);
-        if (!nb) {
-          free(buf);
-          return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-        }
-        buf = nb, cap = need;
-      }
-      memcpy(buf + len, val, strlen(val));
-      len += strlen(val);
-      p = end + 1;
-    } else {
-      if (len + 2 > cap) {
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-          free(buf);
-          return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-        }
-        buf = nb, cap *= 2;
-      }
-      buf[len++] = *p++;
-    }
-  }
-  buf[len] = 0;
-  *out = buf;
-  return CT_OK;
-}
-
-ct_status ct_config_expand_env(const char *in, char **out, ct_err *err) {
-  return substitute_env(in, out, "", err);
-}
-
 static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
   char *s = NULL;
   if (v) {
-    ct_status st = substitute_env(v, &s, where, err);
+    ct_status st = ct_expand_env(v, where, &s, err);
     if (st) return st;
   }
   free(*field);
@@ -252,7 +248,9 @@ void ct_config_free(ct_config *cfg) {
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
   const key_def *k = find_key(key);
   if (!k) return unknown_key("command line: ", strip_dashes(key), err);
-  return set_text(cfg, k, value, "command line: ", err);
+  ct_status st = set_text(cfg, k, value, "command line: ", err);
+  if (!st) cfg->given[k - KEYS] = 1;
+  return st;
 }
 
 /* JSON text of v (for keys that take an inline object); 0 on success. */
@@ -417,6 +415,7 @@ ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
       break;
     }
     st = set_json(cfg, k, &j->items[i], where, err);
+    if (!st) cfg->given[k - KEYS] = 1;
   }
   ct_json_free(j);
   return st;
@@ -430,17 +429,187 @@ static int is_one_of(const char *s, const char *const *choices) {
 
 #define BAD(...) return ct_errf(err, CT_ERR_INVALID, __VA_ARGS__)
 
+/* ---- the FN(...) rules of the table ---- */
+
+static ct_status check_model_type(const ct_config *c, ct_err *err) {
+  if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae")))
+    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not implemented yet)",
+        c->model_type ? c->model_type : "");
+  return CT_OK;
+}
+
+static ct_status check_preset(const ct_config *c, ct_err *err) {
+  if (!c->preset) BAD("preset is required (tiny, small, bench)");
+  return CT_OK;
+}
+
+static ct_status check_output_dir(const ct_config *c, ct_err *err) {
+  if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
+  if (!strncmp(c->output_dir, "s3://", 5)) {
+    char *b = NULL, *pf = NULL;
+    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0] && (!pf[0] || ct_storage_key_ok(pf));
+    free(b), free(pf);
+    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix (a prefix without empty, '.' or '..' segments)", c->output_dir);
+  }
+  return CT_OK;
+}
+
+static ct_status check_bytes(const ct_config *c, ct_err *err) {
+  if (c->disk_low_threshold && ct_parse_bytes(c->disk_low_threshold) < 0)
+    BAD("disk_low_threshold must be a size such as 10G, 500M or 1048576 (bytes), got '%s'", c->disk_low_threshold);
+  return CT_OK;
+}
+
+static ct_status check_learning_rate(const ct_config *c, ct_err *err) {
+  if (!(c->learning_rate >= 0) || !isfinite(c->learning_rate))
+    BAD("learning_rate must be a finite number >= 0, got %g", c->learning_rate);
+  return CT_OK;
+}
+
+static ct_status check_lr_scheduler(const ct_config *c, ct_err *err) {
+  ct_sched_kind sk;
+  if (!c->lr_scheduler) BAD("lr_scheduler is required");
+  ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);
+  if (st) ct_err_prefix(err, "lr_scheduler: ");
+  return st;
+}
+
+static ct_status check_optimizer(const ct_config *c, ct_err *err) {
+  if (!c->optimizer) BAD("optimizer is required");
+  if (!ct_optim_lookup(c->optimizer, err)) {
+    ct_err_prefix(err, "optimizer: ");
+    return err ? err->status : CT_ERR_INVALID;
+  }
+  return CT_OK;
+}
+
+static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err) {
+  if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
+    BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld", c->tokenizer_max_length);
+  return CT_OK;
+}
+
+static ct_status check_codec_scale(const ct_config *c, ct_err *err) {
+  if (c->codec_scale != 0 && c->codec_scale != 1 && c->codec_scale != 2 && c->codec_scale != 4)
+    BAD("codec_scale must be 0 (from the preset), 1, 2 or 4, got %ld", c->codec_scale);
+  return CT_OK;
+}
+
+static ct_status check_mixed_precision(const ct_config *c, ct_err *err) {
+  if (!c->mixed_precision ||
+      (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32") && strcmp(c->mixed_precision, "bf16")))
+    BAD("mixed_precision '%s' is not supported; use \"no\" (float32) or \"bf16\"%s",
+        c->mixed_precision ? c->mixed_precision : "",
+        c->mixed_precision && !strcmp(c->mixed_precision, "fp16") ? " (fp16 needs loss scaling ctuner does not do)" : "");
+  return CT_OK;
+}
+
+static ct_status check_resume(const ct_config *c, ct_err *err) {
+  if (!c->resume_from_checkpoint) BAD("resume_from_checkpoint must be latest, none or a path");
+  return CT_OK;
+}
+
+/* ---- the declarative rules ---- */
+
+/* 1 if s is one of the '|'-separated words of list. */
+static int in_list(const char *s, const char *list) {
+  const size_t n = strlen(s);
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, '|');
+    const size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && !strncmp(p, s, n)) return 1;
+    p += l + (e != NULL);
+  }
+  return 0;
+}
+
+/* "a, b or c" (quoted: "\"a\", \"b\" or \"c\"") into buf. */
+static const char *say_list(const char *list, int quoted, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (const char *p = list; *p && len < n;) {
+    const char *e = strchr(p, '|');
+    const int l = e ? (int)(e - p) : (int)strlen(p);
+    const char *sep = p == list ? "" : e ? ", " : " or ";
+    int w = snprintf(buf + len, n - len, quoted ? "%s\"%.*s\"" : "%s%.*s", sep, l, p);
+    len += w > 0 ? (size_t)w : 0;
+    p += l + (e != NULL);
+  }
+  return buf;
+}
+
+/* 1 if x is inside the interval "[)"-style shape from lo to hi. */
+static int inside(double x, const char *shape, double lo, double hi) {
+  const int lo_ok = shape[0] == '[' ? x >= lo : x > lo, hi_ok = shape[1] == ']' ? x <= hi : x < hi;
+  return lo_ok && hi_ok;
+}
+
+/* The key's own rule from the table. */
+static ct_status check_key(const ct_config *c, const key_def *k, ct_err *err) {
+  const vspec *v = &k->check;
+  const char *base = (const char *)c + k->off;
+  const long i = k->type == K_INT ? *(const long *)base : 0;
+  const double x = k->type == K_NUM ? *(const double *)base : 0;
+  const char *s = k->type == K_STR ? *(char *const *)base : NULL;
+  char says[160];
+  switch (v->kind) {
+  case V_ANY: return CT_OK;
+  case V_FN: return v->fn(c, err);
+  case V_INT_GE:
+    if (i < (long)v->lo) BAD("%s must be >= %ld%s, got %ld", k->name, (long)v->lo, v->note, i);
+    return CT_OK;
+  case V_INT_IN:
+    if (i < (long)v->lo || i > (long)v->hi)
+      BAD("%s must be between %ld and %ld, got %ld", k->name, (long)v->lo, (long)v->hi, i);
+    return CT_OK;
+  case V_INT_ONE_OF: {
+    char num[32];
+    snprintf(num, sizeof num, "%ld", i);
+    if (!in_list(num, v->list)) BAD("%s must be %s, got %ld", k->name, say_list(v->list, 0, says, sizeof says), i);
+    return CT_OK;
+  }
+  case V_NUM_GE:
+    if (!(x >= v->lo)) BAD("%s must be >= %g%s, got %g", k->name, v->lo, v->note, x);
+    return CT_OK;
+  case V_NUM_GT:
+    if (!(x > v->lo)) BAD("%s must be > %g, got %g", k->name, v->lo, x);
+    return CT_OK;
+  case V_NUM_IN:
+    if (!inside(x, v->shape, v->lo, v->hi))
+      BAD("%s must be in %c%g, %g%c, got %g", k->name, v->shape[0], v->lo, v->hi, v->shape[1], x);
+    return CT_OK;
+  case V_NUM_BETWEEN:
+    if (!inside(x, v->shape, v->lo, v->hi))
+      BAD("%s must be between %g and %g%s, got %g", k->name, v->lo, v->hi, v->note, x);
+    return CT_OK;
+  case V_ONE_OF:
+  case V_ONE_OF_QUOTED:
+    if (!s || !in_list(s, v->list))
+      BAD("%s must be %s, got '%s'", k->name, say_list(v->list, v->kind == V_ONE_OF_QUOTED, says, sizeof says),
+          s ? s : "");
+    return CT_OK;
+  case V_NONE_OR: /* "none" reads as unset (NULL) */
+    if (s && !in_list(s, v->list)) {
+      char more[150];
+      BAD("%s must be none, %s, got '%s'", k->name, say_list(v->list, 0, more, sizeof more), s);
+    }
+    return CT_OK;
+  case V_USE:
+    if (!s || !in_list(s, v->list))
+      BAD("%s '%s' is not supported; use %s", k->name, s ? s : "", say_list(v->list, 1, says, sizeof says));
+    return CT_OK;
+  }
+  return CT_OK;
+}
+
 /* The optimizer against the rest of the configuration, decided by its
  * registry row (ctuner/optim.h): what it can do (offload, bf16 storage,
  * 1-bit communication), not its name. Whether a ZeRO shard cuts a tensor of
  * a tensor-wise optimizer depends on the world size: the trainer checks that
- * (ct_optim_can_cut). */
-static ct_status check_optimizer(const ct_config *c, ct_err *err) {
+ * (ct_optim_can_cut). The name itself was checked by its row (check_optimizer). */
+static ct_status check_optimizer_with(const ct_config *c, ct_err *err) {
   const ct_optim_info *oi = ct_optim_lookup(c->optimizer, err);
-  if (!oi) {
-    ct_err_prefix(err, "optimizer: ");
-    return err ? err->status : CT_ERR_INVALID;
-  }
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
   const int bf16 = c->mixed_precision && !strcmp(c->mixed_precision, "bf16");
   const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
   const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
@@ -484,183 +653,81 @@ static ct_status check_optimizer(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
-ct_status ct_config_validate(const ct_config *c, ct_err *err) {
-  static const char *const families[] = {"flux", NULL};
-  if (!c->model_family || !is_one_of(c->model_family, families))
-    BAD("model_family '%s' is not supported; use \"flux\"", c->model_family ? c->model_family : "");
-  if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae")))
-    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not implemented yet)",
-        c->model_type ? c->model_type : "");
+/* Rules that relate several keys; every key has passed its own rule. */
+static ct_status check_together(const ct_config *c, ct_err *err) {
   if (!strcmp(c->model_type, "vae") && !c->vae_config && !c->pretrained_vae_model_name_or_path)
     BAD("model_type vae needs vae_config (a diffusers config.json to train from scratch) or "
         "pretrained_vae_model_name_or_path (a VAE directory to fine-tune)");
-  if (!c->vae_loss || (strcmp(c->vae_loss, "l1") && strcmp(c->vae_loss, "l2")))
-    BAD("vae_loss must be l1 or l2, got '%s'", c->vae_loss ? c->vae_loss : "");
-  if (!(c->vae_kl_weight >= 0)) BAD("vae_kl_weight must be >= 0, got %g", c->vae_kl_weight);
-  if (c->vae_stats_images < 1) BAD("vae_stats_images must be >= 1, got %ld", c->vae_stats_images);
-  if (!c->preset) BAD("preset is required (tiny, small, bench)");
-  if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
-  if (!strncmp(c->output_dir, "s3://", 5)) {
-    char *b = NULL, *pf = NULL;
-    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0] && (!pf[0] || ct_storage_key_ok(pf));
-    free(b), free(pf);
-    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix (a prefix without empty, '.' or '..' segments)", c->output_dir);
-    if (c->model_type && !strcmp(c->model_type, "vae"))
-      BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a local output_dir");
-  }
-  if (!c->output_aws_addressing_style || (strcmp(c->output_aws_addressing_style, "auto") &&
-                                          strcmp(c->output_aws_addressing_style, "path") &&
-                                          strcmp(c->output_aws_addressing_style, "virtual")))
-    BAD("output_aws_addressing_style must be auto, path or virtual, got '%s'",
-        c->output_aws_addressing_style ? c->output_aws_addressing_style : "");
-  if (c->seed < 0) BAD("seed must be >= 0, got %ld", c->seed);
-  if (c->resolution < 0 || c->resolution > 4096)
-    BAD("resolution must be between 0 and 4096, got %ld", c->resolution);
-  if (c->aspect_bucket_alignment != 8 && c->aspect_bucket_alignment != 16 && c->aspect_bucket_alignment != 24 &&
-      c->aspect_bucket_alignment != 32 && c->aspect_bucket_alignment != 64)
-    BAD("aspect_bucket_alignment must be 8, 16, 24, 32 or 64, got %ld", c->aspect_bucket_alignment);
-  if (c->aspect_bucket_rounding < 0 || c->aspect_bucket_rounding > 6)
-    BAD("aspect_bucket_rounding must be between 0 and 6, got %ld", c->aspect_bucket_rounding);
-  {
-    static const char *const comps[] = {"gzip", "zstd", NULL};
-    if (!c->disk_cache_compression || !is_one_of(c->disk_cache_compression, comps))
-      BAD("disk_cache_compression must be gzip or zstd, got '%s'",
-          c->disk_cache_compression ? c->disk_cache_compression : "");
-  }
-  if (!(c->webhook_timeout > 0 && c->webhook_timeout <= 600))
-    BAD("webhook_timeout must be between 0 and 600 seconds, got %g", c->webhook_timeout);
-  if (!(c->webhook_status_interval >= 0))
-    BAD("webhook_status_interval must be >= 0 seconds, got %g", c->webhook_status_interval);
-  if (c->webhook_retries < 0 || c->webhook_retries > 20)
-    BAD("webhook_retries must be between 0 and 20, got %ld", c->webhook_retries);
-  if (!(c->health_poll_interval >= 0.01 && c->health_poll_interval <= 3600))
-    BAD("health_poll_interval must be between 0.01 and 3600 seconds, got %g", c->health_poll_interval);
-  if (c->health_ecc_threshold < 1) BAD("health_ecc_threshold must be >= 1, got %ld", c->health_ecc_threshold);
-  if (!(c->health_temp_margin >= 0 && c->health_temp_margin <= 100))
-    BAD("health_temp_margin must be between 0 and 100 degrees, got %g", c->health_temp_margin);
-  if (!(c->health_memory_low_percent >= 0 && c->health_memory_low_percent < 100))
-    BAD("health_memory_low_percent must be between 0 and 100, got %g", c->health_memory_low_percent);
-  if (c->disk_low_threshold && ct_parse_bytes(c->disk_low_threshold) < 0)
-    BAD("disk_low_threshold must be a size such as 10G, 500M or 1048576 (bytes), got '%s'", c->disk_low_threshold);
-  {
-    static const char *const acts[] = {"stop", "wait", "script", NULL};
-    if (!c->disk_low_action || !is_one_of(c->disk_low_action, acts))
-      BAD("disk_low_action must be stop, wait or script, got '%s'", c->disk_low_action ? c->disk_low_action : "");
-    if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
-      BAD("disk_low_action=script needs disk_low_script (the command to run)");
-  }
-  if (c->dataloader_prefetch_qlen < 1 || c->dataloader_prefetch_qlen > 256)
-    BAD("dataloader_prefetch_qlen must be between 1 and 256, got %ld", c->dataloader_prefetch_qlen);
-  if (c->train_batch_size < 1 || c->train_batch_size > 4096)
-    BAD("train_batch_size must be between 1 and 4096, got %ld", c->train_batch_size);
-  if (c->gradient_accumulation_steps < 1)
-    BAD("gradient_accumulation_steps must be >= 1, got %ld", c->gradient_accumulation_steps);
-  if (c->max_train_steps < 0) BAD("max_train_steps must be >= 0, got %ld", c->max_train_steps);
-  if (c->max_train_steps == 0 && c->num_train_epochs < 1)
-    BAD("set max_train_steps or num_train_epochs (>= 1)");
-  if (!(c->learning_rate >= 0) || !isfinite(c->learning_rate))
-    BAD("learning_rate must be a finite number >= 0, got %g", c->learning_rate);
-  ct_sched_kind sk;
-  if (!c->lr_scheduler) BAD("lr_scheduler is required");
-  ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);
-  if (st) {
-    ct_err_prefix(err, "lr_scheduler: ");
-    return st;
-  }
-  if (c->lr_warmup_steps < 0) BAD("lr_warmup_steps must be >= 0, got %ld", c->lr_warmup_steps);
-  if (!c->warmup_type || (strcmp(c->warmup_type, "log") && strcmp(c->warmup_type, "linear")))
-    BAD("warmup_type must be \"log\" or \"linear\", got '%s'", c->warmup_type ? c->warmup_type : "");
-  if (!c->optimizer) BAD("optimizer is required");
-  if (c->freeze_step < 0) BAD("freeze_step must be >= 0, got %ld", c->freeze_step);
-  if (c->var_freeze_step < 0) BAD("var_freeze_step must be >= 0, got %ld", c->var_freeze_step);
-  if (c->var_update_scaler < 1) BAD("var_update_scaler must be >= 1, got %ld", c->var_update_scaler);
-  if (c->local_step_scaler < 1) BAD("local_step_scaler must be >= 1, got %ld", c->local_step_scaler);
-  if (c->local_step_clipper < 1) BAD("local_step_clipper must be >= 1, got %ld", c->local_step_clipper);
-  st = check_optimizer(c, err);
+  if (!strncmp(c->output_dir, "s3://", 5) && !strcmp(c->model_type, "vae"))
+    BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a local output_dir");
+  if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
+    BAD("disk_low_action=script needs disk_low_script (the command to run)");
+  if (c->max_train_steps == 0 && c->num_train_epochs < 1) BAD("set max_train_steps or num_train_epochs (>= 1)");
+  ct_status st = check_optimizer_with(c, err);
   if (st) return st;
-  if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1)) BAD("adam_beta1 must be in [0, 1), got %g", c->adam_beta1);
-  if (!(c->adam_beta2 >= 0 && c->adam_beta2 < 1)) BAD("adam_beta2 must be in [0, 1), got %g", c->adam_beta2);
-  if (!(c->adam_epsilon >= 0)) BAD("adam_epsilon must be >= 0, got %g", c->adam_epsilon);
-  if (!(c->adam_weight_decay >= 0)) BAD("adam_weight_decay must be >= 0, got %g", c->adam_weight_decay);
-  if (!(c->optimizer_momentum >= 0 && c->optimizer_momentum < 1))
-    BAD("optimizer_momentum must be in [0, 1), got %g", c->optimizer_momentum);
-  if (c->muon_ns_steps < 1 || c->muon_ns_steps > 20)
-    BAD("muon_ns_steps must be between 1 and 20, got %ld", c->muon_ns_steps);
-  if (!(c->muon_momentum >= 0 && c->muon_momentum < 1))
-    BAD("muon_momentum must be in [0, 1), got %g", c->muon_momentum);
-  if (!(c->muon_adamw_lr >= 0 && c->muon_adamw_lr <= 1e3))
-    BAD("muon_adamw_lr must be in [0, 1000], got %g", c->muon_adamw_lr);
-  if (c->mup_base_hidden < 0) BAD("mup_base_hidden must be >= 0, got %ld", c->mup_base_hidden);
-  if (!(c->max_grad_norm >= 0)) BAD("max_grad_norm must be >= 0 (0 disables), got %g", c->max_grad_norm);
-  if (c->max_nonfinite_steps < 1) BAD("max_nonfinite_steps must be >= 1, got %ld", c->max_nonfinite_steps);
-  if (c->zero_stage < 0 || c->zero_stage > 3) BAD("zero_stage must be 0, 1, 2 or 3, got %ld", c->zero_stage);
-  /* "none" reads as unset (NULL) */
-  static const char *const offd[] = {"cpu", "nvme", NULL};
-  if (c->offload_optimizer && !is_one_of(c->offload_optimizer, offd))
-    BAD("offload_optimizer must be none, cpu or nvme, got '%s'", c->offload_optimizer);
-  if (c->offload_param && !is_one_of(c->offload_param, offd))
-    BAD("offload_param must be none, cpu or nvme, got '%s'", c->offload_param);
   const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
   const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
   if (pnv && c->zero_stage != 3)
     BAD("offload_param nvme needs zero_stage 3 (parameters are sharded there; below it every rank holds all "
         "of them), got zero_stage %ld",
         c->zero_stage);
-  if (pnv && c->mixed_precision && !strcmp(c->mixed_precision, "bf16"))
-    BAD("offload_param nvme works with float32 storage; set mixed_precision no");
+  if (pnv && !strcmp(c->mixed_precision, "bf16")) BAD("offload_param nvme works with float32 storage; set mixed_precision no");
   if ((onv || pnv) && (!c->offload_param_path || !*c->offload_param_path))
     BAD("offload_%s nvme needs offload_param_path: a directory on the device for the swap files",
         onv ? "optimizer" : "param");
-  if (c->offload_buffer_size < 0) BAD("offload_buffer_size must be >= 0 (0: auto), got %ld", c->offload_buffer_size);
-  if (c->reduce_bucket_size < 0) BAD("reduce_bucket_size must be >= 0 (0: auto), got %ld", c->reduce_bucket_size);
-  if (!(c->ema_decay >= 0 && c->ema_decay < 1)) BAD("ema_decay must be in [0, 1), got %g", c->ema_decay);
-  if (c->ema_update_interval < 1) BAD("ema_update_interval must be >= 1, got %ld", c->ema_update_interval);
-  static const char *const emav[] = {"none", "ema_only", "comparison", NULL};
-  if (!c->ema_validation || !is_one_of(c->ema_validation, emav))
-    BAD("ema_validation must be none, ema_only or comparison, got '%s'",
-        c->ema_validation ? c->ema_validation : "");
-  if (c->checkpoint_step_interval < 0) BAD("checkpoint_step_interval must be >= 0, got %ld", c->checkpoint_step_interval);
-  if (c->checkpoints_total_limit < 0) BAD("checkpoints_total_limit must be >= 0, got %ld", c->checkpoints_total_limit);
-  if (c->validation_step_interval < 0) BAD("validation_step_interval must be >= 0, got %ld", c->validation_step_interval);
-  if (c->validation_num_inference_steps < 1 || c->validation_num_inference_steps > 1000)
-    BAD("validation_num_inference_steps must be between 1 and 1000, got %ld", c->validation_num_inference_steps);
-  if (!(c->validation_guidance >= 0)) BAD("validation_guidance must be >= 0, got %g", c->validation_guidance);
-  if (c->num_validation_images < 1 || c->num_validation_images > 64)
-    BAD("num_validation_images must be between 1 and 64, got %ld", c->num_validation_images);
-  if (!(c->caption_dropout_probability >= 0 && c->caption_dropout_probability <= 1))
-    BAD("caption_dropout_probability must be in [0, 1], got %g", c->caption_dropout_probability);
-  static const char *const ts[] = {"logit_normal", "uniform", NULL};
-  if (!c->timestep_sampling || !is_one_of(c->timestep_sampling, ts))
-    BAD("timestep_sampling must be logit_normal or uniform, got '%s'",
-        c->timestep_sampling ? c->timestep_sampling : "");
-  if (!(c->logit_std > 0)) BAD("logit_std must be > 0, got %g", c->logit_std);
-  if (!(c->flow_shift > 0 && c->flow_shift < 1000)) BAD("flow_shift must be in (0, 1000), got %g", c->flow_shift);
-  if (!c->text_encoder || (strcmp(c->text_encoder, "clip-byte") && strcmp(c->text_encoder, "clip-bpe")))
-    BAD("text_encoder '%s' is not supported; use \"clip-byte\" or \"clip-bpe\"",
-        c->text_encoder ? c->text_encoder : "");
   if (!strcmp(c->text_encoder, "clip-bpe") && (!c->tokenizer_vocab || !c->tokenizer_merges))
     BAD("text_encoder \"clip-bpe\" needs tokenizer_vocab (vocab.json) and tokenizer_merges (merges.txt)");
-  if (c->text_encoder_layers < 1 || c->text_encoder_layers > 48)
-    BAD("text_encoder_layers must be between 1 and 48, got %ld", c->text_encoder_layers);
-  if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
-    BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld", c->tokenizer_max_length);
-  if (c->codec && !strcmp(c->codec, "vae") && !c->pretrained_vae_model_name_or_path)
+  if (!strcmp(c->codec, "vae") && !c->pretrained_vae_model_name_or_path)
     BAD("codec vae needs pretrained_vae_model_name_or_path (a VAE directory: config.json + "
         "diffusion_pytorch_model.safetensors, e.g. the output_dir/vae of a model_type vae run)");
-  if (c->vae_tile < 0 || c->vae_tile > 16384) BAD("vae_tile must be between 0 and 16384, got %ld", c->vae_tile);
-  if (!c->codec || (strcmp(c->codec, "pixel") && strcmp(c->codec, "vae")))
-    BAD("codec '%s' is not supported; use \"pixel\" or \"vae\"",
-        c->codec ? c->codec : "");
-  if (c->codec_scale != 0 && c->codec_scale != 1 && c->codec_scale != 2 && c->codec_scale != 4)
-    BAD("codec_scale must be 0 (from the preset), 1, 2 or 4, got %ld", c->codec_scale);
-  if (!c->mixed_precision ||
-      (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32") && strcmp(c->mixed_precision, "bf16")))
-    BAD("mixed_precision '%s' is not supported; use \"no\" (float32) or \"bf16\"%s",
-        c->mixed_precision ? c->mixed_precision : "",
-        c->mixed_precision && !strcmp(c->mixed_precision, "fp16") ? " (fp16 needs loss scaling ctuner does not do)" : "");
-  if (c->num_threads < 0 || c->num_threads > 1024) BAD("num_threads must be between 0 and 1024, got %ld", c->num_threads);
-  if (!c->resume_from_checkpoint) BAD("resume_from_checkpoint must be latest, none or a path");
   return CT_OK;
+}
+
+ct_status ct_config_validate(const ct_config *c, ct_err *err) {
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < NKEYS && !st; i++) st = check_key(c, &KEYS[i], err);
+  if (!st) st = check_together(c, err);
+  return st;
+}
+
+#undef BAD
+
+/* ---- model types ---- */
+
+const char *ct_config_models_name(unsigned models) {
+  switch (models & CT_MODEL_ALL) {
+  case CT_MODEL_FULL: return "full";
+  case CT_MODEL_VAE: return "vae";
+  case CT_MODEL_ALL: return "all";
+  default: return "none";
+  }
+}
+
+static unsigned model_bit(const char *model_type) {
+  if (!model_type) return 0;
+  return !strcmp(model_type, "full") ? CT_MODEL_FULL : !strcmp(model_type, "vae") ? CT_MODEL_VAE : 0;
+}
+
+int ct_config_key_applies(const char *key, const char *model_type) {
+  const key_def *k = find_key(key);
+  const unsigned m = model_bit(model_type);
+  if (!k || !m) return -1;
+  return (k->models & m) != 0;
+}
+
+const char *ct_config_first_inapplicable(const ct_config *cfg) {
+  const unsigned m = model_bit(cfg->model_type);
+  for (size_t i = 0; m && i < NKEYS; i++)
+    if (cfg->given[i] && !(KEYS[i].models & m)) return KEYS[i].name;
+  return NULL;
+}
+
+int ct_config_key_info_at(size_t i, ct_config_key_info *out) {
+  static const char *const tn[] = {"int", "number", "bool", "string"};
+  if (i >= NKEYS) return 0;
+  const key_def *k = &KEYS[i];
+  *out = (ct_config_key_info){k->name, tn[k->type], k->def, k->help, k->models};
+  return 1;
 }
 
 /* Append with growth; on allocation failure the dump is truncated (it is
@@ -811,31 +878,6 @@ static char *dump(const ct_config *cfg, int math_only) {
   }
   sb_str(&b, "}");
   return b.p;
-}
-
-long long ct_parse_bytes(const char *s) {
-  if (!s) return -1;
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || errno || !(v >= 0)) return -1;
-  double mul = 1;
-  if (*end) {
-    switch (*end == 0 ? 0 : (end[0] | 0x20)) {
-    case 'k': mul = 1024.0; break;
-    case 'm': mul = 1024.0 * 1024; break;
-    case 'g': mul = 1024.0 * 1024 * 1024; break;
-    case 't': mul = 1024.0 * 1024 * 1024 * 1024; break;
-    case 'b': mul = 1; end--; break;
-    default: return -1;
-    }
-    end++;
-    if ((*end | 0x20) == 'i') end++;
-    if ((*end | 0x20) == 'b') end++;
-    if (*end) return -1;
-  }
-  v *= mul;
-  return v < 9.2e18 ? (long long)v : -1;
 }
 
 char *ct_config_to_json(const ct_config *cfg) { return dump(cfg, 0); }

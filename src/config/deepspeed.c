@@ -16,9 +16,9 @@
 #include <strings.h>
 
 #include "ctuner/config.h"
+#include "ctuner/fs.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
-#include "train_int.h"
 
 static int is_auto(const ct_json *v) { return v && v->type == CT_JSON_STRING && !strcasecmp(v->str, "auto"); }
 
