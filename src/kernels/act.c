@@ -118,6 +118,11 @@ void ct_add_inplace(size_t n, float *y, const float *x) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void ct_scale_inplace(size_t n, float *x, float c) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= c;
+}
+
 void ct_zero(size_t n, float *x) {
   if (n < 4 * PAR_MIN) {
     memset(x, 0, n * sizeof(float));
