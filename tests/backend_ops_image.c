@@ -204,6 +204,13 @@ void backend_op_elementwise(bcheck *t) {
   float *z = back(t, y, n);
   for (size_t i = 0; i < n; i++) ref[i] = i < n - 3 ? 0.0 : (double)y0[i] * 0.37f;
   cmp(t, "zero", z, ref, n);
+  /* a 3 x 4 block between padded buffers (ld 7 and 5); the rest untouched */
+  float *src = hrand(t, 21, 1), *dst0 = hrand(t, 15, 1), *dst = dev(t, dst0, 15);
+  double *r2 = hd(t, dst0, 15);
+  for (int r = 0; r < 3; r++)
+    for (int c = 0; c < 4; c++) r2[r * 5 + c] = src[r * 7 + c];
+  t->be->copy_2d(3, 4, dev(t, src, 21), 7, dst, 5);
+  cmp(t, "copy_2d", back(t, dst, 15), r2, 15);
   /* memory: backend -> backend copy, then back to the host */
   float *w = dev(t, x, n);
   t->be->copy(w, y, n * sizeof(float));

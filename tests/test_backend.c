@@ -520,7 +520,7 @@ static const struct {
   X(gelu_tanh_fwd, ct_gelu_tanh_fwd) X(gelu_tanh_bwd, ct_gelu_tanh_bwd)                    \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) X(gate_res_fwd, ct_gate_res_fwd)                    \
   X(gate_res_bwd, ct_gate_res_bwd) X(add_inplace, ct_add_inplace)                          \
-  X(scale_inplace, ct_scale_inplace) X(zero, ct_zero)                                      \
+  X(scale_inplace, ct_scale_inplace) X(copy_2d, ct_copy_2d) X(zero, ct_zero)                                      \
   X(timestep_embedding, ct_timestep_embedding) X(mse_fwd_bwd, ct_mse_fwd_bwd)              \
   X(adam_update, ct_adam_update) X(adagrad_update, ct_adagrad_update)                      \
   X(lion_update, ct_lion_update) X(sgd_update, ct_sgd_update) X(ema_update, ct_ema_update) \

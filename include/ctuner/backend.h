@@ -133,6 +133,7 @@ struct ct_backend {
                        const float *dout, int lddo, float *dy, int lddy, float *dgate);
   void (*add_inplace)(size_t n, float *y, const float *x);
   void (*scale_inplace)(size_t n, float *x, float c);
+  void (*copy_2d)(int rows, int cols, const float *src, int lds, float *dst, int ldd);
   void (*zero)(size_t n, float *x);
   void (*timestep_embedding)(int B, const float *t, int dim, float max_period, float time_factor,
                              float *out);

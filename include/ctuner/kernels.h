@@ -188,6 +188,9 @@ void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
 void ct_zero(size_t n, float *x);
 void ct_scale_inplace(size_t n, float *x, float c); /* x *= c (gradient clipping) */
+/* dst (rows, cols, ld ldd) = src (rows, cols, ld lds): a column slice or a
+ * block of rows moved between buffers (the joint sequence's streams, heads). */
+void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd);
 
 /* ---- optimizer math (src/kernels/optim_math.c) ----
  * Elementwise updates on n floats, one pass each, PyTorch's formulas

@@ -80,6 +80,7 @@ const ct_backend ct_backend_cpu = {
     .gate_res_bwd = ct_gate_res_bwd,
     .add_inplace = ct_add_inplace,
     .scale_inplace = ct_scale_inplace,
+    .copy_2d = ct_copy_2d,
     .zero = ct_zero,
     .timestep_embedding = ct_timestep_embedding,
     .mse_fwd_bwd = ct_mse_fwd_bwd,
