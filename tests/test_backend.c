@@ -18,7 +18,9 @@
  * elementwise ops, embedding, loss and optimizer math; tests/backend_check.h:
  * the comparison helpers both use.
  */
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +32,7 @@
 /* ---------------------------------------------------------------- GEMM, linear */
 
 static void sgemm_case(bcheck *t, int det) {
-  const int M = 5, N = 7, K = 9;
+  const int M = 70, N = 7, K = 9; /* M > 64: several row blocks of sgemm_deterministic */
   const float alpha = 0.7f;
   for (int c = 0; c < 8; c++) {
     int tA = c & 1, tB = (c >> 1) & 1;
@@ -658,5 +660,26 @@ CT_TEST(backend, cpu_optimizer_math_bitwise) {
              ct_optim_kind_name(kinds[ki]), i);
     ct_optim_free(o);
   }
+  release(&t);
+}
+
+/* sgemm_deterministic keeps its promise on the path this machine takes
+ * (OpenBLAS without AVX-512 or with CT_GEMM=blas): 1 and 2 threads, same bits. */
+CT_TEST(backend, cpu_sgemm_deterministic_threads) {
+  const ct_backend *be = ct_backend_default();
+  const int M = 300, N = 200, K = 96;
+  bcheck t = {.be = be, .op = "sgemm_deterministic", .rng = 5};
+  float *A = hrand(&t, (size_t)M * K, 1), *B = hrand(&t, (size_t)N * K, 1);
+  float *C[2] = {hrand(&t, (size_t)M * N, 1), NULL};
+  C[1] = hcopy(&t, C[0], (size_t)M * N);
+  const int saved = omp_get_max_threads();
+  for (int i = 0; i < 2; i++) {
+    omp_set_num_threads(i + 1);
+    openblas_set_num_threads(i + 1);
+    be->sgemm_deterministic(0, 1, M, N, K, 0.5f, A, K, B, K, 0.25f, C[i], N);
+  }
+  omp_set_num_threads(saved);
+  openblas_set_num_threads(saved);
+  CHECKF(!memcmp(C[0], C[1], (size_t)M * N * sizeof(float)), "path %s: 1 and 2 threads differ", ct_sgemm_path());
   release(&t);
 }
