@@ -13,24 +13,41 @@
  * Everything here is OpenMP-parallel and deterministic: the result does not
  * depend on the thread count (reductions over rows are done per batch item or
  * in fixed-size chunks combined in a fixed order). Matrix products go through
- * ct_sgemm (src/kernels/gemm.h), whose AVX-512 path sums K in a fixed order
+ * ct_sgemm (below; src/kernels/gemm.c), whose AVX-512 path sums K in a fixed order
  * whatever the thread count, which OpenBLAS does not promise; with CT_GEMM=blas
  * or on CPUs without AVX-512 the linear layers use OpenBLAS and dx/dw may then
  * differ in the last bits between thread counts.
  * Kernels know nothing of parameters' names, files or models.
+ *
+ * These are the CPU implementations; include/ctuner/backend.h gathers every
+ * one of them into the CPU compute backend's table (docs/architecture.md,
+ * "Compute backends").
  */
 #ifndef CTUNER_KERNELS_H
 #define CTUNER_KERNELS_H
 
 #include <stddef.h>
 
-/* ---- SGEMM: C = alpha op(A) op(B) + beta C, row-major, cblas_sgemm's argument
- * meaning (transA/transB != 0: the stored matrix is the transpose); beta == 0
- * overwrites C. Own AVX-512 kernel, else OpenBLAS (src/kernels/gemm.h, docs/gemm.md). */
+/* ---- matrix product ----
+ * C = alpha * op(A) * op(B) + beta * C on row-major matrices, with the argument
+ * meaning of cblas_sgemm(CblasRowMajor, ...): op(A) is M x K, op(B) is K x N,
+ * C is M x N; transA/transB != 0 mean the stored matrix is the transpose
+ * (A stored K x M, B stored N x K). beta == 0 overwrites C without reading it.
+ * Our AVX-512 kernel where the CPU has AVX-512F (bitwise identical for any
+ * thread count), OpenBLAS otherwise or with CT_GEMM=blas (docs/gemm.md).
+ * Called outside a parallel region it uses omp_get_max_threads() threads;
+ * inside one it runs on the calling thread only. */
 void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 /* "avx512" or "blas": the path ct_sgemm takes on this machine and environment. */
 const char *ct_sgemm_path(void);
+/* ct_sgemm whose result is bitwise the same for any thread count on either
+ * path: the AVX-512 path is ct_sgemm itself; on the OpenBLAS path C is split
+ * into fixed blocks of 64 rows, one single-threaded cblas_sgemm per block,
+ * the blocks spread over the threads (Muon's Newton–Schulz iteration). */
+void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc);
 
 /* ---- linear: y = x w^T + b, w is [out=M, in=K] (PyTorch layout) ---- */
 /* y (N, M) = x (N, K) . w^T + b; b may be NULL. */
@@ -170,5 +187,32 @@ void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
 void ct_zero(size_t n, float *x);
+void ct_scale_inplace(size_t n, float *x, float c); /* x *= c (gradient clipping) */
+/* dst (rows, cols, ld ldd) = src (rows, cols, ld lds): a column slice or a
+ * block of rows moved between buffers (the joint sequence's streams, heads). */
+void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd);
+
+/* ---- optimizer math (src/kernels/optim_math.c) ----
+ * Elementwise updates on n floats, one pass each, PyTorch's formulas
+ * (docs/optimizers.md); the scalars PyTorch computes in double (bias
+ * corrections, step sizes) are computed in double and rounded once. step is
+ * 1-based. Every element's arithmetic is independent of the others, so the
+ * result does not depend on the thread count or on how a range is sliced.
+ * Adam (decoupled = 0: g += wd w) or AdamW (decoupled = 1: w *= 1 - lr wd). */
+void ct_adam_update(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
+                    float b2, float eps, float wd, int decoupled, long step);
+void ct_adagrad_update(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
+                       float eps, float wd, long step);
+void ct_lion_update(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
+                    float wd);
+/* SGD with optional momentum (buf may be NULL when momentum == 0); on the
+ * first step the buffer is a copy of the gradient, as in PyTorch. */
+void ct_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
+                   float dampening, int nesterov, float wd, long step);
+/* EMA of weights: e = decay e + (1 - decay) w. */
+void ct_ema_update(size_t n, float *e, const float *w, float decay);
+/* Sum of squares in double over fixed chunks of 65536 floats summed in
+ * order: the same result for any thread count (the gradient norm). */
+double ct_sumsq(size_t n, const float *x);
 
 #endif

@@ -1,5 +1,5 @@
-/* Activations (SiLU, GELU-tanh, quick-GELU), the gated residual and plain
- * elementwise helpers.
+/* Activations (SiLU, GELU-tanh, quick-GELU), the gated residual, plain
+ * elementwise helpers and the strided 2-D copy.
  *
  * Design: `omp for` over rows (static schedule), inner loops over contiguous
  * columns that GCC vectorises; transcendental functions come from fastmath.h
@@ -116,6 +116,17 @@ void ct_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const floa
 void ct_add_inplace(size_t n, float *y, const float *x) {
 #pragma omp parallel for schedule(static) if (n > 4 * PAR_MIN)
   for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ct_scale_inplace(size_t n, float *x, float c) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= c;
+}
+
+void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
+  for (int r = 0; r < rows; r++)
+    memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
 }
 
 void ct_zero(size_t n, float *x) {

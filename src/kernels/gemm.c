@@ -5,6 +5,11 @@
  * other value or none means "best available"). Degenerate shapes (K == 0 or
  * alpha == 0) are handled here so both paths give C = beta * C with the BLAS
  * rule that beta == 0 writes zeros without reading C.
+ * ct_sgemm_deterministic keeps that thread-count independence on the OpenBLAS
+ * path too, at some speed: fixed blocks of GEMM_ROWS rows of C, one
+ * single-threaded cblas_sgemm each (OpenBLAS's OpenMP build does not thread
+ * inside a parallel region). Letting OpenBLAS split the whole product gives
+ * results that change with the thread count; fixed blocks do not.
  * Not here: the blocking and the micro-kernel (gemm_avx512.c).
  */
 #include "gemm.h"
@@ -61,4 +66,30 @@ void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const fl
   }
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+#define GEMM_ROWS 64
+
+void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (path_get() == PATH_AVX512) { /* thread-count deterministic by construction */
+    ct_sgemm_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const int nb = (M + GEMM_ROWS - 1) / GEMM_ROWS;
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int blk = 0; blk < nb; blk++) {
+    int r0 = blk * GEMM_ROWS, rows = M - r0 < GEMM_ROWS ? M - r0 : GEMM_ROWS;
+    /* rows [r0, r0 + rows) of op(A): stored rows, or stored columns when transposed */
+    const float *a = transA ? A + r0 : A + (size_t)r0 * (size_t)lda;
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, rows, N, K, alpha, a, lda, B, ldb, beta,
+                C + (size_t)r0 * (size_t)ldc, ldc);
+  }
 }

@@ -5,18 +5,16 @@
  * length (at most MAX_BLOCKS), reduce each block in double, and add the block
  * sums in block order; OpenMP only decides which thread computes which block,
  * so norms (and therefore updates) are bit-identical for any thread count.
- * Muon's Newton–Schulz iteration runs in float32 with the kernels' ct_sgemm on
- * AVX-512 machines (bitwise identical for any thread count, src/kernels/gemm.h),
- * else with cblas_sgemm: one single-threaded sgemm per fixed block of 64 output
- * rows, so the thread count does not change the result either; the caller
- * provides the scratch.
+ * Muon's Newton–Schulz iteration runs in float32 with the kernel layer's
+ * ct_sgemm_deterministic (include/ctuner/kernels.h): bitwise identical for any
+ * thread count on the AVX-512 and the OpenBLAS path alike; the caller provides
+ * the scratch.
  * Not here: elementwise rules (optim_elem.c), the table walk (optim.c).
  */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-#include "../kernels/gemm.h"
+#include "ctuner/kernels.h"
 #include "optim_int.h"
 
 #define MAX_BLOCKS 64
@@ -91,26 +89,11 @@ void ct_optim_lamb_tensor(size_t n, float *w, const float *g, float *m, float *v
   }
 }
 
-/* C = alpha A op(B) + beta C (row-major, A is m x k) in fixed blocks of GEMM_ROWS
- * rows, one single-threaded sgemm per block (OpenBLAS's OpenMP build does not
- * thread inside a parallel region). Letting OpenBLAS split the whole product
- * gives results that change with the thread count; fixed blocks do not. */
-#define GEMM_ROWS 64
-static int use_ct_sgemm(void) { return !strcmp(ct_sgemm_path(), "avx512"); }
+/* C = alpha A op(B) + beta C (row-major, A is m x k, C is m x ncol), the same
+ * bits for any thread count. */
 static void gemm_rows(int transb, int m, int ncol, int k, float alpha, const float *a,
                       const float *b, int ldb, float beta, float *c) {
-  if (use_ct_sgemm()) { /* thread-count deterministic by construction, ~2x OpenBLAS here */
-    ct_sgemm(0, transb, m, ncol, k, alpha, a, k, b, ldb, beta, c, ncol);
-    return;
-  }
-  const int nb = (m + GEMM_ROWS - 1) / GEMM_ROWS;
-#pragma omp parallel for schedule(static) if (nb > 1)
-  for (int blk = 0; blk < nb; blk++) {
-    int r0 = blk * GEMM_ROWS, rows = m - r0 < GEMM_ROWS ? m - r0 : GEMM_ROWS;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transb ? CblasTrans : CblasNoTrans, rows, ncol, k,
-                alpha, a + (size_t)r0 * (size_t)k, k, b, ldb, beta, c + (size_t)r0 * (size_t)ncol,
-                ncol);
-  }
+  ct_sgemm_deterministic(0, transb, m, ncol, k, alpha, a, k, b, ldb, beta, c, ncol);
 }
 
 size_t ct_optim_muon_scratch(int rows, int cols) {

@@ -1,0 +1,167 @@
+/* Compute backends: every operation a model, an optimizer or the step needs,
+ * as one table of function pointers per device (ggml's ggml_backend_i).
+ *
+ * A backend owns where its buffers live and how its ops compute. Pointers that
+ * an op takes or writes point into the backend's memory (alloc, copy_in); for
+ * the CPU backend that is host memory and every op is the kernel of the same
+ * name in include/ctuner/kernels.h, so the CPU backend gives the very bits the
+ * free kernel functions give. Scalars (shapes, hyperparameters, the
+ * ct_conv2d_shape, the rope table's positions) are host values; the few
+ * scalar results (mse, sumsq) come back on the host. Each op has the contract
+ * written beside its kernel in kernels.h (leading dimensions, what accumulates
+ * with "+=" and what is overwritten, what may be NULL).
+ *
+ * Ops may run asynchronously with respect to the host; copy_out and
+ * synchronize wait for everything issued before them (the CPU backend runs
+ * each op to completion).
+ *
+ * Adding a backend (CUDA, a bf16 CPU path): one file defining a const
+ * ct_backend with every pointer set, one row in the registry
+ * (src/kernels/backend.c), and tests/test_backend.c — which runs every op of
+ * every registered backend against plain-C references, forward and
+ * finite-difference gradients — passing for it. The free kernel functions stay
+ * the CPU implementation.
+ */
+#ifndef CTUNER_BACKEND_H
+#define CTUNER_BACKEND_H
+
+#include <stddef.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
+#include "ctuner/status.h"
+
+typedef struct ct_backend ct_backend;
+
+struct ct_backend {
+  const char *name;        /* "cpu": the registry key */
+  const char *description; /* one line for listings */
+  /* Significand bits of the arithmetic the ops store in (24: float32, 8:
+   * bfloat16); the comparison test scales its tolerances to it. */
+  int precision_bits;
+
+  /* ---- memory ---- */
+  /* bytes of backend memory counted under cat (ct_mem_get_stats), aligned for
+   * any op; NULL on failure or bytes == 0. free(NULL) is a no-op. */
+  void *(*alloc)(ct_mem_cat cat, size_t bytes);
+  void (*free)(void *p);
+  void (*copy_in)(void *dst, const void *host_src, size_t bytes);  /* host -> backend */
+  void (*copy_out)(void *host_dst, const void *src, size_t bytes); /* backend -> host; waits */
+  void (*copy)(void *dst, const void *src, size_t bytes);          /* backend -> backend */
+  void (*synchronize)(void); /* wait for every op issued so far */
+
+  /* ---- matrix products ---- */
+  void (*sgemm)(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+  /* as sgemm, bitwise the same for any thread count (Muon) */
+  void (*sgemm_deterministic)(int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta,
+                              float *C, int ldc);
+  void (*linear_fwd)(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
+                     float *y, int ldy);
+  void (*linear_bwd)(int N, int K, int M, const float *x, int ldx, const float *w,
+                     const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                     float *db);
+
+  /* ---- attention and positions ---- */
+  void (*attention_fwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                        const float *k, const float *v, float *o, float *lse);
+  void (*attention_bwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                        const float *k, const float *v, const float *o, const float *lse,
+                        const float *dout, float *dq, float *dk, float *dv);
+  /* pos (L, 3) is host memory, pe backend memory */
+  void (*rope_table)(int L, const int *pos, const int axes[3], float theta, float *pe);
+  void (*rope_fwd)(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
+                   int ldy);
+  void (*rope_bwd)(int N, int L, int D, const float *pe, const float *dy, int lddy, float *dx,
+                   int lddx);
+  void (*qkv_heads_fwd)(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
+                        const float *qscale, const float *kscale, const float *pe, float *q,
+                        float *k, float *v, float *rstd_q, float *rstd_k);
+  void (*qkv_heads_bwd)(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
+                        const float *qscale, const float *kscale, const float *pe,
+                        const float *rstd_q, const float *rstd_k, const float *dq,
+                        const float *dk, const float *dv, float *dqkv, float *dqscale,
+                        float *dkscale);
+
+  /* ---- normalisations ---- */
+  void (*ln_mod_fwd)(int B, int L, int D, const float *x, int ldx, const float *shift,
+                     const float *scale, int ldm, float eps, float *xhat, float *rstd, float *h,
+                     int ldh);
+  void (*ln_mod_bwd)(int B, int L, int D, const float *xhat, const float *rstd,
+                     const float *scale, int ldm, const float *dh, int lddh, float *dx, int lddx,
+                     float *dshift, float *dscale);
+  void (*layernorm_affine_fwd)(int N, int D, const float *x, int ldx, const float *gamma,
+                               const float *beta, float eps, float *y, int ldy);
+  void (*rmsnorm_fwd)(int N, int D, const float *x, int ldx, const float *scale, float eps,
+                      float *y, int ldy, float *rstd);
+  void (*rmsnorm_bwd)(int N, int D, const float *x, int ldx, const float *scale,
+                      const float *rstd, const float *dy, int lddy, float *dx, int lddx,
+                      float *dscale);
+  void (*groupnorm_fwd)(int B, int C, int HW, int G, float eps, const float *x,
+                        const float *gamma, const float *beta, float *y, float *mean,
+                        float *rstd);
+  void (*groupnorm_bwd)(int B, int C, int HW, int G, const float *x, const float *gamma,
+                        const float *mean, const float *rstd, const float *dy, float *dx,
+                        float *dgamma, float *dbeta);
+
+  /* ---- convolutions and image layout ---- */
+  /* floats of scratch conv2d_fwd/bwd take as col (allocate it on the backend) */
+  size_t (*conv2d_col_floats)(const ct_conv2d_shape *s);
+  void (*conv2d_fwd)(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                     float *y, float *col);
+  void (*conv2d_bwd)(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                     float *dx, float *dw, float *db, float *col);
+  void (*upsample2x_fwd)(int BC, int H, int W, const float *x, float *y);
+  void (*upsample2x_bwd)(int BC, int H, int W, const float *dy, float *dx);
+  void (*nchw_to_nlc)(int B, int C, int L, const float *x, float *y);
+  void (*nlc_to_nchw)(int B, int C, int L, const float *x, float *y);
+  void (*patchify)(int B, int C, int H, int W, int p, const float *x, float *out);
+  void (*unpatchify)(int B, int C, int H, int W, int p, const float *in, float *x);
+
+  /* ---- activations, elementwise, embeddings, loss ---- */
+  void (*silu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*silu_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                   int lddx);
+  void (*gelu_tanh_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*gelu_tanh_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy,
+                        float *dx, int lddx);
+  void (*quick_gelu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*gate_res_fwd)(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
+                       const float *y, int ldy, float *out, int ldo);
+  void (*gate_res_bwd)(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,
+                       const float *dout, int lddo, float *dy, int lddy, float *dgate);
+  void (*add_inplace)(size_t n, float *y, const float *x);
+  void (*scale_inplace)(size_t n, float *x, float c);
+  void (*copy_2d)(int rows, int cols, const float *src, int lds, float *dst, int ldd);
+  void (*zero)(size_t n, float *x);
+  void (*timestep_embedding)(int B, const float *t, int dim, float max_period, float time_factor,
+                             float *out);
+  float (*mse_fwd_bwd)(size_t n, const float *pred, const float *target, float dloss,
+                       float *dpred);
+
+  /* ---- optimizer math ---- */
+  void (*adam_update)(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
+                      float b2, float eps, float wd, int decoupled, long step);
+  void (*adagrad_update)(size_t n, float *w, const float *g, float *sum, float lr,
+                         float lr_decay, float eps, float wd, long step);
+  void (*lion_update)(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
+                      float wd);
+  void (*sgd_update)(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
+                     float dampening, int nesterov, float wd, long step);
+  void (*ema_update)(size_t n, float *e, const float *w, float decay);
+  double (*sumsq)(size_t n, const float *x);
+};
+
+/* ---- registry (src/kernels/backend.c) ---- */
+/* The backend called name; an unknown name fails with CT_ERR_NOT_FOUND and a
+ * message listing the registered ones. */
+ct_status ct_backend_get(const char *name, const ct_backend **out, ct_err *err);
+/* The backend used when none is named: "cpu". */
+const ct_backend *ct_backend_default(void);
+/* The registered backends, i < ct_backend_count(), in registry order (the CPU
+ * backend first); NULL past the end. */
+size_t ct_backend_count(void);
+const ct_backend *ct_backend_at(size_t i);
+
+#endif
