@@ -126,6 +126,15 @@ else
   bad "noval run: $(tail -2 "$tmp/noval.err")"
 fi
 
+# keys of the MMDiT only: one warning naming them
+if train other --flow_shift=2 --validation_prompt="a red circle" --max_train_steps=1; then
+  grep -q "model_type vae: 2 key(s) set in the config apply to another model type and have no effect here: .*flow_shift" \
+    "$tmp/other.err" && [ "$(grep -c "apply to another model type" "$tmp/other.err")" = 1 ] &&
+    ok "MMDiT-only keys draw one warning naming them" || bad "no warning: $(grep -m2 WARN "$tmp/other.err")"
+else
+  bad "run with MMDiT keys failed: $(tail -2 "$tmp/other.err")"
+fi
+
 # refused by name: exit code and the reason
 refuse() { # what, expected text, flags
   local what=$1 want=$2

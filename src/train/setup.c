@@ -212,6 +212,24 @@ ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn,
   return st;
 }
 
+/* Keys set in the config that the model type does not use draw one warning
+ * naming them all (a SimpleTuner config carries keys of every model). */
+static void warn_inapplicable(const ct_config *cfg) {
+  const char *mt = cfg->model_type ? cfg->model_type : "full";
+  char list[1024] = "";
+  int n = 0;
+  ct_config_key_info ki;
+  for (size_t i = 0; ct_config_key_info_at(i, &ki); i++) {
+    if (!cfg->given[i] || ct_config_key_applies(ki.name, mt) != 0) continue;
+    const size_t l = strlen(list);
+    if (n++ < 12) snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", ki.name);
+  }
+  if (n)
+    CT_WARN("model_type %s: %d key(s) set in the config apply to another model type and have no effect here: %s%s "
+            "(ctuner train --help-keys lists each key's model types)",
+            mt, n, list, n > 12 ? ", ..." : "");
+}
+
 /* Everything up to the data: config checks, threads per rank, output_dir,
  * then the task's frozen parts and the dataset with its caches built (every
  * rank together). Shared by training and `ctuner cache`. */
@@ -221,6 +239,7 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
   ct_status st = ct_config_validate(cfg, err);
   if (!st) st = tr->task->configure(tr, err);
   if (st) return st;
+  if (tr->rank == 0) warn_inapplicable(cfg);
   if (!cfg->data_backend_config)
     return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
                                         "listing the datasets (docs/training.md)");
