@@ -71,6 +71,29 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* ---------------------------------------------------------------- state */
+
+char *ct_dataset_state_json(const ct_dataset *ds) {
+  return ct_sampler_state_json(&ds->smp, &ds->pos);
+}
+
+ct_status ct_dataset_state_restore(ct_dataset *ds, const char *json, ct_err *err) {
+  if (ds->started)
+    return ct_errf(err, CT_ERR_INVALID, "ct_dataset_state_restore after the first batch");
+  int changed = 0;
+  ct_status st = ct_sampler_state_restore(&ds->smp, json, &changed, err);
+  if (st) return st;
+  if (changed)
+    CT_WARN(
+        "the datasets changed since the checkpoint (buckets or sizes differ); the sampler "
+        "continues in epoch "
+        "%ld with the buckets it can match",
+        ds->smp.pos.epoch + 1);
+  ct_sampler_pos_copy(&ds->smp, &ds->pos, &ds->smp.pos);
+  ds->pm = 0;
+  return CT_OK;
+}
+
 long ct_dataset_epoch(const ct_dataset *ds) {
   return ds->pos.epoch;
 }
@@ -357,38 +380,45 @@ static ct_status setup_dataset(ct_dataset *ds, const ct_ds_config *c, dset *d, c
   return d->dir ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
 }
 
-/* Flat buckets, positions, permutations and the queue's slots. */
+/* The sampler (from the final buckets), the positions and the queue's slots. */
 static ct_status alloc_sampler_queue(ct_dataset *ds, ct_err *err) {
   const ct_data_opts *o = &ds->o;
   ct_status st = CT_OK;
-  for (int i = 0; i < ds->nd; i++) {
-    ds->d[i].boff = ds->nbt;
-    ds->nbt += ds->d[i].nb;
-    for (int b = 0; b < ds->d[i].nb; b++) {
-      size_t lat =
-          (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+  ct_sampler_set *sets = calloc((size_t)ds->nd + 1, sizeof *sets);
+  ct_sampler_bucket **bks = calloc((size_t)ds->nd + 1, sizeof *bks);
+  if (!sets || !bks) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < ds->nd && !st; i++) {
+    const dset *d = &ds->d[i];
+    for (int b = 0; b < d->nb; b++) {
+      size_t lat = (size_t)ds->C * (size_t)(d->b[b].h / ds->s) * (size_t)(d->b[b].w / ds->s);
       if (lat > ds->maxlat) ds->maxlat = lat;
     }
-    ds->stats.buckets += (size_t)ds->d[i].nb;
+    ds->stats.buckets += (size_t)d->nb;
+    if (!(bks[i] = calloc((size_t)d->nb + 1, sizeof *bks[i]))) {
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      break;
+    }
+    for (int b = 0; b < d->nb; b++) bks[i][b] = (ct_sampler_bucket){d->b[b].key, d->b[b].n};
+    sets[i] = (ct_sampler_set){d->c->id, d->c->probability, d->repeats, bks[i], d->nb};
   }
   ds->stats.samples = ct_dataset_count(ds);
-  ds->pos.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
-  ds->ppos.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
-  ds->perm = calloc((size_t)ds->nbt + 1, sizeof *ds->perm);
+  if (!st)
+    st = ct_sampler_init(&ds->smp, sets, ds->nd, (uint64_t)ds->cfg->seed, ds->B, ds->world,
+                         (int)ds->accum, err);
+  for (int i = 0; bks && i < ds->nd; i++) free(bks[i]);
+  free(bks);
+  free(sets);
+  if (!st) st = ct_sampler_pos_init(&ds->smp, &ds->pos, err);
+  if (st) return st;
   ds->qn = o->prefetch > 0 ? o->prefetch + 1 : 1; /* one slot is held by the trainer */
   ds->q = calloc((size_t)ds->qn, sizeof *ds->q);
-  if (!ds->pos.consumed || !ds->ppos.consumed || !ds->perm || !ds->q)
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < ds->nd && !st; i++)
-    for (int b = 0; b < ds->d[i].nb; b++)
-      if (!(ds->perm[ds->d[i].boff + b] = malloc(ct_ds_entries(ds, i, b) * sizeof(size_t))))
-        st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the sample order");
+  if (!ds->q) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (int k = 0; k < ds->qn && !st; k++) {
     slot *s = &ds->q[k];
     s->x0 = ct_alloc(CT_MEM_BUFFERS, ds->B * ds->maxlat * sizeof(float));
     s->caps = calloc(ds->B, sizeof *s->caps);
     s->ids = calloc(ds->B, sizeof *s->ids);
-    s->after.consumed = calloc((size_t)ds->nbt + 1, sizeof(size_t));
+    if ((st = ct_sampler_pos_init(&ds->smp, &s->after, err))) break;
     s->miss = calloc(ds->B, 1);
     s->rels = calloc(ds->B, sizeof *s->rels);
     if (o->text) {
@@ -396,7 +426,7 @@ static ct_status alloc_sampler_queue(ct_dataset *ds, ct_err *err) {
           ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->T * (size_t)o->text->d * sizeof(float));
       s->pooled = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->dp * sizeof(float));
     }
-    if (!s->x0 || !s->caps || !s->ids || !s->after.consumed || !s->miss || !s->rels ||
+    if (!s->x0 || !s->caps || !s->ids || !s->miss || !s->rels ||
         (o->text && (!s->txt || !s->pooled)))
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
@@ -421,7 +451,6 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   ds->comp = !cfg->compress_disk_cache                      ? CT_CACHE_RAW
              : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
                                                             : CT_CACHE_GZIP;
-  ds->perm_epoch = -1;
   pthread_mutex_init(&ds->mu, NULL);
   pthread_cond_init(&ds->cv, NULL);
   ct_status st = ct_backend_load(backend_json, &ds->be, err);
@@ -483,17 +512,15 @@ void ct_dataset_free(ct_dataset *ds) {
     ct_free(ds->q[k].x0);
     free(ds->q[k].caps);
     free(ds->q[k].ids);
-    free(ds->q[k].after.consumed);
+    ct_sampler_pos_free(&ds->q[k].after);
     free(ds->q[k].miss);
     free(ds->q[k].rels);
     ct_free(ds->q[k].txt);
     ct_free(ds->q[k].pooled);
   }
   free(ds->q);
-  for (int b = 0; ds->perm && b < ds->nbt; b++) free(ds->perm[b]);
-  free(ds->perm);
-  free(ds->pos.consumed);
-  free(ds->ppos.consumed);
+  ct_sampler_free(&ds->smp);
+  ct_sampler_pos_free(&ds->pos);
   for (int i = 0; ds->d && i < ds->nd; i++) {
     dset *d = &ds->d[i];
     for (size_t k = 0; k < d->nit; k++) {

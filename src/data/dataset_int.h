@@ -3,8 +3,8 @@
  * dataset.c opens and frees a ct_dataset and answers its getters;
  * ds_buckets.c groups images into aspect buckets and checks them against the
  * effective batch; latent_cache.c and text_cache.c build the caches;
- * sampler.c draws each step's bucket and keeps the position; prefetch.c runs
- * the producer thread and ct_dataset_next.
+ * prefetch.c runs the producer thread and ct_dataset_next, which drives the
+ * sampler (sampler.h: plain data, no dataset).
  */
 #ifndef CTUNER_DATASET_INT_H
 #define CTUNER_DATASET_INT_H
@@ -15,6 +15,7 @@
 
 #include "ctuner/config.h"
 #include "data/data_int.h"
+#include "data/sampler.h"
 
 typedef struct item {
   char *rel;
@@ -43,7 +44,6 @@ typedef struct dset {
   bucket *b;
   int nb;
   long repeats;
-  int boff;            /* first flat bucket index */
   char vae_dir[4096];  /* the latent cache as users see it (file lists, messages) */
   ct_storage *vae_sto; /* where its entries are: the S3 dataset's storage, or a local directory */
   char vae_key[4096];  /* their key prefix in vae_sto */
@@ -56,12 +56,6 @@ typedef struct dset {
   ct_cache_comp comp;  /* compress_disk_cache, or the dataset's compress_cache */
 } dset;
 
-typedef struct position {
-  long epoch, k;
-  uint64_t seen;
-  size_t *consumed; /* per flat bucket */
-} position;
-
 typedef struct slot {
   ct_batch b;
   float *x0;
@@ -72,7 +66,7 @@ typedef struct slot {
   const char **rels;   /* the samples' files (the CTUNER_DATA_TRACE test hook) */
   const char *key;     /* the bucket */
   const dset *from;    /* the dataset of this batch */
-  position after;
+  ct_sampler_pos after; /* the position after this batch */
   int ready;
   ct_status st;
   ct_err err;
@@ -87,20 +81,16 @@ struct ct_dataset {
   ct_storage **own; /* local cache directories */
   int nown;
   dset *d;
-  int nd, nbt; /* datasets, flat buckets */
+  int nd;      /* datasets */
   int C, s, rank, world;
   size_t B, accum, E, maxlat;
   ct_cache_comp comp;
   ct_data_stats stats;
-  position pos; /* after the last batch the trainer took */
+  ct_sampler_pos pos; /* after the last batch the trainer took */
   /* producer */
-  position ppos;
-  int pd, pb, pm; /* current step: dataset, bucket, next micro-batch */
-  size_t pbase;
-  uint64_t pseen; /* samples seen at the current step's start */
-  int pnew_epoch;
-  long perm_epoch;
-  size_t **perm; /* per flat bucket */
+  ct_sampler smp;      /* its position runs ahead of pos by the queued batches */
+  ct_sampler_step cur; /* the current step */
+  int pm;              /* its next micro-batch */
   /* queue */
   slot *q;
   int qn, qhead, qtail, qcount, started, stop;
@@ -162,13 +152,5 @@ ct_status ct_ds_text_entry(const ct_dataset *ds, const dset *d, const char *cap,
                            float *pooled, int write, ct_err *err);
 /* Every caption of every dataset gets an entry (each rank encodes its share). */
 ct_status ct_ds_build_text_cache(ct_dataset *ds, ct_err *err);
-
-/* ---- sampler.c ---- */
-
-void ct_ds_pos_copy(position *dst, const position *src, int nbt);
-/* The buckets' orders for an epoch (kept until the epoch changes). */
-void ct_ds_make_perms(ct_dataset *ds, long epoch);
-/* Draw the next optimizer step's bucket at position p (advanced). */
-void ct_ds_draw_step(ct_dataset *ds, position *p, int *od, int *ob, size_t *base, int *new_epoch);
 
 #endif

@@ -75,34 +75,29 @@ out:
   free(rq), free(keys);
 }
 
-/* Produce this rank's next micro-batch into s (the producer's sampler). */
+/* Produce this rank's next micro-batch into s: the sampler's selection, the
+ * captions (with dropout) and the cached latents and text entries. */
 static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
-  const int N = ds->world, r = ds->rank;
   const size_t B = ds->B;
-  int ne = 0;
-  if (ds->pm == 0) {
-    ds->pseen = ds->ppos.seen;
-    ct_ds_draw_step(ds, &ds->ppos, &ds->pd, &ds->pb, &ds->pbase, &ne);
-    ds->ppos.seen += ds->E;
-    ds->pnew_epoch = ne;
-  }
-  ct_ds_make_perms(ds, ds->ppos.epoch);
+  ct_status st = ds->pm == 0 ? ct_sampler_next(&ds->smp, &ds->cur, err) : CT_OK;
+  if (st) return st;
   const int m = ds->pm;
-  dset *d = &ds->d[ds->pd];
-  const bucket *bk = &d->b[ds->pb];
-  const size_t *perm = ds->perm[d->boff + ds->pb];
+  dset *d = &ds->d[ds->cur.set];
+  const bucket *bk = &d->b[ds->cur.bucket];
   const size_t lat = (size_t)ds->C * (size_t)(bk->h / ds->s) * (size_t)(bk->w / ds->s);
   s->b.B = (int)B, s->b.C = ds->C, s->b.h = bk->h / ds->s, s->b.w = bk->w / ds->s;
   s->b.x0 = s->x0, s->b.caps = s->caps, s->b.ids = s->ids;
-  s->b.epoch_end = m == 0 && ds->pnew_epoch;
-  ct_status st = CT_OK;
+  s->b.epoch_end = m == 0 && ds->cur.new_epoch;
   const item **its = malloc(B * sizeof *its);
-  if (!its) return ct_errf(err, CT_ERR_NOMEM, "out of memory for a batch");
+  size_t *img = malloc(B * sizeof *img);
+  if (!its || !img) {
+    free(its), free(img);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for a batch");
+  }
+  ct_sampler_select(&ds->smp, &ds->cur, m, ds->rank, img, s->ids);
   for (size_t i = 0; i < B; i++) {
-    const size_t off = ((size_t)m * (size_t)N + (size_t)r) * B + i;
-    const item *it = its[i] = &d->it[bk->idx[perm[ds->pbase + off]]];
-    const uint64_t id = ds->pseen + off;
-    s->ids[i] = id;
+    const item *it = its[i] = &d->it[bk->idx[img[i]]];
+    const uint64_t id = s->ids[i];
     s->rels[i] = it->rel;
     uint32_t rr[4];
     ct_philox4x32((uint64_t)ds->cfg->seed, CT_STREAM_CAPTION, id, rr);
@@ -111,6 +106,7 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
         ds->cfg->caption_dropout_probability)
       s->caps[i] = "";
   }
+  free(img);
   /* The batch's cache entries in two get_many calls (S3: over the pool);
    * what is missing or bad falls back to latent_of / the trainer's thread. */
   unsigned char *lat_ok = calloc(B, 1), *txt_ok = calloc(B, 1);
@@ -135,7 +131,7 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   s->b.txt = ds->o.text ? s->txt : NULL;
   s->b.pooled = ds->o.text ? s->pooled : NULL;
   if (++ds->pm == (int)ds->accum) ds->pm = 0;
-  ct_ds_pos_copy(&s->after, &ds->ppos, ds->nbt);
+  ct_sampler_pos_copy(&ds->smp, &s->after, &ds->smp.pos);
   return st;
 }
 
@@ -220,7 +216,7 @@ ct_status ct_dataset_next(ct_dataset *ds, ct_batch **out, ct_err *err) {
       CT_WARN("text cache: %s (training continues without this entry)", e.msg);
     s->miss[i] = 0;
   }
-  ct_ds_pos_copy(&ds->pos, &s->after, ds->nbt);
+  ct_sampler_pos_copy(&ds->smp, &ds->pos, &s->after);
   trace(ds, s);
   s->b.wait_s = ct_ds_now() - t0;
   ds->wait_s += s->b.wait_s;
