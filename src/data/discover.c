@@ -667,27 +667,16 @@ static ct_status probe_chunk(share *sh, size_t lo, size_t a, size_t b, ct_err *e
   return st;
 }
 
-ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, const char *name,
-                      const ct_keyset *listed, struct ct_comm *comm, ct_disc *d, ct_err *err) {
+/* The candidate list (identical on every rank): the table's rows (outside
+ * the directory and duplicates skipped and counted), a preserved file list, or
+ * the directory's image files, sorted by path. */
+static ct_status list_candidates(const ct_ds_config *c, ct_storage *sto, const char *dir,
+                                 const char *name, const ct_keyset *listed, int remote, ct_disc *d,
+                                 ct_err *err) {
   ct_status st = CT_OK;
-  ct_storage_list files = {0};
-  char *blob = NULL, *all = NULL;
-  size_t *off = NULL;
-  ct_keyset pres = {0};
-  memset(d, 0, sizeof *d);
-  const int remote = ct_storage_is_remote(sto);
-  if (!remote) {
-    char p[4096];
-    struct stat sb;
-    if (ct_storage_local_path(sto, dir, p, sizeof p) || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
-      return ct_errf(err, CT_ERR_NOT_FOUND,
-                     "dataset '%s': instance_data_dir '%s' is not a directory (%s)", c->id, name,
-                     stat(p, &sb) ? strerror(errno) : "a file");
-  }
-  /* 1. the candidate list (identical on every rank) */
   if (c->metadata_backend == CT_META_PARQUET || c->caption_strategy == CT_CAP_PARQUET) {
     st = read_table(c, sto, dir, name, d, err);
-    if (st) goto out;
+    if (st) return st;
     /* outside the directory, duplicates */
     size_t k = 0;
     for (size_t i = 0; i < d->n; i++) {
@@ -724,10 +713,7 @@ ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, c
       char *rel = strdup(k + dl + 1);
       st = rel ? add_item(d, rel, 0, 0, NULL) : CT_ERR_NOMEM; /* add_item frees rel on failure */
     }
-    if (st) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-      goto out;
-    }
+    if (st) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     CT_INFO(
         "dataset '%s': %zu image(s) from the preserved file list (instance_data_dir not listed)",
         c->id, d->n);
@@ -745,10 +731,14 @@ ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, c
         free(fl.s[i]);
     }
     free(fl.s);
-    if (st) goto out;
+    if (st) return st;
   } else {
+    ct_storage_list files = {0};
     st = ct_storage_list_dir(sto, dir, &files, err);
-    if (st) goto out;
+    if (st) {
+      ct_storage_list_free(&files);
+      return st;
+    }
     const size_t dl = *dir ? strlen(dir) + 1 : 0; /* keys are relative to the storage's root */
     for (size_t i = 0; i < files.n && !st; i++) {
       const char *rel = files.keys[i] + dl;
@@ -756,27 +746,30 @@ ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, c
       char *r = strdup(rel);
       st = r ? add_item(d, r, 0, 0, NULL) : CT_ERR_NOMEM;
     }
-    if (st) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-      goto out;
-    }
+    ct_storage_list_free(&files);
+    if (st) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     /* the listing is sorted by key; the common prefix keeps the rel order, but a
      * storage may not sort: make sure */
     qsort(d->it, d->n, sizeof *d->it, cmp_item);
   }
-  d->total = d->n + d->outside_dir + d->duplicate + d->metadata_missing;
-  /* 2. this rank's share: sizes (header, table or preserved) and captions */
-  const int size = comm ? ct_comm_size(comm) : 1, rank = comm ? ct_comm_rank(comm) : 0;
-  const size_t lo = d->n * (size_t)rank / (size_t)size,
-               hi = d->n * (size_t)(rank + 1) / (size_t)size;
+  return st;
+}
+
+/* This rank's share [lo, hi) of the candidates: sizes (header, table or
+ * preserved) and captions, packed for the all-gather into *out (malloc'd). */
+static ct_status probe_share(const ct_ds_config *c, ct_storage *sto, const char *dir, int remote,
+                             ct_disc *d, size_t lo, size_t hi, char **out, size_t *outn,
+                             ct_err *err) {
+  ct_status st = CT_OK;
+  ct_keyset pres = {0};
   if (c->preserve_data_backend_cache) load_preserved(sto, dir, c->id, &pres);
   int *res = calloc((hi - lo) * 3 + 1, sizeof *res);
   char **caps = calloc(hi - lo + 1, sizeof *caps);
   if (!res || !caps) {
     free(res);
     free(caps);
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-    goto out;
+    ct_keyset_free(&pres);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
   share sh = {c, sto, dir, d, &pres, c->metadata_backend == CT_META_DISCOVERY, remote, res, caps};
   /* local: chunks spread over the cores; S3: one chunk at a time, its
@@ -798,13 +791,13 @@ ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, c
     for (size_t i = 0; i < hi - lo; i++) free(caps[i]);
     free(caps);
     free(res);
-    st = fst;
+    ct_keyset_free(&pres);
     if (err) *err = ferr;
-    goto out;
+    return fst;
   }
   size_t bl = 0;
   for (size_t i = 0; i < hi - lo; i++) bl += 16 + (caps[i] ? strlen(caps[i]) : 0);
-  blob = malloc(bl + 1);
+  char *blob = *out = malloc(bl + 1);
   if (!blob) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   } else {
@@ -817,44 +810,71 @@ ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, c
       memcpy(p, caps[i] ? caps[i] : "", cl);
       p += cl;
     }
-    bl = (size_t)(p - blob);
+    *outn = (size_t)(p - blob);
   }
   for (size_t i = 0; i < hi - lo; i++) free(caps[i]);
   free(caps);
   free(res);
-  if (st) goto out;
-  /* 3. everyone's results, in rank order = item order */
-  st = ct_data_allgatherv(comm, blob, bl, &all, &off, err);
-  if (st) goto out;
-  const char *p = all, *end = all + off[size];
+  ct_keyset_free(&pres);
+  return st;
+}
+
+/* Everyone's results [all, end), in rank order = item order, into d's items. */
+static ct_status unpack_results(const ct_ds_config *c, const char *all, const char *end, ct_disc *d,
+                                ct_err *err) {
+  const char *p = all;
   for (size_t i = 0; i < d->n; i++) {
     if (end - p < 16) {
-      st = ct_errf(err, CT_ERR_INTERNAL, "discovery results of dataset '%s' are short", c->id);
-      goto out;
+      return ct_errf(err, CT_ERR_INTERNAL, "discovery results of dataset '%s' are short", c->id);
     }
     ct_disc_item *it = &d->it[i];
     it->w = (int)get32(&p), it->h = (int)get32(&p), it->why = (int)get32(&p);
     uint32_t cl = get32(&p);
     if ((size_t)(end - p) < cl) {
-      st = ct_errf(err, CT_ERR_INTERNAL, "discovery results of dataset '%s' are short", c->id);
-      goto out;
+      return ct_errf(err, CT_ERR_INTERNAL, "discovery results of dataset '%s' are short", c->id);
     }
     free(it->caption);
     it->caption = malloc(cl + 1);
-    if (!it->caption) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-      goto out;
-    }
+    if (!it->caption) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     memcpy(it->caption, p, cl);
     it->caption[cl] = 0;
     p += cl;
   }
+  return CT_OK;
+}
+
+ct_status ct_discover(const ct_ds_config *c, ct_storage *sto, const char *dir, const char *name,
+                      const ct_keyset *listed, struct ct_comm *comm, ct_disc *d, ct_err *err) {
+  ct_status st = CT_OK;
+  char *blob = NULL, *all = NULL;
+  size_t *off = NULL, bl = 0;
+  memset(d, 0, sizeof *d);
+  const int remote = ct_storage_is_remote(sto);
+  if (!remote) {
+    char p[4096];
+    struct stat sb;
+    if (ct_storage_local_path(sto, dir, p, sizeof p) || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return ct_errf(err, CT_ERR_NOT_FOUND,
+                     "dataset '%s': instance_data_dir '%s' is not a directory (%s)", c->id, name,
+                     stat(p, &sb) ? strerror(errno) : "a file");
+  }
+  /* 1. the candidate list (identical on every rank) */
+  st = list_candidates(c, sto, dir, name, listed, remote, d, err);
+  if (st) goto out;
+  d->total = d->n + d->outside_dir + d->duplicate + d->metadata_missing;
+  /* 2. this rank's share: sizes (header, table or preserved) and captions */
+  const int size = comm ? ct_comm_size(comm) : 1, rank = comm ? ct_comm_rank(comm) : 0;
+  const size_t lo = d->n * (size_t)rank / (size_t)size,
+               hi = d->n * (size_t)(rank + 1) / (size_t)size;
+  st = probe_share(c, sto, dir, remote, d, lo, hi, &blob, &bl, err);
+  if (st) goto out;
+  /* 3. everyone's results, in rank order = item order */
+  st = ct_data_allgatherv(comm, blob, bl, &all, &off, err);
+  if (!st) st = unpack_results(c, all, all + off[size], d, err);
 out:
-  ct_storage_list_free(&files);
   free(blob);
   free(all);
   free(off);
-  ct_keyset_free(&pres);
   if (st) ct_disc_free(d);
   return st;
 }

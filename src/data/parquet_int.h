@@ -1,6 +1,7 @@
 /* Private structures of the Parquet reader, shared by parquet_thrift.c (the
- * Thrift compact protocol and the footer/page-header structs) and parquet.c
- * (open, pages, encodings, scan). Only the fields the reader uses are kept. */
+ * Thrift compact protocol and the footer/page-header structs), parquet.c
+ * (open) and parquet_scan.c (pages, encodings, scan). Only the fields the
+ * reader uses are kept. */
 #ifndef CT_PARQUET_INT_H
 #define CT_PARQUET_INT_H
 
@@ -98,5 +99,27 @@ void pq_meta_free(pq_meta *m);
 /* Parse a PageHeader; 0 on success (t->p is then just past it). */
 int pq_parse_page_header(pq_thrift *t, pq_page_header *h);
 void pq_thrift_init(pq_thrift *t, const void *buf, size_t n);
+
+/* ---- shared by parquet.c (open) and parquet_scan.c (pages, scan) ---- */
+
+#define FIRST_HEADER_READ 1024 /* a page header's first read */
+
+struct ct_parquet {
+  ct_pq_source src;
+  char name[512];
+  int fd; /* ct_parquet_open's file, else -1 */
+  const uint8_t *mem;
+  uint64_t data_end; /* where the footer starts: chunks must end before it */
+  pq_meta meta;
+  int nleaf;
+  pq_leaf *leaves;
+};
+
+/* n bytes at off through the source (in READ_PIECE calls). */
+ct_status pq_read_range(ct_parquet *pq, uint64_t off, void *buf, size_t n, ct_err *err);
+/* Names of a physical type, codec and encoding, for messages. */
+const char *pq_type_name(int t);
+const char *pq_codec_name(int c);
+const char *pq_enc_name(int e);
 
 #endif
