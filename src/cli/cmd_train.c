@@ -235,6 +235,43 @@ void ct_cmd_sample_help(FILE *f) {
           "Defaults: the checkpoint's validation settings (steps, guidance, resolution, seed).\n");
 }
 
+/* The prompts of `ctuner sample`: --prompt, or one per line of --prompts-file. */
+static int read_prompts(const char *prompt, const char *pfile, char ***out, int *nout) {
+  char **prompts = NULL;
+  int n = 0;
+  if (prompt) {
+    prompts = malloc(sizeof *prompts);
+    if (!prompts) return 1;
+    prompts[n++] = strdup(prompt);
+  } else {
+    FILE *f = fopen(pfile, "r");
+    if (!f) {
+      fprintf(stderr, "ctuner sample: cannot open --prompts-file %s\n", pfile);
+      return 1;
+    }
+    char line[4096];
+    int cap = 0;
+    while (fgets(line, sizeof line, f)) {
+      line[strcspn(line, "\r\n")] = 0;
+      if (!line[0]) continue;
+      if (n == cap) {
+        cap = cap ? cap * 2 : 64;
+        prompts = realloc(prompts, cap * sizeof *prompts);
+      }
+      prompts[n++] = strdup(line);
+    }
+    fclose(f);
+    if (n == 0) {
+      fprintf(stderr, "ctuner sample: %s holds no prompts\n", pfile);
+      free(prompts);
+      return 1;
+    }
+  }
+  *out = prompts;
+  *nout = n;
+  return 0;
+}
+
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1;
@@ -280,36 +317,9 @@ int ct_cmd_sample(int argc, char **argv) {
   ct_err err = {0};
   char dir[4096];
   if (ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
-  /* Prompts. */
   char **prompts = NULL;
   int n = 0;
-  if (prompt) {
-    prompts = malloc(sizeof *prompts);
-    prompts[n++] = strdup(prompt);
-  } else {
-    FILE *f = fopen(pfile, "r");
-    if (!f) {
-      fprintf(stderr, "ctuner sample: cannot open --prompts-file %s\n", pfile);
-      return 1;
-    }
-    char line[4096];
-    int cap = 0;
-    while (fgets(line, sizeof line, f)) {
-      line[strcspn(line, "\r\n")] = 0;
-      if (!line[0]) continue;
-      if (n == cap) {
-        cap = cap ? cap * 2 : 64;
-        prompts = realloc(prompts, cap * sizeof *prompts);
-      }
-      prompts[n++] = strdup(line);
-    }
-    fclose(f);
-    if (n == 0) {
-      fprintf(stderr, "ctuner sample: %s holds no prompts\n", pfile);
-      free(prompts);
-      return 1;
-    }
-  }
+  if (read_prompts(prompt, pfile, &prompts, &n)) return 1;
   int rc = 1;
   ct_pipeline p;
   if (ct_pipeline_from_checkpoint(dir, ema, &p, &err)) {

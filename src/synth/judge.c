@@ -41,6 +41,47 @@ static double dist3(const uint8_t *a, const uint8_t *b) {
   return sqrt(r * r + g * g + bl * bl);
 }
 
+/* Background: the median of the border pixels, per channel (bord: scratch). */
+static void border_background(const ct_image *img, uint8_t *bord, uint8_t bg[3]) {
+  const int w = img->w, h = img->h;
+  for (int c = 0; c < 3; c++) {
+    size_t k = 0;
+    for (int x = 0; x < w; x++) {
+      bord[k++] = img->px[(size_t)x * 3 + c];
+      bord[k++] = img->px[((size_t)(h - 1) * w + x) * 3 + c];
+    }
+    for (int y = 1; y < h - 1; y++) {
+      bord[k++] = img->px[((size_t)y * w) * 3 + c];
+      bord[k++] = img->px[((size_t)y * w + w - 1) * 3 + c];
+    }
+    bg[c] = median_u8(bord, k);
+  }
+}
+
+/* Distance from the background (d), smoothed 3x3 against pixel noise (ds);
+ * returns the largest smoothed distance. */
+static float smoothed_distance(const ct_image *img, const uint8_t bg[3], float *d, float *ds) {
+  const int w = img->w, h = img->h;
+  const size_t n = (size_t)w * h;
+  for (size_t i = 0; i < n; i++) d[i] = (float)dist3(img->px + 3 * i, bg);
+  float maxd = 0;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++) {
+      float s = 0;
+      int cnt = 0;
+      for (int dy = -1; dy <= 1; dy++)
+        for (int dx = -1; dx <= 1; dx++) {
+          int xx = x + dx, yy = y + dy;
+          if (xx < 0 || yy < 0 || xx >= w || yy >= h) continue;
+          s += d[(size_t)yy * w + xx];
+          cnt++;
+        }
+      ds[(size_t)y * w + x] = s / cnt;
+      if (s / cnt > maxd) maxd = s / cnt;
+    }
+  return maxd;
+}
+
 ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_synth_verdict *v,
                             ct_synth_features *f, ct_err *err) {
   ct_status st = CT_OK;
@@ -61,36 +102,8 @@ ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_s
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory judging a %dx%d image", w, h);
     goto out;
   }
-  /* Background: median of the border. */
-  for (int c = 0; c < 3; c++) {
-    size_t k = 0;
-    for (int x = 0; x < w; x++) {
-      bord[k++] = img->px[(size_t)x * 3 + c];
-      bord[k++] = img->px[((size_t)(h - 1) * w + x) * 3 + c];
-    }
-    for (int y = 1; y < h - 1; y++) {
-      bord[k++] = img->px[((size_t)y * w) * 3 + c];
-      bord[k++] = img->px[((size_t)y * w + w - 1) * 3 + c];
-    }
-    ft.bg[c] = median_u8(bord, k);
-  }
-  /* Distance from the background, smoothed 3x3 against pixel noise. */
-  for (size_t i = 0; i < n; i++) d[i] = (float)dist3(img->px + 3 * i, ft.bg);
-  float maxd = 0;
-  for (int y = 0; y < h; y++)
-    for (int x = 0; x < w; x++) {
-      float s = 0;
-      int cnt = 0;
-      for (int dy = -1; dy <= 1; dy++)
-        for (int dx = -1; dx <= 1; dx++) {
-          int xx = x + dx, yy = y + dy;
-          if (xx < 0 || yy < 0 || xx >= w || yy >= h) continue;
-          s += d[(size_t)yy * w + xx];
-          cnt++;
-        }
-      ds[(size_t)y * w + x] = s / cnt;
-      if (s / cnt > maxd) maxd = s / cnt;
-    }
+  border_background(img, bord, ft.bg);
+  const float maxd = smoothed_distance(img, ft.bg, d, ds);
   if (maxd < MIN_CONTRAST) goto verdict;
   float thr = 0.5f * maxd;
   if (thr < 0.6f * MIN_CONTRAST) thr = 0.6f * MIN_CONTRAST;

@@ -1,6 +1,6 @@
 /* The public entry points of training (train.h): ct_train_run picks the run
- * for the config's model_type (the MMDiT loop, loop.c, or the VAE's,
- * vae_trainer.c) behind an output_dir that may be a bucket (remote.c), and
+ * for the config's model_type (a task on the one loop, loop.c: task_mmdit.c
+ * or task_vae.c) behind an output_dir that may be a bucket (remote.c), and
  * ct_cache_run builds the data caches without training. */
 #include <stdlib.h>
 #include <string.h>

@@ -111,7 +111,7 @@ long ct_checkpoint_step(const char *name);
 /* What a checkpoint's .guard holds once it is complete (local and in a bucket). */
 #define CT_CKPT_GUARD "complete"
 
-/* trainer.c helpers shared with the VAE trainer */
+/* setup.c helpers shared by the tasks */
 struct ct_sched;
 ct_status ct_train_build_sched(const ct_config *cfg, long total, struct ct_sched *s, ct_err *err);
 double ct_train_sumsq(const float *g, size_t n); /* deterministic, in double */
