@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
@@ -131,20 +132,15 @@ static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *in
 
 static void clip(float *g, size_t n, double gn, double max_norm) {
   if (!(max_norm > 0 && gn > max_norm)) return;
-  const float c = (float)(max_norm / (gn + 1e-6));
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) g[i] *= c;
+  ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
 }
 
 /* EMA of this rank's weights (all of them unless the trainer holds a range);
  * with the weights in the swap file the update did it as they passed. */
 static void ema_update(trainer *tr, float dcy) {
   if (tr->widx >= 0) return;
-  float *e = tr->ema;
   const float *src = tr->own ? tr->wsh : ct_model_params(tr->model);
-  const size_t ne = tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model);
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < ne; i++) e[i] = dcy * e[i] + (1.0f - dcy) * src[i];
+  ct_ema_update(tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model), tr->ema, src, dcy);
 }
 
 static void log_step(trainer *tr, const ct_step_info *info, long epoch, const double *parts) {

@@ -16,6 +16,7 @@
 #include "ctuner/alloc.h"
 #include "ctuner/hash.h"
 #include "ctuner/json.h"
+#include "ctuner/kernels.h"
 #include "ctuner/log.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
@@ -143,24 +144,8 @@ ct_status ct_train_build_sched(const ct_config *cfg, long total, ct_sched *s, ct
   return st;
 }
 
-/* Deterministic sum of squares: fixed chunks summed in double, in order. */
-double ct_train_sumsq(const float *g, size_t n) {
-  enum { CH = 1 << 16 };
-  size_t nch = (n + CH - 1) / CH;
-  double *part = malloc(nch * sizeof *part);
-  CT_ASSERT(part);
-#pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < nch; c++) {
-    size_t a = c * CH, b = a + CH < n ? a + CH : n;
-    double s = 0;
-    for (size_t i = a; i < b; i++) s += (double)g[i] * g[i];
-    part[c] = s;
-  }
-  double s = 0;
-  for (size_t c = 0; c < nch; c++) s += part[c];
-  free(part);
-  return s;
-}
+/* Deterministic sum of squares: fixed chunks summed in double, in order (the kernel layer's). */
+double ct_train_sumsq(const float *g, size_t n) { return ct_sumsq(n, g); }
 
 /* Keep metrics.jsonl lines of steps <= `upto` (a resume rewrites the tail). */
 FILE *ct_train_open_metrics(const char *out, long upto) {
