@@ -621,8 +621,8 @@ CT_TEST(backend, detects_broken_op) {
   CHECKF(nbad == 2 && !strcmp(failed, "linear silu"), "%d op(s) failed: %s (expected: linear silu)", nbad, failed);
 }
 
-/* The CPU backend's optimizer math is the optimizers', bit for bit (a
- * separate copy until src/optim/optim_elem.c calls the kernels). */
+/* The CPU backend's optimizer math is the optimizers', bit for bit
+ * (src/optim/optim_elem.c's slices call these kernels). */
 CT_TEST(backend, cpu_optimizer_math_bitwise) {
   const ct_backend_ops *be = ct_backend_default();
   const size_t n = 1000;
