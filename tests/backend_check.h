@@ -140,6 +140,7 @@ void backend_op_upsample2x(bcheck *t);
 void backend_op_patchify(bcheck *t);
 void backend_op_nchw_nlc(bcheck *t);
 void backend_op_elementwise(bcheck *t);
+void backend_op_tile_blend(bcheck *t);
 void backend_op_clamp(bcheck *t);
 void backend_op_embedding(bcheck *t);
 void backend_op_timestep_embedding(bcheck *t);

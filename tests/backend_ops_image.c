@@ -1,6 +1,6 @@
 /* Backend comparison, second half (see tests/test_backend.c): the image ops
  * (GroupNorm, conv2d, nearest upsampling, patchify and the NCHW/NLC
- * transposes), the small elementwise ops, the clamp, the token and the
+ * transposes, the tile blend), the small elementwise ops, the clamp, the token and the
  * timestep embeddings, the MSE
  * loss and the optimizer math, each against a double-precision reference. */
 #include "backend_check.h"
@@ -233,6 +233,26 @@ static double clamp_loss(void *p) {
   clamp_ref(c);
   return dot(c->y, c->r, (size_t)c->rows * c->ldy);
 }
+/* both orientations: a 3 x 4 overlap of 2 planes between padded tiles */
+void backend_op_tile_blend(bcheck *t) {
+  const int planes = 2, lda = 6, ldb = 5, e = 3;
+  const size_t pa = 4 * lda + 1, pb = 5 * ldb + 2, na = planes * pa, nb = planes * pb;
+  for (int vertical = 1; vertical >= 0; vertical--) {
+    const int rows = vertical ? e : 4, cols = vertical ? 4 : e;
+    float *a = hrand(t, na, 1), *b0 = hrand(t, nb, 1);
+    double *ref = hd(t, b0, nb);
+    for (int p = 0; p < planes; p++)
+      for (int y = 0; y < rows; y++)
+        for (int x = 0; x < cols; x++) {
+          double s = (double)(vertical ? y : x) / e, av = a[p * pa + (size_t)y * lda + x];
+          ref[p * pb + (size_t)y * ldb + x] = av * (1 - s) + b0[p * pb + (size_t)y * ldb + x] * s;
+        }
+    float *b = dev(t, b0, nb);
+    t->be->tile_blend(planes, rows, cols, e, vertical, dev(t, a, na), pa, lda, b, pb, ldb);
+    cmp(t, vertical ? "b (vertical)" : "b (horizontal)", back(t, b, nb), ref, nb);
+  }
+}
+
 void backend_op_clamp(bcheck *t) {
   clamp_c c = {.rows = 3, .cols = 5, .ldx = 8, .ldy = 6, .lo = -1.0f, .hi = 1.5f};
   size_t nx = (size_t)c.rows * c.ldx, ny = (size_t)c.rows * c.ldy;

@@ -488,6 +488,7 @@ static const struct {
     {"groupnorm", backend_op_groupnorm},
     {"conv2d", backend_op_conv2d},
     {"upsample2x", backend_op_upsample2x},
+    {"tile_blend", backend_op_tile_blend},
     {"patchify", backend_op_patchify},
     {"nchw_nlc", backend_op_nchw_nlc},
     {"silu", op_silu},
@@ -519,7 +520,7 @@ static const struct {
   X(groupnorm_bwd, ct_groupnorm_bwd) X(conv2d_col_floats, ct_conv2d_col_floats)            \
   X(conv2d_fwd, ct_conv2d_fwd) X(conv2d_bwd, ct_conv2d_bwd)                                \
   X(upsample2x_fwd, ct_upsample2x_fwd) X(upsample2x_bwd, ct_upsample2x_bwd)                \
-  X(nchw_to_nlc, ct_nchw_to_nlc) X(nlc_to_nchw, ct_nlc_to_nchw) X(patchify, ct_patchify)   \
+  X(nchw_to_nlc, ct_nchw_to_nlc) X(nlc_to_nchw, ct_nlc_to_nchw) X(tile_blend, ct_tile_blend) X(patchify, ct_patchify)   \
   X(unpatchify, ct_unpatchify) X(silu_fwd, ct_silu_fwd) X(silu_bwd, ct_silu_bwd)           \
   X(gelu_tanh_fwd, ct_gelu_tanh_fwd) X(gelu_tanh_bwd, ct_gelu_tanh_bwd)                    \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) X(gate_res_fwd, ct_gate_res_fwd)                    \

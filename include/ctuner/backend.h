@@ -116,6 +116,8 @@ struct ct_backend_ops {
   void (*upsample2x_bwd)(int BC, int H, int W, const float *dy, float *dx);
   void (*nchw_to_nlc)(int B, int C, int L, const float *x, float *y);
   void (*nlc_to_nchw)(int B, int C, int L, const float *x, float *y);
+  void (*tile_blend)(int planes, int rows, int cols, int e, int vertical, const float *a,
+                     size_t plane_a, int lda, float *b, size_t plane_b, int ldb);
   void (*patchify)(int B, int C, int H, int W, int p, const float *x, float *out);
   void (*unpatchify)(int B, int C, int H, int W, int p, const float *in, float *x);
 

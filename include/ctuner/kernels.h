@@ -188,6 +188,14 @@ void ct_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx);
 /* (B, C, L) <-> (B, L, C): each is the other's backward. */
 void ct_nchw_to_nlc(int B, int C, int L, const float *x, float *y);
 void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
+/* The linear blend of two overlapping tiles (diffusers' blend_v / blend_h),
+ * per plane p: b[y][x] = a[y][x] (1 - s/e) + b[y][x] (s/e), s = y (vertical)
+ * or x (horizontal), over a rows x cols block (rows = e when vertical, cols =
+ * e when horizontal). a points at the overlap (the last e rows or columns of
+ * the earlier tile), plane p of a at a + p * plane_a with rows lda apart, of
+ * b at b + p * plane_b with rows ldb apart. Forward only (inference). */
+void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a, size_t plane_a, int lda,
+                   float *b, size_t plane_b, int ldb);
 
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */

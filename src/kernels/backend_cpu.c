@@ -68,6 +68,7 @@ const ct_backend_ops ct_backend_cpu = {
     .upsample2x_bwd = ct_upsample2x_bwd,
     .nchw_to_nlc = ct_nchw_to_nlc,
     .nlc_to_nchw = ct_nlc_to_nchw,
+    .tile_blend = ct_tile_blend,
     .patchify = ct_patchify,
     .unpatchify = ct_unpatchify,
 

@@ -3,8 +3,8 @@
  * every 3/4 tile, each output tile blended linearly with its upper and left
  * neighbours over 1/4 of an output tile, then cropped to 3/4 of one. Memory
  * then follows the tile, not the image. The mid block's attention sees one
- * tile at a time, as in diffusers. Tiles are cut and placed with the
- * backend's copy_2d; the blends are host loops (not yet backend ops). */
+ * tile at a time, as in diffusers. Tiles are cut, blended and placed with
+ * the VAE's compute backend (copy_2d, tile_blend). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,30 +19,17 @@ typedef struct vtile {
 } vtile;
 
 /* b's first rows take a's last ones: b = a (1 - y/e) + b (y/e) */
-static void blend_v(int BC, const vtile *a, vtile *b, int extent) {
+static void blend_v(const ct_backend_ops *be, int BC, const vtile *a, vtile *b, int extent) {
   int e = a->h < b->h ? a->h : b->h;
   if (extent < e) e = extent;
-  for (int p = 0; p < BC; p++)
-    for (int y = 0; y < e; y++) {
-      const float *ar = a->p + ((size_t)p * a->h + (size_t)(a->h - e + y)) * a->w;
-      float *br = b->p + ((size_t)p * b->h + (size_t)y) * b->w;
-      const float t = (float)y / (float)e;
-      for (int x = 0; x < b->w; x++) br[x] = ar[x] * (1 - t) + br[x] * t;
-    }
+  be->tile_blend(BC, e, b->w, e, 1, a->p + (size_t)(a->h - e) * a->w, (size_t)a->h * a->w, a->w, b->p,
+                 (size_t)b->h * b->w, b->w);
 }
 
-static void blend_h(int BC, const vtile *a, vtile *b, int extent) {
+static void blend_h(const ct_backend_ops *be, int BC, const vtile *a, vtile *b, int extent) {
   int e = a->w < b->w ? a->w : b->w;
   if (extent < e) e = extent;
-  for (int p = 0; p < BC; p++)
-    for (int y = 0; y < b->h; y++) {
-      const float *ar = a->p + ((size_t)p * a->h + (size_t)y) * a->w;
-      float *br = b->p + ((size_t)p * b->h + (size_t)y) * b->w;
-      for (int x = 0; x < e; x++) {
-        const float t = (float)x / (float)e;
-        br[x] = ar[a->w - e + x] * (1 - t) + br[x] * t;
-      }
-    }
+  be->tile_blend(BC, b->h, e, e, 0, a->p + (a->w - e), (size_t)a->h * a->w, a->w, b->p, (size_t)b->h * b->w, b->w);
 }
 
 /* in (B, Cin, H, W) -> out (B, Cout, H*num/den, W*num/den) */
@@ -70,8 +57,8 @@ static ct_status tiled(ct_vae *v, int B, int Cin, int H, int W, const float *in,
   for (int i = 0; !st && i < nr; i++)
     for (int j = 0; j < nc; j++) {
       vtile *o = &t[i * nc + j];
-      if (i > 0) blend_v(B * Cout, &t[(i - 1) * nc + j], o, blend);
-      if (j > 0) blend_h(B * Cout, &t[i * nc + j - 1], o, blend);
+      if (i > 0) blend_v(be, B * Cout, &t[(i - 1) * nc + j], o, blend);
+      if (j > 0) blend_h(be, B * Cout, &t[i * nc + j - 1], o, blend);
       const int ch = o->h < limit ? o->h : limit, cw = o->w < limit ? o->w : limit;
       const int oy = i * limit, ox = j * limit, rows = oy + ch <= Ho ? ch : Ho - oy;
       for (int p = 0; p < B * Cout && rows > 0; p++)
