@@ -168,6 +168,11 @@ CT_TEST(backend, vae_through_table) {
     ct_vae_tape_free(td);
   }
   CHECK(ct_vae_backend(v[1]) == be);
+  ct_vae_tape *tp = NULL; /* a tape recorded on one backend has no backward on another */
+  REQUIRE(ct_vae_decode_fwd(v[0], B, H / 2, W / 2, mean[0], NULL, &tp, &err) == CT_OK);
+  REQUIRE(ct_vae_set_backend(v[0], be, &err) == CT_OK);
+  CHECK(ct_vae_decode_bwd(v[0], tp, dout, NULL, &err) == CT_ERR_INVALID && strstr(err.msg, "another compute backend"));
+  ct_vae_tape_free(tp);
   CHECK(!memcmp(mean[0], mean[1], nz * sizeof(float)) && !memcmp(logvar[0], logvar[1], nz * sizeof(float)));
   CHECK(!memcmp(img[0], img[1], nx * sizeof(float)) && !memcmp(dx[0], dx[1], nx * sizeof(float)));
   CHECK(!memcmp(dz[0], dz[1], nz * sizeof(float)));

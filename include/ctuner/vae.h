@@ -58,8 +58,8 @@ const ct_vae_config *ct_vae_cfg(const ct_vae *v);
  * one set here, which moves the parameters and gradients to it (the
  * workspace is reallocated by the next call). The images, latents and their
  * gradients given to the calls below are then that backend's memory (host
- * memory for the CPU backend); tapes keep the backend they were made on.
- * NULL: the default. On failure the VAE stays where it was. */
+ * memory for the CPU backend); a tape is freed on the backend it was made on,
+ * and its backward needs the VAE still there. NULL: the default. On failure the VAE stays where it was. */
 ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err);
 const ct_backend_ops *ct_vae_backend(const ct_vae *v);
 /* Sets scaling_factor and shift_factor (measured latent statistics). */

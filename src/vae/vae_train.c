@@ -378,6 +378,7 @@ static ct_status backward(ct_vae *v, ct_vae_tape *tp, ct_err *err) {
 ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dmean, const float *dlogvar, float *dx,
                             ct_err *err) {
   if (!tp || !tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_encode_bwd needs an encoder tape");
+  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
   const ct_backend_ops *be = v->be;
   tt *f = &tp->t[tp->final];
   const size_t n = (size_t)v->cfg.latent_channels * f->H * f->W; /* floats of mean (logvar) per image */
@@ -391,6 +392,7 @@ ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dmean, cons
 
 ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dout, float *dz, ct_err *err) {
   if (!tp || tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_decode_bwd needs a decoder tape");
+  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
   v->be->add_inplace(numel(tp, tp->final), tp->t[tp->final].g, dout);
   ct_status st = backward(v, tp, err);
   if (!st && dz) v->be->copy(dz, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
