@@ -15,7 +15,7 @@
 #include "ctuner/backend.h"
 
 typedef struct bcheck {
-  const ct_backend *be;
+  const ct_backend_ops *be;
   const char *op;
   int fails, quiet;
   double ftol, gtol;
@@ -140,6 +140,9 @@ void backend_op_upsample2x(bcheck *t);
 void backend_op_patchify(bcheck *t);
 void backend_op_nchw_nlc(bcheck *t);
 void backend_op_elementwise(bcheck *t);
+void backend_op_tile_blend(bcheck *t);
+void backend_op_clamp(bcheck *t);
+void backend_op_embedding(bcheck *t);
 void backend_op_timestep_embedding(bcheck *t);
 void backend_op_mse(bcheck *t);
 void backend_op_optimizer_updates(bcheck *t);

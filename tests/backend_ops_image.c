@@ -1,6 +1,7 @@
 /* Backend comparison, second half (see tests/test_backend.c): the image ops
  * (GroupNorm, conv2d, nearest upsampling, patchify and the NCHW/NLC
- * transposes), the small elementwise ops, the timestep embedding, the MSE
+ * transposes, the tile blend), the small elementwise ops, the clamp, the token and the
+ * timestep embeddings, the MSE
  * loss and the optimizer math, each against a double-precision reference. */
 #include "backend_check.h"
 
@@ -125,7 +126,7 @@ static double perm_loss(void *p) {
   for (size_t i = 0; i < c->ny; i++) c->y[i] = c->x[c->map[i]];
   return dot(c->y, c->r, c->ny);
 }
-typedef void (*move_fn)(const ct_backend *be, const float *x, float *y);
+typedef void (*move_fn)(const ct_backend_ops *be, const float *x, float *y);
 static void perm_case(bcheck *t, const char *name, size_t nx, size_t ny, size_t *map, move_fn fwd, move_fn bwd) {
   perm_c c = {.nx = nx, .ny = ny, .map = map, .x = hrand(t, nx, 1), .r = hrand(t, ny, 1)};
   c.y = hd(t, NULL, ny);
@@ -141,16 +142,16 @@ static void perm_case(bcheck *t, const char *name, size_t nx, size_t ny, size_t 
 }
 
 enum { UB = 3, UH = 2, UW = 3, PB = 2, PC = 3, PH = 4, PW = 6, PP = 2, TB = 2, TC = 3, TL = 5 };
-static void up_f(const ct_backend *be, const float *x, float *y) { be->upsample2x_fwd(UB, UH, UW, x, y); }
-static void up_b(const ct_backend *be, const float *x, float *y) { be->upsample2x_bwd(UB, UH, UW, x, y); }
-static void pat_f(const ct_backend *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
-static void pat_b(const ct_backend *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
-static void unp_f(const ct_backend *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
-static void unp_b(const ct_backend *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
-static void nlc_f(const ct_backend *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
-static void nlc_b(const ct_backend *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
-static void nchw_f(const ct_backend *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
-static void nchw_b(const ct_backend *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
+static void up_f(const ct_backend_ops *be, const float *x, float *y) { be->upsample2x_fwd(UB, UH, UW, x, y); }
+static void up_b(const ct_backend_ops *be, const float *x, float *y) { be->upsample2x_bwd(UB, UH, UW, x, y); }
+static void pat_f(const ct_backend_ops *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
+static void pat_b(const ct_backend_ops *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
+static void unp_f(const ct_backend_ops *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
+static void unp_b(const ct_backend_ops *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
+static void nlc_f(const ct_backend_ops *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
+static void nlc_b(const ct_backend_ops *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
+static void nchw_f(const ct_backend_ops *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
+static void nchw_b(const ct_backend_ops *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
 
 void backend_op_upsample2x(bcheck *t) {
   size_t n = (size_t)UB * UH * UW, map[4 * UB * UH * UW];
@@ -216,6 +217,81 @@ void backend_op_elementwise(bcheck *t) {
   t->be->copy(w, y, n * sizeof(float));
   t->be->synchronize();
   EXPECT(t, !memcmp(back(t, w, n), z, n * sizeof(float)), "copy: backend-to-backend copy differs");
+}
+
+typedef struct {
+  int rows, cols, ldx, ldy;
+  float lo, hi, *x, *r;
+  double *y;
+} clamp_c;
+static void clamp_ref(clamp_c *c) {
+  for (int i = 0; i < c->rows; i++)
+    for (int j = 0; j < c->cols; j++) c->y[i * c->ldy + j] = fmin(fmax(c->x[i * c->ldx + j], c->lo), c->hi);
+}
+static double clamp_loss(void *p) {
+  clamp_c *c = p;
+  clamp_ref(c);
+  return dot(c->y, c->r, (size_t)c->rows * c->ldy);
+}
+/* both orientations: a 3 x 4 overlap of 2 planes between padded tiles */
+void backend_op_tile_blend(bcheck *t) {
+  const int planes = 2, lda = 6, ldb = 5, e = 3;
+  const size_t pa = 4 * lda + 1, pb = 5 * ldb + 2, na = planes * pa, nb = planes * pb;
+  for (int vertical = 1; vertical >= 0; vertical--) {
+    const int rows = vertical ? e : 4, cols = vertical ? 4 : e;
+    float *a = hrand(t, na, 1), *b0 = hrand(t, nb, 1);
+    double *ref = hd(t, b0, nb);
+    for (int p = 0; p < planes; p++)
+      for (int y = 0; y < rows; y++)
+        for (int x = 0; x < cols; x++) {
+          double s = (double)(vertical ? y : x) / e, av = a[p * pa + (size_t)y * lda + x];
+          ref[p * pb + (size_t)y * ldb + x] = av * (1 - s) + b0[p * pb + (size_t)y * ldb + x] * s;
+        }
+    float *b = dev(t, b0, nb);
+    t->be->tile_blend(planes, rows, cols, e, vertical, dev(t, a, na), pa, lda, b, pb, ldb);
+    cmp(t, vertical ? "b (vertical)" : "b (horizontal)", back(t, b, nb), ref, nb);
+  }
+}
+
+void backend_op_clamp(bcheck *t) {
+  clamp_c c = {.rows = 3, .cols = 5, .ldx = 8, .ldy = 6, .lo = -1.0f, .hi = 1.5f};
+  size_t nx = (size_t)c.rows * c.ldx, ny = (size_t)c.rows * c.ldy;
+  c.x = hrand(t, nx, 3);
+  for (size_t i = 0; i < nx; i++) /* keep finite differences off the kinks */
+    if (fabsf(c.x[i] - c.lo) < 0.01f || fabsf(c.x[i] - c.hi) < 0.01f) c.x[i] += 0.05f;
+  float *y0 = hrand(t, ny, 1);
+  c.y = hd(t, y0, ny);
+  clamp_ref(&c);
+  float *x = dev(t, c.x, nx), *y = dev(t, y0, ny);
+  t->be->clamp_fwd(c.rows, c.cols, x, c.ldx, c.lo, c.hi, y, c.ldy);
+  cmp(t, "y", back(t, y, ny), c.y, ny);
+  c.r = hrand(t, ny, 1);
+  float *dx0 = hrand(t, nx, 1), *dx = dev(t, dx0, nx);
+  t->be->clamp_bwd(c.rows, c.cols, x, c.ldx, c.lo, c.hi, dev(t, c.r, ny), c.ldy, dx, c.ldx);
+  fd(t, "dx", c.x, c.rows, c.cols, c.ldx, diff(t, back(t, dx, nx), dx0, nx), clamp_loss, &c);
+  /* NaN stays NaN and passes no gradient */
+  float nan2[2] = {NAN, 0.5f}, one[2] = {1.0f, 1.0f}, *xn = dev(t, nan2, 2), *yn = dev(t, one, 2);
+  float *dn = dev(t, one, 2);
+  t->be->clamp_fwd(1, 2, xn, 2, c.lo, c.hi, yn, 2);
+  t->be->clamp_bwd(1, 2, xn, 2, c.lo, c.hi, dev(t, one, 2), 2, dn, 2);
+  float *ynh = back(t, yn, 2), *dnh = back(t, dn, 2);
+  EXPECT(t, isnan(ynh[0]) && ynh[1] == 0.5f, "clamp(NaN) = %g, clamp(0.5) = %g", ynh[0], ynh[1]);
+  EXPECT(t, dnh[0] == 1.0f && dnh[1] == 2.0f, "gradient through NaN %g (want 1: none), through 0.5 %g (want 2)",
+         dnh[0], dnh[1]);
+}
+
+void backend_op_embedding(bcheck *t) {
+  const int B = 2, T = 3, D = 5, V = 7, N = B * T;
+  int32_t ids[6];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((frand(t) + 1.0f) * 3.5f) % V;
+  float *tok = hrand(t, (size_t)V * D, 1), *pos = hrand(t, (size_t)(T + 1) * D, 1);
+  float *y0 = hrand(t, (size_t)N * D, 1);
+  double *ref = hd(t, NULL, (size_t)N * D);
+  for (int r = 0; r < N; r++)
+    for (int j = 0; j < D; j++) ref[r * D + j] = (double)tok[ids[r] * D + j] + pos[(r % T) * D + j];
+  float *y = dev(t, y0, (size_t)N * D);
+  t->be->embedding_fwd(N, T, D, ids, dev(t, tok, (size_t)V * D), dev(t, pos, (size_t)(T + 1) * D), y);
+  cmp(t, "y", back(t, y, (size_t)N * D), ref, (size_t)N * D);
 }
 
 void backend_op_timestep_embedding(bcheck *t) {

@@ -422,7 +422,7 @@ static void act_case(bcheck *t, int kind) {
   c.y = hd(t, y0, ny);
   act_loss(&c);
   float *x = dev(t, c.x, nx), *y = dev(t, y0, ny);
-  const ct_backend *be = t->be;
+  const ct_backend_ops *be = t->be;
   (kind == ACT_SILU ? be->silu_fwd : kind == ACT_GELU ? be->gelu_tanh_fwd : be->quick_gelu_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
   char what[64];
   snprintf(what, sizeof what, "%s: y", names[kind]);
@@ -488,6 +488,7 @@ static const struct {
     {"groupnorm", backend_op_groupnorm},
     {"conv2d", backend_op_conv2d},
     {"upsample2x", backend_op_upsample2x},
+    {"tile_blend", backend_op_tile_blend},
     {"patchify", backend_op_patchify},
     {"nchw_nlc", backend_op_nchw_nlc},
     {"silu", op_silu},
@@ -495,6 +496,8 @@ static const struct {
     {"quick_gelu", op_quick_gelu},
     {"gate_res", op_gate_res},
     {"elementwise", backend_op_elementwise},
+    {"clamp", backend_op_clamp},
+    {"embedding", backend_op_embedding},
     {"timestep_embedding", backend_op_timestep_embedding},
     {"mse", backend_op_mse},
     {"optimizer_updates", backend_op_optimizer_updates},
@@ -502,7 +505,7 @@ static const struct {
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
-/* Every field of ct_backend: the memory functions, and the ops with the CPU
+/* Every field of ct_backend_ops: the memory functions, and the ops with the CPU
  * kernel behind each. */
 #define BACKEND_MEMORY(X) X(alloc) X(free) X(copy_in) X(copy_out) X(copy) X(synchronize)
 #define BACKEND_OPS(X)                                                                     \
@@ -517,12 +520,13 @@ static const struct {
   X(groupnorm_bwd, ct_groupnorm_bwd) X(conv2d_col_floats, ct_conv2d_col_floats)            \
   X(conv2d_fwd, ct_conv2d_fwd) X(conv2d_bwd, ct_conv2d_bwd)                                \
   X(upsample2x_fwd, ct_upsample2x_fwd) X(upsample2x_bwd, ct_upsample2x_bwd)                \
-  X(nchw_to_nlc, ct_nchw_to_nlc) X(nlc_to_nchw, ct_nlc_to_nchw) X(patchify, ct_patchify)   \
+  X(nchw_to_nlc, ct_nchw_to_nlc) X(nlc_to_nchw, ct_nlc_to_nchw) X(tile_blend, ct_tile_blend) X(patchify, ct_patchify)   \
   X(unpatchify, ct_unpatchify) X(silu_fwd, ct_silu_fwd) X(silu_bwd, ct_silu_bwd)           \
   X(gelu_tanh_fwd, ct_gelu_tanh_fwd) X(gelu_tanh_bwd, ct_gelu_tanh_bwd)                    \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) X(gate_res_fwd, ct_gate_res_fwd)                    \
   X(gate_res_bwd, ct_gate_res_bwd) X(add_inplace, ct_add_inplace)                          \
   X(scale_inplace, ct_scale_inplace) X(copy_2d, ct_copy_2d) X(zero, ct_zero)                                      \
+  X(clamp_fwd, ct_clamp_fwd) X(clamp_bwd, ct_clamp_bwd) X(embedding_fwd, ct_embedding_fwd)  \
   X(timestep_embedding, ct_timestep_embedding) X(mse_fwd_bwd, ct_mse_fwd_bwd)              \
   X(adam_update, ct_adam_update) X(adagrad_update, ct_adagrad_update)                      \
   X(lion_update, ct_lion_update) X(sgd_update, ct_sgd_update) X(ema_update, ct_ema_update) \
@@ -530,7 +534,7 @@ static const struct {
 
 /* Runs every op on be; returns the number of failing ops and, in failed (if
  * not NULL), their names joined by spaces. */
-static int run_ops(const ct_backend *be, int quiet, char *failed, size_t cap) {
+static int run_ops(const ct_backend_ops *be, int quiet, char *failed, size_t cap) {
   int nbad = 0;
   if (failed) failed[0] = 0;
   for (size_t i = 0; i < NOPS; i++) {
@@ -559,7 +563,7 @@ CT_TEST(backend, registry) {
   CHECK(ct_backend_default() == ct_backend_at(0));
   CHECK(!strcmp(ct_backend_default()->name, "cpu"));
   CHECK(ct_backend_at(ct_backend_count()) == NULL);
-  const ct_backend *be = NULL;
+  const ct_backend_ops *be = NULL;
   ct_err err = {0};
   CHECK(ct_backend_get("cpu", &be, &err) == CT_OK && be == ct_backend_default());
   CHECK(ct_backend_get("no-such-device", &be, &err) == CT_ERR_NOT_FOUND && be == NULL);
@@ -572,7 +576,7 @@ CT_TEST(backend, registry) {
  * themselves (so its results are the free functions' bits). */
 CT_TEST(backend, complete) {
   for (size_t i = 0; i < ct_backend_count(); i++) {
-    const ct_backend *be = ct_backend_at(i);
+    const ct_backend_ops *be = ct_backend_at(i);
     CHECK(be->name && be->description && be->precision_bits > 0);
 #define CT_X(field) CHECKF(be->field != NULL, "backend %s lacks %s", be->name, #field);
     BACKEND_MEMORY(CT_X)
@@ -581,7 +585,7 @@ CT_TEST(backend, complete) {
     BACKEND_OPS(CT_X)
 #undef CT_X
   }
-  const ct_backend *cpu = ct_backend_default();
+  const ct_backend_ops *cpu = ct_backend_default();
 #define CT_X(field, kernel) \
   CHECKF((void (*)(void))cpu->field == (void (*)(void))kernel, "cpu %s is not %s", #field, #kernel);
   BACKEND_OPS(CT_X)
@@ -609,7 +613,7 @@ static void bad_linear_bwd(int N, int K, int M, const float *x, int ldx, const f
   ct_linear_bwd(N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, NULL);
 }
 CT_TEST(backend, detects_broken_op) {
-  ct_backend broken = *ct_backend_default();
+  ct_backend_ops broken = *ct_backend_default();
   broken.name = "cpu-sabotaged";
   broken.silu_fwd = bad_silu;
   broken.linear_bwd = bad_linear_bwd;
@@ -618,10 +622,10 @@ CT_TEST(backend, detects_broken_op) {
   CHECKF(nbad == 2 && !strcmp(failed, "linear silu"), "%d op(s) failed: %s (expected: linear silu)", nbad, failed);
 }
 
-/* The CPU backend's optimizer math is the optimizers', bit for bit (a
- * separate copy until src/optim/optim_elem.c calls the kernels). */
+/* The CPU backend's optimizer math is the optimizers', bit for bit
+ * (src/optim/optim_elem.c's slices call these kernels). */
 CT_TEST(backend, cpu_optimizer_math_bitwise) {
-  const ct_backend *be = ct_backend_default();
+  const ct_backend_ops *be = ct_backend_default();
   const size_t n = 1000;
   const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_ADAGRAD, CT_OPTIM_LION, CT_OPTIM_SGD};
   bcheck t = {.be = be, .op = "bitwise", .rng = 77};
@@ -666,7 +670,7 @@ CT_TEST(backend, cpu_optimizer_math_bitwise) {
 /* sgemm_deterministic keeps its promise on the path this machine takes
  * (OpenBLAS without AVX-512 or with CT_GEMM=blas): 1 and 2 threads, same bits. */
 CT_TEST(backend, cpu_sgemm_deterministic_threads) {
-  const ct_backend *be = ct_backend_default();
+  const ct_backend_ops *be = ct_backend_default();
   const int M = 300, N = 200, K = 96;
   bcheck t = {.be = be, .op = "sgemm_deterministic", .rng = 5};
   float *A = hrand(&t, (size_t)M * K, 1), *B = hrand(&t, (size_t)N * K, 1);

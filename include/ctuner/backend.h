@@ -16,7 +16,7 @@
  * each op to completion).
  *
  * Adding a backend (CUDA, a bf16 CPU path): one file defining a const
- * ct_backend with every pointer set, one row in the registry
+ * ct_backend_ops with every pointer set, one row in the registry
  * (src/kernels/backend.c), and tests/test_backend.c — which runs every op of
  * every registered backend against plain-C references, forward and
  * finite-difference gradients — passing for it. The free kernel functions stay
@@ -31,9 +31,9 @@
 #include "ctuner/kernels.h"
 #include "ctuner/status.h"
 
-typedef struct ct_backend ct_backend;
+typedef struct ct_backend_ops ct_backend_ops;
 
-struct ct_backend {
+struct ct_backend_ops {
   const char *name;        /* "cpu": the registry key */
   const char *description; /* one line for listings */
   /* Significand bits of the arithmetic the ops store in (24: float32, 8:
@@ -116,6 +116,8 @@ struct ct_backend {
   void (*upsample2x_bwd)(int BC, int H, int W, const float *dy, float *dx);
   void (*nchw_to_nlc)(int B, int C, int L, const float *x, float *y);
   void (*nlc_to_nchw)(int B, int C, int L, const float *x, float *y);
+  void (*tile_blend)(int planes, int rows, int cols, int e, int vertical, const float *a,
+                     size_t plane_a, int lda, float *b, size_t plane_b, int ldb);
   void (*patchify)(int B, int C, int H, int W, int p, const float *x, float *out);
   void (*unpatchify)(int B, int C, int H, int W, int p, const float *in, float *x);
 
@@ -134,9 +136,16 @@ struct ct_backend {
   void (*add_inplace)(size_t n, float *y, const float *x);
   void (*scale_inplace)(size_t n, float *x, float c);
   void (*copy_2d)(int rows, int cols, const float *src, int lds, float *dst, int ldd);
+  void (*clamp_fwd)(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                    int ldy);
+  void (*clamp_bwd)(int rows, int cols, const float *x, int ldx, float lo, float hi,
+                    const float *dy, int lddy, float *dx, int lddx);
   void (*zero)(size_t n, float *x);
   void (*timestep_embedding)(int B, const float *t, int dim, float max_period, float time_factor,
                              float *out);
+  /* ids (N) host memory, as rope_table's pos */
+  void (*embedding_fwd)(int N, int T, int D, const int32_t *ids, const float *tok,
+                        const float *pos, float *y);
   float (*mse_fwd_bwd)(size_t n, const float *pred, const float *target, float dloss,
                        float *dpred);
 
@@ -156,12 +165,19 @@ struct ct_backend {
 /* ---- registry (src/kernels/backend.c) ---- */
 /* The backend called name; an unknown name fails with CT_ERR_NOT_FOUND and a
  * message listing the registered ones. */
-ct_status ct_backend_get(const char *name, const ct_backend **out, ct_err *err);
+ct_status ct_backend_get(const char *name, const ct_backend_ops **out, ct_err *err);
 /* The backend used when none is named: "cpu". */
-const ct_backend *ct_backend_default(void);
+const ct_backend_ops *ct_backend_default(void);
 /* The registered backends, i < ct_backend_count(), in registry order (the CPU
  * backend first); NULL past the end. */
 size_t ct_backend_count(void);
-const ct_backend *ct_backend_at(size_t i);
+const ct_backend_ops *ct_backend_at(size_t i);
+
+/* Moves bytes of backend memory at *p from backend `from` to backend `to`
+ * (alloc on `to` counted under cat, copied through the host, freed on
+ * `from`): what a model's ct_*_set_backend does with the buffers it owns.
+ * Nothing to do when *p is NULL or from == to; on failure *p is unchanged. */
+ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat, size_t bytes,
+                          void **p, ct_err *err);
 
 #endif

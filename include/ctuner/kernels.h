@@ -27,6 +27,7 @@
 #define CTUNER_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- matrix product ----
  * C = alpha * op(A) * op(B) + beta * C on row-major matrices, with the argument
@@ -146,6 +147,10 @@ void ct_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const floa
 /* out (B, dim): [cos(args), sin(args)], args = time_factor*t[b] * exp(-ln(max_period)*k/(dim/2)). */
 void ct_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
                            float *out);
+/* y (N, D), row r = tok[ids[r]] + pos[r % T]: the token plus position
+ * embedding of N = B*T tokens (text encoder; forward only). tok (vocab, D),
+ * pos (>= T, D); ids (N) are host memory and must be in range. */
+void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos, float *y);
 /* (B, C, H, W) -> (B, (H/p)*(W/p), C*p*p) in the order b c (h ph) (w pw) -> b (h w) (c ph pw). */
 void ct_patchify(int B, int C, int H, int W, int p, const float *x, float *out);
 /* Exact inverse of ct_patchify (also its backward: a permutation). */
@@ -183,6 +188,14 @@ void ct_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx);
 /* (B, C, L) <-> (B, L, C): each is the other's backward. */
 void ct_nchw_to_nlc(int B, int C, int L, const float *x, float *y);
 void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
+/* The linear blend of two overlapping tiles (diffusers' blend_v / blend_h),
+ * per plane p: b[y][x] = a[y][x] (1 - s/e) + b[y][x] (s/e), s = y (vertical)
+ * or x (horizontal), over a rows x cols block (rows = e when vertical, cols =
+ * e when horizontal). a points at the overlap (the last e rows or columns of
+ * the earlier tile), plane p of a at a + p * plane_a with rows lda apart, of
+ * b at b + p * plane_b with rows ldb apart. Forward only (inference). */
+void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a, size_t plane_a, int lda,
+                   float *b, size_t plane_b, int ldb);
 
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
@@ -191,6 +204,12 @@ void ct_scale_inplace(size_t n, float *x, float c); /* x *= c (gradient clipping
 /* dst (rows, cols, ld ldd) = src (rows, cols, ld lds): a column slice or a
  * block of rows moved between buffers (the joint sequence's streams, heads). */
 void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd);
+/* y = x clamped to [lo, hi] on a (rows, cols) block (NaN stays NaN): the
+ * VAE's logvar clamp. y may alias x. */
+void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y, int ldy);
+/* dx += dy where lo <= x <= hi; outside (and for NaN) the clamp passes no gradient. */
+void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy, int lddy,
+                  float *dx, int lddx);
 
 /* ---- optimizer math (src/kernels/optim_math.c) ----
  * Elementwise updates on n floats, one pass each, PyTorch's formulas

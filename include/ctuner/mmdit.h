@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/status.h"
 
 typedef struct ct_mmdit_config {
@@ -111,6 +112,17 @@ typedef struct ct_mmdit_hooks {
   /* After segment s: its forward is done, or (backward) its gradients are complete. */
   ct_status (*leave)(void *user, int s, int backward, ct_err *err);
 } ct_mmdit_hooks;
+
+/* ---- compute backend (include/ctuner/backend.h) ----
+ * Every op of the forward and backward goes through the model's backend:
+ * ct_backend_default() from ct_mmdit_new, or the one set here. Setting one
+ * moves the model's own parameter and gradient buffers to it (the activation
+ * arena is re-planned by the next forward); buffers the caller supplies
+ * (ct_mmdit_use_params/_grads, hooks, the batch, v and dv) must be that
+ * backend's memory — host memory for the CPU backend. NULL: the default. On
+ * failure the model stays where it was. */
+ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err);
+const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m);
 
 /* Installs hooks (copied), or removes them (NULL: back to the own buffers). */
 void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/status.h"
 
 typedef struct ct_textenc_config {
@@ -40,6 +41,13 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err);
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err);
 void ct_textenc_free(ct_textenc *te);
+/* The compute backend of the forward (include/ctuner/backend.h):
+ * ct_backend_default() from ct_textenc_new, or the one set here, which moves
+ * the weights to it. seq and pooled given to ct_textenc_encode are then that
+ * backend's memory (host memory for the CPU backend), ids stay on the host.
+ * NULL: the default. On failure the encoder stays where it was. */
+ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_err *err);
+const ct_backend_ops *ct_textenc_backend(const ct_textenc *te);
 const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te);
 
 /* ids (B, T) int32 with T <= max_pos -> seq (B, T, hidden), pooled (B, hidden);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/status.h"
 
 #define CT_VAE_MAX_BLOCKS 8
@@ -52,6 +53,15 @@ typedef struct ct_vae ct_vae;
 ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_err *err);
 void ct_vae_free(ct_vae *v);
 const ct_vae_config *ct_vae_cfg(const ct_vae *v);
+/* The compute backend of every encode, decode and backward
+ * (include/ctuner/backend.h): ct_backend_default() from ct_vae_new, or the
+ * one set here, which moves the parameters and gradients to it (the
+ * workspace is reallocated by the next call). The images, latents and their
+ * gradients given to the calls below are then that backend's memory (host
+ * memory for the CPU backend); a tape is freed on the backend it was made on,
+ * and its backward needs the VAE still there. NULL: the default. On failure the VAE stays where it was. */
+ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err);
+const ct_backend_ops *ct_vae_backend(const ct_vae *v);
 /* Sets scaling_factor and shift_factor (measured latent statistics). */
 void ct_vae_set_scaling(ct_vae *v, float scaling_factor, float shift_factor);
 const ct_vae_param *ct_vae_table(const ct_vae *v, size_t *n);

@@ -1,5 +1,5 @@
 /* Activations (SiLU, GELU-tanh, quick-GELU), the gated residual, plain
- * elementwise helpers and the strided 2-D copy.
+ * elementwise helpers, the clamp and the strided 2-D copy.
  *
  * Design: `omp for` over rows (static schedule), inner loops over contiguous
  * columns that GCC vectorises; transcendental functions come from fastmath.h
@@ -127,6 +127,26 @@ void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int l
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
   for (int r = 0; r < rows; r++)
     memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
+}
+
+void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y, int ldy) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    float *yr = y + (size_t)r * ldy;
+    for (int j = 0; j < cols; j++) yr[j] = xr[j] < lo ? lo : xr[j] > hi ? hi : xr[j];
+  }
+}
+
+void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy, int lddy,
+                  float *dx, int lddx) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ldx, *dyr = dy + (size_t)r * lddy;
+    float *dxr = dx + (size_t)r * lddx;
+    for (int j = 0; j < cols; j++)
+      if (xr[j] >= lo && xr[j] <= hi) dxr[j] += dyr[j];
+  }
 }
 
 void ct_zero(size_t n, float *x) {

@@ -1,18 +1,21 @@
 /* The registry of compute backends (include/ctuner/backend.h): a constant
  * table of the backends compiled in, looked up by name.
  *
- * Each backend is one file defining a const ct_backend (backend_cpu.c today);
+ * Each backend is one file defining a const ct_backend_ops (backend_cpu.c today);
  * adding one is a row here. The first row is the default.
+ * Also ct_backend_move, the one helper models use to move an owned buffer
+ * to another backend.
  * Not here: any op (the backend files), choosing a backend from a config.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/backend.h"
 
-extern const ct_backend ct_backend_cpu; /* backend_cpu.c */
+extern const ct_backend_ops ct_backend_cpu; /* backend_cpu.c */
 
-static const ct_backend *const registry[] = {
+static const ct_backend_ops *const registry[] = {
     &ct_backend_cpu,
 };
 #define NREG (sizeof registry / sizeof registry[0])
@@ -21,15 +24,15 @@ size_t ct_backend_count(void) {
   return NREG;
 }
 
-const ct_backend *ct_backend_at(size_t i) {
+const ct_backend_ops *ct_backend_at(size_t i) {
   return i < NREG ? registry[i] : NULL;
 }
 
-const ct_backend *ct_backend_default(void) {
+const ct_backend_ops *ct_backend_default(void) {
   return registry[0];
 }
 
-ct_status ct_backend_get(const char *name, const ct_backend **out, ct_err *err) {
+ct_status ct_backend_get(const char *name, const ct_backend_ops **out, ct_err *err) {
   *out = NULL;
   for (size_t i = 0; name && i < NREG; i++)
     if (!strcmp(registry[i]->name, name)) {
@@ -43,4 +46,27 @@ ct_status ct_backend_get(const char *name, const ct_backend **out, ct_err *err) 
   }
   return ct_errf(err, CT_ERR_NOT_FOUND, "unknown compute backend '%s'; compiled in: %s",
                  name ? name : "(null)", list);
+}
+
+ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat, size_t bytes,
+                          void **p, ct_err *err) {
+  ct_status st = CT_OK;
+  void *host = NULL, *np = NULL;
+  if (!*p || from == to || !bytes) goto out;
+  host = malloc(bytes);
+  np = to->alloc(cat, bytes);
+  if (!host || !np) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory moving %zu bytes from compute backend %s to %s", bytes,
+                 from->name, to->name);
+    to->free(np);
+    goto out;
+  }
+  from->copy_out(host, *p, bytes);
+  to->copy_in(np, host, bytes);
+  to->synchronize();
+  from->free(*p);
+  *p = np;
+out:
+  free(host);
+  return st;
 }

@@ -28,7 +28,7 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
 static void cpu_synchronize(void) {
 }
 
-const ct_backend ct_backend_cpu = {
+const ct_backend_ops ct_backend_cpu = {
     .name = "cpu",
     .description = "host memory, OpenMP kernels, AVX-512 SGEMM or OpenBLAS (float32)",
     .precision_bits = 24,
@@ -68,6 +68,7 @@ const ct_backend ct_backend_cpu = {
     .upsample2x_bwd = ct_upsample2x_bwd,
     .nchw_to_nlc = ct_nchw_to_nlc,
     .nlc_to_nchw = ct_nlc_to_nchw,
+    .tile_blend = ct_tile_blend,
     .patchify = ct_patchify,
     .unpatchify = ct_unpatchify,
 
@@ -81,8 +82,11 @@ const ct_backend ct_backend_cpu = {
     .add_inplace = ct_add_inplace,
     .scale_inplace = ct_scale_inplace,
     .copy_2d = ct_copy_2d,
+    .clamp_fwd = ct_clamp_fwd,
+    .clamp_bwd = ct_clamp_bwd,
     .zero = ct_zero,
     .timestep_embedding = ct_timestep_embedding,
+    .embedding_fwd = ct_embedding_fwd,
     .mse_fwd_bwd = ct_mse_fwd_bwd,
 
     .adam_update = ct_adam_update,

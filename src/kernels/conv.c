@@ -1,7 +1,8 @@
 /* conv.c: the VAE's image kernels on NCHW float32 tensors — 2-D convolution
  * (im2col + ct_sgemm, in bands of output rows so the column buffer stays
- * bounded), GroupNorm, nearest ×2 upsampling and the NCHW <-> (B, HW, C)
- * transposes that put spatial attention on the existing attention kernels.
+ * bounded), GroupNorm, nearest ×2 upsampling, the NCHW <-> (B, HW, C)
+ * transposes that put spatial attention on the existing attention kernels,
+ * and the linear blend of overlapping tiles (tiled encode/decode).
  *
  * Determinism: every sum runs in a fixed order whatever the thread count —
  * GEMMs through ct_sgemm (see gemm.h), weight and bias gradients accumulated
@@ -293,4 +294,23 @@ void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y) {
     float *yr = y + (size_t)bc * L;
     for (int l = 0; l < L; l++) yr[l] = xb[(size_t)l * C];
   }
+}
+
+void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a, size_t plane_a, int lda,
+                   float *b, size_t plane_b, int ldb) {
+#pragma omp parallel for schedule(static) if ((size_t)planes * rows * cols > 65536)
+  for (int p = 0; p < planes; p++)
+    for (int y = 0; y < rows; y++) {
+      const float *ar = a + (size_t)p * plane_a + (size_t)y * lda;
+      float *br = b + (size_t)p * plane_b + (size_t)y * ldb;
+      if (vertical) {
+        const float t = (float)y / (float)e;
+        for (int x = 0; x < cols; x++) br[x] = ar[x] * (1 - t) + br[x] * t;
+      } else {
+        for (int x = 0; x < cols; x++) {
+          const float t = (float)x / (float)e;
+          br[x] = ar[x] * (1 - t) + br[x] * t;
+        }
+      }
+    }
 }

@@ -1,4 +1,5 @@
-/* Timestep embedding, patchify/unpatchify and the MSE loss.
+/* Timestep embedding, token + position embedding, patchify/unpatchify and
+ * the MSE loss.
  *
  * Design: the timestep embedding follows the PyTorch peer operation by
  * operation in float32 (it is B x dim, so libm is fine). Patchify is a pure
@@ -27,6 +28,15 @@ void ct_timestep_embedding(int B, const float *t, int dim, float max_period, flo
       out[(size_t)b * dim + half + k] = sinf(a);
     }
     if (dim % 2) out[(size_t)b * dim + dim - 1] = 0.0f;
+  }
+}
+
+void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos, float *y) {
+#pragma omp parallel for schedule(static) if ((size_t)N * D > 16384)
+  for (int r = 0; r < N; r++) {
+    const float *tr = tok + (size_t)ids[r] * D, *pr = pos + (size_t)(r % T) * D;
+    float *yr = y + (size_t)r * D;
+    for (int j = 0; j < D; j++) yr[j] = tr[j] + pr[j];
   }
 }
 

@@ -7,10 +7,11 @@
  * arithmetic is independent of the others, so the result does not depend on
  * the thread count or on how a range is sliced. Scalars PyTorch computes in
  * Python double (bias corrections, step sizes, Adagrad's clr) are computed in
- * double here too and rounded to float once. The arithmetic is, operation for
- * operation, that of src/optim/optim_elem.c and the trainer's EMA and
- * gradient norm (tests/test_backend.c checks ct_adam_update against
- * ct_optim_step bit for bit). Formulas: docs/optimizers.md.
+ * double here too and rounded to float once. These are the optimizers' own
+ * arithmetic: src/optim/optim_elem.c's slices call them, and the trainer's
+ * EMA and gradient norm are these (tests/test_backend.c checks the CPU
+ * backend's updates against ct_optim_step bit for bit). Formulas:
+ * docs/optimizers.md.
  * Not here: tensor-wise rules (Lamb, Muon: src/optim/optim_tensor.c).
  */
 #include <math.h>

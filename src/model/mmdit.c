@@ -1,6 +1,8 @@
 /* MMDiT forward and backward over the flat parameter buffer.
  *
- * The forward computes every block from kernels.h and keeps what the backward
+ * The forward computes every block through the model's compute backend
+ * (m->be, include/ctuner/backend.h; the CPU one unless ct_mmdit_set_backend
+ * says otherwise) and keeps what the backward
  * needs in one activation arena, planned for the batch shape (B, H, W, T) and
  * grown only when a larger shape arrives. The joint sequence of a batch item is
  * [txt; img] (text first). Double blocks keep each stream's rows separately
@@ -15,7 +17,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
-#include "ctuner/kernels.h"
+#include "ctuner/backend.h"
 #include "ctuner/mmdit.h"
 #include "model/mmdit_int.h"
 
@@ -146,16 +148,24 @@ static ct_status build_segments(ct_mmdit *m, ct_err *err) {
   return CT_OK;
 }
 
+/* n zeroed floats of the backend's memory, counted under cat */
+static float *be_calloc(const ct_backend_ops *be, ct_mem_cat cat, size_t n) {
+  float *p = be->alloc(cat, n * sizeof(float));
+  if (p) be->zero(n, p);
+  return p;
+}
+
 ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out, ct_err *err) {
   const int with_grads = (flags & CT_MMDIT_GRADS) != 0, with_params = !(flags & CT_MMDIT_NO_PARAMS);
   ct_status st = CT_OK;
   ct_mmdit *m = calloc(1, sizeof *m);
   if (!m) return ct_errf(err, CT_ERR_NOMEM, "out of memory allocating the model");
   m->cfg = *cfg;
+  m->be = ct_backend_default();
   st = ct_mmdit_param_table(cfg, &m->params, &m->nparams, &m->numel, err);
   if (st) goto out;
-  if (with_params) m->w = ct_calloc(CT_MEM_PARAMS, m->numel, sizeof(float));
-  if (with_grads) m->g = ct_calloc(CT_MEM_GRADS, m->numel, sizeof(float));
+  if (with_params) m->w = be_calloc(m->be, CT_MEM_PARAMS, m->numel);
+  if (with_grads) m->g = be_calloc(m->be, CT_MEM_GRADS, m->numel);
   m->db = calloc((size_t)cfg->depth_double + 1, sizeof *m->db);
   m->sb = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb);
   m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
@@ -182,9 +192,9 @@ out:
 
 void ct_mmdit_free(ct_mmdit *m) {
   if (!m) return;
-  if (m->own_w) ct_free(m->w);
-  if (m->own_g) ct_free(m->g);
-  ct_free(m->arena);
+  if (m->own_w) m->be->free(m->w);
+  if (m->own_g) m->be->free(m->g);
+  m->be->free(m->arena);
   free(m->pos);
   free(m->params);
   free(m->db);
@@ -225,15 +235,40 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h) {
   }
 }
 
+const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) { return m->be; }
+
+ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == m->be) return CT_OK;
+  const size_t bytes = m->numel * sizeof(float);
+  ct_status st = m->own_w ? ct_backend_move(m->be, be, CT_MEM_PARAMS, bytes, (void **)&m->w, err) : CT_OK;
+  if (!st && m->own_g) {
+    st = ct_backend_move(m->be, be, CT_MEM_GRADS, bytes, (void **)&m->g, err);
+    if (st && m->own_w) { /* put the parameters back: the model stays on its backend */
+      ct_err ignored = {0};
+      ct_status back = ct_backend_move(be, m->be, CT_MEM_PARAMS, bytes, (void **)&m->w, &ignored);
+      CT_ASSERT(back == CT_OK);
+    }
+  }
+  if (st) return st;
+  m->be->free(m->arena);
+  m->arena = NULL;
+  m->arena_floats = 0;
+  m->have_acts = 0;
+  m->be = be;
+  bind_views(m);
+  return CT_OK;
+}
+
 void ct_mmdit_use_params(ct_mmdit *m, float *w) {
-  if (m->own_w) ct_free(m->w);
+  if (m->own_w) m->be->free(m->w);
   m->w = w;
   m->own_w = 0;
   bind_views(m);
 }
 
 void ct_mmdit_use_grads(ct_mmdit *m, float *g) {
-  if (m->own_g) ct_free(m->g);
+  if (m->own_g) m->be->free(m->g);
   m->g = g;
   m->own_g = 0;
   bind_views(m);
@@ -389,8 +424,8 @@ static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
   size_t need = plan(m, NULL, B, H, W, T);
   size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)T;
   if (need > m->arena_floats) {
-    ct_free(m->arena);
-    m->arena = ct_alloc(CT_MEM_ACTIVATIONS, need * sizeof(float));
+    m->be->free(m->arena);
+    m->arena = m->be->alloc(CT_MEM_ACTIVATIONS, need * sizeof(float));
     m->arena_floats = m->arena ? need : 0;
     if (!m->arena)
       return ct_errf(err, CT_ERR_NOMEM, "out of memory for activations (%.1f MiB for batch %d, latent %dx%d, %d text tokens)",
@@ -406,30 +441,29 @@ static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
 
 /* Copy rows [off, off+Ls) of each batch item of a joint (B, Lt, d) buffer into a
  * stream buffer (B*Ls, d), or back (to_joint). */
-static void rows_copy(int B, int Ls, int Lt, int off, int d, float *joint, float *stream, int to_joint) {
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < B * Ls; r++) {
-    int b = r / Ls, l = r % Ls;
-    float *j = joint + ((size_t)b * Lt + off + l) * d;
-    float *s = stream + (size_t)r * d;
+static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, int d, float *joint, float *stream,
+                      int to_joint) {
+  for (int b = 0; b < B; b++) {
+    float *j = joint + ((size_t)b * Lt + off) * d, *s = stream + (size_t)b * Ls * d;
     if (to_joint)
-      memcpy(j, s, (size_t)d * sizeof(float));
+      be->copy_2d(Ls, d, s, d, j, d);
     else
-      memcpy(s, j, (size_t)d * sizeof(float));
+      be->copy_2d(Ls, d, j, d, s, d);
   }
 }
 
-static void lin_fwd(const lin *l, int N, const float *x, int ldx, float *y, int ldy) {
-  ct_linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
+static void lin_fwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx, float *y, int ldy) {
+  be->linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
 }
 
-static void lin_bwd(const lin *l, int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
-                    int lddx, float beta) {
-  ct_linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
+static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx, const float *dy, int lddy,
+                    float *dx, int lddx, float beta) {
+  be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
 }
 
 ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err) {
   const ct_mmdit_config *c = &m->cfg;
+  const ct_backend_ops *be = m->be;
   ct_status st = CT_OK;
   if (in->B < 1 || in->T < 0 || in->H < 2 || in->W < 2 || in->H % 2 || in->W % 2)
     return ct_errf(err, CT_ERR_SHAPE, "batch shape B=%d, latent %dx%d, T=%d: need B >= 1 and an even latent size",
@@ -448,26 +482,26 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   a->in_txt = in->txt;
   a->in_y = in->y;
   if ((st = seg_enter(m, 0, 0, err))) return st;
-  ct_patchify(B, C, in->H, in->W, 2, in->x, a->img_p);
+  be->patchify(B, C, in->H, in->W, 2, in->x, a->img_p);
   /* vec = time_in(temb(t)) + vector_in(y) [+ guidance_in(temb(g))] */
-  ct_timestep_embedding(B, in->t, 256, 10000.f, 1000.f, a->temb);
-  lin_fwd(&m->time_in0, B, a->temb, 256, a->t_h, d);
-  ct_silu_fwd(B, d, a->t_h, d, a->t_hs, d);
-  lin_fwd(&m->time_in1, B, a->t_hs, d, a->vec, d);
-  lin_fwd(&m->vec_in0, B, in->y, c->vec_in_dim, a->y_h, d);
-  ct_silu_fwd(B, d, a->y_h, d, a->y_hs, d);
-  lin_fwd(&m->vec_in1, B, a->y_hs, d, a->tmpv, d);
-  ct_add_inplace((size_t)B * d, a->vec, a->tmpv);
+  be->timestep_embedding(B, in->t, 256, 10000.f, 1000.f, a->temb);
+  lin_fwd(be, &m->time_in0, B, a->temb, 256, a->t_h, d);
+  be->silu_fwd(B, d, a->t_h, d, a->t_hs, d);
+  lin_fwd(be, &m->time_in1, B, a->t_hs, d, a->vec, d);
+  lin_fwd(be, &m->vec_in0, B, in->y, c->vec_in_dim, a->y_h, d);
+  be->silu_fwd(B, d, a->y_h, d, a->y_hs, d);
+  lin_fwd(be, &m->vec_in1, B, a->y_hs, d, a->tmpv, d);
+  be->add_inplace((size_t)B * d, a->vec, a->tmpv);
   if (c->guidance_embed) {
-    ct_timestep_embedding(B, in->guidance, 256, 10000.f, 1000.f, a->g_emb);
-    lin_fwd(&m->g_in0, B, a->g_emb, 256, a->g_h, d);
-    ct_silu_fwd(B, d, a->g_h, d, a->g_hs, d);
-    lin_fwd(&m->g_in1, B, a->g_hs, d, a->tmpv, d);
-    ct_add_inplace((size_t)B * d, a->vec, a->tmpv);
+    be->timestep_embedding(B, in->guidance, 256, 10000.f, 1000.f, a->g_emb);
+    lin_fwd(be, &m->g_in0, B, a->g_emb, 256, a->g_h, d);
+    be->silu_fwd(B, d, a->g_h, d, a->g_hs, d);
+    lin_fwd(be, &m->g_in1, B, a->g_hs, d, a->tmpv, d);
+    be->add_inplace((size_t)B * d, a->vec, a->tmpv);
   }
-  ct_silu_fwd(B, d, a->vec, d, a->svec, d);
-  lin_fwd(&m->img_in, Ni, a->img_p, P, a->img0, d);
-  lin_fwd(&m->txt_in, Nt, in->txt, c->context_in_dim, a->txt0, d);
+  be->silu_fwd(B, d, a->vec, d, a->svec, d);
+  lin_fwd(be, &m->img_in, Ni, a->img_p, P, a->img0, d);
+  lin_fwd(be, &m->txt_in, Nt, in->txt, c->context_in_dim, a->txt0, d);
   if ((st = seg_leave(m, 0, 0, err))) return st;
 
   /* RoPE table of the joint sequence: text (0,0,0), image (0, row, col). */
@@ -477,7 +511,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
     p[1] = l < T ? 0 : (l - T) / gw;
     p[2] = l < T ? 0 : (l - T) % gw;
   }
-  ct_rope_table(Lt, a->pos, c->axes_dim, c->theta, a->pe);
+  be->rope_table(Lt, a->pos, c->axes_dim, c->theta, a->pe);
 
   const float *ximg = a->img0, *xtxt = a->txt0;
   for (int i = 0; i < c->depth_double; i++) {
@@ -488,25 +522,25 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
       dstream_a *x = &ba->s[s];
       int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0;
       x->xin = s == 0 ? ximg : xtxt;
-      lin_fwd(&p->mod, B, a->svec, d, x->mod, 6 * d);
-      ct_ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1, x->h1, d);
-      lin_fwd(&p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
-      ct_qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v, x->rq, x->rk);
+      lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 6 * d);
+      be->ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1, x->h1, d);
+      lin_fwd(be, &p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
+      be->qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v, x->rq, x->rk);
     }
-    ct_attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
+    be->attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
     for (int s = 0; s < 2; s++) {
       dstream_p *p = &m->db[i][s];
       dstream_a *x = &ba->s[s];
       int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
-      rows_copy(B, Ls, Lt, off, d, ba->o, x->os, 0);
-      lin_fwd(&p->proj, Ns, x->os, d, x->pr, d);
-      ct_gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
-      ct_ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2, x->rstd2, x->h2,
+      rows_copy(be, B, Ls, Lt, off, d, ba->o, x->os, 0);
+      lin_fwd(be, &p->proj, Ns, x->os, d, x->pr, d);
+      be->gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
+      be->ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2, x->rstd2, x->h2,
                     d);
-      lin_fwd(&p->mlp0, Ns, x->h2, d, x->u, mh);
-      ct_gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
-      lin_fwd(&p->mlp2, Ns, x->gu, mh, x->m, d);
-      ct_gate_res_fwd(B, Ls, d, x->x1, d, x->mod + 5 * d, 6 * d, x->m, d, x->x2, d);
+      lin_fwd(be, &p->mlp0, Ns, x->h2, d, x->u, mh);
+      be->gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
+      lin_fwd(be, &p->mlp2, Ns, x->gu, mh, x->m, d);
+      be->gate_res_fwd(B, Ls, d, x->x1, d, x->mod + 5 * d, 6 * d, x->m, d, x->x2, d);
     }
     ximg = ba->s[0].x2;
     xtxt = ba->s[1].x2;
@@ -514,47 +548,47 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   }
 
   if (c->depth_single > 0) {
-    rows_copy(B, T, Lt, 0, d, a->xj0, (float *)xtxt, 1);
-    rows_copy(B, Li, Lt, T, d, a->xj0, (float *)ximg, 1);
+    rows_copy(be, B, T, Lt, 0, d, a->xj0, (float *)xtxt, 1);
+    rows_copy(be, B, Li, Lt, T, d, a->xj0, (float *)ximg, 1);
     const float *xj = a->xj0;
     for (int i = 0; i < c->depth_single; i++) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 0, err))) return st;
       x->xin = xj;
-      lin_fwd(&p->mod, B, a->svec, d, x->mod, 3 * d);
-      ct_ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
+      lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
+      be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
       /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
-      ct_linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
-      ct_linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
-      ct_qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq, x->rk);
-      ct_attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
+      be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
+      be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
+      be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq, x->rk);
+      be->attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
       /* cat = [attn, gelu(mlp)] feeds linear2 in one GEMM */
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < N; r++) memcpy(x->cat + (size_t)r * (d + mh), x->o + (size_t)r * d, (size_t)d * sizeof(float));
-      ct_gelu_tanh_fwd(N, mh, x->u, mh, x->cat + d, d + mh);
-      lin_fwd(&p->l2, N, x->cat, d + mh, x->l2, d);
-      ct_gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
+      be->copy_2d(N, d, x->o, d, x->cat, d + mh);
+      be->gelu_tanh_fwd(N, mh, x->u, mh, x->cat + d, d + mh);
+      lin_fwd(be, &p->l2, N, x->cat, d + mh, x->l2, d);
+      be->gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
       xj = x->xout;
       if ((st = seg_leave(m, 1 + D + i, 0, err))) return st;
     }
-    rows_copy(B, Li, Lt, T, d, (float *)xj, a->xf, 0);
+    rows_copy(be, B, Li, Lt, T, d, (float *)xj, a->xf, 0);
   } else {
-    memcpy(a->xf, ximg, (size_t)Ni * d * sizeof(float));
+    be->copy(a->xf, ximg, (size_t)Ni * d * sizeof(float));
   }
 
   if ((st = seg_enter(m, last, 0, err))) return st;
-  lin_fwd(&m->final_mod, B, a->svec, d, a->modf, 2 * d);
-  ct_ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf, d);
-  lin_fwd(&m->final_lin, Ni, a->hf, d, a->outp, P);
+  lin_fwd(be, &m->final_mod, B, a->svec, d, a->modf, 2 * d);
+  be->ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf, d);
+  lin_fwd(be, &m->final_lin, Ni, a->hf, d, a->outp, P);
   if ((st = seg_leave(m, last, 0, err))) return st;
-  ct_unpatchify(B, C, in->H, in->W, 2, a->outp, v);
+  be->unpatchify(B, C, in->H, in->W, 2, a->outp, v);
   m->have_acts = 1;
   return CT_OK;
 }
 
 ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   const ct_mmdit_config *c = &m->cfg;
+  const ct_backend_ops *be = m->be;
   if (!m->have_acts) return ct_errf(err, CT_ERR_INVALID, "backward called before forward");
   acts *a = &m->a;
   const int B = a->B, T = a->T, Li = a->Li, Lt = a->Lt, d = c->hidden, nh = c->heads, hd = d / nh;
@@ -564,45 +598,44 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
   ct_status st;
 
-  ct_zero((size_t)B * d, a->dsvec);
+  be->zero((size_t)B * d, a->dsvec);
   /* final layer */
   if ((st = seg_enter(m, last, 1, err))) return st;
-  ct_patchify(B, C, a->H, a->W, 2, dv, a->doutp);
-  lin_bwd(&m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
-  ct_zero((size_t)B * 2 * d, a->dmod);
-  ct_zero((size_t)Ni * d, a->dimg);
-  ct_ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod, a->dmod + d);
-  lin_bwd(&m->final_mod, B, a->svec, d, a->dmod, 2 * d, a->dsvec, d, 1.0f);
+  be->patchify(B, C, a->H, a->W, 2, dv, a->doutp);
+  lin_bwd(be, &m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
+  be->zero((size_t)B * 2 * d, a->dmod);
+  be->zero((size_t)Ni * d, a->dimg);
+  be->ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod, a->dmod + d);
+  lin_bwd(be, &m->final_mod, B, a->svec, d, a->dmod, 2 * d, a->dsvec, d, 1.0f);
   if ((st = seg_leave(m, last, 1, err))) return st;
 
   if (c->depth_single > 0) {
-    ct_zero((size_t)N * d, a->dj);
-    rows_copy(B, Li, Lt, T, d, a->dj, a->dimg, 1);
+    be->zero((size_t)N * d, a->dj);
+    rows_copy(be, B, Li, Lt, T, d, a->dj, a->dimg, 1);
     for (int i = c->depth_single - 1; i >= 0; i--) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
-      ct_zero((size_t)B * 3 * d, a->dmod);
+      be->zero((size_t)B * 3 * d, a->dmod);
       /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
-      ct_gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d, a->dmod + 2 * d);
-      lin_bwd(&p->l2, N, x->cat, d + mh, a->dtmp, d, a->dcat, d + mh, 0.0f);
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < N; r++) memcpy(a->dO + (size_t)r * d, a->dcat + (size_t)r * (d + mh), (size_t)d * sizeof(float));
-      ct_gelu_tanh_bwd(N, mh, x->u, mh, a->dcat + d, d + mh, a->du, mh);
-      ct_attention_bwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse, a->dO, a->dq, a->dk, a->dv);
-      ct_qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv, a->dqkv,
+      be->gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d, a->dmod + 2 * d);
+      lin_bwd(be, &p->l2, N, x->cat, d + mh, a->dtmp, d, a->dcat, d + mh, 0.0f);
+      be->copy_2d(N, d, a->dcat, d + mh, a->dO, d);
+      be->gelu_tanh_bwd(N, mh, x->u, mh, a->dcat + d, d + mh, a->du, mh);
+      be->attention_bwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse, a->dO, a->dq, a->dk, a->dv);
+      be->qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv, a->dqkv,
                        p->gqs, p->gks);
-      ct_linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw, p->l1.gb);
-      ct_linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
+      be->linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw, p->l1.gb);
+      be->linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
                     p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
-      ct_ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod, a->dmod + d);
-      lin_bwd(&p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
+      be->ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod, a->dmod + d);
+      lin_bwd(be, &p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
       if ((st = seg_leave(m, 1 + D + i, 1, err))) return st;
     }
-    rows_copy(B, Li, Lt, T, d, a->dj, a->dimg, 0);
-    rows_copy(B, T, Lt, 0, d, a->dj, a->dtxt, 0);
+    rows_copy(be, B, Li, Lt, T, d, a->dj, a->dimg, 0);
+    rows_copy(be, B, T, Lt, 0, d, a->dj, a->dtxt, 0);
   } else {
-    ct_zero((size_t)Nt * d, a->dtxt);
+    be->zero((size_t)Nt * d, a->dtxt);
   }
 
   for (int i = c->depth_double - 1; i >= 0; i--) {
@@ -610,7 +643,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
     if ((st = seg_enter(m, 1 + i, 1, err))) return st;
     /* Each stream's modulation gradient (B, 6d) is complete only after the
      * attention backward (shift1/scale1), so both are kept until then. */
-    ct_zero((size_t)2 * B * 6 * d, a->dmod);
+    be->zero((size_t)2 * B * 6 * d, a->dmod);
     for (int s = 0; s < 2; s++) {
       dstream_p *p = &m->db[i][s];
       dstream_a *x = &ba->s[s];
@@ -618,49 +651,49 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       float *dx = s == 0 ? a->dimg : a->dtxt;
       float *dmod = a->dmod + (size_t)s * B * 6 * d;
       /* x2 = x1 + gate2 * mlp(...) */
-      ct_gate_res_bwd(B, Ls, d, x->mod + 5 * d, 6 * d, x->m, d, dx, d, a->dtmp, d, dmod + 5 * d);
-      lin_bwd(&p->mlp2, Ns, x->gu, mh, a->dtmp, d, a->dcat, mh, 0.0f);
-      ct_gelu_tanh_bwd(Ns, mh, x->u, mh, a->dcat, mh, a->du, mh);
-      lin_bwd(&p->mlp0, Ns, x->h2, d, a->du, mh, a->dh, d, 0.0f);
-      ct_ln_mod_bwd(B, Ls, d, x->xhat2, x->rstd2, x->mod + 4 * d, 6 * d, a->dh, d, dx, d, dmod + 3 * d,
+      be->gate_res_bwd(B, Ls, d, x->mod + 5 * d, 6 * d, x->m, d, dx, d, a->dtmp, d, dmod + 5 * d);
+      lin_bwd(be, &p->mlp2, Ns, x->gu, mh, a->dtmp, d, a->dcat, mh, 0.0f);
+      be->gelu_tanh_bwd(Ns, mh, x->u, mh, a->dcat, mh, a->du, mh);
+      lin_bwd(be, &p->mlp0, Ns, x->h2, d, a->du, mh, a->dh, d, 0.0f);
+      be->ln_mod_bwd(B, Ls, d, x->xhat2, x->rstd2, x->mod + 4 * d, 6 * d, a->dh, d, dx, d, dmod + 3 * d,
                     dmod + 4 * d);
       /* x1 = xin + gate1 * proj(attn) */
-      ct_gate_res_bwd(B, Ls, d, x->mod + 2 * d, 6 * d, x->pr, d, dx, d, a->dtmp, d, dmod + 2 * d);
-      lin_bwd(&p->proj, Ns, x->os, d, a->dtmp, d, a->dh, d, 0.0f);
-      rows_copy(B, Ls, Lt, off, d, a->dO, a->dh, 1);
+      be->gate_res_bwd(B, Ls, d, x->mod + 2 * d, 6 * d, x->pr, d, dx, d, a->dtmp, d, dmod + 2 * d);
+      lin_bwd(be, &p->proj, Ns, x->os, d, a->dtmp, d, a->dh, d, 0.0f);
+      rows_copy(be, B, Ls, Lt, off, d, a->dO, a->dh, 1);
     }
-    ct_attention_bwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse, a->dO, a->dq, a->dk, a->dv);
+    be->attention_bwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse, a->dO, a->dq, a->dk, a->dv);
     for (int s = 0; s < 2; s++) {
       dstream_p *p = &m->db[i][s];
       dstream_a *x = &ba->s[s];
       int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
       float *dx = s == 0 ? a->dimg : a->dtxt;
       float *dmod = a->dmod + (size_t)s * B * 6 * d;
-      ct_qkv_heads_bwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv,
+      be->qkv_heads_bwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv,
                        a->dqkv, p->gqs, p->gks);
-      lin_bwd(&p->qkv, Ns, x->h1, d, a->dqkv, 3 * d, a->dh, d, 0.0f);
-      ct_ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod, dmod + d);
-      lin_bwd(&p->mod, B, a->svec, d, dmod, 6 * d, a->dsvec, d, 1.0f);
+      lin_bwd(be, &p->qkv, Ns, x->h1, d, a->dqkv, 3 * d, a->dh, d, 0.0f);
+      be->ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod, dmod + d);
+      lin_bwd(be, &p->mod, B, a->svec, d, dmod, 6 * d, a->dsvec, d, 1.0f);
     }
     if ((st = seg_leave(m, 1 + i, 1, err))) return st;
   }
 
   /* embeddings */
   if ((st = seg_enter(m, 0, 1, err))) return st;
-  lin_bwd(&m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
-  ct_silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);
-  lin_bwd(&m->time_in1, B, a->t_hs, d, a->dvec, d, a->dbv, d, 0.0f);
-  ct_silu_bwd(B, d, a->t_h, d, a->dbv, d, a->dbv2, d);
-  lin_bwd(&m->time_in0, B, a->temb, 256, a->dbv2, d, NULL, 0, 0.0f);
-  lin_bwd(&m->vec_in1, B, a->y_hs, d, a->dvec, d, a->dbv, d, 0.0f);
-  ct_silu_bwd(B, d, a->y_h, d, a->dbv, d, a->dbv2, d);
-  lin_bwd(&m->vec_in0, B, a->in_y, c->vec_in_dim, a->dbv2, d, NULL, 0, 0.0f);
+  lin_bwd(be, &m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
+  be->silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);
+  lin_bwd(be, &m->time_in1, B, a->t_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+  be->silu_bwd(B, d, a->t_h, d, a->dbv, d, a->dbv2, d);
+  lin_bwd(be, &m->time_in0, B, a->temb, 256, a->dbv2, d, NULL, 0, 0.0f);
+  lin_bwd(be, &m->vec_in1, B, a->y_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+  be->silu_bwd(B, d, a->y_h, d, a->dbv, d, a->dbv2, d);
+  lin_bwd(be, &m->vec_in0, B, a->in_y, c->vec_in_dim, a->dbv2, d, NULL, 0, 0.0f);
   if (c->guidance_embed) {
-    lin_bwd(&m->g_in1, B, a->g_hs, d, a->dvec, d, a->dbv, d, 0.0f);
-    ct_silu_bwd(B, d, a->g_h, d, a->dbv, d, a->dbv2, d);
-    lin_bwd(&m->g_in0, B, a->g_emb, 256, a->dbv2, d, NULL, 0, 0.0f);
+    lin_bwd(be, &m->g_in1, B, a->g_hs, d, a->dvec, d, a->dbv, d, 0.0f);
+    be->silu_bwd(B, d, a->g_h, d, a->dbv, d, a->dbv2, d);
+    lin_bwd(be, &m->g_in0, B, a->g_emb, 256, a->dbv2, d, NULL, 0, 0.0f);
   }
-  lin_bwd(&m->txt_in, Nt, a->in_txt, c->context_in_dim, a->dtxt, d, NULL, 0, 0.0f);
+  lin_bwd(be, &m->txt_in, Nt, a->in_txt, c->context_in_dim, a->dtxt, d, NULL, 0, 0.0f);
   return seg_leave(m, 0, 1, err);
 }
 

@@ -125,7 +125,7 @@ ct_status ct_mmdit_check_golden(const char *path, ct_mmdit_check_report *r, ct_e
   ct_mmdit_batch in = {r->B, r->H, r->W, r->T, xt, t, txt, y, NULL};
   st = ct_mmdit_forward(m, &in, v, err);
   if (st) goto out;
-  r->loss = ct_mse_fwd_bwd(nx, v, target, 1.0f, dv);
+  r->loss = ct_mmdit_backend(m)->mse_fwd_bwd(nx, v, target, 1.0f, dv);
   r->loss_ref = loss_ref[0];
   st = ct_mmdit_backward(m, dv, err);
   if (st) goto out;

@@ -2,6 +2,7 @@
 #ifndef CT_MMDIT_INT_H
 #define CT_MMDIT_INT_H
 
+#include "ctuner/backend.h"
 #include "ctuner/mmdit.h"
 
 typedef struct lin {
@@ -78,6 +79,7 @@ typedef struct acts {
 
 struct ct_mmdit {
   ct_mmdit_config cfg;
+  const ct_backend_ops *be; /* computes every op; owns w, g (when own_*) and the arena */
   ct_param *params;
   size_t nparams, numel;
   float *w, *g;

@@ -1,92 +1,31 @@
-/* Elementwise optimizer kernels on a slice: Adam/AdamW, Adagrad, Lion, SGD.
+/* Elementwise optimizer updates on a slice: Adam/AdamW, Adagrad, Lion, SGD.
  *
- * Each is one pass over the slice with an OpenMP static partition; every
- * element's arithmetic is independent of the others, so the result does not
- * depend on the thread count. Scalars that PyTorch computes in Python double
- * (bias corrections, step sizes, Adagrad's clr) are computed in double here
- * too and rounded to float once. Formulas: docs/optimizers.md.
+ * The arithmetic lives once, in the kernel layer (src/kernels/optim_math.c:
+ * ct_adam_update, ct_adagrad_update, ct_lion_update, ct_sgd_update — the CPU
+ * compute backend's optimizer ops); a slice is one call. Every element's
+ * arithmetic is independent of the others, so the result does not depend on
+ * the thread count or on the slicing. Formulas: docs/optimizers.md.
  * Not here: anything that needs a per-tensor reduction (optim_tensor.c).
  */
-#include <math.h>
-
+#include "ctuner/kernels.h"
 #include "optim_int.h"
 
 void ct_optim_adam_slice(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                          float b2, float eps, float wd, int decoupled, long step) {
-  const double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
-  const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-  const float decay = decoupled ? (float)(1.0 - (double)lr * (double)wd) : 1.0f;
-  const float l2 = decoupled ? 0.0f : wd;
-  const float a1 = 1.0f - b1, a2 = 1.0f - b2;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float wi = w[i];
-    float gi = g[i] + l2 * wi;
-    wi *= decay;
-    float mi = m[i] * b1 + a1 * gi;
-    float vi = v[i] * b2 + a2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
-  }
+  ct_adam_update(n, w, g, m, v, lr, b1, b2, eps, wd, decoupled, step);
 }
 
 void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr,
                             float lr_decay, float eps, float wd, long step) {
-  const float clr = (float)((double)lr / (1.0 + (double)(step - 1) * (double)lr_decay));
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float wi = w[i];
-    float gi = g[i] + wd * wi;
-    float si = sum[i] + gi * gi;
-    sum[i] = si;
-    w[i] = wi - clr * (gi / (sqrtf(si) + eps));
-  }
+  ct_adagrad_update(n, w, g, sum, lr, lr_decay, eps, wd, step);
 }
 
 void ct_optim_lion_slice(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
                          float wd) {
-  const float decay = (float)(1.0 - (double)lr * (double)wd);
-  const float a1 = 1.0f - b1, a2 = 1.0f - b2;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], mi = m[i];
-    float c = b1 * mi + a1 * gi;
-    float s = (float)(c > 0.0f) - (float)(c < 0.0f);
-    w[i] = w[i] * decay - lr * s;
-    m[i] = b2 * mi + a2 * gi;
-  }
+  ct_lion_update(n, w, g, m, lr, b1, b2, wd);
 }
 
 void ct_optim_sgd_slice(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
                         float dampening, int nesterov, float wd, long step) {
-  if (momentum == 0.0f || !buf) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-      float wi = w[i];
-      w[i] = wi - lr * (g[i] + wd * wi);
-    }
-    return;
-  }
-  /* PyTorch creates the buffer as a copy of d_p on the first step (no dampening). */
-  const int first = step <= 1;
-  const float keep = first ? 0.0f : momentum, add = first ? 1.0f : 1.0f - dampening;
-  if (nesterov) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-      float wi = w[i];
-      float d = g[i] + wd * wi;
-      float b = keep * buf[i] + add * d;
-      buf[i] = b;
-      w[i] = wi - lr * (d + momentum * b);
-    }
-  } else {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-      float wi = w[i];
-      float b = keep * buf[i] + add * (g[i] + wd * wi);
-      buf[i] = b;
-      w[i] = wi - lr * b;
-    }
-  }
+  ct_sgd_update(n, w, g, buf, lr, momentum, dampening, nesterov, wd, step);
 }

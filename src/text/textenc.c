@@ -4,10 +4,10 @@
  * Design: all weights live in one CT_MEM_PARAMS block described by a table of
  * HF names (without the "text_model." prefix). Within a layer q, k and v
  * weights are adjacent, and so are their biases, so the three projections are
- * one [3d, d] linear. The forward is a chain of existing kernels
- * (ct_layernorm_affine_fwd, ct_linear_fwd, ct_attention_fwd with its causal
- * mask, ct_quick_gelu_fwd); the only code of its own here is the embedding
- * lookup and the (B*T, 3d) -> (3, B, H, T, hd) head split. Scratch buffers are
+ * one [3d, d] linear. The forward is a chain of ops of the encoder's compute
+ * backend (te->be, include/ctuner/backend.h: embedding, layernorm_affine,
+ * linear, attention with its causal mask, quick_gelu; the (B*T, 3d) ->
+ * (3, B, H, T, hd) head split is copy_2d per head). Scratch buffers are
  * kept in the struct and grow to the largest B*T seen, so repeated encodes do
  * not allocate; hence one ct_textenc must not be used by two threads at once.
  * Not here: tokenizers (tokenizer.c), gradients (the encoder never trains).
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
-#include "ctuner/kernels.h"
+#include "ctuner/backend.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 
@@ -41,6 +41,7 @@ typedef struct tlayer {
 
 struct ct_textenc {
   ct_textenc_config cfg;
+  const ct_backend_ops *be; /* computes the forward; owns w and the scratch */
   tparam *params;
   size_t nparams, numel;
   float *w;
@@ -215,10 +216,11 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
     goto out;
   }
   te->cfg = *cfg;
+  te->be = ct_backend_default();
   st = build_table(te, err);
   if (st) goto out;
   /* frozen weights: "other", so that "params" counts what is trained (ZeRO formulas) */
-  te->w = ct_alloc(CT_MEM_OTHER, te->numel * sizeof(float));
+  te->w = te->be->alloc(CT_MEM_OTHER, te->numel * sizeof(float));
   if (!te->w) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)",
                  te->numel);
@@ -233,12 +235,12 @@ out:
 }
 
 static void free_scratch(ct_textenc *te) {
-  ct_free(te->x);
-  ct_free(te->h);
-  ct_free(te->big);
-  ct_free(te->qkv);
-  ct_free(te->o);
-  ct_free(te->lse);
+  te->be->free(te->x);
+  te->be->free(te->h);
+  te->be->free(te->big);
+  te->be->free(te->qkv);
+  te->be->free(te->o);
+  te->be->free(te->lse);
   te->x = te->h = te->big = te->qkv = te->o = te->lse = NULL;
   te->cap_rows = 0;
 }
@@ -246,11 +248,23 @@ static void free_scratch(ct_textenc *te) {
 void ct_textenc_free(ct_textenc *te) {
   if (!te) return;
   free_scratch(te);
-  ct_free(te->w);
+  te->be->free(te->w);
   free(te->params);
   free(te->layers);
   ct_bpe_free(te->bpe);
   free(te);
+}
+
+const ct_backend_ops *ct_textenc_backend(const ct_textenc *te) { return te->be; }
+
+ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == te->be) return CT_OK;
+  ct_status st = ct_backend_move(te->be, be, CT_MEM_OTHER, te->numel * sizeof(float), (void **)&te->w, err);
+  if (st) return st;
+  free_scratch(te); /* on the old backend; the next encode allocates on the new one */
+  te->be = be;
+  return CT_OK;
 }
 
 ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err) {
@@ -391,12 +405,12 @@ static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
   size_t d = (size_t)c->hidden,
          wide = 3 * d > (size_t)c->intermediate ? 3 * d : (size_t)c->intermediate;
   free_scratch(te);
-  te->x = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
-  te->h = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
-  te->big = ct_alloc(CT_MEM_BUFFERS, rows * wide * sizeof(float));
-  te->qkv = ct_alloc(CT_MEM_BUFFERS, 3 * rows * d * sizeof(float));
-  te->o = ct_alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
-  te->lse = ct_alloc(CT_MEM_BUFFERS, rows * (size_t)c->heads * sizeof(float));
+  te->x = te->be->alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->h = te->be->alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->big = te->be->alloc(CT_MEM_BUFFERS, rows * wide * sizeof(float));
+  te->qkv = te->be->alloc(CT_MEM_BUFFERS, 3 * rows * d * sizeof(float));
+  te->o = te->be->alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  te->lse = te->be->alloc(CT_MEM_BUFFERS, rows * (size_t)c->heads * sizeof(float));
   if (!te->x || !te->h || !te->big || !te->qkv || !te->o || !te->lse) {
     free_scratch(te);
     return ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder scratch for %zu tokens", rows);
@@ -405,19 +419,16 @@ static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
   return CT_OK;
 }
 
-/* (B*T, 3d) rows laid out (3, H, hd) -> q, k, v each (B, H, T, hd). */
-static void split_heads(int B, int T, int H, int hd, const float *qkv, float *out) {
+/* (B*T, 3d) rows laid out (3, H, hd) -> q, k, v each (B, H, T, hd): one
+ * (T, hd) block per batch item, part and head. */
+static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, const float *qkv, float *out) {
   size_t plane = (size_t)B * H * T * hd;
   int d = H * hd;
-#pragma omp parallel for schedule(static) if ((size_t)B * T * d > 16384)
-  for (int r = 0; r < B * T; r++) {
-    int b = r / T, t = r % T;
-    const float *src = qkv + (size_t)r * 3 * d;
+  for (int b = 0; b < B; b++)
     for (int s = 0; s < 3; s++)
       for (int h = 0; h < H; h++)
-        memcpy(out + s * plane + (((size_t)b * H + h) * T + t) * hd,
-               src + (size_t)s * d + (size_t)h * hd, (size_t)hd * sizeof(float));
-  }
+        be->copy_2d(T, hd, qkv + (size_t)b * T * 3 * d + (size_t)s * d + (size_t)h * hd, 3 * d,
+                    out + s * plane + ((size_t)b * H + h) * T * hd, hd);
 }
 
 ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
@@ -440,36 +451,32 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
   if (st) return st;
 
   int d = c->hidden, H = c->heads, hd = d / H, I = c->intermediate, N = (int)rows;
+  const ct_backend_ops *be = te->be;
   float *x = te->x, *h = te->h, *big = te->big, *o = te->o;
   const float *W = te->w;
   size_t plane = rows * (size_t)d;
 
-#pragma omp parallel for schedule(static) if (rows * d > 16384)
-  for (int r = 0; r < N; r++) {
-    const float *tok = W + te->tok + (size_t)ids[r] * d, *pos = W + te->pos + (size_t)(r % T) * d;
-    float *xr = x + (size_t)r * d;
-    for (int j = 0; j < d; j++) xr[j] = tok[j] + pos[j];
-  }
+  be->embedding_fwd(N, T, d, ids, W + te->tok, W + te->pos, x);
   for (int l = 0; l < c->layers; l++) {
     const tlayer *L = &te->layers[l];
     /* x += out_proj(attn(LN1(x))); HF multiplies q by hd^-1/2, the kernel
      * scales the scores: the same product. */
-    ct_layernorm_affine_fwd(N, d, x, d, W + L->ln1_w, W + L->ln1_b, c->ln_eps, h, d);
-    ct_linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
-    split_heads(B, T, H, hd, big, te->qkv);
-    ct_attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
+    be->layernorm_affine_fwd(N, d, x, d, W + L->ln1_w, W + L->ln1_b, c->ln_eps, h, d);
+    be->linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
+    split_heads(be, B, T, H, hd, big, te->qkv);
+    be->attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
                      te->qkv + 2 * plane, o, te->lse);
-    ct_linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
-    ct_add_inplace(plane, x, h);
+    be->linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
+    be->add_inplace(plane, x, h);
     /* x += fc2(quick_gelu(fc1(LN2(x)))) */
-    ct_layernorm_affine_fwd(N, d, x, d, W + L->ln2_w, W + L->ln2_b, c->ln_eps, h, d);
-    ct_linear_fwd(N, d, I, h, d, W + L->fc1_w, W + L->fc1_b, big, I);
-    ct_quick_gelu_fwd(N, I, big, I, big, I);
-    ct_linear_fwd(N, I, d, big, I, W + L->fc2_w, W + L->fc2_b, h, d);
-    ct_add_inplace(plane, x, h);
+    be->layernorm_affine_fwd(N, d, x, d, W + L->ln2_w, W + L->ln2_b, c->ln_eps, h, d);
+    be->linear_fwd(N, d, I, h, d, W + L->fc1_w, W + L->fc1_b, big, I);
+    be->quick_gelu_fwd(N, I, big, I, big, I);
+    be->linear_fwd(N, I, d, big, I, W + L->fc2_w, W + L->fc2_b, h, d);
+    be->add_inplace(plane, x, h);
   }
   float *y = seq ? seq : h;
-  ct_layernorm_affine_fwd(N, d, x, d, W + te->lnf_w, W + te->lnf_b, c->ln_eps, y, d);
+  be->layernorm_affine_fwd(N, d, x, d, W + te->lnf_w, W + te->lnf_b, c->ln_eps, y, d);
   if (pooled) {
     for (int b = 0; b < B; b++) {
       int at = T - 1;
@@ -478,7 +485,7 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
           at = t;
           break;
         }
-      memcpy(pooled + (size_t)b * d, y + ((size_t)b * T + at) * d, (size_t)d * sizeof(float));
+      be->copy(pooled + (size_t)b * d, y + ((size_t)b * T + at) * d, (size_t)d * sizeof(float));
     }
   }
   return CT_OK;

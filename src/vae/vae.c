@@ -4,9 +4,12 @@
  *
  * The network is described once, as block structs holding the offsets of
  * their tensors in the flat buffer; the forward walks them over a workspace
- * of four activation buffers sized for the largest tensor of the call. */
+ * of four activation buffers sized for the largest tensor of the call. Every
+ * op and buffer goes through the VAE's compute backend (v->be,
+ * include/ctuner/backend.h). */
 #define _GNU_SOURCE /* asprintf */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +18,6 @@
 #include "ctuner/alloc.h"
 #include "ctuner/fs.h"
 #include "ctuner/json.h"
-#include "ctuner/kernels.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/vae.h"
@@ -310,8 +312,9 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
   ct_vae *v = calloc(1, sizeof *v);
   if (!v) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   v->cfg = *cfg;
+  v->be = ct_backend_default();
   st = build(v, err);
-  if (!st && !(v->w = ct_alloc(CT_MEM_PARAMS, v->numel * sizeof(float))))
+  if (!st && !(v->w = v->be->alloc(CT_MEM_PARAMS, v->numel * sizeof(float))))
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's %zu parameters", v->numel);
   if (st) {
     ct_vae_free(v);
@@ -341,16 +344,44 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
   return CT_OK;
 }
 
+/* The workspace of the last call (activations, im2col scratch, statistics). */
+static void free_workspace(ct_vae *v) {
+  for (int i = 0; i < 6; i++) v->be->free(v->buf[i]), v->buf[i] = NULL;
+  v->be->free(v->col);
+  v->be->free(v->mean);
+  v->be->free(v->rstd);
+  v->col = v->mean = v->rstd = NULL;
+  v->buf_n = v->col_n = v->stat_n = 0;
+}
+
 void ct_vae_free(ct_vae *v) {
   if (!v) return;
-  ct_free(v->w);
-  ct_free(v->g);
-  for (int i = 0; i < 6; i++) ct_free(v->buf[i]);
-  ct_free(v->col);
-  free(v->mean);
-  free(v->rstd);
+  free_workspace(v);
+  v->be->free(v->w);
+  v->be->free(v->g);
   free(v->params);
   free(v);
+}
+
+const ct_backend_ops *ct_vae_backend(const ct_vae *v) { return v->be; }
+
+ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == v->be) return CT_OK;
+  const size_t bytes = v->numel * sizeof(float);
+  ct_status st = ct_backend_move(v->be, be, CT_MEM_PARAMS, bytes, (void **)&v->w, err);
+  if (!st && v->g) {
+    st = ct_backend_move(v->be, be, CT_MEM_GRADS, bytes, (void **)&v->g, err);
+    if (st) { /* put the parameters back: the VAE stays on its backend */
+      ct_err ignored = {0};
+      ct_status back = ct_backend_move(be, v->be, CT_MEM_PARAMS, bytes, (void **)&v->w, &ignored);
+      CT_ASSERT(back == CT_OK);
+    }
+  }
+  if (st) return st;
+  free_workspace(v); /* on the old backend; the next call allocates on the new one */
+  v->be = be;
+  return CT_OK;
 }
 
 const ct_vae_config *ct_vae_cfg(const ct_vae *v) { return &v->cfg; }
@@ -493,10 +524,10 @@ ct_status ct_vae_from_pretrained(const char *path, ct_vae **out, ct_err *err) {
 /* ---------------------------------------------------------------- forward */
 
 ct_status ct_vae_need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err) {
-  const size_t n = ct_conv2d_col_floats(s);
+  const size_t n = v->be->conv2d_col_floats(s);
   if (n <= v->col_n) return CT_OK;
-  ct_free(v->col);
-  v->col = ct_alloc(CT_MEM_BUFFERS, n * sizeof(float));
+  v->be->free(v->col);
+  v->col = v->be->alloc(CT_MEM_BUFFERS, n * sizeof(float));
   v->col_n = v->col ? n : 0;
   return v->col ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for a convolution's %zu-float scratch", n);
 }
@@ -513,15 +544,15 @@ static ct_status conv(ct_vae *v, int B, const vconv *c, const act *x, int down, 
   y->C = c->cout;
   y->H = ct_conv2d_out(x->H, c->k, s.stride, s.pad_t, s.pad_b);
   y->W = ct_conv2d_out(x->W, c->k, s.stride, s.pad_l, s.pad_r);
-  ct_conv2d_fwd(&s, x->p, v->w + c->w, v->w + c->b, y->p, v->col);
+  v->be->conv2d_fwd(&s, x->p, v->w + c->w, v->w + c->b, y->p, v->col);
   return CT_OK;
 }
 
 static void gn_silu(ct_vae *v, int B, const vgn *g, const act *x, act *y, int silu) {
-  ct_groupnorm_fwd(B, g->C, x->H * x->W, v->cfg.norm_num_groups, GN_EPS, x->p, v->w + g->g, v->w + g->b, y->p,
+  v->be->groupnorm_fwd(B, g->C, x->H * x->W, v->cfg.norm_num_groups, GN_EPS, x->p, v->w + g->g, v->w + g->b, y->p,
                    v->mean, v->rstd);
   y->C = x->C, y->H = x->H, y->W = x->W;
-  if (silu) ct_silu_fwd(B * x->C, x->H * x->W, y->p, x->H * x->W, y->p, x->H * x->W);
+  if (silu) v->be->silu_fwd(B * x->C, x->H * x->W, y->p, x->H * x->W, y->p, x->H * x->W);
 }
 
 /* y = x + conv2(silu(gn2(conv1(silu(gn1(x)))))) [+ shortcut]; t1, t2 scratch */
@@ -536,9 +567,9 @@ static ct_status resnet(ct_vae *v, int B, const vres *r, const act *x, act *y, a
   if (r->has_sc) {
     st = conv(v, B, &r->sc, x, 0, t2, err);
     if (st) return st;
-    ct_add_inplace(n, y->p, t2->p);
+    v->be->add_inplace(n, y->p, t2->p);
   } else {
-    ct_add_inplace(n, y->p, x->p);
+    v->be->add_inplace(n, y->p, x->p);
   }
   return CT_OK;
 }
@@ -549,22 +580,22 @@ static void attention(ct_vae *v, int B, const vattn *a, act *x, act *t1, act *t2
                       float *lse) {
   const int C = a->C, L = x->H * x->W;
   gn_silu(v, B, &a->gn, x, t1, 0);
-  ct_nchw_to_nlc(B, C, L, t1->p, t2->p);
-  ct_linear_fwd(B * L, C, C, t2->p, C, v->w + a->q.w, v->w + a->q.b, q, C);
-  ct_linear_fwd(B * L, C, C, t2->p, C, v->w + a->k.w, v->w + a->k.b, k, C);
-  ct_linear_fwd(B * L, C, C, t2->p, C, v->w + a->v.w, v->w + a->v.b, spare, C);
-  ct_attention_fwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, q, k, spare, t1->p, lse);
-  ct_linear_fwd(B * L, C, C, t1->p, C, v->w + a->o.w, v->w + a->o.b, t2->p, C);
-  ct_nlc_to_nchw(B, C, L, t2->p, spare);
-  ct_add_inplace((size_t)B * C * L, x->p, spare);
+  v->be->nchw_to_nlc(B, C, L, t1->p, t2->p);
+  v->be->linear_fwd(B * L, C, C, t2->p, C, v->w + a->q.w, v->w + a->q.b, q, C);
+  v->be->linear_fwd(B * L, C, C, t2->p, C, v->w + a->k.w, v->w + a->k.b, k, C);
+  v->be->linear_fwd(B * L, C, C, t2->p, C, v->w + a->v.w, v->w + a->v.b, spare, C);
+  v->be->attention_fwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, q, k, spare, t1->p, lse);
+  v->be->linear_fwd(B * L, C, C, t1->p, C, v->w + a->o.w, v->w + a->o.b, t2->p, C);
+  v->be->nlc_to_nchw(B, C, L, t2->p, spare);
+  v->be->add_inplace((size_t)B * C * L, x->p, spare);
 }
 
 /* buffers: 0, 1 ping-pong; 2, 3 scratch; 4, 5 attention q and k */
 static ct_status workspace(ct_vae *v, size_t need, int B, size_t lse_n, ct_err *err) {
   if (need > v->buf_n) {
     for (int i = 0; i < 6; i++) {
-      ct_free(v->buf[i]);
-      v->buf[i] = ct_alloc(CT_MEM_BUFFERS, need * sizeof(float));
+      v->be->free(v->buf[i]);
+      v->buf[i] = v->be->alloc(CT_MEM_BUFFERS, need * sizeof(float));
       if (!v->buf[i]) {
         v->buf_n = 0;
         return ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's activations (6 x %zu floats)", need);
@@ -574,10 +605,10 @@ static ct_status workspace(ct_vae *v, size_t need, int B, size_t lse_n, ct_err *
   }
   const size_t sn = (size_t)B * (size_t)v->cfg.norm_num_groups + lse_n + 1;
   if (sn > v->stat_n) {
-    free(v->mean);
-    free(v->rstd);
-    v->mean = malloc(sn * sizeof(float));
-    v->rstd = malloc(sn * sizeof(float));
+    v->be->free(v->mean);
+    v->be->free(v->rstd);
+    v->mean = v->be->alloc(CT_MEM_BUFFERS, sn * sizeof(float));
+    v->rstd = v->be->alloc(CT_MEM_BUFFERS, sn * sizeof(float));
     v->stat_n = v->mean && v->rstd ? sn : 0;
     if (!v->stat_n) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
@@ -660,16 +691,12 @@ ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, 
 }
 
 /* mean = channels [0, latent), logvar = [latent, 2 latent) clamped to [-30, 20] */
-void ct_vae_split_moments(int B, int lc, size_t plane, const float *mom, float *mean, float *logvar) {
-  for (int bi = 0; bi < B; bi++) {
-    const float *src = mom + (size_t)bi * 2 * lc * plane;
-    if (mean) memcpy(mean + (size_t)bi * lc * plane, src, (size_t)lc * plane * sizeof(float));
-    if (logvar)
-      for (size_t i = 0; i < (size_t)lc * plane; i++) {
-        const float lv = src[(size_t)lc * plane + i];
-        logvar[(size_t)bi * lc * plane + i] = lv < -30.0f ? -30.0f : lv > 20.0f ? 20.0f : lv;
-      }
-  }
+void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom, float *mean,
+                          float *logvar) {
+  const size_t n = (size_t)lc * plane;
+  CT_ASSERT(2 * n <= INT_MAX);
+  if (mean) be->copy_2d(B, (int)n, mom, (int)(2 * n), mean, (int)n);
+  if (logvar) be->clamp_fwd(B, (int)n, mom + n, (int)(2 * n), -30.0f, 20.0f, logvar, (int)n);
 }
 
 ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar, ct_err *err) {
@@ -677,7 +704,7 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
   ct_status st = ct_vae_encode_moments(v, B, H, W, x, &mom, err);
   if (!st) {
     const int f = ct_vae_factor(&v->cfg);
-    ct_vae_split_moments(B, v->cfg.latent_channels, (size_t)(H / f) * (size_t)(W / f), mom, mean, logvar);
+    ct_vae_split_moments(v->be, B, v->cfg.latent_channels, (size_t)(H / f) * (size_t)(W / f), mom, mean, logvar);
   }
   return st;
 }
@@ -714,7 +741,7 @@ ct_status ct_vae_decode(ct_vae *v, int B, int h, int w_, const float *z, float *
     for (int j = 0; !st && j < b->nres; j++) st = run_res(v, B, &b->res[j], &w, err);
     if (!st && b->has_sampler) {
       act *u = &w.t1;
-      ct_upsample2x_fwd(B * w.cur->C, w.cur->H, w.cur->W, w.cur->p, u->p);
+      v->be->upsample2x_fwd(B * w.cur->C, w.cur->H, w.cur->W, w.cur->p, u->p);
       u->C = w.cur->C, u->H = 2 * w.cur->H, u->W = 2 * w.cur->W;
       st = conv(v, B, &b->sampler, u, 0, w.nxt, err);
       swap(&w);

@@ -3,7 +3,7 @@
 #ifndef CTUNER_VAE_INT_H
 #define CTUNER_VAE_INT_H
 
-#include "ctuner/kernels.h"
+#include "ctuner/backend.h"
 #include "ctuner/vae.h"
 
 #define GN_EPS 1e-6f
@@ -47,6 +47,7 @@ typedef struct vmid {
 
 struct ct_vae {
   ct_vae_config cfg;
+  const ct_backend_ops *be; /* computes every op; owns w, g and the workspace */
   ct_vae_param *params;
   size_t np, cap, numel;
   float *w;
@@ -71,6 +72,7 @@ struct ct_vae {
 ct_status ct_vae_need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err);
 
 ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, const float **moments, ct_err *err);
-void ct_vae_split_moments(int B, int lc, size_t plane, const float *mom, float *mean, float *logvar);
+void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom, float *mean,
+                          float *logvar);
 
 #endif

@@ -6,7 +6,8 @@
  * in reverse: each tensor has a gradient buffer that its consumers add into,
  * so residual branches need no special casing. Parameter gradients
  * ACCUMULATE into the VAE's gradient buffer (ct_vae_grads), in the order of
- * the tape, whatever the thread count. */
+ * the tape, whatever the thread count. Ops and buffers go through the VAE's
+ * compute backend (v->be), which the tape remembers for freeing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ typedef struct op {
 } op;
 
 struct ct_vae_tape {
+  const ct_backend_ops *be;
   int B, encode;
   tt *t;
   int nt, capt;
@@ -44,7 +46,13 @@ struct ct_vae_tape {
   int input;
 };
 
-static float *tape_buf(size_t n) { return ct_calloc(CT_MEM_ACTIVATIONS, n ? n : 1, sizeof(float)); }
+/* n zeroed floats of the backend's memory (at least one), counted as activations */
+static float *tape_buf(const ct_vae_tape *tp, size_t n) {
+  n = n ? n : 1;
+  float *p = tp->be->alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
+  if (p) tp->be->zero(n, p);
+  return p;
+}
 
 static int new_tensor(ct_vae_tape *tp, int C, int H, int W, const float *init) {
   if (tp->nt == tp->capt) {
@@ -55,15 +63,15 @@ static int new_tensor(ct_vae_tape *tp, int C, int H, int W, const float *init) {
   }
   const size_t n = (size_t)tp->B * C * H * W;
   tt *t = &tp->t[tp->nt];
-  t->x = tape_buf(n);
-  t->g = tape_buf(n);
+  t->x = tape_buf(tp, n);
+  t->g = tape_buf(tp, n);
   t->C = C, t->H = H, t->W = W;
   if (!t->x || !t->g) {
-    ct_free(t->x);
-    ct_free(t->g);
+    tp->be->free(t->x);
+    tp->be->free(t->g);
     return -1;
   }
-  if (init) memcpy(t->x, init, n * sizeof(float));
+  if (init) tp->be->copy(t->x, init, n * sizeof(float));
   if (n > tp->tmp_n) tp->tmp_n = n;
   return tp->nt++;
 }
@@ -105,7 +113,7 @@ static int t_conv(ct_vae *v, ct_vae_tape *tp, const vconv *c, int in, int down, 
   op *o = out < 0 ? NULL : new_op(tp, OP_CONV);
   if (!o) return NOMEM(err), -1;
   o->in = in, o->out = out, o->c = c, o->down = down;
-  ct_conv2d_fwd(&s, tp->t[in].x, v->w + c->w, v->w + c->b, tp->t[out].x, v->col);
+  tp->be->conv2d_fwd(&s, tp->t[in].x, v->w + c->w, v->w + c->b, tp->t[out].x, v->col);
   return out;
 }
 
@@ -116,14 +124,14 @@ static int t_gn(ct_vae *v, ct_vae_tape *tp, const vgn *g, int in, int silu, ct_e
   op *o = out < 0 ? NULL : new_op(tp, OP_GN);
   if (!o) return NOMEM(err), -1;
   o->in = in, o->out = out, o->n = g, o->silu = silu;
-  o->mean = malloc((size_t)B * G * sizeof(float));
-  o->rstd = malloc((size_t)B * G * sizeof(float));
-  o->pre = silu ? tape_buf(numel(tp, out)) : NULL;
+  o->mean = tp->be->alloc(CT_MEM_ACTIVATIONS, (size_t)B * G * sizeof(float));
+  o->rstd = tp->be->alloc(CT_MEM_ACTIVATIONS, (size_t)B * G * sizeof(float));
+  o->pre = silu ? tape_buf(tp, numel(tp, out)) : NULL;
   if (!o->mean || !o->rstd || (silu && !o->pre)) return NOMEM(err), -1;
   float *y = silu ? o->pre : tp->t[out].x;
   x = &tp->t[in];
-  ct_groupnorm_fwd(B, x->C, HW, G, GN_EPS, x->x, v->w + g->g, v->w + g->b, y, o->mean, o->rstd);
-  if (silu) ct_silu_fwd(B * x->C, HW, o->pre, HW, tp->t[out].x, HW);
+  tp->be->groupnorm_fwd(B, x->C, HW, G, GN_EPS, x->x, v->w + g->g, v->w + g->b, y, o->mean, o->rstd);
+  if (silu) tp->be->silu_fwd(B * x->C, HW, o->pre, HW, tp->t[out].x, HW);
   return out;
 }
 
@@ -133,7 +141,7 @@ static int t_add(ct_vae_tape *tp, int a, int b, ct_err *err) {
   op *o = out < 0 ? NULL : new_op(tp, OP_ADD);
   if (!o) return NOMEM(err), -1;
   o->in = a, o->in2 = b, o->out = out;
-  ct_add_inplace(numel(tp, out), tp->t[out].x, tp->t[b].x);
+  tp->be->add_inplace(numel(tp, out), tp->t[out].x, tp->t[b].x);
   return out;
 }
 
@@ -144,7 +152,7 @@ static int t_up(ct_vae_tape *tp, int in, ct_err *err) {
   if (!o) return NOMEM(err), -1;
   o->in = in, o->out = out;
   x = &tp->t[in];
-  ct_upsample2x_fwd(tp->B * x->C, x->H, x->W, x->x, tp->t[out].x);
+  tp->be->upsample2x_fwd(tp->B * x->C, x->H, x->W, x->x, tp->t[out].x);
   return out;
 }
 
@@ -168,22 +176,23 @@ static int t_attn(ct_vae *v, ct_vae_tape *tp, const vattn *a, int x, ct_err *err
   if (!o) return NOMEM(err), -1;
   const size_t n = (size_t)B * L * C;
   o->in = x, o->in2 = gn, o->out = out, o->a = a;
-  o->t = tape_buf(n), o->q = tape_buf(n), o->k = tape_buf(n), o->v = tape_buf(n), o->o = tape_buf(n);
-  o->lse = tape_buf((size_t)B * L);
-  float *proj = tape_buf(n);
+  o->t = tape_buf(tp, n), o->q = tape_buf(tp, n), o->k = tape_buf(tp, n), o->v = tape_buf(tp, n);
+  o->o = tape_buf(tp, n);
+  o->lse = tape_buf(tp, (size_t)B * L);
+  float *proj = tape_buf(tp, n);
   if (!o->t || !o->q || !o->k || !o->v || !o->o || !o->lse || !proj) {
-    ct_free(proj);
+    tp->be->free(proj);
     return NOMEM(err), -1;
   }
-  ct_nchw_to_nlc(B, C, L, tp->t[gn].x, o->t);
-  ct_linear_fwd(B * L, C, C, o->t, C, v->w + a->q.w, v->w + a->q.b, o->q, C);
-  ct_linear_fwd(B * L, C, C, o->t, C, v->w + a->k.w, v->w + a->k.b, o->k, C);
-  ct_linear_fwd(B * L, C, C, o->t, C, v->w + a->v.w, v->w + a->v.b, o->v, C);
-  ct_attention_fwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse);
-  ct_linear_fwd(B * L, C, C, o->o, C, v->w + a->o.w, v->w + a->o.b, proj, C);
-  ct_nlc_to_nchw(B, C, L, proj, tp->t[out].x);
-  ct_add_inplace(n, tp->t[out].x, tp->t[x].x);
-  ct_free(proj);
+  tp->be->nchw_to_nlc(B, C, L, tp->t[gn].x, o->t);
+  tp->be->linear_fwd(B * L, C, C, o->t, C, v->w + a->q.w, v->w + a->q.b, o->q, C);
+  tp->be->linear_fwd(B * L, C, C, o->t, C, v->w + a->k.w, v->w + a->k.b, o->k, C);
+  tp->be->linear_fwd(B * L, C, C, o->t, C, v->w + a->v.w, v->w + a->v.b, o->v, C);
+  tp->be->attention_fwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse);
+  tp->be->linear_fwd(B * L, C, C, o->o, C, v->w + a->o.w, v->w + a->o.b, proj, C);
+  tp->be->nlc_to_nchw(B, C, L, proj, tp->t[out].x);
+  tp->be->add_inplace(n, tp->t[out].x, tp->t[x].x);
+  tp->be->free(proj);
   return out;
 }
 
@@ -195,34 +204,39 @@ static int t_mid(ct_vae *v, ct_vae_tape *tp, const vmid *m, int x, ct_err *err) 
 
 void ct_vae_tape_free(ct_vae_tape *tp) {
   if (!tp) return;
+  const ct_backend_ops *be = tp->be;
   for (int i = 0; i < tp->nt; i++) {
-    ct_free(tp->t[i].x);
-    ct_free(tp->t[i].g);
+    be->free(tp->t[i].x);
+    be->free(tp->t[i].g);
   }
   for (int i = 0; i < tp->nops; i++) {
     op *o = &tp->ops[i];
-    free(o->mean);
-    free(o->rstd);
-    ct_free(o->pre);
-    ct_free(o->t), ct_free(o->q), ct_free(o->k), ct_free(o->v), ct_free(o->o), ct_free(o->lse);
+    be->free(o->mean);
+    be->free(o->rstd);
+    be->free(o->pre);
+    be->free(o->t), be->free(o->q), be->free(o->k), be->free(o->v), be->free(o->o), be->free(o->lse);
   }
   free(tp->t);
   free(tp->ops);
-  ct_free(tp->tmp);
-  ct_free(tp->tmp2);
+  be->free(tp->tmp);
+  be->free(tp->tmp2);
   free(tp);
 }
 
 float *ct_vae_grads(ct_vae *v) {
-  if (!v->g) v->g = ct_calloc(CT_MEM_GRADS, v->numel ? v->numel : 1, sizeof(float));
+  if (!v->g) {
+    const size_t n = v->numel ? v->numel : 1;
+    v->g = v->be->alloc(CT_MEM_GRADS, n * sizeof(float));
+    if (v->g) v->be->zero(n, v->g);
+  }
   return v->g;
 }
 
 /* ----------------------------------------------------------- the forward */
 
-static ct_vae_tape *tape_new(int B, int encode) {
+static ct_vae_tape *tape_new(const ct_vae *v, int B, int encode) {
   ct_vae_tape *tp = calloc(1, sizeof *tp);
-  if (tp) tp->B = B, tp->encode = encode;
+  if (tp) tp->be = v->be, tp->B = B, tp->encode = encode;
   return tp;
 }
 
@@ -233,7 +247,7 @@ ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, floa
   const int f = ct_vae_factor(c);
   if (B < 1 || H < f || W < f || H % f || W % f)
     return ct_errf(err, CT_ERR_SHAPE, "VAE encode: %dx%d is not a positive multiple of the VAE's factor %d", W, H, f);
-  ct_vae_tape *tp = tape_new(B, 1);
+  ct_vae_tape *tp = tape_new(v, B, 1);
   if (!tp) return NOMEM(err);
   int h = tp->input = new_tensor(tp, c->in_channels, H, W, x);
   if (h >= 0) h = t_conv(v, tp, &v->e_in, h, 0, err);
@@ -252,17 +266,7 @@ ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, floa
     return err ? err->status : CT_ERR_NOMEM;
   }
   tp->final = h;
-  const int lc = c->latent_channels;
-  const size_t plane = (size_t)tp->t[h].H * tp->t[h].W;
-  for (int bi = 0; bi < B; bi++) {
-    const float *src = tp->t[h].x + (size_t)bi * 2 * lc * plane;
-    if (mean) memcpy(mean + (size_t)bi * lc * plane, src, (size_t)lc * plane * sizeof(float));
-    if (logvar)
-      for (size_t i = 0; i < (size_t)lc * plane; i++) {
-        const float lv = src[(size_t)lc * plane + i];
-        logvar[(size_t)bi * lc * plane + i] = lv < -30.0f ? -30.0f : lv > 20.0f ? 20.0f : lv;
-      }
-  }
+  ct_vae_split_moments(v->be, B, c->latent_channels, (size_t)tp->t[h].H * tp->t[h].W, tp->t[h].x, mean, logvar);
   *out = tp;
   return CT_OK;
 }
@@ -272,7 +276,7 @@ ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h_, int w_, const float *z, fl
   *out = NULL;
   const ct_vae_config *c = &v->cfg;
   if (B < 1 || h_ < 1 || w_ < 1) return ct_errf(err, CT_ERR_SHAPE, "VAE decode: empty latent %dx%d", w_, h_);
-  ct_vae_tape *tp = tape_new(B, 0);
+  ct_vae_tape *tp = tape_new(v, B, 0);
   if (!tp) return NOMEM(err);
   int h = tp->input = new_tensor(tp, c->latent_channels, h_, w_, z);
   if (h >= 0 && c->use_post_quant_conv) h = t_conv(v, tp, &v->post_quant, h, 0, err);
@@ -292,7 +296,7 @@ ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h_, int w_, const float *z, fl
     return err ? err->status : CT_ERR_NOMEM;
   }
   tp->final = h;
-  if (x) memcpy(x, tp->t[h].x, numel(tp, h) * sizeof(float));
+  if (x) v->be->copy(x, tp->t[h].x, numel(tp, h) * sizeof(float));
   *out = tp;
   return CT_OK;
 }
@@ -303,10 +307,11 @@ static ct_status backward(ct_vae *v, ct_vae_tape *tp, ct_err *err) {
   float *gw = ct_vae_grads(v);
   if (!gw) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's gradients");
   if (!tp->tmp) {
-    tp->tmp = tape_buf(tp->tmp_n);
-    tp->tmp2 = tape_buf(tp->tmp_n);
+    tp->tmp = tape_buf(tp, tp->tmp_n);
+    tp->tmp2 = tape_buf(tp, tp->tmp_n);
     if (!tp->tmp || !tp->tmp2) return NOMEM(err);
   }
+  const ct_backend_ops *be = v->be;
   const int B = tp->B, G = v->cfg.norm_num_groups;
   for (int i = tp->nops - 1; i >= 0; i--) {
     const op *o = &tp->ops[i];
@@ -317,52 +322,52 @@ static ct_status backward(ct_vae *v, ct_vae_tape *tp, ct_err *err) {
       ct_conv2d_shape s = conv_shape(B, o->c, in, o->down);
       ct_status st = ct_vae_need_col(v, &s, err);
       if (st) return st;
-      ct_conv2d_bwd(&s, in->x, v->w + o->c->w, out->g, tp->tmp, gw + o->c->w, gw + o->c->b, v->col);
-      ct_add_inplace(nin, in->g, tp->tmp);
+      be->conv2d_bwd(&s, in->x, v->w + o->c->w, out->g, tp->tmp, gw + o->c->w, gw + o->c->b, v->col);
+      be->add_inplace(nin, in->g, tp->tmp);
       break;
     }
     case OP_GN: {
       const int HW = in->H * in->W;
       const float *dy = out->g;
       if (o->silu) {
-        ct_silu_bwd(B * in->C, HW, o->pre, HW, out->g, HW, tp->tmp2, HW);
+        be->silu_bwd(B * in->C, HW, o->pre, HW, out->g, HW, tp->tmp2, HW);
         dy = tp->tmp2;
       }
-      ct_groupnorm_bwd(B, in->C, HW, G, in->x, v->w + o->n->g, o->mean, o->rstd, dy, tp->tmp, gw + o->n->g,
+      be->groupnorm_bwd(B, in->C, HW, G, in->x, v->w + o->n->g, o->mean, o->rstd, dy, tp->tmp, gw + o->n->g,
                        gw + o->n->b);
-      ct_add_inplace(nin, in->g, tp->tmp);
+      be->add_inplace(nin, in->g, tp->tmp);
       break;
     }
     case OP_ADD:
-      ct_add_inplace(nin, in->g, out->g);
-      ct_add_inplace(numel(tp, o->in2), tp->t[o->in2].g, out->g);
+      be->add_inplace(nin, in->g, out->g);
+      be->add_inplace(numel(tp, o->in2), tp->t[o->in2].g, out->g);
       break;
     case OP_UP:
-      ct_upsample2x_bwd(B * in->C, in->H, in->W, out->g, tp->tmp);
-      ct_add_inplace(nin, in->g, tp->tmp);
+      be->upsample2x_bwd(B * in->C, in->H, in->W, out->g, tp->tmp);
+      be->add_inplace(nin, in->g, tp->tmp);
       break;
     case OP_ATTN: {
       const vattn *a = o->a;
       const int C = a->C, L = in->H * in->W, N = B * L;
       const size_t n = (size_t)N * C;
       tt *gn = &tp->t[o->in2];
-      ct_add_inplace(nin, in->g, out->g); /* the residual */
+      be->add_inplace(nin, in->g, out->g); /* the residual */
       float *dproj = tp->tmp, *dO = tp->tmp2;
-      ct_nchw_to_nlc(B, C, L, out->g, dproj);
-      ct_linear_bwd(N, C, C, o->o, C, v->w + a->o.w, dproj, C, dO, C, 0.0f, gw + a->o.w, gw + a->o.b);
-      float *dq = tape_buf(n), *dk = tape_buf(n), *dv = tape_buf(n);
+      be->nchw_to_nlc(B, C, L, out->g, dproj);
+      be->linear_bwd(N, C, C, o->o, C, v->w + a->o.w, dproj, C, dO, C, 0.0f, gw + a->o.w, gw + a->o.b);
+      float *dq = tape_buf(tp, n), *dk = tape_buf(tp, n), *dv = tape_buf(tp, n);
       if (!dq || !dk || !dv) {
-        ct_free(dq), ct_free(dk), ct_free(dv);
+        be->free(dq), be->free(dk), be->free(dv);
         return NOMEM(err);
       }
-      ct_attention_bwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse, dO, dq, dk, dv);
+      be->attention_bwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse, dO, dq, dk, dv);
       float *dt = tp->tmp; /* dproj is no longer needed */
-      ct_linear_bwd(N, C, C, o->t, C, v->w + a->q.w, dq, C, dt, C, 0.0f, gw + a->q.w, gw + a->q.b);
-      ct_linear_bwd(N, C, C, o->t, C, v->w + a->k.w, dk, C, dt, C, 1.0f, gw + a->k.w, gw + a->k.b);
-      ct_linear_bwd(N, C, C, o->t, C, v->w + a->v.w, dv, C, dt, C, 1.0f, gw + a->v.w, gw + a->v.b);
-      ct_free(dq), ct_free(dk), ct_free(dv);
-      ct_nlc_to_nchw(B, C, L, dt, tp->tmp2);
-      ct_add_inplace(n, gn->g, tp->tmp2);
+      be->linear_bwd(N, C, C, o->t, C, v->w + a->q.w, dq, C, dt, C, 0.0f, gw + a->q.w, gw + a->q.b);
+      be->linear_bwd(N, C, C, o->t, C, v->w + a->k.w, dk, C, dt, C, 1.0f, gw + a->k.w, gw + a->k.b);
+      be->linear_bwd(N, C, C, o->t, C, v->w + a->v.w, dv, C, dt, C, 1.0f, gw + a->v.w, gw + a->v.b);
+      be->free(dq), be->free(dk), be->free(dv);
+      be->nlc_to_nchw(B, C, L, dt, tp->tmp2);
+      be->add_inplace(n, gn->g, tp->tmp2);
       break;
     }
     }
@@ -373,28 +378,23 @@ static ct_status backward(ct_vae *v, ct_vae_tape *tp, ct_err *err) {
 ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dmean, const float *dlogvar, float *dx,
                             ct_err *err) {
   if (!tp || !tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_encode_bwd needs an encoder tape");
-  const int lc = v->cfg.latent_channels;
+  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
+  const ct_backend_ops *be = v->be;
   tt *f = &tp->t[tp->final];
-  const size_t plane = (size_t)f->H * f->W;
-  for (int bi = 0; bi < tp->B; bi++) {
-    float *g = f->g + (size_t)bi * 2 * lc * plane;
-    const float *raw = f->x + (size_t)bi * 2 * lc * plane;
-    for (size_t i = 0; i < (size_t)lc * plane; i++) {
-      g[i] += dmean ? dmean[(size_t)bi * lc * plane + i] : 0.0f;
-      const float lv = raw[(size_t)lc * plane + i];
-      /* the clamp passes no gradient outside [-30, 20] */
-      if (dlogvar && lv >= -30.0f && lv <= 20.0f) g[(size_t)lc * plane + i] += dlogvar[(size_t)bi * lc * plane + i];
-    }
-  }
+  const size_t n = (size_t)v->cfg.latent_channels * f->H * f->W; /* floats of mean (logvar) per image */
+  for (int bi = 0; dmean && bi < tp->B; bi++) be->add_inplace(n, f->g + (size_t)bi * 2 * n, dmean + (size_t)bi * n);
+  /* the clamp passes no gradient outside [-30, 20] */
+  if (dlogvar) be->clamp_bwd(tp->B, (int)n, f->x + n, (int)(2 * n), -30.0f, 20.0f, dlogvar, (int)n, f->g + n, (int)(2 * n));
   ct_status st = backward(v, tp, err);
-  if (!st && dx) memcpy(dx, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
+  if (!st && dx) be->copy(dx, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
   return st;
 }
 
 ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dout, float *dz, ct_err *err) {
   if (!tp || tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_decode_bwd needs a decoder tape");
-  ct_add_inplace(numel(tp, tp->final), tp->t[tp->final].g, dout);
+  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
+  v->be->add_inplace(numel(tp, tp->final), tp->t[tp->final].g, dout);
   ct_status st = backward(v, tp, err);
-  if (!st && dz) memcpy(dz, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
+  if (!st && dz) v->be->copy(dz, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
   return st;
 }
