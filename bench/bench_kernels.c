@@ -36,17 +36,19 @@ static int cmpd(const void *a, const void *b) {
 
 #define REPS 25
 /* Median milliseconds of REPS runs of stmt after 3 warm-up runs. */
-#define TIME_MS(out, stmt)                                                  \
-  do {                                                                      \
-    double ts_[REPS];                                                       \
-    for (int w_ = 0; w_ < 3; w_++) { stmt; }                                \
-    for (int r_ = 0; r_ < REPS; r_++) {                                     \
-      double t0_ = omp_get_wtime();                                         \
-      stmt;                                                                 \
-      ts_[r_] = (omp_get_wtime() - t0_) * 1e3;                              \
-    }                                                                       \
-    qsort(ts_, REPS, sizeof(double), cmpd);                                 \
-    (out) = ts_[REPS / 2];                                                  \
+#define TIME_MS(out, stmt)                     \
+  do {                                         \
+    double ts_[REPS];                          \
+    for (int w_ = 0; w_ < 3; w_++) {           \
+      stmt;                                    \
+    }                                          \
+    for (int r_ = 0; r_ < REPS; r_++) {        \
+      double t0_ = omp_get_wtime();            \
+      stmt;                                    \
+      ts_[r_] = (omp_get_wtime() - t0_) * 1e3; \
+    }                                          \
+    qsort(ts_, REPS, sizeof(double), cmpd);    \
+    (out) = ts_[REPS / 2];                     \
   } while (0)
 
 static void line_gb(const char *name, const char *shape, double ms, double bytes) {
@@ -171,8 +173,8 @@ int main(void) {
   snprintf(sh, sizeof sh, "%dx%d", N, 3 * D);
   TIME_MS(ms, ct_qkv_heads_fwd(B, L, L, 0, H, HD, qkv, qs, ks, pe, q, k, v, rq, rk));
   line_gb("qkv_heads_fwd", sh, ms, 4.0 * (2 * 3 * nd));
-  TIME_MS(ms, ct_qkv_heads_bwd(B, L, L, 0, H, HD, qkv, qs, ks, pe, rq, rk, dq, dk, dv, dqkv, dqs,
-                               dks));
+  TIME_MS(ms,
+          ct_qkv_heads_bwd(B, L, L, 0, H, HD, qkv, qs, ks, pe, rq, rk, dq, dk, dv, dqkv, dqs, dks));
   line_gb("qkv_heads_bwd", sh, ms, 4.0 * (3 * 3 * nd));
   snprintf(sh, sizeof sh, "%dx%d", N * H, HD);
   TIME_MS(ms, ct_rope_fwd(N * H, L, HD, pe, q, HD, o, HD));

@@ -24,16 +24,16 @@ typedef struct bcheck {
   uint64_t rng;
 } bcheck;
 
-#define EXPECT(t, cond, ...)                                     \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      (t)->fails++;                                              \
-      if (!(t)->quiet) {                                         \
+#define EXPECT(t, cond, ...)                                              \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      (t)->fails++;                                                       \
+      if (!(t)->quiet) {                                                  \
         fprintf(stderr, "  backend %s, op %s: ", (t)->be->name, (t)->op); \
-        fprintf(stderr, __VA_ARGS__);                            \
-        fputc('\n', stderr);                                     \
-      }                                                          \
-    }                                                            \
+        fprintf(stderr, __VA_ARGS__);                                     \
+        fputc('\n', stderr);                                              \
+      }                                                                   \
+    }                                                                     \
   } while (0)
 
 static inline float frand(bcheck *t) { /* uniform in [-1, 1) */
@@ -61,7 +61,8 @@ static inline float *hcopy(bcheck *t, const float *a, size_t n) {
   memcpy(p, a, n * sizeof(float));
   return p;
 }
-static inline double *hd(bcheck *t, const float *init, size_t n) { /* double copy of init (or zeros) */
+static inline double *hd(bcheck *t, const float *init,
+                         size_t n) { /* double copy of init (or zeros) */
   double *p = hkeep(t, calloc(n ? n : 1, sizeof(double)));
   for (size_t i = 0; init && i < n; i++) p[i] = init[i];
   return p;
@@ -105,8 +106,8 @@ static inline void cmp(bcheck *t, const char *what, const float *got, const doub
 /* Central differences of loss() in every interior element (rows x cols, leading
  * dim ld) of the float input p, against the analytic gradient ana (same layout). */
 typedef double (*loss_fn)(void *ctx);
-static inline void fd(bcheck *t, const char *what, float *p, int rows, int cols, int ld, const float *ana,
-               loss_fn loss, void *ctx) {
+static inline void fd(bcheck *t, const char *what, float *p, int rows, int cols, int ld,
+                      const float *ana, loss_fn loss, void *ctx) {
   double maxn = 0, maxd = 0;
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
@@ -122,8 +123,10 @@ static inline void fd(bcheck *t, const char *what, float *p, int rows, int cols,
       maxd = e > maxd || isnan(e) ? e : maxd;
     }
   double rel = maxd / fmax(maxn, 1e-3);
-  EXPECT(t, rel <= t->gtol, "gradient %s: relative error %.3g against finite differences "
-         "(tolerance %.3g)", what, rel, t->gtol);
+  EXPECT(t, rel <= t->gtol,
+         "gradient %s: relative error %.3g against finite differences "
+         "(tolerance %.3g)",
+         what, rel, t->gtol);
 }
 #define FD1(t, what, p, n, ana, loss, ctx) fd(t, what, p, 1, (int)(n), (int)(n), ana, loss, ctx)
 

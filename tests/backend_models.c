@@ -16,8 +16,8 @@
 #include "harness.h"
 
 static struct {
-  long alloc, free, linear_fwd, linear_bwd, attention_fwd, conv2d_fwd, conv2d_bwd, copy_2d, clamp_fwd,
-      clamp_bwd, embedding_fwd;
+  long alloc, free, linear_fwd, linear_bwd, attention_fwd, conv2d_fwd, conv2d_bwd, copy_2d,
+      clamp_fwd, clamp_bwd, embedding_fwd;
 } calls;
 static ct_backend_ops counting;
 
@@ -30,28 +30,29 @@ static void c_free(void *p) {
   calls.free += p != NULL;
   ct_backend_default()->free(p);
 }
-static void c_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b, float *y,
-                         int ldy) {
+static void c_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
+                         const float *b, float *y, int ldy) {
   calls.linear_fwd++;
   ct_linear_fwd(N, K, M, x, ldx, w, b, y, ldy);
 }
-static void c_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy, int lddy,
-                         float *dx, int lddx, float beta_dx, float *dw, float *db) {
+static void c_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w,
+                         const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                         float *db) {
   calls.linear_bwd++;
   ct_linear_bwd(N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db);
 }
-static void c_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q, const float *k,
-                            const float *v, float *o, float *lse) {
+static void c_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, float *o, float *lse) {
   calls.attention_fwd++;
   ct_attention_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
 }
-static void c_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, float *y,
-                         float *col) {
+static void c_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                         float *y, float *col) {
   calls.conv2d_fwd++;
   ct_conv2d_fwd(s, x, w, b, y, col);
 }
-static void c_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy, float *dx,
-                         float *dw, float *db, float *col) {
+static void c_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                         float *dx, float *dw, float *db, float *col) {
   calls.conv2d_bwd++;
   ct_conv2d_bwd(s, x, w, dy, dx, dw, db, col);
 }
@@ -59,16 +60,18 @@ static void c_copy_2d(int rows, int cols, const float *src, int lds, float *dst,
   calls.copy_2d++;
   ct_copy_2d(rows, cols, src, lds, dst, ldd);
 }
-static void c_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y, int ldy) {
+static void c_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                        int ldy) {
   calls.clamp_fwd++;
   ct_clamp_fwd(rows, cols, x, ldx, lo, hi, y, ldy);
 }
-static void c_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy, int lddy,
-                        float *dx, int lddx) {
+static void c_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi,
+                        const float *dy, int lddy, float *dx, int lddx) {
   calls.clamp_bwd++;
   ct_clamp_bwd(rows, cols, x, ldx, lo, hi, dy, lddy, dx, lddx);
 }
-static void c_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos, float *y) {
+static void c_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok,
+                            const float *pos, float *y) {
   calls.embedding_fwd++;
   ct_embedding_fwd(N, T, D, ids, tok, pos, y);
 }
@@ -105,8 +108,10 @@ CT_TEST(backend, mmdit_through_table) {
   const ct_mmdit_config *c = &ct_mmdit_preset_find("tiny")->cfg;
   enum { B = 2, H = 4, W = 6, T = 5 };
   const size_t nx = (size_t)B * c->in_channels * H * W;
-  float *x = randn(nx, 1), *txt = randn((size_t)B * T * c->context_in_dim, 2), *y = randn((size_t)B * c->vec_in_dim, 3);
-  float *dv = randn(nx, 4), t[B] = {0.3f, 0.8f}, *v[2] = {randn(nx, 5), randn(nx, 5)}, *g[2] = {NULL, NULL};
+  float *x = randn(nx, 1), *txt = randn((size_t)B * T * c->context_in_dim, 2),
+        *y = randn((size_t)B * c->vec_in_dim, 3);
+  float *dv = randn(nx, 4), t[B] = {0.3f, 0.8f}, *v[2] = {randn(nx, 5), randn(nx, 5)},
+        *g[2] = {NULL, NULL};
   ct_mmdit *m[2] = {NULL, NULL};
   ct_err err = {0};
   ct_mem_stats s0, s1;
@@ -121,14 +126,16 @@ CT_TEST(backend, mmdit_through_table) {
   }
   CHECK(ct_mmdit_backend(m[0]) == ct_backend_default() && ct_mmdit_backend(m[1]) == be);
   CHECK(!memcmp(v[0], v[1], nx * sizeof(float)));
-  CHECK(!memcmp(ct_mmdit_params(m[0]), ct_mmdit_params(m[1]), ct_mmdit_numel(m[0]) * sizeof(float)));
+  CHECK(
+      !memcmp(ct_mmdit_params(m[0]), ct_mmdit_params(m[1]), ct_mmdit_numel(m[0]) * sizeof(float)));
   CHECK(!memcmp(g[0], g[1], ct_mmdit_numel(m[0]) * sizeof(float)));
-  CHECKF(calls.alloc >= 3 && calls.linear_fwd > 0 && calls.linear_bwd > 0 && calls.attention_fwd > 0 &&
-             calls.copy_2d > 0,
-         "calls: alloc %ld, linear %ld/%ld, attention %ld, copy_2d %ld", calls.alloc, calls.linear_fwd,
-         calls.linear_bwd, calls.attention_fwd, calls.copy_2d);
+  CHECKF(calls.alloc >= 3 && calls.linear_fwd > 0 && calls.linear_bwd > 0 &&
+             calls.attention_fwd > 0 && calls.copy_2d > 0,
+         "calls: alloc %ld, linear %ld/%ld, attention %ld, copy_2d %ld", calls.alloc,
+         calls.linear_fwd, calls.linear_bwd, calls.attention_fwd, calls.copy_2d);
   for (int k = 0; k < 2; k++) ct_mmdit_free(m[k]);
-  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend", calls.alloc, calls.free);
+  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend",
+         calls.alloc, calls.free);
   ct_mem_get_stats(&s1);
   CHECK(s1.total_current == s0.total_current);
   free(x), free(txt), free(y), free(dv), free(v[0]), free(v[1]);
@@ -155,14 +162,17 @@ CT_TEST(backend, vae_through_table) {
     size_t np = 0;
     const ct_vae_param *tab = ct_vae_table(v[k], &np);
     for (size_t i = 0; i < np; i++)
-      if (!strcmp(tab[i].name, "quant_conv.bias")) { /* logvar channels 0 and 1 clamp above and below */
+      if (!strcmp(tab[i].name,
+                  "quant_conv.bias")) { /* logvar channels 0 and 1 clamp above and below */
         ct_vae_params(v[k])[tab[i].offset + LC] = 60.0f;
         ct_vae_params(v[k])[tab[i].offset + LC + 1] = -60.0f;
       }
     ct_vae_tape *te = NULL, *td = NULL;
-    CHECKF(ct_vae_encode_fwd(v[k], B, H, W, x, mean[k], logvar[k], &te, &err) == CT_OK, "%s", err.msg);
+    CHECKF(ct_vae_encode_fwd(v[k], B, H, W, x, mean[k], logvar[k], &te, &err) == CT_OK, "%s",
+           err.msg);
     CHECKF(ct_vae_encode_bwd(v[k], te, dmean, dlogvar, dx[k], &err) == CT_OK, "%s", err.msg);
-    CHECKF(ct_vae_decode_fwd(v[k], B, H / 2, W / 2, mean[k], img[k], &td, &err) == CT_OK, "%s", err.msg);
+    CHECKF(ct_vae_decode_fwd(v[k], B, H / 2, W / 2, mean[k], img[k], &td, &err) == CT_OK, "%s",
+           err.msg);
     CHECKF(ct_vae_decode_bwd(v[k], td, dout, dz[k], &err) == CT_OK, "%s", err.msg);
     ct_vae_tape_free(te);
     ct_vae_tape_free(td);
@@ -171,21 +181,26 @@ CT_TEST(backend, vae_through_table) {
   ct_vae_tape *tp = NULL; /* a tape recorded on one backend has no backward on another */
   REQUIRE(ct_vae_decode_fwd(v[0], B, H / 2, W / 2, mean[0], NULL, &tp, &err) == CT_OK);
   REQUIRE(ct_vae_set_backend(v[0], be, &err) == CT_OK);
-  CHECK(ct_vae_decode_bwd(v[0], tp, dout, NULL, &err) == CT_ERR_INVALID && strstr(err.msg, "another compute backend"));
+  CHECK(ct_vae_decode_bwd(v[0], tp, dout, NULL, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "another compute backend"));
   ct_vae_tape_free(tp);
-  CHECK(!memcmp(mean[0], mean[1], nz * sizeof(float)) && !memcmp(logvar[0], logvar[1], nz * sizeof(float)));
+  CHECK(!memcmp(mean[0], mean[1], nz * sizeof(float)) &&
+        !memcmp(logvar[0], logvar[1], nz * sizeof(float)));
   CHECK(!memcmp(img[0], img[1], nx * sizeof(float)) && !memcmp(dx[0], dx[1], nx * sizeof(float)));
   CHECK(!memcmp(dz[0], dz[1], nz * sizeof(float)));
   CHECK(!memcmp(ct_vae_grads(v[0]), ct_vae_grads(v[1]), ct_vae_numel(v[0]) * sizeof(float)));
-  CHECKF(calls.conv2d_fwd > 0 && calls.conv2d_bwd > 0 && calls.linear_fwd > 0 && calls.attention_fwd > 0 &&
-             calls.clamp_fwd > 0 && calls.clamp_bwd > 0 && calls.copy_2d > 0,
-         "calls: conv2d %ld/%ld, linear %ld, attention %ld, clamp %ld/%ld, copy_2d %ld", calls.conv2d_fwd,
-         calls.conv2d_bwd, calls.linear_fwd, calls.attention_fwd, calls.clamp_fwd, calls.clamp_bwd, calls.copy_2d);
+  CHECKF(calls.conv2d_fwd > 0 && calls.conv2d_bwd > 0 && calls.linear_fwd > 0 &&
+             calls.attention_fwd > 0 && calls.clamp_fwd > 0 && calls.clamp_bwd > 0 &&
+             calls.copy_2d > 0,
+         "calls: conv2d %ld/%ld, linear %ld, attention %ld, clamp %ld/%ld, copy_2d %ld",
+         calls.conv2d_fwd, calls.conv2d_bwd, calls.linear_fwd, calls.attention_fwd, calls.clamp_fwd,
+         calls.clamp_bwd, calls.copy_2d);
   for (int k = 0; k < 2; k++) {
     ct_vae_free(v[k]);
     free(mean[k]), free(logvar[k]), free(img[k]), free(dx[k]), free(dz[k]);
   }
-  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend", calls.alloc, calls.free);
+  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend",
+         calls.alloc, calls.free);
   free(x), free(dmean), free(dlogvar), free(dout);
 }
 
@@ -207,9 +222,11 @@ CT_TEST(backend, textenc_through_table) {
   }
   CHECK(ct_textenc_backend(te[1]) == be);
   CHECK(!memcmp(seq[0], seq[1], sizeof seq[0]) && !memcmp(pooled[0], pooled[1], sizeof pooled[0]));
-  CHECKF(calls.embedding_fwd == 1 && calls.linear_fwd > 0 && calls.attention_fwd > 0 && calls.copy_2d > 0,
-         "calls: embedding %ld, linear %ld, attention %ld, copy_2d %ld", calls.embedding_fwd, calls.linear_fwd,
-         calls.attention_fwd, calls.copy_2d);
+  CHECKF(calls.embedding_fwd == 1 && calls.linear_fwd > 0 && calls.attention_fwd > 0 &&
+             calls.copy_2d > 0,
+         "calls: embedding %ld, linear %ld, attention %ld, copy_2d %ld", calls.embedding_fwd,
+         calls.linear_fwd, calls.attention_fwd, calls.copy_2d);
   for (int k = 0; k < 2; k++) ct_textenc_free(te[k]);
-  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend", calls.alloc, calls.free);
+  CHECKF(calls.free == calls.alloc, "%ld allocations, %ld frees on the counting backend",
+         calls.alloc, calls.free);
 }

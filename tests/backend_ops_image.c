@@ -39,7 +39,8 @@ void backend_op_groupnorm(bcheck *t) {
   float *y0 = hrand(t, n, 1), *s0 = hrand(t, ns, 1);
   c.y = hd(t, y0, n), c.mean = hd(t, s0, ns), c.rstd = hd(t, s0, ns);
   gn_ref(&c);
-  float *x = dev(t, c.x, n), *g = dev(t, c.g, c.C), *y = dev(t, y0, n), *mean = dev(t, s0, ns), *rstd = dev(t, s0, ns);
+  float *x = dev(t, c.x, n), *g = dev(t, c.g, c.C), *y = dev(t, y0, n), *mean = dev(t, s0, ns),
+        *rstd = dev(t, s0, ns);
   t->be->groupnorm_fwd(c.B, c.C, c.HW, c.G, c.eps, x, g, dev(t, c.b, c.C), y, mean, rstd);
   cmp(t, "y", back(t, y, n), c.y, n);
   cmp(t, "mean", back(t, mean, ns), c.mean, ns);
@@ -85,7 +86,8 @@ static double conv_loss(void *p) {
   return dot(c->y, c->r, (size_t)c->s.B * c->s.Cout * c->Ho * c->Wo);
 }
 void backend_op_conv2d(bcheck *t) {
-  const ct_conv2d_shape shapes[2] = {{2, 3, 5, 6, 4, 3, 2, 1, 1, 0, 1}, {2, 3, 4, 3, 5, 1, 1, 0, 0, 0, 0}};
+  const ct_conv2d_shape shapes[2] = {{2, 3, 5, 6, 4, 3, 2, 1, 1, 0, 1},
+                                     {2, 3, 4, 3, 5, 1, 1, 0, 0, 0, 0}};
   for (int sh = 0; sh < 2; sh++) {
     conv_c c = {.s = shapes[sh]};
     const ct_conv2d_shape *s = &c.s;
@@ -107,7 +109,8 @@ void backend_op_conv2d(bcheck *t) {
     t->be->conv2d_bwd(s, x, w, dev(t, c.r, ny), dx, dw, db, col);
     FD1(t, sh ? "dx (1x1)" : "dx", c.x, nx, back(t, dx, nx), conv_loss, &c);
     FD1(t, sh ? "dw (1x1)" : "dw", c.w, nw, diff(t, back(t, dw, nw), dw0, nw), conv_loss, &c);
-    FD1(t, sh ? "db (1x1)" : "db", c.b, s->Cout, diff(t, back(t, db, s->Cout), db0, s->Cout), conv_loss, &c);
+    FD1(t, sh ? "db (1x1)" : "db", c.b, s->Cout, diff(t, back(t, db, s->Cout), db0, s->Cout),
+        conv_loss, &c);
   }
 }
 
@@ -127,7 +130,8 @@ static double perm_loss(void *p) {
   return dot(c->y, c->r, c->ny);
 }
 typedef void (*move_fn)(const ct_backend_ops *be, const float *x, float *y);
-static void perm_case(bcheck *t, const char *name, size_t nx, size_t ny, size_t *map, move_fn fwd, move_fn bwd) {
+static void perm_case(bcheck *t, const char *name, size_t nx, size_t ny, size_t *map, move_fn fwd,
+                      move_fn bwd) {
   perm_c c = {.nx = nx, .ny = ny, .map = map, .x = hrand(t, nx, 1), .r = hrand(t, ny, 1)};
   c.y = hd(t, NULL, ny);
   perm_loss(&c);
@@ -142,16 +146,36 @@ static void perm_case(bcheck *t, const char *name, size_t nx, size_t ny, size_t 
 }
 
 enum { UB = 3, UH = 2, UW = 3, PB = 2, PC = 3, PH = 4, PW = 6, PP = 2, TB = 2, TC = 3, TL = 5 };
-static void up_f(const ct_backend_ops *be, const float *x, float *y) { be->upsample2x_fwd(UB, UH, UW, x, y); }
-static void up_b(const ct_backend_ops *be, const float *x, float *y) { be->upsample2x_bwd(UB, UH, UW, x, y); }
-static void pat_f(const ct_backend_ops *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
-static void pat_b(const ct_backend_ops *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
-static void unp_f(const ct_backend_ops *be, const float *x, float *y) { be->unpatchify(PB, PC, PH, PW, PP, x, y); }
-static void unp_b(const ct_backend_ops *be, const float *x, float *y) { be->patchify(PB, PC, PH, PW, PP, x, y); }
-static void nlc_f(const ct_backend_ops *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
-static void nlc_b(const ct_backend_ops *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
-static void nchw_f(const ct_backend_ops *be, const float *x, float *y) { be->nlc_to_nchw(TB, TC, TL, x, y); }
-static void nchw_b(const ct_backend_ops *be, const float *x, float *y) { be->nchw_to_nlc(TB, TC, TL, x, y); }
+static void up_f(const ct_backend_ops *be, const float *x, float *y) {
+  be->upsample2x_fwd(UB, UH, UW, x, y);
+}
+static void up_b(const ct_backend_ops *be, const float *x, float *y) {
+  be->upsample2x_bwd(UB, UH, UW, x, y);
+}
+static void pat_f(const ct_backend_ops *be, const float *x, float *y) {
+  be->patchify(PB, PC, PH, PW, PP, x, y);
+}
+static void pat_b(const ct_backend_ops *be, const float *x, float *y) {
+  be->unpatchify(PB, PC, PH, PW, PP, x, y);
+}
+static void unp_f(const ct_backend_ops *be, const float *x, float *y) {
+  be->unpatchify(PB, PC, PH, PW, PP, x, y);
+}
+static void unp_b(const ct_backend_ops *be, const float *x, float *y) {
+  be->patchify(PB, PC, PH, PW, PP, x, y);
+}
+static void nlc_f(const ct_backend_ops *be, const float *x, float *y) {
+  be->nchw_to_nlc(TB, TC, TL, x, y);
+}
+static void nlc_b(const ct_backend_ops *be, const float *x, float *y) {
+  be->nlc_to_nchw(TB, TC, TL, x, y);
+}
+static void nchw_f(const ct_backend_ops *be, const float *x, float *y) {
+  be->nlc_to_nchw(TB, TC, TL, x, y);
+}
+static void nchw_b(const ct_backend_ops *be, const float *x, float *y) {
+  be->nchw_to_nlc(TB, TC, TL, x, y);
+}
 
 void backend_op_upsample2x(bcheck *t) {
   size_t n = (size_t)UB * UH * UW, map[4 * UB * UH * UW];
@@ -170,7 +194,8 @@ void backend_op_patchify(bcheck *t) {
       for (int h = 0; h < PH; h++)
         for (int w = 0; w < PW; w++) {
           size_t xi = (((size_t)b * PC + c) * PH + h) * PW + w;
-          size_t oi = ((size_t)b * gh * gw + (size_t)(h / PP) * gw + w / PP) * F + ((size_t)c * PP + h % PP) * PP + w % PP;
+          size_t oi = ((size_t)b * gh * gw + (size_t)(h / PP) * gw + w / PP) * F +
+                      ((size_t)c * PP + h % PP) * PP + w % PP;
           map[oi] = xi, inv[xi] = oi;
         }
   perm_case(t, "patchify", n, n, map, pat_f, pat_b);
@@ -226,7 +251,8 @@ typedef struct {
 } clamp_c;
 static void clamp_ref(clamp_c *c) {
   for (int i = 0; i < c->rows; i++)
-    for (int j = 0; j < c->cols; j++) c->y[i * c->ldy + j] = fmin(fmax(c->x[i * c->ldx + j], c->lo), c->hi);
+    for (int j = 0; j < c->cols; j++)
+      c->y[i * c->ldy + j] = fmin(fmax(c->x[i * c->ldx + j], c->lo), c->hi);
 }
 static double clamp_loss(void *p) {
   clamp_c *c = p;
@@ -276,8 +302,8 @@ void backend_op_clamp(bcheck *t) {
   t->be->clamp_bwd(1, 2, xn, 2, c.lo, c.hi, dev(t, one, 2), 2, dn, 2);
   float *ynh = back(t, yn, 2), *dnh = back(t, dn, 2);
   EXPECT(t, isnan(ynh[0]) && ynh[1] == 0.5f, "clamp(NaN) = %g, clamp(0.5) = %g", ynh[0], ynh[1]);
-  EXPECT(t, dnh[0] == 1.0f && dnh[1] == 2.0f, "gradient through NaN %g (want 1: none), through 0.5 %g (want 2)",
-         dnh[0], dnh[1]);
+  EXPECT(t, dnh[0] == 1.0f && dnh[1] == 2.0f,
+         "gradient through NaN %g (want 1: none), through 0.5 %g (want 2)", dnh[0], dnh[1]);
 }
 
 void backend_op_embedding(bcheck *t) {
@@ -290,7 +316,8 @@ void backend_op_embedding(bcheck *t) {
   for (int r = 0; r < N; r++)
     for (int j = 0; j < D; j++) ref[r * D + j] = (double)tok[ids[r] * D + j] + pos[(r % T) * D + j];
   float *y = dev(t, y0, (size_t)N * D);
-  t->be->embedding_fwd(N, T, D, ids, dev(t, tok, (size_t)V * D), dev(t, pos, (size_t)(T + 1) * D), y);
+  t->be->embedding_fwd(N, T, D, ids, dev(t, tok, (size_t)V * D), dev(t, pos, (size_t)(T + 1) * D),
+                       y);
   cmp(t, "y", back(t, y, (size_t)N * D), ref, (size_t)N * D);
 }
 
@@ -337,7 +364,8 @@ void backend_op_optimizer_updates(bcheck *t) {
   const float lr = 0.01f, b1 = 0.9f, b2 = 0.99f, eps = 1e-8f, wd = 0.1f;
   for (int kind = 0; kind < 8; kind++) {
     const long step = 1 + kind % 3;
-    float *w0 = hrand(t, n, 1), *g = hrand(t, n, 1), *m0 = hpos(t, n, 0.01f), *v0 = hpos(t, n, 0.01f);
+    float *w0 = hrand(t, n, 1), *g = hrand(t, n, 1), *m0 = hpos(t, n, 0.01f),
+          *v0 = hpos(t, n, 0.01f);
     double *w = hd(t, w0, n), *m = hd(t, m0, n), *v = hd(t, v0, n);
     float *dw = dev(t, w0, n), *dg = dev(t, g, n), *dm = dev(t, m0, n), *dv = dev(t, v0, n);
     const char *name = "";

@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "%d test(s) run, %d failed\n", ran, failed);
   if (ran == 0) {
-    fprintf(stderr, "no test matched '%s%s%s'\n", suite ? suite : "", name ? "." : "", name ? name : "");
+    fprintf(stderr, "no test matched '%s%s%s'\n", suite ? suite : "", name ? "." : "",
+            name ? name : "");
     return 2;
   }
   return failed ? 1 : 0;

@@ -13,45 +13,45 @@
 typedef void (*ct_test_fn)(int *failed);
 void ct_test_register(const char *suite, const char *name, ct_test_fn fn);
 
-#define CT_TEST(suite, name)                                                  \
-  static void test_##suite##_##name(int *ct_failed_);                         \
-  __attribute__((constructor)) static void reg_##suite##_##name(void) {       \
-    ct_test_register(#suite, #name, test_##suite##_##name);                   \
-  }                                                                           \
+#define CT_TEST(suite, name)                                            \
+  static void test_##suite##_##name(int *ct_failed_);                   \
+  __attribute__((constructor)) static void reg_##suite##_##name(void) { \
+    ct_test_register(#suite, #name, test_##suite##_##name);             \
+  }                                                                     \
   static void test_##suite##_##name(int *ct_failed_)
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       fprintf(stderr, "  %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      *ct_failed_ = 1;                                                        \
-    }                                                                         \
+      *ct_failed_ = 1;                                                           \
+    }                                                                            \
   } while (0)
-#define CHECKF(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECKF(cond, ...)                                                        \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       fprintf(stderr, "  %s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fputc('\n', stderr);                                                    \
-      *ct_failed_ = 1;                                                        \
-    }                                                                         \
+      fprintf(stderr, __VA_ARGS__);                                              \
+      fputc('\n', stderr);                                                       \
+      *ct_failed_ = 1;                                                           \
+    }                                                                            \
   } while (0)
-#define REQUIRE(cond)                                                         \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define REQUIRE(cond)                                                              \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
       fprintf(stderr, "  %s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-      *ct_failed_ = 1;                                                        \
-      return;                                                                 \
-    }                                                                         \
+      *ct_failed_ = 1;                                                             \
+      return;                                                                      \
+    }                                                                              \
   } while (0)
-#define CHECK_NEAR(a, b, tol)                                                 \
-  do {                                                                        \
-    double a_ = (a), b_ = (b);                                                \
-    if (!(fabs(a_ - b_) <= (tol))) {                                          \
-      fprintf(stderr, "  %s:%d: CHECK_NEAR failed: %s = %.9g, %s = %.9g, tol %g\n", \
-              __FILE__, __LINE__, #a, a_, #b, b_, (double)(tol));             \
-      *ct_failed_ = 1;                                                        \
-    }                                                                         \
+#define CHECK_NEAR(a, b, tol)                                                                 \
+  do {                                                                                        \
+    double a_ = (a), b_ = (b);                                                                \
+    if (!(fabs(a_ - b_) <= (tol))) {                                                          \
+      fprintf(stderr, "  %s:%d: CHECK_NEAR failed: %s = %.9g, %s = %.9g, tol %g\n", __FILE__, \
+              __LINE__, #a, a_, #b, b_, (double)(tol));                                       \
+      *ct_failed_ = 1;                                                                        \
+    }                                                                                         \
   } while (0)
 
 /* Path of a file under tests/data (static buffer). */

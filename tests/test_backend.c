@@ -45,7 +45,8 @@ static void sgemm_case(bcheck *t, int det) {
       for (int j = 0; j < N; j++) {
         double s = 0;
         for (int k = 0; k < K; k++)
-          s += (double)(tA ? A[k * lda + i] : A[i * lda + k]) * (tB ? B[j * ldb + k] : B[k * ldb + j]);
+          s += (double)(tA ? A[k * lda + i] : A[i * lda + k]) *
+               (tB ? B[j * ldb + k] : B[k * ldb + j]);
         ref[i * ldc + j] = alpha * s + (beta != 0.0f ? beta * (double)C[i * ldc + j] : 0.0);
       }
     float *dc = dev(t, C, nc);
@@ -56,8 +57,12 @@ static void sgemm_case(bcheck *t, int det) {
     cmp(t, what, back(t, dc, nc), ref, nc);
   }
 }
-static void op_sgemm(bcheck *t) { sgemm_case(t, 0); }
-static void op_sgemm_deterministic(bcheck *t) { sgemm_case(t, 1); }
+static void op_sgemm(bcheck *t) {
+  sgemm_case(t, 0);
+}
+static void op_sgemm_deterministic(bcheck *t) {
+  sgemm_case(t, 1);
+}
 
 typedef struct {
   int N, K, M, ldx, ldy;
@@ -193,7 +198,8 @@ typedef struct {
 static void rope_ref(rope_c *c) {
   for (int n = 0; n < c->N; n++)
     for (int j = 0; j < c->D / 2; j++) {
-      const float *pe = c->pe + (size_t)(n % c->L) * c->D + 2 * j, *x = c->x + (size_t)n * c->ldx + 2 * j;
+      const float *pe = c->pe + (size_t)(n % c->L) * c->D + 2 * j,
+                  *x = c->x + (size_t)n * c->ldx + 2 * j;
       c->y[n * c->ldy + 2 * j] = (double)pe[0] * x[0] - (double)pe[1] * x[1];
       c->y[n * c->ldy + 2 * j + 1] = (double)pe[1] * x[0] + (double)pe[0] * x[1];
     }
@@ -244,7 +250,8 @@ static void qkv_ref(qkv_c *c) {
           out[o + 2 * j + 1] = pe[2 * j + 1] * x0 + pe[2 * j] * x1;
         }
       }
-      for (int j = 0; j < hd; j++) c->v[o + j] = c->qkv[(size_t)rr * 3 * H * hd + (size_t)(2 * H + h) * hd + j];
+      for (int j = 0; j < hd; j++)
+        c->v[o + j] = c->qkv[(size_t)rr * 3 * H * hd + (size_t)(2 * H + h) * hd + j];
     }
   }
 }
@@ -261,11 +268,13 @@ static void op_qkv_heads(bcheck *t) {
   c.qkv = hrand(t, nqkv, 1), c.qs = hrand(t, c.hd, 1), c.ks = hrand(t, c.hd, 1);
   c.pe = rand_pe(t, c.Lt, c.hd);
   float *o0 = hrand(t, n, 1), *s0 = hrand(t, ns, 1);
-  c.q = hd(t, o0, n), c.k = hd(t, o0, n), c.v = hd(t, o0, n), c.sq = hd(t, s0, ns), c.sk = hd(t, s0, ns);
+  c.q = hd(t, o0, n), c.k = hd(t, o0, n), c.v = hd(t, o0, n), c.sq = hd(t, s0, ns),
+  c.sk = hd(t, s0, ns);
   qkv_ref(&c);
   float *qkv = dev(t, c.qkv, nqkv), *qs = dev(t, c.qs, c.hd), *ks = dev(t, c.ks, c.hd);
   float *pe = dev(t, c.pe, (size_t)c.Lt * c.hd);
-  float *q = dev(t, o0, n), *k = dev(t, o0, n), *v = dev(t, o0, n), *sq = dev(t, s0, ns), *sk = dev(t, s0, ns);
+  float *q = dev(t, o0, n), *k = dev(t, o0, n), *v = dev(t, o0, n), *sq = dev(t, s0, ns),
+        *sk = dev(t, s0, ns);
   t->be->qkv_heads_fwd(c.B, c.Ls, c.Lt, c.off, c.H, c.hd, qkv, qs, ks, pe, q, k, v, sq, sk);
   cmp(t, "q", back(t, q, n), c.q, n);
   cmp(t, "k", back(t, k, n), c.k, n);
@@ -315,15 +324,16 @@ static void op_ln_mod(bcheck *t) {
   for (int mod = 1; mod >= 0; mod--) {
     ln_c c = {.B = 2, .L = 3, .D = 6, .ldx = 8, .ldm = 18, .ldh = 7, .mod = mod, .eps = 1e-5f};
     const int N = c.B * c.L;
-    size_t nx = (size_t)N * c.ldx, nh = (size_t)N * c.ldh, nm = (size_t)c.B * c.ldm, nxh = (size_t)N * c.D;
+    size_t nx = (size_t)N * c.ldx, nh = (size_t)N * c.ldh, nm = (size_t)c.B * c.ldm,
+           nxh = (size_t)N * c.D;
     c.x = hrand(t, nx, 1), c.m = hrand(t, nm, 0.5f);
     float *h0 = hrand(t, nh, 1), *xh0 = hrand(t, nxh, 1), *rs0 = hrand(t, N, 1);
     c.h = hd(t, h0, nh), c.xhat = hd(t, xh0, nxh), c.rstd = hd(t, rs0, N);
     ln_ref(&c);
     float *m = dev(t, c.m, nm), *shift = mod ? m : NULL, *scale = mod ? m + c.D : NULL;
     float *xhat = dev(t, xh0, nxh), *rstd = dev(t, rs0, N), *h = dev(t, h0, nh);
-    t->be->ln_mod_fwd(c.B, c.L, c.D, dev(t, c.x, nx), c.ldx, shift, scale, c.ldm, c.eps, xhat, rstd, h,
-                      c.ldh);
+    t->be->ln_mod_fwd(c.B, c.L, c.D, dev(t, c.x, nx), c.ldx, shift, scale, c.ldm, c.eps, xhat, rstd,
+                      h, c.ldh);
     cmp(t, mod ? "h" : "h (no modulation)", back(t, h, nh), c.h, nh);
     cmp(t, "xhat", back(t, xhat, nxh), c.xhat, nxh);
     cmp(t, "rstd", back(t, rstd, N), c.rstd, N);
@@ -334,7 +344,9 @@ static void op_ln_mod(bcheck *t) {
                       mod ? dm : NULL, mod ? dm + c.D : NULL);
     fd(t, mod ? "dx" : "dx (no modulation)", c.x, N, c.D, c.ldx, diff(t, back(t, dx, nx), dx0, nx),
        ln_loss, &c);
-    if (mod) fd(t, "dshift, dscale", c.m, c.B, 2 * c.D, c.ldm, diff(t, back(t, dm, nm), dm0, nm), ln_loss, &c);
+    if (mod)
+      fd(t, "dshift, dscale", c.m, c.B, 2 * c.D, c.ldm, diff(t, back(t, dm, nm), dm0, nm), ln_loss,
+         &c);
   }
 }
 
@@ -349,11 +361,12 @@ static void op_layernorm_affine(bcheck *t) {
     for (int j = 0; j < D; j++) mu += x[n * ldx + j];
     mu /= D;
     for (int j = 0; j < D; j++) var += (x[n * ldx + j] - mu) * (x[n * ldx + j] - mu);
-    for (int j = 0; j < D; j++) ref[n * ldy + j] = (x[n * ldx + j] - mu) / sqrt(var / D + eps) * g[j] + b[j];
+    for (int j = 0; j < D; j++)
+      ref[n * ldy + j] = (x[n * ldx + j] - mu) / sqrt(var / D + eps) * g[j] + b[j];
   }
   float *y = dev(t, y0, (size_t)N * ldy);
-  t->be->layernorm_affine_fwd(N, D, dev(t, x, (size_t)N * ldx), ldx, dev(t, g, D), dev(t, b, D), eps, y,
-                              ldy);
+  t->be->layernorm_affine_fwd(N, D, dev(t, x, (size_t)N * ldx), ldx, dev(t, g, D), dev(t, b, D),
+                              eps, y, ldy);
   cmp(t, "y", back(t, y, (size_t)N * ldy), ref, (size_t)N * ldy);
 }
 
@@ -388,7 +401,8 @@ static void op_rmsnorm(bcheck *t) {
   cmp(t, "y", back(t, y, ny), c.y, ny);
   cmp(t, "rstd", back(t, rstd, c.N), c.rstd, c.N);
   c.r = hrand(t, ny, 1);
-  float *dx0 = hrand(t, nx, 1), *ds0 = hrand(t, c.D, 1), *dx = dev(t, dx0, nx), *ds = dev(t, ds0, c.D);
+  float *dx0 = hrand(t, nx, 1), *ds0 = hrand(t, c.D, 1), *dx = dev(t, dx0, nx),
+        *ds = dev(t, ds0, c.D);
   t->be->rmsnorm_bwd(c.N, c.D, x, c.ldx, s, rstd, dev(t, c.r, ny), c.ldy, dx, c.ldx, ds);
   fd(t, "dx", c.x, c.N, c.D, c.ldx, diff(t, back(t, dx, nx), dx0, nx), rms_loss, &c);
   FD1(t, "dscale", c.s, c.D, diff(t, back(t, ds, c.D), ds0, c.D), rms_loss, &c);
@@ -423,20 +437,29 @@ static void act_case(bcheck *t, int kind) {
   act_loss(&c);
   float *x = dev(t, c.x, nx), *y = dev(t, y0, ny);
   const ct_backend_ops *be = t->be;
-  (kind == ACT_SILU ? be->silu_fwd : kind == ACT_GELU ? be->gelu_tanh_fwd : be->quick_gelu_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
+  (kind == ACT_SILU   ? be->silu_fwd
+   : kind == ACT_GELU ? be->gelu_tanh_fwd
+                      : be->quick_gelu_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
   char what[64];
   snprintf(what, sizeof what, "%s: y", names[kind]);
   cmp(t, what, back(t, y, ny), c.y, ny);
   if (kind == ACT_QUICK) return; /* forward only (text encoder) */
   c.r = hrand(t, ny, 1);
   float *dx = dev(t, hrand(t, nx, 1), nx);
-  (kind == ACT_SILU ? be->silu_bwd : be->gelu_tanh_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy, dx, c.ldx);
+  (kind == ACT_SILU ? be->silu_bwd : be->gelu_tanh_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy,
+                                                        dx, c.ldx);
   snprintf(what, sizeof what, "%s: dx", names[kind]);
   fd(t, what, c.x, c.N, c.D, c.ldx, back(t, dx, nx), act_loss, &c);
 }
-static void op_silu(bcheck *t) { act_case(t, ACT_SILU); }
-static void op_gelu_tanh(bcheck *t) { act_case(t, ACT_GELU); }
-static void op_quick_gelu(bcheck *t) { act_case(t, ACT_QUICK); }
+static void op_silu(bcheck *t) {
+  act_case(t, ACT_SILU);
+}
+static void op_gelu_tanh(bcheck *t) {
+  act_case(t, ACT_GELU);
+}
+static void op_quick_gelu(bcheck *t) {
+  act_case(t, ACT_QUICK);
+}
 
 typedef struct {
   int B, L, D, ldx, ldg, ldy, ldo;
@@ -447,13 +470,15 @@ static double gate_loss(void *p) {
   gate_c *c = p;
   for (int n = 0; n < c->B * c->L; n++)
     for (int j = 0; j < c->D; j++)
-      c->out[n * c->ldo + j] = c->x[n * c->ldx + j] + (double)c->g[(n / c->L) * c->ldg + j] * c->y[n * c->ldy + j];
+      c->out[n * c->ldo + j] =
+          c->x[n * c->ldx + j] + (double)c->g[(n / c->L) * c->ldg + j] * c->y[n * c->ldy + j];
   return dot(c->out, c->r, (size_t)c->B * c->L * c->ldo);
 }
 static void op_gate_res(bcheck *t) {
   gate_c c = {.B = 2, .L = 3, .D = 5, .ldx = 7, .ldg = 9, .ldy = 6, .ldo = 8};
   const int N = c.B * c.L;
-  size_t nx = (size_t)N * c.ldx, ng = (size_t)c.B * c.ldg, ny = (size_t)N * c.ldy, no = (size_t)N * c.ldo;
+  size_t nx = (size_t)N * c.ldx, ng = (size_t)c.B * c.ldg, ny = (size_t)N * c.ldy,
+         no = (size_t)N * c.ldo;
   c.x = hrand(t, nx, 1), c.g = hrand(t, ng, 1), c.y = hrand(t, ny, 1);
   float *o0 = hrand(t, no, 1);
   c.out = hd(t, o0, no);
@@ -508,29 +533,59 @@ static const struct {
 /* Every field of ct_backend_ops: the memory functions, and the ops with the CPU
  * kernel behind each. */
 #define BACKEND_MEMORY(X) X(alloc) X(free) X(copy_in) X(copy_out) X(copy) X(synchronize)
-#define BACKEND_OPS(X)                                                                     \
-  X(sgemm, ct_sgemm) X(sgemm_deterministic, ct_sgemm_deterministic)   \
-  X(linear_fwd, ct_linear_fwd) X(linear_bwd, ct_linear_bwd)                                \
-  X(attention_fwd, ct_attention_fwd) X(attention_bwd, ct_attention_bwd)                    \
-  X(rope_table, ct_rope_table) X(rope_fwd, ct_rope_fwd) X(rope_bwd, ct_rope_bwd)           \
-  X(qkv_heads_fwd, ct_qkv_heads_fwd) X(qkv_heads_bwd, ct_qkv_heads_bwd)                    \
-  X(ln_mod_fwd, ct_ln_mod_fwd) X(ln_mod_bwd, ct_ln_mod_bwd)                                \
-  X(layernorm_affine_fwd, ct_layernorm_affine_fwd) X(rmsnorm_fwd, ct_rmsnorm_fwd)          \
-  X(rmsnorm_bwd, ct_rmsnorm_bwd) X(groupnorm_fwd, ct_groupnorm_fwd)                        \
-  X(groupnorm_bwd, ct_groupnorm_bwd) X(conv2d_col_floats, ct_conv2d_col_floats)            \
-  X(conv2d_fwd, ct_conv2d_fwd) X(conv2d_bwd, ct_conv2d_bwd)                                \
-  X(upsample2x_fwd, ct_upsample2x_fwd) X(upsample2x_bwd, ct_upsample2x_bwd)                \
-  X(nchw_to_nlc, ct_nchw_to_nlc) X(nlc_to_nchw, ct_nlc_to_nchw) X(tile_blend, ct_tile_blend) X(patchify, ct_patchify)   \
-  X(unpatchify, ct_unpatchify) X(silu_fwd, ct_silu_fwd) X(silu_bwd, ct_silu_bwd)           \
-  X(gelu_tanh_fwd, ct_gelu_tanh_fwd) X(gelu_tanh_bwd, ct_gelu_tanh_bwd)                    \
-  X(quick_gelu_fwd, ct_quick_gelu_fwd) X(gate_res_fwd, ct_gate_res_fwd)                    \
-  X(gate_res_bwd, ct_gate_res_bwd) X(add_inplace, ct_add_inplace)                          \
-  X(scale_inplace, ct_scale_inplace) X(copy_2d, ct_copy_2d) X(zero, ct_zero)                                      \
-  X(clamp_fwd, ct_clamp_fwd) X(clamp_bwd, ct_clamp_bwd) X(embedding_fwd, ct_embedding_fwd)  \
-  X(timestep_embedding, ct_timestep_embedding) X(mse_fwd_bwd, ct_mse_fwd_bwd)              \
-  X(adam_update, ct_adam_update) X(adagrad_update, ct_adagrad_update)                      \
-  X(lion_update, ct_lion_update) X(sgd_update, ct_sgd_update) X(ema_update, ct_ema_update) \
+// clang-format off
+#define BACKEND_OPS(X) \
+  X(sgemm, ct_sgemm) \
+  X(sgemm_deterministic, ct_sgemm_deterministic) \
+  X(linear_fwd, ct_linear_fwd) \
+  X(linear_bwd, ct_linear_bwd) \
+  X(attention_fwd, ct_attention_fwd) \
+  X(attention_bwd, ct_attention_bwd) \
+  X(rope_table, ct_rope_table) \
+  X(rope_fwd, ct_rope_fwd) \
+  X(rope_bwd, ct_rope_bwd) \
+  X(qkv_heads_fwd, ct_qkv_heads_fwd) \
+  X(qkv_heads_bwd, ct_qkv_heads_bwd) \
+  X(ln_mod_fwd, ct_ln_mod_fwd) \
+  X(ln_mod_bwd, ct_ln_mod_bwd) \
+  X(layernorm_affine_fwd, ct_layernorm_affine_fwd) \
+  X(rmsnorm_fwd, ct_rmsnorm_fwd) \
+  X(rmsnorm_bwd, ct_rmsnorm_bwd) \
+  X(groupnorm_fwd, ct_groupnorm_fwd) \
+  X(groupnorm_bwd, ct_groupnorm_bwd) \
+  X(conv2d_col_floats, ct_conv2d_col_floats) \
+  X(conv2d_fwd, ct_conv2d_fwd) \
+  X(conv2d_bwd, ct_conv2d_bwd) \
+  X(upsample2x_fwd, ct_upsample2x_fwd) \
+  X(upsample2x_bwd, ct_upsample2x_bwd) \
+  X(nchw_to_nlc, ct_nchw_to_nlc) \
+  X(nlc_to_nchw, ct_nlc_to_nchw) \
+  X(tile_blend, ct_tile_blend) \
+  X(patchify, ct_patchify) \
+  X(unpatchify, ct_unpatchify) \
+  X(silu_fwd, ct_silu_fwd) \
+  X(silu_bwd, ct_silu_bwd) \
+  X(gelu_tanh_fwd, ct_gelu_tanh_fwd) \
+  X(gelu_tanh_bwd, ct_gelu_tanh_bwd) \
+  X(quick_gelu_fwd, ct_quick_gelu_fwd) \
+  X(gate_res_fwd, ct_gate_res_fwd) \
+  X(gate_res_bwd, ct_gate_res_bwd) \
+  X(add_inplace, ct_add_inplace) \
+  X(scale_inplace, ct_scale_inplace) \
+  X(copy_2d, ct_copy_2d) \
+  X(zero, ct_zero) \
+  X(clamp_fwd, ct_clamp_fwd) \
+  X(clamp_bwd, ct_clamp_bwd) \
+  X(embedding_fwd, ct_embedding_fwd) \
+  X(timestep_embedding, ct_timestep_embedding) \
+  X(mse_fwd_bwd, ct_mse_fwd_bwd) \
+  X(adam_update, ct_adam_update) \
+  X(adagrad_update, ct_adagrad_update) \
+  X(lion_update, ct_lion_update) \
+  X(sgd_update, ct_sgd_update) \
+  X(ema_update, ct_ema_update) \
   X(sumsq, ct_sumsq)
+// clang-format on
 
 /* Runs every op on be; returns the number of failing ops and, in failed (if
  * not NULL), their names joined by spaces. */
@@ -538,7 +593,8 @@ static int run_ops(const ct_backend_ops *be, int quiet, char *failed, size_t cap
   int nbad = 0;
   if (failed) failed[0] = 0;
   for (size_t i = 0; i < NOPS; i++) {
-    bcheck t = {.be = be, .op = ops[i].name, .quiet = quiet, .rng = 0x9E3779B97F4A7C15ull * (i + 1)};
+    bcheck t = {
+        .be = be, .op = ops[i].name, .quiet = quiet, .rng = 0x9E3779B97F4A7C15ull * (i + 1)};
     /* float32 ops land within ~2e-6 of the references (4e-6 for gradients); a
      * reduced-precision backend gets its rounding's share */
     t.ftol = fmax(2e-5, 8.0 * ldexp(1.0, -be->precision_bits));
@@ -596,8 +652,8 @@ CT_TEST(backend, ops) {
   for (size_t i = 0; i < ct_backend_count(); i++) {
     char failed[512];
     int nbad = run_ops(ct_backend_at(i), 0, failed, sizeof failed);
-    CHECKF(nbad == 0, "backend %s: %d op(s) differ from the reference: %s", ct_backend_at(i)->name, nbad,
-           failed);
+    CHECKF(nbad == 0, "backend %s: %d op(s) differ from the reference: %s", ct_backend_at(i)->name,
+           nbad, failed);
   }
 }
 
@@ -608,8 +664,9 @@ static void bad_silu(int N, int D, const float *x, int ldx, float *y, int ldy) {
   ct_silu_fwd(N, D, x, ldx, y, ldy);
   y[ldy + 1] += 0.01f;
 }
-static void bad_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
-                           int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
+static void bad_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w,
+                           const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                           float *db) {
   ct_linear_bwd(N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, NULL);
 }
 CT_TEST(backend, detects_broken_op) {
@@ -619,7 +676,8 @@ CT_TEST(backend, detects_broken_op) {
   broken.linear_bwd = bad_linear_bwd;
   char failed[512];
   int nbad = run_ops(&broken, 1, failed, sizeof failed);
-  CHECKF(nbad == 2 && !strcmp(failed, "linear silu"), "%d op(s) failed: %s (expected: linear silu)", nbad, failed);
+  CHECKF(nbad == 2 && !strcmp(failed, "linear silu"), "%d op(s) failed: %s (expected: linear silu)",
+         nbad, failed);
 }
 
 /* The CPU backend's optimizer math is the optimizers', bit for bit
@@ -627,7 +685,8 @@ CT_TEST(backend, detects_broken_op) {
 CT_TEST(backend, cpu_optimizer_math_bitwise) {
   const ct_backend_ops *be = ct_backend_default();
   const size_t n = 1000;
-  const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_ADAGRAD, CT_OPTIM_LION, CT_OPTIM_SGD};
+  const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_ADAGRAD, CT_OPTIM_LION,
+                                 CT_OPTIM_SGD};
   bcheck t = {.be = be, .op = "bitwise", .rng = 77};
   for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
     ct_optim_hp hp;
@@ -649,16 +708,19 @@ CT_TEST(backend, cpu_optimizer_math_bitwise) {
                           kinds[ki] == CT_OPTIM_ADAMW, step);
           break;
         case CT_OPTIM_ADAGRAD:
-          be->adagrad_update(n, w2, g, s[0], 1e-3f, hp.adagrad_lr_decay, hp.eps, hp.weight_decay, step);
+          be->adagrad_update(n, w2, g, s[0], 1e-3f, hp.adagrad_lr_decay, hp.eps, hp.weight_decay,
+                             step);
           break;
         case CT_OPTIM_LION:
           be->lion_update(n, w2, g, s[0], 1e-3f, hp.beta1, hp.beta2, hp.weight_decay);
           break;
         default:
-          be->sgd_update(n, w2, g, s[0], 1e-3f, hp.momentum, hp.dampening, hp.nesterov, hp.weight_decay, step);
+          be->sgd_update(n, w2, g, s[0], 1e-3f, hp.momentum, hp.dampening, hp.nesterov,
+                         hp.weight_decay, step);
       }
     }
-    CHECKF(!memcmp(w, w2, n * sizeof(float)), "%s: weights differ from ct_optim_step", ct_optim_kind_name(kinds[ki]));
+    CHECKF(!memcmp(w, w2, n * sizeof(float)), "%s: weights differ from ct_optim_step",
+           ct_optim_kind_name(kinds[ki]));
     for (size_t i = 0; i < ct_optim_nstate(o); i++)
       CHECKF(!memcmp(ct_optim_state(o, i, NULL), s[i], n * sizeof(float)), "%s: state %zu differs",
              ct_optim_kind_name(kinds[ki]), i);
@@ -684,6 +746,7 @@ CT_TEST(backend, cpu_sgemm_deterministic_threads) {
   }
   omp_set_num_threads(saved);
   openblas_set_num_threads(saved);
-  CHECKF(!memcmp(C[0], C[1], (size_t)M * N * sizeof(float)), "path %s: 1 and 2 threads differ", ct_sgemm_path());
+  CHECKF(!memcmp(C[0], C[1], (size_t)M * N * sizeof(float)), "path %s: 1 and 2 threads differ",
+         ct_sgemm_path());
   release(&t);
 }

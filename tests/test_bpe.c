@@ -34,7 +34,8 @@ CT_TEST(bpe, matches_hf_tokenizers_js) {
   REQUIRE(cases && cases->type == CT_JSON_ARRAY && cases->n >= 20);
   int bad = 0;
   for (size_t c = 0; c < cases->n; c++) {
-    const ct_json *t = ct_json_get(&cases->items[c], "text"), *ids = ct_json_get(&cases->items[c], "ids");
+    const ct_json *t = ct_json_get(&cases->items[c], "text"),
+                  *ids = ct_json_get(&cases->items[c], "ids");
     REQUIRE(t && ids && ids->n >= 2);
     int want = (int)ids->n - 2;
     int32_t got[1024];
@@ -101,13 +102,15 @@ CT_TEST(bpe, bad_files_name_the_problem) {
   struct {
     const char *vocab, *merges, *want;
   } cases[] = {
-      {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "#version: 0.2\na a</w>\n", NULL},
+      {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "#version: 0.2\na a</w>\n",
+       NULL},
       {"{\"a\": 0, \"<|startoftext|>\": 1}", "", "<|endoftext|>"},
       {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2", "", "bpe_vocab.json"},
       {"[1, 2]", "", "JSON object"},
       {"{\"a\": \"x\", \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "", "\"a\""},
       {"{\"a\": -1, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "", "integer"},
-      {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "a a\nabc\n", "bpe_merges.txt:2"},
+      {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "a a\nabc\n",
+       "bpe_merges.txt:2"},
       {"{\"a\": 0, \"<|startoftext|>\": 1, \"<|endoftext|>\": 2}", "a b c\n", "bpe_merges.txt:1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -132,7 +135,8 @@ CT_TEST(bpe, bad_files_name_the_problem) {
   }
   ct_bpe *b = NULL;
   ct_err err = {0};
-  CHECK(ct_bpe_load("/nonexistent/vocab.json", m, &b, &err) != CT_OK && strstr(err.msg, "/nonexistent/vocab.json"));
+  CHECK(ct_bpe_load("/nonexistent/vocab.json", m, &b, &err) != CT_OK &&
+        strstr(err.msg, "/nonexistent/vocab.json"));
 }
 
 CT_TEST(bpe, encoder_uses_its_tokenizer) {

@@ -12,7 +12,9 @@
 
 /* Exactly representable terms, so no FMA contraction can change a value; the
  * sums are then exact too, which makes the expected result unambiguous. */
-static float val(int rank, size_t i) { return (float)(rank + 1) * 0.5f + (float)(i % 1013) * 0.25f; }
+static float val(int rank, size_t i) {
+  return (float)(rank + 1) * 0.5f + (float)(i % 1013) * 0.25f;
+}
 
 CT_TEST(comm, collectives) {
   ct_err err = {0};
@@ -21,7 +23,8 @@ CT_TEST(comm, collectives) {
   const int R = ct_comm_rank(c), N = ct_comm_size(c);
   CHECK(R >= 0 && R < N);
   CHECK(ct_comm_local_rank(c) >= 0 && ct_comm_local_rank(c) < ct_comm_local_size(c));
-  CHECK(ct_comm_shard_len(100, 3) == 48 && ct_comm_shard_len(0, 2) == 0 && ct_comm_shard_len(16, 1) == 16);
+  CHECK(ct_comm_shard_len(100, 3) == 48 && ct_comm_shard_len(0, 2) == 0 &&
+        ct_comm_shard_len(16, 1) == 16);
 
   /* all-reduce: odd length, and one larger than a chunk per shard (4M floats). */
   const size_t lens[] = {1, 1000003, (size_t)9 << 20};
@@ -60,11 +63,13 @@ CT_TEST(comm, collectives) {
   REQUIRE(ct_comm_allgather_f32(c, mine, all, shard, (size_t)N * shard, &err) == CT_OK);
   bad = 0;
   for (int p = 0; p < N; p++)
-    for (size_t i = 0; i < shard; i++) bad += all[(size_t)p * shard + i] != (float)p + (float)(i % 7);
+    for (size_t i = 0; i < shard; i++)
+      bad += all[(size_t)p * shard + i] != (float)p + (float)(i % 7);
   CHECKF(bad == 0, "all-gather: %zu elements wrong", bad);
   /* in place: this rank's shard already sits in the output */
   for (size_t i = 0; i < 1000; i++) all[(size_t)R * 1000 + i] = (float)R * 2 + 1;
-  REQUIRE(ct_comm_allgather_f32(c, all + (size_t)R * 1000, all, 1000, (size_t)N * 1000, &err) == CT_OK);
+  REQUIRE(ct_comm_allgather_f32(c, all + (size_t)R * 1000, all, 1000, (size_t)N * 1000, &err) ==
+          CT_OK);
   bad = 0;
   for (int p = 0; p < N; p++)
     for (size_t i = 0; i < 1000; i++) bad += all[(size_t)p * 1000 + i] != (float)p * 2 + 1;
@@ -77,7 +82,8 @@ CT_TEST(comm, collectives) {
    * and is never written */
   {
     const size_t sh = 1000, n = (size_t)N * sh - 37;
-    float *in = malloc(n * sizeof *in), *part = malloc(sh * sizeof *part), *out = malloc((n + 1) * sizeof *out);
+    float *in = malloc(n * sizeof *in), *part = malloc(sh * sizeof *part),
+          *out = malloc((n + 1) * sizeof *out);
     REQUIRE(in && part && out);
     for (size_t i = 0; i < n; i++) in[i] = val(R, i);
     const size_t m = ct_comm_shard_valid(n, sh, R);
@@ -137,7 +143,8 @@ CT_TEST(comm, collectives) {
     const size_t n = 10007, sh = ct_comm_shard_len(n, N);
     const size_t cuts[] = {n, 9000, 8999, 5003, 5002, 1234, 17, 0};
     const int nb = (int)(sizeof cuts / sizeof *cuts) - 1;
-    float *full = malloc(n * sizeof *full), *acc = malloc(sh * sizeof *acc), *got = malloc(n * sizeof *got);
+    float *full = malloc(n * sizeof *full), *acc = malloc(sh * sizeof *acc),
+          *got = malloc(n * sizeof *got);
     REQUIRE(full && acc && got);
     for (size_t i = 0; i < n; i++) full[i] = val(R, i);
     for (size_t i = 0; i < sh; i++) acc[i] = 1.0f;
@@ -193,8 +200,8 @@ CT_TEST(comm, collectives) {
     for (size_t i = 0; i < n; i++) b[i] = ct_f32_to_bf16((float)(R + 1));
     for (size_t i = 0; i < sh; i++) acc[i] = ct_f32_to_bf16(3.0f);
     ct_comm_req *q = NULL;
-    REQUIRE(ct_comm_ireduce_scatter_t(c, CT_COMM_BF16, CT_COMM_ACCUMULATE, b + 100, 100, 9000, sh, acc, &q, &err) ==
-            CT_OK);
+    REQUIRE(ct_comm_ireduce_scatter_t(c, CT_COMM_BF16, CT_COMM_ACCUMULATE, b + 100, 100, 9000, sh,
+                                      acc, &q, &err) == CT_OK);
     REQUIRE(ct_comm_wait(c, q, &err) == CT_OK);
     badb = 0;
     for (size_t i = 0; i < sh; i++) {

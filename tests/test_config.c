@@ -36,10 +36,11 @@ CT_TEST(config, defaults_validate) {
 }
 
 CT_TEST(config, file_prefixes_aliases_types) {
-  const char *p = write_tmp("c1.json",
-                            "{\"--learning_rate\": 3e-4, \"train_batch_size\": 8, \"use_ema\": true,\n"
-                            " \"--checkpointing_steps\": 50, \"validation_prompt\": \"a cat\",\n"
-                            " \"flow_schedule_shift\": 3, \"resolution\": \"64\", \"validation_resolution\": 64}");
+  const char *p = write_tmp(
+      "c1.json",
+      "{\"--learning_rate\": 3e-4, \"train_batch_size\": 8, \"use_ema\": true,\n"
+      " \"--checkpointing_steps\": 50, \"validation_prompt\": \"a cat\",\n"
+      " \"flow_schedule_shift\": 3, \"resolution\": \"64\", \"validation_resolution\": 64}");
   ct_config c;
   ct_config_defaults(&c);
   ct_err err = {0};
@@ -68,10 +69,12 @@ CT_TEST(config, errors_name_the_problem) {
   ct_err err = {0};
   const char *p = write_tmp("c2.json", "{\"--learning_rat\": 1}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "did you mean 'learning_rate'") && strstr(err.msg, "c2.json"), "%s", err.msg);
+  CHECKF(strstr(err.msg, "did you mean 'learning_rate'") && strstr(err.msg, "c2.json"), "%s",
+         err.msg);
   p = write_tmp("c3.json", "{\"seed\": 1,\n  \"train_batch_size\": 2.5}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "line 2, column 23") && strstr(err.msg, "expects an integer"), "%s", err.msg);
+  CHECKF(strstr(err.msg, "line 2, column 23") && strstr(err.msg, "expects an integer"), "%s",
+         err.msg);
   p = write_tmp("c4.json", "{\"seed\": 1\n  \"x\": 2}");
   CHECK(ct_config_load_file(&c, p, &err) != CT_OK);
   CHECKF(strstr(err.msg, "line 2, column 3"), "%s", err.msg);
@@ -112,11 +115,13 @@ CT_TEST(config, optimizer_capabilities) {
   CHECK(ct_config_set(&c, "optimizer", "onebitadam", &err) == CT_OK);
   CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "optimizer onebitadam is data-parallel 1-bit") &&
-             strstr(err.msg, "model_type vae does not support it yet") && !strstr(err.msg, "not implemented"),
+             strstr(err.msg, "model_type vae does not support it yet") &&
+             !strstr(err.msg, "not implemented"),
          "%s", err.msg);
   CHECK(ct_config_set(&c, "optimizer", "1BitLamb", &err) == CT_OK);
   CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "model_type vae does not support it yet") && strstr(err.msg, "OneBitLamb"), "%s", err.msg);
+  CHECKF(strstr(err.msg, "model_type vae does not support it yet") && strstr(err.msg, "OneBitLamb"),
+         "%s", err.msg);
   CHECK(ct_config_set(&c, "model_type", "full", &err) == CT_OK);
   CHECK(ct_config_set(&c, "optimizer", "onebitadam", &err) == CT_OK);
   CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
@@ -137,8 +142,9 @@ CT_TEST(config, optimizer_capabilities) {
   CHECK(ct_config_set(&c, "offload_optimizer", "nvme", &err) == CT_OK);
   CHECK(ct_config_set(&c, "offload_param_path", "/tmp/swap", &err) == CT_OK);
   CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "optimizer 'zerooneadam' communicates the momentum itself, so it cannot offload"), "%s",
-         err.msg);
+  CHECKF(strstr(err.msg,
+                "optimizer 'zerooneadam' communicates the momentum itself, so it cannot offload"),
+         "%s", err.msg);
   CHECK(ct_config_set(&c, "optimizer", "lamb", &err) == CT_OK);
   CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "offload_optimizer nvme: optimizer 'lamb' updates whole tensors") &&

@@ -29,7 +29,7 @@ CT_TEST(config_keys, given_and_inapplicable) {
   ct_config_defaults(&c);
   int any = 0;
   for (int i = 0; i < CT_CONFIG_NKEYS; i++) any |= c.given[i];
-  CHECK(!any);                                    /* defaults are not "given" */
+  CHECK(!any);                                     /* defaults are not "given" */
   CHECK(ct_config_first_inapplicable(&c) == NULL); /* full, nothing given */
   CHECK(ct_config_set(&c, "--text_encoder", "clip-byte", &err) == CT_OK);
   CHECK(c.given[CT_KEY_text_encoder] && !c.given[CT_KEY_learning_rate]);
@@ -77,29 +77,38 @@ static void expect(int *ct_failed_, const char *key, const char *value, const ch
   ct_err err = {0};
   ct_config_defaults(&c);
   CHECK(ct_config_set(&c, key, value, &err) == CT_OK);
-  CHECKF(ct_config_validate(&c, &err) == CT_ERR_INVALID && !strcmp(err.msg, msg), "%s=%s: %s", key, value,
-         err.msg);
+  CHECKF(ct_config_validate(&c, &err) == CT_ERR_INVALID && !strcmp(err.msg, msg), "%s=%s: %s", key,
+         value, err.msg);
   ct_config_free(&c);
 }
 
 CT_TEST(config_keys, rule_messages) {
   expect(ct_failed_, "seed", "-1", "seed must be >= 0, got -1");
-  expect(ct_failed_, "offload_buffer_size", "-2", "offload_buffer_size must be >= 0 (0: auto), got -2");
+  expect(ct_failed_, "offload_buffer_size", "-2",
+         "offload_buffer_size must be >= 0 (0: auto), got -2");
   expect(ct_failed_, "resolution", "5000", "resolution must be between 0 and 4096, got 5000");
-  expect(ct_failed_, "aspect_bucket_alignment", "12", "aspect_bucket_alignment must be 8, 16, 24, 32 or 64, got 12");
+  expect(ct_failed_, "aspect_bucket_alignment", "12",
+         "aspect_bucket_alignment must be 8, 16, 24, 32 or 64, got 12");
   expect(ct_failed_, "zero_stage", "4", "zero_stage must be 0, 1, 2 or 3, got 4");
   expect(ct_failed_, "max_grad_norm", "-1", "max_grad_norm must be >= 0 (0 disables), got -1");
   expect(ct_failed_, "logit_std", "0", "logit_std must be > 0, got 0");
   expect(ct_failed_, "adam_beta1", "1", "adam_beta1 must be in [0, 1), got 1");
   expect(ct_failed_, "flow_shift", "nan", "flow_shift must be in (0, 1000), got nan");
-  expect(ct_failed_, "caption_dropout_probability", "1.5", "caption_dropout_probability must be in [0, 1], got 1.5");
-  expect(ct_failed_, "webhook_timeout", "0", "webhook_timeout must be between 0 and 600 seconds, got 0");
-  expect(ct_failed_, "health_poll_interval", "0.001", "health_poll_interval must be between 0.01 and 3600 seconds, got 0.001");
+  expect(ct_failed_, "caption_dropout_probability", "1.5",
+         "caption_dropout_probability must be in [0, 1], got 1.5");
+  expect(ct_failed_, "webhook_timeout", "0",
+         "webhook_timeout must be between 0 and 600 seconds, got 0");
+  expect(ct_failed_, "health_poll_interval", "0.001",
+         "health_poll_interval must be between 0.01 and 3600 seconds, got 0.001");
   expect(ct_failed_, "vae_loss", "l3", "vae_loss must be l1 or l2, got 'l3'");
-  expect(ct_failed_, "warmup_type", "cubic", "warmup_type must be \"log\" or \"linear\", got 'cubic'");
-  expect(ct_failed_, "ema_validation", "x", "ema_validation must be none, ema_only or comparison, got 'x'");
-  expect(ct_failed_, "offload_optimizer", "disk", "offload_optimizer must be none, cpu or nvme, got 'disk'");
+  expect(ct_failed_, "warmup_type", "cubic",
+         "warmup_type must be \"log\" or \"linear\", got 'cubic'");
+  expect(ct_failed_, "ema_validation", "x",
+         "ema_validation must be none, ema_only or comparison, got 'x'");
+  expect(ct_failed_, "offload_optimizer", "disk",
+         "offload_optimizer must be none, cpu or nvme, got 'disk'");
   expect(ct_failed_, "model_family", "sdxl", "model_family 'sdxl' is not supported; use \"flux\"");
   expect(ct_failed_, "codec", "jpeg", "codec 'jpeg' is not supported; use \"pixel\" or \"vae\"");
-  expect(ct_failed_, "text_encoder", "t5", "text_encoder 't5' is not supported; use \"clip-byte\" or \"clip-bpe\"");
+  expect(ct_failed_, "text_encoder", "t5",
+         "text_encoder 't5' is not supported; use \"clip-byte\" or \"clip-bpe\"");
 }

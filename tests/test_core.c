@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ctuner/fs.h"
 #include "ctuner/alloc.h"
+#include "ctuner/fs.h"
 #include "ctuner/log.h"
 #include "ctuner/parallel.h"
 #include "ctuner/rng.h"
@@ -110,8 +110,7 @@ CT_TEST(core, mul_size) {
   CHECK(ct_mul_size(SIZE_MAX, 1, &r) == 0 && r == SIZE_MAX);
   CHECK(ct_mul_size(SIZE_MAX / 2 + 1, 2, &r) == -1);
   CHECK(ct_mul_size((size_t)1 << 32, (size_t)1 << 32, &r) == -1);
-  CHECK(ct_mul_size(((size_t)1 << 32) - 1, ((size_t)1 << 32) + 1, &r) == 0 &&
-        r == SIZE_MAX);
+  CHECK(ct_mul_size(((size_t)1 << 32) - 1, ((size_t)1 << 32) + 1, &r) == 0 && r == SIZE_MAX);
 }
 
 /* Random123 kat_vectors for philox4x32_10: counter words, key words, output. */
@@ -126,7 +125,8 @@ CT_TEST(core, philox_kat) {
   for (int v = 0; v < 3; v++) {
     uint32_t out[4], out2[4];
     ct_philox4x32_raw(kat[v], kat[v] + 4, out);
-    for (int i = 0; i < 4; i++) CHECKF(out[i] == kat[v][6 + i], "vector %d word %d: %08x", v, i, out[i]);
+    for (int i = 0; i < 4; i++)
+      CHECKF(out[i] == kat[v][6 + i], "vector %d word %d: %08x", v, i, out[i]);
     /* Same vector through the (seed, stream, index) mapping:
      * ctr = (index lo, index hi, stream lo, stream hi), key = (seed lo, seed hi). */
     uint64_t index = (uint64_t)kat[v][1] << 32 | kat[v][0];
@@ -338,12 +338,14 @@ CT_TEST(core, read_file_bounds) {
   free(d);
   CHECK(ct_read_file(p, 9, &d, &n, &err) == CT_ERR_RANGE);
   CHECK(strstr(err.msg, "larger than 9 bytes") != NULL);
-  REQUIRE(ct_read_file(p, (size_t)1 << 30, &d, &n, &err) == CT_OK); /* a large bound costs nothing */
+  REQUIRE(ct_read_file(p, (size_t)1 << 30, &d, &n, &err) ==
+          CT_OK); /* a large bound costs nothing */
   CHECK(n == 10);
   free(d);
   snprintf(p, sizeof p, "%s/none.bin", ct_test_tmpdir());
   CHECK(ct_read_file(p, 10, &d, &n, &err) == CT_ERR_NOT_FOUND);
-  CHECK(ct_read_file("/proc/self/status", 1 << 20, &d, &n, &err) == CT_OK); /* size 0 in stat, content > 0 */
+  CHECK(ct_read_file("/proc/self/status", 1 << 20, &d, &n, &err) ==
+        CT_OK); /* size 0 in stat, content > 0 */
   CHECK(n > 0 && strstr(d, "Name:") != NULL);
   free(d);
 }

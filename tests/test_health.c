@@ -37,18 +37,21 @@ CT_TEST(health, webhook_config) {
   int n = 0;
   ct_err err = {0};
   /* an object, inline */
-  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"discord\", \"webhook_url\": \"https://example.com/x\"}", &h, &n, &err) ==
-          CT_OK);
-  CHECK(n == 1 && h[0].type == CT_HOOK_DISCORD && h[0].log_level == CT_SEV_INFO && !h[0].auth_token);
+  REQUIRE(
+      ct_hooks_parse("{\"webhook_type\": \"discord\", \"webhook_url\": \"https://example.com/x\"}",
+                     &h, &n, &err) == CT_OK);
+  CHECK(n == 1 && h[0].type == CT_HOOK_DISCORD && h[0].log_level == CT_SEV_INFO &&
+        !h[0].auth_token);
   ct_hooks_free(h, n);
   /* a list from a file, with {env:VAR} in the token */
   setenv("CT_TEST_HOOK_TOKEN", "tok-123", 1);
-  const char *p = tmpfile_with("hooks.json",
-                               "[{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/cb\", "
-                               "\"auth_token\": \"{env:CT_TEST_HOOK_TOKEN}\", \"log_level\": \"warning\", "
-                               "\"ssl_no_verify\": true},"
-                               " {\"webhook_type\": \"discord\", \"webhook_url\": \"https://d/x\", \"message_prefix\": "
-                               "\"run\"}]");
+  const char *p = tmpfile_with(
+      "hooks.json",
+      "[{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/cb\", "
+      "\"auth_token\": \"{env:CT_TEST_HOOK_TOKEN}\", \"log_level\": \"warning\", "
+      "\"ssl_no_verify\": true},"
+      " {\"webhook_type\": \"discord\", \"webhook_url\": \"https://d/x\", \"message_prefix\": "
+      "\"run\"}]");
   REQUIRE(ct_hooks_parse(p, &h, &n, &err) == CT_OK);
   CHECK(n == 2);
   CHECK(h[0].type == CT_HOOK_RAW && !strcmp(h[0].url, "http://127.0.0.1:9/cb"));
@@ -61,12 +64,16 @@ CT_TEST(health, webhook_config) {
     const char *json, *want;
   } bad[] = {
       {"{\"webhook_url\": \"https://x\"}", "entry 0: webhook_type is required"},
-      {"{\"webhook_type\": \"slack\", \"webhook_url\": \"https://x\"}", "webhook_type 'slack' is not supported"},
+      {"{\"webhook_type\": \"slack\", \"webhook_url\": \"https://x\"}",
+       "webhook_type 'slack' is not supported"},
       {"{\"webhook_type\": \"discord\"}", "needs webhook_url"},
-      {"[{\"webhook_type\": \"discord\", \"webhook_url\": \"https://x\"}, {\"webhook_type\": \"raw\"}]",
+      {"[{\"webhook_type\": \"discord\", \"webhook_url\": \"https://x\"}, {\"webhook_type\": "
+       "\"raw\"}]",
        "entry 1: a raw webhook needs callback_url"},
-      {"{\"webhook_type\": \"raw\", \"callback_url\": \"ftp://x\"}", "must start with http:// or https://"},
-      {"{\"webhook_type\": \"raw\", \"callback_url\": \"http://x\", \"log_level\": \"loud\"}", "log_level 'loud'"},
+      {"{\"webhook_type\": \"raw\", \"callback_url\": \"ftp://x\"}",
+       "must start with http:// or https://"},
+      {"{\"webhook_type\": \"raw\", \"callback_url\": \"http://x\", \"log_level\": \"loud\"}",
+       "log_level 'loud'"},
       {"{\"webhook_type\": \"raw\", \"callback_url\": \"http://x\", \"ssl_no_verify\": \"yes\"}",
        "ssl_no_verify must be true or false"},
       {"{\"webhook_type\": \"raw\", \"callback_url\": 5}", "callback_url must be a string"},
@@ -78,7 +85,8 @@ CT_TEST(health, webhook_config) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memset(&err, 0, sizeof err);
     CHECKF(ct_hooks_parse(bad[i].json, &h, &n, &err) != CT_OK, "%s accepted", bad[i].json);
-    CHECKF(strstr(err.msg, bad[i].want) != NULL, "%s: '%s' lacks '%s'", bad[i].json, err.msg, bad[i].want);
+    CHECKF(strstr(err.msg, bad[i].want) != NULL, "%s: '%s' lacks '%s'", bad[i].json, err.msg,
+           bad[i].want);
   }
 }
 
@@ -86,8 +94,8 @@ CT_TEST(health, event_bodies) {
   ct_hook raw = {CT_HOOK_RAW, "http://x", NULL, CT_SEV_INFO, NULL, 0};
   ct_hook dis = {CT_HOOK_DISCORD, "http://x", "proj run", CT_SEV_INFO, NULL, 0};
   ct_event ev = {"training.checkpoint", CT_SEV_INFO,
-                 ", \"title\": \"t\", \"checkpoint\": {\"path\": \"a\\\"b\", \"is_final\": true}", "Checkpoint \"saved\"",
-                 1769000000.25};
+                 ", \"title\": \"t\", \"checkpoint\": {\"path\": \"a\\\"b\", \"is_final\": true}",
+                 "Checkpoint \"saved\"", 1769000000.25};
   char *b = ct_event_body(&ev, &raw, "job-7");
   REQUIRE(b);
   ct_json *j = NULL;
@@ -136,23 +144,28 @@ CT_TEST(health, verdicts) {
   g.ecc_double = 12; /* 9 new */
   CHECK(ct_gpu_judge(&g, 3, &lim, &type, msg, sizeof msg) == CT_GPU_OK);
   g.ecc_double = 13; /* 10 new */
-  CHECK(ct_gpu_judge(&g, 3, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL && !strcmp(type, "ecc_errors"));
+  CHECK(ct_gpu_judge(&g, 3, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL &&
+        !strcmp(type, "ecc_errors"));
   CHECK(strstr(msg, "10 new uncorrectable") != NULL);
   g.ecc_double = -1; /* no ECC on this GPU: never a fault */
   CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_OK);
   g.temperature = 89;
   CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_OK);
   g.temperature = 90;
-  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL && !strcmp(type, "temperature"));
+  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL &&
+        !strcmp(type, "temperature"));
   g.temperature = 60;
   g.throttle = CT_THROTTLE_SW_POWER_CAP | CT_THROTTLE_SW_THERMAL; /* normal under load */
   CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_OK);
   g.throttle = CT_THROTTLE_HW_THERMAL;
-  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_WARNING && !strcmp(type, "thermal"));
+  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_WARNING &&
+        !strcmp(type, "thermal"));
   g.throttle = CT_THROTTLE_HW_SLOWDOWN | CT_THROTTLE_HW_THERMAL;
-  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL && !strcmp(type, "throttle"));
+  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL &&
+        !strcmp(type, "throttle"));
   g.throttle = CT_THROTTLE_HW_POWER_BRAKE;
-  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL && !strcmp(type, "throttle"));
+  CHECK(ct_gpu_judge(&g, -1, &lim, &type, msg, sizeof msg) == CT_GPU_FATAL &&
+        !strcmp(type, "throttle"));
   char names[256];
   ct_throttle_names(0x48, names, sizeof names);
   CHECK(!strcmp(names, "\"hw_slowdown\", \"hw_thermal_slowdown\""));
@@ -228,8 +241,9 @@ CT_TEST(health, breaker_on_fake_nvml) {
   double t0 = mono();
   while (!ct_health_is_open(h) && mono() - t0 < 5) usleep(10000);
   CHECK(ct_health_is_open(h));
-  CHECKF(strstr(ct_health_reason(h), "GPU 0") && strstr(ct_health_reason(h), "10 new uncorrectable"), "%s",
-         ct_health_reason(h));
+  CHECKF(
+      strstr(ct_health_reason(h), "GPU 0") && strstr(ct_health_reason(h), "10 new uncorrectable"),
+      "%s", ct_health_reason(h));
   /* it never closes again */
   tmpfile_with("nvml_state", "count 2\n");
   usleep(100000);
@@ -244,7 +258,8 @@ CT_TEST(health, breaker_on_fake_nvml) {
   tmpfile_with("nvml_state", "count 2\ngpu 1 temp 91\n");
   t0 = mono();
   while (!ct_health_is_open(h) && mono() - t0 < 5) usleep(10000);
-  CHECKF(ct_health_is_open(h) && strstr(ct_health_reason(h), "shutdown temperature"), "%s", ct_health_reason(h));
+  CHECKF(ct_health_is_open(h) && strstr(ct_health_reason(h), "shutdown temperature"), "%s",
+         ct_health_reason(h));
   ct_health_close(h);
   /* by UUID, as CUDA_VISIBLE_DEVICES may name them */
   setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-0000-0001", 1);
@@ -262,7 +277,8 @@ CT_TEST(health, breaker_on_fake_nvml) {
   usleep(50000);
   CHECK(!ct_health_is_open(h));
   /* a runtime fault opens it */
-  ct_health_runtime_fault(h, "runtime_error", "MemoryError", "out of memory for the batch buffers", 1);
+  ct_health_runtime_fault(h, "runtime_error", "MemoryError", "out of memory for the batch buffers",
+                          1);
   CHECK(ct_health_is_open(h) && strstr(ct_health_reason(h), "out of memory"));
   ct_health_close(h);
   ct_config_free(&cfg);
@@ -273,8 +289,8 @@ CT_TEST(health, sender_never_blocks) {
   ct_hook *h = NULL;
   int n = 0;
   ct_err err = {0};
-  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}", &h, &n, &err) ==
-          CT_OK);
+  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}",
+                         &h, &n, &err) == CT_OK);
   ct_sender_opts o = {1.0, 50, 0.05, 4, 0};
   ct_sender *s = NULL;
   REQUIRE(ct_sender_start(h, n, &o, "j", &s, &err) == CT_OK);
@@ -286,13 +302,14 @@ CT_TEST(health, sender_never_blocks) {
   CHECK(mono() - t0 < 0.5);
   long sent = -1, failed = -1, dropped = -1;
   t0 = mono();
-  ct_sender_stop(s, 0.3, &sent, &failed, &dropped); /* 50 retries would take minutes: cut at the grace */
+  ct_sender_stop(s, 0.3, &sent, &failed,
+                 &dropped); /* 50 retries would take minutes: cut at the grace */
   CHECKF(mono() - t0 < 2.0, "stop took %.2f s", mono() - t0);
   CHECK(sent == 0);
   CHECKF(dropped >= 95 && failed + dropped == 100, "failed %ld dropped %ld", failed, dropped);
   /* a fault is never dropped for status events: the oldest info event makes room */
-  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}", &h, &n, &err) ==
-          CT_OK);
+  REQUIRE(ct_hooks_parse("{\"webhook_type\": \"raw\", \"callback_url\": \"http://127.0.0.1:9/x\"}",
+                         &h, &n, &err) == CT_OK);
   ct_sender_opts o2 = {1.0, 0, 0.05, 4, 1}; /* paused: the queue only fills */
   REQUIRE(ct_sender_start(h, n, &o2, "j", &s, &err) == CT_OK);
   for (int i = 0; i < 10; i++) {
@@ -358,19 +375,24 @@ CT_TEST(health, config_redacts_tokens) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   ct_err err = {0};
-  REQUIRE(ct_config_set(&cfg, "webhook_config",
-                        "[{\"webhook_type\": \"raw\", \"callback_url\": \"http://u:pw@ops.example:8080/cb?key=k3y\", "
-                        "\"auth_token\": \"s3cr3t\"}, {\"webhook_type\": \"discord\", \"webhook_url\": "
-                        "\"https://discord.com/api/webhooks/123/T0KEN\"}]",
-                        &err) == CT_OK);
+  REQUIRE(
+      ct_config_set(&cfg, "webhook_config",
+                    "[{\"webhook_type\": \"raw\", \"callback_url\": "
+                    "\"http://u:pw@ops.example:8080/cb?key=k3y\", "
+                    "\"auth_token\": \"s3cr3t\"}, {\"webhook_type\": \"discord\", \"webhook_url\": "
+                    "\"https://discord.com/api/webhooks/123/T0KEN\"}]",
+                    &err) == CT_OK);
   REQUIRE(ct_config_validate(&cfg, &err) == CT_OK);
   char *j = ct_config_to_json(&cfg);
   REQUIRE(j);
-  CHECKF(!strstr(j, "s3cr3t") && !strstr(j, "k3y") && !strstr(j, "T0KEN") && !strstr(j, "pw@"), "%s", j);
-  CHECK(strstr(j, "http://ops.example:8080/<redacted>") && strstr(j, "https://discord.com/<redacted>"));
+  CHECKF(!strstr(j, "s3cr3t") && !strstr(j, "k3y") && !strstr(j, "T0KEN") && !strstr(j, "pw@"),
+         "%s", j);
+  CHECK(strstr(j, "http://ops.example:8080/<redacted>") &&
+        strstr(j, "https://discord.com/<redacted>"));
   free(j);
   /* a URL where the config goes is refused without echoing it */
-  CHECK(ct_health_check_webhooks("https://discord.com/api/webhooks/123/T0KEN", &err) == CT_ERR_INVALID);
+  CHECK(ct_health_check_webhooks("https://discord.com/api/webhooks/123/T0KEN", &err) ==
+        CT_ERR_INVALID);
   CHECK(!strstr(err.msg, "T0KEN") && strstr(err.msg, "looks like a URL"));
   /* the values the health keys accept */
   CHECK(ct_config_set(&cfg, "disk_low_action", "panic", &err) == CT_OK);

@@ -101,8 +101,9 @@ CT_TEST(json, scalars_and_whitespace) {
 }
 
 CT_TEST(json, integers) {
-  ct_json *j = parse_ok("[9223372036854775807, -9223372036854775808, 9223372036854775808, "
-                        "-9223372036854775809, 1.0, 1e2, 123456789012]");
+  ct_json *j = parse_ok(
+      "[9223372036854775807, -9223372036854775808, 9223372036854775808, "
+      "-9223372036854775809, 1.0, 1e2, 123456789012]");
   REQUIRE(j && j->n == 7);
   CHECK(j->items[0].is_int && j->items[0].i64 == INT64_MAX);
   CHECK(j->items[1].is_int && j->items[1].i64 == INT64_MIN);
@@ -126,9 +127,10 @@ CT_TEST(json, integers) {
 }
 
 CT_TEST(json, strings_and_unicode) {
-  ct_json *j = parse_ok("[\"a\\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti\", \"\\u00e9\\u20AC\", "
-                        "\"\\ud83d\\ude00\", \"x\\u0000y\", \"caf\xC3\xA9 \xF0\x9F\x98\x80\", "
-                        "\"\\uFFFF\"]");
+  ct_json *j = parse_ok(
+      "[\"a\\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti\", \"\\u00e9\\u20AC\", "
+      "\"\\ud83d\\ude00\", \"x\\u0000y\", \"caf\xC3\xA9 \xF0\x9F\x98\x80\", "
+      "\"\\uFFFF\"]");
   REQUIRE(j && j->n == 6);
   CHECK(!strcmp(j->items[0].str, "a\"b\\c/d\be\ff\ng\rh\ti"));
   CHECK(!strcmp(j->items[1].str, "\xC3\xA9\xE2\x82\xAC")); /* é € */
@@ -218,8 +220,8 @@ CT_TEST(json, error_positions) {
     CHECKF(st == CT_ERR_FORMAT && e.status == CT_ERR_FORMAT, "case %zu: status %s", i,
            ct_status_name(st));
     CHECKF(j == NULL, "case %zu: out not cleared", i);
-    CHECKF(strstr(e.msg, cases[i].want) != NULL, "case %zu (%s):\n    got  '%s'\n    want '%s'",
-           i, cases[i].text, e.msg, cases[i].want);
+    CHECKF(strstr(e.msg, cases[i].want) != NULL, "case %zu (%s):\n    got  '%s'\n    want '%s'", i,
+           cases[i].text, e.msg, cases[i].want);
   }
   /* An embedded NUL byte is not the end of the input. */
   ct_json *j = NULL;
@@ -272,7 +274,8 @@ CT_TEST(json, depth_limit) {
 }
 
 static const char *k_valid_doc =
-    "{\"model\": {\"depth\": 19, \"heads\": [24, 24], \"theta\": 1.0e4, \"name\": \"fl\\u00fcx\"},\n"
+    "{\"model\": {\"depth\": 19, \"heads\": [24, 24], \"theta\": 1.0e4, \"name\": "
+    "\"fl\\u00fcx\"},\n"
     " \"data\": [{\"path\": \"/tmp/a b\", \"repeat\": -3, \"ok\": true, \"n\": null},\n"
     "          {\"emoji\": \"\\ud83d\\ude00\", \"raw\": \"\xC3\xA9\", \"esc\": \"\\\"\\\\\\n\"}],\n"
     " \"lr\": -0.5E-3, \"flags\": [false, [], {}]}";
@@ -295,8 +298,8 @@ CT_TEST(json, truncated_prefixes_fail) {
 
 CT_TEST(json, mutations_never_crash) {
   size_t n = strlen(k_valid_doc);
-  static const unsigned char subst[] = {0, '"', '\\', '{', '}', '[', ']', ',', ':', '0',
-                                        'e', '-', 'u', 0x80, 0xC3, 0xFF, '\n', ' '};
+  static const unsigned char subst[] = {0,   '"', '\\', '{', '}',  '[',  ']',  ',',  ':',
+                                        '0', 'e', '-',  'u', 0x80, 0xC3, 0xFF, '\n', ' '};
   char *buf = malloc(n);
   REQUIRE(buf);
   int ok = 0, failed = 0;

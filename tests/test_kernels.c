@@ -17,7 +17,9 @@
 /* ---------------------------------------------------------------- helpers */
 
 static uint64_t rng_s = 1;
-static void rng_seed(uint64_t s) { rng_s = s * 0x9E3779B97F4A7C15ull + 0x1234567ull; }
+static void rng_seed(uint64_t s) {
+  rng_s = s * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+}
 static float frand(void) { /* uniform in [-1, 1) */
   rng_s ^= rng_s << 13;
   rng_s ^= rng_s >> 7;
@@ -39,7 +41,9 @@ static float *dupv(const float *a, size_t n) {
   memcpy(p, a, n * sizeof(float));
   return p;
 }
-static double *dzeros(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+static double *dzeros(size_t n) {
+  return calloc(n ? n : 1, sizeof(double));
+}
 
 /* sum over a (rows, cols) block of a[i] * b[i] with leading dims, in double */
 static double dot2(int rows, int cols, const float *a, int lda, const float *b, int ldb) {
@@ -68,8 +72,7 @@ static double relerr2(int rows, int cols, const float *a, int lda, const double 
 typedef double (*loss_fn)(void *ctx);
 #define FD_EPS 1e-3f
 #define GRAD_TOL 1e-2
-static double fd_check(float *p, size_t n, const float *ana, loss_fn f, void *ctx,
-                       size_t nsample) {
+static double fd_check(float *p, size_t n, const float *ana, loss_fn f, void *ctx, size_t nsample) {
   double maxn = 0, maxd = 0;
   size_t cnt = n <= nsample ? n : nsample;
   for (size_t s = 0; s < cnt; s++) {
@@ -86,10 +89,10 @@ static double fd_check(float *p, size_t n, const float *ana, loss_fn f, void *ct
   }
   return maxd / fmax(maxn, 1e-3);
 }
-#define CHECK_GRAD(name, p, n, ana, f, ctx, ns)                               \
-  do {                                                                        \
-    double e_ = fd_check((p), (n), (ana), (f), (ctx), (ns));                  \
-    CHECKF(e_ < GRAD_TOL, "%s: relative gradient error %.3g", (name), e_);     \
+#define CHECK_GRAD(name, p, n, ana, f, ctx, ns)                            \
+  do {                                                                     \
+    double e_ = fd_check((p), (n), (ana), (f), (ctx), (ns));               \
+    CHECKF(e_ < GRAD_TOL, "%s: relative gradient error %.3g", (name), e_); \
   } while (0)
 
 static int saved_threads;
@@ -172,8 +175,7 @@ CT_TEST(kernels, linear_grad) {
   c.b = randv(c.M, 0.5f);
   c.y = fillv((size_t)c.N * c.ldy, 0);
   c.R = randv((size_t)c.N * c.ldy, 1);
-  float *dx = fillv((size_t)c.N * c.ldx, 0), *dw = fillv((size_t)c.M * c.K, 0),
-        *db = fillv(c.M, 0);
+  float *dx = fillv((size_t)c.N * c.ldx, 0), *dw = fillv((size_t)c.M * c.K, 0), *db = fillv(c.M, 0);
   ct_linear_bwd(c.N, c.K, c.M, c.x, c.ldx, c.w, c.R, c.ldy, dx, c.ldx, 0.0f, dw, db);
   CHECK_GRAD("linear dx", c.x, (size_t)c.N * c.ldx, dx, lin_loss, &c, 100000);
   CHECK_GRAD("linear dw", c.w, (size_t)c.M * c.K, dw, lin_loss, &c, 100000);
@@ -185,7 +187,8 @@ CT_TEST(kernels, linear_grad) {
   ct_linear_bwd(c.N, c.K, c.M, c.x, c.ldx, c.w, c.R, c.ldy, dx2, c.ldx, 1.0f, dw2, db2);
   double md = 0;
   for (int r = 0; r < c.N; r++)
-    for (int k = 0; k < c.K; k++) md = fmax(md, fabs(dx2[r * c.ldx + k] - 1.0f - dx[r * c.ldx + k]));
+    for (int k = 0; k < c.K; k++)
+      md = fmax(md, fabs(dx2[r * c.ldx + k] - 1.0f - dx[r * c.ldx + k]));
   for (int i = 0; i < c.M * c.K; i++) md = fmax(md, fabs(dw2[i] - 1.0f - dw[i]));
   for (int i = 0; i < c.M; i++) md = fmax(md, fabs(db2[i] - 1.0f - db[i]));
   CHECKF(md < 1e-5, "accumulation off by %.3g", md);
@@ -252,7 +255,9 @@ static ln_ctx ln_make(int B, int L, int D) {
   c.R = randv((size_t)N * c.ldh, 1);
   return c;
 }
-static void ln_free(ln_ctx *c) { free(c->x), free(c->mod), free(c->xhat), free(c->rstd), free(c->h), free(c->R); }
+static void ln_free(ln_ctx *c) {
+  free(c->x), free(c->mod), free(c->xhat), free(c->rstd), free(c->h), free(c->R);
+}
 
 CT_TEST(kernels, ln_mod_fwd_ref) {
   rng_seed(4);
@@ -305,7 +310,8 @@ CT_TEST(kernels, ln_mod_grad) {
   for (int r = 0; r < N; r++)
     for (int j = 0; j < c.D; j++) md = fmax(md, fabs(dx1[r * c.ldx + j] - 1 - dx[r * c.ldx + j]));
   for (int b = 0; b < c.B; b++)
-    for (int j = 0; j < 2 * c.D; j++) md = fmax(md, fabs(dm1[b * c.ldm + j] - 1 - dmod[b * c.ldm + j]));
+    for (int j = 0; j < 2 * c.D; j++)
+      md = fmax(md, fabs(dm1[b * c.ldm + j] - 1 - dmod[b * c.ldm + j]));
   for (int b = 0; b < c.B; b++) /* the gate third of the modulation is not touched */
     for (int j = 2 * c.D; j < 3 * c.D; j++) CHECK(dm1[b * c.ldm + j] == 1.0f);
   CHECKF(md < 1e-5, "accumulation off by %.3g", md);
@@ -374,7 +380,9 @@ static rms_ctx rms_make(int N, int D) {
   c.R = randv((size_t)N * c.ldy, 1);
   return c;
 }
-static void rms_free(rms_ctx *c) { free(c->x), free(c->scale), free(c->y), free(c->rstd), free(c->R); }
+static void rms_free(rms_ctx *c) {
+  free(c->x), free(c->scale), free(c->y), free(c->rstd), free(c->R);
+}
 
 CT_TEST(kernels, rmsnorm) {
   rng_seed(8);
@@ -507,8 +515,8 @@ typedef struct {
 } qkv_ctx;
 static double qkv_loss(void *c_) {
   qkv_ctx *c = c_;
-  ct_qkv_heads_fwd(c->B, c->Ls, c->Lt, c->off, c->H, c->hd, c->qkv, c->qs, c->ks, c->pe, c->q,
-                   c->k, c->v, c->rq, c->rk);
+  ct_qkv_heads_fwd(c->B, c->Ls, c->Lt, c->off, c->H, c->hd, c->qkv, c->qs, c->ks, c->pe, c->q, c->k,
+                   c->v, c->rq, c->rk);
   int n = c->B * c->H * c->Lt;
   return dot2(n, c->hd, c->q, c->hd, c->Rq, c->hd) + dot2(n, c->hd, c->k, c->hd, c->Rk, c->hd) +
          dot2(n, c->hd, c->v, c->hd, c->Rv, c->hd);
@@ -548,7 +556,9 @@ CT_TEST(kernels, qkv_heads) {
         for (int w = 0; w < 3; w++) {
           const float *x = c.qkv + (size_t)(b * c.Ls + l) * D3 + (w * H + h) * hd;
           const float *sc = w == 0 ? c.qs : c.ks;
-          const float *out = (w == 0 ? c.q : w == 1 ? c.k : c.v) +
+          const float *out = (w == 0   ? c.q
+                              : w == 1 ? c.k
+                                       : c.v) +
                              (((size_t)b * H + h) * c.Lt + c.off + l) * hd;
           const float *pe = c.pe + (size_t)(c.off + l) * hd;
           double ss = 0;
@@ -583,7 +593,8 @@ CT_TEST(kernels, qkv_heads) {
   ct_qkv_heads_bwd(c.B, c.Ls, c.Lt, c.off, H, hd, c.qkv, c.qs, c.ks, c.pe, c.rq, c.rk, c.Rq, c.Rk,
                    c.Rv, dqkv, dqs1, dks1);
   md = 0;
-  for (int j = 0; j < hd; j++) md = fmax(md, fmax(fabs(dqs1[j] - 1 - dqs[j]), fabs(dks1[j] - 1 - dks[j])));
+  for (int j = 0; j < hd; j++)
+    md = fmax(md, fmax(fabs(dqs1[j] - 1 - dqs[j]), fabs(dks1[j] - 1 - dks[j])));
   CHECKF(md < 1e-5, "scale-gradient accumulation off by %.3g", md);
   free(dqkv), free(dqs), free(dks), free(dqs1), free(dks1);
   qkv_free(&c);
@@ -632,7 +643,9 @@ static att_ctx att_make(int B, int H, int L, int hd, int causal) {
   c.o = fillv(n, 0), c.lse = fillv((size_t)B * H * L, 0), c.R = randv(n, 1);
   return c;
 }
-static void att_free(att_ctx *c) { free(c->q), free(c->k), free(c->v), free(c->o), free(c->lse), free(c->R); }
+static void att_free(att_ctx *c) {
+  free(c->q), free(c->k), free(c->v), free(c->o), free(c->lse), free(c->R);
+}
 
 /* naive reference: o (B, L, H*hd), lse (B, H, L) in double */
 static void att_ref(const att_ctx *c, double *o, double *lse) {
@@ -814,7 +827,9 @@ static gr_ctx gr_make(int B, int L, int D) {
     if (i % c.ld >= (size_t)D) c.R[i] = 0;
   return c;
 }
-static void gr_free(gr_ctx *c) { free(c->x), free(c->gate), free(c->y), free(c->out), free(c->R); }
+static void gr_free(gr_ctx *c) {
+  free(c->x), free(c->gate), free(c->y), free(c->out), free(c->R);
+}
 
 CT_TEST(kernels, gate_res) {
   rng_seed(18);
@@ -929,7 +944,8 @@ CT_TEST(kernels, patchify) {
           for (int ww = 0; ww < gw; ww++)
             for (int pw = 0; pw < p; pw++) {
               float xv = x[((b * C + c) * H + hh * p + ph) * W + ww * p + pw];
-              float tv = tok[((size_t)b * gh * gw + hh * gw + ww) * C * p * p + (c * p + ph) * p + pw];
+              float tv =
+                  tok[((size_t)b * gh * gw + hh * gw + ww) * C * p * p + (c * p + ph) * p + pw];
               ok &= xv == tv;
             }
   CHECKF(ok, "patchify order");
@@ -963,7 +979,8 @@ CT_TEST(kernels, mse) {
   float *g = fillv(c.n, NAN);
   float l = ct_mse_fwd_bwd(c.n, c.pred, c.target, 0.5f, g); /* dloss = 0.5 */
   double ref = 0;
-  for (size_t i = 0; i < c.n; i++) ref += ((double)c.pred[i] - c.target[i]) * (c.pred[i] - c.target[i]);
+  for (size_t i = 0; i < c.n; i++)
+    ref += ((double)c.pred[i] - c.target[i]) * (c.pred[i] - c.target[i]);
   CHECK_NEAR(l, ref / c.n, 1e-6 * ref / c.n);
   CHECK_GRAD("mse dpred", c.pred, c.n, g, mse_loss, &c, 100000);
   CHECK(ct_mse_fwd_bwd(0, NULL, NULL, 1.0f, NULL) == 0.0f);
@@ -1016,8 +1033,8 @@ static double conv_loss(void *p) {
 }
 
 /* naive double reference of one output element */
-static double conv_ref(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, int bi, int o, int oi,
-                       int oj) {
+static double conv_ref(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                       int bi, int o, int oi, int oj) {
   double acc = b ? b[o] : 0;
   for (int c = 0; c < s->Cin; c++)
     for (int ki = 0; ki < s->k; ki++)
@@ -1033,9 +1050,11 @@ static double conv_ref(const ct_conv2d_shape *s, const float *x, const float *w,
 CT_TEST(kernels, conv2d) {
   /* 3x3 same, diffusers' stride-2 downsample (pad right/bottom only), 1x1,
    * 3x3 stride 2 pad 1, and 5x5 stride 1 */
-  static const ct_conv2d_shape shapes[] = {
-      {2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1}, {2, 3, 8, 6, 4, 3, 2, 0, 0, 1, 1}, {2, 5, 4, 3, 6, 1, 1, 0, 0, 0, 0},
-      {1, 2, 9, 7, 3, 3, 2, 1, 1, 1, 1}, {1, 2, 6, 6, 2, 5, 1, 2, 2, 2, 2}};
+  static const ct_conv2d_shape shapes[] = {{2, 3, 7, 6, 4, 3, 1, 1, 1, 1, 1},
+                                           {2, 3, 8, 6, 4, 3, 2, 0, 0, 1, 1},
+                                           {2, 5, 4, 3, 6, 1, 1, 0, 0, 0, 0},
+                                           {1, 2, 9, 7, 3, 3, 2, 1, 1, 1, 1},
+                                           {1, 2, 6, 6, 2, 5, 1, 2, 2, 2, 2}};
   for (int band = 0; band < 2; band++) {
     /* band 1: a 3-float limit forces one output row per band */
     if (band) setenv("CTUNER_CONV_COL_FLOATS", "3", 1);
@@ -1045,7 +1064,8 @@ CT_TEST(kernels, conv2d) {
       const ct_conv2d_shape *s = &c.s;
       const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
       const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
-      const size_t nx = (size_t)s->B * s->Cin * s->H * s->W, nw = (size_t)s->Cout * s->Cin * s->k * s->k,
+      const size_t nx = (size_t)s->B * s->Cin * s->H * s->W,
+                   nw = (size_t)s->Cout * s->Cin * s->k * s->k,
                    ny = (size_t)s->B * s->Cout * Ho * Wo;
       c.x = randv(nx, 1), c.w = randv(nw, 0.5f), c.b = randv(s->Cout, 0.5f);
       c.y = fillv(ny, NAN), c.R = randv(ny, 1);
@@ -1087,11 +1107,11 @@ CT_TEST(kernels, conv2d) {
       ct_conv2d_fwd(s, c.x, c.w, c.b, y2, c.col);
       ct_conv2d_bwd(s, c.x, c.w, c.R, dx2, dw3, NULL, c.col);
       threads_restore();
-      CHECKF(SAME(y1, y2, ny) && SAME(dx1, dx2, nx) && SAME(dw1, dw3, nw), "conv2d %zu: thread count changes bits",
-             si);
+      CHECKF(SAME(y1, y2, ny) && SAME(dx1, dx2, nx) && SAME(dw1, dw3, nw),
+             "conv2d %zu: thread count changes bits", si);
       free(c.x), free(c.w), free(c.b), free(c.y), free(c.R), free(c.col);
-      free(dx), free(dw), free(db), free(dw2), free(db2), free(y1), free(dx1), free(dw1), free(y2), free(dx2),
-          free(dw3);
+      free(dx), free(dw), free(db), free(dw2), free(db2), free(y1), free(dx1), free(dw1), free(y2),
+          free(dx2), free(dw3);
     }
     unsetenv("CTUNER_CONV_COL_FLOATS");
   }
@@ -1169,7 +1189,8 @@ CT_TEST(kernels, upsample_transpose) {
   CHECKF(fabs(a - b) < 1e-5 * fmax(1, fabs(a)), "upsample adjoint %.9g vs %.9g", a, b);
   /* (B, C, L) <-> (B, L, C) */
   const int B = 2, C = 3, L = 7;
-  float *t = randv((size_t)B * C * L, 1), *u = fillv((size_t)B * C * L, 0), *v = fillv((size_t)B * C * L, 0);
+  float *t = randv((size_t)B * C * L, 1), *u = fillv((size_t)B * C * L, 0),
+        *v = fillv((size_t)B * C * L, 0);
   ct_nchw_to_nlc(B, C, L, t, u);
   CHECK(u[(1 * L + 4) * C + 2] == t[(1 * C + 2) * L + 4]);
   ct_nlc_to_nchw(B, C, L, u, v);

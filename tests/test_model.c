@@ -18,16 +18,20 @@ static void check_golden(int *ct_failed_, const char *file) {
   ct_status st = ct_mmdit_check_golden(ct_test_data(file), &r, &err);
   CHECKF(st == CT_OK, "%s", err.msg);
   if (st) return;
-  fprintf(stderr, "  %s: loss %.7f (ref %.7f) err xt %.2e v %.2e loss %.2e grad %.2e (%s)\n", file, r.loss,
-          r.loss_ref, r.err_xt, r.err_v, r.err_loss, r.err_grad, r.worst_grad);
+  fprintf(stderr, "  %s: loss %.7f (ref %.7f) err xt %.2e v %.2e loss %.2e grad %.2e (%s)\n", file,
+          r.loss, r.loss_ref, r.err_xt, r.err_v, r.err_loss, r.err_grad, r.worst_grad);
   CHECK(r.err_xt <= 1e-6);
   CHECK(r.err_v <= 1e-4);
   CHECK(r.err_loss <= 1e-4);
   CHECK(r.err_grad <= 1e-4);
 }
 
-CT_TEST(model, golden_tiny) { check_golden(ct_failed_, "golden_tiny.safetensors"); }
-CT_TEST(model, golden_odd_grid) { check_golden(ct_failed_, "golden_odd.safetensors"); }
+CT_TEST(model, golden_tiny) {
+  check_golden(ct_failed_, "golden_tiny.safetensors");
+}
+CT_TEST(model, golden_odd_grid) {
+  check_golden(ct_failed_, "golden_odd.safetensors");
+}
 
 CT_TEST(model, flux_dev_table) {
   const ct_mmdit_preset *p = ct_mmdit_preset_find("flux-dev");
@@ -41,12 +45,15 @@ CT_TEST(model, flux_dev_table) {
   CHECKF(real == 11901408320ull, "got %zu", real);
   int found = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!strcmp(tab[i].name, "double_blocks.18.txt_attn.norm.key_norm.scale") && tab[i].shape[0] == 128) found++;
+    if (!strcmp(tab[i].name, "double_blocks.18.txt_attn.norm.key_norm.scale") &&
+        tab[i].shape[0] == 128)
+      found++;
     if (!strcmp(tab[i].name, "single_blocks.37.linear1.weight") && tab[i].shape[0] == 21504 &&
         tab[i].shape[1] == 3072)
       found++;
     if (!strcmp(tab[i].name, "guidance_in.out_layer.bias")) found++;
-    if (!strcmp(tab[i].name, "final_layer.adaLN_modulation.1.weight") && tab[i].shape[0] == 6144) found++;
+    if (!strcmp(tab[i].name, "final_layer.adaLN_modulation.1.weight") && tab[i].shape[0] == 6144)
+      found++;
     CHECK(tab[i].offset % 16 == 0);
     if (i) CHECK(tab[i].offset >= tab[i - 1].offset + tab[i - 1].numel);
   }
@@ -252,7 +259,8 @@ CT_TEST(model, save_load_roundtrip) {
   const ct_param *tab = ct_mmdit_table(a, &np);
   int same = 1;
   for (size_t i = 0; i < np; i++)
-    same &= !memcmp(ct_mmdit_params(a) + tab[i].offset, ct_mmdit_params(b) + tab[i].offset, tab[i].numel * 4);
+    same &= !memcmp(ct_mmdit_params(a) + tab[i].offset, ct_mmdit_params(b) + tab[i].offset,
+                    tab[i].numel * 4);
   CHECK(same);
   ct_mmdit_free(a);
   ct_mmdit_free(b);
@@ -271,15 +279,17 @@ CT_TEST(model, load_lists_all_problems) {
   for (size_t i = 0; i < np; i++) {
     if (!strcmp(tab[i].name, "txt_in.bias")) continue; /* missing */
     int64_t shp[2] = {tab[i].shape[0], tab[i].shape[1]};
-    if (!strcmp(tab[i].name, "img_in.weight")) shp[1] = 8; /* wrong shape: numel must still fit the data */
+    if (!strcmp(tab[i].name, "img_in.weight"))
+      shp[1] = 8; /* wrong shape: numel must still fit the data */
     size_t need = (size_t)shp[0] * (size_t)(tab[i].ndim == 2 ? shp[1] : 1);
     REQUIRE(need <= tab[i].numel + 4096);
-    REQUIRE(ct_st_writer_add_f32(w, tab[i].name, tab[i].ndim, shp, ct_mmdit_params(m) + tab[i].offset,
-                                 CT_DTYPE_F32, &err) == CT_OK);
+    REQUIRE(ct_st_writer_add_f32(w, tab[i].name, tab[i].ndim, shp,
+                                 ct_mmdit_params(m) + tab[i].offset, CT_DTYPE_F32, &err) == CT_OK);
   }
   int64_t one = 4;
   float extra[4] = {0};
-  REQUIRE(ct_st_writer_add_f32(w, "double_blocks.7.img_mod.lin.weight", 1, &one, extra, CT_DTYPE_F32, &err) == CT_OK);
+  REQUIRE(ct_st_writer_add_f32(w, "double_blocks.7.img_mod.lin.weight", 1, &one, extra,
+                               CT_DTYPE_F32, &err) == CT_OK);
   char path[512];
   snprintf(path, sizeof path, "%s/bad_model.safetensors", ct_test_tmpdir());
   REQUIRE(ct_st_writer_write(w, path, &err) == CT_OK);
@@ -287,8 +297,9 @@ CT_TEST(model, load_lists_all_problems) {
   ct_status st = ct_mmdit_load(m, path, "", &err);
   CHECK(st == CT_ERR_SHAPE);
   CHECKF(strstr(err.msg, "txt_in.bias") && strstr(err.msg, "img_in.weight") &&
-             strstr(err.msg, "double_blocks.7.img_mod.lin.weight") && strstr(err.msg, "1 missing") &&
-             strstr(err.msg, "1 wrongly shaped") && strstr(err.msg, "1 unexpected"),
+             strstr(err.msg, "double_blocks.7.img_mod.lin.weight") &&
+             strstr(err.msg, "1 missing") && strstr(err.msg, "1 wrongly shaped") &&
+             strstr(err.msg, "1 unexpected"),
          "%s", err.msg);
   ct_mmdit_free(m);
 }

@@ -440,9 +440,10 @@ CT_TEST(optim, slices_equal_whole) {
   float *w0 = malloc(n * 4), *g = malloc(n * 4), *wa = malloc(n * 4), *wb = malloc(n * 4);
   float *st[2] = {calloc(n, 4), calloc(n, 4)};
   REQUIRE(w0 && g && wa && wb && st[0] && st[1]);
-  for (size_t i = 0; i < n; i++) w0[i] = (float)((i * 37) % 101) / 101.0f - 0.5f, g[i] = (float)((i * 53) % 97) / 970.0f - 0.05f;
-  const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_ADAGRAD, CT_OPTIM_LION, CT_OPTIM_SGD,
-                                 CT_OPTIM_MUADAMW, CT_OPTIM_MUSGD};
+  for (size_t i = 0; i < n; i++)
+    w0[i] = (float)((i * 37) % 101) / 101.0f - 0.5f, g[i] = (float)((i * 53) % 97) / 970.0f - 0.05f;
+  const ct_optim_kind kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAM,    CT_OPTIM_ADAGRAD, CT_OPTIM_LION,
+                                 CT_OPTIM_SGD,   CT_OPTIM_MUADAMW, CT_OPTIM_MUSGD};
   ct_err err = {0};
   for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
     ct_optim_hp hp;
@@ -468,7 +469,8 @@ CT_TEST(optim, slices_equal_whole) {
         REQUIRE(ct_optim_step_slice(b, o, m, wb + o, g + o, sl, 1e-3f, s, &err) == CT_OK);
       }
     }
-    CHECKF(!memcmp(wa, wb, n * 4), "%s: slices differ from the whole step", ct_optim_kind_name(kinds[k]));
+    CHECKF(!memcmp(wa, wb, n * 4), "%s: slices differ from the whole step",
+           ct_optim_kind_name(kinds[k]));
     for (size_t i = 0; i < ct_optim_nstate(a); i++)
       CHECKF(!memcmp(ct_optim_state(a, i, NULL), st[i], n * 4), "%s: state %zu differs",
              ct_optim_kind_name(kinds[k]), i);
@@ -558,19 +560,23 @@ CT_TEST(optim, registry_rows_round_trip) {
     /* flags agree with each other */
     CHECKF(!(x->flags & CT_OPTIM_ONEBIT) == (x->onebit == CT_OPTIM_ONEBIT_NONE), "%s", x->name);
     if (x->granularity == CT_OPTIM_TENSORWISE)
-      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD)), "tensor-wise %s cannot be sliced", x->name);
+      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD)),
+             "tensor-wise %s cannot be sliced", x->name);
     if (x->flags & CT_OPTIM_ONEBIT) {
       onebit_seen[x->onebit] = 1;
       CHECKF(x->kind == CT_OPTIM_ADAM && x->nstate == 2, "%s keeps Adam's moments", x->name);
-      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD | CT_OPTIM_CAN_BF16)), "%s", x->name);
+      CHECKF(!(x->flags & (CT_OPTIM_CAN_SLICE | CT_OPTIM_CAN_OFFLOAD | CT_OPTIM_CAN_BF16)), "%s",
+             x->name);
       CHECK(ct_optim_onebit_of(x->name) == x->onebit && ct_optim_onebit_of(alt) == x->onebit);
       /* not a local kind, and no false "not implemented" */
       ct_optim_kind k;
       CHECK(ct_optim_kind_parse(x->name, &k, &err) == CT_ERR_UNSUPPORTED);
-      CHECKF(strstr(err.msg, "not implemented") == NULL && strstr(err.msg, "communicates") != NULL, "%s", err.msg);
+      CHECKF(strstr(err.msg, "not implemented") == NULL && strstr(err.msg, "communicates") != NULL,
+             "%s", err.msg);
     } else {
       ct_optim_kind k = CT_OPTIM_NKINDS;
-      CHECKF(ct_optim_kind_parse(x->name, &k, &err) == CT_OK && k == x->kind, "%s: %s", x->name, err.msg);
+      CHECKF(ct_optim_kind_parse(x->name, &k, &err) == CT_OK && k == x->kind, "%s: %s", x->name,
+             err.msg);
       CHECK(ct_optim_onebit_of(x->name) == CT_OPTIM_ONEBIT_NONE);
     }
   }
@@ -585,20 +591,25 @@ CT_TEST(optim, registry_rows_round_trip) {
   }
   CHECK(ct_optim_kind_info(CT_OPTIM_NKINDS) == NULL);
   /* the spellings ct_onebit_name accepted */
-  CHECK(ct_optim_onebit_of("OneBitAdam") == CT_OPTIM_ONEBIT_ADAM && ct_optim_onebit_of("1bitadam") == CT_OPTIM_ONEBIT_ADAM);
+  CHECK(ct_optim_onebit_of("OneBitAdam") == CT_OPTIM_ONEBIT_ADAM &&
+        ct_optim_onebit_of("1bitadam") == CT_OPTIM_ONEBIT_ADAM);
   CHECK(ct_optim_onebit_of("onebit_adam") == CT_OPTIM_ONEBIT_ADAM);
   CHECK(ct_optim_onebit_of("ZeroOneAdam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM &&
         ct_optim_onebit_of("01adam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM &&
         ct_optim_onebit_of("zeroone_adam") == CT_OPTIM_ONEBIT_ZEROONE_ADAM);
-  CHECK(ct_optim_onebit_of("OneBitLamb") == CT_OPTIM_ONEBIT_LAMB && ct_optim_onebit_of("1bitlamb") == CT_OPTIM_ONEBIT_LAMB &&
+  CHECK(ct_optim_onebit_of("OneBitLamb") == CT_OPTIM_ONEBIT_LAMB &&
+        ct_optim_onebit_of("1bitlamb") == CT_OPTIM_ONEBIT_LAMB &&
         ct_optim_onebit_of("onebit_lamb") == CT_OPTIM_ONEBIT_LAMB);
-  CHECK(ct_optim_onebit_of("adam") == CT_OPTIM_ONEBIT_NONE && ct_optim_onebit_of("nonsense") == CT_OPTIM_ONEBIT_NONE &&
+  CHECK(ct_optim_onebit_of("adam") == CT_OPTIM_ONEBIT_NONE &&
+        ct_optim_onebit_of("nonsense") == CT_OPTIM_ONEBIT_NONE &&
         ct_optim_onebit_of(NULL) == CT_OPTIM_ONEBIT_NONE);
   CHECK(!strcmp(ct_optim_onebit_name(CT_OPTIM_ONEBIT_ZEROONE_ADAM), "ZeroOneAdam"));
   /* refused and unknown names */
-  CHECK(ct_optim_lookup("prodigy", &err) == NULL && err.status == CT_ERR_UNSUPPORTED && strstr(err.msg, "Prodigy"));
+  CHECK(ct_optim_lookup("prodigy", &err) == NULL && err.status == CT_ERR_UNSUPPORTED &&
+        strstr(err.msg, "Prodigy"));
   CHECK(ct_optim_lookup("onebitadm", &err) == NULL && err.status == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "did you mean 'onebitadam'?") && strstr(err.msg, "musgd, onebitadam, zerooneadam, onebitlamb)"),
+  CHECKF(strstr(err.msg, "did you mean 'onebitadam'?") &&
+             strstr(err.msg, "musgd, onebitadam, zerooneadam, onebitlamb)"),
          "%s", err.msg);
   CHECK(ct_optim_lookup("", &err) == NULL && err.status == CT_ERR_INVALID);
 }
@@ -610,7 +621,8 @@ CT_TEST(optim, registry_rows_round_trip) {
 CT_TEST(optim, registry_flags_match_the_code) {
   enum { R = 8, C = 16, N = R * C, H = 50 };
   float w0[N], g[N], wa[N], wb[N];
-  for (int i = 0; i < N; i++) w0[i] = 0.05f * (float)((i * 7) % 23 - 11), g[i] = 0.01f * (float)((i * 5) % 17 - 8);
+  for (int i = 0; i < N; i++)
+    w0[i] = 0.05f * (float)((i * 7) % 23 - 11), g[i] = 0.01f * (float)((i * 5) % 17 - 8);
   ct_err err = {0};
   for (int k = 0; k < CT_OPTIM_NKINDS; k++) {
     const ct_optim_info *x = ct_optim_kind_info((ct_optim_kind)k);
@@ -625,7 +637,8 @@ CT_TEST(optim, registry_flags_match_the_code) {
     REQUIRE(ct_optim_new(x->kind, &hp, &whole, 1, N, &o, &err) == CT_OK);
     REQUIRE(ct_optim_new(x->kind, &hp, &ta, 1, H, &a, &err) == CT_OK);
     REQUIRE(ct_optim_new(x->kind, &hp, &tb, 1, N - H, &b, &err) == CT_OK);
-    CHECKF((int)ct_optim_nstate(o) == x->nstate, "%s: nstate %zu, registry %d", nm, ct_optim_nstate(o), x->nstate);
+    CHECKF((int)ct_optim_nstate(o) == x->nstate, "%s: nstate %zu, registry %d", nm,
+           ct_optim_nstate(o), x->nstate);
     memcpy(wa, w0, sizeof wa);
     memcpy(wb, w0, sizeof wb);
     for (long s = 1; s <= 2; s++) {
@@ -634,8 +647,8 @@ CT_TEST(optim, registry_flags_match_the_code) {
       REQUIRE(ct_optim_step(b, wb + H, g + H, 1e-2f, s, &err) == CT_OK);
     }
     const int same = !memcmp(wa, wb, sizeof wa);
-    CHECKF(same == (x->granularity == CT_OPTIM_ELEMENTWISE), "%s: fragments %s the whole tensor", nm,
-           same ? "equal" : "differ from");
+    CHECKF(same == (x->granularity == CT_OPTIM_ELEMENTWISE), "%s: fragments %s the whole tensor",
+           nm, same ? "equal" : "differ from");
     CHECKF(ct_optim_can_cut(x->kind, &whole) == !!(x->flags & CT_OPTIM_CAN_SLICE), "%s", nm);
     float st0[N] = {0}, st1[N] = {0}, *sl[2] = {st0, st1};
     ct_status rc = ct_optim_step_slice(o, 0, H, wa, g, sl, 1e-2f, 3, &err);
@@ -654,7 +667,9 @@ static void doc_row(const ct_optim_info *x, char *out, size_t cap) {
   const unsigned f = x->flags;
   snprintf(out, cap, "| `%s` | %s | %d | %s | %s | %s | %s | %s |", x->name,
            x->granularity == CT_OPTIM_ELEMENTWISE ? "elementwise" : "tensor-wise", x->nstate,
-           f & CT_OPTIM_CAN_SLICE ? "yes" : f & CT_OPTIM_ONEBIT ? "no (zero_stage 0)" : "whole tensors only",
+           f & CT_OPTIM_CAN_SLICE ? "yes"
+           : f & CT_OPTIM_ONEBIT  ? "no (zero_stage 0)"
+                                  : "whole tensors only",
            f & CT_OPTIM_CAN_OFFLOAD ? "yes" : "no", f & CT_OPTIM_CAN_BF16 ? "yes" : "no",
            f & CT_OPTIM_ONEBIT ? ct_optim_onebit_name(x->onebit) : "-", x->desc);
 }

@@ -67,8 +67,7 @@ CT_TEST(safetensors, converters_exhaustive) {
   for (uint32_t h = 0; h < 65536; h++) {
     float f = ct_f16_to_f32((uint16_t)h);
     int nan = ((h & 0x7C00) == 0x7C00) && (h & 0x3FF);
-    if (nan ? !isnan(f) || !isnan(ct_f16_to_f32(ct_f32_to_f16(f))) : ct_f32_to_f16(f) != h)
-      bad16++;
+    if (nan ? !isnan(f) || !isnan(ct_f16_to_f32(ct_f32_to_f16(f))) : ct_f32_to_f16(f) != h) bad16++;
     float g = ct_bf16_to_f32((uint16_t)h);
     int nanb = ((h & 0x7F80) == 0x7F80) && (h & 0x7F);
     if (nanb ? !isnan(g) || !isnan(ct_bf16_to_f32(ct_f32_to_bf16(g))) : ct_f32_to_bf16(g) != h)
@@ -311,8 +310,8 @@ CT_TEST(safetensors, python_written_file) {
     }
     if (ct_f32_to_bf16(src[i]) != wantb) {
       mismb++;
-      fprintf(stderr, "  bf16 %d: %a -> ours %04x torch %04x\n", i, src[i],
-              ct_f32_to_bf16(src[i]), wantb);
+      fprintf(stderr, "  bf16 %d: %a -> ours %04x torch %04x\n", i, src[i], ct_f32_to_bf16(src[i]),
+              wantb);
     }
     if (fbits(h[i]) != fbits(ct_f16_to_f32(want16))) mism16++;
     if (fbits(b[i]) != fbits(ct_bf16_to_f32(wantb))) mismb++;
@@ -351,7 +350,8 @@ typedef struct bad_case {
   const char *want;
 } bad_case;
 
-#define T(dt, shape, b, e) "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" b "," e "]}"
+#define T(dt, shape, b, e) \
+  "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" b "," e "]}"
 
 CT_TEST(safetensors, malformed_headers) {
   static const bad_case cases[] = {
@@ -373,7 +373,8 @@ CT_TEST(safetensors, malformed_headers) {
       {"{\"w\":" T("F32", "[null]", "0", "4") "}", 4, "shape entry 0 is not a non-negative"},
       {"{\"w\":" T("F32", "[3, 4]", "0", "40") "}", 48,
        "<memory>: tensor 'w': F32 shape [3, 4] needs 48 bytes but data_offsets span 40"},
-      {"{\"w\":" T("BF16", "[3]", "0", "4") "}", 8, "BF16 shape [3] needs 6 bytes but data_offsets span 4"},
+      {"{\"w\":" T("BF16", "[3]", "0", "4") "}", 8,
+       "BF16 shape [3] needs 6 bytes but data_offsets span 4"},
       {"{\"w\":" T("F32", "[4294967296, 4294967296, 16]", "0", "8") "}", 8,
        "tensor 'w': F32 shape [4294967296, 4294967296, 16] is too large (size overflows)"},
       {"{\"w\":" T("F32", "[1,1,1,1,1,1,1,1,1]", "0", "4") "}", 4,
@@ -387,11 +388,13 @@ CT_TEST(safetensors, malformed_headers) {
       {"{\"__metadata__\":{\"a\":1}}", 0,
        "<memory>: __metadata__ value for key 'a' is a number; it must be a string"},
       {"{\"__metadata__\":[\"a\"]}", 0, "__metadata__ is an array; it must be an object"},
-      {"{\"__metadata__\":{\"a\":\"x\",\"a\":\"y\"}}", 0, "__metadata__ key 'a' appears more than once"},
+      {"{\"__metadata__\":{\"a\":\"x\",\"a\":\"y\"}}", 0,
+       "__metadata__ key 'a' appears more than once"},
       {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "\"__metadata__\" appears 2 times"},
       {"{\"__metadata__\":{\"a\":\"x\\u0000y\"}}", 0, "contains U+0000"},
-      {"[1, 2]", 0, "<memory>: header does not start with '{' (found '['); a safetensors header is "
-                    "a JSON object"},
+      {"[1, 2]", 0,
+       "<memory>: header does not start with '{' (found '['); a safetensors header is "
+       "a JSON object"},
       {" {}", 0, "header does not start with '{' (found ' ')"},
       {"", 0, "header does not start with '{' (the header is empty)"},
       {"{\"w\": }", 0, "<memory>: header JSON: line 1, column 7: unexpected '}'; expected a value"},
@@ -400,7 +403,8 @@ CT_TEST(safetensors, malformed_headers) {
       {"{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'w': missing \"dtype\""},
       {"{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype is not a string"},
       {"{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "tensor 'w': missing \"shape\""},
-      {"{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,4]}}", 4, "shape is not an array"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":4,\"data_offsets\":[0,4]}}", 4,
+       "shape is not an array"},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "tensor 'w': missing \"data_offsets\""},
       {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8,
        "data_offsets must be an array of two non-negative integers"},
@@ -430,9 +434,10 @@ CT_TEST(safetensors, malformed_headers) {
 CT_TEST(safetensors, valid_edge_cases) {
   /* Empty tensors may share offsets with each other and sit inside others;
    * holes are allowed; trailing spaces after the JSON are fine. */
-  const char *hdr = "{\"a\":" T("F32", "[4]", "0", "16") ",\"e1\":" T("F32", "[0]", "4", "4")
-      ",\"e2\":" T("BF16", "[0, 3]", "4", "4") ",\"b\":" T("U8", "[3]", "20", "23")
-      ",\"__metadata__\":{}}      ";
+  const char *hdr =
+      "{\"a\":" T("F32", "[4]", "0", "16") ",\"e1\":" T("F32", "[0]", "4", "4") ",\"e2\":" T(
+          "BF16", "[0, 3]", "4", "4") ",\"b\":" T("U8", "[3]", "20",
+                                                  "23") ",\"__metadata__\":{}}      ";
   size_t size;
   unsigned char *buf = make_st(hdr, UINT64_MAX, 23, &size);
   REQUIRE(buf);
@@ -470,8 +475,8 @@ CT_TEST(safetensors, malformed_files) {
   fwrite("abcde", 1, 5, fp);
   fclose(fp);
   CHECK(ct_st_open(p, &f, &err) == CT_ERR_FORMAT);
-  CHECKF(strstr(err.msg, ": file is 5 bytes, shorter than the 8-byte header length") != NULL,
-         "%s", err.msg);
+  CHECKF(strstr(err.msg, ": file is 5 bytes, shorter than the 8-byte header length") != NULL, "%s",
+         err.msg);
   /* Header length of 8 GB. */
   size_t size;
   unsigned char *buf = make_st("{}", 8589934592ull, 0, &size);

@@ -27,7 +27,8 @@ typedef struct rec {
 
 static void record(ct_sampler *s, int rank, rec *r, ct_err *err, int *ok) {
   *ok = ct_sampler_next(s, &r->st, err) == CT_OK;
-  for (int m = 0; *ok && m < s->accum; m++) ct_sampler_select(s, &r->st, m, rank, r->img[m], r->ids[m]);
+  for (int m = 0; *ok && m < s->accum; m++)
+    ct_sampler_select(s, &r->st, m, rank, r->img[m], r->ids[m]);
 }
 
 static int same_rec(const ct_sampler *s, const rec *x, const rec *y) {
@@ -174,9 +175,10 @@ CT_TEST(sampler, state_json_format) {
   char *j = ct_sampler_state_json(&s, &s.pos);
   REQUIRE(j != NULL);
   /* the checkpoint format (sampler_state.json): checkpoints of earlier runs must still load */
-  CHECKF(!strcmp(j, "{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, "
-                    "\"datasets\": {\"a\": {\"repeats\": 1, \"consumed\": {\"1.0\": 0, \"1.5\": 0, "
-                    "\"0.67\": 0}}, \"b\": {\"repeats\": 0, \"consumed\": {\"1.0\": 0}}}}"),
+  CHECKF(!strcmp(j,
+                 "{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, "
+                 "\"datasets\": {\"a\": {\"repeats\": 1, \"consumed\": {\"1.0\": 0, \"1.5\": 0, "
+                 "\"0.67\": 0}}, \"b\": {\"repeats\": 0, \"consumed\": {\"1.0\": 0}}}}"),
          "%s", j);
   free(j);
   const char *saved =
@@ -215,17 +217,23 @@ CT_TEST(sampler, state_json_rejects_bad_text) {
       {"hello", "sampler state: "},
       {"", "sampler state: "},
       {"[1, 2]", "not a JSON object"},
-      {"{\"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}", "\"version\""},
-      {"{\"version\": 2, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}",
+      {"{\"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}",
+       "\"version\""},
+      {"{\"version\": 2, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": "
+       "{}}",
        "version 2"},
       {"{\"version\": \"1\", \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0}",
        "\"version\" is not an integer"},
-      {"{\"version\": 1, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}", "\"epoch\""},
-      {"{\"version\": 1, \"epoch\": -1, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}",
+      {"{\"version\": 1, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": {}}",
+       "\"epoch\""},
+      {"{\"version\": 1, \"epoch\": -1, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": "
+       "{}}",
        "\"epoch\" is negative"},
-      {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 1.5, \"samples_seen\": 0, \"datasets\": {}}",
+      {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 1.5, \"samples_seen\": 0, \"datasets\": "
+       "{}}",
        "\"step_in_epoch\" is not an integer"},
-      {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"datasets\": {}}", "\"samples_seen\""},
+      {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"datasets\": {}}",
+       "\"samples_seen\""},
       {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0}",
        "\"datasets\" is missing"},
       {"{\"version\": 1, \"epoch\": 0, \"step_in_epoch\": 0, \"samples_seen\": 0, \"datasets\": 3}",

@@ -255,7 +255,8 @@ CT_TEST(storage, s3_live) {
   const char *ep = getenv("CT_S3_TEST_ENDPOINT"), *bk = getenv("CT_S3_TEST_BUCKET");
   if (!ep || !bk) {
     fprintf(stderr,
-            "  (skipped: CT_S3_TEST_ENDPOINT/CT_S3_TEST_BUCKET unset; tests/cli_s3_train.sh runs it)\n");
+            "  (skipped: CT_S3_TEST_ENDPOINT/CT_S3_TEST_BUCKET unset; tests/cli_s3_train.sh runs "
+            "it)\n");
     return;
   }
   const char *addr = getenv("CT_S3_TEST_ADDRESSING");

@@ -24,8 +24,9 @@ static const char *write_tmp(const char *name, const char *text) {
  * weights-only file (renamed by rename_fn if given, minus `drop`, plus `extra`). */
 typedef const char *(*rename_fn)(const char *name, char *buf, size_t n);
 
-static ct_status golden_weights(const ct_st_file *g, const ct_vae *v, const char *path, rename_fn rn,
-                                const char *drop, const char *reshape, int extra, ct_err *err) {
+static ct_status golden_weights(const ct_st_file *g, const ct_vae *v, const char *path,
+                                rename_fn rn, const char *drop, const char *reshape, int extra,
+                                ct_err *err) {
   ct_st_writer *w = NULL;
   if (ct_st_writer_new(&w)) return CT_ERR_NOMEM;
   size_t np;
@@ -55,7 +56,8 @@ static ct_status golden_weights(const ct_st_file *g, const ct_vae *v, const char
   }
   float one = 1;
   int64_t s1[1] = {1};
-  if (!st && extra) st = ct_st_writer_add_f32(w, "encoder.not_a_layer.weight", 1, s1, &one, CT_DTYPE_F32, err);
+  if (!st && extra)
+    st = ct_st_writer_add_f32(w, "encoder.not_a_layer.weight", 1, s1, &one, CT_DTYPE_F32, err);
   if (!st) st = ct_st_writer_write(w, path, err);
   ct_st_writer_free(w);
   for (size_t i = 0; i < np; i++) free(bufs[i]);
@@ -65,7 +67,9 @@ static ct_status golden_weights(const ct_st_file *g, const ct_vae *v, const char
 
 /* max |a - ref| / max(max |ref|, floor) */
 static double rel_err_floor(const float *a, const ct_st_tensor *ref, size_t n, double floor_);
-static double rel_err(const float *a, const ct_st_tensor *ref, size_t n) { return rel_err_floor(a, ref, n, 1e-12); }
+static double rel_err(const float *a, const ct_st_tensor *ref, size_t n) {
+  return rel_err_floor(a, ref, n, 1e-12);
+}
 static double rel_err_floor(const float *a, const ct_st_tensor *ref, size_t n, double floor_) {
   float *r = malloc(n * sizeof(float));
   ct_err e = {0};
@@ -100,7 +104,8 @@ CT_TEST(vae, golden_parity) {
   const char *cfgp = write_tmp("config.json", ct_st_meta(g, "config"));
   ct_vae_config c;
   REQUIRE(ct_vae_config_load(cfgp, &c, &err) == CT_OK);
-  CHECK(c.nblocks == 2 && c.block_out_channels[1] == 16 && c.latent_channels == 4 && c.norm_num_groups == 4);
+  CHECK(c.nblocks == 2 && c.block_out_channels[1] == 16 && c.latent_channels == 4 &&
+        c.norm_num_groups == 4);
   CHECK(fabsf(c.scaling_factor - 0.5f) < 1e-7f && fabsf(c.shift_factor - 0.1f) < 1e-7f);
   ct_vae *v = NULL;
   REQUIRE(ct_vae_new(&c, 1, &v, &err) == CT_OK);
@@ -121,11 +126,13 @@ CT_TEST(vae, golden_parity) {
   const int B = (int)x->shape[0], H = (int)x->shape[2], W = (int)x->shape[3];
   const int h = (int)z->shape[2], w = (int)z->shape[3];
   float *xf = malloc(x->numel * sizeof(float)), *zf = malloc(z->numel * sizeof(float));
-  REQUIRE(ct_st_to_f32(x, xf, x->numel, &err) == CT_OK && ct_st_to_f32(z, zf, z->numel, &err) == CT_OK);
+  REQUIRE(ct_st_to_f32(x, xf, x->numel, &err) == CT_OK &&
+          ct_st_to_f32(z, zf, z->numel, &err) == CT_OK);
   const size_t nl = (size_t)B * 4 * (H / 2) * (W / 2);
   float *mean = malloc(nl * sizeof(float)), *logvar = malloc(nl * sizeof(float));
   REQUIRE(ct_vae_encode(v, B, H, W, xf, mean, logvar, &err) == CT_OK);
-  double e1 = rel_err(mean, ct_st_find(g, "out.mean"), nl), e2 = rel_err(logvar, ct_st_find(g, "out.logvar"), nl);
+  double e1 = rel_err(mean, ct_st_find(g, "out.mean"), nl),
+         e2 = rel_err(logvar, ct_st_find(g, "out.logvar"), nl);
   CHECKF(e1 < 1e-4 && e2 < 1e-4, "encoder: mean %.3g logvar %.3g relative error", e1, e2);
   /* decoder */
   const size_t nd = (size_t)B * 3 * (h * 2) * (w * 2);
@@ -139,11 +146,15 @@ CT_TEST(vae, golden_parity) {
   CHECK(!memcmp(dec, dec2, nd * sizeof(float)));
   /* gradients: the golden loss is sum(mean rm) + sum(logvar rl) + sum(decoded rd) */
   {
-    const ct_st_tensor *rm = ct_st_find(g, "in.rm"), *rl = ct_st_find(g, "in.rl"), *rd = ct_st_find(g, "in.rd");
+    const ct_st_tensor *rm = ct_st_find(g, "in.rm"), *rl = ct_st_find(g, "in.rl"),
+                       *rd = ct_st_find(g, "in.rd");
     REQUIRE(rm && rl && rd && rm->numel == nl && rd->numel == nd);
-    float *frm = malloc(nl * sizeof(float)), *frl = malloc(nl * sizeof(float)), *frd = malloc(nd * sizeof(float));
-    REQUIRE(!ct_st_to_f32(rm, frm, nl, &err) && !ct_st_to_f32(rl, frl, nl, &err) && !ct_st_to_f32(rd, frd, nd, &err));
-    float *m2 = malloc(nl * sizeof(float)), *l2 = malloc(nl * sizeof(float)), *d3 = malloc(nd * sizeof(float));
+    float *frm = malloc(nl * sizeof(float)), *frl = malloc(nl * sizeof(float)),
+          *frd = malloc(nd * sizeof(float));
+    REQUIRE(!ct_st_to_f32(rm, frm, nl, &err) && !ct_st_to_f32(rl, frl, nl, &err) &&
+            !ct_st_to_f32(rd, frd, nd, &err));
+    float *m2 = malloc(nl * sizeof(float)), *l2 = malloc(nl * sizeof(float)),
+          *d3 = malloc(nd * sizeof(float));
     float *dx = malloc(x->numel * sizeof(float)), *dz = malloc(z->numel * sizeof(float));
     ct_vae_tape *te = NULL, *td = NULL;
     REQUIRE(ct_vae_encode_fwd(v, B, H, W, xf, m2, l2, &te, &err) == CT_OK);
@@ -155,7 +166,8 @@ CT_TEST(vae, golden_parity) {
     REQUIRE(ct_vae_decode_bwd(v, td, frd, dz, &err) == CT_OK);
     ct_vae_tape_free(te);
     ct_vae_tape_free(td);
-    double ex = rel_err(dx, ct_st_find(g, "grad.in.x"), x->numel), ez = rel_err(dz, ct_st_find(g, "grad.in.z"), z->numel);
+    double ex = rel_err(dx, ct_st_find(g, "grad.in.x"), x->numel),
+           ez = rel_err(dz, ct_st_find(g, "grad.in.z"), z->numel);
     CHECKF(ex < 1e-4 && ez < 1e-4, "input gradients: x %.3g z %.3g", ex, ez);
     const float *gw = ct_vae_grads(v);
     /* relative per tensor; a tensor whose true gradient is ~0 (the key bias:
@@ -179,22 +191,27 @@ CT_TEST(vae, golden_parity) {
   {
     const ct_st_tensor *xt = ct_st_find(g, "in.xt"), *zt = ct_st_find(g, "in.zt");
     REQUIRE(xt && zt);
-    const int TH = (int)xt->shape[2], TW = (int)xt->shape[3], th = (int)zt->shape[2], tw = (int)zt->shape[3];
+    const int TH = (int)xt->shape[2], TW = (int)xt->shape[3], th = (int)zt->shape[2],
+              tw = (int)zt->shape[3];
     float *fx = malloc(xt->numel * sizeof(float)), *fz = malloc(zt->numel * sizeof(float));
     REQUIRE(!ct_st_to_f32(xt, fx, xt->numel, &err) && !ct_st_to_f32(zt, fz, zt->numel, &err));
     const size_t tl = (size_t)4 * (TH / 2) * (TW / 2), td = (size_t)3 * (th * 2) * (tw * 2);
-    float *tm = malloc(tl * sizeof(float)), *tlv = malloc(tl * sizeof(float)), *tdec = malloc(td * sizeof(float));
+    float *tm = malloc(tl * sizeof(float)), *tlv = malloc(tl * sizeof(float)),
+          *tdec = malloc(td * sizeof(float));
     REQUIRE(ct_vae_encode_tiled(v, 1, TH, TW, fx, 8, tm, tlv, &err) == CT_OK);
     REQUIRE(ct_vae_decode_tiled(v, 1, th, tw, fz, 8, tdec, &err) == CT_OK);
-    double a = rel_err(tm, ct_st_find(g, "out.tiled_mean"), tl), b2 = rel_err(tlv, ct_st_find(g, "out.tiled_logvar"), tl),
+    double a = rel_err(tm, ct_st_find(g, "out.tiled_mean"), tl),
+           b2 = rel_err(tlv, ct_st_find(g, "out.tiled_logvar"), tl),
            c2 = rel_err(tdec, ct_st_find(g, "out.tiled_decoded"), td);
-    CHECKF(a < 1e-4 && b2 < 1e-4 && c2 < 1e-4, "tiled: mean %.3g logvar %.3g decoded %.3g", a, b2, c2);
+    CHECKF(a < 1e-4 && b2 < 1e-4 && c2 < 1e-4, "tiled: mean %.3g logvar %.3g decoded %.3g", a, b2,
+           c2);
     /* a tile as large as the image is the untiled path */
     float *um = malloc(tl * sizeof(float));
     REQUIRE(ct_vae_encode_tiled(v, 1, TH, TW, fx, 32, um, NULL, &err) == CT_OK);
     REQUIRE(ct_vae_encode(v, 1, TH, TW, fx, tm, NULL, &err) == CT_OK);
     CHECK(!memcmp(um, tm, tl * sizeof(float)));
-    CHECK(ct_vae_encode_tiled(v, 1, TH, TW, fx, 6, tm, NULL, &err) == CT_ERR_INVALID && strstr(err.msg, "multiple of 4"));
+    CHECK(ct_vae_encode_tiled(v, 1, TH, TW, fx, 6, tm, NULL, &err) == CT_ERR_INVALID &&
+          strstr(err.msg, "multiple of 4"));
     free(fx), free(fz), free(tm), free(tlv), free(tdec), free(um);
   }
   /* the older attention names load too */
@@ -219,11 +236,12 @@ CT_TEST(vae, golden_parity) {
   REQUIRE(ct_vae_decode(v3, B, h, w, zf, dec2, &err) == CT_OK);
   CHECK(!memcmp(dec, dec2, nd * sizeof(float)));
   /* one error lists every problem: missing, wrongly shaped, unexpected */
-  REQUIRE(golden_weights(g, v, wpath, NULL, "decoder.conv_out.bias", "encoder.mid_block.attentions.0.to_k.weight", 1,
-                         &err) == CT_OK);
+  REQUIRE(golden_weights(g, v, wpath, NULL, "decoder.conv_out.bias",
+                         "encoder.mid_block.attentions.0.to_k.weight", 1, &err) == CT_OK);
   ct_err e4 = {0};
   CHECK(ct_vae_load(v2, wpath, &e4) == CT_ERR_SHAPE);
-  CHECKF(strstr(e4.msg, "1 missing [decoder.conv_out.bias]") && strstr(e4.msg, "1 wrongly shaped") &&
+  CHECKF(strstr(e4.msg, "1 missing [decoder.conv_out.bias]") &&
+             strstr(e4.msg, "1 wrongly shaped") &&
              strstr(e4.msg, "to_k.weight (file: F32 [17, 16], model: F32/F16/BF16 [16, 16])") &&
              strstr(e4.msg, "1 unexpected [encoder.not_a_layer.weight]"),
          "%s", e4.msg);
@@ -241,9 +259,12 @@ CT_TEST(vae, config_errors) {
     const char *json, *want;
   } bad[] = {
       {"{\"_class_name\": \"AutoencoderTiny\"}", "ctuner loads AutoencoderKL VAEs"},
-      {"{\"block_out_channels\": [64, 100], \"norm_num_groups\": 32}", "block_out_channels[1] = 100"},
-      {"{\"block_out_channels\": [64], \"down_block_types\": [\"DownBlock2D\"]}", "down_block_types[0] must be DownEncoderBlock2D"},
-      {"{\"block_out_channels\": [64, 64], \"up_block_types\": [\"UpDecoderBlock2D\"]}", "up_block_types must list 2 blocks"},
+      {"{\"block_out_channels\": [64, 100], \"norm_num_groups\": 32}",
+       "block_out_channels[1] = 100"},
+      {"{\"block_out_channels\": [64], \"down_block_types\": [\"DownBlock2D\"]}",
+       "down_block_types[0] must be DownEncoderBlock2D"},
+      {"{\"block_out_channels\": [64, 64], \"up_block_types\": [\"UpDecoderBlock2D\"]}",
+       "up_block_types must list 2 blocks"},
       {"{\"latent_channels\": 0}", "latent_channels must be an integer between 1 and 1024"},
       {"{\"use_quant_conv\": 1}", "use_quant_conv must be true or false"},
       {"{\"act_fn\": \"gelu\"}", "act_fn must be \"silu\""},
@@ -253,18 +274,23 @@ CT_TEST(vae, config_errors) {
     const char *p = write_tmp("bad_config.json", bad[i].json);
     memset(&err, 0, sizeof err);
     CHECKF(ct_vae_config_load(p, &c, &err) != CT_OK, "%s accepted", bad[i].json);
-    CHECKF(strstr(err.msg, bad[i].want) && strstr(err.msg, "bad_config.json"), "%s: %s", bad[i].json, err.msg);
+    CHECKF(strstr(err.msg, bad[i].want) && strstr(err.msg, "bad_config.json"), "%s: %s",
+           bad[i].json, err.msg);
   }
   /* SD's config loads with null shift_factor and the defaults */
-  const char *p = write_tmp("sd_config.json",
-                            "{\"_class_name\": \"AutoencoderKL\", \"act_fn\": \"silu\", \"block_out_channels\": [128, "
-                            "256, 512, 512], \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
-                            "\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"], \"in_channels\": 3, \"latent_channels\": 4, "
-                            "\"layers_per_block\": 2, \"norm_num_groups\": 32, \"out_channels\": 3, \"sample_size\": 512, "
-                            "\"scaling_factor\": 0.18215, \"shift_factor\": null, \"up_block_types\": "
-                            "[\"UpDecoderBlock2D\", \"UpDecoderBlock2D\", \"UpDecoderBlock2D\", \"UpDecoderBlock2D\"]}");
+  const char *p = write_tmp(
+      "sd_config.json",
+      "{\"_class_name\": \"AutoencoderKL\", \"act_fn\": \"silu\", \"block_out_channels\": [128, "
+      "256, 512, 512], \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
+      "\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"], \"in_channels\": 3, \"latent_channels\": "
+      "4, "
+      "\"layers_per_block\": 2, \"norm_num_groups\": 32, \"out_channels\": 3, \"sample_size\": "
+      "512, "
+      "\"scaling_factor\": 0.18215, \"shift_factor\": null, \"up_block_types\": "
+      "[\"UpDecoderBlock2D\", \"UpDecoderBlock2D\", \"UpDecoderBlock2D\", \"UpDecoderBlock2D\"]}");
   REQUIRE(ct_vae_config_load(p, &c, &err) == CT_OK);
-  CHECK(c.nblocks == 4 && ct_vae_factor(&c) == 8 && c.shift_factor == 0 && c.use_quant_conv && c.layers_per_block == 2);
+  CHECK(c.nblocks == 4 && ct_vae_factor(&c) == 8 && c.shift_factor == 0 && c.use_quant_conv &&
+        c.layers_per_block == 2);
   /* its parameter count is the SD VAE's 83,653,863 */
   ct_vae *v = NULL;
   REQUIRE(ct_vae_new(&c, 0, &v, &err) == CT_OK);

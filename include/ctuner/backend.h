@@ -59,9 +59,8 @@ struct ct_backend_ops {
                               float *C, int ldc);
   void (*linear_fwd)(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
                      float *y, int ldy);
-  void (*linear_bwd)(int N, int K, int M, const float *x, int ldx, const float *w,
-                     const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
-                     float *db);
+  void (*linear_bwd)(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
+                     int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db);
 
   /* ---- attention and positions ---- */
   void (*attention_fwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
@@ -80,27 +79,24 @@ struct ct_backend_ops {
                         float *k, float *v, float *rstd_q, float *rstd_k);
   void (*qkv_heads_bwd)(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
                         const float *qscale, const float *kscale, const float *pe,
-                        const float *rstd_q, const float *rstd_k, const float *dq,
-                        const float *dk, const float *dv, float *dqkv, float *dqscale,
-                        float *dkscale);
+                        const float *rstd_q, const float *rstd_k, const float *dq, const float *dk,
+                        const float *dv, float *dqkv, float *dqscale, float *dkscale);
 
   /* ---- normalisations ---- */
   void (*ln_mod_fwd)(int B, int L, int D, const float *x, int ldx, const float *shift,
                      const float *scale, int ldm, float eps, float *xhat, float *rstd, float *h,
                      int ldh);
-  void (*ln_mod_bwd)(int B, int L, int D, const float *xhat, const float *rstd,
-                     const float *scale, int ldm, const float *dh, int lddh, float *dx, int lddx,
-                     float *dshift, float *dscale);
+  void (*ln_mod_bwd)(int B, int L, int D, const float *xhat, const float *rstd, const float *scale,
+                     int ldm, const float *dh, int lddh, float *dx, int lddx, float *dshift,
+                     float *dscale);
   void (*layernorm_affine_fwd)(int N, int D, const float *x, int ldx, const float *gamma,
                                const float *beta, float eps, float *y, int ldy);
   void (*rmsnorm_fwd)(int N, int D, const float *x, int ldx, const float *scale, float eps,
                       float *y, int ldy, float *rstd);
-  void (*rmsnorm_bwd)(int N, int D, const float *x, int ldx, const float *scale,
-                      const float *rstd, const float *dy, int lddy, float *dx, int lddx,
-                      float *dscale);
-  void (*groupnorm_fwd)(int B, int C, int HW, int G, float eps, const float *x,
-                        const float *gamma, const float *beta, float *y, float *mean,
-                        float *rstd);
+  void (*rmsnorm_bwd)(int N, int D, const float *x, int ldx, const float *scale, const float *rstd,
+                      const float *dy, int lddy, float *dx, int lddx, float *dscale);
+  void (*groupnorm_fwd)(int B, int C, int HW, int G, float eps, const float *x, const float *gamma,
+                        const float *beta, float *y, float *mean, float *rstd);
   void (*groupnorm_bwd)(int B, int C, int HW, int G, const float *x, const float *gamma,
                         const float *mean, const float *rstd, const float *dy, float *dx,
                         float *dgamma, float *dbeta);
@@ -126,8 +122,8 @@ struct ct_backend_ops {
   void (*silu_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
                    int lddx);
   void (*gelu_tanh_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
-  void (*gelu_tanh_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy,
-                        float *dx, int lddx);
+  void (*gelu_tanh_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                        int lddx);
   void (*quick_gelu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
   void (*gate_res_fwd)(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                        const float *y, int ldy, float *out, int ldo);
@@ -144,16 +140,15 @@ struct ct_backend_ops {
   void (*timestep_embedding)(int B, const float *t, int dim, float max_period, float time_factor,
                              float *out);
   /* ids (N) host memory, as rope_table's pos */
-  void (*embedding_fwd)(int N, int T, int D, const int32_t *ids, const float *tok,
-                        const float *pos, float *y);
-  float (*mse_fwd_bwd)(size_t n, const float *pred, const float *target, float dloss,
-                       float *dpred);
+  void (*embedding_fwd)(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos,
+                        float *y);
+  float (*mse_fwd_bwd)(size_t n, const float *pred, const float *target, float dloss, float *dpred);
 
   /* ---- optimizer math ---- */
   void (*adam_update)(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                       float b2, float eps, float wd, int decoupled, long step);
-  void (*adagrad_update)(size_t n, float *w, const float *g, float *sum, float lr,
-                         float lr_decay, float eps, float wd, long step);
+  void (*adagrad_update)(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
+                         float eps, float wd, long step);
   void (*lion_update)(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
                       float wd);
   void (*sgd_update)(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
@@ -177,7 +172,7 @@ const ct_backend_ops *ct_backend_at(size_t i);
  * (alloc on `to` counted under cat, copied through the host, freed on
  * `from`): what a model's ct_*_set_backend does with the buffers it owns.
  * Nothing to do when *p is NULL or from == to; on failure *p is unchanged. */
-ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat, size_t bytes,
-                          void **p, ct_err *err);
+ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat,
+                          size_t bytes, void **p, ct_err *err);
 
 #endif

@@ -26,7 +26,7 @@ typedef struct ct_codec {
   char kind[8];         /* "pixel" or "vae" */
   int channels, factor; /* latent channels; pixels per latent */
   char tag[64];         /* cache metadata: "pixel:<s>" or "vae:<digest>" */
-  int serial;           /* 1: call from one thread at a time (the VAE's workspace); kernels use every core */
+  int serial; /* 1: call from one thread at a time (the VAE's workspace); kernels use every core */
   void *ctx;
 } ct_codec;
 
@@ -39,8 +39,10 @@ ct_status ct_codec_vae(const char *dir, int tile, uint64_t seed, ct_codec *out, 
 void ct_codec_free(ct_codec *c);
 /* rgb (h, w, 3) -> lat (channels, h/factor, w/factor); key: the image's
  * noise stream (the VAE's sample). Thread-safe (a VAE serialises). */
-ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key, float *lat, ct_err *err);
+ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
+                          float *lat, ct_err *err);
 /* lat (channels, h/factor, w/factor) -> rgb (h, w, 3). Thread-safe. */
-ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb, ct_err *err);
+ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb,
+                          ct_err *err);
 
 #endif

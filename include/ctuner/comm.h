@@ -58,8 +58,8 @@ size_t ct_comm_shard_valid(size_t n, size_t shard, int rank);
  * recv[0..m) <- sum over ranks of their send[rank * shard ..], in rank order,
  * m = ct_comm_shard_valid(n, shard, rank). recv may be send + rank * shard
  * (in place); no other overlap. */
-ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv, size_t shard,
-                                     ct_err *err);
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv,
+                                     size_t shard, ct_err *err);
 /* recv[0..n) <- every rank's shard in rank order, cut at n (n <= size * shard);
  * each rank's send holds its ct_comm_shard_valid(n, shard, rank) floats. send
  * may be recv + rank * shard (in place) — on every rank or on none (MPI's rule
@@ -68,8 +68,8 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
                                 ct_err *err);
 /* As ct_comm_allgather_f32, but only root receives (recv may be NULL
  * elsewhere): root's recv[0..n) <- every rank's shard in rank order. */
-ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
-                             ct_err *err);
+ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                             int root, ct_err *err);
 /* ---- non-blocking collectives over a range (ZeRO-2/3) ----
  * [a, b) is a range of a flat buffer split into shards of `shard` floats (rank
  * r owns [r * shard, (r + 1) * shard)); b - a below 2^31. A started operation
@@ -81,29 +81,32 @@ typedef struct ct_comm_req ct_comm_req;
  * [a, b) inside this rank's shard: acc[i - rank * shard] += the sum over ranks,
  * in rank order, of their send[i - a]. send and acc belong to the operation
  * until ct_comm_wait. */
-ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
-                                  ct_comm_req **req, ct_err *err);
+ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard,
+                                  float *acc, ct_comm_req **req, ct_err *err);
 /* recv[0 .. b-a) <- floats [a, b), each rank giving the part inside its shard
  * from `mine` (its shard buffer: mine[0] is float rank * shard). */
-ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
-                             ct_comm_req **req, ct_err *err);
+ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard,
+                             float *recv, ct_comm_req **req, ct_err *err);
 /* The same for float32 or bf16 elements (bf16: sums in float32, rounded to
  * bf16 once). flags CT_COMM_ACCUMULATE adds the sum to acc; without it acc
  * receives the sum, and acc may then be this rank's slot of send itself. */
 typedef enum ct_comm_dtype { CT_COMM_F32 = 0, CT_COMM_BF16 = 1 } ct_comm_dtype;
 #define CT_COMM_ACCUMULATE 1
-ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send, size_t a, size_t b,
-                                    size_t shard, void *acc, ct_comm_req **req, ct_err *err);
-ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
-                               void *recv, ct_comm_req **req, ct_err *err);
+ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send,
+                                    size_t a, size_t b, size_t shard, void *acc, ct_comm_req **req,
+                                    ct_err *err);
+ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b,
+                               size_t shard, void *recv, ct_comm_req **req, ct_err *err);
 /* As ct_comm_iallgather_t, but piece points at this rank's elements of [a, b)
  * themselves (b - a ∩ its shard of them), wherever they are. */
-ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece, size_t a, size_t b, size_t shard,
-                                   void *recv, ct_comm_req **req, ct_err *err);
+ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece, size_t a,
+                                   size_t b, size_t shard, void *recv, ct_comm_req **req,
+                                   ct_err *err);
 /* Whole bf16 buffers of n elements, in place: this rank's slot buf[rank *
  * shard ..] receives its reduced shard; all-gather fills buf from every
  * rank's slot; all-reduce is both. */
-ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err);
+ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard,
+                                      ct_err *err);
 ct_status ct_comm_allgather_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err);
 ct_status ct_comm_allreduce_bf16(ct_comm *c, uint16_t *buf, size_t n, ct_err *err);
 /* *done <- 1 when the operation has completed (ct_comm_wait is still due). */
@@ -114,8 +117,10 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err);
 /* Raw bytes (the 1-bit optimizers' packed signs and scales): all-to-all —
  * this rank's send[p * bytes ..] goes to rank p's recv[rank * bytes ..] — and
  * all-gather — recv[p * bytes ..] <- rank p's send. bytes <= 2^31 - 1. */
-ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err);
-ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err);
+ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes,
+                                 ct_err *err);
+ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes,
+                                  ct_err *err);
 
 /* bytes of buf from root to every rank. */
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err);

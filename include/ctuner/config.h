@@ -32,123 +32,202 @@
  *     or one of), USE("a|b") ("... is not supported; use"); FN(f): the
  *     function f in src/config/config.c. Rules that relate several keys
  *     (offload_param nvme needs zero_stage 3, ...) run after the table. */
-#define CT_CONFIG_KEYS(X) \
-  X(model_family, STR, "flux", ALL, USE("flux"), "model family; only \"flux\" (the MMDiT of MODEL.md)") \
-  X(model_type, STR, "full", ALL, FN(check_model_type), "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)") \
-  X(vae_config, STR, NULL, VAE, ANY, "model_type vae: diffusers config.json of a VAE trained from scratch") \
-  X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY, "a VAE directory (config.json + diffusion_pytorch_model.safetensors)") \
-  X(vae_loss, STR, "l1", VAE, ONE_OF("l1|l2"), "model_type vae: reconstruction loss, l1 or l2") \
-  X(vae_kl_weight, NUM, "1e-6", VAE, NUM_GE(0), "model_type vae: weight of the KL term") \
-  X(vae_stats_images, INT, "64", VAE, INT_GE(1), "model_type vae: images encoded at the end for scaling_factor/shift_factor") \
-  X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench") \
-  X(pretrained_model_path, STR, NULL, FULL, ANY, "Flux-layout safetensors to start from (else seeded init)") \
-  X(output_dir, STR, "output", ALL, FN(check_output_dir), "where checkpoints, validation images and metrics go") \
-  X(output_dir_local, STR, NULL, FULL, ANY, "with output_dir s3://bucket/prefix: the local working directory (default s3-output/<bucket>/<prefix>)") \
-  X(output_aws_endpoint_url, STR, NULL, FULL, ANY, "with output_dir s3://...: the S3 endpoint (else AWS_ENDPOINT_URL, else AWS)") \
-  X(output_aws_region_name, STR, NULL, FULL, ANY, "with output_dir s3://...: the region (else AWS_REGION, else \"auto\")") \
-  X(output_aws_addressing_style, STR, "auto", FULL, ONE_OF("auto|path|virtual"), "with output_dir s3://...: auto, path or virtual") \
-  X(seed, INT, "0", ALL, INT_GE(0), "seed of every random draw (init, data order, noise, timesteps)") \
-  X(resolution, INT, "0", ALL, INT_IN(0, 4096), "training image side in pixels (0: the preset's latent size x codec scale)") \
-  X(data_backend_config, STR, NULL, ALL, ANY, "multidatabackend.json: the datasets to train on") \
-  X(aspect_bucket_alignment, INT, "64", ALL, INT_ONE_OF("8|16|24|32|64"), "bucket sizes are multiples of this: 8, 16, 24, 32 or 64 (docs/data.md)") \
-  X(aspect_bucket_rounding, INT, "2", ALL, INT_IN(0, 6), "decimals of a bucket's aspect key (\"1.33\")") \
-  X(allow_dataset_oversubscription, BOOL, "false", ALL, ANY, "raise repeats of datasets whose buckets cannot fill the effective batch (not where repeats is set)") \
-  X(disable_bucket_pruning, BOOL, "false", ALL, ANY, "fail instead of dropping buckets smaller than the effective batch") \
-  X(compress_disk_cache, BOOL, "false", ALL, ANY, "compress latent cache entries (disk_cache_compression)") \
-  X(disk_cache_compression, STR, "gzip", ALL, ONE_OF("gzip|zstd"), "gzip or zstd, with compress_disk_cache") \
-  X(dataloader_prefetch, BOOL, "true", ALL, ANY, "prepare batches on a background thread") \
-  X(dataloader_prefetch_qlen, INT, "4", ALL, INT_IN(1, 256), "micro-batches prepared ahead with dataloader_prefetch") \
-  X(train_batch_size, INT, "1", ALL, INT_IN(1, 4096), "samples per micro-batch") \
-  X(gradient_accumulation_steps, INT, "1", ALL, INT_GE(1), "micro-batches per optimizer step") \
-  X(max_train_steps, INT, "0", ALL, INT_GE(0), "optimizer steps to train (0: from num_train_epochs)") \
-  X(num_train_epochs, INT, "1", ALL, ANY, "epochs, used when max_train_steps is 0") \
-  X(learning_rate, NUM, "1e-4", ALL, FN(check_learning_rate), "peak learning rate") \
-  X(lr_scheduler, STR, "constant", ALL, FN(check_lr_scheduler), "constant, constant_with_warmup, linear, cosine, polynomial, WarmupLR, WarmupDecayLR") \
-  X(lr_warmup_steps, INT, "0", ALL, INT_GE(0), "warmup steps of the schedule") \
-  X(lr_num_cycles, NUM, "0.5", ALL, ANY, "cosine: number of cosine cycles (0.5 = half a cosine)") \
-  X(lr_power, NUM, "1.0", ALL, ANY, "polynomial: power") \
-  X(lr_end, NUM, "1e-7", ALL, ANY, "polynomial: final learning rate") \
-  X(warmup_min_lr, NUM, "0", ALL, ANY, "WarmupLR/WarmupDecayLR: learning rate at step 0") \
-  X(warmup_type, STR, "log", ALL, ONE_OF_QUOTED("log|linear"), "WarmupLR/WarmupDecayLR: log or linear warmup") \
-  X(optimizer, STR, "adamw", ALL, FN(check_optimizer), "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, zerooneadam, onebitlamb") \
-  X(freeze_step, INT, "100", ALL, INT_GE(0), "onebitadam: full-precision warm-up steps before 1-bit compressed momentum") \
-  X(var_freeze_step, INT, "1000", ALL, INT_GE(0), "zerooneadam: the last step whose variance may update") \
-  X(lamb_max_coeff, NUM, "10", ALL, ANY, "onebitlamb: largest trust ratio (DeepSpeed max_coeff)") \
-  X(lamb_min_coeff, NUM, "0.01", ALL, ANY, "onebitlamb: smallest trust ratio (min_coeff)") \
-  X(lamb_coeff_beta, NUM, "0.9", ALL, ANY, "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)") \
-  X(lamb_factor_max, NUM, "4", ALL, ANY, "onebitlamb: largest factor on the frozen trust ratio (factor_max)") \
-  X(lamb_factor_min, NUM, "0.5", ALL, ANY, "onebitlamb: smallest factor (factor_min)") \
-  X(lamb_factor_threshold, NUM, "0.1", ALL, ANY, "onebitlamb: largest relative change of the factor per step (factor_threshold)") \
-  X(var_update_scaler, INT, "16", ALL, INT_GE(1), "zerooneadam: the variance-update interval doubles after this many updates") \
-  X(local_step_scaler, INT, "32678", ALL, INT_GE(1), "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps") \
+#define CT_CONFIG_KEYS(X)                                                                          \
+  X(model_family, STR, "flux", ALL, USE("flux"),                                                   \
+    "model family; only \"flux\" (the MMDiT of MODEL.md)")                                         \
+  X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
+    "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)")                          \
+  X(vae_config, STR, NULL, VAE, ANY,                                                               \
+    "model_type vae: diffusers config.json of a VAE trained from scratch")                         \
+  X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY,                                        \
+    "a VAE directory (config.json + diffusion_pytorch_model.safetensors)")                         \
+  X(vae_loss, STR, "l1", VAE, ONE_OF("l1|l2"), "model_type vae: reconstruction loss, l1 or l2")    \
+  X(vae_kl_weight, NUM, "1e-6", VAE, NUM_GE(0), "model_type vae: weight of the KL term")           \
+  X(vae_stats_images, INT, "64", VAE, INT_GE(1),                                                   \
+    "model_type vae: images encoded at the end for scaling_factor/shift_factor")                   \
+  X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench")         \
+  X(pretrained_model_path, STR, NULL, FULL, ANY,                                                   \
+    "Flux-layout safetensors to start from (else seeded init)")                                    \
+  X(output_dir, STR, "output", ALL, FN(check_output_dir),                                          \
+    "where checkpoints, validation images and metrics go")                                         \
+  X(output_dir_local, STR, NULL, FULL, ANY,                                                        \
+    "with output_dir s3://bucket/prefix: the local working directory (default "                    \
+    "s3-output/<bucket>/<prefix>)")                                                                \
+  X(output_aws_endpoint_url, STR, NULL, FULL, ANY,                                                 \
+    "with output_dir s3://...: the S3 endpoint (else AWS_ENDPOINT_URL, else AWS)")                 \
+  X(output_aws_region_name, STR, NULL, FULL, ANY,                                                  \
+    "with output_dir s3://...: the region (else AWS_REGION, else \"auto\")")                       \
+  X(output_aws_addressing_style, STR, "auto", FULL, ONE_OF("auto|path|virtual"),                   \
+    "with output_dir s3://...: auto, path or virtual")                                             \
+  X(seed, INT, "0", ALL, INT_GE(0),                                                                \
+    "seed of every random draw (init, data order, noise, timesteps)")                              \
+  X(resolution, INT, "0", ALL, INT_IN(0, 4096),                                                    \
+    "training image side in pixels (0: the preset's latent size x codec scale)")                   \
+  X(data_backend_config, STR, NULL, ALL, ANY, "multidatabackend.json: the datasets to train on")   \
+  X(aspect_bucket_alignment, INT, "64", ALL, INT_ONE_OF("8|16|24|32|64"),                          \
+    "bucket sizes are multiples of this: 8, 16, 24, 32 or 64 (docs/data.md)")                      \
+  X(aspect_bucket_rounding, INT, "2", ALL, INT_IN(0, 6),                                           \
+    "decimals of a bucket's aspect key (\"1.33\")")                                                \
+  X(allow_dataset_oversubscription, BOOL, "false", ALL, ANY,                                       \
+    "raise repeats of datasets whose buckets cannot fill the effective batch (not where repeats "  \
+    "is set)")                                                                                     \
+  X(disable_bucket_pruning, BOOL, "false", ALL, ANY,                                               \
+    "fail instead of dropping buckets smaller than the effective batch")                           \
+  X(compress_disk_cache, BOOL, "false", ALL, ANY,                                                  \
+    "compress latent cache entries (disk_cache_compression)")                                      \
+  X(disk_cache_compression, STR, "gzip", ALL, ONE_OF("gzip|zstd"),                                 \
+    "gzip or zstd, with compress_disk_cache")                                                      \
+  X(dataloader_prefetch, BOOL, "true", ALL, ANY, "prepare batches on a background thread")         \
+  X(dataloader_prefetch_qlen, INT, "4", ALL, INT_IN(1, 256),                                       \
+    "micro-batches prepared ahead with dataloader_prefetch")                                       \
+  X(train_batch_size, INT, "1", ALL, INT_IN(1, 4096), "samples per micro-batch")                   \
+  X(gradient_accumulation_steps, INT, "1", ALL, INT_GE(1), "micro-batches per optimizer step")     \
+  X(max_train_steps, INT, "0", ALL, INT_GE(0),                                                     \
+    "optimizer steps to train (0: from num_train_epochs)")                                         \
+  X(num_train_epochs, INT, "1", ALL, ANY, "epochs, used when max_train_steps is 0")                \
+  X(learning_rate, NUM, "1e-4", ALL, FN(check_learning_rate), "peak learning rate")                \
+  X(lr_scheduler, STR, "constant", ALL, FN(check_lr_scheduler),                                    \
+    "constant, constant_with_warmup, linear, cosine, polynomial, WarmupLR, WarmupDecayLR")         \
+  X(lr_warmup_steps, INT, "0", ALL, INT_GE(0), "warmup steps of the schedule")                     \
+  X(lr_num_cycles, NUM, "0.5", ALL, ANY, "cosine: number of cosine cycles (0.5 = half a cosine)")  \
+  X(lr_power, NUM, "1.0", ALL, ANY, "polynomial: power")                                           \
+  X(lr_end, NUM, "1e-7", ALL, ANY, "polynomial: final learning rate")                              \
+  X(warmup_min_lr, NUM, "0", ALL, ANY, "WarmupLR/WarmupDecayLR: learning rate at step 0")          \
+  X(warmup_type, STR, "log", ALL, ONE_OF_QUOTED("log|linear"),                                     \
+    "WarmupLR/WarmupDecayLR: log or linear warmup")                                                \
+  X(optimizer, STR, "adamw", ALL, FN(check_optimizer),                                             \
+    "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, "            \
+    "zerooneadam, onebitlamb")                                                                     \
+  X(freeze_step, INT, "100", ALL, INT_GE(0),                                                       \
+    "onebitadam: full-precision warm-up steps before 1-bit compressed momentum")                   \
+  X(var_freeze_step, INT, "1000", ALL, INT_GE(0),                                                  \
+    "zerooneadam: the last step whose variance may update")                                        \
+  X(lamb_max_coeff, NUM, "10", ALL, ANY, "onebitlamb: largest trust ratio (DeepSpeed max_coeff)")  \
+  X(lamb_min_coeff, NUM, "0.01", ALL, ANY, "onebitlamb: smallest trust ratio (min_coeff)")         \
+  X(lamb_coeff_beta, NUM, "0.9", ALL, ANY,                                                         \
+    "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)")                   \
+  X(lamb_factor_max, NUM, "4", ALL, ANY,                                                           \
+    "onebitlamb: largest factor on the frozen trust ratio (factor_max)")                           \
+  X(lamb_factor_min, NUM, "0.5", ALL, ANY, "onebitlamb: smallest factor (factor_min)")             \
+  X(lamb_factor_threshold, NUM, "0.1", ALL, ANY,                                                   \
+    "onebitlamb: largest relative change of the factor per step (factor_threshold)")               \
+  X(var_update_scaler, INT, "16", ALL, INT_GE(1),                                                  \
+    "zerooneadam: the variance-update interval doubles after this many updates")                   \
+  X(local_step_scaler, INT, "32678", ALL, INT_GE(1),                                               \
+    "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps")    \
   X(local_step_clipper, INT, "16", ALL, INT_GE(1), "zerooneadam: the largest local-step interval") \
-  X(adam_beta1, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "first-moment decay (Adam family, Lamb; Lion's beta1)") \
-  X(adam_beta2, NUM, "0.999", ALL, NUM_IN("[)", 0, 1), "second-moment decay (Adam family, Lamb; Lion's beta2)") \
-  X(adam_epsilon, NUM, "1e-8", ALL, NUM_GE(0), "denominator epsilon") \
-  X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0), "weight decay") \
-  X(optimizer_momentum, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "SGD/MuSGD momentum") \
-  X(optimizer_nesterov, BOOL, "false", ALL, ANY, "SGD/MuSGD: Nesterov momentum") \
-  X(muon_ns_steps, INT, "5", ALL, INT_IN(1, 20), "Muon: Newton-Schulz iterations") \
-  X(muon_momentum, NUM, "0.95", ALL, NUM_IN("[)", 0, 1), "Muon: momentum of the 2-D weights") \
-  X(muon_nesterov, BOOL, "true", ALL, ANY, "Muon: Nesterov momentum for the 2-D weights") \
-  X(muon_adamw_lr, NUM, "1", ALL, NUM_IN("[]", 0, 1000), "Muon: lr of its AdamW part (other tensors) as a multiple of lr") \
-  X(mup_base_hidden, INT, "0", FULL, INT_GE(0), "Mu* optimizers: width of the base model (0: the preset's)") \
-  X(max_grad_norm, NUM, "2.0", ALL, NUM_GE_UNIT(0, " (0 disables)"), "clip gradients to this global L2 norm (0: no clipping)") \
-  X(max_nonfinite_steps, INT, "5", ALL, INT_GE(1), "stop after this many consecutive steps with NaN/Inf") \
-  X(zero_stage, INT, "0", ALL, INT_ONE_OF("0|1|2|3"), "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also parameters sharded") \
-  X(offload_optimizer, STR, "none", ALL, NONE_OR("cpu|nvme"), "none, cpu (host memory: where the state already is) or nvme (a swap file under offload_param_path)") \
-  X(offload_param, STR, "none", ALL, NONE_OR("cpu|nvme"), "none, cpu (host memory) or nvme (stage 3: the weights in the swap file)") \
-  X(offload_param_path, STR, NULL, ALL, ANY, "directory for NVMe offload swap files (DeepSpeed nvme_path)") \
-  X(offload_buffer_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"), "offload: floats per state moved at a time (0: auto, 4Mi)") \
-  X(offload_pin_memory, BOOL, "false", ALL, ANY, "offload: mlock the two I/O buffers") \
-  X(reduce_bucket_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"), "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one block)") \
-  X(deepspeed_config, STR, NULL, ALL, ANY, "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, scheduler") \
-  X(use_ema, BOOL, "false", ALL, ANY, "keep an exponential moving average of the weights") \
-  X(ema_decay, NUM, "0.995", ALL, NUM_IN("[)", 0, 1), "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)") \
-  X(ema_update_interval, INT, "1", ALL, INT_GE(1), "update the EMA every N optimizer steps") \
-  X(ema_validation, STR, "comparison", ALL, ONE_OF("none|ema_only|comparison"), "validate with: none (live weights), ema_only, comparison (both)") \
-  X(checkpoint_step_interval, INT, "0", ALL, INT_GE(0), "checkpoint every N steps (0: only at the end)") \
+  X(adam_beta1, NUM, "0.9", ALL, NUM_IN("[)", 0, 1),                                               \
+    "first-moment decay (Adam family, Lamb; Lion's beta1)")                                        \
+  X(adam_beta2, NUM, "0.999", ALL, NUM_IN("[)", 0, 1),                                             \
+    "second-moment decay (Adam family, Lamb; Lion's beta2)")                                       \
+  X(adam_epsilon, NUM, "1e-8", ALL, NUM_GE(0), "denominator epsilon")                              \
+  X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0), "weight decay")                                \
+  X(optimizer_momentum, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "SGD/MuSGD momentum")                 \
+  X(optimizer_nesterov, BOOL, "false", ALL, ANY, "SGD/MuSGD: Nesterov momentum")                   \
+  X(muon_ns_steps, INT, "5", ALL, INT_IN(1, 20), "Muon: Newton-Schulz iterations")                 \
+  X(muon_momentum, NUM, "0.95", ALL, NUM_IN("[)", 0, 1), "Muon: momentum of the 2-D weights")      \
+  X(muon_nesterov, BOOL, "true", ALL, ANY, "Muon: Nesterov momentum for the 2-D weights")          \
+  X(muon_adamw_lr, NUM, "1", ALL, NUM_IN("[]", 0, 1000),                                           \
+    "Muon: lr of its AdamW part (other tensors) as a multiple of lr")                              \
+  X(mup_base_hidden, INT, "0", FULL, INT_GE(0),                                                    \
+    "Mu* optimizers: width of the base model (0: the preset's)")                                   \
+  X(max_grad_norm, NUM, "2.0", ALL, NUM_GE_UNIT(0, " (0 disables)"),                               \
+    "clip gradients to this global L2 norm (0: no clipping)")                                      \
+  X(max_nonfinite_steps, INT, "5", ALL, INT_GE(1),                                                 \
+    "stop after this many consecutive steps with NaN/Inf")                                         \
+  X(zero_stage, INT, "0", ALL, INT_ONE_OF("0|1|2|3"),                                              \
+    "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also "       \
+    "parameters sharded")                                                                          \
+  X(offload_optimizer, STR, "none", ALL, NONE_OR("cpu|nvme"),                                      \
+    "none, cpu (host memory: where the state already is) or nvme (a swap file under "              \
+    "offload_param_path)")                                                                         \
+  X(offload_param, STR, "none", ALL, NONE_OR("cpu|nvme"),                                          \
+    "none, cpu (host memory) or nvme (stage 3: the weights in the swap file)")                     \
+  X(offload_param_path, STR, NULL, ALL, ANY,                                                       \
+    "directory for NVMe offload swap files (DeepSpeed nvme_path)")                                 \
+  X(offload_buffer_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"),                              \
+    "offload: floats per state moved at a time (0: auto, 4Mi)")                                    \
+  X(offload_pin_memory, BOOL, "false", ALL, ANY, "offload: mlock the two I/O buffers")             \
+  X(reduce_bucket_size, INT, "0", ALL, INT_GE_UNIT(0, " (0: auto)"),                               \
+    "ZeRO-2/3: floats per gradient reduce-scatter bucket (0: auto, hidden x hidden; at least one " \
+    "block)")                                                                                      \
+  X(deepspeed_config, STR, NULL, ALL, ANY,                                                         \
+    "DeepSpeed JSON (a file path or an inline object): zero stage, batch, clipping, optimizer, "   \
+    "scheduler")                                                                                   \
+  X(use_ema, BOOL, "false", ALL, ANY, "keep an exponential moving average of the weights")         \
+  X(ema_decay, NUM, "0.995", ALL, NUM_IN("[)", 0, 1),                                              \
+    "EMA decay cap: decay = min((1+s)/(10+s), ema_decay)")                                         \
+  X(ema_update_interval, INT, "1", ALL, INT_GE(1), "update the EMA every N optimizer steps")       \
+  X(ema_validation, STR, "comparison", ALL, ONE_OF("none|ema_only|comparison"),                    \
+    "validate with: none (live weights), ema_only, comparison (both)")                             \
+  X(checkpoint_step_interval, INT, "0", ALL, INT_GE(0),                                            \
+    "checkpoint every N steps (0: only at the end)")                                               \
   X(checkpoints_total_limit, INT, "5", ALL, INT_GE(0), "keep at most N checkpoints (0: keep all)") \
-  X(resume_from_checkpoint, STR, "latest", ALL, FN(check_resume), "latest, none, or a checkpoint directory") \
-  X(validation_prompt, STR, NULL, FULL, ANY, "prompt sampled at each validation") \
-  X(user_prompt_library, STR, NULL, FULL, ANY, "JSON object {shortname: prompt} of more validation prompts") \
-  X(validation_step_interval, INT, "0", ALL, INT_GE(0), "validate every N steps (0: only at the end)") \
-  X(validation_num_inference_steps, INT, "30", FULL, INT_IN(1, 1000), "Euler steps of validation sampling") \
-  X(validation_guidance, NUM, "7.5", FULL, NUM_GE(0), "classifier-free guidance scale") \
-  X(validation_resolution, STR, NULL, FULL, ANY, "WxH[,WxH...] or a side (default: resolution)") \
-  X(num_validation_images, INT, "1", FULL, INT_IN(1, 64), "images per validation prompt") \
-  X(validation_seed, INT, "0", FULL, ANY, "seed of validation noise") \
-  X(disable_validation, BOOL, "false", ALL, ANY, "never sample validation images") \
-  X(caption_dropout_probability, NUM, "0.1", FULL, NUM_IN("[]", 0, 1), "replace captions with the empty caption") \
-  X(timestep_sampling, STR, "logit_normal", FULL, ONE_OF("logit_normal|uniform"), "logit_normal or uniform") \
-  X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean") \
-  X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation") \
-  X(flow_shift, NUM, "1", FULL, NUM_IN("()", 0, 1000), "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling") \
-  X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"), "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer") \
-  X(text_encoder_path, STR, NULL, FULL, ANY, "CLIPTextModel safetensors (else seeded weights)") \
-  X(text_encoder_layers, INT, "2", FULL, INT_IN(1, 48), "layers of the seeded text encoder") \
-  X(text_encoder_seed, INT, "1234", FULL, ANY, "seed of the seeded text encoder weights") \
-  X(tokenizer_max_length, INT, "0", FULL, FN(check_tokenizer_max_length), "text tokens per caption (0: the preset's)") \
-  X(tokenizer_vocab, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's vocab.json") \
-  X(tokenizer_merges, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's merges.txt") \
-  X(codec, STR, "pixel", FULL, USE("pixel|vae"), "latent codec: pixel (space-to-depth) or vae (pretrained_vae_model_name_or_path)") \
-  X(vae_tile, INT, "512", FULL, INT_IN(0, 16384), "codec vae: pixels per tile for encode/decode (0: untiled)") \
-  X(codec_scale, INT, "0", FULL, FN(check_codec_scale), "pixel codec factor s in {1,2,4} (0: from the preset's channels)") \
-  X(mixed_precision, STR, "no", ALL, FN(check_mixed_precision), "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
-  X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)") \
-  X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal") \
-  X(webhook_config, STR, NULL, ALL, ANY, "webhooks (docs/health.md): a JSON file path, or an inline object or list") \
-  X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"), "seconds per webhook request") \
-  X(webhook_retries, INT, "3", ALL, INT_IN(0, 20), "retries of a failed webhook request (exponential backoff)") \
-  X(webhook_status_interval, NUM, "10", ALL, NUM_GE_UNIT(0, " seconds"), "seconds between training.status webhook events (0: every step)") \
-  X(health_poll_interval, NUM, "5", ALL, NUM_BETWEEN("[]", 0.01, 3600, " seconds"), "seconds between GPU health polls") \
-  X(health_ecc_threshold, INT, "10", ALL, INT_GE(1), "new uncorrected (volatile) ECC errors since start that open the circuit") \
-  X(health_temp_margin, NUM, "5", ALL, NUM_BETWEEN("[]", 0, 100, " degrees"), "degrees C below the NVML shutdown temperature that open the circuit") \
-  X(health_nvml_library, STR, "libnvidia-ml.so.1", ALL, ANY, "the NVML library loaded with dlopen") \
-  X(health_memory_low_percent, NUM, "5", ALL, NUM_BETWEEN("[)", 0, 100, ""), "warn when available host memory falls below this percentage") \
-  X(disk_low_threshold, STR, NULL, ALL, FN(check_bytes), "free space on output_dir needed before a checkpoint (e.g. 10G, 500M, bytes)") \
-  X(disk_low_action, STR, "stop", ALL, ONE_OF("stop|wait|script"), "below disk_low_threshold: stop, wait or script") \
-  X(disk_low_script, STR, NULL, ALL, ANY, "disk_low_action=script: the command run (sh -c) to free space")
+  X(resume_from_checkpoint, STR, "latest", ALL, FN(check_resume),                                  \
+    "latest, none, or a checkpoint directory")                                                     \
+  X(validation_prompt, STR, NULL, FULL, ANY, "prompt sampled at each validation")                  \
+  X(user_prompt_library, STR, NULL, FULL, ANY,                                                     \
+    "JSON object {shortname: prompt} of more validation prompts")                                  \
+  X(validation_step_interval, INT, "0", ALL, INT_GE(0),                                            \
+    "validate every N steps (0: only at the end)")                                                 \
+  X(validation_num_inference_steps, INT, "30", FULL, INT_IN(1, 1000),                              \
+    "Euler steps of validation sampling")                                                          \
+  X(validation_guidance, NUM, "7.5", FULL, NUM_GE(0), "classifier-free guidance scale")            \
+  X(validation_resolution, STR, NULL, FULL, ANY, "WxH[,WxH...] or a side (default: resolution)")   \
+  X(num_validation_images, INT, "1", FULL, INT_IN(1, 64), "images per validation prompt")          \
+  X(validation_seed, INT, "0", FULL, ANY, "seed of validation noise")                              \
+  X(disable_validation, BOOL, "false", ALL, ANY, "never sample validation images")                 \
+  X(caption_dropout_probability, NUM, "0.1", FULL, NUM_IN("[]", 0, 1),                             \
+    "replace captions with the empty caption")                                                     \
+  X(timestep_sampling, STR, "logit_normal", FULL, ONE_OF("logit_normal|uniform"),                  \
+    "logit_normal or uniform")                                                                     \
+  X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean")                                          \
+  X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation")                       \
+  X(flow_shift, NUM, "1", FULL, NUM_IN("()", 0, 1000),                                             \
+    "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling")                         \
+  X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"),                               \
+    "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer")                 \
+  X(text_encoder_path, STR, NULL, FULL, ANY, "CLIPTextModel safetensors (else seeded weights)")    \
+  X(text_encoder_layers, INT, "2", FULL, INT_IN(1, 48), "layers of the seeded text encoder")       \
+  X(text_encoder_seed, INT, "1234", FULL, ANY, "seed of the seeded text encoder weights")          \
+  X(tokenizer_max_length, INT, "0", FULL, FN(check_tokenizer_max_length),                          \
+    "text tokens per caption (0: the preset's)")                                                   \
+  X(tokenizer_vocab, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's vocab.json")                 \
+  X(tokenizer_merges, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's merges.txt")                \
+  X(codec, STR, "pixel", FULL, USE("pixel|vae"),                                                   \
+    "latent codec: pixel (space-to-depth) or vae (pretrained_vae_model_name_or_path)")             \
+  X(vae_tile, INT, "512", FULL, INT_IN(0, 16384),                                                  \
+    "codec vae: pixels per tile for encode/decode (0: untiled)")                                   \
+  X(codec_scale, INT, "0", FULL, FN(check_codec_scale),                                            \
+    "pixel codec factor s in {1,2,4} (0: from the preset's channels)")                             \
+  X(mixed_precision, STR, "no", ALL, FN(check_mixed_precision),                                    \
+    "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
+  X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)")                  \
+  X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal")           \
+  X(webhook_config, STR, NULL, ALL, ANY,                                                           \
+    "webhooks (docs/health.md): a JSON file path, or an inline object or list")                    \
+  X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"),                         \
+    "seconds per webhook request")                                                                 \
+  X(webhook_retries, INT, "3", ALL, INT_IN(0, 20),                                                 \
+    "retries of a failed webhook request (exponential backoff)")                                   \
+  X(webhook_status_interval, NUM, "10", ALL, NUM_GE_UNIT(0, " seconds"),                           \
+    "seconds between training.status webhook events (0: every step)")                              \
+  X(health_poll_interval, NUM, "5", ALL, NUM_BETWEEN("[]", 0.01, 3600, " seconds"),                \
+    "seconds between GPU health polls")                                                            \
+  X(health_ecc_threshold, INT, "10", ALL, INT_GE(1),                                               \
+    "new uncorrected (volatile) ECC errors since start that open the circuit")                     \
+  X(health_temp_margin, NUM, "5", ALL, NUM_BETWEEN("[]", 0, 100, " degrees"),                      \
+    "degrees C below the NVML shutdown temperature that open the circuit")                         \
+  X(health_nvml_library, STR, "libnvidia-ml.so.1", ALL, ANY,                                       \
+    "the NVML library loaded with dlopen")                                                         \
+  X(health_memory_low_percent, NUM, "5", ALL, NUM_BETWEEN("[)", 0, 100, ""),                       \
+    "warn when available host memory falls below this percentage")                                 \
+  X(disk_low_threshold, STR, NULL, ALL, FN(check_bytes),                                           \
+    "free space on output_dir needed before a checkpoint (e.g. 10G, 500M, bytes)")                 \
+  X(disk_low_action, STR, "stop", ALL, ONE_OF("stop|wait|script"),                                 \
+    "below disk_low_threshold: stop, wait or script")                                              \
+  X(disk_low_script, STR, NULL, ALL, ANY,                                                          \
+    "disk_low_action=script: the command run (sh -c) to free space")
 
 /* The model types of the models column, as bits. */
 typedef enum ct_model_types {
@@ -162,7 +241,7 @@ enum {
 #define CT_X(k, type, def, models, check, help) CT_KEY_##k,
   CT_CONFIG_KEYS(CT_X)
 #undef CT_X
-  CT_CONFIG_NKEYS
+      CT_CONFIG_NKEYS
 };
 
 typedef struct ct_config {

@@ -18,7 +18,13 @@
 /* The process exit code of a job stopped by the circuit breaker. */
 #define CT_EXIT_HEALTH 3
 
-typedef enum { CT_SEV_CRITICAL = 0, CT_SEV_ERROR, CT_SEV_WARNING, CT_SEV_INFO, CT_SEV_DEBUG } ct_severity;
+typedef enum {
+  CT_SEV_CRITICAL = 0,
+  CT_SEV_ERROR,
+  CT_SEV_WARNING,
+  CT_SEV_INFO,
+  CT_SEV_DEBUG
+} ct_severity;
 
 typedef struct ct_health ct_health;
 
@@ -35,13 +41,15 @@ const char *ct_health_reason(const ct_health *h);
 /* A runtime compute fault (repeated NaN/Inf, allocation failure, failed
  * collective): opens the breaker; notify: also send gpu.fault (a fault every
  * rank sees at once, as NaN/Inf, is sent by rank 0 alone). */
-void ct_health_runtime_fault(ct_health *h, const char *type, const char *exception_type, const char *message,
-                             int notify);
+void ct_health_runtime_fault(ct_health *h, const char *type, const char *exception_type,
+                             const char *message, int notify);
 
 /* Events (rank 0 sends lifecycle/status/checkpoint/validation; any rank
  * sends gpu.fault and error). All return at once. */
-void ct_health_stage(ct_health *h, const char *key, const char *label, const char *status, double progress);
-void ct_health_status(ct_health *h, const char *status, long current, long total, double eta_s, double loss);
+void ct_health_stage(ct_health *h, const char *key, const char *label, const char *status,
+                     double progress);
+void ct_health_status(ct_health *h, const char *status, long current, long total, double eta_s,
+                      double loss);
 void ct_health_checkpoint(ct_health *h, const char *path, long step, int is_final);
 void ct_health_validation(ct_health *h, long step, int images, const char *dir);
 void ct_health_error(ct_health *h, const char *title, const char *message);

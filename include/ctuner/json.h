@@ -11,8 +11,8 @@
 #define CTUNER_JSON_H
 
 #include <stddef.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ctuner/status.h"
 
@@ -27,16 +27,16 @@ typedef enum ct_json_type {
 
 typedef struct ct_json {
   ct_json_type type;
-  int line, col;        /* where the value starts, for error messages */
-  int boolean;          /* CT_JSON_BOOL */
-  double num;           /* CT_JSON_NUMBER */
-  int is_int;           /* number literal is an integer that fits int64 */
+  int line, col; /* where the value starts, for error messages */
+  int boolean;   /* CT_JSON_BOOL */
+  double num;    /* CT_JSON_NUMBER */
+  int is_int;    /* number literal is an integer that fits int64 */
   int64_t i64;
-  char *str;            /* CT_JSON_STRING: NUL-terminated (may contain NULs; see len) */
+  char *str; /* CT_JSON_STRING: NUL-terminated (may contain NULs; see len) */
   size_t len;
-  size_t n;             /* ARRAY/OBJECT: number of items */
+  size_t n;              /* ARRAY/OBJECT: number of items */
   struct ct_json *items; /* n values */
-  char **keys;          /* OBJECT: n keys (NUL-terminated) */
+  char **keys;           /* OBJECT: n keys (NUL-terminated) */
 } ct_json;
 
 #define CT_JSON_MAX_DEPTH 64

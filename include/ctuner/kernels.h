@@ -80,8 +80,8 @@ void ct_layernorm_affine_fwd(int N, int D, const float *x, int ldx, const float 
 
 /* ---- RMSNorm with learned scale over the last dim ----
  * y = x * rstd * scale,  rstd = 1/sqrt(mean(x^2) + eps). rstd (N) stored. */
-void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, float eps,
-                    float *y, int ldy, float *rstd);
+void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, float eps, float *y,
+                    int ldy, float *rstd);
 /* dx += ..., dscale += ... */
 void ct_rmsnorm_bwd(int N, int D, const float *x, int ldx, const float *scale, const float *rstd,
                     const float *dy, int lddy, float *dx, int lddx, float *dscale);
@@ -103,8 +103,8 @@ void ct_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy
  * pe is the table for the joint sequence (Lt positions). rstd_q/rstd_k: (B*Ls*H),
  * index (b*Ls + l)*H + h. The RMSNorm eps is the model's fixed 1e-6. */
 void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
-                      const float *qscale, const float *kscale, const float *pe, float *q,
-                      float *k, float *v, float *rstd_q, float *rstd_k);
+                      const float *qscale, const float *kscale, const float *pe, float *q, float *k,
+                      float *v, float *rstd_q, float *rstd_k);
 /* Inverse: from dq, dk, dv in (B, H, Lt, hd) (positions [off, off+Ls)) write
  * dqkv (B*Ls, 3*H*hd) (overwrite) and accumulate dqscale, dkscale (hd). */
 void ct_qkv_heads_bwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
@@ -130,9 +130,10 @@ void ct_silu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
 void ct_silu_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
                  int lddx); /* dx = dy * silu'(x) (overwrite) */
 void ct_gelu_tanh_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
-void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
-                      float *dx, int lddx); /* overwrite */
-void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy); /* x*sigmoid(1.702x) */
+void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                      int lddx); /* overwrite */
+void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y,
+                       int ldy); /* x*sigmoid(1.702x) */
 
 /* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
 void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
@@ -144,18 +145,21 @@ void ct_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const floa
                      const float *dout, int lddo, float *dy, int lddy, float *dgate);
 
 /* ---- embeddings, patches, loss ---- */
-/* out (B, dim): [cos(args), sin(args)], args = time_factor*t[b] * exp(-ln(max_period)*k/(dim/2)). */
+/* out (B, dim): [cos(args), sin(args)], args = time_factor*t[b] * exp(-ln(max_period)*k/(dim/2)).
+ */
 void ct_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
                            float *out);
 /* y (N, D), row r = tok[ids[r]] + pos[r % T]: the token plus position
  * embedding of N = B*T tokens (text encoder; forward only). tok (vocab, D),
  * pos (>= T, D); ids (N) are host memory and must be in range. */
-void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos, float *y);
+void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos,
+                      float *y);
 /* (B, C, H, W) -> (B, (H/p)*(W/p), C*p*p) in the order b c (h ph) (w pw) -> b (h w) (c ph pw). */
 void ct_patchify(int B, int C, int H, int W, int p, const float *x, float *out);
 /* Exact inverse of ct_patchify (also its backward: a permutation). */
 void ct_unpatchify(int B, int C, int H, int W, int p, const float *in, float *x);
-/* Mean squared error over n elements; dpred = 2 (pred - target) / n * dloss (overwrite, may be NULL). */
+/* Mean squared error over n elements; dpred = 2 (pred - target) / n * dloss (overwrite, may be
+ * NULL). */
 float ct_mse_fwd_bwd(size_t n, const float *pred, const float *target, float dloss, float *dpred);
 
 /* ---- image kernels (the VAE), NCHW float32 ---- */
@@ -171,17 +175,19 @@ typedef struct ct_conv2d_shape {
 int ct_conv2d_out(int in, int k, int stride, int pad_lo, int pad_hi);
 int ct_conv2d_band_rows(const ct_conv2d_shape *s);
 size_t ct_conv2d_col_floats(const ct_conv2d_shape *s);
-void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, float *y, float *col);
+void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                   float *y, float *col);
 /* dx (overwritten; NULL: skipped), dw += , db += (NULL: skipped). */
-void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy, float *dx, float *dw,
-                   float *db, float *col);
+void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                   float *dx, float *dw, float *db, float *col);
 /* GroupNorm over (C/G channels x HW) per image and group, statistics in
  * double; gamma/beta (C) may be NULL (1, 0). Keeps mean, rstd (B*G). */
-void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma, const float *beta,
-                      float *y, float *mean, float *rstd);
+void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma,
+                      const float *beta, float *y, float *mean, float *rstd);
 /* dx overwritten (NULL: skipped); dgamma, dbeta += (NULL: skipped). */
-void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *gamma, const float *mean,
-                      const float *rstd, const float *dy, float *dx, float *dgamma, float *dbeta);
+void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *gamma,
+                      const float *mean, const float *rstd, const float *dy, float *dx,
+                      float *dgamma, float *dbeta);
 /* Nearest-neighbour x2: (BC, H, W) -> (BC, 2H, 2W); the backward sums the 4 (overwrite). */
 void ct_upsample2x_fwd(int BC, int H, int W, const float *x, float *y);
 void ct_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx);
@@ -194,8 +200,8 @@ void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
  * e when horizontal). a points at the overlap (the last e rows or columns of
  * the earlier tile), plane p of a at a + p * plane_a with rows lda apart, of
  * b at b + p * plane_b with rows ldb apart. Forward only (inference). */
-void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a, size_t plane_a, int lda,
-                   float *b, size_t plane_b, int ldb);
+void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a,
+                   size_t plane_a, int lda, float *b, size_t plane_b, int ldb);
 
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
@@ -206,10 +212,11 @@ void ct_scale_inplace(size_t n, float *x, float c); /* x *= c (gradient clipping
 void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd);
 /* y = x clamped to [lo, hi] on a (rows, cols) block (NaN stays NaN): the
  * VAE's logvar clamp. y may alias x. */
-void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y, int ldy);
+void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                  int ldy);
 /* dx += dy where lo <= x <= hi; outside (and for NaN) the clamp passes no gradient. */
-void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy, int lddy,
-                  float *dx, int lddx);
+void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy,
+                  int lddy, float *dx, int lddx);
 
 /* ---- optimizer math (src/kernels/optim_math.c) ----
  * Elementwise updates on n floats, one pass each, PyTorch's formulas

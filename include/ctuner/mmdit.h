@@ -18,14 +18,14 @@
 #include "ctuner/status.h"
 
 typedef struct ct_mmdit_config {
-  int in_channels;    /* latent channels C */
-  int patch;          /* 2 */
-  int hidden;         /* d */
-  int heads;          /* H; head_dim = d / H */
-  int axes_dim[3];    /* sum = head_dim */
+  int in_channels; /* latent channels C */
+  int patch;       /* 2 */
+  int hidden;      /* d */
+  int heads;       /* H; head_dim = d / H */
+  int axes_dim[3]; /* sum = head_dim */
   int depth_double;
   int depth_single;
-  int mlp_ratio;      /* 4 */
+  int mlp_ratio; /* 4 */
   int context_in_dim;
   int vec_in_dim;
   int qkv_bias;       /* 1 */
@@ -55,17 +55,17 @@ typedef struct ct_param {
 } ct_param;
 
 /* Parameter table without allocating the model (flux-dev sizes, memory planning). */
-ct_status ct_mmdit_param_table(const ct_mmdit_config *cfg, ct_param **out, size_t *n,
-                               size_t *numel, ct_err *err);
+ct_status ct_mmdit_param_table(const ct_mmdit_config *cfg, ct_param **out, size_t *n, size_t *numel,
+                               ct_err *err);
 
 /* One training/inference batch. All pointers are row-major float32. */
 typedef struct ct_mmdit_batch {
-  int B, H, W, T;         /* batch, latent height/width (even), text tokens */
-  const float *x;         /* (B, C, H, W) noisy latents x_t */
-  const float *t;         /* (B) timesteps in [0,1] */
-  const float *txt;       /* (B, T, context_in_dim) */
-  const float *y;         /* (B, vec_in_dim) */
-  const float *guidance;  /* (B) or NULL; used iff guidance_embed */
+  int B, H, W, T;        /* batch, latent height/width (even), text tokens */
+  const float *x;        /* (B, C, H, W) noisy latents x_t */
+  const float *t;        /* (B) timesteps in [0,1] */
+  const float *txt;      /* (B, T, context_in_dim) */
+  const float *y;        /* (B, vec_in_dim) */
+  const float *guidance; /* (B) or NULL; used iff guidance_embed */
 } ct_mmdit_batch;
 
 typedef struct ct_mmdit ct_mmdit;
@@ -77,7 +77,8 @@ typedef struct ct_mmdit ct_mmdit;
  * ct_mmdit_init_range / ct_mmdit_load_range for the shard. */
 #define CT_MMDIT_GRADS 1
 #define CT_MMDIT_NO_PARAMS 2
-ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out, ct_err *err);
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out,
+                       ct_err *err);
 /* The initial values of floats [lo, hi) of the flat buffer into out[0 .. hi-lo):
  * the same numbers ct_mmdit_new gives them. */
 void ct_mmdit_init_range(const ct_mmdit *m, uint64_t seed, size_t lo, size_t hi, float *out);
@@ -139,8 +140,8 @@ void ct_mmdit_use_grads(ct_mmdit *m, float *g);
 ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_err *err);
 /* The same checks, but only floats [lo, hi) of the flat buffer are read, into
  * out[0 .. hi-lo) (a ZeRO-3 shard, or a file with the model's tensor names). */
-ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo, size_t hi,
-                              float *out, ct_err *err);
+ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo,
+                              size_t hi, float *out, ct_err *err);
 /* Write parameters (Flux names) atomically. */
 ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err);
 
@@ -156,7 +157,6 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err);
  * attention's four products (not the score recompute). */
 void ct_mmdit_flops(const ct_mmdit_config *cfg, int B, int H, int W, int T, double *fwd,
                     double *bwd);
-
 
 /* ---- parity against a golden file of the PyTorch peer ---- */
 typedef struct ct_mmdit_check_report {

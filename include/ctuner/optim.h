@@ -27,23 +27,23 @@ void ct_adamw_step(size_t n, float *w, const float *g, float *m, float *v, const
                    long step);
 
 /* ---- optimizers ---- */
-#define CT_OPTIM_MAP(X)      \
-  X(ADAMW, "adamw")          \
-  X(ADAM, "adam")            \
-  X(ADAGRAD, "adagrad")      \
-  X(LAMB, "lamb")            \
-  X(LION, "lion")            \
-  X(SGD, "sgd")              \
-  X(MUON, "muon")            \
-  X(MUADAM, "muadam")        \
-  X(MUADAMW, "muadamw")      \
+#define CT_OPTIM_MAP(X) \
+  X(ADAMW, "adamw")     \
+  X(ADAM, "adam")       \
+  X(ADAGRAD, "adagrad") \
+  X(LAMB, "lamb")       \
+  X(LION, "lion")       \
+  X(SGD, "sgd")         \
+  X(MUON, "muon")       \
+  X(MUADAM, "muadam")   \
+  X(MUADAMW, "muadamw") \
   X(MUSGD, "musgd")
 
 typedef enum ct_optim_kind {
 #define CT_X(id, name) CT_OPTIM_##id,
   CT_OPTIM_MAP(CT_X)
 #undef CT_X
-  CT_OPTIM_NKINDS
+      CT_OPTIM_NKINDS
 } ct_optim_kind;
 
 const char *ct_optim_kind_name(ct_optim_kind k);
@@ -64,10 +64,11 @@ typedef enum ct_optim_granularity {
 
 /* Which 1-bit optimizer (DeepSpeed's names; train/onebit.c runs them). */
 typedef enum ct_optim_onebit {
-  CT_OPTIM_ONEBIT_NONE = 0,     /* a local optimizer (ct_optim_new) */
-  CT_OPTIM_ONEBIT_ADAM,         /* OneBitAdam: warm-up, then 1-bit compressed momentum, frozen variance */
-  CT_OPTIM_ONEBIT_ZEROONE_ADAM, /* ZeroOneAdam (0/1 Adam): variance updated on a schedule, local steps */
-  CT_OPTIM_ONEBIT_LAMB          /* OneBitLamb: 1-bit Adam's momentum with Lamb's frozen trust ratios */
+  CT_OPTIM_ONEBIT_NONE = 0, /* a local optimizer (ct_optim_new) */
+  CT_OPTIM_ONEBIT_ADAM, /* OneBitAdam: warm-up, then 1-bit compressed momentum, frozen variance */
+  CT_OPTIM_ONEBIT_ZEROONE_ADAM, /* ZeroOneAdam (0/1 Adam): variance updated on a schedule, local
+                                   steps */
+  CT_OPTIM_ONEBIT_LAMB /* OneBitLamb: 1-bit Adam's momentum with Lamb's frozen trust ratios */
 } ct_optim_onebit;
 
 /* Capability flags of a row. */
@@ -89,14 +90,16 @@ enum {
 };
 
 typedef struct ct_optim_info {
-  const char *name;      /* the spelling this row accepts (matched ignoring case, '-' = '_') */
-  const char *canonical; /* the optimizer it is ("adamw" for "adamw_bf16"); == name for canonical rows */
-  ct_optim_kind kind;    /* the local optimizer that steps it and holds its state; the 1-bit
-                          * family keeps Adam's two moments in a CT_OPTIM_ADAM (onebit.c steps them) */
+  const char *name; /* the spelling this row accepts (matched ignoring case, '-' = '_') */
+  const char
+      *canonical; /* the optimizer it is ("adamw" for "adamw_bf16"); == name for canonical rows */
+  ct_optim_kind kind; /* the local optimizer that steps it and holds its state; the 1-bit
+                       * family keeps Adam's two moments in a CT_OPTIM_ADAM (onebit.c steps them) */
   ct_optim_onebit onebit;
   ct_optim_granularity granularity;
   unsigned flags; /* CT_OPTIM_CAN_SLICE | ... */
-  int nstate;     /* state arrays of n floats (ct_optim_nstate); sgd, musgd: 1 with momentum != 0, else 0 */
+  int nstate; /* state arrays of n floats (ct_optim_nstate); sgd, musgd: 1 with momentum != 0, else
+                 0 */
   const char *desc;
 } ct_optim_info;
 
@@ -121,9 +124,9 @@ typedef struct ct_optim_hp {
   float momentum, dampening;             /* SGD, MuSGD */
   int nesterov;                          /* SGD, MuSGD, Muon */
   float adagrad_lr_decay, adagrad_initial_accumulator;
-  float muon_momentum;   /* Muon's momentum for 2-D weights (0.95) */
-  int muon_ns_steps;     /* Newton–Schulz iterations (5) */
-  float muon_adamw_lr;   /* lr scale of the AdamW part of Muon, relative to lr (1) */
+  float muon_momentum; /* Muon's momentum for 2-D weights (0.95) */
+  int muon_ns_steps;   /* Newton–Schulz iterations (5) */
+  float muon_adamw_lr; /* lr scale of the AdamW part of Muon, relative to lr (1) */
 } ct_optim_hp;
 
 /* Defaults of the kind (PyTorch's, or the reference's). */
@@ -171,24 +174,24 @@ size_t ct_optim_numel(const ct_optim *o);
  * states[i], n floats) — elementwise kinds only (not Lamb, Muon). A range
  * stepped in slices gives exactly what one ct_optim_step gives. */
 void ct_optim_release_state(ct_optim *o);
-ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g, float *const *states,
-                              float lr, long step, ct_err *err);
+ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g,
+                              float *const *states, float lr, long step, ct_err *err);
 
 /* ---- learning-rate schedules ---- */
-#define CT_SCHED_MAP(X)                              \
-  X(CONSTANT, "constant")                            \
-  X(CONSTANT_WITH_WARMUP, "constant_with_warmup")    \
-  X(LINEAR, "linear")                                \
-  X(COSINE, "cosine")                                \
-  X(POLYNOMIAL, "polynomial")                        \
-  X(WARMUP_LR, "WarmupLR")                           \
+#define CT_SCHED_MAP(X)                           \
+  X(CONSTANT, "constant")                         \
+  X(CONSTANT_WITH_WARMUP, "constant_with_warmup") \
+  X(LINEAR, "linear")                             \
+  X(COSINE, "cosine")                             \
+  X(POLYNOMIAL, "polynomial")                     \
+  X(WARMUP_LR, "WarmupLR")                        \
   X(WARMUP_DECAY_LR, "WarmupDecayLR")
 
 typedef enum ct_sched_kind {
 #define CT_X(id, name) CT_SCHED_##id,
   CT_SCHED_MAP(CT_X)
 #undef CT_X
-  CT_SCHED_NKINDS
+      CT_SCHED_NKINDS
 } ct_sched_kind;
 
 typedef struct ct_sched {

@@ -29,7 +29,7 @@ void ct_rng_fill_uniform(float *out, size_t n, uint64_t seed, uint64_t stream, u
                          float lo, float hi);
 
 /* Streams the data loader draws from, keyed by the global sample id. */
-#define CT_STREAM_DROPOUT 0x44524f5000000000ull      /* caption dropout */
-#define CT_STREAM_CAPTION 0x4341505400000000ull      /* caption line choice */
+#define CT_STREAM_DROPOUT 0x44524f5000000000ull /* caption dropout */
+#define CT_STREAM_CAPTION 0x4341505400000000ull /* caption line choice */
 
 #endif

@@ -45,12 +45,12 @@ typedef struct ct_st_tensor {
   int ndim;
   int64_t shape[CT_ST_MAX_DIMS];
   size_t numel;
-  size_t begin, end;   /* within the data section */
-  const void *data;    /* points into the mapping */
+  size_t begin, end; /* within the data section */
+  const void *data;  /* points into the mapping */
 } ct_st_tensor;
 
 typedef struct ct_st_file {
-  char *path;          /* NULL when parsed from memory */
+  char *path; /* NULL when parsed from memory */
   void *map;
   size_t map_size;
   size_t ntensors;
@@ -69,7 +69,8 @@ const char *ct_st_meta(const ct_st_file *f, const char *key); /* NULL if absent 
 /* Convert a F32/F16/BF16 tensor to float32; n must equal t->numel. */
 ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err);
 /* Elements [first, first + n) of a F32/F16/BF16 tensor to float32. */
-ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out, ct_err *err);
+ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out,
+                             ct_err *err);
 
 /* f16 conversions (round to nearest even; NaN kept NaN); bf16 ones are in bf16.h. */
 uint16_t ct_f32_to_f16(float f);

@@ -14,11 +14,11 @@
 #include "ctuner/status.h"
 
 typedef struct ct_synth_spec {
-  int shape;  /* index into ct_synth_shapes: circle, square, triangle */
-  int color;  /* index into ct_synth_colors (>= 6 foreground colours) */
-  int size;   /* small, medium, large */
-  int pos;    /* 0..8: top left, top, top right, left, center, right, bottom left, ... */
-  int bg;     /* background colour index (ct_synth_colors; white, black, grey, ...) */
+  int shape; /* index into ct_synth_shapes: circle, square, triangle */
+  int color; /* index into ct_synth_colors (>= 6 foreground colours) */
+  int size;  /* small, medium, large */
+  int pos;   /* 0..8: top left, top, top right, left, center, right, bottom left, ... */
+  int bg;    /* background colour index (ct_synth_colors; white, black, grey, ...) */
 } ct_synth_spec;
 
 int ct_synth_nshapes(void);

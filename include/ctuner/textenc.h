@@ -16,9 +16,9 @@
 #include "ctuner/status.h"
 
 typedef struct ct_textenc_config {
-  int vocab;        /* 259 for the byte tokenizer */
-  int max_pos;      /* position embeddings (77) */
-  int hidden;       /* width d (= MMDiT context_in_dim and vec_in_dim) */
+  int vocab;   /* 259 for the byte tokenizer */
+  int max_pos; /* position embeddings (77) */
+  int hidden;  /* width d (= MMDiT context_in_dim and vec_in_dim) */
   int heads;
   int layers;
   int intermediate; /* MLP width (4 d) */
@@ -34,7 +34,8 @@ ct_status ct_textenc_config_validate(const ct_textenc_config *cfg, ct_err *err);
 typedef struct ct_textenc ct_textenc;
 
 /* Seed-drawn weights (docs/text_encoder.md gives the distribution). */
-ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out, ct_err *err);
+ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
+                         ct_err *err);
 /* Replace the weights from a CLIPTextModel safetensors file (names with or
  * without a "text_model." prefix); one error lists every missing, unexpected or
  * wrongly shaped tensor. */

@@ -20,13 +20,13 @@
 #include "ctuner/textenc.h"
 
 typedef struct ct_step_info {
-  long step, total;   /* optimizer steps done (1-based after this step), planned */
+  long step, total; /* optimizer steps done (1-based after this step), planned */
   long epoch;
   double loss, lr, grad_norm;
-  double seconds;     /* this step's wall time */
+  double seconds; /* this step's wall time */
   double samples_per_s;
-  int skipped;        /* 1 if NaN/Inf made this step a no-op */
-  const char *event;  /* NULL, or "checkpoint <path>" / "validation <n> images" */
+  int skipped;       /* 1 if NaN/Inf made this step a no-op */
+  const char *event; /* NULL, or "checkpoint <path>" / "validation <n> images" */
 } ct_step_info;
 
 typedef void (*ct_step_cb)(const ct_step_info *info, void *user);
@@ -40,7 +40,8 @@ typedef struct ct_train_summary {
   size_t images, images_skipped;
   size_t params; /* trainable parameters of the model (Ψ) */
   char last_checkpoint[1024];
-  int joint_stop; /* the error was reached by every rank at the same point (breaker, disk): no abort needed */
+  int joint_stop; /* the error was reached by every rank at the same point (breaker, disk): no abort
+                     needed */
 } ct_train_summary;
 
 /* comm: the ranks to train on (NULL: this process alone). With N ranks each
@@ -51,7 +52,8 @@ typedef struct ct_train_summary {
 /* Builds the data caches of cfg (discovery, latents, text embeddings; every
  * rank of comm together) without training; stats as the loader counted them. */
 struct ct_data_stats;
-ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats *stats, ct_err *err);
+ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats *stats,
+                       ct_err *err);
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err);
 
@@ -70,7 +72,7 @@ typedef struct ct_pipeline {
   ct_textenc *te;
   int T;           /* text tokens */
   int codec_scale; /* latent factor (pixel codec s or VAE f) */
-  ct_codec codec;   /* the checkpoint's codec */
+  ct_codec codec;  /* the checkpoint's codec */
 } ct_pipeline;
 
 ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err);

@@ -17,8 +17,8 @@
 #define CT_VAE_MAX_BLOCKS 8
 
 typedef struct ct_vae_config {
-  int in_channels, out_channels;           /* 3, 3 */
-  int nblocks;                             /* len(block_out_channels) */
+  int in_channels, out_channels; /* 3, 3 */
+  int nblocks;                   /* len(block_out_channels) */
   int block_out_channels[CT_VAE_MAX_BLOCKS];
   int layers_per_block;                    /* 2 */
   int latent_channels;                     /* 4 (SD), 16 (Flux) */
@@ -59,7 +59,8 @@ const ct_vae_config *ct_vae_cfg(const ct_vae *v);
  * workspace is reallocated by the next call). The images, latents and their
  * gradients given to the calls below are then that backend's memory (host
  * memory for the CPU backend); a tape is freed on the backend it was made on,
- * and its backward needs the VAE still there. NULL: the default. On failure the VAE stays where it was. */
+ * and its backward needs the VAE still there. NULL: the default. On failure the VAE stays where it
+ * was. */
 ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err);
 const ct_backend_ops *ct_vae_backend(const ct_vae *v);
 /* Sets scaling_factor and shift_factor (measured latent statistics). */
@@ -78,7 +79,8 @@ ct_status ct_vae_from_pretrained(const char *path, ct_vae **out, ct_err *err);
 
 /* Encoder: x (B, in_channels, H, W), H and W multiples of f. mean and logvar
  * (B, latent, H/f, W/f); either may be NULL. logvar is clamped to [-30, 20]. */
-ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar, ct_err *err);
+ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar,
+                        ct_err *err);
 /* Decoder: z (B, latent, h, w) -> x (B, out_channels, h*f, w*f). z is the
  * unscaled latent (post_quant_conv's input). */
 ct_status ct_vae_decode(ct_vae *v, int B, int h, int w, const float *z, float *x, ct_err *err);
@@ -86,9 +88,10 @@ ct_status ct_vae_decode(ct_vae *v, int B, int h, int w, const float *z, float *x
 /* Tiled (diffusers' tiled_encode/tiled_decode, overlap 1/4, linear blends):
  * `tile` image pixels per tile, a multiple of 4 f; images no larger than one
  * tile (or tile 0) go through untiled. Memory follows the tile size. */
-ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, int tile, float *mean, float *logvar,
+ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, int tile, float *mean,
+                              float *logvar, ct_err *err);
+ct_status ct_vae_decode_tiled(ct_vae *v, int B, int h, int w, const float *z, int tile, float *x,
                               ct_err *err);
-ct_status ct_vae_decode_tiled(ct_vae *v, int B, int h, int w, const float *z, int tile, float *x, ct_err *err);
 
 /* ---- training: a recorded forward and its backward (vae_train.c) ---- */
 typedef struct ct_vae_tape ct_vae_tape;
@@ -96,14 +99,15 @@ typedef struct ct_vae_tape ct_vae_tape;
  * first use; backward passes ACCUMULATE into it. NULL if out of memory. */
 float *ct_vae_grads(ct_vae *v);
 /* As ct_vae_encode, keeping the activations on *tape for the backward. */
-ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar,
-                            ct_vae_tape **tape, ct_err *err);
+ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, float *mean,
+                            float *logvar, ct_vae_tape **tape, ct_err *err);
 /* dmean, dlogvar: gradients of the loss (NULL: zero); dx: of the input (NULL: skipped). */
-ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dmean, const float *dlogvar, float *dx,
+ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dmean, const float *dlogvar,
+                            float *dx, ct_err *err);
+ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h, int w, const float *z, float *x,
+                            ct_vae_tape **tape, ct_err *err);
+ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dout, float *dz,
                             ct_err *err);
-ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h, int w, const float *z, float *x, ct_vae_tape **tape,
-                            ct_err *err);
-ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tape, const float *dout, float *dz, ct_err *err);
 void ct_vae_tape_free(ct_vae_tape *tape);
 
 #endif

@@ -9,11 +9,11 @@
 
 /* One row of the command table: `ctuner NAME [SUB] [options]`. */
 typedef struct ct_cli_cmd {
-  const char *section;               /* heading it is listed under in `ctuner --help` */
-  const char *name;                  /* first word: "train", "bench" */
-  const char *sub;                   /* second word ("step"), NULL for a command without subcommands */
-  const char *summary;               /* one line for `ctuner --help` */
-  void (*help)(FILE *f);             /* usage line(s) and description (`ctuner NAME [SUB] --help`) */
+  const char *section;   /* heading it is listed under in `ctuner --help` */
+  const char *name;      /* first word: "train", "bench" */
+  const char *sub;       /* second word ("step"), NULL for a command without subcommands */
+  const char *summary;   /* one line for `ctuner --help` */
+  void (*help)(FILE *f); /* usage line(s) and description (`ctuner NAME [SUB] --help`) */
   int (*run)(int argc, char **argv); /* argv[0] = NAME, argv[1] = SUB if any, then the options;
                                         returns the exit code (0 done, 1 failed, 2 bad usage) */
 } ct_cli_cmd;

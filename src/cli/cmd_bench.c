@@ -43,7 +43,8 @@ static int cmp_double(const void *a, const void *b) {
 static void sgemm_gflops(double *blas, double *ours) {
   const int n = 2048;
   const double flop = 2.0 * n * n * n;
-  float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4), *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+  float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
         *c = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4);
   *blas = *ours = 0;
   if (a && b && c) {
@@ -88,11 +89,14 @@ int ct_cmd_bench_step(int argc, char **argv) {
   }
   const ct_mmdit_preset *p = ct_mmdit_preset_find(preset);
   if (!p) {
-    fprintf(stderr, "ctuner bench step: unknown preset '%s'; presets: %s\n", preset, ct_mmdit_preset_names());
+    fprintf(stderr, "ctuner bench step: unknown preset '%s'; presets: %s\n", preset,
+            ct_mmdit_preset_names());
     return 2;
   }
   if (!p->batch) {
-    fprintf(stderr, "ctuner bench step: preset '%s' is shape-only (no batch shape); choose tiny, small or bench\n",
+    fprintf(stderr,
+            "ctuner bench step: preset '%s' is shape-only (no batch shape); choose tiny, small or "
+            "bench\n",
             preset);
     return 2;
   }
@@ -107,7 +111,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
   const ct_mmdit_config *c = &p->cfg;
   size_t B = (size_t)p->batch, nx = B * c->in_channels * p->lat_h * p->lat_w;
   size_t ntxt = B * p->txt_len * c->context_in_dim, ny = B * c->vec_in_dim;
-  float *x0 = NULL, *eps = NULL, *xt = NULL, *t = NULL, *txt = NULL, *y = NULL, *vp = NULL, *tgt = NULL, *dv = NULL;
+  float *x0 = NULL, *eps = NULL, *xt = NULL, *t = NULL, *txt = NULL, *y = NULL, *vp = NULL,
+        *tgt = NULL, *dv = NULL;
   float *om = NULL, *ov = NULL;
   double *times = calloc((size_t)steps, sizeof(double));
   if (ct_mmdit_new(c, 0, 1, &m, &err)) {
@@ -174,12 +179,17 @@ int ct_cmd_bench_step(int argc, char **argv) {
   size_t nreal = 0, np;
   const ct_param *tab = ct_mmdit_table(m, &np);
   for (size_t i = 0; i < np; i++) nreal += tab[i].numel;
-  printf("{\"preset\": \"%s\", \"threads\": %d, \"params\": %zu, \"steps\": %ld, \"ms_per_step_median\": %.2f, "
-         "\"ms_per_step_min\": %.2f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
-         "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, \"ct_sgemm_path\": \"%s\", "
-         "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\"}\n",
-         p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg, gf / sg, csg,
-         gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0, ct ? ct : "");
+  printf(
+      "{\"preset\": \"%s\", \"threads\": %d, \"params\": %zu, \"steps\": %ld, "
+      "\"ms_per_step_median\": %.2f, "
+      "\"ms_per_step_min\": %.2f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": "
+      "%.2f, "
+      "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
+      "\"ct_sgemm_path\": \"%s\", "
+      "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\"}\n",
+      p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
+      gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
+      ru.ru_maxrss / 1024.0, ct ? ct : "");
   rc = 0;
 out:
   free(times);

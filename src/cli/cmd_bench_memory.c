@@ -17,7 +17,8 @@
 
 void ct_cmd_bench_memory_help(FILE *f) {
   fprintf(f,
-          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision no|bf16]\n"
+          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision "
+          "no|bf16]\n"
           "\n"
           "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
           "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
@@ -115,7 +116,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
     goto done;
   }
-  snprintf(json, sizeof json, "[{\"id\": \"m\", \"type\": \"local\", \"instance_data_dir\": \"%s\"}]", data);
+  snprintf(json, sizeof json,
+           "[{\"id\": \"m\", \"type\": \"local\", \"instance_data_dir\": \"%s\"}]", data);
   FILE *f = fopen(backend, "w");
   if (!f || fputs(json, f) < 0 || fclose(f)) {
     perror("ctuner bench memory: backend.json");
@@ -125,10 +127,17 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   ct_config_defaults(&cfg);
   char st_s[8];
   snprintf(st_s, sizeof st_s, "%ld", stage);
-  const char *kv[][2] = {{"preset", preset},         {"resolution", "16"},      {"train_batch_size", "1"},
-                         {"max_train_steps", "2"},   {"optimizer", "adamw"},    {"use_ema", "false"},
-                         {"disable_validation", "true"}, {"checkpoint_step_interval", "0"},
-                         {"data_backend_config", backend}, {"output_dir", out}, {"zero_stage", st_s},
+  const char *kv[][2] = {{"preset", preset},
+                         {"resolution", "16"},
+                         {"train_batch_size", "1"},
+                         {"max_train_steps", "2"},
+                         {"optimizer", "adamw"},
+                         {"use_ema", "false"},
+                         {"disable_validation", "true"},
+                         {"checkpoint_step_interval", "0"},
+                         {"data_backend_config", backend},
+                         {"output_dir", out},
+                         {"zero_stage", st_s},
                          {"mixed_precision", mp}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
@@ -150,7 +159,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   /* the largest per rank: max over ranks via each rank's slot of an all-reduce */
   double *v3 = calloc((size_t)5 * N, sizeof *v3);
   if (!v3) goto done;
-  const ct_mem_cat cats[5] = {CT_MEM_PARAMS, CT_MEM_GRADS, CT_MEM_OPTIMIZER, CT_MEM_ACTIVATIONS, CT_MEM_BUFFERS};
+  const ct_mem_cat cats[5] = {CT_MEM_PARAMS, CT_MEM_GRADS, CT_MEM_OPTIMIZER, CT_MEM_ACTIVATIONS,
+                              CT_MEM_BUFFERS};
   for (int k = 0; k < 5; k++) v3[5 * rank + k] = (double)ms.peak[cats[k]];
   if (ct_comm_allreduce_f64(comm, v3, (size_t)5 * N, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -170,12 +180,18 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 3) fp /= N;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
-    printf("{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"%s\", \"psi\": %.0f, "
-           "\"measured_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
-           "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
-           "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, \"buffers\": %.2f}}\n",
-           preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
-           fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576, mx[4] / 1048576);
+    printf(
+        "{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"%s\", \"psi\": "
+        "%.0f, "
+        "\"measured_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
+        "%.2f}, "
+        "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
+        "%.2f}, "
+        "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
+        "\"buffers\": %.2f}}\n",
+        preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
+        fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
+        mx[4] / 1048576);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

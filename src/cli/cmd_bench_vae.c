@@ -84,7 +84,8 @@ int ct_cmd_bench_vae(int argc, char **argv) {
     return 2;
   }
   const size_t npx = (size_t)3 * N * N, nl = (size_t)lc * (N / f) * (N / f);
-  float *x = malloc(npx * sizeof(float)), *mean = malloc(nl * sizeof(float)), *y = malloc(npx * sizeof(float));
+  float *x = malloc(npx * sizeof(float)), *mean = malloc(nl * sizeof(float)),
+        *y = malloc(npx * sizeof(float));
   if (!x || !mean || !y) {
     fprintf(stderr, "ctuner bench vae: out of memory\n");
     return 1;
@@ -106,10 +107,11 @@ int ct_cmd_bench_vae(int argc, char **argv) {
     ct_mem_get_stats(&m);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"size\": %d, \"tile\": %ld, \"params\": %zu, \"encode_s\": %.2f, \"decode_s\": %.2f, "
-           "\"peak_ctuner_bytes\": %zu, \"params_bytes\": %zu, \"peak_rss_bytes\": %lld}\n",
-           N, tile, ct_vae_numel(vae), t1 - t0, t2 - t1, m.total_peak, m0.total_current,
-           (long long)ru.ru_maxrss * 1024);
+    printf(
+        "{\"size\": %d, \"tile\": %ld, \"params\": %zu, \"encode_s\": %.2f, \"decode_s\": %.2f, "
+        "\"peak_ctuner_bytes\": %zu, \"params_bytes\": %zu, \"peak_rss_bytes\": %lld}\n",
+        N, tile, ct_vae_numel(vae), t1 - t0, t2 - t1, m.total_peak, m0.total_current,
+        (long long)ru.ru_maxrss * 1024);
   }
   free(x), free(mean), free(y);
   ct_vae_free(vae);

@@ -11,14 +11,15 @@
 #include "ctuner/train.h"
 
 void ct_cmd_checkpoint_export_help(FILE *f) {
-  fprintf(f,
-          "usage: ctuner checkpoint export --checkpoint DIR|latest:OUTPUT_DIR --out FILE.safetensors\n"
-          "                                [--dtype f32|bf16] [--ema]\n"
-          "\n"
-          "Writes the checkpoint's model weights (--ema: its EMA weights) as one safetensors\n"
-          "file with Flux parameter names, stored as float32 (default) or bfloat16\n"
-          "(round to nearest even). The file loads with pretrained_model_path and in\n"
-          "PyTorch/diffusers tooling.\n");
+  fprintf(
+      f,
+      "usage: ctuner checkpoint export --checkpoint DIR|latest:OUTPUT_DIR --out FILE.safetensors\n"
+      "                                [--dtype f32|bf16] [--ema]\n"
+      "\n"
+      "Writes the checkpoint's model weights (--ema: its EMA weights) as one safetensors\n"
+      "file with Flux parameter names, stored as float32 (default) or bfloat16\n"
+      "(round to nearest even). The file loads with pretrained_model_path and in\n"
+      "PyTorch/diffusers tooling.\n");
 }
 
 int ct_cmd_checkpoint_export(int argc, char **argv) {
@@ -31,7 +32,8 @@ int ct_cmd_checkpoint_export(int argc, char **argv) {
       return 0;
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) || (r = ct_cli_opt(argc, argv, &i, "out", &out)) ||
+    } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "out", &out)) ||
                (r = ct_cli_opt(argc, argv, &i, "dtype", &dtype))) {
       if (r < 0) return 2;
     } else {
@@ -46,8 +48,10 @@ int ct_cmd_checkpoint_export(int argc, char **argv) {
     return 2;
   }
   ct_dtype dt;
-  if (!strcmp(dtype, "f32")) dt = CT_DTYPE_F32;
-  else if (!strcmp(dtype, "bf16")) dt = CT_DTYPE_BF16;
+  if (!strcmp(dtype, "f32"))
+    dt = CT_DTYPE_F32;
+  else if (!strcmp(dtype, "bf16"))
+    dt = CT_DTYPE_BF16;
   else {
     fprintf(stderr, "ctuner checkpoint export: --dtype %s: expected f32 or bf16\n", dtype);
     return 2;
@@ -79,8 +83,10 @@ int ct_cmd_checkpoint_export(int argc, char **argv) {
     fprintf(stderr, "ctuner checkpoint export: %s\n", err.msg);
     return 1;
   }
-  printf("{\"checkpoint\": \"%s\", \"out\": \"%s\", \"dtype\": \"%s\", \"weights\": \"%s\", \"tensors\": %zu, "
-         "\"params\": %zu}\n",
-         dir, out, dtype, ema ? "ema" : "model", np, total);
+  printf(
+      "{\"checkpoint\": \"%s\", \"out\": \"%s\", \"dtype\": \"%s\", \"weights\": \"%s\", "
+      "\"tensors\": %zu, "
+      "\"params\": %zu}\n",
+      dir, out, dtype, ema ? "ema" : "model", np, total);
   return 0;
 }

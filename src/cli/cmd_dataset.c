@@ -85,8 +85,11 @@ int ct_cmd_dataset_synth(int argc, char **argv) {
     } else if ((r = ct_cli_opt(argc, argv, &i, "size", &v))) {
       char tail;
       if (r < 0) return 2;
-      if (sscanf(v, "%dx%d%c", &fw, &fh, &tail) != 2 || fw < 8 || fh < 8 || fw > 4096 || fh > 4096) {
-        fprintf(stderr, "ctuner dataset synth: --size '%s': expected WxH with sides 8..4096, e.g. 64x64\n", v);
+      if (sscanf(v, "%dx%d%c", &fw, &fh, &tail) != 2 || fw < 8 || fh < 8 || fw > 4096 ||
+          fh > 4096) {
+        fprintf(stderr,
+                "ctuner dataset synth: --size '%s': expected WxH with sides 8..4096, e.g. 64x64\n",
+                v);
         return 2;
       }
     } else {

@@ -27,7 +27,9 @@ void ct_cmd_eval_vae_help(FILE *f) {
           "reconstructions for the first 8 images; --tile T encodes/decodes tiled.\n");
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 int ct_cmd_eval_vae(int argc, char **argv) {
   const char *vdir = NULL, *idir = NULL, *grid = NULL, *v;
@@ -112,8 +114,8 @@ int ct_cmd_eval_vae(int argc, char **argv) {
       continue;
     }
     const size_t npx = (size_t)3 * W * H, nl = (size_t)lc * (W / f) * (H / f);
-    float *x = malloc(npx * sizeof(float)), *m = malloc(nl * sizeof(float)), *y = malloc(npx * sizeof(float)),
-          *lv = malloc(nl * sizeof(float));
+    float *x = malloc(npx * sizeof(float)), *m = malloc(nl * sizeof(float)),
+          *y = malloc(npx * sizeof(float)), *lv = malloc(nl * sizeof(float));
     uint8_t *rgb = malloc(npx);
     int ok = x && m && y && rgb && !ct_pixel_encode(c.px, W, H, 1, x, &err) &&
              !ct_vae_encode_tiled(vae, 1, H, W, x, (int)tile, m, lv, &err) &&
@@ -137,8 +139,10 @@ int ct_cmd_eval_vae(int argc, char **argv) {
         }
         if (grid && W == gw && H == gh) {
           for (int yy = 0; yy < H; yy++) {
-            memcpy(g.px + ((size_t)yy * g.w + (size_t)gcount * W) * 3, c.px + (size_t)yy * W * 3, (size_t)W * 3);
-            memcpy(g.px + ((size_t)(yy + H) * g.w + (size_t)gcount * W) * 3, rgb + (size_t)yy * W * 3, (size_t)W * 3);
+            memcpy(g.px + ((size_t)yy * g.w + (size_t)gcount * W) * 3, c.px + (size_t)yy * W * 3,
+                   (size_t)W * 3);
+            memcpy(g.px + ((size_t)(yy + H) * g.w + (size_t)gcount * W) * 3,
+                   rgb + (size_t)yy * W * 3, (size_t)W * 3);
           }
           gcount++;
         }
@@ -151,7 +155,8 @@ int ct_cmd_eval_vae(int argc, char **argv) {
     ct_image_free(&img);
     ct_image_free(&c);
   }
-  if (grid && gcount && ct_image_save_png(grid, &g, &err)) fprintf(stderr, "ctuner eval vae: %s\n", err.msg);
+  if (grid && gcount && ct_image_save_png(grid, &g, &err))
+    fprintf(stderr, "ctuner eval vae: %s\n", err.msg);
   ct_image_free(&g);
   for (size_t k = 0; k < n; k++) free(names[k]);
   free(names);
@@ -161,8 +166,11 @@ int ct_cmd_eval_vae(int argc, char **argv) {
     return 1;
   }
   const double mse = se_all / px_all;
-  printf("{\"images\": %ld, \"psnr\": %.3f, \"psnr_min\": %.3f, \"skipped\": %ld, \"latent_rms\": %.4g, "
-         "\"logvar_mean\": %.4g}\n",
-         scored, mse > 0 ? 10 * log10(255.0 * 255.0 / mse) : 99.0, worst, skipped, sqrt(m_sq / nlat), lv_sum / nlat);
+  printf(
+      "{\"images\": %ld, \"psnr\": %.3f, \"psnr_min\": %.3f, \"skipped\": %ld, \"latent_rms\": "
+      "%.4g, "
+      "\"logvar_mean\": %.4g}\n",
+      scored, mse > 0 ? 10 * log10(255.0 * 255.0 / mse) : 99.0, worst, skipped, sqrt(m_sq / nlat),
+      lv_sum / nlat);
   return 0;
 }

@@ -18,14 +18,16 @@
 
 typedef struct acc_cfg {
   long num_machines, num_processes, machine_rank, main_process_port, zero_stage, grad_accum;
-  char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32], offload_param[32];
+  char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32],
+      offload_param[32];
   char nvme_path[1024];
   char ds_file[1024]; /* deepspeed_config.deepspeed_config_file */
 } acc_cfg;
 
 void ct_cmd_launch_help(FILE *f) {
   fprintf(f,
-          "usage: ctuner launch --accelerate-config FILE [--hostfile F] [--dry-run] -- train [options]\n"
+          "usage: ctuner launch --accelerate-config FILE [--hostfile F] [--dry-run] -- train "
+          "[options]\n"
           "\n"
           "Reads an Accelerate config (num_machines, num_processes, machine_rank,\n"
           "main_process_ip, main_process_port, mixed_precision, distributed_type,\n"
@@ -49,8 +51,10 @@ static char *trim(char *s) {
 static char *yaml_value(char *v) {
   char q = 0;
   for (char *p = v; *p; p++) {
-    if (!q && (*p == '"' || *p == '\'')) q = *p;
-    else if (q && *p == q) q = 0;
+    if (!q && (*p == '"' || *p == '\''))
+      q = *p;
+    else if (q && *p == q)
+      q = 0;
     else if (!q && *p == '#' && (p == v || isspace((unsigned char)p[-1]))) {
       *p = 0;
       break;
@@ -65,13 +69,14 @@ static char *yaml_value(char *v) {
   return v;
 }
 
-static int yaml_int(const char *path, int line, const char *key, const char *v, long lo, long hi, long *out) {
+static int yaml_int(const char *path, int line, const char *key, const char *v, long lo, long hi,
+                    long *out) {
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno || end == v || *end || x < lo || x > hi) {
-    fprintf(stderr, "ctuner launch: %s:%d: %s: expected an integer in [%ld, %ld], got '%s'\n", path, line, key,
-            lo, hi, v);
+    fprintf(stderr, "ctuner launch: %s:%d: %s: expected an integer in [%ld, %ld], got '%s'\n", path,
+            line, key, lo, hi, v);
     return -1;
   }
   *out = x;
@@ -97,14 +102,16 @@ static int load_accelerate(const char *path, acc_cfg *c) {
   while (!rc && fgets(buf, sizeof buf, f)) {
     line++;
     if (!strchr(buf, '\n') && !feof(f)) {
-      fprintf(stderr, "ctuner launch: %s:%d: line longer than %zu bytes\n", path, line, sizeof buf - 1);
+      fprintf(stderr, "ctuner launch: %s:%d: line longer than %zu bytes\n", path, line,
+              sizeof buf - 1);
       rc = -1;
       break;
     }
     int indent = 0;
     while (buf[indent] == ' ') indent++;
     if (buf[indent] == '\t') {
-      fprintf(stderr, "ctuner launch: %s:%d: tab indentation is not YAML; use spaces\n", path, line);
+      fprintf(stderr, "ctuner launch: %s:%d: tab indentation is not YAML; use spaces\n", path,
+              line);
       rc = -1;
       break;
     }
@@ -119,31 +126,45 @@ static int load_accelerate(const char *path, acc_cfg *c) {
     *colon = 0;
     char *k = trim(s), *v = yaml_value(colon + 1);
     if (indent == 0) in_ds = !strcmp(k, "deepspeed_config") && !*v;
-    if (indent > 0 && !in_ds) continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
+    if (indent > 0 && !in_ds)
+      continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
     if (in_ds && indent > 0) {
-      if (!strcmp(k, "zero_stage")) rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
-      else if (!strcmp(k, "gradient_accumulation_steps")) rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
-      else if (!strcmp(k, "offload_optimizer_device")) snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
-      else if (!strcmp(k, "offload_param_device")) snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
-      else if ((!strcmp(k, "offload_optimizer_nvme_path") || !strcmp(k, "offload_param_nvme_path")) && *v &&
-               strcmp(v, "none"))
+      if (!strcmp(k, "zero_stage"))
+        rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
+      else if (!strcmp(k, "gradient_accumulation_steps"))
+        rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
+      else if (!strcmp(k, "offload_optimizer_device"))
+        snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
+      else if (!strcmp(k, "offload_param_device"))
+        snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
+      else if ((!strcmp(k, "offload_optimizer_nvme_path") ||
+                !strcmp(k, "offload_param_nvme_path")) &&
+               *v && strcmp(v, "none"))
         snprintf(c->nvme_path, sizeof c->nvme_path, "%s", v);
       else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
         snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
       continue;
     }
-    if (!strcmp(k, "num_machines")) rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
-    else if (!strcmp(k, "num_processes")) rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
-    else if (!strcmp(k, "machine_rank")) rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
-    else if (!strcmp(k, "main_process_port")) rc = yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
-    else if (!strcmp(k, "main_process_ip")) snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
-    else if (!strcmp(k, "mixed_precision")) snprintf(c->mixed_precision, sizeof c->mixed_precision, "%s", v);
-    else if (!strcmp(k, "distributed_type")) snprintf(c->distributed_type, sizeof c->distributed_type, "%s", v);
+    if (!strcmp(k, "num_machines"))
+      rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
+    else if (!strcmp(k, "num_processes"))
+      rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
+    else if (!strcmp(k, "machine_rank"))
+      rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
+    else if (!strcmp(k, "main_process_port"))
+      rc = yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
+    else if (!strcmp(k, "main_process_ip"))
+      snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
+    else if (!strcmp(k, "mixed_precision"))
+      snprintf(c->mixed_precision, sizeof c->mixed_precision, "%s", v);
+    else if (!strcmp(k, "distributed_type"))
+      snprintf(c->distributed_type, sizeof c->distributed_type, "%s", v);
   }
   fclose(f);
   if (rc) return rc;
   const char *dt = c->distributed_type;
-  if (strcmp(dt, "NO") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "MULTI_CPU") && strcmp(dt, "DEEPSPEED")) {
+  if (strcmp(dt, "NO") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "MULTI_CPU") &&
+      strcmp(dt, "DEEPSPEED")) {
     fprintf(stderr,
             "ctuner launch: %s: distributed_type %s is not supported; use MULTI_GPU, MULTI_CPU, "
             "DEEPSPEED or NO (for FSDP's full sharding use DEEPSPEED with zero_stage 3)\n",
@@ -151,8 +172,11 @@ static int load_accelerate(const char *path, acc_cfg *c) {
     return -1;
   }
   if (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "bf16")) {
-    fprintf(stderr, "ctuner launch: %s: mixed_precision %s: use no or bf16 (fp16 needs loss scaling ctuner does "
-            "not do)\n", path, c->mixed_precision);
+    fprintf(stderr,
+            "ctuner launch: %s: mixed_precision %s: use no or bf16 (fp16 needs loss scaling ctuner "
+            "does "
+            "not do)\n",
+            path, c->mixed_precision);
     return -1;
   }
   for (int i = 0; i < 2; i++) {
@@ -164,11 +188,12 @@ static int load_accelerate(const char *path, acc_cfg *c) {
     }
   }
   if (c->num_processes % c->num_machines) {
-    fprintf(stderr,
-            "ctuner launch: %s: num_processes %ld is not a multiple of num_machines %ld: every machine "
-            "must run the same number of ranks (%ld / %ld leaves %ld over)\n",
-            path, c->num_processes, c->num_machines, c->num_processes, c->num_machines,
-            c->num_processes % c->num_machines);
+    fprintf(
+        stderr,
+        "ctuner launch: %s: num_processes %ld is not a multiple of num_machines %ld: every machine "
+        "must run the same number of ranks (%ld / %ld leaves %ld over)\n",
+        path, c->num_processes, c->num_machines, c->num_processes, c->num_machines,
+        c->num_processes % c->num_machines);
     return -1;
   }
   if (c->machine_rank >= c->num_machines) {
@@ -189,8 +214,10 @@ static void print_quoted(const char *a) {
   }
   putchar('\'');
   for (const char *p = a; *p; p++) {
-    if (*p == '\'') fputs("'\\''", stdout);
-    else putchar(*p);
+    if (*p == '\'')
+      fputs("'\\''", stdout);
+    else
+      putchar(*p);
   }
   putchar('\'');
 }
@@ -229,18 +256,20 @@ int ct_cmd_launch(int argc, char **argv) {
   acc_cfg c;
   if (load_accelerate(acc, &c)) return 2;
   if (c.machine_rank != 0) {
-    fprintf(stderr,
-            "ctuner launch: %s has machine_rank %ld: run ctuner launch once, on machine_rank 0 (%s); "
-            "mpirun starts the ranks of every machine in the hostfile\n",
-            acc, c.machine_rank, *c.main_process_ip ? c.main_process_ip : "main_process_ip");
+    fprintf(
+        stderr,
+        "ctuner launch: %s has machine_rank %ld: run ctuner launch once, on machine_rank 0 (%s); "
+        "mpirun starts the ranks of every machine in the hostfile\n",
+        acc, c.machine_rank, *c.main_process_ip ? c.main_process_ip : "main_process_ip");
     return 2;
   }
   if (c.num_machines > 1 && !hostfile) {
-    fprintf(stderr,
-            "ctuner launch: num_machines %ld needs --hostfile listing the machines, one per line as "
-            "'HOST slots=%ld', %s first\n",
-            c.num_machines, c.num_processes / c.num_machines,
-            *c.main_process_ip ? c.main_process_ip : "main_process_ip");
+    fprintf(
+        stderr,
+        "ctuner launch: num_machines %ld needs --hostfile listing the machines, one per line as "
+        "'HOST slots=%ld', %s first\n",
+        c.num_machines, c.num_processes / c.num_machines,
+        *c.main_process_ip ? c.main_process_ip : "main_process_ip");
     return 2;
   }
   if (hostfile && access(hostfile, R_OK)) {
@@ -249,8 +278,10 @@ int ct_cmd_launch(int argc, char **argv) {
   }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) snprintf(self, sizeof self, "ctuner");
-  else self[n] = 0;
+  if (n <= 0)
+    snprintf(self, sizeof self, "ctuner");
+  else
+    self[n] = 0;
   const long per = c.num_processes / c.num_machines;
   char np[32], ppr[64], zs[32], ga[64], dsf[1100];
   snprintf(dsf, sizeof dsf, "--deepspeed_config=%s", c.ds_file);
@@ -303,8 +334,10 @@ int ct_cmd_launch(int argc, char **argv) {
   for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;
   fprintf(stderr,
-          "ctuner launch: %ld machine(s) x %ld process(es) = %ld ranks, distributed_type %s, zero_stage %s\n",
-          c.num_machines, per, c.num_processes, c.distributed_type, c.zero_stage >= 0 ? zs + 13 : "from the config");
+          "ctuner launch: %ld machine(s) x %ld process(es) = %ld ranks, distributed_type %s, "
+          "zero_stage %s\n",
+          c.num_machines, per, c.num_processes, c.distributed_type,
+          c.zero_stage >= 0 ? zs + 13 : "from the config");
   if (dry) {
     for (int j = 0; j < k; j++) {
       if (j) putchar(' ');
@@ -316,7 +349,8 @@ int ct_cmd_launch(int argc, char **argv) {
   }
   fflush(stdout);
   execvp("mpirun", av);
-  fprintf(stderr, "ctuner launch: cannot run mpirun: %s (scripts/deps.sh installs openmpi-bin)\n", strerror(errno));
+  fprintf(stderr, "ctuner launch: cannot run mpirun: %s (scripts/deps.sh installs openmpi-bin)\n",
+          strerror(errno));
   free(av);
   return 1;
 }

@@ -1,5 +1,6 @@
 /* `ctuner train`, `ctuner cache` and `ctuner sample`: thin wrappers over
- * ct_train_run, ct_cache_run and ct_sample_images; progress drawing lives here, not in the library. */
+ * ct_train_run, ct_cache_run and ct_sample_images; progress drawing lives here, not in the library.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +11,9 @@
 #include "cli/cli.h"
 #include "ctuner/config.h"
 #include "ctuner/data.h"
+#include "ctuner/health.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
-#include "ctuner/health.h"
 #include "ctuner/train.h"
 
 void ct_cmd_cache_help(FILE *f) {
@@ -179,7 +180,8 @@ static int train_or_cache(int argc, char **argv, int cache) {
   ct_train_summary sum;
   memset(&sum, 0, sizeof sum);
   ct_data_stats ds;
-  ct_status st = cache ? ct_cache_run(&cfg, comm, &ds, &err) : ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
+  ct_status st = cache ? ct_cache_run(&cfg, comm, &ds, &err)
+                       : ct_train_run(&cfg, comm, on_step, &p, &sum, &err);
   if (p.tty) putchar('\n');
   if (st) {
     /* The circuit breaker's stop has its own exit code (docs/health.md).
@@ -200,33 +202,43 @@ static int train_or_cache(int argc, char **argv, int cache) {
   rc = 0;
   if (rank > 0) goto out;
   if (cache) {
-    printf("{\"images\": %zu, \"processed\": %zu, \"buckets\": %zu, \"buckets_pruned\": %zu, \"samples\": %zu, "
-           "\"skipped\": {\"unreadable\": %zu, \"no_caption\": %zu, \"too_small\": %zu, \"aspect_ratio\": %zu, "
-           "\"outside_dir\": %zu, \"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, "
-           "\"max_num_samples\": %zu}}\n",
-           ds.kept, ds.total_processed, ds.buckets, ds.buckets_pruned, ds.samples, ds.unreadable, ds.no_caption,
-           ds.too_small, ds.aspect_ratio, ds.outside_dir, ds.duplicate, ds.not_found, ds.metadata_missing,
-           ds.max_num_samples);
+    printf(
+        "{\"images\": %zu, \"processed\": %zu, \"buckets\": %zu, \"buckets_pruned\": %zu, "
+        "\"samples\": %zu, "
+        "\"skipped\": {\"unreadable\": %zu, \"no_caption\": %zu, \"too_small\": %zu, "
+        "\"aspect_ratio\": %zu, "
+        "\"outside_dir\": %zu, \"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, "
+        "\"max_num_samples\": %zu}}\n",
+        ds.kept, ds.total_processed, ds.buckets, ds.buckets_pruned, ds.samples, ds.unreadable,
+        ds.no_caption, ds.too_small, ds.aspect_ratio, ds.outside_dir, ds.duplicate, ds.not_found,
+        ds.metadata_missing, ds.max_num_samples);
     goto out;
   }
-  printf("{\"steps\": %ld, \"from_step\": %ld, \"last_loss\": %.6g, \"seconds\": %.1f, \"images\": %zu, "
-         "\"images_skipped\": %zu, \"nonfinite_steps_skipped\": %ld, \"checkpoint\": \"%s\"}\n",
-         sum.end_step, sum.start_step, sum.last_loss, sum.seconds, sum.images, sum.images_skipped,
-         sum.skipped_nonfinite, sum.last_checkpoint);
+  printf(
+      "{\"steps\": %ld, \"from_step\": %ld, \"last_loss\": %.6g, \"seconds\": %.1f, \"images\": "
+      "%zu, "
+      "\"images_skipped\": %zu, \"nonfinite_steps_skipped\": %ld, \"checkpoint\": \"%s\"}\n",
+      sum.end_step, sum.start_step, sum.last_loss, sum.seconds, sum.images, sum.images_skipped,
+      sum.skipped_nonfinite, sum.last_checkpoint);
 out:
   ct_comm_free(comm);
   ct_config_free(&cfg);
   return rc;
 }
 
-int ct_cmd_train(int argc, char **argv) { return train_or_cache(argc, argv, 0); }
-int ct_cmd_cache(int argc, char **argv) { return train_or_cache(argc, argv, 1); }
+int ct_cmd_train(int argc, char **argv) {
+  return train_or_cache(argc, argv, 0);
+}
+int ct_cmd_cache(int argc, char **argv) {
+  return train_or_cache(argc, argv, 1);
+}
 
 void ct_cmd_sample_help(FILE *f) {
   fprintf(f,
           "usage: ctuner sample --checkpoint DIR (--prompt TEXT --out FILE.png |\n"
           "                     --prompts-file FILE --out-dir DIR [--per-prompt N])\n"
-          "                     [--steps N] [--guidance G] [--seed S] [--width W] [--height H] [--ema]\n"
+          "                     [--steps N] [--guidance G] [--seed S] [--width W] [--height H] "
+          "[--ema]\n"
           "\n"
           "Samples images from a checkpoint (Euler steps of the rectified flow with\n"
           "classifier-free guidance, decoded by the pixel codec). DIR may be 'latest:OUTPUT_DIR'\n"
@@ -272,6 +284,23 @@ static int read_prompts(const char *prompt, const char *pfile, char ***out, int 
   return 0;
 }
 
+/* Prompts longer than the model's tokenizer_max_length keeps: one warning. */
+static void warn_long_prompts(const ct_pipeline *p, char **prompts, int n) {
+  int over = 0;
+  size_t longest = 0;
+  for (int i = 0; i < n; i++) {
+    const ct_bpe *bpe = ct_textenc_bpe(p->te);
+    size_t l = bpe ? (size_t)ct_bpe_tokens(bpe, prompts[i], NULL, 0) : strlen(prompts[i]);
+    if (l + 2 > (size_t)p->T) over++;
+    if (l > longest) longest = l;
+  }
+  if (over)
+    fprintf(stderr,
+            "ctuner sample: warning: %d prompt(s) longer than the %d %s the model's "
+            "tokenizer_max_length %d keeps are truncated (longest %zu)\n",
+            over, p->T - 2, ct_textenc_bpe(p->te) ? "tokens" : "bytes", p->T, longest);
+}
+
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1;
@@ -309,8 +338,9 @@ int ct_cmd_sample(int argc, char **argv) {
     }
   }
   if (!ckpt || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) || (pfile && !odir)) {
-    fprintf(stderr, "ctuner sample: need --checkpoint and either --prompt with --out or "
-                    "--prompts-file with --out-dir\n");
+    fprintf(stderr,
+            "ctuner sample: need --checkpoint and either --prompt with --out or "
+            "--prompts-file with --out-dir\n");
     ct_cmd_sample_help(stderr);
     return 2;
   }
@@ -326,30 +356,21 @@ int ct_cmd_sample(int argc, char **argv) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     goto done;
   }
-  {
-    int over = 0;
-    size_t longest = 0;
-    for (int i = 0; i < n; i++) {
-      const ct_bpe *bpe = ct_textenc_bpe(p.te);
-      size_t l = bpe ? (size_t)ct_bpe_tokens(bpe, prompts[i], NULL, 0) : strlen(prompts[i]);
-      if (l + 2 > (size_t)p.T) over++;
-      if (l > longest) longest = l;
-    }
-    if (over)
-      fprintf(stderr,
-              "ctuner sample: warning: %d prompt(s) longer than the %d %s the model's "
-              "tokenizer_max_length %d keeps are truncated (longest %zu)\n",
-              over, p.T - 2, ct_textenc_bpe(p.te) ? "tokens" : "bytes", p.T, longest);
-  }
+  warn_long_prompts(&p, prompts, n);
   int res = 0;
-  ct_sample_opts so = {0, 0, (int)p.cfg.validation_num_inference_steps, (float)p.cfg.validation_guidance,
-                       (float)p.cfg.flow_shift, (uint64_t)p.cfg.validation_seed};
+  ct_sample_opts so = {0,
+                       0,
+                       (int)p.cfg.validation_num_inference_steps,
+                       (float)p.cfg.validation_guidance,
+                       (float)p.cfg.flow_shift,
+                       (uint64_t)p.cfg.validation_seed};
   {
     /* Default size: the validation resolution, else the training one. */
     int w = 0, h = 0;
     if (p.cfg.validation_resolution) {
       char x;
-      if (sscanf(p.cfg.validation_resolution, "%d%c%d", &w, &x, &h) != 3) h = w = atoi(p.cfg.validation_resolution);
+      if (sscanf(p.cfg.validation_resolution, "%d%c%d", &w, &x, &h) != 3)
+        h = w = atoi(p.cfg.validation_resolution);
     }
     if (w <= 0) {
       res = (int)p.cfg.resolution;
@@ -409,8 +430,11 @@ int ct_cmd_sample(int argc, char **argv) {
       written++;
     }
   }
-  printf("{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, \"ema\": %s, \"out\": \"%s\"}\n",
-         written, so.width, so.height, so.steps, so.guidance, ema ? "true" : "false", outp ? outp : odir);
+  printf(
+      "{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, \"ema\": "
+      "%s, \"out\": \"%s\"}\n",
+      written, so.width, so.height, so.steps, so.guidance, ema ? "true" : "false",
+      outp ? outp : odir);
   rc = 0;
 done:
   if (p.model || p.te) ct_pipeline_free(&p);

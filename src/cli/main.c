@@ -54,9 +54,13 @@ int ct_cli_float(const char *key, const char *val, double *out) {
   return 0;
 }
 
-void ct_cli_json_str(FILE *f, const char *s) { ct_json_fput_str(f, s); }
+void ct_cli_json_str(FILE *f, const char *s) {
+  ct_json_fput_str(f, s);
+}
 
-static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+static int is_help(const char *a) {
+  return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
 
 /* `ctuner --help`: every row of the table under its section. */
 static void list_commands(FILE *f) {
@@ -66,7 +70,9 @@ static void list_commands(FILE *f) {
     int l = (int)strlen(c->name) + (c->sub ? 1 + (int)strlen(c->sub) : 0);
     if (l > w) w = l;
   }
-  fprintf(f, "usage: ctuner [--log-level debug|info|warn|error|off] <command> [<subcommand>] [options]\n");
+  fprintf(
+      f,
+      "usage: ctuner [--log-level debug|info|warn|error|off] <command> [<subcommand>] [options]\n");
   for (size_t k = 0; k < ct_cli_ncommands; k++) {
     const ct_cli_cmd *c = &ct_cli_commands[k];
     if (!k || strcmp(c->section, ct_cli_commands[k - 1].section)) fprintf(f, "\n%s:\n", c->section);
@@ -74,9 +80,11 @@ static void list_commands(FILE *f) {
     snprintf(name, sizeof name, "%s%s%s", c->name, c->sub ? " " : "", c->sub ? c->sub : "");
     fprintf(f, "  %-*s  %s\n", w, name, c->summary);
   }
-  fprintf(f, "\n"
-             "Run 'ctuner <command> [<subcommand>] --help' (or 'ctuner help <command> [<subcommand>]')\n"
-             "for its options. Under mpirun -np N, train, cache and bench memory run on N ranks.\n");
+  fprintf(
+      f,
+      "\n"
+      "Run 'ctuner <command> [<subcommand>] --help' (or 'ctuner help <command> [<subcommand>]')\n"
+      "for its options. Under mpirun -np N, train, cache and bench memory run on N ranks.\n");
 }
 
 /* The rows of command `name` (adjacent in the table), or NULL. */

@@ -1,6 +1,8 @@
 /* codec.c: the latent codec interface (codec.h) over the pixel codec and the
  * VAE (docs/vae.md). The VAE's workspace is not re-entrant, so its calls
  * take a mutex; its kernels parallelise internally. */
+#include "ctuner/codec.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,7 +10,6 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
-#include "ctuner/codec.h"
 #include "ctuner/hash.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
@@ -24,7 +25,8 @@ typedef struct vae_ctx {
 
 ct_status ct_codec_pixel(int s, ct_codec *out, ct_err *err) {
   memset(out, 0, sizeof *out);
-  if (!ct_pixel_channels(s)) return ct_errf(err, CT_ERR_INVALID, "pixel codec scale %d is not 1, 2 or 4", s);
+  if (!ct_pixel_channels(s))
+    return ct_errf(err, CT_ERR_INVALID, "pixel codec scale %d is not 1, 2 or 4", s);
   snprintf(out->kind, sizeof out->kind, "pixel");
   out->channels = ct_pixel_channels(s);
   out->factor = s;
@@ -55,7 +57,8 @@ ct_status ct_codec_vae(const char *dir, int tile, uint64_t seed, ct_codec *out, 
   const float *w = ct_vae_params(v->vae);
   char hex[65], buf[64];
   ct_sha256_hex(w, ct_vae_numel(v->vae) * sizeof(float), hex);
-  snprintf(buf, sizeof buf, "%.9g/%.9g/%llu", c->scaling_factor, c->shift_factor, (unsigned long long)seed);
+  snprintf(buf, sizeof buf, "%.9g/%.9g/%llu", c->scaling_factor, c->shift_factor,
+           (unsigned long long)seed);
   char hb[65];
   ct_sha256_hex(buf, strlen(buf), hb);
   snprintf(out->tag, sizeof out->tag, "vae:%.16s%.8s", hex, hb);
@@ -72,18 +75,22 @@ void ct_codec_free(ct_codec *c) {
 }
 
 static ct_status bad_size(int w, int h, int f, ct_err *err) {
-  return ct_errf(err, CT_ERR_SHAPE, "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
+  return ct_errf(err, CT_ERR_SHAPE,
+                 "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
 }
 
-ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key, float *lat, ct_err *err) {
+ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
+                          float *lat, ct_err *err) {
   if (!c->ctx) return ct_pixel_encode(rgb, w, h, c->factor, lat, err);
   vae_ctx *v = c->ctx;
   const ct_vae_config *vc = ct_vae_cfg(v->vae);
   const int f = c->factor;
   if (w % f || h % f) return bad_size(w, h, f, err);
   const size_t npx = (size_t)3 * w * h, nl = (size_t)c->channels * (w / f) * (h / f);
-  float *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float)), *lv = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float));
-  ct_status st = x && lv ? ct_pixel_encode(rgb, w, h, 1, x, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  float *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float)),
+        *lv = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float));
+  ct_status st =
+      x && lv ? ct_pixel_encode(rgb, w, h, 1, x, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   if (!st) {
     pthread_mutex_lock(&v->mu);
     st = ct_vae_encode_tiled(v->vae, 1, h, w, x, v->tile, lat, lv, err);
@@ -100,14 +107,16 @@ ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, u
   return st;
 }
 
-ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb, ct_err *err) {
+ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb,
+                          ct_err *err) {
   if (!c->ctx) return ct_pixel_decode(lat, w, h, c->factor, rgb, err);
   vae_ctx *v = c->ctx;
   const ct_vae_config *vc = ct_vae_cfg(v->vae);
   const int f = c->factor;
   if (w % f || h % f) return bad_size(w, h, f, err);
   const size_t npx = (size_t)3 * w * h, nl = (size_t)c->channels * (w / f) * (h / f);
-  float *z = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float)), *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float));
+  float *z = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float)),
+        *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float));
   ct_status st = z && x ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (size_t i = 0; !st && i < nl; i++) z[i] = lat[i] / vc->scaling_factor + vc->shift_factor;
   if (!st) {

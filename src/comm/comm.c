@@ -39,8 +39,8 @@ static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
   char msg[MPI_MAX_ERROR_STRING] = "";
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  return ct_errf(err, CT_ERR_COMM, "%s failed: %s (a rank may have died; see the other ranks' output)", what,
-                 msg);
+  return ct_errf(err, CT_ERR_COMM,
+                 "%s failed: %s (a rank may have died; see the other ranks' output)", what, msg);
 }
 
 static int launched_by_mpi(void) {
@@ -63,7 +63,8 @@ ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err) {
   int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) {
     free(c);
-    return ct_errf(err, CT_ERR_COMM, "MPI_Init_thread failed (code %d): is this an Open MPI launch?", rc);
+    return ct_errf(err, CT_ERR_COMM,
+                   "MPI_Init_thread failed (code %d): is this an Open MPI launch?", rc);
   }
   c->mpi = 1;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -71,7 +72,8 @@ ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err) {
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->world, &c->rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->world, &c->size);
   MPI_Comm node;
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
   if (rc == MPI_SUCCESS) {
     MPI_Comm_rank(node, &c->local_rank);
     MPI_Comm_size(node, &c->local_size);
@@ -99,11 +101,21 @@ void ct_comm_free(ct_comm *c) {
   free(c);
 }
 
-int ct_comm_rank(const ct_comm *c) { return c ? c->rank : 0; }
-int ct_comm_size(const ct_comm *c) { return c ? c->size : 1; }
-int ct_comm_local_rank(const ct_comm *c) { return c ? c->local_rank : 0; }
-int ct_comm_local_size(const ct_comm *c) { return c ? c->local_size : 1; }
-const char *ct_comm_backend(const ct_comm *c) { return c && c->mpi ? "mpi" : "single"; }
+int ct_comm_rank(const ct_comm *c) {
+  return c ? c->rank : 0;
+}
+int ct_comm_size(const ct_comm *c) {
+  return c ? c->size : 1;
+}
+int ct_comm_local_rank(const ct_comm *c) {
+  return c ? c->local_rank : 0;
+}
+int ct_comm_local_size(const ct_comm *c) {
+  return c ? c->local_size : 1;
+}
+const char *ct_comm_backend(const ct_comm *c) {
+  return c && c->mpi ? "mpi" : "single";
+}
 
 size_t ct_comm_shard_len(size_t n, int size) {
   if (size < 1) size = 1;
@@ -119,8 +131,9 @@ static ct_status ensure_scratch(ct_comm *c, size_t per_rank, ct_err *err) {
   c->pack = ct_alloc(CT_MEM_BUFFERS, need * sizeof(float));
   c->unpack = ct_alloc(CT_MEM_BUFFERS, need * sizeof(float));
   c->cap = c->pack && c->unpack ? need : 0;
-  if (!c->cap) return ct_errf(err, CT_ERR_NOMEM, "out of memory for %zu MB of communication buffers",
-                              2 * need * sizeof(float) >> 20);
+  if (!c->cap)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for %zu MB of communication buffers",
+                   2 * need * sizeof(float) >> 20);
   return CT_OK;
 }
 
@@ -137,8 +150,8 @@ static void copy_valid(float *dst, const float *send, size_t g0, size_t len, siz
   if (have < len) memset(dst + have, 0, (len - have) * sizeof(float));
 }
 
-ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv, size_t shard,
-                                     ct_err *err) {
+ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, float *recv,
+                                     size_t shard, ct_err *err) {
   const int N = c->size;
   const size_t m = ct_comm_shard_valid(n, shard, c->rank);
   if (!c->mpi || N == 1) {
@@ -150,7 +163,8 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
   if (st) return st;
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
-    for (int p = 0; p < N; p++) copy_valid(c->pack + (size_t)p * len, send, (size_t)p * shard + off, len, n);
+    for (int p = 0; p < N; p++)
+      copy_valid(c->pack + (size_t)p * len, send, (size_t)p * shard + off, len, n);
     int rc = MPI_Alltoall(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "reduce-scatter (MPI_Alltoall)");
     /* Chunks go in increasing offset: writing recv[off, off+len) in place
@@ -171,8 +185,8 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
 /* The packed path of all-gather (root < 0) and gather (to root): chunk by
  * chunk, this rank's valid floats are packed (zeros past them), exchanged, and
  * unpacked into recv cut at n, on every rank or on root only. */
-static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
-                               ct_err *err) {
+static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                               int root, ct_err *err) {
   const int N = c->size;
   const size_t m = ct_comm_shard_valid(n, shard, c->rank);
   const size_t len0 = shard < CHUNK ? shard : CHUNK;
@@ -181,10 +195,14 @@ static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
     copy_valid(c->pack, send, off, len, m);
-    int rc = root < 0 ? MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world)
-                      : MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, root, c->world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, root < 0 ? "all-gather (MPI_Allgather)" : "gather (MPI_Gather)");
-    if ((root >= 0 && c->rank != root) || !recv) continue; /* a root without a buffer (it failed) only sends */
+    int rc = root < 0 ? MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
+                                      c->world)
+                      : MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
+                                   root, c->world);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(err, rc, root < 0 ? "all-gather (MPI_Allgather)" : "gather (MPI_Gather)");
+    if ((root >= 0 && c->rank != root) || !recv)
+      continue; /* a root without a buffer (it failed) only sends */
     for (int p = 0; p < N; p++) {
       size_t g0 = (size_t)p * shard + off;
       if (g0 >= n) break;
@@ -213,8 +231,8 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
   return gather_packed(c, send, recv, shard, n, -1, err);
 }
 
-ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n, int root,
-                             ct_err *err) {
+ct_status ct_comm_gather_f32(ct_comm *c, const float *send, float *recv, size_t shard, size_t n,
+                             int root, ct_err *err) {
   if (!c->mpi || c->size == 1) {
     if (recv != send) memmove(recv, send, ct_comm_shard_valid(n, shard, c->rank) * sizeof(float));
     return CT_OK;
@@ -229,7 +247,8 @@ ct_status ct_comm_allreduce_f32(ct_comm *c, float *buf, size_t n, ct_err *err) {
     ct_free(c->shard);
     c->shard = ct_alloc(CT_MEM_BUFFERS, shard * sizeof(float));
     c->shard_cap = c->shard ? shard : 0;
-    if (!c->shard) return ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
+    if (!c->shard)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for an all-reduce of %zu floats", n);
   }
   ct_status st = ct_comm_reduce_scatter_f32(c, buf, n, c->shard, shard, err);
   if (!st) st = ct_comm_allgather_f32(c, c->shard, buf, shard, n, err);
@@ -268,19 +287,23 @@ ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) 
 #define TAG_GATHER 7102
 
 struct ct_comm_req {
-  int kind;          /* 0 reduce-scatter, 1 all-gather */
+  int kind; /* 0 reduce-scatter, 1 all-gather */
   ct_comm_dtype t;
   int flags;
-  MPI_Request *mr;   /* 2 * size requests (MPI_REQUEST_NULL where none) */
-  int nmr, active;   /* requests outstanding */
-  void *recv;        /* reduce: size * m elements, rank p's piece at p * m (pooled) */
-  size_t recv_cap;   /* bytes */
+  MPI_Request *mr; /* 2 * size requests (MPI_REQUEST_NULL where none) */
+  int nmr, active; /* requests outstanding */
+  void *recv;      /* reduce: size * m elements, rank p's piece at p * m (pooled) */
+  size_t recv_cap; /* bytes */
   void *acc;
-  size_t m;          /* elements of [a, b) in this rank's shard */
+  size_t m; /* elements of [a, b) in this rank's shard */
 };
 
-static size_t esize(ct_comm_dtype t) { return t == CT_COMM_BF16 ? 2 : 4; }
-static MPI_Datatype mpi_type(ct_comm_dtype t) { return t == CT_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+static size_t esize(ct_comm_dtype t) {
+  return t == CT_COMM_BF16 ? 2 : 4;
+}
+static MPI_Datatype mpi_type(ct_comm_dtype t) {
+  return t == CT_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
 
 static float ld(ct_comm_dtype t, const void *p, size_t i) {
   if (t == CT_COMM_BF16) return ct_bf16_to_f32(((const uint16_t *)p)[i]);
@@ -306,7 +329,8 @@ static void piece(size_t a, size_t b, size_t shard, int p, size_t *off, size_t *
 static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req **out, ct_err *err) {
   *out = NULL;
   if (b < a || b - a > (size_t)INT_MAX)
-    return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu elements (at most %d)", b - a, INT_MAX);
+    return ct_errf(err, CT_ERR_INVALID, "a range collective of %zu elements (at most %d)", b - a,
+                   INT_MAX);
   ct_comm_req *r = calloc(1, sizeof *r);
   if (r) r->mr = malloc(2 * (size_t)c->size * sizeof *r->mr);
   if (!r || !r->mr) {
@@ -324,7 +348,8 @@ static ct_status req_new(ct_comm *c, int kind, size_t a, size_t b, ct_comm_req *
 static void *pool_take(ct_comm *c, size_t n, size_t *cap) {
   int best = -1;
   for (int i = 0; i < POOL; i++)
-    if (c->pool[i] && c->pool_cap[i] >= n && (best < 0 || c->pool_cap[i] < c->pool_cap[best])) best = i;
+    if (c->pool[i] && c->pool_cap[i] >= n && (best < 0 || c->pool_cap[i] < c->pool_cap[best]))
+      best = i;
   if (best < 0)
     for (int i = 0; i < POOL; i++)
       if (c->pool[i] && (best < 0 || c->pool_cap[i] > c->pool_cap[best])) best = i;
@@ -381,8 +406,8 @@ static void reduce_into(ct_comm_dtype t, int flags, const void *u, int N, size_t
 }
 
 /* A new request of kind over [a, b), and this rank's piece of it. */
-static ct_status range_begin(ct_comm *c, int kind, ct_comm_dtype t, size_t a, size_t b, size_t shard,
-                             ct_comm_req **r, size_t *off, size_t *m, ct_err *err) {
+static ct_status range_begin(ct_comm *c, int kind, ct_comm_dtype t, size_t a, size_t b,
+                             size_t shard, ct_comm_req **r, size_t *off, size_t *m, ct_err *err) {
   ct_status st = req_new(c, kind, a, b, r, err);
   if (st) return st;
   (*r)->t = t;
@@ -390,8 +415,9 @@ static ct_status range_begin(ct_comm *c, int kind, ct_comm_dtype t, size_t a, si
   return CT_OK;
 }
 
-ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send, size_t a, size_t b,
-                                    size_t shard, void *acc, ct_comm_req **req, ct_err *err) {
+ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send,
+                                    size_t a, size_t b, size_t shard, void *acc, ct_comm_req **req,
+                                    ct_err *err) {
   ct_comm_req *r;
   size_t off, m;
   ct_status st = range_begin(c, 0, t, a, b, shard, &r, &off, &m, err);
@@ -412,7 +438,8 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
     r->recv = pool_take(c, (size_t)N * m * es, &r->recv_cap);
     if (!r->recv) {
       req_free(c, r);
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu elements", (size_t)N * m);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for a reduce-scatter of %zu elements",
+                     (size_t)N * m);
     }
   }
   /* receive every rank's piece of my part; send each rank its part of mine */
@@ -431,7 +458,8 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
       rcode = MPI_Isend((const char *)send + po * es, (int)pc, mpi_type(t), p, TAG_REDUCE, c->world,
                         &r->mr[r->nmr++]);
   }
-  if (rcode != MPI_SUCCESS) { /* requests already posted may still use the buffers: leak them; the job aborts */
+  if (rcode != MPI_SUCCESS) { /* requests already posted may still use the buffers: leak them; the
+                                 job aborts */
     *req = NULL;
     return mpi_fail(err, rcode, "reduce-scatter (MPI_Isend/MPI_Irecv)");
   }
@@ -440,16 +468,17 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
   return CT_OK;
 }
 
-ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b, size_t shard,
-                               void *recv, ct_comm_req **req, ct_err *err) {
+ct_status ct_comm_iallgather_t(ct_comm *c, ct_comm_dtype t, const void *mine, size_t a, size_t b,
+                               size_t shard, void *recv, ct_comm_req **req, ct_err *err) {
   size_t off, m;
   piece(a, b, shard, c->rank, &off, &m);
   const char *src = (const char *)mine + (m ? a + off - (size_t)c->rank * shard : 0) * esize(t);
   return ct_comm_iallgather_piece(c, t, src, a, b, shard, recv, req, err);
 }
 
-ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece_src, size_t a, size_t b,
-                                   size_t shard, void *recv, ct_comm_req **req, ct_err *err) {
+ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piece_src, size_t a,
+                                   size_t b, size_t shard, void *recv, ct_comm_req **req,
+                                   ct_err *err) {
   ct_comm_req *r;
   size_t off, m;
   ct_status st = range_begin(c, 1, t, a, b, shard, &r, &off, &m, err);
@@ -468,7 +497,8 @@ ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piec
     size_t po, pc;
     piece(a, b, shard, p, &po, &pc);
     if (pc && p != c->rank)
-      rcode = MPI_Irecv((char *)recv + po * es, (int)pc, mpi_type(t), p, TAG_GATHER, c->world, &r->mr[r->nmr++]);
+      rcode = MPI_Irecv((char *)recv + po * es, (int)pc, mpi_type(t), p, TAG_GATHER, c->world,
+                        &r->mr[r->nmr++]);
   }
   for (int p = 0; p < N && rcode == MPI_SUCCESS && m; p++)
     if (p != c->rank)
@@ -482,13 +512,14 @@ ct_status ct_comm_iallgather_piece(ct_comm *c, ct_comm_dtype t, const void *piec
   return CT_OK;
 }
 
-ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard, float *acc,
-                                  ct_comm_req **req, ct_err *err) {
-  return ct_comm_ireduce_scatter_t(c, CT_COMM_F32, CT_COMM_ACCUMULATE, send, a, b, shard, acc, req, err);
+ct_status ct_comm_ireduce_scatter(ct_comm *c, const float *send, size_t a, size_t b, size_t shard,
+                                  float *acc, ct_comm_req **req, ct_err *err) {
+  return ct_comm_ireduce_scatter_t(c, CT_COMM_F32, CT_COMM_ACCUMULATE, send, a, b, shard, acc, req,
+                                   err);
 }
 
-ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard, float *recv,
-                             ct_comm_req **req, ct_err *err) {
+ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, size_t shard,
+                             float *recv, ct_comm_req **req, ct_err *err) {
   return ct_comm_iallgather_t(c, CT_COMM_F32, mine, a, b, shard, recv, req, err);
 }
 
@@ -497,7 +528,8 @@ ct_status ct_comm_test(ct_comm *c, ct_comm_req *r, int *done, ct_err *err) {
   *done = 1;
   if (!r || !r->active) return CT_OK;
   int flag = 0, rc = MPI_Testall(r->nmr, r->mr, &flag, MPI_STATUSES_IGNORE);
-  if (rc != MPI_SUCCESS) return mpi_fail(err, rc, r->kind ? "all-gather (MPI_Testall)" : "reduce-scatter (MPI_Testall)");
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(err, rc, r->kind ? "all-gather (MPI_Testall)" : "reduce-scatter (MPI_Testall)");
   if (flag) r->active = 0;
   *done = flag;
   return CT_OK;
@@ -514,7 +546,8 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
       r->recv = NULL; /* receives may still land in it: never back to the pool */
     }
   }
-  if (!st && r->kind == 0 && r->acc && r->m) reduce_into(r->t, r->flags, r->recv, c->size, r->m, r->acc);
+  if (!st && r->kind == 0 && r->acc && r->m)
+    reduce_into(r->t, r->flags, r->recv, c->size, r->m, r->acc);
   req_free(c, r);
   return st;
 }
@@ -523,7 +556,8 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
  * range operations, each completed before the next. */
 #define WINDOW ((size_t)1 << 30)
 
-ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard, ct_err *err) {
+ct_status ct_comm_reduce_scatter_bf16(ct_comm *c, uint16_t *buf, size_t n, size_t shard,
+                                      ct_err *err) {
   ct_status st = CT_OK;
   uint16_t *slot = buf + (size_t)c->rank * shard;
   for (size_t a = 0; a < n && !st; a += WINDOW) {
@@ -557,8 +591,10 @@ ct_status ct_comm_allreduce_bf16(ct_comm *c, uint16_t *buf, size_t n, ct_err *er
   return st;
 }
 
-ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err) {
-  if (bytes > (size_t)INT_MAX) return ct_errf(err, CT_ERR_INVALID, "all-to-all of %zu bytes per rank", bytes);
+ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_t bytes,
+                                 ct_err *err) {
+  if (bytes > (size_t)INT_MAX)
+    return ct_errf(err, CT_ERR_INVALID, "all-to-all of %zu bytes per rank", bytes);
   if (!c->mpi || c->size == 1) {
     memmove(recv, send, bytes);
     return CT_OK;
@@ -567,8 +603,10 @@ ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_
   return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-to-all (MPI_Alltoall)");
 }
 
-ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes, ct_err *err) {
-  if (bytes > (size_t)INT_MAX) return ct_errf(err, CT_ERR_INVALID, "all-gather of %zu bytes per rank", bytes);
+ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes,
+                                  ct_err *err) {
+  if (bytes > (size_t)INT_MAX)
+    return ct_errf(err, CT_ERR_INVALID, "all-gather of %zu bytes per rank", bytes);
   if (!c->mpi || c->size == 1) {
     memmove(recv, send, bytes);
     return CT_OK;

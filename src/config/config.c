@@ -3,8 +3,6 @@
  * canonical dump and help, so a key is declared exactly once. Rules between
  * keys run after the table (check_together). */
 #include "ctuner/config.h"
-#include "ctuner/storage.h"
-#include "ctuner/hash.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,8 +11,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/optim.h"
+#include "ctuner/storage.h"
 
 typedef enum { K_INT, K_NUM, K_BOOL, K_STR } ktype;
 
@@ -42,21 +42,36 @@ typedef struct vspec {
   const char *note;  /* after the bound: " seconds", " (0: auto)" */
   ct_status (*fn)(const ct_config *c, ct_err *err);
 } vspec;
-#define CT_CHECK_ANY {.kind = V_ANY}
-#define CT_CHECK_FN(f) {.kind = V_FN, .fn = f}
-#define CT_CHECK_INT_GE(l) {.kind = V_INT_GE, .lo = (l), .note = ""}
-#define CT_CHECK_INT_GE_UNIT(l, u) {.kind = V_INT_GE, .lo = (l), .note = u}
-#define CT_CHECK_INT_IN(l, h) {.kind = V_INT_IN, .lo = (l), .hi = (h)}
-#define CT_CHECK_INT_ONE_OF(s) {.kind = V_INT_ONE_OF, .list = s}
-#define CT_CHECK_NUM_GE(l) {.kind = V_NUM_GE, .lo = (l), .note = ""}
-#define CT_CHECK_NUM_GE_UNIT(l, u) {.kind = V_NUM_GE, .lo = (l), .note = u}
-#define CT_CHECK_NUM_GT(l) {.kind = V_NUM_GT, .lo = (l)}
-#define CT_CHECK_NUM_IN(b, l, h) {.kind = V_NUM_IN, .shape = b, .lo = (l), .hi = (h)}
-#define CT_CHECK_NUM_BETWEEN(b, l, h, u) {.kind = V_NUM_BETWEEN, .shape = b, .lo = (l), .hi = (h), .note = u}
-#define CT_CHECK_ONE_OF(s) {.kind = V_ONE_OF, .list = s}
-#define CT_CHECK_ONE_OF_QUOTED(s) {.kind = V_ONE_OF_QUOTED, .list = s}
-#define CT_CHECK_NONE_OR(s) {.kind = V_NONE_OR, .list = s}
-#define CT_CHECK_USE(s) {.kind = V_USE, .list = s}
+#define CT_CHECK_ANY \
+  { .kind = V_ANY }
+#define CT_CHECK_FN(f) \
+  { .kind = V_FN, .fn = f }
+#define CT_CHECK_INT_GE(l) \
+  { .kind = V_INT_GE, .lo = (l), .note = "" }
+#define CT_CHECK_INT_GE_UNIT(l, u) \
+  { .kind = V_INT_GE, .lo = (l), .note = u }
+#define CT_CHECK_INT_IN(l, h) \
+  { .kind = V_INT_IN, .lo = (l), .hi = (h) }
+#define CT_CHECK_INT_ONE_OF(s) \
+  { .kind = V_INT_ONE_OF, .list = s }
+#define CT_CHECK_NUM_GE(l) \
+  { .kind = V_NUM_GE, .lo = (l), .note = "" }
+#define CT_CHECK_NUM_GE_UNIT(l, u) \
+  { .kind = V_NUM_GE, .lo = (l), .note = u }
+#define CT_CHECK_NUM_GT(l) \
+  { .kind = V_NUM_GT, .lo = (l) }
+#define CT_CHECK_NUM_IN(b, l, h) \
+  { .kind = V_NUM_IN, .shape = b, .lo = (l), .hi = (h) }
+#define CT_CHECK_NUM_BETWEEN(b, l, h, u) \
+  { .kind = V_NUM_BETWEEN, .shape = b, .lo = (l), .hi = (h), .note = u }
+#define CT_CHECK_ONE_OF(s) \
+  { .kind = V_ONE_OF, .list = s }
+#define CT_CHECK_ONE_OF_QUOTED(s) \
+  { .kind = V_ONE_OF_QUOTED, .list = s }
+#define CT_CHECK_NONE_OR(s) \
+  { .kind = V_NONE_OR, .list = s }
+#define CT_CHECK_USE(s) \
+  { .kind = V_USE, .list = s }
 
 /* The FN(...) rules (defined with ct_config_validate below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
@@ -82,7 +97,8 @@ typedef struct key_def {
 } key_def;
 
 static const key_def KEYS[] = {
-#define CT_X(k, type, d, m, c, h) {#k, K_##type, d, h, offsetof(ct_config, k), CT_MODEL_##m, CT_CHECK_##c},
+#define CT_X(k, type, d, m, c, h) \
+  {#k, K_##type, d, h, offsetof(ct_config, k), CT_MODEL_##m, CT_CHECK_##c},
     CT_CONFIG_KEYS(CT_X)
 #undef CT_X
 };
@@ -102,10 +118,14 @@ static const struct {
 
 static const char *type_name(ktype t) {
   switch (t) {
-  case K_INT: return "an integer";
-  case K_NUM: return "a number";
-  case K_BOOL: return "a boolean (true/false)";
-  default: return "a string";
+    case K_INT:
+      return "an integer";
+    case K_NUM:
+      return "a number";
+    case K_BOOL:
+      return "a boolean (true/false)";
+    default:
+      return "a string";
   }
 }
 
@@ -167,8 +187,7 @@ const char *ct_config_help(const char *key) {
 
 static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
   const char *s = ct_config_suggest(key);
-  if (s)
-    return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
+  if (s) return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
   return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s' (docs/config.md lists every key)", src,
                  key);
 }
@@ -191,38 +210,39 @@ static ct_status set_text(ct_config *cfg, const key_def *k, const char *v, const
   char *end;
   errno = 0;
   switch (k->type) {
-  case K_INT: {
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end)
-      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects an integer, got '%s'", where,
-                     k->name, v);
-    *(long *)base = x;
-    return CT_OK;
-  }
-  case K_NUM: {
-    double x = strtod(v, &end);
-    if (errno || end == v || *end)
-      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects a number, got '%s'", where,
-                     k->name, v);
-    *(double *)base = x;
-    return CT_OK;
-  }
-  case K_BOOL:
-    if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes"))
-      *(int *)base = 1;
-    else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no"))
-      *(int *)base = 0;
-    else
-      return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects true or false, got '%s'", where,
-                     k->name, v);
-    return CT_OK;
-  case K_STR:
-    if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
-      /* "none" means unset for optional strings; resume keeps it verbatim. */
-      if (!strcmp(k->name, "resume_from_checkpoint")) return set_str((char **)base, "none", where, err);
-      return set_str((char **)base, NULL, where, err);
+    case K_INT: {
+      long x = strtol(v, &end, 10);
+      if (errno || end == v || *end)
+        return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects an integer, got '%s'", where,
+                       k->name, v);
+      *(long *)base = x;
+      return CT_OK;
     }
-    return set_str((char **)base, v, where, err);
+    case K_NUM: {
+      double x = strtod(v, &end);
+      if (errno || end == v || *end)
+        return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects a number, got '%s'", where, k->name,
+                       v);
+      *(double *)base = x;
+      return CT_OK;
+    }
+    case K_BOOL:
+      if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "yes"))
+        *(int *)base = 1;
+      else if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "no"))
+        *(int *)base = 0;
+      else
+        return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects true or false, got '%s'", where,
+                       k->name, v);
+      return CT_OK;
+    case K_STR:
+      if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
+        /* "none" means unset for optional strings; resume keeps it verbatim. */
+        if (!strcmp(k->name, "resume_from_checkpoint"))
+          return set_str((char **)base, "none", where, err);
+        return set_str((char **)base, NULL, where, err);
+      }
+      return set_str((char **)base, v, where, err);
   }
   return CT_ERR_INTERNAL;
 }
@@ -272,9 +292,12 @@ static int put_str(char **buf, size_t *len, size_t *cap, const char *s, size_t n
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)s[i];
     char esc[8];
-    if (ch == '"' || ch == '\\') snprintf(esc, sizeof esc, "\\%c", ch);
-    else if (ch < 0x20) snprintf(esc, sizeof esc, "\\u%04x", ch);
-    else esc[0] = (char)ch, esc[1] = 0;
+    if (ch == '"' || ch == '\\')
+      snprintf(esc, sizeof esc, "\\%c", ch);
+    else if (ch < 0x20)
+      snprintf(esc, sizeof esc, "\\u%04x", ch);
+    else
+      esc[0] = (char)ch, esc[1] = 0;
     if (put(buf, len, cap, esc, strlen(esc))) return -1;
   }
   return put(buf, len, cap, "\"", 1);
@@ -282,25 +305,31 @@ static int put_str(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 static int json_write(const ct_json *v, char **buf, size_t *len, size_t *cap) {
   char num[64];
   switch (v->type) {
-  case CT_JSON_NULL: return put(buf, len, cap, "null", 4);
-  case CT_JSON_BOOL: return put(buf, len, cap, v->boolean ? "true" : "false", v->boolean ? 4 : 5);
-  case CT_JSON_NUMBER:
-    if (v->is_int) snprintf(num, sizeof num, "%lld", (long long)v->i64);
-    else snprintf(num, sizeof num, "%.17g", v->num);
-    return put(buf, len, cap, num, strlen(num));
-  case CT_JSON_STRING: return put_str(buf, len, cap, v->str, v->len);
-  case CT_JSON_ARRAY:
-  case CT_JSON_OBJECT: {
-    const int obj = v->type == CT_JSON_OBJECT;
-    if (put(buf, len, cap, obj ? "{" : "[", 1)) return -1;
-    for (size_t i = 0; i < v->n; i++) {
-      if (i && put(buf, len, cap, ", ", 2)) return -1;
-      if (obj && (put_str(buf, len, cap, v->keys[i], strlen(v->keys[i])) || put(buf, len, cap, ": ", 2)))
-        return -1;
-      if (json_write(&v->items[i], buf, len, cap)) return -1;
+    case CT_JSON_NULL:
+      return put(buf, len, cap, "null", 4);
+    case CT_JSON_BOOL:
+      return put(buf, len, cap, v->boolean ? "true" : "false", v->boolean ? 4 : 5);
+    case CT_JSON_NUMBER:
+      if (v->is_int)
+        snprintf(num, sizeof num, "%lld", (long long)v->i64);
+      else
+        snprintf(num, sizeof num, "%.17g", v->num);
+      return put(buf, len, cap, num, strlen(num));
+    case CT_JSON_STRING:
+      return put_str(buf, len, cap, v->str, v->len);
+    case CT_JSON_ARRAY:
+    case CT_JSON_OBJECT: {
+      const int obj = v->type == CT_JSON_OBJECT;
+      if (put(buf, len, cap, obj ? "{" : "[", 1)) return -1;
+      for (size_t i = 0; i < v->n; i++) {
+        if (i && put(buf, len, cap, ", ", 2)) return -1;
+        if (obj &&
+            (put_str(buf, len, cap, v->keys[i], strlen(v->keys[i])) || put(buf, len, cap, ": ", 2)))
+          return -1;
+        if (json_write(&v->items[i], buf, len, cap)) return -1;
+      }
+      return put(buf, len, cap, obj ? "}" : "]", 1);
     }
-    return put(buf, len, cap, obj ? "}" : "]", 1);
-  }
   }
   return -1;
 }
@@ -310,56 +339,57 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
   char *base = (char *)cfg + k->off;
   const char *got = ct_json_type_name(v->type);
   switch (k->type) {
-  case K_INT:
-    if (v->type == CT_JSON_NUMBER && v->is_int) {
-      *(long *)base = (long)v->i64;
-      return CT_OK;
-    }
-    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
-    break;
-  case K_NUM:
-    if (v->type == CT_JSON_NUMBER) {
-      *(double *)base = v->num;
-      return CT_OK;
-    }
-    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
-    break;
-  case K_BOOL:
-    if (v->type == CT_JSON_BOOL) {
-      *(int *)base = v->boolean;
-      return CT_OK;
-    }
-    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
-    break;
-  case K_STR:
-    if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
-    if (v->type == CT_JSON_NULL) return set_str((char **)base, NULL, where, err);
-    if ((v->type == CT_JSON_OBJECT && !strcmp(k->name, "deepspeed_config")) ||
-        ((v->type == CT_JSON_OBJECT || v->type == CT_JSON_ARRAY) && !strcmp(k->name, "webhook_config"))) {
-      /* inline JSON: kept as text */
-      char *buf = NULL;
-      size_t len = 0, cap = 0;
-      if (json_write(v, &buf, &len, &cap)) {
-        free(buf);
-        return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    case K_INT:
+      if (v->type == CT_JSON_NUMBER && v->is_int) {
+        *(long *)base = (long)v->i64;
+        return CT_OK;
       }
-      free(*(char **)base);
-      *(char **)base = buf;
-      return CT_OK;
-    }
-    if (v->type == CT_JSON_NUMBER) { /* e.g. "validation_resolution": 512 */
-      char buf[64];
-      if (v->is_int)
-        snprintf(buf, sizeof buf, "%lld", (long long)v->i64);
-      else
-        snprintf(buf, sizeof buf, "%.17g", v->num);
-      return set_str((char **)base, buf, where, err);
-    }
-    break;
+      if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+      break;
+    case K_NUM:
+      if (v->type == CT_JSON_NUMBER) {
+        *(double *)base = v->num;
+        return CT_OK;
+      }
+      if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+      break;
+    case K_BOOL:
+      if (v->type == CT_JSON_BOOL) {
+        *(int *)base = v->boolean;
+        return CT_OK;
+      }
+      if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+      break;
+    case K_STR:
+      if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
+      if (v->type == CT_JSON_NULL) return set_str((char **)base, NULL, where, err);
+      if ((v->type == CT_JSON_OBJECT && !strcmp(k->name, "deepspeed_config")) ||
+          ((v->type == CT_JSON_OBJECT || v->type == CT_JSON_ARRAY) &&
+           !strcmp(k->name, "webhook_config"))) {
+        /* inline JSON: kept as text */
+        char *buf = NULL;
+        size_t len = 0, cap = 0;
+        if (json_write(v, &buf, &len, &cap)) {
+          free(buf);
+          return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        }
+        free(*(char **)base);
+        *(char **)base = buf;
+        return CT_OK;
+      }
+      if (v->type == CT_JSON_NUMBER) { /* e.g. "validation_resolution": 512 */
+        char buf[64];
+        if (v->is_int)
+          snprintf(buf, sizeof buf, "%lld", (long long)v->i64);
+        else
+          snprintf(buf, sizeof buf, "%.17g", v->num);
+        return set_str((char **)base, buf, where, err);
+      }
+      break;
   }
   if (v->type == CT_JSON_NUMBER && k->type == K_INT) got = "a non-integer number";
-  return ct_errf(err, CT_ERR_INVALID, "%sline %d, column %d: key '%s' expects %s, got %s",
-                 where, v->line, v->col, k->name, type_name(k->type), got);
+  return ct_errf(err, CT_ERR_INVALID, "%sline %d, column %d: key '%s' expects %s, got %s", where,
+                 v->line, v->col, k->name, type_name(k->type), got);
 }
 
 ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
@@ -433,7 +463,8 @@ static int is_one_of(const char *s, const char *const *choices) {
 
 static ct_status check_model_type(const ct_config *c, ct_err *err) {
   if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae")))
-    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not implemented yet)",
+    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not "
+        "implemented yet)",
         c->model_type ? c->model_type : "");
   return CT_OK;
 }
@@ -447,16 +478,21 @@ static ct_status check_output_dir(const ct_config *c, ct_err *err) {
   if (!c->output_dir || !*c->output_dir) BAD("output_dir must be a directory path");
   if (!strncmp(c->output_dir, "s3://", 5)) {
     char *b = NULL, *pf = NULL;
-    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0] && (!pf[0] || ct_storage_key_ok(pf));
+    int ok = ct_storage_parse_s3_url(c->output_dir, &b, &pf) && b[0] &&
+             (!pf[0] || ct_storage_key_ok(pf));
     free(b), free(pf);
-    if (!ok) BAD("output_dir '%s' must be s3://bucket/prefix (a prefix without empty, '.' or '..' segments)", c->output_dir);
+    if (!ok)
+      BAD("output_dir '%s' must be s3://bucket/prefix (a prefix without empty, '.' or '..' "
+          "segments)",
+          c->output_dir);
   }
   return CT_OK;
 }
 
 static ct_status check_bytes(const ct_config *c, ct_err *err) {
   if (c->disk_low_threshold && ct_parse_bytes(c->disk_low_threshold) < 0)
-    BAD("disk_low_threshold must be a size such as 10G, 500M or 1048576 (bytes), got '%s'", c->disk_low_threshold);
+    BAD("disk_low_threshold must be a size such as 10G, 500M or 1048576 (bytes), got '%s'",
+        c->disk_low_threshold);
   return CT_OK;
 }
 
@@ -485,7 +521,8 @@ static ct_status check_optimizer(const ct_config *c, ct_err *err) {
 
 static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err) {
   if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
-    BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld", c->tokenizer_max_length);
+    BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld",
+        c->tokenizer_max_length);
   return CT_OK;
 }
 
@@ -497,10 +534,13 @@ static ct_status check_codec_scale(const ct_config *c, ct_err *err) {
 
 static ct_status check_mixed_precision(const ct_config *c, ct_err *err) {
   if (!c->mixed_precision ||
-      (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32") && strcmp(c->mixed_precision, "bf16")))
+      (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "fp32") &&
+       strcmp(c->mixed_precision, "bf16")))
     BAD("mixed_precision '%s' is not supported; use \"no\" (float32) or \"bf16\"%s",
         c->mixed_precision ? c->mixed_precision : "",
-        c->mixed_precision && !strcmp(c->mixed_precision, "fp16") ? " (fp16 needs loss scaling ctuner does not do)" : "");
+        c->mixed_precision && !strcmp(c->mixed_precision, "fp16")
+            ? " (fp16 needs loss scaling ctuner does not do)"
+            : "");
   return CT_OK;
 }
 
@@ -553,51 +593,55 @@ static ct_status check_key(const ct_config *c, const key_def *k, ct_err *err) {
   const char *s = k->type == K_STR ? *(char *const *)base : NULL;
   char says[160];
   switch (v->kind) {
-  case V_ANY: return CT_OK;
-  case V_FN: return v->fn(c, err);
-  case V_INT_GE:
-    if (i < (long)v->lo) BAD("%s must be >= %ld%s, got %ld", k->name, (long)v->lo, v->note, i);
-    return CT_OK;
-  case V_INT_IN:
-    if (i < (long)v->lo || i > (long)v->hi)
-      BAD("%s must be between %ld and %ld, got %ld", k->name, (long)v->lo, (long)v->hi, i);
-    return CT_OK;
-  case V_INT_ONE_OF: {
-    char num[32];
-    snprintf(num, sizeof num, "%ld", i);
-    if (!in_list(num, v->list)) BAD("%s must be %s, got %ld", k->name, say_list(v->list, 0, says, sizeof says), i);
-    return CT_OK;
-  }
-  case V_NUM_GE:
-    if (!(x >= v->lo)) BAD("%s must be >= %g%s, got %g", k->name, v->lo, v->note, x);
-    return CT_OK;
-  case V_NUM_GT:
-    if (!(x > v->lo)) BAD("%s must be > %g, got %g", k->name, v->lo, x);
-    return CT_OK;
-  case V_NUM_IN:
-    if (!inside(x, v->shape, v->lo, v->hi))
-      BAD("%s must be in %c%g, %g%c, got %g", k->name, v->shape[0], v->lo, v->hi, v->shape[1], x);
-    return CT_OK;
-  case V_NUM_BETWEEN:
-    if (!inside(x, v->shape, v->lo, v->hi))
-      BAD("%s must be between %g and %g%s, got %g", k->name, v->lo, v->hi, v->note, x);
-    return CT_OK;
-  case V_ONE_OF:
-  case V_ONE_OF_QUOTED:
-    if (!s || !in_list(s, v->list))
-      BAD("%s must be %s, got '%s'", k->name, say_list(v->list, v->kind == V_ONE_OF_QUOTED, says, sizeof says),
-          s ? s : "");
-    return CT_OK;
-  case V_NONE_OR: /* "none" reads as unset (NULL) */
-    if (s && !in_list(s, v->list)) {
-      char more[150];
-      BAD("%s must be none, %s, got '%s'", k->name, say_list(v->list, 0, more, sizeof more), s);
+    case V_ANY:
+      return CT_OK;
+    case V_FN:
+      return v->fn(c, err);
+    case V_INT_GE:
+      if (i < (long)v->lo) BAD("%s must be >= %ld%s, got %ld", k->name, (long)v->lo, v->note, i);
+      return CT_OK;
+    case V_INT_IN:
+      if (i < (long)v->lo || i > (long)v->hi)
+        BAD("%s must be between %ld and %ld, got %ld", k->name, (long)v->lo, (long)v->hi, i);
+      return CT_OK;
+    case V_INT_ONE_OF: {
+      char num[32];
+      snprintf(num, sizeof num, "%ld", i);
+      if (!in_list(num, v->list))
+        BAD("%s must be %s, got %ld", k->name, say_list(v->list, 0, says, sizeof says), i);
+      return CT_OK;
     }
-    return CT_OK;
-  case V_USE:
-    if (!s || !in_list(s, v->list))
-      BAD("%s '%s' is not supported; use %s", k->name, s ? s : "", say_list(v->list, 1, says, sizeof says));
-    return CT_OK;
+    case V_NUM_GE:
+      if (!(x >= v->lo)) BAD("%s must be >= %g%s, got %g", k->name, v->lo, v->note, x);
+      return CT_OK;
+    case V_NUM_GT:
+      if (!(x > v->lo)) BAD("%s must be > %g, got %g", k->name, v->lo, x);
+      return CT_OK;
+    case V_NUM_IN:
+      if (!inside(x, v->shape, v->lo, v->hi))
+        BAD("%s must be in %c%g, %g%c, got %g", k->name, v->shape[0], v->lo, v->hi, v->shape[1], x);
+      return CT_OK;
+    case V_NUM_BETWEEN:
+      if (!inside(x, v->shape, v->lo, v->hi))
+        BAD("%s must be between %g and %g%s, got %g", k->name, v->lo, v->hi, v->note, x);
+      return CT_OK;
+    case V_ONE_OF:
+    case V_ONE_OF_QUOTED:
+      if (!s || !in_list(s, v->list))
+        BAD("%s must be %s, got '%s'", k->name,
+            say_list(v->list, v->kind == V_ONE_OF_QUOTED, says, sizeof says), s ? s : "");
+      return CT_OK;
+    case V_NONE_OR: /* "none" reads as unset (NULL) */
+      if (s && !in_list(s, v->list)) {
+        char more[150];
+        BAD("%s must be none, %s, got '%s'", k->name, say_list(v->list, 0, more, sizeof more), s);
+      }
+      return CT_OK;
+    case V_USE:
+      if (!s || !in_list(s, v->list))
+        BAD("%s '%s' is not supported; use %s", k->name, s ? s : "",
+            say_list(v->list, 1, says, sizeof says));
+      return CT_OK;
   }
   return CT_OK;
 }
@@ -613,20 +657,27 @@ static ct_status check_optimizer_with(const ct_config *c, ct_err *err) {
   const int bf16 = c->mixed_precision && !strcmp(c->mixed_precision, "bf16");
   const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
   const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
-  if (oi->flags & CT_OPTIM_ONEBIT) { /* 1-bit Adam, 0/1 Adam, 1-bit Lamb: data parallel over float32 */
+  if (oi->flags &
+      CT_OPTIM_ONEBIT) { /* 1-bit Adam, 0/1 Adam, 1-bit Lamb: data parallel over float32 */
     if (c->model_type && !strcmp(c->model_type, "vae"))
-      BAD("optimizer %s is data-parallel 1-bit communication (DeepSpeed's %s) for the MMDiT trainer; "
+      BAD("optimizer %s is data-parallel 1-bit communication (DeepSpeed's %s) for the MMDiT "
+          "trainer; "
           "model_type vae does not support it yet: use a local optimizer such as %s",
-          c->optimizer, ct_optim_onebit_name(oi->onebit), oi->onebit == CT_OPTIM_ONEBIT_LAMB ? "lamb" : "adam");
+          c->optimizer, ct_optim_onebit_name(oi->onebit),
+          oi->onebit == CT_OPTIM_ONEBIT_LAMB ? "lamb" : "adam");
     if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
-      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff, c->lamb_max_coeff);
+      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff,
+          c->lamb_max_coeff);
     if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
       BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
-    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min && c->lamb_factor_threshold >= 0))
-      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= 0 (%g)",
+    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min &&
+          c->lamb_factor_threshold >= 0))
+      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= "
+          "0 (%g)",
           c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
     if (oi->onebit != CT_OPTIM_ONEBIT_ZEROONE_ADAM && c->freeze_step < 1)
-      BAD("optimizer %s needs freeze_step >= 1: the frozen variance comes from the warm-up steps", c->optimizer);
+      BAD("optimizer %s needs freeze_step >= 1: the frozen variance comes from the warm-up steps",
+          c->optimizer);
     if (c->zero_stage != 0)
       BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
           "DeepSpeed), got %ld",
@@ -643,7 +694,8 @@ static ct_status check_optimizer_with(const ct_config *c, ct_err *err) {
       int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", r[i].name);
       if (w > 0 && (size_t)w < sizeof list - len) len += (size_t)w;
     }
-    BAD("offload_%s nvme: optimizer '%s' %s, so it cannot offload its state; use an optimizer that can (%s) "
+    BAD("offload_%s nvme: optimizer '%s' %s, so it cannot offload its state; use an optimizer that "
+        "can (%s) "
         "or offload none",
         onv ? "optimizer" : "param", c->optimizer,
         oi->flags & CT_OPTIM_ONEBIT ? "communicates the momentum itself"
@@ -659,24 +711,29 @@ static ct_status check_together(const ct_config *c, ct_err *err) {
     BAD("model_type vae needs vae_config (a diffusers config.json to train from scratch) or "
         "pretrained_vae_model_name_or_path (a VAE directory to fine-tune)");
   if (!strncmp(c->output_dir, "s3://", 5) && !strcmp(c->model_type, "vae"))
-    BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a local output_dir");
+    BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a "
+        "local output_dir");
   if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
     BAD("disk_low_action=script needs disk_low_script (the command to run)");
-  if (c->max_train_steps == 0 && c->num_train_epochs < 1) BAD("set max_train_steps or num_train_epochs (>= 1)");
+  if (c->max_train_steps == 0 && c->num_train_epochs < 1)
+    BAD("set max_train_steps or num_train_epochs (>= 1)");
   ct_status st = check_optimizer_with(c, err);
   if (st) return st;
   const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
   const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
   if (pnv && c->zero_stage != 3)
-    BAD("offload_param nvme needs zero_stage 3 (parameters are sharded there; below it every rank holds all "
+    BAD("offload_param nvme needs zero_stage 3 (parameters are sharded there; below it every rank "
+        "holds all "
         "of them), got zero_stage %ld",
         c->zero_stage);
-  if (pnv && !strcmp(c->mixed_precision, "bf16")) BAD("offload_param nvme works with float32 storage; set mixed_precision no");
+  if (pnv && !strcmp(c->mixed_precision, "bf16"))
+    BAD("offload_param nvme works with float32 storage; set mixed_precision no");
   if ((onv || pnv) && (!c->offload_param_path || !*c->offload_param_path))
     BAD("offload_%s nvme needs offload_param_path: a directory on the device for the swap files",
         onv ? "optimizer" : "param");
   if (!strcmp(c->text_encoder, "clip-bpe") && (!c->tokenizer_vocab || !c->tokenizer_merges))
-    BAD("text_encoder \"clip-bpe\" needs tokenizer_vocab (vocab.json) and tokenizer_merges (merges.txt)");
+    BAD("text_encoder \"clip-bpe\" needs tokenizer_vocab (vocab.json) and tokenizer_merges "
+        "(merges.txt)");
   if (!strcmp(c->codec, "vae") && !c->pretrained_vae_model_name_or_path)
     BAD("codec vae needs pretrained_vae_model_name_or_path (a VAE directory: config.json + "
         "diffusion_pytorch_model.safetensors, e.g. the output_dir/vae of a model_type vae run)");
@@ -696,16 +753,22 @@ ct_status ct_config_validate(const ct_config *c, ct_err *err) {
 
 const char *ct_config_models_name(unsigned models) {
   switch (models & CT_MODEL_ALL) {
-  case CT_MODEL_FULL: return "full";
-  case CT_MODEL_VAE: return "vae";
-  case CT_MODEL_ALL: return "all";
-  default: return "none";
+    case CT_MODEL_FULL:
+      return "full";
+    case CT_MODEL_VAE:
+      return "vae";
+    case CT_MODEL_ALL:
+      return "all";
+    default:
+      return "none";
   }
 }
 
 static unsigned model_bit(const char *model_type) {
   if (!model_type) return 0;
-  return !strcmp(model_type, "full") ? CT_MODEL_FULL : !strcmp(model_type, "vae") ? CT_MODEL_VAE : 0;
+  return !strcmp(model_type, "full")  ? CT_MODEL_FULL
+         : !strcmp(model_type, "vae") ? CT_MODEL_VAE
+                                      : 0;
 }
 
 int ct_config_key_applies(const char *key, const char *model_type) {
@@ -750,7 +813,9 @@ static void sb_add(sbuf *b, const char *s, size_t n) {
   b->p[b->n] = 0;
 }
 
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+static void sb_str(sbuf *b, const char *s) {
+  sb_add(b, s, strlen(s));
+}
 
 static void sb_json_string(sbuf *b, const char *s) {
   sb_str(b, "\"");
@@ -771,18 +836,42 @@ static void sb_json_string(sbuf *b, const char *s) {
 
 /* Keys that do not change the numbers a run computes. */
 static int cosmetic(const char *k) {
-  static const char *const c[] = {"output_dir", "output_dir_local", "output_aws_endpoint_url",
-                                  "output_aws_region_name", "output_aws_addressing_style", "checkpoint_step_interval", "checkpoints_total_limit",
-                                  "resume_from_checkpoint", "validation_prompt", "user_prompt_library",
-                                  "validation_step_interval", "validation_num_inference_steps",
-                                  "validation_guidance", "validation_resolution",
-                                  "num_validation_images", "validation_seed", "disable_validation",
-                                  "disable_progress_bar", "ema_validation", "dataloader_prefetch",
-                                  "dataloader_prefetch_qlen", "compress_disk_cache", "disk_cache_compression",
-                                  "webhook_config", "webhook_timeout", "webhook_retries", "webhook_status_interval", "health_poll_interval",
-                                  "health_ecc_threshold", "health_temp_margin", "health_nvml_library",
-                                  "health_memory_low_percent", "disk_low_threshold", "disk_low_action",
-                                  "disk_low_script", NULL};
+  static const char *const c[] = {"output_dir",
+                                  "output_dir_local",
+                                  "output_aws_endpoint_url",
+                                  "output_aws_region_name",
+                                  "output_aws_addressing_style",
+                                  "checkpoint_step_interval",
+                                  "checkpoints_total_limit",
+                                  "resume_from_checkpoint",
+                                  "validation_prompt",
+                                  "user_prompt_library",
+                                  "validation_step_interval",
+                                  "validation_num_inference_steps",
+                                  "validation_guidance",
+                                  "validation_resolution",
+                                  "num_validation_images",
+                                  "validation_seed",
+                                  "disable_validation",
+                                  "disable_progress_bar",
+                                  "ema_validation",
+                                  "dataloader_prefetch",
+                                  "dataloader_prefetch_qlen",
+                                  "compress_disk_cache",
+                                  "disk_cache_compression",
+                                  "webhook_config",
+                                  "webhook_timeout",
+                                  "webhook_retries",
+                                  "webhook_status_interval",
+                                  "health_poll_interval",
+                                  "health_ecc_threshold",
+                                  "health_temp_margin",
+                                  "health_nvml_library",
+                                  "health_memory_low_percent",
+                                  "disk_low_threshold",
+                                  "disk_low_action",
+                                  "disk_low_script",
+                                  NULL};
   return is_one_of(k, c);
 }
 
@@ -802,12 +891,14 @@ static void redact_walk(ct_json *v) {
       if (at) hl -= (size_t)(at + 1 - host), host = at + 1;
       char *r = malloc(hl + 40);
       if (r) {
-        snprintf(r, hl + 40, "%.*s%.*s/<redacted>", p ? (int)(p + 3 - it->str) : 0, it->str, (int)hl, host);
+        snprintf(r, hl + 40, "%.*s%.*s/<redacted>", p ? (int)(p + 3 - it->str) : 0, it->str,
+                 (int)hl, host);
         free(it->str);
         it->str = r;
         it->len = strlen(r);
       }
-    } else if (v->type == CT_JSON_OBJECT && !strcmp(v->keys[i], "auth_token") && it->type == CT_JSON_STRING) {
+    } else if (v->type == CT_JSON_OBJECT && !strcmp(v->keys[i], "auth_token") &&
+               it->type == CT_JSON_STRING) {
       char *r = strdup("<redacted>");
       if (r) {
         free(it->str);
@@ -851,36 +942,38 @@ static char *dump(const ct_config *cfg, int math_only) {
     sb_json_string(&b, k->name);
     sb_str(&b, ": ");
     switch (k->type) {
-    case K_INT:
-      snprintf(v, sizeof v, "%ld", *(const long *)base);
-      sb_str(&b, v);
-      break;
-    case K_NUM:
-      snprintf(v, sizeof v, "%.17g", *(const double *)base);
-      sb_str(&b, v);
-      break;
-    case K_BOOL:
-      sb_str(&b, *(const int *)base ? "true" : "false");
-      break;
-    case K_STR: {
-      const char *s = *(char *const *)base;
-      char *red = !strcmp(k->name, "webhook_config") ? redact_tokens(s) : NULL;
-      if (red)
-        sb_json_string(&b, red);
-      else if (s)
-        sb_json_string(&b, s);
-      else
-        sb_str(&b, "null");
-      free(red);
-      break;
-    }
+      case K_INT:
+        snprintf(v, sizeof v, "%ld", *(const long *)base);
+        sb_str(&b, v);
+        break;
+      case K_NUM:
+        snprintf(v, sizeof v, "%.17g", *(const double *)base);
+        sb_str(&b, v);
+        break;
+      case K_BOOL:
+        sb_str(&b, *(const int *)base ? "true" : "false");
+        break;
+      case K_STR: {
+        const char *s = *(char *const *)base;
+        char *red = !strcmp(k->name, "webhook_config") ? redact_tokens(s) : NULL;
+        if (red)
+          sb_json_string(&b, red);
+        else if (s)
+          sb_json_string(&b, s);
+        else
+          sb_str(&b, "null");
+        free(red);
+        break;
+      }
     }
   }
   sb_str(&b, "}");
   return b.p;
 }
 
-char *ct_config_to_json(const ct_config *cfg) { return dump(cfg, 0); }
+char *ct_config_to_json(const ct_config *cfg) {
+  return dump(cfg, 0);
+}
 
 void ct_config_digest(const ct_config *cfg, char out[17]) {
   char *s = dump(cfg, 1);

@@ -20,7 +20,9 @@
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 
-static int is_auto(const ct_json *v) { return v && v->type == CT_JSON_STRING && !strcasecmp(v->str, "auto"); }
+static int is_auto(const ct_json *v) {
+  return v && v->type == CT_JSON_STRING && !strcasecmp(v->str, "auto");
+}
 
 /* A number (or "auto": *set = 0). */
 static ct_status num(const ct_json *o, const char *key, const char *where, double *out, int *set,
@@ -29,8 +31,9 @@ static ct_status num(const ct_json *o, const char *key, const char *where, doubl
   const ct_json *v = o ? ct_json_get(o, key) : NULL;
   if (!v || is_auto(v)) return CT_OK;
   if (v->type != CT_JSON_NUMBER)
-    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: %s%s: expected a number or \"auto\", got %s (line %d)",
-                   where, key, ct_json_type_name(v->type), v->line);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "deepspeed_config: %s%s: expected a number or \"auto\", got %s (line %d)", where,
+                   key, ct_json_type_name(v->type), v->line);
   *out = v->num;
   *set = 1;
   return CT_OK;
@@ -42,8 +45,8 @@ static ct_status posint(const ct_json *o, const char *key, const char *where, lo
   ct_status st = num(o, key, where, &d, set, err);
   if (st || !*set) return st;
   if (d < 1 || d > 1e9 || d != floor(d))
-    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: %s%s: expected a positive integer, got %g", where,
-                   key, d);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "deepspeed_config: %s%s: expected a positive integer, got %g", where, key, d);
   *out = (long)d;
   return CT_OK;
 }
@@ -54,7 +57,8 @@ static ct_status enabled(const ct_json *root, const char *sect, int *on, ct_err 
   if (!s) return CT_OK;
   const ct_json *e = s->type == CT_JSON_OBJECT ? ct_json_get(s, "enabled") : NULL;
   if (s->type != CT_JSON_OBJECT || (e && e->type != CT_JSON_BOOL && !is_auto(e)))
-    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: %s: expected {\"enabled\": true|false}", sect);
+    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: %s: expected {\"enabled\": true|false}",
+                   sect);
   *on = e && e->type == CT_JSON_BOOL && e->boolean;
   return CT_OK;
 }
@@ -66,8 +70,8 @@ static ct_status set_key(ct_config *cfg, const char *key, const char *val, ct_er
 }
 
 /* For each (DeepSpeed key, ctuner key): a number in o (not "auto") sets the ctuner key. */
-static ct_status copy_numbers(ct_config *cfg, const ct_json *o, const char *where, const char *const (*pairs)[2],
-                              size_t n, ct_err *err) {
+static ct_status copy_numbers(ct_config *cfg, const ct_json *o, const char *where,
+                              const char *const (*pairs)[2], size_t n, ct_err *err) {
   ct_status st = CT_OK;
   for (size_t i = 0; i < n && !st; i++) {
     double d;
@@ -83,18 +87,20 @@ static ct_status copy_numbers(ct_config *cfg, const ct_json *o, const char *wher
 }
 
 static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) {
-  if (o->type != CT_JSON_OBJECT) return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer: expected an object");
+  if (o->type != CT_JSON_OBJECT)
+    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer: expected an object");
   const ct_json *t = ct_json_get(o, "type");
   if (!t || t->type != CT_JSON_STRING)
-    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer.type: expected a string such as \"AdamW\"");
+    return ct_errf(err, CT_ERR_INVALID,
+                   "deepspeed_config: optimizer.type: expected a string such as \"AdamW\"");
   char low[64];
   size_t n = 0;
   for (const char *p = t->str; *p && n + 1 < sizeof low; p++)
     if (*p != '_' && *p != '-') low[n++] = (char)tolower((unsigned char)*p);
   low[n] = 0;
   const char *mapped = NULL;
-  static const char *const same[] = {"adamw", "adam", "adagrad", "lamb", "lion", "sgd", "muon", "muadam",
-                                     "muadamw", "musgd", NULL};
+  static const char *const same[] = {"adamw", "adam",   "adagrad", "lamb",  "lion", "sgd",
+                                     "muon",  "muadam", "muadamw", "musgd", NULL};
   for (const char *const *s = same; *s; s++)
     if (!strcmp(low, *s)) mapped = *s;
   /* DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (its default is true) */
@@ -140,7 +146,8 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
   if (!st && b && !is_auto(b)) {
     if (b->type != CT_JSON_ARRAY || b->n != 2 || b->items[0].type != CT_JSON_NUMBER ||
         b->items[1].type != CT_JSON_NUMBER)
-      return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: optimizer.params.betas: expected [beta1, beta2]");
+      return ct_errf(err, CT_ERR_INVALID,
+                     "deepspeed_config: optimizer.params.betas: expected [beta1, beta2]");
     snprintf(buf, sizeof buf, "%.17g", b->items[0].num);
     st = set_key(cfg, "adam_beta1", buf, err);
     snprintf(buf, sizeof buf, "%.17g", b->items[1].num);
@@ -152,15 +159,17 @@ static ct_status apply_optimizer(ct_config *cfg, const ct_json *o, ct_err *err) 
 static ct_status apply_scheduler(ct_config *cfg, const ct_json *s, ct_err *err) {
   const ct_json *t = s->type == CT_JSON_OBJECT ? ct_json_get(s, "type") : NULL;
   if (!t || t->type != CT_JSON_STRING)
-    return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: scheduler.type: expected \"WarmupLR\" or \"WarmupDecayLR\"");
+    return ct_errf(err, CT_ERR_INVALID,
+                   "deepspeed_config: scheduler.type: expected \"WarmupLR\" or \"WarmupDecayLR\"");
   const char *kind = !strcasecmp(t->str, "WarmupLR")        ? "WarmupLR"
                      : !strcasecmp(t->str, "WarmupDecayLR") ? "WarmupDecayLR"
                                                             : NULL;
   if (!kind)
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "deepspeed_config: scheduler %s is not supported; use WarmupLR or WarmupDecayLR (or leave "
-                   "the scheduler out and set lr_scheduler)",
-                   t->str);
+    return ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "deepspeed_config: scheduler %s is not supported; use WarmupLR or WarmupDecayLR (or leave "
+        "the scheduler out and set lr_scheduler)",
+        t->str);
   ct_status st = set_key(cfg, "lr_scheduler", kind, err);
   const ct_json *p = ct_json_get(s, "params");
   if (st || !p) return st;
@@ -176,16 +185,20 @@ static ct_status apply_scheduler(ct_config *cfg, const ct_json *s, ct_err *err) 
   const ct_json *wt = ct_json_get(p, "warmup_type");
   if (!st && wt && !is_auto(wt)) {
     if (wt->type != CT_JSON_STRING || (strcmp(wt->str, "log") && strcmp(wt->str, "linear")))
-      return ct_errf(err, CT_ERR_INVALID, "deepspeed_config: scheduler.params.warmup_type: expected \"log\" or \"linear\"");
+      return ct_errf(
+          err, CT_ERR_INVALID,
+          "deepspeed_config: scheduler.params.warmup_type: expected \"log\" or \"linear\"");
     st = set_key(cfg, "warmup_type", wt->str, err);
   }
   if (!st) {
     st = num(p, "total_num_steps", "scheduler.params.", &d, &set, err);
     if (!st && set) {
       if (cfg->max_train_steps && (long)d != cfg->max_train_steps)
-        CT_WARN("deepspeed_config: scheduler total_num_steps %.0f differs from max_train_steps %ld; the "
-                "schedule decays over max_train_steps",
-                d, cfg->max_train_steps);
+        CT_WARN(
+            "deepspeed_config: scheduler total_num_steps %.0f differs from max_train_steps %ld; "
+            "the "
+            "schedule decays over max_train_steps",
+            d, cfg->max_train_steps);
       else if (!cfg->max_train_steps) {
         snprintf(buf, sizeof buf, "%.0f", d);
         st = set_key(cfg, "max_train_steps", buf, err);
@@ -230,8 +243,9 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
   if (!st && on) st = set_key(cfg, "mixed_precision", "bf16", err);
   if (!st) st = enabled(j, "fp16", &on, err);
   if (!st && on)
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "deepspeed_config: fp16.enabled: fp16 is not supported (it needs loss "
-                                          "scaling); use \"bf16\": {\"enabled\": true} or false");
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "deepspeed_config: fp16.enabled: fp16 is not supported (it needs loss "
+                 "scaling); use \"bf16\": {\"enabled\": true} or false");
   long micro = cfg->train_batch_size, accum = cfg->gradient_accumulation_steps, total = 0;
   int set_m = 0, set_a = 0, set_t = 0;
   if (!st) st = posint(j, "train_micro_batch_size_per_gpu", "", &micro, &set_m, err);
@@ -243,12 +257,16 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
     if ((double)micro * (double)accum * (double)world != (double)total)
       st = ct_errf(err, CT_ERR_INVALID,
                    "deepspeed_config: train_batch_size %ld != train_micro_batch_size_per_gpu %ld x "
-                   "gradient_accumulation_steps %ld x %d rank(s) = %ld; fix one of them (or set it to \"auto\")",
+                   "gradient_accumulation_steps %ld x %d rank(s) = %ld; fix one of them (or set it "
+                   "to \"auto\")",
                    total, micro, accum, world, micro * accum * world);
   }
   char buf[64];
-  if (!st && set_m) snprintf(buf, sizeof buf, "%ld", micro), st = set_key(cfg, "train_batch_size", buf, err);
-  if (!st && set_a) snprintf(buf, sizeof buf, "%ld", accum), st = set_key(cfg, "gradient_accumulation_steps", buf, err);
+  if (!st && set_m)
+    snprintf(buf, sizeof buf, "%ld", micro), st = set_key(cfg, "train_batch_size", buf, err);
+  if (!st && set_a)
+    snprintf(buf, sizeof buf, "%ld", accum),
+        st = set_key(cfg, "gradient_accumulation_steps", buf, err);
   static const char *const clip[][2] = {{"gradient_clipping", "max_grad_norm"}};
   if (!st) st = copy_numbers(cfg, j, "", clip, 1, err);
   double d;
@@ -261,7 +279,8 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
       long stage = 0;
       st = num(z, "stage", "zero_optimization.", &d, &set, err);
       if (!st && set && (d != floor(d) || d < 0 || d > 3))
-        st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.stage: expected 0, 1, 2 or 3, got %g", d);
+        st = ct_errf(err, CT_ERR_INVALID,
+                     "deepspeed_config: zero_optimization.stage: expected 0, 1, 2 or 3, got %g", d);
       if (!st && set) {
         stage = (long)d;
         snprintf(buf, sizeof buf, "%ld", stage);
@@ -273,21 +292,25 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
         const ct_json *dev = o && o->type == CT_JSON_OBJECT ? ct_json_get(o, "device") : NULL;
         if (!dev) continue;
         if (dev->type != CT_JSON_STRING)
-          st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.%s.device: expected a string",
-                       off[i]);
-        else if (strcmp(dev->str, "nvme") && strcmp(dev->str, "cpu") && strcmp(dev->str, "none"))
           st = ct_errf(err, CT_ERR_INVALID,
-                       "deepspeed_config: zero_optimization.%s.device '%s': expected none, cpu or nvme", off[i],
-                       dev->str);
+                       "deepspeed_config: zero_optimization.%s.device: expected a string", off[i]);
+        else if (strcmp(dev->str, "nvme") && strcmp(dev->str, "cpu") && strcmp(dev->str, "none"))
+          st = ct_errf(
+              err, CT_ERR_INVALID,
+              "deepspeed_config: zero_optimization.%s.device '%s': expected none, cpu or nvme",
+              off[i], dev->str);
         else
           st = set_key(cfg, off[i], dev->str, err);
         if (!st && !strcmp(dev->str, "cpu"))
-          CT_INFO("deepspeed_config: %s to cpu: on this CPU backend the state already lives in host memory",
-                  off[i]);
+          CT_INFO(
+              "deepspeed_config: %s to cpu: on this CPU backend the state already lives in host "
+              "memory",
+              off[i]);
         const ct_json *np = ct_json_get(o, "nvme_path");
         if (!st && np) {
           if (np->type != CT_JSON_STRING)
-            st = ct_errf(err, CT_ERR_INVALID, "deepspeed_config: zero_optimization.%s.nvme_path: expected a string",
+            st = ct_errf(err, CT_ERR_INVALID,
+                         "deepspeed_config: zero_optimization.%s.nvme_path: expected a string",
                          off[i]);
           else
             st = set_key(cfg, "offload_param_path", np->str, err);
@@ -296,13 +319,15 @@ ct_status ct_deepspeed_apply(ct_config *cfg, int world, ct_err *err) {
         if (!st && pm && pm->type == CT_JSON_BOOL && i == 0)
           st = set_key(cfg, "offload_pin_memory", pm->boolean ? "true" : "false", err);
         static const char *const bsz[][2] = {{"buffer_size", "offload_buffer_size"}};
-        if (!st && i == 0) st = copy_numbers(cfg, o, "zero_optimization.offload_optimizer.", bsz, 1, err);
+        if (!st && i == 0)
+          st = copy_numbers(cfg, o, "zero_optimization.offload_optimizer.", bsz, 1, err);
       }
       /* the prefetch is one block ahead and parameters are never persisted
        * whole (docs/distributed.md): these sizes are checked, not used */
       static const char *const sizes[] = {"stage3_prefetch_bucket_size", "allgather_bucket_size",
                                           "stage3_param_persistence_threshold", NULL};
-      for (const char *const *k = sizes; *k && !st; k++) st = num(z, *k, "zero_optimization.", &d, &set, err);
+      for (const char *const *k = sizes; *k && !st; k++)
+        st = num(z, *k, "zero_optimization.", &d, &set, err);
       static const char *const bucket[][2] = {{"reduce_bucket_size", "reduce_bucket_size"}};
       if (!st) st = copy_numbers(cfg, z, "zero_optimization.", bucket, 1, err);
     }

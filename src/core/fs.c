@@ -1,6 +1,8 @@
 /* fs.c: the file-system helpers of ctuner/fs.h (atomic writes, bounded reads,
  * mkdir -p, rm -rf). Atomic writes use a temporary name unique per process
  * and thread, so concurrent writers of the same path never share one. */
+#include "ctuner/fs.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,11 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctuner/fs.h"
-
 ct_status ct_fsync_dir(const char *path, ct_err *err) {
   int fd = open(path, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return ct_errf(err, CT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
+  if (fd < 0)
+    return ct_errf(err, CT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
   int r = fsync(fd);
   close(fd);
   if (r != 0 && errno != EINVAL)
@@ -25,9 +26,11 @@ ct_status ct_fsync_dir(const char *path, ct_err *err) {
   return CT_OK;
 }
 
-static ct_status write_replace(const char *path, const void *data, size_t n, int durable, ct_err *err) {
+static ct_status write_replace(const char *path, const void *data, size_t n, int durable,
+                               ct_err *err) {
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d.%lx", path, (int)getpid(), (unsigned long)(uintptr_t)pthread_self());
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d.%lx", path, (int)getpid(),
+           (unsigned long)(uintptr_t)pthread_self());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return ct_errf(err, CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
   const char *p = data;
@@ -88,7 +91,8 @@ ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_
   while (buf) {
     r += fread(buf + r, 1, cap + 1 - r, f);
     if (r <= cap || cap >= max + 1) break; /* EOF, or more than max */
-    size_t nc = cap * 2 + 4096 > max + 1 ? max + 1 : cap * 2 + 4096; /* the file grew while we read it */
+    size_t nc =
+        cap * 2 + 4096 > max + 1 ? max + 1 : cap * 2 + 4096; /* the file grew while we read it */
     char *nb = realloc(buf, nc + 2);
     if (!nb) {
       free(buf);
@@ -129,7 +133,8 @@ ct_status ct_mkdir_p(const char *path, ct_err *err) {
 
 ct_status ct_rm_rf(const char *path, ct_err *err) {
   struct stat sb;
-  if (lstat(path, &sb) != 0) return errno == ENOENT ? CT_OK : ct_errf(err, CT_ERR_IO, "%s: %s", path, strerror(errno));
+  if (lstat(path, &sb) != 0)
+    return errno == ENOENT ? CT_OK : ct_errf(err, CT_ERR_IO, "%s: %s", path, strerror(errno));
   if (S_ISDIR(sb.st_mode)) {
     DIR *d = opendir(path);
     if (!d) return ct_errf(err, CT_ERR_IO, "%s: %s", path, strerror(errno));
@@ -143,10 +148,12 @@ ct_status ct_rm_rf(const char *path, ct_err *err) {
     }
     closedir(d);
     if (st) return st;
-    if (rmdir(path) != 0) return ct_errf(err, CT_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+    if (rmdir(path) != 0)
+      return ct_errf(err, CT_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
     return CT_OK;
   }
-  if (unlink(path) != 0) return ct_errf(err, CT_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
+  if (unlink(path) != 0)
+    return ct_errf(err, CT_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
   return CT_OK;
 }
 

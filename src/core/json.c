@@ -20,7 +20,6 @@
  * Not here: writing JSON, comments, trailing commas, NaN/Infinity literals.
  */
 #include "ctuner/json.h"
-#include "ctuner/fs.h"
 
 #include <limits.h>
 #include <math.h>
@@ -28,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ctuner/fs.h"
 
 typedef struct parser {
   const char *s;
@@ -37,7 +38,9 @@ typedef struct parser {
   ct_err *err;
 } parser;
 
-static int clamp_int(size_t v) { return v > (size_t)INT_MAX ? INT_MAX : (int)v; }
+static int clamp_int(size_t v) {
+  return v > (size_t)INT_MAX ? INT_MAX : (int)v;
+}
 
 /* Record a format error at byte offset `at`. */
 static ct_status fail_at(parser *p, size_t at, const char *fmt, ...)
@@ -178,58 +181,58 @@ static ct_status parse_string(parser *p, char **out, size_t *out_len) {
     if (c == '\\') {
       char e = s[i + 1]; /* i + 1 < end: pass 1 skipped escapes in pairs */
       switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        buf[o++] = e;
-        break;
-      case 'b':
-        buf[o++] = '\b';
-        break;
-      case 'f':
-        buf[o++] = '\f';
-        break;
-      case 'n':
-        buf[o++] = '\n';
-        break;
-      case 'r':
-        buf[o++] = '\r';
-        break;
-      case 't':
-        buf[o++] = '\t';
-        break;
-      case 'u': {
-        long cp = hex4(s, i + 2, end);
-        if (cp < 0) {
-          st = fail_at(p, i, "invalid \\u escape: expected 4 hex digits");
-          goto out;
-        }
-        if (cp >= 0xDC00 && cp <= 0xDFFF) {
-          st = fail_at(p, i, "lone low surrogate \\u%04lX in string", cp);
-          goto out;
-        }
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-          long lo = -1;
-          if (end - (i + 6) >= 6 && s[i + 6] == '\\' && s[i + 7] == 'u') lo = hex4(s, i + 8, end);
-          if (lo < 0xDC00 || lo > 0xDFFF) {
-            st = fail_at(p, i,
-                         "lone high surrogate \\u%04lX in string (expected a low surrogate "
-                         "\\uDC00-\\uDFFF right after it)",
-                         cp);
+        case '"':
+        case '\\':
+        case '/':
+          buf[o++] = e;
+          break;
+        case 'b':
+          buf[o++] = '\b';
+          break;
+        case 'f':
+          buf[o++] = '\f';
+          break;
+        case 'n':
+          buf[o++] = '\n';
+          break;
+        case 'r':
+          buf[o++] = '\r';
+          break;
+        case 't':
+          buf[o++] = '\t';
+          break;
+        case 'u': {
+          long cp = hex4(s, i + 2, end);
+          if (cp < 0) {
+            st = fail_at(p, i, "invalid \\u escape: expected 4 hex digits");
             goto out;
           }
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            st = fail_at(p, i, "lone low surrogate \\u%04lX in string", cp);
+            goto out;
+          }
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            long lo = -1;
+            if (end - (i + 6) >= 6 && s[i + 6] == '\\' && s[i + 7] == 'u') lo = hex4(s, i + 8, end);
+            if (lo < 0xDC00 || lo > 0xDFFF) {
+              st = fail_at(p, i,
+                           "lone high surrogate \\u%04lX in string (expected a low surrogate "
+                           "\\uDC00-\\uDFFF right after it)",
+                           cp);
+              goto out;
+            }
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            i += 6;
+          }
+          o += put_utf8(buf + o, (unsigned long)cp);
           i += 6;
+          continue;
         }
-        o += put_utf8(buf + o, (unsigned long)cp);
-        i += 6;
-        continue;
-      }
-      default: {
-        char d[16];
-        st = fail_at(p, i, "invalid escape: backslash followed by %s", describe(p, i + 1, d));
-        goto out;
-      }
+        default: {
+          char d[16];
+          st = fail_at(p, i, "invalid escape: backslash followed by %s", describe(p, i + 1, d));
+          goto out;
+        }
       }
       i += 2;
       continue;
@@ -314,8 +317,8 @@ static ct_status parse_number(parser *p, ct_json *v) {
   copy[n] = '\0';
   double d = strtod(copy, NULL);
   if (isinf(d)) {
-    st = fail_at(p, start, "number %.40s%s is out of range for a double", copy,
-                 n > 40 ? "..." : "");
+    st =
+        fail_at(p, start, "number %.40s%s is out of range for a double", copy, n > 40 ? "..." : "");
     goto out;
   }
   v->type = CT_JSON_NUMBER;
@@ -450,8 +453,7 @@ static ct_status parse_object(parser *p, ct_json *v) {
     }
     if (p->s[p->pos] != '"') {
       char d[16];
-      st = fail_at(p, p->pos, "expected a string key in object, found %s",
-                   describe(p, p->pos, d));
+      st = fail_at(p, p->pos, "expected a string key in object, found %s", describe(p, p->pos, d));
       goto out;
     }
     size_t kpos = p->pos;
@@ -527,39 +529,39 @@ static ct_status parse_value(parser *p, ct_json *v) {
     goto out;
   }
   switch (p->s[p->pos]) {
-  case '{':
-    st = parse_object(p, v);
-    break;
-  case '[':
-    st = parse_array(p, v);
-    break;
-  case '"':
-    v->type = CT_JSON_STRING;
-    st = parse_string(p, &v->str, &v->len);
-    break;
-  case 't':
-    v->type = CT_JSON_BOOL;
-    v->boolean = 1;
-    st = parse_literal(p, v, "true", 4);
-    break;
-  case 'f':
-    v->type = CT_JSON_BOOL;
-    v->boolean = 0;
-    st = parse_literal(p, v, "false", 5);
-    break;
-  case 'n':
-    v->type = CT_JSON_NULL;
-    st = parse_literal(p, v, "null", 4);
-    break;
-  default: {
-    char c = p->s[p->pos];
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      st = parse_number(p, v);
-    } else {
-      char d[16];
-      st = fail_at(p, p->pos, "unexpected %s; expected a value", describe(p, p->pos, d));
+    case '{':
+      st = parse_object(p, v);
+      break;
+    case '[':
+      st = parse_array(p, v);
+      break;
+    case '"':
+      v->type = CT_JSON_STRING;
+      st = parse_string(p, &v->str, &v->len);
+      break;
+    case 't':
+      v->type = CT_JSON_BOOL;
+      v->boolean = 1;
+      st = parse_literal(p, v, "true", 4);
+      break;
+    case 'f':
+      v->type = CT_JSON_BOOL;
+      v->boolean = 0;
+      st = parse_literal(p, v, "false", 5);
+      break;
+    case 'n':
+      v->type = CT_JSON_NULL;
+      st = parse_literal(p, v, "null", 4);
+      break;
+    default: {
+      char c = p->s[p->pos];
+      if (c == '-' || (c >= '0' && c <= '9')) {
+        st = parse_number(p, v);
+      } else {
+        char d[16];
+        st = fail_at(p, p->pos, "unexpected %s; expected a value", describe(p, p->pos, d));
+      }
     }
-  }
   }
 out:
   return st;
@@ -653,18 +655,18 @@ out:
 
 const char *ct_json_type_name(ct_json_type t) {
   switch (t) {
-  case CT_JSON_NULL:
-    return "null";
-  case CT_JSON_BOOL:
-    return "boolean";
-  case CT_JSON_NUMBER:
-    return "number";
-  case CT_JSON_STRING:
-    return "string";
-  case CT_JSON_ARRAY:
-    return "array";
-  case CT_JSON_OBJECT:
-    return "object";
+    case CT_JSON_NULL:
+      return "null";
+    case CT_JSON_BOOL:
+      return "boolean";
+    case CT_JSON_NUMBER:
+      return "number";
+    case CT_JSON_STRING:
+      return "string";
+    case CT_JSON_ARRAY:
+      return "array";
+    case CT_JSON_OBJECT:
+      return "object";
   }
   return "unknown";
 }

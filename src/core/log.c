@@ -24,16 +24,16 @@ static void *g_sink_user = NULL;
 
 static const char *level_tag(ct_log_level level) {
   switch (level) {
-  case CT_LOG_DEBUG:
-    return "DEBUG";
-  case CT_LOG_INFO:
-    return "INFO";
-  case CT_LOG_WARN:
-    return "WARN";
-  case CT_LOG_ERROR:
-    return "ERROR";
-  default:
-    return "LOG";
+    case CT_LOG_DEBUG:
+      return "DEBUG";
+    case CT_LOG_INFO:
+      return "INFO";
+    case CT_LOG_WARN:
+      return "WARN";
+    case CT_LOG_ERROR:
+      return "ERROR";
+    default:
+      return "LOG";
   }
 }
 
@@ -50,7 +50,9 @@ void ct_log_set_level(ct_log_level level) {
   atomic_store(&g_level, (int)level);
 }
 
-ct_log_level ct_log_get_level(void) { return (ct_log_level)atomic_load(&g_level); }
+ct_log_level ct_log_get_level(void) {
+  return (ct_log_level)atomic_load(&g_level);
+}
 
 int ct_log_level_parse(const char *s) {
   static const char *names[] = {"debug", "info", "warn", "error", "off"};

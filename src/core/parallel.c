@@ -18,7 +18,9 @@ void ct_threads_set(int n) {
   openblas_set_num_threads(n);
 }
 
-int ct_threads_get(void) { return omp_get_max_threads(); }
+int ct_threads_get(void) {
+  return omp_get_max_threads();
+}
 
 double ct_time_now(void) {
   struct timespec ts;

@@ -1,11 +1,11 @@
 /* parse.c: {env:VAR} expansion and byte sizes, the two value parsers that the
  * config, the data backends and the health checks share (ctuner/parse.h).
  * Plain string work: no I/O besides getenv, no logging. */
+#include "ctuner/parse.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ctuner/parse.h"
 
 ct_status ct_expand_env(const char *in, const char *where, char **out, ct_err *err) {
   if (!where) where = "";
@@ -32,8 +32,8 @@ ct_status ct_expand_env(const char *in, const char *where, char **out, ct_err *e
       if (!val) {
         free(buf);
         return ct_errf(err, CT_ERR_INVALID,
-                       "%s{env:%s} is used but the environment variable %s is not set", where,
-                       var, var);
+                       "%s{env:%s} is used but the environment variable %s is not set", where, var,
+                       var);
       }
       size_t need = len + strlen(val) + strlen(end + 1) + 1;
       if (need > cap) {
@@ -64,7 +64,6 @@ ct_status ct_expand_env(const char *in, const char *where, char **out, ct_err *e
   return CT_OK;
 }
 
-
 long long ct_parse_bytes(const char *s) {
   if (!s) return -1;
   char *end;
@@ -74,12 +73,24 @@ long long ct_parse_bytes(const char *s) {
   double mul = 1;
   if (*end) {
     switch (*end == 0 ? 0 : (end[0] | 0x20)) {
-    case 'k': mul = 1024.0; break;
-    case 'm': mul = 1024.0 * 1024; break;
-    case 'g': mul = 1024.0 * 1024 * 1024; break;
-    case 't': mul = 1024.0 * 1024 * 1024 * 1024; break;
-    case 'b': mul = 1; end--; break;
-    default: return -1;
+      case 'k':
+        mul = 1024.0;
+        break;
+      case 'm':
+        mul = 1024.0 * 1024;
+        break;
+      case 'g':
+        mul = 1024.0 * 1024 * 1024;
+        break;
+      case 't':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        break;
+      case 'b':
+        mul = 1;
+        end--;
+        break;
+      default:
+        return -1;
     }
     end++;
     if ((*end | 0x20) == 'i') end++;

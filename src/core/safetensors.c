@@ -47,9 +47,9 @@ static const struct {
   const char *name;
   size_t size;
 } dtypes[CT_DTYPE_COUNT] = {
-    [CT_DTYPE_F32] = {"F32", 4}, [CT_DTYPE_F16] = {"F16", 2}, [CT_DTYPE_BF16] = {"BF16", 2},
-    [CT_DTYPE_F64] = {"F64", 8}, [CT_DTYPE_I64] = {"I64", 8}, [CT_DTYPE_I32] = {"I32", 4},
-    [CT_DTYPE_I16] = {"I16", 2}, [CT_DTYPE_I8] = {"I8", 1},   [CT_DTYPE_U8] = {"U8", 1},
+    [CT_DTYPE_F32] = {"F32", 4},   [CT_DTYPE_F16] = {"F16", 2}, [CT_DTYPE_BF16] = {"BF16", 2},
+    [CT_DTYPE_F64] = {"F64", 8},   [CT_DTYPE_I64] = {"I64", 8}, [CT_DTYPE_I32] = {"I32", 4},
+    [CT_DTYPE_I16] = {"I16", 2},   [CT_DTYPE_I8] = {"I8", 1},   [CT_DTYPE_U8] = {"U8", 1},
     [CT_DTYPE_BOOL] = {"BOOL", 1},
 };
 
@@ -57,7 +57,9 @@ const char *ct_dtype_name(ct_dtype d) {
   return (unsigned)d < CT_DTYPE_COUNT ? dtypes[d].name : "unknown";
 }
 
-size_t ct_dtype_size(ct_dtype d) { return (unsigned)d < CT_DTYPE_COUNT ? dtypes[d].size : 0; }
+size_t ct_dtype_size(ct_dtype d) {
+  return (unsigned)d < CT_DTYPE_COUNT ? dtypes[d].size : 0;
+}
 
 int ct_dtype_parse(const char *s, ct_dtype *out) {
   int r = -1;
@@ -137,43 +139,44 @@ ct_status ct_st_to_f32(const ct_st_tensor *t, float *out, size_t n, ct_err *err)
   return ct_st_to_f32_range(t, 0, n, out, err);
 }
 
-ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out, ct_err *err) {
+ct_status ct_st_to_f32_range(const ct_st_tensor *t, size_t first, size_t n, float *out,
+                             ct_err *err) {
   ct_status st = CT_OK;
   if (!t || (!out && n)) {
     st = ct_errf(err, CT_ERR_INVALID, "ct_st_to_f32: NULL argument");
     goto out;
   }
   if (first > t->numel || n > t->numel - first) {
-    st = ct_errf(err, CT_ERR_RANGE, "tensor '%s' has %zu elements, not [%zu, %zu)", t->name ? t->name : "?",
-                 t->numel, first, first + n);
+    st = ct_errf(err, CT_ERR_RANGE, "tensor '%s' has %zu elements, not [%zu, %zu)",
+                 t->name ? t->name : "?", t->numel, first, first + n);
     goto out;
   }
   const unsigned char *src = (const unsigned char *)t->data + first * ct_dtype_size(t->dtype);
   switch (t->dtype) {
-  case CT_DTYPE_F32:
-    if (n) memcpy(out, src, n * 4);
-    break;
-  case CT_DTYPE_F16:
+    case CT_DTYPE_F32:
+      if (n) memcpy(out, src, n * 4);
+      break;
+    case CT_DTYPE_F16:
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      out[i] = ct_f16_to_f32(h);
-    }
-    break;
-  case CT_DTYPE_BF16:
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        out[i] = ct_f16_to_f32(h);
+      }
+      break;
+    case CT_DTYPE_BF16:
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      out[i] = ct_bf16_to_f32(h);
-    }
-    break;
-  default:
-    st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                 "tensor '%s' has dtype %s; only F32, F16 and BF16 convert to float32",
-                 t->name ? t->name : "?", ct_dtype_name(t->dtype));
-    break;
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        out[i] = ct_bf16_to_f32(h);
+      }
+      break;
+    default:
+      st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "tensor '%s' has dtype %s; only F32, F16 and BF16 convert to float32",
+                   t->name ? t->name : "?", ct_dtype_name(t->dtype));
+      break;
   }
 out:
   return st;
@@ -265,8 +268,10 @@ static ct_status parse_metadata(const char *label, const ct_json *m, ct_st_file 
   char nb[NAME_BUF];
   char **sorted = NULL;
   if (m->type != CT_JSON_OBJECT) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: __metadata__ is %s %s; it must be an object of string "
-                 "to string", label, type_article(m->type), ct_json_type_name(m->type));
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: __metadata__ is %s %s; it must be an object of string "
+                 "to string",
+                 label, type_article(m->type), ct_json_type_name(m->type));
     goto out;
   }
   if (m->n == 0) goto out;
@@ -280,14 +285,15 @@ static ct_status parse_metadata(const char *label, const ct_json *m, ct_st_file 
   for (size_t i = 0; i < m->n; i++) {
     const ct_json *v = &m->items[i];
     if (v->type != CT_JSON_STRING) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: __metadata__ value for key '%s' is %s %s; it must be "
-                   "a string", label, pname(m->keys[i], nb), type_article(v->type),
-                   ct_json_type_name(v->type));
+      st = ct_errf(err, CT_ERR_FORMAT,
+                   "%s: __metadata__ value for key '%s' is %s %s; it must be "
+                   "a string",
+                   label, pname(m->keys[i], nb), type_article(v->type), ct_json_type_name(v->type));
       goto out;
     }
     if (strlen(v->str) != v->len) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: __metadata__ value for key '%s' contains U+0000",
-                   label, pname(m->keys[i], nb));
+      st = ct_errf(err, CT_ERR_FORMAT, "%s: __metadata__ value for key '%s' contains U+0000", label,
+                   pname(m->keys[i], nb));
       goto out;
     }
     sorted[i] = m->keys[i];
@@ -327,9 +333,10 @@ static ct_status parse_tensor(const char *label, const char *name, const ct_json
   char nb[NAME_BUF], sb[256];
   const ct_json *dt, *sh, *off;
   if (e->type != CT_JSON_OBJECT) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s': entry is %s %s; it must be an object "
-                 "with dtype, shape and data_offsets", label, pname(name, nb),
-                 type_article(e->type), ct_json_type_name(e->type));
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: tensor '%s': entry is %s %s; it must be an object "
+                 "with dtype, shape and data_offsets",
+                 label, pname(name, nb), type_article(e->type), ct_json_type_name(e->type));
     goto out;
   }
   dt = ct_json_get(e, "dtype");
@@ -340,9 +347,10 @@ static ct_status parse_tensor(const char *label, const char *name, const ct_json
   }
   if (strlen(dt->str) != dt->len || ct_dtype_parse(dt->str, &t->dtype)) {
     char db[NAME_BUF];
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: tensor '%s': unknown or unsupported dtype '%s' "
-                 "(supported: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL)", label,
-                 pname(name, nb), pname(dt->str, db));
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: tensor '%s': unknown or unsupported dtype '%s' "
+                 "(supported: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL)",
+                 label, pname(name, nb), pname(dt->str, db));
     goto out;
   }
   sh = ct_json_get(e, "shape");
@@ -352,8 +360,10 @@ static ct_status parse_tensor(const char *label, const char *name, const ct_json
     goto out;
   }
   if (sh->n > CT_ST_MAX_DIMS) {
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: tensor '%s': shape has %zu dimensions; at most %d "
-                 "are supported", label, pname(name, nb), sh->n, CT_ST_MAX_DIMS);
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: tensor '%s': shape has %zu dimensions; at most %d "
+                 "are supported",
+                 label, pname(name, nb), sh->n, CT_ST_MAX_DIMS);
     goto out;
   }
   t->ndim = (int)sh->n;
@@ -362,8 +372,10 @@ static ct_status parse_tensor(const char *label, const char *name, const ct_json
   for (size_t d = 0; d < sh->n; d++) {
     uint64_t v;
     if (get_uint(&sh->items[d], &v)) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s': shape entry %zu is not a non-negative "
-                   "integer", label, pname(name, nb), d);
+      st = ct_errf(err, CT_ERR_FORMAT,
+                   "%s: tensor '%s': shape entry %zu is not a non-negative "
+                   "integer",
+                   label, pname(name, nb), d);
       goto out;
     }
     t->shape[d] = (int64_t)v;
@@ -387,22 +399,26 @@ static ct_status parse_tensor(const char *label, const char *name, const ct_json
     goto out;
   }
   if (b > en) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] has begin after "
-                 "end", label, pname(name, nb), (unsigned long long)b, (unsigned long long)en);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: tensor '%s': data_offsets [%llu, %llu] has begin after "
+                 "end",
+                 label, pname(name, nb), (unsigned long long)b, (unsigned long long)en);
     goto out;
   }
   if (en > data_size) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end past the "
-                 "data section (%zu bytes)", label, pname(name, nb), (unsigned long long)b,
-                 (unsigned long long)en, data_size);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: tensor '%s': data_offsets [%llu, %llu] end past the "
+                 "data section (%zu bytes)",
+                 label, pname(name, nb), (unsigned long long)b, (unsigned long long)en, data_size);
     goto out;
   }
   t->begin = (size_t)b;
   t->end = (size_t)en;
   if (t->end - t->begin != nbytes) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s': %s shape %s needs %zu bytes but "
-                 "data_offsets span %zu", label, pname(name, nb), ct_dtype_name(t->dtype), sb,
-                 nbytes, t->end - t->begin);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: tensor '%s': %s shape %s needs %zu bytes but "
+                 "data_offsets span %zu",
+                 label, pname(name, nb), ct_dtype_name(t->dtype), sb, nbytes, t->end - t->begin);
     goto out;
   }
 out:
@@ -422,8 +438,10 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
     goto out;
   }
   if (size < 8) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header "
-                 "length", label, size);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: file is %zu bytes, shorter than the 8-byte header "
+                 "length",
+                 label, size);
     goto out;
   }
   uint64_t hlen = 0;
@@ -434,16 +452,19 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
     goto out;
   }
   if (hlen > size - 8) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: header length %llu runs past the end of the file "
-                 "(%zu bytes): the file is truncated or not safetensors", label,
-                 (unsigned long long)hlen, size);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: header length %llu runs past the end of the file "
+                 "(%zu bytes): the file is truncated or not safetensors",
+                 label, (unsigned long long)hlen, size);
     goto out;
   }
   const char *hdr = (const char *)buf + 8;
   size_t data_size = size - 8 - (size_t)hlen;
   if (hlen == 0) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: header does not start with '{' (the header is empty); "
-                 "not a safetensors file", label);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: header does not start with '{' (the header is empty); "
+                 "not a safetensors file",
+                 label);
     goto out;
   }
   if (hdr[0] != '{') {
@@ -453,8 +474,10 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
       snprintf(found, sizeof found, "'%c'", c);
     else
       snprintf(found, sizeof found, "byte 0x%02X", c);
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: header does not start with '{' (found %s); a "
-                 "safetensors header is a JSON object", label, found);
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: header does not start with '{' (found %s); a "
+                 "safetensors header is a JSON object",
+                 label, found);
     goto out;
   }
   if ((st = ct_json_parse(hdr, (size_t)hlen, &root, err))) {
@@ -479,8 +502,8 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
       nt++;
   }
   if (nmeta_entries > 1) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: \"__metadata__\" appears %zu times in the header",
-                 label, nmeta_entries);
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: \"__metadata__\" appears %zu times in the header", label,
+                 nmeta_entries);
     goto out;
   }
   if (nt) {
@@ -498,8 +521,10 @@ static ct_status parse_impl(const char *label, const unsigned char *buf, size_t 
   if (nt) qsort(names, nt, sizeof(char *), cmp_str_ptr);
   for (size_t i = 1; i < nt; i++) {
     if (!strcmp(names[i - 1], names[i])) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: tensor '%s' appears more than once in the header "
-                   "(duplicate key)", label, pname(names[i], nb));
+      st = ct_errf(err, CT_ERR_FORMAT,
+                   "%s: tensor '%s' appears more than once in the header "
+                   "(duplicate key)",
+                   label, pname(names[i], nb));
       goto out;
     }
   }
@@ -729,13 +754,17 @@ ct_status ct_st_writer_add_f32(ct_st_writer *w, const char *name, int ndim, cons
     goto out;
   }
   if (!name[0] || !strcmp(name, "__metadata__") || !ct_utf8_valid(name, strlen(name))) {
-    st = ct_errf(err, CT_ERR_INVALID, "tensor name '%s' is not allowed (empty, reserved or not "
-                 "UTF-8)", pname(name, nb));
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "tensor name '%s' is not allowed (empty, reserved or not "
+                 "UTF-8)",
+                 pname(name, nb));
     goto out;
   }
   if (store_as != CT_DTYPE_F32 && store_as != CT_DTYPE_F16 && store_as != CT_DTYPE_BF16) {
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "tensor '%s': cannot store float32 data as %s; use "
-                 "F32, F16 or BF16", pname(name, nb), ct_dtype_name(store_as));
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "tensor '%s': cannot store float32 data as %s; use "
+                 "F32, F16 or BF16",
+                 pname(name, nb), ct_dtype_name(store_as));
     goto out;
   }
   if (ndim < 0 || ndim > CT_ST_MAX_DIMS) {
@@ -747,8 +776,10 @@ ct_status ct_st_writer_add_f32(ct_st_writer *w, const char *name, int ndim, cons
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 0 || (uint64_t)shape[d] > SIZE_MAX ||
         ct_mul_size(numel, (size_t)shape[d], &numel)) {
-      st = ct_errf(err, CT_ERR_INVALID, "tensor '%s': shape entry %d (%lld) is negative or too "
-                   "large", pname(name, nb), d, (long long)shape[d]);
+      st = ct_errf(err, CT_ERR_INVALID,
+                   "tensor '%s': shape entry %d (%lld) is negative or too "
+                   "large",
+                   pname(name, nb), d, (long long)shape[d]);
       goto out;
     }
   }
@@ -800,8 +831,7 @@ ct_status ct_st_writer_meta(ct_st_writer *w, const char *key, const char *value,
     goto out;
   }
   if (!ct_utf8_valid(key, strlen(key)) || !ct_utf8_valid(value, strlen(value))) {
-    st = ct_errf(err, CT_ERR_INVALID, "metadata '%s': key and value must be UTF-8",
-                 pname(key, nb));
+    st = ct_errf(err, CT_ERR_INVALID, "metadata '%s': key and value must be UTF-8", pname(key, nb));
     goto out;
   }
   for (size_t i = 0; i < w->nm; i++) {
@@ -862,7 +892,9 @@ static void db_add(dynbuf *b, const char *s, size_t n) {
   b->len += n;
 }
 
-static void db_str(dynbuf *b, const char *s) { db_add(b, s, strlen(s)); }
+static void db_str(dynbuf *b, const char *s) {
+  db_add(b, s, strlen(s));
+}
 
 static void db_json_str(dynbuf *b, const char *s) {
   db_add(b, "\"", 1);
@@ -893,8 +925,8 @@ static ct_status write_data(FILE *fp, const wt_tensor *t) {
   for (size_t i = 0; i < t->numel; i += 4096) {
     size_t m = t->numel - i < 4096 ? t->numel - i : 4096;
     for (size_t k = 0; k < m; k++)
-      tmp[k] = t->dtype == CT_DTYPE_F16 ? ct_f32_to_f16(t->data[i + k])
-                                         : ct_f32_to_bf16(t->data[i + k]);
+      tmp[k] =
+          t->dtype == CT_DTYPE_F16 ? ct_f32_to_f16(t->data[i + k]) : ct_f32_to_bf16(t->data[i + k]);
     if (fwrite(tmp, 2, m, fp) != m) {
       st = CT_ERR_IO;
       goto out;
@@ -973,8 +1005,10 @@ ct_status ct_st_writer_write(ct_st_writer *w, const char *path, ct_err *err) {
   db_str(&hb, "}");
   while (!hb.failed && hb.len % 8) db_str(&hb, " ");
   if (hb.failed == DB_TOO_LONG) {
-    st = ct_errf(err, CT_ERR_RANGE, "%s: the header would be longer than the %u-byte limit "
-                 "(too many tensors or metadata)", path, (unsigned)CT_ST_MAX_HEADER);
+    st = ct_errf(err, CT_ERR_RANGE,
+                 "%s: the header would be longer than the %u-byte limit "
+                 "(too many tensors or metadata)",
+                 path, (unsigned)CT_ST_MAX_HEADER);
     goto out;
   }
   if (hb.failed) {

@@ -22,8 +22,8 @@ const char *ct_status_name(ct_status st) {
     break;
     CT_STATUS_MAP(CT_X)
 #undef CT_X
-  default:
-    break;
+    default:
+      break;
   }
   return name;
 }
@@ -37,8 +37,8 @@ const char *ct_status_desc(ct_status st) {
     break;
     CT_STATUS_MAP(CT_X)
 #undef CT_X
-  default:
-    break;
+    default:
+      break;
   }
   return d;
 }

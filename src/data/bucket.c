@@ -51,13 +51,15 @@ void ct_bucket_key(double aspect, int rounding, char *out, size_t n) {
   snprintf(out, n, "%s", buf);
 }
 
-ct_status ct_bucket_opts_from(const ct_ds_config *d, double run_resolution, int alignment, int rounding,
-                              uint64_t seed, ct_bucket_opts *o, ct_err *err) {
+ct_status ct_bucket_opts_from(const ct_ds_config *d, double run_resolution, int alignment,
+                              int rounding, uint64_t seed, ct_bucket_opts *o, ct_err *err) {
   memset(o, 0, sizeof *o);
   if (alignment != 8 && alignment != 16 && alignment != 24 && alignment != 32 && alignment != 64)
-    return ct_errf(err, CT_ERR_INVALID, "aspect_bucket_alignment %d must be 8, 16, 24, 32 or 64", alignment);
+    return ct_errf(err, CT_ERR_INVALID, "aspect_bucket_alignment %d must be 8, 16, 24, 32 or 64",
+                   alignment);
   if (rounding < 0 || rounding > 6)
-    return ct_errf(err, CT_ERR_INVALID, "aspect_bucket_rounding %d must be between 0 and 6", rounding);
+    return ct_errf(err, CT_ERR_INVALID, "aspect_bucket_rounding %d must be between 0 and 6",
+                   rounding);
   double res = d->resolution > 0 ? d->resolution : run_resolution;
   o->resolution_type = d->resolution_type;
   if (d->resolution_type == CT_RES_PIXEL_AREA) { /* edge in pixels -> megapixels */
@@ -67,13 +69,15 @@ ct_status ct_bucket_opts_from(const ct_ds_config *d, double run_resolution, int 
     res = run_resolution * run_resolution / 1e6; /* the run's resolution is an edge */
   }
   if (!(res > 0))
-    return ct_errf(err, CT_ERR_INVALID, "dataset '%s': resolution is not set (neither in the dataset nor --resolution)",
+    return ct_errf(err, CT_ERR_INVALID,
+                   "dataset '%s': resolution is not set (neither in the dataset nor --resolution)",
                    d->id);
   if (o->resolution_type == CT_RES_AREA && res > 64)
-    return ct_errf(err, CT_ERR_INVALID,
-                   "dataset '%s': resolution %g with resolution_type \"area\" is in megapixels; did you mean "
-                   "resolution_type \"pixel_area\" (an edge in pixels)?",
-                   d->id, res);
+    return ct_errf(
+        err, CT_ERR_INVALID,
+        "dataset '%s': resolution %g with resolution_type \"area\" is in megapixels; did you mean "
+        "resolution_type \"pixel_area\" (an edge in pixels)?",
+        d->id, res);
   o->resolution = res;
   o->alignment = alignment;
   o->rounding = rounding;
@@ -115,26 +119,26 @@ static void target_for(const ct_bucket_opts *o, double ar, int *W, int *H) {
 static double chosen_aspect(const ct_bucket_opts *o, double own, uint64_t key_hash) {
   if (!o->crop) return own;
   switch (o->crop_aspect) {
-  case CT_ASPECT_SQUARE:
-    return 1.0;
-  case CT_ASPECT_PRESERVE:
-    return own;
-  case CT_ASPECT_CLOSEST: {
-    double best = o->aspects[0];
-    for (int i = 1; i < o->naspects; i++)
-      if (fabs(o->aspects[i] - own) < fabs(best - own)) best = o->aspects[i];
-    return best;
-  }
-  case CT_ASPECT_RANDOM: {
-    double tot = 0, u = ct_rng_uniform(o->seed, STREAM_ASPECT, key_hash);
-    for (int i = 0; i < o->naspects; i++) tot += o->weights[i];
-    double acc = 0;
-    for (int i = 0; i < o->naspects; i++) {
-      acc += o->weights[i] / tot;
-      if (u < acc) return o->aspects[i];
+    case CT_ASPECT_SQUARE:
+      return 1.0;
+    case CT_ASPECT_PRESERVE:
+      return own;
+    case CT_ASPECT_CLOSEST: {
+      double best = o->aspects[0];
+      for (int i = 1; i < o->naspects; i++)
+        if (fabs(o->aspects[i] - own) < fabs(best - own)) best = o->aspects[i];
+      return best;
     }
-    return o->aspects[o->naspects - 1];
-  }
+    case CT_ASPECT_RANDOM: {
+      double tot = 0, u = ct_rng_uniform(o->seed, STREAM_ASPECT, key_hash);
+      for (int i = 0; i < o->naspects; i++) tot += o->weights[i];
+      double acc = 0;
+      for (int i = 0; i < o->naspects; i++) {
+        acc += o->weights[i] / tot;
+        if (u < acc) return o->aspects[i];
+      }
+      return o->aspects[o->naspects - 1];
+    }
   }
   return own;
 }
@@ -152,8 +156,9 @@ static void fit(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img
     int over = o->resolution_type == CT_RES_AREA ? sw * sh / 1e6 > o->maximum_image_size
                                                  : (sw < sh ? sw : sh) > o->maximum_image_size;
     if (over && o->target_downsample_size > 0) {
-      double f = o->resolution_type == CT_RES_AREA ? sqrt(o->target_downsample_size * 1e6 / (sw * sh))
-                                                   : o->target_downsample_size / (sw < sh ? sw : sh);
+      double f = o->resolution_type == CT_RES_AREA
+                     ? sqrt(o->target_downsample_size * 1e6 / (sw * sh))
+                     : o->target_downsample_size / (sw < sh ? sw : sh);
       sw *= f, sh *= f;
     }
   }
@@ -163,23 +168,24 @@ static void fit(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img
   if (ih < H) ih = H;
   g->inter_w = iw, g->inter_h = ih;
   switch (o->crop_style) {
-  case CT_CROP_CENTER:
-    g->crop_x = (iw - W) / 2, g->crop_y = (ih - H) / 2;
-    break;
-  case CT_CROP_CORNER:
-    g->crop_x = iw - W, g->crop_y = ih - H;
-    break;
-  case CT_CROP_RANDOM: {
-    uint32_t r[4];
-    ct_philox4x32(o->seed, STREAM_CROP, key_hash, r);
-    g->crop_x = (int)(r[0] % (uint32_t)(iw - W + 1));
-    g->crop_y = (int)(r[1] % (uint32_t)(ih - H + 1));
-    break;
-  }
+    case CT_CROP_CENTER:
+      g->crop_x = (iw - W) / 2, g->crop_y = (ih - H) / 2;
+      break;
+    case CT_CROP_CORNER:
+      g->crop_x = iw - W, g->crop_y = ih - H;
+      break;
+    case CT_CROP_RANDOM: {
+      uint32_t r[4];
+      ct_philox4x32(o->seed, STREAM_CROP, key_hash, r);
+      g->crop_x = (int)(r[0] % (uint32_t)(iw - W + 1));
+      g->crop_y = (int)(r[1] % (uint32_t)(ih - H + 1));
+      break;
+    }
   }
 }
 
-ct_status ct_bucket_place(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img_geom *g, ct_err *err) {
+ct_status ct_bucket_place(const ct_bucket_opts *o, int w, int h, uint64_t key_hash, ct_img_geom *g,
+                          ct_err *err) {
   memset(g, 0, sizeof *g);
   if (w <= 0 || h <= 0) return ct_errf(err, CT_ERR_INVALID, "image size %dx%d is empty", w, h);
   g->orig_w = w, g->orig_h = h;
@@ -192,8 +198,10 @@ ct_status ct_bucket_place(const ct_bucket_opts *o, int w, int h, uint64_t key_ha
 }
 
 /* Re-fit an image to a given target (all images of a bucket share its size). */
-void ct_bucket_refit(const ct_bucket_opts *o, int target_w, int target_h, uint64_t key_hash, ct_img_geom *g);
-void ct_bucket_refit(const ct_bucket_opts *o, int target_w, int target_h, uint64_t key_hash, ct_img_geom *g) {
+void ct_bucket_refit(const ct_bucket_opts *o, int target_w, int target_h, uint64_t key_hash,
+                     ct_img_geom *g);
+void ct_bucket_refit(const ct_bucket_opts *o, int target_w, int target_h, uint64_t key_hash,
+                     ct_img_geom *g) {
   g->target_w = target_w, g->target_h = target_h;
   fit(o, g->orig_w, g->orig_h, key_hash, g);
 }

@@ -61,11 +61,11 @@ typedef struct slot {
   float *x0;
   const char **caps;
   uint64_t *ids;
-  float *txt, *pooled; /* text cache: (B, T, d), (B, dp) */
-  unsigned char *miss; /* text cache entries the trainer's thread must encode */
-  const char **rels;   /* the samples' files (the CTUNER_DATA_TRACE test hook) */
-  const char *key;     /* the bucket */
-  const dset *from;    /* the dataset of this batch */
+  float *txt, *pooled;  /* text cache: (B, T, d), (B, dp) */
+  unsigned char *miss;  /* text cache entries the trainer's thread must encode */
+  const char **rels;    /* the samples' files (the CTUNER_DATA_TRACE test hook) */
+  const char *key;      /* the bucket */
+  const dset *from;     /* the dataset of this batch */
   ct_sampler_pos after; /* the position after this batch */
   int ready;
   ct_status st;
@@ -81,7 +81,7 @@ struct ct_dataset {
   ct_storage **own; /* local cache directories */
   int nown;
   dset *d;
-  int nd;      /* datasets */
+  int nd; /* datasets */
   int C, s, rank, world;
   size_t B, accum, E, maxlat;
   ct_cache_comp comp;
@@ -128,11 +128,9 @@ typedef enum { LAT_CACHED, LAT_ENCODED, LAT_BAD, LAT_WRITE_FAILED } lat_result;
 
 /* An item's cache entry: its key in vae_sto and (shown) its name in file
  * lists and messages. */
-void ct_ds_latent_path(const dset *d, const item *it, char *key, size_t kn, char *shown,
-                       size_t sn);
+void ct_ds_latent_path(const dset *d, const item *it, char *key, size_t kn, char *shown, size_t sn);
 /* What a cache entry must have been made from. */
-void ct_ds_latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96],
-                       const char *meta[8]);
+void ct_ds_latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96], const char *meta[8]);
 /* The tensor of an item's entry. */
 ct_cache_tensor ct_ds_latent_tensor(const ct_dataset *ds, const item *it, float *lat);
 /* An item's latent: from the cache, or encoded (and written to the cache). */

@@ -232,7 +232,8 @@ ct_status ct_ds_list_dir(const char *dir, ct_ds_listing *out, ct_err *err) {
   ct_disc d = {0};
   ct_status st = ct_ds_open_storage(&c, &sto, err);
   if (!st) st = ct_discover(&c, sto, "", dir, NULL, NULL, &d, err);
-  if (!st && d.n && !(out->rel = calloc(d.n, sizeof *out->rel))) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!st && d.n && !(out->rel = calloc(d.n, sizeof *out->rel)))
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (size_t i = 0; !st && i < d.n; i++) {
     out->rel[i] = d.it[i].rel; /* moved: ct_disc_free frees what is left */
     d.it[i].rel = NULL;

@@ -176,10 +176,10 @@ void ct_ds_write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
     char p1[4200], p2[4200], n1s[200], n2s[200];
     snprintf(n1s, sizeof n1s, "aspect_ratio_bucket_indices_%s.json", d->c->id);
     snprintf(n2s, sizeof n2s, "aspect_ratio_bucket_metadata_%s.json", d->c->id);
-    if (attempt
-            ? ct_pathf(p1, sizeof p1, "%s/%s", ds->cfg->output_dir, n1s) ||
-                  ct_pathf(p2, sizeof p2, "%s/%s", ds->cfg->output_dir, n2s)
-            : ct_ds_key_join(p1, sizeof p1, d->imgdir, n1s) || ct_ds_key_join(p2, sizeof p2, d->imgdir, n2s))
+    if (attempt ? ct_pathf(p1, sizeof p1, "%s/%s", ds->cfg->output_dir, n1s) ||
+                      ct_pathf(p2, sizeof p2, "%s/%s", ds->cfg->output_dir, n2s)
+                : ct_ds_key_join(p1, sizeof p1, d->imgdir, n1s) ||
+                      ct_ds_key_join(p2, sizeof p2, d->imgdir, n2s))
       return;
     char *b1 = NULL, *b2 = NULL;
     size_t n1 = 0, n2 = 0;

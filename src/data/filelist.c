@@ -23,7 +23,9 @@ typedef struct kv {
   const ct_json *v;
 } kv;
 
-static int cmp_kv(const void *a, const void *b) { return strcmp(((const kv *)a)->k, ((const kv *)b)->k); }
+static int cmp_kv(const void *a, const void *b) {
+  return strcmp(((const kv *)a)->k, ((const kv *)b)->k);
+}
 
 ct_status ct_keyset_from_json(ct_json *obj, ct_keyset *s, ct_err *err) {
   memset(s, 0, sizeof *s);
@@ -65,7 +67,9 @@ const ct_json *ct_keyset_find(const ct_keyset *s, const char *key) {
   return NULL;
 }
 
-const char *ct_keyset_key(const ct_keyset *s, size_t i) { return ((const kv *)s->kv)[i].k; }
+const char *ct_keyset_key(const ct_keyset *s, size_t i) {
+  return ((const kv *)s->kv)[i].k;
+}
 
 void ct_keyset_free(ct_keyset *s) {
   if (!s) return;
@@ -98,8 +102,9 @@ void ct_filelist_remove(const char *outdir, const char *kind, const char *id) {
   if (unlink(p) == 0) CT_DEBUG("%s removed (preserve_data_backend_cache is off)", p);
 }
 
-ct_status ct_filelist_write(const char *outdir, const char *kind, const char *id, const char *prefix,
-                            const char *const *keys, size_t n, int merge, ct_err *err) {
+ct_status ct_filelist_write(const char *outdir, const char *kind, const char *id,
+                            const char *prefix, const char *const *keys, size_t n, int merge,
+                            ct_err *err) {
   char p[4200];
   if (ct_filelist_path(p, sizeof p, outdir, kind, id))
     return ct_errf(err, CT_ERR_INVALID, "output_dir '%s' is too long for a file list path", outdir);

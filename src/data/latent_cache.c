@@ -21,7 +21,7 @@
 /* An item's cache entry: its key in vae_sto and (shown) its name in file
  * lists and messages: {cache_dir_vae}/{sha256(path without extension)}.st. */
 void ct_ds_latent_path(const dset *d, const item *it, char *key, size_t kn, char *shown,
-                        size_t sn) {
+                       size_t sn) {
   char stem[4096], hex[65], name[80];
   snprintf(stem, sizeof stem, "%s", it->rel);
   char *dot = strrchr(stem, '.'), *slash = strrchr(stem, '/');
@@ -34,7 +34,7 @@ void ct_ds_latent_path(const dset *d, const item *it, char *key, size_t kn, char
 
 /* What a cache entry must have been made from. */
 void ct_ds_latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96],
-                        const char *meta[8]) {
+                       const char *meta[8]) {
   const ct_img_geom *g = &it->g;
   if (ds->o.codec)
     snprintf(bufs[0], 96, "%s", ds->o.codec->tag);
@@ -91,7 +91,7 @@ ct_cache_tensor ct_ds_latent_tensor(const ct_dataset *ds, const item *it, float 
  * says what went wrong for LAT_BAD (the image) and LAT_WRITE_FAILED (the
  * cache; lat is still valid). */
 lat_result ct_ds_latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
-                            ct_err *err) {
+                           ct_err *err) {
   if (d->c->vae_cache_disable)
     return encode_item(ds, d, it, NULL, 0, lat, err) ? LAT_BAD : LAT_ENCODED;
   ct_cache_tensor t = ct_ds_latent_tensor(ds, it, lat);
@@ -215,7 +215,8 @@ static void build_chunk(const ct_dataset *ds, const dset *d, size_t lo, size_t a
     free(er[i].data), er[i].data = NULL;
     if (!todo[i]) continue;
     char key[4400];
-    if (ct_ds_key_join(key, sizeof key, d->imgdir, d->it[a + i].rel) || !(ir[i].key = strdup(key))) {
+    if (ct_ds_key_join(key, sizeof key, d->imgdir, d->it[a + i].rel) ||
+        !(ir[i].key = strdup(key))) {
       A->mine[a + i - lo] = 1;
       continue;
     }

@@ -555,7 +555,8 @@ static ct_status setup_values(colrd *rd, int enc, const uint8_t *p, const uint8_
       if (p == end) break; /* all nulls */
       const uint8_t *q;
       if (dbp_init(&rd->d1, p, end) || dbp_end(p, end, &q))
-        return cerr(rd, err, CT_ERR_FORMAT, "page %d: bad %s lengths", rd->page_no, pq_enc_name(enc));
+        return cerr(rd, err, CT_ERR_FORMAT, "page %d: bad %s lengths", rd->page_no,
+                    pq_enc_name(enc));
       if (enc == PQ_ENC_DELTA_BYTE_ARRAY) {
         const uint8_t *q2;
         if (dbp_init(&rd->d2, q, end) || dbp_end(q, end, &q2))

@@ -67,8 +67,9 @@ ct_status ct_sampler_init(ct_sampler *s, const ct_sampler_set *sets, int nsets, 
   ct_status st = CT_OK;
   if (nsets < 0 || (nsets && !sets) || B == 0 || ranks <= 0 || accum <= 0 ||
       B > SIZE_MAX / (size_t)ranks / (size_t)accum) {
-    st = ct_errf(err, CT_ERR_INVALID, "sampler: %d set(s), batch %zu x %d rank(s) x %d accumulation",
-                 nsets, B, ranks, accum);
+    st =
+        ct_errf(err, CT_ERR_INVALID, "sampler: %d set(s), batch %zu x %d rank(s) x %d accumulation",
+                nsets, B, ranks, accum);
     goto out;
   }
   s->seed = seed, s->B = B, s->ranks = ranks, s->accum = accum;
@@ -126,7 +127,8 @@ static void make_perms(ct_sampler *s, long epoch) {
   for (int f = 0; f < s->nbt; f++) {
     const ct_sampler_fbucket *fb = &s->b[f];
     size_t n = fb->entries, *p = s->perm[f];
-    uint64_t key = ct_hash_str(s->sets[fb->set].id) ^ (ct_hash_str(fb->key) * 0x9e3779b97f4a7c15ull);
+    uint64_t key =
+        ct_hash_str(s->sets[fb->set].id) ^ (ct_hash_str(fb->key) * 0x9e3779b97f4a7c15ull);
     for (size_t i = 0; i < n; i++) p[i] = i % fb->n;
     for (size_t i = n; i > 1; i--) {
       uint32_t r[4];
@@ -208,8 +210,8 @@ ct_status ct_sampler_next(ct_sampler *s, ct_sampler_step *out, ct_err *err) {
     memset(p->consumed, 0, (size_t)s->nbt * sizeof(size_t));
     out->new_epoch = 1;
   }
-  return ct_errf(err, CT_ERR_INVALID,
-                 "sampler: no bucket of %d set(s) holds a step's %zu entries", s->nsets, s->E);
+  return ct_errf(err, CT_ERR_INVALID, "sampler: no bucket of %d set(s) holds a step's %zu entries",
+                 s->nsets, s->E);
 }
 
 void ct_sampler_select(ct_sampler *s, const ct_sampler_step *st, int m, int rank, size_t *img,
@@ -242,8 +244,7 @@ char *ct_sampler_state_json(const ct_sampler *s, const ct_sampler_pos *p) {
     ct_json_fput_str(f, fs->id);
     fprintf(f, ": {\"repeats\": %ld, \"consumed\": {", fs->repeats);
     for (int b = 0; b < fs->nb; b++)
-      fprintf(f, "%s\"%s\": %zu", b ? ", " : "", s->b[fs->boff + b].key,
-              p->consumed[fs->boff + b]);
+      fprintf(f, "%s\"%s\": %zu", b ? ", " : "", s->b[fs->boff + b].key, p->consumed[fs->boff + b]);
     fprintf(f, "}}");
   }
   fprintf(f, "}}");
@@ -291,8 +292,8 @@ ct_status ct_sampler_state_restore(ct_sampler *s, const char *json, int *changed
   ct_sampler_pos p = {0};
   const ct_json *dsets = NULL;
   *changed = 0;
-  ct_status st = json ? ct_json_parse(json, strlen(json), &j, err)
-                      : ct_errf(err, CT_ERR_FORMAT, "no text");
+  ct_status st =
+      json ? ct_json_parse(json, strlen(json), &j, err) : ct_errf(err, CT_ERR_FORMAT, "no text");
   if (st) {
     ct_err_prefix(err, "sampler state: ");
     goto out;

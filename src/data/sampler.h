@@ -43,10 +43,10 @@ typedef struct ct_sampler_set { /* a dataset */
 /* ---- state ---- */
 
 typedef struct ct_sampler_pos {
-  long epoch;        /* the current epoch (0 first) */
-  long step;         /* steps drawn in it */
-  uint64_t seen;     /* samples drawn: the next step's first sample id */
-  size_t *consumed;  /* per flat bucket: entries of its epoch order drawn */
+  long epoch;       /* the current epoch (0 first) */
+  long step;        /* steps drawn in it */
+  uint64_t seen;    /* samples drawn: the next step's first sample id */
+  size_t *consumed; /* per flat bucket: entries of its epoch order drawn */
 } ct_sampler_pos;
 
 /* One optimizer step, as drawn. */
@@ -75,9 +75,9 @@ typedef struct ct_sampler_fset {
 /* Read-only outside sampler.c, except through the functions below. */
 typedef struct ct_sampler {
   uint64_t seed;
-  size_t B, E;     /* micro-batch per rank; entries per step (B x ranks x accum) */
+  size_t B, E; /* micro-batch per rank; entries per step (B x ranks x accum) */
   int ranks, accum;
-  int nsets, nbt;  /* sets, flat buckets */
+  int nsets, nbt; /* sets, flat buckets */
   ct_sampler_fset *sets;
   ct_sampler_fbucket *b;
   ct_sampler_pos pos; /* after the last step drawn */

@@ -17,7 +17,7 @@
 /* A caption's entry: its name in file lists and messages (out), and its key
  * in text_sto (key, if not NULL). */
 void ct_ds_text_path(const ct_dataset *ds, const dset *d, const char *cap, char *out, size_t n,
-                      char md5[33], char *key, size_t kn) {
+                     char md5[33], char *key, size_t kn) {
   char name[120];
   ct_md5_hex(cap, strlen(cap), md5);
   snprintf(name, sizeof name, "%s-%s.st", md5, ds->o.text->tag);
@@ -27,7 +27,7 @@ void ct_ds_text_path(const ct_dataset *ds, const dset *d, const char *cap, char 
 
 /* Read (write = 0) or write the entry of one caption. */
 ct_status ct_ds_text_entry(const ct_dataset *ds, const dset *d, const char *cap, float *seq,
-                            float *pooled, int write, ct_err *err) {
+                           float *pooled, int write, ct_err *err) {
   const ct_text_encoder_fn *te = ds->o.text;
   char path[4200], md5[33], key[4400];
   ct_ds_text_path(ds, d, cap, path, sizeof path, md5, key, sizeof key);

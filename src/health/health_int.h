@@ -23,9 +23,9 @@ typedef struct ct_nvml_memory { /* nvmlMemory_t */
 #define CT_THROTTLE_HW_POWER_BRAKE 0x80ULL
 
 typedef struct ct_gpu_reading {
-  int index;           /* NVML index */
+  int index; /* NVML index */
   char name[96], uuid[96];
-  int temperature;     /* °C, -1 unknown */
+  int temperature; /* °C, -1 unknown */
   int shutdown_temperature;
   long long ecc_single, ecc_double; /* volatile corrected / uncorrected; -1 unsupported */
   unsigned long long throttle;      /* reasons bitmask */
@@ -40,16 +40,16 @@ ct_status ct_nvml_read(ct_nvml *n, int index, ct_gpu_reading *g, ct_err *err);
 
 /* ---- monitor.c: one poll's verdict on one GPU ---- */
 typedef struct ct_gpu_limits {
-  long ecc_threshold;   /* new uncorrected errors that are fatal */
-  double temp_margin;   /* °C below the shutdown threshold that is fatal */
+  long ecc_threshold; /* new uncorrected errors that are fatal */
+  double temp_margin; /* °C below the shutdown threshold that is fatal */
 } ct_gpu_limits;
 
 typedef enum { CT_GPU_OK = 0, CT_GPU_WARNING, CT_GPU_FATAL } ct_gpu_verdict;
 
 /* type: "ecc_errors" | "temperature" | "throttle" (fatal) or "thermal"
  * (a warning, as SimpleTuner's); message: a sentence. */
-ct_gpu_verdict ct_gpu_judge(const ct_gpu_reading *now, long long ecc_baseline, const ct_gpu_limits *lim,
-                            const char **type, char *message, size_t n);
+ct_gpu_verdict ct_gpu_judge(const ct_gpu_reading *now, long long ecc_baseline,
+                            const ct_gpu_limits *lim, const char **type, char *message, size_t n);
 /* Throttle reason names as a JSON array body ("\"hw_slowdown\", ..."). */
 void ct_throttle_names(unsigned long long mask, char *out, size_t n);
 /* Which ranks watch which GPUs: every distinct (host, GPU) once, by the
@@ -92,14 +92,14 @@ char *ct_json_quote(const char *s);
 
 typedef struct ct_sender ct_sender;
 typedef struct ct_sender_opts {
-  double timeout_s;  /* per request */
-  int retries;       /* after the first attempt */
-  double backoff_s;  /* first retry delay, doubled each time */
-  int queue_max;     /* events queued at most; more are dropped (counted) */
-  int paused;        /* tests: deliver nothing until ct_sender_stop */
+  double timeout_s; /* per request */
+  int retries;      /* after the first attempt */
+  double backoff_s; /* first retry delay, doubled each time */
+  int queue_max;    /* events queued at most; more are dropped (counted) */
+  int paused;       /* tests: deliver nothing until ct_sender_stop */
 } ct_sender_opts;
-ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const char *job_id, ct_sender **out,
-                          ct_err *err);
+ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const char *job_id,
+                          ct_sender **out, ct_err *err);
 /* Takes ev's strings. Never blocks: a full queue drops the event. */
 void ct_sender_post(ct_sender *s, ct_event *ev);
 /* Events queued now with severity at or above sev (tests). */

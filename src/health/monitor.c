@@ -6,12 +6,12 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <spawn.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,11 +25,11 @@
 #define KEYLEN 160
 
 typedef struct watched {
-  ct_gpu_reading last;     /* the newest reading (under the mutex): runtime faults report it */
+  ct_gpu_reading last; /* the newest reading (under the mutex): runtime faults report it */
   int have_last;
-  int index;               /* NVML index */
-  long long ecc_baseline;  /* uncorrected volatile errors at start (-1 unsupported) */
-  int faulted, warned;     /* gpu.fault sent (fatal) / thermal warning active */
+  int index;              /* NVML index */
+  long long ecc_baseline; /* uncorrected volatile errors at start (-1 unsupported) */
+  int faulted, warned;    /* gpu.fault sent (fatal) / thermal warning active */
 } watched;
 
 struct ct_health {
@@ -65,10 +65,14 @@ void ct_throttle_names(unsigned long long mask, char *out, size_t n) {
   static const struct {
     unsigned long long bit;
     const char *name;
-  } R[] = {{0x1ULL, "gpu_idle"},           {0x2ULL, "applications_clocks_setting"},
-           {0x4ULL, "sw_power_cap"},       {0x8ULL, "hw_slowdown"},
-           {0x10ULL, "sync_boost"},        {0x20ULL, "sw_thermal_slowdown"},
-           {0x40ULL, "hw_thermal_slowdown"}, {0x80ULL, "hw_power_brake_slowdown"},
+  } R[] = {{0x1ULL, "gpu_idle"},
+           {0x2ULL, "applications_clocks_setting"},
+           {0x4ULL, "sw_power_cap"},
+           {0x8ULL, "hw_slowdown"},
+           {0x10ULL, "sync_boost"},
+           {0x20ULL, "sw_thermal_slowdown"},
+           {0x40ULL, "hw_thermal_slowdown"},
+           {0x80ULL, "hw_power_brake_slowdown"},
            {0x100ULL, "display_clock_setting"}};
   size_t w = 0;
   out[0] = 0;
@@ -80,39 +84,43 @@ void ct_throttle_names(unsigned long long mask, char *out, size_t n) {
     }
 }
 
-ct_gpu_verdict ct_gpu_judge(const ct_gpu_reading *g, long long base, const ct_gpu_limits *lim, const char **type,
-                            char *msg, size_t n) {
+ct_gpu_verdict ct_gpu_judge(const ct_gpu_reading *g, long long base, const ct_gpu_limits *lim,
+                            const char **type, char *msg, size_t n) {
   *type = NULL;
   msg[0] = 0;
   if (g->ecc_double >= 0 && base >= 0 && g->ecc_double - base >= lim->ecc_threshold) {
     *type = "ecc_errors";
-    snprintf(msg, n, "GPU %d (%s): %lld new uncorrectable ECC error(s) since start-up (threshold %ld)", g->index,
-             g->name, g->ecc_double - base, lim->ecc_threshold);
+    snprintf(msg, n,
+             "GPU %d (%s): %lld new uncorrectable ECC error(s) since start-up (threshold %ld)",
+             g->index, g->name, g->ecc_double - base, lim->ecc_threshold);
     return CT_GPU_FATAL;
   }
   if (g->temperature >= 0 && g->shutdown_temperature > 0 &&
       g->temperature >= g->shutdown_temperature - lim->temp_margin) {
     *type = "temperature";
-    snprintf(msg, n, "GPU %d (%s): %d C, within %g C of its shutdown temperature %d C", g->index, g->name,
-             g->temperature, lim->temp_margin, g->shutdown_temperature);
+    snprintf(msg, n, "GPU %d (%s): %d C, within %g C of its shutdown temperature %d C", g->index,
+             g->name, g->temperature, lim->temp_margin, g->shutdown_temperature);
     return CT_GPU_FATAL;
   }
   if (g->throttle & CT_THROTTLE_HW_SLOWDOWN) {
     *type = "throttle";
-    snprintf(msg, n, "GPU %d (%s): hardware slowdown (clock throttle reason 0x8: thermal or power fault)", g->index,
-             g->name);
+    snprintf(msg, n,
+             "GPU %d (%s): hardware slowdown (clock throttle reason 0x8: thermal or power fault)",
+             g->index, g->name);
     return CT_GPU_FATAL;
   }
   if (g->throttle & CT_THROTTLE_HW_POWER_BRAKE) {
     *type = "throttle";
-    snprintf(msg, n, "GPU %d (%s): hardware power brake slowdown (clock throttle reason 0x80: external power brake)",
+    snprintf(msg, n,
+             "GPU %d (%s): hardware power brake slowdown (clock throttle reason 0x80: external "
+             "power brake)",
              g->index, g->name);
     return CT_GPU_FATAL;
   }
   if (g->throttle & CT_THROTTLE_HW_THERMAL) {
     *type = "thermal";
-    snprintf(msg, n, "GPU %d (%s): hardware thermal slowdown at %d C (clock throttle reason 0x40)", g->index, g->name,
-             g->temperature);
+    snprintf(msg, n, "GPU %d (%s): hardware thermal slowdown at %d C (clock throttle reason 0x40)",
+             g->index, g->name, g->temperature);
     return CT_GPU_WARNING;
   }
   return CT_GPU_OK;
@@ -196,17 +204,21 @@ static void send_fault(ct_health *h, const char *type, const char *message, cons
     snprintf(t, sizeof t, g->temperature >= 0 ? "%d" : "null", g->temperature);
     snprintf(es, sizeof es, g->ecc_single >= 0 ? "%lld" : "null", g->ecc_single);
     snprintf(ed, sizeof ed, g->ecc_double >= 0 ? "%lld" : "null", g->ecc_double);
-    gpu = fmt("{\"index\": %d, \"name\": %s, \"temperature_celsius\": %s, \"ecc_errors_single\": %s, "
-              "\"ecc_errors_double\": %s, \"throttle_reasons\": [%s], \"memory_used_percent\": %s}",
-              g->index, qn ? qn : "null", t, es, ed, thr, mem);
+    gpu =
+        fmt("{\"index\": %d, \"name\": %s, \"temperature_celsius\": %s, \"ecc_errors_single\": %s, "
+            "\"ecc_errors_double\": %s, \"throttle_reasons\": [%s], \"memory_used_percent\": %s}",
+            g->index, qn ? qn : "null", t, es, ed, thr, mem);
     free(qn);
   }
-  char *fields = qm && qt && qh && qe
-                     ? fmt(", \"title\": \"GPU Fault: %s\", \"message\": %s, \"fault\": {\"type\": %s, \"gpu\": %s, "
-                           "\"action_taken\": \"%s\", \"exception_type\": %s, \"rank\": %d, \"host\": %s}",
-                           type, qm, qt, gpu ? gpu : "null", action, qe, h->rank, qh)
-                     : NULL;
-  char *text = fmt("GPU Fault: %s on %s, rank %d: %s (%s)", type, h->host, h->rank, message, action);
+  char *fields =
+      qm && qt && qh && qe
+          ? fmt(", \"title\": \"GPU Fault: %s\", \"message\": %s, \"fault\": {\"type\": %s, "
+                "\"gpu\": %s, "
+                "\"action_taken\": \"%s\", \"exception_type\": %s, \"rank\": %d, \"host\": %s}",
+                type, qm, qt, gpu ? gpu : "null", action, qe, h->rank, qh)
+          : NULL;
+  char *text =
+      fmt("GPU Fault: %s on %s, rank %d: %s (%s)", type, h->host, h->rank, message, action);
   post(h, "gpu.fault", sev, fields, text);
   free(qm), free(qt), free(qh), free(qe), free(gpu);
 }
@@ -221,11 +233,15 @@ static void trip(ct_health *h, const char *message) {
   pthread_mutex_unlock(&h->mu);
 }
 
-int ct_health_is_open(const ct_health *h) { return h && atomic_load(&((ct_health *)h)->open); }
-const char *ct_health_reason(const ct_health *h) { return h ? h->reason : ""; }
+int ct_health_is_open(const ct_health *h) {
+  return h && atomic_load(&((ct_health *)h)->open);
+}
+const char *ct_health_reason(const ct_health *h) {
+  return h ? h->reason : "";
+}
 
-void ct_health_runtime_fault(ct_health *h, const char *type, const char *exception_type, const char *message,
-                             int notify) {
+void ct_health_runtime_fault(ct_health *h, const char *type, const char *exception_type,
+                             const char *message, int notify) {
   if (!h) return;
   CT_ERROR("health: rank %d: %s: %s; the circuit breaker opens", h->rank, type, message);
   trip(h, message);
@@ -239,19 +255,23 @@ void ct_health_runtime_fault(ct_health *h, const char *type, const char *excepti
   send_fault(h, type, message, have ? &g : NULL, "circuit_opened", exception_type, CT_SEV_CRITICAL);
 }
 
-void ct_health_stage(ct_health *h, const char *key, const char *label, const char *status, double progress) {
+void ct_health_stage(ct_health *h, const char *key, const char *label, const char *status,
+                     double progress) {
   if (!h || !h->lead || !h->sender) return;
   char *qk = ct_json_quote(key), *ql = ct_json_quote(label), *qs = ct_json_quote(status);
-  post(h, "lifecycle.stage", CT_SEV_INFO,
-       qk && ql && qs ? fmt(", \"title\": %s, \"message\": \"%s: %s\", \"stage\": {\"key\": %s, \"label\": %s, "
-                            "\"status\": %s, \"progress\": {\"percent\": %.1f}}",
-                            ql, label, status, qk, ql, qs, progress)
-                     : NULL,
-       fmt("%s: %s", label, status));
+  post(
+      h, "lifecycle.stage", CT_SEV_INFO,
+      qk && ql && qs
+          ? fmt(", \"title\": %s, \"message\": \"%s: %s\", \"stage\": {\"key\": %s, \"label\": %s, "
+                "\"status\": %s, \"progress\": {\"percent\": %.1f}}",
+                ql, label, status, qk, ql, qs, progress)
+          : NULL,
+      fmt("%s: %s", label, status));
   free(qk), free(ql), free(qs);
 }
 
-void ct_health_status(ct_health *h, const char *status, long current, long total, double eta_s, double loss) {
+void ct_health_status(ct_health *h, const char *status, long current, long total, double eta_s,
+                      double loss) {
   if (!h || !h->lead || !h->sender) return;
   char l[32], eta[32];
   snprintf(l, sizeof l, isfinite(loss) ? "%.6g" : "null", loss);
@@ -259,12 +279,15 @@ void ct_health_status(ct_health *h, const char *status, long current, long total
   const double pct = total > 0 ? 100.0 * (double)current / (double)total : 0;
   char *qs = ct_json_quote(status);
   post(h, "training.status", CT_SEV_INFO,
-       qs ? fmt(", \"title\": \"Training %s\", \"message\": \"step %ld of %ld (%.1f%%), loss %s\", \"data\": "
-                "{\"status\": %s}, \"progress\": {\"current\": %ld, \"total\": %ld, \"percent\": %.1f, "
+       qs ? fmt(", \"title\": \"Training %s\", \"message\": \"step %ld of %ld (%.1f%%), loss %s\", "
+                "\"data\": "
+                "{\"status\": %s}, \"progress\": {\"current\": %ld, \"total\": %ld, \"percent\": "
+                "%.1f, "
                 "\"eta_seconds\": %s, \"metrics\": {\"loss\": %s}}",
                 status, current, total, pct, l, qs, current, total, pct, eta, l)
           : NULL,
-       fmt("Training %s: step %ld of %ld (%.1f%%), loss %s, ETA %s s", status, current, total, pct, l, eta));
+       fmt("Training %s: step %ld of %ld (%.1f%%), loss %s, ETA %s s", status, current, total, pct,
+           l, eta));
   free(qs);
 }
 
@@ -274,7 +297,8 @@ void ct_health_checkpoint(ct_health *h, const char *path, long step, int is_fina
   char *qp = ct_json_quote(path), *ql = label ? ct_json_quote(label) : NULL;
   free(label);
   post(h, "training.checkpoint", CT_SEV_INFO,
-       qp && ql ? fmt(", \"title\": %s, \"message\": %s, \"checkpoint\": {\"path\": %s, \"label\": %s, \"step\": %ld, "
+       qp && ql ? fmt(", \"title\": %s, \"message\": %s, \"checkpoint\": {\"path\": %s, \"label\": "
+                      "%s, \"step\": %ld, "
                       "\"is_final\": %s}",
                       ql, ql, qp, ql, step, is_final ? "true" : "false")
                 : NULL,
@@ -287,7 +311,8 @@ void ct_health_validation(ct_health *h, long step, int images, const char *dir) 
   if (!h || !h->lead || !h->sender) return;
   char *qd = ct_json_quote(dir);
   post(h, "training.validation", CT_SEV_INFO,
-       qd ? fmt(", \"title\": \"Validation at step %ld\", \"message\": \"%d validation image(s) at step %ld\", "
+       qd ? fmt(", \"title\": \"Validation at step %ld\", \"message\": \"%d validation image(s) at "
+                "step %ld\", "
                 "\"validation\": {\"step\": %ld, \"images\": %d, \"path\": %s}",
                 step, images, step, step, images, qd)
           : NULL,
@@ -299,7 +324,9 @@ void ct_health_error(ct_health *h, const char *title, const char *message) {
   if (!h || !h->sender) return;
   char *qt = ct_json_quote(title), *qm = ct_json_quote(message);
   post(h, "error", CT_SEV_ERROR,
-       qt && qm ? fmt(", \"title\": %s, \"message\": %s, \"rank\": %d, \"traceback\": null", qt, qm, h->rank) : NULL,
+       qt && qm ? fmt(", \"title\": %s, \"message\": %s, \"rank\": %d, \"traceback\": null", qt, qm,
+                      h->rank)
+                : NULL,
        fmt("%s (rank %d): %s", title, h->rank, message));
   free(qt), free(qm);
 }
@@ -321,8 +348,10 @@ static void check_memory(ct_health *h) {
   if (total <= 0 || avail < 0) return;
   const double pct = 100.0 * (double)avail / (double)total;
   if (pct < h->mem_low_pct && !h->mem_warned) {
-    CT_WARN("health: host memory low on %s: %.1f%% available (%lld MiB of %lld MiB; warning below %g%%)", h->host,
-            pct, avail / 1024, total / 1024, h->mem_low_pct);
+    CT_WARN(
+        "health: host memory low on %s: %.1f%% available (%lld MiB of %lld MiB; warning below "
+        "%g%%)",
+        h->host, pct, avail / 1024, total / 1024, h->mem_low_pct);
     h->mem_warned = 1;
   } else if (pct >= h->mem_low_pct * 1.5) {
     h->mem_warned = 0;
@@ -344,13 +373,15 @@ static int run_script(const char *script, const char *dir, long long free_b) {
   while (environ[n]) n++;
   char **envp = calloc(n + 3, sizeof *envp);
   char *e1 = NULL, *e2 = NULL;
-  if (!envp || asprintf(&e1, "CTUNER_OUTPUT_DIR=%s", dir) < 0 || asprintf(&e2, "CTUNER_FREE_BYTES=%lld", free_b) < 0) {
+  if (!envp || asprintf(&e1, "CTUNER_OUTPUT_DIR=%s", dir) < 0 ||
+      asprintf(&e2, "CTUNER_FREE_BYTES=%lld", free_b) < 0) {
     free(envp);
     return -1;
   }
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
-    if (strncmp(environ[i], "CTUNER_OUTPUT_DIR=", 18) && strncmp(environ[i], "CTUNER_FREE_BYTES=", 18))
+    if (strncmp(environ[i], "CTUNER_OUTPUT_DIR=", 18) &&
+        strncmp(environ[i], "CTUNER_FREE_BYTES=", 18))
       envp[k++] = environ[i];
   envp[k++] = e1;
   envp[k++] = e2;
@@ -383,11 +414,12 @@ int ct_health_disk_verdict(ct_health *h, const char *dir, int round, ct_err *err
   }
   const double gib = 1024.0 * 1024 * 1024;
   if (!round)
-    CT_WARN("health: %s has %.2f GiB free, below disk_low_threshold %.2f GiB (disk_low_action %s)", dir, fb / gib,
-            h->disk_low / gib, h->disk_action);
+    CT_WARN("health: %s has %.2f GiB free, below disk_low_threshold %.2f GiB (disk_low_action %s)",
+            dir, fb / gib, h->disk_low / gib, h->disk_action);
   if (!strcmp(h->disk_action, "wait")) {
     if (round && now_s() - h->disk_logged > 60) {
-      CT_WARN("health: still waiting for space on %s (%.2f GiB free, need %.2f GiB)", dir, fb / gib, h->disk_low / gib);
+      CT_WARN("health: still waiting for space on %s (%.2f GiB free, need %.2f GiB)", dir, fb / gib,
+              h->disk_low / gib);
       h->disk_logged = now_s();
     }
     if (!round) h->disk_logged = now_s();
@@ -401,7 +433,8 @@ int ct_health_disk_verdict(ct_health *h, const char *dir, int round, ct_err *err
   }
   char msg[600];
   snprintf(msg, sizeof msg,
-           "%s has %.2f GiB free, below disk_low_threshold %.2f GiB: the checkpoint was not written and training "
+           "%s has %.2f GiB free, below disk_low_threshold %.2f GiB: the checkpoint was not "
+           "written and training "
            "stops (free space, lower disk_low_threshold, or set disk_low_action to wait or script)",
            dir, fb / gib, h->disk_low / gib);
   ct_health_error(h, "Disk space low", msg);
@@ -409,7 +442,9 @@ int ct_health_disk_verdict(ct_health *h, const char *dir, int round, ct_err *err
   return 2;
 }
 
-double ct_health_poll_seconds(const ct_health *h) { return h ? h->poll_s : 1; }
+double ct_health_poll_seconds(const ct_health *h) {
+  return h ? h->poll_s : 1;
+}
 
 /* ------------------------------------------------------------ the thread */
 
@@ -432,8 +467,10 @@ static void poll_gpus(ct_health *h) {
     ct_gpu_verdict v = ct_gpu_judge(&g, w->ecc_baseline, &h->lim, &type, msg, sizeof msg);
     if (v == CT_GPU_FATAL && !w->faulted) {
       w->faulted = 1;
-      CT_ERROR("health: rank %d on %s: %s; the circuit breaker opens and training stops at the next step", h->rank,
-               h->host, msg);
+      CT_ERROR(
+          "health: rank %d on %s: %s; the circuit breaker opens and training stops at the next "
+          "step",
+          h->rank, h->host, msg);
       trip(h, msg);
       send_fault(h, type, msg, &g, "circuit_opened", NULL, CT_SEV_CRITICAL);
     } else if (v == CT_GPU_WARNING && !w->warned) {
@@ -522,7 +559,8 @@ ct_status ct_health_open(const ct_config *cfg, ct_comm *comm, ct_health **out, c
   h->grace_s = cfg->webhook_timeout + 1; /* at the end: one more attempt for what is queued */
   h->mem_low_pct = cfg->health_memory_low_percent;
   h->disk_low = cfg->disk_low_threshold ? ct_parse_bytes(cfg->disk_low_threshold) : 0;
-  snprintf(h->disk_action, sizeof h->disk_action, "%s", cfg->disk_low_action ? cfg->disk_low_action : "stop");
+  snprintf(h->disk_action, sizeof h->disk_action, "%s",
+           cfg->disk_low_action ? cfg->disk_low_action : "stop");
   if (cfg->disk_low_script) h->disk_script = strdup(cfg->disk_low_script);
   ct_status st = CT_OK;
   /* webhooks: every rank parses (a bad file fails every rank the same way) */
@@ -548,7 +586,7 @@ ct_status ct_health_open(const ct_config *cfg, ct_comm *comm, ct_health **out, c
     if (h->lead) CT_INFO("health: no GPU is monitored (%s); training is unaffected", ne.msg);
     h->nvml = NULL;
   }
-  char (*keys)[KEYLEN] = calloc(MAX_GPUS, KEYLEN);
+  char(*keys)[KEYLEN] = calloc(MAX_GPUS, KEYLEN);
   char *all = calloc((size_t)h->world * MAX_GPUS, KEYLEN);
   int idx[MAX_GPUS], mine[MAX_GPUS] = {0};
   if (!keys || !all) {
@@ -574,17 +612,21 @@ ct_status ct_health_open(const ct_config *cfg, ct_comm *comm, ct_health **out, c
     const ct_status rs = ct_nvml_read(h->nvml, idx[k], &g, &e);
     w->ecc_baseline = rs ? -1 : g.ecc_double;
     if (!rs) w->last = g, w->have_last = 1; /* the thread is not running yet */
-    CT_INFO("health: rank %d watches GPU %d (%s) on %s: %d C (shutdown %d C), %lld uncorrected ECC error(s) at "
-            "start",
-            h->rank, idx[k], g.name, h->host, g.temperature, g.shutdown_temperature, w->ecc_baseline);
+    CT_INFO(
+        "health: rank %d watches GPU %d (%s) on %s: %d C (shutdown %d C), %lld uncorrected ECC "
+        "error(s) at "
+        "start",
+        h->rank, idx[k], g.name, h->host, g.temperature, g.shutdown_temperature, w->ecc_baseline);
   }
   free(keys);
   if (st) {
     ct_health_close(h);
     return st;
   }
-  if (pthread_create(&h->th, NULL, monitor, h) == 0) h->started = 1;
-  else CT_WARN("health: cannot start the monitor thread; no GPU or host memory monitoring");
+  if (pthread_create(&h->th, NULL, monitor, h) == 0)
+    h->started = 1;
+  else
+    CT_WARN("health: cannot start the monitor thread; no GPU or host memory monitoring");
   *out = h;
   return CT_OK;
 }
@@ -600,8 +642,10 @@ void ct_health_close(ct_health *h) {
     long sent = 0, failed = 0, dropped = 0;
     ct_sender_stop(h->sender, h->grace_s, &sent, &failed, &dropped);
     if (failed || dropped)
-      CT_WARN("webhooks: %ld event(s) delivered, %ld failed after retries, %ld dropped (queue full or shut down)", sent,
-              failed, dropped);
+      CT_WARN(
+          "webhooks: %ld event(s) delivered, %ld failed after retries, %ld dropped (queue full or "
+          "shut down)",
+          sent, failed, dropped);
     else
       CT_DEBUG("webhooks: %ld event(s) delivered", sent);
   }

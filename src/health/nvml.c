@@ -28,7 +28,11 @@ struct ct_nvml {
 };
 
 enum { NVML_SUCCESS = 0, NVML_TEMPERATURE_GPU = 0, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0 };
-enum { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0 };
+enum {
+  NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+  NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1,
+  NVML_VOLATILE_ECC = 0
+};
 
 static const char *nvml_err(const ct_nvml *n, int r) {
   const char *s = n->error_string ? n->error_string(r) : NULL;
@@ -60,9 +64,10 @@ ct_status ct_nvml_open(const char *lib, ct_nvml **out, ct_err *err) {
   SYM(throttle, "nvmlDeviceGetCurrentClocksThrottleReasons");
   SYM(memory, "nvmlDeviceGetMemoryInfo");
 #undef SYM
-  const char *missing = !n->init ? "nvmlInit_v2" : !n->count ? "nvmlDeviceGetCount_v2"
-                        : !n->by_index                        ? "nvmlDeviceGetHandleByIndex_v2"
-                                                              : NULL;
+  const char *missing = !n->init       ? "nvmlInit_v2"
+                        : !n->count    ? "nvmlDeviceGetCount_v2"
+                        : !n->by_index ? "nvmlDeviceGetHandleByIndex_v2"
+                                       : NULL;
   if (missing) {
     ct_nvml_close(n);
     return ct_errf(err, CT_ERR_UNSUPPORTED, "%s has no %s: not an NVML library", lib, missing);
@@ -121,21 +126,25 @@ ct_status ct_nvml_read(ct_nvml *n, int index, ct_gpu_reading *g, ct_err *err) {
   g->memory_used_percent = -1;
   nvml_dev d;
   int r = n->by_index((unsigned)index, &d);
-  if (r != NVML_SUCCESS) return ct_errf(err, CT_ERR_IO, "GPU %d: nvmlDeviceGetHandleByIndex: %s", index, nvml_err(n, r));
+  if (r != NVML_SUCCESS)
+    return ct_errf(err, CT_ERR_IO, "GPU %d: nvmlDeviceGetHandleByIndex: %s", index, nvml_err(n, r));
   snprintf(g->name, sizeof g->name, "GPU %d", index);
-  if (n->name && n->name(d, g->name, sizeof g->name) != NVML_SUCCESS) snprintf(g->name, sizeof g->name, "GPU %d", index);
+  if (n->name && n->name(d, g->name, sizeof g->name) != NVML_SUCCESS)
+    snprintf(g->name, sizeof g->name, "GPU %d", index);
   g->name[sizeof g->name - 1] = 0;
   if (n->uuid && n->uuid(d, g->uuid, sizeof g->uuid) != NVML_SUCCESS) g->uuid[0] = 0;
   g->uuid[sizeof g->uuid - 1] = 0;
   unsigned t;
-  if (n->temperature && n->temperature(d, NVML_TEMPERATURE_GPU, &t) == NVML_SUCCESS) g->temperature = (int)t;
+  if (n->temperature && n->temperature(d, NVML_TEMPERATURE_GPU, &t) == NVML_SUCCESS)
+    g->temperature = (int)t;
   if (n->threshold && n->threshold(d, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &t) == NVML_SUCCESS)
     g->shutdown_temperature = (int)t;
   unsigned long long c;
   /* ECC counters are unsupported on GPUs without ECC: -1, never a fault */
   if (n->ecc && n->ecc(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &c) == NVML_SUCCESS)
     g->ecc_single = (long long)c;
-  if (n->ecc && n->ecc(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &c) == NVML_SUCCESS)
+  if (n->ecc &&
+      n->ecc(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &c) == NVML_SUCCESS)
     g->ecc_double = (long long)c;
   if (n->throttle && n->throttle(d, &c) == NVML_SUCCESS) g->throttle = c;
   ct_nvml_memory m;

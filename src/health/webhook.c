@@ -28,7 +28,9 @@
 
 static const char *const SEV[] = {"critical", "error", "warning", "info", "debug"};
 
-const char *ct_severity_name(ct_severity s) { return s >= 0 && s <= CT_SEV_DEBUG ? SEV[s] : "info"; }
+const char *ct_severity_name(ct_severity s) {
+  return s >= 0 && s <= CT_SEV_DEBUG ? SEV[s] : "info";
+}
 
 char *ct_json_quote(const char *s) {
   if (!s) return strdup("null");
@@ -38,16 +40,26 @@ char *ct_json_quote(const char *s) {
   o[w++] = '"';
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     switch (*p) {
-    case '"': o[w++] = '\\', o[w++] = '"'; break;
-    case '\\': o[w++] = '\\', o[w++] = '\\'; break;
-    case '\n': o[w++] = '\\', o[w++] = 'n'; break;
-    case '\r': o[w++] = '\\', o[w++] = 'r'; break;
-    case '\t': o[w++] = '\\', o[w++] = 't'; break;
-    default:
-      if (*p < 0x20)
-        w += (size_t)snprintf(o + w, cap - w, "\\u%04x", *p);
-      else
-        o[w++] = (char)*p;
+      case '"':
+        o[w++] = '\\', o[w++] = '"';
+        break;
+      case '\\':
+        o[w++] = '\\', o[w++] = '\\';
+        break;
+      case '\n':
+        o[w++] = '\\', o[w++] = 'n';
+        break;
+      case '\r':
+        o[w++] = '\\', o[w++] = 'r';
+        break;
+      case '\t':
+        o[w++] = '\\', o[w++] = 't';
+        break;
+      default:
+        if (*p < 0x20)
+          w += (size_t)snprintf(o + w, cap - w, "\\u%04x", *p);
+        else
+          o[w++] = (char)*p;
     }
   }
   o[w++] = '"';
@@ -74,25 +86,30 @@ static ct_status str_key(const ct_json *o, const char *key, int idx, char **out,
   const ct_json *v = ct_json_get(o, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
   if (v->type != CT_JSON_STRING)
-    return ct_errf(err, CT_ERR_INVALID, "entry %d: %s must be a string, got %s", idx, key, ct_json_type_name(v->type));
+    return ct_errf(err, CT_ERR_INVALID, "entry %d: %s must be a string, got %s", idx, key,
+                   ct_json_type_name(v->type));
   if (!(*out = strdup(v->str))) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   return CT_OK;
 }
 
 static ct_status parse_one(const ct_json *o, int idx, ct_hook *h, ct_err *err) {
-  static const char *const known[] = {"webhook_type", "webhook_url", "callback_url", "message_prefix",
-                                      "log_level",    "auth_token",  "ssl_no_verify", NULL};
+  static const char *const known[] = {"webhook_type",   "webhook_url", "callback_url",
+                                      "message_prefix", "log_level",   "auth_token",
+                                      "ssl_no_verify",  NULL};
   memset(h, 0, sizeof *h);
   h->log_level = CT_SEV_INFO;
   if (o->type != CT_JSON_OBJECT)
-    return ct_errf(err, CT_ERR_INVALID, "entry %d must be an object, got %s", idx, ct_json_type_name(o->type));
+    return ct_errf(err, CT_ERR_INVALID, "entry %d must be an object, got %s", idx,
+                   ct_json_type_name(o->type));
   for (size_t i = 0; i < o->n; i++) {
     int ok = 0;
     for (int k = 0; known[k]; k++) ok |= !strcmp(o->keys[i], known[k]);
     if (!ok)
-      CT_WARN("webhook_config entry %d: unknown key '%s' ignored (known: webhook_type, webhook_url, callback_url, "
-              "message_prefix, log_level, auth_token, ssl_no_verify)",
-              idx, o->keys[i]);
+      CT_WARN(
+          "webhook_config entry %d: unknown key '%s' ignored (known: webhook_type, webhook_url, "
+          "callback_url, "
+          "message_prefix, log_level, auth_token, ssl_no_verify)",
+          idx, o->keys[i]);
   }
   char *type = NULL, *level = NULL, *wurl = NULL, *curl = NULL;
   ct_status st = str_key(o, "webhook_type", idx, &type, err);
@@ -104,15 +121,17 @@ static ct_status parse_one(const ct_json *o, int idx, ct_hook *h, ct_err *err) {
   const ct_json *v = ct_json_get(o, "ssl_no_verify");
   if (!st && v && v->type != CT_JSON_NULL) {
     if (v->type != CT_JSON_BOOL)
-      st = ct_errf(err, CT_ERR_INVALID, "entry %d: ssl_no_verify must be true or false, got %s", idx,
-                   ct_json_type_name(v->type));
+      st = ct_errf(err, CT_ERR_INVALID, "entry %d: ssl_no_verify must be true or false, got %s",
+                   idx, ct_json_type_name(v->type));
     else
       h->ssl_no_verify = v->boolean;
   }
   if (!st && !type)
-    st = ct_errf(err, CT_ERR_INVALID, "entry %d: webhook_type is required (\"discord\" or \"raw\")", idx);
+    st = ct_errf(err, CT_ERR_INVALID, "entry %d: webhook_type is required (\"discord\" or \"raw\")",
+                 idx);
   if (!st && strcmp(type, "discord") && strcmp(type, "raw"))
-    st = ct_errf(err, CT_ERR_INVALID, "entry %d: webhook_type '%s' is not supported: use \"discord\" or \"raw\"", idx,
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "entry %d: webhook_type '%s' is not supported: use \"discord\" or \"raw\"", idx,
                  type);
   if (!st) {
     h->type = !strcmp(type, "raw") ? CT_HOOK_RAW : CT_HOOK_DISCORD;
@@ -126,7 +145,8 @@ static ct_status parse_one(const ct_json *o, int idx, ct_hook *h, ct_err *err) {
     if (wurl) free(curl);
     wurl = curl = NULL;
     if (strncmp(h->url, "http://", 7) && strncmp(h->url, "https://", 8))
-      st = ct_errf(err, CT_ERR_INVALID, "entry %d: the webhook URL must start with http:// or https://", idx);
+      st = ct_errf(err, CT_ERR_INVALID,
+                   "entry %d: the webhook URL must start with http:// or https://", idx);
   }
   if (!st && level) {
     int found = -1;
@@ -134,7 +154,8 @@ static ct_status parse_one(const ct_json *o, int idx, ct_hook *h, ct_err *err) {
       if (!strcasecmp(level, SEV[k])) found = k;
     if (found < 0)
       st = ct_errf(err, CT_ERR_INVALID,
-                   "entry %d: log_level '%s' is not one of critical, error, warning, info, debug", idx, level);
+                   "entry %d: log_level '%s' is not one of critical, error, warning, info, debug",
+                   idx, level);
     else
       h->log_level = (ct_severity)found;
   }
@@ -155,13 +176,15 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
     st = (text = strdup(value)) ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   } else {
     where = value;
-    if (strstr(value, "://")) /* a URL given where the config goes: never echo it (it may hold a secret) */
+    if (strstr(value,
+               "://")) /* a URL given where the config goes: never echo it (it may hold a secret) */
       return ct_errf(err, CT_ERR_INVALID,
                      "webhook_config looks like a URL: give a JSON file path, or an object such as "
                      "{\"webhook_type\": \"discord\", \"webhook_url\": \"...\"}");
     st = ct_read_file(value, 1 << 20, &text, &len, err);
     if (st == CT_ERR_NOT_FOUND)
-      st = ct_errf(err, CT_ERR_NOT_FOUND, "webhook_config file not found: %s (give a path, or an inline object or list)",
+      st = ct_errf(err, CT_ERR_NOT_FOUND,
+                   "webhook_config file not found: %s (give a path, or an inline object or list)",
                    value);
   }
   if (!st) st = ct_expand_env(text, NULL, &expanded, err); /* {env:VAR}, e.g. for auth_token */
@@ -176,14 +199,16 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
   }
   const int list = j->type == CT_JSON_ARRAY;
   const size_t cnt = list ? j->n : 1;
-  if (list && cnt == 0) st = ct_errf(err, CT_ERR_INVALID, "%s: an empty list configures no webhook", where);
+  if (list && cnt == 0)
+    st = ct_errf(err, CT_ERR_INVALID, "%s: an empty list configures no webhook", where);
   ct_hook *hs = st ? NULL : calloc(cnt, sizeof *hs);
   if (!st && !hs) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   size_t k = 0;
   for (; !st && k < cnt; k++) st = parse_one(list ? &j->items[k] : j, (int)k, &hs[k], err);
   ct_json_free(j);
   if (st) {
-    ct_hooks_free(hs, hs ? (int)cnt : 0); /* a failed entry freed its own strings; the rest are zero */
+    ct_hooks_free(hs,
+                  hs ? (int)cnt : 0); /* a failed entry freed its own strings; the rest are zero */
     if (strcmp(where, "inline JSON")) ct_err_prefix(err, "%s: ", where);
     return st;
   }
@@ -244,8 +269,10 @@ char *ct_event_body(const ct_event *ev, const ct_hook *h, const char *job_id) {
   char ts[64];
   iso8601(ev->when, ts);
   char *jid = job_id && job_id[0] ? ct_json_quote(job_id) : strdup("null");
-  if (jid && asprintf(&body, "{\"type\": \"%s\", \"severity\": \"%s\", \"job_id\": %s, \"timestamp\": \"%s\"%s}",
-                      ev->type, ct_severity_name(ev->severity), jid, ts, ev->fields ? ev->fields : "") < 0)
+  if (jid &&
+      asprintf(&body,
+               "{\"type\": \"%s\", \"severity\": \"%s\", \"job_id\": %s, \"timestamp\": \"%s\"%s}",
+               ev->type, ct_severity_name(ev->severity), jid, ts, ev->fields ? ev->fields : "") < 0)
     body = NULL;
   free(jid);
   return body;
@@ -273,7 +300,9 @@ struct ct_sender {
 };
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void) {
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 static size_t discard(char *p, size_t sz, size_t n, void *u) {
   (void)p, (void)u;
@@ -310,7 +339,8 @@ static int nap(ct_sender *s, double secs) {
 }
 
 /* One event to one endpoint, with retries; 1 if delivered. */
-static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char *body, int retries) {
+static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char *body,
+                   int retries) {
   char host[256];
   url_host(h->url, host, sizeof host);
   CURL *c = curl_easy_init();
@@ -365,13 +395,15 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
       break;
     }
     if (attempt == retries) {
-      CT_WARN("webhook %s: %s event not delivered after %d attempt(s): %s", host, type, attempt + 1, why);
+      CT_WARN("webhook %s: %s event not delivered after %d attempt(s): %s", host, type, attempt + 1,
+              why);
       break;
     }
     /* exponential backoff with jitter in [0.5, 1.5) of the delay */
     s->rng = s->rng * 6364136223846793005ULL + 1442695040888963407ULL;
     const double jitter = 0.5 + (double)(s->rng >> 11) / 9007199254740992.0;
-    CT_DEBUG("webhook %s: %s (attempt %d); retrying in %.2f s", host, why, attempt + 1, delay * jitter);
+    CT_DEBUG("webhook %s: %s (attempt %d); retrying in %.2f s", host, why, attempt + 1,
+             delay * jitter);
     if (nap(s, delay * jitter)) break;
     delay *= 2;
   }
@@ -431,8 +463,8 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
-ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const char *job_id, ct_sender **out,
-                          ct_err *err) {
+ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const char *job_id,
+                          ct_sender **out, ct_err *err) {
   *out = NULL;
   pthread_once(&g_curl_once, curl_init_once);
   ct_sender *s = calloc(1, sizeof *s);
@@ -465,7 +497,8 @@ ct_status ct_sender_start(ct_hook *hooks, int n, const ct_sender_opts *o, const 
   for (int i = 0; i < n; i++) {
     char host[256];
     url_host(hooks[i].url, host, sizeof host);
-    CT_DEBUG("webhook %d: %s to %s, log_level %s%s", i, hooks[i].type == CT_HOOK_RAW ? "raw" : "discord", host,
+    CT_DEBUG("webhook %d: %s to %s, log_level %s%s", i,
+             hooks[i].type == CT_HOOK_RAW ? "raw" : "discord", host,
              ct_severity_name(hooks[i].log_level), hooks[i].auth_token ? ", with X-API-Key" : "");
   }
   *out = s;

@@ -15,7 +15,7 @@
 #include "fastmath.h"
 
 #define COLBLK 64
-#define PAR_MIN 16384 /* below this many elements the loops run on one thread */
+#define PAR_MIN 16384               /* below this many elements the loops run on one thread */
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 
@@ -56,8 +56,8 @@ void ct_gelu_tanh_fwd(int N, int D, const float *x, int ldx, float *y, int ldy) 
 }
 
 /* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k0 (1 + 3 k1 x^2) */
-void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
-                      float *dx, int lddx) {
+void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                      int lddx) {
 #pragma omp parallel for schedule(static) if ((size_t)N * D > PAR_MIN)
   for (int r = 0; r < N; r++) {
     const float *xr = x + (size_t)r * ldx, *g = dy + (size_t)r * lddy;
@@ -65,7 +65,8 @@ void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, in
     for (int j = 0; j < D; j++) {
       float v = xr[j], v2 = v * v;
       float t = ct_tanhf(GELU_K0 * (v + GELU_K1 * v2 * v));
-      float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v2);
+      float d =
+          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v2);
       dxr[j] = g[j] * d;
     }
   }
@@ -129,7 +130,8 @@ void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int l
     memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
 }
 
-void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y, int ldy) {
+void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                  int ldy) {
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * ldx;
@@ -138,8 +140,8 @@ void ct_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float h
   }
 }
 
-void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy, int lddy,
-                  float *dx, int lddx) {
+void ct_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi, const float *dy,
+                  int lddy, float *dx, int lddx) {
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * ldx, *dyr = dy + (size_t)r * lddy;

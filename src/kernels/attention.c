@@ -25,7 +25,9 @@
 
 #define ATT_TQ 64 /* query rows per tile */
 
-static inline int min_int(int a, int b) { return a < b ? a : b; }
+static inline int min_int(int a, int b) {
+  return a < b ? a : b;
+}
 
 /* In-place softmax of one row's first n scores; zero the rest up to lk.
  * Returns log-sum-exp of the first n. */

@@ -7,11 +7,11 @@
  * to another backend.
  * Not here: any op (the backend files), choosing a backend from a config.
  */
+#include "ctuner/backend.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ctuner/backend.h"
 
 extern const ct_backend_ops ct_backend_cpu; /* backend_cpu.c */
 
@@ -48,16 +48,16 @@ ct_status ct_backend_get(const char *name, const ct_backend_ops **out, ct_err *e
                  name ? name : "(null)", list);
 }
 
-ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat, size_t bytes,
-                          void **p, ct_err *err) {
+ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat,
+                          size_t bytes, void **p, ct_err *err) {
   ct_status st = CT_OK;
   void *host = NULL, *np = NULL;
   if (!*p || from == to || !bytes) goto out;
   host = malloc(bytes);
   np = to->alloc(cat, bytes);
   if (!host || !np) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory moving %zu bytes from compute backend %s to %s", bytes,
-                 from->name, to->name);
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory moving %zu bytes from compute backend %s to %s",
+                 bytes, from->name, to->name);
     to->free(np);
     goto out;
   }

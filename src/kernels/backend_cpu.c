@@ -25,8 +25,7 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) {
   if (bytes) memmove(dst, src, bytes);
 }
 
-static void cpu_synchronize(void) {
-}
+static void cpu_synchronize(void) {}
 
 const ct_backend_ops ct_backend_cpu = {
     .name = "cpu",

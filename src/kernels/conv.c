@@ -42,7 +42,8 @@ int ct_conv2d_band_rows(const ct_conv2d_shape *s) {
 
 size_t ct_conv2d_col_floats(const ct_conv2d_shape *s) {
   const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
-  return (size_t)s->Cin * (size_t)s->k * (size_t)s->k * (size_t)ct_conv2d_band_rows(s) * (size_t)(Wo > 0 ? Wo : 1);
+  return (size_t)s->Cin * (size_t)s->k * (size_t)s->k * (size_t)ct_conv2d_band_rows(s) *
+         (size_t)(Wo > 0 ? Wo : 1);
 }
 
 /* col (Cin*k*k, rows*Wo) for output rows [r0, r0 + rows) of one image. */
@@ -71,7 +72,8 @@ static void im2col(const ct_conv2d_shape *s, const float *x, int r0, int rows, i
 }
 
 /* dx += col2im(dcol): parallel over input channels (each owns its plane). */
-static void col2im_acc(const ct_conv2d_shape *s, const float *dcol, int r0, int rows, int Wo, float *dx) {
+static void col2im_acc(const ct_conv2d_shape *s, const float *dcol, int r0, int rows, int Wo,
+                       float *dx) {
   const int k = s->k, H = s->H, W = s->W, st = s->stride;
   const int n = rows * Wo;
 #pragma omp parallel for schedule(static) if ((size_t)s->Cin * k * k * n > 32768)
@@ -98,7 +100,8 @@ static int is_pointwise(const ct_conv2d_shape *s) {
   return s->k == 1 && s->stride == 1 && !s->pad_t && !s->pad_l && !s->pad_b && !s->pad_r;
 }
 
-void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b, float *y, float *col) {
+void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                   float *y, float *col) {
   const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
   const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
   const int KK = s->Cin * s->k * s->k, HWo = Ho * Wo;
@@ -119,14 +122,14 @@ void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, con
     for (int r0 = 0; r0 < Ho; r0 += band) {
       const int rows = Ho - r0 < band ? Ho - r0 : band;
       im2col(s, xb, r0, rows, Wo, col);
-      ct_sgemm(0, 0, s->Cout, rows * Wo, KK, 1.0f, w, KK, col, rows * Wo, b ? 1.0f : 0.0f, yb + (size_t)r0 * Wo,
-               HWo);
+      ct_sgemm(0, 0, s->Cout, rows * Wo, KK, 1.0f, w, KK, col, rows * Wo, b ? 1.0f : 0.0f,
+               yb + (size_t)r0 * Wo, HWo);
     }
   }
 }
 
-void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy, float *dx, float *dw,
-                   float *db, float *col) {
+void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                   float *dx, float *dw, float *db, float *col) {
   const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
   const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
   const int KK = s->Cin * s->k * s->k, HWo = Ho * Wo;
@@ -168,8 +171,8 @@ void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, con
 
 /* ---------------------------------------------------------- GroupNorm */
 
-void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma, const float *beta,
-                      float *y, float *mean, float *rstd) {
+void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma,
+                      const float *beta, float *y, float *mean, float *rstd) {
   const int cg = C / G;
   const size_t n = (size_t)cg * HW;
 #pragma omp parallel for schedule(static) if ((size_t)B * C * HW > 32768)
@@ -198,8 +201,9 @@ void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, co
   }
 }
 
-void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *gamma, const float *mean,
-                      const float *rstd, const float *dy, float *dx, float *dgamma, float *dbeta) {
+void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *gamma,
+                      const float *mean, const float *rstd, const float *dy, float *dx,
+                      float *dgamma, float *dbeta) {
   const int cg = C / G;
   const size_t n = (size_t)cg * HW;
   if (dgamma || dbeta) {
@@ -220,7 +224,7 @@ void ct_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const float *
     }
   }
   if (!dx) return;
-  /* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dy gamma */
+    /* dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dy gamma */
 #pragma omp parallel for schedule(static) if ((size_t)B * C * HW > 32768)
   for (int bg = 0; bg < B * G; bg++) {
     const int bi = bg / G, g = bg % G;
@@ -271,7 +275,8 @@ void ct_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx) {
     float *dp = dx + (size_t)p * H * W;
     for (int i = 0; i < H; i++) {
       const float *r0 = gp + (size_t)(2 * i) * 2 * W, *r1 = r0 + 2 * W;
-      for (int j = 0; j < W; j++) dp[(size_t)i * W + j] = (r0[2 * j] + r0[2 * j + 1]) + (r1[2 * j] + r1[2 * j + 1]);
+      for (int j = 0; j < W; j++)
+        dp[(size_t)i * W + j] = (r0[2 * j] + r0[2 * j + 1]) + (r1[2 * j] + r1[2 * j + 1]);
     }
   }
 }
@@ -296,8 +301,8 @@ void ct_nlc_to_nchw(int B, int C, int L, const float *x, float *y) {
   }
 }
 
-void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a, size_t plane_a, int lda,
-                   float *b, size_t plane_b, int ldb) {
+void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a,
+                   size_t plane_a, int lda, float *b, size_t plane_b, int ldb) {
 #pragma omp parallel for schedule(static) if ((size_t)planes * rows * cols > 65536)
   for (int p = 0; p < planes; p++)
     for (int y = 0; y < rows; y++) {

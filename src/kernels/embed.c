@@ -31,7 +31,8 @@ void ct_timestep_embedding(int B, const float *t, int dim, float max_period, flo
   }
 }
 
-void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos, float *y) {
+void ct_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok, const float *pos,
+                      float *y) {
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 16384)
   for (int r = 0; r < N; r++) {
     const float *tr = tok + (size_t)ids[r] * D, *pr = pos + (size_t)(r % T) * D;
@@ -51,7 +52,8 @@ static void permute(int B, int C, int H, int W, int p, const float *src, float *
         for (int ph = 0; ph < p; ph++) {
           size_t xrow = (((size_t)b * C + c) * H + (size_t)hh * p + ph) * W;
           for (int ww = 0; ww < gw; ww++) {
-            size_t tok = ((size_t)b * gh * gw + (size_t)hh * gw + ww) * F + ((size_t)c * p + ph) * p;
+            size_t tok =
+                ((size_t)b * gh * gw + (size_t)hh * gw + ww) * F + ((size_t)c * p + ph) * p;
             for (int pw = 0; pw < p; pw++) {
               size_t xi = xrow + (size_t)ww * p + pw;
               if (dir == 0)

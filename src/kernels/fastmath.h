@@ -30,7 +30,7 @@ static inline float ct_expf(float x) {
   /* ln2 = hi + lo, hi with 16 significant bits so n * hi is exact for |n| < 256 */
   float r = xc - n * 0.693145751953125f;
   r = r - n * 1.428606820309417e-06f;
-  float p = 1.9841270e-04f; /* 1/7! */
+  float p = 1.9841270e-04f;   /* 1/7! */
   p = p * r + 1.3888889e-03f; /* 1/6! */
   p = p * r + 8.3333333e-03f; /* 1/5! */
   p = p * r + 4.1666667e-02f; /* 1/4! */
@@ -46,8 +46,12 @@ static inline float ct_expf(float x) {
 }
 
 /* 1 / (1 + e^-x) */
-static inline float ct_sigmoidf(float x) { return 1.0f / (1.0f + ct_expf(-x)); }
+static inline float ct_sigmoidf(float x) {
+  return 1.0f / (1.0f + ct_expf(-x));
+}
 
-static inline float ct_tanhf(float u) { return 1.0f - 2.0f / (ct_expf(2.0f * u) + 1.0f); }
+static inline float ct_tanhf(float u) {
+  return 1.0f - 2.0f / (ct_expf(2.0f * u) + 1.0f);
+}
 
 #endif

@@ -2,12 +2,11 @@
  *
  * Design: all the arithmetic is in ct_sgemm (our AVX-512 SGEMM, gemm.h, or
  * OpenBLAS where that is unavailable); it is OpenMP-parallel over blocks of the
- * output and deterministic across thread counts. The forward copies the bias into every row of y and
- * lets one SGEMM accumulate onto it (beta = 1), which saves a second pass over
- * y. The backward is one SGEMM for dx, one for dw (beta = 1: accumulate), and a
- * column sum for db that is parallel over fixed column blocks, each summing its
- * rows in order, so db does not depend on the thread count.
- * Not here: any knowledge of which layer this is or where its weights live.
+ * output and deterministic across thread counts. The forward copies the bias into every row of y
+ * and lets one SGEMM accumulate onto it (beta = 1), which saves a second pass over y. The backward
+ * is one SGEMM for dx, one for dw (beta = 1: accumulate), and a column sum for db that is parallel
+ * over fixed column blocks, each summing its rows in order, so db does not depend on the thread
+ * count. Not here: any knowledge of which layer this is or where its weights live.
  */
 #include <string.h>
 
@@ -52,9 +51,7 @@ static void colsum_acc(int N, int M, const float *dy, int lddy, float *db) {
 void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
                    int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
   if (N <= 0 || M <= 0) return;
-  if (dx && K > 0)
-    ct_sgemm(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
-  if (dw && K > 0)
-    ct_sgemm(1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K);
+  if (dx && K > 0) ct_sgemm(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
+  if (dw && K > 0) ct_sgemm(1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K);
   if (db) colsum_acc(N, M, dy, lddy, db);
 }

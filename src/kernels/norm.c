@@ -17,7 +17,9 @@
 
 #define COLBLK 64 /* columns per task in the parameter-gradient reductions */
 
-static inline int min_int(int a, int b) { return a < b ? a : b; }
+static inline int min_int(int a, int b) {
+  return a < b ? a : b;
+}
 
 /* mean and rstd of one row (two passes: mean, then centred sum of squares) */
 static inline float row_moments(int D, const float *x, float eps, float *rstd) {
@@ -97,8 +99,7 @@ void ct_ln_mod_bwd(int B, int L, int D, const float *xhat, const float *rstd, co
         }
         float m1 = s1 / (float)D, m2 = s2 / (float)D, rs = rstd[r];
         if (sc) {
-          for (int j = 0; j < D; j++)
-            dxr[j] += rs * (g[j] * (1.0f + sc[j]) - m1 - xh[j] * m2);
+          for (int j = 0; j < D; j++) dxr[j] += rs * (g[j] * (1.0f + sc[j]) - m1 - xh[j] * m2);
         } else {
           for (int j = 0; j < D; j++) dxr[j] += rs * (g[j] - m1 - xh[j] * m2);
         }
@@ -144,8 +145,8 @@ void ct_layernorm_affine_fwd(int N, int D, const float *x, int ldx, const float 
   }
 }
 
-void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, float eps,
-                    float *y, int ldy, float *rstd) {
+void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, float eps, float *y,
+                    int ldy, float *rstd) {
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 16384)
   for (int r = 0; r < N; r++) {
     const float *xr = x + (size_t)r * ldx;

@@ -56,8 +56,7 @@ static inline void rot_row_t(int D, const float *pe, const float *x, float *y) {
   }
 }
 
-void ct_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
-                 int ldy) {
+void ct_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y, int ldy) {
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 16384)
   for (int r = 0; r < N; r++)
     rot_row(D, pe + (size_t)(r % L) * D, x + (size_t)r * ldx, y + (size_t)r * ldy);
@@ -71,8 +70,7 @@ void ct_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy
 }
 
 /* out = R (x * r * s), returns r = rstd of x */
-static inline float norm_rope(int hd, const float *x, const float *s, const float *pe,
-                              float *out) {
+static inline float norm_rope(int hd, const float *x, const float *s, const float *pe, float *out) {
   float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
   for (int j = 0; j < hd; j++) ss += x[j] * x[j];
@@ -87,8 +85,8 @@ static inline float norm_rope(int hd, const float *x, const float *s, const floa
 }
 
 void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float *qkv,
-                      const float *qscale, const float *kscale, const float *pe, float *q,
-                      float *k, float *v, float *rstd_q, float *rstd_k) {
+                      const float *qscale, const float *kscale, const float *pe, float *q, float *k,
+                      float *v, float *rstd_q, float *rstd_k) {
   int N = B * Ls, D3 = 3 * H * hd;
 #pragma omp parallel for schedule(static) if ((size_t)N * D3 > 16384)
   for (int rr = 0; rr < N; rr++) {
@@ -98,16 +96,15 @@ void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float
     for (int h = 0; h < H; h++) {
       size_t o = (((size_t)b * H + h) * Lt + p) * hd;
       rstd_q[(size_t)rr * H + h] = norm_rope(hd, row + (size_t)h * hd, qscale, pel, q + o);
-      rstd_k[(size_t)rr * H + h] =
-          norm_rope(hd, row + (size_t)(H + h) * hd, kscale, pel, k + o);
+      rstd_k[(size_t)rr * H + h] = norm_rope(hd, row + (size_t)(H + h) * hd, kscale, pel, k + o);
       memcpy(v + o, row + (size_t)(2 * H + h) * hd, (size_t)hd * sizeof(float));
     }
   }
 }
 
 /* dx = RMSNorm backward of g = R^T dout (overwrite) */
-static inline void norm_rope_bwd(int hd, const float *x, const float *s, const float *pe,
-                                 float r, const float *dout, float *dx) {
+static inline void norm_rope_bwd(int hd, const float *x, const float *s, const float *pe, float r,
+                                 const float *dout, float *dx) {
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
   for (int j = 0; j < hd / 2; j++) {

@@ -11,6 +11,8 @@
  * The backward walks the blocks in reverse and accumulates parameter
  * gradients; input gradients of the embeddings (x, txt, y) are not computed.
  */
+#include "ctuner/mmdit.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,6 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/backend.h"
-#include "ctuner/mmdit.h"
 #include "model/mmdit_int.h"
 
 #define LN_EPS 1e-6f
@@ -155,7 +156,8 @@ static float *be_calloc(const ct_backend_ops *be, ct_mem_cat cat, size_t n) {
   return p;
 }
 
-ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out, ct_err *err) {
+ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_mmdit **out,
+                       ct_err *err) {
   const int with_grads = (flags & CT_MMDIT_GRADS) != 0, with_params = !(flags & CT_MMDIT_NO_PARAMS);
   ct_status st = CT_OK;
   ct_mmdit *m = calloc(1, sizeof *m);
@@ -171,8 +173,9 @@ ct_status ct_mmdit_new(const ct_mmdit_config *cfg, uint64_t seed, int flags, ct_
   m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
   m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
   if ((with_params && !m->w) || (with_grads && !m->g) || !m->db || !m->sb || !m->db_a || !m->sb_a) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MiB%s)", m->numel,
-                 m->numel * 4.0 / 1048576.0, with_grads ? " and as much for gradients" : "");
+    st =
+        ct_errf(err, CT_ERR_NOMEM, "out of memory allocating %zu parameters (%.1f MiB%s)", m->numel,
+                m->numel * 4.0 / 1048576.0, with_grads ? " and as much for gradients" : "");
     goto out;
   }
   m->own_w = with_params;
@@ -207,17 +210,29 @@ void ct_mmdit_free(ct_mmdit *m) {
   free(m);
 }
 
-const ct_mmdit_config *ct_mmdit_cfg(const ct_mmdit *m) { return &m->cfg; }
-size_t ct_mmdit_numel(const ct_mmdit *m) { return m->numel; }
-float *ct_mmdit_params(ct_mmdit *m) { return m->w; }
-float *ct_mmdit_grads(ct_mmdit *m) { return m->g; }
+const ct_mmdit_config *ct_mmdit_cfg(const ct_mmdit *m) {
+  return &m->cfg;
+}
+size_t ct_mmdit_numel(const ct_mmdit *m) {
+  return m->numel;
+}
+float *ct_mmdit_params(ct_mmdit *m) {
+  return m->w;
+}
+float *ct_mmdit_grads(ct_mmdit *m) {
+  return m->g;
+}
 const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n) {
   *n = m->nparams;
   return m->params;
 }
-size_t ct_mmdit_activation_bytes(const ct_mmdit *m) { return m->arena_floats * sizeof(float); }
+size_t ct_mmdit_activation_bytes(const ct_mmdit *m) {
+  return m->arena_floats * sizeof(float);
+}
 
-int ct_mmdit_nsegments(const ct_mmdit *m) { return m->nseg; }
+int ct_mmdit_nsegments(const ct_mmdit *m) {
+  return m->nseg;
+}
 void ct_mmdit_segment(const ct_mmdit *m, int s, size_t *off, size_t *numel) {
   CT_ASSERT(s >= 0 && s < m->nseg);
   *off = m->seg_off[s];
@@ -235,13 +250,16 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h) {
   }
 }
 
-const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) { return m->be; }
+const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
+  return m->be;
+}
 
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == m->be) return CT_OK;
   const size_t bytes = m->numel * sizeof(float);
-  ct_status st = m->own_w ? ct_backend_move(m->be, be, CT_MEM_PARAMS, bytes, (void **)&m->w, err) : CT_OK;
+  ct_status st =
+      m->own_w ? ct_backend_move(m->be, be, CT_MEM_PARAMS, bytes, (void **)&m->w, err) : CT_OK;
   if (!st && m->own_g) {
     st = ct_backend_move(m->be, be, CT_MEM_GRADS, bytes, (void **)&m->g, err);
     if (st && m->own_w) { /* put the parameters back: the model stays on its backend */
@@ -283,8 +301,11 @@ static ct_status seg_enter(ct_mmdit *m, int s, int backward, ct_err *err) {
   }
   if (!w) w = m->w ? m->w + m->seg_off[s] : NULL;
   if (!g) g = m->g ? m->g + m->seg_off[s] : NULL;
-  if (!w) return ct_errf(err, CT_ERR_INVALID, "segment %d has no parameters (sharded model without hooks)", s);
-  if (backward && !g) return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
+  if (!w)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "segment %d has no parameters (sharded model without hooks)", s);
+  if (backward && !g)
+    return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
   if (w != m->segw[s] || (backward && g != m->segg[s])) {
     m->segw[s] = w;
     if (backward) m->segg[s] = g;
@@ -428,8 +449,10 @@ static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
     m->arena = m->be->alloc(CT_MEM_ACTIVATIONS, need * sizeof(float));
     m->arena_floats = m->arena ? need : 0;
     if (!m->arena)
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for activations (%.1f MiB for batch %d, latent %dx%d, %d text tokens)",
-                     need * 4.0 / 1048576.0, B, H, W, T);
+      return ct_errf(
+          err, CT_ERR_NOMEM,
+          "out of memory for activations (%.1f MiB for batch %d, latent %dx%d, %d text tokens)",
+          need * 4.0 / 1048576.0, B, H, W, T);
   }
   free(m->pos);
   m->pos = malloc(Lt * 3 * sizeof(int));
@@ -441,8 +464,8 @@ static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
 
 /* Copy rows [off, off+Ls) of each batch item of a joint (B, Lt, d) buffer into a
  * stream buffer (B*Ls, d), or back (to_joint). */
-static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, int d, float *joint, float *stream,
-                      int to_joint) {
+static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, int d, float *joint,
+                      float *stream, int to_joint) {
   for (int b = 0; b < B; b++) {
     float *j = joint + ((size_t)b * Lt + off) * d, *s = stream + (size_t)b * Ls * d;
     if (to_joint)
@@ -452,12 +475,13 @@ static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, 
   }
 }
 
-static void lin_fwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx, float *y, int ldy) {
+static void lin_fwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
+                    float *y, int ldy) {
   be->linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
 }
 
-static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx, const float *dy, int lddy,
-                    float *dx, int lddx, float beta) {
+static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
+                    const float *dy, int lddy, float *dx, int lddx, float beta) {
   be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
 }
 
@@ -466,10 +490,12 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   const ct_backend_ops *be = m->be;
   ct_status st = CT_OK;
   if (in->B < 1 || in->T < 0 || in->H < 2 || in->W < 2 || in->H % 2 || in->W % 2)
-    return ct_errf(err, CT_ERR_SHAPE, "batch shape B=%d, latent %dx%d, T=%d: need B >= 1 and an even latent size",
+    return ct_errf(err, CT_ERR_SHAPE,
+                   "batch shape B=%d, latent %dx%d, T=%d: need B >= 1 and an even latent size",
                    in->B, in->H, in->W, in->T);
   if (c->guidance_embed && !in->guidance)
-    return ct_errf(err, CT_ERR_INVALID, "this model embeds guidance (guidance_embed) but no guidance was given");
+    return ct_errf(err, CT_ERR_INVALID,
+                   "this model embeds guidance (guidance_embed) but no guidance was given");
   st = reserve(m, in->B, in->H, in->W, in->T, err);
   if (st) return st;
   acts *a = &m->a;
@@ -523,9 +549,11 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
       int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0;
       x->xin = s == 0 ? ximg : xtxt;
       lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 6 * d);
-      be->ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1, x->h1, d);
+      be->ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1,
+                     x->h1, d);
       lin_fwd(be, &p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
-      be->qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v, x->rq, x->rk);
+      be->qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v,
+                        x->rq, x->rk);
     }
     be->attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
     for (int s = 0; s < 2; s++) {
@@ -535,8 +563,8 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
       rows_copy(be, B, Ls, Lt, off, d, ba->o, x->os, 0);
       lin_fwd(be, &p->proj, Ns, x->os, d, x->pr, d);
       be->gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
-      be->ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2, x->rstd2, x->h2,
-                    d);
+      be->ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2,
+                     x->rstd2, x->h2, d);
       lin_fwd(be, &p->mlp0, Ns, x->h2, d, x->u, mh);
       be->gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
       lin_fwd(be, &p->mlp2, Ns, x->gu, mh, x->m, d);
@@ -557,11 +585,13 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
       if ((st = seg_enter(m, 1 + D + i, 0, err))) return st;
       x->xin = xj;
       lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
-      be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
+      be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h,
+                     d);
       /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
       be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
       be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
-      be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq, x->rk);
+      be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq,
+                        x->rk);
       be->attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
       /* cat = [attn, gelu(mlp)] feeds linear2 in one GEMM */
       be->copy_2d(N, d, x->o, d, x->cat, d + mh);
@@ -578,7 +608,8 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
 
   if ((st = seg_enter(m, last, 0, err))) return st;
   lin_fwd(be, &m->final_mod, B, a->svec, d, a->modf, 2 * d);
-  be->ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf, d);
+  be->ln_mod_fwd(B, Li, d, a->xf, d, a->modf, a->modf + d, 2 * d, LN_EPS, a->xhatf, a->rstdf, a->hf,
+                 d);
   lin_fwd(be, &m->final_lin, Ni, a->hf, d, a->outp, P);
   if ((st = seg_leave(m, last, 0, err))) return st;
   be->unpatchify(B, C, in->H, in->W, 2, a->outp, v);
@@ -605,7 +636,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   lin_bwd(be, &m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
   be->zero((size_t)B * 2 * d, a->dmod);
   be->zero((size_t)Ni * d, a->dimg);
-  be->ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod, a->dmod + d);
+  be->ln_mod_bwd(B, Li, d, a->xhatf, a->rstdf, a->modf + d, 2 * d, a->dh, d, a->dimg, d, a->dmod,
+                 a->dmod + d);
   lin_bwd(be, &m->final_mod, B, a->svec, d, a->dmod, 2 * d, a->dsvec, d, 1.0f);
   if ((st = seg_leave(m, last, 1, err))) return st;
 
@@ -618,17 +650,21 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
       be->zero((size_t)B * 3 * d, a->dmod);
       /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
-      be->gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d, a->dmod + 2 * d);
+      be->gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d,
+                       a->dmod + 2 * d);
       lin_bwd(be, &p->l2, N, x->cat, d + mh, a->dtmp, d, a->dcat, d + mh, 0.0f);
       be->copy_2d(N, d, a->dcat, d + mh, a->dO, d);
       be->gelu_tanh_bwd(N, mh, x->u, mh, a->dcat + d, d + mh, a->du, mh);
-      be->attention_bwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse, a->dO, a->dq, a->dk, a->dv);
-      be->qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv, a->dqkv,
-                       p->gqs, p->gks);
-      be->linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw, p->l1.gb);
+      be->attention_bwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse, a->dO, a->dq,
+                        a->dk, a->dv);
+      be->qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq,
+                        a->dk, a->dv, a->dqkv, p->gqs, p->gks);
+      be->linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw,
+                     p->l1.gb);
       be->linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
-                    p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
-      be->ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod, a->dmod + d);
+                     p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
+      be->ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod,
+                     a->dmod + d);
       lin_bwd(be, &p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
       if ((st = seg_leave(m, 1 + D + i, 1, err))) return st;
     }
@@ -655,24 +691,26 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       lin_bwd(be, &p->mlp2, Ns, x->gu, mh, a->dtmp, d, a->dcat, mh, 0.0f);
       be->gelu_tanh_bwd(Ns, mh, x->u, mh, a->dcat, mh, a->du, mh);
       lin_bwd(be, &p->mlp0, Ns, x->h2, d, a->du, mh, a->dh, d, 0.0f);
-      be->ln_mod_bwd(B, Ls, d, x->xhat2, x->rstd2, x->mod + 4 * d, 6 * d, a->dh, d, dx, d, dmod + 3 * d,
-                    dmod + 4 * d);
+      be->ln_mod_bwd(B, Ls, d, x->xhat2, x->rstd2, x->mod + 4 * d, 6 * d, a->dh, d, dx, d,
+                     dmod + 3 * d, dmod + 4 * d);
       /* x1 = xin + gate1 * proj(attn) */
       be->gate_res_bwd(B, Ls, d, x->mod + 2 * d, 6 * d, x->pr, d, dx, d, a->dtmp, d, dmod + 2 * d);
       lin_bwd(be, &p->proj, Ns, x->os, d, a->dtmp, d, a->dh, d, 0.0f);
       rows_copy(be, B, Ls, Lt, off, d, a->dO, a->dh, 1);
     }
-    be->attention_bwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse, a->dO, a->dq, a->dk, a->dv);
+    be->attention_bwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse, a->dO, a->dq,
+                      a->dk, a->dv);
     for (int s = 0; s < 2; s++) {
       dstream_p *p = &m->db[i][s];
       dstream_a *x = &ba->s[s];
       int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
       float *dx = s == 0 ? a->dimg : a->dtxt;
       float *dmod = a->dmod + (size_t)s * B * 6 * d;
-      be->qkv_heads_bwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq, a->dk, a->dv,
-                       a->dqkv, p->gqs, p->gks);
+      be->qkv_heads_bwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq,
+                        a->dk, a->dv, a->dqkv, p->gqs, p->gks);
       lin_bwd(be, &p->qkv, Ns, x->h1, d, a->dqkv, 3 * d, a->dh, d, 0.0f);
-      be->ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod, dmod + d);
+      be->ln_mod_bwd(B, Ls, d, x->xhat1, x->rstd1, x->mod + d, 6 * d, a->dh, d, dx, d, dmod,
+                     dmod + d);
       lin_bwd(be, &p->mod, B, a->svec, d, dmod, 6 * d, a->dsvec, d, 1.0f);
     }
     if ((st = seg_leave(m, 1 + i, 1, err))) return st;
@@ -697,11 +735,13 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   return seg_leave(m, 0, 1, err);
 }
 
-void ct_mmdit_flops(const ct_mmdit_config *c, int B, int H, int W, int T, double *fwd, double *bwd) {
+void ct_mmdit_flops(const ct_mmdit_config *c, int B, int H, int W, int T, double *fwd,
+                    double *bwd) {
   double d = c->hidden, P = c->in_channels * 4.0, mh = (double)c->mlp_ratio * c->hidden;
   double Li = (double)(H / 2) * (W / 2), Lt = Li + T, Ni = B * Li, Nt = (double)B * T, N = B * Lt;
   double hd = d / c->heads;
-  /* GEMM work of the token-wise linears (rows x in x out), split by whether dX is back-propagated */
+  /* GEMM work of the token-wise linears (rows x in x out), split by whether dX is back-propagated
+   */
   double with_dx = 0, no_dx = 0;
   no_dx += Ni * P * d + Nt * c->context_in_dim * d + B * 256.0 * d + B * (double)c->vec_in_dim * d;
   with_dx += 2 * B * d * d; /* time_in/vector_in out_layer */
@@ -713,7 +753,8 @@ void ct_mmdit_flops(const ct_mmdit_config *c, int B, int H, int W, int T, double
   with_dx += c->depth_double * ((Ni + Nt) * per_stream + 2.0 * B * d * 6 * d);
   with_dx += c->depth_single * (N * (d * (3 * d + mh) + (d + mh) * d) + B * d * 3 * d);
   with_dx += Ni * d * P + B * d * 2 * d;
-  double attn = (double)(c->depth_double + c->depth_single) * B * c->heads * Lt * Lt * hd; /* one L*L*hd product */
+  double attn = (double)(c->depth_double + c->depth_single) * B * c->heads * Lt * Lt *
+                hd; /* one L*L*hd product */
   *fwd = 2 * (with_dx + no_dx) + 2 * 2 * attn;
   *bwd = 2 * (2 * with_dx + no_dx) + 2 * 4 * attn;
 }

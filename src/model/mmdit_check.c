@@ -19,7 +19,10 @@ static ct_status meta_ints(const ct_st_file *f, const char *path, const char *ke
   const char *s = ct_st_meta(f, key);
   ct_json *j = NULL;
   ct_status st = CT_OK;
-  if (!s) return ct_errf(err, CT_ERR_FORMAT, "%s: metadata key '%s' missing (not a golden file of mmdit_torch.py?)", path, key);
+  if (!s)
+    return ct_errf(err, CT_ERR_FORMAT,
+                   "%s: metadata key '%s' missing (not a golden file of mmdit_torch.py?)", path,
+                   key);
   st = ct_json_parse(s, strlen(s), &j, err);
   if (st) {
     ct_err_prefix(err, "%s: metadata '%s': ", path, key);
@@ -30,7 +33,8 @@ static ct_status meta_ints(const ct_st_file *f, const char *path, const char *ke
   } else if (n > 1 && j->type == CT_JSON_ARRAY && j->n == (size_t)n) {
     for (int i = 0; i < n && !st; i++) {
       if (j->items[i].type != CT_JSON_NUMBER || !j->items[i].is_int)
-        st = ct_errf(err, CT_ERR_FORMAT, "%s: metadata '%s' item %d is not an integer", path, key, i);
+        st = ct_errf(err, CT_ERR_FORMAT, "%s: metadata '%s' item %d is not an integer", path, key,
+                     i);
       else
         out[i] = (int)j->items[i].i64;
     }
@@ -42,13 +46,13 @@ static ct_status meta_ints(const ct_st_file *f, const char *path, const char *ke
   return st;
 }
 
-static ct_status read_tensor(const ct_st_file *f, const char *path, const char *name, size_t numel, float **out,
-                             ct_err *err) {
+static ct_status read_tensor(const ct_st_file *f, const char *path, const char *name, size_t numel,
+                             float **out, ct_err *err) {
   const ct_st_tensor *t = ct_st_find(f, name);
   if (!t) return ct_errf(err, CT_ERR_NOT_FOUND, "%s: tensor '%s' missing", path, name);
   if (t->numel != numel)
-    return ct_errf(err, CT_ERR_SHAPE, "%s: tensor '%s' has %zu elements, the config implies %zu", path, name,
-                   t->numel, numel);
+    return ct_errf(err, CT_ERR_SHAPE, "%s: tensor '%s' has %zu elements, the config implies %zu",
+                   path, name, t->numel, numel);
   *out = ct_alloc(CT_MEM_BUFFERS, numel * sizeof(float) + 64);
   if (!*out) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   return ct_st_to_f32(t, *out, numel, err);
@@ -79,20 +83,24 @@ ct_status ct_mmdit_check_golden(const char *path, ct_mmdit_check_report *r, ct_e
   c->mlp_ratio = 4;
   c->qkv_bias = 1;
   c->theta = 10000.f;
-  if ((st = meta_ints(f, path, "lat", &c->in_channels, 1, err)) || (st = meta_ints(f, path, "hidden", &c->hidden, 1, err)) ||
-      (st = meta_ints(f, path, "heads", &c->heads, 1, err)) || (st = meta_ints(f, path, "axes", axes, 3, err)) ||
+  if ((st = meta_ints(f, path, "lat", &c->in_channels, 1, err)) ||
+      (st = meta_ints(f, path, "hidden", &c->hidden, 1, err)) ||
+      (st = meta_ints(f, path, "heads", &c->heads, 1, err)) ||
+      (st = meta_ints(f, path, "axes", axes, 3, err)) ||
       (st = meta_ints(f, path, "nd", &c->depth_double, 1, err)) ||
       (st = meta_ints(f, path, "ns", &c->depth_single, 1, err)) ||
       (st = meta_ints(f, path, "ctx", &c->context_in_dim, 1, err)) ||
-      (st = meta_ints(f, path, "vec", &c->vec_in_dim, 1, err)) || (st = meta_ints(f, path, "B", &r->B, 1, err)) ||
+      (st = meta_ints(f, path, "vec", &c->vec_in_dim, 1, err)) ||
+      (st = meta_ints(f, path, "B", &r->B, 1, err)) ||
       (st = meta_ints(f, path, "hw", hw, 2, err)) || (st = meta_ints(f, path, "T", &r->T, 1, err)))
     goto out;
   memcpy(c->axes_dim, axes, sizeof axes);
   r->H = hw[0];
   r->W = hw[1];
-  if (r->B < 1 || r->T < 0 || r->H < 2 || r->W < 2 || r->H % 2 || r->W % 2 || r->B > 65536 || r->H > 4096 ||
-      r->W > 4096 || r->T > 65536) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: batch shape B=%d hw=%d,%d T=%d is not usable", path, r->B, r->H, r->W, r->T);
+  if (r->B < 1 || r->T < 0 || r->H < 2 || r->W < 2 || r->H % 2 || r->W % 2 || r->B > 65536 ||
+      r->H > 4096 || r->W > 4096 || r->T > 65536) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: batch shape B=%d hw=%d,%d T=%d is not usable", path, r->B,
+                 r->H, r->W, r->T);
     goto out;
   }
   st = ct_mmdit_new(c, 0, 1, &m, err);
@@ -100,7 +108,8 @@ ct_status ct_mmdit_check_golden(const char *path, ct_mmdit_check_report *r, ct_e
   st = ct_mmdit_load(m, path, "param.", err);
   if (st) goto out;
   size_t B = (size_t)r->B, nx = B * c->in_channels * r->H * r->W;
-  if ((st = read_tensor(f, path, "input.x0", nx, &x0, err)) || (st = read_tensor(f, path, "input.eps", nx, &eps, err)) ||
+  if ((st = read_tensor(f, path, "input.x0", nx, &x0, err)) ||
+      (st = read_tensor(f, path, "input.eps", nx, &eps, err)) ||
       (st = read_tensor(f, path, "input.t", B, &t, err)) ||
       (st = read_tensor(f, path, "input.txt", B * r->T * c->context_in_dim, &txt, err)) ||
       (st = read_tensor(f, path, "input.y", B * c->vec_in_dim, &y, err)) ||

@@ -23,58 +23,58 @@ typedef struct sblock_p {
 
 /* Saved activations of one double-block stream; Ns = B * Ls rows. */
 typedef struct dstream_a {
-  float *mod;                 /* (B, 6d) */
-  const float *xin;           /* (Ns, d) input (previous block's output) */
-  float *xhat1, *rstd1, *h1;  /* (Ns, d), (Ns), (Ns, d) */
-  float *qkv;                 /* (Ns, 3d) */
-  float *rq, *rk;             /* (Ns * H) RMSNorm rstd */
-  float *os;                  /* (Ns, d) this stream's rows of the attention output */
-  float *pr, *x1;             /* (Ns, d) */
-  float *xhat2, *rstd2, *h2;  /* (Ns, d), (Ns), (Ns, d) */
-  float *u, *gu;              /* (Ns, mlp) pre/post GELU */
-  float *m, *x2;              /* (Ns, d) */
+  float *mod;                /* (B, 6d) */
+  const float *xin;          /* (Ns, d) input (previous block's output) */
+  float *xhat1, *rstd1, *h1; /* (Ns, d), (Ns), (Ns, d) */
+  float *qkv;                /* (Ns, 3d) */
+  float *rq, *rk;            /* (Ns * H) RMSNorm rstd */
+  float *os;                 /* (Ns, d) this stream's rows of the attention output */
+  float *pr, *x1;            /* (Ns, d) */
+  float *xhat2, *rstd2, *h2; /* (Ns, d), (Ns), (Ns, d) */
+  float *u, *gu;             /* (Ns, mlp) pre/post GELU */
+  float *m, *x2;             /* (Ns, d) */
 } dstream_a;
 
 typedef struct dblock_a {
-  dstream_a s[2];              /* 0 = img, 1 = txt */
-  float *q, *k, *v;            /* (B, H, Lt, hd) */
-  float *o;                    /* (B, Lt, d) */
-  float *lse;                  /* (B, H, Lt) */
+  dstream_a s[2];   /* 0 = img, 1 = txt */
+  float *q, *k, *v; /* (B, H, Lt, hd) */
+  float *o;         /* (B, Lt, d) */
+  float *lse;       /* (B, H, Lt) */
 } dblock_a;
 
 typedef struct sblock_a {
-  float *mod;                  /* (B, 3d) */
-  const float *xin;            /* (N, d) */
-  float *xhat, *rstd, *h;      /* (N, d), (N), (N, d) */
-  float *qkv, *u;              /* (N, 3d), (N, mlp) */
-  float *rq, *rk;              /* (N * H) */
-  float *q, *k, *v, *o, *lse;  /* (B,H,Lt,hd) x3, (B,Lt,d), (B,H,Lt) */
-  float *cat;                  /* (N, d + mlp): [attn, gelu(u)] */
-  float *l2, *xout;            /* (N, d) */
+  float *mod;                 /* (B, 3d) */
+  const float *xin;           /* (N, d) */
+  float *xhat, *rstd, *h;     /* (N, d), (N), (N, d) */
+  float *qkv, *u;             /* (N, 3d), (N, mlp) */
+  float *rq, *rk;             /* (N * H) */
+  float *q, *k, *v, *o, *lse; /* (B,H,Lt,hd) x3, (B,Lt,d), (B,H,Lt) */
+  float *cat;                 /* (N, d + mlp): [attn, gelu(u)] */
+  float *l2, *xout;           /* (N, d) */
 } sblock_a;
 
 typedef struct acts {
   int B, H, W, T, Li, Lt;
-  const float *in_txt, *in_y;  /* the caller's inputs, borrowed until backward */
-  float *img_p;                /* (B*Li, P) */
-  float *temb, *t_h, *t_hs;    /* (B, 256), (B, d), (B, d) */
-  float *y_h, *y_hs;           /* (B, d) */
-  float *g_emb, *g_h, *g_hs;   /* guidance (B, 256), (B, d) x2 */
-  float *vec, *svec, *tmpv;    /* (B, d) */
-  float *img0, *txt0;          /* (B*Li, d), (B*T, d) */
-  float *pe;                   /* (Lt, hd/2, 2) */
-  int *pos;                    /* (Lt, 3) */
+  const float *in_txt, *in_y; /* the caller's inputs, borrowed until backward */
+  float *img_p;               /* (B*Li, P) */
+  float *temb, *t_h, *t_hs;   /* (B, 256), (B, d), (B, d) */
+  float *y_h, *y_hs;          /* (B, d) */
+  float *g_emb, *g_h, *g_hs;  /* guidance (B, 256), (B, d) x2 */
+  float *vec, *svec, *tmpv;   /* (B, d) */
+  float *img0, *txt0;         /* (B*Li, d), (B*T, d) */
+  float *pe;                  /* (Lt, hd/2, 2) */
+  int *pos;                   /* (Lt, 3) */
   dblock_a *db;
   sblock_a *sb;
-  float *xj0;                  /* (N, d) joint input of the single blocks */
+  float *xj0;                            /* (N, d) joint input of the single blocks */
   float *xf, *xhatf, *rstdf, *hf, *modf; /* final layer: (Ni,d) x3, (Ni), (B, 2d) */
-  float *outp;                 /* (Ni, P) */
+  float *outp;                           /* (Ni, P) */
   /* backward scratch */
-  float *dimg, *dtxt, *dj;     /* (Ni, d), (Nt, d), (N, d) */
+  float *dimg, *dtxt, *dj;                                 /* (Ni, d), (Nt, d), (N, d) */
   float *dh, *dqkv, *dq, *dk, *dv, *dO, *du, *dcat, *dtmp; /* see mmdit.c */
-  float *dmod;                 /* (2, B, 6d): per-stream modulation gradients */
+  float *dmod;                      /* (2, B, 6d): per-stream modulation gradients */
   float *dsvec, *dvec, *dbv, *dbv2; /* (B, d) */
-  float *doutp;                /* (Ni, P) */
+  float *doutp;                     /* (Ni, P) */
 } acts;
 
 struct ct_mmdit {
@@ -96,7 +96,7 @@ struct ct_mmdit {
   int have_hooks;
   /* activations */
   acts a;
-  int have_acts;   /* a forward has filled the arena */
+  int have_acts; /* a forward has filled the arena */
   float *arena;
   size_t arena_floats;
   dblock_a *db_a;

@@ -35,26 +35,30 @@ const char *ct_mmdit_preset_names(void) {
 }
 
 ct_status ct_mmdit_config_validate(const ct_mmdit_config *c, ct_err *err) {
-  if (c->in_channels < 1) return ct_errf(err, CT_ERR_INVALID, "in_channels must be >= 1 (got %d)", c->in_channels);
+  if (c->in_channels < 1)
+    return ct_errf(err, CT_ERR_INVALID, "in_channels must be >= 1 (got %d)", c->in_channels);
   if (c->patch != 2) return ct_errf(err, CT_ERR_UNSUPPORTED, "patch must be 2 (got %d)", c->patch);
   if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads)
-    return ct_errf(err, CT_ERR_INVALID, "hidden (%d) must be a positive multiple of heads (%d)", c->hidden,
-                   c->heads);
+    return ct_errf(err, CT_ERR_INVALID, "hidden (%d) must be a positive multiple of heads (%d)",
+                   c->hidden, c->heads);
   int hd = c->hidden / c->heads;
   if (hd % 2) return ct_errf(err, CT_ERR_INVALID, "head_dim = hidden/heads = %d must be even", hd);
   for (int i = 0; i < 3; i++)
     if (c->axes_dim[i] < 0 || c->axes_dim[i] % 2)
-      return ct_errf(err, CT_ERR_INVALID, "axes_dim[%d] = %d must be even and >= 0", i, c->axes_dim[i]);
+      return ct_errf(err, CT_ERR_INVALID, "axes_dim[%d] = %d must be even and >= 0", i,
+                     c->axes_dim[i]);
   if (c->axes_dim[0] + c->axes_dim[1] + c->axes_dim[2] != hd)
-    return ct_errf(err, CT_ERR_INVALID, "axes_dim %d,%d,%d must sum to head_dim = hidden/heads = %d",
-                   c->axes_dim[0], c->axes_dim[1], c->axes_dim[2], hd);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "axes_dim %d,%d,%d must sum to head_dim = hidden/heads = %d", c->axes_dim[0],
+                   c->axes_dim[1], c->axes_dim[2], hd);
   if (c->depth_double < 0 || c->depth_single < 0 || c->depth_double + c->depth_single < 1)
-    return ct_errf(err, CT_ERR_INVALID, "depth_double (%d) + depth_single (%d) must be >= 1", c->depth_double,
-                   c->depth_single);
-  if (c->mlp_ratio < 1) return ct_errf(err, CT_ERR_INVALID, "mlp_ratio must be >= 1 (got %d)", c->mlp_ratio);
+    return ct_errf(err, CT_ERR_INVALID, "depth_double (%d) + depth_single (%d) must be >= 1",
+                   c->depth_double, c->depth_single);
+  if (c->mlp_ratio < 1)
+    return ct_errf(err, CT_ERR_INVALID, "mlp_ratio must be >= 1 (got %d)", c->mlp_ratio);
   if (c->context_in_dim < 1 || c->vec_in_dim < 1)
-    return ct_errf(err, CT_ERR_INVALID, "context_in_dim (%d) and vec_in_dim (%d) must be >= 1", c->context_in_dim,
-                   c->vec_in_dim);
+    return ct_errf(err, CT_ERR_INVALID, "context_in_dim (%d) and vec_in_dim (%d) must be >= 1",
+                   c->context_in_dim, c->vec_in_dim);
   if (!c->qkv_bias) return ct_errf(err, CT_ERR_UNSUPPORTED, "qkv_bias = false is not supported");
   if (!(c->theta > 0)) return ct_errf(err, CT_ERR_INVALID, "theta must be > 0");
   return CT_OK;
@@ -108,7 +112,8 @@ ct_status ct_mmdit_param_table(const ct_mmdit_config *c, ct_param **out, size_t 
   ct_status st = ct_mmdit_config_validate(c, err);
   if (st) return st;
   tb t = {0};
-  int d = c->hidden, hd = d / c->heads, P = c->in_channels * c->patch * c->patch, mh = c->mlp_ratio * d;
+  int d = c->hidden, hd = d / c->heads, P = c->in_channels * c->patch * c->patch,
+      mh = c->mlp_ratio * d;
   char n1[96];
   tb_linear(&t, "img_in", P, d);
   tb_linear(&t, "time_in.in_layer", 256, d);
@@ -174,7 +179,8 @@ static int ends_with(const char *s, const char *suf) {
 void ct_mmdit_init_range(const ct_mmdit *m, uint64_t seed, size_t lo, size_t hi, float *out) {
   for (size_t i = 0; i < m->nparams; i++) {
     const ct_param *p = &m->params[i];
-    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    size_t a = p->offset > lo ? p->offset : lo,
+           b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) continue;
     float *w = out + (a - lo);
     const size_t n = b - a, first = a - p->offset;
@@ -190,7 +196,9 @@ void ct_mmdit_init_range(const ct_mmdit *m, uint64_t seed, size_t lo, size_t hi,
   }
 }
 
-void ct_mmdit_init_params(ct_mmdit *m, uint64_t seed) { ct_mmdit_init_range(m, seed, 0, m->numel, m->w); }
+void ct_mmdit_init_params(ct_mmdit *m, uint64_t seed) {
+  ct_mmdit_init_range(m, seed, 0, m->numel, m->w);
+}
 
 const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name) {
   for (size_t i = 0; i < m->nparams; i++)
@@ -199,7 +207,8 @@ const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name) {
 }
 
 /* Append to a bounded list message; "... and N more" once full. */
-static void list_add(char *buf, size_t cap, int *count, const char *fmt, const char *a, const char *b) {
+static void list_add(char *buf, size_t cap, int *count, const char *fmt, const char *a,
+                     const char *b) {
   size_t len = strlen(buf);
   (*count)++;
   if (len + 200 >= cap) return;
@@ -207,12 +216,14 @@ static void list_add(char *buf, size_t cap, int *count, const char *fmt, const c
 }
 
 ct_status ct_mmdit_load(ct_mmdit *m, const char *path, const char *prefix, ct_err *err) {
-  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; load a range", path);
+  if (!m->w)
+    return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; load a range",
+                   path);
   return ct_mmdit_load_range(m, path, prefix, 0, m->numel, m->w, err);
 }
 
-ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo, size_t hi,
-                              float *out, ct_err *err) {
+ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *prefix, size_t lo,
+                              size_t hi, float *out, ct_err *err) {
   ct_status st = CT_OK;
   ct_st_file *f = NULL;
   char *missing = NULL, *wrong = NULL, *extra = NULL;
@@ -238,8 +249,10 @@ ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *p
       list_add(missing, cap, &nmissing, "%s%s", nmissing ? ", " : "", p->name);
       continue;
     }
-    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] && (p->ndim == 1 || t->shape[1] == p->shape[1]);
-    if (!ok || (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16)) {
+    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] &&
+             (p->ndim == 1 || t->shape[1] == p->shape[1]);
+    if (!ok ||
+        (t->dtype != CT_DTYPE_F32 && t->dtype != CT_DTYPE_F16 && t->dtype != CT_DTYPE_BF16)) {
       char got[96] = "";
       size_t gl = 0;
       for (int k = 0; k < t->ndim && gl < 80; k++)
@@ -249,8 +262,8 @@ ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *p
       else
         snprintf(shp, sizeof shp, "[%lld]", (long long)p->shape[0]);
       char item[300];
-      snprintf(item, sizeof item, "%s%s (file has %s [%s], model needs F32/F16/BF16 %s)", nwrong ? ", " : "",
-               p->name, ct_dtype_name(t->dtype), got, shp);
+      snprintf(item, sizeof item, "%s%s (file has %s [%s], model needs F32/F16/BF16 %s)",
+               nwrong ? ", " : "", p->name, ct_dtype_name(t->dtype), got, shp);
       list_add(wrong, cap, &nwrong, "%s%s", item, "");
     }
   }
@@ -260,18 +273,20 @@ ct_status ct_mmdit_load_range(const ct_mmdit *m, const char *path, const char *p
     if (!ct_mmdit_find(m, tn + plen)) list_add(extra, cap, &nextra, "%s%s", nextra ? ", " : "", tn);
   }
   if (nmissing || nwrong || nextra) {
-    st = ct_errf(err, CT_ERR_SHAPE,
-                 "%s does not match the model (%zu tensors): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
-                 "%d unexpected%s%s%s. Check that the file's model config (hidden, heads, depths, "
-                 "in_channels, context/vec dims, guidance_embed) matches",
-                 path, m->nparams, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
-                 nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
-                 nextra ? "]" : "");
+    st = ct_errf(
+        err, CT_ERR_SHAPE,
+        "%s does not match the model (%zu tensors): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
+        "%d unexpected%s%s%s. Check that the file's model config (hidden, heads, depths, "
+        "in_channels, context/vec dims, guidance_embed) matches",
+        path, m->nparams, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
+        nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
+        nextra ? "]" : "");
     goto out;
   }
   for (size_t i = 0; i < m->nparams; i++) {
     const ct_param *p = &m->params[i];
-    size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    size_t a = p->offset > lo ? p->offset : lo,
+           b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) continue;
     snprintf(full, sizeof full, "%s%s", prefix, p->name);
     st = ct_st_to_f32_range(ct_st_find(f, full), a - p->offset, b - a, out + (a - lo), err);
@@ -286,7 +301,9 @@ out:
 }
 
 ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err) {
-  if (!m->w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; gather them first", path);
+  if (!m->w)
+    return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded; gather them first",
+                   path);
   ct_st_writer *w = NULL;
   ct_status st = ct_st_writer_new(&w);
   if (st) return ct_errf(err, st, "out of memory");

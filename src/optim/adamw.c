@@ -10,7 +10,8 @@ void ct_adamw_step(size_t n, float *w, const float *g, float *m, float *v, const
                    long step) {
   const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
   const float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
-  const float step_size = hp->lr / bc1, rbc2 = 1.0f / sqrtf(bc2), decay = 1.0f - hp->lr * hp->weight_decay;
+  const float step_size = hp->lr / bc1, rbc2 = 1.0f / sqrtf(bc2),
+              decay = 1.0f - hp->lr * hp->weight_decay;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i];

@@ -47,26 +47,36 @@ const char *ct_optim_kind_name(ct_optim_kind k) {
 /* {name, canonical, kind, onebit, granularity, flags, nstate, desc} */
 static const ct_optim_info rows[] = {
     /* canonical local kinds, in enum order (ct_optim_kind_info indexes them) */
-    {"adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "AdamW, decoupled weight decay (torch.optim.AdamW)"},
+    {"adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2,
+     "AdamW, decoupled weight decay (torch.optim.AdamW)"},
     {"adam", "adam", CT_OPTIM_ADAM, NO1, ELEM, 2, "Adam, L2 weight decay (torch.optim.Adam)"},
     {"adagrad", "adagrad", CT_OPTIM_ADAGRAD, NO1, ELEM, 1, "Adagrad (torch.optim.Adagrad)"},
-    {"lamb", "lamb", CT_OPTIM_LAMB, NO1, TENS, 2, "Lamb: Adam's update scaled by a per-tensor trust ratio"},
+    {"lamb", "lamb", CT_OPTIM_LAMB, NO1, TENS, 2,
+     "Lamb: Adam's update scaled by a per-tensor trust ratio"},
     {"lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "Lion: sign of an interpolated momentum"},
-    {"sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "SGD with optional momentum and Nesterov (torch.optim.SGD)"},
+    {"sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1,
+     "SGD with optional momentum and Nesterov (torch.optim.SGD)"},
     {"muon", "muon", CT_OPTIM_MUON, NO1, TENS, 2,
      "Muon: Newton-Schulz orthogonalised momentum on 2-D weights, AdamW on the rest"},
-    {"muadam", "muadam", CT_OPTIM_MUADAM, NO1, ELEM, 2, "Adam with muP per-tensor learning rates (mup.MuAdam)"},
-    {"muadamw", "muadamw", CT_OPTIM_MUADAMW, NO1, ELEM, 2, "AdamW with muP per-tensor learning rates (mup.MuAdamW)"},
-    {"musgd", "musgd", CT_OPTIM_MUSGD, NO1, ELEM, 1, "SGD with muP per-tensor learning rates (mup.MuSGD)"},
+    {"muadam", "muadam", CT_OPTIM_MUADAM, NO1, ELEM, 2,
+     "Adam with muP per-tensor learning rates (mup.MuAdam)"},
+    {"muadamw", "muadamw", CT_OPTIM_MUADAMW, NO1, ELEM, 2,
+     "AdamW with muP per-tensor learning rates (mup.MuAdamW)"},
+    {"musgd", "musgd", CT_OPTIM_MUSGD, NO1, ELEM, 1,
+     "SGD with muP per-tensor learning rates (mup.MuSGD)"},
     /* the 1-bit family (DeepSpeed; train/onebit.c) */
-    {"onebitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
+    {"onebitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE,
+     CT_OPTIM_ONEBIT, 2,
      "1-bit Adam (DeepSpeed OneBitAdam): full-precision warm-up, then 1-bit compressed momentum"},
-    {"zerooneadam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE,
-     CT_OPTIM_ONEBIT, 2, "0/1 Adam (DeepSpeed ZeroOneAdam): scheduled variance updates and local steps"},
-    {"onebitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
+    {"zerooneadam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM,
+     CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
+     "0/1 Adam (DeepSpeed ZeroOneAdam): scheduled variance updates and local steps"},
+    {"onebitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE,
+     CT_OPTIM_ONEBIT, 2,
      "1-bit Lamb (DeepSpeed OneBitLamb): 1-bit momentum with frozen per-tensor trust ratios"},
     /* SimpleTuner / DeepSpeed / library spellings */
-    {"adamw_bf16", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "SimpleTuner's bf16 AdamW (state is float32 here)"},
+    {"adamw_bf16", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2,
+     "SimpleTuner's bf16 AdamW (state is float32 here)"},
     {"optimi-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "torch-optimi's AdamW"},
     {"bnb-adamw", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "bitsandbytes' 32-bit AdamW"},
     {"bnb-adamw-paged", "adamw", CT_OPTIM_ADAMW, NO1, ELEM, 2, "bitsandbytes' paged AdamW"},
@@ -82,18 +92,18 @@ static const ct_optim_info rows[] = {
     {"bnb-lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' 32-bit Lion"},
     {"bnb-lion-paged", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' paged Lion"},
     {"optimi-sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "torch-optimi's SGD"},
-    {"1bitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
-     "1-bit Adam"},
-    {"onebit_adam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2,
-     "1-bit Adam"},
-    {"01adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT,
-     2, "0/1 Adam"},
-    {"zeroone_adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE,
+    {"1bitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE,
+     CT_OPTIM_ONEBIT, 2, "1-bit Adam"},
+    {"onebit_adam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE,
+     CT_OPTIM_ONEBIT, 2, "1-bit Adam"},
+    {"01adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM, CT_OPTIM_ELEMENTWISE,
      CT_OPTIM_ONEBIT, 2, "0/1 Adam"},
-    {"1bitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
-     "1-bit Lamb"},
-    {"onebit_lamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE, CT_OPTIM_ONEBIT, 2,
-     "1-bit Lamb"},
+    {"zeroone_adam", "zerooneadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ZEROONE_ADAM,
+     CT_OPTIM_ELEMENTWISE, CT_OPTIM_ONEBIT, 2, "0/1 Adam"},
+    {"1bitlamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE,
+     CT_OPTIM_ONEBIT, 2, "1-bit Lamb"},
+    {"onebit_lamb", "onebitlamb", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_LAMB, CT_OPTIM_TENSORWISE,
+     CT_OPTIM_ONEBIT, 2, "1-bit Lamb"},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 #undef ELEM
@@ -191,7 +201,8 @@ static ct_status find(const char *s, const ct_optim_info **out, ct_err *err) {
   for (size_t i = 0; i < NREFUSED; i++) {
     normalise(refused[i].name, nn, sizeof nn);
     if (!strcmp(in, nn))
-      return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer '%s' is not supported: %s", s, refused[i].why);
+      return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer '%s' is not supported: %s", s,
+                     refused[i].why);
   }
   /* did you mean: every accepted spelling; choices: the canonical names */
   const char *cand[NROWS];
@@ -245,10 +256,11 @@ ct_status ct_optim_kind_parse(const char *s, ct_optim_kind *out, ct_err *err) {
   ct_status st = find(s, &r, err);
   if (st) return st;
   if (r->flags & CT_OPTIM_ONEBIT)
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "optimizer '%s' is %s: it communicates its own 1-bit compressed momentum, so the "
-                   "data-parallel trainer runs it (train/onebit.c); it is not a local optimizer kind",
-                   s, ct_optim_onebit_name(r->onebit));
+    return ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "optimizer '%s' is %s: it communicates its own 1-bit compressed momentum, so the "
+        "data-parallel trainer runs it (train/onebit.c); it is not a local optimizer kind",
+        s, ct_optim_onebit_name(r->onebit));
   *out = r->kind;
   return CT_OK;
 }
@@ -551,11 +563,10 @@ static void mup_factors(ct_optim_kind k, const ct_optim_tensor *t, double *flr, 
   }
 }
 
-
 /* Floats [a, a + n) of the range for the elementwise kinds; w, g, s0, s1
  * point at float a. */
-static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const float *g, float *s0, float *s1,
-                       float lr, long step) {
+static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const float *g, float *s0,
+                       float *s1, float lr, long step) {
   const ct_optim_hp *hp = &o->hp;
   switch (o->kind) {
     case CT_OPTIM_ADAMW:
@@ -564,13 +575,15 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
                           o->kind == CT_OPTIM_ADAMW, step);
       break;
     case CT_OPTIM_ADAGRAD:
-      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay, step);
+      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
+                             step);
       break;
     case CT_OPTIM_LION:
       ct_optim_lion_slice(n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
       break;
     case CT_OPTIM_SGD:
-      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov, hp->weight_decay, step);
+      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
+                         hp->weight_decay, step);
       break;
     case CT_OPTIM_MUADAM:
     case CT_OPTIM_MUADAMW:
@@ -590,11 +603,11 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
         const size_t d = lo - a, cnt = hi - lo;
         const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
         if (o->kind == CT_OPTIM_MUSGD)
-          ct_optim_sgd_slice(cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum, hp->dampening, hp->nesterov,
-                             twd, step);
+          ct_optim_sgd_slice(cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum,
+                             hp->dampening, hp->nesterov, twd, step);
         else
-          ct_optim_adam_slice(cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2, hp->eps, twd,
-                              o->kind == CT_OPTIM_MUADAMW, step);
+          ct_optim_adam_slice(cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2, hp->eps,
+                              twd, o->kind == CT_OPTIM_MUADAMW, step);
       }
       break;
     default:
@@ -658,18 +671,21 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
   return CT_OK;
 }
 
-ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g, float *const *states,
-                              float lr, long step, ct_err *err) {
+ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const float *g,
+                              float *const *states, float lr, long step, ct_err *err) {
   ct_status st = step_check(o, lr, step, err);
   if (st) return st;
   if (!(rows[o->kind].flags & CT_OPTIM_CAN_OFFLOAD))
-    return ct_errf(err, CT_ERR_UNSUPPORTED, "%s updates whole tensors and cannot step a slice (offload needs an "
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "%s updates whole tensors and cannot step a slice (offload needs an "
                    "elementwise optimizer: AdamW, Adam, Adagrad, Lion, SGD or a Mu* kind)",
                    ct_optim_kind_name(o->kind));
   if (a > o->n || n > o->n - a)
-    return ct_errf(err, CT_ERR_RANGE, "slice [%zu, %zu) outside the optimizer's %zu floats", a, a + n, o->n);
+    return ct_errf(err, CT_ERR_RANGE, "slice [%zu, %zu) outside the optimizer's %zu floats", a,
+                   a + n, o->n);
   if (!n) return CT_OK;
-  elem_range(o, a, n, w, g, o->nstate > 0 ? states[0] : NULL, o->nstate > 1 ? states[1] : NULL, lr, step);
+  elem_range(o, a, n, w, g, o->nstate > 0 ? states[0] : NULL, o->nstate > 1 ? states[1] : NULL, lr,
+             step);
   return CT_OK;
 }
 

@@ -19,9 +19,9 @@
  * encryption options, credentials from instance metadata or profiles.
  */
 #include <curl/curl.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

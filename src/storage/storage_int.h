@@ -37,7 +37,7 @@ int ct_storage_list_push(ct_storage_list *l, size_t *cap, char *key, uint64_t si
  * under prefix, relative to it, appended to out (keys that are not valid
  * keys here are skipped); *more and *token (malloc'd) for the next page.
  * CT_ERR_FORMAT when doc is not a ListBucketResult. Exposed for the fuzzer. */
-ct_status ct_s3_list_page(const char *doc, size_t n, const char *prefix, ct_storage_list *out, size_t *cap,
-                          int *more, char **token, ct_err *err);
+ct_status ct_s3_list_page(const char *doc, size_t n, const char *prefix, ct_storage_list *out,
+                          size_t *cap, int *more, char **token, ct_err *err);
 
 #endif

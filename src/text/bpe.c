@@ -87,9 +87,9 @@ static void smap_free(smap *m) {
 }
 
 struct ct_bpe {
-  smap vocab;  /* symbol -> id */
-  smap ranks;  /* "left right" -> merge rank */
-  int nvocab;  /* max id + 1 */
+  smap vocab; /* symbol -> id */
+  smap ranks; /* "left right" -> merge rank */
+  int nvocab; /* max id + 1 */
   int bos, eos;
   char byte_sym[256][4]; /* bytes_to_unicode as UTF-8 */
 };
@@ -190,8 +190,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     const ct_json *v = &j->items[i];
     if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 0 || v->i64 >= (1 << 22)) {
       st = ct_errf(err, CT_ERR_FORMAT,
-                   "%s:%d:%d: the id of token \"%.40s\" must be an integer in [0, 4194304)", vocab_path,
-                   v->line, v->col, j->keys[i]);
+                   "%s:%d:%d: the id of token \"%.40s\" must be an integer in [0, 4194304)",
+                   vocab_path, v->line, v->col, j->keys[i]);
       goto fail;
     }
     if (smap_put(&b->vocab, j->keys[i], strlen(j->keys[i]), (int)v->i64)) {
@@ -203,8 +203,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
   b->bos = smap_find(&b->vocab, "<|startoftext|>", 15);
   b->eos = smap_find(&b->vocab, "<|endoftext|>", 13);
   if (b->bos < 0 || b->eos < 0) {
-    st = ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)", vocab_path,
-                 b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
+    st = ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)",
+                 vocab_path, b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
     goto fail;
   }
   ct_json_free(j);
@@ -226,8 +226,9 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     } else if (n) {
       char *sp = memchr(p, ' ', n);
       if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
-        st = ct_errf(err, CT_ERR_FORMAT, "%s:%d: expected two symbols separated by one space: \"%.*s\"",
-                     merges_path, line, (int)(n > 60 ? 60 : n), p);
+        st = ct_errf(err, CT_ERR_FORMAT,
+                     "%s:%d: expected two symbols separated by one space: \"%.*s\"", merges_path,
+                     line, (int)(n > 60 ? 60 : n), p);
         goto fail;
       }
       if (smap_find(&b->ranks, p, n) < 0 && smap_put(&b->ranks, p, n, rank)) {
@@ -249,9 +250,15 @@ fail:
   return st;
 }
 
-int ct_bpe_vocab_size(const ct_bpe *b) { return b->nvocab; }
-int ct_bpe_bos(const ct_bpe *b) { return b->bos; }
-int ct_bpe_eos(const ct_bpe *b) { return b->eos; }
+int ct_bpe_vocab_size(const ct_bpe *b) {
+  return b->nvocab;
+}
+int ct_bpe_bos(const ct_bpe *b) {
+  return b->bos;
+}
+int ct_bpe_eos(const ct_bpe *b) {
+  return b->eos;
+}
 
 /* BPE of one piece; emits ids through push. Symbols are kept as (offset, len)
  * into one growing string of the piece's mapped characters. */
@@ -336,7 +343,9 @@ done:
   if (len != stacklen) free(len);
 }
 
-static int is_letter(unsigned char c) { return isalpha(c) || c >= 0x80; }
+static int is_letter(unsigned char c) {
+  return isalpha(c) || c >= 0x80;
+}
 
 int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
   emitter e = {ids, cap, 0};
@@ -385,8 +394,10 @@ int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
         j = i + 1;
       } else {
         /* special tokens are split out wherever they are (as Hugging Face's added tokens) */
-        while (j < m && t[j] != ' ' && !is_letter((unsigned char)t[j]) && !isdigit((unsigned char)t[j]) &&
-               !(j > i && (!strncmp(t + j, "<|startoftext|>", 15) || !strncmp(t + j, "<|endoftext|>", 13))))
+        while (j < m && t[j] != ' ' && !is_letter((unsigned char)t[j]) &&
+               !isdigit((unsigned char)t[j]) &&
+               !(j > i &&
+                 (!strncmp(t + j, "<|startoftext|>", 15) || !strncmp(t + j, "<|endoftext|>", 13))))
           j++;
       }
     }

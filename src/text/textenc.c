@@ -49,12 +49,12 @@ struct ct_textenc {
   size_t tok, pos, lnf_w, lnf_b;
   /* scratch, sized for cap_rows = B*T rows */
   size_t cap_rows;
-  float *x;   /* (B*T, d) residual stream */
-  float *h;   /* (B*T, d) normed input / branch output */
-  float *big; /* (B*T, max(3d, intermediate)) qkv or MLP hidden */
-  float *qkv; /* (3, B, H, T, hd) heads */
-  float *o;   /* (B*T, d) attention output, heads concatenated */
-  float *lse; /* (B, H, T) */
+  float *x;    /* (B*T, d) residual stream */
+  float *h;    /* (B*T, d) normed input / branch output */
+  float *big;  /* (B*T, max(3d, intermediate)) qkv or MLP hidden */
+  float *qkv;  /* (3, B, H, T, hd) heads */
+  float *o;    /* (B*T, d) attention output, heads concatenated */
+  float *lse;  /* (B, H, T) */
   ct_bpe *bpe; /* owned; NULL: byte tokenizer */
 };
 
@@ -255,12 +255,15 @@ void ct_textenc_free(ct_textenc *te) {
   free(te);
 }
 
-const ct_backend_ops *ct_textenc_backend(const ct_textenc *te) { return te->be; }
+const ct_backend_ops *ct_textenc_backend(const ct_textenc *te) {
+  return te->be;
+}
 
 ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == te->be) return CT_OK;
-  ct_status st = ct_backend_move(te->be, be, CT_MEM_OTHER, te->numel * sizeof(float), (void **)&te->w, err);
+  ct_status st =
+      ct_backend_move(te->be, be, CT_MEM_OTHER, te->numel * sizeof(float), (void **)&te->w, err);
   if (st) return st;
   free_scratch(te); /* on the old backend; the next encode allocates on the new one */
   te->be = be;
@@ -281,7 +284,9 @@ ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err) {
   return CT_OK;
 }
 
-const ct_bpe *ct_textenc_bpe(const ct_textenc *te) { return te->bpe; }
+const ct_bpe *ct_textenc_bpe(const ct_textenc *te) {
+  return te->bpe;
+}
 
 int ct_textenc_tokenize(const ct_textenc *te, const char *text, int T, int32_t *ids) {
   return te->bpe ? ct_bpe_encode(te->bpe, text, T, ids) : ct_tokenize_bytes(text, T, ids);
@@ -421,7 +426,8 @@ static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
 
 /* (B*T, 3d) rows laid out (3, H, hd) -> q, k, v each (B, H, T, hd): one
  * (T, hd) block per batch item, part and head. */
-static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, const float *qkv, float *out) {
+static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, const float *qkv,
+                        float *out) {
   size_t plane = (size_t)B * H * T * hd;
   int d = H * hd;
   for (int b = 0; b < B; b++)
@@ -465,7 +471,7 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     be->linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
     split_heads(be, B, T, H, hd, big, te->qkv);
     be->attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
-                     te->qkv + 2 * plane, o, te->lse);
+                      te->qkv + 2 * plane, o, te->lse);
     be->linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
     be->add_inplace(plane, x, h);
     /* x += fc2(quick_gelu(fc1(LN2(x)))) */

@@ -44,7 +44,6 @@ long ct_checkpoint_step(const char *name) {
   return v;
 }
 
-
 static int guarded(const char *dir) {
   char p[4200], buf[16] = {0};
   if (ct_pathf(p, sizeof p, "%s/.guard", dir)) return 0;
@@ -85,12 +84,15 @@ void ct_checkpoint_clean_tmp(const char *out) {
   struct dirent *e;
   while ((e = readdir(d))) {
     size_t l = strlen(e->d_name);
-    if (strncmp(e->d_name, "checkpoint-", 11) || l < 4 || strcmp(e->d_name + l - 4, "-tmp")) continue;
+    if (strncmp(e->d_name, "checkpoint-", 11) || l < 4 || strcmp(e->d_name + l - 4, "-tmp"))
+      continue;
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", out, e->d_name);
     ct_err err = {0};
-    if (ct_rm_rf(p, &err)) CT_WARN("cannot remove stale %s: %s", p, err.msg);
-    else CT_INFO("removed stale %s (an interrupted checkpoint write)", p);
+    if (ct_rm_rf(p, &err))
+      CT_WARN("cannot remove stale %s: %s", p, err.msg);
+    else
+      CT_INFO("removed stale %s (an interrupted checkpoint write)", p);
   }
   closedir(d);
 }
@@ -119,8 +121,10 @@ static void rotate(const char *out, long limit, long keep) {
     char p[4200];
     snprintf(p, sizeof p, "%s/checkpoint-%ld", out, steps[i]);
     ct_err err = {0};
-    if (ct_rm_rf(p, &err)) CT_WARN("checkpoints_total_limit: cannot remove %s: %s", p, err.msg);
-    else CT_INFO("checkpoints_total_limit=%ld: removed %s", limit, p);
+    if (ct_rm_rf(p, &err))
+      CT_WARN("checkpoints_total_limit: cannot remove %s: %s", p, err.msg);
+    else
+      CT_INFO("checkpoints_total_limit=%ld: removed %s", limit, p);
   }
 }
 
@@ -153,8 +157,8 @@ static int meet(const ct_model_param *p, size_t lo, size_t hi, size_t *a, size_t
   return *a < *b;
 }
 
-ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s, int rank,
-                                        int world, ct_err *err) {
+ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io,
+                                        const ct_train_state *s, int rank, int world, ct_err *err) {
   char p[4300], key[256], val[32];
   snprintf(p, sizeof p, "%s/" CT_CKPT_ZERO_DIR "/rank-%d-of-%d.safetensors", tmp, rank, world);
   ct_st_writer *w;
@@ -162,7 +166,9 @@ ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, c
   ct_status st = ct_st_writer_meta(w, "format", "ctuner-zero-fragments-1", err);
   struct ct_optim *o = io->opt; /* NULL: this rank's shard is empty; the file says so */
   /* the optimizer's kind, as optimizer.safetensors names it and loaders compare */
-  if (!st) st = ct_st_writer_meta(w, "optimizer", o ? ct_optim_kind_name(ct_optim_get_kind(o)) : s->optimizer, err);
+  if (!st)
+    st = ct_st_writer_meta(w, "optimizer",
+                           o ? ct_optim_kind_name(ct_optim_get_kind(o)) : s->optimizer, err);
   snprintf(val, sizeof val, "%d", world);
   if (!st) st = ct_st_writer_meta(w, "world", val, err);
   snprintf(val, sizeof val, "%d", rank);
@@ -204,10 +210,13 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
     int r, wsz;
     char tail;
     while ((e = readdir(d)))
-      if (sscanf(e->d_name, "rank-%d-of-%d.safetensor%c", &r, &wsz, &tail) == 3 && r == 0) world = wsz;
+      if (sscanf(e->d_name, "rank-%d-of-%d.safetensor%c", &r, &wsz, &tail) == 3 && r == 0)
+        world = wsz;
     closedir(d);
   }
-  if (world < 1) return ct_errf(err, CT_ERR_IO, "%s: no rank-0-of-N.safetensors: the checkpoint is incomplete", p);
+  if (world < 1)
+    return ct_errf(err, CT_ERR_IO, "%s: no rank-0-of-N.safetensors: the checkpoint is incomplete",
+                   p);
   const size_t np = io->model->ntab;
   const ct_model_param *tab = io->model->tab;
   size_t want_floats = 0, a, b;
@@ -243,7 +252,8 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
       for (size_t i = 0; slash && i < nst; i++) {
         const char *name;
         float *sd = state_of(io, i, &name);
-        if (strlen(name) == (size_t)(slash - x->name) && !strncmp(name, x->name, (size_t)(slash - x->name)))
+        if (strlen(name) == (size_t)(slash - x->name) &&
+            !strncmp(name, x->name, (size_t)(slash - x->name)))
           si = i, dst = sd;
       }
       const ct_model_param *prm = slash ? ct_model_find(io->model, slash + 1) : NULL;
@@ -251,10 +261,11 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
       unsigned long long s0 = start ? strtoull(start, &endp, 10) : 0;
       if (si == nst || !prm || !start || !endp || *endp || x->ndim != 1 || s0 > prm->numel ||
           x->numel > prm->numel - s0) {
-        st = ct_errf(err, CT_ERR_INVALID,
-                     "%s: fragment '%s' does not fit this model and optimizer (state, parameter, start or "
-                     "length); was it written for another model?",
-                     p, x->name);
+        st = ct_errf(
+            err, CT_ERR_INVALID,
+            "%s: fragment '%s' does not fit this model and optimizer (state, parameter, start or "
+            "length); was it written for another model?",
+            p, x->name);
         break;
       }
       const size_t g0 = prm->offset + (size_t)s0, g1 = g0 + x->numel;
@@ -270,7 +281,8 @@ static ct_status load_fragments(const char *dir, const ct_ckpt_io *io, ct_err *e
       const char *name;
       state_of(io, i, &name);
       st = ct_errf(err, CT_ERR_INVALID,
-                   "%s/" CT_CKPT_ZERO_DIR ": the fragments of state '%s' cover %zu of the %zu floats this rank "
+                   "%s/" CT_CKPT_ZERO_DIR
+                   ": the fragments of state '%s' cover %zu of the %zu floats this rank "
                    "needs; the checkpoint is incomplete or inconsistent",
                    dir, name, got[i], want_floats);
     }
@@ -299,7 +311,8 @@ static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
     float *s = state_of(io, i, &name);
     const ct_st_tensor *x = ct_st_find(f, name);
     if (!x || x->numel != full) {
-      st = ct_errf(err, CT_ERR_SHAPE, "%s: state %s is %s", path, name, x ? "of the wrong size" : "missing");
+      st = ct_errf(err, CT_ERR_SHAPE, "%s: state %s is %s", path, name,
+                   x ? "of the wrong size" : "missing");
       break;
     }
     size_t have = off >= full ? 0 : (full - off < n ? full - off : n);
@@ -312,22 +325,25 @@ static ct_status load_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
 
 static ct_status write_state(const char *path, const ct_train_state *s, ct_err *err) {
   char buf[2048];
-  int n = snprintf(buf, sizeof buf,
-                   "{\n  \"global_step\": %ld,\n  \"optimizer_steps\": %ld,\n  \"epoch\": %ld,\n"
-                   "  \"epoch_step\": %ld,\n  \"samples_seen\": %ld,\n  \"nonfinite_run\": %ld,\n"
-                   "  \"nonfinite_total\": %ld,\n  \"last_loss\": %.17g,\n  \"config_digest\": \"%s\",\n"
-                   "  \"optimizer\": \"%s\",\n  \"rng\": {\"generator\": \"philox4x32-10\", \"sample_counter\": %ld},\n"
-                   "  \"exhausted_backends\": [],\n  \"repeats\": {}\n}\n",
-                   s->global_step, s->opt_steps, s->epoch, s->epoch_pos, s->samples_seen,
-                   s->nonfinite_run, s->nonfinite_total, s->last_loss, s->digest, s->optimizer,
-                   s->samples_seen);
+  int n = snprintf(
+      buf, sizeof buf,
+      "{\n  \"global_step\": %ld,\n  \"optimizer_steps\": %ld,\n  \"epoch\": %ld,\n"
+      "  \"epoch_step\": %ld,\n  \"samples_seen\": %ld,\n  \"nonfinite_run\": %ld,\n"
+      "  \"nonfinite_total\": %ld,\n  \"last_loss\": %.17g,\n  \"config_digest\": \"%s\",\n"
+      "  \"optimizer\": \"%s\",\n  \"rng\": {\"generator\": \"philox4x32-10\", \"sample_counter\": "
+      "%ld},\n"
+      "  \"exhausted_backends\": [],\n  \"repeats\": {}\n}\n",
+      s->global_step, s->opt_steps, s->epoch, s->epoch_pos, s->samples_seen, s->nonfinite_run,
+      s->nonfinite_total, s->last_loss, s->digest, s->optimizer, s->samples_seen);
   return ct_write_file_atomic(path, buf, (size_t)n, err);
 }
 
-static ct_status get_long(const ct_json *j, const char *k, long *out, const char *path, ct_err *err) {
+static ct_status get_long(const ct_json *j, const char *k, long *out, const char *path,
+                          ct_err *err) {
   const ct_json *v = ct_json_get(j, k);
   if (!v || v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 0)
-    return ct_errf(err, CT_ERR_FORMAT, "%s: '%s' is missing or not a non-negative integer", path, k);
+    return ct_errf(err, CT_ERR_FORMAT, "%s: '%s' is missing or not a non-negative integer", path,
+                   k);
   *out = (long)v->i64;
   return CT_OK;
 }
@@ -397,7 +413,8 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
   if (!st) {
     char *cj = ct_config_to_json(io->cfg);
     snprintf(p, sizeof p, "%s/config.json", tmp);
-    st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err)
+            : ct_errf(err, CT_ERR_NOMEM, "out of memory");
     free(cj);
   }
   if (!st) {
@@ -411,8 +428,8 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
   return st;
 }
 
-ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path, size_t pn,
-                               ct_err *err) {
+ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path,
+                               size_t pn, ct_err *err) {
   char dst[4096], p[4200];
   snprintf(dst, sizeof dst, "%s/checkpoint-%ld", out, step);
   ct_status st = ct_fsync_dir(tmp, err);
@@ -449,12 +466,13 @@ ct_status ct_checkpoint_save(const char *out, const ct_ckpt_io *io, const ct_tra
   return ct_checkpoint_commit(out, tmp, s->global_step, limit, path, pn, err);
 }
 
-ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s, ct_err *err) {
+ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s,
+                             ct_err *err) {
   char p[4200];
   if (!guarded(dir))
-    return ct_errf(err, CT_ERR_INVALID,
-                   "%s is not a complete checkpoint (no .guard); it was interrupted while being written",
-                   dir);
+    return ct_errf(
+        err, CT_ERR_INVALID,
+        "%s is not a complete checkpoint (no .guard); it was interrupted while being written", dir);
   snprintf(p, sizeof p, "%s/training_state.json", dir);
   ct_status st = read_state(p, s, err);
   if (!st && io->sampler_out) {
@@ -467,13 +485,15 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
   }
   if (!st) st = io->model->ops->load(io->model, dir, io->w_lo, io->w_hi, io->w_shard, err);
   if (!st && io->ema_out) {
-    const size_t lo = io->w_shard ? io->w_lo : 0, hi = io->w_shard ? io->w_hi : ct_model_numel(io->model);
+    const size_t lo = io->w_shard ? io->w_lo : 0,
+                 hi = io->w_shard ? io->w_hi : ct_model_numel(io->model);
     snprintf(p, sizeof p, "%s/ema.safetensors", dir);
     if (access(p, R_OK) == 0) {
       st = ct_model_load_flat(io->model, p, lo, hi, io->ema_out, err);
     } else {
       CT_WARN("%s has no ema.safetensors; the EMA starts from the loaded weights", dir);
-      memcpy(io->ema_out, io->w_shard ? io->w_shard : ct_model_params(io->model), (hi - lo) * sizeof(float));
+      memcpy(io->ema_out, io->w_shard ? io->w_shard : ct_model_params(io->model),
+             (hi - lo) * sizeof(float));
     }
   }
   if (!st && io->opt) {

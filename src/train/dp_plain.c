@@ -8,9 +8,13 @@
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
-static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
+static ct_status start(trainer *tr, ct_err *err) {
+  return CT_OK;
+}
 
-static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
+static void begin_step(trainer *tr) {
+  memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
+}
 
 /* Shared with the 1-bit family's full-precision steps. */
 ct_status ct_dp_allreduce(trainer *tr, double *parts, int np, float **g, double *gn, ct_err *err) {
@@ -26,11 +30,13 @@ ct_status ct_dp_allreduce(trainer *tr, double *parts, int np, float **g, double 
   return CT_OK;
 }
 
-static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn,
+                        ct_err *err) {
   return ct_dp_allreduce(tr, parts, np, g, gn, err);
 }
 
-static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
+static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy,
+                      ct_err *err) {
   return ct_update_step(tr, ct_model_params(tr->model), g, lr, opt_step, ema_dcy, err);
 }
 

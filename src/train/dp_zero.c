@@ -16,24 +16,34 @@ static ct_status start(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   size_t bucket = (size_t)cfg->reduce_bucket_size;
   if (!bucket) bucket = (size_t)tr->g.mc.hidden * (size_t)tr->g.mc.hidden;
-  ct_status st = zero_init(&tr->z, tr->comm, tr->model, tr->stage, tr->bf16, bucket, tr->own ? tr->wsh : NULL, err);
+  ct_status st = zero_init(&tr->z, tr->comm, tr->model, tr->stage, tr->bf16, bucket,
+                           tr->own ? tr->wsh : NULL, err);
   if (st) return st;
   const size_t nw = ct_model_numel(tr->model);
   if (tr->rank == 0 && tr->stage >= 2)
-    CT_INFO("ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu elements during the "
-            "backward%s",
-            tr->stage, tr->hi - tr->lo, nw, tr->z.cap,
-            tr->stage >= 3 ? "; each block's parameters gathered before it runs, the next one prefetched" : "");
+    CT_INFO(
+        "ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu elements "
+        "during the "
+        "backward%s",
+        tr->stage, tr->hi - tr->lo, nw, tr->z.cap,
+        tr->stage >= 3
+            ? "; each block's parameters gathered before it runs, the next one prefetched"
+            : "");
   if (tr->rank == 0 && tr->bf16)
-    CT_INFO("mixed_precision bf16: bf16 parameters, gradients and communication; float32 master weights and "
-            "optimizer state for %zu parameters per rank; float32 compute",
-            tr->hi - tr->lo);
+    CT_INFO(
+        "mixed_precision bf16: bf16 parameters, gradients and communication; float32 master "
+        "weights and "
+        "optimizer state for %zu parameters per rank; float32 compute",
+        tr->hi - tr->lo);
   return CT_OK;
 }
 
-static void begin_step(trainer *tr) { zero_begin_step(&tr->z); }
+static void begin_step(trainer *tr) {
+  zero_begin_step(&tr->z);
+}
 
-static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn,
+                        ct_err *err) {
   ct_status st = CT_OK;
   double red[CT_TASK_PARTS + 1];
   memcpy(red, parts, (size_t)np * sizeof *red);
@@ -53,20 +63,24 @@ static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float
   return CT_OK;
 }
 
-static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
+static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy,
+                      ct_err *err) {
   float *w = ct_model_params(tr->model);
   ct_status st = ct_update_step(tr, tr->own ? tr->wsh : w + tr->lo, g, lr, opt_step, ema_dcy, err);
-  if (!st && tr->zero && !tr->own && tr->world > 1) /* stage 2: every rank gets every updated shard */
+  if (!st && tr->zero && !tr->own &&
+      tr->world > 1) /* stage 2: every rank gets every updated shard */
     st = ct_comm_allgather_f32(tr->comm, w + tr->lo, w, tr->shard, ct_model_numel(tr->model), err);
-  if (!st && tr->own) st = zero_params_changed(&tr->z, err); /* bf16 rounding and sharing; stale slots */
+  if (!st && tr->own)
+    st = zero_params_changed(&tr->z, err); /* bf16 rounding and sharing; stale slots */
   return st;
 }
 
 static void report(const trainer *tr) {
   if (tr->z.comm)
-    CT_INFO("ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
-            "communication",
-            tr->stage, tr->z.buckets, tr->z.misses, tr->z.wait_s);
+    CT_INFO(
+        "ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
+        "communication",
+        tr->stage, tr->z.buckets, tr->z.misses, tr->z.wait_s);
 }
 
 const ct_dp_ops ct_dp_zero = {"ZeRO-2/3, bf16", start, begin_step, reduce, step, report};
@@ -95,7 +109,8 @@ ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
     if (lead) {
       fv->w = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
       fv->e = tr->ema ? ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float)) : NULL;
-      if (!fv->w || (tr->ema && !fv->e)) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the weights");
+      if (!fv->w || (tr->ema && !fv->e))
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the weights");
     }
     /* every rank takes part even if rank 0 failed: the CLI then aborts the job */
     ct_status s2 = ct_comm_gather_f32(tr->comm, wsrc, fv->w, tr->shard, nw, 0, err);

@@ -8,11 +8,16 @@
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
-static ct_status start(trainer *tr, ct_err *err) { return CT_OK; }
+static ct_status start(trainer *tr, ct_err *err) {
+  return CT_OK;
+}
 
-static void begin_step(trainer *tr) { memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float)); }
+static void begin_step(trainer *tr) {
+  memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
+}
 
-static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn, ct_err *err) {
+static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn,
+                        ct_err *err) {
   float *gr = ct_model_grads(tr->model);
   const size_t nw = ct_model_numel(tr->model);
   double red[CT_TASK_PARTS + 1];
@@ -27,7 +32,8 @@ static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float
   return CT_OK;
 }
 
-static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err) {
+static ct_status step(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy,
+                      ct_err *err) {
   float *w = ct_model_params(tr->model);
   ct_status st = ct_update_step(tr, w + tr->lo, g, lr, opt_step, ema_dcy, err);
   if (!st && tr->world > 1) /* every rank gets every updated shard, in place */

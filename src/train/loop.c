@@ -55,13 +55,16 @@ ct_status ct_trainer_shard(trainer *tr, ct_err *err) {
   tr->hi = tr->zero ? (tr->lo + tr->shard < nw ? tr->lo + tr->shard : nw) : nw;
   if (!tr->own) return CT_OK;
   if (!ct_model_has_segments(tr->model) || !tr->model->ops->init_range)
-    return ct_errf(err, CT_ERR_UNSUPPORTED, "the %s model has no segment hooks: zero_stage 3 and mixed_precision "
-                   "bf16 need them", tr->model->ops->family);
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "the %s model has no segment hooks: zero_stage 3 and mixed_precision "
+                   "bf16 need them",
+                   tr->model->ops->family);
   /* bf16: master weights, counted with the optimizer state as in ZeRO's 12 bytes */
-  tr->wsh = ct_calloc(tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, tr->hi - tr->lo ? tr->hi - tr->lo : 1,
-                      sizeof(float));
+  tr->wsh = ct_calloc(tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS,
+                      tr->hi - tr->lo ? tr->hi - tr->lo : 1, sizeof(float));
   if (!tr->wsh)
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank", tr->hi - tr->lo);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the %zu float32 weights of this rank",
+                   tr->hi - tr->lo);
   tr->model->ops->init_range(tr->model, (uint64_t)tr->cfg->seed, tr->lo, tr->hi, tr->wsh);
   return CT_OK;
 }
@@ -80,8 +83,8 @@ static ct_status setup_model(trainer *tr, ct_train_summary *sum, ct_err *err) {
   for (size_t i = 0; i < tr->model->ntab; i++) sum->params += tr->model->tab[i].numel;
   if (tr->hi > tr->lo) st = tr->task->build_optim(tr, &tr->opt, err);
   if (!st && tr->zero && tr->hi <= tr->lo)
-    st = ct_errf(err, CT_ERR_INVALID, "the model's %zu parameters are too few to shard over %d ranks", nw,
-                 tr->world);
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "the model's %zu parameters are too few to shard over %d ranks", nw, tr->world);
   if (!st) st = ct_train_build_sched(cfg, tr->total, &tr->sched, err);
   if (st || !cfg->use_ema) return st;
   const size_t ne = tr->own ? tr->hi - tr->lo : nw; /* own: this rank's range of it */
@@ -112,19 +115,21 @@ static ct_status breaker_gate(trainer *tr, long step, ct_train_summary *sum, ct_
 
 /* A step whose loss or gradient norm is not finite changes nothing; too many
  * in a row stop every rank (the loss is reduced, so all see it at once). */
-static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *info, ct_train_summary *sum,
-                                ct_err *err) {
+static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *info,
+                                ct_train_summary *sum, ct_err *err) {
   s->nonfinite_run++;
   s->nonfinite_total++;
   info->skipped = 1;
   CT_WARN("step %ld: %s is not finite; step skipped (%ld in a row, %ld in all)", info->step,
-          isfinite(info->loss) ? "the gradient norm" : "the loss", s->nonfinite_run, s->nonfinite_total);
+          isfinite(info->loss) ? "the gradient norm" : "the loss", s->nonfinite_run,
+          s->nonfinite_total);
   if (s->nonfinite_run < tr->cfg->max_nonfinite_steps) return CT_OK;
-  ct_status st = ct_errf(err, CT_ERR_HEALTH,
-                         "stopping: %ld consecutive steps had NaN/Inf loss or gradients (max_nonfinite_steps "
-                         "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
-                         "max_grad_norm",
-                         s->nonfinite_run, tr->cfg->max_nonfinite_steps);
+  ct_status st =
+      ct_errf(err, CT_ERR_HEALTH,
+              "stopping: %ld consecutive steps had NaN/Inf loss or gradients (max_nonfinite_steps "
+              "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
+              "max_grad_norm",
+              s->nonfinite_run, tr->cfg->max_nonfinite_steps);
   ct_health_runtime_fault(tr->h, "nonfinite_loss", "FloatingPointError", err->msg, tr->rank == 0);
   sum->joint_stop = 1;
   return st;
@@ -149,8 +154,8 @@ static void log_step(trainer *tr, const ct_step_info *info, long epoch, const do
   fprintf(tr->metrics,
           "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
-          info->step, epoch + 1, info->loss, extra, info->lr, info->grad_norm, info->seconds, info->samples_per_s,
-          info->skipped ? "true" : "false");
+          info->step, epoch + 1, info->loss, extra, info->lr, info->grad_norm, info->seconds,
+          info->samples_per_s, info->skipped ? "true" : "false");
   fflush(tr->metrics);
 }
 
@@ -162,7 +167,8 @@ static void event(ct_step_cb cb, void *user, const ct_step_info *info, const cha
 }
 
 /* Validation on the full model (rank 0; every rank helps gather it). */
-static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_cb cb, void *user, ct_err *err) {
+static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_cb cb, void *user,
+                                ct_err *err) {
   int nimg = 0;
   full_view fv;
   float *ema_mine = tr->ema;
@@ -182,10 +188,12 @@ static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_c
 
 /* A checkpoint: every rank holds the same weights. ZeRO: the optimizer state
  * is gathered for rank 0 or written in fragments (docs/distributed.md). */
-static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_state *s, const ct_step_info *info,
-                                ct_step_cb cb, void *user, ct_train_summary *sum, ct_err *err) {
+static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_state *s,
+                                const ct_step_info *info, ct_step_cb cb, void *user,
+                                ct_train_summary *sum, ct_err *err) {
   const ct_config *cfg = tr->cfg;
-  ct_status st = ct_run_checkpoint_gate(tr, info->step, sum, err); /* free space, no fault since the step began */
+  ct_status st = ct_run_checkpoint_gate(tr, info->step, sum,
+                                        err); /* free space, no fault since the step began */
   if (st) return st;
   ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "running", 0);
   full_view fv;
@@ -196,7 +204,9 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   io->opt_states = ost;
   char *sj = ct_dataset_state_json(tr->ds);
   io->sampler_json = sj;
-  if (!st) st = sj ? ct_run_save_checkpoint(tr, io, s, sum, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!st)
+    st = sj ? ct_run_save_checkpoint(tr, io, s, sum, err)
+            : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   io->sampler_json = NULL;
   free(sj);
   io->opt_states = NULL;
@@ -208,7 +218,8 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   if (st) return st;
   if (tr->rank == 0 && tr->remote) { /* a failed upload warns; the end of the run tries once more */
     ct_err ue = {0};
-    ct_status us = ct_remote_push_checkpoint(tr->remote, sum->last_checkpoint, cfg->checkpoints_total_limit, &ue);
+    ct_status us = ct_remote_push_checkpoint(tr->remote, sum->last_checkpoint,
+                                             cfg->checkpoints_total_limit, &ue);
     if (!us) us = ct_remote_push_outputs(tr->remote, cfg->output_dir, &ue);
     if (us) CT_WARN("%s (the local copy is intact; retried at the end of the run)", ue.msg);
     snprintf(tr->remote_pending, sizeof tr->remote_pending, "%s", us ? sum->last_checkpoint : "");
@@ -224,8 +235,8 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
 }
 
 /* The steps, from the (resumed) state s to tr->total. */
-static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_step_cb cb, void *user,
-                           ct_train_summary *sum, ct_err *err) {
+static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_step_cb cb,
+                           void *user, ct_train_summary *sum, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const ct_dp_ops *dp = tr->dp;
   const ct_task_ops *task = tr->task;
@@ -278,9 +289,12 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
     }
     if ((cfg->validation_step_interval && step % cfg->validation_step_interval == 0) || last)
       st = validation_due(tr, &info, cb, user, err);
-    const int due = (cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last;
-    if (!st && due && s->nonfinite_run > 0) /* the newest checkpoint stays one from before the trouble */
-      CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step, s->nonfinite_run);
+    const int due =
+        (cfg->checkpoint_step_interval && step % cfg->checkpoint_step_interval == 0) || last;
+    if (!st && due &&
+        s->nonfinite_run > 0) /* the newest checkpoint stays one from before the trouble */
+      CT_WARN("step %ld: checkpoint skipped: the last %ld step(s) were not finite", step,
+              s->nonfinite_run);
     else if (!st && due)
       st = checkpoint_due(tr, io, s, &info, cb, user, sum, err);
   }
@@ -289,13 +303,14 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
 
 /* After the loop, whatever its outcome: the end-of-run checks every rank
  * agrees on, the last upload, and the events. */
-static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_train_summary *sum, ct_err *err) {
+static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_train_summary *sum,
+                        ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const int lead = tr->rank == 0;
   if (lead && tr->dp) tr->dp->report(tr);
   if (tr->off && lead)
-    CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)", ct_offload_bytes(tr->off) / 1e6,
-            ct_offload_wait_s(tr->off), ct_offload_mode(tr->off));
+    CT_INFO("offload: %.1f MB moved, %.3f s waiting for reads (%s)",
+            ct_offload_bytes(tr->off) / 1e6, ct_offload_wait_s(tr->off), ct_offload_mode(tr->off));
   if (st == CT_OK && tr->h) { /* a fault during the last step's validation or checkpoint */
     double open = ct_health_is_open(tr->h);
     if (tr->world > 1) st = ct_comm_allreduce_f64(tr->comm, &open, 1, err);
@@ -308,12 +323,13 @@ static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_t
   /* A rank alone short of memory or cut off from the others is a runtime
    * fault too: the breaker opens and the CLI ends the job with its code. */
   if (tr->h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
-    ct_health_runtime_fault(tr->h, "runtime_error", st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg,
-                            1);
+    ct_health_runtime_fault(tr->h, "runtime_error",
+                            st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg, 1);
     st = CT_ERR_HEALTH;
   }
   if (st == CT_OK && lead && tr->remote && tr->remote_pending[0]) { /* after every collective */
-    st = ct_remote_push_checkpoint(tr->remote, tr->remote_pending, cfg->checkpoints_total_limit, err);
+    st = ct_remote_push_checkpoint(tr->remote, tr->remote_pending, cfg->checkpoints_total_limit,
+                                   err);
     if (!st) st = ct_remote_push_outputs(tr->remote, cfg->output_dir, err);
     if (st) ct_err_prefix(err, "the last checkpoint is only local (%s): ", tr->remote_pending);
   }
@@ -332,15 +348,17 @@ static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_t
   sum->skipped_nonfinite = s->nonfinite_total;
   sum->data_wait_seconds = tr->data_wait;
   if (sum->loop_seconds > 0 && lead)
-    CT_INFO("data: waited %.2f s for batches in %.2f s of training steps (%.1f%%)", tr->data_wait, sum->loop_seconds,
-            100.0 * tr->data_wait / sum->loop_seconds);
+    CT_INFO("data: waited %.2f s for batches in %.2f s of training steps (%.1f%%)", tr->data_wait,
+            sum->loop_seconds, 100.0 * tr->data_wait / sum->loop_seconds);
   return st;
 }
 
 /* Everything before the first step: data, model, optimizer, resume, strategy. */
-static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_train_summary *sum, ct_err *err) {
+static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_train_summary *sum,
+                         ct_err *err) {
   const ct_config *cfg = tr->cfg;
-  ct_status st = ct_health_open(cfg, tr->comm, &tr->h, err); /* collective: GPUs are assigned to ranks */
+  ct_status st =
+      ct_health_open(cfg, tr->comm, &tr->h, err); /* collective: GPUs are assigned to ranks */
   if (st) return st;
   ct_health_stage(tr->h, "init_data_backend", "Loading data backends and caches", "running", 0);
   st = ct_trainer_open_data(tr, err);
@@ -349,13 +367,14 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   ct_data_stats ds;
   ct_dataset_stats(tr->ds, &ds);
   sum->images = ds.kept;
-  sum->images_skipped = ds.unreadable + ds.no_caption + ds.not_found + ds.duplicate + ds.outside_dir +
-                        ds.metadata_missing;
+  sum->images_skipped = ds.unreadable + ds.no_caption + ds.not_found + ds.duplicate +
+                        ds.outside_dir + ds.metadata_missing;
   const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   if (tr->rank == 0)
-    CT_INFO("effective batch %zu = train_batch_size %d x %d rank(s) x gradient_accumulation_steps %d "
-            "(%d OpenMP thread(s) per rank)",
-            (size_t)B * (size_t)tr->world * (size_t)accum, B, tr->world, accum, omp_get_max_threads());
+    CT_INFO(
+        "effective batch %zu = train_batch_size %d x %d rank(s) x gradient_accumulation_steps %d "
+        "(%d OpenMP thread(s) per rank)",
+        (size_t)B * (size_t)tr->world * (size_t)accum, B, tr->world, accum, omp_get_max_threads());
   long per_epoch = ct_dataset_steps_per_epoch(tr->ds);
   if (per_epoch < 1) per_epoch = 1;
   tr->total = cfg->max_train_steps ? cfg->max_train_steps : per_epoch * cfg->num_train_epochs;
@@ -365,11 +384,20 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   ct_config_digest(cfg, s->digest);
   ct_optim_kind kind;
   ct_err e2 = {0};
-  snprintf(s->optimizer, sizeof s->optimizer, "%s",
-           ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
-  *io = (ct_ckpt_io){.model = tr->model, .ema = tr->ema, .ema_out = tr->ema, .opt = tr->opt,
-                     .extra = tr->task->extra, .extra_user = tr, .cfg = cfg, .opt_offset = tr->lo,
-                     .w_shard = tr->own ? tr->wsh : NULL, .w_lo = tr->lo, .w_hi = tr->hi};
+  snprintf(
+      s->optimizer, sizeof s->optimizer, "%s",
+      ct_optim_kind_parse(cfg->optimizer, &kind, &e2) ? cfg->optimizer : ct_optim_kind_name(kind));
+  *io = (ct_ckpt_io){.model = tr->model,
+                     .ema = tr->ema,
+                     .ema_out = tr->ema,
+                     .opt = tr->opt,
+                     .extra = tr->task->extra,
+                     .extra_user = tr,
+                     .cfg = cfg,
+                     .opt_offset = tr->lo,
+                     .w_shard = tr->own ? tr->wsh : NULL,
+                     .w_lo = tr->lo,
+                     .w_hi = tr->hi};
   st = ct_run_resume(tr, io, s, err);
   if (st) return st;
   sum->start_step = s->global_step;
@@ -378,15 +406,17 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   st = tr->dp->start(tr, err); /* loaded and resumed: now shard, round to bf16, compress */
   const int nvme = (cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) ||
                    (cfg->offload_param && !strcmp(cfg->offload_param, "nvme"));
-  if (!st && tr->opt && nvme) st = ct_update_start_offload(tr, err); /* loaded, resumed, sharded: to the swap file */
+  if (!st && tr->opt && nvme)
+    st = ct_update_start_offload(tr, err); /* loaded, resumed, sharded: to the swap file */
   if (st) return st;
   if (tr->rank == 0 && !(tr->metrics = ct_train_open_metrics(cfg->output_dir, s->global_step)))
-    return ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir, strerror(errno));
+    return ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir,
+                   strerror(errno));
   return tr->task->alloc(tr, err);
 }
 
-ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
-                         ct_train_summary *sum, ct_err *err) {
+ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb,
+                         void *user, ct_train_summary *sum, ct_err *err) {
   const double t_start = ct_now_s();
   memset(sum, 0, sizeof *sum);
   trainer tr = {.cfg = cfg, .remote = remote, .comm = comm, .widx = -1, .task = ct_task_pick(cfg)};

@@ -1,16 +1,17 @@
 /* The generic half of the model interface (model.h): the wrapper, name
  * lookup, and flat buffers saved and loaded under the model's tensor names
  * (the EMA, and any model whose weights file uses its table's names). */
+#include "model.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/alloc.h"
 #include "ctuner/safetensors.h"
-#include "model.h"
 
-ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab, size_t numel,
-                        ct_model **out, ct_err *err) {
+ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab,
+                        size_t numel, ct_model **out, ct_err *err) {
   ct_model *m = calloc(1, sizeof *m);
   if (m) m->tab = malloc((ntab ? ntab : 1) * sizeof *tab);
   if (!m || !m->tab) {
@@ -58,7 +59,8 @@ static void note_bad(char *list, size_t n, int *count, const char *name) {
   }
 }
 
-ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out, ct_err *err) {
+ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out,
+                             ct_err *err) {
   ct_st_file *f = NULL;
   ct_status st = ct_st_open(path, &f, err);
   if (st) return st;
@@ -66,7 +68,8 @@ ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, siz
   int nbad = 0;
   for (size_t i = 0; !st && i < m->ntab; i++) {
     const ct_model_param *p = &m->tab[i];
-    const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    const size_t a = p->offset > lo ? p->offset : lo,
+                 b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) continue;
     const ct_st_tensor *x = ct_st_find(f, p->name);
     if (!x || x->numel != p->numel) {
@@ -77,7 +80,7 @@ ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, siz
   }
   ct_st_close(f);
   if (!st && nbad)
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: %d tensor(s) missing or of another size: %s%s", path, nbad, bad,
-                 nbad > 8 ? ", ..." : "");
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: %d tensor(s) missing or of another size: %s%s", path,
+                 nbad, bad, nbad > 8 ? ", ..." : "");
   return st;
 }

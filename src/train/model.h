@@ -63,20 +63,29 @@ struct ct_model {
 };
 
 /* Wrap impl (taking ownership): the table is copied here. */
-ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab, size_t numel,
-                        ct_model **out, ct_err *err);
+ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab,
+                        size_t numel, ct_model **out, ct_err *err);
 void ct_model_free(ct_model *m);
-static inline size_t ct_model_numel(const ct_model *m) { return m->numel; }
-static inline float *ct_model_params(ct_model *m) { return m->ops->params(m); }
-static inline float *ct_model_grads(ct_model *m) { return m->ops->grads(m); }
-static inline int ct_model_has_segments(const ct_model *m) { return m->ops->nsegments != NULL; }
+static inline size_t ct_model_numel(const ct_model *m) {
+  return m->numel;
+}
+static inline float *ct_model_params(ct_model *m) {
+  return m->ops->params(m);
+}
+static inline float *ct_model_grads(ct_model *m) {
+  return m->ops->grads(m);
+}
+static inline int ct_model_has_segments(const ct_model *m) {
+  return m->ops->nsegments != NULL;
+}
 const ct_model_param *ct_model_find(const ct_model *m, const char *name);
 
 /* A flat buffer under the model's tensor names (float32 safetensors). */
 ct_status ct_model_save_flat(const ct_model *m, const char *path, const float *buf, ct_err *err);
 /* Floats [lo, hi) of a safetensors file with the model's tensor names into
  * out; every missing or wrongly shaped tensor is listed in one error. */
-ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out, ct_err *err);
+ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out,
+                             ct_err *err);
 
 /* The adapters. */
 struct ct_mmdit;

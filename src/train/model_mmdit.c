@@ -8,13 +8,27 @@
 #include "ctuner/mmdit.h"
 #include "model.h"
 
-static float *params(ct_model *m) { return ct_mmdit_params(m->impl); }
-static float *grads(ct_model *m) { return ct_mmdit_grads(m->impl); }
-static int nsegments(const ct_model *m) { return ct_mmdit_nsegments(m->impl); }
-static void segment(const ct_model *m, int s, size_t *off, size_t *n) { ct_mmdit_segment(m->impl, s, off, n); }
-static void use_params(ct_model *m, float *w) { ct_mmdit_use_params(m->impl, w); }
-static void use_grads(ct_model *m, float *g) { ct_mmdit_use_grads(m->impl, g); }
-static void mfree(void *impl) { ct_mmdit_free(impl); }
+static float *params(ct_model *m) {
+  return ct_mmdit_params(m->impl);
+}
+static float *grads(ct_model *m) {
+  return ct_mmdit_grads(m->impl);
+}
+static int nsegments(const ct_model *m) {
+  return ct_mmdit_nsegments(m->impl);
+}
+static void segment(const ct_model *m, int s, size_t *off, size_t *n) {
+  ct_mmdit_segment(m->impl, s, off, n);
+}
+static void use_params(ct_model *m, float *w) {
+  ct_mmdit_use_params(m->impl, w);
+}
+static void use_grads(ct_model *m, float *g) {
+  ct_mmdit_use_grads(m->impl, g);
+}
+static void mfree(void *impl) {
+  ct_mmdit_free(impl);
+}
 
 static void set_hooks(ct_model *m, const ct_model_hooks *h) {
   if (!h) {
@@ -32,7 +46,8 @@ static void init_range(const ct_model *m, uint64_t seed, size_t lo, size_t hi, f
 static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float *out, ct_err *err) {
   char p[4200];
   snprintf(p, sizeof p, "%s/model.safetensors", dir);
-  return out ? ct_mmdit_load_range(m->impl, p, "", lo, hi, out, err) : ct_mmdit_load(m->impl, p, "", err);
+  return out ? ct_mmdit_load_range(m->impl, p, "", lo, hi, out, err)
+             : ct_mmdit_load(m->impl, p, "", err);
 }
 
 static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
@@ -41,8 +56,8 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   return ct_mmdit_save(m->impl, p, err);
 }
 
-static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks, use_params,
-                                 use_grads, init_range, load, save, mfree};
+static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks,
+                                 use_params, use_grads, init_range, load,      save,    mfree};
 
 ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
   size_t np;

@@ -11,9 +11,15 @@
 #include "ctuner/vae.h"
 #include "model.h"
 
-static float *params(ct_model *m) { return ct_vae_params(m->impl); }
-static float *grads(ct_model *m) { return ct_vae_grads(m->impl); }
-static void vfree(void *impl) { ct_vae_free(impl); }
+static float *params(ct_model *m) {
+  return ct_vae_params(m->impl);
+}
+static float *grads(ct_model *m) {
+  return ct_vae_grads(m->impl);
+}
+static void vfree(void *impl) {
+  ct_vae_free(impl);
+}
 
 static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float *out, ct_err *err) {
   char p[4200];
@@ -30,7 +36,9 @@ ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err 
   st = ct_vae_save(v, p, err);
   char *cj = st ? NULL : ct_vae_config_json(ct_vae_cfg(v));
   snprintf(p, sizeof p, "%s/config.json", dir);
-  if (!st) st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!st)
+    st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err)
+            : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   free(cj);
   return st;
 }
@@ -41,7 +49,8 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   return ct_model_vae_save_dir(m->impl, p, err);
 }
 
-static const ct_model_ops ops = {"vae", params, grads, NULL, NULL, NULL, NULL, NULL, NULL, load, save, vfree};
+static const ct_model_ops ops = {"vae", params, grads, NULL, NULL, NULL,
+                                 NULL,  NULL,   NULL,  load, save, vfree};
 
 ct_status ct_model_vae(ct_vae *v, ct_model **out, ct_err *err) {
   size_t np;

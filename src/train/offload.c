@@ -19,6 +19,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* O_DIRECT */
 #endif
+#include "train/offload.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -32,7 +34,6 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
-#include "train/offload.h"
 #include "train_int.h"
 
 #define ALIGN 4096
@@ -70,12 +71,12 @@ struct ct_offload {
   int started[2], stop;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  queue q[2];        /* 0 reads, 1 writes */
+  queue q[2];            /* 0 reads, 1 writes */
   long slot_write[NBUF]; /* last write sequence number from each buffer */
   long *sub_write;       /* last write sequence number of each sub-group (nsub) */
   void *part_raw;        /* ct_offload_read_range's aligned staging buffer (sub floats) */
   float *part;
-  int pre_slot;          /* buffer holding (or reading) sub-group 0 for the next pass, -1 none */
+  int pre_slot; /* buffer holding (or reading) sub-group 0 for the next pass, -1 none */
   long pre_seq;
   int io_failed;
   char io_msg[4400];
@@ -115,7 +116,8 @@ static void *io_main(void *arg) {
       return NULL;
     }
     req r = q->q[q->qh];
-    while (!a->write && o->q[1].completed < r.dep) pthread_cond_wait(&o->cv, &o->mu); /* its writes first */
+    while (!a->write && o->q[1].completed < r.dep)
+      pthread_cond_wait(&o->cv, &o->mu); /* its writes first */
     q->qh = (q->qh + 1) % QCAP;
     q->qn--;
     const int failed = o->io_failed;
@@ -141,7 +143,8 @@ static void *io_main(void *arg) {
   }
 }
 
-static long submit_req(ct_offload *o, int write, size_t k, int slot, long dep, void *dst, off_t off, size_t len) {
+static long submit_req(ct_offload *o, int write, size_t k, int slot, long dep, void *dst, off_t off,
+                       size_t len) {
   queue *q = &o->q[write];
   pthread_mutex_lock(&o->mu);
   while (q->qn == QCAP) pthread_cond_wait(&o->cv, &o->mu);
@@ -197,8 +200,8 @@ static size_t sub_len(const ct_offload *o, size_t k) {
   return o->n - a < o->sub ? o->n - a : o->sub;
 }
 
-ct_status ct_offload_open(const char *dir, size_t n, size_t nstate, size_t sub, int pin, ct_offload **out,
-                          ct_err *err) {
+ct_status ct_offload_open(const char *dir, size_t n, size_t nstate, size_t sub, int pin,
+                          ct_offload **out, ct_err *err) {
   *out = NULL;
   ct_status st = ct_mkdir_p(dir, err);
   if (st) return st;
@@ -224,7 +227,8 @@ ct_status ct_offload_open(const char *dir, size_t n, size_t nstate, size_t sub, 
     o->raw[s] = ct_alloc(CT_MEM_OPTIMIZER, o->block + ALIGN);
     if (!o->raw[s]) {
       ct_offload_close(o);
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for %d offload buffers of %zu bytes", NBUF, o->block);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for %d offload buffers of %zu bytes", NBUF,
+                     o->block);
     }
     o->buf[s] = (float *)(((uintptr_t)o->raw[s] + ALIGN - 1) / ALIGN * ALIGN);
   }
@@ -233,15 +237,18 @@ ct_status ct_offload_open(const char *dir, size_t n, size_t nstate, size_t sub, 
     for (int s = 0; s < NBUF; s++) ok &= mlock(o->buf[s], o->block) == 0;
     o->pinned = ok;
     if (!ok)
-      CT_WARN("offload: pin_memory: mlock of %d x %zu bytes failed (%s); the buffers stay pageable (raise "
-              "ulimit -l to pin them)",
-              NBUF, o->block, strerror(errno));
+      CT_WARN(
+          "offload: pin_memory: mlock of %d x %zu bytes failed (%s); the buffers stay pageable "
+          "(raise "
+          "ulimit -l to pin them)",
+          NBUF, o->block, strerror(errno));
   }
   memset(o->buf[0], 0, ALIGN);
   o->fd = open(o->path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
   o->direct = o->fd >= 0;
   if (o->fd >= 0 && ftruncate(o->fd, (off_t)(o->nsub * o->block)) == 0 &&
-      xfer(o->fd, 1, o->buf[0], ALIGN, 0) != 0) { /* opened, but the file system refuses direct writes */
+      xfer(o->fd, 1, o->buf[0], ALIGN, 0) !=
+          0) { /* opened, but the file system refuses direct writes */
     close(o->fd);
     o->fd = -1;
     o->direct = 0;
@@ -249,16 +256,19 @@ ct_status ct_offload_open(const char *dir, size_t n, size_t nstate, size_t sub, 
   if (o->fd < 0) {
     o->fd = open(o->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (o->fd < 0) {
-      st = ct_errf(err, CT_ERR_IO, "%s: cannot create the offload file: %s (check offload_param_path)", o->path,
+      st = ct_errf(err, CT_ERR_IO,
+                   "%s: cannot create the offload file: %s (check offload_param_path)", o->path,
                    strerror(errno));
       ct_offload_close(o);
       return st;
     }
-    CT_INFO("offload: %s does not take O_DIRECT here; buffered I/O (the page cache may hold the state)", dir);
+    CT_INFO(
+        "offload: %s does not take O_DIRECT here; buffered I/O (the page cache may hold the state)",
+        dir);
   }
   if (ftruncate(o->fd, (off_t)(o->nsub * o->block)) != 0) {
-    st = ct_errf(err, CT_ERR_IO, "%s: cannot size the offload file to %zu bytes: %s", o->path, o->nsub * o->block,
-                 strerror(errno));
+    st = ct_errf(err, CT_ERR_IO, "%s: cannot size the offload file to %zu bytes: %s", o->path,
+                 o->nsub * o->block, strerror(errno));
     ct_offload_close(o);
     return st;
   }
@@ -281,7 +291,8 @@ ct_status ct_offload_store_all(ct_offload *o, float *const *arrays, ct_err *err)
     const size_t len = sub_len(o, k);
     memset(o->buf[0], 0, o->block);
     for (size_t i = 0; i < o->nstate; i++)
-      if (arrays && arrays[i]) memcpy(o->buf[0] + i * o->sub, arrays[i] + k * o->sub, len * sizeof(float));
+      if (arrays && arrays[i])
+        memcpy(o->buf[0] + i * o->sub, arrays[i] + k * o->sub, len * sizeof(float));
     st = wait_for(o, 1, submit(o, 1, k, 0, 0), err);
   }
   return st;
@@ -335,21 +346,25 @@ ct_status ct_offload_foreach(ct_offload *o, ct_offload_fn fn, void *user, ct_err
   return CT_OK;
 }
 
-ct_status ct_offload_read_range(ct_offload *o, size_t arr, size_t a, size_t b, float *dst, ct_err *err) {
+ct_status ct_offload_read_range(ct_offload *o, size_t arr, size_t a, size_t b, float *dst,
+                                ct_err *err) {
   if (arr >= o->nstate || a > b || b > o->n)
-    return ct_errf(err, CT_ERR_RANGE, "offload: range [%zu, %zu) of array %zu outside %zu x %zu floats", a, b, arr,
+    return ct_errf(err, CT_ERR_RANGE,
+                   "offload: range [%zu, %zu) of array %zu outside %zu x %zu floats", a, b, arr,
                    o->nstate, o->n);
   if (!o->part) {
     o->part_raw = ct_alloc(CT_MEM_BUFFERS, o->sub * sizeof(float) + ALIGN);
-    if (!o->part_raw) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the offload staging buffer");
+    if (!o->part_raw)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the offload staging buffer");
     o->part = (float *)(((uintptr_t)o->part_raw + ALIGN - 1) / ALIGN * ALIGN);
   }
   for (size_t k = a / o->sub; a < b; k++) { /* one sub-group's part of the array at a time */
     const size_t k0 = k * o->sub, i0 = a - k0, i1 = (b - k0 < o->sub ? b - k0 : o->sub);
     const size_t f0 = i0 / 1024 * 1024, f1 = (i1 + 1023) / 1024 * 1024; /* whole pages (O_DIRECT) */
     const off_t off = (off_t)(k * o->block + (arr * o->sub + f0) * sizeof(float));
-    ct_status st = wait_for(o, 0, submit_req(o, 0, k, 0, o->sub_write[k], o->part, off, (f1 - f0) * sizeof(float)),
-                            err);
+    ct_status st = wait_for(
+        o, 0, submit_req(o, 0, k, 0, o->sub_write[k], o->part, off, (f1 - f0) * sizeof(float)),
+        err);
     if (st) return st;
     memcpy(dst, o->part + (i0 - f0), (i1 - i0) * sizeof(float));
     dst += i1 - i0;
@@ -358,9 +373,15 @@ ct_status ct_offload_read_range(ct_offload *o, size_t arr, size_t a, size_t b, f
   return CT_OK;
 }
 
-double ct_offload_wait_s(const ct_offload *o) { return o ? o->wait_s : 0; }
-double ct_offload_bytes(const ct_offload *o) { return o ? o->bytes : 0; }
-const char *ct_offload_mode(const ct_offload *o) { return o && o->direct ? "O_DIRECT" : "buffered"; }
+double ct_offload_wait_s(const ct_offload *o) {
+  return o ? o->wait_s : 0;
+}
+double ct_offload_bytes(const ct_offload *o) {
+  return o ? o->bytes : 0;
+}
+const char *ct_offload_mode(const ct_offload *o) {
+  return o && o->direct ? "O_DIRECT" : "buffered";
+}
 
 void ct_offload_close(ct_offload *o) {
   if (!o) return;

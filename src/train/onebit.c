@@ -20,12 +20,13 @@
  * Error feedback starts at zero and is not checkpointed: a resume resets it,
  * as DeepSpeed does.
  */
+#include "train/onebit.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/alloc.h"
-#include "train/onebit.h"
 
 /* One tensor: compressed on its own (its own scales and error), as
  * DeepSpeed compresses each parameter. Its n floats are padded to np, a
@@ -55,23 +56,24 @@ struct ct_onebit {
   ct_zeroone_hp zh;
   long var_interval, var_counter, local_interval, local_counter;
   int frozen, errors_reset;
-  double lrs;  /* learning rates summed over the local steps since the last sync */
-  float *u;    /* momentum accumulator of the local steps (n) */
-  float *g1;   /* the gradient's copy for its 1-bit all-reduce (n) */
+  double lrs; /* learning rates summed over the local steps since the last sync */
+  float *u;   /* momentum accumulator of the local steps (n) */
+  float *g1;  /* the gradient's copy for its 1-bit all-reduce (n) */
   /* 1-bit Lamb */
   int lamb;
   ct_onebit_lamb_hp lh;
-  float *vfresh;         /* the variance re-estimated from the communicated momentum (n) */
-  double *coeff_freeze;  /* per tensor: running average of the trust ratio during warm-up */
-  double *last_factor;   /* per tensor */
-  float *mlast;          /* the momentum before this step (n) */
-  double sent_all, full_all; /* every step: what went through MPI, and a float32 all-reduce each step */
+  float *vfresh;        /* the variance re-estimated from the communicated momentum (n) */
+  double *coeff_freeze; /* per tensor: running average of the trust ratio during warm-up */
+  double *last_factor;  /* per tensor */
+  float *mlast;         /* the momentum before this step (n) */
+  double sent_all,
+      full_all; /* every step: what went through MPI, and a float32 all-reduce each step */
   long steps;
 };
 
-ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
-                        float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,
-                        ct_onebit **out, ct_err *err) {
+ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt,
+                        float *m, float *v, float beta1, float beta2, float eps, float weight_decay,
+                        long freeze_step, ct_onebit **out, ct_err *err) {
   *out = NULL;
   ct_onebit *o = calloc(1, sizeof *o);
   if (!o) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
@@ -115,11 +117,12 @@ ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_
   o->wsc_all = calloc(N * T, sizeof(float));
   o->ssc = calloc(T, sizeof(float));
   o->ssc_all = calloc(N * T, sizeof(float));
-  if (!o->werr || !o->serr || !o->x || !o->y || !o->bits || !o->rbits || !o->sbits || !o->gbits || !o->wsc ||
-      !o->wsc_all || !o->ssc || !o->ssc_all) {
+  if (!o->werr || !o->serr || !o->x || !o->y || !o->bits || !o->rbits || !o->sbits || !o->gbits ||
+      !o->wsc || !o->wsc_all || !o->ssc || !o->ssc_all) {
     const size_t nx = o->nx;
     ct_onebit_free(o);
-    return ct_errf(err, CT_ERR_NOMEM, "out of memory for OneBitAdam's error feedback (%zu floats)", nx);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for OneBitAdam's error feedback (%zu floats)",
+                   nx);
   }
   *out = o;
   return CT_OK;
@@ -131,7 +134,9 @@ ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err) 
   o->var_interval = o->local_interval = 1;
   o->u = ct_calloc(CT_MEM_OPTIMIZER, o->n ? o->n : 1, sizeof(float));
   o->g1 = ct_alloc(CT_MEM_BUFFERS, (o->n ? o->n : 1) * sizeof(float));
-  return o->u && o->g1 ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for 0/1 Adam's momentum accumulator");
+  return o->u && o->g1
+             ? CT_OK
+             : ct_errf(err, CT_ERR_NOMEM, "out of memory for 0/1 Adam's momentum accumulator");
 }
 
 ct_status ct_onebit_lamb(ct_onebit *o, const ct_onebit_lamb_hp *hp, ct_err *err) {
@@ -148,7 +153,9 @@ ct_status ct_onebit_lamb(ct_onebit *o, const ct_onebit_lamb_hp *hp, ct_err *err)
   return CT_OK;
 }
 
-void ct_onebit_set_freeze(ct_onebit *o, long freeze_step) { o->freeze = freeze_step; }
+void ct_onebit_set_freeze(ct_onebit *o, long freeze_step) {
+  o->freeze = freeze_step;
+}
 
 void ct_onebit_free(ct_onebit *o) {
   if (!o) return;
@@ -195,7 +202,9 @@ static void quantize(const float *x, size_t len, float scale, uint8_t *bits, flo
   }
 }
 
-static inline float sgn(const uint8_t *bits, size_t i) { return (bits[i >> 3] >> (i & 7)) & 1 ? 1.0f : -1.0f; }
+static inline float sgn(const uint8_t *bits, size_t i) {
+  return (bits[i >> 3] >> (i & 7)) & 1 ? 1.0f : -1.0f;
+}
 
 ct_status ct_onebit_allreduce(ct_onebit *o, float *m, ct_err *err) {
   const int N = o->N;
@@ -214,15 +223,16 @@ ct_status ct_onebit_allreduce(ct_onebit *o, float *m, ct_err *err) {
   ct_status st = ct_comm_alltoall_bytes(o->comm, o->bits, o->rbits, B, err);
   if (!st) st = ct_comm_allgather_bytes(o->comm, o->wsc, o->wsc_all, T * sizeof(float), err);
   if (st) return st;
-  /* servers: this rank's chunk of every tensor from every worker, averaged in
-   * rank order, compensated, one scale per tensor */
+    /* servers: this rank's chunk of every tensor from every worker, averaged in
+     * rank order, compensated, one scale per tensor */
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t k = 0; k < T; k++) {
     const ob_tensor *t = &o->t[k];
     float *y = o->y + t->soff, *e = o->serr + t->soff;
     for (size_t j = 0; j < t->ch; j++) {
       float s = 0.0f;
-      for (int p = 0; p < N; p++) s += o->wsc_all[(size_t)p * T + k] * sgn(o->rbits + (size_t)p * B + t->soff / 8, j);
+      for (int p = 0; p < N; p++)
+        s += o->wsc_all[(size_t)p * T + k] * sgn(o->rbits + (size_t)p * B + t->soff / 8, j);
       y[j] = s / (float)N + e[j];
     }
     o->ssc[k] = rms(y, t->ch);
@@ -256,7 +266,8 @@ ct_status ct_onebit_allreduce(ct_onebit *o, float *m, ct_err *err) {
  * local_step_clipper) the ranks synchronise: the local updates are undone,
  * u is turned back into momentum units, 1-bit all-reduced, and applied once;
  * m becomes the average momentum over those steps. */
-static ct_status zeroone_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+static ct_status zeroone_step(ct_onebit *o, float *w, const float *g, float lr, long step,
+                              ct_err *err) {
   float *m = o->m, *v = o->v, *u = o->u;
   const float b1 = o->b1, b2 = o->b2, eps = o->eps, wd = o->wd;
   const size_t n = o->n;
@@ -312,7 +323,8 @@ static ct_status zeroone_step(ct_onebit *o, float *w, const float *g, float lr, 
     }
   } else if (++o->local_counter == o->zh.local_step_scaler) {
     o->local_counter = 0;
-    o->local_interval = o->local_interval * 2 < o->zh.local_step_clipper ? o->local_interval * 2 : o->zh.local_step_clipper;
+    o->local_interval = o->local_interval * 2 < o->zh.local_step_clipper ? o->local_interval * 2
+                                                                         : o->zh.local_step_clipper;
   }
   if (!o->frozen && step > o->zh.var_freeze_step) {
     o->frozen = 1;
@@ -341,7 +353,8 @@ static double norm2(const float *x, size_t n) {
  * from the last step. (DeepSpeed compresses one flat buffer after scaling
  * every tensor's momentum to a common size; with a scale per tensor here,
  * that scaling is not needed.) */
-static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
+static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, long step,
+                           ct_err *err) {
   float *m = o->m, *v = o->v;
   const float b1 = o->b1, b2 = o->b2, eps = o->eps, wd = o->wd;
   const ct_onebit_lamb_hp *h = &o->lh;
@@ -388,7 +401,8 @@ static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, lon
         coeff = wn / un;
         coeff = coeff > h->max_coeff ? h->max_coeff : coeff < h->min_coeff ? h->min_coeff : coeff;
       }
-      if (coeff != 1.0) o->coeff_freeze[k] = h->coeff_beta * o->coeff_freeze[k] + (1.0 - h->coeff_beta) * coeff;
+      if (coeff != 1.0)
+        o->coeff_freeze[k] = h->coeff_beta * o->coeff_freeze[k] + (1.0 - h->coeff_beta) * coeff;
     } else {
       double factor = dmax;
       if (wd > 0.0f && un > 0) {
@@ -397,7 +411,8 @@ static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, lon
       }
       factor = fmin(fmax(factor, h->factor_min), h->factor_max);
       const double lf = o->last_factor[k];
-      factor = fmin(fmax(factor, lf * (1.0 - h->factor_threshold)), lf * (1.0 + h->factor_threshold));
+      factor =
+          fmin(fmax(factor, lf * (1.0 - h->factor_threshold)), lf * (1.0 + h->factor_threshold));
       o->last_factor[k] = factor;
       coeff = o->coeff_freeze[k] * factor;
     }
@@ -410,7 +425,8 @@ static ct_status lamb_step(ct_onebit *o, float *w, const float *g, float lr, lon
 ct_status ct_onebit_step(ct_onebit *o, float *w, const float *g, float lr, long step, ct_err *err) {
   /* the float32 all-reduce a step would cost (reduce-scatter + all-gather), and
    * whether the trainer made one for this step's gradient */
-  const double fb = 2.0 * (double)(o->N - 1) * (double)ct_comm_shard_len(o->n, o->N) * sizeof(float);
+  const double fb =
+      2.0 * (double)(o->N - 1) * (double)ct_comm_shard_len(o->n, o->N) * sizeof(float);
   o->full_all += fb;
   if (ct_onebit_full_gradient(o, step)) o->sent_all += fb;
   o->steps++;

@@ -15,9 +15,10 @@
 
 /* 0/1 Adam's schedule (DeepSpeed's names). */
 typedef struct ct_zeroone_hp {
-  long var_freeze_step;   /* the last step whose variance may update */
-  long var_update_scaler; /* the variance interval doubles after this many updates */
-  long local_step_scaler; /* after freezing, the local-step interval doubles after this many steps ... */
+  long var_freeze_step;    /* the last step whose variance may update */
+  long var_update_scaler;  /* the variance interval doubles after this many updates */
+  long local_step_scaler;  /* after freezing, the local-step interval doubles after this many steps
+                              ... */
   long local_step_clipper; /* ... up to this many */
 } ct_zeroone_hp;
 
@@ -27,9 +28,9 @@ typedef struct ct_onebit ct_onebit;
  * (each compressed with its own scales, as DeepSpeed does per parameter);
  * m and v (n floats each) are the moments, owned by the caller (a
  * checkpointed optimizer's state). */
-ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt, float *m,
-                        float *v, float beta1, float beta2, float eps, float weight_decay, long freeze_step,
-                        ct_onebit **out, ct_err *err);
+ct_status ct_onebit_new(ct_comm *comm, size_t n, const size_t *offs, const size_t *lens, size_t nt,
+                        float *m, float *v, float beta1, float beta2, float eps, float weight_decay,
+                        long freeze_step, ct_onebit **out, ct_err *err);
 /* Make it 0/1 Adam (instead of 1-bit Adam) with this schedule; allocates the
  * momentum accumulator of the local steps. */
 ct_status ct_onebit_zeroone(ct_onebit *o, const ct_zeroone_hp *hp, ct_err *err);

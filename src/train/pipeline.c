@@ -25,7 +25,8 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
     if (stat(vdir, &sb) == 0) {
       snprintf(vdir, sizeof vdir, "%s/vae", dir);
       char *c = strdup(vdir);
-      if (!c) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+      if (!c)
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
       else {
         free(p->cfg.pretrained_vae_model_name_or_path);
         p->cfg.pretrained_vae_model_name_or_path = c;
@@ -38,8 +39,8 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   p->T = g.T;
   p->codec_scale = g.codec_scale;
   if (p->cfg.codec && !strcmp(p->cfg.codec, "vae")) {
-    st = ct_codec_vae(p->cfg.pretrained_vae_model_name_or_path, (int)p->cfg.vae_tile, (uint64_t)p->cfg.seed,
-                      &p->codec, err);
+    st = ct_codec_vae(p->cfg.pretrained_vae_model_name_or_path, (int)p->cfg.vae_tile,
+                      (uint64_t)p->cfg.seed, &p->codec, err);
   } else {
     st = ct_codec_pixel(g.codec_scale, &p->codec, err);
   }
@@ -48,7 +49,8 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   if (st) goto fail;
   snprintf(path, sizeof path, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
   if (use_ema && access(path, R_OK) != 0) {
-    st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: no EMA weights in this checkpoint (trained without use_ema)", path);
+    st = ct_errf(err, CT_ERR_NOT_FOUND,
+                 "%s: no EMA weights in this checkpoint (trained without use_ema)", path);
     goto fail;
   }
   st = ct_mmdit_load(p->model, path, "", err);

@@ -121,7 +121,8 @@ static ct_status remote_steps(ct_remote *r, long **steps, size_t *n, ct_err *err
   if (!st && k) st = ct_storage_get_many(r->s, q, k, err);
   size_t m = 0;
   for (size_t i = 0; !st && i < k; i++)
-    if (q[i].st == CT_OK && !strncmp(q[i].data, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD))) v[m++] = v[i];
+    if (q[i].st == CT_OK && !strncmp(q[i].data, CT_CKPT_GUARD, strlen(CT_CKPT_GUARD)))
+      v[m++] = v[i];
   for (size_t i = 0; i < k; i++) free(q[i].data);
   free(q);
   ct_storage_list_free(&l);

@@ -21,27 +21,28 @@
 #include "ctuner/vae.h"
 #include "trainer_int.h"
 
-
 /* A checkpoint. One rank, or an unsharded optimizer: rank 0 writes it all.
  * Sharded: every rank writes its optimizer fragments into the temporary
  * directory rank 0 prepared, rank 0 the rest, and rank 0 commits (.guard)
  * only after every rank reported its file durable; the others learn the
  * outcome, so all ranks fail together. */
-ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s, ct_train_summary *sum,
-                                 ct_err *err) {
+ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s,
+                                 ct_train_summary *sum, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const int lead = tr->rank == 0;
   if (!tr->zero || tr->world == 1)
-    return lead ? ct_checkpoint_save(cfg->output_dir, io, s, cfg->checkpoints_total_limit, sum->last_checkpoint,
-                                     sizeof sum->last_checkpoint, err)
+    return lead ? ct_checkpoint_save(cfg->output_dir, io, s, cfg->checkpoints_total_limit,
+                                     sum->last_checkpoint, sizeof sum->last_checkpoint, err)
                 : CT_OK;
   char tmp[4096];
   double bad = 0;
-  ct_status st = lead ? ct_checkpoint_prepare(cfg->output_dir, s->global_step, tmp, sizeof tmp, err) : CT_OK;
+  ct_status st =
+      lead ? ct_checkpoint_prepare(cfg->output_dir, s->global_step, tmp, sizeof tmp, err) : CT_OK;
   bad = st ? 1 : 0;
   ct_status cs = ct_comm_broadcast(tr->comm, &bad, sizeof bad, 0, err); /* the directory exists */
   if (cs) return cs;
-  if (bad) return st ? st : ct_errf(err, CT_ERR_IO, "rank 0 could not prepare the checkpoint directory");
+  if (bad)
+    return st ? st : ct_errf(err, CT_ERR_IO, "rank 0 could not prepare the checkpoint directory");
   if (!lead && ct_pathf(tmp, sizeof tmp, "%s/checkpoint-%ld-tmp", cfg->output_dir, s->global_step))
     st = ct_errf(err, CT_ERR_RANGE, "output_dir path is too long: %s", cfg->output_dir);
   if (!st) st = ct_checkpoint_write_fragments(tmp, io, s, tr->rank, tr->world, err);
@@ -51,8 +52,9 @@ ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_tra
   if (cs) return cs;
   if (st) return st;
   if (fails[0] > 0)
-    return ct_errf(err, CT_ERR_IO, "checkpoint %s: %g rank(s) failed to write their part (see their messages)",
-                   tmp, fails[0]);
+    return ct_errf(err, CT_ERR_IO,
+                   "checkpoint %s: %g rank(s) failed to write their part (see their messages)", tmp,
+                   fails[0]);
   if (lead)
     st = ct_checkpoint_commit(cfg->output_dir, tmp, s->global_step, cfg->checkpoints_total_limit,
                               sum->last_checkpoint, sizeof sum->last_checkpoint, err);
@@ -72,8 +74,9 @@ ct_status ct_run_checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, 
   if (!tr->h) return CT_OK;
   for (int round = 0;; round++) {
     ct_err de = {0};
-    double f[2] = {tr->rank == 0 ? (double)ct_health_disk_verdict(tr->h, tr->cfg->output_dir, round, &de) : 0,
-                   (double)ct_health_is_open(tr->h)};
+    double f[2] = {
+        tr->rank == 0 ? (double)ct_health_disk_verdict(tr->h, tr->cfg->output_dir, round, &de) : 0,
+        (double)ct_health_is_open(tr->h)};
     if (tr->world > 1) {
       ct_status cs = ct_comm_allreduce_f64(tr->comm, f, 2, err);
       if (cs) return cs;
@@ -81,10 +84,12 @@ ct_status ct_run_checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, 
     if (f[1] > 0) {
       sum->joint_stop = 1;
       return ct_health_is_open(tr->h)
-                 ? ct_errf(err, CT_ERR_HEALTH, "circuit breaker open before checkpoint %ld: %s; stopped without it",
+                 ? ct_errf(err, CT_ERR_HEALTH,
+                           "circuit breaker open before checkpoint %ld: %s; stopped without it",
                            step, ct_health_reason(tr->h))
                  : ct_errf(err, CT_ERR_HEALTH,
-                           "circuit breaker open on %.0f other rank(s) before checkpoint %ld; stopped without it",
+                           "circuit breaker open on %.0f other rank(s) before checkpoint %ld; "
+                           "stopped without it",
                            f[1], step);
     }
     if (f[0] == 0) return CT_OK;
@@ -103,7 +108,8 @@ ct_status ct_run_checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, 
 
 /* resume_from_checkpoint: latest (this output_dir, or a newer one in the
  * output bucket) or a path. Rank 0 decides, every rank loads the same step. */
-static ct_status resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, char **loaded, ct_err *err) {
+static ct_status resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, char **loaded,
+                        ct_err *err) {
   const ct_config *cfg = tr->cfg;
   ct_comm *comm = tr->comm;
   const int lead = tr->rank == 0;
@@ -130,7 +136,8 @@ static ct_status resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, char **l
       st = ct_comm_broadcast(comm, msg, sizeof msg, 0, err);
       if (st) return st;
       if (msg[0] == 2 && !pulled)
-        pulled = ct_errf(err, CT_ERR_IO, "rank 0 could not download the newest checkpoint of the output bucket");
+        pulled = ct_errf(err, CT_ERR_IO,
+                         "rank 0 could not download the newest checkpoint of the output bucket");
       have = msg[0] == 1;
       memcpy(dir, msg + 1, sizeof dir);
       dir[sizeof dir - 1] = 0;
@@ -150,16 +157,19 @@ static ct_status resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, char **l
         ct_err_prefix(err, "resume_from_checkpoint: ");
         return st;
       }
-      ct_health_stage(tr->h, "init_resume_checkpoint", "Resuming from checkpoint", "completed", 100);
+      ct_health_stage(tr->h, "init_resume_checkpoint", "Resuming from checkpoint", "completed",
+                      100);
       if (strcmp(digest, s->digest))
         CT_WARN("resuming %s with a different configuration (digest %s, checkpoint %s)", dir,
                 digest, s->digest);
       memcpy(s->digest, digest, sizeof digest);
       memcpy(s->optimizer, optname, sizeof optname); /* this run's optimizer, as the digest */
       CT_INFO("resumed from %s at step %ld (epoch %ld)", dir, s->global_step, s->epoch + 1);
-      if (!(*loaded)) { /* a checkpoint from before the bucketed loader: epoch and sample ids only */
+      if (!(*loaded)) { /* a checkpoint from before the bucketed loader: epoch and sample ids only
+                         */
         char buf[256];
-        snprintf(buf, sizeof buf, "{\"epoch\": %ld, \"step_in_epoch\": 0, \"samples_seen\": %ld, \"datasets\": {}}",
+        snprintf(buf, sizeof buf,
+                 "{\"epoch\": %ld, \"step_in_epoch\": 0, \"samples_seen\": %ld, \"datasets\": {}}",
                  s->epoch, s->samples_seen);
         (*loaded) = strdup(buf);
       }
@@ -175,10 +185,11 @@ static ct_status resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, char **l
       long mine[2] = {s->global_step, s->samples_seen}, root[2] = {s->global_step, s->samples_seen};
       st = ct_comm_broadcast(comm, root, sizeof root, 0, err);
       if (!st && (root[0] != mine[0] || root[1] != mine[1]))
-        st = ct_errf(err, CT_ERR_IO,
-                     "rank %d resumed at step %ld but rank 0 at step %ld: %s is not the same on every "
-                     "machine (output_dir must be a shared file system)",
-                     tr->rank, mine[0], root[0], have ? dir : cfg->output_dir);
+        st = ct_errf(
+            err, CT_ERR_IO,
+            "rank %d resumed at step %ld but rank 0 at step %ld: %s is not the same on every "
+            "machine (output_dir must be a shared file system)",
+            tr->rank, mine[0], root[0], have ? dir : cfg->output_dir);
       if (st) return st;
     }
   }

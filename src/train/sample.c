@@ -26,14 +26,14 @@ ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, i
   return st;
 }
 
-ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec, const char *const *prompts,
-                           int n, uint64_t index0, const ct_sample_opts *o, ct_image *out,
-                           ct_err *err) {
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec,
+                           const char *const *prompts, int n, uint64_t index0,
+                           const ct_sample_opts *o, ct_image *out, ct_err *err) {
   const ct_mmdit_config *mc = ct_mmdit_cfg(m);
   const int C = mc->in_channels, d = mc->context_in_dim, dv = mc->vec_in_dim, s = codec->factor;
   if (C != codec->channels)
-    return ct_errf(err, CT_ERR_SHAPE, "model has %d latent channels; the %s codec (%s) gives %d", C, codec->kind,
-                   codec->tag, codec->channels);
+    return ct_errf(err, CT_ERR_SHAPE, "model has %d latent channels; the %s codec (%s) gives %d", C,
+                   codec->kind, codec->tag, codec->channels);
   if (o->width <= 0 || o->height <= 0 || o->width % (2 * s) || o->height % (2 * s))
     return ct_errf(err, CT_ERR_INVALID, "image size %dx%d must be positive multiples of %d",
                    o->width, o->height, 2 * s);
@@ -62,8 +62,8 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
                        (index0 + (uint64_t)i) * lat, 0.0f, 1.0f);
   }
   if (d != dv) {
-    st = ct_errf(err, CT_ERR_SHAPE, "context_in_dim %d != vec_in_dim %d: one text encoder cannot feed both",
-                 d, dv);
+    st = ct_errf(err, CT_ERR_SHAPE,
+                 "context_in_dim %d != vec_in_dim %d: one text encoder cannot feed both", d, dv);
     goto done;
   }
   st = ct_encode_prompts(te, T, all, B, txt, y, err);

@@ -22,12 +22,11 @@
 #include "ctuner/vae.h"
 #include "trainer_int.h"
 
-
 ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err) {
   const ct_mmdit_preset *p = ct_mmdit_preset_find(cfg->preset);
   if (!p || !p->batch)
-    return ct_errf(err, CT_ERR_INVALID, "preset '%s' is not trainable; choose one of tiny, small, bench",
-                   cfg->preset);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "preset '%s' is not trainable; choose one of tiny, small, bench", cfg->preset);
   g->mc = p->cfg;
   int s = (int)cfg->codec_scale;
   if (cfg->codec && !strcmp(cfg->codec, "vae")) { /* the VAE's factor and latent channels */
@@ -60,15 +59,17 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
   if (res == 0) res = (p->lat_h > p->lat_w ? p->lat_h : p->lat_w) * s;
   g->resolution = res;
   if (res % (2 * s))
-    return ct_errf(err, CT_ERR_INVALID, "resolution %d must be a multiple of %d (codec factor %d x patch 2)",
-                   res, 2 * s, s);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "resolution %d must be a multiple of %d (codec factor %d x patch 2)", res, 2 * s,
+                   s);
   if (g->mc.context_in_dim != g->mc.vec_in_dim)
-    return ct_errf(err, CT_ERR_INVALID, "preset '%s' has context_in_dim != vec_in_dim", cfg->preset);
+    return ct_errf(err, CT_ERR_INVALID, "preset '%s' has context_in_dim != vec_in_dim",
+                   cfg->preset);
   return ct_mmdit_config_validate(&g->mc, err);
 }
 
-ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
-                                 ct_err *err) {
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir,
+                                 ct_textenc **te, ct_err *err) {
   char vocab[4200], merges[4200], weights[4200];
   const char *wpath = cfg->text_encoder_path;
   *te = NULL;
@@ -145,7 +146,9 @@ ct_status ct_train_build_sched(const ct_config *cfg, long total, ct_sched *s, ct
 }
 
 /* Deterministic sum of squares: fixed chunks summed in double, in order (the kernel layer's). */
-double ct_train_sumsq(const float *g, size_t n) { return ct_sumsq(n, g); }
+double ct_train_sumsq(const float *g, size_t n) {
+  return ct_sumsq(n, g);
+}
 
 /* Keep metrics.jsonl lines of steps <= `upto` (a resume rewrites the tail). */
 FILE *ct_train_open_metrics(const char *out, long upto) {
@@ -172,7 +175,8 @@ FILE *ct_train_open_metrics(const char *out, long upto) {
   return fopen(p, "wb");
 }
 
-static ct_status text_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled, ct_err *err) {
+static ct_status text_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled,
+                             ct_err *err) {
   const ct_text_cb *cb = ctx;
   return ct_encode_prompts(cb->te, cb->T, caps, n, seq, pooled, err);
 }
@@ -180,7 +184,8 @@ static ct_status text_encode(void *ctx, const char *const *caps, int n, float *s
 ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn, ct_err *err) {
   /* The tag is a digest of the encoder's output on probe captions: any change
    * of weights, tokenizer or length names different cache files. */
-  static const char *const probe[3] = {"", "a small red circle at the top left", "ctuner text cache probe 0123"};
+  static const char *const probe[3] = {"", "a small red circle at the top left",
+                                       "ctuner text cache probe 0123"};
   const size_t Td = (size_t)cb->T * (size_t)d;
   float *seq = malloc(3 * Td * sizeof(float)), *pooled = malloc(3 * (size_t)dp * sizeof(float));
   ct_status st = seq && pooled ? ct_encode_prompts(cb->te, cb->T, probe, 3, seq, pooled, err)
@@ -210,9 +215,11 @@ static void warn_inapplicable(const ct_config *cfg) {
     if (n++ < 12) snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", ki.name);
   }
   if (n)
-    CT_WARN("model_type %s: %d key(s) set in the config apply to another model type and have no effect here: %s%s "
-            "(ctuner train --help-keys lists each key's model types)",
-            mt, n, list, n > 12 ? ", ..." : "");
+    CT_WARN(
+        "model_type %s: %d key(s) set in the config apply to another model type and have no effect "
+        "here: %s%s "
+        "(ctuner train --help-keys lists each key's model types)",
+        mt, n, list, n > 12 ? ", ..." : "");
 }
 
 /* Everything up to the data: config checks, threads per rank, output_dir,
@@ -226,8 +233,9 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
   if (st) return st;
   if (tr->rank == 0) warn_inapplicable(cfg);
   if (!cfg->data_backend_config)
-    return ct_errf(err, CT_ERR_INVALID, "data_backend_config is required: a multidatabackend.json "
-                                        "listing the datasets (docs/training.md)");
+    return ct_errf(err, CT_ERR_INVALID,
+                   "data_backend_config is required: a multidatabackend.json "
+                   "listing the datasets (docs/training.md)");
   if (cfg->num_threads > 0) {
     omp_set_num_threads((int)cfg->num_threads);
   } else if (tr->world > 1 && !getenv("OMP_NUM_THREADS")) {

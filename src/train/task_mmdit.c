@@ -26,21 +26,25 @@
 #include "ctuner/vae.h"
 #include "trainer_int.h"
 
-
 /* Optimizer tensor table over the model's flat buffer; alignment gaps become
  * vector "tensors". Muon orthogonalises hidden 2-D weights only: embeddings,
  * input layers and the final layer go to its AdamW part (cols = 0).
  * µP multipliers compare each tensor with the same tensor of a base-width model. */
 static int muon_excluded(const char *name) {
-  static const char *const ex[] = {"img_in.", "txt_in.", "time_in.in_layer.", "vector_in.in_layer.",
-                                   "guidance_in.in_layer.", "final_layer.linear.", NULL};
+  static const char *const ex[] = {"img_in.",
+                                   "txt_in.",
+                                   "time_in.in_layer.",
+                                   "vector_in.in_layer.",
+                                   "guidance_in.in_layer.",
+                                   "final_layer.linear.",
+                                   NULL};
   for (const char *const *e = ex; *e; e++)
     if (!strncmp(name, *e, strlen(*e))) return 1;
   return 0;
 }
 
-static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m, size_t lo, size_t hi,
-                                   ct_optim **out, ct_err *err) {
+static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m,
+                                   size_t lo, size_t hi, ct_optim **out, ct_err *err) {
   /* the 1-bit family keeps Adam's two moments in an Adam (onebit.c steps them) */
   const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
   if (!oi) return err ? err->status : CT_ERR_INVALID;
@@ -58,7 +62,8 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
     bc.hidden = (int)cfg->mup_base_hidden;
     bc.heads = bc.hidden / hd;
     if (bc.heads < 1 || bc.heads * hd != bc.hidden)
-      return ct_errf(err, CT_ERR_INVALID, "mup_base_hidden %ld must be a multiple of the head dim %d",
+      return ct_errf(err, CT_ERR_INVALID,
+                     "mup_base_hidden %ld must be a multiple of the head dim %d",
                      cfg->mup_base_hidden, hd);
     st = ct_mmdit_param_table(&bc, &base, &nb, &bnumel, err);
     if (st) return st;
@@ -71,9 +76,15 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
   }
   size_t k = 0, cur = 0;
   for (size_t i = 0; i < np; i++) {
-    if (t[i].offset > cur) ot[k++] = (ct_optim_tensor){"(padding)", cur, t[i].offset - cur, 0, 0, 1, 1};
-    ct_optim_tensor x = {t[i].name, t[i].offset, t[i].numel, (int)t[i].shape[0],
-                         t[i].ndim == 2 ? (int)t[i].shape[1] : 0, 1, 1};
+    if (t[i].offset > cur)
+      ot[k++] = (ct_optim_tensor){"(padding)", cur, t[i].offset - cur, 0, 0, 1, 1};
+    ct_optim_tensor x = {t[i].name,
+                         t[i].offset,
+                         t[i].numel,
+                         (int)t[i].shape[0],
+                         t[i].ndim == 2 ? (int)t[i].shape[1] : 0,
+                         1,
+                         1};
     if (kind == CT_OPTIM_MUON && muon_excluded(t[i].name)) x.cols = 0;
     if (base) {
       if (t[i].ndim == 2) {
@@ -96,10 +107,11 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
     size_t a2 = a < lo ? lo : a, b2 = b > hi ? hi : b;
     if (a2 != a || b2 != b) {
       if (!ct_optim_can_cut(kind, &x)) {
-        st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                     "optimizer '%s' updates whole tensors, and the ZeRO shard boundary at float %zu "
-                     "cuts '%s'; use zero_stage 0 with this optimizer",
-                     cfg->optimizer, a2 != a ? lo : hi, x.name);
+        st = ct_errf(
+            err, CT_ERR_UNSUPPORTED,
+            "optimizer '%s' updates whole tensors, and the ZeRO shard boundary at float %zu "
+            "cuts '%s'; use zero_stage 0 with this optimizer",
+            cfg->optimizer, a2 != a ? lo : hi, x.name);
         break;
       }
       /* a fragment keeps rows/cols: the elementwise rules only read them for
@@ -115,7 +127,6 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
   return st;
 }
 
-
 /* Tokens of a caption without BOS/EOS. */
 static size_t caption_tokens(const char *caption, void *te) {
   const ct_bpe *b = ct_textenc_bpe(te);
@@ -125,7 +136,8 @@ static size_t caption_tokens(const char *caption, void *te) {
 /* One micro-batch: forward, loss, backward (grads accumulate). The batch
  * (one aspect bucket, this rank's slice of the step's samples) comes from the
  * data loader; noise and timesteps are keyed by its global sample ids. */
-static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, long step, double *loss, ct_err *err) {
+static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, long step,
+                                  double *loss, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const int B = (int)cfg->train_batch_size, T = tr->g.T;
   ct_batch *bt = NULL;
@@ -141,7 +153,8 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     if (!strcmp(cfg->timestep_sampling, "uniform")) {
       t = ct_rng_uniform(seed, CT_STREAM_TIMESTEP, id);
     } else {
-      float z = (float)cfg->logit_mean + (float)cfg->logit_std * ct_rng_normal(seed, CT_STREAM_TIMESTEP, id);
+      float z = (float)cfg->logit_mean +
+                (float)cfg->logit_std * ct_rng_normal(seed, CT_STREAM_TIMESTEP, id);
       t = 1.0f / (1.0f + expf(-z));
     }
     tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
@@ -159,7 +172,8 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
-  ct_mmdit_batch in = {.B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
+  ct_mmdit_batch in = {
+      .B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
@@ -236,7 +250,9 @@ static ct_status extra(void *user, const char *tmp, ct_err *err) {
 
 /* ---- the task table ---- */
 
-static ct_status configure(trainer *tr, ct_err *err) { return ct_geometry_from_config(tr->cfg, &tr->g, err); }
+static ct_status configure(trainer *tr, ct_err *err) {
+  return ct_geometry_from_config(tr->cfg, &tr->g, err);
+}
 
 /* The frozen text encoder first (the data loader caches its embeddings),
  * the codec, then the dataset. */
@@ -248,19 +264,26 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   st = ct_textenc_from_config(cfg, tr->g.mc.context_in_dim, NULL, &tr->te, err);
   if (st) return st;
   tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
-  st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn, err);
+  st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn,
+                       err);
   if (st) return st;
   st = cfg->codec && !strcmp(cfg->codec, "vae")
-           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile, (uint64_t)cfg->seed, &tr->codec,
-                          err)
+           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile,
+                          (uint64_t)cfg->seed, &tr->codec, err)
            : ct_codec_pixel(tr->g.codec_scale, &tr->codec, err);
   if (st) return st;
   if (lead && tr->codec.ctx)
-    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", cfg->pretrained_vae_model_name_or_path,
-            tr->codec.channels, tr->codec.factor, tr->codec.tag);
-  ct_data_opts dopt = {.cfg = cfg, .comm = comm, .codec_scale = tr->g.codec_scale, .codec = &tr->codec,
-                       .size_multiple = tr->g.codec_scale * 2,
-                       .text = &tr->text_fn, .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
+    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)",
+            cfg->pretrained_vae_model_name_or_path, tr->codec.channels, tr->codec.factor,
+            tr->codec.tag);
+  ct_data_opts dopt = {
+      .cfg = cfg,
+      .comm = comm,
+      .codec_scale = tr->g.codec_scale,
+      .codec = &tr->codec,
+      .size_multiple = tr->g.codec_scale * 2,
+      .text = &tr->text_fn,
+      .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
   return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
 }
 
@@ -269,7 +292,8 @@ static ct_status open_task(trainer *tr, ct_err *err) {
  * the float32 weights of this rank's range in the trainer. */
 static ct_status new_model(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
-  const int flags = (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
+  const int flags =
+      (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
   ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed, flags, &tr->m, err);
   if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
   if (st) tr->m = NULL;
@@ -281,11 +305,14 @@ static ct_status new_model(trainer *tr, ct_err *err) {
     st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
   if (st) return st;
   /* BOS and EOS take two of the T tokens. */
-  size_t over, longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
+  size_t over, longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te,
+                                                    (size_t)tr->g.T - 2, &over);
   if (over)
-    CT_WARN("%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
-            "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
-            over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest, longest + 2);
+    CT_WARN(
+        "%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
+        "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
+        over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest,
+        longest + 2);
   return ct_validation_init(tr, err);
 }
 
@@ -309,19 +336,24 @@ static ct_status alloc(trainer *tr, ct_err *err) {
 }
 
 /* parts[0]: this rank's loss, the mean over its micro-batches */
-static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts, ct_err *err) {
+static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts,
+                             ct_err *err) {
   double l = 0;
   ct_status st = micro_batch_loss(tr, s, accum, step, &l, err);
   parts[0] += l / accum;
   return st;
 }
 
-static double loss(const trainer *tr, const double *parts) { return parts[0] / tr->world; }
+static double loss(const trainer *tr, const double *parts) {
+  return parts[0] / tr->world;
+}
 
-static void metrics(const trainer *tr, const double *parts, char *buf, size_t n) { buf[0] = 0; }
+static void metrics(const trainer *tr, const double *parts, char *buf, size_t n) {
+  buf[0] = 0;
+}
 
-static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev, size_t evn,
-                          ct_err *err) {
+static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev,
+                          size_t evn, ct_err *err) {
   ct_status st = ct_validate(tr, step, nimg, err);
   snprintf(where, wn, "%s/validation_images", tr->cfg->output_dir);
   snprintf(ev, evn, "validation: %d images in %s/validation_images", *nimg, tr->cfg->output_dir);

@@ -62,7 +62,8 @@ static ct_status validate(vtrainer *t, double *out_psnr, char *path, size_t pn, 
   const ct_vae_config *c = ct_vae_cfg(t->vae);
   const int f = ct_vae_factor(c), n = t->nval, H = t->vh, W = t->vw;
   const size_t per = (size_t)3 * H * W, lat = (size_t)c->latent_channels * (H / f) * (W / f);
-  float *mean = malloc((size_t)n * lat * sizeof(float)), *rec = malloc((size_t)n * per * sizeof(float));
+  float *mean = malloc((size_t)n * lat * sizeof(float)),
+        *rec = malloc((size_t)n * per * sizeof(float));
   ct_image grid = {0};
   ct_status st = mean && rec ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   if (!st) st = ct_vae_encode(t->vae, n, H, W, t->val, mean, NULL, err);
@@ -75,15 +76,18 @@ static ct_status validate(vtrainer *t, double *out_psnr, char *path, size_t pn, 
     if (!st) st = ct_pixel_decode(t->val + (size_t)i * per, W, H, 1, a, err);
     if (!st) st = ct_pixel_decode(rec + (size_t)i * per, W, H, 1, b, err);
     for (int y = 0; !st && y < H; y++) {
-      memcpy(grid.px + ((size_t)y * grid.w + (size_t)i * W) * 3, a + (size_t)y * W * 3, (size_t)W * 3);
-      memcpy(grid.px + ((size_t)(y + H) * grid.w + (size_t)i * W) * 3, b + (size_t)y * W * 3, (size_t)W * 3);
+      memcpy(grid.px + ((size_t)y * grid.w + (size_t)i * W) * 3, a + (size_t)y * W * 3,
+             (size_t)W * 3);
+      memcpy(grid.px + ((size_t)(y + H) * grid.w + (size_t)i * W) * 3, b + (size_t)y * W * 3,
+             (size_t)W * 3);
     }
     free(a), free(b);
   }
   char dir[4200];
   snprintf(dir, sizeof dir, "%s/validation_images", t->cfg->output_dir);
   if (!st) st = ct_mkdir_p(dir, err);
-  if (ct_pathf(path, pn, "%s/step_%06ld_reconstruction.png", dir, t->step)) st = ct_errf(err, CT_ERR_RANGE, "output_dir path too long");
+  if (ct_pathf(path, pn, "%s/step_%06ld_reconstruction.png", dir, t->step))
+    st = ct_errf(err, CT_ERR_RANGE, "output_dir path too long");
   if (!st) st = ct_image_save_png(path, &grid, err);
   ct_image_free(&grid);
   free(mean), free(rec);
@@ -109,7 +113,8 @@ static ct_status latent_stats(vtrainer *t, float *shift, float *scale, ct_err *e
     float *mean = malloc((size_t)b->B * lat * sizeof(float));
     if (!mean) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     if (!st) st = ct_vae_encode(t->vae, b->B, b->h, b->w, b->x0, mean, NULL, err);
-    for (size_t i = 0; !st && i < (size_t)b->B * lat; i++) acc[0] += mean[i], acc[1] += (double)mean[i] * mean[i];
+    for (size_t i = 0; !st && i < (size_t)b->B * lat; i++)
+      acc[0] += mean[i], acc[1] += (double)mean[i] * mean[i];
     acc[2] += st ? 0 : (double)b->B * lat;
     free(mean);
     seen += b->B;
@@ -120,27 +125,35 @@ static ct_status latent_stats(vtrainer *t, float *shift, float *scale, ct_err *e
   *shift = (float)mu;
   *scale = (float)(1.0 / sqrt(var > 1e-12 ? var : 1e-12));
   if (t->lead)
-    CT_INFO("vae: latent statistics over %ld image(s) per rank: mean %.6g, std %.6g -> shift_factor %.6g, "
-            "scaling_factor %.6g",
-            seen, mu, sqrt(var > 0 ? var : 0), *shift, *scale);
+    CT_INFO(
+        "vae: latent statistics over %ld image(s) per rank: mean %.6g, std %.6g -> shift_factor "
+        "%.6g, "
+        "scaling_factor %.6g",
+        seen, mu, sqrt(var > 0 ? var : 0), *shift, *scale);
   return CT_OK;
 }
 
-static ct_status micro_batch(vtrainer *t, const ct_batch *b, double scale, double *rec_loss, double *kl_loss,
-                             ct_err *err) {
+static ct_status micro_batch(vtrainer *t, const ct_batch *b, double scale, double *rec_loss,
+                             double *kl_loss, ct_err *err) {
   const ct_vae_config *c = ct_vae_cfg(t->vae);
   const int f = ct_vae_factor(c), B = b->B, H = b->h, W = b->w;
-  if (b->C != 3) return ct_errf(err, CT_ERR_SHAPE, "model_type vae trains on RGB images (3 channels), got %d", b->C);
+  if (b->C != 3)
+    return ct_errf(err, CT_ERR_SHAPE, "model_type vae trains on RGB images (3 channels), got %d",
+                   b->C);
   const size_t lat = (size_t)c->latent_channels * (H / f) * (W / f), px = (size_t)3 * H * W;
   ct_vae_tape *te = NULL, *td = NULL;
   ct_status st = ct_vae_encode_fwd(t->vae, B, H, W, b->x0, t->mean, t->logvar, &te, err);
-  /* z = mean + exp(logvar / 2) eps, eps a function of (seed, sample id), kept in dmean until the backward */
+  /* z = mean + exp(logvar / 2) eps, eps a function of (seed, sample id), kept in dmean until the
+   * backward */
   for (int i = 0; !st && i < B; i++)
-    ct_rng_fill_normal(t->dmean + (size_t)i * lat, lat, (uint64_t)t->cfg->seed, CT_STREAM_VAE_EPS, b->ids[i] * lat, 0, 1);
-  for (size_t i = 0; !st && i < (size_t)B * lat; i++) t->z[i] = t->mean[i] + expf(0.5f * t->logvar[i]) * t->dmean[i];
+    ct_rng_fill_normal(t->dmean + (size_t)i * lat, lat, (uint64_t)t->cfg->seed, CT_STREAM_VAE_EPS,
+                       b->ids[i] * lat, 0, 1);
+  for (size_t i = 0; !st && i < (size_t)B * lat; i++)
+    t->z[i] = t->mean[i] + expf(0.5f * t->logvar[i]) * t->dmean[i];
   if (!st) st = ct_vae_decode_fwd(t->vae, B, H / f, W / f, t->z, t->rec, &td, err);
   if (!st) {
-    /* reconstruction: mean over elements of this micro-batch; scale spreads it over the global batch */
+    /* reconstruction: mean over elements of this micro-batch; scale spreads it over the global
+     * batch */
     const int l1 = !strcmp(t->cfg->vae_loss, "l1");
     const size_t n = (size_t)B * px;
     double sum = 0;
@@ -175,27 +188,34 @@ static ct_status micro_batch(vtrainer *t, const ct_batch *b, double scale, doubl
 
 /* ------------------------------------------------------------ the task */
 
-static vtrainer *V(const trainer *tr) { return tr->tk; }
+static vtrainer *V(const trainer *tr) {
+  return tr->tk;
+}
 
 /* What the VAE cannot do, refused by name before anything is made. */
 static ct_status configure(trainer *tr, ct_err *err) {
   const ct_config *c = tr->cfg;
   if (c->offload_param && !strcmp(c->offload_param, "nvme"))
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "model_type vae: offload_param nvme needs zero_stage 3, which the VAE does not support; "
-                   "offload_optimizer nvme works");
+    return ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "model_type vae: offload_param nvme needs zero_stage 3, which the VAE does not support; "
+        "offload_optimizer nvme works");
   if (c->zero_stage >= 2)
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "model_type vae: zero_stage %ld shards gradients or weights inside the backward through "
-                   "segment hooks the VAE does not have; use zero_stage 0 or 1 (ZeRO-1 shards its optimizer state)",
-                   c->zero_stage);
+    return ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "model_type vae: zero_stage %ld shards gradients or weights inside the backward through "
+        "segment hooks the VAE does not have; use zero_stage 0 or 1 (ZeRO-1 shards its optimizer "
+        "state)",
+        c->zero_stage);
   if (!strcmp(c->mixed_precision, "bf16"))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "model_type vae: mixed_precision bf16 keeps bf16 weights through segment hooks the VAE does not "
+                   "model_type vae: mixed_precision bf16 keeps bf16 weights through segment hooks "
+                   "the VAE does not "
                    "have; use mixed_precision no");
   vtrainer *t = calloc(1, sizeof *t);
   if (!t) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  *t = (vtrainer){.cfg = c, .comm = tr->comm, .rank = tr->rank, .world = tr->world, .lead = tr->rank == 0};
+  *t = (vtrainer){
+      .cfg = c, .comm = tr->comm, .rank = tr->rank, .world = tr->world, .lead = tr->rank == 0};
   tr->tk = t;
   return CT_OK;
 }
@@ -221,17 +241,26 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   const ct_vae_config *vc = ct_vae_cfg(t->vae);
   const int f = ct_vae_factor(vc);
   if (t->lead)
-    CT_INFO("vae: %zu parameters (block_out_channels x%d, latent %d channels, factor %d), %s loss, kl_weight %g",
-            ct_vae_numel(t->vae), vc->nblocks, vc->latent_channels, f, cfg->vae_loss, cfg->vae_kl_weight);
-  ct_data_opts dopt = {.cfg = cfg, .comm = tr->comm, .codec_scale = 1, .size_multiple = f, .text = NULL,
-                       .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
+    CT_INFO(
+        "vae: %zu parameters (block_out_channels x%d, latent %d channels, factor %d), %s loss, "
+        "kl_weight %g",
+        ct_vae_numel(t->vae), vc->nblocks, vc->latent_channels, f, cfg->vae_loss,
+        cfg->vae_kl_weight);
+  ct_data_opts dopt = {
+      .cfg = cfg,
+      .comm = tr->comm,
+      .codec_scale = 1,
+      .size_multiple = f,
+      .text = NULL,
+      .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
   st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
   t->ds = tr->ds;
   return st;
 }
 
 static ct_status new_model(trainer *tr, ct_err *err) {
-  if (!ct_vae_grads(V(tr)->vae)) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's gradients");
+  if (!ct_vae_grads(V(tr)->vae))
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's gradients");
   return ct_trainer_shard(tr, err);
 }
 
@@ -259,10 +288,12 @@ static ct_status build_optim(trainer *tr, ct_optim **out, ct_err *err) {
     const size_t a = p->offset > tr->lo ? p->offset : tr->lo;
     const size_t b = p->offset + p->numel < tr->hi ? p->offset + p->numel : tr->hi;
     if (a >= b) continue;
-    ct_optim_tensor x = {p->name, a - tr->lo, b - a, p->ndim >= 2 ? (int)p->shape[0] : 0, cols, 1, 1};
+    ct_optim_tensor x = {p->name, a - tr->lo, b - a, p->ndim >= 2 ? (int)p->shape[0] : 0,
+                         cols,    1,          1};
     if ((a != p->offset || b != p->offset + p->numel) && !ct_optim_can_cut(oi->kind, &x))
       st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "optimizer '%s' updates whole tensors, and the ZeRO shard boundary cuts '%s'; use zero_stage 0 "
+                   "optimizer '%s' updates whole tensors, and the ZeRO shard boundary cuts '%s'; "
+                   "use zero_stage 0 "
                    "with this optimizer",
                    cfg->optimizer, p->name);
     ot[k++] = x;
@@ -288,15 +319,17 @@ static ct_status alloc(trainer *tr, ct_err *err) {
   return st ? ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers") : CT_OK;
 }
 
-static ct_status task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts,
-                                  ct_err *err) {
+static ct_status task_micro_batch(trainer *tr, ct_train_state *s, int accum, long step,
+                                  double *parts, ct_err *err) {
   vtrainer *t = V(tr);
-  const double scale = 1.0 / ((double)accum * (double)tr->cfg->train_batch_size * (double)tr->world);
+  const double scale =
+      1.0 / ((double)accum * (double)tr->cfg->train_batch_size * (double)tr->world);
   ct_batch *b = NULL;
   ct_status st = ct_dataset_next(tr->ds, &b, err);
   if (st) return st;
   tr->data_wait += b->wait_s;
-  if (!t->val && t->lead && !tr->cfg->disable_validation) { /* the first batch is the validation set */
+  if (!t->val && t->lead &&
+      !tr->cfg->disable_validation) { /* the first batch is the validation set */
     t->nval = b->B < 4 ? b->B : 4, t->vh = b->h, t->vw = b->w;
     t->val = malloc((size_t)t->nval * 3 * b->h * b->w * sizeof(float));
     if (t->val) memcpy(t->val, b->x0, (size_t)t->nval * 3 * b->h * b->w * sizeof(float));
@@ -309,14 +342,16 @@ static ct_status task_micro_batch(trainer *tr, ct_train_state *s, int accum, lon
   return st;
 }
 
-static double loss(const trainer *tr, const double *parts) { return parts[0] + tr->cfg->vae_kl_weight * parts[1]; }
+static double loss(const trainer *tr, const double *parts) {
+  return parts[0] + tr->cfg->vae_kl_weight * parts[1];
+}
 
 static void metrics(const trainer *tr, const double *parts, char *buf, size_t n) {
   snprintf(buf, n, "\"rec_loss\": %.9g, \"kl\": %.9g, ", parts[0], parts[1]);
 }
 
-static ct_status task_validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev, size_t evn,
-                               ct_err *err) {
+static ct_status task_validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev,
+                               size_t evn, ct_err *err) {
   vtrainer *t = V(tr);
   *nimg = 0;
   if (!t->val || tr->cfg->disable_validation) return CT_OK;
@@ -326,7 +361,8 @@ static ct_status task_validate(trainer *tr, long step, int *nimg, char *where, s
   if (st) return st;
   fprintf(tr->metrics, "{\"step\": %ld, \"validation_psnr\": %.4f}\n", step, ps);
   fflush(tr->metrics);
-  CT_INFO("vae: step %ld: reconstruction PSNR %.2f dB on %d validation image(s) (%s)", step, ps, t->nval, where);
+  CT_INFO("vae: step %ld: reconstruction PSNR %.2f dB on %d validation image(s) (%s)", step, ps,
+          t->nval, where);
   snprintf(ev, evn, "validation: PSNR %.2f dB, %s", ps, where);
   *nimg = 1;
   return CT_OK;
@@ -356,7 +392,8 @@ static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err
 static void task_free(trainer *tr) {
   vtrainer *t = V(tr);
   if (!t) return;
-  ct_free(t->mean), ct_free(t->logvar), ct_free(t->z), ct_free(t->dz), ct_free(t->dmean), ct_free(t->dlogvar);
+  ct_free(t->mean), ct_free(t->logvar), ct_free(t->z), ct_free(t->dz), ct_free(t->dmean),
+      ct_free(t->dlogvar);
   ct_free(t->rec), ct_free(t->drec);
   free(t->val);
   free(t);

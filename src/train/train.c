@@ -18,8 +18,8 @@ const ct_task_ops *ct_task_pick(const ct_config *cfg) {
 
 /* output_dir s3://bucket/prefix: the run works in the local directory and
  * mirrors its checkpoints (src/train/remote.c). */
-static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cfg, ct_remote **remote,
-                             char **local, ct_err *err) {
+static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cfg,
+                             ct_remote **remote, char **local, ct_err *err) {
   *local_cfg = *cfg;
   *remote = NULL;
   *local = NULL;
@@ -27,12 +27,14 @@ static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cf
   ct_status st = ct_remote_open(cfg, lead, remote, local, err);
   if (st) return st;
   local_cfg->output_dir = *local;
-  if (lead) CT_INFO("output_dir %s: working in %s; checkpoints are mirrored to the bucket", cfg->output_dir, *local);
+  if (lead)
+    CT_INFO("output_dir %s: working in %s; checkpoints are mirrored to the bucket", cfg->output_dir,
+            *local);
   return CT_OK;
 }
 
-ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user, ct_train_summary *sum,
-                       ct_err *err) {
+ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
+                       ct_train_summary *sum, ct_err *err) {
   ct_config c2;
   ct_remote *r;
   char *local;

@@ -29,8 +29,8 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
  * tokenizer files come from that checkpoint instead of the config's paths. */
 #define CT_CKPT_TOKENIZER_VOCAB "tokenizer_vocab.json"
 #define CT_CKPT_TOKENIZER_MERGES "tokenizer_merges.txt"
-ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir, ct_textenc **te,
-                                 ct_err *err);
+ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *ckpt_dir,
+                                 ct_textenc **te, ct_err *err);
 
 /* The data loader's view of the frozen text encoder (the text-embedding
  * cache): ct_text_fn_init fills fn with cb as its context and a tag that
@@ -43,12 +43,12 @@ ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn,
 
 /* Everything besides tensors that a checkpoint must restore for an exact resume. */
 typedef struct ct_train_state {
-  long global_step;     /* optimizer steps attempted (skipped ones included) */
-  long opt_steps;       /* optimizer steps applied (bias correction count) */
-  long epoch;           /* 0-based */
-  long epoch_pos;       /* samples consumed in this epoch */
-  long samples_seen;    /* global sample id counter (RNG index) */
-  long nonfinite_run;   /* consecutive skipped steps */
+  long global_step;   /* optimizer steps attempted (skipped ones included) */
+  long opt_steps;     /* optimizer steps applied (bias correction count) */
+  long epoch;         /* 0-based */
+  long epoch_pos;     /* samples consumed in this epoch */
+  long samples_seen;  /* global sample id counter (RNG index) */
+  long nonfinite_run; /* consecutive skipped steps */
   long nonfinite_total;
   double last_loss;
   char digest[17];
@@ -58,10 +58,11 @@ typedef struct ct_train_state {
 struct ct_model;
 typedef struct ct_ckpt_io {
   struct ct_model *model; /* model.h: its own files, table, flat buffer */
-  const float *ema;    /* NULL without EMA */
-  float *ema_out;      /* for loading */
-  struct ct_optim *opt; /* NULL: a rank without an optimizer range (nothing saved or loaded) */
-  /* the task's other files (text encoder, tokenizer, ...) into a checkpoint directory; may be NULL */
+  const float *ema;       /* NULL without EMA */
+  float *ema_out;         /* for loading */
+  struct ct_optim *opt;   /* NULL: a rank without an optimizer range (nothing saved or loaded) */
+  /* the task's other files (text encoder, tokenizer, ...) into a checkpoint directory; may be NULL
+   */
   ct_status (*extra)(void *user, const char *dir, ct_err *err);
   void *extra_user;
   const ct_config *cfg;
@@ -87,9 +88,8 @@ typedef struct ct_ckpt_io {
 #define CT_CKPT_ZERO_DIR "zero"
 /* Write output_dir/checkpoint-<step> atomically (temporary directory, fsync,
  * rename, .guard last), then rotate to keep `limit` (0 = all). One process. */
-ct_status ct_checkpoint_save(const char *output_dir, const ct_ckpt_io *io,
-                             const ct_train_state *s, long limit, char *path, size_t n,
-                             ct_err *err);
+ct_status ct_checkpoint_save(const char *output_dir, const ct_ckpt_io *io, const ct_train_state *s,
+                             long limit, char *path, size_t n, ct_err *err);
 ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_state *s, ct_err *err);
 /* The same in steps, for ranks that each write a part (sharded optimizers):
  * rank 0 prepares checkpoint-<step>-tmp (with the zero/ directory) and tmp
@@ -98,12 +98,12 @@ ct_status ct_checkpoint_load(const char *dir, const ct_ckpt_io *io, ct_train_sta
  * ranks' files are durable (a collective), rank 0 commits: fsync, rename,
  * .guard, rotation. */
 ct_status ct_checkpoint_prepare(const char *out, long step, char *tmp, size_t n, ct_err *err);
-ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s, int rank,
-                                        int world, ct_err *err);
+ct_status ct_checkpoint_write_fragments(const char *tmp, const ct_ckpt_io *io,
+                                        const ct_train_state *s, int rank, int world, ct_err *err);
 ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const ct_train_state *s,
                                    int fragments, ct_err *err);
-ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path, size_t pn,
-                               ct_err *err);
+ct_status ct_checkpoint_commit(const char *out, const char *tmp, long step, long limit, char *path,
+                               size_t pn, ct_err *err);
 /* Remove leftovers of interrupted writes (checkpoint-*-tmp). */
 void ct_checkpoint_clean_tmp(const char *output_dir);
 /* "checkpoint-<digits>" exactly: the step, else -1. */

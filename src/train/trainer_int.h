@@ -14,9 +14,9 @@
 #include "ctuner/data.h"
 #include "ctuner/health.h"
 #include "ctuner/optim.h"
+#include "train/model.h"
 #include "train/offload.h"
 #include "train/onebit.h"
-#include "train/model.h"
 #include "train/remote.h"
 #include "train/zero.h"
 #include "train_int.h"
@@ -31,18 +31,20 @@ typedef struct vprompts {
 typedef struct trainer {
   const ct_config *cfg;
   ct_comm *comm;
-  int rank, world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
-  int zero;        /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
-  int stage;       /* zero_stage */
+  int rank,
+      world; /* data parallel: rank r takes samples [r*B, (r+1)*B) of each global micro-batch */
+  int zero;  /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
+  int stage; /* zero_stage */
   size_t shard, lo, hi;
-  int bf16;        /* mixed_precision bf16 */
-  int own;         /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
-  zero_ctx z;      /* stages 2-3 and bf16 (zero.h) */
-  float *wsh;      /* float32 (master) weights of [lo, hi) when own */
-  ct_offload *off; /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
-  int opt_off;     /* the optimizer's state arrays are the file's first ones */
-  int widx;        /* offload_param: the weights are the file's array widx (wsh is NULL); else -1 */
-  ct_onebit *ob;   /* optimizer onebitadam (its moments are tr.opt's Adam state) */
+  int bf16;   /* mixed_precision bf16 */
+  int own;    /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
+  zero_ctx z; /* stages 2-3 and bf16 (zero.h) */
+  float *wsh; /* float32 (master) weights of [lo, hi) when own */
+  ct_offload
+      *off;      /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
+  int opt_off;   /* the optimizer's state arrays are the file's first ones */
+  int widx;      /* offload_param: the weights are the file's array widx (wsh is NULL); else -1 */
+  ct_onebit *ob; /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
   ct_model *model; /* the model interface (model.h) */
@@ -51,24 +53,24 @@ typedef struct trainer {
   ct_dataset *ds;
   ct_text_cb text_cb;
   ct_text_encoder_fn text_fn;
-  double data_wait; /* seconds waited for batches */
-  ct_health *h;     /* monitor, circuit breaker, webhooks (ct_train_run only) */
-  ct_remote *remote; /* output_dir s3://...: checkpoints mirrored there (rank 0) */
+  double data_wait;          /* seconds waited for batches */
+  ct_health *h;              /* monitor, circuit breaker, webhooks (ct_train_run only) */
+  ct_remote *remote;         /* output_dir s3://...: checkpoints mirrored there (rank 0) */
   char remote_pending[1024]; /* a checkpoint whose upload failed, retried at the end */
-  ct_codec codec;   /* pixel or VAE: the data's latents, validation's decoding */
+  ct_codec codec;            /* pixel or VAE: the data's latents, validation's decoding */
   ct_optim *opt;
   ct_sched sched;
-  float *ema;      /* every parameter; when own: [lo, hi) only */
+  float *ema; /* every parameter; when own: [lo, hi) only */
   vprompts vp;
   int vw, vh;
   long total;
   FILE *metrics;
   /* batch buffers */
   float *eps, *xt, *v, *dv, *t, *txt, *y;
-  const struct ct_dp_ops *dp; /* the parallel strategy (dp.c picks it) */
+  const struct ct_dp_ops *dp;     /* the parallel strategy (dp.c picks it) */
   const struct ct_task_ops *task; /* the model family and objective */
-  void *tk;                   /* the task's own state (task_vae.c) */
-  long opt_steps0;            /* optimizer steps applied before this run (a resume) */
+  void *tk;                       /* the task's own state (task_vae.c) */
+  long opt_steps0;                /* optimizer steps applied before this run (a resume) */
 } trainer;
 
 /* When the trainer holds the weights (stage 3, bf16): the full float32
@@ -97,9 +99,12 @@ typedef struct ct_dp_ops {
   void (*begin_step)(trainer *tr);
   /* parts: in, this rank's loss parts; out, their sums over ranks. *g: this
    * rank's gradient range (hi - lo floats), *gn: the global gradient norm. */
-  ct_status (*reduce)(trainer *tr, long opt_step, double *parts, int nparts, float **g, double *gn, ct_err *err);
-  /* the optimizer on this rank's range with gradient g, then every rank gets the weights it needs */
-  ct_status (*step)(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy, ct_err *err);
+  ct_status (*reduce)(trainer *tr, long opt_step, double *parts, int nparts, float **g, double *gn,
+                      ct_err *err);
+  /* the optimizer on this rank's range with gradient g, then every rank gets the weights it needs
+   */
+  ct_status (*step)(trainer *tr, float *g, float lr, long opt_step, const float *ema_dcy,
+                    ct_err *err);
   void (*report)(const trainer *tr); /* rank 0, end of run: what it moved */
 } ct_dp_ops;
 extern const ct_dp_ops ct_dp_plain, ct_dp_zero1, ct_dp_zero, ct_dp_onebit;
@@ -116,8 +121,8 @@ void ct_dp_release_full(trainer *tr, full_view *fv);
 ct_status ct_update_start_offload(trainer *tr, ct_err *err);
 /* w: this rank's (master) weights; ema_dcy non-NULL: the EMA is due with that
  * decay and, when the weights live in the swap file, updated here (*ema_done). */
-ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long opt_step, const float *ema_dcy,
-                         ct_err *err);
+ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long opt_step,
+                         const float *ema_dcy, ct_err *err);
 /* The offloaded optimizer state read back for a checkpoint (NULL when in memory). */
 ct_status ct_update_offload_states(trainer *tr, float ***out, ct_err *err);
 void ct_update_free_states(trainer *tr, float **a);
@@ -142,15 +147,17 @@ typedef struct ct_task_ops {
   ct_status (*build_optim)(trainer *tr, ct_optim **out, ct_err *err);
   ct_status (*alloc)(trainer *tr, ct_err *err); /* batch buffers */
   int nparts;
-  ct_status (*micro_batch)(trainer *tr, ct_train_state *s, int accum, long step, double *parts, ct_err *err);
+  ct_status (*micro_batch)(trainer *tr, ct_train_state *s, int accum, long step, double *parts,
+                           ct_err *err);
   double (*loss)(const trainer *tr, const double *parts);
   /* Extra metrics.jsonl fields of a step ("\"rec_loss\": 0.1, "), or "". */
   void (*metrics)(const trainer *tr, const double *parts, char *buf, size_t n);
   /* Rank 0 on the full model: *nimg images written (0: none); where names
    * them for the webhook, ev describes them for the progress callback. */
-  ct_status (*validate)(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev, size_t evn,
-                        ct_err *err);
-  ct_status (*extra)(void *user, const char *dir, ct_err *err); /* its files in a checkpoint, or NULL */
+  ct_status (*validate)(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev,
+                        size_t evn, ct_err *err);
+  ct_status (*extra)(void *user, const char *dir,
+                     ct_err *err); /* its files in a checkpoint, or NULL */
   /* After checkpoint `path` of step was committed (every rank), or NULL. */
   ct_status (*checkpoint_done)(trainer *tr, const char *path, int last, ct_err *err);
   void (*free)(trainer *tr);
@@ -167,14 +174,14 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err);
 void ct_validation_free(trainer *tr);
 
 /* ---- run_ckpt.c: checkpoints of a run ---- */
-ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s, ct_train_summary *sum,
-                                 ct_err *err);
+ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s,
+                                 ct_train_summary *sum, ct_err *err);
 ct_status ct_run_checkpoint_gate(trainer *tr, long step, ct_train_summary *sum, ct_err *err);
 ct_status ct_run_resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_err *err);
 
 /* ---- loop.c ---- */
-ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb, void *user,
-                         ct_train_summary *sum, ct_err *err);
+ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb,
+                         void *user, ct_train_summary *sum, ct_err *err);
 void ct_trainer_free(trainer *tr);
 
 /* ---- setup.c ---- */

@@ -21,7 +21,6 @@
 #include "ctuner/vae.h"
 #include "trainer_int.h"
 
-
 /* offload_optimizer nvme: the optimizer's state moves into a swap file under
  * offload_param_path/ctuner-swap-<hash of output_dir>/rank-R (a stale one of
  * an earlier run is removed first) and the optimizer steps it sub-group by
@@ -37,19 +36,21 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
   const int want_opt = cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme");
   const int par = cfg->offload_param && !strcmp(cfg->offload_param, "nvme");
   if (!(ct_optim_kind_info(kind)->flags & CT_OPTIM_CAN_OFFLOAD)) /* config refuses it first */
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "offload %s nvme: optimizer '%s' updates whole tensors and cannot step in pieces; use an "
-                   "elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
-                   par ? "param" : "optimizer", ct_optim_kind_name(kind));
+    return ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "offload %s nvme: optimizer '%s' updates whole tensors and cannot step in pieces; use an "
+        "elementwise optimizer (adamw, adam, adagrad, lion, sgd, mu*) or offload none",
+        par ? "param" : "optimizer", ct_optim_kind_name(kind));
   const size_t nst = want_opt ? ct_optim_nstate(tr->opt) : 0;
   if (want_opt && !nst && tr->rank == 0)
     CT_INFO("offload_optimizer nvme: optimizer '%s' keeps no state here; nothing to offload",
             ct_optim_kind_name(kind));
   if (!nst && !par) return CT_OK;
   const uint64_t h = ct_hash_str(cfg->output_dir); /* one swap directory per run directory */
-  if (ct_pathf(tr->swap_dir, sizeof tr->swap_dir, "%s/ctuner-swap-%016llx/rank-%d", cfg->offload_param_path,
-               (unsigned long long)h, tr->rank))
-    return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s", cfg->offload_param_path);
+  if (ct_pathf(tr->swap_dir, sizeof tr->swap_dir, "%s/ctuner-swap-%016llx/rank-%d",
+               cfg->offload_param_path, (unsigned long long)h, tr->rank))
+    return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s",
+                   cfg->offload_param_path);
   ct_status st = ct_rm_rf(tr->swap_dir, err); /* a stale swap of an earlier run */
   if (st) return st;
   /* One swap file: the optimizer's state arrays (offload_optimizer), then the
@@ -79,18 +80,18 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
   }
   if (tr->rank == 0)
     CT_INFO("offload nvme: %s%s%s of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
-            nst ? "the optimizer state" : "", nst && par ? " and " : "", par ? "the float32 weights" : "", n,
-            tr->swap_dir, ct_offload_mode(tr->off), sub);
+            nst ? "the optimizer state" : "", nst && par ? " and " : "",
+            par ? "the float32 weights" : "", n, tr->swap_dir, ct_offload_mode(tr->off), sub);
   return CT_OK;
 }
 
 typedef struct off_step {
   trainer *tr;
-  float *w;       /* in memory, or NULL: in the file (offload_param) */
+  float *w; /* in memory, or NULL: in the file (offload_param) */
   const float *g;
   float lr;
   long step;
-  float *ema;     /* offload_param: the EMA is updated here (NULL: not this step) */
+  float *ema; /* offload_param: the EMA is updated here (NULL: not this step) */
   float dcy;
 } off_step;
 
@@ -120,7 +121,8 @@ ct_status ct_update_offload_states(trainer *tr, float ***out, ct_err *err) {
   *out = a;
   for (size_t i = 0; i < nst; i++) {
     a[i] = ct_alloc(CT_MEM_BUFFERS, (n ? n : 1) * sizeof(float));
-    if (!a[i]) return ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded optimizer state back");
+    if (!a[i])
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded optimizer state back");
   }
   float *arr[8] = {0}; /* the weights' array (if any) is skipped */
   for (size_t i = 0; i < nst && i < 7; i++) arr[i] = a[i];
@@ -133,10 +135,11 @@ void ct_update_free_states(trainer *tr, float **a) {
   free(a);
 }
 
-ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long opt_step, const float *ema_dcy,
-                         ct_err *err) {
+ct_status ct_update_step(trainer *tr, float *w, const float *g, float lr, long opt_step,
+                         const float *ema_dcy, ct_err *err) {
   if (tr->off) { /* offload_param: the EMA follows each sub-group of weights as it passes */
-    off_step os = {tr, w, g, lr, opt_step, tr->widx >= 0 && ema_dcy ? tr->ema : NULL, ema_dcy ? *ema_dcy : 0};
+    off_step os = {
+        tr, w, g, lr, opt_step, tr->widx >= 0 && ema_dcy ? tr->ema : NULL, ema_dcy ? *ema_dcy : 0};
     return ct_offload_foreach(tr->off, off_step_fn, &os, err);
   }
   return tr->opt ? ct_optim_step(tr->opt, w, g, lr, opt_step, err) : CT_OK;

@@ -20,7 +20,6 @@
 #include "ctuner/vae.h"
 #include "trainer_int.h"
 
-
 static void vprompts_free(vprompts *v) {
   for (int i = 0; i < v->n; i++) free(v->short_[i]), free(v->text[i]);
   v->n = 0;
@@ -48,11 +47,13 @@ static ct_status load_prompts(const ct_config *cfg, vprompts *v, ct_err *err) {
     return st;
   }
   if (j->type != CT_JSON_OBJECT)
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {shortname: prompt}", cfg->user_prompt_library);
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {shortname: prompt}",
+                 cfg->user_prompt_library);
   for (size_t i = 0; i < j->n && !st; i++) {
     const ct_json *x = &j->items[i];
     if (x->type != CT_JSON_STRING) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: prompt '%s' must be a string", cfg->user_prompt_library, j->keys[i]);
+      st = ct_errf(err, CT_ERR_FORMAT, "%s: prompt '%s' must be a string", cfg->user_prompt_library,
+                   j->keys[i]);
       break;
     }
     if (v->n == 64) {
@@ -77,11 +78,13 @@ static ct_status parse_vres(const ct_config *cfg, int def, int *w, int *h, ct_er
   } else if (sscanf(cfg->validation_resolution, "%d", &a) == 1) {
     *w = *h = a;
   } else {
-    return ct_errf(err, CT_ERR_INVALID, "validation_resolution '%s': expected WxH or a side in pixels",
+    return ct_errf(err, CT_ERR_INVALID,
+                   "validation_resolution '%s': expected WxH or a side in pixels",
                    cfg->validation_resolution);
   }
   if (*w <= 0 || *h <= 0 || *w > 4096 || *h > 4096)
-    return ct_errf(err, CT_ERR_INVALID, "validation_resolution '%s' is out of range", cfg->validation_resolution);
+    return ct_errf(err, CT_ERR_INVALID, "validation_resolution '%s' is out of range",
+                   cfg->validation_resolution);
   return CT_OK;
 }
 
@@ -107,8 +110,11 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
   if (!tr->ema || strcmp(cfg->ema_validation, "ema_only")) variants[nv++] = 0;
   if (tr->ema && strcmp(cfg->ema_validation, "none")) variants[nv++] = 1;
   const int per = (int)cfg->num_validation_images, n = tr->vp.n * per;
-  ct_sample_opts so = {tr->vw, tr->vh, (int)cfg->validation_num_inference_steps,
-                       (float)cfg->validation_guidance, (float)cfg->flow_shift,
+  ct_sample_opts so = {tr->vw,
+                       tr->vh,
+                       (int)cfg->validation_num_inference_steps,
+                       (float)cfg->validation_guidance,
+                       (float)cfg->flow_shift,
                        (uint64_t)cfg->validation_seed};
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
@@ -163,7 +169,9 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
           const ct_image *im = &imgs[(size_t)k * n + q];
           int r = (q / per) * nv + k, c = q % per;
           for (int yy = 0; yy < im->h; yy++)
-            memcpy(grid.px + (((size_t)(r * (tr->vh + pad) + pad + yy)) * grid.w + c * (tr->vw + pad) + pad) * 3,
+            memcpy(grid.px + (((size_t)(r * (tr->vh + pad) + pad + yy)) * grid.w +
+                              c * (tr->vw + pad) + pad) *
+                                 3,
                    im->px + (size_t)yy * im->w * 3, (size_t)im->w * 3);
         }
       char path[4600];
@@ -183,4 +191,6 @@ ct_status ct_validation_init(trainer *tr, ct_err *err) {
   return st ? st : parse_vres(tr->cfg, tr->g.resolution, &tr->vw, &tr->vh, err);
 }
 
-void ct_validation_free(trainer *tr) { vprompts_free(&tr->vp); }
+void ct_validation_free(trainer *tr) {
+  vprompts_free(&tr->vp);
+}

@@ -26,13 +26,14 @@
  * always compute in float32. Stages 0-1 keep all bf16 parameters and
  * gradients and reduce once per step (all-reduce or reduce-scatter in bf16).
  */
+#include "train/zero.h"
+
 #include <string.h>
 #include <time.h>
 
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
 #include "ctuner/safetensors.h"
-#include "train/zero.h"
 
 static double now(void) {
   struct timespec ts;
@@ -40,8 +41,12 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static size_t es(const zero_ctx *z) { return z->bf16 ? 2 : 4; }
-static ct_comm_dtype dt(const zero_ctx *z) { return z->bf16 ? CT_COMM_BF16 : CT_COMM_F32; }
+static size_t es(const zero_ctx *z) {
+  return z->bf16 ? 2 : 4;
+}
+static ct_comm_dtype dt(const zero_ctx *z) {
+  return z->bf16 ? CT_COMM_BF16 : CT_COMM_F32;
+}
 
 static void widen(const uint16_t *src, float *dst, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -67,8 +72,8 @@ static ct_status flush(zero_ctx *z, ct_err *err) {
   if (z->top == z->bot) return CT_OK;
   char *base = (char *)z->bucket[z->cur] + (z->cap - (z->top - z->bot)) * es(z);
   void *acc = z->bf16 ? (void *)z->g16 : (void *)z->gsh;
-  ct_status st = ct_comm_ireduce_scatter_t(z->comm, dt(z), CT_COMM_ACCUMULATE, base, z->bot, z->top, z->shard, acc,
-                                           &z->breq[z->cur], err);
+  ct_status st = ct_comm_ireduce_scatter_t(z->comm, dt(z), CT_COMM_ACCUMULATE, base, z->bot, z->top,
+                                           z->shard, acc, &z->breq[z->cur], err);
   if (st) return st;
   z->buckets++;
   z->cur ^= 1;
@@ -95,13 +100,15 @@ static ct_status gather_into(zero_ctx *z, int k, int s, ct_err *err) {
     const size_t pa = off > z->lo ? off : z->lo, pb = off + n < z->hi ? off + n : z->hi;
     if (pb > pa) st = z->read(z->read_user, pa - z->lo, pb - z->lo, z->piece[k], err);
     if (!st)
-      st = ct_comm_iallgather_piece(z->comm, CT_COMM_F32, z->piece[k], off, off + n, z->shard, z->slot[k],
-                                    &z->sreq[k], err);
+      st = ct_comm_iallgather_piece(z->comm, CT_COMM_F32, z->piece[k], off, off + n, z->shard,
+                                    z->slot[k], &z->sreq[k], err);
     z->slot_seg[k] = st ? -1 : s;
     return st;
   }
   const void *mine = z->bf16 ? (const void *)z->w16 : (const void *)z->master;
-  if (!st) st = ct_comm_iallgather_t(z->comm, dt(z), mine, off, off + n, z->shard, z->slot[k], &z->sreq[k], err);
+  if (!st)
+    st = ct_comm_iallgather_t(z->comm, dt(z), mine, off, off + n, z->shard, z->slot[k], &z->sreq[k],
+                              err);
   z->slot_seg[k] = st ? -1 : s;
   return st;
 }
@@ -119,7 +126,8 @@ static ct_status param_slot(zero_ctx *z, int s, int backward, void **slot, ct_er
   if ((st = z_wait(z, &z->sreq[k], err))) return st;
   z->cur_slot = k;
   const int next = backward ? s - 1 : s + 1;
-  if (next >= 0 && next < z->nseg && z->slot_seg[k ^ 1] != next && (st = gather_into(z, k ^ 1, next, err)))
+  if (next >= 0 && next < z->nseg && z->slot_seg[k ^ 1] != next &&
+      (st = gather_into(z, k ^ 1, next, err)))
     return st;
   *slot = z->slot[k];
   return CT_OK;
@@ -184,7 +192,8 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
     }
   }
   ct_status st = progress(z, err);
-  if (!st && backward && s == 0 && z->stage >= 2) { /* the backward is over: finish every reduction */
+  if (!st && backward && s == 0 &&
+      z->stage >= 2) { /* the backward is over: finish every reduction */
     st = flush(z, err);
     if (!st) st = z_wait(z, &z->breq[0], err);
     if (!st) st = z_wait(z, &z->breq[1], err);
@@ -198,8 +207,8 @@ void zero_hooks(zero_ctx *z, int on) {
   z->m->ops->set_hooks(z->m, on ? &h : NULL);
 }
 
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket, float *master,
-                    ct_err *err) {
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket,
+                    float *master, ct_err *err) {
   memset(z, 0, sizeof *z);
   z->comm = comm;
   z->m = m;
@@ -227,13 +236,15 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16
     z->bucket[0] = ct_alloc(CT_MEM_BUFFERS, z->cap * e);
     z->bucket[1] = ct_alloc(CT_MEM_BUFFERS, z->cap * e);
     if (!z->bucket[0] || !z->bucket[1])
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for two gradient buckets of %zu elements", z->cap);
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for two gradient buckets of %zu elements",
+                     z->cap);
   }
   if (stage >= 3) {
     z->slot[0] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * e);
     z->slot[1] = ct_alloc(CT_MEM_BUFFERS, z->maxseg * e);
     if (!z->slot[0] || !z->slot[1])
-      return ct_errf(err, CT_ERR_NOMEM, "out of memory for ZeRO-3 parameter slots (2 x %zu elements)", z->maxseg);
+      return ct_errf(err, CT_ERR_NOMEM,
+                     "out of memory for ZeRO-3 parameter slots (2 x %zu elements)", z->maxseg);
   }
   if (bf16) {
     const size_t nw16 = stage >= 3 ? sh : z->n, ng16 = stage >= 2 ? sh : z->n;
@@ -246,7 +257,8 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16
       return ct_errf(err, CT_ERR_NOMEM, "out of memory for the bf16 parameters and gradients");
   } else {
     z->gsh = ct_calloc(CT_MEM_GRADS, sh, sizeof(float));
-    if (!z->gsh) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the gradient shard (%zu floats)", sh);
+    if (!z->gsh)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the gradient shard (%zu floats)", sh);
   }
   m->ops->use_grads(m, NULL);
   if (stage >= 3 || bf16) m->ops->use_params(m, NULL);
@@ -259,7 +271,8 @@ ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err)
   const size_t cap = z->maxseg < z->shard ? z->maxseg : z->shard;
   for (int k = 0; k < 2; k++) {
     z->piece[k] = ct_alloc(CT_MEM_BUFFERS, (cap ? cap : 1) * sizeof(float));
-    if (!z->piece[k]) return ct_errf(err, CT_ERR_NOMEM, "out of memory for parameter pieces (%zu floats)", cap);
+    if (!z->piece[k])
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for parameter pieces (%zu floats)", cap);
   }
   z->read = fn;
   z->read_user = user;

@@ -18,16 +18,16 @@ typedef struct zero_ctx {
   ct_model *m;
   int stage, nseg, bf16;
   size_t n, shard, lo, hi, maxseg;
-  size_t mlo, mhi;       /* the master / optimizer range: [lo, hi), or all at stage 0 */
-  float *master;         /* float32 weights of [mlo, mhi) (borrowed): fp32 stage 3, or bf16 */
+  size_t mlo, mhi; /* the master / optimizer range: [lo, hi), or all at stage 0 */
+  float *master;   /* float32 weights of [mlo, mhi) (borrowed): fp32 stage 3, or bf16 */
   /* float32 storage (stages 2-3) */
-  float *gsh;            /* this rank's gradient shard (shard floats) */
+  float *gsh; /* this rank's gradient shard (shard floats) */
   /* bf16 storage */
-  uint16_t *w16;         /* parameters: all n (stages 0-2) or this rank's shard (stage 3) */
-  uint16_t *g16;         /* gradients: all n (stages 0-1) or this rank's shard (stages 2-3) */
-  float *wseg, *gseg;    /* one segment in float32: its parameters, its gradient */
-  float *g32;            /* the step's float32 gradient of [mlo, mhi) */
-  void *gdst;            /* bf16 stages 2-3: where the current segment's gradient goes in its bucket */
+  uint16_t *w16;      /* parameters: all n (stages 0-2) or this rank's shard (stage 3) */
+  uint16_t *g16;      /* gradients: all n (stages 0-1) or this rank's shard (stages 2-3) */
+  float *wseg, *gseg; /* one segment in float32: its parameters, its gradient */
+  float *g32;         /* the step's float32 gradient of [mlo, mhi) */
+  void *gdst;         /* bf16 stages 2-3: where the current segment's gradient goes in its bucket */
   /* gradient buckets: [bot, top) of the flat buffer, stored at the end of bucket[cur] */
   void *bucket[2];
   size_t cap, top, bot;
@@ -37,11 +37,11 @@ typedef struct zero_ctx {
   void *slot[2];
   int slot_seg[2], cur_slot;
   ct_comm_req *sreq[2];
-  zero_read_fn read;     /* parameters offloaded: master is NULL, pieces come from here ... */
+  zero_read_fn read; /* parameters offloaded: master is NULL, pieces come from here ... */
   void *read_user;
-  float *piece[2];       /* ... into these, one per slot */
-  long buckets, misses;  /* reduce-scatters started; segments gathered without prefetch */
-  double wait_s;         /* seconds blocked in waits (communication not hidden) */
+  float *piece[2];      /* ... into these, one per slot */
+  long buckets, misses; /* reduce-scatters started; segments gathered without prefetch */
+  double wait_s;        /* seconds blocked in waits (communication not hidden) */
 } zero_ctx;
 
 /* Stages 2-3 or bf16: installs the hooks and allocates what the mode needs
@@ -51,8 +51,8 @@ typedef struct zero_ctx {
  * for stage 3 and bf16, NULL otherwise; bf16 rounds it into the bf16
  * parameters (every rank must call this: stages 1-2 all-gather them).
  * Stages 0-1 in float32 only fill the geometry. */
-ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket, float *master,
-                    ct_err *err);
+ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket,
+                    float *master, ct_err *err);
 /* Stage 3 (float32): the parameters live elsewhere (offload); each gather
  * reads this rank's piece through fn first. */
 ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err);

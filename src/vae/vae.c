@@ -8,6 +8,8 @@
  * op and buffer goes through the VAE's compute backend (v->be,
  * include/ctuner/backend.h). */
 #define _GNU_SOURCE /* asprintf */
+#include "ctuner/vae.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,9 +22,7 @@
 #include "ctuner/json.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
-#include "ctuner/vae.h"
 #include "vae/vae_int.h"
-
 
 /* ---------------------------------------------------------------- config */
 
@@ -40,47 +40,56 @@ void ct_vae_config_defaults(ct_vae_config *c) {
   c->shift_factor = 0;
 }
 
-int ct_vae_factor(const ct_vae_config *c) { return 1 << (c->nblocks - 1); }
+int ct_vae_factor(const ct_vae_config *c) {
+  return 1 << (c->nblocks - 1);
+}
 
 ct_status ct_vae_config_validate(const ct_vae_config *c, ct_err *err) {
   if (c->nblocks < 1 || c->nblocks > CT_VAE_MAX_BLOCKS)
-    return ct_errf(err, CT_ERR_INVALID, "block_out_channels must have 1 to %d entries, got %d", CT_VAE_MAX_BLOCKS,
-                   c->nblocks);
-  if (c->in_channels < 1 || c->out_channels < 1 || c->latent_channels < 1 || c->layers_per_block < 1 ||
-      c->norm_num_groups < 1)
+    return ct_errf(err, CT_ERR_INVALID, "block_out_channels must have 1 to %d entries, got %d",
+                   CT_VAE_MAX_BLOCKS, c->nblocks);
+  if (c->in_channels < 1 || c->out_channels < 1 || c->latent_channels < 1 ||
+      c->layers_per_block < 1 || c->norm_num_groups < 1)
     return ct_errf(err, CT_ERR_INVALID,
-                   "in_channels, out_channels, latent_channels, layers_per_block and norm_num_groups must be >= 1");
+                   "in_channels, out_channels, latent_channels, layers_per_block and "
+                   "norm_num_groups must be >= 1");
   for (int i = 0; i < c->nblocks; i++)
     if (c->block_out_channels[i] < 1 || c->block_out_channels[i] % c->norm_num_groups)
       return ct_errf(err, CT_ERR_INVALID,
-                     "block_out_channels[%d] = %d is not a positive multiple of norm_num_groups %d", i,
-                     c->block_out_channels[i], c->norm_num_groups);
+                     "block_out_channels[%d] = %d is not a positive multiple of norm_num_groups %d",
+                     i, c->block_out_channels[i], c->norm_num_groups);
   if (!(c->scaling_factor > 0) || !isfinite(c->shift_factor))
     return ct_errf(err, CT_ERR_INVALID, "scaling_factor must be > 0 and shift_factor finite");
   return CT_OK;
 }
 
-static ct_status cfg_int(const ct_json *j, const char *path, const char *key, int lo, int hi, int *out, ct_err *err) {
+static ct_status cfg_int(const ct_json *j, const char *path, const char *key, int lo, int hi,
+                         int *out, ct_err *err) {
   const ct_json *v = ct_json_get(j, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
   if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < lo || v->i64 > hi)
-    return ct_errf(err, CT_ERR_INVALID, "%s: %s must be an integer between %d and %d", path, key, lo, hi);
+    return ct_errf(err, CT_ERR_INVALID, "%s: %s must be an integer between %d and %d", path, key,
+                   lo, hi);
   *out = (int)v->i64;
   return CT_OK;
 }
 
-static ct_status cfg_bool(const ct_json *j, const char *path, const char *key, int *out, ct_err *err) {
+static ct_status cfg_bool(const ct_json *j, const char *path, const char *key, int *out,
+                          ct_err *err) {
   const ct_json *v = ct_json_get(j, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK;
-  if (v->type != CT_JSON_BOOL) return ct_errf(err, CT_ERR_INVALID, "%s: %s must be true or false", path, key);
+  if (v->type != CT_JSON_BOOL)
+    return ct_errf(err, CT_ERR_INVALID, "%s: %s must be true or false", path, key);
   *out = v->boolean;
   return CT_OK;
 }
 
-static ct_status cfg_num(const ct_json *j, const char *path, const char *key, float *out, ct_err *err) {
+static ct_status cfg_num(const ct_json *j, const char *path, const char *key, float *out,
+                         ct_err *err) {
   const ct_json *v = ct_json_get(j, key);
   if (!v || v->type == CT_JSON_NULL) return CT_OK; /* shift_factor: null means 0 */
-  if (v->type != CT_JSON_NUMBER) return ct_errf(err, CT_ERR_INVALID, "%s: %s must be a number", path, key);
+  if (v->type != CT_JSON_NUMBER)
+    return ct_errf(err, CT_ERR_INVALID, "%s: %s must be a number", path, key);
   *out = (float)v->num;
   return CT_OK;
 }
@@ -93,16 +102,18 @@ ct_status ct_vae_config_load(const char *path, ct_vae_config *c, ct_err *err) {
   if (j->type != CT_JSON_OBJECT) st = ct_errf(err, CT_ERR_FORMAT, "%s: not a JSON object", path);
   const ct_json *cls = ct_json_get(j, "_class_name");
   if (!st && cls && cls->type == CT_JSON_STRING && strcmp(cls->str, "AutoencoderKL"))
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: _class_name is %s; ctuner loads AutoencoderKL VAEs", path, cls->str);
+    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: _class_name is %s; ctuner loads AutoencoderKL VAEs",
+                 path, cls->str);
   const ct_json *boc = ct_json_get(j, "block_out_channels");
   if (!st && boc) {
     if (boc->type != CT_JSON_ARRAY || boc->n < 1 || boc->n > CT_VAE_MAX_BLOCKS)
-      st = ct_errf(err, CT_ERR_INVALID, "%s: block_out_channels must be a list of 1 to %d integers", path,
-                   CT_VAE_MAX_BLOCKS);
+      st = ct_errf(err, CT_ERR_INVALID, "%s: block_out_channels must be a list of 1 to %d integers",
+                   path, CT_VAE_MAX_BLOCKS);
     for (size_t i = 0; !st && i < boc->n; i++) {
       if (boc->items[i].type != CT_JSON_NUMBER || !boc->items[i].is_int || boc->items[i].i64 < 1 ||
           boc->items[i].i64 > 1 << 16)
-        st = ct_errf(err, CT_ERR_INVALID, "%s: block_out_channels[%zu] must be a positive integer", path, i);
+        st = ct_errf(err, CT_ERR_INVALID, "%s: block_out_channels[%zu] must be a positive integer",
+                     path, i);
       else
         c->block_out_channels[i] = (int)boc->items[i].i64;
     }
@@ -114,12 +125,13 @@ ct_status ct_vae_config_load(const char *path, ct_vae_config *c, ct_err *err) {
     const ct_json *t = ct_json_get(j, kinds[k][0]);
     if (!t) continue;
     if (t->type != CT_JSON_ARRAY || (int)t->n != c->nblocks)
-      st = ct_errf(err, CT_ERR_INVALID, "%s: %s must list %d blocks (one per block_out_channels entry)", path,
+      st = ct_errf(err, CT_ERR_INVALID,
+                   "%s: %s must list %d blocks (one per block_out_channels entry)", path,
                    kinds[k][0], c->nblocks);
     for (size_t i = 0; !st && i < t->n; i++)
       if (t->items[i].type != CT_JSON_STRING || strcmp(t->items[i].str, kinds[k][1]))
-        st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: %s[%zu] must be %s (AutoencoderKL's)", path, kinds[k][0], i,
-                     kinds[k][1]);
+        st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: %s[%zu] must be %s (AutoencoderKL's)", path,
+                     kinds[k][0], i, kinds[k][1]);
   }
   const ct_json *actfn = ct_json_get(j, "act_fn");
   if (!st && actfn && (actfn->type != CT_JSON_STRING || strcmp(actfn->str, "silu")))
@@ -151,22 +163,27 @@ char *ct_vae_config_json(const ct_vae_config *c) {
     d += (size_t)snprintf(up + d, sizeof up - d, "%s\"UpDecoderBlock2D\"", i ? ", " : "");
   }
   char *out = NULL;
-  if (asprintf(&out,
-               "{\n  \"_class_name\": \"AutoencoderKL\",\n  \"act_fn\": \"silu\",\n  \"block_out_channels\": [%s],\n"
-               "  \"down_block_types\": [%s],\n  \"up_block_types\": [%s],\n  \"in_channels\": %d,\n"
-               "  \"out_channels\": %d,\n  \"latent_channels\": %d,\n  \"layers_per_block\": %d,\n"
-               "  \"norm_num_groups\": %d,\n  \"scaling_factor\": %.9g,\n  \"shift_factor\": %.9g,\n"
-               "  \"use_quant_conv\": %s,\n  \"use_post_quant_conv\": %s,\n  \"mid_block_add_attention\": %s\n}\n",
-               boc, down, up, c->in_channels, c->out_channels, c->latent_channels, c->layers_per_block,
-               c->norm_num_groups, c->scaling_factor, c->shift_factor, c->use_quant_conv ? "true" : "false",
-               c->use_post_quant_conv ? "true" : "false", c->mid_block_add_attention ? "true" : "false") < 0)
+  if (asprintf(
+          &out,
+          "{\n  \"_class_name\": \"AutoencoderKL\",\n  \"act_fn\": \"silu\",\n  "
+          "\"block_out_channels\": [%s],\n"
+          "  \"down_block_types\": [%s],\n  \"up_block_types\": [%s],\n  \"in_channels\": %d,\n"
+          "  \"out_channels\": %d,\n  \"latent_channels\": %d,\n  \"layers_per_block\": %d,\n"
+          "  \"norm_num_groups\": %d,\n  \"scaling_factor\": %.9g,\n  \"shift_factor\": %.9g,\n"
+          "  \"use_quant_conv\": %s,\n  \"use_post_quant_conv\": %s,\n  "
+          "\"mid_block_add_attention\": %s\n}\n",
+          boc, down, up, c->in_channels, c->out_channels, c->latent_channels, c->layers_per_block,
+          c->norm_num_groups, c->scaling_factor, c->shift_factor,
+          c->use_quant_conv ? "true" : "false", c->use_post_quant_conv ? "true" : "false",
+          c->mid_block_add_attention ? "true" : "false") < 0)
     out = NULL;
   return out;
 }
 
 /* ------------------------------------------------------ the parameter table */
 
-static ct_status add(ct_vae *v, const char *name, int ndim, const int64_t *shape, size_t *off, ct_err *err) {
+static ct_status add(ct_vae *v, const char *name, int ndim, const int64_t *shape, size_t *off,
+                     ct_err *err) {
   if (v->np == v->cap) {
     size_t nc = v->cap ? v->cap * 2 : 256;
     ct_vae_param *np = realloc(v->params, nc * sizeof *np);
@@ -185,7 +202,8 @@ static ct_status add(ct_vae *v, const char *name, int ndim, const int64_t *shape
   return CT_OK;
 }
 
-static ct_status add_conv(ct_vae *v, const char *pre, int cin, int cout, int k, vconv *c, ct_err *err) {
+static ct_status add_conv(ct_vae *v, const char *pre, int cin, int cout, int k, vconv *c,
+                          ct_err *err) {
   char n[112];
   int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
   c->cin = cin, c->cout = cout, c->k = k;
@@ -275,9 +293,11 @@ static ct_status build(ct_vae *v, ct_err *err) {
     if (!st && b->has_sampler) st = add_conv(v, n, boc[i], boc[i], 3, &b->sampler, err);
     prev = boc[i];
   }
-  if (!st) st = add_mid(v, "encoder.mid_block", boc[nb - 1], c->mid_block_add_attention, &v->e_mid, err);
+  if (!st)
+    st = add_mid(v, "encoder.mid_block", boc[nb - 1], c->mid_block_add_attention, &v->e_mid, err);
   if (!st) st = add_gn(v, "encoder.conv_norm_out", boc[nb - 1], &v->e_norm, err);
-  if (!st) st = add_conv(v, "encoder.conv_out", boc[nb - 1], 2 * c->latent_channels, 3, &v->e_out, err);
+  if (!st)
+    st = add_conv(v, "encoder.conv_out", boc[nb - 1], 2 * c->latent_channels, 3, &v->e_out, err);
   /* decoder: conv_in, up_blocks, mid_block, conv_norm_out, conv_out (registration order) */
   if (!st) st = add_conv(v, "decoder.conv_in", c->latent_channels, boc[nb - 1], 3, &v->d_in, err);
   prev = boc[nb - 1];
@@ -294,13 +314,16 @@ static ct_status build(ct_vae *v, ct_err *err) {
     if (!st && b->has_sampler) st = add_conv(v, n, out, out, 3, &b->sampler, err);
     prev = out;
   }
-  if (!st) st = add_mid(v, "decoder.mid_block", boc[nb - 1], c->mid_block_add_attention, &v->d_mid, err);
+  if (!st)
+    st = add_mid(v, "decoder.mid_block", boc[nb - 1], c->mid_block_add_attention, &v->d_mid, err);
   if (!st) st = add_gn(v, "decoder.conv_norm_out", boc[0], &v->d_norm, err);
   if (!st) st = add_conv(v, "decoder.conv_out", boc[0], c->out_channels, 3, &v->d_out, err);
   if (!st && c->use_quant_conv)
-    st = add_conv(v, "quant_conv", 2 * c->latent_channels, 2 * c->latent_channels, 1, &v->quant, err);
+    st = add_conv(v, "quant_conv", 2 * c->latent_channels, 2 * c->latent_channels, 1, &v->quant,
+                  err);
   if (!st && c->use_post_quant_conv)
-    st = add_conv(v, "post_quant_conv", c->latent_channels, c->latent_channels, 1, &v->post_quant, err);
+    st = add_conv(v, "post_quant_conv", c->latent_channels, c->latent_channels, 1, &v->post_quant,
+                  err);
   return st;
 }
 
@@ -308,7 +331,8 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
   *out = NULL;
   ct_status st = ct_vae_config_validate(cfg, err);
   if (st) return st;
-  if (cfg->layers_per_block + 1 > 17) return ct_errf(err, CT_ERR_INVALID, "layers_per_block must be at most 16");
+  if (cfg->layers_per_block + 1 > 17)
+    return ct_errf(err, CT_ERR_INVALID, "layers_per_block must be at most 16");
   ct_vae *v = calloc(1, sizeof *v);
   if (!v) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   v->cfg = *cfg;
@@ -326,8 +350,8 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
     const ct_vae_param *p = &v->params[i];
     float *d = v->w + p->offset;
     const size_t nl = strlen(p->name);
-    const int is_norm = strstr(p->name, ".norm1.") || strstr(p->name, ".norm2.") || strstr(p->name, "group_norm.") ||
-                        strstr(p->name, "conv_norm_out.");
+    const int is_norm = strstr(p->name, ".norm1.") || strstr(p->name, ".norm2.") ||
+                        strstr(p->name, "group_norm.") || strstr(p->name, "conv_norm_out.");
     if (is_norm) {
       const float val = nl > 7 && !strcmp(p->name + nl - 7, ".weight") ? 1.0f : 0.0f;
       for (size_t k = 0; k < p->numel; k++) d[k] = val;
@@ -335,7 +359,8 @@ ct_status ct_vae_new(const ct_vae_config *cfg, uint64_t seed, ct_vae **out, ct_e
     }
     /* fan_in: of the weight this tensor belongs to */
     size_t fan_in = 1;
-    const ct_vae_param *wp = p->ndim == 1 && i > 0 ? &v->params[i - 1] : p; /* a bias follows its weight */
+    const ct_vae_param *wp =
+        p->ndim == 1 && i > 0 ? &v->params[i - 1] : p; /* a bias follows its weight */
     for (int k = 1; k < wp->ndim; k++) fan_in *= (size_t)wp->shape[k];
     const float bound = 1.0f / sqrtf((float)fan_in);
     ct_rng_fill_uniform(d, p->numel, seed, 0x7AE0000ull + i, 0, -bound, bound);
@@ -363,7 +388,9 @@ void ct_vae_free(ct_vae *v) {
   free(v);
 }
 
-const ct_backend_ops *ct_vae_backend(const ct_vae *v) { return v->be; }
+const ct_backend_ops *ct_vae_backend(const ct_vae *v) {
+  return v->be;
+}
 
 ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
@@ -384,7 +411,9 @@ ct_status ct_vae_set_backend(ct_vae *v, const ct_backend_ops *be, ct_err *err) {
   return CT_OK;
 }
 
-const ct_vae_config *ct_vae_cfg(const ct_vae *v) { return &v->cfg; }
+const ct_vae_config *ct_vae_cfg(const ct_vae *v) {
+  return &v->cfg;
+}
 void ct_vae_set_scaling(ct_vae *v, float scaling_factor, float shift_factor) {
   v->cfg.scaling_factor = scaling_factor;
   v->cfg.shift_factor = shift_factor;
@@ -393,15 +422,21 @@ const ct_vae_param *ct_vae_table(const ct_vae *v, size_t *n) {
   *n = v->np;
   return v->params;
 }
-float *ct_vae_params(ct_vae *v) { return v->w; }
-size_t ct_vae_numel(const ct_vae *v) { return v->numel; }
+float *ct_vae_params(ct_vae *v) {
+  return v->w;
+}
+size_t ct_vae_numel(const ct_vae *v) {
+  return v->numel;
+}
 
 /* ------------------------------------------------------------- load, save */
 
 /* The older diffusers attention names: query/key/value/proj_attn. */
 static const char *legacy_name(const char *name, char *buf, size_t n) {
-  static const char *const map[4][2] = {
-      {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
+  static const char *const map[4][2] = {{".to_q.", ".query."},
+                                        {".to_k.", ".key."},
+                                        {".to_v.", ".value."},
+                                        {".to_out.0.", ".proj_attn."}};
   for (int i = 0; i < 4; i++) {
     const char *p = strstr(name, map[i][0]);
     if (!p) continue;
@@ -423,7 +458,8 @@ static void list_add(char *buf, size_t cap, int *count, const char *item) {
 
 static void shape_str(int ndim, const int64_t *s, char *out, size_t n) {
   size_t w = (size_t)snprintf(out, n, "[");
-  for (int k = 0; k < ndim && w < n; k++) w += (size_t)snprintf(out + w, n - w, "%s%lld", k ? ", " : "", (long long)s[k]);
+  for (int k = 0; k < ndim && w < n; k++)
+    w += (size_t)snprintf(out + w, n - w, "%s%lld", k ? ", " : "", (long long)s[k]);
   if (w < n) snprintf(out + w, n - w, "]");
 }
 
@@ -450,16 +486,17 @@ ct_status ct_vae_load(ct_vae *v, const char *path, ct_err *err) {
     }
     used[t - f->tensors] = 1;
     /* attention projections stored as 1x1 convolutions (C, C, 1, 1) are matrices */
-    int ok = t->numel == p->numel && (t->ndim == p->ndim || (p->ndim == 2 && t->ndim == 4 && t->shape[2] == 1 &&
-                                                             t->shape[3] == 1));
+    int ok = t->numel == p->numel && (t->ndim == p->ndim || (p->ndim == 2 && t->ndim == 4 &&
+                                                             t->shape[2] == 1 && t->shape[3] == 1));
     for (int k = 0; ok && k < p->ndim; k++) ok = t->shape[k] == p->shape[k];
-    const int dt = t->dtype == CT_DTYPE_F32 || t->dtype == CT_DTYPE_F16 || t->dtype == CT_DTYPE_BF16;
+    const int dt =
+        t->dtype == CT_DTYPE_F32 || t->dtype == CT_DTYPE_F16 || t->dtype == CT_DTYPE_BF16;
     if (!ok || !dt) {
       char got[96], want[96], item[400];
       shape_str(t->ndim, t->shape, got, sizeof got);
       shape_str(p->ndim, p->shape, want, sizeof want);
-      snprintf(item, sizeof item, "%s (file: %s %s, model: F32/F16/BF16 %s)", p->name, ct_dtype_name(t->dtype), got,
-               want);
+      snprintf(item, sizeof item, "%s (file: %s %s, model: F32/F16/BF16 %s)", p->name,
+               ct_dtype_name(t->dtype), got, want);
       list_add(wrong, cap, &nw, item);
       continue;
     }
@@ -469,12 +506,14 @@ ct_status ct_vae_load(ct_vae *v, const char *path, ct_err *err) {
   for (size_t i = 0; i < f->ntensors; i++)
     if (!used[i]) list_add(extra, cap, &ne, f->tensors[i].name);
   if (nm || nw || ne)
-    st = ct_errf(err, CT_ERR_SHAPE,
-                 "%s does not match the VAE of its config (%zu tensors): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
-                 "%d unexpected%s%s%s. Check block_out_channels, layers_per_block, latent_channels, "
-                 "norm_num_groups, use_quant_conv and use_post_quant_conv in config.json",
-                 path, v->np, nm, nm ? " [" : "", missing, nm ? "]" : "", nw, nw ? " [" : "", wrong, nw ? "]" : "", ne,
-                 ne ? " [" : "", extra, ne ? "]" : "");
+    st =
+        ct_errf(err, CT_ERR_SHAPE,
+                "%s does not match the VAE of its config (%zu tensors): %d missing%s%s%s; %d "
+                "wrongly shaped%s%s%s; "
+                "%d unexpected%s%s%s. Check block_out_channels, layers_per_block, latent_channels, "
+                "norm_num_groups, use_quant_conv and use_post_quant_conv in config.json",
+                path, v->np, nm, nm ? " [" : "", missing, nm ? "]" : "", nw, nw ? " [" : "", wrong,
+                nw ? "]" : "", ne, ne ? " [" : "", extra, ne ? "]" : "");
 out:
   free(missing);
   free(wrong);
@@ -529,11 +568,14 @@ ct_status ct_vae_need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err) {
   v->be->free(v->col);
   v->col = v->be->alloc(CT_MEM_BUFFERS, n * sizeof(float));
   v->col_n = v->col ? n : 0;
-  return v->col ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory for a convolution's %zu-float scratch", n);
+  return v->col
+             ? CT_OK
+             : ct_errf(err, CT_ERR_NOMEM, "out of memory for a convolution's %zu-float scratch", n);
 }
 
 /* y = conv(x); pads: same (k/2 all round), or diffusers' downsample (right/bottom 1, stride 2) */
-static ct_status conv(ct_vae *v, int B, const vconv *c, const act *x, int down, act *y, ct_err *err) {
+static ct_status conv(ct_vae *v, int B, const vconv *c, const act *x, int down, act *y,
+                      ct_err *err) {
   ct_conv2d_shape s = {B, c->cin, x->H, x->W, c->cout, c->k, down ? 2 : 1, 0, 0, 0, 0};
   if (down)
     s.pad_b = s.pad_r = 1;
@@ -549,14 +591,15 @@ static ct_status conv(ct_vae *v, int B, const vconv *c, const act *x, int down, 
 }
 
 static void gn_silu(ct_vae *v, int B, const vgn *g, const act *x, act *y, int silu) {
-  v->be->groupnorm_fwd(B, g->C, x->H * x->W, v->cfg.norm_num_groups, GN_EPS, x->p, v->w + g->g, v->w + g->b, y->p,
-                   v->mean, v->rstd);
+  v->be->groupnorm_fwd(B, g->C, x->H * x->W, v->cfg.norm_num_groups, GN_EPS, x->p, v->w + g->g,
+                       v->w + g->b, y->p, v->mean, v->rstd);
   y->C = x->C, y->H = x->H, y->W = x->W;
   if (silu) v->be->silu_fwd(B * x->C, x->H * x->W, y->p, x->H * x->W, y->p, x->H * x->W);
 }
 
 /* y = x + conv2(silu(gn2(conv1(silu(gn1(x)))))) [+ shortcut]; t1, t2 scratch */
-static ct_status resnet(ct_vae *v, int B, const vres *r, const act *x, act *y, act *t1, act *t2, ct_err *err) {
+static ct_status resnet(ct_vae *v, int B, const vres *r, const act *x, act *y, act *t1, act *t2,
+                        ct_err *err) {
   gn_silu(v, B, &r->n1, x, t1, 1);
   ct_status st = conv(v, B, &r->c1, t1, 0, t2, err);
   if (st) return st;
@@ -576,8 +619,8 @@ static ct_status resnet(ct_vae *v, int B, const vres *r, const act *x, act *y, a
 
 /* x += to_out(attention(gn(x))) over the H*W positions, one head. Scratch:
  * t1, t2, spare (each >= B*L*C), q, k, lse (B*L). */
-static void attention(ct_vae *v, int B, const vattn *a, act *x, act *t1, act *t2, float *spare, float *q, float *k,
-                      float *lse) {
+static void attention(ct_vae *v, int B, const vattn *a, act *x, act *t1, act *t2, float *spare,
+                      float *q, float *k, float *lse) {
   const int C = a->C, L = x->H * x->W;
   gn_silu(v, B, &a->gn, x, t1, 0);
   v->be->nchw_to_nlc(B, C, L, t1->p, t2->p);
@@ -598,7 +641,8 @@ static ct_status workspace(ct_vae *v, size_t need, int B, size_t lse_n, ct_err *
       v->buf[i] = v->be->alloc(CT_MEM_BUFFERS, need * sizeof(float));
       if (!v->buf[i]) {
         v->buf_n = 0;
-        return ct_errf(err, CT_ERR_NOMEM, "out of memory for the VAE's activations (6 x %zu floats)", need);
+        return ct_errf(err, CT_ERR_NOMEM,
+                       "out of memory for the VAE's activations (6 x %zu floats)", need);
       }
     }
     v->buf_n = need;
@@ -647,19 +691,24 @@ static ct_status run_mid(ct_vae *v, int B, const vmid *m, ws *w, ct_err *err) {
   return run_res(v, B, &m->r1, w, err);
 }
 
-static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+static size_t maxz(size_t a, size_t b) {
+  return a > b ? a : b;
+}
 
 /* The encoder through quant_conv: (B, 2 latent, H/f, W/f) moments in the
  * workspace (valid until the next call). */
-ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, const float **moments, ct_err *err) {
+ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x,
+                                const float **moments, ct_err *err) {
   const ct_vae_config *c = &v->cfg;
   const int f = ct_vae_factor(c), nb = c->nblocks, *boc = c->block_out_channels;
   if (B < 1 || H < f || W < f || H % f || W % f)
-    return ct_errf(err, CT_ERR_SHAPE, "VAE encode: %dx%d is not a positive multiple of the VAE's factor %d", W, H, f);
+    return ct_errf(err, CT_ERR_SHAPE,
+                   "VAE encode: %dx%d is not a positive multiple of the VAE's factor %d", W, H, f);
   size_t need = (size_t)B * (size_t)c->in_channels * H * W;
   for (int i = 0; i < nb; i++) {
     const size_t px = (size_t)(H >> i) * (size_t)(W >> i);
-    need = maxz(need, (size_t)B * (size_t)(boc[i] > boc[i ? i - 1 : 0] ? boc[i] : boc[i ? i - 1 : 0]) * px);
+    need = maxz(
+        need, (size_t)B * (size_t)(boc[i] > boc[i ? i - 1 : 0] ? boc[i] : boc[i ? i - 1 : 0]) * px);
   }
   const size_t Lm = (size_t)(H / f) * (size_t)(W / f);
   need = maxz(need, (size_t)B * 2 * (size_t)c->latent_channels * Lm);
@@ -691,20 +740,22 @@ ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, 
 }
 
 /* mean = channels [0, latent), logvar = [latent, 2 latent) clamped to [-30, 20] */
-void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom, float *mean,
-                          float *logvar) {
+void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom,
+                          float *mean, float *logvar) {
   const size_t n = (size_t)lc * plane;
   CT_ASSERT(2 * n <= INT_MAX);
   if (mean) be->copy_2d(B, (int)n, mom, (int)(2 * n), mean, (int)n);
   if (logvar) be->clamp_fwd(B, (int)n, mom + n, (int)(2 * n), -30.0f, 20.0f, logvar, (int)n);
 }
 
-ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar, ct_err *err) {
+ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar,
+                        ct_err *err) {
   const float *mom = NULL;
   ct_status st = ct_vae_encode_moments(v, B, H, W, x, &mom, err);
   if (!st) {
     const int f = ct_vae_factor(&v->cfg);
-    ct_vae_split_moments(v->be, B, v->cfg.latent_channels, (size_t)(H / f) * (size_t)(W / f), mom, mean, logvar);
+    ct_vae_split_moments(v->be, B, v->cfg.latent_channels, (size_t)(H / f) * (size_t)(W / f), mom,
+                         mean, logvar);
   }
   return st;
 }
@@ -712,7 +763,8 @@ ct_status ct_vae_encode(ct_vae *v, int B, int H, int W, const float *x, float *m
 ct_status ct_vae_decode(ct_vae *v, int B, int h, int w_, const float *z, float *x, ct_err *err) {
   const ct_vae_config *c = &v->cfg;
   const int nb = c->nblocks, *boc = c->block_out_channels;
-  if (B < 1 || h < 1 || w_ < 1) return ct_errf(err, CT_ERR_SHAPE, "VAE decode: empty latent %dx%d", w_, h);
+  if (B < 1 || h < 1 || w_ < 1)
+    return ct_errf(err, CT_ERR_SHAPE, "VAE decode: empty latent %dx%d", w_, h);
   size_t need = (size_t)B * (size_t)c->latent_channels * h * w_;
   int prev = boc[nb - 1];
   for (int i = 0; i < nb; i++) {

@@ -71,8 +71,9 @@ struct ct_vae {
 /* Grows v->col for a convolution of shape s. */
 ct_status ct_vae_need_col(ct_vae *v, const ct_conv2d_shape *s, ct_err *err);
 
-ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x, const float **moments, ct_err *err);
-void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom, float *mean,
-                          float *logvar);
+ct_status ct_vae_encode_moments(ct_vae *v, int B, int H, int W, const float *x,
+                                const float **moments, ct_err *err);
+void ct_vae_split_moments(const ct_backend_ops *be, int B, int lc, size_t plane, const float *mom,
+                          float *mean, float *logvar);
 
 #endif

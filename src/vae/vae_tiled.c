@@ -11,7 +11,8 @@
 #include "ctuner/alloc.h"
 #include "vae/vae_int.h"
 
-typedef ct_status (*tile_fn)(ct_vae *v, int B, int h, int w, const float *in, float *out, ct_err *err);
+typedef ct_status (*tile_fn)(ct_vae *v, int B, int h, int w, const float *in, float *out,
+                             ct_err *err);
 
 typedef struct vtile {
   float *p;
@@ -22,22 +23,25 @@ typedef struct vtile {
 static void blend_v(const ct_backend_ops *be, int BC, const vtile *a, vtile *b, int extent) {
   int e = a->h < b->h ? a->h : b->h;
   if (extent < e) e = extent;
-  be->tile_blend(BC, e, b->w, e, 1, a->p + (size_t)(a->h - e) * a->w, (size_t)a->h * a->w, a->w, b->p,
-                 (size_t)b->h * b->w, b->w);
+  be->tile_blend(BC, e, b->w, e, 1, a->p + (size_t)(a->h - e) * a->w, (size_t)a->h * a->w, a->w,
+                 b->p, (size_t)b->h * b->w, b->w);
 }
 
 static void blend_h(const ct_backend_ops *be, int BC, const vtile *a, vtile *b, int extent) {
   int e = a->w < b->w ? a->w : b->w;
   if (extent < e) e = extent;
-  be->tile_blend(BC, b->h, e, e, 0, a->p + (a->w - e), (size_t)a->h * a->w, a->w, b->p, (size_t)b->h * b->w, b->w);
+  be->tile_blend(BC, b->h, e, e, 0, a->p + (a->w - e), (size_t)a->h * a->w, a->w, b->p,
+                 (size_t)b->h * b->w, b->w);
 }
 
 /* in (B, Cin, H, W) -> out (B, Cout, H*num/den, W*num/den) */
-static ct_status tiled(ct_vae *v, int B, int Cin, int H, int W, const float *in, int tin, int Cout, int num, int den,
-                       tile_fn fn, float *out, ct_err *err) {
-  const int tout = tin * num / den, overlap = (int)(tin * 0.75), blend = (int)(tout * 0.25), limit = tout - blend;
+static ct_status tiled(ct_vae *v, int B, int Cin, int H, int W, const float *in, int tin, int Cout,
+                       int num, int den, tile_fn fn, float *out, ct_err *err) {
+  const int tout = tin * num / den, overlap = (int)(tin * 0.75), blend = (int)(tout * 0.25),
+            limit = tout - blend;
   const int Ho = H * num / den, Wo = W * num / den;
-  if (overlap < 1 || limit < 1) return ct_errf(err, CT_ERR_INVALID, "VAE tile of %d is too small", tin);
+  if (overlap < 1 || limit < 1)
+    return ct_errf(err, CT_ERR_INVALID, "VAE tile of %d is too small", tin);
   const int nr = (H + overlap - 1) / overlap, nc = (W + overlap - 1) / overlap;
   const ct_backend_ops *be = v->be;
   vtile *t = calloc((size_t)nr * nc, sizeof *t);
@@ -52,7 +56,8 @@ static ct_status tiled(ct_vae *v, int B, int Cin, int H, int W, const float *in,
       vtile *o = &t[i * nc + j];
       o->h = th * num / den, o->w = tw * num / den;
       o->p = be->alloc(CT_MEM_BUFFERS, (size_t)B * Cout * o->h * o->w * sizeof(float));
-      st = o->p ? fn(v, B, th, tw, sub, o->p, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory for VAE tiles");
+      st = o->p ? fn(v, B, th, tw, sub, o->p, err)
+                : ct_errf(err, CT_ERR_NOMEM, "out of memory for VAE tiles");
     }
   for (int i = 0; !st && i < nr; i++)
     for (int j = 0; j < nc; j++) {
@@ -71,26 +76,32 @@ static ct_status tiled(ct_vae *v, int B, int Cin, int H, int W, const float *in,
   return st;
 }
 
-static ct_status enc_tile(ct_vae *v, int B, int h, int w, const float *in, float *out, ct_err *err) {
+static ct_status enc_tile(ct_vae *v, int B, int h, int w, const float *in, float *out,
+                          ct_err *err) {
   const float *mom = NULL;
   ct_status st = ct_vae_encode_moments(v, B, h, w, in, &mom, err);
   const int f = ct_vae_factor(&v->cfg);
-  if (!st) v->be->copy(out, mom, (size_t)B * 2 * v->cfg.latent_channels * (h / f) * (w / f) * sizeof(float));
+  if (!st)
+    v->be->copy(out, mom,
+                (size_t)B * 2 * v->cfg.latent_channels * (h / f) * (w / f) * sizeof(float));
   return st;
 }
 
-static ct_status dec_tile(ct_vae *v, int B, int h, int w, const float *in, float *out, ct_err *err) {
+static ct_status dec_tile(ct_vae *v, int B, int h, int w, const float *in, float *out,
+                          ct_err *err) {
   return ct_vae_decode(v, B, h, w, in, out, err);
 }
 
-ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, int tile, float *mean, float *logvar,
-                              ct_err *err) {
+ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, int tile, float *mean,
+                              float *logvar, ct_err *err) {
   const int f = ct_vae_factor(&v->cfg), lc = v->cfg.latent_channels;
   if (tile <= 0 || (H <= tile && W <= tile)) return ct_vae_encode(v, B, H, W, x, mean, logvar, err);
   if (tile % (4 * f))
-    return ct_errf(err, CT_ERR_INVALID, "vae tile size %d must be a multiple of 4 x the VAE's factor %d", tile, f);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "vae tile size %d must be a multiple of 4 x the VAE's factor %d", tile, f);
   if (H % f || W % f)
-    return ct_errf(err, CT_ERR_SHAPE, "VAE encode: %dx%d is not a multiple of the VAE's factor %d", W, H, f);
+    return ct_errf(err, CT_ERR_SHAPE, "VAE encode: %dx%d is not a multiple of the VAE's factor %d",
+                   W, H, f);
   const size_t plane = (size_t)(H / f) * (size_t)(W / f);
   float *mom = v->be->alloc(CT_MEM_BUFFERS, (size_t)B * 2 * lc * plane * sizeof(float));
   if (!mom) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
@@ -100,10 +111,13 @@ ct_status ct_vae_encode_tiled(ct_vae *v, int B, int H, int W, const float *x, in
   return st;
 }
 
-ct_status ct_vae_decode_tiled(ct_vae *v, int B, int h, int w, const float *z, int tile, float *x, ct_err *err) {
+ct_status ct_vae_decode_tiled(ct_vae *v, int B, int h, int w, const float *z, int tile, float *x,
+                              ct_err *err) {
   const int f = ct_vae_factor(&v->cfg);
   if (tile <= 0 || (h * f <= tile && w * f <= tile)) return ct_vae_decode(v, B, h, w, z, x, err);
   if (tile % (4 * f))
-    return ct_errf(err, CT_ERR_INVALID, "vae tile size %d must be a multiple of 4 x the VAE's factor %d", tile, f);
-  return tiled(v, B, v->cfg.latent_channels, h, w, z, tile / f, v->cfg.out_channels, f, 1, dec_tile, x, err);
+    return ct_errf(err, CT_ERR_INVALID,
+                   "vae tile size %d must be a multiple of 4 x the VAE's factor %d", tile, f);
+  return tiled(v, B, v->cfg.latent_channels, h, w, z, tile / f, v->cfg.out_channels, f, 1, dec_tile,
+               x, err);
 }

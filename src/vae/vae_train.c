@@ -23,7 +23,7 @@ typedef struct tt { /* a tensor on the tape */
 enum { OP_CONV, OP_GN, OP_ADD, OP_UP, OP_ATTN };
 
 typedef struct op {
-  int kind, in, in2, out;  /* tensor indices */
+  int kind, in, in2, out; /* tensor indices */
   const vconv *c;
   int down;
   const vgn *n;
@@ -107,8 +107,8 @@ static ct_conv2d_shape conv_shape(int B, const vconv *c, const tt *x, int down) 
 static int t_conv(ct_vae *v, ct_vae_tape *tp, const vconv *c, int in, int down, ct_err *err) {
   ct_conv2d_shape s = conv_shape(tp->B, c, &tp->t[in], down);
   if (ct_vae_need_col(v, &s, err)) return -1;
-  const int Ho = ct_conv2d_out(s.H, s.k, s.stride, s.pad_t, s.pad_b), Wo = ct_conv2d_out(s.W, s.k, s.stride, s.pad_l,
-                                                                                          s.pad_r);
+  const int Ho = ct_conv2d_out(s.H, s.k, s.stride, s.pad_t, s.pad_b),
+            Wo = ct_conv2d_out(s.W, s.k, s.stride, s.pad_l, s.pad_r);
   int out = new_tensor(tp, c->cout, Ho, Wo, NULL);
   op *o = out < 0 ? NULL : new_op(tp, OP_CONV);
   if (!o) return NOMEM(err), -1;
@@ -130,7 +130,8 @@ static int t_gn(ct_vae *v, ct_vae_tape *tp, const vgn *g, int in, int silu, ct_e
   if (!o->mean || !o->rstd || (silu && !o->pre)) return NOMEM(err), -1;
   float *y = silu ? o->pre : tp->t[out].x;
   x = &tp->t[in];
-  tp->be->groupnorm_fwd(B, x->C, HW, G, GN_EPS, x->x, v->w + g->g, v->w + g->b, y, o->mean, o->rstd);
+  tp->be->groupnorm_fwd(B, x->C, HW, G, GN_EPS, x->x, v->w + g->g, v->w + g->b, y, o->mean,
+                        o->rstd);
   if (silu) tp->be->silu_fwd(B * x->C, HW, o->pre, HW, tp->t[out].x, HW);
   return out;
 }
@@ -214,7 +215,8 @@ void ct_vae_tape_free(ct_vae_tape *tp) {
     be->free(o->mean);
     be->free(o->rstd);
     be->free(o->pre);
-    be->free(o->t), be->free(o->q), be->free(o->k), be->free(o->v), be->free(o->o), be->free(o->lse);
+    be->free(o->t), be->free(o->q), be->free(o->k), be->free(o->v), be->free(o->o),
+        be->free(o->lse);
   }
   free(tp->t);
   free(tp->ops);
@@ -240,13 +242,14 @@ static ct_vae_tape *tape_new(const ct_vae *v, int B, int encode) {
   return tp;
 }
 
-ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, float *mean, float *logvar,
-                            ct_vae_tape **out, ct_err *err) {
+ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, float *mean,
+                            float *logvar, ct_vae_tape **out, ct_err *err) {
   *out = NULL;
   const ct_vae_config *c = &v->cfg;
   const int f = ct_vae_factor(c);
   if (B < 1 || H < f || W < f || H % f || W % f)
-    return ct_errf(err, CT_ERR_SHAPE, "VAE encode: %dx%d is not a positive multiple of the VAE's factor %d", W, H, f);
+    return ct_errf(err, CT_ERR_SHAPE,
+                   "VAE encode: %dx%d is not a positive multiple of the VAE's factor %d", W, H, f);
   ct_vae_tape *tp = tape_new(v, B, 1);
   if (!tp) return NOMEM(err);
   int h = tp->input = new_tensor(tp, c->in_channels, H, W, x);
@@ -266,16 +269,18 @@ ct_status ct_vae_encode_fwd(ct_vae *v, int B, int H, int W, const float *x, floa
     return err ? err->status : CT_ERR_NOMEM;
   }
   tp->final = h;
-  ct_vae_split_moments(v->be, B, c->latent_channels, (size_t)tp->t[h].H * tp->t[h].W, tp->t[h].x, mean, logvar);
+  ct_vae_split_moments(v->be, B, c->latent_channels, (size_t)tp->t[h].H * tp->t[h].W, tp->t[h].x,
+                       mean, logvar);
   *out = tp;
   return CT_OK;
 }
 
-ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h_, int w_, const float *z, float *x, ct_vae_tape **out,
-                            ct_err *err) {
+ct_status ct_vae_decode_fwd(ct_vae *v, int B, int h_, int w_, const float *z, float *x,
+                            ct_vae_tape **out, ct_err *err) {
   *out = NULL;
   const ct_vae_config *c = &v->cfg;
-  if (B < 1 || h_ < 1 || w_ < 1) return ct_errf(err, CT_ERR_SHAPE, "VAE decode: empty latent %dx%d", w_, h_);
+  if (B < 1 || h_ < 1 || w_ < 1)
+    return ct_errf(err, CT_ERR_SHAPE, "VAE decode: empty latent %dx%d", w_, h_);
   ct_vae_tape *tp = tape_new(v, B, 0);
   if (!tp) return NOMEM(err);
   int h = tp->input = new_tensor(tp, c->latent_channels, h_, w_, z);
@@ -318,81 +323,95 @@ static ct_status backward(ct_vae *v, ct_vae_tape *tp, ct_err *err) {
     tt *in = &tp->t[o->in], *out = &tp->t[o->out];
     const size_t nin = numel(tp, o->in);
     switch (o->kind) {
-    case OP_CONV: {
-      ct_conv2d_shape s = conv_shape(B, o->c, in, o->down);
-      ct_status st = ct_vae_need_col(v, &s, err);
-      if (st) return st;
-      be->conv2d_bwd(&s, in->x, v->w + o->c->w, out->g, tp->tmp, gw + o->c->w, gw + o->c->b, v->col);
-      be->add_inplace(nin, in->g, tp->tmp);
-      break;
-    }
-    case OP_GN: {
-      const int HW = in->H * in->W;
-      const float *dy = out->g;
-      if (o->silu) {
-        be->silu_bwd(B * in->C, HW, o->pre, HW, out->g, HW, tp->tmp2, HW);
-        dy = tp->tmp2;
+      case OP_CONV: {
+        ct_conv2d_shape s = conv_shape(B, o->c, in, o->down);
+        ct_status st = ct_vae_need_col(v, &s, err);
+        if (st) return st;
+        be->conv2d_bwd(&s, in->x, v->w + o->c->w, out->g, tp->tmp, gw + o->c->w, gw + o->c->b,
+                       v->col);
+        be->add_inplace(nin, in->g, tp->tmp);
+        break;
       }
-      be->groupnorm_bwd(B, in->C, HW, G, in->x, v->w + o->n->g, o->mean, o->rstd, dy, tp->tmp, gw + o->n->g,
-                       gw + o->n->b);
-      be->add_inplace(nin, in->g, tp->tmp);
-      break;
-    }
-    case OP_ADD:
-      be->add_inplace(nin, in->g, out->g);
-      be->add_inplace(numel(tp, o->in2), tp->t[o->in2].g, out->g);
-      break;
-    case OP_UP:
-      be->upsample2x_bwd(B * in->C, in->H, in->W, out->g, tp->tmp);
-      be->add_inplace(nin, in->g, tp->tmp);
-      break;
-    case OP_ATTN: {
-      const vattn *a = o->a;
-      const int C = a->C, L = in->H * in->W, N = B * L;
-      const size_t n = (size_t)N * C;
-      tt *gn = &tp->t[o->in2];
-      be->add_inplace(nin, in->g, out->g); /* the residual */
-      float *dproj = tp->tmp, *dO = tp->tmp2;
-      be->nchw_to_nlc(B, C, L, out->g, dproj);
-      be->linear_bwd(N, C, C, o->o, C, v->w + a->o.w, dproj, C, dO, C, 0.0f, gw + a->o.w, gw + a->o.b);
-      float *dq = tape_buf(tp, n), *dk = tape_buf(tp, n), *dv = tape_buf(tp, n);
-      if (!dq || !dk || !dv) {
+      case OP_GN: {
+        const int HW = in->H * in->W;
+        const float *dy = out->g;
+        if (o->silu) {
+          be->silu_bwd(B * in->C, HW, o->pre, HW, out->g, HW, tp->tmp2, HW);
+          dy = tp->tmp2;
+        }
+        be->groupnorm_bwd(B, in->C, HW, G, in->x, v->w + o->n->g, o->mean, o->rstd, dy, tp->tmp,
+                          gw + o->n->g, gw + o->n->b);
+        be->add_inplace(nin, in->g, tp->tmp);
+        break;
+      }
+      case OP_ADD:
+        be->add_inplace(nin, in->g, out->g);
+        be->add_inplace(numel(tp, o->in2), tp->t[o->in2].g, out->g);
+        break;
+      case OP_UP:
+        be->upsample2x_bwd(B * in->C, in->H, in->W, out->g, tp->tmp);
+        be->add_inplace(nin, in->g, tp->tmp);
+        break;
+      case OP_ATTN: {
+        const vattn *a = o->a;
+        const int C = a->C, L = in->H * in->W, N = B * L;
+        const size_t n = (size_t)N * C;
+        tt *gn = &tp->t[o->in2];
+        be->add_inplace(nin, in->g, out->g); /* the residual */
+        float *dproj = tp->tmp, *dO = tp->tmp2;
+        be->nchw_to_nlc(B, C, L, out->g, dproj);
+        be->linear_bwd(N, C, C, o->o, C, v->w + a->o.w, dproj, C, dO, C, 0.0f, gw + a->o.w,
+                       gw + a->o.b);
+        float *dq = tape_buf(tp, n), *dk = tape_buf(tp, n), *dv = tape_buf(tp, n);
+        if (!dq || !dk || !dv) {
+          be->free(dq), be->free(dk), be->free(dv);
+          return NOMEM(err);
+        }
+        be->attention_bwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse, dO,
+                          dq, dk, dv);
+        float *dt = tp->tmp; /* dproj is no longer needed */
+        be->linear_bwd(N, C, C, o->t, C, v->w + a->q.w, dq, C, dt, C, 0.0f, gw + a->q.w,
+                       gw + a->q.b);
+        be->linear_bwd(N, C, C, o->t, C, v->w + a->k.w, dk, C, dt, C, 1.0f, gw + a->k.w,
+                       gw + a->k.b);
+        be->linear_bwd(N, C, C, o->t, C, v->w + a->v.w, dv, C, dt, C, 1.0f, gw + a->v.w,
+                       gw + a->v.b);
         be->free(dq), be->free(dk), be->free(dv);
-        return NOMEM(err);
+        be->nlc_to_nchw(B, C, L, dt, tp->tmp2);
+        be->add_inplace(n, gn->g, tp->tmp2);
+        break;
       }
-      be->attention_bwd(B, 1, L, C, 1.0f / sqrtf((float)C), 0, o->q, o->k, o->v, o->o, o->lse, dO, dq, dk, dv);
-      float *dt = tp->tmp; /* dproj is no longer needed */
-      be->linear_bwd(N, C, C, o->t, C, v->w + a->q.w, dq, C, dt, C, 0.0f, gw + a->q.w, gw + a->q.b);
-      be->linear_bwd(N, C, C, o->t, C, v->w + a->k.w, dk, C, dt, C, 1.0f, gw + a->k.w, gw + a->k.b);
-      be->linear_bwd(N, C, C, o->t, C, v->w + a->v.w, dv, C, dt, C, 1.0f, gw + a->v.w, gw + a->v.b);
-      be->free(dq), be->free(dk), be->free(dv);
-      be->nlc_to_nchw(B, C, L, dt, tp->tmp2);
-      be->add_inplace(n, gn->g, tp->tmp2);
-      break;
-    }
     }
   }
   return CT_OK;
 }
 
-ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dmean, const float *dlogvar, float *dx,
-                            ct_err *err) {
-  if (!tp || !tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_encode_bwd needs an encoder tape");
-  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
+ct_status ct_vae_encode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dmean, const float *dlogvar,
+                            float *dx, ct_err *err) {
+  if (!tp || !tp->encode)
+    return ct_errf(err, CT_ERR_INVALID, "ct_vae_encode_bwd needs an encoder tape");
+  if (tp->be != v->be)
+    return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
   const ct_backend_ops *be = v->be;
   tt *f = &tp->t[tp->final];
-  const size_t n = (size_t)v->cfg.latent_channels * f->H * f->W; /* floats of mean (logvar) per image */
-  for (int bi = 0; dmean && bi < tp->B; bi++) be->add_inplace(n, f->g + (size_t)bi * 2 * n, dmean + (size_t)bi * n);
+  const size_t n =
+      (size_t)v->cfg.latent_channels * f->H * f->W; /* floats of mean (logvar) per image */
+  for (int bi = 0; dmean && bi < tp->B; bi++)
+    be->add_inplace(n, f->g + (size_t)bi * 2 * n, dmean + (size_t)bi * n);
   /* the clamp passes no gradient outside [-30, 20] */
-  if (dlogvar) be->clamp_bwd(tp->B, (int)n, f->x + n, (int)(2 * n), -30.0f, 20.0f, dlogvar, (int)n, f->g + n, (int)(2 * n));
+  if (dlogvar)
+    be->clamp_bwd(tp->B, (int)n, f->x + n, (int)(2 * n), -30.0f, 20.0f, dlogvar, (int)n, f->g + n,
+                  (int)(2 * n));
   ct_status st = backward(v, tp, err);
   if (!st && dx) be->copy(dx, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));
   return st;
 }
 
 ct_status ct_vae_decode_bwd(ct_vae *v, ct_vae_tape *tp, const float *dout, float *dz, ct_err *err) {
-  if (!tp || tp->encode) return ct_errf(err, CT_ERR_INVALID, "ct_vae_decode_bwd needs a decoder tape");
-  if (tp->be != v->be) return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
+  if (!tp || tp->encode)
+    return ct_errf(err, CT_ERR_INVALID, "ct_vae_decode_bwd needs a decoder tape");
+  if (tp->be != v->be)
+    return ct_errf(err, CT_ERR_INVALID, "the tape was recorded on another compute backend");
   v->be->add_inplace(numel(tp, tp->final), tp->t[tp->final].g, dout);
   ct_status st = backward(v, tp, err);
   if (!st && dz) v->be->copy(dz, tp->t[tp->input].g, numel(tp, tp->input) * sizeof(float));

@@ -54,19 +54,30 @@ static void load(state *s) {
   while (fgets(line, sizeof line, f)) {
     int i;
     char key[64], val[256];
-    if (sscanf(line, "count %d", &i) == 1) s->count = i < 0 ? 0 : i > MAXG ? MAXG : i;
-    else if (sscanf(line, "fail_init %d", &i) == 1) s->fail_init = i;
+    if (sscanf(line, "count %d", &i) == 1)
+      s->count = i < 0 ? 0 : i > MAXG ? MAXG : i;
+    else if (sscanf(line, "fail_init %d", &i) == 1)
+      s->fail_init = i;
     else if (sscanf(line, "gpu %d %63s %255s", &i, key, val) == 3 && i >= 0 && i < MAXG) {
       gpu *g = &s->g[i];
-      if (!strcmp(key, "name")) snprintf(g->name, sizeof g->name, "%s", val);
-      else if (!strcmp(key, "uuid")) snprintf(g->uuid, sizeof g->uuid, "%s", val);
-      else if (!strcmp(key, "temp")) g->temp = (unsigned)strtoul(val, NULL, 0);
-      else if (!strcmp(key, "shutdown")) g->shutdown = (unsigned)strtoul(val, NULL, 0);
-      else if (!strcmp(key, "ecc_sbe")) g->sbe = strtoll(val, NULL, 0);
-      else if (!strcmp(key, "ecc_dbe")) g->dbe = strtoll(val, NULL, 0);
-      else if (!strcmp(key, "throttle")) g->throttle = strtoull(val, NULL, 0);
-      else if (!strcmp(key, "mem_used")) g->mem_used = strtoull(val, NULL, 0);
-      else if (!strcmp(key, "mem_total")) g->mem_total = strtoull(val, NULL, 0);
+      if (!strcmp(key, "name"))
+        snprintf(g->name, sizeof g->name, "%s", val);
+      else if (!strcmp(key, "uuid"))
+        snprintf(g->uuid, sizeof g->uuid, "%s", val);
+      else if (!strcmp(key, "temp"))
+        g->temp = (unsigned)strtoul(val, NULL, 0);
+      else if (!strcmp(key, "shutdown"))
+        g->shutdown = (unsigned)strtoul(val, NULL, 0);
+      else if (!strcmp(key, "ecc_sbe"))
+        g->sbe = strtoll(val, NULL, 0);
+      else if (!strcmp(key, "ecc_dbe"))
+        g->dbe = strtoll(val, NULL, 0);
+      else if (!strcmp(key, "throttle"))
+        g->throttle = strtoull(val, NULL, 0);
+      else if (!strcmp(key, "mem_used"))
+        g->mem_used = strtoull(val, NULL, 0);
+      else if (!strcmp(key, "mem_total"))
+        g->mem_total = strtoull(val, NULL, 0);
     }
   }
   fclose(f);
@@ -92,11 +103,16 @@ int nvmlShutdown(void) {
 }
 const char *nvmlErrorString(int r) {
   switch (r) {
-  case NVML_SUCCESS: return "Success";
-  case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-  case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-  case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-  default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    default:
+      return "Unknown Error";
   }
 }
 int nvmlDeviceGetCount_v2(unsigned *count) {
