@@ -1,20 +1,22 @@
-/* The parallel strategies (src/train/dp_*.c behind ct_dp_ops) on the tiny
- * MMDiT, driven by hand without a dataset: the trainer is built as the loop
- * builds it (config defaults + preset tiny, the MMDiT through the task, the
- * optimizer through the task, the strategy through ct_dp_pick), and each
- * optimizer step is begin_step, micro-batches of a fixed random global batch
- * (rank r takes samples [r*B, (r+1)*B) of each, the gradient scaled by 1/world
- * as the task does), reduce, clip, step.
+/* The parallel strategies (src/train/dp_*.c behind ct_dp_ops; NVMe offload
+ * through update.c) on the tiny MMDiT, driven by hand without a dataset: the
+ * trainer is built as the loop builds it (config defaults + preset tiny, the
+ * MMDiT and the optimizer through the task, the strategy through ct_dp_pick),
+ * and each optimizer step is begin_step, micro-batches of a fixed random
+ * global batch (rank r takes samples [r*B, (r+1)*B) of each, the gradient
+ * scaled by 1/world as the task does), reduce, clip, step — loop.c's order.
  *
  * On one process every strategy is compared with plain data parallel; under
  * mpirun (tests/cli_dist.sh runs this suite at 2 and 3 ranks) each strategy
  * at N ranks is compared with one rank taking the whole global batch, and the
  * ZeRO shard ranges must tile the model. What must be bit-identical and what
- * only close is written at each comparison. */
+ * only close is written at each comparison. Under mpirun the suite owns MPI
+ * (one MPI_Init per process): run it alone, `ct_tests strategy`. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctuner/comm.h"
 #include "ctuner/config.h"
@@ -53,21 +55,24 @@ typedef struct variant {
   const char *name, *optimizer;
   int stage, bf16;
   const ct_dp_ops *dp; /* what ct_dp_pick must choose */
+  int nvme;            /* 1: offload_optimizer nvme; 2: and offload_param nvme (update.c, offload.c) */
 } variant;
 
-static const variant V_PLAIN = {"plain", "adamw", 0, 0, &ct_dp_plain};
+static const variant V_PLAIN = {"plain", "adamw", 0, 0, &ct_dp_plain, 0};
 static const variant V_ZERO[] = {
-    {"zero1", "adamw", 1, 0, &ct_dp_zero1},
-    {"zero2", "adamw", 2, 0, &ct_dp_zero},
-    {"zero3", "adamw", 3, 0, &ct_dp_zero},
+    {"zero1", "adamw", 1, 0, &ct_dp_zero1, 0},
+    {"zero2", "adamw", 2, 0, &ct_dp_zero, 0},
+    {"zero3", "adamw", 3, 0, &ct_dp_zero, 0},
+    {"zero1-nvme", "adamw", 1, 0, &ct_dp_zero1, 1},
+    {"zero3-nvme-param", "adamw", 3, 0, &ct_dp_zero, 2},
 };
 static const variant V_BF16[] = {
-    {"bf16", "adamw", 0, 1, &ct_dp_zero},
-    {"zero1-bf16", "adamw", 1, 1, &ct_dp_zero},
-    {"zero2-bf16", "adamw", 2, 1, &ct_dp_zero},
-    {"zero3-bf16", "adamw", 3, 1, &ct_dp_zero},
+    {"bf16", "adamw", 0, 1, &ct_dp_zero, 0},
+    {"zero1-bf16", "adamw", 1, 1, &ct_dp_zero, 0},
+    {"zero2-bf16", "adamw", 2, 1, &ct_dp_zero, 0},
+    {"zero3-bf16", "adamw", 3, 1, &ct_dp_zero, 0},
 };
-static const variant V_ONEBIT = {"onebitadam", "onebitadam", 0, 0, &ct_dp_onebit};
+static const variant V_ONEBIT = {"onebitadam", "onebitadam", 0, 0, &ct_dp_onebit, 0};
 
 typedef struct fx {
   ct_config cfg;
@@ -94,20 +99,24 @@ static void result_free(result *r) {
 }
 
 static void fx_close(fx *f) {
-  ct_trainer_free(&f->tr);
+  ct_trainer_free(&f->tr); /* removes the swap files and their run directory */
+  if (f->cfg.offload_param_path) rmdir(f->cfg.offload_param_path);
   ct_config_free(&f->cfg);
   float **b[] = {&f->x0, &f->eps, &f->xt, &f->v, &f->dv, &f->t, &f->txt, &f->y};
   for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(*b[i]), *b[i] = NULL;
 }
 
 /* The trainer of variant v on comm, as loop.c's setup_model and prepare make
- * it (minus data, schedule, EMA, offload, metrics). */
+ * it (minus data, schedule, EMA, metrics). The offload swap files go under
+ * this process's temporary directory, in sub-groups of 4096 floats. */
 static ct_status fx_open(fx *f, ct_comm *comm, const variant *v, int accum, long freeze_step, ct_err *err) {
   memset(f, 0, sizeof *f);
   ct_config_defaults(&f->cfg);
   f->accum = accum;
   const int world = ct_comm_size(comm);
-  char stage[8], bs[8], fz[24], ac[8];
+  char stage[8], bs[8], fz[24], ac[8], swap[300], out[300];
+  snprintf(swap, sizeof swap, "%s/swap", ct_test_tmpdir());
+  snprintf(out, sizeof out, "%s/out-%s", ct_test_tmpdir(), v->name);
   snprintf(ac, sizeof ac, "%d", accum);
   snprintf(stage, sizeof stage, "%d", v->stage);
   snprintf(bs, sizeof bs, "%d", GB / world);
@@ -121,7 +130,12 @@ static ct_status fx_open(fx *f, ct_comm *comm, const variant *v, int accum, long
                          {"mixed_precision", v->bf16 ? "bf16" : "no"},
                          {"train_batch_size", bs},
                          {"gradient_accumulation_steps", ac},
-                         {"freeze_step", fz}};
+                         {"freeze_step", fz},
+                         {"output_dir", out},
+                         {"offload_param_path", swap},
+                         {"offload_buffer_size", "4096"},
+                         {"offload_optimizer", v->nvme ? "nvme" : "none"},
+                         {"offload_param", v->nvme > 1 ? "nvme" : "none"}};
   ct_status st = CT_OK;
   for (size_t i = 0; !st && i < sizeof kv / sizeof kv[0]; i++) st = ct_config_set(&f->cfg, kv[i][0], kv[i][1], err);
   if (st) return st;
@@ -140,6 +154,7 @@ static ct_status fx_open(fx *f, ct_comm *comm, const variant *v, int accum, long
   tr->dp = ct_dp_pick(&f->cfg);
   if (tr->dp != v->dp) return ct_errf(err, CT_ERR_INVALID, "%s: ct_dp_pick chose '%s'", v->name, tr->dp->name);
   st = tr->dp->start(tr, err);
+  if (!st && v->nvme && tr->opt) st = ct_update_start_offload(tr, err);
   if (st) return st;
   f->nw = ct_model_numel(tr->model);
   const ct_mmdit_config *mc = &tr->g.mc;
@@ -173,7 +188,8 @@ static ct_status micro(fx *f, long step, int a, double *parts, ct_err *err) {
     ct_rng_fill_normal(f->txt + b * nt, nt, SEED, S_TXT, id * nt, 0.0f, 1.0f);
     ct_rng_fill_normal(f->y + b * ny, ny, SEED, S_Y, id * ny, 0.0f, 1.0f);
     f->t[b] = ct_rng_uniform(SEED, S_T, id);
-    for (size_t i = 0; i < lat; i++) f->xt[b * lat + i] = (1.0f - f->t[b]) * f->x0[b * lat + i] + f->t[b] * f->eps[b * lat + i];
+    const float *x0 = f->x0 + b * lat, *e = f->eps + b * lat;
+    for (size_t i = 0; i < lat; i++) f->xt[b * lat + i] = (1.0f - f->t[b]) * x0[i] + f->t[b] * e[i];
   }
   ct_mmdit_batch in = {.B = B, .H = LH, .W = LW, .T = T, .x = f->xt, .t = f->t, .txt = f->txt, .y = f->y};
   ct_status st = ct_mmdit_forward(tr->m, &in, f->v, err);
@@ -207,8 +223,10 @@ static void clip(float *g, size_t n, double gn, double max_norm) { /* as loop.c 
   for (size_t i = 0; i < n; i++) g[i] *= c;
 }
 
-/* The full float32 weights into out (every rank). Where the trainer holds only
- * its range (stage 3, bf16), ct_dp_gather_full must give rank 0 the same. */
+/* The full float32 weights into out (every rank): the model's own, or —
+ * where the trainer holds only its range (stage 3, bf16) — rank 0's from
+ * ct_dp_gather_full (which reads offloaded weights back from the swap file),
+ * broadcast; it must equal the ranges all-gathered from the trainers. */
 static ct_status weights(fx *f, float *out, int *gather_ok, ct_err *err) {
   trainer *tr = &f->tr;
   *gather_ok = 1;
@@ -216,12 +234,18 @@ static ct_status weights(fx *f, float *out, int *gather_ok, ct_err *err) {
     memcpy(out, ct_model_params(tr->model), f->nw * sizeof(float));
     return CT_OK;
   }
-  ct_status st = gather_range(f, tr->wsh, out, err);
   full_view fv;
-  if (!st) st = ct_dp_gather_full(tr, &fv, err);
-  if (!st && tr->rank == 0)
-    *gather_ok = fv.w && !memcmp(fv.w, out, f->nw * sizeof(float)) && ct_model_params(tr->model) == fv.w;
+  ct_status st = ct_dp_gather_full(tr, &fv, err);
+  if (!st && tr->rank == 0) {
+    *gather_ok = fv.w && ct_model_params(tr->model) == fv.w;
+    if (fv.w) memcpy(out, fv.w, f->nw * sizeof(float));
+  }
   if (!st) ct_dp_release_full(tr, &fv);
+  if (!st && tr->world > 1) st = ct_comm_broadcast(tr->comm, out, f->nw * sizeof(float), 0, err);
+  float *mine = tr->wsh ? malloc(f->nw * sizeof(float)) : NULL;
+  if (!st && mine) st = gather_range(f, tr->wsh, mine, err);
+  if (!st && mine) *gather_ok &= !memcmp(mine, out, f->nw * sizeof(float));
+  free(mine);
   return st;
 }
 
@@ -247,7 +271,8 @@ static ct_status run(fx *f, result *r, step_fn alt, void *user, int *gather_ok, 
     if (st) break;
     r->loss[step - 1] = tr->task->loss(tr, parts);
     r->gn[step - 1] = gn;
-    if (getenv("CT_TEST_VERBOSE") && tr->rank == 0) fprintf(stderr, "  %s step %ld: loss %.6g, grad norm %.6g\n", tr->dp->name, step, r->loss[step - 1], gn);
+    if (getenv("CT_TEST_VERBOSE") && tr->rank == 0)
+      fprintf(stderr, "  %s step %ld: loss %.6g, grad norm %.6g\n", tr->dp->name, step, r->loss[step - 1], gn);
     st = gather_range(f, g, r->grad + (size_t)(step - 1) * f->nw, err);
     if (st) break;
     clip(g, tr->hi - tr->lo, gn, MAX_NORM);
@@ -470,7 +495,8 @@ CT_TEST(strategy, shards_tile_model) {
   ct_comm *c = world_comm();
   REQUIRE(c);
   const int N = ct_comm_size(c), R = ct_comm_rank(c);
-  const variant *vs[] = {&V_PLAIN, &V_ZERO[0], &V_ZERO[1], &V_ZERO[2], &V_BF16[0], &V_BF16[1], &V_BF16[2], &V_BF16[3]};
+  const variant *vs[] = {&V_PLAIN,   &V_ZERO[0], &V_ZERO[1], &V_ZERO[2], &V_ZERO[3],
+                         &V_ZERO[4], &V_BF16[0], &V_BF16[1], &V_BF16[2], &V_BF16[3]};
   double *r = calloc(2 * (size_t)N, sizeof *r);
   REQUIRE(r);
   for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++) {
@@ -503,7 +529,9 @@ CT_TEST(strategy, shards_tile_model) {
     if (tr->dp == &ct_dp_zero)
       CHECKF(tr->z.mlo == tr->lo && tr->z.mhi == tr->hi && tr->z.shard == tr->shard, "%s: zero.c's range [%zu, %zu)",
              v->name, tr->z.mlo, tr->z.mhi);
-    CHECKF(!tr->own == !tr->wsh, "%s: own %d", v->name, tr->own);
+    /* own: float32 weights of the range in memory, or (offload_param) in the swap file */
+    CHECKF(!tr->own == !(tr->wsh || tr->widx >= 0), "%s: own %d", v->name, tr->own);
+    CHECKF(!v->nvme == !tr->off && (v->nvme < 2) == (tr->widx < 0), "%s: offload", v->name);
     fx_close(&f);
   }
   free(r);
@@ -524,8 +552,8 @@ CT_TEST(strategy, ranks_equal_one) {
   ct_status st = run_variant(one, &V_PLAIN, 2, 100, &ref, &gok, &err);
   if (!st) st = run_onebit(one, 100, &ref_ob, NULL, NULL, &err);
   CHECKF(st == CT_OK, "one rank: %s", err.msg);
-  const variant *vs[] = {&V_PLAIN,   &V_ZERO[0], &V_ZERO[1], &V_ZERO[2], &V_BF16[0],
-                         &V_BF16[1], &V_BF16[2], &V_BF16[3], &V_ONEBIT};
+  const variant *vs[] = {&V_PLAIN,   &V_ZERO[0], &V_ZERO[1], &V_ZERO[2], &V_ZERO[3], &V_ZERO[4],
+                         &V_BF16[0], &V_BF16[1], &V_BF16[2], &V_BF16[3], &V_ONEBIT};
   for (size_t k = 0; !st && k < sizeof vs / sizeof vs[0]; k++) {
     const variant *v = vs[k];
     result r = {0};
