@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel training over MPI (docs/distributed.md): the communicator's
-# collectives under mpirun, and N ranks x micro-batch b against 1 rank x N*b —
+# collectives and the parallel strategies (ct_tests comm, strategy) under mpirun,
+# and N ranks x micro-batch b against 1 rank x N*b —
 # losses and final weights must agree within 1e-5 relative.
 # Usage: tests/cli_dist.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
@@ -15,6 +16,12 @@ for n in 2 3; do
     ok "communicator collectives on $n ranks"
   else
     bad "communicator on $n ranks: $out"
+  fi
+  # tests/test_strategy.c: every parallel strategy at n ranks equals one rank
+  if out=$("${MPIRUN[@]}" -np $n -x OMP_NUM_THREADS=1 "$BIN/ct_tests" strategy 2>&1); then
+    ok "parallel strategies on $n ranks equal one rank"
+  else
+    bad "parallel strategies on $n ranks: $out"
   fi
 done
 

@@ -305,8 +305,10 @@ static ct_status new_model(trainer *tr, ct_err *err) {
     st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
   if (st) return st;
   /* BOS and EOS take two of the T tokens. */
-  size_t over, longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te,
-                                                    (size_t)tr->g.T - 2, &over);
+  size_t over = 0, longest = 0; /* no dataset: tests/test_strategy.c builds the model alone */
+  if (tr->ds)
+    longest =
+        ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
   if (over)
     CT_WARN(
         "%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
