@@ -130,7 +130,9 @@ static inline void fd(bcheck *t, const char *what, float *p, int rows, int cols,
 }
 #define FD1(t, what, p, n, ana, loss, ctx) fd(t, what, p, 1, (int)(n), (int)(n), ana, loss, ctx)
 
+/* sum(y r); 0 before r is drawn (a loss evaluated for its forward only) */
 static inline double dot(const double *y, const float *r, size_t n) {
+  if (!r) return 0;
   double s = 0;
   for (size_t i = 0; i < n; i++) s += y[i] * r[i];
   return s;

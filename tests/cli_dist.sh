@@ -365,6 +365,13 @@ resume_case "1 rank stage 0 -> 4 ranks stage 3" "" "--train_batch_size=4" "$M 4"
 resume_case "4 ranks stage 2 -> 2 ranks stage 3" "$M 4" "--train_batch_size=1 --zero_stage=2" "$M 2" \
   "--train_batch_size=2 --zero_stage=3"
 
+# The small preset's tolerance: 3e-5 held with the AVX-512 SGEMM (its sums do not
+# depend on the batch); on OpenBLAS's path (a CPU without AVX-512) the unoptimised
+# ASan build reaches 5.6e-5 after 20 steps, before and after the structure rework
+# alike (OpenBLAS blocks K by M, so batch 2 and 4 round differently). Each
+# strategy's arithmetic is pinned more tightly by tests/test_strategy.c (within
+# 1e-5 of one rank, bit-identical across strategies on one).
+SMALL_TOL=1e-4
 # The small preset too (2 ranks x 2 against 1 x 4, AdamW). Its 20 AdamW steps
 # amplify the rounding of batch 2 vs 4 GEMMs to ~1e-5 in the Debug (ASan) build,
 # so these compare within 3e-5; a wrong sample or average gives errors > 1e-3.
@@ -372,7 +379,7 @@ if "$CT" train --config "$tmp/base.json" --preset=small --resolution=16 --train_
     --output_dir="$tmp/one-small" >/dev/null 2>"$tmp/one.err" &&
   "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
     --resolution=16 --train_batch_size=2 --output_dir="$tmp/n2-small" >/dev/null 2>"$tmp/n2s.err"; then
-  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n2-small" "$tmp/one-small" checkpoint-20 3e-5 2>&1) &&
+  r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n2-small" "$tmp/one-small" checkpoint-20 "$SMALL_TOL" 2>&1) &&
     ok "small: 2 ranks x batch 2 == 1 rank x batch 4 ($r)" || bad "small: 2 ranks differ: $r"
 else
   bad "small preset runs: $(tail -3 "$tmp/one.err" "$tmp/n2s.err")"
@@ -386,7 +393,7 @@ for spec in "${specs[@]}"; do
   if "${MPIRUN[@]}" -np "$1" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --preset=small \
       --resolution=16 --train_batch_size=$((4 / $1)) --zero_stage="$2" --output_dir="$tmp/n$1-small-z$2" \
       >/dev/null 2>"$tmp/n2s.err"; then
-    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n$1-small-z$2" "$tmp/one-small" checkpoint-20 3e-5 2>&1) &&
+    r=$(/usr/bin/python3 "$tmp/compare.py" "$tmp/n$1-small-z$2" "$tmp/one-small" checkpoint-20 "$SMALL_TOL" 2>&1) &&
       ok "small, zero_stage $2: $1 ranks x batch $((4 / $1)) == 1 rank x batch 4 ($r)" || bad "small $spec differs: $r"
   else
     bad "small $spec: $(tail -3 "$tmp/n2s.err")"
