@@ -37,7 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   volatile unsigned sum = 0;
   for (size_t i = 0; i < (size_t)img.w * img.h * 3; i++) sum += img.px[i]; /* reads all */
   if (img.w * img.h <= 1 << 16) {
+    /* within ct_image_alloc's limit of 32768 per side: a 1 x 32023 image
+     * (EXIF-rotated) must not ask for a 1 x 64047 one, which is refused by
+     * design, not a defect */
     int w = img.w / 3 + 1, h = img.h * 2 + 1;
+    if (h > 32768) h = 32768;
     if (ct_image_resize(&img, w, h, &r, &err) != CT_OK) abort();
     ct_image_free(&r);
     if (ct_image_crop(&img, img.w / 2, img.h / 2, img.w - img.w / 2, img.h - img.h / 2, &r, &err))

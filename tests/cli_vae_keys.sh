@@ -149,4 +149,7 @@ refuse "zero_stage 3" "model_type vae: zero_stage 3 shards" --zero_stage=3
 refuse "mixed_precision bf16" "model_type vae: mixed_precision bf16" --mixed_precision=bf16
 refuse "offload_param nvme" "offload_param" --zero_stage=3 --offload_param=nvme --offload_param_path="$tmp/swap"
 refuse "onebitadam" "model_type vae does not support it" --optimizer=onebitadam --freeze_step=2
+# the data loader gives RGB: a VAE of other channel counts is refused, not misread
+sed 's/"latent_channels": 4/"latent_channels": 4, "in_channels": 4/' "$tmp/vae.json" > "$tmp/vae4.json"
+refuse "in_channels 4" "in_channels 4, out_channels 3: training reads RGB images" --vae_config="$tmp/vae4.json"
 exit $fail

@@ -25,6 +25,11 @@ void *ct_alloc(ct_mem_cat cat, size_t n);
 void *ct_calloc(ct_mem_cat cat, size_t count, size_t size);
 /* ct_free(NULL) is a no-op. The category is remembered in a header. */
 void ct_free(void *p);
+/* Overwrite n bytes of a secret (a key, a token) with a write the compiler
+ * may not drop as dead before a free (explicit_bzero); ct_free_secret wipes a
+ * malloc'd string, then frees it (NULL: no-op). */
+void ct_wipe(void *p, size_t n);
+void ct_free_secret(char *s);
 
 typedef struct ct_mem_stats {
   size_t current[CT_MEM_NCAT];

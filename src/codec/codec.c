@@ -44,6 +44,16 @@ ct_status ct_codec_vae(const char *dir, int tile, uint64_t seed, ct_codec *out, 
     return st;
   }
   const ct_vae_config *c = ct_vae_cfg(v->vae);
+  if (c->in_channels != 3 || c->out_channels != 3) { /* the images are RGB */
+    st = ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "%s: in_channels %d, out_channels %d: the codec encodes RGB images, so the VAE must "
+        "have 3 of each",
+        dir, c->in_channels, c->out_channels);
+    ct_vae_free(v->vae);
+    free(v);
+    return st;
+  }
   v->tile = tile;
   v->seed = seed;
   pthread_mutex_init(&v->mu, NULL);

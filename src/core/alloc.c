@@ -109,3 +109,13 @@ const char *ct_mem_cat_name(ct_mem_cat cat) {
                                            "activations", "buffers", "other"};
   return (unsigned)cat < CT_MEM_NCAT ? names[cat] : "unknown";
 }
+
+void ct_wipe(void *p, size_t n) {
+  if (p && n) explicit_bzero(p, n);
+}
+
+void ct_free_secret(char *s) {
+  if (!s) return;
+  ct_wipe(s, strlen(s));
+  free(s);
+}

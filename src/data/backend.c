@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/alloc.h"
 #include "ctuner/data.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
@@ -199,9 +200,7 @@ static void ds_free(ct_ds_config *d) {
   free(d->cache_dir);
   ct_ds_s3 *a = &d->s3;
   free(a->bucket), free(a->region), free(a->endpoint), free(a->access_key), free(a->prefix);
-  if (a->secret_key) memset(a->secret_key, 0, strlen(a->secret_key));
-  if (a->session_token) memset(a->session_token, 0, strlen(a->session_token));
-  free(a->secret_key), free(a->session_token);
+  ct_free_secret(a->secret_key), ct_free_secret(a->session_token);
 }
 
 static char *dup(const char *s) {

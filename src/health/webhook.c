@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "ctuner/alloc.h"
 #include "ctuner/fs.h"
 #include "ctuner/log.h"
 #include "ctuner/parse.h"
@@ -72,8 +73,7 @@ char *ct_json_quote(const char *s) {
 static void hook_free(ct_hook *h) {
   free(h->url);
   free(h->message_prefix);
-  if (h->auth_token) memset(h->auth_token, 0, strlen(h->auth_token));
-  free(h->auth_token);
+  ct_free_secret(h->auth_token);
   memset(h, 0, sizeof *h);
 }
 
@@ -191,8 +191,7 @@ ct_status ct_hooks_parse(const char *value, ct_hook **hooks, int *n, ct_err *err
   free(text);
   ct_json *j = NULL;
   if (!st) st = ct_json_parse(expanded, strlen(expanded), &j, err);
-  if (expanded) memset(expanded, 0, strlen(expanded));
-  free(expanded);
+  ct_free_secret(expanded); /* may hold an auth_token */
   if (st) {
     ct_err_prefix(err, "%s: ", where);
     return st;
@@ -338,6 +337,13 @@ static int nap(ct_sender *s, double secs) {
   return atomic_load(&s->abort_now);
 }
 
+/* The header list holds the X-API-Key line: wiped before freed. */
+static void free_headers(struct curl_slist *h) {
+  for (struct curl_slist *p = h; p; p = p->next)
+    if (p->data) ct_wipe(p->data, strlen(p->data));
+  curl_slist_free_all(h);
+}
+
 /* One event to one endpoint, with retries; 1 if delivered. */
 static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char *body,
                    int retries) {
@@ -351,9 +357,8 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
   if (hdr && key) h2 = curl_slist_append(hdr, key);
   if (!hdr || (h->auth_token && !h2)) { /* never send without the header the endpoint expects */
     CT_WARN("webhook %s: out of memory building the request; %s event not sent", host, type);
-    curl_slist_free_all(hdr);
-    if (key) memset(key, 0, strlen(key));
-    free(key);
+    free_headers(hdr);
+    ct_free_secret(key);
     curl_easy_cleanup(c);
     return 0;
   }
@@ -407,9 +412,8 @@ static int deliver(ct_sender *s, const ct_hook *h, const char *type, const char 
     if (nap(s, delay * jitter)) break;
     delay *= 2;
   }
-  curl_slist_free_all(hdr);
-  if (key) memset(key, 0, strlen(key));
-  free(key);
+  free_headers(hdr);
+  ct_free_secret(key);
   curl_easy_cleanup(c);
   return ok;
 }

@@ -130,7 +130,8 @@ static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *in
               "= %ld); the newest checkpoint predates the trouble; lower learning_rate or set "
               "max_grad_norm",
               s->nonfinite_run, tr->cfg->max_nonfinite_steps);
-  ct_health_runtime_fault(tr->h, "nonfinite_loss", "FloatingPointError", err->msg, tr->rank == 0);
+  ct_health_runtime_fault(tr->h, "nonfinite_loss", "FloatingPointError", err ? err->msg : "",
+                          tr->rank == 0);
   sum->joint_stop = 1;
   return st;
 }
@@ -324,7 +325,8 @@ static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_t
    * fault too: the breaker opens and the CLI ends the job with its code. */
   if (tr->h && (st == CT_ERR_NOMEM || st == CT_ERR_COMM)) {
     ct_health_runtime_fault(tr->h, "runtime_error",
-                            st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError", err->msg, 1);
+                            st == CT_ERR_NOMEM ? "MemoryError" : "CollectiveError",
+                            err ? err->msg : "", 1);
     st = CT_ERR_HEALTH;
   }
   if (st == CT_OK && lead && tr->remote && tr->remote_pending[0]) { /* after every collective */
@@ -341,7 +343,7 @@ static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_t
     if (!sum->joint_stop || lead) { /* one error event for a stop every rank made */
       char title[96];
       snprintf(title, sizeof title, "Training failed: %s", ct_status_name(st));
-      ct_health_error(tr->h, title, err->msg);
+      ct_health_error(tr->h, title, err ? err->msg : "");
     }
   }
   sum->end_step = s->global_step;

@@ -156,20 +156,26 @@ FILE *ct_train_open_metrics(const char *out, long upto) {
   snprintf(p, sizeof p, "%s/metrics.jsonl", out);
   if (upto > 0) {
     FILE *in = fopen(p, "rb");
+    if (!in) return fopen(p, "ab"); /* no metrics yet */
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *o = in ? fopen(tmp, "wb") : NULL;
-    if (in && o) {
-      char line[4096];
-      while (fgets(line, sizeof line, in)) {
-        long s;
-        if (sscanf(line, "{\"step\": %ld", &s) == 1 && s <= upto) fputs(line, o);
-      }
-      fclose(o);
-      rename(tmp, p);
-    } else if (o) {
-      fclose(o);
+    FILE *o = fopen(tmp, "wb");
+    int bad = !o;
+    char line[4096];
+    while (o && fgets(line, sizeof line, in)) {
+      long s;
+      if (sscanf(line, "{\"step\": %ld", &s) == 1 && s <= upto) fputs(line, o);
     }
-    if (in) fclose(in);
+    fclose(in);
+    /* the tail past upto must go, or the resumed steps would appear twice:
+     * a failed write or rename is a failure (errno kept for the caller) */
+    if (o && fclose(o) != 0) bad = 1;
+    if (!bad && rename(tmp, p) != 0) bad = 1;
+    if (bad) {
+      const int e = errno;
+      if (o) remove(tmp);
+      errno = e;
+      return NULL;
+    }
     return fopen(p, "ab");
   }
   return fopen(p, "wb");

@@ -233,6 +233,16 @@ static ct_status open_task(trainer *tr, ct_err *err) {
     st = ct_vae_config_load(cfg->vae_config, &vc, err);
     if (!st) st = ct_vae_new(&vc, (uint64_t)cfg->seed, &t->vae, err);
   }
+  const ct_vae_config *c0 = st ? NULL : ct_vae_cfg(t->vae);
+  if (c0 && (c0->in_channels != 3 || c0->out_channels != 3)) { /* the data loader gives RGB */
+    st = ct_errf(
+        err, CT_ERR_UNSUPPORTED,
+        "model_type vae: in_channels %d, out_channels %d: training reads RGB images, so the VAE "
+        "must have 3 of each",
+        c0->in_channels, c0->out_channels);
+    ct_vae_free(t->vae);
+    t->vae = NULL;
+  }
   if (!st) st = ct_model_vae(t->vae, &tr->model, err); /* owns the VAE from here */
   if (st) {
     t->vae = NULL;

@@ -65,7 +65,8 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
   st = ct_offload_open(tr->swap_dir, n, narr, sub, cfg->offload_pin_memory, &tr->off, err);
   if (st) return st;
   float *arr[8] = {0};
-  for (size_t i = 0; i < nst && i < 7; i++) arr[i] = ct_optim_state(tr->opt, i, NULL);
+  CT_ASSERT(nst < 8); /* the swap file's arrays: the states and the weights */
+  for (size_t i = 0; i < nst; i++) arr[i] = ct_optim_state(tr->opt, i, NULL);
   if (par) arr[nst] = tr->wsh;
   st = ct_offload_store_all(tr->off, arr, err);
   if (st) return st;
@@ -125,7 +126,8 @@ ct_status ct_update_offload_states(trainer *tr, float ***out, ct_err *err) {
       return ct_errf(err, CT_ERR_NOMEM, "out of memory reading the offloaded optimizer state back");
   }
   float *arr[8] = {0}; /* the weights' array (if any) is skipped */
-  for (size_t i = 0; i < nst && i < 7; i++) arr[i] = a[i];
+  CT_ASSERT(nst < 8);
+  for (size_t i = 0; i < nst; i++) arr[i] = a[i];
   return ct_offload_load_all(tr->off, arr, err);
 }
 
