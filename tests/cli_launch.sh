@@ -73,11 +73,44 @@ out=$("$CT" launch --accelerate-config "$tmp/nv.yaml" --hostfile "$tmp/hosts" --
 echo "$out" | grep -q -- "--offload_optimizer=nvme --offload_param=none --offload_param_path=/mnt/nvme" &&
   ok "optimizer offload to nvme passed on with its path" || bad "nvme offload: $out"
 
-# deepspeed_config_file is passed on as --deepspeed_config
-sed 's/  zero_stage: 1/  zero_stage: 1\n  deepspeed_config_file: \/etc\/ds.json/' "$tmp/two.yaml" > "$tmp/dsf.yaml"
+# deepspeed_config_file is passed on as --deepspeed_config (with only the keys
+# `accelerate config` writes beside a file)
+cat > "$tmp/dsf.yaml" <<'YAML'
+compute_environment: LOCAL_MACHINE
+deepspeed_config:
+  deepspeed_config_file: /etc/ds.json
+  deepspeed_multinode_launcher: standard
+  zero3_init_flag: false
+distributed_type: DEEPSPEED
+machine_rank: 0
+main_process_ip: 10.0.0.1
+main_process_port: 29500
+num_machines: 2
+num_processes: 4
+YAML
 out=$("$CT" launch --accelerate-config "$tmp/dsf.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
 echo "$out" | grep -q -- "--deepspeed_config=/etc/ds.json" && ok "deepspeed_config_file passed on" ||
   bad "deepspeed_config_file: $out"
+# ... but not beside inline DeepSpeed keys: Accelerate refuses both at once
+sed 's/  zero_stage: 1/  zero_stage: 1\n  deepspeed_config_file: \/etc\/ds.json/' "$tmp/two.yaml" > "$tmp/dsboth.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/dsboth.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "inline DeepSpeed keys gradient_accumulation_steps, offload_optimizer_device, offload_param_device, zero_stage: Accelerate refuses" &&
+  ok "deepspeed_config_file beside inline keys refused, as Accelerate" || bad "file + inline keys: exit $rc: $out"
+# distributed_type NO: a leftover deepspeed_config_file is ignored, as Accelerate does
+sed 's/distributed_type: DEEPSPEED/distributed_type: NO/' "$tmp/dsf.yaml" > "$tmp/dsno.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/dsno.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>"$tmp/dsno.err")
+! echo "$out" | grep -q -- "--deepspeed_config" && grep -q "deepspeed_config_file /etc/ds.json is ignored" "$tmp/dsno.err" &&
+  ok "distributed_type NO ignores deepspeed_config_file with a note" || bad "NO + file: $out $(cat "$tmp/dsno.err")"
+# gradient_clipping becomes max_grad_norm; no mixed_precision: the training config's own stays
+sed -e 's/  zero_stage: 1/  zero_stage: 1\n  gradient_clipping: 0.01/' -e "/mixed_precision/d" "$tmp/two.yaml" > "$tmp/clip.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/clip.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+echo "$out" | grep -q -- "--max_grad_norm=0.01" && ! echo "$out" | grep -q -- "--mixed_precision" &&
+  ok "gradient_clipping -> --max_grad_norm; no mixed_precision passed when the YAML has none" || bad "clip/mp: $out"
+# main_process_port: null (what accelerate config writes for one machine)
+sed 's/main_process_port: 29500/main_process_port: null/' "$tmp/two.yaml" > "$tmp/null.yaml"
+"$CT" launch --accelerate-config "$tmp/null.yaml" --hostfile "$tmp/hosts" --dry-run -- train >/dev/null 2>"$tmp/null.err" &&
+  ok "main_process_port: null accepted" || bad "port null: $(cat "$tmp/null.err")"
 
 # A real launch on this machine: 1 machine x 2 processes, stage 1.
 "$CT" dataset synth --out "$tmp/data" --count 8 --seed 2 >/dev/null

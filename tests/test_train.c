@@ -36,7 +36,7 @@ CT_TEST(train, metrics_trimmed_for_a_resume) {
   FILE *f = ct_train_open_metrics(dir, 3);
   CHECK(f != NULL);
   if (f) fclose(f);
-  CHECK(count_lines(p) == 4); /* steps 1-3 and the validation line of step 2 */
+  CHECK(count_lines(p) == 4);        /* steps 1-3 and the validation line of step 2 */
   f = ct_train_open_metrics(dir, 0); /* a new run starts it empty */
   CHECK(f != NULL);
   if (f) fclose(f);

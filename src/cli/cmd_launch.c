@@ -21,7 +21,9 @@ typedef struct acc_cfg {
   char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32],
       offload_param[32];
   char nvme_path[1024];
-  char ds_file[1024]; /* deepspeed_config.deepspeed_config_file */
+  char ds_file[1024];  /* deepspeed_config.deepspeed_config_file */
+  char grad_clip[64];  /* deepspeed_config.gradient_clipping ("" unset) */
+  char ds_inline[256]; /* inline DeepSpeed keys given (Accelerate refuses them beside a file) */
 } acc_cfg;
 
 void ct_cmd_launch_help(FILE *f) {
@@ -95,7 +97,7 @@ static int load_accelerate(const char *path, acc_cfg *c) {
   c->main_process_port = 29500;
   c->zero_stage = -1;
   c->grad_accum = -1;
-  snprintf(c->mixed_precision, sizeof c->mixed_precision, "no");
+  /* mixed_precision stays "" unless the file says: then the training config's own wins */
   snprintf(c->distributed_type, sizeof c->distributed_type, "NO");
   char buf[1024];
   int line = 0, in_ds = 0, rc = 0;
@@ -129,7 +131,27 @@ static int load_accelerate(const char *path, acc_cfg *c) {
     if (indent > 0 && !in_ds)
       continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
     if (in_ds && indent > 0) {
-      if (!strcmp(k, "zero_stage"))
+      static const char *const with_file[] = {
+          "gradient_accumulation_steps", "gradient_clipping",      "zero_stage",
+          "offload_optimizer_device",    "offload_param_device",   "offload_param_nvme_path",
+          "offload_optimizer_nvme_path", "zero3_save_16bit_model", NULL};
+      for (int q = 0; with_file[q]; q++)
+        if (!strcmp(k, with_file[q])) { /* present at all, as Accelerate checks */
+          const size_t l = strlen(c->ds_inline);
+          snprintf(c->ds_inline + l, sizeof c->ds_inline - l, "%s%s", l ? ", " : "", k);
+        }
+      if (!strcmp(k, "gradient_clipping")) {
+        char *end;
+        const double g = strtod(v, &end);
+        if (end == v || *end || !(g >= 0)) {
+          fprintf(stderr,
+                  "ctuner launch: %s:%d: gradient_clipping: expected a number >= 0, got '%s'\n",
+                  path, line, v);
+          rc = -1;
+        } else {
+          snprintf(c->grad_clip, sizeof c->grad_clip, "%s", v);
+        }
+      } else if (!strcmp(k, "zero_stage"))
         rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
       else if (!strcmp(k, "gradient_accumulation_steps"))
         rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
@@ -151,8 +173,10 @@ static int load_accelerate(const char *path, acc_cfg *c) {
       rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
     else if (!strcmp(k, "machine_rank"))
       rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
-    else if (!strcmp(k, "main_process_port"))
-      rc = yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
+    else if (!strcmp(k, "main_process_port")) /* null: one machine (accelerate config writes it) */
+      rc = !*v || !strcmp(v, "null") || !strcmp(v, "~")
+               ? 0
+               : yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
     else if (!strcmp(k, "main_process_ip"))
       snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
     else if (!strcmp(k, "mixed_precision"))
@@ -171,7 +195,24 @@ static int load_accelerate(const char *path, acc_cfg *c) {
             path, dt);
     return -1;
   }
-  if (strcmp(c->mixed_precision, "no") && strcmp(c->mixed_precision, "bf16")) {
+  if (*c->ds_file && !strcmp(dt, "NO")) { /* Accelerate reads deepspeed_config only for DEEPSPEED */
+    fprintf(stderr,
+            "ctuner launch: %s: distributed_type NO: deepspeed_config_file %s is ignored, as "
+            "Accelerate "
+            "does\n",
+            path, c->ds_file);
+    c->ds_file[0] = 0;
+  }
+  if (*c->ds_file && *c->ds_inline) {
+    fprintf(stderr,
+            "ctuner launch: %s: deepspeed_config_file %s and the inline DeepSpeed keys %s: "
+            "Accelerate refuses "
+            "both at once (the file would silently win); put them in the DeepSpeed file\n",
+            path, c->ds_file, c->ds_inline);
+    return -1;
+  }
+  if (*c->mixed_precision && strcmp(c->mixed_precision, "no") &&
+      strcmp(c->mixed_precision, "bf16")) {
     fprintf(stderr,
             "ctuner launch: %s: mixed_precision %s: use no or bf16 (fp16 needs loss scaling ctuner "
             "does "
@@ -316,8 +357,15 @@ int ct_cmd_launch(int argc, char **argv) {
   if (c.zero_stage >= 0) av[k++] = zs;
   if (c.grad_accum > 0) av[k++] = ga;
   char mp[64], oo[64], op[64], np_[1100];
-  snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
-  av[k++] = mp;
+  if (*c.mixed_precision) { /* absent: the training config's own mixed_precision */
+    snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
+    av[k++] = mp;
+  }
+  char gc[96];
+  if (*c.grad_clip) { /* DeepSpeed's gradient_clipping is the global-norm clip */
+    snprintf(gc, sizeof gc, "--max_grad_norm=%s", c.grad_clip);
+    av[k++] = gc;
+  }
   if (*c.offload_opt) {
     snprintf(oo, sizeof oo, "--offload_optimizer=%s", c.offload_opt);
     av[k++] = oo;
