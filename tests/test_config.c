@@ -63,6 +63,28 @@ CT_TEST(config, file_prefixes_aliases_types) {
   ct_config_free(&c);
 }
 
+CT_TEST(config, simpletuner_keys_without_effect_accepted_and_named) {
+  const char *p =
+      write_tmp("noeff.json",
+                "{\"--push_to_hub\": true, \"--report_to\": \"wandb\", \"tracker_run_name\": "
+                "\"x\",\n \"--ema_device\": \"accelerator\", \"--learning_rate\": 2e-4}");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  REQUIRE(ct_config_load_file(&c, p, &err) == CT_OK);
+  CHECK_NEAR(c.learning_rate, 2e-4, 0);
+  CHECK(!strcmp(c.no_effect, "push_to_hub,report_to,tracker_run_name,ema_device"));
+  CHECK(ct_config_set(&c, "--push_to_hub", "false", &err) == CT_OK); /* noted once */
+  CHECK(ct_config_set(&c, "--fuse_qkv_projections", "true", &err) == CT_OK);
+  CHECK(!strcmp(c.no_effect,
+                "push_to_hub,report_to,tracker_run_name,ema_device,fuse_qkv_projections"));
+  CHECK(ct_config_no_effect("hub_model_id") != NULL);
+  CHECK(ct_config_no_effect("learning_rate") == NULL);
+  /* a key that is neither ours nor in the list is still an error */
+  CHECK(ct_config_set(&c, "--push_to_hubb", "true", &err) == CT_ERR_INVALID);
+  ct_config_free(&c);
+}
+
 CT_TEST(config, errors_name_the_problem) {
   ct_config c;
   ct_config_defaults(&c);

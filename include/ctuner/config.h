@@ -259,7 +259,14 @@ typedef struct ct_config {
   /* given[CT_KEY_k] = 1: k was set by config.json, the command line or
    * deepspeed_config rather than left at its default. */
   unsigned char given[CT_CONFIG_NKEYS];
+  /* SimpleTuner keys given that have no meaning here (ct_config_no_effect),
+   * comma-separated: accepted, and the trainer warns once naming each. */
+  char no_effect[512];
 } ct_config;
+
+/* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_*,
+ * report_to, ...), or NULL if it is not such a key. */
+const char *ct_config_no_effect(const char *key);
 
 /* Defaults into cfg (frees nothing: call on a zeroed or freed struct). */
 void ct_config_defaults(ct_config *cfg);

@@ -185,6 +185,45 @@ const char *ct_config_help(const char *key) {
   return k ? k->help : NULL;
 }
 
+/* SimpleTuner keys that mean nothing here: accepted with one warning (the
+ * trainer's) naming each and why, never silently and never fatal. */
+static const struct {
+  const char *key, *why;
+} NO_EFFECT[] = {
+    {"push_to_hub", "ctuner does not upload to the Hugging Face Hub"},
+    {"push_checkpoints_to_hub", "ctuner does not upload to the Hugging Face Hub"},
+    {"hub_model_id", "ctuner does not upload to the Hugging Face Hub"},
+    {"report_to", "no experiment tracker; metrics go to output_dir/metrics.jsonl"},
+    {"tracker_project_name", "no experiment tracker; metrics go to output_dir/metrics.jsonl"},
+    {"tracker_run_name", "no experiment tracker; metrics go to output_dir/metrics.jsonl"},
+    {"tracker_image_layout",
+     "no experiment tracker; validation images go to output_dir/validation_images"},
+    {"validation_torch_compile", "no torch.compile: ctuner's kernels are compiled C"},
+    {"disable_benchmark", "SimpleTuner's start-up validation benchmark does not exist here"},
+    {"fuse_qkv_projections", "the MMDiT's q, k and v projections are already one GEMM"},
+    {"ema_device", "the EMA lives beside the weights it follows (host memory)"},
+    {"ema_cpu_only", "the EMA lives beside the weights it follows (host memory)"},
+    {"ema_foreach_disable", "no torch foreach kernels: the EMA is one fused loop"},
+};
+
+const char *ct_config_no_effect(const char *key) {
+  for (size_t i = 0; i < sizeof NO_EFFECT / sizeof NO_EFFECT[0]; i++)
+    if (!strcmp(NO_EFFECT[i].key, key)) return NO_EFFECT[i].why;
+  return NULL;
+}
+
+/* Note a no-effect key once in cfg->no_effect; 1 if key is one. */
+static int note_no_effect(ct_config *cfg, const char *key) {
+  if (!ct_config_no_effect(key)) return 0;
+  char *l = cfg->no_effect;
+  const size_t kl = strlen(key);
+  for (const char *p = l; (p = strstr(p, key)); p += kl)
+    if ((p == l || p[-1] == ',') && (p[kl] == ',' || !p[kl])) return 1; /* already noted */
+  const size_t n = strlen(l);
+  snprintf(l + n, sizeof cfg->no_effect - n, "%s%s", n ? "," : "", key);
+  return 1;
+}
+
 static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
   const char *s = ct_config_suggest(key);
   if (s) return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
@@ -267,6 +306,7 @@ void ct_config_free(ct_config *cfg) {
 
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
   const key_def *k = find_key(key);
+  if (!k && note_no_effect(cfg, strip_dashes(key))) return CT_OK;
   if (!k) return unknown_key("command line: ", strip_dashes(key), err);
   ct_status st = set_text(cfg, k, value, "command line: ", err);
   if (!st) cfg->given[k - KEYS] = 1;
@@ -440,6 +480,7 @@ ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
   snprintf(where, sizeof where, "%s: ", path);
   for (size_t i = 0; i < j->n && !st; i++) {
     const key_def *k = find_key(j->keys[i]);
+    if (!k && note_no_effect(cfg, strip_dashes(j->keys[i]))) continue;
     if (!k) {
       st = unknown_key(where, j->keys[i], err);
       break;

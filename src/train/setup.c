@@ -220,6 +220,16 @@ static void warn_inapplicable(const ct_config *cfg) {
     const size_t l = strlen(list);
     if (n++ < 12) snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", ki.name);
   }
+  if (cfg->no_effect[0]) { /* SimpleTuner keys without a meaning here: one warning naming each */
+    char why[2048] = "", keys[sizeof cfg->no_effect];
+    snprintf(keys, sizeof keys, "%s", cfg->no_effect);
+    char *save = NULL;
+    for (char *k = strtok_r(keys, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+      const size_t l = strlen(why);
+      snprintf(why + l, sizeof why - l, "%s%s (%s)", l ? "; " : "", k, ct_config_no_effect(k));
+    }
+    CT_WARN("SimpleTuner key(s) accepted with no effect here: %s", why);
+  }
   if (n)
     CT_WARN(
         "model_type %s: %d key(s) set in the config apply to another model type and have no effect "
