@@ -80,6 +80,15 @@ CT_TEST(config, simpletuner_keys_without_effect_accepted_and_named) {
                 "push_to_hub,report_to,tracker_run_name,ema_device,fuse_qkv_projections"));
   CHECK(ct_config_no_effect("hub_model_id") != NULL);
   CHECK(ct_config_no_effect("learning_rate") == NULL);
+  /* SimpleTuner keys not implemented here: refused with the reason, no misleading "did you mean" */
+  CHECK(ct_config_set(&c, "--pretrained_model_name_or_path", "black-forest-labs/FLUX.1-dev",
+                      &err) == CT_ERR_UNSUPPORTED);
+  CHECK(strstr(err.msg, "FLUX.1 pipeline is not implemented yet") &&
+        !strstr(err.msg, "did you mean"));
+  CHECK(ct_config_set(&c, "--lora_rank", "16", &err) == CT_ERR_UNSUPPORTED);
+  CHECK(strstr(err.msg, "LoRA training is not implemented yet"));
+  CHECK(ct_config_set(&c, "--tread_config", "{}", &err) == CT_ERR_UNSUPPORTED);
+  CHECK(!strstr(err.msg, "vae_config"));
   /* a key that is neither ours nor in the list is still an error */
   CHECK(ct_config_set(&c, "--push_to_hubb", "true", &err) == CT_ERR_INVALID);
   ct_config_free(&c);

@@ -204,6 +204,8 @@ static const struct {
     {"ema_device", "the EMA lives beside the weights it follows (host memory)"},
     {"ema_cpu_only", "the EMA lives beside the weights it follows (host memory)"},
     {"ema_foreach_disable", "no torch foreach kernels: the EMA is one fused loop"},
+    {"vae_batch_size",
+     "the latent cache encodes on every core in chunks; there is no VAE batch size"},
 };
 
 const char *ct_config_no_effect(const char *key) {
@@ -224,7 +226,36 @@ static int note_no_effect(ct_config *cfg, const char *key) {
   return 1;
 }
 
+/* SimpleTuner keys ctuner does not implement: refused with what is missing,
+ * not with a "did you mean" that points elsewhere. */
+static const struct {
+  const char *key, *why;
+} NOT_HERE[] = {
+    {"pretrained_model_name_or_path",
+     "loading a diffusers FLUX.1 pipeline is not implemented yet; ctuner trains a preset "
+     "(--preset) "
+     "or its own Flux-layout file (--pretrained_model_path)"},
+    {"pretrained_transformer_model_name_or_path",
+     "loading a diffusers transformer is not implemented yet; use --pretrained_model_path for a "
+     "Flux-layout file"},
+    {"pretrained_transformer_subfolder", "loading a diffusers transformer is not implemented yet"},
+    {"tread_config", "TREAD token routing is not implemented"},
+    {"lora_rank", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"lora_alpha", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"lora_dropout", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"lora_type", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"lora_init_type", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"init_lora", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"use_dora", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"flux_lora_target", "LoRA training is not implemented yet (model_type full or vae)"},
+    {"lycoris_config", "LyCORIS training is not implemented yet (model_type full or vae)"},
+    {"base_model_precision", "a quantised frozen base is for LoRA training, not implemented yet"},
+};
+
 static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
+  for (size_t i = 0; i < sizeof NOT_HERE / sizeof NOT_HERE[0]; i++)
+    if (!strcmp(NOT_HERE[i].key, key))
+      return ct_errf(err, CT_ERR_UNSUPPORTED, "%skey '%s': %s", src, key, NOT_HERE[i].why);
   const char *s = ct_config_suggest(key);
   if (s) return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
   return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s' (docs/config.md lists every key)", src,
