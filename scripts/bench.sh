@@ -7,8 +7,7 @@
 set -euo pipefail
 CT=${1:-build/ctuner}
 THREADS=${2:-$(nproc)}
-PEER=../shared/peers/mmdit_torch.py
-[ -f "$PEER" ] || PEER=/work/shared/peers/mmdit_torch.py
+PEER=$(dirname "$0")/mmdit_torch.py
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} threads=$THREADS"
 rss() { /usr/bin/time -f '%M' -o "$1" "${@:2}"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -3,8 +3,7 @@
 # Needs Debian's python3-torch (scripts/deps.sh installs it); run from anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PEER=${CT_PEER:-../shared/peers/mmdit_torch.py}
-[ -f "$PEER" ] || PEER=/work/shared/peers/mmdit_torch.py
+PEER=${CT_PEER:-$(dirname "$0")/mmdit_torch.py}
 PY=/usr/bin/python3
 # tiny preset as it is
 $PY "$PEER" golden --preset tiny --seed 0 --out tests/data/golden_tiny.safetensors

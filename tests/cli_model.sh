@@ -3,8 +3,7 @@
 # ones from the PyTorch peer with other configs), model info, bench step, and
 # usage errors. Usage: tests/cli_model.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
-PEER=../shared/peers/mmdit_torch.py
-[ -f "$PEER" ] || PEER=/work/shared/peers/mmdit_torch.py
+PEER=$(dirname "$0")/../scripts/mmdit_torch.py
 
 for g in tests/data/golden_tiny.safetensors tests/data/golden_odd.safetensors; do
   if out=$("$CT" model check --golden "$g"); then ok "model check $g"; else bad "model check $g: $out"; fi

@@ -11,7 +11,7 @@ void ct_cmd_model_check_help(FILE *f) {
           "usage: ctuner model check --golden FILE [--tol X]\n"
           "\n"
           "Reads a golden file written by the PyTorch peer\n"
-          "  /usr/bin/python3 shared/peers/mmdit_torch.py golden --preset P [--set F=V ...] --out "
+          "  /usr/bin/python3 scripts/mmdit_torch.py golden --preset P [--set F=V ...] --out "
           "FILE\n"
           "(config from its metadata), runs forward and backward, and prints the largest\n"
           "error of x_t, v_pred, the loss and the worst parameter gradient, each relative\n"

@@ -1,5 +1,5 @@
 /* Parity check of the MMDiT against a golden file written by the PyTorch peer
- * (shared/peers/mmdit_torch.py golden): the config comes from the file's
+ * (scripts/mmdit_torch.py golden): the config comes from the file's
  * metadata, the weights from param.*, the inputs from input.*; we recompute
  * x_t, v_pred, the flow-matching loss and every parameter gradient and report
  * the largest error of each relative to the reference tensor's largest value. */
