@@ -85,107 +85,46 @@ static int yaml_int(const char *path, int line, const char *key, const char *v, 
   return 0;
 }
 
-static int load_accelerate(const char *path, acc_cfg *c) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    fprintf(stderr, "ctuner launch: %s: cannot open: %s\n", path, strerror(errno));
-    return -1;
-  }
-  memset(c, 0, sizeof *c);
-  c->num_machines = 1;
-  c->num_processes = 1;
-  c->main_process_port = 29500;
-  c->zero_stage = -1;
-  c->grad_accum = -1;
-  /* mixed_precision stays "" unless the file says: then the training config's own wins */
-  snprintf(c->distributed_type, sizeof c->distributed_type, "NO");
-  char buf[1024];
-  int line = 0, in_ds = 0, rc = 0;
-  while (!rc && fgets(buf, sizeof buf, f)) {
-    line++;
-    if (!strchr(buf, '\n') && !feof(f)) {
-      fprintf(stderr, "ctuner launch: %s:%d: line longer than %zu bytes\n", path, line,
-              sizeof buf - 1);
+/* One key of the nested deepspeed_config map; 0 or -1 (message printed). */
+static int ds_key(const char *path, int line, const char *k, const char *v, acc_cfg *c) {
+  int rc = 0;
+  static const char *const with_file[] = {
+      "gradient_accumulation_steps", "gradient_clipping",      "zero_stage",
+      "offload_optimizer_device",    "offload_param_device",   "offload_param_nvme_path",
+      "offload_optimizer_nvme_path", "zero3_save_16bit_model", NULL};
+  for (int q = 0; with_file[q]; q++)
+    if (!strcmp(k, with_file[q])) { /* present at all, as Accelerate checks */
+      const size_t l = strlen(c->ds_inline);
+      snprintf(c->ds_inline + l, sizeof c->ds_inline - l, "%s%s", l ? ", " : "", k);
+    }
+  if (!strcmp(k, "gradient_clipping")) {
+    char *end;
+    const double g = strtod(v, &end);
+    if (end == v || *end || !(g >= 0)) {
+      fprintf(stderr, "ctuner launch: %s:%d: gradient_clipping: expected a number >= 0, got '%s'\n",
+              path, line, v);
       rc = -1;
-      break;
+    } else {
+      snprintf(c->grad_clip, sizeof c->grad_clip, "%s", v);
     }
-    int indent = 0;
-    while (buf[indent] == ' ') indent++;
-    if (buf[indent] == '\t') {
-      fprintf(stderr, "ctuner launch: %s:%d: tab indentation is not YAML; use spaces\n", path,
-              line);
-      rc = -1;
-      break;
-    }
-    char *s = trim(buf);
-    if (!*s || *s == '#' || !strcmp(s, "---")) continue;
-    char *colon = strchr(s, ':');
-    if (!colon) {
-      fprintf(stderr, "ctuner launch: %s:%d: expected 'key: value', got '%s'\n", path, line, s);
-      rc = -1;
-      break;
-    }
-    *colon = 0;
-    char *k = trim(s), *v = yaml_value(colon + 1);
-    if (indent == 0) in_ds = !strcmp(k, "deepspeed_config") && !*v;
-    if (indent > 0 && !in_ds)
-      continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
-    if (in_ds && indent > 0) {
-      static const char *const with_file[] = {
-          "gradient_accumulation_steps", "gradient_clipping",      "zero_stage",
-          "offload_optimizer_device",    "offload_param_device",   "offload_param_nvme_path",
-          "offload_optimizer_nvme_path", "zero3_save_16bit_model", NULL};
-      for (int q = 0; with_file[q]; q++)
-        if (!strcmp(k, with_file[q])) { /* present at all, as Accelerate checks */
-          const size_t l = strlen(c->ds_inline);
-          snprintf(c->ds_inline + l, sizeof c->ds_inline - l, "%s%s", l ? ", " : "", k);
-        }
-      if (!strcmp(k, "gradient_clipping")) {
-        char *end;
-        const double g = strtod(v, &end);
-        if (end == v || *end || !(g >= 0)) {
-          fprintf(stderr,
-                  "ctuner launch: %s:%d: gradient_clipping: expected a number >= 0, got '%s'\n",
-                  path, line, v);
-          rc = -1;
-        } else {
-          snprintf(c->grad_clip, sizeof c->grad_clip, "%s", v);
-        }
-      } else if (!strcmp(k, "zero_stage"))
-        rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
-      else if (!strcmp(k, "gradient_accumulation_steps"))
-        rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
-      else if (!strcmp(k, "offload_optimizer_device"))
-        snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
-      else if (!strcmp(k, "offload_param_device"))
-        snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
-      else if ((!strcmp(k, "offload_optimizer_nvme_path") ||
-                !strcmp(k, "offload_param_nvme_path")) &&
-               *v && strcmp(v, "none"))
-        snprintf(c->nvme_path, sizeof c->nvme_path, "%s", v);
-      else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
-        snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
-      continue;
-    }
-    if (!strcmp(k, "num_machines"))
-      rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
-    else if (!strcmp(k, "num_processes"))
-      rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
-    else if (!strcmp(k, "machine_rank"))
-      rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
-    else if (!strcmp(k, "main_process_port")) /* null: one machine (accelerate config writes it) */
-      rc = !*v || !strcmp(v, "null") || !strcmp(v, "~")
-               ? 0
-               : yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
-    else if (!strcmp(k, "main_process_ip"))
-      snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
-    else if (!strcmp(k, "mixed_precision"))
-      snprintf(c->mixed_precision, sizeof c->mixed_precision, "%s", v);
-    else if (!strcmp(k, "distributed_type"))
-      snprintf(c->distributed_type, sizeof c->distributed_type, "%s", v);
-  }
-  fclose(f);
-  if (rc) return rc;
+  } else if (!strcmp(k, "zero_stage"))
+    rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
+  else if (!strcmp(k, "gradient_accumulation_steps"))
+    rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
+  else if (!strcmp(k, "offload_optimizer_device"))
+    snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
+  else if (!strcmp(k, "offload_param_device"))
+    snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
+  else if ((!strcmp(k, "offload_optimizer_nvme_path") || !strcmp(k, "offload_param_nvme_path")) &&
+           *v && strcmp(v, "none"))
+    snprintf(c->nvme_path, sizeof c->nvme_path, "%s", v);
+  else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
+    snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
+  return rc;
+}
+
+/* What ctuner cannot do with an Accelerate config, named; 0 or -1. */
+static int check_accelerate(const char *path, acc_cfg *c) {
   const char *dt = c->distributed_type;
   if (strcmp(dt, "NO") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "MULTI_CPU") &&
       strcmp(dt, "DEEPSPEED")) {
@@ -243,6 +182,77 @@ static int load_accelerate(const char *path, acc_cfg *c) {
     return -1;
   }
   return 0;
+}
+
+static int load_accelerate(const char *path, acc_cfg *c) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "ctuner launch: %s: cannot open: %s\n", path, strerror(errno));
+    return -1;
+  }
+  memset(c, 0, sizeof *c);
+  c->num_machines = 1;
+  c->num_processes = 1;
+  c->main_process_port = 29500;
+  c->zero_stage = -1;
+  c->grad_accum = -1;
+  /* mixed_precision stays "" unless the file says: then the training config's own wins */
+  snprintf(c->distributed_type, sizeof c->distributed_type, "NO");
+  char buf[1024];
+  int line = 0, in_ds = 0, rc = 0;
+  while (!rc && fgets(buf, sizeof buf, f)) {
+    line++;
+    if (!strchr(buf, '\n') && !feof(f)) {
+      fprintf(stderr, "ctuner launch: %s:%d: line longer than %zu bytes\n", path, line,
+              sizeof buf - 1);
+      rc = -1;
+      break;
+    }
+    int indent = 0;
+    while (buf[indent] == ' ') indent++;
+    if (buf[indent] == '\t') {
+      fprintf(stderr, "ctuner launch: %s:%d: tab indentation is not YAML; use spaces\n", path,
+              line);
+      rc = -1;
+      break;
+    }
+    char *s = trim(buf);
+    if (!*s || *s == '#' || !strcmp(s, "---")) continue;
+    char *colon = strchr(s, ':');
+    if (!colon) {
+      fprintf(stderr, "ctuner launch: %s:%d: expected 'key: value', got '%s'\n", path, line, s);
+      rc = -1;
+      break;
+    }
+    *colon = 0;
+    char *k = trim(s), *v = yaml_value(colon + 1);
+    if (indent == 0) in_ds = !strcmp(k, "deepspeed_config") && !*v;
+    if (indent > 0 && !in_ds)
+      continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
+    if (in_ds && indent > 0) {
+      rc = ds_key(path, line, k, v, c);
+      continue;
+    }
+    if (!strcmp(k, "num_machines"))
+      rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
+    else if (!strcmp(k, "num_processes"))
+      rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
+    else if (!strcmp(k, "machine_rank"))
+      rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
+    else if (!strcmp(k, "main_process_port")) /* null: one machine (accelerate config writes it) */
+      rc = !*v || !strcmp(v, "null") || !strcmp(v, "~")
+               ? 0
+               : yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
+    else if (!strcmp(k, "main_process_ip"))
+      snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
+    else if (!strcmp(k, "mixed_precision"))
+      snprintf(c->mixed_precision, sizeof c->mixed_precision, "%s", v);
+    else if (!strcmp(k, "distributed_type"))
+      snprintf(c->distributed_type, sizeof c->distributed_type, "%s", v);
+  }
+  fclose(f);
+  if (rc) return rc;
+  return check_accelerate(path, c);
 }
 
 static void print_quoted(const char *a) {
