@@ -15,14 +15,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 GOLD=tests/data/losses_$(basename "$(dirname "$(readlink -f "$CT")")").txt
 
-"$CT" dataset synth --out "$tmp/data" --count 32 --seed 5 --size 16x16 >/dev/null || { echo "FAIL - synth"; exit 1; }
-cat > "$tmp/backend.json" <<JSON
-[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
-JSON
-cat > "$tmp/vae.json" <<JSON
-{"_class_name": "AutoencoderKL", "block_out_channels": [8, 16], "layers_per_block": 1, "latent_channels": 4,
- "norm_num_groups": 4}
-JSON
+. "$(dirname "$0")/lib/shapes.sh"
+shapes_fixture 32
 cat > "$tmp/base.json" <<JSON
 {"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
  "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 8,

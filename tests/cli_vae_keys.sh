@@ -10,14 +10,8 @@ MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 PY=/usr/bin/python3
 
-"$CT" dataset synth --out "$tmp/data" --count 16 --seed 5 --size 16x16 >/dev/null || { echo "FAIL - synth"; exit 1; }
-cat > "$tmp/backend.json" <<JSON
-[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
-JSON
-cat > "$tmp/vae.json" <<JSON
-{"_class_name": "AutoencoderKL", "block_out_channels": [8, 16], "layers_per_block": 1, "latent_channels": 4,
- "norm_num_groups": 4}
-JSON
+. "$(dirname "$0")/lib/shapes.sh"
+shapes_fixture 16
 cat > "$tmp/base.json" <<JSON
 {"--model_type": "vae", "--vae_config": "$tmp/vae.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
  "--data_backend_config": "$tmp/backend.json", "--train_batch_size": 2, "--learning_rate": 2e-3, "--seed": 3,

@@ -79,10 +79,6 @@ static ct_status start(trainer *tr, ct_err *err) {
   return st;
 }
 
-static void begin_step(trainer *tr) {
-  memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
-}
-
 static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn,
                         ct_err *err) {
   if (!tr->ob || ct_onebit_full_gradient(tr->ob, opt_step))
@@ -130,4 +126,4 @@ static void report(const trainer *tr) {
         nm, na, sa / 1e6, fa / 1e6, sa > 0 ? fa / sa : 0.0);
 }
 
-const ct_dp_ops ct_dp_onebit = {"1-bit", start, begin_step, reduce, step, report};
+const ct_dp_ops ct_dp_onebit = {"1-bit", start, ct_dp_clear_grads, reduce, step, report};

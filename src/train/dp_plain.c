@@ -12,7 +12,8 @@ static ct_status start(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
-static void begin_step(trainer *tr) {
+/* The whole float32 gradient zeroed (shared with ZeRO-1 and the 1-bit family). */
+void ct_dp_clear_grads(trainer *tr) {
   memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
 }
 
@@ -42,4 +43,4 @@ static ct_status step(trainer *tr, float *g, float lr, long opt_step, const floa
 
 static void report(const trainer *tr) {}
 
-const ct_dp_ops ct_dp_plain = {"data parallel", start, begin_step, reduce, step, report};
+const ct_dp_ops ct_dp_plain = {"data parallel", start, ct_dp_clear_grads, reduce, step, report};

@@ -12,10 +12,6 @@ static ct_status start(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
-static void begin_step(trainer *tr) {
-  memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
-}
-
 static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float **g, double *gn,
                         ct_err *err) {
   float *gr = ct_model_grads(tr->model);
@@ -43,4 +39,4 @@ static ct_status step(trainer *tr, float *g, float lr, long opt_step, const floa
 
 static void report(const trainer *tr) {}
 
-const ct_dp_ops ct_dp_zero1 = {"ZeRO-1", start, begin_step, reduce, step, report};
+const ct_dp_ops ct_dp_zero1 = {"ZeRO-1", start, ct_dp_clear_grads, reduce, step, report};

@@ -10,17 +10,15 @@
 #include "ctuner/alloc.h"
 #include "ctuner/safetensors.h"
 
-ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab,
+ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, ct_model_param *tab, size_t ntab,
                         size_t numel, ct_model **out, ct_err *err) {
   ct_model *m = calloc(1, sizeof *m);
-  if (m) m->tab = malloc((ntab ? ntab : 1) * sizeof *tab);
-  if (!m || !m->tab) {
-    free(m);
+  if (!m) {
+    free(tab);
     if (ops->free) ops->free(impl);
     return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
-  memcpy(m->tab, tab, ntab * sizeof *tab);
-  *m = (ct_model){ops, impl, m->tab, ntab, numel};
+  *m = (ct_model){ops, impl, tab, ntab, numel};
   *out = m;
   return CT_OK;
 }

@@ -62,8 +62,8 @@ struct ct_model {
   size_t ntab, numel;
 };
 
-/* Wrap impl (taking ownership): the table is copied here. */
-ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, const ct_model_param *tab, size_t ntab,
+/* Wrap impl and tab (malloc'd), taking ownership of both, also on failure. */
+ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, ct_model_param *tab, size_t ntab,
                         size_t numel, ct_model **out, ct_err *err);
 void ct_model_free(ct_model *m);
 static inline size_t ct_model_numel(const ct_model *m) {

@@ -74,7 +74,5 @@ ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
     tab[i].offset = t[i].offset;
     tab[i].numel = t[i].numel;
   }
-  ct_status st = ct_model_wrap(&ops, mm, tab, np, ct_mmdit_numel(mm), out, err);
-  free(tab);
-  return st;
+  return ct_model_wrap(&ops, mm, tab, np, ct_mmdit_numel(mm), out, err);
 }

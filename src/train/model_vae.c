@@ -67,7 +67,5 @@ ct_status ct_model_vae(ct_vae *v, ct_model **out, ct_err *err) {
     tab[i].offset = t[i].offset;
     tab[i].numel = t[i].numel;
   }
-  ct_status st = ct_model_wrap(&ops, v, tab, np, ct_vae_numel(v), out, err);
-  free(tab);
-  return st;
+  return ct_model_wrap(&ops, v, tab, np, ct_vae_numel(v), out, err);
 }

@@ -110,6 +110,8 @@ typedef struct ct_dp_ops {
 extern const ct_dp_ops ct_dp_plain, ct_dp_zero1, ct_dp_zero, ct_dp_onebit;
 /* The strategy of a config: 1-bit optimizers, ZeRO-2/3 or bf16 storage, ZeRO-1, plain. */
 const ct_dp_ops *ct_dp_pick(const ct_config *cfg);
+/* begin_step of the strategies that keep the whole float32 gradient */
+void ct_dp_clear_grads(trainer *tr);
 
 /* The full float32 weights (and EMA) on rank 0 when the trainer holds only a
  * range (stage 3, bf16): every rank takes part. Nothing otherwise. */
