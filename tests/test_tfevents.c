@@ -2,8 +2,8 @@
  * vectors, TFRecord framing and the Event protobufs byte for byte against
  * the bytes TensorBoard's own protobuf classes serialize (event_pb2 et al.,
  * tensorboard 2.21, recorded here so the test is offline), and the writer:
- * a file of valid records, a resumed run's second file ordered after the
- * first and opening with session_log START. */
+ * a file of valid records opening with session_log START, a resumed run's
+ * second file ordered after the first. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -155,7 +155,7 @@ CT_TEST(tfevents, writer_files_records_and_resume) {
   ct_err err = {0};
   ct_rm_rf(dir, &err);
   ct_tb *tb = NULL;
-  REQUIRE(ct_tb_open(dir, 0, &tb, &err) == CT_OK);
+  REQUIRE(ct_tb_open(dir, 1, &tb, &err) == CT_OK);
   ct_tb_set_wall_time(tb, 1.5);
   CHECK(strstr(ct_tb_path(tb), "/events.out.tfevents.") != NULL);
   CHECK(ct_tb_scalar(tb, "loss", 3, 0.25, &err) == CT_OK);
@@ -169,7 +169,7 @@ CT_TEST(tfevents, writer_files_records_and_resume) {
   REQUIRE(list_events(dir, names) == 2);
   unsigned char *rec = NULL;
   size_t rn = 0;
-  CHECK(read_records(names[0], 1, &rec, &rn) == 4); /* version, scalar, image, text */
+  CHECK(read_records(names[0], 2, &rec, &rn) == 5); /* version, START, scalar, image, text */
   ct_tb_buf b = {0};
   ct_tb_event_scalar(&b, 1.5, 3, "loss", 0.25f);
   CHECK(rec && rn == b.n && !memcmp(rec, b.p, rn));
@@ -190,6 +190,11 @@ CT_TEST(tfevents, writer_files_records_and_resume) {
   REQUIRE(ct_write_file_atomic(bad, d, n, &err) == CT_OK);
   free(d);
   CHECK(read_records(bad, -1, NULL, NULL) == -1);
+  /* first_step 0: no START */
+  REQUIRE(ct_tb_open(dir, 0, &tb, &err) == CT_OK);
+  CHECK(ct_tb_close(tb, &err) == CT_OK);
+  REQUIRE(list_events(dir, names) == 3);
+  CHECK(read_records(names[2], -1, NULL, NULL) == 1);
   /* a directory that cannot be made: an error naming it */
   CHECK(ct_tb_open("/proc/ctuner-no/such", 0, &tb, &err) != CT_OK && tb == NULL);
   ct_rm_rf(dir, &err);

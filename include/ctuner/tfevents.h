@@ -49,9 +49,12 @@ typedef struct ct_tb ct_tb;
 
 /* Open a new event file in dir (made if missing) and write its file_version
  * record. The name's time is later than every event file already in dir,
- * so TensorBoard reads them in the order they were written. restart_step >
- * 0: a resumed run; a session_log START at restart_step follows. */
-ct_status ct_tb_open(const char *dir, long restart_step, ct_tb **out, ct_err *err);
+ * so TensorBoard reads them in the order they were written. first_step > 0:
+ * then a session_log START at first_step, the first step this run logs.
+ * Write one in every run, fresh or resumed: TensorBoard's server ignores
+ * the first START of a directory, and at each later one drops the steps >=
+ * first_step that earlier runs wrote (a resumed run's repeated steps). */
+ct_status ct_tb_open(const char *dir, long first_step, ct_tb **out, ct_err *err);
 /* Wall time of the records that follow; 0: the clock (the default). Tests. */
 void ct_tb_set_wall_time(ct_tb *tb, double wall_time);
 const char *ct_tb_path(const ct_tb *tb);

@@ -242,7 +242,7 @@ out:
   return st;
 }
 
-ct_status ct_tb_open(const char *dir, long restart_step, ct_tb **out, ct_err *err) {
+ct_status ct_tb_open(const char *dir, long first_step, ct_tb **out, ct_err *err) {
   static atomic_int counter;
   *out = NULL;
   ct_status st = ct_mkdir_p(dir, err);
@@ -268,8 +268,8 @@ ct_status ct_tb_open(const char *dir, long restart_step, ct_tb **out, ct_err *er
   ct_tb_buf b = {0};
   ct_tb_event_version(&b, now_wall(tb));
   st = write_record(tb, &b, err);
-  if (!st && restart_step > 0) {
-    ct_tb_event_start(&b, now_wall(tb), restart_step);
+  if (!st && first_step > 0) {
+    ct_tb_event_start(&b, now_wall(tb), first_step);
     st = write_record(tb, &b, err);
   }
   if (!st) st = ct_tb_flush(tb, err);

@@ -3,9 +3,11 @@
  *
  *   directory   logging_dir (relative to output_dir unless absolute) /
  *               tracker_project_name, as accelerate's TensorBoardTracker
- *   at start    a new event file; a resumed run's starts with session_log
- *               START at its first step, so TensorBoard drops what an earlier
- *               attempt wrote from that step on; the resolved config as text
+ *   at start    a new event file starting with session_log START at the
+ *               run's first step (global step + 1), so TensorBoard drops what
+ *               an earlier attempt wrote from that step on (a resume repeats
+ *               the steps after its checkpoint, as metrics.jsonl does); the
+ *               resolved config as text at that step
  *   each step   every number of the step's metrics.jsonl line as a scalar of
  *               the same name (loss, lr, grad_norm, samples_per_s, ...), then
  *               a flush
@@ -81,7 +83,7 @@ ct_status ct_tboard_open(trainer *tr, long resumed_step, ct_err *err) {
     return ct_errf(err, CT_ERR_INVALID,
                    "tracker_project_name '%s' names a directory under logging_dir: no '/' or '..'",
                    proj);
-  ct_status st = ct_tb_open(dir, resumed_step > 0 ? resumed_step + 1 : 0, &tr->tb, err);
+  ct_status st = ct_tb_open(dir, resumed_step + 1, &tr->tb, err);
   if (st) {
     ct_err_prefix(err, "report_to tensorboard: ");
     return st;
@@ -90,7 +92,7 @@ ct_status ct_tboard_open(trainer *tr, long resumed_step, ct_err *err) {
   CT_INFO("tensorboard: %s (view: tensorboard --logdir %s)", ct_tb_path(tr->tb), dir);
   char *md = config_markdown(cfg);
   ct_err e = {0};
-  st = md ? ct_tb_text(tr->tb, "config", resumed_step, md, &e)
+  st = md ? ct_tb_text(tr->tb, "config", resumed_step + 1, md, &e)
           : ct_errf(&e, CT_ERR_NOMEM, "out of memory");
   if (!st) st = ct_tb_flush(tr->tb, &e);
   free(md);

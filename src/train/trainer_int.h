@@ -178,9 +178,9 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err);
 void ct_validation_free(trainer *tr);
 
 /* ---- tboard.c: report_to tensorboard (rank 0) ---- */
-/* The event file under logging_dir/tracker_project_name and the config as
- * text; resumed_step > 0: the run goes on from that step. Other trackers:
- * one warning. */
+/* The event file under logging_dir/tracker_project_name, its session_log
+ * START at resumed_step + 1 and the config as text (resumed_step: the step
+ * the run starts from, 0 if fresh). Other trackers: one warning. */
 ct_status ct_tboard_open(trainer *tr, long resumed_step, ct_err *err);
 /* A metrics.jsonl line (with its newline) written, and its numbers logged. */
 void ct_trainer_log_metrics(trainer *tr, long step, const char *line);
