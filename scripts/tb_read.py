@@ -239,6 +239,19 @@ def check_metrics(data, path):
     return bad == 0
 
 
+def decodes(png, w, h):
+    """'png decodes' if Pillow reads the bytes as a w x h PNG."""
+    import io
+    from PIL import Image
+
+    try:
+        im = Image.open(io.BytesIO(png))
+        im.load()
+    except Exception as e:
+        return "UNDECODABLE (%s)" % e
+    return "png decodes" if im.format == "PNG" and im.size == (w, h) else "WRONG %s %s" % (im.format, im.size)
+
+
 def summary(data, nrec):
     print("records: %d (every CRC checked)" % nrec)
     for tag in sorted(data["scalars"]):
@@ -250,8 +263,7 @@ def summary(data, nrec):
             print("scalar %s: %s" % (tag, " ".join("%d=%.9g" % (s, v) for s, v in ev)))
     for tag in sorted(data["images"]):
         for s, (w, h, png) in data["images"][tag]:
-            ok = png[:8] == b"\x89PNG\r\n\x1a\n"
-            print("image %s: step %d %dx%d %s sha256 %s" % (tag, s, w, h, "png" if ok else "NOT-PNG",
+            print("image %s: step %d %dx%d %s sha256 %s" % (tag, s, w, h, decodes(png, w, h),
                                                              hashlib.sha256(png).hexdigest()[:16]))
     for tag in sorted(data["text"]):
         for s, text in data["text"][tag]:
