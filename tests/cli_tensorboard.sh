@@ -8,8 +8,9 @@
 # live, and `tensorboard --logdir`): every scalar equal to metrics.jsonl,
 # each step once, the repeated steps 5-6 and the orphaned validation image of
 # step 6 dropped, PNGs intact, the config as text. Also: the files without
-# the purge hold the duplicates (what the session_log START hides); report_to
-# wandb / none / all and an absolute logging_dir.
+# the purge hold the duplicates (what the session_log START hides); two
+# ranks write one file; report_to wandb / none / all and an absolute
+# logging_dir.
 # Usage: tests/cli_tensorboard.sh path/to/ctuner [--live PYTHON_WITH_TENSORBOARD]
 # (CT_TB_REGOLD=1 with --live: rewrite the golden from TensorBoard's reader.)
 . "$(dirname "$0")/lib/common.sh"
@@ -58,6 +59,16 @@ if [ -n "$live_py" ]; then
   "$live_py" "$root/scripts/tb_read.py" --serve "$logs" >"$tmp/serve.txt" 2>&1 &&
     grep -q 'loss at steps \[1, 2, 3, 4, 5, 6, 7, 8\]' "$tmp/serve.txt" &&
     ok "tensorboard --logdir serves each step once (live): $(cat "$tmp/serve.txt")" || bad "tensorboard --logdir: $(cat "$tmp/serve.txt")"
+fi
+
+# ---- two ranks: rank 0 alone writes, one file ----
+if command -v mpirun >/dev/null; then
+  mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" \
+    --output_dir="$tmp/d" --max_train_steps=2 --train_batch_size=2 --disable_validation=true >/dev/null 2>"$tmp/d.log" &&
+    [ "$(ls "$tmp/d/logs/shapes" | grep -c '^events\.out\.tfevents\.')" = 1 ] &&
+    /usr/bin/python3 "$root/scripts/tb_read.py" "$tmp/d/logs/shapes" --metrics "$tmp/d/metrics.jsonl" >"$tmp/d.txt" 2>&1 &&
+    grep -q '^scalar loss: 1=[^ ]* 2=[^ ]*$' "$tmp/d.txt" && ok "2 ranks: one event file (rank 0), steps 1-2 as metrics.jsonl" ||
+    bad "2 ranks: $(ls "$tmp/d/logs/shapes" 2>&1; tail -3 "$tmp/d.log" "$tmp/d.txt")"
 fi
 
 # ---- the other report_to values ----
