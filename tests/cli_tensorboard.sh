@@ -71,6 +71,21 @@ if command -v mpirun >/dev/null; then
     bad "2 ranks: $(ls "$tmp/d/logs/shapes" 2>&1; tail -3 "$tmp/d.log" "$tmp/d.txt")"
 fi
 
+# ---- model_type vae: its loss parts, PSNR and reconstruction grid ----
+"$CT" dataset synth --out "$tmp/vdata" --count 16 --seed 5 --size 16x16 >/dev/null
+cat > "$tmp/vbackend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/vdata", "caption_strategy": "textfile", "crop": false}]
+JSON
+echo '{"_class_name": "AutoencoderKL", "block_out_channels": [8, 16], "layers_per_block": 1, "latent_channels": 4, "norm_num_groups": 4}' >"$tmp/vae.json"
+"$CT" train --model_type=vae --vae_config="$tmp/vae.json" --resolution=16 --aspect_bucket_alignment=8 \
+  --data_backend_config="$tmp/vbackend.json" --train_batch_size=4 --seed=3 --max_train_steps=4 --validation_step_interval=2 \
+  --vae_stats_images=4 --report_to=tensorboard --output_dir="$tmp/v" >/dev/null 2>"$tmp/v.log" &&
+  /usr/bin/python3 "$root/scripts/tb_read.py" "$tmp/v/logs/simpletuner" --metrics "$tmp/v/metrics.jsonl" >"$tmp/v.txt" 2>&1 &&
+  grep -q '^scalar validation_psnr: 2=[^ ]* 4=[^ ]*$' "$tmp/v.txt" && grep -q '^scalar kl: 1=' "$tmp/v.txt" &&
+  [ "$(grep -c '^image validation/reconstruction: step [24] [0-9]*x32 png decodes' "$tmp/v.txt")" = 2 ] &&
+  ok "vae: rec_loss, kl, validation_psnr and the reconstruction grids, default project directory" ||
+  bad "vae: $(tail -3 "$tmp/v.log"; cat "$tmp/v.txt")"
+
 # ---- the other report_to values ----
 run --output_dir="$tmp/w" --max_train_steps=1 --disable_validation=true --report_to=wandb >/dev/null 2>"$tmp/w.log" &&
   [ "$(grep -c 'report_to wandb: ctuner does not build that tracker' "$tmp/w.log")" = 1 ] && [ ! -d "$tmp/w/logs" ] &&
