@@ -100,4 +100,7 @@ run --output_dir="$tmp/l" --max_train_steps=1 --disable_validation=true --report
   bad "report_to all: $(ls -R "$tmp/abs" "$tmp/l" 2>&1 | head; grep -i report_to "$tmp/l.log")"
 if out2=$(run --output_dir="$tmp/x" --max_train_steps=1 --report_to=tensorbored 2>&1); then bad "report_to tensorbored accepted"
 else echo "$out2" | grep -q "report_to must be none, tensorboard" && ok "unknown tracker refused by name" || bad "message: $out2"; fi
+if out2=$(run --output_dir="$tmp/y" --max_train_steps=1 --tracker_project_name=../up 2>&1); then bad "tracker_project_name ../up accepted"
+else echo "$out2" | grep -q "tracker_project_name '../up' names one directory" && [ ! -d "$tmp/y/up" ] &&
+  ok "a tracker_project_name leaving logging_dir refused" || bad "message: $out2"; fi
 exit $fail

@@ -79,10 +79,11 @@ ct_status ct_tboard_open(trainer *tr, long resumed_step, ct_err *err) {
   if (ct_pathf(dir, sizeof dir, "%s%s%s%s%s", ld[0] == '/' ? "" : cfg->output_dir,
                ld[0] == '/' ? "" : "/", ld, *proj ? "/" : "", proj))
     return ct_errf(err, CT_ERR_RANGE, "logging_dir: path too long");
-  if (strstr(proj, "..") || strchr(proj, '/'))
-    return ct_errf(err, CT_ERR_INVALID,
-                   "tracker_project_name '%s' names a directory under logging_dir: no '/' or '..'",
-                   proj);
+  if (strchr(proj, '/') || !strcmp(proj, "..") || !strcmp(proj, "."))
+    return ct_errf(
+        err, CT_ERR_INVALID,
+        "tracker_project_name '%s' names one directory under logging_dir: no '/', '.' or '..'",
+        proj);
   ct_status st = ct_tb_open(dir, resumed_step + 1, &tr->tb, err);
   if (st) {
     ct_err_prefix(err, "report_to tensorboard: ");
