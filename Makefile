@@ -22,6 +22,8 @@ help:
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
+	@echo "make interop    live checks with the peers' own readers from PyPI (scripts/py_deps.sh: a venv in ~/.cache/ctuner):"
+	@echo "                TensorBoard's EventAccumulator and tensorboard --logdir on a resumed run's event files"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -74,6 +76,12 @@ asan: deps
 
 golden:
 	scripts/golden.sh
+
+# Live re-checks against the peers' own readers (network on first use: PyPI);
+# make test checks the same files offline against the goldens they printed.
+.PHONY: interop
+interop: build
+	bash tests/cli_tensorboard.sh $(CTUNER) --live "$$(scripts/py_deps.sh)"
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

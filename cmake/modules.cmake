@@ -17,6 +17,7 @@ ct_module(kernels DEPS core HEADERS kernels.h backend.h)
 ct_module(image DEPS core HEADERS image.h)
 ct_module(storage DEPS core HEADERS storage.h)
 ct_module(comm DEPS core HEADERS comm.h)
+ct_module(tb DEPS core HEADERS tfevents.h)
 ct_module(optim DEPS core kernels HEADERS optim.h)
 ct_module(model DEPS core kernels HEADERS mmdit.h)
 ct_module(text DEPS core kernels HEADERS textenc.h)
@@ -27,9 +28,9 @@ ct_module(config DEPS core optim storage HEADERS config.h)
 ct_module(data DEPS core image storage comm codec config HEADERS data.h parquet.h)
 ct_module(health DEPS core comm config HEADERS health.h)
 ct_module(train DEPS core kernels image storage comm optim model text vae codec config data health
-          HEADERS train.h)
+          tb HEADERS train.h)
 ct_module(cli DEPS core kernels image storage comm optim model text vae codec synth config data health
-          train)
+          tb train)
 
 # Known wrong-way includes being removed: ct_layering_allow(FILE HEADER WHY).
 # An entry that no longer matches an include fails the check (delete it).

@@ -66,18 +66,24 @@ CT_TEST(config, file_prefixes_aliases_types) {
 CT_TEST(config, simpletuner_keys_without_effect_accepted_and_named) {
   const char *p =
       write_tmp("noeff.json",
-                "{\"--push_to_hub\": true, \"--report_to\": \"wandb\", \"tracker_run_name\": "
-                "\"x\",\n \"--ema_device\": \"accelerator\", \"--learning_rate\": 2e-4}");
+                "{\"--push_to_hub\": true, \"--tracker_image_layout\": \"table\", \"report_to\": "
+                "\"wandb\",\n \"--ema_device\": \"accelerator\", \"--learning_rate\": 2e-4}");
   ct_config c;
   ct_config_defaults(&c);
   ct_err err = {0};
   REQUIRE(ct_config_load_file(&c, p, &err) == CT_OK);
   CHECK_NEAR(c.learning_rate, 2e-4, 0);
-  CHECK(!strcmp(c.no_effect, "push_to_hub,report_to,tracker_run_name,ema_device"));
+  CHECK(!strcmp(c.no_effect, "push_to_hub,tracker_image_layout,ema_device"));
   CHECK(ct_config_set(&c, "--push_to_hub", "false", &err) == CT_OK); /* noted once */
   CHECK(ct_config_set(&c, "--fuse_qkv_projections", "true", &err) == CT_OK);
-  CHECK(!strcmp(c.no_effect,
-                "push_to_hub,report_to,tracker_run_name,ema_device,fuse_qkv_projections"));
+  CHECK(!strcmp(c.no_effect, "push_to_hub,tracker_image_layout,ema_device,fuse_qkv_projections"));
+  /* report_to and tracker_* are keys now (docs/tensorboard.md); unknown trackers refused */
+  CHECK(!strcmp(c.report_to, "wandb") && ct_config_no_effect("report_to") == NULL);
+  CHECK(ct_config_set(&c, "report_to", "none", &err) == CT_OK && c.report_to == NULL);
+  CHECK(ct_config_set(&c, "report_to", "tensorbored", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID && strstr(err.msg, "report_to") &&
+        strstr(err.msg, "tensorboard"));
+  CHECK(ct_config_set(&c, "report_to", "all", &err) == CT_OK);
   CHECK(ct_config_no_effect("hub_model_id") != NULL);
   CHECK(ct_config_no_effect("learning_rate") == NULL);
   /* SimpleTuner keys not implemented here: refused with the reason, no misleading "did you mean" */

@@ -204,6 +204,15 @@
     "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
   X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)")                  \
   X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal")           \
+  X(report_to, STR, NULL, ALL, NONE_OR("tensorboard|wandb|comet_ml|all"),                          \
+    "experiment tracker: tensorboard (event files under logging_dir), all (= tensorboard here), "  \
+    "none; wandb and comet_ml are not built (one warning) (docs/tensorboard.md)")                  \
+  X(logging_dir, STR, "logs", ALL, ANY,                                                            \
+    "report_to tensorboard: the event files' directory, relative to output_dir unless absolute")   \
+  X(tracker_project_name, STR, "simpletuner", ALL, ANY,                                            \
+    "report_to tensorboard: the run's subdirectory of logging_dir (accelerate's layout)")          \
+  X(tracker_run_name, STR, "simpletuner-testing", ALL, ANY,                                        \
+    "report_to tensorboard: the run's name, shown with its config text (not a directory)")         \
   X(webhook_config, STR, NULL, ALL, ANY,                                                           \
     "webhooks (docs/health.md): a JSON file path, or an inline object or list")                    \
   X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"),                         \
@@ -264,8 +273,8 @@ typedef struct ct_config {
   char no_effect[512];
 } ct_config;
 
-/* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_*,
- * report_to, ...), or NULL if it is not such a key. */
+/* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_image_layout,
+ * ...), or NULL if it is not such a key. */
 const char *ct_config_no_effect(const char *key);
 
 /* Defaults into cfg (frees nothing: call on a zeroed or freed struct). */

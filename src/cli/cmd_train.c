@@ -44,7 +44,9 @@ void ct_cmd_train_help(FILE *f) {
           "  resume_from_checkpoint, validation_prompt, validation_step_interval.\n"
           "\n"
           "Writes output_dir/checkpoint-<step>/, output_dir/validation_images/ and\n"
-          "output_dir/metrics.jsonl. A progress bar is drawn when stdout is a terminal,\n"
+          "output_dir/metrics.jsonl; with report_to tensorboard, TensorBoard event\n"
+          "files in output_dir/logs/<tracker_project_name>/ (docs/tensorboard.md).\n"
+          "A progress bar is drawn when stdout is a terminal,\n"
           "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments.\n");
 }
 

@@ -45,6 +45,7 @@ void ct_trainer_free(trainer *tr) {
   ct_optim_free(tr->opt);
   ct_free(tr->ema);
   if (tr->metrics) fclose(tr->metrics);
+  ct_tboard_close(tr);
 }
 
 ct_status ct_trainer_shard(trainer *tr, ct_err *err) {
@@ -150,14 +151,15 @@ static void ema_update(trainer *tr, float dcy) {
 }
 
 static void log_step(trainer *tr, const ct_step_info *info, long epoch, const double *parts) {
-  char extra[256];
+  char extra[256], line[1024];
   tr->task->metrics(tr, parts, extra, sizeof extra);
-  fprintf(tr->metrics,
-          "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, "
-          "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"skipped\": %s}\n",
-          info->step, epoch + 1, info->loss, extra, info->lr, info->grad_norm, info->seconds,
-          info->samples_per_s, info->skipped ? "true" : "false");
-  fflush(tr->metrics);
+  snprintf(line, sizeof line,
+           "{\"step\": %ld, \"epoch\": %ld, \"loss\": %.9g, %s\"lr\": %.9g, \"grad_norm\": %.9g, "
+           "\"seconds\": %.4f, \"samples_per_s\": %.3f, \"data_wait_s\": %.4f, \"skipped\": %s}\n",
+           info->step, epoch + 1, info->loss, extra, info->lr, info->grad_norm, info->seconds,
+           info->samples_per_s, tr->data_wait - tr->wait_logged, info->skipped ? "true" : "false");
+  tr->wait_logged = tr->data_wait;
+  ct_trainer_log_metrics(tr, info->step, line); /* and to TensorBoard */
 }
 
 static void event(ct_step_cb cb, void *user, const ct_step_info *info, const char *what) {
@@ -182,6 +184,7 @@ static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_c
   }
   ct_dp_release_full(tr, &fv);
   if (st || !nimg) return st;
+  ct_tboard_validation(tr, info->step);
   ct_health_validation(tr->h, info->step, nimg, where);
   event(cb, user, info, ev);
   return CT_OK;
@@ -414,7 +417,8 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   if (tr->rank == 0 && !(tr->metrics = ct_train_open_metrics(cfg->output_dir, s->global_step)))
     return ct_errf(err, CT_ERR_IO, "%s/metrics.jsonl: cannot open: %s", cfg->output_dir,
                    strerror(errno));
-  return tr->task->alloc(tr, err);
+  st = ct_tboard_open(tr, s->global_step, err);
+  return st ? st : tr->task->alloc(tr, err);
 }
 
 ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb,

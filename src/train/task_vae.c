@@ -369,8 +369,9 @@ static ct_status task_validate(trainer *tr, long step, int *nimg, char *where, s
   t->step = step;
   ct_status st = validate(t, &ps, where, wn, err);
   if (st) return st;
-  fprintf(tr->metrics, "{\"step\": %ld, \"validation_psnr\": %.4f}\n", step, ps);
-  fflush(tr->metrics);
+  char line[128];
+  snprintf(line, sizeof line, "{\"step\": %ld, \"validation_psnr\": %.4f}\n", step, ps);
+  ct_trainer_log_metrics(tr, step, line);
   CT_INFO("vae: step %ld: reconstruction PSNR %.2f dB on %d validation image(s) (%s)", step, ps,
           t->nval, where);
   snprintf(ev, evn, "validation: PSNR %.2f dB, %s", ps, where);

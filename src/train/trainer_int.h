@@ -71,6 +71,8 @@ typedef struct trainer {
   const struct ct_task_ops *task; /* the model family and objective */
   void *tk;                       /* the task's own state (task_vae.c) */
   long opt_steps0;                /* optimizer steps applied before this run (a resume) */
+  struct ct_tb *tb;               /* report_to tensorboard: the event file (rank 0; tboard.c) */
+  double wait_logged;             /* data_wait at the last metrics line */
 } trainer;
 
 /* When the trainer holds the weights (stage 3, bf16): the full float32
@@ -174,6 +176,17 @@ ct_status ct_trainer_shard(trainer *tr, ct_err *err);
 ct_status ct_validation_init(trainer *tr, ct_err *err);
 ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err);
 void ct_validation_free(trainer *tr);
+
+/* ---- tboard.c: report_to tensorboard (rank 0) ---- */
+/* The event file under logging_dir/tracker_project_name, its session_log
+ * START at resumed_step + 1 and the config as text (resumed_step: the step
+ * the run starts from, 0 if fresh). Other trackers: one warning. */
+ct_status ct_tboard_open(trainer *tr, long resumed_step, ct_err *err);
+/* A metrics.jsonl line (with its newline) written, and its numbers logged. */
+void ct_trainer_log_metrics(trainer *tr, long step, const char *line);
+/* The PNGs validation wrote for step. */
+void ct_tboard_validation(trainer *tr, long step);
+void ct_tboard_close(trainer *tr);
 
 /* ---- run_ckpt.c: checkpoints of a run ---- */
 ct_status ct_run_save_checkpoint(trainer *tr, const ct_ckpt_io *io, const ct_train_state *s,
