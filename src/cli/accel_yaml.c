@@ -300,15 +300,25 @@ static int k_parallelism(rd *r, const char *k, const ct_json *v) {
   }
   return 0;
 }
-static int k_other_plugin(
-    rd *r, const char *k,
-    const ct_json *v) { /* fsdp_config, megatron_lm_config, tp_config, fp8_config */
+static int k_other_plugin(rd *r, const char *k, const ct_json *v) { /* fsdp, megatron_lm, tp, fp8 */
+  const char *dt = r->c->distributed_type;
   if (is_off(v)) return 0;
+  if ((!strcmp(k, "fsdp_config") && !strcmp(dt, "FSDP")) ||
+      (!strcmp(k, "megatron_lm_config") && !strcmp(dt, "MEGATRON_LM")) ||
+      (!strcmp(k, "fp8_config") && !strcmp(r->c->mixed_precision, "fp8")))
+    return 0; /* read by what is refused below (distributed_type, mixed_precision) */
+  if (!strcmp(k, "tp_config") && v->type == CT_JSON_OBJECT) {
+    const ct_json *tp = ct_json_get(v, "tp_size");
+    if (tp && tp->type == CT_JSON_NUMBER && tp->num > 1)
+      return refuse(r, tp,
+                    "tp_config.tp_size %s: tensor parallelism is not supported; ctuner "
+                    "splits work over ranks by data only",
+                    text(tp));
+  }
   fprintf(stderr,
           "ctuner launch: %s:%d: warning: %s is ignored, as Accelerate ignores it with "
           "distributed_type %s%s\n",
-          r->path, v->line, k, r->c->distributed_type,
-          !strcmp(k, "fp8_config") ? " and no fp8 mixed precision" : "");
+          r->path, v->line, k, dt, !strcmp(k, "fp8_config") ? " and no fp8 mixed precision" : "");
   return 0;
 }
 
