@@ -5,6 +5,7 @@
 # Usage: tests/cli_launch.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+unset SLURM_JOB_ID SLURM_JOB_NUM_NODES # the Slurm cases below set their own
 
 # As `accelerate config` writes it, for 2 machines x 2 processes with DeepSpeed.
 cat > "$tmp/two.yaml" <<'YAML'
@@ -160,7 +161,7 @@ out=$("$CT" launch --accelerate-config "$tmp/mg.yaml" --hostfile "$tmp/hosts" --
 # Several machines. main_process_port confines Open MPI's ports: 2 ranks per
 # machine -> daemons 29500-29502, ranks 29503-29505.
 out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
-echo "$out" | grep -q -- "--mca oob_tcp_dynamic_ipv4_ports 29500-29502 --mca btl_tcp_port_min_v4 29503 --mca btl_tcp_port_range_v4 3" &&
+echo "$out" | grep -q -- "--mca oob_tcp_dynamic_ipv4_ports 29500-29502 --mca oob_tcp_dynamic_ipv6_ports 29500-29502 --mca btl_tcp_port_min_v4 29503 --mca btl_tcp_port_range_v4 3 --mca btl_tcp_port_min_v6 29503 --mca btl_tcp_port_range_v6 3 " &&
   ok "main_process_port sets Open MPI's port range" || bad "ports: $out"
 out=$("$CT" launch --accelerate-config "$tmp/null.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
 ! echo "$out" | grep -q "port" && ok "no main_process_port: Open MPI picks its ports" || bad "null port: $out"
@@ -192,8 +193,16 @@ out=$(SLURM_JOB_ID=7 "$CT" launch --accelerate-config "$tmp/two.yaml" --dry-run 
 echo "$out" | grep -q "^mpirun .*-np 4 --map-by ppr:2:node --mca btl" && ok "in a Slurm allocation mpirun needs no hostfile" || bad "slurm mpirun: $out"
 # Slurm with srun and PMIx (examples/slurm/ctuner.sbatch)
 out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --launcher srun --dry-run -- train --seed=3 2>/dev/null)
-echo "$out" | grep -q "^srun --mpi=pmix --nodes=2 --ntasks=4 --ntasks-per-node=2 --export=ALL,OMPI_MCA_btl_tcp_port_min_v4=29503,OMPI_MCA_btl_tcp_port_range_v4=3 .*ctuner train --zero_stage=1 .* --seed=3$" &&
+echo "$out" | grep -q "^srun --mpi=pmix --nodes=2 --ntasks=4 --ntasks-per-node=2 --export=ALL,OMPI_MCA_btl_tcp_port_min_v4=29503,OMPI_MCA_btl_tcp_port_range_v4=3,OMPI_MCA_btl_tcp_port_min_v6=29503,OMPI_MCA_btl_tcp_port_range_v6=3 .*ctuner train --zero_stage=1 .* --seed=3$" &&
   ok "srun command: $out" || bad "srun: $out"
+# the batch script's config, as sbatch would run it (2 nodes), and a mismatched allocation
+out=$(SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=2 "$CT" launch --accelerate-config examples/slurm/accelerate.yaml --launcher srun --dry-run -- train 2>&1)
+echo "$out" | grep -q "^srun --mpi=pmix --nodes=2 --ntasks=4 --ntasks-per-node=2 .*train --zero_stage=1 --gradient_accumulation_steps=1 --mixed_precision=bf16$" &&
+  grep -q "ctuner launch --accelerate-config \"\$here/accelerate.yaml\" --launcher srun" examples/slurm/ctuner.sbatch &&
+  ok "examples/slurm: the sbatch script's launch" || bad "examples/slurm: $out"
+out=$(SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=3 "$CT" launch --accelerate-config examples/slurm/accelerate.yaml --dry-run -- train 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "the Slurm allocation has 3 node(s); .* says num_machines 2 (sbatch --nodes=2 --ntasks-per-node=2)" &&
+  ok "allocation size checked against num_machines" || bad "slurm nodes: $out"
 expect_err "srun with a hostfile refused" "--launcher srun takes the machines from Slurm" 's/x/x/' --launcher srun --hostfile "$tmp/hosts"
 expect_err "unknown launcher" "--launcher pdsh: use mpirun or srun" 's/x/x/' --launcher pdsh
 

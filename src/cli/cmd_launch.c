@@ -102,6 +102,14 @@ static int pick_hostfile(const char *acc, const ct_accel *c, const char **hostfi
   const long per = c->num_processes / c->num_machines;
   const char *ip = *c->main_process_ip ? c->main_process_ip : "<main_process_ip>";
   if (!*hostfile && c->hostfile_key) *hostfile = c->hostfile;
+  const char *nodes = getenv("SLURM_JOB_NUM_NODES"); /* inside an allocation */
+  if ((srun || (!*hostfile && getenv("SLURM_JOB_ID"))) && nodes && atol(nodes) != c->num_machines) {
+    fprintf(stderr,
+            "ctuner launch: the Slurm allocation has %s node(s); %s says num_machines %ld (sbatch "
+            "--nodes=%ld --ntasks-per-node=%ld)\n",
+            nodes, acc, c->num_machines, c->num_machines, per);
+    return -1;
+  }
   if (srun) {
     if (*hostfile) {
       fprintf(stderr,
@@ -233,7 +241,7 @@ int ct_cmd_launch(int argc, char **argv) {
     self[n] = 0;
   /* every string the command points to lives until exec */
   char np[32], ppr[64], zs[32], ga[64], dsf[1100], mp[64], oo[64], op[64], nvp[1100], gc[96];
-  char oob[64], bmin[32], brange[32], nodes[32], ntasks[32], pernode[40], exp[160];
+  char oob[64], bmin[32], brange[32], nodes[32], ntasks[32], pernode[40], exp[384];
   snprintf(np, sizeof np, "%ld", c.num_processes);
   snprintf(ppr, sizeof ppr, "ppr:%ld:node", per);
   snprintf(oob, sizeof oob, "%ld-%ld", P, P + per);
@@ -253,8 +261,9 @@ int ct_cmd_launch(int argc, char **argv) {
     av[k++] = pernode;
     if (ports) { /* the ranks' TCP ports; srun's own wire-up is Slurm's (PMIx) */
       snprintf(exp, sizeof exp,
-               "--export=ALL,OMPI_MCA_btl_tcp_port_min_v4=%s,OMPI_MCA_btl_tcp_port_range_v4=%s",
-               bmin, brange);
+               "--export=ALL,OMPI_MCA_btl_tcp_port_min_v4=%s,OMPI_MCA_btl_tcp_port_range_v4=%s,"
+               "OMPI_MCA_btl_tcp_port_min_v6=%s,OMPI_MCA_btl_tcp_port_range_v6=%s",
+               bmin, brange, bmin, brange);
       av[k++] = exp;
     }
   } else {
@@ -275,16 +284,17 @@ int ct_cmd_launch(int argc, char **argv) {
       av[k++] = "btl";
       av[k++] = "tcp,self,vader";
     }
-    if (ports) { /* daemons (out-of-band) at P..P+per, ranks at P+per+1..P+2per+1 */
-      av[k++] = "--mca";
-      av[k++] = "oob_tcp_dynamic_ipv4_ports";
-      av[k++] = oob;
-      av[k++] = "--mca";
-      av[k++] = "btl_tcp_port_min_v4";
-      av[k++] = bmin;
-      av[k++] = "--mca";
-      av[k++] = "btl_tcp_port_range_v4";
-      av[k++] = brange;
+    if (ports) { /* daemons (out-of-band) at P..P+per, ranks at P+per+1..P+2per+1; IPv4 and
+                    IPv6 alike (each family listens on its own sockets) */
+      static const char *const opt[] = {"oob_tcp_dynamic_ipv4_ports", "oob_tcp_dynamic_ipv6_ports",
+                                        "btl_tcp_port_min_v4",        "btl_tcp_port_range_v4",
+                                        "btl_tcp_port_min_v6",        "btl_tcp_port_range_v6"};
+      const char *val[] = {oob, oob, bmin, brange, bmin, brange};
+      for (int q = 0; q < 6; q++) {
+        av[k++] = "--mca";
+        av[k++] = (char *)opt[q];
+        av[k++] = (char *)val[q];
+      }
     }
   }
   av[k++] = self;
