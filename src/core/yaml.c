@@ -35,6 +35,7 @@ typedef struct anchor {
 typedef struct builder {
   yaml_parser_t p;
   ct_err *err;
+  const char *name; /* the file, for warnings ("YAML" for a string) */
   anchor *anchors;
   size_t nanchors;
   size_t nodes; /* created so far, copies included */
@@ -372,10 +373,8 @@ static ct_status map_put(builder *b, ct_json *map, const char *key, ct_json *val
         free_value(val);
         return CT_OK;
       }
-      CT_WARN(
-          "YAML line %d: key '%s' is given again (line %d); the later value wins, as in "
-          "PyYAML",
-          val->line, key, map->items[i].line);
+      CT_WARN("%s: line %d: key '%s' is given again (line %d); the later value wins, as in PyYAML",
+              b->name, val->line, key, map->items[i].line);
       free_value(&map->items[i]);
       map->items[i] = *val;
       memset(val, 0, sizeof *val);
@@ -554,9 +553,10 @@ static ct_status parse_stream(builder *b, ct_json *root) {
   }
 }
 
-ct_status ct_yaml_parse(const char *text, size_t len, ct_json **out, ct_err *err) {
+static ct_status parse_named(const char *text, size_t len, const char *name, ct_json **out,
+                             ct_err *err) {
   ct_status st = CT_OK;
-  builder b = {.err = err};
+  builder b = {.err = err, .name = name};
   ct_json *root = NULL;
   int inited = 0;
   if (!out || (!text && len)) {
@@ -588,13 +588,17 @@ out:
   return st;
 }
 
+ct_status ct_yaml_parse(const char *text, size_t len, ct_json **out, ct_err *err) {
+  return parse_named(text, len, "YAML", out, err);
+}
+
 ct_status ct_yaml_parse_file(const char *path, size_t max, ct_json **out, ct_err *err) {
   *out = NULL;
   char *text = NULL;
   size_t n = 0;
   ct_status st = ct_read_file(path, max, &text, &n, err);
   if (st) return st;
-  st = ct_yaml_parse(text, n, out, err);
+  st = parse_named(text, n, path, out, err);
   free(text);
   if (st) ct_err_prefix(err, "%s: ", path);
   return st;
