@@ -138,6 +138,12 @@ printf 'distributed_type: NO\nnum_processes: 1\nmixed_precision: no\n' > "$tmp/b
 out=$("$CT" launch --accelerate-config "$tmp/bare.yaml" --dry-run -- train 2>&1)
 echo "$out" | grep -q "distributed_type NO" && echo "$out" | grep -q -- "--mixed_precision=no" &&
   ok "unquoted NO / no (YAML 1.1 booleans) read as written" || bad "unquoted NO: $out"
+# quoted numbers and 1e-2 (a string to YAML 1.1): Accelerate passes them on as text that its
+# readers turn into numbers; so does ctuner launch, written the shortest way
+printf "distributed_type: DEEPSPEED\nnum_processes: '2'\ndeepspeed_config:\n  zero_stage: '3'\n  gradient_clipping: 1e-2\n" > "$tmp/q.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/q.yaml" --dry-run -- train 2>&1)
+echo "$out" | grep -q -- "-np 2 .* train --zero_stage=3 --max_grad_norm=0.01$" && ok "quoted numbers and 1e-2 read as numbers" ||
+  bad "quoted numbers: $out"
 printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nd: &a [1]\n' > "$tmp/unk.yaml"
 printf 'distributed_type: MULTI_CPU\nnum_processes: [2, 3\n' > "$tmp/syn.yaml"
 out=$("$CT" launch --accelerate-config "$tmp/syn.yaml" --dry-run -- train 2>&1)

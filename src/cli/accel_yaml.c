@@ -11,6 +11,8 @@
  * parallelism). Keys Accelerate does not know are refused all at once, as
  * Accelerate refuses them. Messages are "FILE:LINE: key: ...".
  */
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,12 +77,31 @@ static int noeffect(rd *r, const char *key, const ct_json *v, const char *why) {
   return 0;
 }
 
+/* An integer: a YAML int, or a quoted one ('2'), which Accelerate passes on as text and its
+ * readers turn into a number. */
 static int get_int(rd *r, const char *key, const ct_json *v, long lo, long hi, long *out) {
-  if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < lo || v->i64 > hi)
+  long x = 0;
+  int ok = v->type == CT_JSON_NUMBER && v->is_int;
+  if (ok) x = (long)v->i64;
+  if (v->type == CT_JSON_STRING && *v->str) {
+    char *end;
+    errno = 0;
+    x = strtol(v->str, &end, 10);
+    ok = !errno && !*end;
+  }
+  if (!ok || x < lo || x > hi)
     return refuse(r, v, "%s: expected an integer in [%ld, %ld], got '%s'", key, lo, hi,
                   text(v) ? text(v) : "a map or list");
-  *out = (long)v->i64;
+  *out = x;
   return 0;
+}
+
+/* The shortest decimal that reads back as x (0.01, not 0.01000000000000000021). */
+static void fmt_num(double x, char *buf, size_t n) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, n, "%.*g", p, x);
+    if (strtod(buf, NULL) == x) return;
+  }
 }
 
 /* A scalar into buf; booleans and numbers as written (`distributed_type: NO`
@@ -108,12 +129,16 @@ static int ds_key(rd *r, const char *k, const ct_json *v) {
       "offload_optimizer_nvme_path", "zero3_save_16bit_model", NULL};
   for (int q = 0; with_file[q]; q++)
     if (!strcmp(k, with_file[q])) add_name(c->ds_inline, sizeof c->ds_inline, k);
-  add_name(r->ds_keys, sizeof r->ds_keys, k);
-  if (!strcmp(k, "gradient_clipping")) {
-    if (v->type != CT_JSON_NUMBER || !(v->num >= 0))
+  if (!strcmp(k, "gradient_clipping")) { /* a number, or a quoted one (Accelerate passes text on) */
+    char *end = NULL;
+    const double g = v->type == CT_JSON_NUMBER   ? v->num
+                     : v->type == CT_JSON_STRING ? strtod(v->str, &end)
+                                                 : -1;
+    if (!(g >= 0) || g == HUGE_VAL || (end && (end == v->str || *end)))
       return refuse(r, v, "gradient_clipping: expected a number >= 0, got '%s'",
                     text(v) ? text(v) : "a map or list");
-    return get_str(r, k, v, c->grad_clip, sizeof c->grad_clip);
+    fmt_num(g, c->grad_clip, sizeof c->grad_clip);
+    return 0;
   }
   if (!strcmp(k, "zero_stage")) return get_int(r, k, v, 0, 3, &c->zero_stage);
   if (!strcmp(k, "gradient_accumulation_steps"))
