@@ -6,7 +6,8 @@
 # fuzz_image and fuzz_image_header: the PNG/JPEG/WebP/BMP/GIF fixtures in
 # tests/data/images/; fuzz_bpe: the test
 # merges.txt plus a caption; fuzz_parquet: tests/data/parquet/*.parquet up to
-# 8 KB, the -max_len; fuzz_s3_list: a ListObjectsV2 page), and fails if a
+# 8 KB, the -max_len; fuzz_s3_list: a ListObjectsV2 page; fuzz_yaml: the real
+# Accelerate configs of tests/data/realcfg/accelerate/), and fails if a
 # target reports a crash, leak or sanitizer error. Crash inputs are kept in
 # build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>.
 set -euo pipefail
@@ -96,6 +97,7 @@ for t in "${targets[@]}"; do
       { cat tests/data/bpe/merges.txt; printf '\0A Small RED circle, it'"'"'s 3.14 <|endoftext|> caf\xc3\xa9!'; } > "$corpus/seed-merges-text"
       printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
     fuzz_parquet) seed_parquet "$corpus" ;;
+    fuzz_yaml) cp -f tests/data/realcfg/accelerate/* "$corpus/" ;;
     fuzz_s3_list)
       printf 'p<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix>p/</Prefix><Contents><Key>p/a/1.png</Key><Size>12</Size></Contents><Contents><Key>p/caf&#233; &amp; x.txt</Key><Size>3</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>tok=</NextContinuationToken></ListBucketResult>' > "$corpus/seed-page" ;;
     *) seed_safetensors "$corpus" ;;

@@ -5,6 +5,7 @@
 # Usage: tests/cli_launch.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+unset SLURM_JOB_ID SLURM_JOB_NUM_NODES # the Slurm cases below set their own
 
 # As `accelerate config` writes it, for 2 machines x 2 processes with DeepSpeed.
 cat > "$tmp/two.yaml" <<'YAML'
@@ -112,12 +113,111 @@ sed 's/main_process_port: 29500/main_process_port: null/' "$tmp/two.yaml" > "$tm
 "$CT" launch --accelerate-config "$tmp/null.yaml" --hostfile "$tmp/hosts" --dry-run -- train >/dev/null 2>"$tmp/null.err" &&
   ok "main_process_port: null accepted" || bad "port null: $(cat "$tmp/null.err")"
 
+# YAML as people write it (read by libyaml): flow style, anchors and a merge
+# key, quoted keys, comments after values, unquoted NO (YAML 1.1's false, meant
+# as "NO"), a block of deepspeed_config given by an alias. The old line scanner
+# read none of this right.
+cat > "$tmp/styles.yaml" <<'YAML'
+# Accelerate config, hand-written
+"distributed_type": DEEPSPEED   # quoted key
+deepspeed_config:
+  <<: &stage {zero_stage: 2, gradient_accumulation_steps: 4}
+  gradient_clipping: 1.5
+mixed_precision: "bf16" # comment
+num_processes: 2
+num_machines: 1
+gpu_ids: all
+dynamo_config: {dynamo_backend: NO}
+tpu_env: []
+YAML
+out=$("$CT" launch --accelerate-config "$tmp/styles.yaml" --dry-run -- train 2>"$tmp/styles.err")
+echo "$out" | grep -q -- "-np 2 .* train --zero_stage=2 --gradient_accumulation_steps=4 --mixed_precision=bf16 --max_grad_norm=1.5$" &&
+  ! grep -q "warning" "$tmp/styles.err" && ok "flow maps, anchor + merge key, quoted keys, comments: $out" ||
+  bad "YAML styles: $out $(cat "$tmp/styles.err")"
+printf 'distributed_type: NO\nnum_processes: 1\nmixed_precision: no\n' > "$tmp/bare.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/bare.yaml" --dry-run -- train 2>&1)
+echo "$out" | grep -q "distributed_type NO" && echo "$out" | grep -q -- "--mixed_precision=no" &&
+  ok "unquoted NO / no (YAML 1.1 booleans) read as written" || bad "unquoted NO: $out"
+# quoted numbers and 1e-2 (a string to YAML 1.1): Accelerate passes them on as text that its
+# readers turn into numbers; so does ctuner launch, written the shortest way
+printf "distributed_type: DEEPSPEED\nnum_processes: '2'\ndeepspeed_config:\n  zero_stage: '3'\n  gradient_clipping: 1e-2\n" > "$tmp/q.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/q.yaml" --dry-run -- train 2>&1)
+echo "$out" | grep -q -- "-np 2 .* train --zero_stage=3 --max_grad_norm=0.01$" && ok "quoted numbers and 1e-2 read as numbers" ||
+  bad "quoted numbers: $out"
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nd: &a [1]\n' > "$tmp/unk.yaml"
+printf 'distributed_type: MULTI_CPU\nnum_processes: [2, 3\n' > "$tmp/syn.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/syn.yaml" --dry-run -- train 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "syn.yaml: line 3, column 1: did not find expected ',' or ']'" &&
+  ok "YAML syntax error names file and line: $out" || bad "syntax: $out"
+out=$("$CT" launch --accelerate-config "$tmp/unk.yaml" --dry-run -- train 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "unknown keys: d; Accelerate refuses them too" && ok "unknown key refused by name" ||
+  bad "unknown key: $out"
+# keys that change nothing here warn once, naming the key and why
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\ndebug: true\nrdzv_backend: c10d\nenable_cpu_affinity: true\ndynamo_config:\n  dynamo_backend: INDUCTOR\n' > "$tmp/noeff.yaml"
+"$CT" launch --accelerate-config "$tmp/noeff.yaml" --dry-run -- train >/dev/null 2>"$tmp/noeff.err"
+for k in "debug true" "rdzv_backend c10d" "enable_cpu_affinity true" "dynamo_config.dynamo_backend INDUCTOR"; do
+  [ "$(grep -c "warning: $k has no effect here" "$tmp/noeff.err")" = 1 ] && ok "warns once: $k" || bad "no warning for $k: $(cat "$tmp/noeff.err")"
+done
+# deepspeed_config with another distributed_type: ignored with a note, as Accelerate
+sed 's/distributed_type: DEEPSPEED/distributed_type: MULTI_GPU/' "$tmp/two.yaml" > "$tmp/mg.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/mg.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>"$tmp/mg.err")
+! echo "$out" | grep -q -- "--zero_stage" && grep -q "distributed_type MULTI_GPU: deepspeed_config is ignored" "$tmp/mg.err" &&
+  ok "deepspeed_config ignored for MULTI_GPU, with a note" || bad "MULTI_GPU + deepspeed_config: $out $(cat "$tmp/mg.err")"
+
+# Several machines. main_process_port confines Open MPI's ports: 2 ranks per
+# machine -> daemons 29500-29502, ranks 29503-29505.
+out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+echo "$out" | grep -q -- "--mca oob_tcp_dynamic_ipv4_ports 29500-29502 --mca oob_tcp_dynamic_ipv6_ports 29500-29502 --mca btl_tcp_port_min_v4 29503 --mca btl_tcp_port_range_v4 3 --mca btl_tcp_port_min_v6 29503 --mca btl_tcp_port_range_v6 3 " &&
+  ok "main_process_port sets Open MPI's port range" || bad "ports: $out"
+out=$("$CT" launch --accelerate-config "$tmp/null.yaml" --hostfile "$tmp/hosts" --dry-run -- train 2>/dev/null)
+! echo "$out" | grep -q "port" && ok "no main_process_port: Open MPI picks its ports" || bad "null port: $out"
+sed 's/main_process_port: 29500/main_process_port: 65533/' "$tmp/two.yaml" > "$tmp/hi.yaml"
+expect_err "port range past 65535" "main_process_port 65533: Open MPI's ports 65533-65538 pass 65535" 's/main_process_port: 29500/main_process_port: 65533/' --hostfile "$tmp/hosts"
+# machine_rank 1: what to run on machine 0, the hostfile, SSH and the ports
+sed 's/machine_rank: 0/machine_rank: 1/' "$tmp/two.yaml" > "$tmp/r1.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/r1.yaml" --dry-run -- train --seed=3 2>&1)
+rc=$?
+miss=""
+for w in "run ctuner launch once, on machine_rank 0 (10.0.0.1)" "--hostfile hosts -- train --seed=3" \
+  "10.0.0.1 slots=2" "SSH from machine 0 without a password" "29500-29505 (from main_process_port)"; do
+  echo "$out" | grep -qF -- "$w" || miss="$miss [$w]"
+done
+[ $rc = 2 ] && [ -z "$miss" ] && ok "machine_rank 1 explains what to run on machine 0" || bad "machine_rank 1 (exit $rc) lacks$miss: $out"
+# the hostfile must list num_machines machines; rank 0 runs on its first
+printf '10.0.0.1 slots=2\n' > "$tmp/h1"
+expect_err "hostfile shorter than num_machines" "lists 1 machine(s);" 's/x/x/' --hostfile "$tmp/h1"
+printf '# machines\nnode-a slots=2\nnode-b slots=2\n' > "$tmp/hn"
+"$CT" launch --accelerate-config "$tmp/two.yaml" --hostfile "$tmp/hn" --dry-run -- train >/dev/null 2>"$tmp/hn.err"
+grep -q "rank 0 runs on node-a, the hostfile's first machine, not on main_process_ip 10.0.0.1" "$tmp/hn.err" &&
+  ok "hostfile's first machine differs from main_process_ip: warned" || bad "first host: $(cat "$tmp/hn.err")"
+# the config's own hostfile (deepspeed_hostfile) is used without --hostfile
+sed "s|  zero_stage: 1|  zero_stage: 1\n  deepspeed_hostfile: $tmp/hosts|" "$tmp/two.yaml" > "$tmp/dsh.yaml"
+out=$("$CT" launch --accelerate-config "$tmp/dsh.yaml" --dry-run -- train 2>&1)
+echo "$out" | grep -q -- "--hostfile $tmp/hosts" && ok "deepspeed_hostfile used as the hostfile" || bad "deepspeed_hostfile: $out"
+# inside a Slurm allocation mpirun takes Slurm's machines: no hostfile needed
+out=$(SLURM_JOB_ID=7 "$CT" launch --accelerate-config "$tmp/two.yaml" --dry-run -- train 2>&1)
+echo "$out" | grep -q "^mpirun .*-np 4 --map-by ppr:2:node --mca btl" && ok "in a Slurm allocation mpirun needs no hostfile" || bad "slurm mpirun: $out"
+# Slurm with srun and PMIx (examples/slurm/ctuner.sbatch)
+out=$("$CT" launch --accelerate-config "$tmp/two.yaml" --launcher srun --dry-run -- train --seed=3 2>/dev/null)
+echo "$out" | grep -q "^srun --mpi=pmix --nodes=2 --ntasks=4 --ntasks-per-node=2 --export=ALL,OMPI_MCA_btl_tcp_port_min_v4=29503,OMPI_MCA_btl_tcp_port_range_v4=3,OMPI_MCA_btl_tcp_port_min_v6=29503,OMPI_MCA_btl_tcp_port_range_v6=3 .*ctuner train --zero_stage=1 .* --seed=3$" &&
+  ok "srun command: $out" || bad "srun: $out"
+# the batch script's config, as sbatch would run it (2 nodes), and a mismatched allocation
+out=$(SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=2 "$CT" launch --accelerate-config examples/slurm/accelerate.yaml --launcher srun --dry-run -- train 2>&1)
+echo "$out" | grep -q "^srun --mpi=pmix --nodes=2 --ntasks=4 --ntasks-per-node=2 .*train --zero_stage=1 --gradient_accumulation_steps=1 --mixed_precision=bf16$" &&
+  grep -q "ctuner launch --accelerate-config \"\$here/accelerate.yaml\" --launcher srun" examples/slurm/ctuner.sbatch &&
+  ok "examples/slurm: the sbatch script's launch" || bad "examples/slurm: $out"
+out=$(SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=3 "$CT" launch --accelerate-config examples/slurm/accelerate.yaml --dry-run -- train 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "the Slurm allocation has 3 node(s); .* says num_machines 2 (sbatch --nodes=2 --ntasks-per-node=2)" &&
+  ok "allocation size checked against num_machines" || bad "slurm nodes: $out"
+expect_err "srun with a hostfile refused" "--launcher srun takes the machines from Slurm" 's/x/x/' --launcher srun --hostfile "$tmp/hosts"
+expect_err "unknown launcher" "--launcher pdsh: use mpirun or srun" 's/x/x/' --launcher pdsh
+
 # A real launch on this machine: 1 machine x 2 processes, stage 1.
 "$CT" dataset synth --out "$tmp/data" --count 8 --seed 2 >/dev/null
 cat > "$tmp/backend.json" <<JSON
 [{"id": "d", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile"}]
 JSON
-printf 'distributed_type: MULTI_CPU\nnum_machines: 1\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 1\n' \
+printf 'distributed_type: DEEPSPEED\nnum_machines: 1\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 1\n' \
   > "$tmp/one.yaml"
 if OMP_NUM_THREADS=1 "$CT" launch --accelerate-config "$tmp/one.yaml" -- train --preset=tiny --resolution=8 --aspect_bucket_alignment=8 \
     --data_backend_config="$tmp/backend.json" --train_batch_size=2 --max_train_steps=3 --disable_validation=true \

@@ -1,11 +1,13 @@
-/* `ctuner launch`: an Accelerate config (YAML) turned into the mpirun command
- * that runs `ctuner train` on every process of every machine
- * (docs/distributed.md, "Launching from an Accelerate config").
+/* `ctuner launch`: an Accelerate config (YAML) turned into the one command
+ * that runs `ctuner train` on every process of every machine: mpirun over a
+ * hostfile (or a Slurm allocation), or srun with PMIx (docs/distributed.md,
+ * "Launching from an Accelerate config").
  *
- * The YAML reader takes what `accelerate config` writes: `key: value` lines,
- * comments, quotes, and one nested map (deepspeed_config). Keys ctuner has no
- * use for (compute_environment, gpu_ids, rdzv_backend, ...) are accepted and
- * ignored; the ones it uses are checked, and an error names file:line.
+ * The config is read and checked by accel_yaml.c. With Open MPI one mpirun,
+ * started on machine_rank 0, starts the ranks of every machine over SSH, so a
+ * config with machine_rank > 0 stops with what to run on machine 0 instead.
+ * main_process_port confines Open MPI's TCP ports to a range starting there,
+ * so a firewall between the machines needs only that range open.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -14,245 +16,143 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/accel.h"
 #include "cli/cli.h"
-
-typedef struct acc_cfg {
-  long num_machines, num_processes, machine_rank, main_process_port, zero_stage, grad_accum;
-  char main_process_ip[256], mixed_precision[32], distributed_type[64], offload_opt[32],
-      offload_param[32];
-  char nvme_path[1024];
-  char ds_file[1024];  /* deepspeed_config.deepspeed_config_file */
-  char grad_clip[64];  /* deepspeed_config.gradient_clipping ("" unset) */
-  char ds_inline[256]; /* inline DeepSpeed keys given (Accelerate refuses them beside a file) */
-} acc_cfg;
 
 void ct_cmd_launch_help(FILE *f) {
   fprintf(f,
-          "usage: ctuner launch --accelerate-config FILE [--hostfile F] [--dry-run] -- train "
-          "[options]\n"
+          "usage: ctuner launch --accelerate-config FILE [--hostfile F] [--launcher mpirun|srun]\n"
+          "                     [--dry-run] -- train [options]\n"
           "\n"
           "Reads an Accelerate config (num_machines, num_processes, machine_rank,\n"
           "main_process_ip, main_process_port, mixed_precision, distributed_type,\n"
-          "deepspeed_config.zero_stage / gradient_accumulation_steps / offload_*_device)\n"
-          "and runs `mpirun -np num_processes --map-by ppr:<per machine>:node ... ctuner\n"
-          "train ...` with the matching --zero_stage and --gradient_accumulation_steps\n"
-          "(and --deepspeed_config=<deepspeed_config_file>) before your own options, which win.\n"
-          "Run it once, on machine_rank 0; mpirun starts the ranks of the other machines\n"
-          "listed in --hostfile (required when num_machines > 1). --dry-run prints the\n"
-          "command instead of running it.\n");
+          "deepspeed_config: zero_stage, gradient_accumulation_steps, gradient_clipping,\n"
+          "offload_*_device, deepspeed_config_file, deepspeed_hostfile; mpirun_config:\n"
+          "mpirun_hostfile) and runs `mpirun -np num_processes --map-by ppr:<per machine>:node\n"
+          "... ctuner train` with the matching --zero_stage, --gradient_accumulation_steps,\n"
+          "--max_grad_norm, --mixed_precision, --offload_* and --deepspeed_config before your\n"
+          "own options, which win. Keys that change nothing here warn once saying why; keys\n"
+          "ctuner cannot honour (FSDP, fp16, fp8, SageMaker, unknown keys) are refused by name.\n"
+          "\n"
+          "Several machines: run it once, on machine_rank 0; mpirun starts the ranks of\n"
+          "the others over SSH, from --hostfile (one line 'HOST slots=<per machine>' per\n"
+          "machine, machine 0 first; or the config's deepspeed_hostfile/mpirun_hostfile;\n"
+          "inside a Slurm allocation mpirun takes Slurm's machines). A config with\n"
+          "machine_rank > 0 prints what to run on machine 0 and exits 2. With\n"
+          "main_process_port P, Open MPI uses TCP ports P to P+2*<per machine>+1 only.\n"
+          "--launcher srun: `srun --mpi=pmix` inside a Slurm allocation instead of mpirun.\n"
+          "--dry-run prints the command instead of running it.\n");
 }
 
-static char *trim(char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  char *e = s + strlen(s);
-  while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
-  return s;
-}
-
-/* Strips a trailing comment (outside quotes) and surrounding quotes. */
-static char *yaml_value(char *v) {
-  char q = 0;
-  for (char *p = v; *p; p++) {
-    if (!q && (*p == '"' || *p == '\''))
-      q = *p;
-    else if (q && *p == q)
-      q = 0;
-    else if (!q && *p == '#' && (p == v || isspace((unsigned char)p[-1]))) {
-      *p = 0;
-      break;
-    }
-  }
-  v = trim(v);
-  size_t n = strlen(v);
-  if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0]) {
-    v[n - 1] = 0;
-    v++;
-  }
-  return v;
-}
-
-static int yaml_int(const char *path, int line, const char *key, const char *v, long lo, long hi,
-                    long *out) {
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi) {
-    fprintf(stderr, "ctuner launch: %s:%d: %s: expected an integer in [%ld, %ld], got '%s'\n", path,
-            line, key, lo, hi, v);
-    return -1;
-  }
-  *out = x;
-  return 0;
-}
-
-/* One key of the nested deepspeed_config map; 0 or -1 (message printed). */
-static int ds_key(const char *path, int line, const char *k, const char *v, acc_cfg *c) {
-  int rc = 0;
-  static const char *const with_file[] = {
-      "gradient_accumulation_steps", "gradient_clipping",      "zero_stage",
-      "offload_optimizer_device",    "offload_param_device",   "offload_param_nvme_path",
-      "offload_optimizer_nvme_path", "zero3_save_16bit_model", NULL};
-  for (int q = 0; with_file[q]; q++)
-    if (!strcmp(k, with_file[q])) { /* present at all, as Accelerate checks */
-      const size_t l = strlen(c->ds_inline);
-      snprintf(c->ds_inline + l, sizeof c->ds_inline - l, "%s%s", l ? ", " : "", k);
-    }
-  if (!strcmp(k, "gradient_clipping")) {
-    char *end;
-    const double g = strtod(v, &end);
-    if (end == v || *end || !(g >= 0)) {
-      fprintf(stderr, "ctuner launch: %s:%d: gradient_clipping: expected a number >= 0, got '%s'\n",
-              path, line, v);
-      rc = -1;
-    } else {
-      snprintf(c->grad_clip, sizeof c->grad_clip, "%s", v);
-    }
-  } else if (!strcmp(k, "zero_stage"))
-    rc = yaml_int(path, line, k, v, 0, 3, &c->zero_stage);
-  else if (!strcmp(k, "gradient_accumulation_steps"))
-    rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->grad_accum);
-  else if (!strcmp(k, "offload_optimizer_device"))
-    snprintf(c->offload_opt, sizeof c->offload_opt, "%s", v);
-  else if (!strcmp(k, "offload_param_device"))
-    snprintf(c->offload_param, sizeof c->offload_param, "%s", v);
-  else if ((!strcmp(k, "offload_optimizer_nvme_path") || !strcmp(k, "offload_param_nvme_path")) &&
-           *v && strcmp(v, "none"))
-    snprintf(c->nvme_path, sizeof c->nvme_path, "%s", v);
-  else if (!strcmp(k, "deepspeed_config_file") && *v && strcmp(v, "none"))
-    snprintf(c->ds_file, sizeof c->ds_file, "%s", v);
-  return rc;
-}
-
-/* What ctuner cannot do with an Accelerate config, named; 0 or -1. */
-static int check_accelerate(const char *path, acc_cfg *c) {
-  const char *dt = c->distributed_type;
-  if (strcmp(dt, "NO") && strcmp(dt, "MULTI_GPU") && strcmp(dt, "MULTI_CPU") &&
-      strcmp(dt, "DEEPSPEED")) {
-    fprintf(stderr,
-            "ctuner launch: %s: distributed_type %s is not supported; use MULTI_GPU, MULTI_CPU, "
-            "DEEPSPEED or NO (for FSDP's full sharding use DEEPSPEED with zero_stage 3)\n",
-            path, dt);
-    return -1;
-  }
-  if (*c->ds_file && !strcmp(dt, "NO")) { /* Accelerate reads deepspeed_config only for DEEPSPEED */
-    fprintf(stderr,
-            "ctuner launch: %s: distributed_type NO: deepspeed_config_file %s is ignored, as "
-            "Accelerate "
-            "does\n",
-            path, c->ds_file);
-    c->ds_file[0] = 0;
-  }
-  if (*c->ds_file && *c->ds_inline) {
-    fprintf(stderr,
-            "ctuner launch: %s: deepspeed_config_file %s and the inline DeepSpeed keys %s: "
-            "Accelerate refuses "
-            "both at once (the file would silently win); put them in the DeepSpeed file\n",
-            path, c->ds_file, c->ds_inline);
-    return -1;
-  }
-  if (*c->mixed_precision && strcmp(c->mixed_precision, "no") &&
-      strcmp(c->mixed_precision, "bf16")) {
-    fprintf(stderr,
-            "ctuner launch: %s: mixed_precision %s: use no or bf16 (fp16 needs loss scaling ctuner "
-            "does "
-            "not do)\n",
-            path, c->mixed_precision);
-    return -1;
-  }
-  for (int i = 0; i < 2; i++) {
-    const char *d = i ? c->offload_param : c->offload_opt;
-    if (*d && strcmp(d, "none") && strcmp(d, "cpu") && strcmp(d, "nvme")) {
-      fprintf(stderr, "ctuner launch: %s: %s %s: use none, cpu or nvme\n", path,
-              i ? "offload_param_device" : "offload_optimizer_device", d);
-      return -1;
-    }
-  }
-  if (c->num_processes % c->num_machines) {
-    fprintf(
-        stderr,
-        "ctuner launch: %s: num_processes %ld is not a multiple of num_machines %ld: every machine "
-        "must run the same number of ranks (%ld / %ld leaves %ld over)\n",
-        path, c->num_processes, c->num_machines, c->num_processes, c->num_machines,
-        c->num_processes % c->num_machines);
-    return -1;
-  }
-  if (c->machine_rank >= c->num_machines) {
-    fprintf(stderr, "ctuner launch: %s: machine_rank %ld must be below num_machines %ld\n", path,
-            c->machine_rank, c->num_machines);
-    return -1;
-  }
-  return 0;
-}
-
-static int load_accelerate(const char *path, acc_cfg *c) {
+/* Machines listed in a hostfile (lines that are not blank or comments) and the first one. */
+static int count_hosts(const char *path, char *first, size_t n) {
   FILE *f = fopen(path, "r");
-  if (!f) {
-    fprintf(stderr, "ctuner launch: %s: cannot open: %s\n", path, strerror(errno));
-    return -1;
-  }
-  memset(c, 0, sizeof *c);
-  c->num_machines = 1;
-  c->num_processes = 1;
-  c->main_process_port = 29500;
-  c->zero_stage = -1;
-  c->grad_accum = -1;
-  /* mixed_precision stays "" unless the file says: then the training config's own wins */
-  snprintf(c->distributed_type, sizeof c->distributed_type, "NO");
-  char buf[1024];
-  int line = 0, in_ds = 0, rc = 0;
-  while (!rc && fgets(buf, sizeof buf, f)) {
-    line++;
-    if (!strchr(buf, '\n') && !feof(f)) {
-      fprintf(stderr, "ctuner launch: %s:%d: line longer than %zu bytes\n", path, line,
-              sizeof buf - 1);
-      rc = -1;
-      break;
+  int hosts = 0;
+  char line[1024];
+  if (!f) return -1;
+  first[0] = 0;
+  while (fgets(line, sizeof line, f)) {
+    char *s = line;
+    while (isspace((unsigned char)*s)) s++;
+    if (!*s || *s == '#') continue;
+    if (!hosts++) {
+      size_t k = 0;
+      while (s[k] && !isspace((unsigned char)s[k]) && k + 1 < n) k++;
+      memcpy(first, s, k);
+      first[k] = 0;
     }
-    int indent = 0;
-    while (buf[indent] == ' ') indent++;
-    if (buf[indent] == '\t') {
-      fprintf(stderr, "ctuner launch: %s:%d: tab indentation is not YAML; use spaces\n", path,
-              line);
-      rc = -1;
-      break;
-    }
-    char *s = trim(buf);
-    if (!*s || *s == '#' || !strcmp(s, "---")) continue;
-    char *colon = strchr(s, ':');
-    if (!colon) {
-      fprintf(stderr, "ctuner launch: %s:%d: expected 'key: value', got '%s'\n", path, line, s);
-      rc = -1;
-      break;
-    }
-    *colon = 0;
-    char *k = trim(s), *v = yaml_value(colon + 1);
-    if (indent == 0) in_ds = !strcmp(k, "deepspeed_config") && !*v;
-    if (indent > 0 && !in_ds)
-      continue; /* nested maps ctuner does not read (fsdp_config, dynamo_config) */
-    if (in_ds && indent > 0) {
-      rc = ds_key(path, line, k, v, c);
-      continue;
-    }
-    if (!strcmp(k, "num_machines"))
-      rc = yaml_int(path, line, k, v, 1, 1 << 16, &c->num_machines);
-    else if (!strcmp(k, "num_processes"))
-      rc = yaml_int(path, line, k, v, 1, 1 << 20, &c->num_processes);
-    else if (!strcmp(k, "machine_rank"))
-      rc = yaml_int(path, line, k, v, 0, 1 << 16, &c->machine_rank);
-    else if (!strcmp(k, "main_process_port")) /* null: one machine (accelerate config writes it) */
-      rc = !*v || !strcmp(v, "null") || !strcmp(v, "~")
-               ? 0
-               : yaml_int(path, line, k, v, 1, 65535, &c->main_process_port);
-    else if (!strcmp(k, "main_process_ip"))
-      snprintf(c->main_process_ip, sizeof c->main_process_ip, "%s", v);
-    else if (!strcmp(k, "mixed_precision"))
-      snprintf(c->mixed_precision, sizeof c->mixed_precision, "%s", v);
-    else if (!strcmp(k, "distributed_type"))
-      snprintf(c->distributed_type, sizeof c->distributed_type, "%s", v);
   }
   fclose(f);
-  if (rc) return rc;
-  return check_accelerate(path, c);
+  return hosts;
+}
+
+/* machine_rank > 0: with Open MPI nothing is started here; say what to do on machine 0. */
+static void not_main(const char *acc, const ct_accel *c, int argc, char **argv, int i) {
+  const long per = c->num_processes / c->num_machines;
+  const char *ip = *c->main_process_ip ? c->main_process_ip : "<main_process_ip>";
+  fprintf(stderr,
+          "ctuner launch: %s has machine_rank %ld: run ctuner launch once, on machine_rank 0 "
+          "(%s); mpirun starts the ranks of every machine in the hostfile, this one included, "
+          "so nothing is to be run here. On machine 0, with its own config (machine_rank: 0):\n"
+          "    ctuner launch --accelerate-config <its config> --hostfile hosts --",
+          acc, c->machine_rank, ip);
+  for (int j = i; j < argc; j++) fprintf(stderr, " %s", argv[j]);
+  fprintf(stderr,
+          "\n  hosts lists the %ld machines, machine 0 first, one line each:\n"
+          "    %s slots=%ld\n    <machine 1> slots=%ld\n    ...\n"
+          "  Every machine needs: SSH from machine 0 without a password (`ssh <machine> true` "
+          "works), ctuner, the configs and the data at the same paths, and the TCP ports Open MPI "
+          "uses open between the machines: ",
+          c->num_machines, ip, per, per);
+  if (c->main_process_port > 0)
+    fprintf(stderr, "%ld-%ld (from main_process_port).\n", c->main_process_port,
+            c->main_process_port + 2 * per + 1);
+  else
+    fprintf(stderr,
+            "any (set main_process_port to confine them to main_process_port .. "
+            "main_process_port+%ld).\n",
+            2 * per + 1);
+  fprintf(stderr,
+          "  In a Slurm allocation use `ctuner launch --launcher srun ...` once instead "
+          "(docs/distributed.md).\n");
+}
+
+/* The machines: --hostfile, the config's, or Slurm's allocation; checked. 0 or -1. */
+static int pick_hostfile(const char *acc, const ct_accel *c, const char **hostfile, int srun) {
+  const long per = c->num_processes / c->num_machines;
+  const char *ip = *c->main_process_ip ? c->main_process_ip : "<main_process_ip>";
+  if (!*hostfile && c->hostfile_key) *hostfile = c->hostfile;
+  const char *nodes = getenv("SLURM_JOB_NUM_NODES"); /* inside an allocation */
+  if ((srun || (!*hostfile && getenv("SLURM_JOB_ID"))) && nodes && atol(nodes) != c->num_machines) {
+    fprintf(stderr,
+            "ctuner launch: the Slurm allocation has %s node(s); %s says num_machines %ld (sbatch "
+            "--nodes=%ld --ntasks-per-node=%ld)\n",
+            nodes, acc, c->num_machines, c->num_machines, per);
+    return -1;
+  }
+  if (srun) {
+    if (*hostfile) {
+      fprintf(stderr,
+              "ctuner launch: --launcher srun takes the machines from Slurm; a hostfile (%s) is "
+              "not used: choose the machines with sbatch --nodelist instead\n",
+              *hostfile);
+      return -1;
+    }
+    return 0;
+  }
+  if (!*hostfile) {
+    if (c->num_machines > 1 && !getenv("SLURM_JOB_ID")) {
+      fprintf(stderr,
+              "ctuner launch: num_machines %ld needs --hostfile listing the machines, one per line "
+              "as 'HOST slots=%ld', %s first (or run inside a Slurm allocation)\n",
+              c->num_machines, per, ip);
+      return -1;
+    }
+    return 0;
+  }
+  char first[256];
+  const int hosts = count_hosts(*hostfile, first, sizeof first);
+  if (hosts < 0) {
+    fprintf(stderr, "ctuner launch: hostfile %s%s%s: %s\n", *hostfile,
+            c->hostfile_key && *hostfile == c->hostfile ? " from " : "",
+            c->hostfile_key && *hostfile == c->hostfile ? c->hostfile_key : "", strerror(errno));
+    return -1;
+  }
+  if (hosts < c->num_machines) {
+    fprintf(stderr, "ctuner launch: hostfile %s lists %d machine(s); %s says num_machines %ld\n",
+            *hostfile, hosts, acc, c->num_machines);
+    return -1;
+  }
+  if (hosts > c->num_machines)
+    fprintf(stderr,
+            "ctuner launch: warning: hostfile %s lists %d machines; the first %ld are used\n",
+            *hostfile, hosts, c->num_machines);
+  if (*c->main_process_ip && strcmp(first, c->main_process_ip))
+    fprintf(stderr,
+            "ctuner launch: warning: rank 0 runs on %s, the hostfile's first machine, not on "
+            "main_process_ip %s (the same machine by another name is fine)\n",
+            first, c->main_process_ip);
+  return 0;
 }
 
 static void print_quoted(const char *a) {
@@ -274,8 +174,9 @@ static void print_quoted(const char *a) {
 }
 
 int ct_cmd_launch(int argc, char **argv) {
-  const char *acc = NULL, *hostfile = NULL;
-  int dry = 0, i = 1;
+  const char *acc = NULL, *hostfile = NULL, *launcher = "mpirun";
+  int dry = 0, i = 1, rc = 2;
+  char **av = NULL;
   for (; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -287,7 +188,8 @@ int ct_cmd_launch(int argc, char **argv) {
       i++;
       break;
     } else if ((r = ct_cli_opt(argc, argv, &i, "accelerate-config", &acc)) ||
-               (r = ct_cli_opt(argc, argv, &i, "hostfile", &hostfile))) {
+               (r = ct_cli_opt(argc, argv, &i, "hostfile", &hostfile)) ||
+               (r = ct_cli_opt(argc, argv, &i, "launcher", &launcher))) {
       if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner launch: unknown option '%s' (the command follows '--')\n", argv[i]);
@@ -300,94 +202,120 @@ int ct_cmd_launch(int argc, char **argv) {
     ct_cmd_launch_help(stderr);
     return 2;
   }
+  if (strcmp(launcher, "mpirun") && strcmp(launcher, "srun")) {
+    fprintf(stderr, "ctuner launch: --launcher %s: use mpirun or srun\n", launcher);
+    return 2;
+  }
+  const int srun = !strcmp(launcher, "srun");
   if (i >= argc || strcmp(argv[i], "train")) {
     fprintf(stderr, "ctuner launch: expected '-- train [options]' after the launch options\n");
     return 2;
   }
-  acc_cfg c;
-  if (load_accelerate(acc, &c)) return 2;
+  ct_accel c;
+  if (ct_accel_load(acc, &c)) return 2;
   if (c.machine_rank != 0) {
-    fprintf(
-        stderr,
-        "ctuner launch: %s has machine_rank %ld: run ctuner launch once, on machine_rank 0 (%s); "
-        "mpirun starts the ranks of every machine in the hostfile\n",
-        acc, c.machine_rank, *c.main_process_ip ? c.main_process_ip : "main_process_ip");
+    not_main(acc, &c, argc, argv, i);
     return 2;
   }
-  if (c.num_machines > 1 && !hostfile) {
-    fprintf(
-        stderr,
-        "ctuner launch: num_machines %ld needs --hostfile listing the machines, one per line as "
-        "'HOST slots=%ld', %s first\n",
-        c.num_machines, c.num_processes / c.num_machines,
-        *c.main_process_ip ? c.main_process_ip : "main_process_ip");
+  if (pick_hostfile(acc, &c, &hostfile, srun)) return 2;
+  const long per = c.num_processes / c.num_machines;
+  const long P = c.main_process_port;
+  const int ports = c.num_machines > 1 && P > 0;
+  if (ports && P + 2 * per + 1 > 65535) {
+    fprintf(stderr,
+            "ctuner launch: main_process_port %ld: Open MPI's ports %ld-%ld pass 65535; choose a "
+            "lower port\n",
+            P, P, P + 2 * per + 1);
     return 2;
   }
-  if (hostfile && access(hostfile, R_OK)) {
-    fprintf(stderr, "ctuner launch: --hostfile %s: %s\n", hostfile, strerror(errno));
-    return 2;
-  }
+  if (c.num_machines > 1 && c.same_network == 0)
+    fprintf(stderr,
+            "ctuner launch: note: same_network false: Open MPI connects the machines over the "
+            "interfaces that reach each other; if it picks a wrong one, set "
+            "OMPI_MCA_btl_tcp_if_include=<subnet> (and OMPI_MCA_oob_tcp_if_include)\n");
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0)
     snprintf(self, sizeof self, "ctuner");
   else
     self[n] = 0;
-  const long per = c.num_processes / c.num_machines;
-  char np[32], ppr[64], zs[32], ga[64], dsf[1100];
-  snprintf(dsf, sizeof dsf, "--deepspeed_config=%s", c.ds_file);
+  /* every string the command points to lives until exec */
+  char np[32], ppr[64], zs[32], ga[64], dsf[1100], mp[64], oo[64], op[64], nvp[1100], gc[96];
+  char oob[64], bmin[32], brange[32], nodes[32], ntasks[32], pernode[40], exp[384];
   snprintf(np, sizeof np, "%ld", c.num_processes);
   snprintf(ppr, sizeof ppr, "ppr:%ld:node", per);
-  snprintf(zs, sizeof zs, "--zero_stage=%ld", c.zero_stage);
-  snprintf(ga, sizeof ga, "--gradient_accumulation_steps=%ld", c.grad_accum);
-  char **av = calloc((size_t)argc + 32, sizeof *av);
+  snprintf(oob, sizeof oob, "%ld-%ld", P, P + per);
+  snprintf(bmin, sizeof bmin, "%ld", P + per + 1);
+  snprintf(brange, sizeof brange, "%ld", per + 1);
+  av = calloc((size_t)argc + 48, sizeof *av);
   if (!av) return 1;
   int k = 0;
-  av[k++] = "mpirun";
-  if (getuid() == 0) av[k++] = "--allow-run-as-root";
-  av[k++] = "-np";
-  av[k++] = np;
-  av[k++] = "--map-by";
-  av[k++] = ppr;
-  if (hostfile) {
-    av[k++] = "--hostfile";
-    av[k++] = (char *)hostfile;
+  if (srun) {
+    snprintf(nodes, sizeof nodes, "--nodes=%ld", c.num_machines);
+    snprintf(ntasks, sizeof ntasks, "--ntasks=%ld", c.num_processes);
+    snprintf(pernode, sizeof pernode, "--ntasks-per-node=%ld", per);
+    av[k++] = "srun";
+    av[k++] = "--mpi=pmix";
+    av[k++] = nodes;
+    av[k++] = ntasks;
+    av[k++] = pernode;
+    if (ports) { /* the ranks' TCP ports; srun's own wire-up is Slurm's (PMIx) */
+      snprintf(exp, sizeof exp,
+               "--export=ALL,OMPI_MCA_btl_tcp_port_min_v4=%s,OMPI_MCA_btl_tcp_port_range_v4=%s,"
+               "OMPI_MCA_btl_tcp_port_min_v6=%s,OMPI_MCA_btl_tcp_port_range_v6=%s",
+               bmin, brange, bmin, brange);
+      av[k++] = exp;
+    }
   } else {
-    av[k++] = "--oversubscribe"; /* one machine: allow more ranks than cores */
-  }
-  if (c.num_machines > 1) { /* ranks talk over TCP between machines */
-    av[k++] = "--mca";
-    av[k++] = "btl";
-    av[k++] = "tcp,self,vader";
+    av[k++] = "mpirun";
+    if (getuid() == 0) av[k++] = "--allow-run-as-root";
+    av[k++] = "-np";
+    av[k++] = np;
+    av[k++] = "--map-by";
+    av[k++] = ppr;
+    if (hostfile) {
+      av[k++] = "--hostfile";
+      av[k++] = (char *)hostfile;
+    } else if (c.num_machines == 1) {
+      av[k++] = "--oversubscribe"; /* one machine: allow more ranks than cores */
+    }
+    if (c.num_machines > 1) { /* ranks talk over TCP between machines */
+      av[k++] = "--mca";
+      av[k++] = "btl";
+      av[k++] = "tcp,self,vader";
+    }
+    if (ports) { /* daemons (out-of-band) at P..P+per, ranks at P+per+1..P+2per+1; IPv4 and
+                    IPv6 alike (each family listens on its own sockets) */
+      static const char *const opt[] = {"oob_tcp_dynamic_ipv4_ports", "oob_tcp_dynamic_ipv6_ports",
+                                        "btl_tcp_port_min_v4",        "btl_tcp_port_range_v4",
+                                        "btl_tcp_port_min_v6",        "btl_tcp_port_range_v6"};
+      const char *val[] = {oob, oob, bmin, brange, bmin, brange};
+      for (int q = 0; q < 6; q++) {
+        av[k++] = "--mca";
+        av[k++] = (char *)opt[q];
+        av[k++] = (char *)val[q];
+      }
+    }
   }
   av[k++] = self;
   av[k++] = argv[i]; /* "train" */
   /* what the Accelerate config says comes first, so the user's own options
    * after '--' win (ctuner train applies options in order) */
+  snprintf(zs, sizeof zs, "--zero_stage=%ld", c.zero_stage);
+  snprintf(ga, sizeof ga, "--gradient_accumulation_steps=%ld", c.grad_accum);
+  snprintf(dsf, sizeof dsf, "--deepspeed_config=%s", c.ds_file);
+  snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
+  snprintf(gc, sizeof gc, "--max_grad_norm=%s", c.grad_clip); /* DeepSpeed's global-norm clip */
+  snprintf(oo, sizeof oo, "--offload_optimizer=%s", c.offload_opt);
+  snprintf(op, sizeof op, "--offload_param=%s", c.offload_param);
+  snprintf(nvp, sizeof nvp, "--offload_param_path=%s", c.nvme_path);
   if (c.zero_stage >= 0) av[k++] = zs;
   if (c.grad_accum > 0) av[k++] = ga;
-  char mp[64], oo[64], op[64], np_[1100];
-  if (*c.mixed_precision) { /* absent: the training config's own mixed_precision */
-    snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
-    av[k++] = mp;
-  }
-  char gc[96];
-  if (*c.grad_clip) { /* DeepSpeed's gradient_clipping is the global-norm clip */
-    snprintf(gc, sizeof gc, "--max_grad_norm=%s", c.grad_clip);
-    av[k++] = gc;
-  }
-  if (*c.offload_opt) {
-    snprintf(oo, sizeof oo, "--offload_optimizer=%s", c.offload_opt);
-    av[k++] = oo;
-  }
-  if (*c.offload_param) {
-    snprintf(op, sizeof op, "--offload_param=%s", c.offload_param);
-    av[k++] = op;
-  }
-  if (*c.nvme_path) {
-    snprintf(np_, sizeof np_, "--offload_param_path=%s", c.nvme_path);
-    av[k++] = np_;
-  }
+  if (*c.mixed_precision) av[k++] = mp; /* absent: the training config's own */
+  if (*c.grad_clip) av[k++] = gc;
+  if (*c.offload_opt) av[k++] = oo;
+  if (*c.offload_param) av[k++] = op;
+  if (*c.nvme_path) av[k++] = nvp;
   if (*c.ds_file) av[k++] = dsf;
   for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;
@@ -402,13 +330,16 @@ int ct_cmd_launch(int argc, char **argv) {
       print_quoted(av[j]);
     }
     putchar('\n');
-    free(av);
-    return 0;
+    rc = 0;
+    goto out;
   }
   fflush(stdout);
-  execvp("mpirun", av);
-  fprintf(stderr, "ctuner launch: cannot run mpirun: %s (scripts/deps.sh installs openmpi-bin)\n",
-          strerror(errno));
+  execvp(av[0], av);
+  fprintf(stderr, "ctuner launch: cannot run %s: %s (%s)\n", av[0], strerror(errno),
+          srun ? "srun is Slurm's; run inside an allocation (salloc/sbatch)"
+               : "scripts/deps.sh installs openmpi-bin");
+  rc = 1;
+out:
   free(av);
-  return 1;
+  return rc;
 }

@@ -21,7 +21,7 @@ const ct_cli_cmd ct_cli_commands[] = {
     {TRAINING, "cache", NULL,
      "discover the data and build its latent and text caches (docs/data.md)", ct_cmd_cache_help,
      ct_cmd_cache},
-    {TRAINING, "launch", NULL, "run train under mpirun as an Accelerate config describes",
+    {TRAINING, "launch", NULL, "run train under mpirun (or srun) as an Accelerate config describes",
      ct_cmd_launch_help, ct_cmd_launch},
     {TRAINING, "sample", NULL, "generate images from a checkpoint", ct_cmd_sample_help,
      ct_cmd_sample},
