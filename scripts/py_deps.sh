@@ -1,63 +1,52 @@
 #!/usr/bin/env bash
-# Installs the PyPI packages that the interoperability checks (make interop)
-# and the golden-file scripts compare ctuner against, into a virtualenv that
-# sees Debian's python3-torch and numpy (--system-site-packages; PyPI torch is
-# never installed). Each group of packages is a function; name the groups to
-# install, or none for all:
-#   scripts/py_deps.sh [GROUP...]      groups: t5
-#   scripts/py_deps.sh --print-python  the venv's python (after an install)
-# Environment: CT_PY_VENV (default .venv-py at the repository root).
-# Idempotent: a group whose pinned packages import is skipped. Versions are
-# pinned: transformers releases after 4.46 need torch >= 2, Debian has 1.13.
+# Installs the PyPI packages the live interop checks compare ctuner with into
+# one virtual environment, and prints its python on stdout (everything else
+# goes to stderr). Not used by `make test` (which stays offline on committed
+# goldens); `make interop` and the golden scripts call it.
+#   scripts/py_deps.sh [GROUP...]   install the groups (default: all), print the python
+# Groups, one function each (add yours as group_NAME and list it in ALL):
+#   t5   transformers 4.46.3 (T5EncoderModel, T5TokenizerFast; the last release
+#        line that runs on Debian's torch 1.13), tokenizers, sentencepiece,
+#        protobuf (transformers reads spiece.model through it; 6.31.1 also
+#        satisfies tensorboard)
+# The venv: $CT_PY_VENV, default ~/.cache/ctuner/py-venv, made from Debian's
+# /usr/bin/python3 with its system packages visible (numpy and torch stay
+# Debian's: PyPI torch is never installed). Idempotent: pinned packages
+# already at their version are skipped.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-VENV=${CT_PY_VENV:-$ROOT/.venv-py}
-PY=$VENV/bin/python
+venv="${CT_PY_VENV:-$HOME/.cache/ctuner/py-venv}"
+ALL=(t5)
 
-venv() {
-  if [ ! -x "$PY" ]; then
-    /usr/bin/python3 -m venv --system-site-packages "$VENV"
-  fi
-}
-
-# pip install PKG==VER... unless every one is already at that version.
-pip_pinned() {
-  local need=0 spec name ver
-  for spec in "$@"; do
-    name=${spec%%==*}
-    ver=${spec##*==}
-    if [ "$("$PY" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')" != "$ver" ]; then
-      need=1
-    fi
+# pip install the given NAME==VERSION pins that are not at that version.
+pinned() {
+  local missing=() p name want have
+  for p in "$@"; do
+    name="${p%%==*}" want="${p##*==}"
+    have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+    [ "$have" = "$want" ] || missing+=("$p")
   done
-  if [ $need -eq 1 ]; then
-    "$PY" -m pip install --disable-pip-version-check -q "$@"
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "py_deps: installing ${missing[*]} into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${missing[@]}" >&2
   fi
 }
 
-# T5 encoder and tokenizer peers: transformers' T5EncoderModel and
-# T5TokenizerFast, tokenizers (Rust), sentencepiece (Google's C++), protobuf
-# (transformers reads spiece.model through it when converting).
 group_t5() {
-  pip_pinned transformers==4.46.3 tokenizers==0.20.3 sentencepiece==0.2.0 protobuf==4.25.5
+  pinned transformers==4.46.3 tokenizers==0.20.3 sentencepiece==0.2.0 protobuf==6.31.1
 }
 
-case "${1:-}" in
-  --print-python)
-    echo "$PY"
-    exit 0
-    ;;
-esac
-
-venv
+if [ ! -x "$venv/bin/python" ]; then
+  mkdir -p "$(dirname "$venv")"
+  /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
+fi
 groups=("$@")
-[ ${#groups[@]} -eq 0 ] && groups=(t5)
+[ ${#groups[@]} -eq 0 ] && groups=("${ALL[@]}")
 for g in "${groups[@]}"; do
   if ! declare -F "group_$g" >/dev/null; then
-    echo "py_deps: unknown group '$g' (have: t5)" >&2
+    echo "py_deps: unknown group '$g' (groups: ${ALL[*]})" >&2
     exit 2
   fi
   "group_$g"
 done
-echo "py_deps: ${groups[*]} ready in $VENV"
+echo "$venv/bin/python"

@@ -10,17 +10,21 @@ save_pretrained (bf16, sharded, model.safetensors.index.json).
 Writes into OUT (default tests/data/t5):
   tokenizer_2/   spiece.model, tokenizer.json, tokenizer_config.json, special_tokens_map.json
   text_encoder_2/ config.json, model-0000N-of-0000M.safetensors, model.safetensors.index.json
+  tokenizer_variant.json  the same vocabulary in an older tokenizer.json layout (no charsmap,
+                   Replace " {2,}" by " ", Strip, WhitespaceSplit + Metaspace)
   tok_golden.json  {"captions": [...], "ids": [[...]] (T5TokenizerFast, </s> appended,
                    no padding), "sp_differs": [i...] (captions where sentencepiece's
                    own encode + </s> gives other ids: for the record), "padded":
                    [{"caption": i, "max_length": L, "ids": [...]}] (padding="max_length",
-                   truncation=True, as FluxPipeline calls it)}
+                   truncation=True, as FluxPipeline calls it), "variant_ids": [[...]] (first
+                   300 captions through tokenizer_variant.json)}
   enc_golden.safetensors  input.ids_a (B, T) I32, output.a (B, T, d) F32, same for _b;
                    the encoder's outputs (last_hidden_state, no attention_mask, as
                    FluxPipeline._get_t5_prompt_embeds) computed in float32 from the
                    bf16-stored weights.
 
-Usage: scripts/py_deps.sh t5 && $(scripts/py_deps.sh --print-python) scripts/t5_golden.py [--out DIR]
+Usage: $(scripts/py_deps.sh t5) scripts/t5_golden.py [--out DIR]
+       [--seed N]   (0: the committed set; others: fresh captions, tokenizer, weights)
        --check DIR: compare DIR's golden files with freshly computed ones, write
        nothing (make interop); exit 1 on a difference.
 """
@@ -92,26 +96,26 @@ def corpus(seed, n):
     return [caption(rng) for _ in range(n)]
 
 
-def test_captions():
+def test_captions(seed=0):
     caps = ["", " ", "a", "A photo of a cat", "a photo of a cat.", "  leading and trailing  ",
             "multiple     spaces", "tab\tseparated\twords", "new\nline", "UPPERCASE WORDS",
             "numbers 0 1 12 123 1234 3.14159 1,000,000", "punctuation!?!... (brackets) [x] {y}",
             "unknown chars: \u2603 \U0001F680 \u0416", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ", "ﬁ ﬂ ﬀ ①", "\u00a0\u2009\u3000",
             "e\u0301 vs \u00e9", "<unk> </s> <pad>", "▁already▁has▁metaspace", "x" * 300]
-    caps += corpus(12345, 1000)
-    rng = random.Random(7)
+    caps += corpus(12345 + seed, 1000)
+    rng = random.Random(7 + seed)
     long1 = " ".join(rng.choice(WORDS) for _ in range(700))
     caps += [long1, long1[:1500]]
     return caps
 
 
-def build_tokenizer(tmp, tokdir):
+def build_tokenizer(tmp, tokdir, seed=0):
     import sentencepiece as spm
     from transformers import T5TokenizerFast
 
     text = os.path.join(tmp, "corpus.txt")
     with open(text, "w", encoding="utf-8") as f:
-        for c in corpus(1, 4000):
+        for c in corpus(1 + seed, 4000):
             f.write(c.replace("\n", " ") + "\n")
     prefix = os.path.join(tmp, "spiece")
     spm.SentencePieceTrainer.train(
@@ -125,13 +129,13 @@ def build_tokenizer(tmp, tokdir):
     return tok
 
 
-def tok_golden(tokdir):
+def tok_golden(tokdir, seed=0):
     import sentencepiece as spm
     from transformers import T5TokenizerFast
 
     tok = T5TokenizerFast.from_pretrained(tokdir)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(tokdir, "spiece.model"))
-    caps = test_captions()
+    caps = test_captions(seed)
     ids = [tok(c).input_ids for c in caps]
     sp_differs = [i for i, c in enumerate(caps) if sp.encode(c) + [1] != ids[i]]
     padded = []
@@ -143,14 +147,25 @@ def tok_golden(tokdir):
         for L in (256, 512):
             padded.append({"caption": i, "max_length": L,
                            "ids": tok(caps[i], padding="max_length", max_length=L, truncation=True).input_ids})
-    return {"captions": caps, "ids": ids, "sp_differs": sp_differs, "padded": padded}
+    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
+
+    var = Tokenizer.from_file(os.path.join(tokdir, "tokenizer.json"))
+    var.normalizer = normalizers.Sequence([normalizers.Replace(Regex(" {2,}"), " "), normalizers.Strip(left=True, right=True)])
+    var.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")])
+    var_path = os.path.join(os.path.dirname(tokdir), "tokenizer_variant.json")
+    if not os.path.exists(var_path):
+        var.save(var_path)
+    var = Tokenizer.from_file(var_path)
+    variant_ids = [var.encode(c).ids for c in caps[:300]]
+    return {"captions": caps, "ids": ids, "sp_differs": sp_differs, "padded": padded, "variant_ids": variant_ids}
 
 
-def build_encoder(encdir, vocab):
+def build_encoder(encdir, vocab, seed=0):
     import torch
     from transformers import T5Config, T5EncoderModel
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cfg = T5Config(vocab_size=vocab, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
                    relative_attention_num_buckets=32, relative_attention_max_distance=128,
                    feed_forward_proj="gated-gelu", layer_norm_epsilon=1e-6, dropout_rate=0.0,
@@ -200,6 +215,8 @@ def enc_golden(model, gold):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/t5")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="other captions, tokenizer corpus and weights (make interop's fresh set)")
     ap.add_argument("--check", default=None, help="compare this directory's goldens, write nothing")
     args = ap.parse_args()
     import torch
@@ -211,7 +228,7 @@ def main():
         with open(os.path.join(d, "tok_golden.json"), encoding="utf-8") as f:
             old = json.load(f)
         bad = 0
-        for k in ("captions", "ids", "sp_differs", "padded"):
+        for k in ("captions", "ids", "sp_differs", "padded", "variant_ids"):
             if gold[k] != old[k]:
                 print("t5_golden: %s differs from the committed golden" % k)
                 bad = 1
@@ -231,11 +248,11 @@ def main():
     tokdir = os.path.join(args.out, "tokenizer_2")
     encdir = os.path.join(args.out, "text_encoder_2")
     with tempfile.TemporaryDirectory() as tmp:
-        tok = build_tokenizer(tmp, tokdir)
-    gold = tok_golden(tokdir)
+        tok = build_tokenizer(tmp, tokdir, args.seed)
+    gold = tok_golden(tokdir, args.seed)
     with open(os.path.join(args.out, "tok_golden.json"), "w", encoding="utf-8") as f:
         json.dump(gold, f, ensure_ascii=True, separators=(",", ":"))
-    model = build_encoder(encdir, len(tok))
+    model = build_encoder(encdir, len(tok), args.seed)
     save_file(enc_golden(model, gold), os.path.join(args.out, "enc_golden.safetensors"))
     ndiff = len(gold["sp_differs"])
     print("t5_golden: %d captions, vocab %d; T5TokenizerFast and sentencepiece differ on %d" % (
