@@ -1,4 +1,4 @@
-/* `ctuner model t5`: tokenize and encode captions with a FLUX pipeline's T5
+/* `ctuner model text`: tokenize and encode captions with a FLUX pipeline's T5
  * (text_encoder_2 + tokenizer_2) and print the tokens and the embedding's
  * statistics, one JSON line per caption. */
 #include <math.h>
@@ -10,19 +10,20 @@
 #include "ctuner/parallel.h"
 #include "ctuner/t5.h"
 
-void ct_cmd_model_t5_help(FILE *f) {
-  fprintf(f,
-          "usage: ctuner model t5 --pretrained DIR [--caption TEXT ...] [--max_sequence_length N]\n"
-          "                       [--tokens_only]\n"
-          "       (or --text_encoder DIR --tokenizer DIR instead of --pretrained)\n"
-          "\n"
-          "Loads DIR/tokenizer_2 (tokenizer.json, else spiece.model) and DIR/text_encoder_2\n"
-          "(config.json, model.safetensors or shards with model.safetensors.index.json) of a\n"
-          "diffusers FLUX pipeline, tokenizes each caption as FluxPipeline does\n"
-          "(padding to --max_sequence_length, default 512 as FLUX.1-dev; schnell uses 256)\n"
-          "and runs the T5 encoder. Prints one JSON line per caption: the ids up to and\n"
-          "including </s>, their pieces, and the embedding's shape, mean, std, min, max and\n"
-          "first values. --tokens_only skips the encoder. docs/text_encoder.md, \"T5\".\n");
+void ct_cmd_model_text_help(FILE *f) {
+  fprintf(
+      f,
+      "usage: ctuner model text --pretrained DIR [--caption TEXT ...] [--max_sequence_length N]\n"
+      "                       [--tokens_only]\n"
+      "       (or --text_encoder DIR --tokenizer DIR instead of --pretrained)\n"
+      "\n"
+      "Loads DIR/tokenizer_2 (tokenizer.json, else spiece.model) and DIR/text_encoder_2\n"
+      "(config.json, model.safetensors or shards with model.safetensors.index.json) of a\n"
+      "diffusers FLUX pipeline, tokenizes each caption as FluxPipeline does\n"
+      "(padding to --max_sequence_length, default 512 as FLUX.1-dev; schnell uses 256)\n"
+      "and runs the T5 encoder. Prints one JSON line per caption: the ids up to and\n"
+      "including </s>, their pieces, and the embedding's shape, mean, std, min, max and\n"
+      "first values. --tokens_only skips the encoder. docs/text_encoder.md, \"T5\".\n");
 }
 
 static void print_str(const char *s) {
@@ -44,7 +45,7 @@ static int encode_one(const ct_spm *s, ct_t5 *t, const char *cap, int T, float *
   int32_t *ids = malloc((size_t)T * sizeof *ids);
   int n = 0, rc = 0;
   if (!ids || ct_spm_encode(s, cap, T, ids, &n, &err)) {
-    fprintf(stderr, "ctuner model t5: %s\n", ids ? err.msg : "out of memory");
+    fprintf(stderr, "ctuner model text: %s\n", ids ? err.msg : "out of memory");
     free(ids);
     return 1;
   }
@@ -61,7 +62,7 @@ static int encode_one(const ct_spm *s, ct_t5 *t, const char *cap, int T, float *
   if (t) {
     double t0 = ct_time_now();
     if (ct_t5_encode(t, ids, 1, T, seq, &err)) {
-      fprintf(stderr, "\nctuner model t5: %s\n", err.msg);
+      fprintf(stderr, "\nctuner model text: %s\n", err.msg);
       rc = 1;
     } else {
       size_t m = (size_t)T * ct_t5_cfg(t)->d_model;
@@ -83,14 +84,14 @@ static int encode_one(const ct_spm *s, ct_t5 *t, const char *cap, int T, float *
   return rc;
 }
 
-int ct_cmd_model_t5(int argc, char **argv) {
+int ct_cmd_model_text(int argc, char **argv) {
   const char *pre = NULL, *enc = NULL, *tok = NULL, *v, *caps[64];
   int ncap = 0, tokens_only = 0, rc = 0;
   long T = 512;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      ct_cmd_model_t5_help(stdout);
+      ct_cmd_model_text_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--tokens_only")) {
       tokens_only = 1;
@@ -101,15 +102,15 @@ int ct_cmd_model_t5(int argc, char **argv) {
     } else if ((r = ct_cli_opt(argc, argv, &i, "caption", &v))) {
       if (r < 0) return 2;
       if (ncap == 64) {
-        fprintf(stderr, "ctuner model t5: at most 64 --caption\n");
+        fprintf(stderr, "ctuner model text: at most 64 --caption\n");
         return 2;
       }
       caps[ncap++] = v;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
       if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 1 << 16, &T)) return 2;
     } else {
-      fprintf(stderr, "ctuner model t5: unknown option '%s'\n", argv[i]);
-      ct_cmd_model_t5_help(stderr);
+      fprintf(stderr, "ctuner model text: unknown option '%s'\n", argv[i]);
+      ct_cmd_model_text_help(stderr);
       return 2;
     }
   }
@@ -122,9 +123,9 @@ int ct_cmd_model_t5(int argc, char **argv) {
   }
   if (!tok || (!enc && !tokens_only)) {
     fprintf(stderr,
-            "ctuner model t5: --pretrained DIR (or --tokenizer and --text_encoder) is "
+            "ctuner model text: --pretrained DIR (or --tokenizer and --text_encoder) is "
             "required\n");
-    ct_cmd_model_t5_help(stderr);
+    ct_cmd_model_text_help(stderr);
     return 2;
   }
   if (!ncap) caps[ncap++] = "a photo of a cat";
@@ -133,24 +134,25 @@ int ct_cmd_model_t5(int argc, char **argv) {
   ct_t5 *t = NULL;
   float *seq = NULL;
   if (ct_spm_load_dir(tok, &s, &err)) {
-    fprintf(stderr, "ctuner model t5: %s\n", err.msg);
+    fprintf(stderr, "ctuner model text: %s\n", err.msg);
     return 1;
   }
   if (!tokens_only) {
     if (ct_t5_load(enc, &t, &err)) {
-      fprintf(stderr, "ctuner model t5: %s\n", err.msg);
+      fprintf(stderr, "ctuner model text: %s\n", err.msg);
       rc = 1;
       goto out;
     }
     if (ct_spm_vocab_size(s) > ct_t5_cfg(t)->vocab) {
-      fprintf(stderr, "ctuner model t5: the tokenizer has %d ids, the encoder's vocab_size is %d\n",
+      fprintf(stderr,
+              "ctuner model text: the tokenizer has %d ids, the encoder's vocab_size is %d\n",
               ct_spm_vocab_size(s), ct_t5_cfg(t)->vocab);
       rc = 1;
       goto out;
     }
     seq = malloc((size_t)T * ct_t5_cfg(t)->d_model * sizeof(float));
     if (!seq) {
-      fprintf(stderr, "ctuner model t5: out of memory\n");
+      fprintf(stderr, "ctuner model text: out of memory\n");
       rc = 1;
       goto out;
     }
