@@ -96,6 +96,24 @@ def corpus(seed, n):
     return [caption(rng) for _ in range(n)]
 
 
+RANGES = [(0x20, 0x7E), (0xA0, 0x17F), (0x300, 0x36F), (0x370, 0x3FF), (0x400, 0x4FF),
+          (0x1100, 0x11FF), (0x2000, 0x206F), (0x2100, 0x24FF), (0x3000, 0x30FF), (0x3099, 0x309A),
+          (0x4E00, 0x4FFF), (0xAC00, 0xAD00), (0xFB00, 0xFB4F), (0xFE00, 0xFE0F), (0xFF00, 0xFFEF),
+          (0x1D400, 0x1D7FF), (0x1F1E6, 0x1F1FF), (0x1F300, 0x1F6FF), (0x1F3FB, 0x1F3FF), (0x200D, 0x200D)]
+
+
+def random_unicode(seed, n):
+    """Strings of random code points from ranges where NFKC, grapheme clusters
+    and the charsmap do something (combining marks, jamo, kana voicing, emoji
+    with ZWJ and modifiers, full-width, math alphanumerics, ligatures)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 30)
+        out.append("".join(chr(rng.randint(*rng.choice(RANGES))) for _ in range(k)))
+    return out
+
+
 def test_captions(seed=0):
     caps = ["", " ", "a", "A photo of a cat", "a photo of a cat.", "  leading and trailing  ",
             "multiple     spaces", "tab\tseparated\twords", "new\nline", "UPPERCASE WORDS",
@@ -103,6 +121,7 @@ def test_captions(seed=0):
             "unknown chars: \u2603 \U0001F680 \u0416", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ", "ﬁ ﬂ ﬀ ①", "\u00a0\u2009\u3000",
             "e\u0301 vs \u00e9", "<unk> </s> <pad>", "▁already▁has▁metaspace", "x" * 300]
     caps += corpus(12345 + seed, 1000)
+    caps += random_unicode(99 + seed, 300)
     rng = random.Random(7 + seed)
     long1 = " ".join(rng.choice(WORDS) for _ in range(700))
     caps += [long1, long1[:1500]]

@@ -1,5 +1,5 @@
 /* T5 tests: the SentencePiece Unigram tokenizer read from spiece.model and
- * from tokenizer.json against transformers' T5TokenizerFast on 1,022 captions
+ * from tokenizer.json against transformers' T5TokenizerFast on 1,322 captions
  * (tests/data/t5/tok_golden.json, scripts/t5_golden.py), padding and
  * truncation as FluxPipeline calls it, relative position buckets against
  * HF's _relative_position_bucket, the encoder against T5EncoderModel (bf16
