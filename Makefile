@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden
+.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden interop
 
 all: build
 
@@ -22,8 +22,9 @@ help:
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
-	@echo "make interop    live checks with the peers' own readers from PyPI (scripts/py_deps.sh: a venv in ~/.cache/ctuner):"
-	@echo "                TensorBoard's EventAccumulator and tensorboard --logdir on a resumed run's event files"
+	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
+	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
+	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -77,11 +78,15 @@ asan: deps
 golden:
 	scripts/golden.sh
 
-# Live re-checks against the peers' own readers (network on first use: PyPI);
-# make test checks the same files offline against the goldens they printed.
-.PHONY: interop
+# Live re-checks against the PyPI libraries and the peers' own readers (network on first use; a venv in
+# ~/.cache/ctuner, scripts/py_deps.sh). T5: the committed goldens must
+# reproduce, and ctuner must match a fresh tokenizer, caption set and encoder (seed 1).
 interop: build
-	bash tests/cli_tensorboard.sh $(CTUNER) --live "$$(scripts/py_deps.sh)"
+	bash tests/cli_tensorboard.sh $(CTUNER) --live "$$(scripts/py_deps.sh tensorboard)"
+	py=$$(scripts/py_deps.sh t5) && $$py scripts/t5_golden.py --check tests/data/t5 && \
+	  rm -rf $(BUILD)/t5-interop && mkdir -p $(BUILD)/t5-interop && \
+	  $$py scripts/t5_golden.py --seed 1 --out $(BUILD)/t5-interop
+	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

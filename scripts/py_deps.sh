@@ -1,28 +1,57 @@
 #!/usr/bin/env bash
-# Installs the PyPI packages the live interop checks read ctuner's output with
-# into one virtual environment, and prints its python. Not used by `make test`
-# (which stays offline on committed goldens); `make interop` calls it.
-#   scripts/py_deps.sh            create/update the venv, print its python path
+# Installs the PyPI packages the live interop checks compare ctuner with into
+# one virtual environment, and prints its python on stdout (everything else
+# goes to stderr). Not used by `make test` (which stays offline on committed
+# goldens); `make interop` and the golden scripts call it.
+#   scripts/py_deps.sh [GROUP...]   install the groups (default: all), print the python
+# Groups, one function each (add yours as group_NAME and list it in ALL):
+#   tensorboard  tensorboard 2.21.0 (EventAccumulator, `tensorboard --logdir`)
+#   t5   transformers 4.46.3 (T5EncoderModel, T5TokenizerFast; the last release
+#        line that runs on Debian's torch 1.13), tokenizers, sentencepiece,
+#        protobuf (transformers reads spiece.model through it; 6.31.1 also
+#        satisfies tensorboard)
 # The venv: $CT_PY_VENV, default ~/.cache/ctuner/py-venv, made from Debian's
-# /usr/bin/python3 with its system packages visible (numpy, torch stay Debian's).
-# Packages, pinned: tensorboard (EventAccumulator, `tensorboard --logdir`).
+# /usr/bin/python3 with its system packages visible (numpy and torch stay
+# Debian's: PyPI torch is never installed). Idempotent: pinned packages
+# already at their version are skipped.
 set -euo pipefail
 
 venv="${CT_PY_VENV:-$HOME/.cache/ctuner/py-venv}"
-pkgs=(tensorboard==2.21.0)
+ALL=(tensorboard t5)
+
+# pip install the given NAME==VERSION pins that are not at that version.
+pinned() {
+  local missing=() p name want have
+  for p in "$@"; do
+    name="${p%%==*}" want="${p##*==}"
+    have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+    [ "$have" = "$want" ] || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "py_deps: installing ${missing[*]} into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${missing[@]}" >&2
+  fi
+}
+
+group_tensorboard() {
+  pinned tensorboard==2.21.0 protobuf==6.31.1
+}
+
+group_t5() {
+  pinned transformers==4.46.3 tokenizers==0.20.3 sentencepiece==0.2.0 protobuf==6.31.1
+}
 
 if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
   /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
 fi
-missing=()
-for p in "${pkgs[@]}"; do
-  name="${p%%==*}" want="${p##*==}"
-  have=$("$venv/bin/python" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
-  [ "$have" = "$want" ] || missing+=("$p")
+groups=("$@")
+[ ${#groups[@]} -eq 0 ] && groups=("${ALL[@]}")
+for g in "${groups[@]}"; do
+  if ! declare -F "group_$g" >/dev/null; then
+    echo "py_deps: unknown group '$g' (groups: ${ALL[*]})" >&2
+    exit 2
+  fi
+  "group_$g"
 done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "py_deps: installing ${missing[*]} into $venv" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${missing[@]}" >&2
-fi
 echo "$venv/bin/python"

@@ -226,6 +226,12 @@ void backend_op_elementwise(bcheck *t) {
   t->be->scale_inplace(n, y, 0.37f);
   for (size_t i = 0; i < n; i++) ref[i] = (double)y0[i] * 0.37f;
   cmp(t, "scale_inplace", back(t, y, n), ref, n);
+  t->be->copy_in(y, y0, n * sizeof(float));
+  t->be->mul_inplace(n, y, dev(t, x, n));
+  for (size_t i = 0; i < n; i++) ref[i] = (double)y0[i] * x[i];
+  cmp(t, "mul_inplace", back(t, y, n), ref, n);
+  t->be->copy_in(y, y0, n * sizeof(float));
+  t->be->scale_inplace(n, y, 0.37f);
   t->be->zero(n - 3, y);
   float *z = back(t, y, n);
   for (size_t i = 0; i < n; i++) ref[i] = i < n - 3 ? 0.0 : (double)y0[i] * 0.37f;

@@ -494,6 +494,38 @@ static void op_gate_res(bcheck *t) {
   fd(t, "dgate", c.g, c.B, c.D, c.ldg, diff(t, back(t, dg, ng), dg0, ng), gate_loss, &c);
 }
 
+/* Biased attention (T5), forward only: L = 70 spans two query tiles of the
+ * kernel; the bias differs per head, query and key. */
+static void op_attention_bias(bcheck *t) {
+  const int B = 2, H = 3, L = 70, dk = 4, ldo = H * dk;
+  const float scale = 0.8f;
+  size_t n = (size_t)B * H * L * dk, nb = (size_t)H * L * L;
+  float *q = hrand(t, n, 1), *k = hrand(t, n, 1), *v = hrand(t, n, 1), *bias = hrand(t, nb, 2);
+  double *ref = hd(t, NULL, n), *s = hd(t, NULL, (size_t)L);
+  for (int bh = 0; bh < B * H; bh++)
+    for (int i = 0; i < L; i++) {
+      int b = bh / H, h = bh % H;
+      double m = -INFINITY, sum = 0;
+      for (int j = 0; j < L; j++) {
+        double a = 0;
+        for (int e = 0; e < dk; e++)
+          a += (double)q[((size_t)bh * L + i) * dk + e] * k[((size_t)bh * L + j) * dk + e];
+        s[j] = scale * a + bias[((size_t)h * L + i) * L + j];
+        m = fmax(m, s[j]);
+      }
+      for (int j = 0; j < L; j++) sum += exp(s[j] - m);
+      for (int e = 0; e < dk; e++) {
+        double a = 0;
+        for (int j = 0; j < L; j++) a += exp(s[j] - m) / sum * v[((size_t)bh * L + j) * dk + e];
+        ref[((size_t)b * L + i) * ldo + (size_t)h * dk + e] = a;
+      }
+    }
+  float *o = dev(t, hrand(t, n, 1), n);
+  t->be->attention_bias_fwd(B, H, L, dk, scale, dev(t, bias, nb), dev(t, q, n), dev(t, k, n),
+                            dev(t, v, n), o);
+  cmp(t, "o", back(t, o, n), ref, n);
+}
+
 /* ---------------------------------------------------------------- the op table */
 
 typedef void (*op_fn)(bcheck *t);
@@ -505,6 +537,7 @@ static const struct {
     {"sgemm_deterministic", op_sgemm_deterministic},
     {"linear", op_linear},
     {"attention", op_attention},
+    {"attention_bias", op_attention_bias},
     {"rope_table", op_rope_table},
     {"rope", op_rope},
     {"qkv_heads", op_qkv_heads},
@@ -541,6 +574,7 @@ static const struct {
   X(linear_fwd, ct_linear_fwd) \
   X(linear_bwd, ct_linear_bwd) \
   X(attention_fwd, ct_attention_fwd) \
+  X(attention_bias_fwd, ct_attention_bias_fwd) \
   X(attention_bwd, ct_attention_bwd) \
   X(rope_table, ct_rope_table) \
   X(rope_fwd, ct_rope_fwd) \
@@ -573,6 +607,7 @@ static const struct {
   X(gate_res_bwd, ct_gate_res_bwd) \
   X(add_inplace, ct_add_inplace) \
   X(scale_inplace, ct_scale_inplace) \
+  X(mul_inplace, ct_mul_inplace) \
   X(copy_2d, ct_copy_2d) \
   X(zero, ct_zero) \
   X(clamp_fwd, ct_clamp_fwd) \

@@ -65,6 +65,9 @@ struct ct_backend_ops {
   /* ---- attention and positions ---- */
   void (*attention_fwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
                         const float *k, const float *v, float *o, float *lse);
+  /* forward only, bias (H, L, L) added to the scores (T5) */
+  void (*attention_bias_fwd)(int B, int H, int L, int hd, float scale, const float *bias,
+                             const float *q, const float *k, const float *v, float *o);
   void (*attention_bwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
                         const float *k, const float *v, const float *o, const float *lse,
                         const float *dout, float *dq, float *dk, float *dv);
@@ -131,6 +134,7 @@ struct ct_backend_ops {
                        const float *dout, int lddo, float *dy, int lddy, float *dgate);
   void (*add_inplace)(size_t n, float *y, const float *x);
   void (*scale_inplace)(size_t n, float *x, float c);
+  void (*mul_inplace)(size_t n, float *y, const float *x);
   void (*copy_2d)(int rows, int cols, const float *src, int lds, float *dst, int ldd);
   void (*clamp_fwd)(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
                     int ldy);

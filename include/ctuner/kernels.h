@@ -120,6 +120,11 @@ void ct_qkv_heads_bwd(int B, int Ls, int Lt, int off, int H, int hd, const float
  * causal != 0 masks keys after the query (text encoder). */
 void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, float *o, float *lse);
+/* Forward only, with an additive score bias shared by the batch (T5's
+ * relative position bias): softmax(scale Q K^T + bias[h]) V per (b, h), bias
+ * (H, L, L) row = query, column = key; o as ct_attention_fwd, no lse. */
+void ct_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float *bias,
+                           const float *q, const float *k, const float *v, float *o);
 /* dq, dk, dv (B, H, L, hd) are overwritten. */
 void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, const float *o, const float *lse,
@@ -206,7 +211,8 @@ void ct_tile_blend(int planes, int rows, int cols, int e, int vertical, const fl
 /* ---- elementwise helpers ---- */
 void ct_add_inplace(size_t n, float *y, const float *x); /* y += x */
 void ct_zero(size_t n, float *x);
-void ct_scale_inplace(size_t n, float *x, float c); /* x *= c (gradient clipping) */
+void ct_scale_inplace(size_t n, float *x, float c);      /* x *= c (gradient clipping) */
+void ct_mul_inplace(size_t n, float *y, const float *x); /* y *= x (gated FFN) */
 /* dst (rows, cols, ld ldd) = src (rows, cols, ld lds): a column slice or a
  * block of rows moved between buffers (the joint sequence's streams, heads). */
 void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd);

@@ -35,6 +35,8 @@ int ct_cmd_model_check(int argc, char **argv); /* cmd_model.c */
 void ct_cmd_model_check_help(FILE *f);
 int ct_cmd_model_info(int argc, char **argv);
 void ct_cmd_model_info_help(FILE *f);
+int ct_cmd_model_text(int argc, char **argv); /* cmd_t5.c */
+void ct_cmd_model_text_help(FILE *f);
 int ct_cmd_checkpoint_export(int argc, char **argv); /* cmd_checkpoint.c */
 void ct_cmd_checkpoint_export_help(FILE *f);
 int ct_cmd_dataset_synth(int argc, char **argv); /* cmd_dataset.c */

@@ -124,6 +124,11 @@ void ct_scale_inplace(size_t n, float *x, float c) {
   for (size_t i = 0; i < n; i++) x[i] *= c;
 }
 
+void ct_mul_inplace(size_t n, float *y, const float *x) {
+#pragma omp parallel for schedule(static) if (n > 4 * PAR_MIN)
+  for (size_t i = 0; i < n; i++) y[i] *= x[i];
+}
+
 void ct_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd) {
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > PAR_MIN)
   for (int r = 0; r < rows; r++)

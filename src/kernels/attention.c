@@ -75,6 +75,39 @@ void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, cons
   }
 }
 
+/* As ct_attention_fwd without causality and lse, the bias rows of the tile
+ * added to the scores before the softmax. */
+void ct_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float *bias,
+                           const float *q, const float *k, const float *v, float *o) {
+  if (B <= 0 || H <= 0 || L <= 0) return;
+  int nt = (L + ATT_TQ - 1) / ATT_TQ;
+  int ntask = B * H * nt, ldo = H * hd;
+#pragma omp parallel
+  {
+    float *S = ct_kernels_scratch(sizeof(float) * (size_t)min_int(ATT_TQ, L) * L,
+                                  "attention forward score tile");
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < ntask; t++) {
+      int bh = t / nt, i0 = (t % nt) * ATT_TQ;
+      int b = bh / H, h = bh % H;
+      int tq = min_int(ATT_TQ, L - i0);
+      const float *Q = q + ((size_t)bh * L + i0) * hd;
+      const float *K = k + (size_t)bh * L * hd, *V = v + (size_t)bh * L * hd;
+      const float *Bi = bias + ((size_t)h * L + i0) * L;
+      ct_sgemm(0, 1, tq, L, hd, scale, Q, hd, K, hd, 0.0f, S, L);
+      for (int i = 0; i < tq; i++) {
+        float *s = S + (size_t)i * L;
+        const float *br = Bi + (size_t)i * L;
+        for (int j = 0; j < L; j++) s[j] += br[j];
+        softmax_row(s, L, L);
+      }
+      float *O = o + ((size_t)b * L + i0) * ldo + (size_t)h * hd;
+      ct_sgemm(0, 0, tq, hd, L, 1.0f, S, L, V, hd, 0.0f, O, ldo);
+    }
+    free(S);
+  }
+}
+
 void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, const float *o, const float *lse,
                       const float *dout, float *dq, float *dk, float *dv) {

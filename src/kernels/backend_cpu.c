@@ -45,6 +45,7 @@ const ct_backend_ops ct_backend_cpu = {
     .linear_bwd = ct_linear_bwd,
 
     .attention_fwd = ct_attention_fwd,
+    .attention_bias_fwd = ct_attention_bias_fwd,
     .attention_bwd = ct_attention_bwd,
     .rope_table = ct_rope_table,
     .rope_fwd = ct_rope_fwd,
@@ -80,6 +81,7 @@ const ct_backend_ops ct_backend_cpu = {
     .gate_res_bwd = ct_gate_res_bwd,
     .add_inplace = ct_add_inplace,
     .scale_inplace = ct_scale_inplace,
+    .mul_inplace = ct_mul_inplace,
     .copy_2d = ct_copy_2d,
     .clamp_fwd = ct_clamp_fwd,
     .clamp_bwd = ct_clamp_bwd,

@@ -1,0 +1,489 @@
+/* The T5 v1.1 encoder (Hugging Face T5EncoderModel, FLUX's text_encoder_2):
+ * weights from a text_encoder_2 directory, forward pass on a compute backend.
+ *
+ * x = shared[ids]                                   (no scaling, no positions)
+ * per block: x += o(attn(RMSNorm(x) q, k, v; + position bias))   (no 1/sqrt(d_kv))
+ *            x += wo(gelu_tanh(RMSNorm(x) wi_0) * (RMSNorm(x) wi_1))
+ * seq = RMSNorm(x) (final_layer_norm)
+ * RMSNorm is T5LayerNorm: x / sqrt(mean(x^2) + eps) * weight, no mean, no
+ * bias. The position bias (heads, T, T) is block 0's relative_attention_bias
+ * table (num_buckets, heads) looked up at the bucket of key - query
+ * (bidirectional), built on the host once per sequence length and shared by
+ * every block, as HF does. No attention mask: FluxPipeline passes none.
+ * Weights are held in float32 whatever the file stores (F32, F16, BF16).
+ * Not here: the tokenizer (spm.c), a backward pass, memory-mapped bf16 weights.
+ */
+#include "ctuner/t5.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/json.h"
+#include "ctuner/safetensors.h"
+
+#define MAX_SHARDS 64
+
+typedef struct tparam {
+  char name[128];
+  int ndim;
+  int64_t shape[2];
+  size_t offset, numel;
+} tparam;
+
+typedef struct tlayer {
+  size_t ln0, qkv, o, ln1, wi0, wi1, wo;
+} tlayer;
+
+struct ct_t5 {
+  ct_t5_config cfg;
+  const ct_backend_ops *be;
+  tparam *params;
+  size_t nparams, numel;
+  tlayer *layers;
+  size_t shared, relbias, lnf;
+  float *w;
+  /* scratch, backend memory, for cap_rows tokens */
+  float *x, *h, *big, *heads, *o, *f0, *f1, *rstd, *bias;
+  size_t cap_rows;
+  int bias_T, bias_cap; /* sequence length the bias holds, and its capacity */
+};
+
+/* ---- configuration ---- */
+
+static ct_status cfg_int(const ct_json *j, const char *key, int def, int *out, const char *path,
+                         ct_err *err) {
+  const ct_json *v = ct_json_get(j, key);
+  if (!v) {
+    if (def < 0) return ct_errf(err, CT_ERR_FORMAT, "%s: \"%s\" is missing", path, key);
+    *out = def;
+    return CT_OK;
+  }
+  if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 1 || v->i64 > (1 << 24))
+    return ct_errf(err, CT_ERR_FORMAT, "%s: \"%s\" must be an integer in [1, 2^24]", path, key);
+  *out = (int)v->i64;
+  return CT_OK;
+}
+
+ct_status ct_t5_config_read(const char *path, ct_t5_config *c, ct_err *err) {
+  ct_json *j = NULL;
+  ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
+  if (st) return st;
+  memset(c, 0, sizeof *c);
+  st = cfg_int(j, "vocab_size", -1, &c->vocab, path, err);
+  if (!st) st = cfg_int(j, "d_model", -1, &c->d_model, path, err);
+  if (!st) st = cfg_int(j, "d_kv", -1, &c->d_kv, path, err);
+  if (!st) st = cfg_int(j, "d_ff", -1, &c->d_ff, path, err);
+  if (!st) st = cfg_int(j, "num_layers", -1, &c->layers, path, err);
+  if (!st) st = cfg_int(j, "num_heads", -1, &c->heads, path, err);
+  if (!st) st = cfg_int(j, "relative_attention_num_buckets", 32, &c->num_buckets, path, err);
+  if (!st) st = cfg_int(j, "relative_attention_max_distance", 128, &c->max_distance, path, err);
+  const ct_json *eps = ct_json_get(j, "layer_norm_epsilon");
+  c->eps = eps && eps->type == CT_JSON_NUMBER ? (float)eps->num : 1e-6f;
+  const ct_json *ff = ct_json_get(j, "feed_forward_proj");
+  const char *ffs = ff && ff->type == CT_JSON_STRING ? ff->str : "relu"; /* T5Config's default */
+  if (!st && strcmp(ffs, "gated-gelu"))
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: feed_forward_proj \"%s\"; ctuner runs T5 v1.1 (\"gated-gelu\", FLUX's "
+                 "text_encoder_2), not the original T5's ReLU or other variants",
+                 path, ffs);
+  if (!st) st = ct_t5_config_validate(c, err);
+  if (st) ct_err_prefix(err, "%s: ", path);
+  ct_json_free(j);
+  return st;
+}
+
+ct_status ct_t5_config_validate(const ct_t5_config *c, ct_err *err) {
+  if (c->vocab < 1 || c->d_model < 1 || c->d_kv < 1 || c->d_ff < 1 || c->layers < 1 ||
+      c->heads < 1 || c->num_buckets < 4 || c->num_buckets % 2 || c->max_distance < 2 ||
+      !(c->eps > 0.0f) || (size_t)c->heads * c->d_kv > (1u << 20))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "T5 config: vocab %d, d_model %d, d_kv %d, d_ff %d, layers %d, heads %d, "
+                   "buckets %d, max_distance %d, eps %g: need positive sizes, an even number of "
+                   "buckets >= 4, max_distance >= 2, eps > 0",
+                   c->vocab, c->d_model, c->d_kv, c->d_ff, c->layers, c->heads, c->num_buckets,
+                   c->max_distance, (double)c->eps);
+  return CT_OK;
+}
+
+/* ---- parameter table ---- */
+
+static size_t add(ct_t5 *t, const char *name, int64_t d0, int64_t d1) {
+  tparam *p = &t->params[t->nparams++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = d1 ? 2 : 1;
+  p->shape[0] = d0, p->shape[1] = d1;
+  p->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+  p->offset = t->numel;
+  t->numel += p->numel;
+  return p->offset;
+}
+
+static size_t addl(ct_t5 *t, int l, const char *suffix, int64_t d0, int64_t d1) {
+  char nm[100];
+  snprintf(nm, sizeof nm, "encoder.block.%d.%s", l, suffix);
+  return add(t, nm, d0, d1);
+}
+
+/* HF names; q, k, v adjacent so that they are one [3 inner, d] weight. */
+static ct_status build_table(ct_t5 *t, ct_err *err) {
+  const ct_t5_config *c = &t->cfg;
+  int64_t d = c->d_model, in = (int64_t)c->heads * c->d_kv, F = c->d_ff;
+  size_t n = 3 + 9 * (size_t)c->layers;
+  t->params = calloc(n, sizeof *t->params);
+  t->layers = calloc((size_t)c->layers, sizeof *t->layers);
+  if (!t->params || !t->layers) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 table)");
+  t->shared = add(t, "shared.weight", c->vocab, d);
+  for (int l = 0; l < c->layers; l++) {
+    tlayer *L = &t->layers[l];
+    L->qkv = addl(t, l, "layer.0.SelfAttention.q.weight", in, d);
+    addl(t, l, "layer.0.SelfAttention.k.weight", in, d);
+    addl(t, l, "layer.0.SelfAttention.v.weight", in, d);
+    L->o = addl(t, l, "layer.0.SelfAttention.o.weight", d, in);
+    if (l == 0)
+      t->relbias = addl(t, l, "layer.0.SelfAttention.relative_attention_bias.weight",
+                        c->num_buckets, c->heads);
+    L->ln0 = addl(t, l, "layer.0.layer_norm.weight", d, 0);
+    L->wi0 = addl(t, l, "layer.1.DenseReluDense.wi_0.weight", F, d);
+    L->wi1 = addl(t, l, "layer.1.DenseReluDense.wi_1.weight", F, d);
+    L->wo = addl(t, l, "layer.1.DenseReluDense.wo.weight", d, F);
+    L->ln1 = addl(t, l, "layer.1.layer_norm.weight", d, 0);
+  }
+  t->lnf = add(t, "encoder.final_layer_norm.weight", d, 0);
+  CT_ASSERT(t->nparams == n);
+  return CT_OK;
+}
+
+/* ---- loading ---- */
+
+static void list_add(char *buf, size_t cap, int *count, const char *item) {
+  size_t len = strlen(buf);
+  (*count)++;
+  if (len + strlen(item) + 16 >= cap) {
+    if (!strstr(buf, ", ...")) snprintf(buf + len, cap - len, ", ...");
+    return;
+  }
+  snprintf(buf + len, cap - len, "%s%s", *count > 1 ? ", " : "", item);
+}
+
+/* Tensors of a T5 checkpoint that carry nothing the encoder needs: the tied
+ * copy of shared.weight, and a full model's decoder and LM head. */
+static int ignorable(const char *name) {
+  return !strcmp(name, "encoder.embed_tokens.weight") || !strncmp(name, "decoder.", 8) ||
+         !strcmp(name, "lm_head.weight");
+}
+
+typedef struct shards {
+  ct_st_file *f[MAX_SHARDS];
+  int n;
+} shards;
+
+static void shards_close(shards *s) {
+  for (int i = 0; i < s->n; i++) ct_st_close(s->f[i]);
+  s->n = 0;
+}
+
+/* dir/model.safetensors.index.json's files, or dir/model.safetensors. */
+static ct_status open_shards(const char *dir, shards *s, ct_err *err) {
+  char p[4096];
+  ct_json *j = NULL;
+  ct_status st = CT_OK;
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  FILE *probe = fopen(p, "rb");
+  if (!probe) {
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    st = ct_st_open(p, &s->f[0], err);
+    if (!st) s->n = 1;
+    return st;
+  }
+  fclose(probe);
+  st = ct_json_parse_file(p, 16u << 20, &j, err);
+  if (st) return st;
+  const ct_json *map = ct_json_get(j, "weight_map");
+  if (!map || map->type != CT_JSON_OBJECT) {
+    st = ct_errf(err, CT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
+    goto out;
+  }
+  const char *names[MAX_SHARDS];
+  for (size_t i = 0; i < map->n && !st; i++) {
+    const ct_json *v = &map->items[i];
+    if (v->type != CT_JSON_STRING || !v->len || strchr(v->str, '/') || v->str[0] == '.') {
+      st = ct_errf(err, CT_ERR_FORMAT, "%s: weight_map[\"%s\"] is not a file name in %s", p,
+                   map->keys[i], dir);
+      break;
+    }
+    int seen = 0;
+    for (int k = 0; k < s->n; k++) seen |= !strcmp(names[k], v->str);
+    if (seen) continue;
+    if (s->n == MAX_SHARDS) {
+      st = ct_errf(err, CT_ERR_RANGE, "%s: more than %d shard files", p, MAX_SHARDS);
+      break;
+    }
+    char fp[4096];
+    snprintf(fp, sizeof fp, "%s/%s", dir, v->str);
+    names[s->n] = v->str;
+    st = ct_st_open(fp, &s->f[s->n], err);
+    if (!st) s->n++;
+  }
+out:
+  ct_json_free(j);
+  return st;
+}
+
+static const ct_st_tensor *find_any(const shards *s, const char *name) {
+  for (int i = 0; i < s->n; i++) {
+    const ct_st_tensor *t = ct_st_find(s->f[i], name);
+    if (t) return t;
+  }
+  return NULL;
+}
+
+static int known(const ct_t5 *t, const char *name) {
+  for (size_t i = 0; i < t->nparams; i++)
+    if (!strcmp(t->params[i].name, name)) return 1;
+  return 0;
+}
+
+static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
+  ct_status st = CT_OK;
+  shards s = {0};
+  enum { CAP = 240 };
+  char missing[CAP] = "", wrong[CAP] = "", extra[CAP] = "", item[256];
+  int nmissing = 0, nwrong = 0, nextra = 0;
+  st = open_shards(dir, &s, err);
+  if (st) goto out;
+  for (size_t i = 0; i < t->nparams; i++) {
+    const tparam *p = &t->params[i];
+    const ct_st_tensor *x = find_any(&s, p->name);
+    if (!x && i == 0) x = find_any(&s, "encoder.embed_tokens.weight");
+    if (!x) {
+      list_add(missing, CAP, &nmissing, p->name);
+      continue;
+    }
+    int ok = x->ndim == p->ndim && x->shape[0] == p->shape[0] &&
+             (p->ndim == 1 || x->shape[1] == p->shape[1]) &&
+             (x->dtype == CT_DTYPE_F32 || x->dtype == CT_DTYPE_F16 || x->dtype == CT_DTYPE_BF16);
+    if (!ok) {
+      snprintf(item, sizeof item, "%s %s[%lld%s] (need [%lld%s])", p->name, ct_dtype_name(x->dtype),
+               (long long)x->shape[0], x->ndim > 1 ? ",..." : "", (long long)p->shape[0],
+               p->ndim > 1 ? ",..." : "");
+      list_add(wrong, CAP, &nwrong, item);
+    }
+  }
+  for (int k = 0; k < s.n; k++)
+    for (size_t i = 0; i < s.f[k]->ntensors; i++) {
+      const char *tn = s.f[k]->tensors[i].name;
+      if (!known(t, tn) && !ignorable(tn)) list_add(extra, CAP, &nextra, tn);
+    }
+  if (nmissing || nwrong || nextra) {
+    st = ct_errf(err, CT_ERR_SHAPE,
+                 "%s does not match its config.json (d_model %d, d_kv %d, d_ff %d, layers %d, "
+                 "heads %d, vocab %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; %d "
+                 "unexpected%s%s%s",
+                 dir, t->cfg.d_model, t->cfg.d_kv, t->cfg.d_ff, t->cfg.layers, t->cfg.heads,
+                 t->cfg.vocab, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
+                 nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
+                 nextra ? "]" : "");
+    goto out;
+  }
+  for (size_t i = 0; i < t->nparams && !st; i++) {
+    const tparam *p = &t->params[i];
+    const ct_st_tensor *x = find_any(&s, p->name);
+    if (!x) x = find_any(&s, "encoder.embed_tokens.weight");
+    st = ct_st_to_f32(x, t->w + p->offset, p->numel, err);
+  }
+out:
+  shards_close(&s);
+  return st;
+}
+
+static void free_scratch(ct_t5 *t) {
+  float **b[] = {&t->x, &t->h, &t->big, &t->heads, &t->o, &t->f0, &t->f1, &t->rstd, &t->bias};
+  for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+    t->be->free(*b[i]);
+    *b[i] = NULL;
+  }
+  t->cap_rows = 0;
+  t->bias_T = t->bias_cap = 0;
+}
+
+void ct_t5_free(ct_t5 *t) {
+  if (!t) return;
+  if (t->be) {
+    free_scratch(t);
+    t->be->free(t->w);
+  }
+  free(t->params);
+  free(t->layers);
+  free(t);
+}
+
+ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err) {
+  ct_status st = CT_OK;
+  char p[4096];
+  ct_t5 *t = calloc(1, sizeof *t);
+  *out = NULL;
+  if (!t) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5)");
+  t->be = ct_backend_default();
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  st = ct_t5_config_read(p, &t->cfg, err);
+  if (st) goto out;
+  st = build_table(t, err);
+  if (st) goto out;
+  /* frozen weights count as "other", as the CLIP encoder's */
+  t->w = t->be->alloc(CT_MEM_OTHER, t->numel * sizeof(float));
+  if (!t->w) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 encoder weights (%zu floats)", t->numel);
+    goto out;
+  }
+  st = load_weights(t, dir, err);
+  if (st) goto out;
+  *out = t;
+  t = NULL;
+out:
+  ct_t5_free(t);
+  return st;
+}
+
+const ct_t5_config *ct_t5_cfg(const ct_t5 *t) {
+  return &t->cfg;
+}
+
+size_t ct_t5_numel(const ct_t5 *t) {
+  return t->numel;
+}
+
+ct_status ct_t5_set_backend(ct_t5 *t, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == t->be) return CT_OK;
+  ct_status st =
+      ct_backend_move(t->be, be, CT_MEM_OTHER, t->numel * sizeof(float), (void **)&t->w, err);
+  if (st) return st;
+  free_scratch(t);
+  t->be = be;
+  return CT_OK;
+}
+
+/* ---- forward ---- */
+
+int ct_t5_bucket(int rel, int num_buckets, int max_distance) {
+  int half = num_buckets / 2, ret = rel > 0 ? half : 0, n = rel < 0 ? -rel : rel;
+  int max_exact = half / 2;
+  if (n < max_exact) return ret + n;
+  /* torch: log(n / max_exact) / math.log(max_distance / max_exact) * (half - max_exact) in
+   * float32, then truncated */
+  float v = logf((float)n / (float)max_exact);
+  v = v / (float)log((double)max_distance / (double)max_exact);
+  v = v * (float)(half - max_exact);
+  int large = max_exact + (int)v;
+  return ret + (large < half - 1 ? large : half - 1);
+}
+
+static ct_status reserve(ct_t5 *t, size_t rows, ct_err *err) {
+  if (rows <= t->cap_rows) return CT_OK;
+  const ct_t5_config *c = &t->cfg;
+  size_t d = (size_t)c->d_model, in = (size_t)c->heads * c->d_kv, F = (size_t)c->d_ff;
+  free_scratch(t);
+  t->x = t->be->alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  t->h = t->be->alloc(CT_MEM_BUFFERS, rows * d * sizeof(float));
+  t->big = t->be->alloc(CT_MEM_BUFFERS, rows * 3 * in * sizeof(float));
+  t->heads = t->be->alloc(CT_MEM_BUFFERS, rows * 3 * in * sizeof(float));
+  t->o = t->be->alloc(CT_MEM_BUFFERS, rows * in * sizeof(float));
+  t->f0 = t->be->alloc(CT_MEM_BUFFERS, rows * F * sizeof(float));
+  t->f1 = t->be->alloc(CT_MEM_BUFFERS, rows * F * sizeof(float));
+  t->rstd = t->be->alloc(CT_MEM_BUFFERS, rows * sizeof(float));
+  if (!t->x || !t->h || !t->big || !t->heads || !t->o || !t->f0 || !t->f1 || !t->rstd) {
+    free_scratch(t);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 scratch for %zu tokens", rows);
+  }
+  t->cap_rows = rows;
+  return CT_OK;
+}
+
+/* bias (H, T, T) = table[bucket(j - i)][h], built on the host. */
+static ct_status position_bias(ct_t5 *t, int T, ct_err *err) {
+  const ct_t5_config *c = &t->cfg;
+  if (t->bias_T == T) return CT_OK;
+  size_t n = (size_t)c->heads * T * T, nt = (size_t)c->num_buckets * c->heads;
+  if (T > t->bias_cap) {
+    t->be->free(t->bias);
+    t->bias = t->be->alloc(CT_MEM_BUFFERS, n * sizeof(float));
+    t->bias_cap = t->bias ? T : 0;
+    if (!t->bias)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 position bias (%d heads x %d x %d)",
+                     c->heads, T, T);
+  }
+  float *host = malloc(n * sizeof(float)), *table = malloc(nt * sizeof(float));
+  int *bucket = malloc((2 * (size_t)T - 1) * sizeof(int));
+  if (!host || !table || !bucket) {
+    free(host), free(table), free(bucket);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 position bias");
+  }
+  t->be->copy_out(table, t->w + t->relbias, nt * sizeof(float));
+  for (int r = -(T - 1); r < T; r++)
+    bucket[r + T - 1] = ct_t5_bucket(r, c->num_buckets, c->max_distance);
+  for (int h = 0; h < c->heads; h++)
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++)
+        host[((size_t)h * T + i) * T + j] = table[(size_t)bucket[j - i + T - 1] * c->heads + h];
+  t->be->copy_in(t->bias, host, n * sizeof(float));
+  free(host), free(table), free(bucket);
+  t->bias_T = T;
+  return CT_OK;
+}
+
+/* (B*T, 3 inner) rows laid out (3, H, d_kv) -> q, k, v each (B, H, T, d_kv). */
+static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, const float *qkv,
+                        float *out) {
+  size_t plane = (size_t)B * H * T * hd;
+  int in = H * hd;
+  for (int b = 0; b < B; b++)
+    for (int s = 0; s < 3; s++)
+      for (int h = 0; h < H; h++)
+        be->copy_2d(T, hd, qkv + (size_t)b * T * 3 * in + (size_t)s * in + (size_t)h * hd, 3 * in,
+                    out + s * plane + ((size_t)b * H + h) * T * hd, hd);
+}
+
+ct_status ct_t5_encode(ct_t5 *t, const int32_t *ids, int B, int T, float *seq, ct_err *err) {
+  const ct_t5_config *c = &t->cfg;
+  if (B < 1 || T < 1 || (size_t)B * T > (1u << 24))
+    return ct_errf(err, CT_ERR_RANGE, "T5 encoder: batch %d x %d tokens", B, T);
+  if (!ids || !seq) return ct_errf(err, CT_ERR_INVALID, "T5 encoder: ids or seq is NULL");
+  size_t rows = (size_t)B * T;
+  for (size_t r = 0; r < rows; r++)
+    if (ids[r] < 0 || ids[r] >= c->vocab)
+      return ct_errf(err, CT_ERR_RANGE,
+                     "T5 encoder: token id %d at caption %zu position %zu is outside [0, %d)",
+                     (int)ids[r], r / (size_t)T, r % (size_t)T, c->vocab);
+  ct_status st = reserve(t, rows, err);
+  if (!st) st = position_bias(t, T, err);
+  if (st) return st;
+
+  const ct_backend_ops *be = t->be;
+  int d = c->d_model, H = c->heads, hd = c->d_kv, in = H * hd, F = c->d_ff, N = (int)rows;
+  const float *W = t->w;
+  float *x = t->x, *h = t->h;
+  size_t plane = (size_t)B * H * T * hd;
+  for (size_t r = 0; r < rows; r++)
+    be->copy(x + r * d, W + t->shared + (size_t)ids[r] * d, (size_t)d * sizeof(float));
+  for (int l = 0; l < c->layers; l++) {
+    const tlayer *L = &t->layers[l];
+    be->rmsnorm_fwd(N, d, x, d, W + L->ln0, c->eps, h, d, t->rstd);
+    be->linear_fwd(N, d, 3 * in, h, d, W + L->qkv, NULL, t->big, 3 * in);
+    split_heads(be, B, T, H, hd, t->big, t->heads);
+    be->attention_bias_fwd(B, H, T, hd, 1.0f, t->bias, t->heads, t->heads + plane,
+                           t->heads + 2 * plane, t->o);
+    be->linear_fwd(N, in, d, t->o, in, W + L->o, NULL, h, d);
+    be->add_inplace(rows * d, x, h);
+    be->rmsnorm_fwd(N, d, x, d, W + L->ln1, c->eps, h, d, t->rstd);
+    be->linear_fwd(N, d, F, h, d, W + L->wi0, NULL, t->f0, F);
+    be->linear_fwd(N, d, F, h, d, W + L->wi1, NULL, t->f1, F);
+    be->gelu_tanh_fwd(N, F, t->f0, F, t->f0, F);
+    be->mul_inplace(rows * F, t->f0, t->f1);
+    be->linear_fwd(N, F, d, t->f0, F, W + L->wo, NULL, h, d);
+    be->add_inplace(rows * d, x, h);
+  }
+  be->rmsnorm_fwd(N, d, x, d, W + t->lnf, c->eps, seq, d, t->rstd);
+  return CT_OK;
+}
