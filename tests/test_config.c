@@ -468,6 +468,13 @@ CT_TEST(config, simpletuner_defaults) {
   ct_config_defaults_note(&c, note, sizeof note);
   CHECKF(!strstr(note, "flow_shift"), "%s", note); /* set keys are not defaults */
   ct_config_free(&c);
+  /* sine's period is lr_warmup_steps: 0 is refused at the config check */
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "lr_scheduler", "sine", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID && strstr(err.msg, "lr_warmup_steps"));
+  REQUIRE(ct_config_set(&c, "lr_warmup_steps", "100", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  ct_config_free(&c);
   ct_sched a, b;
   ct_sched_default(CT_SCHED_CONSTANT, 1e-4, &a);
   ct_sched_default(CT_SCHED_CONSTANT_WITH_WARMUP, 1e-4, &b);

@@ -615,6 +615,9 @@ static ct_status check_lr_scheduler(const ct_config *c, ct_err *err) {
   if (!c->lr_scheduler) BAD("lr_scheduler is required");
   ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);
   if (st) ct_err_prefix(err, "lr_scheduler: ");
+  if (!st && sk == CT_SCHED_SINE && c->lr_warmup_steps == 0)
+    BAD("lr_scheduler sine takes its period from lr_warmup_steps, which is 0 (SimpleTuner's Sine "
+        "refuses that too); set lr_warmup_steps > 0");
   return st;
 }
 
