@@ -228,7 +228,7 @@ def diffusers_lambda(kind, W, T, num_cycles=0.5, lr_init=None, lr_end=1e-7, powe
         return lambda s: warm(s) if s < W else 1.0
     if kind == "linear":
         return lambda s: warm(s) if s < W else max(0.0, float(T - s) / float(max(1, T - W)))
-    if kind == "cosine":
+    if kind == "cosine":  # diffusers' cosine: ctuner's "diffusers_cosine" (issue 21)
         def f(s):
             if s < W:
                 return warm(s)

@@ -1,11 +1,14 @@
 /* Config parsing: defaults, "--" prefixes, aliases, types, errors with line and
  * column, did-you-mean, the optimizer's combinations from its registry flags,
- * {env:VAR}, command-line overrides, digest. */
+ * {env:VAR}, command-line overrides, digest; SimpleTuner's defaults; the
+ * DeepSpeed JSON fold (deepspeed_config: batch arithmetic, DeepSpeed's
+ * defaults for absent fields, refused and no-effect sections, offload). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/config.h"
+#include "ctuner/optim.h"
 #include "harness.h"
 
 static const char *write_tmp(const char *name, const char *text) {
@@ -235,4 +238,252 @@ CT_TEST(config, digest_ignores_cosmetic_keys) {
   free(j);
   ct_config_free(&a);
   ct_config_free(&b);
+}
+
+/* ---- deepspeed_config (src/config/deepspeed.c; issue 21) ---- */
+
+/* Defaults + an inline DeepSpeed JSON folded for `world` ranks. */
+static ct_status ds(ct_config *c, const char *json, int world, ct_err *err) {
+  ct_config_defaults(c);
+  ct_status st = ct_config_set(c, "deepspeed_config", json, err);
+  return st ? st : ct_deepspeed_apply(c, world, err);
+}
+
+/* train_batch_size alone: DeepSpeed's gradient accumulation 1 and micro
+ * batch train_batch_size / world; a remainder is refused as DeepSpeed does.
+ * (The old code refused every such file unless train_batch_size == world.) */
+CT_TEST(config, deepspeed_train_batch_size_alone) {
+  ct_config c;
+  ct_err err = {0};
+  REQUIRE(ds(&c, "{\"train_batch_size\": 8}", 2, &err) == CT_OK);
+  CHECK(c.train_batch_size == 4 && c.gradient_accumulation_steps == 1);
+  ct_config_free(&c);
+  CHECK(ds(&c, "{\"train_batch_size\": 8}", 3, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "train_batch_size 8") && strstr(err.msg, "3 rank(s)"), "%s", err.msg);
+  ct_config_free(&c);
+  /* with the trainer's accumulation set explicitly, it stays and divides the batch */
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "gradient_accumulation_steps", "2", &err) == CT_OK);
+  REQUIRE(ct_config_set(&c, "deepspeed_config", "{\"train_batch_size\": 16}", &err) == CT_OK);
+  REQUIRE(ct_deepspeed_apply(&c, 2, &err) == CT_OK);
+  CHECK(c.train_batch_size == 4 && c.gradient_accumulation_steps == 2);
+  ct_config_free(&c);
+  /* the other combinations keep DeepSpeed's arithmetic */
+  REQUIRE(ds(&c, "{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 2}", 2, &err) ==
+          CT_OK);
+  CHECK(c.train_batch_size == 2 && c.gradient_accumulation_steps == 3);
+  ct_config_free(&c);
+}
+
+/* Fields a DeepSpeed JSON leaves out take DeepSpeed's defaults: no
+ * gradient_clipping is no clipping; an optimizer's missing params are its
+ * class defaults (FusedAdam: weight_decay 0, betas (0.9, 0.999), eps 1e-8,
+ * lr 1e-3, bias_correction true). "auto" keeps the trainer's value. */
+CT_TEST(config, deepspeed_absent_fields_take_deepspeeds_defaults) {
+  ct_config c;
+  ct_err err = {0};
+  REQUIRE(ds(&c, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4}}}", 1, &err) ==
+          CT_OK);
+  CHECK_NEAR(c.max_grad_norm, 0, 0); /* ctuner's own default is 2.0 */
+  CHECK_NEAR(c.adam_weight_decay, 0, 0);
+  CHECK_NEAR(c.learning_rate, 3e-4, 0);
+  CHECK_NEAR(c.adam_beta1, 0.9, 0);
+  CHECK_NEAR(c.adam_beta2, 0.999, 0);
+  CHECK_NEAR(c.adam_epsilon, 1e-8, 0);
+  CHECK(c.optimizer_bias_correction == 1);
+  ct_config_free(&c);
+  /* "auto" is the trainer's */
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "adam_weight_decay", "0.05", &err) == CT_OK);
+  REQUIRE(ct_config_set(&c, "deepspeed_config",
+                        "{\"gradient_clipping\": \"auto\", \"optimizer\": {\"type\": \"AdamW\", "
+                        "\"params\": {\"weight_decay\": \"auto\", \"lr\": \"auto\"}}}",
+                        &err) == CT_OK);
+  REQUIRE(ct_deepspeed_apply(&c, 1, &err) == CT_OK);
+  CHECK_NEAR(c.max_grad_norm, 2.0, 0);
+  CHECK_NEAR(c.adam_weight_decay, 0.05, 0);
+  CHECK_NEAR(c.learning_rate, 1e-4, 0);
+  ct_config_free(&c);
+  /* per class: Adagrad's eps and lr, SGD's momentum 0, OneBitAdam's freeze_step */
+  REQUIRE(ds(&c, "{\"optimizer\": {\"type\": \"Adagrad\"}}", 1, &err) == CT_OK);
+  CHECK_NEAR(c.adam_epsilon, 1e-10, 0);
+  CHECK_NEAR(c.learning_rate, 1e-2, 0);
+  ct_config_free(&c);
+  REQUIRE(ds(&c, "{\"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}", 1, &err) ==
+          CT_OK);
+  CHECK_NEAR(c.optimizer_momentum, 0, 0);
+  ct_config_free(&c);
+  REQUIRE(ds(&c, "{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1e-3}}}", 1,
+             &err) == CT_OK);
+  CHECK(c.freeze_step == 100000);
+  ct_config_free(&c);
+  /* no optimizer section: the trainer's optimizer and values stay */
+  REQUIRE(ds(&c, "{\"zero_optimization\": {\"stage\": 1}}", 1, &err) == CT_OK);
+  CHECK_NEAR(c.adam_weight_decay, 1e-2, 0);
+  CHECK_NEAR(c.max_grad_norm, 0, 0); /* but DeepSpeed still does not clip */
+  ct_config_free(&c);
+}
+
+/* bias_correction false reaches the optimizer key; Lamb always gets
+ * FusedLamb's trust-ratio bounds; 1-bit optimizers never bias-correct. */
+CT_TEST(config, deepspeed_bias_correction_and_lamb_bounds) {
+  ct_config c;
+  ct_err err = {0};
+  REQUIRE(ds(&c,
+             "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": false, "
+             "\"adam_w_mode\": false}}}",
+             1, &err) == CT_OK);
+  CHECK(c.optimizer_bias_correction == 0 && !strcmp(c.optimizer, "adam"));
+  ct_config_free(&c);
+  REQUIRE(ds(&c, "{\"optimizer\": {\"type\": \"Lamb\", \"params\": {\"max_coeff\": 5}}}", 1,
+             &err) == CT_OK);
+  CHECK(c.given[CT_KEY_lamb_max_coeff] && c.given[CT_KEY_lamb_min_coeff]);
+  CHECK_NEAR(c.lamb_max_coeff, 5, 0);
+  CHECK_NEAR(c.lamb_min_coeff, 0.01, 0);
+  ct_config_free(&c);
+  REQUIRE(ds(&c,
+             "{\"optimizer\": {\"type\": \"OneBitLamb\", \"params\": {\"bias_correction\": true}}}",
+             1, &err) == CT_OK);
+  CHECKF(strstr(c.no_effect, "deepspeed_config.optimizer.params.bias_correction"), "%s",
+         c.no_effect);
+  ct_config_free(&c);
+  CHECK(ds(&c, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"bias_correction\": 0}}}", 1,
+           &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "bias_correction"), "%s", err.msg);
+  ct_config_free(&c);
+}
+
+/* Never silent: what cannot run here is refused by name, what cannot change
+ * the numbers is noted for the one warning at start. */
+CT_TEST(config, deepspeed_sections_refused_or_noted) {
+  static const struct {
+    const char *json, *want;
+  } refused[] = {
+      {"{\"zero_optimization\": {\"stage\": 2, \"zenflow\": {\"topk_ratio\": 0.1}}}", "zenflow"},
+      {"{\"progressive_layer_drop\": {\"enabled\": true, \"theta\": 0.5}}",
+       "progressive_layer_drop"},
+      {"{\"data_efficiency\": {\"enabled\": true}}", "data_efficiency"},
+      {"{\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}}",
+       "bf16_master_weights_and_grads"},
+      {"{\"bf16\": {\"enabled\": true, \"bf16_optimizer_states\": true}}", "bf16_optimizer_states"},
+      {"{\"gradient_predivide_factor\": -2}", "gradient_predivide_factor"},
+  };
+  ct_config c;
+  ct_err err = {0};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    CHECKF(ds(&c, refused[i].json, 1, &err) != CT_OK, "%s accepted", refused[i].json);
+    CHECKF(strstr(err.msg, refused[i].want), "%s: %s", refused[i].json, err.msg);
+    ct_config_free(&c);
+  }
+  /* disabled sections and false flags are fine and silent */
+  REQUIRE(ds(&c,
+             "{\"progressive_layer_drop\": {\"enabled\": false}, \"data_efficiency\": "
+             "{\"enabled\": false}, \"bf16\": {\"enabled\": true, \"bf16_optimizer_states\": "
+             "false}, \"prescale_gradients\": false, \"gradient_predivide_factor\": 1.0}",
+             1, &err) == CT_OK);
+  CHECK(c.no_effect[0] == 0);
+  ct_config_free(&c);
+  REQUIRE(ds(&c, "{\"prescale_gradients\": true, \"gradient_predivide_factor\": 2.0}", 1, &err) ==
+          CT_OK);
+  CHECKF(strstr(c.no_effect, "deepspeed_config.prescale_gradients") &&
+             strstr(c.no_effect, "deepspeed_config.gradient_predivide_factor"),
+         "%s", c.no_effect);
+  CHECK(ct_config_no_effect("deepspeed_config.prescale_gradients") != NULL);
+  ct_config_free(&c);
+}
+
+/* Offload: device "auto" is the trainer's (Accelerate fills it from its own
+ * offload_*_device); offload_param's buffer_size and pin_memory drive the one
+ * NVMe swap file; buffer_count and max_in_cpu are noted. */
+CT_TEST(config, deepspeed_offload_auto_and_param_knobs) {
+  ct_config c;
+  ct_err err = {0};
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "offload_param", "nvme", &err) == CT_OK);
+  REQUIRE(ct_config_set(&c, "deepspeed_config",
+                        "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+                        "\"auto\", \"nvme_path\": \"/tmp/x\", \"buffer_size\": 100000000, "
+                        "\"buffer_count\": 5, \"pin_memory\": true, \"max_in_cpu\": 1e9}}}",
+                        &err) == CT_OK);
+  REQUIRE(ct_deepspeed_apply(&c, 1, &err) == CT_OK);
+  CHECK(!strcmp(c.offload_param, "nvme") && !strcmp(c.offload_param_path, "/tmp/x"));
+  CHECK(c.offload_buffer_size == 100000000 && c.offload_pin_memory == 1);
+  CHECKF(strstr(c.no_effect, "deepspeed_config.offload_param.buffer_count") &&
+             strstr(c.no_effect, "deepspeed_config.offload_param.max_in_cpu"),
+         "%s", c.no_effect);
+  ct_config_free(&c);
+  /* "auto" with nothing set is none; the NVMe knobs of a cpu offload change nothing */
+  REQUIRE(ds(&c,
+             "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"auto\"}, \"offload_param\": {\"device\": \"cpu\", \"buffer_size\": 4096}}}",
+             1, &err) == CT_OK);
+  CHECK(!c.offload_optimizer || !strcmp(c.offload_optimizer, "none"));
+  CHECK(c.offload_buffer_size == 0);
+  ct_config_free(&c);
+  /* the one swap file has one buffer size */
+  CHECK(ds(&c,
+           "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", "
+           "\"buffer_size\": 4096}, \"offload_param\": {\"device\": \"nvme\", \"buffer_size\": "
+           "8192}}}",
+           1, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "one buffer size"), "%s", err.msg);
+  ct_config_free(&c);
+  CHECK(ds(&c, "{\"zero_optimization\": {\"offload_param\": {\"device\": \"gpu\"}}}", 1, &err) ==
+        CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "none, cpu, nvme or auto"), "%s", err.msg);
+  ct_config_free(&c);
+}
+
+/* Old vs new on one file of the DeepSpeedExamples kind (ZeRO-2, AdamW with
+ * lr only, train_batch_size only), 2 ranks. The old fold gave: an error
+ * (train_batch_size 16 != 1 x 1 x 2); with a micro batch added, clipping at
+ * ctuner's 2.0 and weight decay 0.01. DeepSpeed runs it with micro batch 8,
+ * no clipping and weight decay 0, which is what it resolves to now. */
+CT_TEST(config, deepspeed_old_vs_new) {
+  ct_config c;
+  ct_err err = {0};
+  const char *j =
+      "{\"train_batch_size\": 16, \"zero_optimization\": {\"stage\": 2}, "
+      "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}}";
+  REQUIRE(ds(&c, j, 2, &err) == CT_OK);
+  CHECK(c.train_batch_size == 8 && c.gradient_accumulation_steps == 1);
+  CHECK_NEAR(c.max_grad_norm, 0, 0);     /* old: 2.0 */
+  CHECK_NEAR(c.adam_weight_decay, 0, 0); /* old: 0.01 */
+  CHECK(c.zero_stage == 2 && !strcmp(c.optimizer, "adamw"));
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  ct_config_free(&c);
+}
+
+/* SimpleTuner's defaults for keys real configs leave out (issue 21), listed
+ * for the one line the trainer logs; constant_with_warmup with 0 warm-up
+ * steps is the old "constant" exactly. */
+CT_TEST(config, simpletuner_defaults) {
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_err err = {0};
+  CHECK_NEAR(c.flow_shift, 3, 0);
+  CHECK_NEAR(c.lr_end, 4e-7, 0);
+  CHECK(!strcmp(c.lr_scheduler, "constant_with_warmup") && c.lr_warmup_steps == 0);
+  CHECK_NEAR(c.max_grad_norm, 2.0, 0);
+  char note[512];
+  ct_config_defaults_note(&c, note, sizeof note);
+  CHECKF(strstr(note, "flow_shift 3") && strstr(note, "lr_scheduler constant_with_warmup") &&
+             strstr(note, "lr_end 4e-7"),
+         "%s", note);
+  REQUIRE(ct_config_set(&c, "flow_shift", "1", &err) == CT_OK);
+  ct_config_defaults_note(&c, note, sizeof note);
+  CHECKF(!strstr(note, "flow_shift"), "%s", note); /* set keys are not defaults */
+  ct_config_free(&c);
+  /* sine's period is lr_warmup_steps: 0 is refused at the config check */
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "lr_scheduler", "sine", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID && strstr(err.msg, "lr_warmup_steps"));
+  REQUIRE(ct_config_set(&c, "lr_warmup_steps", "100", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  ct_config_free(&c);
+  ct_sched a, b;
+  ct_sched_default(CT_SCHED_CONSTANT, 1e-4, &a);
+  ct_sched_default(CT_SCHED_CONSTANT_WITH_WARMUP, 1e-4, &b);
+  b.warmup_steps = 0;
+  for (long k = 0; k < 50; k++) CHECK(ct_sched_lr(&a, k) == ct_sched_lr(&b, k));
 }

@@ -173,13 +173,13 @@ CT_TEST(optim, golden_schedules) {
       {"linear", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 3, .total_steps = 10}},
       {"linear_w0", {.kind = CT_SCHED_LINEAR, .lr = 2e-4, .warmup_steps = 0, .total_steps = 10}},
       {"cosine",
-       {.kind = CT_SCHED_COSINE,
+       {.kind = CT_SCHED_DIFFUSERS_COSINE,
         .lr = 1e-3,
         .warmup_steps = 2,
         .total_steps = 10,
         .num_cycles = 0.5}},
       {"cosine_cycles",
-       {.kind = CT_SCHED_COSINE,
+       {.kind = CT_SCHED_DIFFUSERS_COSINE,
         .lr = 1e-3,
         .warmup_steps = 0,
         .total_steps = 8,
@@ -526,7 +526,11 @@ CT_TEST(optim, kind_parse) {
         sk == CT_SCHED_CONSTANT_WITH_WARMUP);
   CHECK(ct_sched_kind_parse("cosin", &sk, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "did you mean 'cosine'?") != NULL, "%s", err.msg);
-  CHECK(ct_sched_kind_parse("cosine_with_restarts", &sk, &err) == CT_ERR_UNSUPPORTED);
+  CHECK(ct_sched_kind_parse("cosine_with_restarts", &sk, &err) == CT_ERR_UNSUPPORTED &&
+        strstr(err.msg, "constant"));
+  CHECK(ct_sched_kind_parse("sine", &sk, &err) == CT_OK && sk == CT_SCHED_SINE);
+  CHECK(ct_sched_kind_parse("diffusers_cosine", &sk, &err) == CT_OK &&
+        sk == CT_SCHED_DIFFUSERS_COSINE);
   CHECK(!strcmp(ct_sched_kind_name(CT_SCHED_POLYNOMIAL), "polynomial"));
 }
 
@@ -826,6 +830,112 @@ CT_TEST(optim, state_names_and_memory) {
   ct_optim_free(o);
 }
 
+/* DeepSpeed's bias_correction: false (FusedAdam, FusedLamb): the moments
+ * enter the update uncorrected. Reference: the formulas in double, stepped
+ * here independently of src/optim. On the old code (the flag ignored) the
+ * first Adam step is lr g/|g| instead of lr (0.1 g)/(sqrt(0.001) |g|), three
+ * times larger, and the check fails. */
+CT_TEST(optim, adam_without_bias_correction) {
+  enum { N = 29, STEPS = 4 };
+  for (int decoupled = 0; decoupled <= 1; decoupled++) {
+    const ct_optim_kind k = decoupled ? CT_OPTIM_ADAMW : CT_OPTIM_ADAM;
+    ct_optim_hp hp;
+    ct_optim_hp_default(k, &hp);
+    hp.weight_decay = 0.05f;
+    hp.bias_correction_off = 1;
+    float w[N], g[N];
+    double rw[N], rm[N] = {0}, rv[N] = {0};
+    for (int i = 0; i < N; i++) w[i] = 0.05f * (float)(i - 14), rw[i] = w[i];
+    ct_optim *o = one_range(k, &hp, N);
+    REQUIRE(o);
+    ct_err err = {0};
+    const double lr = 1e-2, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
+    for (long s = 1; s <= STEPS; s++) {
+      for (int i = 0; i < N; i++) g[i] = 0.02f * (float)((i * 5 + (int)s * 3) % 13 - 6);
+      CHECK(ct_optim_step(o, w, g, (float)lr, s, &err) == CT_OK);
+      for (int i = 0; i < N; i++) {
+        double gi = g[i] + (decoupled ? 0.0 : wd * rw[i]);
+        if (decoupled) rw[i] *= 1.0 - lr * wd;
+        rm[i] = b1 * rm[i] + (1 - b1) * gi;
+        rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+        rw[i] -= lr * rm[i] / (sqrt(rv[i]) + eps);
+      }
+    }
+    for (int i = 0; i < N; i++)
+      CHECKF(fabs(w[i] - rw[i]) <= 2e-6 * (1 + fabs(rw[i])), "%s w[%d] %.9g vs %.9g",
+             ct_optim_kind_name(k), i, w[i], rw[i]);
+    ct_optim_free(o);
+  }
+  /* the default keeps PyTorch's correction: the first step is -lr g/(|g| + eps) */
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_ADAM, &hp);
+  ct_optim *o = one_range(CT_OPTIM_ADAM, &hp, 1);
+  REQUIRE(o);
+  float w = 1.0f, g = 0.5f;
+  ct_err err = {0};
+  CHECK(ct_optim_step(o, &w, &g, 1e-2f, 1, &err) == CT_OK);
+  CHECK_NEAR(w, 1.0 - 1e-2, 1e-7);
+  ct_optim_free(o);
+}
+
+/* Lamb's trust ratio is clamped to [min_coeff, max_coeff] as DeepSpeed's
+ * FusedLamb clamps it (lamb_cuda_kernel_part3: max first, then min), here
+ * with bias_correction false so the reference is FusedLamb's update exactly:
+ *   u = m/(sqrt(v)+eps) + wd w;  c = clamp(|w|/|u|);  w -= lr c u.
+ * One tensor of large weights (ratio far above max_coeff) and one of tiny
+ * weights (far below min_coeff): the old code (no clamp, bias-corrected)
+ * fails both. */
+CT_TEST(optim, lamb_trust_ratio_clamped) {
+  enum { N = 40, STEPS = 3 };
+  const ct_optim_tensor tab[2] = {{"big", 0, N / 2, 4, 5, 1, 1},
+                                  {"small", N / 2, N / 2, 4, 5, 1, 1}};
+  ct_optim_hp hp;
+  ct_optim_hp_default(CT_OPTIM_LAMB, &hp);
+  hp.weight_decay = 0.01f;
+  hp.bias_correction_off = 1;
+  hp.lamb_max_coeff = 10.0f;
+  hp.lamb_min_coeff = 0.01f;
+  ct_optim *o = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_optim_new(CT_OPTIM_LAMB, &hp, tab, 2, N, &o, &err) == CT_OK);
+  float w[N], g[N];
+  double rw[N], rm[N] = {0}, rv[N] = {0};
+  for (int i = 0; i < N; i++) {
+    w[i] = (i < N / 2 ? 50.0f : 1e-4f) * (float)((i % 7) - 3 + (i % 2 ? 0.5 : 0.25));
+    rw[i] = w[i];
+  }
+  const double lr = 1e-3, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay;
+  double coeff[2] = {0, 0};
+  for (long s = 1; s <= STEPS; s++) {
+    for (int i = 0; i < N; i++) g[i] = 0.1f * (float)((i * 3 + (int)s) % 9 - 4) + 0.05f;
+    CHECK(ct_optim_step(o, w, g, (float)lr, s, &err) == CT_OK);
+    for (int t = 0; t < 2; t++) {
+      const int a = t * N / 2, b = a + N / 2;
+      double u[N / 2], sw = 0, su = 0;
+      for (int i = a; i < b; i++) {
+        rm[i] = b1 * rm[i] + (1 - b1) * g[i];
+        rv[i] = b2 * rv[i] + (1 - b2) * (double)g[i] * g[i];
+        u[i - a] = rm[i] / (sqrt(rv[i]) + eps) + wd * rw[i];
+        sw += rw[i] * rw[i], su += u[i - a] * u[i - a];
+      }
+      double c = sqrt(sw) / sqrt(su);
+      coeff[t] = c;
+      if (c > 10.0) c = 10.0;
+      if (c < 0.01) c = 0.01;
+      for (int i = a; i < b; i++) rw[i] -= lr * c * u[i - a];
+    }
+  }
+  CHECKF(coeff[0] > 10.0 && coeff[1] < 0.01, "the fixture must hit both bounds: %g %g", coeff[0],
+         coeff[1]);
+  for (int i = 0; i < N; i++)
+    CHECKF(fabs(w[i] - rw[i]) <= 1e-5 * fabs(rw[i]) + 1e-9, "w[%d] %.9g vs %.9g", i, w[i], rw[i]);
+  ct_optim_free(o);
+  /* bounds are checked */
+  hp.lamb_min_coeff = 20.0f;
+  CHECK(ct_optim_new(CT_OPTIM_LAMB, &hp, tab, 2, N, &o, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "lamb_min_coeff"));
+}
+
 /* The bench's single-call AdamW and the optimizer object agree. */
 CT_TEST(optim, legacy_adamw_agrees) {
   enum { N = 301 };
@@ -846,6 +956,47 @@ CT_TEST(optim, legacy_adamw_agrees) {
   ct_optim_free(o);
 }
 
+/* SimpleTuner's own cosine and sine (custom_schedule.py Cosine, Sine; issue
+ * 21): no warm-up, lr_warmup_steps is the half-period W, lr_end the floor,
+ * and what is set is truncated to 1e-9. Reference: the formula here, in the
+ * order SimpleTuner computes it. The old "cosine" was diffusers' (warm-up
+ * from 0, then one half-cosine to 0 over total_steps): lr(0) was 0 there,
+ * and lr(W) was the peak; here lr(0) is the peak and lr(W) the floor. */
+CT_TEST(optim, simpletuner_cosine_and_sine) {
+  ct_sched s;
+  ct_err err = {0};
+  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  s.warmup_steps = 10;
+  s.lr_end = 4e-7;
+  s.total_steps = 100;
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  for (long k = 0; k <= 45; k++) {
+    double ref = 4e-7 + (1e-4 - 4e-7) * (1 + cos(M_PI * (double)k / 10.0)) / 2;
+    ref = floor(ref * 1e9) / 1e9;
+    CHECKF(ct_sched_lr(&s, k) == ref, "cosine k=%ld: %.17g vs %.17g", k, ct_sched_lr(&s, k), ref);
+  }
+  CHECK(ct_sched_lr(&s, 0) == 1e-4);                /* starts at the peak */
+  CHECK_NEAR(ct_sched_lr(&s, 10), 4e-7, 1e-9);      /* the floor after W steps */
+  CHECK(ct_sched_lr(&s, 20) == ct_sched_lr(&s, 0)); /* and back: no restart, a wave */
+  s.warmup_steps = 0;                               /* SimpleTuner: T_0 = 1000 */
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  CHECK_NEAR(ct_sched_lr(&s, 1000), 4e-7, 1e-9);
+  ct_sched_default(CT_SCHED_SINE, 2e-4, &s);
+  s.warmup_steps = 8;
+  s.lr_end = 0;
+  CHECK(ct_sched_validate(&s, &err) == CT_OK);
+  for (long k = 0; k <= 20; k++) {
+    double ref = floor((0 + 2e-4 * (0.5 * (1 + sin(M_PI * (double)k / 8.0)))) * 1e9) / 1e9;
+    CHECKF(ct_sched_lr(&s, k) == ref, "sine k=%ld: %.17g vs %.17g", k, ct_sched_lr(&s, k), ref);
+  }
+  CHECK(ct_sched_lr(&s, 0) == 1e-4 && ct_sched_lr(&s, 4) == 2e-4); /* starts half-way */
+  s.warmup_steps = 0; /* SimpleTuner's Sine refuses a zero period */
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "lr_warmup_steps"));
+  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  s.lr_end = 1e-3;
+  CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "lr_end"));
+}
+
 /* ---- schedules: validation and edge cases ---- */
 
 CT_TEST(optim, schedule_edges) {
@@ -861,7 +1012,7 @@ CT_TEST(optim, schedule_edges) {
   ct_sched_default(CT_SCHED_CONSTANT_WITH_WARMUP, 1e-4, &s);
   s.warmup_steps = 4;
   CHECK(ct_sched_lr(&s, 0) == 0.0 && ct_sched_lr(&s, 2) == 0.5e-4 && ct_sched_lr(&s, 4) == 1e-4);
-  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  ct_sched_default(CT_SCHED_DIFFUSERS_COSINE, 1e-4, &s);
   s.warmup_steps = 10;
   s.total_steps = 110;
   CHECK(ct_sched_lr(&s, 5) == 0.5e-4);
@@ -892,7 +1043,7 @@ CT_TEST(optim, schedule_edges) {
   /* validation names the field */
   ct_sched_default(CT_SCHED_LINEAR, 1e-4, &s);
   CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "total_steps"));
-  ct_sched_default(CT_SCHED_COSINE, 1e-4, &s);
+  ct_sched_default(CT_SCHED_DIFFUSERS_COSINE, 1e-4, &s);
   s.total_steps = 10;
   s.warmup_steps = -1;
   CHECK(ct_sched_validate(&s, &err) == CT_ERR_INVALID && strstr(err.msg, "warmup_steps"));

@@ -86,12 +86,15 @@
     "optimizer steps to train (0: from num_train_epochs)")                                         \
   X(num_train_epochs, INT, "1", ALL, ANY, "epochs, used when max_train_steps is 0")                \
   X(learning_rate, NUM, "1e-4", ALL, FN(check_learning_rate), "peak learning rate")                \
-  X(lr_scheduler, STR, "constant", ALL, FN(check_lr_scheduler),                                    \
-    "constant, constant_with_warmup, linear, cosine, polynomial, WarmupLR, WarmupDecayLR")         \
-  X(lr_warmup_steps, INT, "0", ALL, INT_GE(0), "warmup steps of the schedule")                     \
-  X(lr_num_cycles, NUM, "0.5", ALL, ANY, "cosine: number of cosine cycles (0.5 = half a cosine)")  \
+  X(lr_scheduler, STR, "constant_with_warmup", ALL, FN(check_lr_scheduler),                        \
+    "constant, constant_with_warmup, linear, cosine, sine (SimpleTuner's), polynomial, "           \
+    "diffusers_cosine, WarmupLR, WarmupDecayLR")                                                   \
+  X(lr_warmup_steps, INT, "0", ALL, INT_GE(0),                                                     \
+    "warmup steps of the schedule (cosine, sine: the half-period of the wave)")                    \
+  X(lr_num_cycles, NUM, "0.5", ALL, ANY,                                                           \
+    "diffusers_cosine: number of cosine cycles (0.5 = half a cosine)")                             \
   X(lr_power, NUM, "1.0", ALL, ANY, "polynomial: power")                                           \
-  X(lr_end, NUM, "1e-7", ALL, ANY, "polynomial: final learning rate")                              \
+  X(lr_end, NUM, "4e-7", ALL, ANY, "polynomial: final learning rate; cosine, sine: the floor")     \
   X(warmup_min_lr, NUM, "0", ALL, ANY, "WarmupLR/WarmupDecayLR: learning rate at step 0")          \
   X(warmup_type, STR, "log", ALL, ONE_OF_QUOTED("log|linear"),                                     \
     "WarmupLR/WarmupDecayLR: log or linear warmup")                                                \
@@ -102,8 +105,10 @@
     "onebitadam: full-precision warm-up steps before 1-bit compressed momentum")                   \
   X(var_freeze_step, INT, "1000", ALL, INT_GE(0),                                                  \
     "zerooneadam: the last step whose variance may update")                                        \
-  X(lamb_max_coeff, NUM, "10", ALL, ANY, "onebitlamb: largest trust ratio (DeepSpeed max_coeff)")  \
-  X(lamb_min_coeff, NUM, "0.01", ALL, ANY, "onebitlamb: smallest trust ratio (min_coeff)")         \
+  X(lamb_max_coeff, NUM, "10", ALL, ANY,                                                           \
+    "onebitlamb, and lamb where set: largest trust ratio (DeepSpeed max_coeff)")                   \
+  X(lamb_min_coeff, NUM, "0.01", ALL, ANY,                                                         \
+    "onebitlamb, and lamb where set: smallest trust ratio (min_coeff)")                            \
   X(lamb_coeff_beta, NUM, "0.9", ALL, ANY,                                                         \
     "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)")                   \
   X(lamb_factor_max, NUM, "4", ALL, ANY,                                                           \
@@ -124,6 +129,8 @@
   X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0), "weight decay")                                \
   X(optimizer_momentum, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "SGD/MuSGD momentum")                 \
   X(optimizer_nesterov, BOOL, "false", ALL, ANY, "SGD/MuSGD: Nesterov momentum")                   \
+  X(optimizer_bias_correction, BOOL, "true", ALL, ANY,                                             \
+    "Adam family and Lamb: bias-correct the moments (DeepSpeed optimizer.params.bias_correction)") \
   X(muon_ns_steps, INT, "5", ALL, INT_IN(1, 20), "Muon: Newton-Schulz iterations")                 \
   X(muon_momentum, NUM, "0.95", ALL, NUM_IN("[)", 0, 1), "Muon: momentum of the 2-D weights")      \
   X(muon_nesterov, BOOL, "true", ALL, ANY, "Muon: Nesterov momentum for the 2-D weights")          \
@@ -183,7 +190,7 @@
     "logit_normal or uniform")                                                                     \
   X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean")                                          \
   X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation")                       \
-  X(flow_shift, NUM, "1", FULL, NUM_IN("()", 0, 1000),                                             \
+  X(flow_shift, NUM, "3", FULL, NUM_IN("()", 0, 1000),                                             \
     "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling")                         \
   X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"),                               \
     "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer")                 \
@@ -272,6 +279,13 @@ typedef struct ct_config {
    * comma-separated: accepted, and the trainer warns once naming each. */
   char no_effect[512];
 } ct_config;
+
+/* The keys whose defaults are SimpleTuner's and that cfg leaves at them
+ * (flow_shift, lr_scheduler, lr_warmup_steps, lr_end, lr_power, max_grad_norm,
+ * ...), with their values, for the one line the trainer logs at start:
+ * "flow_shift 3, lr_scheduler constant_with_warmup, ...". Keys of another
+ * model type are left out; "" when every such key was set. */
+void ct_config_defaults_note(const ct_config *cfg, char *out, size_t cap);
 
 /* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_image_layout,
  * ...), or NULL if it is not such a key. */

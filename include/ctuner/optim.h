@@ -127,6 +127,14 @@ typedef struct ct_optim_hp {
   float muon_momentum; /* Muon's momentum for 2-D weights (0.95) */
   int muon_ns_steps;   /* Newton–Schulz iterations (5) */
   float muon_adamw_lr; /* lr scale of the AdamW part of Muon, relative to lr (1) */
+  /* 0 (default): Adam's bias correction, as PyTorch. 1: none — m and v enter
+   * the update as they are (DeepSpeed's bias_correction: false); Adam-family
+   * kinds (Adam, AdamW, Mu*Adam*, Muon's AdamW part) and Lamb. */
+  int bias_correction_off;
+  /* Lamb: clamp the trust ratio to [lamb_min_coeff, lamb_max_coeff] as
+   * DeepSpeed's FusedLamb does (max_coeff, min_coeff); 0 = no bound (the
+   * default: the plain ratio, as the paper). */
+  float lamb_max_coeff, lamb_min_coeff;
 } ct_optim_hp;
 
 /* Defaults of the kind (PyTorch's, or the reference's). */
@@ -185,7 +193,9 @@ ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const f
   X(COSINE, "cosine")                             \
   X(POLYNOMIAL, "polynomial")                     \
   X(WARMUP_LR, "WarmupLR")                        \
-  X(WARMUP_DECAY_LR, "WarmupDecayLR")
+  X(WARMUP_DECAY_LR, "WarmupDecayLR")             \
+  X(SINE, "sine")                                 \
+  X(DIFFUSERS_COSINE, "diffusers_cosine")
 
 typedef enum ct_sched_kind {
 #define CT_X(id, name) CT_SCHED_##id,
@@ -194,13 +204,19 @@ typedef enum ct_sched_kind {
       CT_SCHED_NKINDS
 } ct_sched_kind;
 
+/* "cosine" and "sine" are SimpleTuner's own schedules (its custom_schedule.py
+ * Cosine and Sine, not diffusers'): no warm-up; lr_warmup_steps is their
+ * half-period W and lr_end their floor, lr(k) = lr_end + (lr - lr_end) *
+ * (1 + cos(pi k / W)) / 2, resp. (1 + sin(pi k / W)) / 2, truncated to 1e-9.
+ * "diffusers_cosine" is diffusers' get_cosine_schedule_with_warmup.
+ * docs/optimizers.md has every formula. */
 typedef struct ct_sched {
   ct_sched_kind kind;
   double lr;            /* base (peak) learning rate */
-  long warmup_steps;    /* diffusers-style kinds */
-  long total_steps;     /* linear, cosine, polynomial */
-  double num_cycles;    /* cosine: 0.5 = half a cosine (diffusers default) */
-  double lr_end, power; /* polynomial (1e-7, 1.0) */
+  long warmup_steps;    /* diffusers-style kinds; cosine/sine: the half-period */
+  long total_steps;     /* linear, diffusers_cosine, polynomial */
+  double num_cycles;    /* diffusers_cosine: 0.5 = half a cosine (diffusers default) */
+  double lr_end, power; /* polynomial (1e-7, 1.0); lr_end: cosine/sine's floor */
   /* DeepSpeed WarmupLR / WarmupDecayLR */
   double warmup_min_lr, warmup_max_lr;
   long warmup_num_steps, total_num_steps;

@@ -171,13 +171,13 @@ static int train_or_cache(int argc, char **argv, int cache) {
     goto out;
   }
   const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
+  if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
   if (ct_deepspeed_apply(&cfg, world, &err) || ct_config_validate(&cfg, &err)) {
     fprintf(stderr, "%s: %s\n", who, err.msg);
     fflush(stderr);
     ct_comm_abort(comm, 2); /* one rank's bad file must not leave the others waiting */
     goto out;
   }
-  if (rank > 0) ct_log_set_level(CT_LOG_WARN); /* rank 0 reports progress for the job */
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   ct_train_summary sum;
   memset(&sum, 0, sizeof sum);

@@ -203,6 +203,22 @@ static const struct {
     {"ema_foreach_disable", "no torch foreach kernels: the EMA is one fused loop"},
     {"vae_batch_size",
      "the latent cache encodes on every core in chunks; there is no VAE batch size"},
+    /* DeepSpeed fields (deepspeed.c notes them under these names) */
+    {"deepspeed_config.prescale_gradients",
+     "gradients are summed in float32 in rank order and divided once; prescaling keeps fp16 sums "
+     "in range, which float32 and bf16 (communication) do not need"},
+    {"deepspeed_config.gradient_predivide_factor",
+     "gradients are summed in float32 in rank order and divided once by the world size; a "
+     "predivide only splits that division to keep fp16 in range"},
+    {"deepspeed_config.offload_optimizer.buffer_count",
+     "the swap file always moves through three buffers (read, step, write)"},
+    {"deepspeed_config.offload_param.buffer_count",
+     "the swap file always moves through three buffers (read, step, write)"},
+    {"deepspeed_config.offload_param.max_in_cpu",
+     "ZeRO-3 keeps no weights in host memory beyond the block being gathered; the rest stay in "
+     "the swap file"},
+    {"deepspeed_config.optimizer.params.bias_correction",
+     "the 1-bit optimizers never bias-correct (DeepSpeed's accept the field and ignore it too)"},
 };
 
 const char *ct_config_no_effect(const char *key) {
@@ -330,6 +346,26 @@ void ct_config_free(ct_config *cfg) {
       free(*p);
       *p = NULL;
     }
+}
+
+/* Keys real SimpleTuner configs often leave out, whose defaults here are
+ * SimpleTuner's (issue 21): logged at start with the value in effect. */
+static const char *const ST_DEFAULTED[] = {
+    "flow_shift",    "lr_scheduler",      "lr_warmup_steps", "lr_end",     "lr_power",
+    "max_grad_norm", "adam_weight_decay", "adam_beta1",      "adam_beta2", "adam_epsilon"};
+
+void ct_config_defaults_note(const ct_config *cfg, char *out, size_t cap) {
+  size_t n = 0;
+  if (cap) out[0] = 0;
+  const char *mt = cfg->model_type ? cfg->model_type : "full";
+  for (size_t i = 0; i < sizeof ST_DEFAULTED / sizeof ST_DEFAULTED[0]; i++) {
+    const key_def *k = find_key(ST_DEFAULTED[i]);
+    CT_ASSERT(k && k->def);
+    if (cfg->given[k - KEYS] || ct_config_key_applies(k->name, mt) != 1) continue;
+    int w = snprintf(out + n, cap > n ? cap - n : 0, "%s%s %s", n ? ", " : "", k->name, k->def);
+    if (w > 0) n += (size_t)w;
+    if (n >= cap) break;
+  }
 }
 
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
@@ -576,6 +612,9 @@ static ct_status check_lr_scheduler(const ct_config *c, ct_err *err) {
   if (!c->lr_scheduler) BAD("lr_scheduler is required");
   ct_status st = ct_sched_kind_parse(c->lr_scheduler, &sk, err);
   if (st) ct_err_prefix(err, "lr_scheduler: ");
+  if (!st && sk == CT_SCHED_SINE && c->lr_warmup_steps == 0)
+    BAD("lr_scheduler sine takes its period from lr_warmup_steps, which is 0 (SimpleTuner's Sine "
+        "refuses that too); set lr_warmup_steps > 0");
   return st;
 }
 

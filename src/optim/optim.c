@@ -345,6 +345,13 @@ ct_status ct_optim_hp_validate(ct_optim_kind k, const ct_optim_hp *hp, ct_err *e
       return ct_errf(err, CT_ERR_INVALID, "adagrad: adagrad_initial_accumulator = %g must be >= 0",
                      hp->adagrad_initial_accumulator);
   }
+  if (k == CT_OPTIM_LAMB && (bad(hp->lamb_max_coeff) || bad(hp->lamb_min_coeff) ||
+                             hp->lamb_min_coeff < 0 || hp->lamb_max_coeff < 0 ||
+                             (hp->lamb_max_coeff > 0 && hp->lamb_min_coeff > hp->lamb_max_coeff)))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "lamb: lamb_min_coeff (%g) and lamb_max_coeff (%g) must be >= 0 with min <= max "
+                   "(0: no bound)",
+                   hp->lamb_min_coeff, hp->lamb_max_coeff);
   if (k == CT_OPTIM_MUON) {
     if (bad(hp->muon_momentum) || hp->muon_momentum < 0 || hp->muon_momentum >= 1)
       return ct_errf(err, CT_ERR_INVALID, "muon: muon_momentum = %g must be in [0, 1)",
@@ -572,7 +579,7 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
     case CT_OPTIM_ADAMW:
     case CT_OPTIM_ADAM:
       ct_optim_adam_slice(n, w, g, s0, s1, lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay,
-                          o->kind == CT_OPTIM_ADAMW, step);
+                          o->kind == CT_OPTIM_ADAMW, ct_optim_bc_step(hp, step));
       break;
     case CT_OPTIM_ADAGRAD:
       ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
@@ -607,7 +614,7 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
                              hp->dampening, hp->nesterov, twd, step);
         else
           ct_optim_adam_slice(cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2, hp->eps,
-                              twd, o->kind == CT_OPTIM_MUADAMW, step);
+                              twd, o->kind == CT_OPTIM_MUADAMW, ct_optim_bc_step(hp, step));
       }
       break;
     default:
@@ -643,7 +650,8 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
       for (size_t i = 0; i < o->nt; i++) {
         size_t a = o->t[i].offset;
         if (o->t[i].numel)
-          ct_optim_lamb_tensor(o->t[i].numel, w + a, g + a, s0 + a, s1 + a, lr, hp, step);
+          ct_optim_lamb_tensor(o->t[i].numel, w + a, g + a, s0 + a, s1 + a, lr, hp,
+                               ct_optim_bc_step(hp, step));
       }
       break;
     case CT_OPTIM_MUON: {
@@ -659,7 +667,7 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
         size_t j = i, len = 0; /* a run of AdamW tensors */
         while (j < o->nt && !muon_2d(&o->t[j])) len += o->t[j++].numel;
         ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, alr, hp->beta1, hp->beta2, hp->eps,
-                            hp->weight_decay, 1, step);
+                            hp->weight_decay, 1, ct_optim_bc_step(hp, step));
         i = j;
       }
       break;

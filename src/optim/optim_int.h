@@ -8,6 +8,7 @@
 #ifndef CTUNER_OPTIM_INT_H
 #define CTUNER_OPTIM_INT_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #include "ctuner/optim.h"
@@ -28,6 +29,14 @@ struct ct_optim {
   float *ns;          /* Muon Newton–Schulz scratch (CT_MEM_BUFFERS), ns_floats */
   size_t ns_floats;
 };
+
+/* The step the Adam-family arithmetic gets. Without bias correction it is
+ * LONG_MAX: 1 - b^LONG_MAX is exactly 1 in double for every b in [0, 1), so
+ * the same kernel computes the uncorrected update bit for bit (step size lr,
+ * denominator sqrt(v) + eps) without a second code path. */
+static inline long ct_optim_bc_step(const ct_optim_hp *hp, long step) {
+  return hp->bias_correction_off ? LONG_MAX : step;
+}
 
 /* ---- elementwise kernels on a slice of n floats (optim_elem.c) ---- */
 /* Adam (decoupled = 0: g += wd w) or AdamW (decoupled = 1: w *= 1 - lr wd). */

@@ -46,6 +46,9 @@ double ct_optim_sumsq(size_t n, const float *x) {
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   r = (m/bc1) / (sqrt(v)/sqrt(bc2) + eps) + wd w
  *   w -= lr * (|w|/|r|) * r     (ratio 1 if either norm is 0)
+ * The ratio is clamped to [lamb_min_coeff, lamb_max_coeff] where they are set
+ * (DeepSpeed's FusedLamb: max first, then min); step is LONG_MAX without bias
+ * correction (ct_optim_bc_step: bc1 = bc2 = 1 exactly).
  * Pass 1 updates the moments and reduces |w|^2, |r|^2; pass 2 recomputes r
  * from the stored moments (same arithmetic, same bits) and applies it. */
 void ct_optim_lamb_tensor(size_t n, float *w, const float *g, float *m, float *v, float lr,
@@ -79,7 +82,12 @@ void ct_optim_lamb_tensor(size_t n, float *w, const float *g, float *m, float *v
     sr += pr[b];
   }
   const double wn = sqrt(sw), rn = sqrt(sr);
-  const float trust = (wn > 0.0 && rn > 0.0) ? (float)(wn / rn) : 1.0f;
+  float trust = 1.0f;
+  if (wn > 0.0 && rn > 0.0) {
+    trust = (float)(wn / rn);
+    if (hp->lamb_max_coeff > 0 && trust > hp->lamb_max_coeff) trust = hp->lamb_max_coeff;
+    if (hp->lamb_min_coeff > 0 && trust < hp->lamb_min_coeff) trust = hp->lamb_min_coeff;
+  }
   const float step_size = lr * trust;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {

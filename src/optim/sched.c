@@ -1,6 +1,6 @@
-/* Learning-rate schedules: diffusers' get_scheduler lambdas and DeepSpeed's
- * WarmupLR / WarmupDecayLR, as pure functions of the number of completed
- * scheduler steps.
+/* Learning-rate schedules: diffusers' get_scheduler lambdas, SimpleTuner's own
+ * cosine and sine, and DeepSpeed's WarmupLR / WarmupDecayLR, as pure
+ * functions of the number of completed scheduler steps.
  *
  * diffusers kinds are LambdaLR(lr_lambda): the lr for the optimizer step after
  * `done` scheduler.step() calls is lr * lambda(done). DeepSpeed's schedulers
@@ -55,10 +55,10 @@ static const struct {
   const char *name, *why;
 } unsupported[] = {
     {"cosine_with_restarts",
-     "diffusers' cosine_with_hard_restarts is not implemented; use 'cosine' "
-     "with lr_num_cycles"},
-    {"cosine_with_hard_restarts", "not implemented; use 'cosine' with lr_num_cycles"},
-    {"sine", "not implemented; use 'cosine'"},
+     "SimpleTuner's cosine_with_restarts keeps the learning rate constant (its cycle position is "
+     "step % steps_per_epoch with steps_per_epoch -1, always 0; SimpleTuner warns that it "
+     "misbehaves); use 'constant' for what it does, or 'cosine' / 'sine'"},
+    {"cosine_with_hard_restarts", "not implemented; use 'diffusers_cosine' with lr_num_cycles"},
     {"inverse_sqrt", "not implemented; use 'polynomial' with lr_power 0.5"},
     {"reduce_lr_on_plateau", "it needs the validation loss; not implemented"},
     {"piecewise_constant", "not implemented"},
@@ -127,9 +127,22 @@ ct_status ct_sched_validate(const ct_sched *s, ct_err *err) {
   switch (s->kind) {
     case CT_SCHED_CONSTANT:
       break;
+    case CT_SCHED_COSINE:
+    case CT_SCHED_SINE:
+      if (s->warmup_steps < 0 || (s->kind == CT_SCHED_SINE && s->warmup_steps == 0))
+        return ct_errf(err, CT_ERR_INVALID,
+                       "%s: warmup_steps (lr_warmup_steps) = %ld is SimpleTuner's period of the "
+                       "wave and must be %s",
+                       kn, s->warmup_steps,
+                       s->kind == CT_SCHED_SINE ? "> 0 (SimpleTuner's Sine refuses 0)"
+                                                : ">= 0 (0: 1000 steps, as SimpleTuner)");
+      if (!nonneg(s->lr_end) || s->lr_end > s->lr)
+        return ct_errf(err, CT_ERR_INVALID, "%s: lr_end (%g) must be >= 0 and <= lr (%g)", kn,
+                       s->lr_end, s->lr);
+      break;
     case CT_SCHED_CONSTANT_WITH_WARMUP:
     case CT_SCHED_LINEAR:
-    case CT_SCHED_COSINE:
+    case CT_SCHED_DIFFUSERS_COSINE:
     case CT_SCHED_POLYNOMIAL:
       if (s->warmup_steps < 0)
         return ct_errf(err, CT_ERR_INVALID, "%s: warmup_steps (lr_warmup_steps) = %ld must be >= 0",
@@ -138,8 +151,9 @@ ct_status ct_sched_validate(const ct_sched *s, ct_err *err) {
       if (s->total_steps <= 0)
         return ct_errf(err, CT_ERR_INVALID, "%s: total_steps (max_train_steps) = %ld must be > 0",
                        kn, s->total_steps);
-      if (s->kind == CT_SCHED_COSINE && !nonneg(s->num_cycles))
-        return ct_errf(err, CT_ERR_INVALID, "cosine: num_cycles (lr_num_cycles) = %g must be >= 0",
+      if (s->kind == CT_SCHED_DIFFUSERS_COSINE && !nonneg(s->num_cycles))
+        return ct_errf(err, CT_ERR_INVALID,
+                       "diffusers_cosine: num_cycles (lr_num_cycles) = %g must be >= 0",
                        s->num_cycles);
       if (s->kind == CT_SCHED_POLYNOMIAL) {
         if (!nonneg(s->power))
@@ -198,6 +212,19 @@ double ct_sched_lr(const ct_sched *s, long done) {
       }
       break;
     case CT_SCHED_COSINE:
+    case CT_SCHED_SINE: {
+      /* SimpleTuner's Cosine/Sine under Accelerate: T_0 = W x processes and
+       * the scheduler is stepped once per process per optimizer step, so the
+       * phase after k steps is pi k / W on any world size. Its Cosine's cycle
+       * position is -step (steps_per_epoch -1), so it never restarts: a
+       * periodic cosine of half-period W. W = 0: Cosine takes T_0 = 1000. */
+      const double per = W > 0 ? (double)W : 1000.0, x = M_PI * (double)st / per;
+      const double d = s->lr - s->lr_end; /* the operations in SimpleTuner's order */
+      const double lr = s->kind == CT_SCHED_COSINE ? s->lr_end + d * (1.0 + cos(x)) / 2
+                                                   : s->lr_end + d * (0.5 * (1.0 + sin(x)));
+      return floor(lr * 1e9) / 1e9; /* SimpleTuner truncates what it sets */
+    }
+    case CT_SCHED_DIFFUSERS_COSINE:
       if (st < W) {
         f = warmup(st, W);
       } else {

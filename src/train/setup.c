@@ -123,6 +123,14 @@ void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp
   hp->muon_ns_steps = (int)cfg->muon_ns_steps;
   hp->muon_adamw_lr = (float)cfg->muon_adamw_lr;
   if (kind == CT_OPTIM_MUON) hp->nesterov = cfg->muon_nesterov;
+  hp->bias_correction_off = !cfg->optimizer_bias_correction;
+  /* plain Lamb clamps its trust ratio where the bounds were set (a DeepSpeed
+   * Lamb always sets them, as FusedLamb always clamps); else the plain ratio */
+  if (kind == CT_OPTIM_LAMB &&
+      (cfg->given[CT_KEY_lamb_max_coeff] || cfg->given[CT_KEY_lamb_min_coeff])) {
+    hp->lamb_max_coeff = (float)cfg->lamb_max_coeff;
+    hp->lamb_min_coeff = (float)cfg->lamb_min_coeff;
+  }
 }
 
 ct_status ct_train_build_sched(const ct_config *cfg, long total, ct_sched *s, ct_err *err) {
@@ -228,7 +236,7 @@ static void warn_inapplicable(const ct_config *cfg) {
       const size_t l = strlen(why);
       snprintf(why + l, sizeof why - l, "%s%s (%s)", l ? "; " : "", k, ct_config_no_effect(k));
     }
-    CT_WARN("SimpleTuner key(s) accepted with no effect here: %s", why);
+    CT_WARN("key(s) accepted with no effect here: %s", why);
   }
   if (n)
     CT_WARN(
@@ -247,7 +255,12 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
   ct_status st = ct_config_validate(cfg, err);
   if (!st) st = tr->task->configure(tr, err);
   if (st) return st;
-  if (tr->rank == 0) warn_inapplicable(cfg);
+  if (tr->rank == 0) {
+    warn_inapplicable(cfg);
+    char dn[512];
+    ct_config_defaults_note(cfg, dn, sizeof dn);
+    if (dn[0]) CT_INFO("SimpleTuner's defaults in effect for keys not set: %s", dn);
+  }
   if (!cfg->data_backend_config)
     return ct_errf(err, CT_ERR_INVALID,
                    "data_backend_config is required: a multidatabackend.json "
