@@ -106,6 +106,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   ct_err err = {0};
+  ct_config_problems probs = {0};
   ct_comm *comm = NULL;
   int rc = 2;
   /* --config first, so that the other arguments override it wherever they are. */
@@ -126,10 +127,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
     }
     int r = ct_cli_opt(argc, argv, &i, "config", &v);
     if (r < 0) goto out;
-    if (r && ct_config_load_file(&cfg, v, &err)) {
-      fprintf(stderr, "%s: %s\n", who, err.msg);
-      goto out;
-    }
+    if (r) ct_config_load(&cfg, v, &probs);
   }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -151,13 +149,20 @@ static int train_or_cache(int argc, char **argv, int cache) {
       }
       v = argv[++i];
     }
-    if (ct_config_set(&cfg, key, v, &err)) {
-      fprintf(stderr, "%s: %s\n", who, err.msg);
-      goto out;
-    }
+    ct_config_set_arg(&cfg, key, v, &probs);
   }
-  if (ct_config_validate(&cfg, &err) ||
-      (!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
+  /* every problem of the file, the arguments and the rules at once; any error refuses */
+  if (ct_config_check(&cfg, &probs) || probs.errors) {
+    char where[700];
+    for (size_t k = 0; k < probs.n; k++)
+      if (!probs.v[k].warning)
+        fprintf(stderr, "%s: %s: %s\n", who,
+                ct_config_problem_where(&probs.v[k], where, sizeof where), probs.v[k].msg);
+    fprintf(stderr, "%s: %zu problem%s in the configuration; nothing was run\n", who, probs.errors,
+            probs.errors == 1 ? "" : "s");
+    goto out;
+  }
+  if ((!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
     fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
@@ -223,6 +228,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
 out:
   ct_comm_free(comm);
   ct_config_free(&cfg);
+  ct_config_problems_free(&probs);
   return rc;
 }
 
