@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden
+.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden interop
 
 all: build
 
@@ -22,6 +22,7 @@ help:
 	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
+	@echo "make interop    re-check committed peer expectations live (config.toml fixtures against Python's tomllib)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -74,6 +75,9 @@ asan: deps
 
 golden:
 	scripts/golden.sh
+
+interop:
+	/usr/bin/python3 scripts/toml_expect.py --check
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

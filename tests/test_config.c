@@ -367,13 +367,13 @@ CT_TEST(config, env_file) {
   ct_config_defaults(&c);
   CHECK(ct_config_load(&c, p, &probs) != CT_OK);
   char w[700];
-  /* line by line first, then the variables' values */
-  const char *want[][2] = {{"bad.env:2:22", "text after the closing quote"},
-                           {"bad.env:3:17", "comment after an unquoted value"},
-                           {"bad.env:5:19", "not closed"},
-                           {"bad.env:6:1", "not a variable name"},
+  /* names while reading; then each variable in file order */
+  const char *want[][2] = {{"bad.env:6:1", "not a variable name"},
                            {"bad.env:1:12", "pretrained_model_name_or_path"},
-                           {"bad.env:4:12", "does not expand"}};
+                           {"bad.env:2:22", "text after the closing quote"},
+                           {"bad.env:3:17", "comment after an unquoted value"},
+                           {"bad.env:4:12", "does not expand"},
+                           {"bad.env:5:19", "not closed"}};
   CHECKF(probs.errors == 6, "%zu", probs.errors);
   for (size_t i = 0; i < probs.n && i < 6; i++)
     CHECKF(strstr(ct_config_problem_where(&probs.v[i], w, sizeof w), want[i][0]) &&

@@ -113,7 +113,8 @@ static const struct {
 
 /* A value's text and where it started. */
 typedef struct seg {
-  char *text;
+  char *text; /* NULL: the line was not read (bad says why) */
+  char *bad;
   int line, col;
 } seg;
 /* A variable: its segments (one per `=`/`+=` line since the last `=`). */
@@ -162,8 +163,10 @@ static char *squash(const char *s, size_t n) {
 }
 
 /* The value part of one line (after '=' at column vcol): quotes removed.
- * NULL (and a problem) where SimpleTuner and a shell would disagree. */
-static char *value_of(envctx *c, const char *v, size_t n, int line, int vcol, const char *name) {
+ * NULL where SimpleTuner and a shell would read it differently: why (and
+ * *wcol) say how; reported only if the variable is used (apply). */
+static char *value_of(const char *v, size_t n, int vcol, const char *name, char *why, size_t wn,
+                      int *wcol) {
   size_t a = 0;
   while (a < n && isspace((unsigned char)v[a])) a++;
   while (n > a && isspace((unsigned char)v[n - 1])) n--;
@@ -171,30 +174,33 @@ static char *value_of(envctx *c, const char *v, size_t n, int line, int vcol, co
     const char q = v[a];
     const char *e = memchr(v + a + 1, q, n - a - 1);
     if (!e) {
-      problem(c, 0, line, vcol + (int)a, name,
-              "variable %s: the quote is not closed on this line (SimpleTuner reads config.env "
-              "line by line)",
-              name);
+      *wcol = vcol + (int)a;
+      snprintf(why, wn,
+               "variable %s: the quote is not closed on this line (SimpleTuner reads config.env "
+               "line by line)",
+               name);
       return NULL;
     }
     size_t after = (size_t)(e - v) + 1;
     while (after < n && isspace((unsigned char)v[after])) after++;
     if (after < n) {
-      problem(c, 0, line, vcol + (int)after, name,
-              "variable %s: text after the closing quote (a shell would %s it, SimpleTuner keeps "
-              "it and the quote in the value); %s",
-              name, v[after] == '#' ? "drop" : "join",
-              v[after] == '#' ? "put the comment on its own line" : "quote the whole value");
+      *wcol = vcol + (int)after;
+      snprintf(why, wn,
+               "variable %s: text after the closing quote (a shell would %s it, SimpleTuner keeps "
+               "it and the quote in the value); %s",
+               name, v[after] == '#' ? "drop" : "join",
+               v[after] == '#' ? "put the comment on its own line" : "quote the whole value");
       return NULL;
     }
     return squash(v + a + 1, (size_t)(e - v) - a - 1);
   }
   for (size_t i = a; i + 1 < n; i++)
     if (isspace((unsigned char)v[i]) && v[i + 1] == '#') {
-      problem(c, 0, line, vcol + (int)i + 1, name,
-              "variable %s: a comment after an unquoted value (a shell drops it, SimpleTuner "
-              "keeps it in the value); put the comment on its own line",
-              name);
+      *wcol = vcol + (int)i + 1;
+      snprintf(why, wn,
+               "variable %s: a comment after an unquoted value (a shell drops it, SimpleTuner "
+               "keeps it in the value); put the comment on its own line",
+               name);
       return NULL;
     }
   return squash(v + a, n - a);
@@ -207,7 +213,7 @@ static var *find_var(envctx *c, const char *name) {
 }
 
 static void clear_var(var *x) {
-  for (int i = 0; i < x->n; i++) free(x->s[i].text);
+  for (int i = 0; i < x->n; i++) free(x->s[i].text), free(x->s[i].bad);
   x->n = 0;
 }
 
@@ -239,12 +245,14 @@ static void read_line(envctx *c, const char *l, size_t n, int line) {
   char name[128];
   snprintf(name, sizeof name, "%.*s", (int)(kn - kb), l + kb);
   const size_t vb = (size_t)(eq - l) + 1;
-  char *val = value_of(c, l + vb, n - vb, line, (int)vb + 1, name);
-  if (!val) return;
+  char why[600] = "";
+  int wcol = 0;
+  char *val = value_of(l + vb, n - vb, (int)vb + 1, name, why, sizeof why, &wcol);
+  char *bad = val ? NULL : strdup(why);
   var *x = find_var(c, name);
   if (!x) {
     if (c->n == MAX_VARS) {
-      free(val);
+      free(val), free(bad);
       problem(c, 0, line, 1, NULL, "more than 512 variables");
       return;
     }
@@ -254,13 +262,13 @@ static void read_line(envctx *c, const char *l, size_t n, int line) {
   }
   if (!append) clear_var(x);
   if (x->n == MAX_SEGS) {
-    free(val);
+    free(val), free(bad);
     problem(c, 0, line, 1, name, "variable %s: more than 64 += lines", name);
     return;
   }
   int vcol = (int)vb + 1;
   while (vcol <= (int)n && isspace((unsigned char)l[vcol - 1])) vcol++;
-  x->s[x->n++] = (seg){val, line, vcol};
+  x->s[x->n++] = (seg){val, bad, line, val ? vcol : wcol};
 }
 
 /* One --key[=value] argument of TRAINER_EXTRA_ARGS; *used: words taken. */
@@ -325,14 +333,16 @@ static void mapped(envctx *c, const var *x, const char *arg) {
   }
   const seg *s = &x->s[0];
   const cfg_src src = {CT_ORIGIN_FILE, c->file, s->line, s->col};
-  if (strstr(joined, "${")) {
+  if (!strcasecmp(joined, "false")) return; /* SimpleTuner drops the argument */
+  const char *dollar = strchr(joined, '$');
+  if (dollar && (dollar[1] == '{' || dollar[1] == '_' || isalpha((unsigned char)dollar[1])) &&
+      !ct_config_no_effect(arg) && !ct_cfg_not_here(arg)) {
     problem(c, 0, s->line, s->col, arg,
             "variable %s: '%s' needs a shell; SimpleTuner's config.env reader does not expand "
-            "${...}: write the value",
+            "$VAR or ${VAR} (it would pass the text as it is): write the value",
             x->name, joined);
     return;
   }
-  if (!strcasecmp(joined, "false")) return; /* SimpleTuner drops the argument */
   const char *eq = strchr(arg, '=');
   if (eq) {
     char key[128];
@@ -341,6 +351,17 @@ static void mapped(envctx *c, const var *x, const char *arg) {
   } else {
     ct_cfg_set_text(c->cfg, arg, !strcasecmp(joined, "true") ? "true" : joined, &src, c->probs);
   }
+}
+
+/* A used variable with lines read differently by a shell: each is an error; 1 if any. */
+static int unread(envctx *c, const var *x) {
+  int any = 0;
+  for (int k = 0; k < x->n; k++)
+    if (!x->s[k].text) {
+      problem(c, 0, x->s[k].line, x->s[k].col, NULL, "%s", x->s[k].bad ? x->s[k].bad : "");
+      any = 1;
+    }
+  return any;
 }
 
 static void apply(envctx *c) {
@@ -357,9 +378,9 @@ static void apply(envctx *c) {
       if (!strcmp(MAP[k].var, x->name)) arg = MAP[k].arg;
     for (size_t k = 0; k < sizeof LAUNCHER / sizeof LAUNCHER[0] && !why; k++)
       if (!strcmp(LAUNCHER[k].var, x->name)) why = LAUNCHER[k].why;
-    if (arg)
-      mapped(c, x, arg);
-    else if (why)
+    if (arg) {
+      if (!unread(c, x)) mapped(c, x, arg);
+    } else if (why)
       problem(c, 1, x->s[0].line, 1, NULL, "variable %s is for SimpleTuner's launcher: %s", x->name,
               why);
     else
@@ -368,7 +389,7 @@ static void apply(envctx *c) {
               "as SimpleTuner ignores it",
               x->name);
   }
-  if (extra) extra_args(c, extra);
+  if (extra && !unread(c, extra)) extra_args(c, extra);
 }
 
 ct_status ct_cfg_load_env(ct_config *cfg, const char *text, size_t len, const char *file,
