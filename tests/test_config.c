@@ -383,6 +383,24 @@ CT_TEST(config, env_file) {
   ct_config_free(&c);
 }
 
+/* A config.env that selects another backend is the launcher's file: one
+ * error saying which file holds the options, no variable read. */
+CT_TEST(config, env_file_for_another_backend) {
+  const char *p = write_tmp("launcher.env",
+                            "export TRAINING_NUM_PROCESSES=8\n"
+                            "export CONFIG_BACKEND='json'\n"
+                            "export LEARNING_RATE=1\n");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_config_problems probs = {0};
+  CHECK(ct_config_load(&c, p, &probs) != CT_OK);
+  CHECKF(probs.n == 1 && strstr(probs.v[0].msg, "config/config.json") && probs.v[0].line == 2, "%s",
+         probs.n ? probs.v[0].msg : "");
+  CHECK(c.given[CT_KEY_learning_rate] == 0);
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
+}
+
 /* config.toml: typed values as config.json; tables refused by name. */
 CT_TEST(config, toml_file) {
   const char *p = write_tmp("config.toml",

@@ -94,7 +94,7 @@ int ct_cmd_config_check(int argc, char **argv) {
   ct_backend *be = NULL;
   const char *file = NULL, *dbc = NULL;
   int rc = 2;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 2; i < argc; i++) { /* argv: ctuner's "config" "check" ... */
     const char *v = NULL;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_config_check_help(stdout);
@@ -120,7 +120,7 @@ int ct_cmd_config_check(int argc, char **argv) {
     goto out;
   }
   ct_config_load(&cfg, file, &probs);
-  for (int i = 1; i < argc; i++) {
+  for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     if (strncmp(a, "--", 2) || ct_cli_opt(argc, argv, &i, "data_backend_config", &v)) continue;
     char key[256];

@@ -206,7 +206,7 @@ static char *value_of(const char *v, size_t n, int vcol, const char *name, char 
   return squash(v + a, n - a);
 }
 
-static var *find_var(envctx *c, const char *name) {
+static var *find_var(const envctx *c, const char *name) {
   for (int i = 0; i < c->n; i++)
     if (!strcmp(c->v[i].name, name)) return &c->v[i];
   return NULL;
@@ -364,8 +364,28 @@ static int unread(envctx *c, const var *x) {
   return any;
 }
 
+/* CONFIG_BACKEND (or its other spellings) naming json, toml or cmd: then
+ * SimpleTuner reads its options from that file and this one only in its
+ * launcher. */
+static const var *other_backend(envctx *c) {
+  static const char *const names[] = {"SIMPLETUNER_CONFIG_BACKEND", "CONFIG_BACKEND",
+                                      "CONFIG_TYPE"};
+  for (size_t k = 0; k < 3; k++) {
+    const var *x = find_var(c, names[k]);
+    if (x && x->n && x->s[0].text && strcasecmp(x->s[0].text, "env")) return x;
+  }
+  return NULL;
+}
+
 static void apply(envctx *c) {
-  const var *extra = NULL;
+  const var *extra = NULL, *ob = other_backend(c);
+  if (ob) {
+    problem(c, 0, ob->s[0].line, ob->s[0].col, NULL,
+            "%s=%s: with it SimpleTuner reads the training options from config/config.%s and "
+            "this config.env only in its launcher (train.sh); give ctuner that file instead",
+            ob->name, ob->s[0].text, ob->s[0].text);
+    return;
+  }
   for (int i = 0; i < c->n; i++) {
     const var *x = &c->v[i];
     if (!x->n) continue;

@@ -30,6 +30,18 @@ static const char *const IGNORED[] = {
     "scan_for_errors",         "is_regularisation_data",  "is_regularization_data",
     "caption_filter_list",     "prepend_instance_prompt", "only_instance_prompt",
     "disable_multiline_split", "conditioning_data",       NULL};
+/* SimpleTuner keys of features ctuner does not have: refused with why. */
+static const struct {
+  const char *key, *why;
+} REFUSED[] = {
+    {"conditioning_type",
+     "conditioning datasets (ControlNet, edit references) are not implemented"},
+    {"conditioning", "generated conditioning datasets (ControlNet) are not implemented"},
+    {"source_dataset_id",
+     "conditioning datasets (ControlNet, edit references) are not implemented"},
+    {"dataset_name", "Hugging Face datasets (type \"huggingface\") are not supported"},
+    {"csv_file", "CSV URL lists (type \"csv\") are not supported"},
+};
 static const char *const KNOWN[] = {
     "id", "type", "dataset_type", "disabled", "instance_data_dir", "caption_strategy",
     "instance_prompt", "metadata_backend", "parquet", "resolution", "resolution_type",
@@ -37,7 +49,7 @@ static const char *const KNOWN[] = {
     "maximum_aspect_ratio", "crop", "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats",
     "probability", "max_num_samples", "cache_dir_vae", "text_embeds", "image_embeds",
     "vae_cache_disable", "preserve_data_backend_cache", "compress_cache", "default", "cache_dir",
-    "write_batch_size",
+    "write_batch_size", "ignore_epochs",
     /* type "aws" (AWS_KEYS) */
     "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id",
     "aws_secret_access_key", "aws_session_token", "aws_data_prefix", "aws_max_pool_connections",
@@ -93,7 +105,11 @@ typedef struct ctx {
   const ct_json *obj;          /* the dataset's object, for positions */
   int line, col;               /* where the last error is (0: unknown) */
   char key[64];                /* the key of the last error */
+  ct_config_problems *probs;   /* NULL: stop at the first problem */
+  int noted;                   /* the failing dataset's problems are already in probs */
 } ctx;
+
+static void note(ctx *c, ct_config_problems *probs, const char *name);
 
 /* Where key sits in the dataset's object, for the problem list. */
 static void at_key(ctx *c, const char *key) {
@@ -446,18 +462,47 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   static const int STYLE_MAP[] = {CT_CROP_RANDOM, CT_CROP_CENTER, CT_CROP_CENTER, CT_CROP_CORNER};
   static const char *const ASPECTS[] = {"square", "preserve", "closest", "random", NULL};
   ct_status st = CT_OK;
+  /* a storage type ctuner has not is the problem, not the keys that come with it */
+  const ct_json *ty = ct_json_get(o, "type");
+  if (ty && ty->type == CT_JSON_STRING && strcmp(ty->str, "local") && strcmp(ty->str, "aws"))
+    return bad(c, "type", "\"%s\" is not supported; use \"local\" or \"aws\" (S3)", ty->str);
+  int unknown = 0;
+  ct_err first = {0};
   for (size_t i = 0; i < o->n; i++) {
     const char *k = o->keys[i];
     if (in_list(k, KNOWN)) continue;
     if (in_list(k, IGNORED)) {
-      CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
-              c->where, k);
+      if (c->probs) {
+        const ct_json *v = &o->items[i];
+        ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col, k,
+                               NULL,
+                               "%s: key '%s' is a SimpleTuner option ctuner does not use; "
+                               "ignored",
+                               c->where, k);
+      } else {
+        CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
+                c->where, k);
+      }
       continue;
     }
-    const char *s = suggest(k, KNOWN);
+    const char *why = NULL;
+    for (size_t r = 0; r < sizeof REFUSED / sizeof REFUSED[0] && !why; r++)
+      if (!strcmp(k, REFUSED[r].key)) why = REFUSED[r].why;
+    const char *s = why ? NULL : suggest(k, KNOWN);
     at_key(c, k);
-    return ct_errf(c->err, CT_ERR_INVALID, "%s: %s: unknown key '%s'%s%s%s", c->file, c->where, k,
+    if (why)
+      st = ct_errf(c->err, CT_ERR_UNSUPPORTED, "%s: %s: key '%s': %s", c->file, c->where, k, why);
+    else
+      st = ct_errf(c->err, CT_ERR_INVALID, "%s: %s: unknown key '%s'%s%s%s", c->file, c->where, k,
                    s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+    if (!c->probs) return st;
+    note(c, c->probs, c->file); /* every unknown key of the dataset, each at its place */
+    if (!unknown++) first = *c->err;
+  }
+  if (unknown) {
+    c->noted = 1;    /* already in the list */
+    *c->err = first; /* err keeps the first */
+    return first.status;
   }
   d->kind = CT_DS_IMAGE;
   d->caption_strategy = CT_CAP_FILENAME; /* SimpleTuner's default */
@@ -512,6 +557,12 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   if ((st = get_bool(c, o, "default", &d->is_default))) return st;
   if ((st = get_str(c, o, "cache_dir", &d->cache_dir))) return st;
   if ((st = get_int(c, o, "write_batch_size", 1, 1 << 20, &d->write_batch_size))) return st;
+  int ignore_epochs = 0;
+  if ((st = get_bool(c, o, "ignore_epochs", &ignore_epochs))) return st;
+  if (ignore_epochs)
+    return bad(c, "ignore_epochs",
+               "true is not implemented: every dataset counts toward the end of an epoch here "
+               "(false, SimpleTuner's default, is accepted)");
 
   /* cross-key rules */
   if (!d->type) return bad(c, "type", "is required (\"local\" or \"aws\")");
@@ -624,7 +675,7 @@ ct_status ct_backend_parse_with(const char *text, size_t len, const char *name,
   ct_json *j = NULL;
   ct_backend *b = NULL;
   ct_err scratch = {0};
-  ctx c = {.file = name, .err = err ? err : &scratch, .vars = vars};
+  ctx c = {.file = name, .err = err ? err : &scratch, .vars = vars, .probs = probs};
   ct_status st = ct_json_parse(text, len, &j, c.err), first = CT_OK;
   *out = NULL;
   if (st) {
@@ -653,7 +704,8 @@ ct_status ct_backend_parse_with(const char *text, size_t len, const char *name,
     ct_err keep = *c.err;
     st = parse_entry(&c, &j->items[i], i, b);
     if (st) {
-      note(&c, probs, name);
+      if (!c.noted) note(&c, probs, name);
+      c.noted = 0;
       if (first) *c.err = keep; /* err keeps the first problem */
       if (!first) first = st;
     }
