@@ -34,9 +34,12 @@ void ct_cmd_train_help(FILE *f) {
   fprintf(f,
           "usage: ctuner train [--config config.json] [--KEY=VALUE ...]\n"
           "\n"
-          "Trains the MMDiT with the flow-matching objective. config.json is a\n"
-          "SimpleTuner-style flat JSON object (keys may carry the \"--\" prefix);\n"
-          "--KEY=VALUE arguments override it. Main keys (all: docs/config.md,\n"
+          "Trains the MMDiT with the flow-matching objective. The config is one of\n"
+          "SimpleTuner's formats, by its extension: config.json (a flat object, keys may\n"
+          "carry the \"--\" prefix), config.env (KEY=value lines with SimpleTuner's\n"
+          "variable names) or config.toml; --KEY=VALUE arguments override it. Every\n"
+          "problem is reported at once and nothing runs if there is one ('ctuner config\n"
+          "check' prints them with the resolved keys). Main keys (all: docs/config.md,\n"
           "or 'ctuner train --help-keys'):\n"
           "  preset, output_dir, data_backend_config, train_batch_size,\n"
           "  gradient_accumulation_steps, max_train_steps, num_train_epochs,\n"
@@ -151,13 +154,17 @@ static int train_or_cache(int argc, char **argv, int cache) {
     }
     ct_config_set_arg(&cfg, key, v, &probs);
   }
-  /* every problem of the file, the arguments and the rules at once; any error refuses */
-  if (ct_config_check(&cfg, &probs) || probs.errors) {
-    char where[700];
-    for (size_t k = 0; k < probs.n; k++)
-      if (!probs.v[k].warning)
-        fprintf(stderr, "%s: %s: %s\n", who,
-                ct_config_problem_where(&probs.v[k], where, sizeof where), probs.v[k].msg);
+  /* every problem of the file, the arguments and the rules at once; any error refuses.
+   * Warnings are printed too, but not the no-effect keys: the trainer names those once. */
+  const int refuse = ct_config_check(&cfg, &probs) || probs.errors;
+  char where[700];
+  for (size_t k = 0; k < probs.n; k++) {
+    const ct_config_problem *pr = &probs.v[k];
+    if (pr->warning && (refuse || ct_config_no_effect(pr->key))) continue;
+    fprintf(stderr, "%s: %s: %s%s\n", who, ct_config_problem_where(pr, where, sizeof where),
+            pr->warning ? "warning: " : "", pr->msg);
+  }
+  if (refuse) {
     fprintf(stderr, "%s: %zu problem%s in the configuration; nothing was run\n", who, probs.errors,
             probs.errors == 1 ? "" : "s");
     goto out;
