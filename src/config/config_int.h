@@ -39,4 +39,8 @@ const char *ct_cfg_alias_at(size_t i, const char **key);
  * pipelines, TREAD, ...), or NULL (names.c). */
 const char *ct_cfg_not_here(const char *key);
 
+/* Rule i between keys (rules.c): *key is the key its problem is filed
+ * under; with err, runs it (CT_OK or why in err); CT_ERR_RANGE past the end. */
+ct_status ct_cfg_rule_at(size_t i, const ct_config *c, const char **key, ct_err *err);
+
 #endif
