@@ -109,7 +109,7 @@ static const struct {
 };
 
 #define MAX_VARS 512
-#define MAX_SEGS 64
+#define MAX_SEGS 32
 
 /* A value's text and where it started. */
 typedef struct seg {
@@ -129,7 +129,7 @@ typedef struct envctx {
   ct_config *cfg;
   ct_config_problems *probs;
   var *v;
-  int n;
+  int n, cap; /* variables read, allocated (at most MAX_VARS) */
 } envctx;
 
 static void problem(envctx *c, int warning, int line, int col, const char *key, const char *fmt,
@@ -251,9 +251,14 @@ static void read_line(envctx *c, const char *l, size_t n, int line) {
   char *bad = val ? NULL : strdup(why);
   var *x = find_var(c, name);
   if (!x) {
-    if (c->n == MAX_VARS) {
+    var *nv = c->n == c->cap && c->cap < MAX_VARS
+                  ? realloc(c->v, (size_t)(c->cap ? 2 * c->cap : 16) * sizeof *nv)
+                  : NULL;
+    if (nv) c->v = nv, c->cap = c->cap ? 2 * c->cap : 16;
+    if (c->n == c->cap) {
       free(val), free(bad);
-      problem(c, 0, line, 1, NULL, "more than 512 variables");
+      problem(c, 0, line, 1, NULL, "%s",
+              c->cap >= MAX_VARS ? "more than 512 variables" : "out of memory");
       return;
     }
     x = &c->v[c->n++];
@@ -263,7 +268,7 @@ static void read_line(envctx *c, const char *l, size_t n, int line) {
   if (!append) clear_var(x);
   if (x->n == MAX_SEGS) {
     free(val), free(bad);
-    problem(c, 0, line, 1, name, "variable %s: more than 64 += lines", name);
+    problem(c, 0, line, 1, name, "variable %s: more than 32 += lines", name);
     return;
   }
   int vcol = (int)vb + 1;
@@ -415,12 +420,7 @@ static void apply(envctx *c) {
 ct_status ct_cfg_load_env(ct_config *cfg, const char *text, size_t len, const char *file,
                           ct_config_problems *probs) {
   const size_t before = probs->errors;
-  envctx c = {file, cfg, probs, calloc(MAX_VARS, sizeof(var)), 0};
-  if (!c.v) {
-    ct_config_problems_add(probs, 0, CT_ERR_NOMEM, CT_ORIGIN_FILE, file, 0, 0, NULL, NULL,
-                           "out of memory");
-    return CT_ERR_NOMEM;
-  }
+  envctx c = {file, cfg, probs, NULL, 0, 0};
   int line = 1;
   for (size_t i = 0; i < len; line++) {
     const char *nl = memchr(text + i, '\n', len - i);
