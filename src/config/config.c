@@ -184,7 +184,8 @@ static ct_status unknown_key(ct_config *cfg, const char *key, const cfg_src *src
                            "key '%s' has no effect here: %s", key, ct_config_no_effect(key));
     return CT_OK;
   }
-  const char *s = ct_config_suggest(key);
+  /* a hint costs a distance to every key: not for a file of thousands of unknown keys */
+  const char *s = probs && probs->n > 200 ? NULL : ct_config_suggest(key);
   if (s)
     ct_config_problems_add(probs, 0, CT_ERR_INVALID, src->origin, f, src->line, src->col, key, s,
                            "unknown key '%s'; did you mean '%s'?", key, s);
