@@ -72,9 +72,60 @@ static const struct {
     {"base_model_precision", "a quantised frozen base is for LoRA training, not implemented yet"},
 };
 
+/* Other SimpleTuner options met in real configs (tests/data/realcfg) that
+ * ctuner does not implement: refused by name as SimpleTuner's, never
+ * answered with a look-alike key. */
+static const char *const ST_OPTIONS[] = {
+    "allow_tf32",
+    "attention_mechanism",
+    "aws_max_pool_connections",
+    "base_model_default_dtype",
+    "conditioning_multidataset_sampling",
+    "controlnet",
+    "delete_problematic_images",
+    "delete_unwanted_images",
+    "enable_xformers_memory_efficient_attention",
+    "eval_dataset_id",
+    "eval_steps_interval",
+    "evaluation_type",
+    "flux_guidance_value",
+    "freeze_encoder_strategy",
+    "grad_clip_method",
+    "gradient_checkpointing",
+    "gradient_checkpointing_interval",
+    "image_processing_batch_size",
+    "inference_scheduler_timestep_spacing",
+    "instance_prompt",
+    "loss_type",
+    "metadata_update_interval",
+    "minimum_image_size",
+    "model_flavour",
+    "num_eval_images",
+    "quantize_via",
+    "read_batch_size",
+    "resolution_type",
+    "snr_gamma",
+    "t5_padding",
+    "timestep_bias_strategy",
+    "torch_num_threads",
+    "training_scheduler_timestep_spacing",
+    "validation_disable_unconditional",
+    "validation_guidance_real",
+    "validation_guidance_rescale",
+    "validation_guidance_skip_layers",
+    "validation_negative_prompt",
+    "validation_no_cfg_until_timestep",
+    "validation_prompt_library",
+    "write_batch_size",
+};
+
 const char *ct_cfg_not_here(const char *key) {
   for (size_t i = 0; i < sizeof NOT_HERE / sizeof NOT_HERE[0]; i++)
     if (!strcmp(NOT_HERE[i].key, key)) return NOT_HERE[i].why;
+  for (size_t i = 0; i < sizeof ST_OPTIONS / sizeof ST_OPTIONS[0]; i++)
+    if (!strcmp(ST_OPTIONS[i], key))
+      return "a SimpleTuner option ctuner does not implement; remove it (docs/config.md lists "
+             "the keys ctuner reads)";
   return NULL;
 }
 
