@@ -25,6 +25,7 @@ help:
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
 	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set)"
+	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -87,6 +88,7 @@ interop: build
 	  rm -rf $(BUILD)/t5-interop && mkdir -p $(BUILD)/t5-interop && \
 	  $$py scripts/t5_golden.py --seed 1 --out $(BUILD)/t5-interop
 	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
+	/usr/bin/python3 scripts/toml_expect.py --check
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -5,7 +5,8 @@
 # (fuzz_safetensors: tests/data/*.safetensors plus a few small generated files;
 # fuzz_image and fuzz_image_header: the PNG/JPEG/WebP/BMP/GIF fixtures in
 # tests/data/images/; fuzz_bpe: the test
-# merges.txt plus a caption; fuzz_parquet: tests/data/parquet/*.parquet up to
+# merges.txt plus a caption; fuzz_config_toml: tests/data/toml and the real
+# config.env files; fuzz_parquet: tests/data/parquet/*.parquet up to
 # 8 KB, the -max_len; fuzz_s3_list: a ListObjectsV2 page; fuzz_yaml: the real
 # Accelerate configs of tests/data/realcfg/accelerate/), and fails if a
 # target reports a crash, leak or sanitizer error. Crash inputs are kept in
@@ -100,6 +101,9 @@ for t in "${targets[@]}"; do
     fuzz_yaml) cp -f tests/data/realcfg/accelerate/* "$corpus/" ;;
     fuzz_s3_list)
       printf 'p<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix>p/</Prefix><Contents><Key>p/a/1.png</Key><Size>12</Size></Contents><Contents><Key>p/caf&#233; &amp; x.txt</Key><Size>3</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>tok=</NextContinuationToken></ListBucketResult>' > "$corpus/seed-page" ;;
+    fuzz_config_toml) # byte 0: even = config.toml, odd = config.env
+      for s in tests/data/toml/*/*.toml; do { printf '\x00'; cat "$s"; } > "$corpus/seed-$(basename "$s")"; done
+      for s in tests/data/realcfg/simpletuner/*.env; do { printf '\x01'; cat "$s"; } > "$corpus/seed-$(basename "$s")"; done ;;
     *) seed_safetensors "$corpus" ;;
   esac
   dict=()

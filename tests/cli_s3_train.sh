@@ -189,4 +189,22 @@ else
   if grep -rq "$secret" "$tmp/bad.out" "$tmp/bad.err" "$tmp/out-bad" 2>/dev/null; then bad "the secret appears in the output"
   else ok "the secret appears nowhere in stdout, stderr or output_dir"; fi
 fi
+# image_embeds (issue 21): local images whose latents go where the user put them, the
+# cache_dir_vae of an S3 image_embeds dataset, {model_family} and {id} filled as
+# SimpleTuner fills them; before, they went to a local directory named "vae/{model_family}/{id}".
+cat > "$tmp/ie.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile",
+  "image_embeds": "lat", "cache_dir_vae": "vae/{model_family}/{id}"},
+ {"id": "lat", "type": "aws", $s3keys, "aws_data_prefix": "embeds", "dataset_type": "image_embeds"},
+ {"id": "text", "type": "local", "dataset_type": "text_embeds", "default": true, "cache_dir": "$tmp/ie-text"}]
+JSON
+ct_abs="$(cd "$(dirname "$CT")" && pwd)/$(basename "$CT")"
+if (cd "$tmp" && "$ct_abs" cache "${base[@]}" --data_backend_config="$tmp/ie.json" --output_dir="$tmp/out-ie" \
+    >/dev/null 2>"$tmp/ie.err"); then
+  n=$("$CT" storage ls s3://train/embeds/vae/flux/shapes --endpoint "$ep" | wc -l)
+  [ "$n" -ge 48 ] && [ ! -e "$tmp/vae" ] && ok "image_embeds: $n latents in s3://train/embeds/vae/flux/shapes, none local" ||
+    bad "image_embeds: $n latents in the bucket; local: $(ls "$tmp" | tr '\n' ' ')"
+else
+  bad "image_embeds run: $(tail -3 "$tmp/ie.err")"
+fi
 exit $fail

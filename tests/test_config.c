@@ -113,11 +113,10 @@ CT_TEST(config, errors_name_the_problem) {
          err.msg);
   p = write_tmp("c3.json", "{\"seed\": 1,\n  \"train_batch_size\": 2.5}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
-  CHECKF(strstr(err.msg, "line 2, column 23") && strstr(err.msg, "expects an integer"), "%s",
-         err.msg);
+  CHECKF(strstr(err.msg, "c3.json:2:23: ") && strstr(err.msg, "expects an integer"), "%s", err.msg);
   p = write_tmp("c4.json", "{\"seed\": 1\n  \"x\": 2}");
   CHECK(ct_config_load_file(&c, p, &err) != CT_OK);
-  CHECKF(strstr(err.msg, "line 2, column 3"), "%s", err.msg);
+  CHECKF(strstr(err.msg, "c4.json:2:3: "), "%s", err.msg);
   p = write_tmp("c5.json", "[1, 2]");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_FORMAT);
   CHECK(ct_config_load_file(&c, "/nonexistent/config.json", &err) == CT_ERR_IO);
@@ -486,4 +485,204 @@ CT_TEST(config, simpletuner_defaults) {
   ct_sched_default(CT_SCHED_CONSTANT_WITH_WARMUP, 1e-4, &b);
   b.warmup_steps = 0;
   for (long k = 0; k < 50; k++) CHECK(ct_sched_lr(&a, k) == ct_sched_lr(&b, k));
+}
+
+/* Every problem of a file, the command line and the rules at once, each with
+ * its place; before, loading stopped at the first (one problem per run). */
+CT_TEST(config, all_problems_at_once) {
+  const char *p = write_tmp("all.json",
+                            "{\"learning_rat\": 1e-4,\n"
+                            " \"train_batch_size\": \"many\",\n"
+                            " \"lora_rank\": 16,\n"
+                            " \"push_to_hub\": true,\n"
+                            " \"optimizer\": \"adamq\",\n"
+                            " \"seed\": 3}");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_config_problems probs = {0};
+  CHECK(ct_config_load(&c, p, &probs) != CT_OK);
+  CHECK(c.seed == 3); /* the good keys are set */
+  CHECK(ct_config_set_arg(&c, "--zero_stage", "7", &probs) == CT_OK);
+  CHECK(ct_config_set_arg(&c, "--lerning_rate", "1", &probs) == CT_ERR_INVALID);
+  CHECK(ct_config_check(&c, &probs) == CT_ERR_INVALID);
+  char w[700];
+  const char *want[][3] = {
+      {"all.json:1:18", "learning_rat", "did you mean 'learning_rate'"},
+      {"all.json:2:22", "train_batch_size", "expects an integer"},
+      {"all.json:3:15", "lora_rank", "LoRA training is not implemented"},
+      {"all.json:4:17", "push_to_hub", "no effect"},
+      {"--lerning_rate", "lerning_rate", "did you mean 'learning_rate'"},
+      {"all.json:5:15", "optimizer", "adamq"},
+      {"--zero_stage", "zero_stage", "zero_stage must be 0, 1, 2 or 3"},
+  };
+  CHECKF(probs.n == 7 && probs.errors == 6, "%zu problems, %zu errors", probs.n, probs.errors);
+  for (size_t i = 0; i < probs.n && i < 7; i++) {
+    const ct_config_problem *pr = &probs.v[i];
+    const char *where = ct_config_problem_where(pr, w, sizeof w);
+    CHECKF(strstr(where, want[i][0]) && !strcmp(pr->key, want[i][1]) && strstr(pr->msg, want[i][2]),
+           "%zu: %s: [%s] %s", i, where, pr->key, pr->msg);
+  }
+  CHECK(probs.v[3].warning == 1 && probs.v[0].warning == 0);
+  CHECK(!strcmp(probs.v[0].hint, "learning_rate"));
+  /* The old single-error API gives the first one and counts the rest. */
+  ct_err err = {0};
+  CHECK(ct_config_problems_to_err(&probs, &err) == CT_ERR_INVALID);
+  CHECKF(
+      strstr(err.msg, "all.json:1:18: unknown key 'learning_rat'") && strstr(err.msg, "and 5 more"),
+      "%s", err.msg);
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
+}
+
+/* Did you mean: real misspellings get the key they mean, look-alikes that
+ * mean something else get no hint (they misled before: tread_config ->
+ * vae_config, pretrained_model_name_or_path -> pretrained_vae_...). */
+CT_TEST(config, did_you_mean) {
+  const char *good[][2] = {
+      {"learning_rat", "learning_rate"},
+      {"lerning_rate", "learning_rate"},
+      {"learnig_rate", "learning_rate"},
+      {"train_batchsize", "train_batch_size"},
+      {"trainbatch_size", "train_batch_size"},
+      {"max_train_step", "max_train_steps"},
+      {"num_train_epoch", "num_train_epochs"},
+      {"gradient_accumulation_step", "gradient_accumulation_steps"},
+      {"gradient_acumulation_steps", "gradient_accumulation_steps"},
+      {"lr_schedular", "lr_scheduler"},
+      {"lr_warmup_step", "lr_warmup_steps"},
+      {"checkpointing_step", "checkpointing_steps"},
+      {"validation_promt", "validation_prompt"},
+      {"mixed_percision", "mixed_precision"},
+      {"adam_weight_decy", "adam_weight_decay"},
+      {"weight_decay", "adam_weight_decay"},
+      {"num_epochs", "num_train_epochs"},
+      {"max_steps", "max_train_steps"},
+      {"--data_backend", "data_backend_config"},
+      {"resolution_validation", "validation_resolution"},
+      {"caption_dropout_probabilty", "caption_dropout_probability"},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    const char *s = ct_config_suggest(good[i][0]);
+    CHECKF(s && !strcmp(s, good[i][1]), "%s -> %s (want %s)", good[i][0], s ? s : "(none)",
+           good[i][1]);
+  }
+  const char *none[] = {"tread_config",
+                        "foo_config",
+                        "vae_batch_sizes_x",
+                        "controlnet",
+                        "pretrained_unet_model_name_or_path",
+                        "zzzzzzzzzzzz",
+                        "lora"};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+    const char *s = ct_config_suggest(none[i]);
+    CHECKF(!s, "%s -> %s (want no hint)", none[i], s);
+  }
+}
+
+/* SimpleTuner's config.env: variables mapped as its loader maps them,
+ * quotes, export, +=, TRAINER_EXTRA_ARGS split on blanks, false dropped;
+ * lines SimpleTuner and a shell would read differently are problems. */
+CT_TEST(config, env_file) {
+  const char *p =
+      write_tmp("config.env",
+                "# a comment\n"
+                "export MODEL_FAMILY=\"flux\"\n"
+                "export LEARNING_RATE=3e-5\n"
+                "TRAIN_BATCH_SIZE='4'\n"
+                "export OUTPUT_DIR=\"/tmp/out  dir\"\n"
+                "USE_EMA=true\n"
+                "PUSH_TO_HUB=false\n"
+                "VALIDATION_PROMPT=\"a  photo of   a cat\"\n"
+                "export TRAINER_EXTRA_ARGS=\"--lr_warmup_steps=10 --checkpointing_steps 50\"\n"
+                "TRAINER_EXTRA_ARGS+=\" --use_ema --seed=7 ${EXTRA}\"\n"
+                "TRAINING_NUM_PROCESSES=2\n"
+                "DISABLE_UPDATES=true\n");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_config_problems probs = {0};
+  CHECK(ct_config_load(&c, p, &probs) == CT_OK);
+  CHECKF(probs.errors == 0, "%s", probs.n ? probs.v[0].msg : "");
+  CHECK_NEAR(c.learning_rate, 3e-5, 0);
+  CHECK(c.train_batch_size == 4);
+  CHECK(!strcmp(c.output_dir, "/tmp/out dir")); /* SimpleTuner joins words with one space */
+  CHECK(c.use_ema == 1);
+  CHECK(!strcmp(c.validation_prompt, "a photo of a cat"));
+  CHECK(c.lr_warmup_steps == 10 && c.checkpoint_step_interval == 50 && c.seed == 7);
+  CHECK(c.line[CT_KEY_learning_rate] == 3 && c.given[CT_KEY_learning_rate] == CT_ORIGIN_FILE);
+  CHECK(!c.given[CT_KEY_seed] == 0);
+  /* warnings: ${EXTRA} skipped, the launcher's variable, an unknown variable */
+  CHECKF(probs.n == 3, "%zu", probs.n);
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
+  p = write_tmp("bad.env",
+                "MODEL_NAME=black-forest-labs/FLUX.1-dev\n"
+                "LEARNING_RATE=\"1e-4\" # peak\n"
+                "OPTIMIZER=adamw # the default\n"
+                "OUTPUT_DIR=${HOME}/out\n"
+                "VALIDATION_PROMPT=\"unclosed\n"
+                "2BAD=1\n");
+  ct_config_defaults(&c);
+  CHECK(ct_config_load(&c, p, &probs) != CT_OK);
+  char w[700];
+  /* names while reading; then each variable in file order */
+  const char *want[][2] = {{"bad.env:6:1", "not a variable name"},
+                           {"bad.env:1:12", "pretrained_model_name_or_path"},
+                           {"bad.env:2:22", "text after the closing quote"},
+                           {"bad.env:3:17", "comment after an unquoted value"},
+                           {"bad.env:4:12", "does not expand"},
+                           {"bad.env:5:19", "not closed"}};
+  CHECKF(probs.errors == 6, "%zu", probs.errors);
+  for (size_t i = 0; i < probs.n && i < 6; i++)
+    CHECKF(strstr(ct_config_problem_where(&probs.v[i], w, sizeof w), want[i][0]) &&
+               strstr(probs.v[i].msg, want[i][1]),
+           "%zu: %s: %s", i, w, probs.v[i].msg);
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
+}
+
+/* A config.env that selects another backend is the launcher's file: one
+ * error saying which file holds the options, no variable read. */
+CT_TEST(config, env_file_for_another_backend) {
+  const char *p = write_tmp("launcher.env",
+                            "export TRAINING_NUM_PROCESSES=8\n"
+                            "export CONFIG_BACKEND='json'\n"
+                            "export LEARNING_RATE=1\n");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_config_problems probs = {0};
+  CHECK(ct_config_load(&c, p, &probs) != CT_OK);
+  CHECKF(probs.n == 1 && strstr(probs.v[0].msg, "config/config.json") && probs.v[0].line == 2, "%s",
+         probs.n ? probs.v[0].msg : "");
+  CHECK(c.given[CT_KEY_learning_rate] == 0);
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
+}
+
+/* config.toml: typed values as config.json; tables refused by name. */
+CT_TEST(config, toml_file) {
+  const char *p = write_tmp("config.toml",
+                            "# SimpleTuner config.toml\n"
+                            "model_family = \"flux\"\n"
+                            "learning_rate = 1e-4\n"
+                            "train_batch_size = 2\n"
+                            "\"use_ema\" = true\n"
+                            "validation_prompt = 'C:\\no escapes'\n"
+                            "output_dir = \"out\\u00e9\" # trailing comment\n");
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_config_problems probs = {0};
+  CHECKF(ct_config_load(&c, p, &probs) == CT_OK, "%s", probs.n ? probs.v[0].msg : "");
+  CHECK(c.train_batch_size == 2 && c.use_ema == 1);
+  CHECK(!strcmp(c.validation_prompt, "C:\\no escapes"));
+  CHECK(!strcmp(c.output_dir, "out\xc3\xa9"));
+  CHECK(c.line[CT_KEY_train_batch_size] == 4 && c.col[CT_KEY_train_batch_size] == 20);
+  ct_config_problems_free(&probs);
+  p = write_tmp("t.toml", "seed = 1\n[model]\nx = 1\n");
+  CHECK(ct_config_load(&c, p, &probs) == CT_ERR_FORMAT);
+  char w[700];
+  CHECKF(probs.n == 1 && strstr(ct_config_problem_where(&probs.v[0], w, sizeof w), "t.toml:2:1") &&
+             strstr(probs.v[0].msg, "tables"),
+         "%s", probs.n ? probs.v[0].msg : "");
+  ct_config_problems_free(&probs);
+  ct_config_free(&c);
 }

@@ -77,7 +77,10 @@ static void expect(int *ct_failed_, const char *key, const char *value, const ch
   ct_err err = {0};
   ct_config_defaults(&c);
   CHECK(ct_config_set(&c, key, value, &err) == CT_OK);
-  CHECKF(ct_config_validate(&c, &err) == CT_ERR_INVALID && !strcmp(err.msg, msg), "%s=%s: %s", key,
+  /* the place ("--key: ") first, then the rule's message */
+  char want[1200];
+  snprintf(want, sizeof want, "--%s: %s", key, msg);
+  CHECKF(ct_config_validate(&c, &err) == CT_ERR_INVALID && !strcmp(err.msg, want), "%s=%s: %s", key,
          value, err.msg);
   ct_config_free(&c);
 }

@@ -1,10 +1,13 @@
 /* The training configuration: SimpleTuner-style keys parsed once into a typed
  * struct with defaults and validation.
  *
- * Sources, later ones overriding earlier ones: defaults, config.json (a flat
- * object; keys may carry the "--" prefix), then "--key=value" arguments.
- * Errors name the file, line and column, the key, the expected type, and for
- * unknown keys the nearest known one ("did you mean"). String values may hold
+ * Sources, later ones overriding earlier ones: defaults, a config file
+ * (SimpleTuner's config.json, config.env or config.toml, picked by the
+ * extension; keys may carry the "--" prefix), then "--key=value" arguments.
+ * Loading and validation collect every problem at once into a
+ * ct_config_problems list (each with the file, line and column or the
+ * "--key" it came from, the key, and for unknown keys the nearest known one,
+ * "did you mean"); the library never prints them. String values may hold
  * {env:VAR}, replaced by the environment variable (unset -> error).
  * Every key, its type, default and meaning: CT_CONFIG_KEYS below and
  * docs/config.md.
@@ -15,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/json.h"  /* ct_config_toml_parse's result (core) */
 #include "ctuner/parse.h" /* {env:VAR} and byte sizes in values (core) */
 #include "ctuner/status.h"
 
@@ -272,9 +276,12 @@ typedef struct ct_config {
 #undef CT_X_NUM
 #undef CT_X_BOOL
 #undef CT_X_STR
-  /* given[CT_KEY_k] = 1: k was set by config.json, the command line or
-   * deepspeed_config rather than left at its default. */
+  /* given[CT_KEY_k] != 0: k was set by a config file, the command line or
+   * deepspeed_config rather than left at its default; the value is the
+   * ct_config_origin, and line/col say where in `file` (CT_ORIGIN_FILE). */
   unsigned char given[CT_CONFIG_NKEYS];
+  int line[CT_CONFIG_NKEYS], col[CT_CONFIG_NKEYS];
+  char file[512]; /* the config file loaded last ("" if none) */
   /* SimpleTuner keys given that have no meaning here (ct_config_no_effect),
    * comma-separated: accepted, and the trainer warns once naming each. */
   char no_effect[512];
@@ -287,6 +294,73 @@ typedef struct ct_config {
  * model type are left out; "" when every such key was set. */
 void ct_config_defaults_note(const ct_config *cfg, char *out, size_t cap);
 
+/* Where a key's value came from (ct_config.given). */
+typedef enum ct_config_origin {
+  CT_ORIGIN_DEFAULT = 0,
+  CT_ORIGIN_FILE = 1,     /* config.json / config.env / config.toml */
+  CT_ORIGIN_CLI = 2,      /* --KEY=VALUE */
+  CT_ORIGIN_DEEPSPEED = 3 /* folded from deepspeed_config */
+} ct_config_origin;
+/* "default", "file", "cli" or "deepspeed". */
+const char *ct_config_origin_name(ct_config_origin o);
+
+/* One problem of a configuration: what is wrong and where it came from.
+ * Plain data for any front end (the CLI prints them, a web form may attach
+ * them to its fields): file + line/col for a config file (line 0: the whole
+ * file), file "" and key for the command line ("--key") or for a rule about
+ * keys left at their defaults. */
+typedef struct ct_config_problem {
+  ct_status status; /* CT_ERR_INVALID, CT_ERR_UNSUPPORTED, CT_ERR_FORMAT, CT_ERR_IO, ... */
+  int warning;      /* 1: accepted but has no effect here (training still runs) */
+  ct_config_origin origin;
+  char file[512];
+  int line, col;
+  char key[128];  /* the key concerned, "" for the whole file */
+  char hint[128]; /* unknown key: the key it probably means ("did you mean"), or "" */
+  char msg[768];  /* what is wrong and what to do, without the place */
+} ct_config_problem;
+typedef struct ct_config_problems {
+  ct_config_problem *v;
+  size_t n, cap;
+  size_t errors; /* problems with warning == 0 */
+} ct_config_problems;
+/* Zero-initialise a list ({0}); free it with this. */
+void ct_config_problems_free(ct_config_problems *p);
+/* Appends a problem (dropped silently past 10000 or out of memory; errors is
+ * still counted). file may be NULL. */
+void ct_config_problems_add(ct_config_problems *p, int warning, ct_status st,
+                            ct_config_origin origin, const char *file, int line, int col,
+                            const char *key, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 10, 11)));
+/* "config.json:3:5", "config.env:7", "--learning_rate" or "default value of
+ * preset" into buf. */
+const char *ct_config_problem_where(const ct_config_problem *pr, char *buf, size_t n);
+/* The first error as one ct_err message ("where: msg", plus "(and N more
+ * problems; 'ctuner config check' lists them all)"); CT_OK if no errors. */
+ct_status ct_config_problems_to_err(const ct_config_problems *p, ct_err *err);
+
+/* Reads a config file by its extension: .json (SimpleTuner's config.json,
+ * a flat object), .env (config.env: KEY=value shell lines with SimpleTuner's
+ * variable names, TRAINER_EXTRA_ARGS), .toml (config.toml, top-level keys).
+ * Every problem goes into probs; returns CT_OK, or the status of the first
+ * error. Values that are fine are set even when others are not. */
+ct_status ct_config_load(ct_config *cfg, const char *path, ct_config_problems *probs);
+/* The TOML of SimpleTuner's config.toml as a JSON object (src/config/toml.c):
+ * top-level `key = value` lines with basic and literal strings (escapes
+ * included), integers (decimal, 0x, 0o, 0b, '_'), floats (inf, nan),
+ * booleans, arrays of these, and comments. Tables, arrays of tables, dotted
+ * keys, inline tables, multi-line strings and dates are refused by name;
+ * errors read "line L, column C: ...". Checked against Python's tomllib
+ * (tests/data/toml, scripts/toml_expect.py). */
+ct_status ct_config_toml_parse(const char *text, size_t len, ct_json **out, ct_err *err);
+/* One --KEY=VALUE argument (the key may start with "--"), problems to probs. */
+ct_status ct_config_set_arg(ct_config *cfg, const char *key, const char *value,
+                            ct_config_problems *probs);
+/* Every key's rule and every rule between keys, each failure to probs
+ * (not stopping at the first); the SimpleTuner keys with no effect here as
+ * warnings. Returns CT_OK if no errors were added. */
+ct_status ct_config_check(const ct_config *cfg, ct_config_problems *probs);
+
 /* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_image_layout,
  * ...), or NULL if it is not such a key. */
 const char *ct_config_no_effect(const char *key);
@@ -294,13 +368,14 @@ const char *ct_config_no_effect(const char *key);
 /* Defaults into cfg (frees nothing: call on a zeroed or freed struct). */
 void ct_config_defaults(ct_config *cfg);
 void ct_config_free(ct_config *cfg);
-/* Merge a config.json into cfg. Errors: "config.json: line 3, column 5: ...",
- * "config.json: unknown key 'learning_rat'; did you mean 'learning_rate'?",
- * "config.json: key 'train_batch_size' expects an integer, got a string". */
+/* ct_config_load with the first error in err: "config.json:3:5: key
+ * 'train_batch_size' expects an integer, got a string (and 2 more problems;
+ * ...)", "config.json:2:3: unknown key 'learning_rat'; did you mean
+ * 'learning_rate'?". */
 ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err);
 /* Set one key from text (command line). The key may start with "--". */
 ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err);
-/* Check ranges and choices after all sources are merged; names the key. */
+/* ct_config_check with the first error in err; names the key. */
 ct_status ct_config_validate(const ct_config *cfg, ct_err *err);
 /* Folds cfg->deepspeed_config (a file path or inline JSON text) into the
  * trainer's keys for `world` ranks (src/config/deepspeed.c; docs/distributed.md).
@@ -329,7 +404,10 @@ int ct_config_key_applies(const char *key, const char *model_type);
 /* The first key given explicitly (cfg->given) that does not apply to
  * cfg->model_type, or NULL: for a trainer that refuses such keys. */
 const char *ct_config_first_inapplicable(const ct_config *cfg);
-/* Nearest known key by edit distance (for "did you mean"); NULL if none close. */
+/* The key an unknown one probably means (for "did you mean"): a SimpleTuner
+ * spelling or known rename from a table, else the nearest key by
+ * Damerau-Levenshtein distance over its '_'-separated words, within a bound
+ * relative to its length; NULL if none is close or two are equally close. */
 const char *ct_config_suggest(const char *key);
 
 #endif

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/config.h" /* ct_config_problems (the config module) */
 #include "ctuner/status.h"
 #include "ctuner/storage.h"
 
@@ -114,6 +115,19 @@ typedef struct ct_backend {
 ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err);
 ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out,
                            ct_err *err);
+/* What SimpleTuner's placeholders in string values become ({model_family},
+ * {output_dir}; {id} is each dataset's own id). NULL fields: "flux", "output". */
+typedef struct ct_backend_vars {
+  const char *model_family, *output_dir;
+} ct_backend_vars;
+/* As ct_backend_load/parse with placeholders filled from vars, and every
+ * dataset's first problem (and the rules between datasets) collected into
+ * probs (may be NULL: stop at the first) with its line and column. */
+ct_status ct_backend_load_with(const char *path, const ct_backend_vars *vars, ct_backend **out,
+                               ct_config_problems *probs, ct_err *err);
+ct_status ct_backend_parse_with(const char *text, size_t len, const char *name,
+                                const ct_backend_vars *vars, ct_backend **out,
+                                ct_config_problems *probs, ct_err *err);
 void ct_backend_free(ct_backend *b);
 /* The dataset with this id, or NULL. */
 const ct_ds_config *ct_backend_find(const ct_backend *b, const char *id);

@@ -33,6 +33,8 @@ int ct_cmd_launch(int argc, char **argv); /* cmd_launch.c */
 void ct_cmd_launch_help(FILE *f);
 int ct_cmd_model_check(int argc, char **argv); /* cmd_model.c */
 void ct_cmd_model_check_help(FILE *f);
+int ct_cmd_config_check(int argc, char **argv);
+void ct_cmd_config_check_help(FILE *f);
 int ct_cmd_model_info(int argc, char **argv);
 void ct_cmd_model_info_help(FILE *f);
 int ct_cmd_model_text(int argc, char **argv); /* cmd_t5.c */

@@ -34,9 +34,12 @@ void ct_cmd_train_help(FILE *f) {
   fprintf(f,
           "usage: ctuner train [--config config.json] [--KEY=VALUE ...]\n"
           "\n"
-          "Trains the MMDiT with the flow-matching objective. config.json is a\n"
-          "SimpleTuner-style flat JSON object (keys may carry the \"--\" prefix);\n"
-          "--KEY=VALUE arguments override it. Main keys (all: docs/config.md,\n"
+          "Trains the MMDiT with the flow-matching objective. The config is one of\n"
+          "SimpleTuner's formats, by its extension: config.json (a flat object, keys may\n"
+          "carry the \"--\" prefix), config.env (KEY=value lines with SimpleTuner's\n"
+          "variable names) or config.toml; --KEY=VALUE arguments override it. Every\n"
+          "problem is reported at once and nothing runs if there is one ('ctuner config\n"
+          "check' prints them with the resolved keys). Main keys (all: docs/config.md,\n"
           "or 'ctuner train --help-keys'):\n"
           "  preset, output_dir, data_backend_config, train_batch_size,\n"
           "  gradient_accumulation_steps, max_train_steps, num_train_epochs,\n"
@@ -108,6 +111,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   ct_err err = {0};
+  ct_config_problems probs = {0};
   ct_comm *comm = NULL;
   int rc = 2;
   /* --config first, so that the other arguments override it wherever they are. */
@@ -128,10 +132,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
     }
     int r = ct_cli_opt(argc, argv, &i, "config", &v);
     if (r < 0) goto out;
-    if (r && ct_config_load_file(&cfg, v, &err)) {
-      fprintf(stderr, "%s: %s\n", who, err.msg);
-      goto out;
-    }
+    if (r) ct_config_load(&cfg, v, &probs);
   }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -153,13 +154,24 @@ static int train_or_cache(int argc, char **argv, int cache) {
       }
       v = argv[++i];
     }
-    if (ct_config_set(&cfg, key, v, &err)) {
-      fprintf(stderr, "%s: %s\n", who, err.msg);
-      goto out;
-    }
+    ct_config_set_arg(&cfg, key, v, &probs);
   }
-  if (ct_config_validate(&cfg, &err) ||
-      (!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
+  /* every problem of the file, the arguments and the rules at once; any error refuses.
+   * Warnings are printed too, but not the no-effect keys: the trainer names those once. */
+  const int refuse = ct_config_check(&cfg, &probs) || probs.errors;
+  char where[700];
+  for (size_t k = 0; k < probs.n; k++) {
+    const ct_config_problem *pr = &probs.v[k];
+    if (pr->warning && (refuse || ct_config_no_effect(pr->key))) continue;
+    fprintf(stderr, "%s: %s: %s%s\n", who, ct_config_problem_where(pr, where, sizeof where),
+            pr->warning ? "warning: " : "", pr->msg);
+  }
+  if (refuse) {
+    fprintf(stderr, "%s: %zu problem%s in the configuration; nothing was run\n", who, probs.errors,
+            probs.errors == 1 ? "" : "s");
+    goto out;
+  }
+  if ((!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
     fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
@@ -225,6 +237,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
 out:
   ct_comm_free(comm);
   ct_config_free(&cfg);
+  ct_config_problems_free(&probs);
   return rc;
 }
 

@@ -1,7 +1,8 @@
 /* Config: one table (CT_CONFIG_KEYS) drives defaults, parsing, type checks,
  * each key's own validation rule and the model types it applies to, the
  * canonical dump and help, so a key is declared exactly once. Rules between
- * keys run after the table (check_together). */
+ * keys run after the table (rules.c); every problem is collected
+ * (ct_config_problems), none stops the others. */
 #include "ctuner/config.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config_int.h"
 #include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/optim.h"
@@ -73,7 +75,7 @@ typedef struct vspec {
 #define CT_CHECK_USE(s) \
   { .kind = V_USE, .list = s }
 
-/* The FN(...) rules (defined with ct_config_validate below). */
+/* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
@@ -116,6 +118,12 @@ static const struct {
     {"lr_warmup", "lr_warmup_steps"},
 };
 
+const char *ct_cfg_alias_at(size_t i, const char **key) {
+  if (i >= sizeof ALIASES / sizeof ALIASES[0]) return NULL;
+  if (key) *key = ALIASES[i].key;
+  return ALIASES[i].alias;
+}
+
 static const char *type_name(ktype t) {
   switch (t) {
     case K_INT:
@@ -143,88 +151,9 @@ static const key_def *find_key(const char *key) {
   return NULL;
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64) return (size_t)-1;
-  size_t row[65];
-  for (size_t j = 0; j <= lb; j++) row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t prev = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t cur = row[j];
-      size_t sub = prev + (a[i - 1] != b[j - 1]);
-      size_t del = row[j] + 1, ins = row[j - 1] + 1;
-      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-      prev = cur;
-    }
-  }
-  return row[lb];
-}
-
-const char *ct_config_suggest(const char *key) {
-  key = strip_dashes(key);
-  const char *best = NULL;
-  size_t bd = (size_t)-1;
-  for (size_t i = 0; i < NKEYS; i++) {
-    size_t d = edit_distance(key, KEYS[i].name);
-    if (d < bd) bd = d, best = KEYS[i].name;
-  }
-  for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++) {
-    size_t d = edit_distance(key, ALIASES[i].alias);
-    if (d < bd) bd = d, best = ALIASES[i].alias;
-  }
-  /* Close enough to be a typo: a third of the length, at least 2 edits. */
-  size_t lim = strlen(key) / 3;
-  if (lim < 2) lim = 2;
-  return bd <= lim ? best : NULL;
-}
-
 const char *ct_config_help(const char *key) {
   const key_def *k = find_key(key);
   return k ? k->help : NULL;
-}
-
-/* SimpleTuner keys that mean nothing here: accepted with one warning (the
- * trainer's) naming each and why, never silently and never fatal. */
-static const struct {
-  const char *key, *why;
-} NO_EFFECT[] = {
-    {"push_to_hub", "ctuner does not upload to the Hugging Face Hub"},
-    {"push_checkpoints_to_hub", "ctuner does not upload to the Hugging Face Hub"},
-    {"hub_model_id", "ctuner does not upload to the Hugging Face Hub"},
-    {"tracker_image_layout",
-     "wandb's gallery/table choice; TensorBoard shows each validation image under its own tag"},
-    {"validation_torch_compile", "no torch.compile: ctuner's kernels are compiled C"},
-    {"disable_benchmark", "SimpleTuner's start-up validation benchmark does not exist here"},
-    {"fuse_qkv_projections", "the MMDiT's q, k and v projections are already one GEMM"},
-    {"ema_device", "the EMA lives beside the weights it follows (host memory)"},
-    {"ema_cpu_only", "the EMA lives beside the weights it follows (host memory)"},
-    {"ema_foreach_disable", "no torch foreach kernels: the EMA is one fused loop"},
-    {"vae_batch_size",
-     "the latent cache encodes on every core in chunks; there is no VAE batch size"},
-    /* DeepSpeed fields (deepspeed.c notes them under these names) */
-    {"deepspeed_config.prescale_gradients",
-     "gradients are summed in float32 in rank order and divided once; prescaling keeps fp16 sums "
-     "in range, which float32 and bf16 (communication) do not need"},
-    {"deepspeed_config.gradient_predivide_factor",
-     "gradients are summed in float32 in rank order and divided once by the world size; a "
-     "predivide only splits that division to keep fp16 in range"},
-    {"deepspeed_config.offload_optimizer.buffer_count",
-     "the swap file always moves through three buffers (read, step, write)"},
-    {"deepspeed_config.offload_param.buffer_count",
-     "the swap file always moves through three buffers (read, step, write)"},
-    {"deepspeed_config.offload_param.max_in_cpu",
-     "ZeRO-3 keeps no weights in host memory beyond the block being gathered; the rest stay in "
-     "the swap file"},
-    {"deepspeed_config.optimizer.params.bias_correction",
-     "the 1-bit optimizers never bias-correct (DeepSpeed's accept the field and ignore it too)"},
-};
-
-const char *ct_config_no_effect(const char *key) {
-  for (size_t i = 0; i < sizeof NO_EFFECT / sizeof NO_EFFECT[0]; i++)
-    if (!strcmp(NO_EFFECT[i].key, key)) return NO_EFFECT[i].why;
-  return NULL;
 }
 
 /* Note a no-effect key once in cfg->no_effect; 1 if key is one. */
@@ -239,40 +168,31 @@ static int note_no_effect(ct_config *cfg, const char *key) {
   return 1;
 }
 
-/* SimpleTuner keys ctuner does not implement: refused with what is missing,
- * not with a "did you mean" that points elsewhere. */
-static const struct {
-  const char *key, *why;
-} NOT_HERE[] = {
-    {"pretrained_model_name_or_path",
-     "loading a diffusers FLUX.1 pipeline is not implemented yet; ctuner trains a preset "
-     "(--preset) "
-     "or its own Flux-layout file (--pretrained_model_path)"},
-    {"pretrained_transformer_model_name_or_path",
-     "loading a diffusers transformer is not implemented yet; use --pretrained_model_path for a "
-     "Flux-layout file"},
-    {"pretrained_transformer_subfolder", "loading a diffusers transformer is not implemented yet"},
-    {"tread_config", "TREAD token routing is not implemented"},
-    {"lora_rank", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_alpha", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_dropout", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_type", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_init_type", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"init_lora", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"use_dora", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"flux_lora_target", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lycoris_config", "LyCORIS training is not implemented yet (model_type full or vae)"},
-    {"base_model_precision", "a quantised frozen base is for LoRA training, not implemented yet"},
-};
-
-static ct_status unknown_key(const char *src, const char *key, ct_err *err) {
-  for (size_t i = 0; i < sizeof NOT_HERE / sizeof NOT_HERE[0]; i++)
-    if (!strcmp(NOT_HERE[i].key, key))
-      return ct_errf(err, CT_ERR_UNSUPPORTED, "%skey '%s': %s", src, key, NOT_HERE[i].why);
-  const char *s = ct_config_suggest(key);
-  if (s) return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s'; did you mean '%s'?", src, key, s);
-  return ct_errf(err, CT_ERR_INVALID, "%sunknown key '%s' (docs/config.md lists every key)", src,
-                 key);
+/* An unknown key: refused with what is missing (NOT_HERE), or a warning
+ * (no effect here), or an error with the key it probably means. */
+static ct_status unknown_key(ct_config *cfg, const char *key, const cfg_src *src,
+                             ct_config_problems *probs) {
+  const char *f = src->file;
+  const char *why = ct_cfg_not_here(key);
+  if (why) {
+    ct_config_problems_add(probs, 0, CT_ERR_UNSUPPORTED, src->origin, f, src->line, src->col, key,
+                           NULL, "key '%s': %s", key, why);
+    return CT_ERR_UNSUPPORTED;
+  }
+  if (note_no_effect(cfg, key)) {
+    ct_config_problems_add(probs, 1, CT_OK, src->origin, f, src->line, src->col, key, NULL,
+                           "key '%s' has no effect here: %s", key, ct_config_no_effect(key));
+    return CT_OK;
+  }
+  /* a hint costs a distance to every key: not for a file of thousands of unknown keys */
+  const char *s = probs && probs->n > 200 ? NULL : ct_config_suggest(key);
+  if (s)
+    ct_config_problems_add(probs, 0, CT_ERR_INVALID, src->origin, f, src->line, src->col, key, s,
+                           "unknown key '%s'; did you mean '%s'?", key, s);
+  else
+    ct_config_problems_add(probs, 0, CT_ERR_INVALID, src->origin, f, src->line, src->col, key, NULL,
+                           "unknown key '%s' (docs/config.md lists every key)", key);
+  return CT_ERR_INVALID;
 }
 
 static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
@@ -368,12 +288,44 @@ void ct_config_defaults_note(const ct_config *cfg, char *out, size_t cap) {
   }
 }
 
-ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
+/* Records where key k's value came from. */
+static void mark(ct_config *cfg, const key_def *k, const cfg_src *src) {
+  const size_t i = (size_t)(k - KEYS);
+  cfg->given[i] = (unsigned char)src->origin;
+  cfg->line[i] = src->line;
+  cfg->col[i] = src->col;
+}
+
+/* A failed set as a problem at src. */
+static ct_status set_failed(ct_status st, const key_def *k, const cfg_src *src, const ct_err *e,
+                            ct_config_problems *probs) {
+  ct_config_problems_add(probs, 0, st, src->origin, src->file, src->line, src->col, k->name, NULL,
+                         "%s", e->msg);
+  return st;
+}
+
+ct_status ct_cfg_set_text(ct_config *cfg, const char *key, const char *value, const cfg_src *src,
+                          ct_config_problems *probs) {
   const key_def *k = find_key(key);
-  if (!k && note_no_effect(cfg, strip_dashes(key))) return CT_OK;
-  if (!k) return unknown_key("command line: ", strip_dashes(key), err);
-  ct_status st = set_text(cfg, k, value, "command line: ", err);
-  if (!st) cfg->given[k - KEYS] = 1;
+  if (!k) return unknown_key(cfg, strip_dashes(key), src, probs);
+  ct_err e = {0};
+  ct_status st = set_text(cfg, k, value, "", &e);
+  if (st) return set_failed(st, k, src, &e, probs);
+  mark(cfg, k, src);
+  return CT_OK;
+}
+
+ct_status ct_config_set_arg(ct_config *cfg, const char *key, const char *value,
+                            ct_config_problems *probs) {
+  const cfg_src src = {CT_ORIGIN_CLI, NULL, 0, 0};
+  return ct_cfg_set_text(cfg, key, value, &src, probs);
+}
+
+ct_status ct_config_set(ct_config *cfg, const char *key, const char *value, ct_err *err) {
+  ct_config_problems probs = {0};
+  ct_status st = ct_config_set_arg(cfg, key, value, &probs);
+  if (st) ct_config_problems_to_err(&probs, err);
+  ct_config_problems_free(&probs);
   return st;
 }
 
@@ -492,68 +444,19 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
       break;
   }
   if (v->type == CT_JSON_NUMBER && k->type == K_INT) got = "a non-integer number";
-  return ct_errf(err, CT_ERR_INVALID, "%sline %d, column %d: key '%s' expects %s, got %s", where,
-                 v->line, v->col, k->name, type_name(k->type), got);
+  return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects %s, got %s", where, k->name,
+                 type_name(k->type), got);
 }
 
-ct_status ct_config_load_file(ct_config *cfg, const char *path, ct_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return ct_errf(err, CT_ERR_IO, "%s: cannot open the config file: %s", path, strerror(errno));
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 8192;
-      if (cap > (64u << 20)) {
-        free(text);
-        fclose(f);
-        return ct_errf(err, CT_ERR_RANGE, "%s: config file larger than 64 MB", path);
-      }
-      char *nt = realloc(text, cap);
-      if (!nt) {
-        free(text);
-        fclose(f);
-        return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-      }
-      text = nt;
-    }
-    size_t r = fread(text + len, 1, 4096, f);
-    len += r;
-    if (r < 4096) break;
-  }
-  int rerr = ferror(f);
-  fclose(f);
-  if (rerr) {
-    free(text);
-    return ct_errf(err, CT_ERR_IO, "%s: read error", path);
-  }
-  ct_json *j = NULL;
-  ct_status st = ct_json_parse(text, len, &j, err);
-  free(text);
-  if (st) {
-    ct_err_prefix(err, "%s: ", path);
-    return st;
-  }
-  if (j->type != CT_JSON_OBJECT) {
-    const char *got = ct_json_type_name(j->type); /* a static string; read before the free */
-    ct_json_free(j);
-    return ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object of options, got %s", path, got);
-  }
-  char where[600];
-  snprintf(where, sizeof where, "%s: ", path);
-  for (size_t i = 0; i < j->n && !st; i++) {
-    const key_def *k = find_key(j->keys[i]);
-    if (!k && note_no_effect(cfg, strip_dashes(j->keys[i]))) continue;
-    if (!k) {
-      st = unknown_key(where, j->keys[i], err);
-      break;
-    }
-    st = set_json(cfg, k, &j->items[i], where, err);
-    if (!st) cfg->given[k - KEYS] = 1;
-  }
-  ct_json_free(j);
-  return st;
+ct_status ct_cfg_set_value(ct_config *cfg, const char *key, const ct_json *v, const cfg_src *src,
+                           ct_config_problems *probs) {
+  const key_def *k = find_key(key);
+  if (!k) return unknown_key(cfg, strip_dashes(key), src, probs);
+  ct_err e = {0};
+  ct_status st = set_json(cfg, k, v, "", &e);
+  if (st) return set_failed(st, k, src, &e, probs);
+  mark(cfg, k, src);
+  return CT_OK;
 }
 
 static int is_one_of(const char *s, const char *const *choices) {
@@ -754,104 +657,36 @@ static ct_status check_key(const ct_config *c, const key_def *k, ct_err *err) {
   return CT_OK;
 }
 
-/* The optimizer against the rest of the configuration, decided by its
- * registry row (ctuner/optim.h): what it can do (offload, bf16 storage,
- * 1-bit communication), not its name. Whether a ZeRO shard cuts a tensor of
- * a tensor-wise optimizer depends on the world size: the trainer checks that
- * (ct_optim_can_cut). The name itself was checked by its row (check_optimizer). */
-static ct_status check_optimizer_with(const ct_config *c, ct_err *err) {
-  const ct_optim_info *oi = ct_optim_lookup(c->optimizer, err);
-  if (!oi) return err ? err->status : CT_ERR_INVALID;
-  const int bf16 = c->mixed_precision && !strcmp(c->mixed_precision, "bf16");
-  const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
-  const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
-  if (oi->flags &
-      CT_OPTIM_ONEBIT) { /* 1-bit Adam, 0/1 Adam, 1-bit Lamb: data parallel over float32 */
-    if (c->model_type && !strcmp(c->model_type, "vae"))
-      BAD("optimizer %s is data-parallel 1-bit communication (DeepSpeed's %s) for the MMDiT "
-          "trainer; "
-          "model_type vae does not support it yet: use a local optimizer such as %s",
-          c->optimizer, ct_optim_onebit_name(oi->onebit),
-          oi->onebit == CT_OPTIM_ONEBIT_LAMB ? "lamb" : "adam");
-    if (!(c->lamb_min_coeff > 0 && c->lamb_max_coeff >= c->lamb_min_coeff))
-      BAD("lamb_min_coeff (%g) must be > 0 and <= lamb_max_coeff (%g)", c->lamb_min_coeff,
-          c->lamb_max_coeff);
-    if (!(c->lamb_coeff_beta >= 0 && c->lamb_coeff_beta < 1))
-      BAD("lamb_coeff_beta must be in [0, 1), got %g", c->lamb_coeff_beta);
-    if (!(c->lamb_factor_min > 0 && c->lamb_factor_max >= c->lamb_factor_min &&
-          c->lamb_factor_threshold >= 0))
-      BAD("lamb_factor_min (%g) must be > 0 and <= lamb_factor_max (%g), lamb_factor_threshold >= "
-          "0 (%g)",
-          c->lamb_factor_min, c->lamb_factor_max, c->lamb_factor_threshold);
-    if (oi->onebit != CT_OPTIM_ONEBIT_ZEROONE_ADAM && c->freeze_step < 1)
-      BAD("optimizer %s needs freeze_step >= 1: the frozen variance comes from the warm-up steps",
-          c->optimizer);
-    if (c->zero_stage != 0)
-      BAD("optimizer %s communicates the momentum itself and works with zero_stage 0 only (as in "
-          "DeepSpeed), got %ld",
-          c->optimizer, c->zero_stage);
-  }
-  if (bf16 && !(oi->flags & CT_OPTIM_CAN_BF16))
-    BAD("optimizer %s keeps float32 storage; set mixed_precision no", c->optimizer);
-  if ((onv || pnv) && !(oi->flags & CT_OPTIM_CAN_OFFLOAD)) {
-    char list[256] = "";
-    size_t nr, len = 0;
-    const ct_optim_info *r = ct_optim_registry(&nr);
-    for (size_t i = 0; i < nr; i++) {
-      if (strcmp(r[i].name, r[i].canonical) || !(r[i].flags & CT_OPTIM_CAN_OFFLOAD)) continue;
-      int w = snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", r[i].name);
-      if (w > 0 && (size_t)w < sizeof list - len) len += (size_t)w;
-    }
-    BAD("offload_%s nvme: optimizer '%s' %s, so it cannot offload its state; use an optimizer that "
-        "can (%s) "
-        "or offload none",
-        onv ? "optimizer" : "param", c->optimizer,
-        oi->flags & CT_OPTIM_ONEBIT ? "communicates the momentum itself"
-                                    : "updates whole tensors and cannot step in pieces",
-        list);
-  }
-  return CT_OK;
+/* A failed rule about key k as a problem where k's value came from. */
+static void rule_failed(const ct_config *c, const key_def *k, const ct_err *e,
+                        ct_config_problems *probs) {
+  const size_t i = (size_t)(k - KEYS);
+  const ct_config_origin o = (ct_config_origin)c->given[i];
+  const int in_file = o == CT_ORIGIN_FILE;
+  ct_config_problems_add(probs, 0, e->status ? e->status : CT_ERR_INVALID, o,
+                         in_file ? c->file : NULL, in_file ? c->line[i] : 0,
+                         in_file ? c->col[i] : 0, k->name, NULL, "%s", e->msg);
 }
 
-/* Rules that relate several keys; every key has passed its own rule. */
-static ct_status check_together(const ct_config *c, ct_err *err) {
-  if (!strcmp(c->model_type, "vae") && !c->vae_config && !c->pretrained_vae_model_name_or_path)
-    BAD("model_type vae needs vae_config (a diffusers config.json to train from scratch) or "
-        "pretrained_vae_model_name_or_path (a VAE directory to fine-tune)");
-  if (!strncmp(c->output_dir, "s3://", 5) && !strcmp(c->model_type, "vae"))
-    BAD("output_dir s3://... is supported for the MMDiT trainer only; for model_type vae use a "
-        "local output_dir");
-  if (!strcmp(c->disk_low_action, "script") && (!c->disk_low_script || !c->disk_low_script[0]))
-    BAD("disk_low_action=script needs disk_low_script (the command to run)");
-  if (c->max_train_steps == 0 && c->num_train_epochs < 1)
-    BAD("set max_train_steps or num_train_epochs (>= 1)");
-  ct_status st = check_optimizer_with(c, err);
-  if (st) return st;
-  const int onv = c->offload_optimizer && !strcmp(c->offload_optimizer, "nvme");
-  const int pnv = c->offload_param && !strcmp(c->offload_param, "nvme");
-  if (pnv && c->zero_stage != 3)
-    BAD("offload_param nvme needs zero_stage 3 (parameters are sharded there; below it every rank "
-        "holds all "
-        "of them), got zero_stage %ld",
-        c->zero_stage);
-  if (pnv && !strcmp(c->mixed_precision, "bf16"))
-    BAD("offload_param nvme works with float32 storage; set mixed_precision no");
-  if ((onv || pnv) && (!c->offload_param_path || !*c->offload_param_path))
-    BAD("offload_%s nvme needs offload_param_path: a directory on the device for the swap files",
-        onv ? "optimizer" : "param");
-  if (!strcmp(c->text_encoder, "clip-bpe") && (!c->tokenizer_vocab || !c->tokenizer_merges))
-    BAD("text_encoder \"clip-bpe\" needs tokenizer_vocab (vocab.json) and tokenizer_merges "
-        "(merges.txt)");
-  if (!strcmp(c->codec, "vae") && !c->pretrained_vae_model_name_or_path)
-    BAD("codec vae needs pretrained_vae_model_name_or_path (a VAE directory: config.json + "
-        "diffusion_pytorch_model.safetensors, e.g. the output_dir/vae of a model_type vae run)");
-  return CT_OK;
+ct_status ct_config_check(const ct_config *c, ct_config_problems *probs) {
+  const size_t before = probs->errors;
+  for (size_t i = 0; i < NKEYS; i++) {
+    ct_err e = {0};
+    if (check_key(c, &KEYS[i], &e)) rule_failed(c, &KEYS[i], &e, probs);
+  }
+  const char *key;
+  for (size_t i = 0; ct_cfg_rule_at(i, c, &key, NULL) != CT_ERR_RANGE; i++) {
+    ct_err e = {0};
+    if (ct_cfg_rule_at(i, c, &key, &e)) rule_failed(c, find_key(key), &e, probs);
+  }
+  return probs->errors > before ? CT_ERR_INVALID : CT_OK;
 }
 
 ct_status ct_config_validate(const ct_config *c, ct_err *err) {
-  ct_status st = CT_OK;
-  for (size_t i = 0; i < NKEYS && !st; i++) st = check_key(c, &KEYS[i], err);
-  if (!st) st = check_together(c, err);
+  ct_config_problems probs = {0};
+  ct_status st = ct_config_check(c, &probs);
+  if (st) st = ct_config_problems_to_err(&probs, err);
+  ct_config_problems_free(&probs);
   return st;
 }
 

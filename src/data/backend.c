@@ -30,6 +30,18 @@ static const char *const IGNORED[] = {
     "scan_for_errors",         "is_regularisation_data",  "is_regularization_data",
     "caption_filter_list",     "prepend_instance_prompt", "only_instance_prompt",
     "disable_multiline_split", "conditioning_data",       NULL};
+/* SimpleTuner keys of features ctuner does not have: refused with why. */
+static const struct {
+  const char *key, *why;
+} REFUSED[] = {
+    {"conditioning_type",
+     "conditioning datasets (ControlNet, edit references) are not implemented"},
+    {"conditioning", "generated conditioning datasets (ControlNet) are not implemented"},
+    {"source_dataset_id",
+     "conditioning datasets (ControlNet, edit references) are not implemented"},
+    {"dataset_name", "Hugging Face datasets (type \"huggingface\") are not supported"},
+    {"csv_file", "CSV URL lists (type \"csv\") are not supported"},
+};
 static const char *const KNOWN[] = {
     "id", "type", "dataset_type", "disabled", "instance_data_dir", "caption_strategy",
     "instance_prompt", "metadata_backend", "parquet", "resolution", "resolution_type",
@@ -37,7 +49,7 @@ static const char *const KNOWN[] = {
     "maximum_aspect_ratio", "crop", "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats",
     "probability", "max_num_samples", "cache_dir_vae", "text_embeds", "image_embeds",
     "vae_cache_disable", "preserve_data_backend_cache", "compress_cache", "default", "cache_dir",
-    "write_batch_size",
+    "write_batch_size", "ignore_epochs",
     /* type "aws" (AWS_KEYS) */
     "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id",
     "aws_secret_access_key", "aws_session_token", "aws_data_prefix", "aws_max_pool_connections",
@@ -88,7 +100,52 @@ typedef struct ctx {
   const char *file;
   char where[160]; /* "dataset 'id'" or "entry 3" */
   ct_err *err;
+  const ct_backend_vars *vars; /* {model_family}, {output_dir}; NULL: the defaults */
+  const char *id;              /* {id}: the dataset's */
+  const ct_json *obj;          /* the dataset's object, for positions */
+  int line, col;               /* where the last error is (0: unknown) */
+  char key[64];                /* the key of the last error */
+  ct_config_problems *probs;   /* NULL: stop at the first problem */
+  int noted;                   /* the failing dataset's problems are already in probs */
 } ctx;
+
+static void note(ctx *c, ct_config_problems *probs, const char *name);
+
+/* Where key sits in the dataset's object, for the problem list. */
+static void at_key(ctx *c, const char *key) {
+  const ct_json *v = c->obj ? ct_json_get(c->obj, key) : NULL;
+  snprintf(c->key, sizeof c->key, "%s", key ? key : "");
+  c->line = v ? v->line : c->obj ? c->obj->line : 0;
+  c->col = v ? v->col : c->obj ? c->obj->col : 0;
+}
+
+/* SimpleTuner's placeholders in a string value (fill_variables_in_config_paths
+ * in its data backend factory): {model_family}, {output_dir} and {id} (the
+ * dataset's), replaced wherever they occur. NULL on allocation failure. */
+static char *fill_placeholders(const ctx *c, char *s) {
+  const char *names[3] = {"{model_family}", "{output_dir}", "{id}"};
+  const char *vals[3] = {c->vars && c->vars->model_family ? c->vars->model_family : "flux",
+                         c->vars && c->vars->output_dir ? c->vars->output_dir : "output",
+                         c->id ? c->id : ""};
+  for (int k = 0; k < 3 && s; k++) {
+    const size_t nl = strlen(names[k]), vl = strlen(vals[k]);
+    for (char *hit = strstr(s, names[k]); hit; hit = strstr(s, names[k])) {
+      const size_t off = (size_t)(hit - s), len = strlen(s);
+      char *r = malloc(len - nl + vl + 1);
+      if (!r) {
+        free(s);
+        return NULL;
+      }
+      memcpy(r, s, off);
+      memcpy(r + off, vals[k], vl);
+      memcpy(r + off + vl, hit + nl, len - off - nl + 1);
+      free(s);
+      s = r;
+      if (vl >= nl && strstr(vals[k], names[k])) break; /* a value naming itself */
+    }
+  }
+  return s;
+}
 
 static ct_status bad(ctx *c, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -98,6 +155,7 @@ static ct_status bad(ctx *c, const char *key, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  at_key(c, key);
   return ct_errf(c->err, CT_ERR_INVALID, "%s: %s: key '%s': %s", c->file, c->where, key, msg);
 }
 
@@ -109,7 +167,12 @@ static ct_status get_str(ctx *c, const ct_json *o, const char *key, char **out) 
   free(*out);
   *out = NULL;
   ct_status st = ct_expand_env(v->str, NULL, out, c->err);
-  if (st) ct_err_prefix(c->err, "%s: %s: key '%s': ", c->file, c->where, key);
+  if (!st && !(*out = fill_placeholders(c, *out)))
+    st = ct_errf(c->err, CT_ERR_NOMEM, "out of memory");
+  if (st) {
+    at_key(c, key);
+    ct_err_prefix(c->err, "%s: %s: key '%s': ", c->file, c->where, key);
+  }
   return st;
 }
 
@@ -399,17 +462,47 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   static const int STYLE_MAP[] = {CT_CROP_RANDOM, CT_CROP_CENTER, CT_CROP_CENTER, CT_CROP_CORNER};
   static const char *const ASPECTS[] = {"square", "preserve", "closest", "random", NULL};
   ct_status st = CT_OK;
+  /* a storage type ctuner has not is the problem, not the keys that come with it */
+  const ct_json *ty = ct_json_get(o, "type");
+  if (ty && ty->type == CT_JSON_STRING && strcmp(ty->str, "local") && strcmp(ty->str, "aws"))
+    return bad(c, "type", "\"%s\" is not supported; use \"local\" or \"aws\" (S3)", ty->str);
+  int unknown = 0;
+  ct_err first = {0};
   for (size_t i = 0; i < o->n; i++) {
     const char *k = o->keys[i];
     if (in_list(k, KNOWN)) continue;
     if (in_list(k, IGNORED)) {
-      CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
-              c->where, k);
+      if (c->probs) {
+        const ct_json *v = &o->items[i];
+        ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col, k,
+                               NULL,
+                               "%s: key '%s' is a SimpleTuner option ctuner does not use; "
+                               "ignored",
+                               c->where, k);
+      } else {
+        CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
+                c->where, k);
+      }
       continue;
     }
-    const char *s = suggest(k, KNOWN);
-    return ct_errf(c->err, CT_ERR_INVALID, "%s: %s: unknown key '%s'%s%s%s", c->file, c->where, k,
+    const char *why = NULL;
+    for (size_t r = 0; r < sizeof REFUSED / sizeof REFUSED[0] && !why; r++)
+      if (!strcmp(k, REFUSED[r].key)) why = REFUSED[r].why;
+    const char *s = why ? NULL : suggest(k, KNOWN);
+    at_key(c, k);
+    if (why)
+      st = ct_errf(c->err, CT_ERR_UNSUPPORTED, "%s: %s: key '%s': %s", c->file, c->where, k, why);
+    else
+      st = ct_errf(c->err, CT_ERR_INVALID, "%s: %s: unknown key '%s'%s%s%s", c->file, c->where, k,
                    s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+    if (!c->probs) return st;
+    note(c, c->probs, c->file); /* every unknown key of the dataset, each at its place */
+    if (!unknown++) first = *c->err;
+  }
+  if (unknown) {
+    c->noted = 1;    /* already in the list */
+    *c->err = first; /* err keeps the first */
+    return first.status;
   }
   d->kind = CT_DS_IMAGE;
   d->caption_strategy = CT_CAP_FILENAME; /* SimpleTuner's default */
@@ -464,6 +557,12 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   if ((st = get_bool(c, o, "default", &d->is_default))) return st;
   if ((st = get_str(c, o, "cache_dir", &d->cache_dir))) return st;
   if ((st = get_int(c, o, "write_batch_size", 1, 1 << 20, &d->write_batch_size))) return st;
+  int ignore_epochs = 0;
+  if ((st = get_bool(c, o, "ignore_epochs", &ignore_epochs))) return st;
+  if (ignore_epochs)
+    return bad(c, "ignore_epochs",
+               "true is not implemented: every dataset counts toward the end of an epoch here "
+               "(false, SimpleTuner's default, is accepted)");
 
   /* cross-key rules */
   if (!d->type) return bad(c, "type", "is required (\"local\" or \"aws\")");
@@ -497,59 +596,124 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   return CT_OK;
 }
 
-ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out,
-                           ct_err *err) {
+/* A failed dataset (or rule) as a problem; the file name prefix of the
+ * message goes, the position says it. */
+static void note(ctx *c, ct_config_problems *probs, const char *name) {
+  const size_t nl = strlen(name);
+  const char *m = c->err ? c->err->msg : "";
+  if (!strncmp(m, name, nl) && !strncmp(m + nl, ": ", 2)) m += nl + 2;
+  ct_config_problems_add(probs, 0, c->err && c->err->status ? c->err->status : CT_ERR_INVALID,
+                         CT_ORIGIN_FILE, name, c->line, c->col, c->key, NULL, "%s", m);
+  c->line = c->col = 0;
+  c->key[0] = 0;
+}
+
+/* One entry of the array into b->ds (id, uniqueness, then its keys). */
+static ct_status parse_entry(ctx *c, const ct_json *e, size_t i, ct_backend *b) {
+  snprintf(c->where, sizeof c->where, "entry %zu", i);
+  c->obj = e, c->id = NULL;
+  if (e->type != CT_JSON_OBJECT) {
+    c->line = e->line, c->col = e->col;
+    return ct_errf(c->err, CT_ERR_FORMAT, "%s: entry %zu: expected an object, got %s", c->file, i,
+                   ct_json_type_name(e->type));
+  }
+  ct_ds_config *d = &b->ds[b->n++];
+  ct_status st = get_str(c, e, "id", &d->id);
+  if (!st && (!d->id || !*d->id))
+    st = bad(c, "id", "a non-empty string is required (it names the caches)");
+  if (st) return st;
+  for (const char *p = d->id; *p; p++)
+    if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
+      return bad(c, "id",
+                 "\"%s\" may not contain '/', '\\' or control characters (it is part of file "
+                 "names)",
+                 d->id);
+  snprintf(c->where, sizeof c->where, "dataset '%s'", d->id);
+  c->id = d->id;
+  for (int k = 0; k < b->n - 1; k++)
+    if (b->ds[k].id && !strcmp(b->ds[k].id, d->id))
+      return bad(c, "id", "\"%s\" is used by entry %d too; ids must be unique", d->id, k);
+  return parse_one(c, e, d);
+}
+
+/* References between datasets: text_embeds and image_embeds name enabled
+ * datasets of that type; an image dataset naming an image_embeds dataset
+ * says where in it the latents go (cache_dir_vae). */
+static ct_status check_refs(ctx *c, ct_backend *b, int i) {
+  ct_ds_config *d = &b->ds[i];
+  const char *refs[2] = {d->text_embeds, d->image_embeds};
+  const ct_ds_kind want[2] = {CT_DS_TEXT_EMBEDS, CT_DS_IMAGE_EMBEDS};
+  snprintf(c->where, sizeof c->where, "dataset '%s'", d->id);
+  for (int r = 0; r < 2; r++) {
+    if (!refs[r]) continue;
+    const ct_ds_config *t = ct_backend_find(b, refs[r]);
+    if (!t || t->disabled || t->kind != want[r])
+      return bad(c, r ? "image_embeds" : "text_embeds", "no enabled %s dataset with id \"%s\"",
+                 r ? "image_embeds" : "text_embeds", refs[r]);
+  }
+  if (d->image_embeds && d->kind == CT_DS_IMAGE) {
+    const ct_ds_config *t = ct_backend_find(b, d->image_embeds);
+    if (!d->cache_dir_vae || !d->cache_dir_vae[0])
+      return bad(c, "cache_dir_vae",
+                 "is required with image_embeds: it is where in image_embeds dataset \"%s\" the "
+                 "latents go (as in SimpleTuner)",
+                 d->image_embeds);
+    if (d->is_aws && !t->is_aws)
+      return bad(c, "image_embeds",
+                 "an S3 image dataset with its latents in local image_embeds dataset \"%s\" is "
+                 "not supported; give that dataset type \"aws\", or drop image_embeds and set "
+                 "cache_dir_vae (a key prefix of this dataset's bucket)",
+                 d->image_embeds);
+    if (t->is_aws && !d->is_aws) return norm_keydir(c, "cache_dir_vae", d->cache_dir_vae);
+  }
+  return CT_OK;
+}
+
+ct_status ct_backend_parse_with(const char *text, size_t len, const char *name,
+                                const ct_backend_vars *vars, ct_backend **out,
+                                ct_config_problems *probs, ct_err *err) {
   ct_json *j = NULL;
   ct_backend *b = NULL;
-  ct_status st = ct_json_parse(text, len, &j, err);
+  ct_err scratch = {0};
+  ctx c = {.file = name, .err = err ? err : &scratch, .vars = vars, .probs = probs};
+  ct_status st = ct_json_parse(text, len, &j, c.err), first = CT_OK;
   *out = NULL;
   if (st) {
-    ct_err_prefix(err, "%s: ", name);
+    int line = 0, col = 0, n = 0;
+    if (sscanf(c.err->msg, "line %d, column %d: %n", &line, &col, &n) != 2 || n <= 0)
+      line = col = n = 0;
+    ct_config_problems_add(probs, 0, st, CT_ORIGIN_FILE, name, line, col, NULL, NULL, "%s",
+                           c.err->msg + n);
+    ct_err_prefix(c.err, "%s: ", name);
     return st;
   }
   if (j->type != CT_JSON_ARRAY) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON array of datasets, got %s", name,
+    st = ct_errf(c.err, CT_ERR_FORMAT, "%s: expected a JSON array of datasets, got %s", name,
                  ct_json_type_name(j->type));
+    c.line = j->line, c.col = j->col;
+    note(&c, probs, name);
     goto out;
   }
   b = calloc(1, sizeof *b);
   if (!b || !(b->ds = calloc(j->n ? j->n : 1, sizeof *b->ds)) || !(b->path = strdup(name))) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    st = ct_errf(c.err, CT_ERR_NOMEM, "out of memory");
     goto out;
   }
-  ctx c = {name, "", err};
-  for (size_t i = 0; i < j->n && !st; i++) {
-    const ct_json *e = &j->items[i];
-    snprintf(c.where, sizeof c.where, "entry %zu", i);
-    if (e->type != CT_JSON_OBJECT) {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: entry %zu: expected an object, got %s", name, i,
-                   ct_json_type_name(e->type));
-      break;
+  /* every dataset, each one's first problem; then the references */
+  for (size_t i = 0; i < j->n && (probs || !first); i++) {
+    ct_err keep = *c.err;
+    st = parse_entry(&c, &j->items[i], i, b);
+    if (st) {
+      if (!c.noted) note(&c, probs, name);
+      c.noted = 0;
+      if (first) *c.err = keep; /* err keeps the first problem */
+      if (!first) first = st;
     }
-    ct_ds_config *d = &b->ds[b->n++];
-    st = get_str(&c, e, "id", &d->id);
-    if (!st && (!d->id || !*d->id))
-      st = bad(&c, "id", "a non-empty string is required (it names the caches)");
-    if (st) break;
-    for (const char *p = d->id; *p; p++)
-      if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20) {
-        st =
-            bad(&c, "id",
-                "\"%s\" may not contain '/', '\\' or control characters (it is part of file names)",
-                d->id);
-        break;
-      }
-    if (st) break;
-    snprintf(c.where, sizeof c.where, "dataset '%s'", d->id);
-    for (int k = 0; k < b->n - 1; k++)
-      if (!strcmp(b->ds[k].id, d->id)) {
-        st = bad(&c, "id", "\"%s\" is used by entry %d too; ids must be unique", d->id, k);
-        break;
-      }
-    if (!st) st = parse_one(&c, e, d);
   }
-  if (st) goto out;
-  /* references and defaults among the enabled datasets */
+  if (first) {
+    st = first;
+    goto out;
+  }
   int n_img = 0, n_default = 0, n_text = 0;
   for (int i = 0; i < b->n; i++) {
     const ct_ds_config *d = &b->ds[i];
@@ -557,31 +721,31 @@ ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_ba
     n_img += d->kind == CT_DS_IMAGE;
     n_text += d->kind == CT_DS_TEXT_EMBEDS;
     n_default += d->kind == CT_DS_TEXT_EMBEDS && d->is_default;
-    const char *refs[2] = {d->text_embeds, d->image_embeds};
-    const ct_ds_kind want[2] = {CT_DS_TEXT_EMBEDS, CT_DS_IMAGE_EMBEDS};
-    for (int r = 0; r < 2; r++) {
-      if (!refs[r]) continue;
-      const ct_ds_config *t = ct_backend_find(b, refs[r]);
-      if (!t || t->disabled || t->kind != want[r]) {
-        st = ct_errf(err, CT_ERR_INVALID,
-                     "%s: dataset '%s': key '%s': no enabled %s dataset with id \"%s\"", name,
-                     d->id, r ? "image_embeds" : "text_embeds", r ? "image_embeds" : "text_embeds",
-                     refs[r]);
-        goto out;
-      }
+    c.obj = &j->items[i], c.id = d->id;
+    ct_err keep = *c.err;
+    st = check_refs(&c, b, i);
+    if (st) {
+      note(&c, probs, name);
+      if (first) *c.err = keep;
+      if (!first) first = st;
+      if (!probs) goto out;
     }
   }
-  if (n_text > 1 && n_default != 1) {
-    st = ct_errf(err, CT_ERR_INVALID,
+  st = first;
+  c.obj = NULL;
+  if (!st && n_text > 1 && n_default != 1) {
+    st = ct_errf(c.err, CT_ERR_INVALID,
                  "%s: %d text_embeds datasets and %d marked \"default\": true; exactly one must be "
                  "the default",
                  name, n_text, n_default);
-    goto out;
+    note(&c, probs, name);
   }
-  if (n_img == 0)
+  if (!st && n_img == 0) {
     st =
-        ct_errf(err, CT_ERR_INVALID,
+        ct_errf(c.err, CT_ERR_INVALID,
                 "%s: no enabled image dataset (dataset_type \"image\"); nothing to train on", name);
+    note(&c, probs, name);
+  }
 out:
   ct_json_free(j);
   if (st) {
@@ -592,12 +756,25 @@ out:
   return st;
 }
 
+ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_backend **out,
+                           ct_err *err) {
+  return ct_backend_parse_with(text, len, name, NULL, out, NULL, err);
+}
+
 ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
+  return ct_backend_load_with(path, NULL, out, NULL, err);
+}
+
+ct_status ct_backend_load_with(const char *path, const ct_backend_vars *vars, ct_backend **out,
+                               ct_config_problems *probs, ct_err *err) {
   *out = NULL;
   FILE *f = fopen(path, "rb");
-  if (!f)
+  if (!f) {
+    ct_config_problems_add(probs, 0, CT_ERR_IO, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,
+                           "cannot open the data backend config: %s", strerror(errno));
     return ct_errf(err, CT_ERR_IO, "data_backend_config %s: cannot open: %s", path,
                    strerror(errno));
+  }
   const size_t cap = (size_t)16 << 20;
   char *text = malloc(cap);
   size_t len = text ? fread(text, 1, cap, f) : 0;
@@ -606,10 +783,12 @@ ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
   if (!text) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   if (more) {
     free(text);
+    ct_config_problems_add(probs, 0, CT_ERR_RANGE, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,
+                           "larger than 16 MiB");
     return ct_errf(err, CT_ERR_RANGE,
                    "%s: larger than 16 MiB; is this really a multidatabackend.json?", path);
   }
-  ct_status st = ct_backend_parse(text, len, path, out, err);
+  ct_status st = ct_backend_parse_with(text, len, path, vars, out, probs, err);
   free(text);
   return st;
 }

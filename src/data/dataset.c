@@ -333,8 +333,15 @@ static ct_status setup_dataset(ct_dataset *ds, const ct_ds_config *c, dset *d, c
   if (c->is_aws) s3_name(c, d->imgdir, shown, sizeof shown);
   d->dir = strdup(c->is_aws ? shown : c->instance_data_dir);
   if ((st = backend_storage(ds, c, &d->sto, err))) return st;
-  /* the latent cache: a key prefix of an S3 dataset's bucket, else a local directory */
-  if (c->is_aws && c->cache_dir_vae) {
+  /* the latent cache: with image_embeds, cache_dir_vae inside that dataset's storage (its
+   * bucket if it is S3, as SimpleTuner's cache_data_backend); else a key prefix of an S3
+   * dataset's own bucket, else a local directory */
+  const ct_ds_config *ie = c->image_embeds ? ct_backend_find(ds->be, c->image_embeds) : NULL;
+  if (ie && ie->is_aws) {
+    if ((st = backend_storage(ds, ie, &d->vae_sto, err))) return st;
+    snprintf(d->vae_key, sizeof d->vae_key, "%s", c->cache_dir_vae);
+    s3_name(ie, c->cache_dir_vae, d->vae_dir, sizeof d->vae_dir);
+  } else if (c->is_aws && c->cache_dir_vae && !ie) {
     d->vae_sto = d->sto;
     snprintf(d->vae_key, sizeof d->vae_key, "%s", c->cache_dir_vae);
     s3_name(c, c->cache_dir_vae, d->vae_dir, sizeof d->vae_dir);
@@ -453,7 +460,8 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
                                                             : CT_CACHE_GZIP;
   pthread_mutex_init(&ds->mu, NULL);
   pthread_cond_init(&ds->cv, NULL);
-  ct_status st = ct_backend_load(backend_json, &ds->be, err);
+  const ct_backend_vars vars = {cfg->model_family, cfg->output_dir};
+  ct_status st = ct_backend_load_with(backend_json, &vars, &ds->be, NULL, err);
   if (st) goto out;
   if (o->size_multiple <= 0 || ds->C <= 0) {
     st = ct_errf(err, CT_ERR_INVALID, "codec scale %d is not 1, 2 or 4", ds->s);

@@ -1,0 +1,101 @@
+/* multidatabackend.json as the config check reads it: SimpleTuner's
+ * placeholders ({model_family}, {output_dir}, {id}) filled in string values,
+ * every dataset's problems collected with their line and column (and the
+ * ignored SimpleTuner keys as warnings instead of log lines), and the
+ * image_embeds rules (cache_dir_vae says where in that dataset the latents
+ * go). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/config.h"
+#include "ctuner/data.h"
+#include "harness.h"
+
+static const char *TWO_ENTRIES =
+    "[{\"id\": \"pics\", \"type\": \"local\", \"instance_data_dir\": \"data/{model_family}\",\n"
+    "  \"cache_dir_vae\": \"{output_dir}/cache/vae/{model_family}/{id}\", \"text_embeds\": "
+    "\"te\"},\n"
+    " {\"id\": \"te\", \"type\": \"local\", \"dataset_type\": \"text_embeds\", \"default\": true,\n"
+    "  \"cache_dir\": \"cache/text/{model_family}\"}]";
+
+CT_TEST(config_backend, placeholders_filled_as_simpletuner) {
+  ct_backend *b = NULL;
+  ct_err err = {0};
+  const ct_backend_vars vars = {"flux", "/runs/out"};
+  REQUIRE(ct_backend_parse_with(TWO_ENTRIES, strlen(TWO_ENTRIES), "mdb.json", &vars, &b, NULL,
+                                &err) == CT_OK);
+  CHECKF(!strcmp(b->ds[0].instance_data_dir, "data/flux"), "%s", b->ds[0].instance_data_dir);
+  CHECKF(!strcmp(b->ds[0].cache_dir_vae, "/runs/out/cache/vae/flux/pics"), "%s",
+         b->ds[0].cache_dir_vae);
+  CHECKF(!strcmp(b->ds[1].cache_dir, "cache/text/flux"), "%s", b->ds[1].cache_dir);
+  ct_backend_free(b);
+  /* the old entry point fills them with ctuner's defaults, never leaves "{model_family}" */
+  REQUIRE(ct_backend_parse(TWO_ENTRIES, strlen(TWO_ENTRIES), "mdb.json", &b, &err) == CT_OK);
+  CHECK(!strstr(b->ds[0].cache_dir_vae, "{"));
+  ct_backend_free(b);
+}
+
+CT_TEST(config_backend, every_dataset_problem_at_once) {
+  const char *t =
+      "[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"x\",\n"
+      "  \"vae_cache_clear_each_epoch\": true, \"repeat\": 2, \"crops\": true},\n"
+      " {\"id\": \"b\", \"type\": \"huggingface\", \"dataset_name\": \"u/d\"},\n"
+      " {\"id\": \"c\", \"type\": \"local\", \"instance_data_dir\": \"y\",\n"
+      "  \"conditioning_type\": \"controlnet\"},\n"
+      " {\"id\": \"d\", \"type\": \"local\", \"instance_data_dir\": \"z\",\n"
+      "  \"resolution_type\": \"megapixel\"}]";
+  ct_backend *b = NULL;
+  ct_err err = {0};
+  ct_config_problems probs = {0};
+  CHECK(ct_backend_parse_with(t, strlen(t), "m.json", NULL, &b, &probs, &err) != CT_OK);
+  CHECK(b == NULL);
+  const char *want[][2] = {
+      {"m.json:2:33", "vae_cache_clear_each_epoch"}, /* a warning, not a log line */
+      {"m.json:2:49", "unknown key 'repeat'"},
+      {"m.json:2:61", "unknown key 'crops'"},
+      {"m.json:3:22", "\"huggingface\" is not supported"},
+      {"m.json:5:24", "conditioning datasets"},
+      {"m.json:7:22", "megapixel"},
+  };
+  char w[700];
+  CHECKF(probs.n == 6 && probs.errors == 5, "%zu problems, %zu errors", probs.n, probs.errors);
+  for (size_t i = 0; i < probs.n && i < 6; i++)
+    CHECKF(strstr(ct_config_problem_where(&probs.v[i], w, sizeof w), want[i][0]) &&
+               strstr(probs.v[i].msg, want[i][1]),
+           "%zu: %s: %s", i, w, probs.v[i].msg);
+  CHECK(probs.v[0].warning == 1);
+  /* err still holds the first error, for callers that stop at one */
+  CHECKF(strstr(err.msg, "repeat"), "%s", err.msg);
+  ct_config_problems_free(&probs);
+}
+
+CT_TEST(config_backend, image_embeds_rules) {
+  /* an image dataset naming an image_embeds dataset needs cache_dir_vae: where in it */
+  const char *t =
+      "[{\"id\": \"pics\", \"type\": \"local\", \"instance_data_dir\": \"x\",\n"
+      "  \"image_embeds\": \"lat\"},\n"
+      " {\"id\": \"lat\", \"type\": \"local\", \"dataset_type\": \"image_embeds\",\n"
+      "  \"cache_dir\": \"c\"}]";
+  ct_backend *b = NULL;
+  ct_err err = {0};
+  CHECK(ct_backend_parse(t, strlen(t), "m.json", &b, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "cache_dir_vae") && strstr(err.msg, "image_embeds"), "%s", err.msg);
+  /* with it: accepted; a local image dataset keeps the path, an S3 embeds dataset makes it a key */
+  t = "[{\"id\": \"pics\", \"type\": \"local\", \"instance_data_dir\": \"x\",\n"
+      "  \"image_embeds\": \"lat\", \"cache_dir_vae\": \"/vae/{id}/\"},\n"
+      " {\"id\": \"lat\", \"type\": \"aws\", \"dataset_type\": \"image_embeds\",\n"
+      "  \"aws_bucket_name\": \"b\", \"aws_endpoint_url\": \"http://127.0.0.1:1\",\n"
+      "  \"aws_access_key_id\": \"k\", \"aws_secret_access_key\": \"s\"}]";
+  CHECKF(ct_backend_parse(t, strlen(t), "m.json", &b, &err) == CT_OK, "%s", err.msg);
+  if (b) CHECKF(!strcmp(b->ds[0].cache_dir_vae, "vae/pics"), "%s", b->ds[0].cache_dir_vae);
+  ct_backend_free(b);
+  /* an S3 image dataset with its latents in a local image_embeds dataset: refused by name */
+  t = "[{\"id\": \"pics\", \"type\": \"aws\", \"aws_bucket_name\": \"b\",\n"
+      "  \"aws_endpoint_url\": \"http://127.0.0.1:1\", \"aws_access_key_id\": \"k\",\n"
+      "  \"aws_secret_access_key\": \"s\", \"image_embeds\": \"lat\", \"cache_dir_vae\": \"v\"},\n"
+      " {\"id\": \"lat\", \"type\": \"local\", \"dataset_type\": \"image_embeds\", \"cache_dir\": "
+      "\"c\"}]";
+  CHECK(ct_backend_parse(t, strlen(t), "m.json", &b, &err) == CT_ERR_INVALID);
+  CHECKF(strstr(err.msg, "not supported") && strstr(err.msg, "image_embeds"), "%s", err.msg);
+}
