@@ -23,6 +23,8 @@ const ct_cli_cmd ct_cli_commands[] = {
      ct_cmd_cache},
     {TRAINING, "launch", NULL, "run train under mpirun as an Accelerate config describes",
      ct_cmd_launch_help, ct_cmd_launch},
+    {TRAINING, "serve", NULL, "web UI: dashboard of runs, config builder, launch (docs/webui.md)",
+     ct_cmd_serve_help, ct_cmd_serve},
     {TRAINING, "sample", NULL, "generate images from a checkpoint", ct_cmd_sample_help,
      ct_cmd_sample},
     {MODELS, "model", "check", "run forward and backward on a PyTorch golden file and compare",
