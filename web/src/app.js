@@ -53,6 +53,11 @@ function fmtNum(x) {
   const a = Math.abs(x);
   return a !== 0 && (a < 1e-3 || a >= 1e5) ? x.toExponential(3) : String(+x.toPrecision(5));
 }
+function fmtAxis(x) {
+  if (x === null || !isFinite(x)) return "";
+  const a = Math.abs(x);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? x.toExponential(1) : String(+x.toPrecision(4));
+}
 function fmtTime(s) {
   if (!isFinite(s) || s < 0) return "–";
   s = Math.round(s);
@@ -159,7 +164,7 @@ function renderCharts() {
   };
   for (const [id, [field, color]] of Object.entries(series)) {
     const raw = pts.map((p) => (typeof p[field] === "number" && (!log || p[field] > 0) ? p[field] : null));
-    const data = [xs, raw, smooth(raw, id === "lr" ? 0 : a)];
+    const data = id === "lr" ? [xs, raw] : [xs, raw, smooth(raw, a)];
     const host = $("chart-" + id);
     const key = id + (log ? ":log" : ":lin");
     let plot = dash.plots[id];
@@ -169,10 +174,10 @@ function renderCharts() {
       plot = new uPlot({
         width: w, height: 210, legend: { show: true },
         scales: { x: { time: false }, y: { distr: log ? 3 : 1 } },
-        axes: [{ label: "step" }, { size: 60, values: (u, vals) => vals.map(fmtNum) }],
-        series: [{ label: "step" },
-          { label: field, stroke: color + "55", width: 1, points: { show: false } },
-          { label: id === "lr" ? field : field + " (smoothed)", stroke: color, width: 2, points: { show: false } }],
+        axes: [{ label: "step" }, { size: 70, values: (u, vals) => vals.map(fmtAxis) }],
+        series: id === "lr" ? [{ label: "step" }, { label: field, stroke: color, width: 2, points: { show: false } }]
+          : [{ label: "step" }, { label: field, stroke: color + "55", width: 1, points: { show: false } },
+            { label: field + " (smoothed)", stroke: color, width: 2, points: { show: false } }],
       }, data, host);
       plot._key = key;
       dash.plots[id] = plot;
