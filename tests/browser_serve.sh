@@ -105,6 +105,9 @@ const t0 = Date.now();
   await page.waitForFunction((n) => parseInt(document.querySelector("#points-n").textContent) > n + 5, p1, { timeout: 60000 });
   const p2 = await points();
   log(`ok - the loss chart gained points while training: ${p1} -> ${p2}`);
+  await page.waitForFunction(() => /rank 0/.test(document.querySelector("#run-procs").textContent) &&
+    /rank 1/.test(document.querySelector("#run-procs").textContent), null, { timeout: 20000 });
+  log("ok - per-rank status: " + (await page.locator("#run-procs tbody tr").allTextContents()).join(" | "));
   await page.waitForSelector("#validation img.grid", { timeout: 60000 });
   const ok_img = await page.locator("#validation img.grid").first().evaluate((im) => im.complete && im.naturalWidth > 0);
   log((ok_img ? "ok" : "FAIL") + " - a validation grid appeared (" + await page.locator("#validation h3").first().textContent() + ")");

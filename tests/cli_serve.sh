@@ -64,7 +64,7 @@ head -c 2000000 /dev/zero | tr '\0' ' ' > "$tmp/big"
 "$CT" dataset synth --out "$tmp/data" --count 16 --seed 3 >/dev/null || { bad "dataset synth"; exit 1; }
 cat > "$tmp/run.json" <<JSON
 {"config": {"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--train_batch_size": 4,
-  "--learning_rate": 1e-3, "--seed": 7, "max_train_steps": 40, "checkpoint_step_interval": 4,
+  "--learning_rate": 1e-3, "--seed": 7, "max_train_steps": 120, "checkpoint_step_interval": 4,
   "validation_step_interval": 8, "validation_prompt": "a red circle", "validation_num_inference_steps": 2,
   "output_dir": "/somewhere/else"},
  "backend": [{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]}
@@ -84,7 +84,9 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [ "$(jq_ 'd["status"], d["ranks"], d["has_log"]')" = "('running', 1, True)" ] && ok "GET /api/runs/r1: running, 1 rank, a log" || bad "run status: $(head -c 400 "$tmp/body")"
-[ "$(jq_ 'd["config"]["max_train_steps"]')" = 40 ] && ok "GET /api/runs/r1 carries its config" || bad "run config"
+[ "$(jq_ 'd["config"]["max_train_steps"]')" = 120 ] && ok "GET /api/runs/r1 carries its config" || bad "run config"
+[ "$(jq_ '[(p["name"], p["rank"], p["pid"] == d["pid"]) for p in d["processes"]]')" = "[('ctuner', -1, True)]" ] &&
+  ok "GET /api/runs/r1 lists its process" || bad "processes: $(jq_ 'd["processes"]')"
 [ "$(post "$U/api/runs/r1/stop")" = 202 ] && ok "POST /api/runs/r1/stop" || bad "stop: $(cat "$tmp/body")"
 for _ in $(seq 100); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = stopped ] && break; sleep 0.1; done
 [ "$(jq_ 'd["status"], d["exit_code"]')" = "('stopped', 143)" ] && ok "stopped by SIGTERM (exit code 143 recorded)" || bad "after stop: $(head -c 300 "$tmp/body")"
@@ -98,23 +100,23 @@ off=$(jq_ 'd["offset"]')
 # resume from the latest checkpoint and let it finish
 [ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 1, "resume": true}')" = 202 ] && ok "resume r1" || bad "resume: $(cat "$tmp/body")"
 for _ in $(seq 600); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
-[ "$(jq_ 'd["status"], d["exit_code"], d["step"]')" = "('finished', 0, 40)" ] && ok "resumed run finished at step 40 (stopped at $stopped_at, checkpoint $ckpt)" ||
+[ "$(jq_ 'd["status"], d["exit_code"], d["step"]')" = "('finished', 0, 120)" ] && ok "resumed run finished at step 120 (stopped at $stopped_at, checkpoint $ckpt)" ||
   bad "after resume: $(head -c 300 "$tmp/body"); log: $(tail -5 "$root/r1/train.log")"
 grep -q "\"from_step\": $ckpt" "$root/r1/train.log" && ok "the resume started from checkpoint-$ckpt" || bad "resume step: $(grep from_step "$root/r1/train.log")"
 code "$U/api/runs/r1/metrics" >/dev/null
-[ "$(jq_ '[p["step"] for p in d["points"]] == list(range(1, 41)) and d["last_step"] == 40')" = True ] &&
-  ok "GET metrics: steps 1..40 once each" || bad "metrics: $(head -c 300 "$tmp/body")"
-code "$U/api/runs/r1/metrics?since=35" >/dev/null
-[ "$(jq_ '[p["step"] for p in d["points"]]')" = "[36, 37, 38, 39, 40]" ] && ok "metrics?since=35" || bad "since: $(head -c 300 "$tmp/body")"
+[ "$(jq_ '[p["step"] for p in d["points"]] == list(range(1, 121)) and d["last_step"] == 120')" = True ] &&
+  ok "GET metrics: steps 1..120 once each" || bad "metrics: $(head -c 300 "$tmp/body")"
+code "$U/api/runs/r1/metrics?since=115" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]]')" = "[116, 117, 118, 119, 120]" ] && ok "metrics?since=115" || bad "since: $(head -c 300 "$tmp/body")"
 [ "$(code "$U/api/runs/r1/metrics?since=x")" = 400 ] && ok "metrics?since=x: 400" || bad "since=x"
 code "$U/api/runs" >/dev/null
-[ "$(jq_ '[(r["name"], r["status"], r["step"]) for r in d["runs"]]')" = "[('r1', 'finished', 40)]" ] && ok "GET /api/runs lists r1 finished" || bad "runs: $(cat "$tmp/body")"
+[ "$(jq_ '[(r["name"], r["status"], r["step"]) for r in d["runs"]]')" = "[('r1', 'finished', 120)]" ] && ok "GET /api/runs lists r1 finished" || bad "runs: $(cat "$tmp/body")"
 code "$U/api/runs/r1/validation" >/dev/null
-[ "$(jq_ 'sorted(set(i["step"] for i in d["images"])) == [8, 16, 24, 32, 40] and any(i["prompt"] == "a red circle" for i in d["images"]) and any(i["grid"] for i in d["images"])')" = True ] &&
-  ok "GET validation: grids and images at steps 8..40 with their prompt" || bad "validation: $(head -c 400 "$tmp/body")"
+[ "$(jq_ 'sorted(set(i["step"] for i in d["images"])) == list(range(8, 121, 8)) and any(i["prompt"] == "a red circle" for i in d["images"]) and any(i["grid"] for i in d["images"])')" = True ] &&
+  ok "GET validation: grids and images at steps 8, 16, ..., 120 with their prompt" || bad "validation: $(head -c 400 "$tmp/body")"
 img=$(jq_ 'd["images"][0]["file"]')
 [ "$(code "$U/api/runs/r1/files/$img")" = 200 ] && head -c 8 "$tmp/body" | grep -q PNG && ok "a validation image is served" || bad "image $img"
-[ "$(code "$U/api/runs/r1/files/checkpoint-40/training_state.json")" = 200 ] && grep -q '"global_step": 40' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
+[ "$(code "$U/api/runs/r1/files/checkpoint-120/training_state.json")" = 200 ] && grep -q '"global_step": 120' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
 
 # ---- a run directory being written while read ----
 mkdir -p "$root/live"

@@ -209,6 +209,62 @@ static void write_checkpoints(FILE *f, int runfd) {
   free_list(v, n);
 }
 
+/* Open MPI's rank of a process (OMPI_COMM_WORLD_RANK in its environment), or -1. */
+static long mpi_rank(const char *pid) {
+  char path[64], *b = NULL;
+  size_t n = 0;
+  long rank = -1;
+  snprintf(path, sizeof path, "/proc/%.20s/environ", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && !srv_read_fd(fd, 0, (size_t)1 << 18, &b, &n))
+    for (size_t i = 0; i < n; i += strlen(b + i) + 1)
+      if (!strncmp(b + i, "OMPI_COMM_WORLD_RANK=", 21)) rank = atol(b + i + 21);
+  free(b);
+  if (fd >= 0) close(fd);
+  return rank;
+}
+
+/* The processes of a run's session (mpirun and its ranks, or the one trainer)
+ * from /proc: pid, name, MPI rank (-1: none), state, CPU seconds, resident MB. */
+static void write_procs(FILE *f, pid_t sid) {
+  DIR *d = sid > 0 ? opendir("/proc") : NULL;
+  long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  int first = 1;
+  fputs("[", f);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[64], buf[1024], comm[64];
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
+    FILE *sf = fopen(path, "r");
+    size_t n = sf ? fread(buf, 1, sizeof buf - 1, sf) : 0;
+    if (sf) fclose(sf);
+    buf[n] = 0;
+    char *open = strchr(buf, '('), *close_ = strrchr(buf, ')');
+    if (!open || !close_ || close_ - open > 60) continue;
+    snprintf(comm, sizeof comm, "%.*s", (int)(close_ - open - 1), open + 1);
+    char state;
+    long ppid, pgrp, session, rss;
+    unsigned long ut, st;
+    /* fields after the name: state ppid pgrp session tty tpgid flags minflt
+     * cminflt majflt cmajflt utime stime cutime cstime priority nice threads
+     * itrealvalue starttime vsize rss */
+    if (sscanf(close_ + 2,
+               "%c %ld %ld %ld %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d %*u %*u "
+               "%ld",
+               &state, &ppid, &pgrp, &session, &ut, &st, &rss) != 7 ||
+        session != sid)
+      continue;
+    fprintf(f, "%s{\"pid\": %s, \"name\": ", first ? "" : ", ", e->d_name);
+    ct_json_fput_str(f, comm);
+    fprintf(f, ", \"rank\": %ld, \"state\": \"%c\", \"cpu_s\": %.1f, \"rss_mb\": %.1f}",
+            mpi_rank(e->d_name), state, (double)(ut + st) / (double)tick,
+            (double)rss * (double)page / 1048576.0);
+    first = 0;
+  }
+  if (d) closedir(d);
+  fputs("]", f);
+}
+
 void srv_run_get(ct_serve *s, const char *name, srv_reply *r) {
   int fd = srv_open_run(s, name);
   if (fd < 0) {
@@ -238,6 +294,8 @@ void srv_run_get(ct_serve *s, const char *name, srv_reply *r) {
       srv_json_write(f, cfg);
     else
       fputs("null", f);
+    fputs(", \"processes\": ", f);
+    write_procs(f, pid);
     fputs(", \"checkpoints\": ", f);
     write_checkpoints(f, fd);
     fputs("}", f);

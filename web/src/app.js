@@ -139,6 +139,12 @@ function renderHead(run) {
   $("run-ranks").textContent = run.ranks ? `${run.ranks} rank${run.ranks > 1 ? "s" : ""}` +
     (run.status === "running" && run.pid ? ` · pid ${run.pid}` : "") +
     (run.exit_code !== null ? ` · exit ${run.exit_code}` : "") : "";
+  // per-process status of a running run: mpirun and each rank (or the one trainer)
+  const procs = run.processes || [], states = { R: "running", S: "sleeping", D: "in I/O", Z: "exited", T: "stopped" };
+  $("run-procs").hidden = !procs.length;
+  $("run-procs").tBodies[0].replaceChildren(...procs.map((p) => el("tr", {},
+    el("td", {}, p.rank >= 0 ? `rank ${p.rank}` : p.name), el("td", {}, String(p.pid)),
+    el("td", {}, states[p.state] || p.state), el("td", {}, `${p.cpu_s.toFixed(1)} s`), el("td", {}, `${p.rss_mb.toFixed(0)} MB`))));
   $("run-stop").disabled = run.status !== "running" || !run.pid;
   $("run-resume").disabled = run.status === "running" || !run.config;
 }
