@@ -107,7 +107,9 @@ const t0 = Date.now();
   log(`ok - the loss chart gained points while training: ${p1} -> ${p2}`);
   await page.waitForFunction(() => /rank 0/.test(document.querySelector("#run-procs").textContent) &&
     /rank 1/.test(document.querySelector("#run-procs").textContent), null, { timeout: 20000 });
-  log("ok - per-rank status: " + (await page.locator("#run-procs tbody tr").allTextContents()).join(" | "));
+  await page.waitForFunction(() => /step \d+: checkpoint/.test(document.querySelector("#events").textContent), null, { timeout: 30000 });
+  log("ok - events from the log: " + (await page.locator("#events li").first().textContent()).slice(0, 80));
+  log("ok - per-rank status: " + (await page.locator("#run-procs tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent).join(" ")))).join(" | "));
   await page.waitForSelector("#validation img.grid", { timeout: 60000 });
   const ok_img = await page.locator("#validation img.grid").first().evaluate((im) => im.complete && im.naturalWidth > 0);
   log((ok_img ? "ok" : "FAIL") + " - a validation grid appeared (" + await page.locator("#validation h3").first().textContent() + ")");

@@ -89,6 +89,10 @@ function pick(name) {
   dash.last = -1;
   dash.vcount = -1;
   dash.vall = false;
+  dash.logOff = 0;
+  dash.logTail = "";
+  dash.events = [];
+  $("events").replaceChildren(el("li", { class: "muted" }, "none yet (runs started from this page have a log)"));
   for (const p of Object.values(dash.plots)) p.destroy();
   dash.plots = {};
   for (const li of $("run-list").children) li.classList.toggle("on", li.dataset.run === name);
@@ -120,6 +124,7 @@ async function pollRun() {
     renderCheckpoints(run.checkpoints);
     if (m.more) setTimeout(pollRun, 10);
     await pollValidation(name);
+    await pollEvents(name);
   } catch (e) {
     $("conn").textContent = e.message;
   }
@@ -191,6 +196,26 @@ function renderCharts() {
       plot.setData(data);
     }
   }
+}
+
+// Events: the log lines that say something happened (the trainer's "step N: ..."
+// lines, warnings and errors, health), newest first.
+const EVENT = /^step \d+: |\[ctuner\] (WARN|ERROR)|circuit breaker|health|rank \d+ of \d+:|^==== ctuner serve/;
+async function pollEvents(name) {
+  if (!dash.run || !dash.run.has_log) return;
+  for (;;) {
+    const d = await api("GET", `runs/${encodeURIComponent(name)}/log?offset=${dash.logOff}`);
+    if (name !== dash.cur) return;
+    if (d.offset < dash.logOff) dash.events = [];
+    const text = dash.logTail + d.text, cut = text.lastIndexOf("\n");
+    dash.logTail = text.slice(cut + 1);
+    for (const line of text.slice(0, cut + 1).split("\n")) if (EVENT.test(line)) dash.events.push(line);
+    dash.logOff = d.offset;
+    if (d.offset >= d.size) break;
+  }
+  const ev = dash.events.slice(-200).reverse();
+  if (ev.length) $("events").replaceChildren(...ev.map((l) => el("li", {
+    class: /ERROR|rank \d+ of|circuit/.test(l) ? "error" : /WARN/.test(l) ? "warn" : "" }, l)));
 }
 
 async function pollValidation(name) {
