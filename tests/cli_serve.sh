@@ -152,6 +152,21 @@ printf '}\n' >> "$root/live/metrics.jsonl"
 code "$U/api/runs/live/metrics?since=300" >/dev/null
 [ "$(jq_ '[p["step"] for p in d["points"]]')" = "[301]" ] && ok "... and is once complete" || bad "completed line: $(cat "$tmp/body")"
 
+# ---- a long run: answers in pages of 20,000 lines, the tail read for a recent since ----
+mkdir -p "$root/long"
+/usr/bin/python3 -c "
+import json
+with open('$root/long/metrics.jsonl', 'w') as f:
+    for s in range(1, 100001): f.write(json.dumps({'step': s, 'loss': 1.0 / s, 'lr': 1e-4, 'grad_norm': 0.5}) + '\n')"
+code "$U/api/runs/long/metrics" >/dev/null
+[ "$(jq_ 'len(d["points"]), d["points"][-1]["step"], d["last_step"], d["more"]')" = "(20000, 20000, 20000, True)" ] &&
+  ok "metrics of a 100,000-step run: the first 20,000 and more: true" || bad "long metrics: $(head -c 200 "$tmp/body")"
+code "$U/api/runs/long/metrics?since=99990" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]] == list(range(99991, 100001)), d["more"]')" = "(True, False)" ] &&
+  ok "metrics?since=99990 of it: the last 10" || bad "long since: $(head -c 200 "$tmp/body")"
+code "$U/api/runs/long/metrics?since=50000" >/dev/null
+[ "$(jq_ 'd["points"][0]["step"], len(d["points"])')" = "(50001, 20000)" ] && ok "metrics?since=50000 of it: from 50001" || bad "long mid: $(head -c 200 "$tmp/body")"
+
 # ---- paths outside the root ----
 echo TOPSECRET > "$tmp/secret.txt"
 ln -s "$tmp/secret.txt" "$root/r1/link.txt"
@@ -176,7 +191,7 @@ t_refused "a symlinked directory inside the run" "403|404" "/api/runs/r1/files/v
 t_refused "a hidden file" "403" "/api/runs/r1/files/.hidden"
 t_refused "a NUL byte" "400|403|404" "/api/runs/r1/files/config.json%00.png"
 code "$U/api/runs" >/dev/null
-[ "$(jq_ 'sorted(r["name"] for r in d["runs"])')" = "['live', 'r1']" ] && ok "the symlinked run is not listed" || bad "list with symlink: $(cat "$tmp/body")"
+[ "$(jq_ 'sorted(r["name"] for r in d["runs"])')" = "['live', 'long', 'r1']" ] && ok "the symlinked run is not listed" || bad "list with symlink: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs/outside/config" --data-binary @"$tmp/run.json")" = 403 ] && [ ! -e "$tmp/config.json" ] &&
   ok "saving a config through a symlinked run is refused, nothing written outside" || bad "write through symlink: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs/%2e%2e/config" --data-binary @"$tmp/run.json")" = 400 ] && [ ! -e "$tmp/config.json" ] && ok "saving into .. is refused" || bad "save .."

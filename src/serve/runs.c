@@ -317,6 +317,11 @@ static void metrics_lines(FILE *f, char *b, size_t n, long since) {
     *nl = 0;
     ct_json *j = NULL;
     ct_err err;
+    /* the trainer's lines start with the step: skip old ones without parsing them */
+    if (!strncmp(p, "{\"step\": ", 9) && strtol(p + 9, NULL, 10) <= since) {
+      p = nl + 1;
+      continue;
+    }
     if (nl > p && !ct_json_parse(p, (size_t)(nl - p), &j, &err) && j->type == CT_JSON_OBJECT) {
       const ct_json *v = ct_json_get(j, "step");
       long step = v && v->type == CT_JSON_NUMBER ? (long)v->num : -1;
@@ -332,6 +337,28 @@ static void metrics_lines(FILE *f, char *b, size_t n, long since) {
     p = nl + 1;
   }
   fprintf(f, "], \"last_step\": %ld, \"more\": %s}", last, more ? "true" : "false");
+}
+
+/* The tail of metrics.jsonl holding every line after step `since`: 64 KiB
+ * from the end, doubled while the first whole line read is still newer than
+ * since (up to METRICS_MAX), so a poll with since = the last step it saw reads
+ * about the new lines only, however long the run. */
+static void read_tail(int fd, off_t size, long since, char **b, size_t *n) {
+  for (size_t want = (size_t)64 << 10;; want *= 2) {
+    if (want > METRICS_MAX) want = METRICS_MAX;
+    off_t off = (off_t)want < size ? size - (off_t)want : 0;
+    if (srv_read_fd(fd, off, (size_t)(size - off), b, n)) return;
+    if (off == 0) return;
+    char *nl = memchr(*b, '\n', *n); /* drop the cut first line */
+    size_t skip = nl ? (size_t)(nl - *b) + 1 : *n;
+    memmove(*b, *b + skip, *n - skip + 1);
+    *n -= skip;
+    long first = !strncmp(*b, "{\"step\": ", 9) ? strtol(*b + 9, NULL, 10) : LONG_MAX;
+    if (first <= since || want == METRICS_MAX) return;
+    free(*b);
+    *b = NULL;
+    *n = 0;
+  }
 }
 
 void srv_run_metrics(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
@@ -351,15 +378,7 @@ void srv_run_metrics(ct_serve *s, const char *name, const srv_req *q, srv_reply 
     return;
   }
   fd = openat(runfd, "metrics.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0 && !fstat(fd, &st)) {
-    off_t off = (size_t)st.st_size > METRICS_MAX ? st.st_size - (off_t)METRICS_MAX : 0;
-    if (!srv_read_fd(fd, off, METRICS_MAX, &b, &n) && off > 0) { /* skip a cut first line */
-      char *nl = memchr(b, '\n', n);
-      size_t skip = nl ? (size_t)(nl - b) + 1 : n;
-      memmove(b, b + skip, n - skip);
-      n -= skip;
-    }
-  }
+  if (fd >= 0 && !fstat(fd, &st)) read_tail(fd, st.st_size, since, &b, &n);
   FILE *f = srv_json_open(r, 200);
   if (f) metrics_lines(f, b ? b : (char *)"", n, since);
   srv_json_close(r, f);
