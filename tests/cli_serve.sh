@@ -12,14 +12,14 @@ command -v curl >/dev/null || { echo "FAIL - curl not found: run scripts/deps.sh
 root="$tmp/root"
 mkdir -p "$root"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
 
 # start_serve OUTFILE ARGS...: starts ctuner serve, sets $port (waits for its line)
 start_serve() {
   local out=$1; shift
   "$CT" serve "$@" > "$out" 2>&1 &
   pids+=($!)
-  for _ in $(seq 50); do grep -q '^serving' "$out" && break; sleep 0.1; done
+  for _ in $(seq 50); do grep -qs '^serving' "$out" && break; sleep 0.1; done
   port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$out")
 }
 start_serve "$tmp/serve.out" --root "$root" --port 0
