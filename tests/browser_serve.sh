@@ -131,8 +131,20 @@ const t0 = Date.now();
   const m = await page.evaluate(async () => (await (await fetch("/api/runs/tiny2/metrics")).json()).points.map((p) => p.step));
   const once = m.length === 400 && m.every((s, i) => s === i + 1);
   log((once ? "ok" : "FAIL") + ` - finished after the resume; metrics steps 1..400 once each (${m.length} lines)`);
+  await page.locator("#checkpoints button", { hasText: "export bf16" }).first().click();
+  const exp = page.locator("#checkpoints a", { hasText: "-bf16.safetensors" }).first();
+  await exp.waitFor({ timeout: 60000 });
+  log("ok - a checkpoint exported from the page: " + await exp.textContent());
   const run = await page.evaluate(async () => (await fetch("/api/runs/tiny2")).json());
   log((run.ranks === 2 && run.exit_code === 0 ? "ok" : "FAIL") + ` - ${run.ranks} ranks, exit code ${run.exit_code}`);
+  // the builder loads the run's saved config back into the form
+  await page.goto(url + "#builder");
+  await page.selectOption("#b-load", "tiny2");
+  await page.waitForFunction(() => /loaded run 'tiny2'/.test(document.querySelector("#b-msg").textContent), null, { timeout: 10000 });
+  await page.fill("#b-filter", "max_train_steps");
+  const loaded = [await page.inputValue('[data-key="max_train_steps"]'), await page.inputValue("#ds-micro"),
+    await page.inputValue('.dataset [data-ds="id"]'), await page.inputValue("#b-ranks")];
+  log((loaded.join(",") === "400,2,shapes,2" ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
   log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
   log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
   await browser.close();

@@ -118,6 +118,19 @@ img=$(jq_ 'd["images"][0]["file"]')
 [ "$(code "$U/api/runs/r1/files/$img")" = 200 ] && head -c 8 "$tmp/body" | grep -q PNG && ok "a validation image is served" || bad "image $img"
 [ "$(code "$U/api/runs/r1/files/checkpoint-120/training_state.json")" = 200 ] && grep -q '"global_step": 120' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
 
+# ---- export a checkpoint (ctuner checkpoint export) and download it ----
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "bf16"}')" = 200 ] &&
+  [ "$(jq_ 'd["file"]')" = exports/checkpoint-120-bf16.safetensors ] && ok "POST export: checkpoint-120 as bf16" || bad "export: $(cat "$tmp/body")"
+[ "$(code "$U/api/runs/r1/files/exports/checkpoint-120-bf16.safetensors")" = 200 ] &&
+  /usr/bin/python3 -c "
+import json, struct, sys
+b = open('$tmp/body', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+sys.exit(0 if all(v['dtype'] == 'BF16' for k, v in h.items() if k != '__metadata__') and len(h) > 10 else 1)" &&
+  ok "the exported file downloads: safetensors, every tensor BF16" || bad "exported file"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "../r1", "dtype": "bf16"}')" = 400 ] && ok "export of ../r1 refused" || bad "export ..: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-7"}')" = 404 ] && ok "export of a missing checkpoint: 404" || bad "export missing: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "fp8"}')" = 400 ] && ok "export dtype fp8 refused" || bad "export fp8"
+
 # ---- a run directory being written while read ----
 mkdir -p "$root/live"
 /usr/bin/python3 - "$root/live/metrics.jsonl" "$U/api/runs/live/metrics" <<'PY' && ok "metrics read while written: every answer parses, steps 1..300 once, in order" || bad "live metrics"

@@ -525,3 +525,76 @@ void srv_run_stop(ct_serve *s, const char *name, srv_reply *r) {
   if (f) fprintf(f, "{\"stopping\": true, \"pid\": %ld, \"signal\": \"SIGTERM\"}", (long)pid);
   srv_json_close(r, f);
 }
+
+/* POST /api/runs/{name}/export {"checkpoint": "checkpoint-N", "dtype": "f32"|"bf16",
+ * "ema": bool}: `ctuner checkpoint export` into RUN/exports/, waited for (in
+ * this connection's thread), its output kept in RUN/exports/export.log. */
+void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  int runfd = -1, exfd = -1, logfd = -1;
+  char ck[PATH_MAX + 256], out[PATH_MAX + 256], file[200], *av[12];
+  if (ct_json_parse(q->body, q->nbody, &body, &err) || body->type != CT_JSON_OBJECT) {
+    srv_error(r, 400,
+              "body: expected {\"checkpoint\": \"checkpoint-N\", \"dtype\": ..., \"ema\": ...}");
+    goto out;
+  }
+  const ct_json *c = ct_json_get(body, "checkpoint"), *dt = ct_json_get(body, "dtype");
+  const ct_json *ema = ct_json_get(body, "ema");
+  const char *dtype = dt && dt->type == CT_JSON_STRING ? dt->str : "f32";
+  int use_ema = ema && ema->type == CT_JSON_BOOL && ema->boolean;
+  if (!c || c->type != CT_JSON_STRING || strncmp(c->str, "checkpoint-", 11) ||
+      !srv_name_ok(c->str) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
+    srv_error(r, 400, "\"checkpoint\" must be a checkpoint-N of the run, \"dtype\" f32 or bf16");
+    goto out;
+  }
+  if ((runfd = srv_open_run(s, name)) < 0 || faccessat(runfd, c->str, F_OK, AT_SYMLINK_NOFOLLOW)) {
+    srv_error(r, 404, "run '%s' has no %s", name, c->str);
+    goto out;
+  }
+  if ((mkdirat(runfd, "exports", 0755) && errno != EEXIST) ||
+      (exfd = srv_open_rel(runfd, "exports", O_RDONLY | O_DIRECTORY)) < 0 ||
+      (logfd = openat(exfd, "export.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                      0644)) < 0) {
+    srv_error(r, 500, "cannot make %s/%s/exports: %s", s->root, name, strerror(errno));
+    goto out;
+  }
+  snprintf(file, sizeof file, "%s%s-%s.safetensors", c->str, use_ema ? "-ema" : "", dtype);
+  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, c->str);
+  snprintf(out, sizeof out, "%s/%s/exports/%s", s->root, name, file);
+  int n = 0;
+  av[n++] = s->ctuner;
+  av[n++] = "checkpoint";
+  av[n++] = "export";
+  av[n++] = "--checkpoint";
+  av[n++] = ck;
+  av[n++] = "--out";
+  av[n++] = out;
+  av[n++] = "--dtype";
+  av[n++] = (char *)dtype;
+  if (use_ema) av[n++] = "--ema";
+  av[n] = NULL;
+  pid_t pid;
+  int ws = 0, rc = spawn(av, logfd, runfd, &pid);
+  if (!rc)
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+  if (rc || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+    srv_error(r, 500, "ctuner checkpoint export failed (see exports/export.log of run '%s')", name);
+    goto out;
+  }
+  FILE *f = srv_json_open(r, 200);
+  if (f) {
+    fputs("{\"file\": ", f);
+    char rel[240];
+    snprintf(rel, sizeof rel, "exports/%s", file);
+    ct_json_fput_str(f, rel);
+    fputs("}", f);
+  }
+  srv_json_close(r, f);
+out:
+  if (logfd >= 0) close(logfd);
+  if (exfd >= 0) close(exfd);
+  if (runfd >= 0) close(runfd);
+  ct_json_free(body);
+}

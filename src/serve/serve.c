@@ -164,6 +164,8 @@ static void route_run(ct_serve *s, srv_req *q, const char *p, srv_reply *r) {
     srv_run_file(s, name, what + 6, r);
   else if (!strcmp(what, "stop") && post)
     srv_run_stop(s, name, r);
+  else if (!strcmp(what, "export") && post)
+    srv_run_export(s, name, q, r);
   else if (!strcmp(what, "config") && post)
     srv_config_save(s, name, q, r);
   else

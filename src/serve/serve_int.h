@@ -95,6 +95,7 @@ void srv_config_check(ct_serve *s, const srv_req *q, srv_reply *r);
 void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r);
 void srv_run_stop(ct_serve *s, const char *name, srv_reply *r);
+void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
 /* The pid of a live run started by this or an earlier server, else 0. */
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code);
 void *srv_reaper_main(void *arg);

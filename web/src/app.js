@@ -77,6 +77,7 @@ async function loadRuns() {
     $("runs-empty").hidden = d.runs.length > 0;
     if (!dash.cur && d.runs.length) pick((d.runs.find((r) => r.status === "running") || d.runs[0]).name);
     launch.fillRuns();
+    builder.fillLoad();
   } catch (e) {
     $("conn").textContent = "server unreachable: " + e.message;
   }
@@ -89,6 +90,7 @@ function pick(name) {
   dash.last = -1;
   dash.vcount = -1;
   dash.vall = false;
+  dash.ckKey = "";
   dash.logOff = 0;
   dash.logTail = "";
   dash.events = [];
@@ -121,7 +123,8 @@ async function pollRun() {
     dash.last = m.last_step;
     renderHead(run);
     renderCharts();
-    renderCheckpoints(run.checkpoints);
+    const ckKey = JSON.stringify(run.checkpoints.map((c) => [c.name, c.complete]));
+    if (ckKey !== dash.ckKey) { dash.ckKey = ckKey; renderCheckpoints(run.checkpoints); }
     if (m.more) setTimeout(pollRun, 10);
     await pollValidation(name);
     await pollEvents(name);
@@ -241,13 +244,30 @@ async function pollValidation(name) {
     : [el("p", { class: "muted" }, "No validation images yet.")]), ...more);
 }
 
+// `ctuner checkpoint export` on the server: one Flux-layout safetensors file, then its link.
+async function exportCkpt(btn, ckpt, dtype) {
+  const name = dash.cur;
+  btn.disabled = true;
+  btn.textContent = "exporting…";
+  try {
+    const d = await api("POST", `runs/${encodeURIComponent(name)}/export`, { checkpoint: ckpt, dtype });
+    btn.replaceWith(el("a", { href: `/api/runs/${encodeURIComponent(name)}/files/${d.file}`, download: d.file.split("/").pop() },
+      d.file.split("/").pop()));
+  } catch (e) {
+    btn.textContent = "export failed";
+    btn.title = e.message;
+  }
+}
+
 function renderCheckpoints(cks) {
   const base = `/api/runs/${encodeURIComponent(dash.cur)}/files/`;
   const rows = [...cks].sort((a, b) => b.step - a.step).map((c) => el("tr", {},
     el("td", {}, String(c.step)),
     el("td", {}, c.complete ? "complete" : "being written"),
     el("td", {}, ...c.files.map((f) => el("a", { href: base + c.name + "/" + f.name, download: f.name },
-      `${f.name} (${(f.size / 1048576).toFixed(1)} MB)`)))));
+      `${f.name} (${(f.size / 1048576).toFixed(1)} MB)`))),
+    el("td", {}, ...(c.complete ? ["f32", "bf16"].map((dtype) => el("button", { class: "small", onclick: (ev) => exportCkpt(ev.target, c.name, dtype) },
+      `export ${dtype}`)) : []))));
   $("checkpoints").tBodies[0].replaceChildren(...(rows.length ? rows
     : [el("tr", {}, el("td", { colspan: 3, class: "muted" }, "none yet"))]));
 }
@@ -285,6 +305,7 @@ const builder = {
       this.renderDatasets(); this.changed();
     });
     $("b-save").addEventListener("click", () => this.save(false));
+    $("b-load").addEventListener("change", () => this.load($("b-load").value));
     $("b-launch").addEventListener("click", () => this.save(true));
     this.changed();
   },
@@ -407,6 +428,44 @@ const builder = {
       const chk = await api("POST", "config/check?world=" + world, this.config());
       this.showProblems(chk);
     } catch (e) { $("b-msg").textContent = e.message; }
+  },
+  fillLoad() {
+    const sel = $("b-load"), cur = sel.value;
+    sel.replaceChildren(el("option", { value: "" }, "—"), ...dash.runs.map((r) => el("option", { value: r.name }, r.name)));
+    sel.value = cur;
+  },
+  // The saved config.json (and multidatabackend.json) of a run into the form.
+  async load(name) {
+    if (!name) return;
+    try {
+      const run = await api("GET", "runs/" + encodeURIComponent(name));
+      if (!run.config) { $("b-msg").textContent = `run '${name}' has no saved config.json`; return; }
+      this.values = {};
+      for (const [k0, v] of Object.entries(run.config)) {
+        const k = k0.replace(/^--/, "");
+        if (k === "output_dir" || k === "data_backend_config") continue;
+        if (k === "deepspeed_config" && v && typeof v === "object") {
+          const z = v.zero_optimization || {};
+          $("ds-on").checked = true;
+          $("ds-stage").value = String(z.stage ?? 0);
+          $("ds-offopt").value = (z.offload_optimizer && z.offload_optimizer.device) || "none";
+          $("ds-offparam").value = (z.offload_param && z.offload_param.device) || "none";
+          $("ds-bf16").checked = !!(v.bf16 && v.bf16.enabled);
+          $("ds-micro").value = v.train_micro_batch_size_per_gpu ?? 1;
+          $("ds-accum").value = v.gradient_accumulation_steps ?? 1;
+          continue;
+        }
+        this.values[k] = v;
+      }
+      const r = await fetch(`/api/runs/${encodeURIComponent(name)}/files/multidatabackend.json`, { credentials: "same-origin" });
+      if (r.ok) this.datasets = await r.json();
+      $("b-name").value = name;
+      if (run.ranks) $("b-ranks").value = run.ranks;
+      this.renderDatasets();
+      this.renderKeys();
+      this.changed();
+      $("b-msg").textContent = `loaded run '${name}'`;
+    } catch (e) { $("b-msg").textContent = "error: " + e.message; }
   },
   async save(andLaunch) {
     const name = $("b-name").value.trim(), ranks = Math.max(1, +$("b-ranks").value || 1);
