@@ -158,6 +158,12 @@ t.join()
 print(f"  {polls} polls", file=sys.stderr)
 sys.exit(0 if seen == list(range(1, 301)) else 1)
 PY
+code "$U/api/runs/live" >/dev/null
+[ "$(jq_ 'd["status"], d["step"], d["pid"], d["has_log"]')" = "('running', 300, 0, False)" ] &&
+  ok "a run started elsewhere counts as running while its metrics.jsonl changes" || bad "external run: $(head -c 300 "$tmp/body")"
+touch -d '2 minutes ago' "$root/live/metrics.jsonl"
+code "$U/api/runs/live" >/dev/null
+[ "$(jq_ 'd["status"]')" = stopped ] && ok "... and as stopped after 60 s without a change" || bad "external run idle: $(head -c 300 "$tmp/body")"
 printf '{"step": 301, "loss": 0.1' >> "$root/live/metrics.jsonl"
 code "$U/api/runs/live/metrics?since=300" >/dev/null
 [ "$(jq_ 'd["points"], d["last_step"]')" = "([], 300)" ] && ok "a partial last line is not answered" || bad "partial line: $(cat "$tmp/body")"

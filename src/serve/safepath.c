@@ -96,7 +96,9 @@ int srv_write_at(int dirfd, const char *name, const char *data, size_t n) {
     errno = EACCES;
     return -1;
   }
-  snprintf(tmp, sizeof tmp, ".%s.tmp%ld", name, (long)getpid());
+  static unsigned long seq; /* two connections writing one name: two temporaries */
+  snprintf(tmp, sizeof tmp, ".%s.tmp%ld.%lu", name, (long)getpid(),
+           __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
   int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
   size_t put = 0;
