@@ -28,7 +28,7 @@ ct_module(data DEPS core image storage comm codec config HEADERS data.h parquet.
 ct_module(health DEPS core comm config HEADERS health.h)
 ct_module(train DEPS core kernels image storage comm optim model text vae codec config data health
           HEADERS train.h)
-ct_module(serve DEPS core optim storage config HEADERS serve.h)
+ct_module(serve DEPS core config HEADERS serve.h)
 ct_module(cli DEPS core kernels image storage comm optim model text vae codec synth config data health
           train serve)
 

@@ -22,7 +22,7 @@ typedef struct ct_serve_opts {
   const char *root;   /* the directory of runs (must exist) */
   const char *host;   /* address to bind: "127.0.0.1" (default), "::1", "0.0.0.0", ... */
   int port;           /* 0: any free port (ct_serve_port says which) */
-  const char *token;  /* required on every API call when non-NULL (>= 16 characters) */
+  const char *token;  /* required on every API call when non-NULL (8 to 128 characters) */
   const char *ctuner; /* the ctuner executable runs are started with */
   const char *mpirun; /* launcher for ranks > 1 (default "mpirun") */
   size_t max_body;    /* largest request body accepted (default 1 MiB) */
