@@ -118,6 +118,19 @@ img=$(jq_ 'd["images"][0]["file"]')
 [ "$(code "$U/api/runs/r1/files/$img")" = 200 ] && head -c 8 "$tmp/body" | grep -q PNG && ok "a validation image is served" || bad "image $img"
 [ "$(code "$U/api/runs/r1/files/checkpoint-120/training_state.json")" = 200 ] && grep -q '"global_step": 120' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
 
+# ---- server-sent events ----
+curl -sN --max-time 3 "$U/api/runs/r1/stream?since=115" > "$tmp/sse" 2>/dev/null
+/usr/bin/python3 - "$tmp/sse" <<'PY' && ok "GET stream: metrics after 115, the log and the status as server-sent events" || bad "stream: $(head -c 400 "$tmp/sse")"
+import json, sys
+ev = {}
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = dict(l.split(": ", 1) for l in block.split("\n") if ": " in l and not l.startswith(":"))
+    if "event" in lines: ev.setdefault(lines["event"], []).append(json.loads(lines["data"]))
+ok = [p["step"] for p in ev["metrics"][0]["points"]] == [116, 117, 118, 119, 120]
+ok &= ev["status"][0]["status"] == "finished" and "ctuner serve: starting" in ev["log"][0]["text"]
+sys.exit(0 if ok else 1)
+PY
+
 # ---- export a checkpoint (ctuner checkpoint export) and download it ----
 [ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "bf16"}')" = 200 ] &&
   [ "$(jq_ 'd["file"]')" = exports/checkpoint-120-bf16.safetensors ] && ok "POST export: checkpoint-120 as bf16" || bad "export: $(cat "$tmp/body")"
@@ -164,6 +177,14 @@ code "$U/api/runs/live" >/dev/null
 touch -d '2 minutes ago' "$root/live/metrics.jsonl"
 code "$U/api/runs/live" >/dev/null
 [ "$(jq_ 'd["status"]')" = stopped ] && ok "... and as stopped after 60 s without a change" || bad "external run idle: $(head -c 300 "$tmp/body")"
+curl -sN --max-time 4 "$U/api/runs/live/stream?since=300" > "$tmp/sse2" 2>/dev/null &
+cpid=$!
+sleep 1.5
+echo '{"step": 301, "loss": 0.5}' >> "$root/live/metrics.jsonl"
+wait $cpid
+grep -q '^data: {"points": \[{"step": 301, "loss": 0.5}\], "last_step": 301' "$tmp/sse2" && ok "a line written while streaming arrives as an event" ||
+  bad "live stream: $(cat "$tmp/sse2")"
+sed -i '$d' "$root/live/metrics.jsonl"
 printf '{"step": 301, "loss": 0.1' >> "$root/live/metrics.jsonl"
 code "$U/api/runs/live/metrics?since=300" >/dev/null
 [ "$(jq_ 'd["points"], d["last_step"]')" = "([], 300)" ] && ok "a partial last line is not answered" || bad "partial line: $(cat "$tmp/body")"

@@ -306,7 +306,7 @@ void srv_run_get(ct_serve *s, const char *name, srv_reply *r) {
 }
 
 /* The complete lines of b[0..n) with "step" > since, as a JSON array body. */
-static void metrics_lines(FILE *f, char *b, size_t n, long since) {
+static long metrics_lines(FILE *f, char *b, size_t n, long since, long *last_out) {
   long last = since, count = 0;
   int more = 0;
   char *p = b, *end = b + n;
@@ -337,6 +337,8 @@ static void metrics_lines(FILE *f, char *b, size_t n, long since) {
     p = nl + 1;
   }
   fprintf(f, "], \"last_step\": %ld, \"more\": %s}", last, more ? "true" : "false");
+  *last_out = last;
+  return count;
 }
 
 /* The tail of metrics.jsonl holding every line after step `since`: 64 KiB
@@ -361,29 +363,34 @@ static void read_tail(int fd, off_t size, long since, char **b, size_t *n) {
   }
 }
 
+long srv_metrics_json(int runfd, long since, FILE *f, long *last) {
+  char *b = NULL;
+  size_t n = 0;
+  struct stat st;
+  int fd = openat(runfd, "metrics.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && !fstat(fd, &st)) read_tail(fd, st.st_size, since, &b, &n);
+  long count = metrics_lines(f, b ? b : (char *)"", n, since, last);
+  free(b);
+  if (fd >= 0) close(fd);
+  return count;
+}
+
 void srv_run_metrics(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
   const char *sv = srv_query(q, "since");
   char *endp = NULL;
-  long since = sv ? strtol(sv, &endp, 10) : -1;
+  long since = sv ? strtol(sv, &endp, 10) : -1, last;
   if (sv && (!*sv || *endp)) {
     srv_error(r, 400, "since must be an integer step, got '%s'", sv);
     return;
   }
-  int runfd = srv_open_run(s, name), fd = -1;
-  char *b = NULL;
-  size_t n = 0;
-  struct stat st;
+  int runfd = srv_open_run(s, name);
   if (runfd < 0) {
     srv_error(r, 404, "no run '%s' under the root", name);
     return;
   }
-  fd = openat(runfd, "metrics.jsonl", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0 && !fstat(fd, &st)) read_tail(fd, st.st_size, since, &b, &n);
   FILE *f = srv_json_open(r, 200);
-  if (f) metrics_lines(f, b ? b : (char *)"", n, since);
+  if (f) srv_metrics_json(runfd, since, f, &last);
   srv_json_close(r, f);
-  free(b);
-  if (fd >= 0) close(fd);
   close(runfd);
 }
 
@@ -434,27 +441,15 @@ void srv_run_validation(ct_serve *s, const char *name, srv_reply *r) {
   close(runfd);
 }
 
-void srv_run_log(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
-  const char *ov = srv_query(q, "offset");
-  long long off = ov ? atoll(ov) : 0;
-  int runfd = srv_open_run(s, name), fd = -1;
+long long srv_log_json(int runfd, long long off, FILE *f, long long *next) {
   char *b = NULL;
   size_t n = 0;
   struct stat st;
-  if (runfd < 0) {
-    srv_error(r, 404, "no run '%s' under the root", name);
-    return;
-  }
-  fd = openat(runfd, "train.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 || fstat(fd, &st)) {
-    srv_error(r, 404, "run '%s' has no train.log (it was not started from the web UI)", name);
-    goto out;
-  }
+  long long got = -1;
+  int fd = openat(runfd, "train.log", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st)) goto out;
   if (off < 0 || off > (long long)st.st_size) off = 0; /* a new log (the run was restarted) */
-  if (srv_read_fd(fd, (off_t)off, LOG_CHUNK, &b, &n)) {
-    srv_error(r, 500, "cannot read train.log: %s", strerror(errno));
-    goto out;
-  }
+  if (srv_read_fd(fd, (off_t)off, LOG_CHUNK, &b, &n)) goto out;
   if (n == LOG_CHUNK) /* do not cut a UTF-8 sequence: leave it for the next call */
     while (n > 0 && ((unsigned char)b[n - 1] & 0xC0) == 0x80) n--;
   if (n == LOG_CHUNK && n > 0 && ((unsigned char)b[n - 1] & 0x80)) n--;
@@ -464,17 +459,30 @@ void srv_run_log(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) 
       if ((unsigned char)b[i] >= 0x80) b[i] = '?';
   for (size_t i = 0; i < n; i++)
     if (!b[i]) b[i] = '?';
-  FILE *f = srv_json_open(r, 200);
-  if (f) {
-    fprintf(f, "{\"offset\": %lld, \"size\": %lld, \"text\": ", off + (long long)n,
-            (long long)st.st_size);
-    ct_json_fput_str(f, b);
-    fputs("}", f);
-  }
-  srv_json_close(r, f);
+  *next = off + (long long)n;
+  fprintf(f, "{\"offset\": %lld, \"size\": %lld, \"text\": ", *next, (long long)st.st_size);
+  ct_json_fput_str(f, b);
+  fputs("}", f);
+  got = (long long)n;
 out:
   free(b);
   if (fd >= 0) close(fd);
+  return got;
+}
+
+void srv_run_log(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
+  const char *ov = srv_query(q, "offset");
+  long long next;
+  int runfd = srv_open_run(s, name);
+  if (runfd < 0) {
+    srv_error(r, 404, "no run '%s' under the root", name);
+    return;
+  }
+  FILE *f = srv_json_open(r, 200);
+  long long got = f ? srv_log_json(runfd, ov ? atoll(ov) : 0, f, &next) : 0;
+  srv_json_close(r, f);
+  if (got < 0)
+    srv_error(r, 404, "run '%s' has no train.log (it was not started from the web UI)", name);
   close(runfd);
 }
 

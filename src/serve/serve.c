@@ -160,6 +160,8 @@ static void route_run(ct_serve *s, srv_req *q, const char *p, srv_reply *r) {
     srv_run_validation(s, name, r);
   else if (!strcmp(what, "log") && get)
     srv_run_log(s, name, q, r);
+  else if (!strcmp(what, "stream") && get)
+    srv_run_stream(s, name, q, r);
   else if (!strncmp(what, "files/", 6) && get)
     srv_run_file(s, name, what + 6, r);
   else if (!strcmp(what, "stop") && post)
@@ -199,7 +201,10 @@ static void route(ct_serve *s, srv_req *q, srv_reply *r) {
 
 static enum MHD_Result send_reply(struct MHD_Connection *c, srv_reply *r, int api) {
   struct MHD_Response *resp;
-  if (r->fd >= 0) {
+  if (r->stream) {
+    resp = srv_stream_response(r->stream); /* owns the stream now */
+    r->stream = NULL;
+  } else if (r->fd >= 0) {
     resp = MHD_create_response_from_fd64(r->fd_size, r->fd); /* owns fd now */
     r->fd = -1;
   } else if (r->body) {

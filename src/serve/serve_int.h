@@ -48,6 +48,7 @@ typedef struct srv_reply {
   char cookie[256];   /* Set-Cookie value, if any */
   char location[128]; /* Location, for a redirect */
   int no_store;       /* Cache-Control: no-store */
+  void *stream;       /* a server-sent event stream (stream.c), if set */
 } srv_reply;
 
 /* The request as the handlers see it. */
@@ -86,8 +87,18 @@ void srv_run_metrics(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 void srv_run_validation(ct_serve *s, const char *name, srv_reply *r);
 void srv_run_log(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
 void srv_run_file(ct_serve *s, const char *name, const char *rel, srv_reply *r);
+/* {"points": [...], "last_step", "more"} of metrics.jsonl after step since
+ * into f; returns the number of points, *last the last step. */
+long srv_metrics_json(int runfd, long since, FILE *f, long *last);
+/* {"offset", "size", "text"} of train.log from byte off into f; returns the
+ * bytes of text, -1 (nothing written) without a log. */
+long long srv_log_json(int runfd, long long off, FILE *f, long long *next);
 /* "running", "stopped" or "finished", and the last step logged; runfd open. */
 const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step, long *max_steps);
+
+/* stream.c */
+void srv_run_stream(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+struct MHD_Response *srv_stream_response(void *stream);
 
 /* launch.c */
 void srv_keys(srv_reply *r);
