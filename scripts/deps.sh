@@ -8,8 +8,9 @@ set -euo pipefail
 
 BUILD_PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
             zlib1g-dev libzstd-dev libsnappy-dev libssl-dev libcurl4-openssl-dev libopenmpi-dev openmpi-bin
-            libyaml-dev)
-TEST_PKGS=(python3 python3-torch python3-numpy python3-pil clang clang-format libclang-rt-14-dev libomp-dev iproute2 util-linux)
+            libyaml-dev libmicrohttpd-dev)
+TEST_PKGS=(python3 python3-torch python3-numpy python3-pil clang clang-format libclang-rt-14-dev libomp-dev iproute2 util-linux
+           chromium)
 PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}")
 
 check_only=0

@@ -31,6 +31,8 @@ int ct_cmd_sample(int argc, char **argv);
 void ct_cmd_sample_help(FILE *f);
 int ct_cmd_launch(int argc, char **argv); /* cmd_launch.c */
 void ct_cmd_launch_help(FILE *f);
+int ct_cmd_serve(int argc, char **argv); /* cmd_serve.c */
+void ct_cmd_serve_help(FILE *f);
 int ct_cmd_model_check(int argc, char **argv); /* cmd_model.c */
 void ct_cmd_model_check_help(FILE *f);
 int ct_cmd_config_check(int argc, char **argv);

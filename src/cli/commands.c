@@ -26,6 +26,8 @@ const ct_cli_cmd ct_cli_commands[] = {
     {TRAINING, "config", "check",
      "print a config's resolved keys and every problem at once (exit 2 if any)",
      ct_cmd_config_check_help, ct_cmd_config_check},
+    {TRAINING, "serve", NULL, "web UI: dashboard of runs, config builder, launch (docs/webui.md)",
+     ct_cmd_serve_help, ct_cmd_serve},
     {TRAINING, "sample", NULL, "generate images from a checkpoint", ct_cmd_sample_help,
      ct_cmd_sample},
     {MODELS, "model", "check", "run forward and backward on a PyTorch golden file and compare",

@@ -1,0 +1,600 @@
+/* The web server's write side: the key registry for the config builder, the
+ * config check (the trainer's own parser and validator), saving a run's
+ * config.json (+ multidatabackend.json), and starting and stopping runs.
+ *
+ * A run starts as `ctuner train --config RUN/config.json --output_dir=RUN`
+ * (through `mpirun -np N` for N ranks) in its own session, stdout and stderr
+ * appended to RUN/train.log; RUN/serve.json records its pid, ranks and, once
+ * the reaper thread collects it, its exit code. Stop sends SIGTERM to the
+ * run's process group (mpirun and its ranks) and SIGKILL 30 s later if it is
+ * still there; the trainer's checkpoints are written to a temporary name and
+ * renamed, so a run killed at any point resumes from its last complete one. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctuner/config.h"
+#include "serve/serve_int.h"
+
+extern char **environ;
+
+#define STOP_GRACE_S 30
+
+void srv_json_write(FILE *f, const ct_json *v) {
+  switch (v->type) {
+    case CT_JSON_NULL:
+      fputs("null", f);
+      break;
+    case CT_JSON_BOOL:
+      fputs(v->boolean ? "true" : "false", f);
+      break;
+    case CT_JSON_NUMBER:
+      if (v->is_int)
+        fprintf(f, "%lld", (long long)v->i64);
+      else
+        fprintf(f, "%.17g", v->num);
+      break;
+    case CT_JSON_STRING:
+      ct_json_fput_str(f, v->str);
+      break;
+    case CT_JSON_ARRAY:
+    case CT_JSON_OBJECT:
+      fputc(v->type == CT_JSON_ARRAY ? '[' : '{', f);
+      for (size_t i = 0; i < v->n; i++) {
+        if (i) fputs(", ", f);
+        if (v->type == CT_JSON_OBJECT) {
+          ct_json_fput_str(f, v->keys[i]);
+          fputs(": ", f);
+        }
+        srv_json_write(f, &v->items[i]);
+      }
+      fputc(v->type == CT_JSON_ARRAY ? ']' : '}', f);
+      break;
+  }
+}
+
+void srv_keys(srv_reply *r) {
+  FILE *f = srv_json_open(r, 200);
+  ct_config_key_info k;
+  if (f) fputs("{\"keys\": [", f);
+  for (size_t i = 0; f && ct_config_key_info_at(i, &k); i++) {
+    fprintf(f, "%s{\"name\": ", i ? ",\n" : "");
+    ct_json_fput_str(f, k.name);
+    fputs(", \"type\": ", f);
+    ct_json_fput_str(f, k.type);
+    fputs(", \"default\": ", f);
+    if (k.def)
+      ct_json_fput_str(f, k.def);
+    else
+      fputs("null", f);
+    fputs(", \"models\": ", f);
+    ct_json_fput_str(f, ct_config_models_name(k.models));
+    fputs(", \"help\": ", f);
+    ct_json_fput_str(f, k.help ? k.help : "");
+    fputs("}", f);
+  }
+  if (f) fputs("]}", f);
+  srv_json_close(r, f);
+}
+
+/* The key a validator message is about: the first quoted word that is a key,
+ * else the first word that is one; NULL if none. */
+static const char *message_key(const char *msg, char *buf, size_t n) {
+  const char *unk = strstr(msg, "unknown key '");
+  if (unk) { /* the key as the user wrote it, not the suggestion */
+    unk += 13;
+    size_t len = strcspn(unk, "'");
+    if (len < n) {
+      memcpy(buf, unk, len);
+      buf[len] = 0;
+      return buf;
+    }
+  }
+  for (int quoted = 1; quoted >= 0; quoted--) {
+    for (const char *p = msg; *p; p++) {
+      if (quoted && *p != '\'') continue;
+      const char *w = quoted ? p + 1 : p;
+      if (!quoted && p > msg && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'))) continue;
+      size_t len = strspn(w, "abcdefghijklmnopqrstuvwxyz0123456789_");
+      if (len == 0 || len >= n || (quoted && w[len] != '\'')) continue;
+      memcpy(buf, w, len);
+      buf[len] = 0;
+      if (ct_config_help(buf)) return buf;
+    }
+  }
+  return NULL;
+}
+
+/* Checks the config text as `ctuner train --config` would for `world` ranks:
+ * parse, per-key rules, rules between keys, the DeepSpeed fold. On success
+ * *resolved is the canonical JSON of every key (caller frees).
+ * TODO(issue 22): when config.h gains the "collect all problems" API, call it
+ * here and return every problem; today this is the first one only. */
+static ct_status check_config(const char *text, size_t n, int world, char **resolved, ct_err *err) {
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_status st = CT_OK;
+  char path[64];
+  *resolved = NULL;
+  int fd = memfd_create("config.json", MFD_CLOEXEC); /* no file written anywhere */
+  if (fd < 0 || write(fd, text, n) != (ssize_t)n) {
+    st = ct_errf(err, CT_ERR_IO, "cannot hold the config in memory: %s", strerror(errno));
+    goto out;
+  }
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  st = ct_config_load_file(&cfg, path, err);
+  if (!st) st = ct_config_validate(&cfg, err);
+  if (!st) st = ct_deepspeed_apply(&cfg, world, err);
+  if (!st) st = ct_config_validate(&cfg, err);
+  if (!st) *resolved = ct_config_to_json(&cfg);
+out:
+  if (st) { /* the memfd's path means nothing to the user */
+    size_t pl = strlen(path);
+    if (fd >= 0 && !strncmp(err->msg, path, pl)) {
+      char tail[sizeof err->msg];
+      snprintf(tail, sizeof tail, "%s", err->msg + pl);
+      snprintf(err->msg, sizeof err->msg, "config%.1000s", tail);
+    }
+  }
+  if (fd >= 0) close(fd);
+  ct_config_free(&cfg);
+  return st;
+}
+
+/* {"ok": ..., "problems": [...], "resolved": {...}} for config text. */
+static void write_check(FILE *f, const char *text, size_t n, int world) {
+  ct_err err = {0};
+  char *resolved = NULL, kb[128];
+  ct_status st = check_config(text, n, world, &resolved, &err);
+  fprintf(f, "{\"ok\": %s, \"world\": %d, \"problems\": [", st ? "false" : "true", world);
+  if (st) {
+    const char *key = message_key(err.msg, kb, sizeof kb);
+    fputs("{\"key\": ", f);
+    if (key)
+      ct_json_fput_str(f, key);
+    else
+      fputs("null", f);
+    fputs(", \"message\": ", f);
+    ct_json_fput_str(f, err.msg);
+    fputs("}", f);
+  }
+  fprintf(f, "], \"resolved\": %s}", resolved ? resolved : "null");
+  free(resolved);
+}
+
+static int world_arg(const srv_req *q) {
+  const char *w = srv_query(q, "world");
+  long v = w ? atol(w) : 1;
+  return v < 1 ? 1 : v > 1024 ? 1024 : (int)v;
+}
+
+void srv_config_check(ct_serve *s, const srv_req *q, srv_reply *r) {
+  FILE *f = srv_json_open(r, 200);
+  if (f) write_check(f, q->body, q->nbody, world_arg(q));
+  srv_json_close(r, f);
+}
+
+/* The config object with output_dir (and data_backend_config) set to paths in
+ * the run directory, as text. */
+static char *config_text(const ct_json *cfg, const char *run, int has_backend) {
+  char *t = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&t, &n);
+  if (!f) return NULL;
+  fputs("{\n  \"output_dir\": ", f);
+  ct_json_fput_str(f, run);
+  if (has_backend) {
+    char p[PATH_MAX + 256];
+    snprintf(p, sizeof p, "%s/multidatabackend.json", run);
+    fputs(",\n  \"data_backend_config\": ", f);
+    ct_json_fput_str(f, p);
+  }
+  for (size_t i = 0; i < cfg->n; i++) {
+    const char *k = cfg->keys[i] + (strncmp(cfg->keys[i], "--", 2) ? 0 : 2);
+    if (!strcmp(k, "output_dir") || (has_backend && !strcmp(k, "data_backend_config"))) continue;
+    fputs(",\n  ", f);
+    ct_json_fput_str(f, cfg->keys[i]);
+    fputs(": ", f);
+    srv_json_write(f, &cfg->items[i]);
+  }
+  fputs("\n}\n", f);
+  fclose(f);
+  return t;
+}
+
+/* Writes RUN/config.json (and RUN/multidatabackend.json) from a body
+ * {"config": {...}, "backend": [...]}; answers as the check does, plus the
+ * files written. */
+static void save_config(ct_serve *s, const char *name, const ct_json *body, int world,
+                        srv_reply *r) {
+  const ct_json *cfg = ct_json_get(body, "config"), *be = ct_json_get(body, "backend");
+  char run[PATH_MAX + 200], *text = NULL, *betext = NULL;
+  size_t ben = 0;
+  int runfd = -1;
+  if (!cfg || cfg->type != CT_JSON_OBJECT || (be && be->type != CT_JSON_ARRAY)) {
+    srv_error(r, 400, "expected {\"config\": {...}, \"backend\": [...] (optional)}");
+    goto out;
+  }
+  if (mkdirat(s->rootfd, name, 0755) && errno != EEXIST) {
+    srv_error(r, 500, "cannot create run '%s': %s", name, strerror(errno));
+    goto out;
+  }
+  if ((runfd = srv_open_run(s, name)) < 0) {
+    srv_error(r, 403, "'%s' under the root is not a directory", name);
+    goto out;
+  }
+  snprintf(run, sizeof run, "%s/%s", s->root, name);
+  if (be) {
+    FILE *f = open_memstream(&betext, &ben);
+    if (f) {
+      srv_json_write(f, be);
+      fputc('\n', f);
+      fclose(f);
+    }
+  }
+  text = config_text(cfg, run, be != NULL);
+  if (!text || (be && !betext) ||
+      (be && srv_write_at(runfd, "multidatabackend.json", betext, ben)) ||
+      srv_write_at(runfd, "config.json", text, strlen(text))) {
+    srv_error(r, 500, "cannot write the config of run '%s': %s", name, strerror(errno));
+    goto out;
+  }
+  FILE *f = srv_json_open(r, 200);
+  if (f) {
+    fputs("{\"saved\": [\"config.json\"", f);
+    if (be) fputs(", \"multidatabackend.json\"", f);
+    fputs("], \"check\": ", f);
+    write_check(f, text, strlen(text), world);
+    fputs("}", f);
+  }
+  srv_json_close(r, f);
+out:
+  free(text);
+  free(betext);
+  if (runfd >= 0) close(runfd);
+}
+
+void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  if (ct_json_parse(q->body, q->nbody, &body, &err)) {
+    srv_error(r, 400, "body: %s", err.msg);
+    return;
+  }
+  save_config(s, name, body, world_arg(q), r);
+  ct_json_free(body);
+}
+
+/* ---- serve.json and the children ---- */
+
+typedef struct run_meta {
+  long pid, started;
+  int ranks, exit_code; /* exit_code -1: not known */
+} run_meta;
+
+static int meta_read(int runfd, run_meta *m) {
+  ct_json *j = NULL;
+  ct_err err;
+  char *b = NULL;
+  size_t n;
+  memset(m, 0, sizeof *m);
+  m->exit_code = -1;
+  int fd = openat(runfd, "serve.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC), ok = 0;
+  if (fd >= 0 && !srv_read_fd(fd, 0, 4096, &b, &n) && !ct_json_parse(b, n, &j, &err)) {
+    const ct_json *v;
+    if ((v = ct_json_get(j, "pid")) && v->type == CT_JSON_NUMBER) m->pid = (long)v->num;
+    if ((v = ct_json_get(j, "started")) && v->type == CT_JSON_NUMBER) m->started = (long)v->num;
+    if ((v = ct_json_get(j, "ranks")) && v->type == CT_JSON_NUMBER) m->ranks = (int)v->num;
+    if ((v = ct_json_get(j, "exit_code")) && v->type == CT_JSON_NUMBER) m->exit_code = (int)v->num;
+    ok = 1;
+  }
+  ct_json_free(j);
+  free(b);
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+static void meta_write(int runfd, const run_meta *m) {
+  char b[256];
+  int n = snprintf(b, sizeof b,
+                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, \"exit_code\": ", m->pid,
+                   m->ranks, m->started);
+  if (m->exit_code >= 0)
+    n += snprintf(b + n, sizeof b - (size_t)n, "%d}\n", m->exit_code);
+  else
+    n += snprintf(b + n, sizeof b - (size_t)n, "null}\n");
+  srv_write_at(runfd, "serve.json", b, (size_t)n);
+}
+
+pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code) {
+  run_meta m;
+  pthread_mutex_lock(&s->mu);
+  int ok = meta_read(runfd, &m);
+  pthread_mutex_unlock(&s->mu);
+  *ranks = m.ranks;
+  *exit_code = m.exit_code;
+  /* alive, and still the session leader we made it (not a reused pid) */
+  if (ok && m.pid > 0 && m.exit_code < 0 && kill((pid_t)m.pid, 0) == 0 &&
+      getsid((pid_t)m.pid) == (pid_t)m.pid)
+    return (pid_t)m.pid;
+  return 0;
+}
+
+void *srv_reaper_main(void *arg) {
+  ct_serve *s = arg;
+  while (!s->stopping) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < SRV_MAX_CHILDREN; i++) {
+      srv_child *c = &s->children[i];
+      int ws;
+      if (!c->pid) continue;
+      if (c->kill_at && time(NULL) >= c->kill_at) {
+        kill(-c->pid, SIGKILL);
+        c->kill_at = 0;
+      }
+      if (waitpid(c->pid, &ws, WNOHANG) != c->pid) continue;
+      int runfd = srv_open_run(s, c->name);
+      run_meta m;
+      if (runfd >= 0 && meta_read(runfd, &m) && m.pid == c->pid) {
+        m.exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        meta_write(runfd, &m);
+      }
+      if (runfd >= 0) close(runfd);
+      memset(c, 0, sizeof *c);
+    }
+    pthread_mutex_unlock(&s->mu);
+    usleep(200 * 1000);
+  }
+  return NULL;
+}
+
+/* argv of a start into av (strings in store). */
+static int start_argv(ct_serve *s, const char *run, int ranks, const ct_json *resume, char **av,
+                      char store[4][PATH_MAX + 256]) {
+  int n = 0;
+  if (ranks > 1) {
+    av[n++] = s->mpirun;
+    av[n++] = "-np";
+    snprintf(store[0], sizeof store[0], "%d", ranks);
+    av[n++] = store[0];
+    av[n++] = "--oversubscribe";
+    if (geteuid() == 0) av[n++] = "--allow-run-as-root";
+  }
+  av[n++] = s->ctuner;
+  av[n++] = "train";
+  snprintf(store[1], sizeof store[1], "--config=%s/config.json", run);
+  av[n++] = store[1];
+  snprintf(store[2], sizeof store[2], "--output_dir=%s", run);
+  av[n++] = store[2];
+  if (resume && resume->type == CT_JSON_BOOL)
+    av[n++] = resume->boolean ? "--resume_from_checkpoint=latest" : "--resume_from_checkpoint=none";
+  av[n] = NULL;
+  return n;
+}
+
+/* Spawns av in its own session with stdout/stderr on logfd, in runfd. */
+static int spawn(char **av, int logfd, int runfd, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  sigset_t none, def;
+  sigemptyset(&none);
+  sigemptyset(&def);
+  sigaddset(&def, SIGTERM);
+  sigaddset(&def, SIGINT);
+  sigaddset(&def, SIGPIPE);
+  sigaddset(&def, SIGHUP);
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, logfd, 1);
+  posix_spawn_file_actions_adddup2(&fa, logfd, 2);
+  posix_spawn_file_actions_addfchdir_np(&fa, runfd);
+  posix_spawnattr_init(&at);
+  posix_spawnattr_setflags(&at,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setsigmask(&at, &none); /* `ctuner serve` blocks SIGTERM to sigwait on it */
+  posix_spawnattr_setsigdefault(&at, &def);
+  int rc = posix_spawnp(pid, av[0], &fa, &at, av, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  return rc;
+}
+
+/* Starts run `name` (its config.json saved) under s->mu. */
+static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, const ct_json *resume,
+                         srv_reply *r) {
+  char run[PATH_MAX + 200], store[4][PATH_MAX + 256], *av[16];
+  int slot = -1, logfd = -1;
+  run_meta m;
+  for (int i = 0; i < SRV_MAX_CHILDREN && slot < 0; i++)
+    if (!s->children[i].pid) slot = i;
+  if (meta_read(runfd, &m) && m.pid > 0 && m.exit_code < 0 && kill((pid_t)m.pid, 0) == 0 &&
+      getsid((pid_t)m.pid) == (pid_t)m.pid) {
+    srv_error(r, 409, "run '%s' is already running (pid %ld)", name, m.pid);
+    return;
+  }
+  if (slot < 0) {
+    srv_error(r, 503, "%d runs are running already", SRV_MAX_CHILDREN);
+    return;
+  }
+  snprintf(run, sizeof run, "%s/%s", s->root, name);
+  int ac = start_argv(s, run, ranks, resume, av, store);
+  logfd = openat(runfd, "train.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (logfd < 0) {
+    srv_error(r, 500, "cannot open %s/train.log: %s", run, strerror(errno));
+    return;
+  }
+  dprintf(logfd, "==== ctuner serve: starting at %ld:", (long)time(NULL));
+  for (int i = 0; i < ac; i++) dprintf(logfd, " %s", av[i]);
+  dprintf(logfd, "\n");
+  pid_t pid;
+  int rc = spawn(av, logfd, runfd, &pid);
+  close(logfd);
+  if (rc) {
+    srv_error(r, 500, "cannot start %s: %s", av[0], strerror(rc));
+    return;
+  }
+  m = (run_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
+  meta_write(runfd, &m);
+  s->children[slot].pid = pid;
+  s->children[slot].kill_at = 0;
+  snprintf(s->children[slot].name, sizeof s->children[slot].name, "%s", name);
+  FILE *f = srv_json_open(r, 202);
+  if (f) {
+    fputs("{\"name\": ", f);
+    ct_json_fput_str(f, name);
+    fprintf(f, ", \"pid\": %ld, \"ranks\": %d, \"command\": [", (long)pid, ranks);
+    for (int i = 0; i < ac; i++) {
+      if (i) fputs(", ", f);
+      ct_json_fput_str(f, av[i]);
+    }
+    fputs("]}", f);
+  }
+  srv_json_close(r, f);
+}
+
+void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  int runfd = -1;
+  if (ct_json_parse(q->body, q->nbody, &body, &err) || body->type != CT_JSON_OBJECT) {
+    srv_error(r, 400, "body: expected {\"name\": ..., \"ranks\": N, \"resume\": bool}%s%s",
+              body ? "" : ": ", body ? "" : err.msg);
+    goto out;
+  }
+  const ct_json *nm = ct_json_get(body, "name"), *rk = ct_json_get(body, "ranks");
+  const ct_json *resume = ct_json_get(body, "resume");
+  long ranks = rk && rk->type == CT_JSON_NUMBER && rk->is_int ? (long)rk->i64 : rk ? -1 : 1;
+  if (!nm || nm->type != CT_JSON_STRING || !srv_name_ok(nm->str)) {
+    srv_error(r, 400, "\"name\" must be a run name (letters, digits, '.', '_', '-')");
+    goto out;
+  }
+  if (ranks < 1 || ranks > 64) {
+    srv_error(r, 400, "\"ranks\" must be an integer in 1..64");
+    goto out;
+  }
+  if (ct_json_get(body, "config")) { /* save first, refuse a config that does not check */
+    save_config(s, nm->str, body, (int)ranks, r);
+    if (r->code != 200) goto out;
+    if (!strstr(r->body, "\"check\": {\"ok\": true")) {
+      r->code = 422;
+      goto out;
+    }
+  }
+  if ((runfd = srv_open_run(s, nm->str)) < 0 ||
+      faccessat(runfd, "config.json", F_OK, AT_SYMLINK_NOFOLLOW)) {
+    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", nm->str,
+              nm->str);
+    goto out;
+  }
+  pthread_mutex_lock(&s->mu);
+  start_locked(s, nm->str, runfd, (int)ranks, resume, r);
+  pthread_mutex_unlock(&s->mu);
+out:
+  if (runfd >= 0) close(runfd);
+  ct_json_free(body);
+}
+
+void srv_run_stop(ct_serve *s, const char *name, srv_reply *r) {
+  int ranks, code;
+  int runfd = srv_open_run(s, name);
+  if (runfd < 0) {
+    srv_error(r, 404, "no run '%s' under the root", name);
+    return;
+  }
+  pid_t pid = srv_run_pid(s, runfd, &ranks, &code);
+  close(runfd);
+  if (!pid) {
+    srv_error(r, 409, "run '%s' is not running (or was not started by ctuner serve)", name);
+    return;
+  }
+  kill(-pid, SIGTERM); /* the whole session: mpirun and its ranks */
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < SRV_MAX_CHILDREN; i++)
+    if (s->children[i].pid == pid) s->children[i].kill_at = time(NULL) + STOP_GRACE_S;
+  pthread_mutex_unlock(&s->mu);
+  FILE *f = srv_json_open(r, 202);
+  if (f) fprintf(f, "{\"stopping\": true, \"pid\": %ld, \"signal\": \"SIGTERM\"}", (long)pid);
+  srv_json_close(r, f);
+}
+
+/* POST /api/runs/{name}/export {"checkpoint": "checkpoint-N", "dtype": "f32"|"bf16",
+ * "ema": bool}: `ctuner checkpoint export` into RUN/exports/, waited for (in
+ * this connection's thread), its output kept in RUN/exports/export.log. */
+void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  int runfd = -1, exfd = -1, logfd = -1;
+  char ck[PATH_MAX + 256], out[PATH_MAX + 256], file[200], *av[12];
+  if (ct_json_parse(q->body, q->nbody, &body, &err) || body->type != CT_JSON_OBJECT) {
+    srv_error(r, 400,
+              "body: expected {\"checkpoint\": \"checkpoint-N\", \"dtype\": ..., \"ema\": ...}");
+    goto out;
+  }
+  const ct_json *c = ct_json_get(body, "checkpoint"), *dt = ct_json_get(body, "dtype");
+  const ct_json *ema = ct_json_get(body, "ema");
+  const char *dtype = dt && dt->type == CT_JSON_STRING ? dt->str : "f32";
+  int use_ema = ema && ema->type == CT_JSON_BOOL && ema->boolean;
+  if (!c || c->type != CT_JSON_STRING || strncmp(c->str, "checkpoint-", 11) ||
+      !srv_name_ok(c->str) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
+    srv_error(r, 400, "\"checkpoint\" must be a checkpoint-N of the run, \"dtype\" f32 or bf16");
+    goto out;
+  }
+  if ((runfd = srv_open_run(s, name)) < 0 || faccessat(runfd, c->str, F_OK, AT_SYMLINK_NOFOLLOW)) {
+    srv_error(r, 404, "run '%s' has no %s", name, c->str);
+    goto out;
+  }
+  if ((mkdirat(runfd, "exports", 0755) && errno != EEXIST) ||
+      (exfd = srv_open_rel(runfd, "exports", O_RDONLY | O_DIRECTORY)) < 0 ||
+      (logfd = openat(exfd, "export.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                      0644)) < 0) {
+    srv_error(r, 500, "cannot make %s/%s/exports: %s", s->root, name, strerror(errno));
+    goto out;
+  }
+  snprintf(file, sizeof file, "%s%s-%s.safetensors", c->str, use_ema ? "-ema" : "", dtype);
+  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, c->str);
+  snprintf(out, sizeof out, "%s/%s/exports/%s", s->root, name, file);
+  int n = 0;
+  av[n++] = s->ctuner;
+  av[n++] = "checkpoint";
+  av[n++] = "export";
+  av[n++] = "--checkpoint";
+  av[n++] = ck;
+  av[n++] = "--out";
+  av[n++] = out;
+  av[n++] = "--dtype";
+  av[n++] = (char *)dtype;
+  if (use_ema) av[n++] = "--ema";
+  av[n] = NULL;
+  pid_t pid;
+  int ws = 0, rc = spawn(av, logfd, runfd, &pid);
+  if (!rc)
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+  if (rc || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+    srv_error(r, 500, "ctuner checkpoint export failed (see exports/export.log of run '%s')", name);
+    goto out;
+  }
+  FILE *f = srv_json_open(r, 200);
+  if (f) {
+    fputs("{\"file\": ", f);
+    char rel[240];
+    snprintf(rel, sizeof rel, "exports/%s", file);
+    ct_json_fput_str(f, rel);
+    fputs("}", f);
+  }
+  srv_json_close(r, f);
+out:
+  if (logfd >= 0) close(logfd);
+  if (exfd >= 0) close(exfd);
+  if (runfd >= 0) close(runfd);
+  ct_json_free(body);
+}

@@ -1,0 +1,120 @@
+/* Private to src/serve: the server state and the helpers its files share —
+ * replies (a JSON body built in a memory stream, or an open file), paths kept
+ * under root (safepath.c), run listings (runs.c) and launches (launch.c). */
+#ifndef CT_SERVE_INT_H
+#define CT_SERVE_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "ctuner/json.h"
+#include "ctuner/serve.h"
+
+#define SRV_MAX_CHILDREN 64
+
+typedef struct srv_child {
+  pid_t pid;      /* 0: free slot */
+  time_t kill_at; /* SIGKILL the group then, if still there (0: not stopping) */
+  char name[129];
+} srv_child;
+
+struct ct_serve {
+  struct MHD_Daemon *d;
+  int rootfd;
+  char root[PATH_MAX];
+  char token[129];
+  int has_token;
+  int port;
+  char ctuner[PATH_MAX], mpirun[PATH_MAX];
+  size_t max_body;
+  pthread_mutex_t mu; /* children and every serve.json write */
+  srv_child children[SRV_MAX_CHILDREN];
+  pthread_t reaper;
+  int reaper_on;
+  volatile int stopping;
+};
+
+/* What a handler answers: a malloc'd body, or an open file (fd >= 0). */
+typedef struct srv_reply {
+  int code;
+  const char *type;
+  char *body;
+  size_t n;
+  int fd;
+  size_t fd_size;
+  char cookie[256];   /* Set-Cookie value, if any */
+  char location[128]; /* Location, for a redirect */
+  int no_store;       /* Cache-Control: no-store */
+  void *stream;       /* a server-sent event stream (stream.c), if set */
+} srv_reply;
+
+/* The request as the handlers see it. */
+typedef struct srv_req {
+  const char *method, *path; /* path after "/api/" */
+  const char *body;
+  size_t nbody;
+  struct MHD_Connection *c;
+} srv_req;
+
+/* A JSON body: open, write with fprintf/ct_json_fput_str, close. */
+FILE *srv_json_open(srv_reply *r, int code);
+void srv_json_close(srv_reply *r, FILE *f);
+/* {"error": "..."} with an HTTP code. */
+void srv_error(srv_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A query argument or NULL. */
+const char *srv_query(const srv_req *q, const char *key);
+
+/* safepath.c: 1 if name is one safe path component ([A-Za-z0-9._-], 1..128,
+ * not starting with '.'). */
+int srv_name_ok(const char *name);
+/* The run directory root/name (no symlinks), or -1 with errno. */
+int srv_open_run(const ct_serve *s, const char *name);
+/* rel ("a/b/c.png") below dirfd, each component srv_name_ok and no symlink
+ * followed; flags as openat. -1 with errno (EACCES for a refused name). */
+int srv_open_rel(int dirfd, const char *rel, int flags);
+/* Whole file (at most max bytes from offset off) into a malloc'd buffer. */
+int srv_read_fd(int fd, off_t off, size_t max, char **out, size_t *n);
+/* Writes data to dirfd/name through a temporary file and a rename. */
+int srv_write_at(int dirfd, const char *name, const char *data, size_t n);
+
+/* runs.c */
+void srv_runs_list(ct_serve *s, srv_reply *r);
+void srv_run_get(ct_serve *s, const char *name, srv_reply *r);
+void srv_run_metrics(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+void srv_run_validation(ct_serve *s, const char *name, srv_reply *r);
+void srv_run_log(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+void srv_run_file(ct_serve *s, const char *name, const char *rel, srv_reply *r);
+/* {"points": [...], "last_step", "more"} of metrics.jsonl after step since
+ * into f; returns the number of points, *last the last step. */
+long srv_metrics_json(int runfd, long since, FILE *f, long *last);
+/* {"offset", "size", "text"} of train.log from byte off into f; returns the
+ * bytes of text, -1 (nothing written) without a log. */
+long long srv_log_json(int runfd, long long off, FILE *f, long long *next);
+/* "running", "stopped" or "finished", and the last step logged; runfd open. */
+const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step, long *max_steps);
+
+/* stream.c */
+void srv_run_stream(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+struct MHD_Response *srv_stream_response(void *stream);
+
+/* launch.c */
+void srv_keys(srv_reply *r);
+void srv_config_check(ct_serve *s, const srv_req *q, srv_reply *r);
+void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r);
+void srv_run_stop(ct_serve *s, const char *name, srv_reply *r);
+void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+/* The pid of a live run started by this or an earlier server, else 0. */
+pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code);
+void *srv_reaper_main(void *arg);
+/* Writes v as JSON. */
+void srv_json_write(FILE *f, const ct_json *v);
+
+/* assets (generated at build time from web/dist/index.html) */
+extern const unsigned char ct_serve_index_html[];
+extern const size_t ct_serve_index_html_len;
+
+#endif

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Browser test of the web UI (docs/webui.md): Debian's Chromium driven by
+# Playwright (npm playwright-core, pinned, installed into build/npm-tools) —
+# start `ctuner serve` on a temporary root, build a config in the form (a bad
+# value shows its problem next to the field, then is fixed; datasets; the
+# DeepSpeed/ZeRO section's effective-batch arithmetic), save and launch a
+# 2-rank run through mpirun from the page, watch the loss chart gain points
+# and a validation grid appear, stop it, resume it from the latest checkpoint
+# and see it finish with every step logged once.
+#   tests/browser_serve.sh path/to/ctuner            the test
+#   CT_SCREENSHOTS=docs/img tests/browser_serve.sh … also write webui-dashboard.png and webui-builder.png there
+# Needs chromium (scripts/deps.sh) and node + npm; fails (does not skip)
+# without them, like tests/parquet_interop.sh.
+. "$(dirname "$0")/lib/common.sh"
+export OMP_NUM_THREADS=1
+src="$(cd "$(dirname "$0")/.." && pwd)"
+CHROME=${CT_CHROMIUM:-/usr/bin/chromium}
+[ -x "$CHROME" ] || { bad "$CHROME not found: scripts/deps.sh installs Debian's chromium"; exit 1; }
+command -v node >/dev/null && command -v npm >/dev/null || { bad "node and npm are needed (scripts/deps.sh)"; exit 1; }
+tools="$src/build/npm-tools" pw="playwright-core@1.65.1"
+have=$(node -e "try{console.log(require('$tools/node_modules/playwright-core/package.json').version)}catch(e){}" 2>/dev/null || true)
+if [ "$have" != "${pw##*@}" ]; then
+  mkdir -p "$tools"
+  npm install --prefix "$tools" --no-audit --no-fund --silent --save-exact "$pw" >&2 ||
+    { bad "npm could not install $pw into $tools (npm registry unreachable?)"; exit 1; }
+fi
+
+"$CT" dataset synth --out "$tmp/data" --count 16 --seed 3 >/dev/null || { bad "dataset synth"; exit 1; }
+mkdir -p "$tmp/root"
+"$CT" serve --root "$tmp/root" --port 0 > "$tmp/serve.out" 2>&1 &
+spid=$!
+trap 'kill $spid 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 50); do grep -q '^serving' "$tmp/serve.out" && break; sleep 0.1; done
+port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve.out")
+[ -n "$port" ] || { bad "serve did not start: $(cat "$tmp/serve.out")"; exit 1; }
+shots=${CT_SCREENSHOTS:-}
+[ -n "$shots" ] && shots=$(mkdir -p "$shots" && cd "$shots" && pwd)
+
+cat > "$tmp/drive.cjs" <<'JS'
+const { chromium } = require(process.env.PW);
+const [url, data, chrome, profile, shots] = process.argv.slice(2);
+const log = (m) => console.log(m);
+const t0 = Date.now();
+(async () => {
+  // a fresh profile (--user-data-dir), as Playwright wants it given
+  const browser = await chromium.launchPersistentContext(profile, { executablePath: chrome, headless: true,
+    viewport: { width: 1400, height: 1000 }, args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
+  const page = browser.pages()[0] || await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("dialog", (d) => { errors.push("dialog: " + d.message()); d.dismiss(); });
+  page.on("response", (r) => { if (r.status() >= 400 && r.request().method() !== "POST") errors.push(`${r.status()} for ${r.url()}`); });
+  page.on("response", (r) => { if (r.request().method() === "POST") log(`  POST ${r.url().replace(url, "/")}: ${r.status()}`); });
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("request", (r) => { if (!r.url().startsWith(url) && !r.url().startsWith("blob:") && !r.url().startsWith("data:")) errors.push("external request: " + r.url()); });
+  await page.goto(url + "#builder");
+  await page.waitForSelector("#key-learning_rate");
+  log("ok - the builder lists the keys from /api/keys: " + await page.locator(".key").count());
+  const setKey = async (k, v) => {
+    await page.fill("#b-filter", k);
+    const inp = page.locator(`#key-${k} [data-key="${k}"]`);
+    if (await inp.evaluate((e) => e.tagName) === "SELECT") await inp.selectOption(String(v)); else await inp.fill(String(v));
+    await inp.dispatchEvent("change");
+  };
+  await page.fill("#b-name", "tiny2");
+  await page.fill("#b-ranks", "2");
+  await page.dispatchEvent("#b-ranks", "input");
+  const ds = page.locator(".dataset").first();
+  await ds.locator('[data-ds="id"]').fill("shapes");
+  await ds.locator('[data-ds="id"]').dispatchEvent("change");
+  await ds.locator('[data-ds="instance_data_dir"]').fill(data);
+  await ds.locator('[data-ds="instance_data_dir"]').dispatchEvent("change");
+  for (const [k, v] of [["preset", "tiny"], ["resolution", 8], ["aspect_bucket_alignment", 8], ["learning_rate", "0.001"],
+    ["seed", 7], ["max_train_steps", 400], ["checkpoint_step_interval", 10], ["validation_step_interval", 20],
+    ["validation_prompt", "a red circle"], ["validation_num_inference_steps", 2], ["optimizer", "adamq"]]) await setKey(k, v);
+  // the bad optimizer: its problem appears next to the field
+  await page.fill("#b-filter", "optimizer");
+  await page.waitForSelector("#key-optimizer.problem .err", { timeout: 10000 });
+  log("ok - a problem is shown next to its field: " + (await page.textContent("#key-optimizer .err")).trim());
+  await setKey("optimizer", "adamw");
+  await page.waitForSelector("#b-problems .okmsg", { timeout: 10000 });
+  // DeepSpeed: ZeRO-1, micro batch 2 per rank, accumulation 1, 2 ranks
+  await page.check("#ds-on"); await page.dispatchEvent("#ds-on", "input");
+  await page.selectOption("#ds-stage", "1"); await page.dispatchEvent("#ds-stage", "input");
+  await page.fill("#ds-micro", "2"); await page.dispatchEvent("#ds-micro", "input");
+  await page.waitForFunction(() => document.querySelector("#b-problems .okmsg") &&
+    /resolved: train_batch_size 2 × gradient_accumulation_steps 1 × 2 = 4/.test(document.querySelector("#ds-arith").textContent), null, { timeout: 10000 });
+  log("ok - effective batch shown live: " + await page.textContent("#ds-arith"));
+  await page.fill("#b-filter", "");
+  await page.check("#b-only-set"); await page.dispatchEvent("#b-only-set", "change");
+  if (shots) await page.screenshot({ path: shots + "/webui-builder.png", fullPage: false });
+  // save and launch (2 ranks through mpirun)
+  await page.click("#b-launch");
+  await page.waitForFunction(() => location.hash === "#launch", null, { timeout: 15000 });
+  await page.waitForFunction(() => /mpirun -np 2/.test(document.querySelector("#l-log").textContent), null, { timeout: 20000 });
+  log("ok - launched from the page; its log streams: " + (await page.textContent("#l-log")).split("\n")[0].slice(0, 90));
+  // the dashboard: the chart gains points, a validation grid appears
+  await page.goto(url + "#dashboard");
+  await page.click('#run-list li[data-run="tiny2"]');
+  const points = async () => +((await page.textContent("#points-n")).split(" ")[0] || 0);
+  await page.waitForFunction(() => parseInt(document.querySelector("#points-n").textContent) >= 3, null, { timeout: 60000 });
+  const p1 = await points();
+  await page.waitForFunction((n) => parseInt(document.querySelector("#points-n").textContent) > n + 5, p1, { timeout: 60000 });
+  const p2 = await points();
+  log(`ok - the loss chart gained points while training: ${p1} -> ${p2}`);
+  await page.waitForFunction(() => /rank 0/.test(document.querySelector("#run-procs").textContent) &&
+    /rank 1/.test(document.querySelector("#run-procs").textContent), null, { timeout: 20000 });
+  await page.waitForFunction(() => /step \d+: checkpoint/.test(document.querySelector("#events").textContent), null, { timeout: 30000 });
+  log("ok - events from the log: " + (await page.locator("#events li").first().textContent()).slice(0, 80));
+  log("ok - per-rank status: " + (await page.locator("#run-procs tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent).join(" ")))).join(" | "));
+  await page.waitForSelector("#validation img.grid", { timeout: 60000 });
+  const ok_img = await page.locator("#validation img.grid").first().evaluate((im) => im.complete && im.naturalWidth > 0);
+  log((ok_img ? "ok" : "FAIL") + " - a validation grid appeared (" + await page.locator("#validation h3").first().textContent() + ")");
+  // stop, then resume
+  await page.click("#run-stop");
+  await page.waitForFunction(() => document.querySelector("#run-status").textContent === "stopped", null, { timeout: 40000 });
+  const stoppedAt = await points();
+  log(`ok - stopped from the page at ${stoppedAt} points (${await page.textContent("#run-ranks")})`);
+  await page.click("#run-resume");
+  await page.waitForFunction(() => document.querySelector("#run-status").textContent === "running", null, { timeout: 20000 });
+  log("ok - resumed from the page");
+  await page.waitForFunction((n) => parseInt(document.querySelector("#points-n").textContent) > n + 60, stoppedAt, { timeout: 120000 });
+  await page.waitForFunction(() => document.querySelectorAll("#checkpoints tbody tr td a").length > 0, null, { timeout: 60000 });
+  await page.check("#logscale"); await page.dispatchEvent("#logscale", "change");
+  await page.waitForTimeout(1500);
+  if (shots) await page.screenshot({ path: shots + "/webui-dashboard.png", fullPage: true });
+  await page.uncheck("#logscale"); await page.dispatchEvent("#logscale", "change");
+  await page.waitForFunction(() => document.querySelector("#run-status").textContent === "finished", null, { timeout: 240000 });
+  const m = await page.evaluate(async () => (await (await fetch("/api/runs/tiny2/metrics")).json()).points.map((p) => p.step));
+  const once = m.length === 400 && m.every((s, i) => s === i + 1);
+  log((once ? "ok" : "FAIL") + ` - finished after the resume; metrics steps 1..400 once each (${m.length} lines)`);
+  await page.locator("#checkpoints button", { hasText: "export bf16" }).first().click();
+  const exp = page.locator("#checkpoints a", { hasText: "-bf16.safetensors" }).first();
+  await exp.waitFor({ timeout: 60000 });
+  log("ok - a checkpoint exported from the page: " + await exp.textContent());
+  const run = await page.evaluate(async () => (await fetch("/api/runs/tiny2")).json());
+  log((run.ranks === 2 && run.exit_code === 0 ? "ok" : "FAIL") + ` - ${run.ranks} ranks, exit code ${run.exit_code}`);
+  // the builder loads the run's saved config back into the form
+  await page.goto(url + "#builder");
+  await page.selectOption("#b-load", "tiny2");
+  await page.waitForFunction(() => /loaded run 'tiny2'/.test(document.querySelector("#b-msg").textContent), null, { timeout: 10000 });
+  await page.fill("#b-filter", "max_train_steps");
+  const loaded = [await page.inputValue('[data-key="max_train_steps"]'), await page.inputValue("#ds-micro"),
+    await page.inputValue('.dataset [data-ds="id"]'), await page.inputValue("#b-ranks")];
+  log((loaded.join(",") === "400,2,shapes,2" ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
+  log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
+  log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
+  await browser.close();
+})().catch((e) => { console.log("FAIL - " + e.message.split("\n")[0]); process.exit(1); });
+JS
+out=$(PW="$tools/node_modules/playwright-core" node "$tmp/drive.cjs" "http://127.0.0.1:$port/" "$tmp/data" "$CHROME" "$tmp/profile" "$shots" 2>&1)
+echo "$out"
+echo "$out" | grep -q '^FAIL' && fail=1
+[ "$(echo "$out" | grep -c '^ok')" -ge 10 ] || { echo "FAIL - the browser run ended early"; fail=1; }
+[ $fail = 1 ] && { echo "--- train.log"; tail -20 "$tmp/root/tiny2/train.log" 2>/dev/null; }
+exit $fail

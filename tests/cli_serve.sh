@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# End-to-end test of `ctuner serve` (docs/webui.md) with curl against a
+# temporary root: every API endpoint, a run started, stopped (SIGTERM) and
+# resumed through the API, metrics read while being written (partial last
+# line), the token rules (missing, wrong, Bearer, cookie, a generated one),
+# the loopback Host check, path traversal (.., %2F, absolute, symlinks in and
+# out of the root, hidden files) and oversized bodies.
+# Usage: tests/cli_serve.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+export OMP_NUM_THREADS=1
+command -v curl >/dev/null || { echo "FAIL - curl not found: run scripts/deps.sh"; exit 1; }
+root="$tmp/root"
+mkdir -p "$root"
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
+
+# start_serve OUTFILE ARGS...: starts ctuner serve, sets $port (waits for its line)
+start_serve() {
+  local out=$1; shift
+  "$CT" serve "$@" > "$out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do grep -qs '^serving' "$out" && break; sleep 0.1; done
+  port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$out")
+}
+start_serve "$tmp/serve.out" --root "$root" --port 0
+[ -n "$port" ] && ok "serve started on port $port" || { bad "serve did not start: $(cat "$tmp/serve.out")"; exit 1; }
+U="http://127.0.0.1:$port"
+# code URL [curl args]: the HTTP status; the body in $tmp/body
+code() { local u=$1; shift; curl -s -o "$tmp/body" -w '%{http_code}' "$@" "$u"; }
+post() { local u=$1; shift; code "$u" -X POST -H 'Content-Type: application/json' "$@"; }
+jq_() { /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/body')); print(($1))"; }
+
+# ---- the page and the loopback rules ----
+[ "$(code "$U/")" = 200 ] && grep -qi '<html' "$tmp/body" && ok "GET / serves the page" || bad "GET /: $(head -c 200 "$tmp/body")"
+[ "$(code "$U/api/runs" -H "Host: evil.example:$port")" = 403 ] && ok "a foreign Host header is refused (DNS rebinding)" || bad "foreign Host: $(cat "$tmp/body")"
+[ "$(code "$U/api/runs" -H "Host: localhost:$port")" = 200 ] && ok "Host localhost:PORT is accepted" || bad "localhost Host refused"
+[ "$(code "$U/api/runs")" = 200 ] && [ "$(jq_ 'len(d["runs"])')" = 0 ] && ok "GET /api/runs: empty root" || bad "empty runs: $(cat "$tmp/body")"
+[ "$(code "$U/api/config/check" -X POST -d '{}')" = 415 ] && ok "a POST that is not application/json is refused" || bad "form POST accepted"
+[ "$(code "$U/api/nothing")" = 404 ] && ok "unknown endpoint: 404" || bad "unknown endpoint"
+[ "$(code "$U/api/keys" -X DELETE)" = 404 ] && ok "wrong method: 404" || bad "wrong method"
+
+# ---- keys and config check ----
+[ "$(code "$U/api/keys")" = 200 ] && [ "$(jq_ 'len(d["keys"]) > 100 and any(k["name"]=="learning_rate" and k["type"] and k["help"] for k in d["keys"])')" = True ] &&
+  ok "GET /api/keys: the key registry ($(jq_ 'len(d["keys"])') keys)" || bad "keys: $(head -c 300 "$tmp/body")"
+[ "$(post "$U/api/config/check" -d '{"learning_rat": 1e-4}')" = 200 ] &&
+  [ "$(jq_ 'd["ok"], d["problems"][0]["key"]')" = "(False, 'learning_rat')" ] && ok "config check: unknown key named" || bad "check unknown: $(cat "$tmp/body")"
+post "$U/api/config/check" -d '{"optimizer": "adamq"}' >/dev/null
+[ "$(jq_ 'd["problems"][0]["key"]')" = optimizer ] && ok "config check: bad value names its key" || bad "check bad value: $(cat "$tmp/body")"
+post "$U/api/config/check" -d '{"learning_rate": 2e-4, "train_batch_size": 3}' >/dev/null
+[ "$(jq_ 'd["ok"], d["resolved"]["learning_rate"], d["resolved"]["train_batch_size"]')" = "(True, 0.0002, 3)" ] &&
+  ok "config check: a good config, resolved" || bad "check good: $(head -c 300 "$tmp/body")"
+post "$U/api/config/check?world=2" -d '{"deepspeed_config": {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3, "zero_optimization": {"stage": 2}}}' >/dev/null
+[ "$(jq_ 'd["ok"], d["world"], d["resolved"]["train_batch_size"], d["resolved"]["gradient_accumulation_steps"]')" = "(True, 2, 2, 3)" ] &&
+  ok "config check: a DeepSpeed config folded for 2 ranks" || bad "check deepspeed: $(head -c 400 "$tmp/body")"
+[ "$(post "$U/api/config/check" -d '{"a": ')" = 200 ] && [ "$(jq_ 'd["ok"]')" = False ] && ok "config check: broken JSON is a problem" || bad "broken JSON: $(cat "$tmp/body")"
+
+# ---- oversized bodies ----
+head -c 2000000 /dev/zero | tr '\0' ' ' > "$tmp/big"
+[ "$(post "$U/api/config/check" --data-binary @"$tmp/big")" = 413 ] && ok "a 2 MB body (Content-Length) is refused: 413" || bad "big body: $(head -c 200 "$tmp/body")"
+[ "$(post "$U/api/config/check" -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big")" = 413 ] && ok "a 2 MB chunked body is refused: 413" || bad "big chunked body"
+[ "$(code "$U/api/runs")" = 200 ] && ok "the server still answers after them" || bad "server gone after big bodies"
+
+# ---- a run: save its config, start, watch, stop, resume ----
+"$CT" dataset synth --out "$tmp/data" --count 16 --seed 3 >/dev/null || { bad "dataset synth"; exit 1; }
+cat > "$tmp/run.json" <<JSON
+{"config": {"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--train_batch_size": 4,
+  "--learning_rate": 1e-3, "--seed": 7, "max_train_steps": 120, "checkpoint_step_interval": 4,
+  "validation_step_interval": 8, "validation_prompt": "a red circle", "validation_num_inference_steps": 2,
+  "output_dir": "/somewhere/else"},
+ "backend": [{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]}
+JSON
+[ "$(post "$U/api/runs/r1/config" --data-binary @"$tmp/run.json")" = 200 ] && [ "$(jq_ 'd["check"]["ok"]')" = True ] &&
+  grep -q "\"output_dir\": \"$root/r1\"" "$root/r1/config.json" && grep -q "$root/r1/multidatabackend.json" "$root/r1/config.json" &&
+  ok "POST /api/runs/r1/config writes config.json (output_dir in the run) and multidatabackend.json" || bad "save: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 0}')" = 400 ] && ok "ranks 0 refused" || bad "ranks 0"
+[ "$(post "$U/api/runs" -d '{"name": "../r1"}')" = 400 ] && ok "a run name with .. refused" || bad "start ../r1: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs" -d '{"name": "nope"}')" = 404 ] && ok "start without a saved config: 404" || bad "start nope"
+[ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 1, "resume": false}')" = 202 ] && ok "POST /api/runs starts r1 (pid $(jq_ 'd["pid"]'))" || bad "start: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs" -d '{"name": "r1"}')" = 409 ] && ok "starting a running run: 409" || bad "double start: $(cat "$tmp/body")"
+# wait for a checkpoint at step >= 8
+for _ in $(seq 300); do
+  code "$U/api/runs/r1" >/dev/null
+  [ "$(jq_ 'd["status"]=="running" and any(c["step"]>=8 and c["complete"] for c in d["checkpoints"])')" = True ] && break
+  sleep 0.1
+done
+[ "$(jq_ 'd["status"], d["ranks"], d["has_log"]')" = "('running', 1, True)" ] && ok "GET /api/runs/r1: running, 1 rank, a log" || bad "run status: $(head -c 400 "$tmp/body")"
+[ "$(jq_ 'd["config"]["max_train_steps"]')" = 120 ] && ok "GET /api/runs/r1 carries its config" || bad "run config"
+[ "$(jq_ '[(p["name"], p["rank"], p["pid"] == d["pid"]) for p in d["processes"]]')" = "[('ctuner', -1, True)]" ] &&
+  ok "GET /api/runs/r1 lists its process" || bad "processes: $(jq_ 'd["processes"]')"
+[ "$(post "$U/api/runs/r1/stop")" = 202 ] && ok "POST /api/runs/r1/stop" || bad "stop: $(cat "$tmp/body")"
+for _ in $(seq 100); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = stopped ] && break; sleep 0.1; done
+[ "$(jq_ 'd["status"], d["exit_code"]')" = "('stopped', 143)" ] && ok "stopped by SIGTERM (exit code 143 recorded)" || bad "after stop: $(head -c 300 "$tmp/body")"
+stopped_at=$(jq_ 'd["step"]')
+ckpt=$(jq_ 'max(c["step"] for c in d["checkpoints"] if c["complete"])')
+[ "$(post "$U/api/runs/r1/stop")" = 409 ] && ok "stopping a stopped run: 409" || bad "stop again"
+[ "$(code "$U/api/runs/r1/log")" = 200 ] && [ "$(jq_ '"ctuner serve: starting" in d["text"] and "step" in d["text"]')" = True ] &&
+  ok "GET /api/runs/r1/log: the run's output" || bad "log: $(head -c 300 "$tmp/body")"
+off=$(jq_ 'd["offset"]')
+[ "$(code "$U/api/runs/r1/log?offset=$off")" = 200 ] && [ "$(jq_ 'd["text"]')" = "" ] && ok "log from its end offset is empty" || bad "log offset"
+# resume from the latest checkpoint and let it finish
+[ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 1, "resume": true}')" = 202 ] && ok "resume r1" || bad "resume: $(cat "$tmp/body")"
+for _ in $(seq 600); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+[ "$(jq_ 'd["status"], d["exit_code"], d["step"]')" = "('finished', 0, 120)" ] && ok "resumed run finished at step 120 (stopped at $stopped_at, checkpoint $ckpt)" ||
+  bad "after resume: $(head -c 300 "$tmp/body"); log: $(tail -5 "$root/r1/train.log")"
+grep -q "\"from_step\": $ckpt" "$root/r1/train.log" && ok "the resume started from checkpoint-$ckpt" || bad "resume step: $(grep from_step "$root/r1/train.log")"
+code "$U/api/runs/r1/metrics" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]] == list(range(1, 121)) and d["last_step"] == 120')" = True ] &&
+  ok "GET metrics: steps 1..120 once each" || bad "metrics: $(head -c 300 "$tmp/body")"
+code "$U/api/runs/r1/metrics?since=115" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]]')" = "[116, 117, 118, 119, 120]" ] && ok "metrics?since=115" || bad "since: $(head -c 300 "$tmp/body")"
+[ "$(code "$U/api/runs/r1/metrics?since=x")" = 400 ] && ok "metrics?since=x: 400" || bad "since=x"
+code "$U/api/runs" >/dev/null
+[ "$(jq_ '[(r["name"], r["status"], r["step"]) for r in d["runs"]]')" = "[('r1', 'finished', 120)]" ] && ok "GET /api/runs lists r1 finished" || bad "runs: $(cat "$tmp/body")"
+code "$U/api/runs/r1/validation" >/dev/null
+[ "$(jq_ 'sorted(set(i["step"] for i in d["images"])) == list(range(8, 121, 8)) and any(i["prompt"] == "a red circle" for i in d["images"]) and any(i["grid"] for i in d["images"])')" = True ] &&
+  ok "GET validation: grids and images at steps 8, 16, ..., 120 with their prompt" || bad "validation: $(head -c 400 "$tmp/body")"
+img=$(jq_ 'd["images"][0]["file"]')
+[ "$(code "$U/api/runs/r1/files/$img")" = 200 ] && head -c 8 "$tmp/body" | grep -q PNG && ok "a validation image is served" || bad "image $img"
+[ "$(code "$U/api/runs/r1/files/checkpoint-120/training_state.json")" = 200 ] && grep -q '"global_step": 120' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
+
+# ---- server-sent events ----
+curl -sN --max-time 3 "$U/api/runs/r1/stream?since=115" > "$tmp/sse" 2>/dev/null
+/usr/bin/python3 - "$tmp/sse" <<'PY' && ok "GET stream: metrics after 115, the log and the status as server-sent events" || bad "stream: $(head -c 400 "$tmp/sse")"
+import json, sys
+ev = {}
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = dict(l.split(": ", 1) for l in block.split("\n") if ": " in l and not l.startswith(":"))
+    if "event" in lines: ev.setdefault(lines["event"], []).append(json.loads(lines["data"]))
+ok = [p["step"] for p in ev["metrics"][0]["points"]] == [116, 117, 118, 119, 120]
+ok &= ev["status"][0]["status"] == "finished" and "ctuner serve: starting" in ev["log"][0]["text"]
+sys.exit(0 if ok else 1)
+PY
+
+# ---- export a checkpoint (ctuner checkpoint export) and download it ----
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "bf16"}')" = 200 ] &&
+  [ "$(jq_ 'd["file"]')" = exports/checkpoint-120-bf16.safetensors ] && ok "POST export: checkpoint-120 as bf16" || bad "export: $(cat "$tmp/body")"
+[ "$(code "$U/api/runs/r1/files/exports/checkpoint-120-bf16.safetensors")" = 200 ] &&
+  /usr/bin/python3 -c "
+import json, struct, sys
+b = open('$tmp/body', 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+sys.exit(0 if all(v['dtype'] == 'BF16' for k, v in h.items() if k != '__metadata__') and len(h) > 10 else 1)" &&
+  ok "the exported file downloads: safetensors, every tensor BF16" || bad "exported file"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "../r1", "dtype": "bf16"}')" = 400 ] && ok "export of ../r1 refused" || bad "export ..: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-7"}')" = 404 ] && ok "export of a missing checkpoint: 404" || bad "export missing: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "fp8"}')" = 400 ] && ok "export dtype fp8 refused" || bad "export fp8"
+
+# ---- a run directory being written while read ----
+mkdir -p "$root/live"
+/usr/bin/python3 - "$root/live/metrics.jsonl" "$U/api/runs/live/metrics" <<'PY' && ok "metrics read while written: every answer parses, steps 1..300 once, in order" || bad "live metrics"
+import json, sys, threading, time, urllib.request
+path, url = sys.argv[1], sys.argv[2]
+def writer():
+    with open(path, "w") as f:
+        for s in range(1, 301):
+            line = json.dumps({"step": s, "loss": 1.0 / s, "lr": 1e-3, "grad_norm": 0.5}) + "\n"
+            k = len(line) // 2
+            f.write(line[:k]); f.flush(); time.sleep(0.0005)  # a partial line on disk
+            f.write(line[k:]); f.flush()
+t = threading.Thread(target=writer); t.start()
+seen, since, polls = [], -1, 0
+while True:
+    alive = t.is_alive()
+    d = json.load(urllib.request.urlopen(f"{url}?since={since}"))
+    polls += 1
+    steps = [p["step"] for p in d["points"]]
+    seen += steps
+    since = d["last_step"]
+    if not alive and since == 300: break
+    if polls > 5000: break
+t.join()
+print(f"  {polls} polls", file=sys.stderr)
+sys.exit(0 if seen == list(range(1, 301)) else 1)
+PY
+code "$U/api/runs/live" >/dev/null
+[ "$(jq_ 'd["status"], d["step"], d["pid"], d["has_log"]')" = "('running', 300, 0, False)" ] &&
+  ok "a run started elsewhere counts as running while its metrics.jsonl changes" || bad "external run: $(head -c 300 "$tmp/body")"
+touch -d '2 minutes ago' "$root/live/metrics.jsonl"
+code "$U/api/runs/live" >/dev/null
+[ "$(jq_ 'd["status"]')" = stopped ] && ok "... and as stopped after 60 s without a change" || bad "external run idle: $(head -c 300 "$tmp/body")"
+curl -sN --max-time 4 "$U/api/runs/live/stream?since=300" > "$tmp/sse2" 2>/dev/null &
+cpid=$!
+sleep 1.5
+echo '{"step": 301, "loss": 0.5}' >> "$root/live/metrics.jsonl"
+wait $cpid
+grep -q '^data: {"points": \[{"step": 301, "loss": 0.5}\], "last_step": 301' "$tmp/sse2" && ok "a line written while streaming arrives as an event" ||
+  bad "live stream: $(cat "$tmp/sse2")"
+sed -i '$d' "$root/live/metrics.jsonl"
+printf '{"step": 301, "loss": 0.1' >> "$root/live/metrics.jsonl"
+code "$U/api/runs/live/metrics?since=300" >/dev/null
+[ "$(jq_ 'd["points"], d["last_step"]')" = "([], 300)" ] && ok "a partial last line is not answered" || bad "partial line: $(cat "$tmp/body")"
+printf '}\n' >> "$root/live/metrics.jsonl"
+code "$U/api/runs/live/metrics?since=300" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]]')" = "[301]" ] && ok "... and is once complete" || bad "completed line: $(cat "$tmp/body")"
+
+# ---- a long run: answers in pages of 20,000 lines, the tail read for a recent since ----
+mkdir -p "$root/long"
+/usr/bin/python3 -c "
+import json
+with open('$root/long/metrics.jsonl', 'w') as f:
+    for s in range(1, 100001): f.write(json.dumps({'step': s, 'loss': 1.0 / s, 'lr': 1e-4, 'grad_norm': 0.5}) + '\n')"
+code "$U/api/runs/long/metrics" >/dev/null
+[ "$(jq_ 'len(d["points"]), d["points"][-1]["step"], d["last_step"], d["more"]')" = "(20000, 20000, 20000, True)" ] &&
+  ok "metrics of a 100,000-step run: the first 20,000 and more: true" || bad "long metrics: $(head -c 200 "$tmp/body")"
+code "$U/api/runs/long/metrics?since=99990" >/dev/null
+[ "$(jq_ '[p["step"] for p in d["points"]] == list(range(99991, 100001)), d["more"]')" = "(True, False)" ] &&
+  ok "metrics?since=99990 of it: the last 10" || bad "long since: $(head -c 200 "$tmp/body")"
+code "$U/api/runs/long/metrics?since=50000" >/dev/null
+[ "$(jq_ 'd["points"][0]["step"], len(d["points"])')" = "(50001, 20000)" ] && ok "metrics?since=50000 of it: from 50001" || bad "long mid: $(head -c 200 "$tmp/body")"
+
+# ---- paths outside the root ----
+echo TOPSECRET > "$tmp/secret.txt"
+ln -s "$tmp/secret.txt" "$root/r1/link.txt"
+ln -s "$tmp" "$root/outside"
+ln -s "$root/r1/validation_images" "$root/r1/vlink"
+touch "$root/r1/.hidden"
+t_refused() { # name, expected codes regex, url suffix, [curl args]
+  local n=$1 want=$2 u=$3; shift 3
+  c=$(code "$U$u" "$@")
+  [[ "$c" =~ ^($want)$ ]] && ! grep -q TOPSECRET "$tmp/body" && ok "refused: $n ($c)" || bad "$n: got $c: $(head -c 200 "$tmp/body")"
+}
+t_refused "../ in a file path" "400|403|404" "/api/runs/r1/files/../../secret.txt" --path-as-is
+t_refused "%2F-encoded ../" "403" "/api/runs/r1/files/..%2F..%2Fsecret.txt"
+t_refused "%2e%2e" "403" "/api/runs/r1/files/%2e%2e/%2e%2e/secret.txt" --path-as-is
+t_refused "an absolute path" "403" "/api/runs/r1/files//etc/passwd" --path-as-is
+t_refused "%2F-encoded absolute path" "403" "/api/runs/r1/files/%2Fetc%2Fpasswd"
+t_refused "a run name of .." "400|404" "/api/runs/../files/secret.txt" --path-as-is
+t_refused "a run name of %2e%2e" "400" "/api/runs/%2e%2e/files/secret.txt"
+t_refused "a symlink to a file outside" "403" "/api/runs/r1/files/link.txt"
+t_refused "a symlinked run directory" "404" "/api/runs/outside/files/secret.txt"
+t_refused "a symlinked directory inside the run" "403|404" "/api/runs/r1/files/vlink/$(basename "$img")"
+t_refused "a hidden file" "403" "/api/runs/r1/files/.hidden"
+t_refused "a NUL byte" "400|403|404" "/api/runs/r1/files/config.json%00.png"
+code "$U/api/runs" >/dev/null
+[ "$(jq_ 'sorted(r["name"] for r in d["runs"])')" = "['live', 'long', 'r1']" ] && ok "the symlinked run is not listed" || bad "list with symlink: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/outside/config" --data-binary @"$tmp/run.json")" = 403 ] && [ ! -e "$tmp/config.json" ] &&
+  ok "saving a config through a symlinked run is refused, nothing written outside" || bad "write through symlink: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/%2e%2e/config" --data-binary @"$tmp/run.json")" = 400 ] && [ ! -e "$tmp/config.json" ] && ok "saving into .. is refused" || bad "save .."
+
+# ---- tokens ----
+start_serve "$tmp/tok.out" --root "$root" --port 0 --token tok-123456789
+T="http://127.0.0.1:$port"
+[ "$(code "$T/api/runs")" = 401 ] && ok "token: none given: 401" || bad "no token: $(code "$T/api/runs")"
+[ "$(code "$T/api/runs" -H 'Authorization: Bearer wrong-token')" = 401 ] && ok "token: a wrong one: 401" || bad "wrong token"
+[ "$(code "$T/api/runs" -H 'Authorization: Bearer tok-123456789')" = 200 ] && ok "token: Bearer" || bad "Bearer"
+[ "$(code "$T/api/runs" -H 'Host: elsewhere:1' -H 'Authorization: Bearer tok-123456789')" = 200 ] && ok "token: any Host" || bad "Host with token"
+[ "$(code "$T/?token=nope")" = 401 ] && ok "token: /?token=wrong: 401" || bad "?token wrong"
+c=$(curl -s -D "$tmp/hdr" -o /dev/null -w '%{http_code}' "$T/?token=tok-123456789")
+[ "$c" = 303 ] && grep -qi '^Set-Cookie: ctuner_token=tok-123456789; Path=/; HttpOnly; SameSite=Strict' "$tmp/hdr" && ok "token: /?token= sets the cookie and redirects" || bad "cookie: $c $(cat "$tmp/hdr")"
+[ "$(code "$T/api/runs" -H 'Cookie: ctuner_token=tok-123456789')" = 200 ] && ok "token: cookie" || bad "cookie auth"
+[ "$(code "$T/api/runs" -H 'Cookie: ctuner_token=tok-12345678')" = 401 ] && ok "token: a prefix of it: 401" || bad "prefix token"
+"$CT" serve --root "$root" --host 0.0.0.0 --port 0 --token short >/dev/null 2>"$tmp/err" && bad "short token accepted" ||
+  { grep -q "8 to 128" "$tmp/err" && ok "a short token is refused"; }
+start_serve "$tmp/gen.out" --root "$root" --port 0 --host 0.0.0.0
+gen=$(sed -nE 's/^token \(printed once\): ([0-9a-f]{32})$/\1/p' "$tmp/gen.out")
+G="http://127.0.0.1:$port"
+[ -n "$gen" ] && [ "$(code "$G/api/runs")" = 401 ] && [ "$(code "$G/api/runs" -H "Authorization: Bearer $gen")" = 200 ] &&
+  ok "--host 0.0.0.0 without --token: a token is generated, printed once and required" || bad "generated token: $(cat "$tmp/gen.out")"
+exit $fail
