@@ -46,6 +46,10 @@ jq_() { /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/body')); pr
   [ "$(jq_ 'd["ok"], d["problems"][0]["key"]')" = "(False, 'learning_rat')" ] && ok "config check: unknown key named" || bad "check unknown: $(cat "$tmp/body")"
 post "$U/api/config/check" -d '{"optimizer": "adamq"}' >/dev/null
 [ "$(jq_ 'd["problems"][0]["key"]')" = optimizer ] && ok "config check: bad value names its key" || bad "check bad value: $(cat "$tmp/body")"
+post "$U/api/config/check" -d '{"learning_rat": 1e-4,
+ "optimizer": "adamq", "push_to_hub": true}' >/dev/null
+[ "$(jq_ '[(p["key"], p["where"], p["warning"]) for p in d["problems"]]')" = "[('learning_rat', 'config:1:18', False), ('push_to_hub', 'config:2:39', True), ('optimizer', 'config:2:15', False)]" ] &&
+  ok "config check: every problem at once, with its place; a no-effect key is a warning" || bad "check all: $(head -c 900 "$tmp/body")"
 post "$U/api/config/check" -d '{"learning_rate": 2e-4, "train_batch_size": 3}' >/dev/null
 [ "$(jq_ 'd["ok"], d["resolved"]["learning_rate"], d["resolved"]["train_batch_size"]')" = "(True, 0.0002, 3)" ] &&
   ok "config check: a good config, resolved" || bad "check good: $(head -c 300 "$tmp/body")"

@@ -114,61 +114,68 @@ static const char *message_key(const char *msg, char *buf, size_t n) {
   return NULL;
 }
 
-/* Checks the config text as `ctuner train --config` would for `world` ranks:
- * parse, per-key rules, rules between keys, the DeepSpeed fold. On success
- * *resolved is the canonical JSON of every key (caller frees).
- * TODO(issue 22): when config.h gains the "collect all problems" API, call it
- * here and return every problem; today this is the first one only. */
-static ct_status check_config(const char *text, size_t n, int world, char **resolved, ct_err *err) {
+/* Checks the config text as `ctuner train --config` would for `world` ranks,
+ * collecting every problem (ct_config_problems, the list `ctuner config check`
+ * prints): parse, per-key rules, the DeepSpeed fold, rules between keys. On
+ * no error *resolved is the canonical JSON of every key (caller frees). */
+static void check_config(const char *text, size_t n, int world, ct_config_problems *probs,
+                         char **resolved) {
   ct_config cfg;
   ct_config_defaults(&cfg);
-  ct_status st = CT_OK;
   char path[64];
   *resolved = NULL;
   int fd = memfd_create("config.json", MFD_CLOEXEC); /* no file written anywhere */
   if (fd < 0 || write(fd, text, n) != (ssize_t)n) {
-    st = ct_errf(err, CT_ERR_IO, "cannot hold the config in memory: %s", strerror(errno));
+    ct_config_problems_add(probs, 0, CT_ERR_IO, CT_ORIGIN_FILE, NULL, 0, 0, NULL, NULL,
+                           "cannot hold the config in memory: %s", strerror(errno));
     goto out;
   }
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  st = ct_config_load_file(&cfg, path, err);
-  if (!st) st = ct_config_validate(&cfg, err);
-  if (!st) st = ct_deepspeed_apply(&cfg, world, err);
-  if (!st) st = ct_config_validate(&cfg, err);
-  if (!st) *resolved = ct_config_to_json(&cfg);
-out:
-  if (st) { /* the memfd's path means nothing to the user */
-    size_t pl = strlen(path);
-    if (fd >= 0 && !strncmp(err->msg, path, pl)) {
-      char tail[sizeof err->msg];
-      snprintf(tail, sizeof tail, "%s", err->msg + pl);
-      snprintf(err->msg, sizeof err->msg, "config%.1000s", tail);
-    }
+  const size_t before = probs->n;
+  if (ct_config_load(&cfg, path, probs) == CT_OK && cfg.deepspeed_config) {
+    ct_err e = {0};
+    if (ct_deepspeed_apply(&cfg, world, &e))
+      ct_config_problems_add(probs, 0, e.status, CT_ORIGIN_DEEPSPEED, NULL, 0, 0,
+                             "deepspeed_config", NULL, "%s", e.msg);
   }
+  ct_config_check(&cfg, probs);
+  for (size_t i = before; i < probs->n; i++) /* the memfd's path means nothing to the user */
+    if (!strcmp(probs->v[i].file, path))
+      snprintf(probs->v[i].file, sizeof probs->v[i].file, "config");
+  if (!probs->errors) *resolved = ct_config_to_json(&cfg);
+out:
   if (fd >= 0) close(fd);
   ct_config_free(&cfg);
-  return st;
 }
 
-/* {"ok": ..., "problems": [...], "resolved": {...}} for config text. */
+/* {"ok": ..., "problems": [{key, message, where, warning, hint}...], "resolved": {...}}. */
 static void write_check(FILE *f, const char *text, size_t n, int world) {
-  ct_err err = {0};
-  char *resolved = NULL, kb[128];
-  ct_status st = check_config(text, n, world, &resolved, &err);
-  fprintf(f, "{\"ok\": %s, \"world\": %d, \"problems\": [", st ? "false" : "true", world);
-  if (st) {
-    const char *key = message_key(err.msg, kb, sizeof kb);
-    fputs("{\"key\": ", f);
+  ct_config_problems probs = {0};
+  char *resolved = NULL, kb[128], wb[700];
+  check_config(text, n, world, &probs, &resolved);
+  fprintf(f, "{\"ok\": %s, \"world\": %d, \"problems\": [", probs.errors ? "false" : "true", world);
+  for (size_t i = 0; i < probs.n; i++) {
+    const ct_config_problem *pr = &probs.v[i];
+    const char *key = pr->key[0] ? pr->key : message_key(pr->msg, kb, sizeof kb);
+    fputs(i ? ", {\"key\": " : "{\"key\": ", f);
     if (key)
       ct_json_fput_str(f, key);
     else
       fputs("null", f);
     fputs(", \"message\": ", f);
-    ct_json_fput_str(f, err.msg);
+    ct_json_fput_str(f, pr->msg);
+    fputs(", \"where\": ", f);
+    ct_json_fput_str(f, ct_config_problem_where(pr, wb, sizeof wb));
+    fprintf(f, ", \"warning\": %s, \"hint\": ", pr->warning ? "true" : "false");
+    if (pr->hint[0])
+      ct_json_fput_str(f, pr->hint);
+    else
+      fputs("null", f);
     fputs("}", f);
   }
   fprintf(f, "], \"resolved\": %s}", resolved ? resolved : "null");
   free(resolved);
+  ct_config_problems_free(&probs);
 }
 
 static int world_arg(const srv_req *q) {

@@ -334,7 +334,7 @@ const builder = {
       if (nv === undefined) delete this.values[k.name]; else this.values[k.name] = nv;
       this.changed();
     });
-    const prob = this.problems.find((p) => p.key === k.name);
+    const prob = this.problems.find((p) => !p.warning && p.key === k.name);
     return el("div", { class: "key" + (set ? " set" : "") + (prob ? " problem" : ""), id: "key-" + k.name },
       el("div", { class: "name" }, k.name, el("div", { class: "help" }, `${k.type}${k.models !== "all" ? " · " + k.models : ""}`)),
       input, el("div", { class: "help" }, k.help), ...(prob ? [el("div", { class: "err" }, prob.message)] : []));
@@ -406,14 +406,19 @@ const builder = {
   showProblems(chk) {
     this.problems = chk.problems;
     const box = $("b-problems");
+    const errs = chk.problems.filter((p) => !p.warning), warns = chk.problems.filter((p) => p.warning);
+    const line = (p) => el("li", {}, (p.where ? p.where + ": " : "") + p.message);
     box.replaceChildren(chk.ok ? el("p", { class: "okmsg" }, `config checks out for ${chk.world} rank${chk.world > 1 ? "s" : ""}`)
-      : el("p", { class: "err", id: "b-problem" }, "problem: " + chk.problems.map((p) => p.message).join("; ")));
+      : el("p", { class: "err", id: "b-problem" }, `${errs.length} problem${errs.length > 1 ? "s" : ""}: ` + errs.map((p) => p.message).join("; ")),
+      ...(errs.length > 1 ? [el("ul", { class: "err" }, ...errs.map(line))] : []),
+      ...(warns.length ? [el("p", { class: "help" }, `${warns.length} warning${warns.length > 1 ? "s" : ""} (no effect here):`),
+        el("ul", { class: "help" }, ...warns.map(line))] : []));
     for (const e of document.querySelectorAll(".key.problem")) {
       e.classList.remove("problem");
       e.querySelector(".err")?.remove();
     }
     for (const p of chk.problems) {
-      const row = p.key && $("key-" + p.key);
+      const row = !p.warning && p.key && $("key-" + p.key);
       if (row) { row.classList.add("problem"); row.append(el("div", { class: "err" }, p.message)); }
     }
     if (chk.resolved) {
