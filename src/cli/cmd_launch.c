@@ -173,6 +173,101 @@ static void print_quoted(const char *a) {
   putchar('\'');
 }
 
+/* The strings the launcher's part of the command points to (they live until exec). */
+typedef struct launch_bufs {
+  char np[32], ppr[64], oob[64], bmin[32], brange[32], nodes[32], ntasks[32], pernode[40];
+  char exp[384];
+} launch_bufs;
+
+/* mpirun (or srun) and its options into av from k; returns the new k. With
+ * several machines and main_process_port P, Open MPI's daemons listen at
+ * P..P+per and the ranks at P+per+1..P+2per+1, IPv4 and IPv6 alike. */
+static int add_launcher(char **av, int k, launch_bufs *b, const ct_accel *c, const char *hostfile,
+                        int srun) {
+  const long per = c->num_processes / c->num_machines, P = c->main_process_port;
+  const int ports = c->num_machines > 1 && P > 0;
+  snprintf(b->np, sizeof b->np, "%ld", c->num_processes);
+  snprintf(b->ppr, sizeof b->ppr, "ppr:%ld:node", per);
+  snprintf(b->oob, sizeof b->oob, "%ld-%ld", P, P + per);
+  snprintf(b->bmin, sizeof b->bmin, "%ld", P + per + 1);
+  snprintf(b->brange, sizeof b->brange, "%ld", per + 1);
+  if (srun) {
+    snprintf(b->nodes, sizeof b->nodes, "--nodes=%ld", c->num_machines);
+    snprintf(b->ntasks, sizeof b->ntasks, "--ntasks=%ld", c->num_processes);
+    snprintf(b->pernode, sizeof b->pernode, "--ntasks-per-node=%ld", per);
+    av[k++] = "srun";
+    av[k++] = "--mpi=pmix";
+    av[k++] = b->nodes;
+    av[k++] = b->ntasks;
+    av[k++] = b->pernode;
+    if (ports) { /* the ranks' TCP ports; srun's own wire-up is Slurm's (PMIx) */
+      snprintf(b->exp, sizeof b->exp,
+               "--export=ALL,OMPI_MCA_btl_tcp_port_min_v4=%s,OMPI_MCA_btl_tcp_port_range_v4=%s,"
+               "OMPI_MCA_btl_tcp_port_min_v6=%s,OMPI_MCA_btl_tcp_port_range_v6=%s",
+               b->bmin, b->brange, b->bmin, b->brange);
+      av[k++] = b->exp;
+    }
+    return k;
+  }
+  av[k++] = "mpirun";
+  if (getuid() == 0) av[k++] = "--allow-run-as-root";
+  av[k++] = "-np";
+  av[k++] = b->np;
+  av[k++] = "--map-by";
+  av[k++] = b->ppr;
+  if (hostfile) {
+    av[k++] = "--hostfile";
+    av[k++] = (char *)hostfile;
+  } else if (c->num_machines == 1) {
+    av[k++] = "--oversubscribe"; /* one machine: allow more ranks than cores */
+  }
+  if (c->num_machines > 1) { /* ranks talk over TCP between machines */
+    av[k++] = "--mca";
+    av[k++] = "btl";
+    av[k++] = "tcp,self,vader";
+  }
+  if (ports) { /* each address family listens on its own sockets */
+    static const char *const opt[] = {"oob_tcp_dynamic_ipv4_ports", "oob_tcp_dynamic_ipv6_ports",
+                                      "btl_tcp_port_min_v4",        "btl_tcp_port_range_v4",
+                                      "btl_tcp_port_min_v6",        "btl_tcp_port_range_v6"};
+    const char *val[] = {b->oob, b->oob, b->bmin, b->brange, b->bmin, b->brange};
+    for (int q = 0; q < 6; q++) {
+      av[k++] = "--mca";
+      av[k++] = (char *)opt[q];
+      av[k++] = (char *)val[q];
+    }
+  }
+  return k;
+}
+
+/* The train options an Accelerate config sets (they live until exec). */
+typedef struct accel_bufs {
+  char zs[32], ga[64], dsf[1100], mp[64], oo[64], op[64], nvp[1100], gc[96];
+} accel_bufs;
+
+/* What the Accelerate config says, as train options into av from k; they
+ * come before the user's own options after '--', which therefore win (ctuner
+ * train applies options in order). Returns the new k. */
+static int add_accel_opts(char **av, int k, accel_bufs *b, const ct_accel *c) {
+  snprintf(b->zs, sizeof b->zs, "--zero_stage=%ld", c->zero_stage);
+  snprintf(b->ga, sizeof b->ga, "--gradient_accumulation_steps=%ld", c->grad_accum);
+  snprintf(b->dsf, sizeof b->dsf, "--deepspeed_config=%s", c->ds_file);
+  snprintf(b->mp, sizeof b->mp, "--mixed_precision=%s", c->mixed_precision);
+  snprintf(b->gc, sizeof b->gc, "--max_grad_norm=%s", c->grad_clip); /* DeepSpeed's global clip */
+  snprintf(b->oo, sizeof b->oo, "--offload_optimizer=%s", c->offload_opt);
+  snprintf(b->op, sizeof b->op, "--offload_param=%s", c->offload_param);
+  snprintf(b->nvp, sizeof b->nvp, "--offload_param_path=%s", c->nvme_path);
+  if (c->zero_stage >= 0) av[k++] = b->zs;
+  if (c->grad_accum > 0) av[k++] = b->ga;
+  if (*c->mixed_precision) av[k++] = b->mp; /* absent: the training config's own */
+  if (*c->grad_clip) av[k++] = b->gc;
+  if (*c->offload_opt) av[k++] = b->oo;
+  if (*c->offload_param) av[k++] = b->op;
+  if (*c->nvme_path) av[k++] = b->nvp;
+  if (*c->ds_file) av[k++] = b->dsf;
+  return k;
+}
+
 int ct_cmd_launch(int argc, char **argv) {
   const char *acc = NULL, *hostfile = NULL, *launcher = "mpirun";
   int dry = 0, i = 1, rc = 2;
@@ -239,91 +334,21 @@ int ct_cmd_launch(int argc, char **argv) {
     snprintf(self, sizeof self, "ctuner");
   else
     self[n] = 0;
-  /* every string the command points to lives until exec */
-  char np[32], ppr[64], zs[32], ga[64], dsf[1100], mp[64], oo[64], op[64], nvp[1100], gc[96];
-  char oob[64], bmin[32], brange[32], nodes[32], ntasks[32], pernode[40], exp[384];
-  snprintf(np, sizeof np, "%ld", c.num_processes);
-  snprintf(ppr, sizeof ppr, "ppr:%ld:node", per);
-  snprintf(oob, sizeof oob, "%ld-%ld", P, P + per);
-  snprintf(bmin, sizeof bmin, "%ld", P + per + 1);
-  snprintf(brange, sizeof brange, "%ld", per + 1);
+  launch_bufs lb;
+  accel_bufs ab;
   av = calloc((size_t)argc + 48, sizeof *av);
   if (!av) return 1;
-  int k = 0;
-  if (srun) {
-    snprintf(nodes, sizeof nodes, "--nodes=%ld", c.num_machines);
-    snprintf(ntasks, sizeof ntasks, "--ntasks=%ld", c.num_processes);
-    snprintf(pernode, sizeof pernode, "--ntasks-per-node=%ld", per);
-    av[k++] = "srun";
-    av[k++] = "--mpi=pmix";
-    av[k++] = nodes;
-    av[k++] = ntasks;
-    av[k++] = pernode;
-    if (ports) { /* the ranks' TCP ports; srun's own wire-up is Slurm's (PMIx) */
-      snprintf(exp, sizeof exp,
-               "--export=ALL,OMPI_MCA_btl_tcp_port_min_v4=%s,OMPI_MCA_btl_tcp_port_range_v4=%s,"
-               "OMPI_MCA_btl_tcp_port_min_v6=%s,OMPI_MCA_btl_tcp_port_range_v6=%s",
-               bmin, brange, bmin, brange);
-      av[k++] = exp;
-    }
-  } else {
-    av[k++] = "mpirun";
-    if (getuid() == 0) av[k++] = "--allow-run-as-root";
-    av[k++] = "-np";
-    av[k++] = np;
-    av[k++] = "--map-by";
-    av[k++] = ppr;
-    if (hostfile) {
-      av[k++] = "--hostfile";
-      av[k++] = (char *)hostfile;
-    } else if (c.num_machines == 1) {
-      av[k++] = "--oversubscribe"; /* one machine: allow more ranks than cores */
-    }
-    if (c.num_machines > 1) { /* ranks talk over TCP between machines */
-      av[k++] = "--mca";
-      av[k++] = "btl";
-      av[k++] = "tcp,self,vader";
-    }
-    if (ports) { /* daemons (out-of-band) at P..P+per, ranks at P+per+1..P+2per+1; IPv4 and
-                    IPv6 alike (each family listens on its own sockets) */
-      static const char *const opt[] = {"oob_tcp_dynamic_ipv4_ports", "oob_tcp_dynamic_ipv6_ports",
-                                        "btl_tcp_port_min_v4",        "btl_tcp_port_range_v4",
-                                        "btl_tcp_port_min_v6",        "btl_tcp_port_range_v6"};
-      const char *val[] = {oob, oob, bmin, brange, bmin, brange};
-      for (int q = 0; q < 6; q++) {
-        av[k++] = "--mca";
-        av[k++] = (char *)opt[q];
-        av[k++] = (char *)val[q];
-      }
-    }
-  }
+  int k = add_launcher(av, 0, &lb, &c, hostfile, srun);
   av[k++] = self;
   av[k++] = argv[i]; /* "train" */
-  /* what the Accelerate config says comes first, so the user's own options
-   * after '--' win (ctuner train applies options in order) */
-  snprintf(zs, sizeof zs, "--zero_stage=%ld", c.zero_stage);
-  snprintf(ga, sizeof ga, "--gradient_accumulation_steps=%ld", c.grad_accum);
-  snprintf(dsf, sizeof dsf, "--deepspeed_config=%s", c.ds_file);
-  snprintf(mp, sizeof mp, "--mixed_precision=%s", c.mixed_precision);
-  snprintf(gc, sizeof gc, "--max_grad_norm=%s", c.grad_clip); /* DeepSpeed's global-norm clip */
-  snprintf(oo, sizeof oo, "--offload_optimizer=%s", c.offload_opt);
-  snprintf(op, sizeof op, "--offload_param=%s", c.offload_param);
-  snprintf(nvp, sizeof nvp, "--offload_param_path=%s", c.nvme_path);
-  if (c.zero_stage >= 0) av[k++] = zs;
-  if (c.grad_accum > 0) av[k++] = ga;
-  if (*c.mixed_precision) av[k++] = mp; /* absent: the training config's own */
-  if (*c.grad_clip) av[k++] = gc;
-  if (*c.offload_opt) av[k++] = oo;
-  if (*c.offload_param) av[k++] = op;
-  if (*c.nvme_path) av[k++] = nvp;
-  if (*c.ds_file) av[k++] = dsf;
+  k = add_accel_opts(av, k, &ab, &c);
   for (int j = i + 1; j < argc; j++) av[k++] = argv[j];
   av[k] = NULL;
   fprintf(stderr,
           "ctuner launch: %ld machine(s) x %ld process(es) = %ld ranks, distributed_type %s, "
           "zero_stage %s\n",
           c.num_machines, per, c.num_processes, c.distributed_type,
-          c.zero_stage >= 0 ? zs + 13 : "from the config");
+          c.zero_stage >= 0 ? ab.zs + 13 : "from the config");
   if (dry) {
     for (int j = 0; j < k; j++) {
       if (j) putchar(' ');
