@@ -204,6 +204,9 @@
     "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
   X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)")                  \
   X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal")           \
+  X(distributed_timeout, NUM, "600", ALL, NUM_BETWEEN("(]", 0, 86400, " seconds"),                 \
+    "seconds a rank waits in one collective before the watchdog stops the job (alias "             \
+    "nccl_timeout; docs/distributed.md)")                                                          \
   X(webhook_config, STR, NULL, ALL, ANY,                                                           \
     "webhooks (docs/health.md): a JSON file path, or an inline object or list")                    \
   X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"),                         \

@@ -187,7 +187,9 @@ static int train_or_cache(int argc, char **argv, int cache) {
     /* The circuit breaker's stop has its own exit code (docs/health.md).
      * When every rank stopped at the same point (breaker, low disk) they all
      * exit cleanly; otherwise this rank ends the job. */
-    const int code = st == CT_ERR_HEALTH ? CT_EXIT_HEALTH : 1;
+    const int code = st == CT_ERR_HEALTH    ? CT_EXIT_HEALTH
+                     : st == CT_ERR_TIMEOUT ? CT_EXIT_WATCHDOG /* docs/distributed.md */
+                                            : 1;
     const int joint = !cache && sum.joint_stop;
     if (world > 1) {
       fprintf(stderr, "%s: rank %d of %d: %s\n", who, rank, world, err.msg);

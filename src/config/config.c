@@ -114,6 +114,7 @@ static const struct {
     {"model_preset", "preset"},
     {"gradient_accumulation", "gradient_accumulation_steps"},
     {"lr_warmup", "lr_warmup_steps"},
+    {"nccl_timeout", "distributed_timeout"}, /* SimpleTuner's (and finetrainers') name */
 };
 
 static const char *type_name(ktype t) {
@@ -926,6 +927,7 @@ static int cosmetic(const char *k) {
                                   "validation_seed",
                                   "disable_validation",
                                   "disable_progress_bar",
+                                  "distributed_timeout",
                                   "ema_validation",
                                   "dataloader_prefetch",
                                   "dataloader_prefetch_qlen",
