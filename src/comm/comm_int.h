@@ -12,9 +12,9 @@
 #define CT_COMM_POOL 4
 
 /* The collective watchdog (watchdog.c). Every collective this rank starts
- * gets the next number (seq); the rank announces it to every other rank on
- * a side channel (its own communicator, 8-byte messages), so a rank whose
- * wait runs past the timeout can say which ranks never arrived. */
+ * gets the next number (seq); a rank that has to wait announces it to every
+ * other rank on a side channel (its own communicator, 8-byte messages), so a
+ * rank whose wait runs past the timeout can say which ranks never arrived. */
 typedef struct ct_wd {
   double timeout;           /* seconds a rank waits in one collective; <= 0: forever */
   uint64_t seq;             /* collectives this rank started */
@@ -52,8 +52,8 @@ ct_status ct_wd_init(ct_comm *c, ct_err *err);
 /* Cancels the posted receives, completes the sends, frees. */
 void ct_wd_free(ct_comm *c);
 /* This rank arrives at its next collective: fails at once (CT_ERR_TIMEOUT,
- * the first timeout's message) if an earlier one timed out, else announces
- * it to the other ranks. */
+ * the first timeout's message) if an earlier one timed out, else numbers it
+ * (announced to the others by a wait that does not complete at once). */
 ct_status ct_wd_arrive(ct_comm *c, ct_err *err);
 /* Completes reqs[0..n) of collective number k (MPI_Testall polling); past
  * the timeout stops with CT_ERR_TIMEOUT naming the ranks that did not reach

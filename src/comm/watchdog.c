@@ -6,12 +6,17 @@
  * MPI_Testall against a deadline of distributed_timeout seconds from the
  * start of the wait. To name the culprit, each rank numbers its collectives
  * and announces "arrived at #k" to every other rank on a side channel (a
- * communicator of its own, one 8-byte message per peer and collective, one
- * posted receive per peer); while a wait lasts, the rank repeats its
- * announcement every beat as a heartbeat. On a timeout at #k the ranks whose
+ * communicator of its own, 8-byte messages, one posted receive per peer)
+ * when a collective does not complete at its first test — one that does
+ * costs nothing more, and a rank that completed #k had every rank's part of
+ * it; while a wait lasts, the rank repeats its announcement every beat as a
+ * heartbeat. On a timeout at #k the ranks whose
  * newest announcement is below k did not arrive; if every rank arrived, the
  * ones silent for several beats are named (stopped inside the collective);
- * otherwise every rank is alive and the collective itself is stuck.
+ * otherwise every rank is alive and the collective itself is stuck. Time
+ * this rank itself did not run (a gap of more than a beat between two polls:
+ * it was stopped and continued) does not count, so a stopped rank that is
+ * continued does not blame the others.
  *
  * After a timeout the communicator is broken: later collectives fail at once
  * with the same message, and ct_comm_free neither finalises MPI (it would
@@ -128,9 +133,7 @@ static void announce(ct_comm *c, int beat) {
 ct_status ct_wd_arrive(ct_comm *c, ct_err *err) {
   ct_wd *w = &c->wd;
   if (w->broken) return ct_errf(err, CT_ERR_TIMEOUT, "%s", w->msg);
-  w->seq++;
-  announce(c, 0);
-  drain(c, now_s());
+  w->seq++; /* announced when a wait does not complete at once */
   return CT_OK;
 }
 
@@ -201,10 +204,15 @@ ct_status ct_wd_wait(ct_comm *c, uint64_t k, int n, MPI_Request *reqs, const cha
   ct_wd *w = &c->wd;
   int flag = 0, rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
   if (rc == MPI_SUCCESS && flag) return CT_OK;
-  const double t0 = now_s(), beat = beat_of(w->timeout);
-  double next = t0 + beat;
+  const double beat = beat_of(w->timeout);
+  double t0 = now_s(), last = t0, next = t0 + beat;
+  announce(c, 0);
+  drain(c, t0);
   while (rc == MPI_SUCCESS && !flag) {
     const double t = now_s();
+    if (t - last > beat) /* this rank itself did not run (stopped, then continued): */
+      t0 += t - last;    /* that time is not the others' delay */
+    last = t;
     if (t >= next) { /* a heartbeat, and the others' news */
       drain(c, t);
       announce(c, 1);
