@@ -45,7 +45,9 @@ void ct_cmd_train_help(FILE *f) {
           "\n"
           "Writes output_dir/checkpoint-<step>/, output_dir/validation_images/ and\n"
           "output_dir/metrics.jsonl. A progress bar is drawn when stdout is a terminal,\n"
-          "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments.\n");
+          "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments,\n"
+          "3 circuit breaker (docs/health.md), 4 collective watchdog: a rank did not\n"
+          "reach a collective within distributed_timeout seconds (docs/distributed.md).\n");
 }
 
 typedef struct progress {

@@ -202,6 +202,8 @@ static ct_status timed_out(ct_comm *c, uint64_t k, const char *what, double wait
 ct_status ct_wd_wait(ct_comm *c, uint64_t k, int n, MPI_Request *reqs, const char *what,
                      ct_err *err) {
   ct_wd *w = &c->wd;
+  if (w->broken) /* a range operation started before the timeout: abandoned too */
+    return ct_errf(err, CT_ERR_TIMEOUT, "%s", w->msg);
   int flag = 0, rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
   if (rc == MPI_SUCCESS && flag) return CT_OK;
   const double beat = beat_of(w->timeout);
