@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctuner/comm.h"
 #include "ctuner/safetensors.h"
@@ -222,5 +223,36 @@ CT_TEST(comm, collectives) {
   REQUIRE(ct_comm_broadcast(c, msg, sizeof msg, 0, &err) == CT_OK);
   CHECK(!strcmp(msg, "from rank 0"));
   CHECK(ct_comm_barrier(c, &err) == CT_OK);
+
+  /* The watchdog (docs/distributed.md, "Watchdog"): a rank late by less than
+   * distributed_timeout is waited for, in a blocking collective and in a
+   * range operation's wait; results unchanged. (tests/cli_watchdog.sh stops
+   * a rank for longer.) */
+  ct_comm_set_timeout(c, 3.0);
+  ct_comm_set_step(c, 7);
+  const int late = N > 1 && R == N - 1;
+  if (late) usleep(800 * 1000);
+  double e[2] = {R + 0.5, 2.0};
+  CHECKF(ct_comm_allreduce_f64(c, e, 2, &err) == CT_OK, "late rank: %s", err.msg);
+  CHECK_NEAR(e[0], N * (N - 1) / 2.0 + 0.5 * N, 0);
+  CHECK_NEAR(e[1], 2.0 * N, 0);
+  {
+    const size_t n = 1000, sh = ct_comm_shard_len(n, N);
+    float *wmine = malloc(sh * sizeof *wmine), *wall = malloc((size_t)N * sh * sizeof *wall);
+    REQUIRE(wmine && wall);
+    for (size_t i = 0; i < sh; i++) wmine[i] = (float)(R * 10000 + (int)i);
+    if (late) usleep(800 * 1000);
+    ct_comm_req *q = NULL;
+    REQUIRE(ct_comm_iallgather(c, wmine, 0, n, sh, wall, &q, &err) == CT_OK);
+    CHECKF(ct_comm_wait(c, q, &err) == CT_OK, "late rank, range all-gather: %s", err.msg);
+    size_t badg = 0;
+    for (size_t i = 0; i < n; i++)
+      badg += wall[i] != (float)((int)(i / sh) * 10000 + (int)(i % sh));
+    CHECKF(badg == 0, "range all-gather after a late rank: %zu wrong", badg);
+    free(wmine);
+    free(wall);
+  }
+  CHECK(ct_comm_barrier(c, &err) == CT_OK);
+  ct_comm_set_timeout(c, CT_COMM_TIMEOUT_DEFAULT);
   ct_comm_free(c);
 }

@@ -19,6 +19,17 @@
  * Failures: a collective that fails returns CT_ERR_COMM with a message; MPI's
  * error handler is set to return errors rather than abort. A rank that dies
  * makes mpirun end the job (docs/distributed.md, "Failures").
+ *
+ * Watchdog (docs/distributed.md, "Watchdog"): no collective blocks forever.
+ * Each is started non-blocking and polled; a rank that waits in one longer
+ * than the timeout (distributed_timeout, default 600 s) gets CT_ERR_TIMEOUT
+ * with a message naming the ranks that did not reach it (every rank announces
+ * each collective it reaches to the others on a side channel) and the step
+ * (ct_comm_set_step). The communicator is then broken: every later collective
+ * fails at once with the same message, and ct_comm_free does not finalise MPI
+ * (that would wait for the missing rank) — end the job, as the CLI does with
+ * exit code CT_EXIT_WATCHDOG through ct_comm_abort. The single-process
+ * communicator never waits and has no watchdog.
  */
 #ifndef CTUNER_COMM_H
 #define CTUNER_COMM_H
@@ -33,8 +44,18 @@ typedef struct ct_comm ct_comm;
 /* Starts MPI when launched by an MPI launcher, else a single-process
  * communicator. force_single != 0 never touches MPI. */
 ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err);
-/* Finalises MPI (when it was started) and frees. NULL is fine. */
+/* Finalises MPI (when it was started) and frees. NULL is fine. After a
+ * timeout: frees nothing MPI may still write into and skips MPI_Finalize. */
 void ct_comm_free(ct_comm *c);
+
+/* The watchdog's default timeout (seconds; SimpleTuner's nccl_timeout) and the
+ * exit code of a job it stopped (docs/distributed.md). */
+#define CT_COMM_TIMEOUT_DEFAULT 600.0
+#define CT_EXIT_WATCHDOG 4
+/* Seconds a rank may wait in one collective; <= 0: forever. */
+void ct_comm_set_timeout(ct_comm *c, double seconds);
+/* The training step for the watchdog's messages (0: before the first). */
+void ct_comm_set_step(ct_comm *c, long step);
 
 int ct_comm_rank(const ct_comm *c);
 int ct_comm_size(const ct_comm *c);

@@ -224,6 +224,9 @@
     "report_to tensorboard: the run's subdirectory of logging_dir (accelerate's layout)")          \
   X(tracker_run_name, STR, "simpletuner-testing", ALL, ANY,                                        \
     "report_to tensorboard: the run's name, shown with its config text (not a directory)")         \
+  X(distributed_timeout, NUM, "600", ALL, NUM_BETWEEN("(]", 0, 86400, " seconds"),                 \
+    "seconds a rank waits in one collective before the watchdog stops the job (alias "             \
+    "nccl_timeout; docs/distributed.md)")                                                          \
   X(webhook_config, STR, NULL, ALL, ANY,                                                           \
     "webhooks (docs/health.md): a JSON file path, or an inline object or list")                    \
   X(webhook_timeout, NUM, "5", ALL, NUM_BETWEEN("(]", 0, 600, " seconds"),                         \

@@ -24,6 +24,7 @@
   X(ERR_TOLERANCE, 10, "result outside tolerance")      \
   X(ERR_INTERNAL, 11, "internal error")                 \
   X(ERR_COMM, 12, "communication between ranks failed") \
+  X(ERR_TIMEOUT, 14, "a collective timed out")          \
   X(ERR_HEALTH, 13, "stopped by the health circuit breaker")
 
 typedef enum ct_status {

@@ -50,7 +50,9 @@ void ct_cmd_train_help(FILE *f) {
           "output_dir/metrics.jsonl; with report_to tensorboard, TensorBoard event\n"
           "files in output_dir/logs/<tracker_project_name>/ (docs/tensorboard.md).\n"
           "A progress bar is drawn when stdout is a terminal,\n"
-          "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments.\n");
+          "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments,\n"
+          "3 circuit breaker (docs/health.md), 4 collective watchdog: a rank did not\n"
+          "reach a collective within distributed_timeout seconds (docs/distributed.md).\n");
 }
 
 typedef struct progress {
@@ -201,7 +203,9 @@ static int train_or_cache(int argc, char **argv, int cache) {
     /* The circuit breaker's stop has its own exit code (docs/health.md).
      * When every rank stopped at the same point (breaker, low disk) they all
      * exit cleanly; otherwise this rank ends the job. */
-    const int code = st == CT_ERR_HEALTH ? CT_EXIT_HEALTH : 1;
+    const int code = st == CT_ERR_HEALTH    ? CT_EXIT_HEALTH
+                     : st == CT_ERR_TIMEOUT ? CT_EXIT_WATCHDOG /* docs/distributed.md */
+                                            : 1;
     const int joint = !cache && sum.joint_stop;
     if (world > 1) {
       fprintf(stderr, "%s: rank %d of %d: %s\n", who, rank, world, err.msg);

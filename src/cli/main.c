@@ -3,7 +3,8 @@
  * [SUB]` and each group's help (`ctuner bench --help`) are generated; a
  * command's own help comes from its row. Also the option helpers the commands
  * share. The CLI is the only part of the project that prints results to stdout
- * and chooses exit codes (0 success, 1 failure of the job, 2 usage error). */
+ * and chooses exit codes (0 success, 1 failure of the job, 2 usage error;
+ * train also 3 circuit breaker, 4 collective watchdog). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,9 @@
  * all-gather) and summed here in rank order, so results are bitwise
  * reproducible for a world size whatever algorithm MPI picks. Large transfers
  * go in chunks of at most CHUNK floats (MPI counts are int), packed into
- * scratch buffers the communicator keeps and grows.
+ * scratch buffers the communicator keeps and grows. Every collective is
+ * started non-blocking (MPI_Ialltoall, MPI_Iallgather, ...) and completed by
+ * the watchdog (watchdog.c), so none waits forever.
  * Not here: who owns which shard of the model (src/train), launching.
  */
 #include "ctuner/comm.h"
@@ -14,26 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_int.h"
 #include "ctuner/alloc.h"
 #include "ctuner/log.h"
 #include "ctuner/safetensors.h" /* bf16 conversions */
 
 #define CHUNK ((size_t)1 << 22) /* floats per exchange (16 MiB) */
-#define POOL 4
-
-struct ct_comm {
-  int mpi; /* MPI was initialised by us */
-  int rank, size, local_rank, local_size;
-  MPI_Comm world;
-  float *pack, *unpack; /* size * CHUNK floats each, allocated on first use */
-  size_t cap;           /* floats in each */
-  float *shard;         /* all-reduce's reduced shard, kept between calls */
-  size_t shard_cap;
-  /* receive buffers of range reductions, kept for reuse: fresh pages cost a
-   * fault each on first touch, which made a 20 MB bucket 10x slower */
-  void *pool[POOL];
-  size_t pool_cap[POOL]; /* bytes */
-};
+#define POOL CT_COMM_POOL
 
 static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
   char msg[MPI_MAX_ERROR_STRING] = "";
@@ -41,6 +30,14 @@ static ct_status mpi_fail(ct_err *err, int rc, const char *what) {
   MPI_Error_string(rc, msg, &len);
   return ct_errf(err, CT_ERR_COMM,
                  "%s failed: %s (a rank may have died; see the other ranks' output)", what, msg);
+}
+
+/* A started non-blocking collective (rc: MPI's answer to starting it), run to
+ * completion under the watchdog as this rank's newest collective. */
+static ct_status run(ct_comm *c, int rc, MPI_Request *q, const char *what, const char *mpi_name,
+                     ct_err *err) {
+  if (rc != MPI_SUCCESS) return mpi_fail(err, rc, mpi_name);
+  return ct_wd_wait(c, c->wd.seq, 1, q, what, err);
 }
 
 static int launched_by_mpi(void) {
@@ -84,12 +81,23 @@ ct_status ct_comm_init(int force_single, ct_comm **out, ct_err *err) {
     ct_comm_free(c);
     return st;
   }
+  ct_status st = ct_wd_init(c, err);
+  if (st) {
+    ct_comm_free(c);
+    return st;
+  }
   *out = c;
   return CT_OK;
 }
 
 void ct_comm_free(ct_comm *c) {
   if (!c) return;
+  if (c->wd.broken) { /* abandoned operations may still write into the buffers, and
+                         MPI_Finalize would wait for the rank that never came */
+    free(c);
+    return;
+  }
+  ct_wd_free(c);
   ct_free(c->pack);
   ct_free(c->unpack);
   ct_free(c->shard);
@@ -115,6 +123,14 @@ int ct_comm_local_size(const ct_comm *c) {
 }
 const char *ct_comm_backend(const ct_comm *c) {
   return c && c->mpi ? "mpi" : "single";
+}
+
+void ct_comm_set_timeout(ct_comm *c, double seconds) {
+  if (c) c->wd.timeout = seconds;
+}
+
+void ct_comm_set_step(ct_comm *c, long step) {
+  if (c) c->wd.step = step;
 }
 
 size_t ct_comm_shard_len(size_t n, int size) {
@@ -159,14 +175,18 @@ ct_status ct_comm_reduce_scatter_f32(ct_comm *c, const float *send, size_t n, fl
     return CT_OK;
   }
   const size_t len0 = shard < CHUNK ? shard : CHUNK;
-  ct_status st = ensure_scratch(c, len0, err);
+  ct_status st = ct_wd_arrive(c, err);
+  if (!st) st = ensure_scratch(c, len0, err);
   if (st) return st;
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
     for (int p = 0; p < N; p++)
       copy_valid(c->pack + (size_t)p * len, send, (size_t)p * shard + off, len, n);
-    int rc = MPI_Alltoall(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "reduce-scatter (MPI_Alltoall)");
+    MPI_Request q;
+    int rc =
+        MPI_Ialltoall(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT, c->world, &q);
+    st = run(c, rc, &q, "reduce-scatter of floats", "reduce-scatter (MPI_Ialltoall)", err);
+    if (st) return st;
     /* Chunks go in increasing offset: writing recv[off, off+len) in place
      * never touches what a later chunk still has to send. */
     float *r = recv + off;
@@ -190,17 +210,20 @@ static ct_status gather_packed(ct_comm *c, const float *send, float *recv, size_
   const int N = c->size;
   const size_t m = ct_comm_shard_valid(n, shard, c->rank);
   const size_t len0 = shard < CHUNK ? shard : CHUNK;
-  ct_status st = ensure_scratch(c, len0, err);
+  ct_status st = ct_wd_arrive(c, err);
+  if (!st) st = ensure_scratch(c, len0, err);
   if (st) return st;
   for (size_t off = 0; off < shard; off += len0) {
     const size_t len = shard - off < len0 ? shard - off : len0;
     copy_valid(c->pack, send, off, len, m);
-    int rc = root < 0 ? MPI_Allgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
-                                      c->world)
-                      : MPI_Gather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
-                                   root, c->world);
-    if (rc != MPI_SUCCESS)
-      return mpi_fail(err, rc, root < 0 ? "all-gather (MPI_Allgather)" : "gather (MPI_Gather)");
+    MPI_Request q;
+    int rc = root < 0 ? MPI_Iallgather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
+                                       c->world, &q)
+                      : MPI_Igather(c->pack, (int)len, MPI_FLOAT, c->unpack, (int)len, MPI_FLOAT,
+                                    root, c->world, &q);
+    st = root < 0 ? run(c, rc, &q, "all-gather of floats", "all-gather (MPI_Iallgather)", err)
+                  : run(c, rc, &q, "gather of floats", "gather (MPI_Igather)", err);
+    if (st) return st;
     if ((root >= 0 && c->rank != root) || !recv)
       continue; /* a root without a buffer (it failed) only sends */
     for (int p = 0; p < N; p++) {
@@ -221,12 +244,15 @@ ct_status ct_comm_allgather_f32(ct_comm *c, const float *send, float *recv, size
     return CT_OK;
   }
   if (shard <= CHUNK && n == (size_t)N * shard) {
+    ct_status st = ct_wd_arrive(c, err);
+    if (st) return st;
+    MPI_Request q;
     int rc;
     if (send == recv + (size_t)c->rank * shard)
-      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
+      rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world, &q);
     else
-      rc = MPI_Allgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world);
-    return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+      rc = MPI_Iallgather(send, (int)shard, MPI_FLOAT, recv, (int)shard, MPI_FLOAT, c->world, &q);
+    return run(c, rc, &q, "all-gather of floats", "all-gather (MPI_Iallgather)", err);
   }
   return gather_packed(c, send, recv, shard, n, -1, err);
 }
@@ -259,12 +285,16 @@ ct_status ct_comm_allreduce_f64(ct_comm *c, double *buf, size_t n, ct_err *err) 
   if (!c->mpi || c->size == 1 || n == 0) return CT_OK;
   if (n > (size_t)INT_MAX / (size_t)c->size)
     return ct_errf(err, CT_ERR_INVALID, "allreduce_f64 is for a few values, not %zu", n);
+  ct_status st = ct_wd_arrive(c, err);
+  if (st) return st;
   double *all = malloc((size_t)c->size * n * sizeof *all);
   if (!all) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  int rc = MPI_Allgather(buf, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, c->world);
-  if (rc != MPI_SUCCESS) {
-    free(all);
-    return mpi_fail(err, rc, "all-reduce of doubles (MPI_Allgather)");
+  MPI_Request q;
+  int rc = MPI_Iallgather(buf, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, c->world, &q);
+  st = run(c, rc, &q, "all-reduce of doubles", "all-reduce of doubles (MPI_Iallgather)", err);
+  if (st) {
+    if (st != CT_ERR_TIMEOUT) free(all); /* else MPI may still write into it */
+    return st;
   }
   for (size_t i = 0; i < n; i++) {
     double acc = all[i];
@@ -295,7 +325,8 @@ struct ct_comm_req {
   void *recv;      /* reduce: size * m elements, rank p's piece at p * m (pooled) */
   size_t recv_cap; /* bytes */
   void *acc;
-  size_t m; /* elements of [a, b) in this rank's shard */
+  size_t m;     /* elements of [a, b) in this rank's shard */
+  uint64_t seq; /* its number for the watchdog */
 };
 
 static size_t esize(ct_comm_dtype t) {
@@ -408,9 +439,11 @@ static void reduce_into(ct_comm_dtype t, int flags, const void *u, int N, size_t
 /* A new request of kind over [a, b), and this rank's piece of it. */
 static ct_status range_begin(ct_comm *c, int kind, ct_comm_dtype t, size_t a, size_t b,
                              size_t shard, ct_comm_req **r, size_t *off, size_t *m, ct_err *err) {
-  ct_status st = req_new(c, kind, a, b, r, err);
+  ct_status st = c->mpi && c->size > 1 ? ct_wd_arrive(c, err) : CT_OK;
+  if (!st) st = req_new(c, kind, a, b, r, err);
   if (st) return st;
   (*r)->t = t;
+  (*r)->seq = c->wd.seq;
   piece(a, b, shard, c->rank, off, m);
   return CT_OK;
 }
@@ -539,12 +572,10 @@ ct_status ct_comm_wait(ct_comm *c, ct_comm_req *r, ct_err *err) {
   if (!r) return CT_OK;
   ct_status st = CT_OK;
   if (r->active) {
-    int rc = MPI_Waitall(r->nmr, r->mr, MPI_STATUSES_IGNORE);
+    st = ct_wd_wait(c, r->seq, r->nmr, r->mr,
+                    r->kind ? "all-gather of a range" : "reduce-scatter of a range", err);
     r->active = 0;
-    if (rc != MPI_SUCCESS) {
-      st = mpi_fail(err, rc, r->kind ? "all-gather (MPI_Waitall)" : "reduce-scatter (MPI_Waitall)");
-      r->recv = NULL; /* receives may still land in it: never back to the pool */
-    }
+    if (st) r->recv = NULL; /* receives may still land in it: never back to the pool */
   }
   if (!st && r->kind == 0 && r->acc && r->m)
     reduce_into(r->t, r->flags, r->recv, c->size, r->m, r->acc);
@@ -599,8 +630,11 @@ ct_status ct_comm_alltoall_bytes(ct_comm *c, const void *send, void *recv, size_
     memmove(recv, send, bytes);
     return CT_OK;
   }
-  int rc = MPI_Alltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world);
-  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-to-all (MPI_Alltoall)");
+  ct_status st = ct_wd_arrive(c, err);
+  if (st) return st;
+  MPI_Request q;
+  int rc = MPI_Ialltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world, &q);
+  return run(c, rc, &q, "all-to-all of bytes", "all-to-all (MPI_Ialltoall)", err);
 }
 
 ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size_t bytes,
@@ -611,24 +645,32 @@ ct_status ct_comm_allgather_bytes(ct_comm *c, const void *send, void *recv, size
     memmove(recv, send, bytes);
     return CT_OK;
   }
-  int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world);
-  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "all-gather (MPI_Allgather)");
+  ct_status st = ct_wd_arrive(c, err);
+  if (st) return st;
+  MPI_Request q;
+  int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->world, &q);
+  return run(c, rc, &q, "all-gather of bytes", "all-gather (MPI_Iallgather)", err);
 }
 
 ct_status ct_comm_broadcast(ct_comm *c, void *buf, size_t bytes, int root, ct_err *err) {
   if (!c->mpi || c->size == 1) return CT_OK;
-  for (size_t off = 0; off < bytes; off += (size_t)INT_MAX) {
+  ct_status st = ct_wd_arrive(c, err);
+  for (size_t off = 0; off < bytes && !st; off += (size_t)INT_MAX) {
     size_t len = bytes - off < (size_t)INT_MAX ? bytes - off : (size_t)INT_MAX;
-    int rc = MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "broadcast (MPI_Bcast)");
+    MPI_Request q;
+    int rc = MPI_Ibcast((char *)buf + off, (int)len, MPI_BYTE, root, c->world, &q);
+    st = run(c, rc, &q, "broadcast", "broadcast (MPI_Ibcast)", err);
   }
-  return CT_OK;
+  return st;
 }
 
 ct_status ct_comm_barrier(ct_comm *c, ct_err *err) {
   if (!c->mpi || c->size == 1) return CT_OK;
-  int rc = MPI_Barrier(c->world);
-  return rc == MPI_SUCCESS ? CT_OK : mpi_fail(err, rc, "barrier (MPI_Barrier)");
+  ct_status st = ct_wd_arrive(c, err);
+  if (st) return st;
+  MPI_Request q;
+  int rc = MPI_Ibarrier(c->world, &q);
+  return run(c, rc, &q, "barrier", "barrier (MPI_Ibarrier)", err);
 }
 
 void ct_comm_abort(ct_comm *c, int code) {

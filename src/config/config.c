@@ -116,6 +116,7 @@ static const struct {
     {"model_preset", "preset"},
     {"gradient_accumulation", "gradient_accumulation_steps"},
     {"lr_warmup", "lr_warmup_steps"},
+    {"nccl_timeout", "distributed_timeout"}, /* SimpleTuner's (and finetrainers') name */
 };
 
 const char *ct_cfg_alias_at(size_t i, const char **key) {
@@ -797,6 +798,7 @@ static int cosmetic(const char *k) {
                                   "validation_seed",
                                   "disable_validation",
                                   "disable_progress_bar",
+                                  "distributed_timeout",
                                   "ema_validation",
                                   "dataloader_prefetch",
                                   "dataloader_prefetch_qlen",

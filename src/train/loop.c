@@ -253,6 +253,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
   while (!st && s->global_step < tr->total) {
     const double t0 = ct_now_s();
     const long step = s->global_step + 1;
+    ct_comm_set_step(tr->comm, step); /* for the watchdog's message */
     const double lr = ct_sched_lr(&tr->sched, s->global_step);
     dp->begin_step(tr);
     double parts[CT_TASK_PARTS] = {0};

@@ -39,6 +39,7 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   ct_remote *r;
   char *local;
   memset(sum, 0, sizeof *sum);
+  ct_comm_set_timeout(comm, cfg->distributed_timeout); /* the collective watchdog */
   ct_status st = with_output(cfg, ct_comm_rank(comm) == 0, &c2, &r, &local, err);
   if (!st) st = ct_trainer_run(&c2, r, comm, cb, user, sum, err);
   ct_remote_free(r);
@@ -50,6 +51,7 @@ ct_status ct_cache_run(const ct_config *cfg_in, ct_comm *comm, ct_data_stats *st
   ct_config c2;
   ct_remote *r;
   char *local;
+  ct_comm_set_timeout(comm, cfg_in->distributed_timeout); /* the collective watchdog */
   ct_status st0 = with_output(cfg_in, 0, &c2, &r, &local, err);
   ct_remote_free(r);
   if (st0) return st0;
