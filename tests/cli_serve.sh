@@ -93,9 +93,10 @@ done
   ok "GET /api/runs/r1 lists its process" || bad "processes: $(jq_ 'd["processes"]')"
 [ "$(post "$U/api/runs/r1/stop")" = 202 ] && ok "POST /api/runs/r1/stop" || bad "stop: $(cat "$tmp/body")"
 for _ in $(seq 100); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = stopped ] && break; sleep 0.1; done
-[ "$(jq_ 'd["status"], d["exit_code"]')" = "('stopped', 143)" ] && ok "stopped by SIGTERM (exit code 143 recorded)" || bad "after stop: $(head -c 300 "$tmp/body")"
+[ "$(jq_ 'd["status"], d["exit_code"]')" = "('stopped', 5)" ] && ok "stopped by SIGTERM, gracefully (exit code 5 recorded)" || bad "after stop: $(head -c 300 "$tmp/body")"
 stopped_at=$(jq_ 'd["step"]')
 ckpt=$(jq_ 'max(c["step"] for c in d["checkpoints"] if c["complete"])')
+[ "$ckpt" = "$stopped_at" ] && ok "the stop wrote the checkpoint of its last step ($ckpt)" || bad "stopped at $stopped_at, newest checkpoint $ckpt"
 [ "$(post "$U/api/runs/r1/stop")" = 409 ] && ok "stopping a stopped run: 409" || bad "stop again"
 [ "$(code "$U/api/runs/r1/log")" = 200 ] && [ "$(jq_ '"ctuner serve: starting" in d["text"] and "step" in d["text"]')" = True ] &&
   ok "GET /api/runs/r1/log: the run's output" || bad "log: $(head -c 300 "$tmp/body")"

@@ -25,6 +25,7 @@
   X(ERR_INTERNAL, 11, "internal error")                 \
   X(ERR_COMM, 12, "communication between ranks failed") \
   X(ERR_TIMEOUT, 14, "a collective timed out")          \
+  X(ERR_STOPPED, 15, "stopped on request")              \
   X(ERR_HEALTH, 13, "stopped by the health circuit breaker")
 
 typedef enum ct_status {

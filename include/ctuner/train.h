@@ -57,6 +57,18 @@ ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err);
 
+/* A stop asked for from outside (SIGTERM, SIGINT or SIGUSR1 in ctuner train;
+ * a scheduler's preemption, the web UI's Stop): the running loop finishes the
+ * step it is in, every rank agrees at the step's end, a checkpoint of that
+ * step is written (unless it was just written) and ct_train_run returns
+ * CT_ERR_STOPPED with sum->joint_stop set; resuming continues bit for bit.
+ * Async-signal-safe. Returns 1 if a training loop is running and will stop,
+ * 0 if none is running or a stop was already asked for (the caller then does
+ * what the signal would do by default: a second Ctrl-C ends the process). */
+int ct_train_request_stop(int sig);
+/* Exit code of `ctuner train` after such a stop, checkpoint written (docs/training.md). */
+#define CT_EXIT_STOPPED 5
+
 /* ---- checkpoints ---- */
 /* Newest checkpoint-<N> under output_dir with a .guard holding "complete";
  * unguarded and temporary directories are ignored. CT_ERR_NOT_FOUND if none. */

@@ -2,6 +2,7 @@
  * ct_train_run, ct_cache_run and ct_sample_images; progress drawing lives here, not in the library.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,9 @@ void ct_cmd_train_help(FILE *f) {
           "A progress bar is drawn when stdout is a terminal,\n"
           "plain lines otherwise. Exit status 1 on any error, 2 on bad arguments,\n"
           "3 circuit breaker (docs/health.md), 4 collective watchdog: a rank did not\n"
-          "reach a collective within distributed_timeout seconds (docs/distributed.md).\n");
+          "reach a collective within distributed_timeout seconds (docs/distributed.md),\n"
+          "5 stopped on request: SIGTERM, SIGINT or SIGUSR1 end the run after the\n"
+          "current step with a checkpoint to resume from (a second signal kills).\n");
 }
 
 typedef struct progress {
@@ -108,6 +111,27 @@ static void print_keys(void) {
 }
 
 /* `ctuner train` and `ctuner cache` share options, launch and failure handling. */
+/* SIGTERM (a scheduler's preemption, the web UI's Stop, mpirun passing one
+ * on), SIGINT (Ctrl-C) and SIGUSR1 (which mpirun forwards to every rank):
+ * the loop ends after the step it is in, with a checkpoint. A second signal,
+ * or one before the loop runs, acts as it would by default. */
+static void on_stop_signal(int sig) {
+  if (ct_train_request_stop(sig)) return;
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
 static int train_or_cache(int argc, char **argv, int cache) {
   const char *who = cache ? "ctuner cache" : "ctuner train";
   ct_config cfg;
@@ -193,6 +217,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
     goto out;
   }
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
+  if (!cache) catch_stop_signals();
   ct_train_summary sum;
   memset(&sum, 0, sizeof sum);
   ct_data_stats ds;
@@ -205,6 +230,7 @@ static int train_or_cache(int argc, char **argv, int cache) {
      * exit cleanly; otherwise this rank ends the job. */
     const int code = st == CT_ERR_HEALTH    ? CT_EXIT_HEALTH
                      : st == CT_ERR_TIMEOUT ? CT_EXIT_WATCHDOG /* docs/distributed.md */
+                     : st == CT_ERR_STOPPED ? CT_EXIT_STOPPED  /* docs/training.md */
                                             : 1;
     const int joint = !cache && sum.joint_stop;
     if (world > 1) {

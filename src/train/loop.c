@@ -10,6 +10,7 @@
  *   if loss or norm not finite: skip        (max_nonfinite_steps in a row: stop)
  *   else: clip, strategy.step, EMA          the update and the weights' sharing
  *   metrics, status; validation and checkpoint at their intervals
+ *   stop asked for (a signal)? agreed by every rank: checkpoint, stop
  *
  * The strategy (dp_*.c behind ct_dp_ops) hides every ZeRO, bf16, 1-bit and
  * offload difference; the task (task_mmdit.c) the objective; run_ckpt.c the
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +240,41 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   return CT_OK;
 }
 
+/* A stop asked for from outside: the signal (0: none), and whether a loop
+ * runs to take it. Written by a signal handler, read at step ends. */
+static volatile sig_atomic_t stop_sig, loop_running;
+
+int ct_train_request_stop(int sig) {
+  if (!loop_running || stop_sig) return 0;
+  stop_sig = sig ? sig : SIGTERM;
+  return 1;
+}
+
+/* At a step's end: has any rank been asked to stop? Every rank agrees (one
+ * small all-reduce), so all stop after the same step. */
+static ct_status stop_agreed(trainer *tr, int *stop, ct_err *err) {
+  double asked = stop_sig != 0;
+  ct_status st = tr->world > 1 ? ct_comm_allreduce_f64(tr->comm, &asked, 1, err) : CT_OK;
+  *stop = !st && asked > 0;
+  return st;
+}
+
+/* The stop itself, after step info->step: its checkpoint (unless the step
+ * just wrote one), then CT_ERR_STOPPED, which every rank reaches here. */
+static ct_status stop_here(trainer *tr, ct_ckpt_io *io, const ct_train_state *s,
+                           const ct_step_info *info, int saved, ct_step_cb cb, void *user,
+                           ct_train_summary *sum, ct_err *err) {
+  ct_status st = CT_OK;
+  if (tr->rank == 0)
+    CT_INFO("stop asked for (signal %d): step %ld is the last; writing its checkpoint",
+            (int)stop_sig, info->step);
+  if (!saved && s->nonfinite_run == 0) st = checkpoint_due(tr, io, s, info, cb, user, sum, err);
+  if (st) return st;
+  sum->joint_stop = 1;
+  return ct_errf(err, CT_ERR_STOPPED, "stopped on request after step %ld of %ld%s%s", info->step,
+                 tr->total, sum->last_checkpoint[0] ? "; resume from " : "", sum->last_checkpoint);
+}
+
 /* The steps, from the (resumed) state s to tr->total. */
 static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_step_cb cb,
                            void *user, ct_train_summary *sum, ct_err *err) {
@@ -302,6 +339,9 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
               s->nonfinite_run);
     else if (!st && due)
       st = checkpoint_due(tr, io, s, &info, cb, user, sum, err);
+    int stop = 0;
+    if (!st && !last) st = stop_agreed(tr, &stop, err);
+    if (!st && stop) st = stop_here(tr, io, s, &info, due, cb, user, sum, err);
   }
   return st;
 }
@@ -333,14 +373,23 @@ static ct_status finish(trainer *tr, const ct_train_state *s, ct_status st, ct_t
                             err ? err->msg : "", 1);
     st = CT_ERR_HEALTH;
   }
-  if (st == CT_OK && lead && tr->remote && tr->remote_pending[0]) { /* after every collective */
-    st = ct_remote_push_checkpoint(tr->remote, tr->remote_pending, cfg->checkpoints_total_limit,
-                                   err);
-    if (!st) st = ct_remote_push_outputs(tr->remote, cfg->output_dir, err);
-    if (st) ct_err_prefix(err, "the last checkpoint is only local (%s): ", tr->remote_pending);
+  const int stopped = st == CT_ERR_STOPPED; /* asked for: its checkpoint goes up too */
+  if ((st == CT_OK || stopped) && lead && tr->remote && tr->remote_pending[0]) {
+    ct_err pe = {0}; /* after every collective */
+    ct_status ps = ct_remote_push_checkpoint(tr->remote, tr->remote_pending,
+                                             cfg->checkpoints_total_limit, &pe);
+    if (!ps) ps = ct_remote_push_outputs(tr->remote, cfg->output_dir, &pe);
+    if (ps) {
+      st = ps;
+      if (err) *err = pe;
+      ct_err_prefix(err, "the last checkpoint is only local (%s): ", tr->remote_pending);
+    }
   }
   if (st == CT_OK) {
     ct_health_stage(tr->h, "training_complete", "Training complete", "completed", 100);
+  } else if (st == CT_ERR_STOPPED) { /* not a failure: no error event */
+    ct_health_stage(tr->h, "training_stopped", "Training stopped on request", "completed",
+                    100 * (double)s->global_step / (double)(tr->total ? tr->total : 1));
   } else if (tr->h) {
     ct_health_stage(tr->h, "training_abort", "Training stopped", "failed",
                     100 * (double)s->global_step / (double)(tr->total ? tr->total : 1));
@@ -432,7 +481,10 @@ ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm,
   ct_train_state s = {0};
   ct_ckpt_io io;
   ct_status st = prepare(&tr, &io, &s, sum, err);
+  stop_sig = 0;
+  loop_running = 1;
   if (!st) st = run_steps(&tr, &io, &s, cb, user, sum, err);
+  loop_running = 0;
   st = finish(&tr, &s, st, sum, err);
   sum->seconds = ct_now_s() - t_start;
   ct_trainer_free(&tr);
