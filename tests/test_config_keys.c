@@ -96,7 +96,7 @@ CT_TEST(config_keys, rule_messages) {
   expect(ct_failed_, "max_grad_norm", "-1", "max_grad_norm must be >= 0 (0 disables), got -1");
   expect(ct_failed_, "logit_std", "0", "logit_std must be > 0, got 0");
   expect(ct_failed_, "adam_beta1", "1", "adam_beta1 must be in [0, 1), got 1");
-  expect(ct_failed_, "flow_shift", "nan", "flow_shift must be in (0, 1000), got nan");
+  expect(ct_failed_, "flow_shift", "nan", "flow_shift must be in [0, 1000), got nan");
   expect(ct_failed_, "caption_dropout_probability", "1.5",
          "caption_dropout_probability must be in [0, 1], got 1.5");
   expect(ct_failed_, "webhook_timeout", "0",

@@ -1,6 +1,7 @@
 /* Trainer helpers without a training run: metrics.jsonl trimmed for a
  * resume (the steps past the checkpoint must go, or a resumed run writes
  * them twice), and secrets wiped. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/config.h"
 #include "harness.h"
 #include "train/train_int.h"
 
@@ -71,4 +73,25 @@ CT_TEST(train, secrets_wiped) {
   char *s = malloc(7);
   memcpy(s, "secret", 7);
   ct_free_secret(s);
+}
+
+/* flow_schedule_auto_shift: e^mu of FluxPipeline's calculate_shift (base 256
+ * tokens -> mu 0.5, max 4096 -> mu 1.15), and the static shift it feeds;
+ * flow_shift 0 means no shift (SimpleTuner), not t -> 0. */
+CT_TEST(train, flow_shift_auto_and_zero) {
+  CHECK(fabsf(ct_flow_auto_shift(256) - expf(0.5f)) < 1e-5f);
+  CHECK(fabsf(ct_flow_auto_shift(4096) - expf(1.15f)) < 1e-5f);
+  CHECK(fabsf(ct_flow_auto_shift(1024) - expf(0.5f + 0.65f * 768.0f / 3840.0f)) < 1e-5f);
+  CHECK(ct_flow_shift_t(0.3f, 0.0f) == 0.3f);
+  CHECK(ct_flow_shift_t(0.3f, 1.0f) == 0.3f);
+  const float s = 3.0f, t = 0.3f;
+  CHECK(fabsf(ct_flow_shift_t(t, s) - s * t / (1 + (s - 1) * t)) < 1e-7f);
+  ct_config c;
+  ct_err err = {0};
+  ct_config_defaults(&c);
+  REQUIRE(ct_config_set(&c, "flow_schedule_auto_shift", "true", &err) == CT_OK);
+  CHECK(ct_config_validate(&c, &err) == CT_ERR_INVALID && strstr(err.msg, "flow_shift"));
+  REQUIRE(ct_config_set(&c, "flow_schedule_shift", "0", &err) == CT_OK);
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  ct_config_free(&c);
 }

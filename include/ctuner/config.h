@@ -194,8 +194,12 @@
     "logit_normal or uniform")                                                                     \
   X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean")                                          \
   X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation")                       \
-  X(flow_shift, NUM, "3", FULL, NUM_IN("()", 0, 1000),                                             \
-    "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling")                         \
+  X(flow_shift, NUM, "3", FULL, NUM_IN("[)", 0, 1000),                                             \
+    "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling; 0: none (alias "         \
+    "flow_schedule_shift)")                                                                        \
+  X(flow_schedule_auto_shift, BOOL, "false", FULL, ANY,                                            \
+    "shift from each image's token count n as FluxPipeline: s = exp(0.5 + 0.65 (n - 256) / 3840)"  \
+    "; needs flow_shift 0")                                                                        \
   X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"),                               \
     "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer")                 \
   X(text_encoder_path, STR, NULL, FULL, ANY, "CLIPTextModel safetensors (else seeded weights)")    \

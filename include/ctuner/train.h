@@ -94,8 +94,9 @@ typedef struct ct_sample_opts {
   int width, height; /* pixels; multiples of 2 x codec scale */
   int steps;         /* Euler steps */
   float guidance;    /* CFG scale; <= 1 disables the unconditional pass */
-  float flow_shift;
+  float flow_shift;  /* static shift; 0 or 1: none */
   uint64_t seed;
+  int auto_shift; /* 1: the shift from the image's token count (flow_schedule_auto_shift) */
 } ct_sample_opts;
 
 /* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are

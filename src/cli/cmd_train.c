@@ -408,7 +408,8 @@ int ct_cmd_sample(int argc, char **argv) {
                        (int)p.cfg.validation_num_inference_steps,
                        (float)p.cfg.validation_guidance,
                        (float)p.cfg.flow_shift,
-                       (uint64_t)p.cfg.validation_seed};
+                       (uint64_t)p.cfg.validation_seed,
+                       p.cfg.flow_schedule_auto_shift};
   {
     /* Default size: the validation resolution, else the training one. */
     int w = 0, h = 0;

@@ -141,16 +141,31 @@ static ct_status rule_codec_vae(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
+static ct_status rule_auto_shift(const ct_config *c, ct_err *err) {
+  if (c->flow_schedule_auto_shift && c->flow_shift > 0)
+    BAD("flow_schedule_auto_shift cannot be combined with flow_shift %g (whose default is 3, as "
+        "SimpleTuner's): set flow_shift (flow_schedule_shift) to 0 to train with the automatic "
+        "shift",
+        c->flow_shift);
+  return CT_OK;
+}
+
 /* Each rule with the key its problem is filed under. */
 static const struct rule {
   const char *key;
   ct_status (*fn)(const ct_config *c, ct_err *err);
 } TOGETHER[] = {
-    {"model_type", rule_vae_source},       {"output_dir", rule_s3_output},
-    {"disk_low_action", rule_disk_script}, {"max_train_steps", rule_length},
-    {"optimizer", check_optimizer_with},   {"offload_param", rule_offload_stage},
-    {"offload_param", rule_offload_bf16},  {"offload_param_path", rule_offload_path},
-    {"text_encoder", rule_bpe_files},      {"codec", rule_codec_vae},
+    {"model_type", rule_vae_source},
+    {"output_dir", rule_s3_output},
+    {"disk_low_action", rule_disk_script},
+    {"max_train_steps", rule_length},
+    {"optimizer", check_optimizer_with},
+    {"offload_param", rule_offload_stage},
+    {"offload_param", rule_offload_bf16},
+    {"offload_param_path", rule_offload_path},
+    {"text_encoder", rule_bpe_files},
+    {"codec", rule_codec_vae},
+    {"flow_schedule_auto_shift", rule_auto_shift},
 };
 
 ct_status ct_cfg_rule_at(size_t i, const ct_config *c, const char **key, ct_err *err) {

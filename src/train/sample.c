@@ -12,8 +12,16 @@
 #include "train_int.h"
 
 float ct_flow_shift_t(float t, float shift) {
-  if (shift == 1.0f) return t;
+  if (shift == 1.0f || shift <= 0.0f) return t; /* 0: no static shift (SimpleTuner) */
   return shift * t / (1.0f + (shift - 1.0f) * t);
+}
+
+/* FluxPipeline's calculate_shift: mu linear in the image token count from
+ * (256, 0.5) to (4096, 1.15); its time_shift(mu, 1, t) is the static shift
+ * with s = e^mu, which is what SimpleTuner's flow_schedule_auto_shift uses. */
+float ct_flow_auto_shift(long tokens) {
+  const double m = (1.15 - 0.5) / (4096.0 - 256.0), b = 0.5 - m * 256.0;
+  return (float)exp(m * (double)tokens + b);
 }
 
 ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, int n, float *txt,
@@ -68,9 +76,10 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
   }
   st = ct_encode_prompts(te, T, all, B, txt, y, err);
   if (st) goto done;
+  const float shift = o->auto_shift ? ct_flow_auto_shift((long)(h / 2) * (w / 2)) : o->flow_shift;
   for (int k = 0; k < o->steps && !st; k++) {
-    float t = ct_flow_shift_t(1.0f - (float)k / o->steps, o->flow_shift);
-    float tn = ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, o->flow_shift);
+    float t = ct_flow_shift_t(1.0f - (float)k / o->steps, shift);
+    float tn = ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, shift);
     memcpy(xin, x, (size_t)n * lat * sizeof(float));
     if (cfg) memcpy(xin + (size_t)n * lat, x, (size_t)n * lat * sizeof(float));
     for (int b = 0; b < B; b++) tt[b] = t;

@@ -147,6 +147,9 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
   tr->data_wait += bt->wait_s;
   const float *x0s = bt->x0; /* (B, C, h, w), valid until the next batch */
   const uint64_t seed = (uint64_t)cfg->seed;
+  const float shift = cfg->flow_schedule_auto_shift /* per bucket: its image token count */
+                          ? ct_flow_auto_shift((long)(bt->h / 2) * (bt->w / 2))
+                          : (float)cfg->flow_shift;
   for (int b = 0; b < B; b++) {
     const uint64_t id = bt->ids[b];
     float t;
@@ -157,7 +160,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
                 (float)cfg->logit_std * ct_rng_normal(seed, CT_STREAM_TIMESTEP, id);
       t = 1.0f / (1.0f + expf(-z));
     }
-    tr->t[b] = ct_flow_shift_t(t, (float)cfg->flow_shift);
+    tr->t[b] = ct_flow_shift_t(t, shift);
     ct_rng_fill_normal(tr->eps + b * lat, lat, seed, CT_STREAM_NOISE, id * lat, 0.0f, 1.0f);
   }
   const float *txt = bt->txt, *y = bt->pooled; /* from the text cache */

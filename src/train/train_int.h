@@ -16,6 +16,7 @@
 #define CT_STREAM_SAMPLE_NOISE 0x53414d5000000000ull /* sampling noise */
 
 float ct_flow_shift_t(float t, float shift);
+float ct_flow_auto_shift(long tokens); /* e^mu of FluxPipeline's calculate_shift */
 ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, int n, float *txt,
                             float *y, ct_err *err);
 

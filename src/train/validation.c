@@ -115,7 +115,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        (int)cfg->validation_num_inference_steps,
                        (float)cfg->validation_guidance,
                        (float)cfg->flow_shift,
-                       (uint64_t)cfg->validation_seed};
+                       (uint64_t)cfg->validation_seed,
+                       cfg->flow_schedule_auto_shift};
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
