@@ -99,3 +99,40 @@ CT_TEST(config_backend, image_embeds_rules) {
   CHECK(ct_backend_parse(t, strlen(t), "m.json", &b, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "not supported") && strstr(err.msg, "image_embeds"), "%s", err.msg);
 }
+
+/* Keys that change the data when set: refused then (with why), a warning
+ * when off or moot (re-encoding each epoch without random crops changes
+ * nothing); before, all were ignored with a warning. */
+CT_TEST(config_backend, options_refused_when_set) {
+  static const struct {
+    const char *extra;
+    int error;
+  } cases[] = {
+      {"\"vae_cache_clear_each_epoch\": true, \"crop\": true", 1},
+      {"\"vae_cache_clear_each_epoch\": true, \"crop\": true, \"crop_style\": \"center\"", 0},
+      {"\"vae_cache_clear_each_epoch\": true", 0},
+      {"\"vae_cache_clear_each_epoch\": false, \"crop\": true", 0},
+      {"\"prepend_instance_prompt\": true, \"instance_prompt\": \"x\"", 1},
+      {"\"prepend_instance_prompt\": false", 0},
+      {"\"only_instance_prompt\": true", 1},
+      {"\"caption_filter_list\": \"filters.txt\"", 1},
+      {"\"caption_filter_list\": \"\"", 0},
+      {"\"conditioning_data\": \"canny\"", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char t[512];
+    snprintf(t, sizeof t,
+             "[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"x\", %s}]",
+             cases[i].extra);
+    ct_backend *b = NULL;
+    ct_err err = {0};
+    ct_config_problems probs = {0};
+    ct_status st = ct_backend_parse_with(t, strlen(t), "m.json", NULL, &b, &probs, &err);
+    CHECKF((st != CT_OK) == cases[i].error && probs.errors == (size_t)cases[i].error &&
+               probs.n == 1 && probs.v[0].warning == !cases[i].error,
+           "%s: st %d, %zu problems, %zu errors: %s", cases[i].extra, st, probs.n, probs.errors,
+           probs.n ? probs.v[0].msg : "");
+    ct_backend_free(b);
+    ct_config_problems_free(&probs);
+  }
+}

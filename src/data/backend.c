@@ -24,12 +24,47 @@
 #include "ctuner/parse.h"
 #include "ctuner/storage.h"
 
-/* SimpleTuner keys ctuner accepts but does not act on. */
-static const char *const IGNORED[] = {
-    "skip_file_discovery",     "hash_filenames",          "vae_cache_clear_each_epoch",
-    "scan_for_errors",         "is_regularisation_data",  "is_regularization_data",
-    "caption_filter_list",     "prepend_instance_prompt", "only_instance_prompt",
-    "disable_multiline_split", "conditioning_data",       NULL};
+/* SimpleTuner keys ctuner accepts but does not act on (they change nothing
+ * here: discovery and cache bookkeeping, LoRA-only regularisation). */
+static const char *const IGNORED[] = {"skip_file_discovery",
+                                      "hash_filenames",
+                                      "scan_for_errors",
+                                      "is_regularisation_data",
+                                      "is_regularization_data",
+                                      "disable_multiline_split",
+                                      NULL};
+/* SimpleTuner keys that change the training data when set (true, a
+ * non-empty string or list): refused then, with why; ignored when off. */
+static const struct {
+  const char *key, *why;
+} WHEN_SET[] = {
+    {"vae_cache_clear_each_epoch",
+     "re-encoding the latents every epoch for new random crops is not implemented; the latent "
+     "cache is built once (set crop_style center, or crop false)"},
+    {"prepend_instance_prompt", "prepending instance_prompt to every caption is not implemented"},
+    {"only_instance_prompt", "use caption_strategy \"instanceprompt\", which does the same"},
+    {"caption_filter_list", "caption filter lists are not implemented"},
+    {"conditioning_data",
+     "conditioning datasets (ControlNet, edit references) are not implemented"},
+};
+
+/* A value that turns an option on: true, a non-zero number, a non-empty
+ * string, array or object. */
+static int is_set(const ct_json *v) {
+  switch (v->type) {
+    case CT_JSON_BOOL:
+      return v->boolean;
+    case CT_JSON_NUMBER:
+      return v->num != 0;
+    case CT_JSON_STRING:
+      return v->str && *v->str;
+    case CT_JSON_ARRAY:
+    case CT_JSON_OBJECT:
+      return v->n > 0;
+    default:
+      return 0;
+  }
+}
 /* SimpleTuner keys of features ctuner does not have: refused with why. */
 static const struct {
   const char *key, *why;
@@ -452,6 +487,25 @@ static ct_status parse_aws(ctx *c, const ct_json *o, ct_ds_config *d) {
   return CT_OK;
 }
 
+/* Does the dataset crop at random (crop true, crop_style random, SimpleTuner's
+ * default style)? */
+static int random_crops(const ct_json *o) {
+  const ct_json *crop = ct_json_get(o, "crop"), *style = ct_json_get(o, "crop_style");
+  if (!crop || crop->type != CT_JSON_BOOL || !crop->boolean) return 0;
+  return !style || (style->type == CT_JSON_STRING && !strcmp(style->str, "random"));
+}
+
+/* One warning for a SimpleTuner key that has no effect here. */
+static void warn_ignored(ctx *c, const char *k, const ct_json *v) {
+  if (c->probs)
+    ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col, k, NULL,
+                           "%s: key '%s' is a SimpleTuner option ctuner does not use; ignored",
+                           c->where, k);
+  else
+    CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
+            c->where, k);
+}
+
 static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
   static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
@@ -472,20 +526,24 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
     const char *k = o->keys[i];
     if (in_list(k, KNOWN)) continue;
     if (in_list(k, IGNORED)) {
-      if (c->probs) {
-        const ct_json *v = &o->items[i];
-        ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col, k,
-                               NULL,
-                               "%s: key '%s' is a SimpleTuner option ctuner does not use; "
-                               "ignored",
-                               c->where, k);
-      } else {
-        CT_WARN("%s: %s: key '%s' is a SimpleTuner option ctuner does not use; ignored", c->file,
-                c->where, k);
-      }
+      warn_ignored(c, k, &o->items[i]);
       continue;
     }
     const char *why = NULL;
+    int off = 0; /* a WHEN_SET key that is off: a warning, as IGNORED */
+    for (size_t r = 0; r < sizeof WHEN_SET / sizeof WHEN_SET[0] && !why && !off; r++)
+      if (!strcmp(k, WHEN_SET[r].key)) {
+        /* re-encoding each epoch changes nothing unless the crops are random */
+        const int moot = !strcmp(k, "vae_cache_clear_each_epoch") && !random_crops(o);
+        if (is_set(&o->items[i]) && !moot)
+          why = WHEN_SET[r].why;
+        else
+          off = 1;
+      }
+    if (off) {
+      warn_ignored(c, k, &o->items[i]);
+      continue;
+    }
     for (size_t r = 0; r < sizeof REFUSED / sizeof REFUSED[0] && !why; r++)
       if (!strcmp(k, REFUSED[r].key)) why = REFUSED[r].why;
     const char *s = why ? NULL : suggest(k, KNOWN);
