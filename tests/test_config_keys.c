@@ -100,7 +100,7 @@ CT_TEST(config_keys, rule_messages) {
   expect(ct_failed_, "caption_dropout_probability", "1.5",
          "caption_dropout_probability must be in [0, 1], got 1.5");
   expect(ct_failed_, "webhook_timeout", "0",
-         "webhook_timeout must be between 0 and 600 seconds, got 0");
+         "webhook_timeout must be more than 0 and at most 600 seconds, got 0");
   expect(ct_failed_, "health_poll_interval", "0.001",
          "health_poll_interval must be between 0.01 and 3600 seconds, got 0.001");
   expect(ct_failed_, "vae_loss", "l3", "vae_loss must be l1 or l2, got 'l3'");

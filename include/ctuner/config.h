@@ -88,18 +88,19 @@
   X(gradient_accumulation_steps, INT, "1", ALL, INT_GE(1), "micro-batches per optimizer step")     \
   X(max_train_steps, INT, "0", ALL, INT_GE(0),                                                     \
     "optimizer steps to train (0: from num_train_epochs)")                                         \
-  X(num_train_epochs, INT, "1", ALL, ANY, "epochs, used when max_train_steps is 0")                \
+  X(num_train_epochs, INT, "1", ALL, INT_GE(0), "epochs, used when max_train_steps is 0")          \
   X(learning_rate, NUM, "1e-4", ALL, FN(check_learning_rate), "peak learning rate")                \
   X(lr_scheduler, STR, "constant_with_warmup", ALL, FN(check_lr_scheduler),                        \
     "constant, constant_with_warmup, linear, cosine, sine (SimpleTuner's), polynomial, "           \
     "diffusers_cosine, WarmupLR, WarmupDecayLR")                                                   \
   X(lr_warmup_steps, INT, "0", ALL, INT_GE(0),                                                     \
     "warmup steps of the schedule (cosine, sine: the half-period of the wave)")                    \
-  X(lr_num_cycles, NUM, "0.5", ALL, ANY,                                                           \
+  X(lr_num_cycles, NUM, "0.5", ALL, NUM_GE(0),                                                     \
     "diffusers_cosine: number of cosine cycles (0.5 = half a cosine)")                             \
-  X(lr_power, NUM, "1.0", ALL, ANY, "polynomial: power")                                           \
-  X(lr_end, NUM, "4e-7", ALL, ANY, "polynomial: final learning rate; cosine, sine: the floor")     \
-  X(warmup_min_lr, NUM, "0", ALL, ANY, "WarmupLR/WarmupDecayLR: learning rate at step 0")          \
+  X(lr_power, NUM, "1.0", ALL, NUM_GT(0), "polynomial: power")                                     \
+  X(lr_end, NUM, "4e-7", ALL, NUM_GE(0),                                                           \
+    "polynomial: final learning rate; cosine, sine: the floor")                                    \
+  X(warmup_min_lr, NUM, "0", ALL, NUM_GE(0), "WarmupLR/WarmupDecayLR: learning rate at step 0")    \
   X(warmup_type, STR, "log", ALL, ONE_OF_QUOTED("log|linear"),                                     \
     "WarmupLR/WarmupDecayLR: log or linear warmup")                                                \
   X(optimizer, STR, "adamw", ALL, FN(check_optimizer),                                             \
@@ -109,16 +110,16 @@
     "onebitadam: full-precision warm-up steps before 1-bit compressed momentum")                   \
   X(var_freeze_step, INT, "1000", ALL, INT_GE(0),                                                  \
     "zerooneadam: the last step whose variance may update")                                        \
-  X(lamb_max_coeff, NUM, "10", ALL, ANY,                                                           \
+  X(lamb_max_coeff, NUM, "10", ALL, NUM_GT(0),                                                     \
     "onebitlamb, and lamb where set: largest trust ratio (DeepSpeed max_coeff)")                   \
-  X(lamb_min_coeff, NUM, "0.01", ALL, ANY,                                                         \
+  X(lamb_min_coeff, NUM, "0.01", ALL, NUM_GE(0),                                                   \
     "onebitlamb, and lamb where set: smallest trust ratio (min_coeff)")                            \
-  X(lamb_coeff_beta, NUM, "0.9", ALL, ANY,                                                         \
+  X(lamb_coeff_beta, NUM, "0.9", ALL, NUM_IN("[)", 0, 1),                                          \
     "onebitlamb: running-average rate of the warm-up trust ratios (coeff_beta)")                   \
-  X(lamb_factor_max, NUM, "4", ALL, ANY,                                                           \
+  X(lamb_factor_max, NUM, "4", ALL, NUM_GT(0),                                                     \
     "onebitlamb: largest factor on the frozen trust ratio (factor_max)")                           \
-  X(lamb_factor_min, NUM, "0.5", ALL, ANY, "onebitlamb: smallest factor (factor_min)")             \
-  X(lamb_factor_threshold, NUM, "0.1", ALL, ANY,                                                   \
+  X(lamb_factor_min, NUM, "0.5", ALL, NUM_GT(0), "onebitlamb: smallest factor (factor_min)")       \
+  X(lamb_factor_threshold, NUM, "0.1", ALL, NUM_GE(0),                                             \
     "onebitlamb: largest relative change of the factor per step (factor_threshold)")               \
   X(var_update_scaler, INT, "16", ALL, INT_GE(1),                                                  \
     "zerooneadam: the variance-update interval doubles after this many updates")                   \
@@ -192,7 +193,7 @@
     "replace captions with the empty caption")                                                     \
   X(timestep_sampling, STR, "logit_normal", FULL, ONE_OF("logit_normal|uniform"),                  \
     "logit_normal or uniform")                                                                     \
-  X(logit_mean, NUM, "0", FULL, ANY, "logit-normal mean")                                          \
+  X(logit_mean, NUM, "0", FULL, NUM_IN("[]", -100, 100), "logit-normal mean")                      \
   X(logit_std, NUM, "1", FULL, NUM_GT(0), "logit-normal standard deviation")                       \
   X(flow_shift, NUM, "3", FULL, NUM_IN("[)", 0, 1000),                                             \
     "timestep shift s: t <- s t / (1 + (s - 1) t), training and sampling; 0: none (alias "         \

@@ -634,8 +634,13 @@ static ct_status check_key(const ct_config *c, const key_def *k, ct_err *err) {
         BAD("%s must be in %c%g, %g%c, got %g", k->name, v->shape[0], v->lo, v->hi, v->shape[1], x);
       return CT_OK;
     case V_NUM_BETWEEN:
-      if (!inside(x, v->shape, v->lo, v->hi))
+      if (!inside(x, v->shape, v->lo, v->hi) && !strcmp(v->shape, "[]"))
         BAD("%s must be between %g and %g%s, got %g", k->name, v->lo, v->hi, v->note, x);
+      /* an open end in words: "more than 0 and at most 600" */
+      if (!inside(x, v->shape, v->lo, v->hi))
+        BAD("%s must be %s %g and %s %g%s, got %g", k->name,
+            v->shape[0] == '(' ? "more than" : "at least", v->lo,
+            v->shape[1] == ')' ? "less than" : "at most", v->hi, v->note, x);
       return CT_OK;
     case V_ONE_OF:
     case V_ONE_OF_QUOTED:
