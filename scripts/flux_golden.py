@@ -30,7 +30,8 @@ Configurations:
            ctuner's map with it).
 
 Usage: py=$(scripts/py_deps.sh diffusers)
-  $py scripts/flux_golden.py [--out DIR]           write the goldens
+  $py scripts/flux_golden.py [--out DIR] [--seed N]   write the goldens (N != 0: fresh
+        weights and inputs, same shapes)
   $py scripts/flux_golden.py --check DIR           recompute, compare with DIR's (exit 1 on a difference)
   $py scripts/flux_golden.py --roundtrip SAVED --ref DIR/NAME
         SAVED (a transformer directory ctuner wrote) loads with
@@ -62,8 +63,11 @@ COMMON = dict(patch_size=1, in_channels=16, attention_head_dim=16, num_attention
               joint_attention_dim=32, pooled_projection_dim=16, axes_dims_rope=[4, 6, 6])
 
 
+SEED = 0  # --seed: added to every configuration's seed (0: the committed set)
+
+
 def build(cfg):
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg["seed"] + 1000 * SEED)
     m = FluxTransformer2DModel(**COMMON, **cfg["model"])
     with torch.no_grad():  # nothing left at 1 or 0: every tensor's role shows
         for n, p in m.named_parameters():
@@ -80,7 +84,7 @@ def pack(x):  # (B, C, H, W) -> (B, H/2 * W/2, C*4), as FluxPipeline._pack_laten
 
 
 def inputs(cfg, guidance):
-    g = torch.Generator().manual_seed(100 + cfg["seed"])
+    g = torch.Generator().manual_seed(100 + cfg["seed"] + 1000 * SEED)
     B, H, W, T = cfg["B"], cfg["H"], cfg["W"], cfg["T"]
     C = COMMON["in_channels"] // 4
     ids = torch.zeros(H // 2, W // 2, 3)
@@ -305,7 +309,10 @@ def main():
     ap.add_argument("--roundtrip")
     ap.add_argument("--bfl-roundtrip")
     ap.add_argument("--ref")
+    ap.add_argument("--seed", type=int, default=0, help="0: the committed set; others: fresh weights and inputs")
     a = ap.parse_args()
+    global SEED
+    SEED = a.seed
     torch.use_deterministic_algorithms(True)
     dlogging.set_verbosity_error()
     dlogging.disable_progress_bar()
