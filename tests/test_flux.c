@@ -152,11 +152,13 @@ static void check_golden(const char *name, int *ct_failed_) {
   ct_mmdit *m = NULL;
   ct_st_file *g = NULL;
   snprintf(rel, sizeof rel, "%s/transformer", name);
-  REQUIRE(!ct_mmdit_open_diffusers(data(rel), CT_MMDIT_GRADS, &m, &e) || !fprintf(stderr, "%s\n", e.msg));
+  REQUIRE(!ct_mmdit_open_diffusers(data(rel), CT_MMDIT_GRADS, &m, &e) ||
+          !fprintf(stderr, "%s\n", e.msg));
   snprintf(rel, sizeof rel, "%s/golden.safetensors", name);
   REQUIRE(!ct_st_open(data(rel), &g, &e));
   const ct_mmdit_config *c = ct_mmdit_cfg(m);
-  const ct_st_tensor *hs = ct_st_find(g, "hidden_states"), *eh = ct_st_find(g, "encoder_hidden_states");
+  const ct_st_tensor *hs = ct_st_find(g, "hidden_states"),
+                     *eh = ct_st_find(g, "encoder_hidden_states");
   REQUIRE(hs && eh && hs->ndim == 3 && hs->shape[2] == 4 * c->in_channels);
   int B = (int)hs->shape[0], L = (int)hs->shape[1], T = (int)eh->shape[1], C = c->in_channels;
   size_t ni = 0, nt = 0;
@@ -166,15 +168,22 @@ static void check_golden(const char *name, int *ct_failed_) {
   int H = 2 * ((int)img_ids[3 * (L - 1) + 1] + 1), W = 2 * ((int)img_ids[3 * (L - 1) + 2] + 1);
   REQUIRE(H / 2 * (W / 2) == L);
   for (int l = 0; l < L; l++)
-    CHECK(img_ids[3 * l] == 0 && img_ids[3 * l + 1] == l / (W / 2) && img_ids[3 * l + 2] == l % (W / 2));
+    CHECK(img_ids[3 * l] == 0 && img_ids[3 * l + 1] == l / (W / 2) &&
+          img_ids[3 * l + 2] == l % (W / 2));
   for (size_t i = 0; i < nt; i++) CHECK(txt_ids[i] == 0);
   size_t nx = (size_t)B * C * H * W;
   float *packed = tensor(g, "hidden_states", NULL), *x = malloc(nx * 4), *v = malloc(nx * 4),
         *vp = malloc(nx * 4), *out = tensor(g, "out", NULL), *dvp = tensor(g, "dv", NULL),
         *dv = malloc(nx * 4);
-  ct_mmdit_batch in = {B, H, W, T, x, tensor(g, "timestep", NULL),
+  ct_mmdit_batch in = {B,
+                       H,
+                       W,
+                       T,
+                       x,
+                       tensor(g, "timestep", NULL),
                        tensor(g, "encoder_hidden_states", NULL),
-                       tensor(g, "pooled_projections", NULL), tensor(g, "guidance", NULL)};
+                       tensor(g, "pooled_projections", NULL),
+                       tensor(g, "guidance", NULL)};
   REQUIRE(packed && x && v && vp && out && dvp && dv && in.t && in.txt && in.y);
   CHECK(!c->guidance_embed == !in.guidance);
   ct_flux_unpack(B, C, H, W, packed, x);
@@ -201,13 +210,14 @@ static void check_golden(const char *name, int *ct_failed_) {
     double d = 0, r = 0;
     for (size_t j = 0; j < n; j++) r = fabs(ref[j]) > r ? fabs(ref[j]) : r;
     for (int64_t q = 0; q < map[i].rows * (int64_t)cols; q++) {
-      double a = ours[map[i].bfl_row * (int64_t)cols + q], b = ref[map[i].dif_row * (int64_t)cols + q];
+      double a = ours[map[i].bfl_row * (int64_t)cols + q],
+             b = ref[map[i].dif_row * (int64_t)cols + q];
       d = fabs(a - b) > d ? fabs(a - b) : d;
     }
     double er = r > 0 ? d / r : d;
     worst = er > worst ? er : worst;
-    CHECKF(er <= 1e-4, "%s: gradient of %s (rows %lld.. of %s) differs by %.3g", name,
-           map[i].dif, (long long)map[i].bfl_row, map[i].bfl, er);
+    CHECKF(er <= 1e-4, "%s: gradient of %s (rows %lld.. of %s) differs by %.3g", name, map[i].dif,
+           (long long)map[i].bfl_row, map[i].bfl, er);
     ngrads++;
     free(ref);
   }
@@ -280,7 +290,8 @@ static char *dir_names(const char *dir, int *nfiles) {
       /* any -0000k-of-0000N naming up to 99 shards */
       int found = 0;
       for (int N = k; N <= 99 && !found; N++) {
-        snprintf(path, sizeof path, "%s/diffusion_pytorch_model-%05d-of-%05d.safetensors", dir, k, N);
+        snprintf(path, sizeof path, "%s/diffusion_pytorch_model-%05d-of-%05d.safetensors", dir, k,
+                 N);
         struct stat sb;
         found = !stat(path, &sb);
       }
@@ -311,7 +322,8 @@ CT_TEST(flux, save_as_diffusers) {
   snprintf(out1, sizeof out1, "%s/flux_dev_out", ct_test_tmpdir());
   snprintf(out2, sizeof out2, "%s/flux_schnell_out", ct_test_tmpdir());
   REQUIRE(!ct_mmdit_open_diffusers(data("dev/transformer"), 0, &a, &e));
-  REQUIRE(!ct_mmdit_save_diffusers(a, out1, 0, CT_DTYPE_F32, &e) || !fprintf(stderr, "%s\n", e.msg));
+  REQUIRE(!ct_mmdit_save_diffusers(a, out1, 0, CT_DTYPE_F32, &e) ||
+          !fprintf(stderr, "%s\n", e.msg));
   char *want = dir_names(data("dev/transformer"), &nf_ref), *got = dir_names(out1, &nf);
   REQUIRE(want && got);
   CHECKF(!strcmp(want, got) && nf == 1, "names differ:\n%s\nvs\n%s", got, want);
@@ -319,7 +331,8 @@ CT_TEST(flux, save_as_diffusers) {
   free(want);
   snprintf(cfgp, sizeof cfgp, "%s/config.json", out1);
   size_t l1 = 0, l2 = 0;
-  char *c1 = ct_test_slurp(cfgp, &l1), *c2 = ct_test_slurp(data("dev/transformer/config.json"), &l2);
+  char *c1 = ct_test_slurp(cfgp, &l1),
+       *c2 = ct_test_slurp(data("dev/transformer/config.json"), &l2);
   CHECK(c1 && c2 && !strcmp(c1, c2));
   free(c1);
   free(c2);
@@ -385,7 +398,8 @@ CT_TEST(flux, errors_name_everything) {
   for (size_t i = 0; i < nb; i++) free(bufs[i]);
   ct_status st = ct_mmdit_open_diffusers(dir, 0, &b, &e);
   CHECKF(st && strstr(e.msg, "1 missing [x_embedder.bias]") &&
-             strstr(e.msg, "proj_out.weight in diffusion_pytorch_model.safetensors (has F32 [15, 32]") &&
+             strstr(e.msg,
+                    "proj_out.weight in diffusion_pytorch_model.safetensors (has F32 [15, 32]") &&
              strstr(e.msg, "1 unexpected [lora_A.weight in diffusion_pytorch_model.safetensors]"),
          "%s", st ? e.msg : "accepted");
   /* an index whose shard leaves the directory */
@@ -395,8 +409,9 @@ CT_TEST(flux, errors_name_everything) {
   st = ct_mmdit_open_diffusers(dir, 0, &b, &e);
   CHECKF(st && strstr(e.msg, "inside"), "%s", st ? e.msg : "accepted");
   /* an index that misses tensors of its shard */
-  idx = "{\"metadata\":{},\"weight_map\":{\"x_embedder.weight\":"
-        "\"diffusion_pytorch_model.safetensors\"}}";
+  idx =
+      "{\"metadata\":{},\"weight_map\":{\"x_embedder.weight\":"
+      "\"diffusion_pytorch_model.safetensors\"}}";
   REQUIRE(!ct_write_file_atomic(path, idx, strlen(idx), &e));
   st = ct_mmdit_open_diffusers(dir, 0, &b, &e);
   CHECKF(st && strstr(e.msg, "is not in the weight_map"), "%s", st ? e.msg : "accepted");

@@ -212,8 +212,8 @@ ct_status ct_mmdit_save_diffusers(const ct_mmdit *m, const char *dir, size_t max
  * prefix, written to *prefix) described as a config: sizes and depths from the
  * tensor shapes, heads from the q/k norm size; axes (the RoPE split, which no
  * shape shows) from `axes` or, if NULL, FLUX.1's 16,56,56 when head_dim is 128. */
-ct_status ct_flux_bfl_config(const char *path, const int *axes, ct_mmdit_config *cfg,
-                             char *prefix, size_t prefix_cap, ct_err *err);
+ct_status ct_flux_bfl_config(const char *path, const int *axes, ct_mmdit_config *cfg, char *prefix,
+                             size_t prefix_cap, ct_err *err);
 
 /* ---- parity against a golden file of the PyTorch peer ---- */
 typedef struct ct_mmdit_check_report {

@@ -2,12 +2,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <sys/stat.h>
 
 #include "cli/cli.h"
-#include "ctuner/mmdit.h"
 #include "ctuner/fs.h"
+#include "ctuner/mmdit.h"
 #include "ctuner/parse.h"
 #include "ctuner/safetensors.h"
 
@@ -221,9 +220,12 @@ static int convert_args(int argc, char **argv, const char **opt, int *axes, int 
       }
     } else if ((r = ct_cli_opt(argc, argv, &i, "dtype", &v))) {
       if (r < 0) return 2;
-      if (!strcmp(v, "f32")) *dt = CT_DTYPE_F32;
-      else if (!strcmp(v, "bf16")) *dt = CT_DTYPE_BF16;
-      else if (!strcmp(v, "f16")) *dt = CT_DTYPE_F16;
+      if (!strcmp(v, "f32"))
+        *dt = CT_DTYPE_F32;
+      else if (!strcmp(v, "bf16"))
+        *dt = CT_DTYPE_BF16;
+      else if (!strcmp(v, "f16"))
+        *dt = CT_DTYPE_F16;
       else {
         fprintf(stderr, "ctuner model convert: --dtype is f32, bf16 or f16 (got '%s')\n", v);
         return 2;
@@ -257,21 +259,22 @@ int ct_cmd_model_convert(int argc, char **argv) {
   ct_mmdit *m = NULL;
   char src[4096];
   rc = convert_open(opt[0], have_axes ? axes : NULL, &m, &kind, src, sizeof src, &err);
-  if (!rc && (!strcmp(opt[2], "diffusers")
-                  ? ct_mmdit_save_diffusers(m, opt[1], (size_t)shard, dt, &err)
-                  : ct_mmdit_save(m, opt[1], &err)))
+  if (!rc &&
+      (!strcmp(opt[2], "diffusers") ? ct_mmdit_save_diffusers(m, opt[1], (size_t)shard, dt, &err)
+                                    : ct_mmdit_save(m, opt[1], &err)))
     rc = 1;
   if (rc == 1) fprintf(stderr, "ctuner model convert: %s\n", err.msg);
   if (!rc) {
     const ct_mmdit_config *c = ct_mmdit_cfg(m);
     size_t n = 0;
     ct_mmdit_table(m, &n);
-    printf("{\"from\": \"%s\", \"from_layout\": \"%s\", \"to\": \"%s\", \"layout\": "
-           "\"%s\", \"hidden\": %d, \"heads\": %d, \"num_layers\": %d, "
-           "\"num_single_layers\": %d, \"guidance_embeds\": %s, \"tensors\": %zu, "
-           "\"params\": %zu}\n",
-           src, kind, opt[1], opt[2], c->hidden, c->heads, c->depth_double, c->depth_single,
-           c->guidance_embed ? "true" : "false", n, ct_mmdit_numel(m));
+    printf(
+        "{\"from\": \"%s\", \"from_layout\": \"%s\", \"to\": \"%s\", \"layout\": "
+        "\"%s\", \"hidden\": %d, \"heads\": %d, \"num_layers\": %d, "
+        "\"num_single_layers\": %d, \"guidance_embeds\": %s, \"tensors\": %zu, "
+        "\"params\": %zu}\n",
+        src, kind, opt[1], opt[2], c->hidden, c->heads, c->depth_double, c->depth_single,
+        c->guidance_embed ? "true" : "false", n, ct_mmdit_numel(m));
   }
   ct_mmdit_free(m);
   return rc;

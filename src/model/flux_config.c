@@ -31,9 +31,10 @@ static ct_status get_int(const ct_json *o, const char *where, const char *key, i
 
 static ct_status check_fields(const ct_json *o, const char *where, ct_err *err) {
   static const char *const known[] = {
-      "_class_name",         "patch_size",          "in_channels",        "out_channels",
-      "num_layers",          "num_single_layers",   "attention_head_dim", "num_attention_heads",
-      "joint_attention_dim", "pooled_projection_dim", "guidance_embeds",  "axes_dims_rope"};
+      "_class_name",           "patch_size",          "in_channels",
+      "out_channels",          "num_layers",          "num_single_layers",
+      "attention_head_dim",    "num_attention_heads", "joint_attention_dim",
+      "pooled_projection_dim", "guidance_embeds",     "axes_dims_rope"};
   for (size_t i = 0; i < o->n; i++) {
     int ok = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
@@ -52,7 +53,9 @@ static ct_status check_fields(const ct_json *o, const char *where, ct_err *err) 
   if (!cls || cls->type != CT_JSON_STRING || strcmp(cls->str, FLUX_CLASS))
     return ct_errf(err, CT_ERR_UNSUPPORTED, "%s: _class_name is %s%s%s; ctuner loads %s", where,
                    cls && cls->type == CT_JSON_STRING ? "\"" : "",
-                   !cls ? "missing" : cls->type == CT_JSON_STRING ? cls->str : "not a string",
+                   !cls                          ? "missing"
+                   : cls->type == CT_JSON_STRING ? cls->str
+                                                 : "not a string",
                    cls && cls->type == CT_JSON_STRING ? "\"" : "", FLUX_CLASS);
   return CT_OK;
 }
@@ -173,10 +176,9 @@ ct_status ct_flux_config_json(const ct_mmdit_config *c, char **out, ct_err *err)
            "  \"joint_attention_dim\": %d,\n  \"num_attention_heads\": %d,\n"
            "  \"num_layers\": %d,\n  \"num_single_layers\": %d,\n  \"out_channels\": null,\n"
            "  \"patch_size\": 1,\n  \"pooled_projection_dim\": %d\n}\n",
-           FLUX_CLASS, FLUX_DIFFUSERS_VERSION, c->hidden / c->heads, c->axes_dim[0],
-           c->axes_dim[1], c->axes_dim[2], c->guidance_embed ? "true" : "false",
-           c->in_channels * 4, c->context_in_dim, c->heads, c->depth_double, c->depth_single,
-           c->vec_in_dim);
+           FLUX_CLASS, FLUX_DIFFUSERS_VERSION, c->hidden / c->heads, c->axes_dim[0], c->axes_dim[1],
+           c->axes_dim[2], c->guidance_embed ? "true" : "false", c->in_channels * 4,
+           c->context_in_dim, c->heads, c->depth_double, c->depth_single, c->vec_in_dim);
   *out = s;
   return CT_OK;
 }

@@ -91,7 +91,8 @@ static ct_status src_open_index(src *s, const char *dir, const char *ipath, ct_e
     for (size_t i = 0; i < s->f[k]->ntensors; i++) {
       const ct_json *v = ct_json_get(s->wmap, s->f[k]->tensors[i].name);
       if (!v || strcmp(v->str, s->fname[k]))
-        return ct_errf(err, CT_ERR_FORMAT, "%s: %s of %s is not in the weight_map (or is mapped "
+        return ct_errf(err, CT_ERR_FORMAT,
+                       "%s: %s of %s is not in the weight_map (or is mapped "
                        "to another shard)",
                        ipath, s->f[k]->tensors[i].name, s->fname[k]);
     }
@@ -104,7 +105,8 @@ static ct_status src_open(src *s, const char *dir, ct_err *err) {
   struct stat sb;
   memset(s, 0, sizeof *s);
   if (stat(dir, &sb))
-    return ct_errf(err, CT_ERR_NOT_FOUND, "%s does not exist (ctuner does not download; fetch it "
+    return ct_errf(err, CT_ERR_NOT_FOUND,
+                   "%s does not exist (ctuner does not download; fetch it "
                    "with huggingface-cli download REPO --local-dir X and pass X)",
                    dir);
   if (S_ISREG(sb.st_mode)) {

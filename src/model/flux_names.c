@@ -57,8 +57,9 @@ static const rule rules[] = {
     {2, "modulation.lin", WHOLE, {"norm.linear"}},
 };
 
-static const char *const block_prefix[3][2] = {
-    {"", ""}, {"double_blocks.", "transformer_blocks."}, {"single_blocks.", "single_transformer_blocks."}};
+static const char *const block_prefix[3][2] = {{"", ""},
+                                               {"double_blocks.", "transformer_blocks."},
+                                               {"single_blocks.", "single_transformer_blocks."}};
 
 /* Split a table name into (where, block, stem, suffix). suffix is ".weight",
  * ".bias" or "" (a norm scale, whose stem ends in ".scale"). */
@@ -120,20 +121,20 @@ static int map_one(const ct_mmdit_config *c, const ct_param *p, ct_flux_name *e)
     if (r->where != where || strcmp(r->bfl, stem)) continue;
     int64_t R = p->shape[0];
     switch (r->kind) {
-    case WHOLE:
-      put(e, p, where, block, r->dif[0], suffix, 0, 0, R, R);
-      return 1;
-    case SWAP: /* BFL rows [shift; scale], diffusers [scale; shift] */
-      put(&e[0], p, where, block, r->dif[0], suffix, 0, R / 2, R / 2, R);
-      put(&e[1], p, where, block, r->dif[0], suffix, R / 2, 0, R / 2, R);
-      return 2;
-    case QKV:
-      for (int k = 0; k < 3; k++) put(&e[k], p, where, block, r->dif[k], suffix, k * d, 0, d, d);
-      return 3;
-    case LIN1:
-      for (int k = 0; k < 3; k++) put(&e[k], p, where, block, r->dif[k], suffix, k * d, 0, d, d);
-      put(&e[3], p, where, block, r->dif[3], suffix, 3 * d, 0, R - 3 * d, R - 3 * d);
-      return 4;
+      case WHOLE:
+        put(e, p, where, block, r->dif[0], suffix, 0, 0, R, R);
+        return 1;
+      case SWAP: /* BFL rows [shift; scale], diffusers [scale; shift] */
+        put(&e[0], p, where, block, r->dif[0], suffix, 0, R / 2, R / 2, R);
+        put(&e[1], p, where, block, r->dif[0], suffix, R / 2, 0, R / 2, R);
+        return 2;
+      case QKV:
+        for (int k = 0; k < 3; k++) put(&e[k], p, where, block, r->dif[k], suffix, k * d, 0, d, d);
+        return 3;
+      case LIN1:
+        for (int k = 0; k < 3; k++) put(&e[k], p, where, block, r->dif[k], suffix, k * d, 0, d, d);
+        put(&e[3], p, where, block, r->dif[3], suffix, 3 * d, 0, R - 3 * d, R - 3 * d);
+        return 4;
     }
   }
   return 0;

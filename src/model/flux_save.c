@@ -26,8 +26,8 @@ typedef struct out_t {
 } out_t;
 
 /* The diffusers tensors of the map, in its order; pieces of one name gathered. */
-static ct_status gather(const ct_mmdit *m, const ct_flux_name *map, size_t n, ct_dtype dt,
-                        out_t *o, size_t *no, ct_err *err) {
+static ct_status gather(const ct_mmdit *m, const ct_flux_name *map, size_t n, ct_dtype dt, out_t *o,
+                        size_t *no, ct_err *err) {
   const float *w = ct_mmdit_params((ct_mmdit *)m);
   size_t k = 0;
   for (size_t i = 0; i < n; k++) {
@@ -78,9 +78,9 @@ static ct_status write_index(const char *dir, out_t *o, size_t n, int nshards, c
     total += o[i].bytes;
   }
   qsort(sorted, n, sizeof *sorted, by_name);
-  len += (size_t)snprintf(s + len, cap - len,
-                          "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n  \"weight_map\": {",
-                          total);
+  len += (size_t)snprintf(
+      s + len, cap - len,
+      "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n  \"weight_map\": {", total);
   for (size_t i = 0; i < n; i++)
     len += (size_t)snprintf(s + len, cap - len,
                             "%s\n    \"%s\": \"diffusion_pytorch_model-%05d-of-%05d.safetensors\"",
@@ -107,11 +107,11 @@ static ct_status write_shards(const char *dir, out_t *o, size_t n, int nshards, 
       if (o[i].shard == sh)
         st = ct_st_writer_add_f32(w, o[i].name, o[i].ndim, o[i].shape, o[i].data, dt, err);
     if (!st) st = ct_st_writer_meta(w, "format", "pt", err);
-    int bad = nshards == 1
-                  ? ct_pathf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir)
-                  : ct_pathf(path, sizeof path,
-                             "%s/diffusion_pytorch_model-%05d-of-%05d.safetensors", dir, sh + 1,
-                             nshards);
+    int bad =
+        nshards == 1
+            ? ct_pathf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir)
+            : ct_pathf(path, sizeof path, "%s/diffusion_pytorch_model-%05d-of-%05d.safetensors",
+                       dir, sh + 1, nshards);
     if (!st && bad) st = ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
     if (!st) st = ct_st_writer_write(w, path, err);
     ct_st_writer_free(w);
@@ -176,8 +176,10 @@ ct_status ct_mmdit_save_diffusers(const ct_mmdit *m, const char *dir, size_t max
   char parent[4096];
   snprintf(parent, sizeof parent, "%s", dir);
   char *slash = strrchr(parent, '/');
-  if (slash && slash != parent) *slash = 0;
-  else snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
+  if (slash && slash != parent)
+    *slash = 0;
+  else
+    snprintf(parent, sizeof parent, "%s", slash ? "/" : ".");
   st = ct_fsync_dir(parent, err);
 out:
   if (st) {
