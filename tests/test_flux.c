@@ -417,3 +417,47 @@ CT_TEST(flux, errors_name_everything) {
   CHECKF(st && strstr(e.msg, "is not in the weight_map"), "%s", st ? e.msg : "accepted");
   ct_mmdit_free(a);
 }
+
+/* A BFL file with the "model.diffusion_model." prefix of single-file checkpoints,
+ * and a diffusers directory saved as F16, load to the same model. */
+CT_TEST(flux, bfl_prefix_and_f16) {
+  ct_err e;
+  ct_st_file *f = NULL;
+  ct_st_writer *w = NULL;
+  ct_mmdit *a = NULL, *b = NULL;
+  ct_mmdit_config c;
+  char path[2048], dir[2048], prefix[64];
+  int axes[3] = {4, 6, 6};
+  snprintf(path, sizeof path, "%s/flux_prefixed.safetensors", ct_test_tmpdir());
+  snprintf(dir, sizeof dir, "%s/flux_f16", ct_test_tmpdir());
+  REQUIRE(!ct_st_open(data("bfl.safetensors"), &f, &e) && !ct_st_writer_new(&w));
+  float *bufs[256];
+  size_t nb = 0;
+  for (size_t i = 0; i < f->ntensors && nb < 256; i++) {
+    const ct_st_tensor *t = &f->tensors[i];
+    char name[256];
+    snprintf(name, sizeof name, "model.diffusion_model.%s", t->name);
+    bufs[nb] = tensor(f, t->name, NULL);
+    REQUIRE(!ct_st_writer_add_f32(w, name, t->ndim, t->shape, bufs[nb], CT_DTYPE_BF16, &e));
+    nb++;
+  }
+  ct_st_close(f);
+  REQUIRE(!ct_st_writer_write(w, path, &e));
+  ct_st_writer_free(w);
+  for (size_t i = 0; i < nb; i++) free(bufs[i]);
+  REQUIRE(!ct_flux_bfl_config(path, axes, &c, prefix, sizeof prefix, &e));
+  CHECK(!strcmp(prefix, "model.diffusion_model."));
+  REQUIRE(!ct_mmdit_new(&c, 7, 0, &a, &e));
+  REQUIRE(!ct_mmdit_load(a, path, prefix, &e));
+  REQUIRE(!ct_mmdit_open_diffusers(data("schnell/transformer"), 0, &b, &e));
+  double d = rel_err(ct_mmdit_params(a), ct_mmdit_params(b), ct_mmdit_numel(b));
+  CHECKF(d > 0 && d <= 1.0 / 128, "bf16 copy of the prefixed file: %.3g", d);
+  ct_mmdit_free(a);
+  a = NULL;
+  REQUIRE(!ct_mmdit_save_diffusers(b, dir, 0, CT_DTYPE_F16, &e));
+  REQUIRE(!ct_mmdit_open_diffusers(dir, 0, &a, &e));
+  d = rel_err(ct_mmdit_params(a), ct_mmdit_params(b), ct_mmdit_numel(b));
+  CHECKF(d > 0 && d <= 1e-3, "f16 save: %.3g", d);
+  ct_mmdit_free(a);
+  ct_mmdit_free(b);
+}
