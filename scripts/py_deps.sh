@@ -3,7 +3,7 @@
 # one virtual environment, and prints its python on stdout (everything else
 # goes to stderr). Not used by `make test` (which stays offline on committed
 # goldens); `make interop` and the golden scripts call it.
-#   scripts/py_deps.sh [GROUP...]   install the groups (default: all), print the python
+#   scripts/py_deps.sh [GROUP...]   install the groups (default: all but diffusers), print the python
 # Groups, one function each (add yours as group_NAME and list it in ALL):
 #   tensorboard  tensorboard 2.21.0 (EventAccumulator, `tensorboard --logdir`)
 #   t5   transformers 4.46.3 (T5EncoderModel, T5TokenizerFast; the last release
