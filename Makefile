@@ -26,6 +26,8 @@ help:
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
 	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set)"
 	@echo "                config.toml fixtures against Python's tomllib"
+	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
+	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -89,6 +91,16 @@ interop: build
 	  $$py scripts/t5_golden.py --seed 1 --out $(BUILD)/t5-interop
 	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
 	/usr/bin/python3 scripts/toml_expect.py --check
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
+	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
+	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \
+	  CT_FLUX_DATA=$(abspath $(BUILD))/flux-interop/gold $(BUILD)/ct_tests flux && \
+	  $(CTUNER) model convert --from tests/data/flux/dev/transformer --layout bfl \
+	    --to $(BUILD)/flux-interop/dev.safetensors && \
+	  $(CTUNER) model convert --from $(BUILD)/flux-interop/dev.safetensors --axes_dims_rope 4,6,6 \
+	    --layout diffusers --max_shard_size 100K --to $(BUILD)/flux-interop/dev && \
+	  $$py scripts/flux_golden.py --roundtrip $(BUILD)/flux-interop/dev --ref tests/data/flux/dev && \
+	  $$py scripts/flux_golden.py --bfl-roundtrip $(BUILD)/flux-interop/dev.safetensors --ref tests/data/flux/dev
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

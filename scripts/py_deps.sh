@@ -3,13 +3,21 @@
 # one virtual environment, and prints its python on stdout (everything else
 # goes to stderr). Not used by `make test` (which stays offline on committed
 # goldens); `make interop` and the golden scripts call it.
-#   scripts/py_deps.sh [GROUP...]   install the groups (default: all), print the python
+#   scripts/py_deps.sh [GROUP...]   install the groups (default: all but diffusers), print the python
 # Groups, one function each (add yours as group_NAME and list it in ALL):
 #   tensorboard  tensorboard 2.21.0 (EventAccumulator, `tensorboard --logdir`)
 #   t5   transformers 4.46.3 (T5EncoderModel, T5TokenizerFast; the last release
 #        line that runs on Debian's torch 1.13), tokenizers, sentencepiece,
 #        protobuf (transformers reads spiece.model through it; 6.31.1 also
 #        satisfies tensorboard)
+#   diffusers  torch 2.x + diffusers 0.42.1 (FluxTransformer2DModel needs
+#        F.scaled_dot_product_attention, i.e. torch >= 2), safetensors. Lives in
+#        its OWN venv, $CT_PY_VENV_TORCH2 (default ~/.cache/ctuner/py-venv-torch2),
+#        made WITHOUT Debian's system packages so its torch never shadows the
+#        1.13 the other groups pin against; ask for it alone:
+#        `scripts/py_deps.sh diffusers`. torch comes from the CPU index
+#        (download.pytorch.org/whl/cpu) when it answers, else from PyPI (the
+#        CUDA build and its nvidia-* wheels: several GB; see docs/flux.md).
 # The venv: $CT_PY_VENV, default ~/.cache/ctuner/py-venv, made from Debian's
 # /usr/bin/python3 with its system packages visible (numpy and torch stay
 # Debian's: PyPI torch is never installed). Idempotent: pinned packages
@@ -41,15 +49,43 @@ group_t5() {
   pinned transformers==4.46.3 tokenizers==0.20.3 sentencepiece==0.2.0 protobuf==6.31.1
 }
 
-if [ ! -x "$venv/bin/python" ]; then
-  mkdir -p "$(dirname "$venv")"
-  /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
-fi
+group_diffusers() {
+  local have
+  have=$("$venv/bin/python" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+  case "$have" in
+  2.*) ;;
+  *)
+    echo "py_deps: installing torch 2 into $venv" >&2
+    if curl -s -m 10 -o /dev/null https://download.pytorch.org/whl/cpu/torch/; then
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check torch \
+        --index-url https://download.pytorch.org/whl/cpu >&2
+    else
+      echo "py_deps: download.pytorch.org unreachable; torch from PyPI (CUDA build, large)" >&2
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check torch==2.15.0 >&2
+    fi
+    ;;
+  esac
+  pinned diffusers==0.42.1 safetensors==0.8.0
+}
+
 groups=("$@")
 [ ${#groups[@]} -eq 0 ] && groups=("${ALL[@]}")
+sys_site=--system-site-packages
+if [[ " ${groups[*]} " == *" diffusers "* ]]; then
+  if [ ${#groups[@]} -ne 1 ]; then
+    echo "py_deps: group 'diffusers' has its own venv; ask for it alone" >&2
+    exit 2
+  fi
+  venv="${CT_PY_VENV_TORCH2:-$HOME/.cache/ctuner/py-venv-torch2}"
+  sys_site=
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  mkdir -p "$(dirname "$venv")"
+  /usr/bin/python3 -m venv $sys_site "$venv" >&2
+fi
 for g in "${groups[@]}"; do
   if ! declare -F "group_$g" >/dev/null; then
-    echo "py_deps: unknown group '$g' (groups: ${ALL[*]})" >&2
+    echo "py_deps: unknown group '$g' (groups: ${ALL[*]} diffusers)" >&2
     exit 2
   fi
   "group_$g"

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ctuner/backend.h"
+#include "ctuner/safetensors.h"
 #include "ctuner/status.h"
 
 typedef struct ct_mmdit_config {
@@ -157,6 +158,62 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err);
  * attention's four products (not the score recompute). */
 void ct_mmdit_flops(const ct_mmdit_config *cfg, int B, int H, int W, int T, double *fwd,
                     double *bwd);
+
+/* ---- diffusers' FluxTransformer2DModel layout (src/model/flux_*.c, docs/flux.md) ----
+ * diffusers packs the latent 2x2 before the model (in_channels 64 = 16 x 2 x 2,
+ * patch_size 1); ctuner packs inside (in_channels 16, patch 2): the same weights. */
+
+/* A diffusers transformer/config.json (text) into cfg, validated. `_class_name`
+ * must be FluxTransformer2DModel; a field ctuner does not know, or a value it
+ * cannot honour (patch_size != 1, out_channels != in_channels), is refused by
+ * name. `where` names the source in messages. */
+ct_status ct_flux_config_parse(const char *json, size_t len, const char *where,
+                               ct_mmdit_config *cfg, ct_err *err);
+ct_status ct_flux_config_read(const char *path, ct_mmdit_config *cfg, ct_err *err);
+/* cfg as diffusers' config.json (malloc'd, NUL-terminated). cfg must have
+ * mlp_ratio 4, qkv_bias, theta 10000 (diffusers has no fields for them). */
+ct_status ct_flux_config_json(const ct_mmdit_config *cfg, char **out, ct_err *err);
+
+/* One row of the name map: rows [bfl_row, bfl_row + rows) of ctuner's (BFL-named)
+ * tensor `bfl` are rows [dif_row, dif_row + rows) of diffusers' tensor `dif`,
+ * whose shape is [dif_rows, cols] (cols 0: a 1-D tensor of dif_rows). A fused
+ * BFL tensor gives several rows (qkv -> to_q/to_k/to_v; linear1 -> to_q/to_k/
+ * to_v/proj_mlp); final_layer.adaLN_modulation.1 gives two with its halves
+ * swapped (BFL shift;scale, diffusers norm_out.linear scale;shift). */
+typedef struct ct_flux_name {
+  char bfl[96], dif[112];
+  int64_t bfl_row, dif_row, rows, dif_rows, cols;
+} ct_flux_name;
+/* The map for cfg, in the order of ctuner's parameter table (malloc'd). */
+ct_status ct_flux_name_map(const ct_mmdit_config *cfg, ct_flux_name **out, size_t *n, ct_err *err);
+
+/* FluxPipeline's 2x2 packing: (B, C, H, W) <-> (B, H/2 * W/2, 4C), tokens
+ * row-major, features (c, dy, dx) — diffusers' hidden_states layout. */
+void ct_flux_pack(int B, int C, int H, int W, const float *x, float *out);
+void ct_flux_unpack(int B, int C, int H, int W, const float *in, float *x);
+
+/* Load a diffusers transformer directory (config.json + diffusion_pytorch_model
+ * .safetensors, or shards listed by diffusion_pytorch_model.safetensors.index.json,
+ * every shard inside the directory) into m, whose config must equal the
+ * directory's. F32/F16/BF16. Missing, wrongly shaped and unexpected tensors:
+ * ONE error naming file and tensor. */
+ct_status ct_mmdit_load_diffusers(ct_mmdit *m, const char *dir, ct_err *err);
+/* Read dir/config.json, make the model (flags as ct_mmdit_new) and load it. */
+ct_status ct_mmdit_open_diffusers(const char *dir, int flags, ct_mmdit **out, ct_err *err);
+/* Write m in diffusers' layout into dir (which must not exist, or be empty):
+ * config.json and diffusion_pytorch_model.safetensors, or shards of at most
+ * max_shard_bytes (0: never shard; a tensor larger than the limit gets a shard
+ * of its own) named diffusion_pytorch_model-0000i-of-0000N.safetensors with
+ * the index, as diffusers' save_pretrained. Tensors stored as dtype (F32, F16,
+ * BF16). Atomic: written into dir.tmp.<pid>, fsynced, renamed to dir. */
+ct_status ct_mmdit_save_diffusers(const ct_mmdit *m, const char *dir, size_t max_shard_bytes,
+                                  ct_dtype dtype, ct_err *err);
+/* A BFL single file (flux1-dev.safetensors names, optional "model.diffusion_model."
+ * prefix, written to *prefix) described as a config: sizes and depths from the
+ * tensor shapes, heads from the q/k norm size; axes (the RoPE split, which no
+ * shape shows) from `axes` or, if NULL, FLUX.1's 16,56,56 when head_dim is 128. */
+ct_status ct_flux_bfl_config(const char *path, const int *axes, ct_mmdit_config *cfg, char *prefix,
+                             size_t prefix_cap, ct_err *err);
 
 /* ---- parity against a golden file of the PyTorch peer ---- */
 typedef struct ct_mmdit_check_report {

@@ -39,6 +39,8 @@ int ct_cmd_config_check(int argc, char **argv);
 void ct_cmd_config_check_help(FILE *f);
 int ct_cmd_model_info(int argc, char **argv);
 void ct_cmd_model_info_help(FILE *f);
+int ct_cmd_model_convert(int argc, char **argv);
+void ct_cmd_model_convert_help(FILE *f);
 int ct_cmd_model_text(int argc, char **argv); /* cmd_t5.c */
 void ct_cmd_model_text_help(FILE *f);
 int ct_cmd_checkpoint_export(int argc, char **argv); /* cmd_checkpoint.c */

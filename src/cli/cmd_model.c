@@ -1,10 +1,14 @@
-/* `ctuner model check` and `ctuner model info`. */
+/* `ctuner model check`, `ctuner model info` and `ctuner model convert` (diffusers <-> BFL). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "ctuner/fs.h"
 #include "ctuner/mmdit.h"
+#include "ctuner/parse.h"
+#include "ctuner/safetensors.h"
 
 void ct_cmd_model_check_help(FILE *f) {
   fprintf(f,
@@ -132,4 +136,146 @@ int ct_cmd_model_info(int argc, char **argv) {
   }
   free(tab);
   return 0;
+}
+
+void ct_cmd_model_convert_help(FILE *f) {
+  fprintf(f,
+          "usage: ctuner model convert --from DIR|FILE --to PATH --layout diffusers|bfl\n"
+          "                            [--axes_dims_rope A,B,C] [--max_shard_size SIZE]\n"
+          "                            [--dtype f32|bf16|f16]\n"
+          "\n"
+          "Converts a Flux transformer between diffusers' FluxTransformer2DModel layout and\n"
+          "BFL's single file (flux1-dev.safetensors names, as ComfyUI loads it). --from is a\n"
+          "diffusers transformer directory (config.json + diffusion_pytorch_model.safetensors\n"
+          "or shards with their index), a pipeline directory (its transformer/ is used), or a\n"
+          "BFL .safetensors file (\"model.diffusion_model.\" prefix accepted; the config is read\n"
+          "from the tensor shapes, and the RoPE split from --axes_dims_rope, default 16,56,56\n"
+          "for head_dim 128 as FLUX.1). --layout diffusers writes a directory PATH (which must\n"
+          "not exist, or be empty) that FluxTransformer2DModel.from_pretrained reads, sharded\n"
+          "past --max_shard_size (default 10G, binary units) with its index; --layout bfl\n"
+          "writes one F32 file. --dtype (diffusers layout only): how tensors are stored\n"
+          "(default f32). Prints one JSON line. docs/flux.md\n"
+          "\n"
+          "example: ctuner model convert --from FLUX.1-dev/transformer --to flux1-dev.safetensors "
+          "--layout bfl\n");
+}
+
+/* --from: a transformer dir, a pipeline dir (transformer/), or a BFL file. */
+static int convert_open(const char *from, const int *axes, ct_mmdit **m, const char **kind,
+                        char *src, size_t cap, ct_err *err) {
+  struct stat sb;
+  char cfg[4096], prefix[64];
+  if (stat(from, &sb)) {
+    fprintf(stderr,
+            "ctuner model convert: %s does not exist (ctuner does not download; fetch it with "
+            "huggingface-cli download REPO --local-dir X and pass X)\n",
+            from);
+    return 2;
+  }
+  if (S_ISDIR(sb.st_mode)) {
+    *kind = "diffusers";
+    snprintf(src, cap, "%s", from);
+    if (ct_pathf(cfg, sizeof cfg, "%s/config.json", from) == 0 && stat(cfg, &sb) &&
+        ct_pathf(cfg, sizeof cfg, "%s/transformer/config.json", from) == 0 && !stat(cfg, &sb))
+      snprintf(src, cap, "%s/transformer", from);
+    if (ct_mmdit_open_diffusers(src, 0, m, err)) return 1;
+    return 0;
+  }
+  ct_mmdit_config c;
+  *kind = "bfl";
+  snprintf(src, cap, "%s", from);
+  if (ct_flux_bfl_config(from, axes, &c, prefix, sizeof prefix, err) ||
+      ct_mmdit_new(&c, 0, 0, m, err))
+    return 1;
+  if (ct_mmdit_load(*m, from, prefix, err)) {
+    ct_mmdit_free(*m);
+    *m = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+static int convert_args(int argc, char **argv, const char **opt, int *axes, int *have_axes,
+                        long long *shard, ct_dtype *dt) {
+  const char *v;
+  for (int i = 2; i < argc; i++) {
+    int r;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      ct_cmd_model_convert_help(stdout);
+      return -1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "from", &opt[0])) ||
+               (r = ct_cli_opt(argc, argv, &i, "to", &opt[1])) ||
+               (r = ct_cli_opt(argc, argv, &i, "layout", &opt[2]))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "axes_dims_rope", &v))) {
+      if (r < 0 || sscanf(v, "%d,%d,%d", &axes[0], &axes[1], &axes[2]) != 3) {
+        fprintf(stderr, "ctuner model convert: --axes_dims_rope takes A,B,C (got '%s')\n", v);
+        return 2;
+      }
+      *have_axes = 1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "max_shard_size", &v))) {
+      if (r < 0 || (*shard = ct_parse_bytes(v)) <= 0) {
+        fprintf(stderr, "ctuner model convert: --max_shard_size takes a size such as 5G\n");
+        return 2;
+      }
+    } else if ((r = ct_cli_opt(argc, argv, &i, "dtype", &v))) {
+      if (r < 0) return 2;
+      if (!strcmp(v, "f32"))
+        *dt = CT_DTYPE_F32;
+      else if (!strcmp(v, "bf16"))
+        *dt = CT_DTYPE_BF16;
+      else if (!strcmp(v, "f16"))
+        *dt = CT_DTYPE_F16;
+      else {
+        fprintf(stderr, "ctuner model convert: --dtype is f32, bf16 or f16 (got '%s')\n", v);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "ctuner model convert: unknown option '%s'\n", argv[i]);
+      ct_cmd_model_convert_help(stderr);
+      return 2;
+    }
+  }
+  if (!opt[0] || !opt[1] || !opt[2] || (strcmp(opt[2], "diffusers") && strcmp(opt[2], "bfl"))) {
+    fprintf(stderr, "ctuner model convert: --from, --to and --layout diffusers|bfl are required\n");
+    ct_cmd_model_convert_help(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+int ct_cmd_model_convert(int argc, char **argv) {
+  const char *opt[3] = {NULL, NULL, NULL}, *kind = "";
+  int axes[3] = {0, 0, 0}, have_axes = 0;
+  long long shard = 10ll << 30;
+  ct_dtype dt = CT_DTYPE_F32;
+  int rc = convert_args(argc, argv, opt, axes, &have_axes, &shard, &dt);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!strcmp(opt[2], "bfl") && dt != CT_DTYPE_F32) {
+    fprintf(stderr, "ctuner model convert: --layout bfl writes F32 (--dtype is for diffusers)\n");
+    return 2;
+  }
+  ct_err err = {0};
+  ct_mmdit *m = NULL;
+  char src[4096];
+  rc = convert_open(opt[0], have_axes ? axes : NULL, &m, &kind, src, sizeof src, &err);
+  if (!rc &&
+      (!strcmp(opt[2], "diffusers") ? ct_mmdit_save_diffusers(m, opt[1], (size_t)shard, dt, &err)
+                                    : ct_mmdit_save(m, opt[1], &err)))
+    rc = 1;
+  if (rc == 1) fprintf(stderr, "ctuner model convert: %s\n", err.msg);
+  if (!rc) {
+    const ct_mmdit_config *c = ct_mmdit_cfg(m);
+    size_t n = 0;
+    ct_mmdit_table(m, &n);
+    printf(
+        "{\"from\": \"%s\", \"from_layout\": \"%s\", \"to\": \"%s\", \"layout\": "
+        "\"%s\", \"hidden\": %d, \"heads\": %d, \"num_layers\": %d, "
+        "\"num_single_layers\": %d, \"guidance_embeds\": %s, \"tensors\": %zu, "
+        "\"params\": %zu}\n",
+        src, kind, opt[1], opt[2], c->hidden, c->heads, c->depth_double, c->depth_single,
+        c->guidance_embed ? "true" : "false", n, ct_mmdit_numel(m));
+  }
+  ct_mmdit_free(m);
+  return rc;
 }
