@@ -19,6 +19,7 @@
 
 #include "ctuner/json.h"
 #include "ctuner/textenc.h"
+#include "text/bpe_int.h"
 
 /* ---- string -> int hash map (open addressing, FNV-1a) ---- */
 typedef struct smap {
@@ -164,6 +165,47 @@ void ct_bpe_free(ct_bpe *b) {
   free(b);
 }
 
+ct_status ct_bpe_set_merges(ct_bpe *b, const char *text, size_t len, const char *name,
+                            ct_err *err) {
+  smap ranks = {0};
+  ct_status st = CT_OK;
+  int rank = 0, line = 0;
+  const char *end = memchr(text, 0, len); /* the text ends at the first NUL, as a C string */
+  if (!end) end = text + len;
+  for (const char *p = text; p < end;) {
+    const char *e = memchr(p, '\n', (size_t)(end - p));
+    size_t n = e ? (size_t)(e - p) : (size_t)(end - p);
+    line++;
+    if (n && p[n - 1] == '\r') n--;
+    if (line == 1 && n >= 8 && !memcmp(p, "#version", 8)) {
+      /* header line of CLIP's merges file */
+    } else if (n) {
+      const char *sp = memchr(p, ' ', n);
+      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
+        st = ct_errf(err, CT_ERR_FORMAT,
+                     "%s:%d: expected two symbols separated by one space: \"%.*s\"", name, line,
+                     (int)(n > 60 ? 60 : n), p);
+        goto out;
+      }
+      if (smap_find(&ranks, p, n) < 0 && smap_put(&ranks, p, n, rank)) {
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        goto out;
+      }
+      rank++;
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+out:
+  if (st) {
+    smap_free(&ranks);
+  } else {
+    smap_free(&b->ranks);
+    b->ranks = ranks;
+  }
+  return st;
+}
+
 ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **out, ct_err *err) {
   *out = NULL;
   ct_bpe *b = calloc(1, sizeof *b);
@@ -215,31 +257,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     st = err->status ? err->status : CT_ERR_IO;
     goto fail;
   }
-  int rank = 0, line = 0;
-  for (char *p = text; *p;) {
-    char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    line++;
-    if (n && p[n - 1] == '\r') n--;
-    if (line == 1 && n >= 8 && !memcmp(p, "#version", 8)) {
-      /* header line of CLIP's merges file */
-    } else if (n) {
-      char *sp = memchr(p, ' ', n);
-      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
-        st = ct_errf(err, CT_ERR_FORMAT,
-                     "%s:%d: expected two symbols separated by one space: \"%.*s\"", merges_path,
-                     line, (int)(n > 60 ? 60 : n), p);
-        goto fail;
-      }
-      if (smap_find(&b->ranks, p, n) < 0 && smap_put(&b->ranks, p, n, rank)) {
-        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-        goto fail;
-      }
-      rank++;
-    }
-    if (!e) break;
-    p = e + 1;
-  }
+  st = ct_bpe_set_merges(b, text, len, merges_path, err);
+  if (st) goto fail;
   free(text);
   *out = b;
   return CT_OK;
