@@ -95,9 +95,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ct_log_set_level(CT_LOG_OFF);
   int world = 1 + (data[0] >> 2) % 4;
   switch (data[0] % 3) {
-  case 0: config_json(data + 1, size - 1, world); break;
-  case 1: backend_json(data + 1, size - 1); break;
-  default: deepspeed_inline(data + 1, size - 1, world); break;
+    case 0:
+      config_json(data + 1, size - 1, world);
+      break;
+    case 1:
+      backend_json(data + 1, size - 1);
+      break;
+    default:
+      deepspeed_inline(data + 1, size - 1, world);
+      break;
   }
   return 0;
 }
