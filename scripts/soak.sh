@@ -60,7 +60,11 @@ tmp=$(mktemp -d)
 cleanup_pids=()
 cleanup() {
   local p
-  for p in "${cleanup_pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  for p in "${cleanup_pids[@]}"; do # only if still ours (its command line names our directory)
+    tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline" | grep -qF "$tmp" || continue
+    kill -CONT "$p" 2>/dev/null
+    kill -9 "$p" 2>/dev/null
+  done
   [ -n "${KEEP_TMP:-}" ] && echo "soak.sh: kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -154,6 +158,7 @@ case_kill() {
         # ctuner itself in the background (not a function's subshell), so that $! is its pid
         "$CT" train "${base[@]}" --output_dir="$dir" "${common[@]}" >"$tmp/k.out" 2>"$tmp/k.err" &
         pid=$!
+        cleanup_pids+=("$pid")
         sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
         m1=$(cat "$dir/metrics.jsonl" 2>/dev/null | wc -l)
         if kill -9 "$pid" 2>/dev/null; then
