@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long asan format format-check clean help golden interop
+.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
@@ -19,7 +19,11 @@ help:
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
 	@echo "make bench-data discovery (headers) vs full decode on 10,000 images; latent cache size raw/gzip/zstd"
 	@echo "make bench-s3   fetch 2,000 small objects from a local S3 server (s3rver) with a pool of 32 vs 1; train from it vs local disk"
-	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images) under ASan (clang)"
+	@echo "make fuzz       60 s libFuzzer run per target (safetensors, images, parquet, config, BPE, S3 XML) under ASan (clang)"
+	@echo "make fuzz-long  the same, 10 minutes per target, one target at a time (results: build-fuzz/results.txt)"
+	@echo "make soak       fault campaigns on the Release build: 50 kill -9 + resume (bit-identical), ENOSPC in a checkpoint,"
+	@echo "                corrupt/truncated cache and checkpoint files, a rank killed/stopped under ZeRO-3, S3 failing"
+	@echo "                mid-upload (docs/reliability.md; results: build/soak/results.md)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
@@ -72,6 +76,12 @@ bench-s3: build
 
 fuzz: deps
 	scripts/fuzz.sh 60
+
+fuzz-long: deps
+	scripts/fuzz.sh 600
+
+soak: build
+	scripts/soak.sh $(CTUNER)
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON >/dev/null

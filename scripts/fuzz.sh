@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target in fuzz/ (ASan + UBSan) for SECONDS each.
-#   scripts/fuzz.sh [SECONDS]      default 60
+# Runs every libFuzzer target in fuzz/ (ASan + UBSan) for SECONDS each, one
+# after the other, each in a single process (no -jobs; make fuzz-long: 600 s each).
+#   scripts/fuzz.sh [SECONDS [TARGET...]]   default 60 s, every target
 # Builds into build-fuzz/ with clang (-DCT_FUZZ=ON), seeds fuzz-corpus/<target>/
 # (fuzz_safetensors: tests/data/*.safetensors plus a few small generated files;
 # fuzz_image and fuzz_image_header: the PNG/JPEG/WebP/BMP/GIF fixtures in
@@ -8,12 +9,16 @@
 # merges.txt plus a caption; fuzz_config_toml: tests/data/toml and the real
 # config.env files; fuzz_parquet: tests/data/parquet/*.parquet up to
 # 8 KB, the -max_len; fuzz_s3_list: a ListObjectsV2 page; fuzz_yaml: the real
-# Accelerate configs of tests/data/realcfg/accelerate/), and fails if a
-# target reports a crash, leak or sanitizer error. Crash inputs are kept in
-# build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>.
+# Accelerate configs of tests/data/realcfg/accelerate/; fuzz_config: the
+# demo's config.json and multidatabackend.json and a DeepSpeed JSON), and fails
+# if a target reports a crash, leak or sanitizer error. Crash inputs are kept
+# in build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>. Each
+# target's result (runs, exec/s, coverage, corpus) is one line of
+# build-fuzz/results.txt (docs/reliability.md records them).
 set -euo pipefail
 
 secs="${1:-60}"
+[ $# -gt 0 ] && shift
 case "$secs" in
   ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a number, got '$secs'" >&2; exit 2 ;;
 esac
@@ -42,10 +47,28 @@ fi
 jobs="${JOBS:-2}"
 CC="$CC_FUZZ" cmake -S . -B build-fuzz -DCT_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 targets=()
-for f in fuzz/*.c; do
-  targets+=("$(basename "$f" .c)")
-done
+if [ $# -gt 0 ]; then
+  for t in "$@"; do
+    [ -f "fuzz/$t.c" ] || { echo "fuzz.sh: no target $t (fuzz/$t.c)" >&2; exit 2; }
+    targets+=("$t")
+  done
+else
+  for f in fuzz/*.c; do
+    targets+=("$(basename "$f" .c)")
+  done
+fi
 cmake --build build-fuzz -j "$jobs" --target "${targets[@]}"
+
+# One line per target: name, seconds, runs, exec/s, coverage (edges, features),
+# corpus entries, verdict.
+result() {
+  local last runs eps
+  last="$(grep -E '^#[0-9]+' "$2" | tail -1 || true)"
+  runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$2" | grep -Eo '[0-9]+$' || echo "${last%%[^#0-9]*}")"
+  eps="$(grep -Eo 'stat::average_exec_per_sec: *[0-9]+' "$2" | grep -Eo '[0-9]+$' || true)"
+  printf '%s\t%ss\truns %s\texec/s %s\t%s\t%s\t%s\n' "$1" "$secs" "${runs#\#}" "${eps:-?}" \
+    "$(echo "$last" | grep -Eo 'cov: [0-9]+ ft: [0-9]+' || true)" "$(echo "$last" | grep -Eo 'corp: [0-9]+/[0-9]+[a-zA-Z]*' || true)" "$3"
+}
 
 seed_image() {
   local s
@@ -87,7 +110,18 @@ open(f"{corpus}/seed-gen-json.json", "wb").write(b'{"a": [1, -2.5e3, "\\u00e9\\u
 PY
 }
 
+seed_config() {
+  local c="$1"
+  # byte 0 picks the reader: 0 config.json, 1 multidatabackend.json, 2 inline DeepSpeed
+  { printf '\0'; cat examples/demo/config.json; } > "$c/seed-config"
+  { printf '\0'; cat examples/vae_latent/vae.json; } > "$c/seed-config-vae"
+  { printf '\1'; cat examples/demo/multidatabackend.json; } > "$c/seed-backend"
+  printf '\1[{"id": "a", "type": "local", "instance_data_dir": "d", "caption_strategy": "filename", "repeats": 2, "crop": true, "crop_style": "center", "crop_aspect": "square", "resolution": 512, "resolution_type": "pixel", "cache_dir_vae": "c/{model_family}", "text_embeds": "t"}, {"id": "t", "type": "local", "dataset_type": "text_embeds", "default": true, "cache_dir": "tc"}]' > "$c/seed-backend2"
+  printf '\6"train_batch_size": 8, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "zero_optimization": {"stage": 3, "reduce_bucket_size": 5000, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}}, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}' > "$c/seed-ds"
+}
+
 mkdir -p build-fuzz/artifacts
+: > build-fuzz/results.txt
 status=0
 for t in "${targets[@]}"; do
   corpus="fuzz-corpus/$t"
@@ -99,6 +133,7 @@ for t in "${targets[@]}"; do
       printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
     fuzz_parquet) seed_parquet "$corpus" ;;
     fuzz_yaml) cp -f tests/data/realcfg/accelerate/* "$corpus/" ;;
+    fuzz_config) seed_config "$corpus" ;;
     fuzz_s3_list)
       printf 'p<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix>p/</Prefix><Contents><Key>p/a/1.png</Key><Size>12</Size></Contents><Contents><Key>p/caf&#233; &amp; x.txt</Key><Size>3</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>tok=</NextContinuationToken></ListBucketResult>' > "$corpus/seed-page" ;;
     fuzz_config_toml) # byte 0: even = config.toml, odd = config.env
@@ -116,9 +151,11 @@ for t in "${targets[@]}"; do
       >"$log" 2>&1; then
     runs="$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log" | tail -1 || true)"
     echo "fuzz.sh: $t: no crash (${runs:-see $log})"
+    result "$t" "$log" "no crash" >> build-fuzz/results.txt
   else
     echo "fuzz.sh: $t: FAILED; last lines of $log:" >&2
     tail -40 "$log" >&2
+    result "$t" "$log" "FAILED" >> build-fuzz/results.txt
     status=1
   fi
 done

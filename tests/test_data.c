@@ -341,6 +341,11 @@ CT_TEST(data, cache_files) {
     /* a different target size is a mismatch, not a silent reuse */
     const char *other[4] = {"codec", "pixel:1", "target_size", "16x12"};
     CHECK(ct_cache_read(path, &t, outs, 1, other, 2, &err) == CT_ERR_FORMAT);
+    /* a flipped byte in the data (the last one): a mismatch, even uncompressed */
+    raw[n - 1] ^= 0x40;
+    REQUIRE(ct_write_file_atomic(path, raw, n, &err) == CT_OK);
+    CHECK(ct_cache_read(path, &t, outs, 1, meta, 2, &err) == CT_ERR_FORMAT);
+    raw[n - 1] ^= 0x40;
     /* truncated: an error, never a crash */
     REQUIRE(ct_write_file_atomic(path, raw, n / 2, &err) == CT_OK);
     CHECK(ct_cache_read(path, &t, outs, 1, meta, 2, &err) == CT_ERR_FORMAT);

@@ -5,8 +5,11 @@
  * or wrapped in gzip (compress_disk_cache / compress_cache) or zstd
  * (cache_compression: zstd). Readers never trust the name: they detect the
  * wrapper by its magic bytes (gzip 1f 8b, zstd 28 b5 2f fd), bound the
- * unpacked size, validate the safetensors header, and compare the metadata;
- * anything wrong is CT_ERR_FORMAT so that the caller rebuilds the entry.
+ * unpacked size, validate the safetensors header, compare the metadata and
+ * the CRC-32 of the data section (metadata "data_crc32", so that flipped bytes
+ * in an uncompressed entry are noticed; entries written before it existed
+ * carry none and are read as they are); anything wrong is CT_ERR_FORMAT so
+ * that the caller rebuilds the entry.
  * Writes are atomic (ctuner/fs.h): a crash leaves the old entry or none.
  * Names: SHA-256 / MD5 hex digests (ctuner/hash.h).
  */
@@ -166,7 +169,16 @@ ct_status ct_cache_encode(ct_cache_comp c, const ct_cache_tensor *t, int nt,
     hdr[h] = '\0';
     h += snprintf(hdr + h, sizeof hdr - (size_t)h, "\"");
   }
-  h += snprintf(hdr + h, sizeof hdr - (size_t)h, "}}");
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int i = 0; i < nt; i++) {
+    size_t numel = 1, left;
+    for (int d = 0; d < t[i].ndim; d++) numel *= (size_t)t[i].shape[d];
+    const unsigned char *p = (const unsigned char *)t[i].data;
+    for (left = numel * 4; left; p += 1u << 30, left -= left < (1u << 30) ? left : (1u << 30))
+      crc = crc32(crc, p, (uInt)(left < (1u << 30) ? left : (1u << 30)));
+  }
+  h += snprintf(hdr + h, sizeof hdr - (size_t)h, "%s\"data_crc32\":\"%08lx\"}}", nmeta ? "," : "",
+                (unsigned long)crc);
   if (h >= (int)sizeof hdr - 8) return ct_errf(err, CT_ERR_RANGE, "cache entry header too long");
   while (h % 8) hdr[h++] = ' ';
   size_t total = 8 + (size_t)h + data;
@@ -209,6 +221,28 @@ ct_status ct_cache_put(ct_storage *s, const char *key, ct_cache_comp c, const ct
   return st;
 }
 
+/* The data section's CRC-32 against the metadata's data_crc32, if any. */
+static ct_status check_crc(const ct_st_file *f, const void *buf, size_t n, ct_err *err) {
+  const char *want = ct_st_meta(f, "data_crc32");
+  if (!want) return CT_OK; /* written before entries carried one */
+  const unsigned char *b = buf;
+  uint64_t hl = 0;
+  for (int i = 0; i < 8; i++) hl |= (uint64_t)b[i] << (8 * i);
+  /* ct_st_parse has checked that 8 + hl <= n */
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 8 + (size_t)hl; off < n;) {
+    size_t k = n - off < (1u << 30) ? n - off : (1u << 30);
+    crc = crc32(crc, b + off, (uInt)k);
+    off += k;
+  }
+  char got[16];
+  snprintf(got, sizeof got, "%08lx", (unsigned long)crc);
+  if (strcmp(got, want))
+    return ct_errf(err, CT_ERR_FORMAT, "data checksum mismatch (CRC-32 %s, stored %.8s)", got,
+                   want);
+  return CT_OK;
+}
+
 ct_status ct_cache_decode(const void *raw, size_t n, const ct_cache_tensor *t, float *const *out,
                           int nt, const char *const *meta, int nmeta, ct_err *err) {
   void *un = NULL;
@@ -217,6 +251,7 @@ ct_status ct_cache_decode(const void *raw, size_t n, const ct_cache_tensor *t, f
   ct_st_file *f = NULL;
   ct_status st = ct_cache_unpack(raw, n, (size_t)1 << 30, &un, &un_n, &owned, err);
   if (!st) st = ct_st_parse(un, un_n, &f, err);
+  if (!st) st = check_crc(f, un, un_n, err);
   for (int i = 0; i < nmeta && !st; i++) {
     const char *v = ct_st_meta(f, meta[2 * i]);
     if (!v || strcmp(v, meta[2 * i + 1]))

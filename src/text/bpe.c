@@ -19,6 +19,7 @@
 
 #include "ctuner/json.h"
 #include "ctuner/textenc.h"
+#include "text/bpe_int.h"
 
 /* ---- string -> int hash map (open addressing, FNV-1a) ---- */
 typedef struct smap {
@@ -164,6 +165,47 @@ void ct_bpe_free(ct_bpe *b) {
   free(b);
 }
 
+ct_status ct_bpe_set_merges(ct_bpe *b, const char *text, size_t len, const char *name,
+                            ct_err *err) {
+  smap ranks = {0};
+  ct_status st = CT_OK;
+  int rank = 0, line = 0;
+  const char *end = memchr(text, 0, len); /* the text ends at the first NUL, as a C string */
+  if (!end) end = text + len;
+  for (const char *p = text; p < end;) {
+    const char *e = memchr(p, '\n', (size_t)(end - p));
+    size_t n = e ? (size_t)(e - p) : (size_t)(end - p);
+    line++;
+    if (n && p[n - 1] == '\r') n--;
+    if (line == 1 && n >= 8 && !memcmp(p, "#version", 8)) {
+      /* header line of CLIP's merges file */
+    } else if (n) {
+      const char *sp = memchr(p, ' ', n);
+      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
+        st = ct_errf(err, CT_ERR_FORMAT,
+                     "%s:%d: expected two symbols separated by one space: \"%.*s\"", name, line,
+                     (int)(n > 60 ? 60 : n), p);
+        goto out;
+      }
+      if (smap_find(&ranks, p, n) < 0 && smap_put(&ranks, p, n, rank)) {
+        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+        goto out;
+      }
+      rank++;
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+out:
+  if (st) {
+    smap_free(&ranks);
+  } else {
+    smap_free(&b->ranks);
+    b->ranks = ranks;
+  }
+  return st;
+}
+
 ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **out, ct_err *err) {
   *out = NULL;
   ct_bpe *b = calloc(1, sizeof *b);
@@ -215,31 +257,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     st = err->status ? err->status : CT_ERR_IO;
     goto fail;
   }
-  int rank = 0, line = 0;
-  for (char *p = text; *p;) {
-    char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    line++;
-    if (n && p[n - 1] == '\r') n--;
-    if (line == 1 && n >= 8 && !memcmp(p, "#version", 8)) {
-      /* header line of CLIP's merges file */
-    } else if (n) {
-      char *sp = memchr(p, ' ', n);
-      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
-        st = ct_errf(err, CT_ERR_FORMAT,
-                     "%s:%d: expected two symbols separated by one space: \"%.*s\"", merges_path,
-                     line, (int)(n > 60 ? 60 : n), p);
-        goto fail;
-      }
-      if (smap_find(&b->ranks, p, n) < 0 && smap_put(&b->ranks, p, n, rank)) {
-        st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-        goto fail;
-      }
-      rank++;
-    }
-    if (!e) break;
-    p = e + 1;
-  }
+  st = ct_bpe_set_merges(b, text, len, merges_path, err);
+  if (st) goto fail;
   free(text);
   *out = b;
   return CT_OK;
@@ -260,8 +279,7 @@ int ct_bpe_eos(const ct_bpe *b) {
   return b->eos;
 }
 
-/* BPE of one piece; emits ids through push. Symbols are kept as (offset, len)
- * into one growing string of the piece's mapped characters. */
+/* The ids of a text, written up to cap and counted past it. */
 typedef struct emitter {
   int32_t *ids;
   int cap, n;
@@ -272,15 +290,33 @@ static void push(emitter *e, int id) {
   e->n++;
 }
 
+/* Rank of the merge (off[i], len[i]) + (off[i+1], len[i+1]) in buf, or -1. */
+static int pair_rank(const ct_bpe *b, const char *buf, const int *off, const int *len, int i) {
+  char key[512];
+  int kl = len[i] + 1 + len[i + 1];
+  if (kl >= (int)sizeof key) return -1;
+  memcpy(key, buf + off[i], (size_t)len[i]);
+  key[len[i]] = ' ';
+  memcpy(key + len[i] + 1, buf + off[i + 1], (size_t)len[i + 1]);
+  return smap_find(&b->ranks, key, (size_t)kl);
+}
+
+/* BPE of one piece; emits ids through push. Symbols are kept as (offset, len)
+ * into one growing string of the piece's mapped characters; rk[i] caches the
+ * rank of the pair (i, i+1), so a merge pass looks up only the pairs next to
+ * the symbols it made (the piece's merges cost O(n) lookups, not O(n^2)). */
 static void bpe_piece(const ct_bpe *b, const char *s, size_t n, emitter *e) {
   /* mapped text: every byte's symbol, then "</w>" belongs to the last symbol */
   size_t cap = n * 2 + 5;
   char stackbuf[1024];
-  int stackoff[512], stacklen[512];
+  int stackoff[512], stacklen[512], stackrk[512];
+  unsigned char stacknew[512];
   char *buf = cap <= sizeof stackbuf ? stackbuf : malloc(cap);
   int *off = n <= 512 ? stackoff : malloc(n * sizeof *off);
   int *len = n <= 512 ? stacklen : malloc(n * sizeof *len);
-  if (!buf || !off || !len) { /* out of memory: the piece becomes unknown */
+  int *rk = n <= 512 ? stackrk : malloc(n * sizeof *rk);
+  unsigned char *made = n <= 512 ? stacknew : malloc(n);
+  if (!buf || !off || !len || !rk || !made) { /* out of memory: the piece becomes unknown */
     push(e, b->eos);
     goto done;
   }
@@ -296,18 +332,11 @@ static void bpe_piece(const ct_bpe *b, const char *s, size_t n, emitter *e) {
   len[n - 1] += 4;
   /* Symbols are contiguous in buf, so a merged symbol is (off[i], len[i] + len[i+1]). */
   int ns = (int)n;
-  char key[512];
+  for (int i = 0; i + 1 < ns; i++) rk[i] = pair_rank(b, buf, off, len, i);
   for (;;) {
     int best = -1, bestrank = 0x7fffffff;
-    for (int i = 0; i + 1 < ns; i++) {
-      int kl = len[i] + 1 + len[i + 1];
-      if (kl >= (int)sizeof key) continue;
-      memcpy(key, buf + off[i], (size_t)len[i]);
-      key[len[i]] = ' ';
-      memcpy(key + len[i] + 1, buf + off[i + 1], (size_t)len[i + 1]);
-      int r = smap_find(&b->ranks, key, (size_t)kl);
-      if (r >= 0 && r < bestrank) bestrank = r, best = i;
-    }
+    for (int i = 0; i + 1 < ns; i++)
+      if (rk[i] >= 0 && rk[i] < bestrank) bestrank = rk[i], best = i;
     if (best < 0) break;
     /* merge every occurrence of that pair, left to right (as CLIP does) */
     int la = len[best], lb = len[best + 1];
@@ -322,16 +351,21 @@ static void bpe_piece(const ct_bpe *b, const char *s, size_t n, emitter *e) {
           !memcmp(buf + off[i + 1], pb, (size_t)lb)) {
         off[w] = off[i];
         len[w] = la + lb;
+        made[w] = 1;
         i += 2;
       } else {
         off[w] = off[i];
         len[w] = len[i];
+        made[w] = 0;
+        rk[w] = rk[i]; /* the pair (i, i+1) stays (w, w+1) unless w+1 is a new symbol */
         i++;
       }
       w++;
     }
     ns = w;
     if (ns == 1) break;
+    for (int i = 0; i + 1 < ns; i++)
+      if (made[i] || made[i + 1]) rk[i] = pair_rank(b, buf, off, len, i);
   }
   for (int i = 0; i < ns; i++) {
     int id = smap_find(&b->vocab, buf + off[i], (size_t)len[i]);
@@ -341,6 +375,8 @@ done:
   if (buf != stackbuf) free(buf);
   if (off != stackoff) free(off);
   if (len != stacklen) free(len);
+  if (rk != stackrk) free(rk);
+  if (made != stacknew) free(made);
 }
 
 static int is_letter(unsigned char c) {
@@ -372,18 +408,18 @@ int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
       continue;
     }
     size_t j = i;
-    if (!strncmp(t + i, "<|startoftext|>", 15)) {
+    if (c == '<' && !strncmp(t + i, "<|startoftext|>", 15)) {
       push(&e, b->bos);
       i += 15;
       continue;
     }
-    if (!strncmp(t + i, "<|endoftext|>", 13)) {
+    if (c == '<' && !strncmp(t + i, "<|endoftext|>", 13)) {
       push(&e, b->eos);
       i += 13;
       continue;
     }
     int matched = 0;
-    for (size_t k = 0; k < sizeof contr / sizeof *contr && !matched; k++) {
+    for (size_t k = 0; c == '\'' && k < sizeof contr / sizeof *contr && !matched; k++) {
       size_t l = strlen(contr[k]);
       if (!strncmp(t + i, contr[k], l)) j = i + l, matched = 1;
     }
@@ -396,7 +432,7 @@ int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
         /* special tokens are split out wherever they are (as Hugging Face's added tokens) */
         while (j < m && t[j] != ' ' && !is_letter((unsigned char)t[j]) &&
                !isdigit((unsigned char)t[j]) &&
-               !(j > i &&
+               !(j > i && t[j] == '<' &&
                  (!strncmp(t + j, "<|startoftext|>", 15) || !strncmp(t + j, "<|endoftext|>", 13))))
           j++;
       }

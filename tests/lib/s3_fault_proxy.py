@@ -92,7 +92,7 @@ class Settings:
 class State:
     def __init__(self, args):
         self.args = args
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # reload() logs under it
         self.base = Settings(args)
         self.cur = Settings(args)
         self.seq = 0
