@@ -9,7 +9,8 @@
 # merges.txt plus a caption; fuzz_config_toml: tests/data/toml and the real
 # config.env files; fuzz_parquet: tests/data/parquet/*.parquet up to
 # 8 KB, the -max_len; fuzz_s3_list: a ListObjectsV2 page; fuzz_yaml: the real
-# Accelerate configs of tests/data/realcfg/accelerate/; fuzz_config: the
+# Accelerate configs of tests/data/realcfg/accelerate/; fuzz_spm: the test
+# T5 tokenizer's spiece.model and tokenizer.json and a text; fuzz_config: the
 # demo's config.json and multidatabackend.json and a DeepSpeed JSON), and fails
 # if a target reports a crash, leak or sanitizer error. Crash inputs are kept
 # in build-fuzz/artifacts/ for reproduction: build-fuzz/<target> <file>. Each
@@ -133,6 +134,10 @@ for t in "${targets[@]}"; do
       printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
     fuzz_parquet) seed_parquet "$corpus" ;;
     fuzz_yaml) cp -f tests/data/realcfg/accelerate/* "$corpus/" ;;
+    fuzz_spm) # byte 0: 0 spiece.model, 1 tokenizer.json, 2 text for the test tokenizer
+      { printf '\x00'; cat tests/data/t5/tokenizer_2/spiece.model; } > "$corpus/seed-spiece"
+      { printf '\x01'; cat tests/data/t5/tokenizer_2/tokenizer.json; } > "$corpus/seed-json"
+      printf '\x02A Small RED circle, it'"'"'s 3.14 </s> caf\xc3\xa9!' > "$corpus/seed-text" ;;
     fuzz_config) seed_config "$corpus" ;;
     fuzz_s3_list)
       printf 'p<?xml version="1.0"?><ListBucketResult><Name>b</Name><Prefix>p/</Prefix><Contents><Key>p/a/1.png</Key><Size>12</Size></Contents><Contents><Key>p/caf&#233; &amp; x.txt</Key><Size>3</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>tok=</NextContinuationToken></ListBucketResult>' > "$corpus/seed-page" ;;
