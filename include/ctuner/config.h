@@ -402,6 +402,8 @@ const char *ct_config_help(const char *key);
 typedef struct ct_config_key_info {
   const char *name, *type, *def, *help;
   unsigned models;
+  const char *choices; /* '|'-separated allowed values when the key's rule is a fixed list
+                          ("adamw|adam|..."), else NULL */
 } ct_config_key_info;
 int ct_config_key_info_at(size_t i, ct_config_key_info *out);
 /* "all", "full" or "vae" for a models mask (as --help-keys prints it). */

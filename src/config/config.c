@@ -738,7 +738,12 @@ int ct_config_key_info_at(size_t i, ct_config_key_info *out) {
   static const char *const tn[] = {"int", "number", "bool", "string"};
   if (i >= NKEYS) return 0;
   const key_def *k = &KEYS[i];
-  *out = (ct_config_key_info){k->name, tn[k->type], k->def, k->help, k->models};
+  const int listed = k->check.kind == V_ONE_OF || k->check.kind == V_ONE_OF_QUOTED ||
+                     k->check.kind == V_NONE_OR || k->check.kind == V_USE ||
+                     k->check.kind == V_INT_ONE_OF;
+  const char *choices = listed ? k->check.list : NULL;
+  if (!strcmp(k->name, "model_type")) choices = "full|vae"; /* FN rules with a fixed set */
+  *out = (ct_config_key_info){k->name, tn[k->type], k->def, k->help, k->models, choices};
   return 1;
 }
 

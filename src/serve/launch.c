@@ -80,6 +80,21 @@ void srv_keys(srv_reply *r) {
     ct_json_fput_str(f, ct_config_models_name(k.models));
     fputs(", \"help\": ", f);
     ct_json_fput_str(f, k.help ? k.help : "");
+    fputs(", \"choices\": ", f);
+    if (k.choices) { /* the allowed values, for a drop-down */
+      fputc('[', f);
+      for (const char *p = k.choices; *p;) {
+        const size_t n = strcspn(p, "|");
+        char one[128];
+        snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one ? n : sizeof one - 1), p);
+        if (p != k.choices) fputs(", ", f);
+        ct_json_fput_str(f, one);
+        p += n + (p[n] == '|');
+      }
+      fputc(']', f);
+    } else {
+      fputs("null", f);
+    }
     fputs("}", f);
   }
   if (f) fputs("]}", f);

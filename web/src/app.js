@@ -324,6 +324,10 @@ const builder = {
       input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default})`),
         el("option", { value: "true" }, "true"), el("option", { value: "false" }, "false"));
       input.value = set ? String(v) : "";
+    } else if (k.choices) { /* a fixed list in the key's rule: a drop-down */
+      input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default === null ? "unset" : k.default})`),
+        ...k.choices.map((c) => el("option", { value: c }, c)));
+      input.value = set ? String(v) : "";
     } else {
       input = el("input", { "data-key": k.name, placeholder: k.default === null ? "unset" : k.default,
         type: "text", inputmode: k.type === "int" || k.type === "number" ? "decimal" : "text" });
