@@ -83,6 +83,22 @@ if train z2off 2 --train_batch_size=1 --zero_stage=2 --mixed_precision=bf16 &&
   same z2off z2on "2 ranks ZeRO-2 bf16, interval 2"
 fi
 
+# the same numbers, so the same config digest: a run resumes across the setting without
+# the "different configuration" warning
+dg() { grep -o '"config_digest": "[0-9a-f]*"' "$tmp/$1/checkpoint-2/training_state.json"; }
+if [ -f "$tmp/off/checkpoint-2/training_state.json" ] && [ "$(dg off)" = "$(dg on2)" ]; then
+  ok "the config digest leaves gradient_checkpointing out ($(dg off | cut -d'"' -f4))"
+  mkdir -p "$tmp/res" && cp -r "$tmp/off/checkpoint-2" "$tmp/res/"
+  if train res 1 --train_batch_size=2 "${GC[@]}"; then
+    ! grep -q "different configuration" "$tmp/res.err" &&
+      [ "$(summary "$tmp/res" | cut -d' ' -f1)" = "$(summary "$tmp/off" | cut -d' ' -f1)" ] &&
+      ok "resumed with it from a checkpoint without it: no warning, the same final weights" ||
+      bad "resume across the setting: $(grep -i "different\|warn" "$tmp/res.err" | head -2)"
+  fi
+else
+  bad "config digests differ: $(dg off) vs $(dg on2)"
+fi
+
 # the interval without gradient_checkpointing: one warning, nothing recomputed
 if train ivonly 1 --train_batch_size=2 --gradient_checkpointing_interval=2 --max_train_steps=1; then
   n=$(grep -c "gradient_checkpointing_interval 2 has no effect: gradient_checkpointing is off" "$tmp/ivonly.err")
