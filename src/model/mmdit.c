@@ -10,6 +10,10 @@
  * back into the streams; single blocks work on the joint rows (B*Lt).
  * The backward walks the blocks in reverse and accumulates parameter
  * gradients; input gradients of the embeddings (x, txt, y) are not computed.
+ * With gradient checkpointing (ct_mmdit_set_checkpointing) a checkpointed
+ * block keeps only its output, its other activations share one block's worth
+ * of arena, and the backward re-runs its forward (dblock_fwd, sblock_fwd)
+ * inside its segment, right before its backward.
  */
 #include "ctuner/mmdit.h"
 
