@@ -465,6 +465,7 @@ static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
       plan_dblock(&b, x, Bz, Ni, Nt, N, d, mh, nh);
     }
   }
+  a->db_rc_of = a->sb_rc_of = -1;
   a->xj0 = take(&b, N * d);
   if (ckpt(m, 0, c->depth_single)) plan_sblock(&b, &a->sb_rc, Bz, N, d, mh, nh);
   for (int i = 0; i < c->depth_single; i++) {
@@ -579,6 +580,7 @@ static void dblock_fwd(ct_mmdit *m, int i, const float *ximg, const float *xtxt)
   const dims z = dims_of(m);
   const int B = z.B, T = z.T, Li = z.Li, Lt = z.Lt, d = z.d, nh = z.nh, hd = z.hd, mh = z.mh;
   const float ascale = z.ascale;
+  if (ckpt(m, i, m->cfg.depth_double)) a->db_rc_of = i;
   for (int s = 0; s < 2; s++) {
     dstream_p *p = &m->db[i][s];
     dstream_a *x = &ba->s[s];
@@ -617,6 +619,7 @@ static void sblock_fwd(ct_mmdit *m, int i, const float *xj) {
   const dims z = dims_of(m);
   const int B = z.B, Lt = z.Lt, d = z.d, nh = z.nh, hd = z.hd, mh = z.mh, N = z.N;
   const float ascale = z.ascale;
+  if (ckpt(m, i, m->cfg.depth_single)) a->sb_rc_of = i;
   x->xin = xj;
   lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
   be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
@@ -754,7 +757,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
-      if (ckpt(m, i, S)) sblock_fwd(m, i, x->xin); /* its weights are present: recompute */
+      /* recompute, its weights present; the last checkpointed block's are still there */
+      if (ckpt(m, i, S) && a->sb_rc_of != i) sblock_fwd(m, i, x->xin);
       be->zero((size_t)B * 3 * d, a->dmod);
       /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
       be->gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d,
@@ -784,7 +788,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   for (int i = c->depth_double - 1; i >= 0; i--) {
     dblock_a *ba = &a->db[i];
     if ((st = seg_enter(m, 1 + i, 1, err))) return st;
-    if (ckpt(m, i, D)) dblock_fwd(m, i, ba->s[0].xin, ba->s[1].xin);
+    if (ckpt(m, i, D) && a->db_rc_of != i) dblock_fwd(m, i, ba->s[0].xin, ba->s[1].xin);
     /* Each stream's modulation gradient (B, 6d) is complete only after the
      * attention backward (shift1/scale1), so both are kept until then. */
     be->zero((size_t)2 * B * 6 * d, a->dmod);

@@ -68,6 +68,7 @@ typedef struct acts {
   sblock_a *sb;
   dblock_a db_rc;                        /* gradient checkpointing: the recomputed block */
   sblock_a sb_rc;                        /* (shared by every checkpointed block) */
+  int db_rc_of, sb_rc_of;                /* the block whose activations they hold, or -1 */
   float *xj0;                            /* (N, d) joint input of the single blocks */
   float *xf, *xhatf, *rstdf, *hf, *modf; /* final layer: (Ni,d) x3, (Ni), (B, 2d) */
   float *outp;                           /* (Ni, P) */
