@@ -1,6 +1,7 @@
 /* Model tests: parity with the PyTorch peer's golden files, the parameter table
  * (Flux names and the published Flux.1-dev size), load/save, load errors,
- * gradient accumulation and thread-count independence. */
+ * gradient accumulation and thread-count independence, gradient checkpointing
+ * (bit-identical, also through segment hooks). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,6 +243,95 @@ CT_TEST(model, segment_hooks) {
   free(scratch);
   free(grads);
   ct_mmdit_free(m);
+}
+
+/* Gradient checkpointing: outputs and every gradient bit-identical to the
+ * plain run at intervals 1, 2 and 3 (tiny, and a deeper, wider variant with
+ * the same input shapes), a smaller arena, and the same through segment hooks
+ * that leave only the entered segment's weights readable (NaN elsewhere): the
+ * recompute must run inside its segment's enter/leave. */
+static void ckpt_case(int *ct_failed_, const ct_mmdit_config *c) {
+  ct_mmdit *m;
+  ct_err err = {0};
+  io d;
+  make_io(&d);
+  REQUIRE(ct_mmdit_new(c, 5, 1, &m, &err) == CT_OK);
+  const size_t n = ct_mmdit_numel(m);
+  const int ns = ct_mmdit_nsegments(m);
+  ct_rng_fill_normal(ct_mmdit_params(m), n, 3, 0, 0, 0, 0.05f);
+  float *v0 = malloc(sizeof d.v), *g0 = malloc(n * 4), *w = malloc(n * 4);
+  float *scratch = malloc(n * 4), *grads = calloc(n, 4);
+  REQUIRE(v0 && g0 && w && scratch && grads);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  memcpy(v0, d.v, sizeof d.v);
+  memcpy(g0, ct_mmdit_grads(m), n * 4);
+  memcpy(w, ct_mmdit_params(m), n * 4);
+  const size_t full = ct_mmdit_activation_bytes(m);
+  for (int every = 1; every <= 3; every++) {
+    ct_mmdit_set_checkpointing(m, every);
+    int nd, nsg;
+    CHECK(ct_mmdit_checkpointing(m, &nd, &nsg) == every);
+    ct_zero(n, ct_mmdit_grads(m));
+    memset(d.v, 0, sizeof d.v);
+    REQUIRE(run(m, &d, &err) == CT_OK);
+    CHECKF(!memcmp(v0, d.v, sizeof d.v), "interval %d: the output differs", every);
+    CHECKF(!memcmp(g0, ct_mmdit_grads(m), n * 4), "interval %d: gradients differ", every);
+    /* a list with one block to checkpoint runs plain: tiny saves nothing */
+    if (nd + nsg == 0)
+      CHECK(ct_mmdit_activation_bytes(m) == full);
+    else
+      CHECKF(ct_mmdit_activation_bytes(m) < full, "interval %d: arena %zu not below %zu", every,
+             ct_mmdit_activation_bytes(m), full);
+    if (every == 1)
+      fprintf(stderr, "  arena %zu -> %zu bytes\n", full, ct_mmdit_activation_bytes(m));
+  }
+  /* through hooks, interval 2: same numbers, same enter/leave order */
+  seg_hooks h = {.m = m, .w = w, .scratch = scratch, .grads = grads, .open = -1};
+  ct_mmdit_hooks hk = {&h, hk_enter, hk_leave};
+  ct_mmdit_set_checkpointing(m, 2);
+  ct_mmdit_use_params(m, NULL);
+  ct_mmdit_use_grads(m, NULL);
+  ct_mmdit_set_hooks(m, &hk);
+  memset(d.v, 0, sizeof d.v);
+  REQUIRE(run(m, &d, &err) == CT_OK);
+  CHECK(!memcmp(v0, d.v, sizeof d.v));
+  CHECKF(!memcmp(g0, grads, n * 4), "gradients through the hooks differ with checkpointing");
+  REQUIRE(h.nlog == 2 * ns);
+  int order = 1;
+  for (int i = 0; i < ns; i++) order &= h.log[i] == i && h.log[ns + i] == -1 - (ns - 1 - i);
+  CHECK(order);
+  ct_mmdit_set_hooks(m, NULL);
+  free(v0);
+  free(g0);
+  free(w);
+  free(scratch);
+  free(grads);
+  ct_mmdit_free(m);
+}
+
+CT_TEST(model, gradient_checkpointing) {
+  ct_mmdit_config c = ct_mmdit_preset_find("tiny")->cfg;
+  ckpt_case(ct_failed_, &c);
+  c.hidden = 96; /* heads 3 of 32 */
+  c.heads = 3;
+  c.depth_double = 3;
+  c.depth_single = 5;
+  ckpt_case(ct_failed_, &c);
+  /* which blocks: 0, N, 2N, ... of each list; a list with one only runs plain */
+  ct_mmdit *m;
+  ct_err err = {0};
+  REQUIRE(ct_mmdit_new(&c, 5, 0, &m, &err) == CT_OK);
+  const int want[4][2] = {{0, 0}, {3, 5}, {2, 3}, {0, 2}};
+  for (int every = 0; every <= 3; every++) {
+    int nd = -1, nsg = -1;
+    ct_mmdit_set_checkpointing(m, every);
+    CHECK(ct_mmdit_checkpointing(m, &nd, &nsg) == every);
+    CHECKF(nd == want[every][0] && nsg == want[every][1], "interval %d: %d double, %d single",
+           every, nd, nsg);
+  }
+  ct_mmdit_free(m);
+  c.depth_single = 0; /* double blocks only */
+  ckpt_case(ct_failed_, &c);
 }
 
 CT_TEST(model, save_load_roundtrip) {

@@ -147,6 +147,11 @@
     "clip gradients to this global L2 norm (0: no clipping)")                                      \
   X(max_nonfinite_steps, INT, "5", ALL, INT_GE(1),                                                 \
     "stop after this many consecutive steps with NaN/Inf")                                         \
+  X(gradient_checkpointing, BOOL, "false", FULL, ANY,                                              \
+    "keep only each block's input in the forward, recompute its activations in the backward "      \
+    "(less memory, one more forward of the blocks; same numbers)")                                 \
+  X(gradient_checkpointing_interval, INT, "0", FULL, INT_GE_UNIT(0, " (0: every block)"),          \
+    "with gradient_checkpointing: only every Nth double and single block (0 or 1: every block)")   \
   X(zero_stage, INT, "0", ALL, INT_ONE_OF("0|1|2|3"),                                              \
     "ZeRO stage under mpirun: 0 data parallel, 1 optimizer state, 2 also gradients, 3 also "       \
     "parameters sharded")                                                                          \

@@ -126,6 +126,23 @@ typedef struct ct_mmdit_hooks {
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err);
 const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m);
 
+/* ---- gradient checkpointing (SimpleTuner's gradient_checkpointing,
+ * gradient_checkpointing_interval; docs/model.md) ----
+ * every = N > 0: blocks 0, N, 2N, ... of the double list and of the single
+ * list (diffusers' index % N == 0) keep only their output (the next block's
+ * input) from the forward — unless that is one block of its list only, which
+ * runs plain (it would save nothing); the backward recomputes such a block's activations,
+ * into one block's worth of shared arena, right after entering its segment
+ * (so under hooks its weights are present) and before its backward. The same
+ * kernels run on the same inputs, so the outputs, the loss and every gradient
+ * are bit-identical to every = 0 (off, the default); it costs one more
+ * forward of the checkpointed blocks. Changing it drops the arena (the next
+ * forward re-plans it). */
+void ct_mmdit_set_checkpointing(ct_mmdit *m, int every);
+/* The interval set (0: off); *ndouble, *nsingle (each may be NULL): how many
+ * blocks of each list are checkpointed. */
+int ct_mmdit_checkpointing(const ct_mmdit *m, int *ndouble, int *nsingle);
+
 /* Installs hooks (copied), or removes them (NULL: back to the own buffers). */
 void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);
 /* Replaces the parameter (gradient) storage by w (g): numel floats, borrowed,

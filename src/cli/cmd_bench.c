@@ -23,13 +23,16 @@
 void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
+          "                         [--gradient_checkpointing N]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
           "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
-          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n",
+          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
+          "--gradient_checkpointing N recomputes every Nth block in the backward (1: every\n"
+          "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n",
           ct_mmdit_preset_names());
 }
 
@@ -67,7 +70,7 @@ static void sgemm_gflops(double *blas, double *ours) {
 
 int ct_cmd_bench_step(int argc, char **argv) {
   const char *preset = "bench", *v;
-  long steps = 10, warmup = 3, threads = 0;
+  long steps = 10, warmup = 3, threads = 0, ckpt = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -79,6 +82,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
       if (r < 0 || ct_cli_int("steps", v, 1, 100000, &steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "warmup", &v))) {
       if (r < 0 || ct_cli_int("warmup", v, 0, 100000, &warmup)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
+      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &ckpt)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
     } else {
@@ -119,6 +124,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
+  ct_mmdit_set_checkpointing(m, (int)ckpt);
   size_t n = ct_mmdit_numel(m);
   x0 = ct_alloc(CT_MEM_BUFFERS, nx * 4);
   eps = ct_alloc(CT_MEM_BUFFERS, nx * 4);
@@ -186,10 +192,11 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "%.2f, "
       "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
       "\"ct_sgemm_path\": \"%s\", "
-      "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\"}\n",
+      "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
+      "\"gradient_checkpointing\": %ld}\n",
       p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
       gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
-      ru.ru_maxrss / 1024.0, ct ? ct : "");
+      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt);
   rc = 0;
 out:
   free(times);

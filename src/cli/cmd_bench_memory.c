@@ -19,6 +19,7 @@ void ct_cmd_bench_memory_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision "
           "no|bf16]\n"
+          "                           [--gradient_checkpointing N]\n"
           "\n"
           "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
           "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
@@ -29,7 +30,9 @@ void ct_cmd_bench_memory_help(FILE *f) {
           "peaks outside the formula (activations; buffers: communication scratch,\n"
           "buckets, the weights gathered for the final checkpoint). --ranks N (default:\n"
           "the MPI world, else 1) re-runs this command under mpirun -np N when it was\n"
-          "not started by an MPI launcher.\n");
+          "not started by an MPI launcher. --gradient_checkpointing N trains with\n"
+          "gradient_checkpointing on and gradient_checkpointing_interval N (0: off, the\n"
+          "default): the activations peak drops.\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -62,7 +65,7 @@ static int relaunch(int argc, char **argv, long ranks) {
 
 int ct_cmd_bench_memory(int argc, char **argv) {
   const char *preset = "bench", *mp = "no", *v;
-  long stage = 0, ranks = 0;
+  long stage = 0, ranks = 0, ckpt = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -73,6 +76,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
+      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &ckpt)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
       if (r < 0 || ct_cli_int("ranks", v, 1, 1024, &ranks)) return 2;
     } else {
@@ -125,8 +130,9 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   }
   ct_config cfg;
   ct_config_defaults(&cfg);
-  char st_s[8];
+  char st_s[8], ck_s[24];
   snprintf(st_s, sizeof st_s, "%ld", stage);
+  snprintf(ck_s, sizeof ck_s, "%ld", ckpt);
   const char *kv[][2] = {{"preset", preset},
                          {"resolution", "16"},
                          {"train_batch_size", "1"},
@@ -138,7 +144,9 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"data_backend_config", backend},
                          {"output_dir", out},
                          {"zero_stage", st_s},
-                         {"mixed_precision", mp}};
+                         {"mixed_precision", mp},
+                         {"gradient_checkpointing", ckpt ? "true" : "false"},
+                         {"gradient_checkpointing_interval", ck_s}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -188,10 +196,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
         "%.2f}, "
         "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
-        "\"buffers\": %.2f}}\n",
+        "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld}\n",
         preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
         fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576);
+        mx[4] / 1048576, ckpt);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

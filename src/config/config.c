@@ -826,6 +826,8 @@ static int cosmetic(const char *k) {
                                   "disk_low_threshold",
                                   "disk_low_action",
                                   "disk_low_script",
+                                  "gradient_checkpointing", /* bit-identical numbers either way */
+                                  "gradient_checkpointing_interval",
                                   NULL};
   return is_one_of(k, c);
 }

@@ -104,8 +104,6 @@ static const char *const ST_OPTIONS[] = {
     "flux_guidance_value",
     "freeze_encoder_strategy",
     "grad_clip_method",
-    "gradient_checkpointing",
-    "gradient_checkpointing_interval",
     "image_processing_batch_size",
     "inference_scheduler_timestep_spacing",
     "instance_prompt",

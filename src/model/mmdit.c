@@ -10,6 +10,10 @@
  * back into the streams; single blocks work on the joint rows (B*Lt).
  * The backward walks the blocks in reverse and accumulates parameter
  * gradients; input gradients of the embeddings (x, txt, y) are not computed.
+ * With gradient checkpointing (ct_mmdit_set_checkpointing) a checkpointed
+ * block keeps only its output, its other activations share one block's worth
+ * of arena, and the backward re-runs its forward (dblock_fwd, sblock_fwd)
+ * inside its segment, right before its backward.
  */
 #include "ctuner/mmdit.h"
 
@@ -24,6 +28,8 @@
 
 #define LN_EPS 1e-6f
 #define RMS_EPS 1e-6f
+
+static int ckpt(const ct_mmdit *m, int i, int n);
 
 /* ---- parameter views ---- */
 
@@ -250,6 +256,26 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h) {
   }
 }
 
+void ct_mmdit_set_checkpointing(ct_mmdit *m, int every) {
+  if (every < 0) every = 0;
+  if (every == m->ckpt_every) return;
+  m->ckpt_every = every;
+  m->be->free(m->arena); /* re-planned (and sized) by the next forward */
+  m->arena = NULL;
+  m->arena_floats = 0;
+  m->have_acts = 0;
+}
+
+int ct_mmdit_checkpointing(const ct_mmdit *m, int *ndouble, int *nsingle) {
+  const int D = m->cfg.depth_double, S = m->cfg.depth_single;
+  int nd = 0, ns = 0;
+  for (int i = 0; i < D; i++) nd += ckpt(m, i, D);
+  for (int i = 0; i < S; i++) ns += ckpt(m, i, S);
+  if (ndouble) *ndouble = nd;
+  if (nsingle) *nsingle = ns;
+  return m->ckpt_every;
+}
+
 const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
   return m->be;
 }
@@ -332,6 +358,67 @@ static float *take(bump *b, size_t n) {
   return p;
 }
 
+/* Whether block i of a list of n blocks (double or single) is checkpointed:
+ * every ckpt_every-th from 0, as diffusers' index % interval == 0. Such a
+ * block keeps only its output (the next block's input) and is recomputed in
+ * the backward; a list where that would be one block only runs plain (one
+ * block's worth of shared arena saves nothing over its own activations). */
+static int ckpt(const ct_mmdit *m, int i, int n) {
+  const int e = m->ckpt_every;
+  return e > 0 && (n + e - 1) / e >= 2 && i % e == 0;
+}
+
+/* One double block's activations. */
+static void plan_dblock(bump *b, dblock_a *x, size_t Bz, size_t Ni, size_t Nt, size_t N, size_t d,
+                        size_t mh, size_t nh) {
+  for (int s = 0; s < 2; s++) {
+    dstream_a *y = &x->s[s];
+    size_t Ns = s == 0 ? Ni : Nt;
+    y->mod = take(b, Bz * 6 * d);
+    y->xhat1 = take(b, Ns * d);
+    y->rstd1 = take(b, Ns);
+    y->h1 = take(b, Ns * d);
+    y->qkv = take(b, Ns * 3 * d);
+    y->rq = take(b, Ns * nh);
+    y->rk = take(b, Ns * nh);
+    y->os = take(b, Ns * d);
+    y->pr = take(b, Ns * d);
+    y->x1 = take(b, Ns * d);
+    y->xhat2 = take(b, Ns * d);
+    y->rstd2 = take(b, Ns);
+    y->h2 = take(b, Ns * d);
+    y->u = take(b, Ns * mh);
+    y->gu = take(b, Ns * mh);
+    y->m = take(b, Ns * d);
+    y->x2 = take(b, Ns * d);
+  }
+  x->q = take(b, N * d);
+  x->k = take(b, N * d);
+  x->v = take(b, N * d);
+  x->o = take(b, N * d);
+  x->lse = take(b, N * nh);
+}
+
+/* One single block's activations. */
+static void plan_sblock(bump *b, sblock_a *x, size_t Bz, size_t N, size_t d, size_t mh, size_t nh) {
+  x->mod = take(b, Bz * 3 * d);
+  x->xhat = take(b, N * d);
+  x->rstd = take(b, N);
+  x->h = take(b, N * d);
+  x->qkv = take(b, N * 3 * d);
+  x->u = take(b, N * mh);
+  x->rq = take(b, N * nh);
+  x->rk = take(b, N * nh);
+  x->q = take(b, N * d);
+  x->k = take(b, N * d);
+  x->v = take(b, N * d);
+  x->o = take(b, N * d);
+  x->lse = take(b, N * nh);
+  x->cat = take(b, N * (d + mh));
+  x->l2 = take(b, N * d);
+  x->xout = take(b, N * d);
+}
+
 /* Lay out every activation for the shape; with base == NULL only counts. */
 static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
   const ct_mmdit_config *c = &m->cfg;
@@ -364,54 +451,31 @@ static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
   a->pe = take(&b, Lt * hd);
   a->db = m->db_a;
   a->sb = m->sb_a;
+  /* A checkpointed block keeps only its output (the next block's input); its
+   * other activations share one block's worth (db_rc, sb_rc), refilled by the
+   * backward's recompute. */
+  if (ckpt(m, 0, c->depth_double)) plan_dblock(&b, &a->db_rc, Bz, Ni, Nt, N, d, mh, nh);
   for (int i = 0; i < c->depth_double; i++) {
     dblock_a *x = &m->db_a[i];
-    for (int s = 0; s < 2; s++) {
-      dstream_a *y = &x->s[s];
-      size_t Ns = s == 0 ? Ni : Nt;
-      y->mod = take(&b, Bz * 6 * d);
-      y->xhat1 = take(&b, Ns * d);
-      y->rstd1 = take(&b, Ns);
-      y->h1 = take(&b, Ns * d);
-      y->qkv = take(&b, Ns * 3 * d);
-      y->rq = take(&b, Ns * nh);
-      y->rk = take(&b, Ns * nh);
-      y->os = take(&b, Ns * d);
-      y->pr = take(&b, Ns * d);
-      y->x1 = take(&b, Ns * d);
-      y->xhat2 = take(&b, Ns * d);
-      y->rstd2 = take(&b, Ns);
-      y->h2 = take(&b, Ns * d);
-      y->u = take(&b, Ns * mh);
-      y->gu = take(&b, Ns * mh);
-      y->m = take(&b, Ns * d);
-      y->x2 = take(&b, Ns * d);
+    if (ckpt(m, i, c->depth_double)) {
+      *x = a->db_rc;
+      x->s[0].x2 = take(&b, Ni * d);
+      x->s[1].x2 = take(&b, Nt * d);
+    } else {
+      plan_dblock(&b, x, Bz, Ni, Nt, N, d, mh, nh);
     }
-    x->q = take(&b, N * d);
-    x->k = take(&b, N * d);
-    x->v = take(&b, N * d);
-    x->o = take(&b, N * d);
-    x->lse = take(&b, N * nh);
   }
+  a->db_rc_of = a->sb_rc_of = -1;
   a->xj0 = take(&b, N * d);
+  if (ckpt(m, 0, c->depth_single)) plan_sblock(&b, &a->sb_rc, Bz, N, d, mh, nh);
   for (int i = 0; i < c->depth_single; i++) {
     sblock_a *x = &m->sb_a[i];
-    x->mod = take(&b, Bz * 3 * d);
-    x->xhat = take(&b, N * d);
-    x->rstd = take(&b, N);
-    x->h = take(&b, N * d);
-    x->qkv = take(&b, N * 3 * d);
-    x->u = take(&b, N * mh);
-    x->rq = take(&b, N * nh);
-    x->rk = take(&b, N * nh);
-    x->q = take(&b, N * d);
-    x->k = take(&b, N * d);
-    x->v = take(&b, N * d);
-    x->o = take(&b, N * d);
-    x->lse = take(&b, N * nh);
-    x->cat = take(&b, N * (d + mh));
-    x->l2 = take(&b, N * d);
-    x->xout = take(&b, N * d);
+    if (ckpt(m, i, c->depth_single)) {
+      *x = a->sb_rc;
+      x->xout = take(&b, N * d);
+    } else {
+      plan_sblock(&b, x, Bz, N, d, mh, nh);
+    }
   }
   a->xf = take(&b, Ni * d);
   a->xhatf = take(&b, Ni * d);
@@ -485,6 +549,93 @@ static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *
   be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
 }
 
+/* Shapes every block helper needs, from the planned batch. */
+typedef struct dims {
+  int B, T, Li, Lt, d, nh, hd, mh, N;
+  float ascale;
+} dims;
+
+static dims dims_of(const ct_mmdit *m) {
+  const acts *a = &m->a;
+  dims z;
+  z.B = a->B;
+  z.T = a->T;
+  z.Li = a->Li;
+  z.Lt = a->Lt;
+  z.d = m->cfg.hidden;
+  z.nh = m->cfg.heads;
+  z.hd = z.d / z.nh;
+  z.mh = m->cfg.mlp_ratio * z.d;
+  z.N = z.B * z.Lt;
+  z.ascale = 1.0f / sqrtf((float)z.hd);
+  return z;
+}
+
+/* Double block i's forward from its inputs (B*Li, d) and (B*T, d); the
+ * backward's recompute of a checkpointed block runs it again, unchanged. */
+static void dblock_fwd(ct_mmdit *m, int i, const float *ximg, const float *xtxt) {
+  const ct_backend_ops *be = m->be;
+  acts *a = &m->a;
+  dblock_a *ba = &a->db[i];
+  const dims z = dims_of(m);
+  const int B = z.B, T = z.T, Li = z.Li, Lt = z.Lt, d = z.d, nh = z.nh, hd = z.hd, mh = z.mh;
+  const float ascale = z.ascale;
+  if (ckpt(m, i, m->cfg.depth_double)) a->db_rc_of = i;
+  for (int s = 0; s < 2; s++) {
+    dstream_p *p = &m->db[i][s];
+    dstream_a *x = &ba->s[s];
+    int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0;
+    x->xin = s == 0 ? ximg : xtxt;
+    lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 6 * d);
+    be->ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1,
+                   x->h1, d);
+    lin_fwd(be, &p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
+    be->qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v,
+                      x->rq, x->rk);
+  }
+  be->attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
+  for (int s = 0; s < 2; s++) {
+    dstream_p *p = &m->db[i][s];
+    dstream_a *x = &ba->s[s];
+    int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
+    rows_copy(be, B, Ls, Lt, off, d, ba->o, x->os, 0);
+    lin_fwd(be, &p->proj, Ns, x->os, d, x->pr, d);
+    be->gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
+    be->ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2,
+                   x->rstd2, x->h2, d);
+    lin_fwd(be, &p->mlp0, Ns, x->h2, d, x->u, mh);
+    be->gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
+    lin_fwd(be, &p->mlp2, Ns, x->gu, mh, x->m, d);
+    be->gate_res_fwd(B, Ls, d, x->x1, d, x->mod + 5 * d, 6 * d, x->m, d, x->x2, d);
+  }
+}
+
+/* Single block i's forward from its joint input (B*Lt, d); recomputed like dblock_fwd. */
+static void sblock_fwd(ct_mmdit *m, int i, const float *xj) {
+  const ct_backend_ops *be = m->be;
+  acts *a = &m->a;
+  sblock_p *p = &m->sb[i];
+  sblock_a *x = &a->sb[i];
+  const dims z = dims_of(m);
+  const int B = z.B, Lt = z.Lt, d = z.d, nh = z.nh, hd = z.hd, mh = z.mh, N = z.N;
+  const float ascale = z.ascale;
+  if (ckpt(m, i, m->cfg.depth_single)) a->sb_rc_of = i;
+  x->xin = xj;
+  lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
+  be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
+  /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
+  be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
+  be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
+  be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq,
+                    x->rk);
+  be->attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
+  /* cat = [attn, gelu(mlp)] feeds linear2 in one GEMM */
+  be->copy_2d(N, d, x->o, d, x->cat, d + mh);
+  be->gelu_tanh_fwd(N, mh, x->u, mh, x->cat + d, d + mh);
+  lin_fwd(be, &p->l2, N, x->cat, d + mh, x->l2, d);
+  be->gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
+}
+
 ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err) {
   const ct_mmdit_config *c = &m->cfg;
   const ct_backend_ops *be = m->be;
@@ -499,10 +650,9 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   st = reserve(m, in->B, in->H, in->W, in->T, err);
   if (st) return st;
   acts *a = &m->a;
-  const int B = in->B, T = in->T, Li = a->Li, Lt = a->Lt, d = c->hidden, nh = c->heads, hd = d / nh;
-  const int mh = c->mlp_ratio * d, C = c->in_channels, P = C * 4;
-  const int Ni = B * Li, Nt = B * T, N = B * Lt, gw = in->W / 2;
-  const float ascale = 1.0f / sqrtf((float)hd);
+  const int B = in->B, T = in->T, Li = a->Li, Lt = a->Lt, d = c->hidden;
+  const int C = c->in_channels, P = C * 4;
+  const int Ni = B * Li, Nt = B * T, gw = in->W / 2;
 
   const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
   a->in_txt = in->txt;
@@ -543,33 +693,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   for (int i = 0; i < c->depth_double; i++) {
     dblock_a *ba = &a->db[i];
     if ((st = seg_enter(m, 1 + i, 0, err))) return st;
-    for (int s = 0; s < 2; s++) {
-      dstream_p *p = &m->db[i][s];
-      dstream_a *x = &ba->s[s];
-      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0;
-      x->xin = s == 0 ? ximg : xtxt;
-      lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 6 * d);
-      be->ln_mod_fwd(B, Ls, d, x->xin, d, x->mod, x->mod + d, 6 * d, LN_EPS, x->xhat1, x->rstd1,
-                     x->h1, d);
-      lin_fwd(be, &p->qkv, B * Ls, x->h1, d, x->qkv, 3 * d);
-      be->qkv_heads_fwd(B, Ls, Lt, off, nh, hd, x->qkv, p->qs, p->ks, a->pe, ba->q, ba->k, ba->v,
-                        x->rq, x->rk);
-    }
-    be->attention_fwd(B, nh, Lt, hd, ascale, 0, ba->q, ba->k, ba->v, ba->o, ba->lse);
-    for (int s = 0; s < 2; s++) {
-      dstream_p *p = &m->db[i][s];
-      dstream_a *x = &ba->s[s];
-      int Ls = s == 0 ? Li : T, off = s == 0 ? T : 0, Ns = B * Ls;
-      rows_copy(be, B, Ls, Lt, off, d, ba->o, x->os, 0);
-      lin_fwd(be, &p->proj, Ns, x->os, d, x->pr, d);
-      be->gate_res_fwd(B, Ls, d, x->xin, d, x->mod + 2 * d, 6 * d, x->pr, d, x->x1, d);
-      be->ln_mod_fwd(B, Ls, d, x->x1, d, x->mod + 3 * d, x->mod + 4 * d, 6 * d, LN_EPS, x->xhat2,
-                     x->rstd2, x->h2, d);
-      lin_fwd(be, &p->mlp0, Ns, x->h2, d, x->u, mh);
-      be->gelu_tanh_fwd(Ns, mh, x->u, mh, x->gu, mh);
-      lin_fwd(be, &p->mlp2, Ns, x->gu, mh, x->m, d);
-      be->gate_res_fwd(B, Ls, d, x->x1, d, x->mod + 5 * d, 6 * d, x->m, d, x->x2, d);
-    }
+    dblock_fwd(m, i, ximg, xtxt);
     ximg = ba->s[0].x2;
     xtxt = ba->s[1].x2;
     if ((st = seg_leave(m, 1 + i, 0, err))) return st;
@@ -580,24 +704,9 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
     rows_copy(be, B, Li, Lt, T, d, a->xj0, (float *)ximg, 1);
     const float *xj = a->xj0;
     for (int i = 0; i < c->depth_single; i++) {
-      sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 0, err))) return st;
-      x->xin = xj;
-      lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
-      be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h,
-                     d);
-      /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
-      be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
-      be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
-      be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq,
-                        x->rk);
-      be->attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
-      /* cat = [attn, gelu(mlp)] feeds linear2 in one GEMM */
-      be->copy_2d(N, d, x->o, d, x->cat, d + mh);
-      be->gelu_tanh_fwd(N, mh, x->u, mh, x->cat + d, d + mh);
-      lin_fwd(be, &p->l2, N, x->cat, d + mh, x->l2, d);
-      be->gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
+      sblock_fwd(m, i, xj);
       xj = x->xout;
       if ((st = seg_leave(m, 1 + D + i, 0, err))) return st;
     }
@@ -648,6 +757,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
+      /* recompute, its weights present; the last checkpointed block's are still there */
+      if (ckpt(m, i, S) && a->sb_rc_of != i) sblock_fwd(m, i, x->xin);
       be->zero((size_t)B * 3 * d, a->dmod);
       /* xout = xin + gate * l2: dl2 = gate * dj, dgate; dj itself flows on to xin */
       be->gate_res_bwd(B, Lt, d, x->mod + 2 * d, 3 * d, x->l2, d, a->dj, d, a->dtmp, d,
@@ -677,6 +788,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   for (int i = c->depth_double - 1; i >= 0; i--) {
     dblock_a *ba = &a->db[i];
     if ((st = seg_enter(m, 1 + i, 1, err))) return st;
+    if (ckpt(m, i, D) && a->db_rc_of != i) dblock_fwd(m, i, ba->s[0].xin, ba->s[1].xin);
     /* Each stream's modulation gradient (B, 6d) is complete only after the
      * attention backward (shift1/scale1), so both are kept until then. */
     be->zero((size_t)2 * B * 6 * d, a->dmod);

@@ -66,6 +66,9 @@ typedef struct acts {
   int *pos;                   /* (Lt, 3) */
   dblock_a *db;
   sblock_a *sb;
+  dblock_a db_rc;                        /* gradient checkpointing: the recomputed block */
+  sblock_a sb_rc;                        /* (shared by every checkpointed block) */
+  int db_rc_of, sb_rc_of;                /* the block whose activations they hold, or -1 */
   float *xj0;                            /* (N, d) joint input of the single blocks */
   float *xf, *xhatf, *rstdf, *hf, *modf; /* final layer: (Ni,d) x3, (Ni), (B, 2d) */
   float *outp;                           /* (Ni, P) */
@@ -96,7 +99,8 @@ struct ct_mmdit {
   int have_hooks;
   /* activations */
   acts a;
-  int have_acts; /* a forward has filled the arena */
+  int have_acts;  /* a forward has filled the arena */
+  int ckpt_every; /* gradient checkpointing: every Nth block (0: off) */
   float *arena;
   size_t arena_floats;
   dblock_a *db_a;

@@ -290,6 +290,27 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
 }
 
+/* gradient_checkpointing [_interval] (SimpleTuner's): every Nth block of each
+ * list is recomputed in the backward (ct_mmdit_set_checkpointing); the interval
+ * alone has no effect, as in SimpleTuner. */
+static void set_checkpointing(trainer *tr) {
+  const ct_config *cfg = tr->cfg;
+  const long iv = cfg->gradient_checkpointing_interval;
+  const int every = !cfg->gradient_checkpointing ? 0 : iv > 1 ? (int)iv : 1;
+  ct_mmdit_set_checkpointing(tr->m, every);
+  if (tr->rank != 0) return;
+  if (!every && iv > 0)
+    CT_WARN("gradient_checkpointing_interval %ld has no effect: gradient_checkpointing is off", iv);
+  if (every) {
+    int nd, ns;
+    ct_mmdit_checkpointing(tr->m, &nd, &ns);
+    CT_INFO(
+        "gradient checkpointing every %d block(s): %d of %d double and %d of %d single blocks "
+        "recomputed in the backward",
+        every, nd, tr->g.mc.depth_double, ns, tr->g.mc.depth_single);
+  }
+}
+
 /* The MMDiT: stages 2 and 3 keep no full gradient, stage 3 no full
  * parameters (zero.c supplies them); bf16 keeps bf16 copies in zero.c and
  * the float32 weights of this rank's range in the trainer. */
@@ -302,6 +323,7 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   if (st) tr->m = NULL;
   if (!st) st = ct_trainer_shard(tr, err);
   if (st) return st;
+  set_checkpointing(tr);
   if (tr->own && cfg->pretrained_model_path)
     st = ct_mmdit_load_range(tr->m, cfg->pretrained_model_path, "", tr->lo, tr->hi, tr->wsh, err);
   else if (cfg->pretrained_model_path)
