@@ -133,7 +133,9 @@ const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m);
  * input) from the forward — unless that is one block of its list only, which
  * runs plain (it would save nothing); the backward recomputes such a block's activations,
  * into one block's worth of shared arena, right after entering its segment
- * (so under hooks its weights are present) and before its backward. The same
+ * (so under hooks its weights are present) and before its backward — but for
+ * the last checkpointed block of each list, whose activations the shared
+ * arena still holds from the forward. The same
  * kernels run on the same inputs, so the outputs, the loss and every gradient
  * are bit-identical to every = 0 (off, the default); it costs one more
  * forward of the checkpointed blocks. Changing it drops the arena (the next
