@@ -21,7 +21,7 @@ typedef struct ct_wd {
   long step;                /* the trainer's step (ct_comm_set_step), for messages */
   int ready;                /* side exists and the receives are posted */
   int broken;               /* a collective timed out: every later one fails at once */
-  char msg[512];            /* its message */
+  char msg[1024];           /* its message */
   MPI_Comm side;            /* announcements travel here, never matching a collective */
   uint64_t *seen;           /* [size] the newest collective each rank announced */
   double *heard;            /* [size] when a message from each rank last arrived */
