@@ -45,6 +45,8 @@ const [url, data, chrome, profile, shots] = process.argv.slice(2);
 const log = (m) => console.log(m);
 const t0 = Date.now();
 (async () => {
+  // long enough that Stop comes before the end even on an idle machine (tiny steps take ~5 ms)
+  const STEPS = 1500;
   // a fresh profile (--user-data-dir), as Playwright wants it given
   const browser = await chromium.launchPersistentContext(profile, { executablePath: chrome, headless: true,
     viewport: { width: 1400, height: 1000 }, args: [
@@ -76,7 +78,7 @@ const t0 = Date.now();
   await ds.locator('[data-ds="instance_data_dir"]').fill(data);
   await ds.locator('[data-ds="instance_data_dir"]').dispatchEvent("change");
   for (const [k, v] of [["preset", "tiny"], ["resolution", 8], ["aspect_bucket_alignment", 8], ["learning_rate", "0.001"],
-    ["seed", 7], ["max_train_steps", 400], ["checkpoint_step_interval", 10], ["validation_step_interval", 20],
+    ["seed", 7], ["max_train_steps", STEPS], ["checkpoint_step_interval", 25], ["validation_step_interval", 50],
     ["validation_prompt", "a red circle"], ["validation_num_inference_steps", 2], ["optimizer", "adamq"]]) await setKey(k, v);
   // the bad optimizer: its problem appears next to the field
   await page.fill("#b-filter", "optimizer");
@@ -124,7 +126,9 @@ const t0 = Date.now();
   await page.click("#run-resume");
   await page.waitForFunction(() => document.querySelector("#run-status").textContent === "running", null, { timeout: 20000 });
   log("ok - resumed from the page");
-  await page.waitForFunction((n) => parseInt(document.querySelector("#points-n").textContent) > n + 60, stoppedAt, { timeout: 120000 });
+  // more points after the resume (60 more, or up to the end when the stop came late: the stop
+  // is graceful, so the resume starts at the stop's own step)
+  await page.waitForFunction((n) => parseInt(document.querySelector("#points-n").textContent) > Math.min(n[0] + 60, n[1] - 1), [stoppedAt, STEPS], { timeout: 120000 });
   await page.waitForFunction(() => document.querySelectorAll("#checkpoints tbody tr td a").length > 0, null, { timeout: 60000 });
   await page.check("#logscale"); await page.dispatchEvent("#logscale", "change");
   await page.waitForTimeout(1500);
@@ -132,8 +136,8 @@ const t0 = Date.now();
   await page.uncheck("#logscale"); await page.dispatchEvent("#logscale", "change");
   await page.waitForFunction(() => document.querySelector("#run-status").textContent === "finished", null, { timeout: 240000 });
   const m = await page.evaluate(async () => (await (await fetch("/api/runs/tiny2/metrics")).json()).points.map((p) => p.step));
-  const once = m.length === 400 && m.every((s, i) => s === i + 1);
-  log((once ? "ok" : "FAIL") + ` - finished after the resume; metrics steps 1..400 once each (${m.length} lines)`);
+  const once = m.length === STEPS && m.every((s, i) => s === i + 1);
+  log((once ? "ok" : "FAIL") + ` - finished after the resume; metrics steps 1..${STEPS} once each (${m.length} lines)`);
   await page.locator("#checkpoints button", { hasText: "export bf16" }).first().click();
   const exp = page.locator("#checkpoints a", { hasText: "-bf16.safetensors" }).first();
   await exp.waitFor({ timeout: 60000 });
@@ -147,7 +151,7 @@ const t0 = Date.now();
   await page.fill("#b-filter", "max_train_steps");
   const loaded = [await page.inputValue('[data-key="max_train_steps"]'), await page.inputValue("#ds-micro"),
     await page.inputValue('.dataset [data-ds="id"]'), await page.inputValue("#b-ranks")];
-  log((loaded.join(",") === "400,2,shapes,2" ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
+  log((loaded.join(",") === `${STEPS},2,shapes,2` ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
   log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
   log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
   await browser.close();
