@@ -6,27 +6,9 @@
 # must equal a 2-rank run in one namespace bit for bit (rank-order reductions).
 # Needs root (ip netns); exits 77 (ctest: skipped) where namespaces cannot be
 # created. Usage: tests/netns_dist.sh path/to/ctuner
-set -u
-CT=$(readlink -f "${1:?usage: $0 path/to/ctuner}")
+. "$(dirname "$0")/lib/netns.sh"
+netns_setup ctn "$@"
 BIN=$(dirname "$CT")
-tmp=$(mktemp -d)
-A=ctna$$
-B=ctnb$$
-cleanup() {
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
-
-if ! ip netns add "$A" 2>"$tmp/ns.err"; then
-  echo "SKIP - cannot create network namespaces here: $(cat "$tmp/ns.err") (needs root and CAP_SYS_ADMIN)"
-  exit 77
-fi
 net=$(( ($$ % 200) + 20 )) # 10.77.<net>.0/24, distinct per run
 ip netns add "$B"
 ip link add "va$$" type veth peer name "vb$$"

@@ -8,26 +8,8 @@
 # range main_process_port gives Open MPI for 1 rank per machine). Needs root;
 # exits 77 (ctest: skipped) where namespaces cannot be created.
 # Usage: tests/netns_launch.sh path/to/ctuner
-set -u
-CT=$(readlink -f "${1:?usage: $0 path/to/ctuner}")
-tmp=$(mktemp -d)
-A=ctla$$
-B=ctlb$$
-cleanup() {
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
-ok() { echo "ok - $*"; }
-bad() { echo "FAIL - $*"; fail=1; }
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
-
-if ! ip netns add "$A" 2>"$tmp/ns.err"; then
-  echo "SKIP - cannot create network namespaces here: $(cat "$tmp/ns.err") (needs root and CAP_SYS_ADMIN)"
-  exit 77
-fi
+. "$(dirname "$0")/lib/netns.sh"
+netns_setup ctl "$@"
 net=$(( ($$ % 200) + 20 ))
 ip netns add "$B"
 ip link add "la$$" type veth peer name "lb$$"
