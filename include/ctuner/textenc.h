@@ -24,10 +24,28 @@ typedef struct ct_textenc_config {
   int intermediate; /* MLP width (4 d) */
   float ln_eps;     /* 1e-5 */
   int eos_id;       /* token whose first position gives the pooled output (257; CLIP BPE 49407) */
+  int act;          /* CT_TEXTENC_ACT_*: the MLP's activation (hidden_act) */
+  int pool;         /* CT_TEXTENC_POOL_*: which position gives the pooled output */
 } ct_textenc_config;
 
+enum {
+  CT_TEXTENC_ACT_QUICK_GELU = 0, /* x sigmoid(1.702 x): "quick_gelu", CLIP's */
+  CT_TEXTENC_ACT_GELU = 1        /* exact (erf) GELU: "gelu" */
+};
+enum {
+  /* ctuner's own: the first eos_id, else the last position (seeded encoders) */
+  CT_TEXTENC_POOL_FIRST_EOS_OR_LAST = 0,
+  /* transformers' CLIPTextTransformer with eos_token_id == 2 (the legacy rule
+   * kept for configs written before transformers PR #24773, FLUX's among
+   * them): the position of the largest id, the first one if tied */
+  CT_TEXTENC_POOL_ARGMAX_ID = 1,
+  /* transformers with any other eos_token_id: the first eos_id, else 0 */
+  CT_TEXTENC_POOL_FIRST_EOS = 2
+};
+
 /* Defaults for a width: vocab 259, max_pos 77, heads max(1, d/64) dividing d,
- * layers 2, intermediate 4 d, eos_id 257. */
+ * layers 2, intermediate 4 d, eos_id 257, quick_gelu, pool at the first EOS
+ * or the last position. */
 void ct_textenc_config_default(int hidden, ct_textenc_config *cfg);
 ct_status ct_textenc_config_validate(const ct_textenc_config *cfg, ct_err *err);
 
@@ -41,6 +59,19 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
  * wrongly shaped tensor. */
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err);
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err);
+
+/* A transformers CLIPTextModel directory (FLUX's text_encoder/): config.json
+ * (CLIPTextConfig: vocab_size, hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, max_position_embeddings, hidden_act
+ * quick_gelu|gelu, layer_norm_eps, eos_token_id; bookkeeping fields ignored,
+ * fields that would change the math refused by name, unknown ones one warning)
+ * and model.safetensors or the shards of model.safetensors.index.json (F32,
+ * F16, BF16; a full CLIPModel's vision tower is ignored). Every problem of the
+ * config, then every missing / misshaped / unexpected tensor, in one error.
+ * Pooling follows transformers (eos_token_id 2: argmax of the ids). */
+ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err);
+/* Just the config.json part of ct_textenc_open_dir. */
+ct_status ct_textenc_config_read(const char *path, ct_textenc_config *cfg, ct_err *err);
 void ct_textenc_free(ct_textenc *te);
 /* The compute backend of the forward (include/ctuner/backend.h):
  * ct_backend_default() from ct_textenc_new, or the one set here, which moves
@@ -52,8 +83,9 @@ const ct_backend_ops *ct_textenc_backend(const ct_textenc *te);
 const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te);
 
 /* ids (B, T) int32 with T <= max_pos -> seq (B, T, hidden), pooled (B, hidden);
- * either output may be NULL. Pooled takes the first position whose id is
- * cfg.eos_id, or the last position if there is none. */
+ * either output may be NULL: last_hidden_state and pooler_output of
+ * CLIPTextModel called without attention_mask (as FluxPipeline calls it).
+ * Pooled takes the position cfg.pool says. */
 ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
                             float *pooled, ct_err *err);
 
