@@ -113,15 +113,26 @@ int ct_tokenize_bytes(const char *text, int T, int32_t *ids);
  * <|startoftext|> and <|endoftext|> in the vocabulary. Errors name the file,
  * line and column. */
 ct_status ct_bpe_load(const char *vocab_json, const char *merges_txt, ct_bpe **out, ct_err *err);
+/* A transformers CLIPTokenizer directory (FLUX's tokenizer/): vocab.json,
+ * merges.txt, and from tokenizer_config.json (else special_tokens_map.json)
+ * model_max_length and the pad / unk tokens (bos and eos must be CLIP's).
+ * It tokenizes as transformers 4.46.3's CLIPTokenizer does without ftfy
+ * (docs/text_encoder.md): added tokens split out of the raw text, then
+ * BasicTokenizer's clean-up, CJK spacing, NFC and lowercasing with Python's
+ * Unicode data, CLIP's pattern with \p{L} / \p{N}, BPE. */
+ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err);
 void ct_bpe_free(ct_bpe *b);
+int ct_bpe_pad(const ct_bpe *b);        /* pad_token's id (<|endoftext|> unless configured) */
+int ct_bpe_max_length(const ct_bpe *b); /* model_max_length (77 unless configured) */
 int ct_bpe_vocab_size(const ct_bpe *b); /* largest id + 1 */
 int ct_bpe_bos(const ct_bpe *b);
 int ct_bpe_eos(const ct_bpe *b);
 /* Token ids of text without BOS/EOS: writes at most cap, returns how many there are. */
 int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap);
-/* BOS, the tokens, EOS, then EOS as padding up to T (CLIP's pad token); longer
- * texts are truncated so that EOS is the last kept token. T >= 2. Returns the
- * number of tokens up to and including the first EOS. */
+/* BOS, the tokens, EOS, then the pad token up to T; longer texts are
+ * truncated so that EOS is the last kept token: FluxPipeline's
+ * tokenizer(padding="max_length", max_length=T, truncation=True). T >= 2.
+ * Returns the number of tokens up to and including the EOS. */
 int ct_bpe_encode(const ct_bpe *b, const char *text, int T, int32_t *ids);
 
 #endif

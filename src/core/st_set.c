@@ -201,10 +201,10 @@ ct_status ct_st_check_done(ct_st_check *c, ct_err *err, const char *what_fmt, ..
     vsnprintf(what, sizeof what, what_fmt, ap);
     va_end(ap);
     int *n = c->n;
-    st = ct_errf(err, CT_ERR_SHAPE, "%s: %d missing%s%s%s; %d wrongly shaped%s%s%s; %d unexpected%s%s%s",
-                 what, n[0], n[0] ? " [" : "", c->lists[0], n[0] ? "]" : "", n[1],
-                 n[1] ? " [" : "", c->lists[1], n[1] ? "]" : "", n[2], n[2] ? " [" : "",
-                 c->lists[2], n[2] ? "]" : "");
+    st = ct_errf(
+        err, CT_ERR_SHAPE, "%s: %d missing%s%s%s; %d wrongly shaped%s%s%s; %d unexpected%s%s%s",
+        what, n[0], n[0] ? " [" : "", c->lists[0], n[0] ? "]" : "", n[1], n[1] ? " [" : "",
+        c->lists[1], n[1] ? "]" : "", n[2], n[2] ? " [" : "", c->lists[2], n[2] ? "]" : "");
   }
   free(c);
   return st;

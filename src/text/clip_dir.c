@@ -32,15 +32,10 @@ static const char *const IGNORED[] = {
     "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
     "suppress_tokens", "begin_suppress_tokens", "sep_token_id", "decoder_start_token_id"};
 
-static const char *const READ[] = {"vocab_size",
-                                   "hidden_size",
-                                   "intermediate_size",
-                                   "num_hidden_layers",
-                                   "num_attention_heads",
-                                   "max_position_embeddings",
-                                   "hidden_act",
-                                   "layer_norm_eps",
-                                   "eos_token_id"};
+static const char *const READ[] = {
+    "vocab_size",        "hidden_size",         "intermediate_size",
+    "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+    "hidden_act",        "layer_norm_eps",      "eos_token_id"};
 
 typedef struct problems {
   char buf[900];
