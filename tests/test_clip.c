@@ -114,7 +114,8 @@ static void check_model(int *ct_failed_, const char *name, int want_pool, int wa
   int B = (int)ti->shape[0], T = (int)ti->shape[1], d = c->hidden;
   float *seq = malloc(sizeof(float) * B * T * d), *pool = malloc(sizeof(float) * B * d);
   CHECKF(!ct_textenc_encode(te, ti->data, B, T, seq, pool, &err), "%s", err.msg);
-  double es = rel_err(seq, ts->data, (size_t)B * T * d), ep = rel_err(pool, tp->data, (size_t)B * d);
+  double es = rel_err(seq, ts->data, (size_t)B * T * d),
+         ep = rel_err(pool, tp->data, (size_t)B * d);
   fprintf(stderr, "  %s: %d x %d tokens, rel err last_hidden_state %.2e, pooler_output %.2e\n",
           name, B, T, es, ep);
   CHECK(es <= 1e-4 && ep <= 1e-4);
@@ -156,17 +157,19 @@ CT_TEST(clip, directory_errors) {
   REQUIRE(!ct_mkdir_p(dir, &err));
   /* every config problem in one error */
   snprintf(path, sizeof path, "%s/config.json", dir);
-  REQUIRE(write_text(path, "{\"hidden_act\": \"relu\", \"hidden_size\": -3, \"model_type\": "
-                           "\"clip\", \"pruned_heads\": {\"0\": [1]}, \"vocab_size\": 10}"));
+  REQUIRE(write_text(path,
+                     "{\"hidden_act\": \"relu\", \"hidden_size\": -3, \"model_type\": "
+                     "\"clip\", \"pruned_heads\": {\"0\": [1]}, \"vocab_size\": 10}"));
   ct_status st = ct_textenc_open_dir(dir, &te, &err);
   CHECKF(st && strstr(err.msg, "relu") && strstr(err.msg, "hidden_size") &&
              strstr(err.msg, "model_type") && strstr(err.msg, "pruned_heads") &&
              strstr(err.msg, "eos_token_id"),
          "%s", st ? err.msg : "accepted");
   /* a config that does not match the weights: every tensor at fault named */
-  REQUIRE(write_text(path, "{\"vocab_size\": 2014, \"hidden_size\": 32, \"intermediate_size\": "
-                           "48, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, "
-                           "\"eos_token_id\": 2, \"future_field\": 1}"));
+  REQUIRE(write_text(path,
+                     "{\"vocab_size\": 2014, \"hidden_size\": 32, \"intermediate_size\": "
+                     "48, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, "
+                     "\"eos_token_id\": 2, \"future_field\": 1}"));
   char src[4096], dst[4096];
   snprintf(src, sizeof src, "%s", clip_data("text_encoder/model.safetensors"));
   snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
@@ -176,8 +179,9 @@ CT_TEST(clip, directory_errors) {
   free(buf);
   st = ct_textenc_open_dir(dir, &te, &err);
   CHECKF(st == CT_ERR_SHAPE && strstr(err.msg, "16 missing [encoder.layers.2.") &&
-             strstr(err.msg, "6 wrongly shaped [encoder.layers.0.mlp.fc1.weight (has F16 [64, "
-                             "32], needs F32/F16/BF16 [48, 32])"),
+             strstr(err.msg,
+                    "6 wrongly shaped [encoder.layers.0.mlp.fc1.weight (has F16 [64, "
+                    "32], needs F32/F16/BF16 [48, 32])"),
          "%s", st ? err.msg : "accepted");
   /* no weights at all */
   remove(dst);

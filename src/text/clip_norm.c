@@ -89,7 +89,11 @@ static void put(cpbuf *b, uint32_t cp) {
 
 static uint32_t utf8_next(const unsigned char *s, size_t len, size_t *i) {
   unsigned c = s[*i];
-  int need = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
+  int need = c < 0x80             ? 0
+             : (c & 0xE0) == 0xC0 ? 1
+             : (c & 0xF0) == 0xE0 ? 2
+             : (c & 0xF8) == 0xF0 ? 3
+                                  : -1;
   uint32_t cp = need == 0 ? c : need == 1 ? c & 0x1F : need == 2 ? c & 0x0F : c & 0x07;
   static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
   if (need < 0 || *i + (size_t)need >= len + (need ? 0 : 1)) {
