@@ -111,9 +111,10 @@ CT_TEST(fm_sched, config_errors) {
   ct_fm_sched_config c;
   char path[4096];
   snprintf(path, sizeof path, "%s/sched_bad.json", ct_test_tmpdir());
-  const char *bad = "{\"_class_name\": \"EulerDiscreteScheduler\", \"use_karras_sigmas\": true, "
-                    "\"stochastic_sampling\": true, \"time_shift_type\": \"cosine\", \"shift\": "
-                    "\"3\", \"num_train_timesteps\": 0}";
+  const char *bad =
+      "{\"_class_name\": \"EulerDiscreteScheduler\", \"use_karras_sigmas\": true, "
+      "\"stochastic_sampling\": true, \"time_shift_type\": \"cosine\", \"shift\": "
+      "\"3\", \"num_train_timesteps\": 0}";
   REQUIRE(!ct_write_file_atomic(path, bad, strlen(bad), &err));
   ct_status st = ct_fm_sched_config_read(path, &c, &err);
   CHECKF(st && strstr(err.msg, "_class_name") && strstr(err.msg, "use_karras_sigmas") &&
@@ -121,8 +122,9 @@ CT_TEST(fm_sched, config_errors) {
              strstr(err.msg, "shift must") && strstr(err.msg, "num_train_timesteps"),
          "%s", st ? err.msg : "accepted");
   /* false flags, null shift_terminal and unknown fields are fine */
-  const char *ok = "{\"use_karras_sigmas\": false, \"shift_terminal\": null, \"future\": 1, "
-                   "\"use_dynamic_shifting\": true}";
+  const char *ok =
+      "{\"use_karras_sigmas\": false, \"shift_terminal\": null, \"future\": 1, "
+      "\"use_dynamic_shifting\": true}";
   REQUIRE(!ct_write_file_atomic(path, ok, strlen(ok), &err));
   CHECKF(!ct_fm_sched_config_read(path, &c, &err), "%s", err.msg);
   CHECK(c.use_dynamic_shifting && c.shift_terminal == 0 && c.num_train_timesteps == 1000);

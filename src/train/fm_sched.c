@@ -107,11 +107,23 @@ static void read_keys(const ct_json *j, ct_fm_sched_config *c, probs *p) {
     if (flag(j, refused[i], p)) prob(p, refused[i], "is not supported (only false)");
 }
 
-static const char *const KNOWN[] = {
-    "_class_name", "_diffusers_version", "num_train_timesteps", "shift", "use_dynamic_shifting",
-    "base_shift", "max_shift", "base_image_seq_len", "max_image_seq_len", "time_shift_type",
-    "shift_terminal", "invert_sigmas", "use_karras_sigmas", "use_exponential_sigmas",
-    "use_beta_sigmas", "stochastic_sampling", "use_flow_sigmas"};
+static const char *const KNOWN[] = {"_class_name",
+                                    "_diffusers_version",
+                                    "num_train_timesteps",
+                                    "shift",
+                                    "use_dynamic_shifting",
+                                    "base_shift",
+                                    "max_shift",
+                                    "base_image_seq_len",
+                                    "max_image_seq_len",
+                                    "time_shift_type",
+                                    "shift_terminal",
+                                    "invert_sigmas",
+                                    "use_karras_sigmas",
+                                    "use_exponential_sigmas",
+                                    "use_beta_sigmas",
+                                    "stochastic_sampling",
+                                    "use_flow_sigmas"};
 
 ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_err *err) {
   ct_json *j = NULL;
@@ -134,11 +146,13 @@ ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_er
         snprintf(unknown + l, sizeof unknown - l, "%s%s", nu ? ", " : "", j->keys[i]);
       nu++;
     }
-    if (nu && !p.n) CT_WARN("%s: ignoring %d field%s ctuner does not know: %s", path, nu,
-                            nu > 1 ? "s" : "", unknown);
+    if (nu && !p.n)
+      CT_WARN("%s: ignoring %d field%s ctuner does not know: %s", path, nu, nu > 1 ? "s" : "",
+              unknown);
     if (c->use_dynamic_shifting && c->base_image_seq_len == c->max_image_seq_len)
-      prob(&p, "base_image_seq_len", "equals max_image_seq_len (calculate_shift divides by their "
-                                     "difference)");
+      prob(&p, "base_image_seq_len",
+           "equals max_image_seq_len (calculate_shift divides by their "
+           "difference)");
   }
   st = p.n ? ct_errf(err, CT_ERR_FORMAT, "%s: %s", path, p.buf) : CT_OK;
   ct_json_free(j);
@@ -146,8 +160,8 @@ ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_er
 }
 
 double ct_fm_calculate_shift(const ct_fm_sched_config *c, long image_seq_len) {
-  double m = (c->max_shift - c->base_shift) /
-             (double)(c->max_image_seq_len - c->base_image_seq_len);
+  double m =
+      (c->max_shift - c->base_shift) / (double)(c->max_image_seq_len - c->base_image_seq_len);
   double b = c->base_shift - m * (double)c->base_image_seq_len;
   return (double)image_seq_len * m + b;
 }
