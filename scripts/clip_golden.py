@@ -74,11 +74,12 @@ PUNCT = ["!", "?", ".", ",", ";", ":", "...", "!!!", "?!", "--", "-", "(", ")", 
 
 def captions(seed):
     r = random.Random(1000 + seed)
-    out = ["", " ", "   ", "\t\n", "a", "A", "a photo of a cat", "A PHOTO OF A CAT",
-           "  leading and trailing  ", "multiple    spaces\t\ttabs\n\nnewlines",
-           "it's don't we're they've I'm you'll he'd", "IT'S DON'T", "1234567890", "3.14159",
-           "100,000 people", "x" * 300, " ".join(["word"] * 120),
-           " ".join(r.choice(WORDS) for _ in range(90))]
+    # the first ENC_CAPTIONS also go through the encoders
+    out = ["a photo of a cat", " ".join(r.choice(WORDS) for _ in range(90)),
+           "Crème brûlée at the Café, 東京 😀", "A PHOTO OF A CAT", "", " ".join(["word"] * 120),
+           " ", "   ", "\t\n", "a", "A", "  leading and trailing  ",
+           "multiple    spaces\t\ttabs\n\nnewlines", "it's don't we're they've I'm you'll he'd",
+           "IT'S DON'T", "1234567890", "3.14159", "100,000 people", "x" * 300]
     out += UNI + PUNCT
     for _ in range(1200 - len(out)):
         k = r.randint(1, 14)
@@ -219,7 +220,7 @@ def read_st(path):
 
 MODELS = {"text_encoder": ("quick_gelu", 2, torch.float16, False),
           "text_encoder_gelu": ("gelu", 2013, torch.bfloat16, True)}
-ENC_CAPTIONS = 5
+ENC_CAPTIONS = 6
 
 
 def check(d):

@@ -131,17 +131,45 @@ CT_TEST(clip, encoder_matches_transformers) {
   check_model(ct_failed_, "text_encoder_gelu", CT_TEXTENC_POOL_FIRST_EOS, CT_TEXTENC_ACT_GELU);
 }
 
-/* The tokenizer feeding the encoder: FluxPipeline's prompt path, end to end. */
-CT_TEST(clip, prompt_to_pooled) {
+/* The tokenizer feeding the encoder: FluxPipeline's prompt path, end to end
+ * (caption -> ids padded to model_max_length -> pooler_output). */
+static void prompt_path(int *ct_failed_, const char *model, int attach_ok) {
   ct_err err = {0};
   ct_bpe *b = NULL;
   ct_textenc *te = NULL;
+  ct_json *g = NULL;
+  ct_st_file *f = NULL;
+  char key[128];
   REQUIRE(!ct_bpe_load_dir(clip_data("tokenizer"), &b, &err));
-  REQUIRE(!ct_textenc_open_dir(clip_data("text_encoder"), &te, &err));
-  /* text_encoder's eos_token_id is 2 (as FLUX.1's): set_bpe checks the vocabulary only */
+  REQUIRE(!ct_textenc_open_dir(clip_data(model), &te, &err));
   ct_status st = ct_textenc_set_bpe(te, b, &err);
-  CHECKF(st == CT_ERR_SHAPE, "%s", st ? err.msg : "accepted");
+  CHECKF(attach_ok ? !st : st == CT_ERR_SHAPE, "%s: %s", model, st ? err.msg : "accepted");
+  if (st) goto out;
+  REQUIRE(!ct_json_parse_file(clip_data("tok_golden.json"), 16u << 20, &g, &err));
+  REQUIRE(!ct_st_open(clip_data("enc_golden.safetensors"), &f, &err));
+  snprintf(key, sizeof key, "%s.pooler_output", model);
+  const ct_st_tensor *tp = ct_st_find(f, key);
+  const ct_json *caps = ct_json_get(g, "captions");
+  int d = ct_textenc_cfg(te)->hidden, T = ct_bpe_max_length(ct_textenc_bpe(te));
+  REQUIRE(tp && caps && T == 77);
+  int nc = (int)tp->shape[0] - 1; /* the golden's rows: captions, then a raw row */
+  int32_t *ids = malloc(sizeof(int32_t) * nc * T);
+  float *pool = malloc(sizeof(float) * nc * d);
+  for (int i = 0; i < nc; i++) ct_textenc_tokenize(te, caps->items[i].str, T, ids + i * T);
+  CHECKF(!ct_textenc_encode(te, ids, nc, T, NULL, pool, &err), "%s", err.msg);
+  double e = rel_err(pool, tp->data, (size_t)nc * d);
+  CHECKF(e <= 1e-4, "%s: captions to pooled: rel err %.2e", model, e);
+  free(ids);
+  free(pool);
+out:
+  ct_st_close(f);
+  ct_json_free(g);
   ct_textenc_free(te);
+}
+
+CT_TEST(clip, prompt_to_pooled) {
+  prompt_path(ct_failed_, "text_encoder", 1);      /* eos_token_id 2: argmax pooling */
+  prompt_path(ct_failed_, "text_encoder_gelu", 1); /* eos_token_id = <|endoftext|> */
 }
 
 static int write_text(const char *path, const char *s) {

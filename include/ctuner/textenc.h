@@ -91,8 +91,10 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
 
 /* The tokenizer captions go through: the byte tokenizer unless a CLIP BPE
  * tokenizer was attached (the encoder then owns it and frees it). Attaching
- * checks that the BPE ids fit the vocabulary and sets nothing else: build the
- * encoder with vocab = ct_bpe_vocab_size and eos_id = ct_bpe_eos. */
+ * checks that the BPE ids fit the vocabulary and that its <|endoftext|> is
+ * the encoder's eos_id (not needed with CT_TEXTENC_POOL_ARGMAX_ID, FLUX's
+ * case) and sets nothing else: build the encoder with vocab =
+ * ct_bpe_vocab_size and eos_id = ct_bpe_eos. */
 typedef struct ct_bpe ct_bpe;
 ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err);
 const ct_bpe *ct_textenc_bpe(const ct_textenc *te);

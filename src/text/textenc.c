@@ -283,7 +283,10 @@ ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_er
 }
 
 ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err) {
-  if (b && (ct_bpe_vocab_size(b) > te->cfg.vocab || ct_bpe_eos(b) != te->cfg.eos_id)) {
+  /* With the legacy argmax pooling (eos_token_id 2, FLUX.1's config) the
+   * config's eos id is not used: the largest id, CLIP's <|endoftext|>, is. */
+  int eos_ok = te->cfg.pool == CT_TEXTENC_POOL_ARGMAX_ID || (b && ct_bpe_eos(b) == te->cfg.eos_id);
+  if (b && (ct_bpe_vocab_size(b) > te->cfg.vocab || !eos_ok)) {
     ct_status st = ct_errf(err, CT_ERR_SHAPE,
                            "tokenizer (%d ids, <|endoftext|> = %d) does not match the text encoder "
                            "(vocab %d, eos_id %d)",
