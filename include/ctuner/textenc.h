@@ -1,5 +1,7 @@
 /* The frozen text encoder: a CLIP text transformer (Hugging Face CLIPTextModel
- * layout and names), causal mask, quick-GELU, pre-LN; and its tokenizers.
+ * layout and names), causal mask, quick-GELU (or GELU), pre-LN; and its
+ * tokenizers. FLUX's text_encoder/ and tokenizer/ open with
+ * ct_textenc_open_dir and ct_bpe_load_dir (docs/text_encoder.md).
  *
  * Weights are drawn from a fixed seed or loaded from safetensors; they never
  * train, so only a forward pass exists. Outputs are the final-LN sequence
@@ -54,9 +56,11 @@ typedef struct ct_textenc ct_textenc;
 /* Seed-drawn weights (docs/text_encoder.md gives the distribution). */
 ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
                          ct_err *err);
-/* Replace the weights from a CLIPTextModel safetensors file (names with or
- * without a "text_model." prefix); one error lists every missing, unexpected or
- * wrongly shaped tensor. */
+/* Replace the weights from a CLIPTextModel safetensors file, or a
+ * directory's model.safetensors or the shards its
+ * model.safetensors.index.json names (names with or without a "text_model."
+ * prefix); one error lists every missing, unexpected or wrongly shaped
+ * tensor, and the weights are then left unchanged. */
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err);
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err);
 

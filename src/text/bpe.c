@@ -8,8 +8,11 @@
  *         "</w>" appended to the last, then merges applied lowest rank first
  *      -> vocabulary ids (a symbol missing from the vocabulary becomes the
  *         unknown token, which for CLIP is <|endoftext|>).
- * Approximations, documented in docs/text_encoder.md: non-ASCII bytes count as
- * letters (\p{L}), non-ASCII text is neither NFC-normalised nor lowercased.
+ * Those are the older rules of ct_bpe_load, kept so that existing text caches
+ * do not change; their approximations (docs/text_encoder.md): non-ASCII bytes
+ * count as letters (\p{L}), non-ASCII text is neither NFC-normalised nor
+ * lowercased. A tokenizer directory (ct_bpe_load_dir) tokenizes exactly as
+ * transformers' CLIPTokenizer without ftfy: exact_tokens, over clip_norm.c.
  */
 #include <ctype.h>
 #include <errno.h>
