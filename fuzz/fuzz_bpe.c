@@ -7,7 +7,8 @@
  * failure must carry a message and leave the previous table; every id must
  * lie in the vocabulary; encode must start with BOS and end in EOS. The text
  * also goes through the transformers-exact tokenizer (tests/data/clip/tokenizer,
- * its own merges: UTF-8 decoding, clean-up, NFC, lowercasing, the pattern). */
+ * its own merges: UTF-8 decoding, clean-up, NFC, lowercasing, the pattern),
+ * with CLIPTokenizer's rules and with CLIPTokenizerFast's. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,12 +66,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int32_t enc[77];
   int k = ct_bpe_encode(b, text, 77, enc);
   if (k < 2 || k > 77 || enc[0] != ct_bpe_bos(b) || enc[k - 1] != ct_bpe_eos(b)) abort();
-  const ct_bpe *x = exact_tokenizer();
-  n = ct_bpe_tokens(x, text, ids, 256);
-  for (int i = 0; i < n && i < 256; i++)
-    if (ids[i] < 0 || ids[i] >= ct_bpe_vocab_size(x)) abort();
-  k = ct_bpe_encode(x, text, 77, enc);
-  if (k < 2 || k > 77 || enc[0] != ct_bpe_bos(x) || enc[k - 1] != ct_bpe_eos(x)) abort();
+  ct_bpe *x = exact_tokenizer();
+  for (int rules = CT_BPE_CLIP; rules <= CT_BPE_CLIP_FAST; rules++) {
+    ct_bpe_set_rules(x, rules);
+    n = ct_bpe_tokens(x, text, ids, 256);
+    for (int i = 0; i < n && i < 256; i++)
+      if (ids[i] < 0 || ids[i] >= ct_bpe_vocab_size(x)) abort();
+    k = ct_bpe_encode(x, text, 77, enc);
+    if (k < 2 || k > 77 || enc[0] != ct_bpe_bos(x) || enc[k - 1] != ct_bpe_eos(x)) abort();
+  }
   free(text);
   return 0;
 }

@@ -7,8 +7,9 @@ point:
   flags per code point (ranges): removed by BasicTokenizer._clean_text
   (category C* except \\t \\n \\r, and U+0000 / U+FFFD), turned into a space
   there (_is_whitespace: \\t \\n \\r and Zs), str.isspace (whitespace_tokenize),
-  \\p{L} and \\p{N} of the `regex` module (CLIP's pattern), and str.lower's
-  final-sigma context: case-ignorable and cased;
+  the classes of CLIP's pattern as the `regex` module compiles it (with
+  IGNORECASE), str.lower's final-sigma context (case-ignorable and cased),
+  and for CLIPTokenizerFast plain \\s, \\p{L}, \\p{N};
   str.lower (full mappings); NFC data: canonical combining classes, full
   canonical decompositions, primary composites (Hangul is algorithmic).
 
@@ -19,7 +20,8 @@ import unicodedata
 
 import regex
 
-CTRL, SPACE_CLEAN, ISSPACE, LETTER, NUMBER, IGNORABLE, CASED, OTHER = (1 << i for i in range(8))
+CTRL, SPACE_CLEAN, ISSPACE, LETTER, NUMBER, IGNORABLE, CASED, OTHER, WHITE, PL, PN = (
+    1 << i for i in range(11))
 # CLIPTokenizer's pattern, compiled as transformers compiles it (IGNORECASE)
 PAT = regex.compile(r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|"""
                     r"""[^\s\p{L}\p{N}]+""", regex.IGNORECASE)
@@ -47,6 +49,14 @@ def flags(cp):
     oc = PAT.findall("!" + c) == ["!" + c]
     start = PAT.findall(c) == [c]
     assert start or not (lc or oc), hex(cp)
+    # CLIPTokenizerFast's classes (tokenizers' Oniguruma, no IGNORECASE):
+    # \s (White_Space), \p{L}, \p{N}
+    if regex.match(r"\s", c):
+        f |= WHITE
+    if regex.match(r"\p{L}", c):
+        f |= PL
+    if regex.match(r"\p{N}", c):
+        f |= PN
     if lc:
         f |= LETTER
     elif oc:
@@ -82,8 +92,9 @@ def main():
                                                    regex.__version__))
     out.write("#define CU_CTRL %d\n#define CU_SPACE_CLEAN %d\n#define CU_ISSPACE %d\n"
               "#define CU_LETTER %d\n#define CU_NUMBER %d\n#define CU_IGNORABLE %d\n"
-              "#define CU_CASED %d\n#define CU_OTHER %d\n" % (CTRL, SPACE_CLEAN, ISSPACE, LETTER,
-                                                              NUMBER, IGNORABLE, CASED, OTHER))
+              "#define CU_CASED %d\n#define CU_OTHER %d\n#define CU_WHITE %d\n#define CU_PL %d\n"
+              "#define CU_PN %d\n" % (CTRL, SPACE_CLEAN, ISSPACE, LETTER, NUMBER, IGNORABLE, CASED,
+                                      OTHER, WHITE, PL, PN))
     runs, prev = [], None
     for cp in range(MAXCP):
         f = flags(cp)
@@ -92,7 +103,7 @@ def main():
             prev = f
     out.write("static const uint32_t cu_flag_start[%d] = {\n" % len(runs))
     out.write(items("0x%x" % s for s, _ in runs) + "};\n")
-    out.write("static const uint8_t cu_flag_val[%d] = {\n" % len(runs))
+    out.write("static const uint16_t cu_flag_val[%d] = {\n" % len(runs))
     out.write(items(str(f) for _, f in runs) + "};\n")
 
     low = []

@@ -128,6 +128,14 @@ ct_status ct_bpe_load(const char *vocab_json, const char *merges_txt, ct_bpe **o
  * Unicode data, CLIP's pattern with \p{L} / \p{N}, BPE. */
 ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err);
 void ct_bpe_free(ct_bpe *b);
+/* Which rules a tokenizer follows: ct_bpe_load gives CT_BPE_CTUNER (ctuner's
+ * older, ASCII-only rules), ct_bpe_load_dir CT_BPE_CLIP (transformers'
+ * CLIPTokenizer, FluxPipeline's); CT_BPE_CLIP_FAST is CLIPTokenizerFast
+ * (AutoTokenizer's default): NFC, whitespace runs, per-character lowercase,
+ * no control-character removal, no CJK spacing. */
+enum { CT_BPE_CTUNER = 0, CT_BPE_CLIP = 1, CT_BPE_CLIP_FAST = 2 };
+void ct_bpe_set_rules(ct_bpe *b, int rules);
+int ct_bpe_rules(const ct_bpe *b);
 int ct_bpe_pad(const ct_bpe *b);        /* pad_token's id (<|endoftext|> unless configured) */
 int ct_bpe_max_length(const ct_bpe *b); /* model_max_length (77 unless configured) */
 int ct_bpe_vocab_size(const ct_bpe *b); /* largest id + 1 */

@@ -96,8 +96,8 @@ struct ct_bpe {
   smap ranks; /* "left right" -> merge rank */
   int nvocab; /* max id + 1 */
   int bos, eos, pad, unk;
-  int max_len; /* model_max_length */
-  int exact;   /* 1: transformers' CLIPTokenizer (ct_bpe_load_dir), 0: ctuner's older rules */
+  int max_len;           /* model_max_length */
+  int rules;             /* CT_BPE_*: ctuner's older rules, CLIPTokenizer, CLIPTokenizerFast */
   char byte_sym[256][4]; /* bytes_to_unicode as UTF-8 */
 };
 
@@ -285,6 +285,13 @@ int ct_bpe_bos(const ct_bpe *b) {
 int ct_bpe_eos(const ct_bpe *b) {
   return b->eos;
 }
+void ct_bpe_set_rules(ct_bpe *b, int rules) {
+  CT_ASSERT(rules >= CT_BPE_CTUNER && rules <= CT_BPE_CLIP_FAST);
+  b->rules = rules;
+}
+int ct_bpe_rules(const ct_bpe *b) {
+  return b->rules;
+}
 int ct_bpe_pad(const ct_bpe *b) {
   return b->pad;
 }
@@ -362,7 +369,7 @@ ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err) {
     ct_bpe_free(b);
     return st;
   }
-  b->exact = 1;
+  b->rules = CT_BPE_CLIP;
   *out = b;
   return CT_OK;
 }
@@ -552,14 +559,71 @@ static void exact_tokens(const ct_bpe *b, const char *text, emitter *e) {
   }
 }
 
+static int at_special(const uint32_t *cp, size_t n) {
+  return at_ascii(cp, n, "<|startoftext|>") || at_ascii(cp, n, "<|endoftext|>");
+}
+
+/* CLIPTokenizerFast (tokenizers, as transformers converts CLIPTokenizer):
+ * the normalizer over the whole text, the added tokens (normalized: true)
+ * split out of it, then Split(CLIP's pattern without IGNORECASE, removed,
+ * inverted) over plain \s / \p{L} / \p{N}, ByteLevel (its GPT-2 split
+ * changes none of those pieces), BPE. */
+static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
+  static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+  size_t n;
+  uint32_t *cp = ct_clip_fast_norm(text, strlen(text), &n);
+  char *u = cp ? malloc(4 * n + 1) : NULL;
+  if (!u) {
+    push(e, b->unk);
+    free(cp);
+    return;
+  }
+  for (size_t i = 0; i < n;) {
+    if (at_special(cp + i, n - i)) {
+      int start = cp[i + 2] == 's';
+      push(e, start ? b->bos : b->eos);
+      i += start ? 15 : 13;
+      continue;
+    }
+    int f = ct_clip_flags(cp[i]);
+    if (f & CT_CLIP_WHITE) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    for (size_t k = 0; k < sizeof contr / sizeof *contr && j == i; k++)
+      if (at_ascii(cp + i, n - i, contr[k])) j = i + strlen(contr[k]);
+    if (j > i) {
+    } else if (f & CT_CLIP_PL) {
+      while (j < n && (ct_clip_flags(cp[j]) & CT_CLIP_PL)) j++;
+    } else if (f & CT_CLIP_PN) {
+      j = i + 1;
+    } else {
+      while (j < n && !(ct_clip_flags(cp[j]) & (CT_CLIP_WHITE | CT_CLIP_PL | CT_CLIP_PN)) &&
+             (j == i || !at_special(cp + j, n - j)))
+        j++;
+    }
+    size_t m = 0;
+    for (size_t k = i; k < j; k++) m += put_utf8(u + m, cp[k]);
+    bpe_piece(b, u, m, e);
+    i = j;
+  }
+  free(u);
+  free(cp);
+}
+
 static int is_letter(unsigned char c) {
   return isalpha(c) || c >= 0x80;
 }
 
 int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
   emitter e = {ids, cap, 0};
-  if (b->exact) {
+  if (b->rules == CT_BPE_CLIP) {
     exact_tokens(b, text, &e);
+    return e.n;
+  }
+  if (b->rules == CT_BPE_CLIP_FAST) {
+    fast_tokens(b, text, &e);
     return e.n;
   }
   /* normalise: whitespace runs -> one space, strip, ASCII lowercase */

@@ -14,6 +14,7 @@
  * The Unicode data (clip_unicode_tab.h) is generated from the Python and
  * `regex` module transformers runs on (scripts/clip_unicode.py). Invalid
  * UTF-8 decodes to U+FFFD, which the clean-up drops (Python never sees it).
+ * ct_clip_fast_norm is CLIPTokenizerFast's normalizer instead.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -119,19 +120,19 @@ static int is_cjk(uint32_t cp) {
          (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
 }
 
-/* _clean_text and _tokenize_chinese_chars, then NFD (canonical decomposition
- * and ordering), the first half of NFC. */
-static void clean_decompose(const char *text, size_t len, cpbuf *out) {
+/* With basic: _clean_text and _tokenize_chinese_chars; then NFD (canonical
+ * decomposition and ordering), the first half of NFC. */
+static void clean_decompose(const char *text, size_t len, int basic, cpbuf *out) {
   const unsigned char *s = (const unsigned char *)text;
   for (size_t i = 0; i < len;) {
     uint32_t cp = utf8_next(s, len, &i);
     int f = ct_clip_flags(cp);
-    if (f & CU_CTRL) continue;
-    if (f & CU_SPACE_CLEAN) {
+    if (basic && (f & CU_CTRL)) continue;
+    if (basic && (f & CU_SPACE_CLEAN)) {
       put(out, ' ');
       continue;
     }
-    int cjk = is_cjk(cp);
+    int cjk = basic && is_cjk(cp);
     if (cjk) put(out, ' ');
     if (cp >= SBASE && cp < SBASE + SCOUNT) {
       uint32_t si = cp - SBASE;
@@ -201,10 +202,12 @@ static void compose_all(cpbuf *b) {
   b->n = w;
 }
 
-static void lower_into(const uint32_t *word, size_t n, cpbuf *out) {
+/* str.lower of a word (final_sigma: Python's context rule for Σ), or Rust's
+ * char::to_lowercase per character (not final_sigma: Σ -> σ always). */
+static void lower_into(const uint32_t *word, size_t n, int final_sigma, cpbuf *out) {
   for (size_t i = 0; i < n; i++) {
     uint32_t c = word[i];
-    if (c == 0x3A3) { /* Σ: ς at the end of a cased word (Python's Final_Sigma) */
+    if (c == 0x3A3 && final_sigma) { /* Σ: ς at the end of a cased word (Python's Final_Sigma) */
       size_t j = i;
       while (j > 0 && (ct_clip_flags(word[j - 1]) & CU_IGNORABLE)) j--;
       int fin = j > 0 && (ct_clip_flags(word[j - 1]) & CU_CASED);
@@ -224,7 +227,7 @@ static void lower_into(const uint32_t *word, size_t n, cpbuf *out) {
 
 uint32_t *ct_clip_basic(const char *text, size_t len, size_t *n) {
   cpbuf a = {0}, out = {0};
-  clean_decompose(text, len, &a);
+  clean_decompose(text, len, 1, &a);
   compose_all(&a);
   for (size_t i = 0; i < a.n;) {
     if (ct_clip_flags(a.v[i]) & CU_ISSPACE) {
@@ -234,7 +237,7 @@ uint32_t *ct_clip_basic(const char *text, size_t len, size_t *n) {
     size_t j = i;
     while (j < a.n && !(ct_clip_flags(a.v[j]) & CU_ISSPACE)) j++;
     if (out.n) put(&out, ' ');
-    lower_into(a.v + i, j - i, &out);
+    lower_into(a.v + i, j - i, 1, &out);
     i = j;
   }
   free(a.v);
@@ -245,5 +248,31 @@ uint32_t *ct_clip_basic(const char *text, size_t len, size_t *n) {
   }
   *n = out.n;
   if (!out.v) out.v = malloc(sizeof *out.v); /* empty text: a valid, empty buffer */
+  return out.v;
+}
+
+/* CLIPTokenizerFast's normalizer (tokenizers): NFC, Replace(\s+ -> " "),
+ * Lowercase (per character). */
+uint32_t *ct_clip_fast_norm(const char *text, size_t len, size_t *n) {
+  cpbuf a = {0}, out = {0};
+  clean_decompose(text, len, 0, &a);
+  compose_all(&a);
+  for (size_t i = 0; i < a.n;) {
+    if (ct_clip_flags(a.v[i]) & CU_WHITE) {
+      put(&out, ' ');
+      while (i < a.n && (ct_clip_flags(a.v[i]) & CU_WHITE)) i++;
+      continue;
+    }
+    lower_into(a.v + i, 1, 0, &out);
+    i++;
+  }
+  free(a.v);
+  if (a.oom || out.oom) {
+    free(out.v);
+    *n = 0;
+    return NULL;
+  }
+  *n = out.n;
+  if (!out.v) out.v = malloc(sizeof *out.v);
   return out.v;
 }
