@@ -495,87 +495,31 @@ static int at_ascii(const uint32_t *cp, size_t n, const char *lit) {
   return 1;
 }
 
-/* One chunk between exact special tokens: BasicTokenizer's clean-up, then
- * CLIP's pattern <|startoftext|>|<|endoftext|>|'s|'t|'re|'ve|'m|'ll|'d|
- * [\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+ (the only whitespace left is the
- * space between words), each match through BPE. */
-static void exact_chunk(const ct_bpe *b, const char *s, size_t len, emitter *e) {
-  static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
-  size_t n;
-  uint32_t *cp = ct_clip_basic(s, len, &n);
-  char *u = cp ? malloc(4 * n + 1) : NULL;
-  if (!u) { /* out of memory: the chunk becomes unknown */
-    push(e, b->unk);
-    free(cp);
-    return;
-  }
-  for (size_t i = 0; i < n;) {
-    if (cp[i] == ' ') {
-      i++;
-      continue;
-    }
-    if (at_ascii(cp + i, n - i, "<|startoftext|>") || at_ascii(cp + i, n - i, "<|endoftext|>")) {
-      int start = cp[i + 2] == 's';
-      push(e, start ? b->bos : b->eos);
-      i += start ? 15 : 13;
-      continue;
-    }
-    size_t j = i;
-    for (size_t k = 0; k < sizeof contr / sizeof *contr && j == i; k++)
-      if (at_ascii(cp + i, n - i, contr[k])) j = i + strlen(contr[k]);
-    if (j == i && cp[i] == '\'' && i + 1 < n && cp[i + 1] == 0x17F)
-      j = i + 2; /* IGNORECASE: 's also matches 'ſ (long s folds to s) */
-    int f = ct_clip_flags(cp[i]);
-    if (j > i) {
-    } else if (f & CT_CLIP_LETTER) {
-      while (j < n && (ct_clip_flags(cp[j]) & CT_CLIP_LETTER)) j++;
-    } else if (f & CT_CLIP_NUMBER) {
-      j = i + 1;
-    } else if (f & CT_CLIP_OTHER) {
-      while (j < n && (ct_clip_flags(cp[j]) & CT_CLIP_OTHER)) j++;
-    } else { /* no alternative takes it (U+0345 under IGNORECASE): skipped */
-      i++;
-      continue;
-    }
-    size_t m = 0;
-    for (size_t k = i; k < j; k++) m += put_utf8(u + m, cp[k]);
-    bpe_piece(b, u, m, e);
-    i = j;
-  }
-  free(u);
-  free(cp);
-}
-
-/* The slow tokenizer first splits the raw text on its added tokens (exact,
- * case-sensitive): <|startoftext|> and <|endoftext|>. */
-static void exact_tokens(const ct_bpe *b, const char *text, emitter *e) {
-  for (const char *p = text;;) {
-    const char *s1 = strstr(p, "<|startoftext|>"), *s2 = strstr(p, "<|endoftext|>");
-    const char *q = s1 && (!s2 || s1 < s2) ? s1 : s2;
-    exact_chunk(b, p, q ? (size_t)(q - p) : strlen(p), e);
-    if (!q) break;
-    push(e, q == s1 ? b->bos : b->eos);
-    p = q + (q == s1 ? 15 : 13);
-  }
-}
-
 static int at_special(const uint32_t *cp, size_t n) {
   return at_ascii(cp, n, "<|startoftext|>") || at_ascii(cp, n, "<|endoftext|>");
 }
 
-/* CLIPTokenizerFast (tokenizers, as transformers converts CLIPTokenizer):
- * the normalizer over the whole text, the added tokens (normalized: true)
- * split out of it, then Split(CLIP's pattern without IGNORECASE, removed,
- * inverted) over plain \s / \p{L} / \p{N}, ByteLevel (its GPT-2 split
- * changes none of those pieces), BPE. */
-static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
+/* The class a character has in CLIP's pattern: 'L' continues [\p{L}]+, 'N'
+ * is one [\p{N}], 'O' continues [^\s\p{L}\p{N}]+, 0 is taken by none
+ * (skipped). The slow tokenizer's classes are the IGNORECASE pattern's
+ * (U+0345 is in none), the fast one's the plain ones. */
+static int char_class(uint32_t c, int fast) {
+  int f = ct_clip_flags(c);
+  if (fast) return f & CT_CLIP_PL ? 'L' : f & CT_CLIP_PN ? 'N' : f & CT_CLIP_WHITE ? 0 : 'O';
+  return f & CT_CLIP_LETTER ? 'L' : f & CT_CLIP_NUMBER ? 'N' : f & CT_CLIP_OTHER ? 'O' : 0;
+}
+
+/* Normalized text through CLIP's pattern
+ * <|startoftext|>|<|endoftext|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+
+ * (findall), each match through BPE. Slow: the specials are alternatives of
+ * the pattern (tried where a match starts) and IGNORECASE makes 'ſ a
+ * contraction. Fast: the specials were split out before the pattern, so a
+ * run also ends where one starts. */
+static void clip_split(const ct_bpe *b, const uint32_t *cp, size_t n, int fast, emitter *e) {
   static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
-  size_t n;
-  uint32_t *cp = ct_clip_fast_norm(text, strlen(text), &n);
-  char *u = cp ? malloc(4 * n + 1) : NULL;
-  if (!u) {
+  char *u = malloc(4 * n + 1);
+  if (!u) { /* out of memory: the text becomes unknown */
     push(e, b->unk);
-    free(cp);
     return;
   }
   for (size_t i = 0; i < n;) {
@@ -585,22 +529,20 @@ static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
       i += start ? 15 : 13;
       continue;
     }
-    int f = ct_clip_flags(cp[i]);
-    if (f & CT_CLIP_WHITE) {
-      i++;
-      continue;
-    }
     size_t j = i;
     for (size_t k = 0; k < sizeof contr / sizeof *contr && j == i; k++)
       if (at_ascii(cp + i, n - i, contr[k])) j = i + strlen(contr[k]);
-    if (j > i) {
-    } else if (f & CT_CLIP_PL) {
-      while (j < n && (ct_clip_flags(cp[j]) & CT_CLIP_PL)) j++;
-    } else if (f & CT_CLIP_PN) {
+    if (!fast && j == i && cp[i] == '\'' && i + 1 < n && cp[i + 1] == 0x17F)
+      j = i + 2; /* IGNORECASE: 's also matches 'ſ (long s folds to s) */
+    int cls = char_class(cp[i], fast);
+    if (j == i && !cls) { /* whitespace, or (slow) U+0345 */
+      i++;
+      continue;
+    }
+    if (j == i) {
       j = i + 1;
-    } else {
-      while (j < n && !(ct_clip_flags(cp[j]) & (CT_CLIP_WHITE | CT_CLIP_PL | CT_CLIP_PN)) &&
-             (j == i || !at_special(cp + j, n - j)))
+      while (cls != 'N' && j < n && char_class(cp[j], fast) == cls &&
+             !(fast && at_special(cp + j, n - j)))
         j++;
     }
     size_t m = 0;
@@ -609,6 +551,39 @@ static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
     i = j;
   }
   free(u);
+}
+
+/* CLIPTokenizer: the raw text is split on its added tokens first (exact,
+ * case-sensitive), then each piece gets BasicTokenizer's clean-up
+ * (clip_norm.c) and the pattern. */
+static void exact_tokens(const ct_bpe *b, const char *text, emitter *e) {
+  for (const char *p = text;;) {
+    const char *s1 = strstr(p, "<|startoftext|>"), *s2 = strstr(p, "<|endoftext|>");
+    const char *q = s1 && (!s2 || s1 < s2) ? s1 : s2;
+    size_t n;
+    uint32_t *cp = ct_clip_basic(p, q ? (size_t)(q - p) : strlen(p), &n);
+    if (cp)
+      clip_split(b, cp, n, 0, e);
+    else
+      push(e, b->unk);
+    free(cp);
+    if (!q) break;
+    push(e, q == s1 ? b->bos : b->eos);
+    p = q + (q == s1 ? 15 : 13);
+  }
+}
+
+/* CLIPTokenizerFast (tokenizers, as transformers converts CLIPTokenizer):
+ * the normalizer over the whole text, the added tokens (normalized: true)
+ * split out of the result, then Split(CLIP's pattern, removed, inverted),
+ * ByteLevel (whose GPT-2 split changes none of those pieces), BPE. */
+static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
+  size_t n;
+  uint32_t *cp = ct_clip_fast_norm(text, strlen(text), &n);
+  if (cp)
+    clip_split(b, cp, n, 1, e);
+  else
+    push(e, b->unk);
   free(cp);
 }
 
