@@ -28,7 +28,9 @@ help:
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
-	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set)"
+	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set); the same for"
+	@echo "                FLUX's CLIP text encoder and CLIPTokenizer (scripts/clip_golden.py)"
+	@echo "                FlowMatchEulerDiscreteScheduler as FluxPipeline drives it vs diffusers (fm_sched_golden.py)"
 	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
@@ -101,6 +103,12 @@ interop: build
 	  rm -rf $(BUILD)/t5-interop && mkdir -p $(BUILD)/t5-interop && \
 	  $$py scripts/t5_golden.py --seed 1 --out $(BUILD)/t5-interop
 	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
+	py=$$(scripts/py_deps.sh t5) && $$py scripts/clip_golden.py --check tests/data/clip && \
+	  rm -rf $(BUILD)/clip-interop && $$py scripts/clip_golden.py --seed 1 --out $(BUILD)/clip-interop
+	CT_CLIP_DATA=$(abspath $(BUILD))/clip-interop $(BUILD)/ct_tests clip
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/fm_sched_golden.py --check tests/data/fm_sched_golden.json && \
+	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
+	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched
 	/usr/bin/python3 scripts/toml_expect.py --check
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \

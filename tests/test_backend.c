@@ -410,7 +410,7 @@ static void op_rmsnorm(bcheck *t) {
 
 /* ---------------------------------------------------------------- activations, elementwise */
 
-enum { ACT_SILU, ACT_GELU, ACT_QUICK };
+enum { ACT_SILU, ACT_GELU, ACT_QUICK, ACT_ERF };
 typedef struct {
   int kind, N, D, ldx, ldy;
   float *x, *r;
@@ -419,6 +419,7 @@ typedef struct {
 static double act_f(int kind, double v) {
   if (kind == ACT_SILU) return v / (1.0 + exp(-v));
   if (kind == ACT_QUICK) return v / (1.0 + exp(-1.702 * v));
+  if (kind == ACT_ERF) return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
   return 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
 }
 static double act_loss(void *p) {
@@ -429,7 +430,7 @@ static double act_loss(void *p) {
               : 0; /* r: set for the gradient checks only */
 }
 static void act_case(bcheck *t, int kind) {
-  static const char *names[] = {"silu", "gelu_tanh", "quick_gelu"};
+  static const char *names[] = {"silu", "gelu_tanh", "quick_gelu", "gelu_erf"};
   act_c c = {.kind = kind, .N = 3, .D = 5, .ldx = 7, .ldy = 6};
   size_t nx = (size_t)c.N * c.ldx, ny = (size_t)c.N * c.ldy;
   c.x = hrand(t, nx, 3);
@@ -438,13 +439,14 @@ static void act_case(bcheck *t, int kind) {
   act_loss(&c);
   float *x = dev(t, c.x, nx), *y = dev(t, y0, ny);
   const ct_backend_ops *be = t->be;
-  (kind == ACT_SILU   ? be->silu_fwd
-   : kind == ACT_GELU ? be->gelu_tanh_fwd
-                      : be->quick_gelu_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
+  (kind == ACT_SILU    ? be->silu_fwd
+   : kind == ACT_GELU  ? be->gelu_tanh_fwd
+   : kind == ACT_QUICK ? be->quick_gelu_fwd
+                       : be->gelu_erf_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
   char what[64];
   snprintf(what, sizeof what, "%s: y", names[kind]);
   cmp(t, what, back(t, y, ny), c.y, ny);
-  if (kind == ACT_QUICK) return; /* forward only (text encoder) */
+  if (kind == ACT_QUICK || kind == ACT_ERF) return; /* forward only (text encoder) */
   c.r = hrand(t, ny, 1);
   float *dx = dev(t, hrand(t, nx, 1), nx);
   (kind == ACT_SILU ? be->silu_bwd : be->gelu_tanh_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy,
@@ -460,6 +462,9 @@ static void op_gelu_tanh(bcheck *t) {
 }
 static void op_quick_gelu(bcheck *t) {
   act_case(t, ACT_QUICK);
+}
+static void op_gelu_erf(bcheck *t) {
+  act_case(t, ACT_ERF);
 }
 
 typedef struct {
@@ -553,6 +558,7 @@ static const struct {
     {"silu", op_silu},
     {"gelu_tanh", op_gelu_tanh},
     {"quick_gelu", op_quick_gelu},
+    {"gelu_erf", op_gelu_erf},
     {"gate_res", op_gate_res},
     {"elementwise", backend_op_elementwise},
     {"clamp", backend_op_clamp},
@@ -603,6 +609,7 @@ static const struct {
   X(gelu_tanh_fwd, ct_gelu_tanh_fwd) \
   X(gelu_tanh_bwd, ct_gelu_tanh_bwd) \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) \
+  X(gelu_erf_fwd, ct_gelu_erf_fwd) \
   X(gate_res_fwd, ct_gate_res_fwd) \
   X(gate_res_bwd, ct_gate_res_bwd) \
   X(add_inplace, ct_add_inplace) \

@@ -128,6 +128,7 @@ struct ct_backend_ops {
   void (*gelu_tanh_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
                         int lddx);
   void (*quick_gelu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*gelu_erf_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
   void (*gate_res_fwd)(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                        const float *y, int ldy, float *out, int ldo);
   void (*gate_res_bwd)(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,

@@ -139,6 +139,8 @@ void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, in
                       int lddx); /* overwrite */
 void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y,
                        int ldy); /* x*sigmoid(1.702x) */
+void ct_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y,
+                     int ldy); /* 0.5x(1+erf(x/sqrt 2)): torch's exact GELU, HF "gelu" */
 
 /* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
 void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
