@@ -4,7 +4,11 @@
  * docs/performance.md). sgemm_gflops is OpenBLAS's cblas_sgemm on a 2048^3
  * product (the baseline), ct_sgemm_gflops our ct_sgemm on the same product
  * (docs/gemm.md), timed alternately; mfu_vs_sgemm = gflops / sgemm_gflops and
- * mfu_vs_ct_sgemm = gflops / ct_sgemm_gflops. */
+ * mfu_vs_ct_sgemm = gflops / ct_sgemm_gflops.
+ * --profile puts the model on the profiling backend (ct_backend_profiled:
+ * every op timed into its family) and prints a per-family table of the timed
+ * steps before the JSON line, which then carries the same numbers under
+ * "profile" (docs/performance.md). */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "ctuner/alloc.h"
+#include "ctuner/backend.h"
 #include "ctuner/kernels.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/optim.h"
@@ -23,7 +28,7 @@
 void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
-          "                         [--gradient_checkpointing N]\n"
+          "                         [--gradient_checkpointing N] [--profile]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
@@ -32,7 +37,11 @@ void ct_cmd_bench_step_help(FILE *f) {
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
           "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
           "--gradient_checkpointing N recomputes every Nth block in the backward (1: every\n"
-          "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n",
+          "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n"
+          "--profile times every op of the timed steps by family (gemm, attention, norm,\n"
+          "rope, modulation, activation, optimizer, packing, other) and phase (forward,\n"
+          "backward, step): a table, then the JSON line with \"profile\" added\n"
+          "(ms per step per family and phase; docs/performance.md).\n",
           ct_mmdit_preset_names());
 }
 
@@ -68,14 +77,55 @@ static void sgemm_gflops(double *blas, double *ours) {
   ct_free(c);
 }
 
+/* The profile of `steps` timed steps of median `med` seconds each: a table
+ * (ms per step by family and phase, share of the summed step time) on stdout,
+ * and the same as a JSON object appended to js. */
+static void profile_report(long steps, double total, char *js, size_t jn) {
+  ct_prof_counts pc;
+  ct_prof_read(&pc);
+  double per = 1e3 / (double)steps, acc = 0;
+  printf("%-12s %10s %10s %10s %10s %7s %8s\n", "family", "fwd ms", "bwd ms", "step ms", "total ms",
+         "share", "calls");
+  size_t o = (size_t)snprintf(js, jn, "{");
+  for (int f = 0; f < CT_PROF_NFAMILIES; f++) {
+    double ph[CT_PROF_NPHASES], sum = 0;
+    long nc = 0;
+    for (int p = 0; p < CT_PROF_NPHASES; p++) {
+      ph[p] = pc.seconds[p][f] * per;
+      sum += ph[p];
+      nc += pc.calls[p][f];
+    }
+    acc += sum;
+    if (!nc) continue;
+    printf("%-12s %10.2f %10.2f %10.2f %10.2f %6.1f%% %8.0f\n", ct_prof_family_name(f), ph[0],
+           ph[1], ph[2], sum, 100.0 * sum / (total * per), (double)nc / (double)steps);
+    if (o < jn)
+      o += (size_t)snprintf(js + o, jn - o,
+                            "%s\"%s\": {\"forward_ms\": %.3f, \"backward_ms\": %.3f, "
+                            "\"step_ms\": %.3f, \"calls_per_step\": %.1f}",
+                            o > 1 ? ", " : "", ct_prof_family_name(f), ph[0], ph[1], ph[2],
+                            (double)nc / (double)steps);
+  }
+  double rest = total * per - acc;
+  printf("%-12s %10s %10s %10s %10.2f %6.1f%%\n", "untimed", "", "", "", rest,
+         100.0 * rest / (total * per));
+  printf("%-12s %10s %10s %10s %10.2f\n", "step", "", "", "", total * per);
+  if (o < jn)
+    snprintf(js + o, jn - o, "%s\"untimed_ms\": %.3f, \"step_ms\": %.3f}", o > 1 ? ", " : "", rest,
+             total * per);
+}
+
 int ct_cmd_bench_step(int argc, char **argv) {
   const char *preset = "bench", *v;
   long steps = 10, warmup = 3, threads = 0, ckpt = 0;
+  int profile = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_bench_step_help(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--profile")) {
+      profile = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
@@ -125,6 +175,10 @@ int ct_cmd_bench_step(int argc, char **argv) {
     goto out;
   }
   ct_mmdit_set_checkpointing(m, (int)ckpt);
+  if (profile && ct_mmdit_set_backend(m, ct_backend_profiled(ct_backend_default()), &err)) {
+    fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+    goto out;
+  }
   size_t n = ct_mmdit_numel(m);
   x0 = ct_alloc(CT_MEM_BUFFERS, nx * 4);
   eps = ct_alloc(CT_MEM_BUFFERS, nx * 4);
@@ -147,7 +201,10 @@ int ct_cmd_bench_step(int argc, char **argv) {
   ct_rng_fill_normal(txt, ntxt, 1, 11, 0, 0, 1);
   ct_rng_fill_normal(y, ny, 1, 12, 0, 0, 1);
   ct_adamw_hp hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  double prof_total = 0;
   for (long s = 0; s < warmup + steps; s++) {
+    if (profile && s == warmup) ct_prof_reset();
+    ct_prof_set_phase(CT_PROF_STEP);
     double t0 = ct_time_now();
     ct_rng_fill_normal(eps, nx, 2, (uint64_t)s, 0, 0, 1);
     for (size_t b = 0; b < B; b++) {
@@ -161,24 +218,36 @@ int ct_cmd_bench_step(int argc, char **argv) {
       tgt[i] = eps[i] - x0[i];
     }
     ct_zero(n, ct_mmdit_grads(m));
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0);
     ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, xt, t, txt, y, NULL};
+    ct_prof_set_phase(CT_PROF_FORWARD);
     if (ct_mmdit_forward(m, &in, vp, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
+    ct_prof_set_phase(CT_PROF_STEP);
+    double t1 = ct_time_now();
     ct_mse_fwd_bwd(nx, vp, tgt, 1.0f, dv);
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t1);
+    ct_prof_set_phase(CT_PROF_BACKWARD);
     if (ct_mmdit_backward(m, dv, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
+    ct_prof_set_phase(CT_PROF_STEP);
+    double t2 = ct_time_now();
     ct_adamw_step(n, ct_mmdit_params(m), ct_mmdit_grads(m), om, ov, &hp, s + 1);
-    double dt = ct_time_now() - t0;
-    if (s >= warmup) times[s - warmup] = dt;
+    double t3 = ct_time_now();
+    if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2);
+    double dt = t3 - t0;
+    if (s >= warmup) times[s - warmup] = dt, prof_total += dt;
   }
   qsort(times, (size_t)steps, sizeof(double), cmp_double);
   double med = times[steps / 2], fwd, bwd;
   ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
   double gf = (fwd + bwd) / med / 1e9;
+  char pjs[2048] = "";
+  if (profile) profile_report(steps, prof_total, pjs, sizeof pjs);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -193,10 +262,10 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
       "\"ct_sgemm_path\": \"%s\", "
       "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
-      "\"gradient_checkpointing\": %ld}\n",
+      "\"gradient_checkpointing\": %ld%s%s}\n",
       p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
       gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
-      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt);
+      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, profile ? ", \"profile\": " : "", pjs);
   rc = 0;
 out:
   free(times);
