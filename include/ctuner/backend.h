@@ -200,13 +200,16 @@ typedef enum {
 } ct_prof_family;
 typedef enum { CT_PROF_FORWARD, CT_PROF_BACKWARD, CT_PROF_STEP, CT_PROF_NPHASES } ct_prof_phase;
 typedef struct {
-  double seconds[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
+  double seconds[CT_PROF_NPHASES][CT_PROF_NFAMILIES];     /* wall */
+  double cpu_seconds[CT_PROF_NPHASES][CT_PROF_NFAMILIES]; /* process CPU time */
   long calls[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
 } ct_prof_counts;
 
 const ct_backend_ops *ct_backend_profiled(const ct_backend_ops *wrapped);
-void ct_prof_set_phase(ct_prof_phase p);            /* where the next ops count */
-void ct_prof_add(ct_prof_family f, double seconds); /* work timed outside the table */
+void ct_prof_set_phase(ct_prof_phase p); /* where the next ops count */
+/* work timed outside the table (wall and process CPU seconds) */
+void ct_prof_add(ct_prof_family f, double seconds, double cpu_seconds);
+double ct_prof_cpu_now(void); /* the process's CPU time in seconds, for ct_prof_add */
 void ct_prof_reset(void);
 void ct_prof_read(ct_prof_counts *out);
 const char *ct_prof_family_name(ct_prof_family f); /* "gemm", "attention", ... */

@@ -77,42 +77,47 @@ static void sgemm_gflops(double *blas, double *ours) {
   ct_free(c);
 }
 
-/* The profile of `steps` timed steps of median `med` seconds each: a table
- * (ms per step by family and phase, share of the summed step time) on stdout,
- * and the same as a JSON object appended to js. */
-static void profile_report(long steps, double total, char *js, size_t jn) {
+/* The profile of `steps` timed steps taking `total` wall and `cpu` process
+ * CPU seconds in all: a table (wall ms per step by family and phase, CPU ms
+ * per step, shares of the step) on stdout, and the same as a JSON object
+ * written to js. */
+static void profile_report(long steps, double total, double cpu, char *js, size_t jn) {
   ct_prof_counts pc;
   ct_prof_read(&pc);
-  double per = 1e3 / (double)steps, acc = 0;
-  printf("%-12s %10s %10s %10s %10s %7s %8s\n", "family", "fwd ms", "bwd ms", "step ms", "total ms",
-         "share", "calls");
+  double per = 1e3 / (double)steps, acc = 0, acc_cpu = 0;
+  printf("%-11s %9s %9s %8s %9s %6s %9s %6s %6s\n", "family", "fwd ms", "bwd ms", "step ms",
+         "wall ms", "share", "cpu ms", "share", "calls");
   size_t o = (size_t)snprintf(js, jn, "{");
   for (int f = 0; f < CT_PROF_NFAMILIES; f++) {
-    double ph[CT_PROF_NPHASES], sum = 0;
+    double ph[CT_PROF_NPHASES], sum = 0, sc = 0;
     long nc = 0;
     for (int p = 0; p < CT_PROF_NPHASES; p++) {
       ph[p] = pc.seconds[p][f] * per;
       sum += ph[p];
+      sc += pc.cpu_seconds[p][f] * per;
       nc += pc.calls[p][f];
     }
-    acc += sum;
+    acc += sum, acc_cpu += sc;
     if (!nc) continue;
-    printf("%-12s %10.2f %10.2f %10.2f %10.2f %6.1f%% %8.0f\n", ct_prof_family_name(f), ph[0],
-           ph[1], ph[2], sum, 100.0 * sum / (total * per), (double)nc / (double)steps);
+    printf("%-11s %9.2f %9.2f %8.2f %9.2f %5.1f%% %9.2f %5.1f%% %6.0f\n", ct_prof_family_name(f),
+           ph[0], ph[1], ph[2], sum, 100.0 * sum / (total * per), sc, 100.0 * sc / (cpu * per),
+           (double)nc / (double)steps);
     if (o < jn)
       o += (size_t)snprintf(js + o, jn - o,
                             "%s\"%s\": {\"forward_ms\": %.3f, \"backward_ms\": %.3f, "
-                            "\"step_ms\": %.3f, \"calls_per_step\": %.1f}",
-                            o > 1 ? ", " : "", ct_prof_family_name(f), ph[0], ph[1], ph[2],
+                            "\"step_ms\": %.3f, \"cpu_ms\": %.3f, \"calls_per_step\": %.1f}",
+                            o > 1 ? ", " : "", ct_prof_family_name(f), ph[0], ph[1], ph[2], sc,
                             (double)nc / (double)steps);
   }
-  double rest = total * per - acc;
-  printf("%-12s %10s %10s %10s %10.2f %6.1f%%\n", "untimed", "", "", "", rest,
-         100.0 * rest / (total * per));
-  printf("%-12s %10s %10s %10s %10.2f\n", "step", "", "", "", total * per);
+  double rest = total * per - acc, rest_cpu = cpu * per - acc_cpu;
+  printf("%-11s %9s %9s %8s %9.2f %5.1f%% %9.2f %5.1f%%\n", "untimed", "", "", "", rest,
+         100.0 * rest / (total * per), rest_cpu, 100.0 * rest_cpu / (cpu * per));
+  printf("%-11s %9s %9s %8s %9.2f %6s %9.2f\n", "step", "", "", "", total * per, "", cpu * per);
   if (o < jn)
-    snprintf(js + o, jn - o, "%s\"untimed_ms\": %.3f, \"step_ms\": %.3f}", o > 1 ? ", " : "", rest,
-             total * per);
+    snprintf(js + o, jn - o,
+             "%s\"untimed_ms\": %.3f, \"step_ms\": %.3f, \"untimed_cpu_ms\": %.3f, "
+             "\"step_cpu_ms\": %.3f}",
+             o > 1 ? ", " : "", rest, total * per, rest_cpu, cpu * per);
 }
 
 int ct_cmd_bench_step(int argc, char **argv) {
@@ -201,11 +206,11 @@ int ct_cmd_bench_step(int argc, char **argv) {
   ct_rng_fill_normal(txt, ntxt, 1, 11, 0, 0, 1);
   ct_rng_fill_normal(y, ny, 1, 12, 0, 0, 1);
   ct_adamw_hp hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
-  double prof_total = 0;
+  double prof_total = 0, prof_cpu = 0;
   for (long s = 0; s < warmup + steps; s++) {
     if (profile && s == warmup) ct_prof_reset();
     ct_prof_set_phase(CT_PROF_STEP);
-    double t0 = ct_time_now();
+    double t0 = ct_time_now(), c0 = ct_prof_cpu_now();
     ct_rng_fill_normal(eps, nx, 2, (uint64_t)s, 0, 0, 1);
     for (size_t b = 0; b < B; b++) {
       float z = ct_rng_normal(3, (uint64_t)s, b);
@@ -218,7 +223,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
       tgt[i] = eps[i] - x0[i];
     }
     ct_zero(n, ct_mmdit_grads(m));
-    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0);
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0, ct_prof_cpu_now() - c0);
     ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, xt, t, txt, y, NULL};
     ct_prof_set_phase(CT_PROF_FORWARD);
     if (ct_mmdit_forward(m, &in, vp, &err)) {
@@ -226,28 +231,28 @@ int ct_cmd_bench_step(int argc, char **argv) {
       goto out;
     }
     ct_prof_set_phase(CT_PROF_STEP);
-    double t1 = ct_time_now();
+    double t1 = ct_time_now(), c1 = ct_prof_cpu_now();
     ct_mse_fwd_bwd(nx, vp, tgt, 1.0f, dv);
-    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t1);
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t1, ct_prof_cpu_now() - c1);
     ct_prof_set_phase(CT_PROF_BACKWARD);
     if (ct_mmdit_backward(m, dv, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
     ct_prof_set_phase(CT_PROF_STEP);
-    double t2 = ct_time_now();
+    double t2 = ct_time_now(), c2 = ct_prof_cpu_now();
     ct_adamw_step(n, ct_mmdit_params(m), ct_mmdit_grads(m), om, ov, &hp, s + 1);
-    double t3 = ct_time_now();
-    if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2);
+    double t3 = ct_time_now(), c3 = ct_prof_cpu_now();
+    if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2, c3 - c2);
     double dt = t3 - t0;
-    if (s >= warmup) times[s - warmup] = dt, prof_total += dt;
+    if (s >= warmup) times[s - warmup] = dt, prof_total += dt, prof_cpu += c3 - c0;
   }
   qsort(times, (size_t)steps, sizeof(double), cmp_double);
   double med = times[steps / 2], fwd, bwd;
   ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
   double gf = (fwd + bwd) / med / 1e9;
   char pjs[2048] = "";
-  if (profile) profile_report(steps, prof_total, pjs, sizeof pjs);
+  if (profile) profile_report(steps, prof_total, prof_cpu, pjs, sizeof pjs);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const char *ct = getenv("OPENBLAS_CORETYPE");

@@ -1,7 +1,8 @@
 /* The profiling backend behind `ctuner bench step --profile`: a ct_backend_ops
  * whose every op calls the same op of a wrapped backend and adds the time it
  * took (monotonic clock, after the op returns: the CPU backend runs each op to
- * completion) to the op's family, under the phase the caller has set
+ * completion; and the process's CPU time, which on one thread is the op's own
+ * work whatever else runs on the machine) to the op's family, under the phase the caller has set
  * (forward, backward, step). A model put on this table (ct_mmdit_set_backend)
  * is profiled op by op; nothing costs anything when it is not used, since the
  * models then call the wrapped table directly.
@@ -20,29 +21,41 @@
 static const ct_backend_ops *inner;
 static int phase;
 static uint64_t ns[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
+static uint64_t cpu_ns[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
 static uint64_t calls[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
 
-static uint64_t now_ns(void) {
+static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void add(ct_prof_family f, uint64_t t0) {
+/* start of an op: wall and process CPU time */
+typedef struct {
+  uint64_t wall, cpu;
+} stamp;
+static stamp now_ns(void) {
+  stamp s = {clock_ns(CLOCK_MONOTONIC), clock_ns(CLOCK_PROCESS_CPUTIME_ID)};
+  return s;
+}
+
+static void add(ct_prof_family f, stamp t0) {
+  stamp t1 = now_ns();
   int p = __atomic_load_n(&phase, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&ns[p][f], now_ns() - t0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&ns[p][f], t1.wall - t0.wall, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&cpu_ns[p][f], t1.cpu - t0.cpu, __ATOMIC_RELAXED);
   __atomic_fetch_add(&calls[p][f], 1, __ATOMIC_RELAXED);
 }
 
-#define TIMED(fam, call)     \
-  do {                       \
-    uint64_t t0_ = now_ns(); \
-    call;                    \
-    add(fam, t0_);           \
+#define TIMED(fam, call)  \
+  do {                    \
+    stamp t0_ = now_ns(); \
+    call;                 \
+    add(fam, t0_);        \
   } while (0)
 
 static void *p_alloc(ct_mem_cat cat, size_t bytes) {
-  uint64_t t0 = now_ns();
+  stamp t0 = now_ns();
   void *r = inner->alloc(cat, bytes);
   add(CT_PROF_MEMORY, t0);
   return r;
@@ -182,7 +195,7 @@ static void p_groupnorm_bwd(int B, int C, int HW, int G, const float *x, const f
 }
 
 static size_t p_conv2d_col_floats(const ct_conv2d_shape *s) {
-  uint64_t t0 = now_ns();
+  stamp t0 = now_ns();
   size_t r = inner->conv2d_col_floats(s);
   add(CT_PROF_CONV, t0);
   return r;
@@ -303,7 +316,7 @@ static void p_embedding_fwd(int N, int T, int D, const int32_t *ids, const float
 
 static float p_mse_fwd_bwd(size_t n, const float *pred, const float *target, float dloss,
                            float *dpred) {
-  uint64_t t0 = now_ns();
+  stamp t0 = now_ns();
   float r = inner->mse_fwd_bwd(n, pred, target, dloss, dpred);
   add(CT_PROF_OTHER, t0);
   return r;
@@ -335,7 +348,7 @@ static void p_ema_update(size_t n, float *e, const float *w, float decay) {
 }
 
 static double p_sumsq(size_t n, const float *x) {
-  uint64_t t0 = now_ns();
+  stamp t0 = now_ns();
   double r = inner->sumsq(n, x);
   add(CT_PROF_OPTIMIZER, t0);
   return r;
@@ -414,17 +427,24 @@ void ct_prof_set_phase(ct_prof_phase p) {
   if (p >= 0 && p < CT_PROF_NPHASES) __atomic_store_n(&phase, (int)p, __ATOMIC_RELAXED);
 }
 
-void ct_prof_add(ct_prof_family f, double seconds) {
-  if (f < 0 || f >= CT_PROF_NFAMILIES || !(seconds > 0)) return;
+void ct_prof_add(ct_prof_family f, double seconds, double cpu_seconds) {
+  if (f < 0 || f >= CT_PROF_NFAMILIES) return;
   int p = __atomic_load_n(&phase, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&ns[p][f], (uint64_t)(seconds * 1e9), __ATOMIC_RELAXED);
+  if (seconds > 0) __atomic_fetch_add(&ns[p][f], (uint64_t)(seconds * 1e9), __ATOMIC_RELAXED);
+  if (cpu_seconds > 0)
+    __atomic_fetch_add(&cpu_ns[p][f], (uint64_t)(cpu_seconds * 1e9), __ATOMIC_RELAXED);
   __atomic_fetch_add(&calls[p][f], 1, __ATOMIC_RELAXED);
+}
+
+double ct_prof_cpu_now(void) {
+  return 1e-9 * (double)clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 void ct_prof_reset(void) {
   for (int p = 0; p < CT_PROF_NPHASES; p++)
     for (int f = 0; f < CT_PROF_NFAMILIES; f++) {
       __atomic_store_n(&ns[p][f], 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&cpu_ns[p][f], 0, __ATOMIC_RELAXED);
       __atomic_store_n(&calls[p][f], 0, __ATOMIC_RELAXED);
     }
 }
@@ -433,6 +453,7 @@ void ct_prof_read(ct_prof_counts *out) {
   for (int p = 0; p < CT_PROF_NPHASES; p++)
     for (int f = 0; f < CT_PROF_NFAMILIES; f++) {
       out->seconds[p][f] = 1e-9 * (double)__atomic_load_n(&ns[p][f], __ATOMIC_RELAXED);
+      out->cpu_seconds[p][f] = 1e-9 * (double)__atomic_load_n(&cpu_ns[p][f], __ATOMIC_RELAXED);
       out->calls[p][f] = (long)__atomic_load_n(&calls[p][f], __ATOMIC_RELAXED);
     }
 }
