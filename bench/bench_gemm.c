@@ -10,11 +10,14 @@
  *   {"name", "op", "M", "N", "K", "ct_gflops", "base_gflops", "ratio"}
  * with M x N the output and K the summed dimension (cblas naming), ratio =
  * base time / ct time. Not part of the library; threads come from
- * OMP_NUM_THREADS. Usage: bench_gemm [reps] [baseline path: blas, avx2,
+ * OMP_NUM_THREADS; with one thread the times are the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), which other processes on the machine barely
+ * disturb, otherwise wall time. Usage: bench_gemm [reps] [baseline path: blas, avx2,
  * avx512], e.g. `CT_GEMM=avx2 bench_gemm 15 avx512` for AVX2 against AVX-512. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "kernels/gemm.h"
 
@@ -40,6 +43,14 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* wall time, or this thread's CPU time when running on one thread */
+static double now(void) {
+  if (omp_get_max_threads() > 1) return omp_get_wtime();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double median(double *t, int n) {
   qsort(t, (size_t)n, sizeof(double), cmpd);
   return t[n / 2];
@@ -56,11 +67,11 @@ static void one(const char *name, const char *op, int tA, int tB, int M, int N, 
     base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
   }
   for (int r = 0; r < REPS; r++) {
-    double t0 = omp_get_wtime();
+    double t0 = now();
     ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    double t1 = omp_get_wtime();
+    double t1 = now();
     base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    double t2 = omp_get_wtime();
+    double t2 = now();
     tc[r] = t1 - t0;
     tb[r] = t2 - t1;
   }
