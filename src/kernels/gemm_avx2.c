@@ -102,17 +102,32 @@ static void transpose_edge(const float *src, size_t lds, int r, int c, float *ds
  * holds op(A)[i0+p+i][k0+k] at [p*kc + k*MR + i]; rows past mc are zero. */
 AVX2 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
                         float *restrict ap) {
-  if (transA) { /* op(A)[i][k] = A[k][i]: walk stored rows in order */
-    for (int k = 0; k < kc; k++) {
-      const float *src = A + (size_t)(k0 + k) * lda + i0;
-      int p = 0;
-      for (; p + MR <= mc; p += MR)
-        _mm_storeu_ps(ap + (size_t)p * kc + (size_t)k * MR, _mm_loadu_ps(src + p));
-      if (p < mc) {
+  if (transA) { /* op(A)[i][k] = A[k][i]: two panels (8 stored columns) at a
+                 * time, two stored rows per step: [row k | row k+1] halves
+                 * are the panels' slots k and k+1, written front to back */
+    int p = 0;
+    for (; p + 2 * MR <= mc; p += 2 * MR) {
+      const float *src = A + (size_t)k0 * lda + i0 + p;
+      float *d0 = ap + (size_t)p * kc, *d1 = d0 + (size_t)MR * kc;
+      int k = 0;
+      for (; k + 2 <= kc; k += 2) {
+        __m256 r0 = _mm256_loadu_ps(src + (size_t)k * lda);
+        __m256 r1 = _mm256_loadu_ps(src + (size_t)(k + 1) * lda);
+        _mm256_storeu_ps(d0 + (size_t)k * MR, _mm256_permute2f128_ps(r0, r1, 0x20));
+        _mm256_storeu_ps(d1 + (size_t)k * MR, _mm256_permute2f128_ps(r0, r1, 0x31));
+      }
+      for (; k < kc; k++) {
+        __m256 r0 = _mm256_loadu_ps(src + (size_t)k * lda);
+        _mm_storeu_ps(d0 + (size_t)k * MR, _mm256_castps256_ps128(r0));
+        _mm_storeu_ps(d1 + (size_t)k * MR, _mm256_extractf128_ps(r0, 1));
+      }
+    }
+    for (; p < mc; p += MR) /* the last one or two panels, zero past mc */
+      for (int k = 0; k < kc; k++) {
+        const float *src = A + (size_t)(k0 + k) * lda + i0;
         float *dst = ap + (size_t)p * kc + (size_t)k * MR;
         for (int i = 0; i < MR; i++) dst[i] = p + i < mc ? src[p + i] : 0.0f;
       }
-    }
     return;
   }
   for (int p = 0; p < mc; p += MR) {
