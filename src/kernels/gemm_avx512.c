@@ -103,11 +103,33 @@ static void transpose_edge(const float *src, size_t lds, int r, int c, float *ds
  * the micro-kernel never branches on the row count. */
 AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
                           float *restrict ap) {
-  if (transA) { /* op(A)[i][k] = A[k][i]: walk stored rows in order (one
-                 * memory stream), dealing MR floats to each panel */
+  if (transA) { /* op(A)[i][k] = A[k][i] */
+    int p0 = 0;
+#if MR == 8
+    /* two panels (16 stored columns) at a time, two stored rows per step:
+     * the rows' low halves are the first panel's slots k and k+1, the high
+     * halves the second's, each panel written front to back */
+    for (; p0 + 2 * MR <= mc; p0 += 2 * MR) {
+      const float *src = A + (size_t)k0 * lda + i0 + p0;
+      float *d0 = ap + (size_t)p0 * kc, *d1 = d0 + (size_t)MR * kc;
+      int k = 0;
+      for (; k + 2 <= kc; k += 2) {
+        __m512 r0 = _mm512_loadu_ps(src + (size_t)k * lda);
+        __m512 r1 = _mm512_loadu_ps(src + (size_t)(k + 1) * lda);
+        _mm512_storeu_ps(d0 + (size_t)k * MR, _mm512_shuffle_f32x4(r0, r1, 0x44));
+        _mm512_storeu_ps(d1 + (size_t)k * MR, _mm512_shuffle_f32x4(r0, r1, 0xEE));
+      }
+      for (; k < kc; k++) {
+        __m512 r0 = _mm512_loadu_ps(src + (size_t)k * lda);
+        _mm256_storeu_ps(d0 + (size_t)k * MR, _mm512_castps512_ps256(r0));
+        _mm256_storeu_ps(d1 + (size_t)k * MR, _mm512_extractf32x8_ps(r0, 1));
+      }
+    }
+#endif
+    /* the rest: walk stored rows in order, dealing MR floats to each panel */
     for (int k = 0; k < kc; k++) {
       const float *src = A + (size_t)(k0 + k) * lda + i0;
-      for (int p = 0; p < mc; p += MR) {
+      for (int p = p0; p < mc; p += MR) {
         float *dst = ap + (size_t)p * kc + (size_t)k * MR;
 #if MR <= 16
         _mm512_mask_storeu_ps(dst, lanes(MR), _mm512_maskz_loadu_ps(lanes(mc - p), src + p));
