@@ -53,8 +53,7 @@ GEMM_ISA static void task_tiles(const job *g, const float *ap, int ic, int mc, i
  * packs them itself right before use and needs no barrier. Sharing one packed
  * B block would cost a barrier per K block and move every panel between
  * cores, and for so few rows packing B is most of the work. */
-GEMM_ISA static void run_narrow(const job *g) {
-  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+GEMM_ISA static void run_narrow(const job *g, int tid, int nth) {
   int npan = cdiv(g->N, NR), q0 = npan * tid / nth, q1 = npan * (tid + 1) / nth;
   if (q0 >= q1) return;
   int j0 = q0 * NR, ncols = imin(q1 * NR, g->N) - j0;
@@ -81,11 +80,11 @@ GEMM_ISA static void run_narrow(const job *g) {
 
 /* One thread's share; called by every thread of the team. */
 GEMM_ISA static void run(const job *g) {
+  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
   if (g->nic == 1) {
-    run_narrow(g);
+    run_narrow(g, tid, nth);
     return;
   }
-  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
   float *ap = ct_gemm_packbuf(0, (size_t)g->mc * g->kc + 16);
   for (int jc = 0; jc < g->N; jc += g->nc) {
     int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
@@ -115,6 +114,35 @@ GEMM_ISA static void run(const job *g) {
   }
 }
 
+/* One thread and no OpenMP construct at all: the calls attention makes per
+ * tile from inside its own parallel region, and every small product, skip
+ * opening a team. The same blocks, tiles and operations as run() on one
+ * thread, so the same bits. */
+GEMM_ISA static void run_serial(const job *g) {
+  if (g->nic == 1) {
+    run_narrow(g, 0, 1);
+    return;
+  }
+  float *ap = ct_gemm_packbuf(0, (size_t)g->mc * g->kc + 16);
+  for (int jc = 0; jc < g->N; jc += g->nc) {
+    int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
+    for (int pc = 0; pc < g->K; pc += g->kc) {
+      int kc = imin(g->kc, g->K - pc);
+      if (g->tB)
+        for (int q = 0; q < npan; q++)
+          pack_bt_panel(g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
+                        g->bp + (size_t)q * kc * NR);
+      else
+        pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, jc, nc, g->bp);
+      for (int ib = 0; ib < g->nic; ib++) {
+        int ic = ib * g->mc, mc = imin(g->mc, g->M - ic);
+        pack_a(g->tA, g->A, g->lda, ic, pc, mc, kc, ap);
+        task_tiles(g, ap, ic, mc, jc, nc, 0, npan, kc, pc == 0);
+      }
+    }
+  }
+}
+
 /* Block sizes: K blocks depend on K alone (determinism); row blocks are a
  * multiple of the thread count when possible so the tasks balance. */
 static void plan(job *g, int nth) {
@@ -137,8 +165,12 @@ void GEMM_ENTRY(int transA, int transB, int M, int N, int K, float alpha, const 
   job g = {transA, transB, M, N, K, A, B, lda, ldb, ldc, alpha, beta, C, NULL, 0, 0, 0, 0, 0};
   plan(&g, nth);
   if (g.nic > 1) g.bp = ct_gemm_packbuf(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
-    /* Always open a region (of one thread if serial): the work-sharing inside
-     * run() must bind to our team, not to a caller's enclosing one. */
+  if (nth == 1) {
+    run_serial(&g);
+    return;
+  }
+  /* Open our own region: the work-sharing inside run() must bind to our
+   * team, not to a caller's enclosing one. */
 #pragma omp parallel num_threads(nth)
   run(&g);
 }
