@@ -11,10 +11,12 @@
  * "profile" (docs/performance.md). */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "ctuner/alloc.h"
@@ -35,7 +37,12 @@ void ct_cmd_bench_step_help(FILE *f) {
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
           "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
-          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
+          "peak_rss_mb; and by CPU time (robust to other load; with --threads 1 the\n"
+          "whole step's work): cpu_ms_per_step_median, gflops_per_cpu_s,\n"
+          "ct_sgemm_gflops_core (ct_sgemm on one thread per CPU second, 1024^3) and\n"
+          "mfu_cpu_vs_ct_sgemm = gflops_per_cpu_s / ct_sgemm_gflops_core.\n"
+          "CT_GEMM=blas makes the model use OpenBLAS, CT_GEMM=avx2 our AVX2 kernel\n"
+          "(docs/gemm.md).\n"
           "--gradient_checkpointing N recomputes every Nth block in the backward (1: every\n"
           "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n"
           "--profile times every op of the timed steps by family (gemm, attention, norm,\n"
@@ -45,6 +52,12 @@ void ct_cmd_bench_step_help(FILE *f) {
           ct_mmdit_preset_names());
 }
 
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -52,6 +65,33 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Best GFLOP/s of OpenBLAS (*blas) and ct_sgemm (*ours) on C = A B^T, 2048^3,
  * run alternately so that load from other processes hits both alike. */
+/* GFLOP/s of ct_sgemm on one thread per second of that thread's CPU time,
+ * best of 3 on 1024^3: the per-core rate that other load barely changes. */
+static double sgemm_core_gflops(void) {
+  const int n = 1024;
+  float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *c = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4);
+  double best = 0;
+  if (a && b && c) {
+    ct_rng_fill_normal(a, (size_t)n * n, 1, 1, 0, 0, 1);
+    ct_rng_fill_normal(b, (size_t)n * n, 1, 2, 0, 0, 1);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    for (int r = 0; r < 4; r++) {
+      double t0 = thread_cpu();
+      ct_sgemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      double g = 2.0 * n * n * n / (thread_cpu() - t0) / 1e9;
+      if (r > 0 && g > best) best = g;
+    }
+    omp_set_num_threads(saved);
+  }
+  ct_free(a);
+  ct_free(b);
+  ct_free(c);
+  return best;
+}
+
 static void sgemm_gflops(double *blas, double *ours) {
   const int n = 2048;
   const double flop = 2.0 * n * n * n;
@@ -164,6 +204,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
   int nthreads = ct_threads_get();
   double sg, csg;
   sgemm_gflops(&sg, &csg);
+  double core_sg = sgemm_core_gflops();
 
   ct_err err = {0};
   ct_mmdit *m = NULL;
@@ -175,6 +216,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
         *tgt = NULL, *dv = NULL;
   float *om = NULL, *ov = NULL;
   double *times = calloc((size_t)steps, sizeof(double));
+  double *cpus = calloc((size_t)steps, sizeof(double));
   if (ct_mmdit_new(c, 0, 1, &m, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
@@ -196,7 +238,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
   y = ct_alloc(CT_MEM_BUFFERS, ny * 4);
   om = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
   ov = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
-  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times) {
+  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times ||
+      !cpus) {
     fprintf(stderr, "ctuner bench step: out of memory\n");
     goto out;
   }
@@ -245,9 +288,12 @@ int ct_cmd_bench_step(int argc, char **argv) {
     double t3 = ct_time_now(), c3 = ct_prof_cpu_now();
     if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2, c3 - c2);
     double dt = t3 - t0;
-    if (s >= warmup) times[s - warmup] = dt, prof_total += dt, prof_cpu += c3 - c0;
+    if (s >= warmup)
+      times[s - warmup] = dt, cpus[s - warmup] = c3 - c0, prof_total += dt, prof_cpu += c3 - c0;
   }
   qsort(times, (size_t)steps, sizeof(double), cmp_double);
+  qsort(cpus, (size_t)steps, sizeof(double), cmp_double);
+  double cpu_med = cpus[steps / 2];
   double med = times[steps / 2], fwd, bwd;
   ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
   double gf = (fwd + bwd) / med / 1e9;
@@ -267,13 +313,17 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
       "\"ct_sgemm_path\": \"%s\", "
       "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
-      "\"gradient_checkpointing\": %ld%s%s}\n",
+      "\"gradient_checkpointing\": %ld, \"cpu_ms_per_step_median\": %.2f, "
+      "\"gflops_per_cpu_s\": %.2f, \"ct_sgemm_gflops_core\": %.2f, \"mfu_cpu_vs_ct_sgemm\": "
+      "%.3f%s%s}\n",
       p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
       gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
-      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, profile ? ", \"profile\": " : "", pjs);
+      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9,
+      core_sg, (fwd + bwd) / cpu_med / 1e9 / core_sg, profile ? ", \"profile\": " : "", pjs);
   rc = 0;
 out:
   free(times);
+  free(cpus);
   ct_free(x0);
   ct_free(eps);
   ct_free(xt);
