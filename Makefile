@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
+.PHONY: all build deps test demo demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
@@ -14,7 +14,8 @@ help:
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
-	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
+	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run; FMA peak, SGEMM paths, per-op profile"
+	@echo "make bench-gemm ct_sgemm per path against OpenBLAS and AVX2 against AVX-512 at the model's shapes, 1 thread (CPU time)"
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
 	@echo "make bench-data discovery (headers) vs full decode on 10,000 images; latent cache size raw/gzip/zstd"
@@ -62,6 +63,11 @@ demo-vae: deps build
 
 bench: build
 	scripts/bench.sh $(CTUNER)
+
+bench-gemm: build
+	OMP_NUM_THREADS=1 $(BUILD)/bench_gemm 9 blas
+	if grep -qw avx2 /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 blas; fi
+	if grep -qw avx512f /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 avx512; fi
 
 bench-dist: deps build
 	scripts/bench_dist.sh $(CTUNER)

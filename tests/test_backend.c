@@ -793,3 +793,40 @@ CT_TEST(backend, cpu_sgemm_deterministic_threads) {
          ct_sgemm_path());
   release(&t);
 }
+
+/* The profiling backend (`ctuner bench step --profile`) wraps every op of the
+ * table it is given, computes the same results (the whole comparison suite
+ * passes through it), and counts each call under its family and the phase
+ * set at the time. */
+CT_TEST(backend, profiled_wraps_every_op) {
+  const ct_backend_ops *cpu = ct_backend_default(), *pr = ct_backend_profiled(cpu);
+#define CT_X(field, kernel)                                                                      \
+  CHECKF(pr->field && (void (*)(void))pr->field != (void (*)(void))cpu->field, "%s not wrapped", \
+         #field);
+  BACKEND_OPS(CT_X)
+#undef CT_X
+  CHECK(pr->alloc && pr->alloc != cpu->alloc && pr->copy_out != cpu->copy_out);
+  ct_prof_reset();
+  ct_prof_set_phase(CT_PROF_FORWARD);
+  char failed[512];
+  int nbad = run_ops(pr, 0, failed, sizeof failed);
+  CHECKF(nbad == 0, "through the profiler %d op(s) differ: %s", nbad, failed);
+  ct_prof_counts c;
+  ct_prof_read(&c);
+  for (int f = 0; f < CT_PROF_NFAMILIES; f++)
+    CHECKF(c.calls[CT_PROF_FORWARD][f] > 0, "family %s counted no call",
+           ct_prof_family_name((ct_prof_family)f));
+  CHECK(c.calls[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] == 0);
+  /* the phase decides where a call counts; reset clears */
+  ct_prof_set_phase(CT_PROF_BACKWARD);
+  float x[4] = {1, -2, 3, 0.5f}, y[4];
+  pr->silu_fwd(1, 4, x, 4, y, 4);
+  ct_prof_read(&c);
+  CHECK(c.calls[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] == 1);
+  CHECK(c.seconds[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] >= 0);
+  ct_prof_reset();
+  ct_prof_read(&c);
+  CHECK(c.calls[CT_PROF_FORWARD][CT_PROF_GEMM] == 0 &&
+        c.seconds[CT_PROF_FORWARD][CT_PROF_GEMM] == 0);
+  ct_prof_set_phase(CT_PROF_STEP);
+}

@@ -29,7 +29,7 @@ static void cpu_synchronize(void) {}
 
 const ct_backend_ops ct_backend_cpu = {
     .name = "cpu",
-    .description = "host memory, OpenMP kernels, AVX-512 SGEMM or OpenBLAS (float32)",
+    .description = "host memory, OpenMP kernels, AVX-512/AVX2 SGEMM or OpenBLAS (float32)",
     .precision_bits = 24,
 
     .alloc = cpu_alloc,
