@@ -191,7 +191,7 @@ typedef enum {
   CT_PROF_NORM,       /* ln_mod (LayerNorm + shift/scale), layernorm, rmsnorm, groupnorm */
   CT_PROF_ROPE,       /* rope_table/fwd/bwd, qkv_heads_fwd/bwd (QK RMSNorm + RoPE + head split) */
   CT_PROF_MODULATION, /* gate_res_fwd/bwd (gated residual) */
-  CT_PROF_ACTIVATION, /* silu, gelu_tanh, quick_gelu */
+  CT_PROF_ACTIVATION, /* silu, gelu_tanh, quick_gelu, gelu_erf */
   CT_PROF_OPTIMIZER,  /* adam/adagrad/lion/sgd updates, ema, sumsq (and ct_prof_add) */
   CT_PROF_PACKING,    /* layout: copy_2d, patchify, unpatchify, nchw/nlc, upsample, tile_blend */
   CT_PROF_CONV,       /* conv2d (im2col + GEMM) */

@@ -263,6 +263,10 @@ static void p_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, in
   TIMED(CT_PROF_ACTIVATION, inner->quick_gelu_fwd(N, D, x, ldx, y, ldy));
 }
 
+static void p_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int ldy) {
+  TIMED(CT_PROF_ACTIVATION, inner->gelu_erf_fwd(N, D, x, ldx, y, ldy));
+}
+
 static void p_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                            const float *y, int ldy, float *out, int ldo) {
   TIMED(CT_PROF_MODULATION, inner->gate_res_fwd(B, L, D, x, ldx, gate, ldg, y, ldy, out, ldo));
@@ -398,6 +402,7 @@ static const ct_backend_ops prof_ops = {
     .gelu_tanh_fwd = p_gelu_tanh_fwd,
     .gelu_tanh_bwd = p_gelu_tanh_bwd,
     .quick_gelu_fwd = p_quick_gelu_fwd,
+    .gelu_erf_fwd = p_gelu_erf_fwd,
     .gate_res_fwd = p_gate_res_fwd,
     .gate_res_bwd = p_gate_res_bwd,
     .add_inplace = p_add_inplace,
