@@ -178,9 +178,8 @@ CT_TEST(lora, a_wrong_scale_fails) {
   ct_lora_opts o = OPTS;
   o.alpha = 2.0; /* scale 1 instead of 1.5: the file's metadata says 3 */
   REQUIRE(!ct_lora_new(ct_mmdit_cfg(m), ct_lora_preset("all"), &o, 0, &l, &e));
-  ct_status st =
-      ct_lora_load(l, data("all/pytorch_lora_weights.safetensors"), 0, ct_lora_numel(l),
-                   ct_lora_params(l), &e);
+  ct_status st = ct_lora_load(l, data("all/pytorch_lora_weights.safetensors"), 0, ct_lora_numel(l),
+                              ct_lora_params(l), &e);
   CHECK(st && strstr(e.msg, "lora_alpha is 3"));
   ct_lora_free(l);
   ct_mmdit_free(m);
@@ -242,7 +241,8 @@ CT_TEST(lora, saved_file_is_peft_file) {
   ct_json *j = NULL;
   const char *meta = ct_st_meta(b, "lora_adapter_metadata");
   REQUIRE(meta && !ct_json_parse(meta, strlen(meta), &j, &e));
-  const ct_json *r = ct_json_get(j, "transformer.r"), *al = ct_json_get(j, "transformer.lora_alpha"),
+  const ct_json *r = ct_json_get(j, "transformer.r"),
+                *al = ct_json_get(j, "transformer.lora_alpha"),
                 *tm = ct_json_get(j, "transformer.target_modules");
   CHECK(r && r->num == 2 && al && al->num == 3.0 && tm && tm->type == CT_JSON_ARRAY);
   CHECK(tm && tm->n == a->ntensors / 2);
@@ -301,8 +301,8 @@ CT_TEST(lora, dropout_gradient_matches_finite_difference) {
   REQUIRE(!ct_mmdit_open_diffusers(data("m3/transformer"), 0, &m, &e));
   ct_lora_opts o = OPTS;
   o.dropout = 0.3;
-  REQUIRE(!ct_lora_new(ct_mmdit_cfg(m), ct_lora_preset("all+ffs+embedder"), &o, CT_LORA_GRADS,
-                       &l, &e));
+  REQUIRE(
+      !ct_lora_new(ct_mmdit_cfg(m), ct_lora_preset("all+ffs+embedder"), &o, CT_LORA_GRADS, &l, &e));
   REQUIRE(!ct_lora_load(l, data("all_ffs_embedder/pytorch_lora_weights.safetensors"), 0,
                         ct_lora_numel(l), ct_lora_params(l), &e));
   ct_mmdit_set_lora(m, l);
@@ -335,8 +335,8 @@ CT_TEST(lora, dropout_gradient_matches_finite_difference) {
     }
     w[idx[k]] = (float)w0;
     const double fd = (f[1] - f[0]) / (2 * h);
-    CHECKF(fabs(fd - gk) <= 2e-3 * fmax(1.0, fabs(fd)), "dropout: d/dA %.6g, finite difference %.6g",
-           gk, fd);
+    CHECKF(fabs(fd - gk) <= 2e-3 * fmax(1.0, fabs(fd)),
+           "dropout: d/dA %.6g, finite difference %.6g", gk, fd);
   }
   ct_mmdit_free(m);
   ct_lora_free(l);

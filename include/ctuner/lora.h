@@ -53,8 +53,8 @@ typedef struct ct_lora ct_lora;
  * start at zero: fill them with ct_lora_init_range or ct_lora_load. */
 #define CT_LORA_GRADS 1
 #define CT_LORA_NO_PARAMS 2
-ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets,
-                      const ct_lora_opts *o, int flags, ct_lora **out, ct_err *err);
+ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, const ct_lora_opts *o,
+                      int flags, ct_lora **out, ct_err *err);
 void ct_lora_free(ct_lora *l);
 size_t ct_lora_numel(const ct_lora *l);
 const ct_lora_adapter *ct_lora_adapters(const ct_lora *l, size_t *n);

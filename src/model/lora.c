@@ -21,15 +21,14 @@
  * no case there: it falls through to DEFAULT_LORA_TARGET (to_qkv exists only
  * with fused projections, which ctuner's diffusers layout never has). */
 static const char *const T_MMDIT[] = {"to_k", "to_q", "to_v", "to_out.0", "to_qkv", NULL};
-static const char *const T_ALL[] = {"to_k",       "to_q",       "to_v",     "add_k_proj",
-                                    "add_q_proj", "add_v_proj", "to_out.0", "to_add_out",
-                                    NULL};
+static const char *const T_ALL[] = {"to_k",       "to_q",       "to_v",
+                                    "add_k_proj", "add_q_proj", "add_v_proj",
+                                    "to_out.0",   "to_add_out", NULL};
 static const char *const T_CONTEXT[] = {"add_k_proj", "add_q_proj", "add_v_proj", "to_add_out",
                                         NULL};
-static const char *const T_CONTEXT_FFS[] = {"add_k_proj",    "add_q_proj",
-                                            "add_v_proj",    "to_add_out",
-                                            "ff_context.net.0.proj", "ff_context.net.2",
-                                            NULL};
+static const char *const T_CONTEXT_FFS[] = {
+    "add_k_proj",       "add_q_proj", "add_v_proj", "to_add_out", "ff_context.net.0.proj",
+    "ff_context.net.2", NULL};
 static const char *const T_ALL_FFS[] = {"to_k",
                                         "to_q",
                                         "to_v",
@@ -45,22 +44,11 @@ static const char *const T_ALL_FFS[] = {"to_k",
                                         "proj_mlp",
                                         "proj_out",
                                         NULL};
-static const char *const T_ALL_FFS_EMB[] = {"x_embedder",
-                                            "to_k",
-                                            "to_q",
-                                            "to_v",
-                                            "to_out.0",
-                                            "add_k_proj",
-                                            "add_q_proj",
-                                            "add_v_proj",
-                                            "to_add_out",
-                                            "ff.net.0.proj",
-                                            "ff.net.2",
-                                            "ff_context.net.0.proj",
-                                            "ff_context.net.2",
-                                            "proj_mlp",
-                                            "proj_out",
-                                            NULL};
+static const char *const T_ALL_FFS_EMB[] = {
+    "x_embedder",       "to_k",          "to_q",       "to_v",
+    "to_out.0",         "add_k_proj",    "add_q_proj", "add_v_proj",
+    "to_add_out",       "ff.net.0.proj", "ff.net.2",   "ff_context.net.0.proj",
+    "ff_context.net.2", "proj_mlp",      "proj_out",   NULL};
 static const char *const T_AITK[] = {"to_q",
                                      "to_k",
                                      "to_v",
@@ -86,15 +74,9 @@ static const char *const T_NANO[] = {"single_transformer_blocks.7.proj_out", NUL
 static const struct {
   const char *name;
   const char *const *targets;
-} PRESETS[] = {{"mmdit", T_MMDIT},
-               {"context", T_CONTEXT},
-               {"context+ffs", T_CONTEXT_FFS},
-               {"all", T_ALL},
-               {"all+ffs", T_ALL_FFS},
-               {"ai-toolkit", T_AITK},
-               {"tiny", T_TINY},
-               {"nano", T_NANO},
-               {"all+ffs+embedder", T_ALL_FFS_EMB}};
+} PRESETS[] = {{"mmdit", T_MMDIT}, {"context", T_CONTEXT}, {"context+ffs", T_CONTEXT_FFS},
+               {"all", T_ALL},     {"all+ffs", T_ALL_FFS}, {"ai-toolkit", T_AITK},
+               {"tiny", T_TINY},   {"nano", T_NANO},       {"all+ffs+embedder", T_ALL_FFS_EMB}};
 
 const char *const *ct_lora_preset(const char *name) {
   for (size_t i = 0; name && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
@@ -228,8 +210,8 @@ static ct_status check_fit(const ct_lora *l, const char *const *targets, ct_err 
   return CT_OK;
 }
 
-ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets,
-                      const ct_lora_opts *o, int flags, ct_lora **out, ct_err *err) {
+ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, const ct_lora_opts *o,
+                      int flags, ct_lora **out, ct_err *err) {
   *out = NULL;
   if (o->rank < 1) return ct_errf(err, CT_ERR_INVALID, "lora_rank %d must be at least 1", o->rank);
   if (!(o->alpha > 0) || !isfinite(o->alpha))
@@ -461,11 +443,11 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
       const ct_lora_piece *pc = &a->piece[p];
       const float *dyp = dy + (pc->bfl_row - row_lo);
       /* gu = sum over pieces dy_p B_p (N x r) */
-      be->sgemm(0, 0, N, r, (int)pc->rows, 1.0f, dyp, lddy, B + pc->dif_row * r, r,
-                p ? 1.0f : 0.0f, gu, r);
+      be->sgemm(0, 0, N, r, (int)pc->rows, 1.0f, dyp, lddy, B + pc->dif_row * r, r, p ? 1.0f : 0.0f,
+                gu, r);
       if (gB) /* dB_p += scale dy_p^T u */
-        be->sgemm(1, 0, (int)pc->rows, r, N, l->scale, dyp, lddy, u, r, 1.0f,
-                  gB + pc->dif_row * r, r);
+        be->sgemm(1, 0, (int)pc->rows, r, N, l->scale, dyp, lddy, u, r, 1.0f, gB + pc->dif_row * r,
+                  r);
     }
     if (gA) be->sgemm(1, 0, r, in, N, l->scale, gu, r, xd, ldxd, 1.0f, gA, in);
     if (!dx) continue;

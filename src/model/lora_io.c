@@ -94,8 +94,7 @@ static void note(char *list, size_t cap, int *count, const char *name) {
 }
 
 /* The file's lora_adapter_metadata must agree with our rank and alpha. */
-static ct_status check_meta(const ct_lora *l, const ct_st_file *f, const char *path,
-                            ct_err *err) {
+static ct_status check_meta(const ct_lora *l, const ct_st_file *f, const char *path, ct_err *err) {
   const char *m = ct_st_meta(f, "lora_adapter_metadata");
   if (!m) return CT_OK; /* kohya/peft files without it: shapes decide */
   ct_json *j = NULL;
@@ -139,8 +138,8 @@ ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi,
       if (t->ndim != 2 || t->shape[0] != s0 || t->shape[1] != s1) {
         char d[220];
         snprintf(d, sizeof d, "%s (has [%lld, %lld], needs [%lld, %lld])", name,
-                 (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
-                 (long long)s0, (long long)s1);
+                 (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)s0,
+                 (long long)s1);
         note(shape, sizeof shape, &nshape, d);
         continue;
       }
