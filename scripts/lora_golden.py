@@ -173,14 +173,19 @@ def write(out):
         print(f"{preset}: {len(grads)} adapter tensors, loss {loss.item():.6g}")
 
 
+def load_file_as_pipeline(m, path, name):
+    """As FluxPipeline.load_lora_weights: the state dict and its lora_adapter_metadata."""
+    sd, meta = FluxPipeline.lora_state_dict(path, return_lora_metadata=True)
+    m.load_lora_adapter(sd, prefix="transformer", adapter_name=name, metadata=meta)
+
+
 def check(out):
     bad = 0
     for preset in PRESETS:
         name = model_of(preset)
         pdir = os.path.join(out, dirname(preset))
         m = FluxTransformer2DModel.from_pretrained(os.path.join(out, name, "transformer")).float()
-        m.load_lora_adapter(os.path.join(pdir, "pytorch_lora_weights.safetensors"),
-                            prefix="transformer", adapter_name="default")
+        load_file_as_pipeline(m, os.path.join(pdir, "pytorch_lora_weights.safetensors"), "default")
         inp = load_file(os.path.join(out, name, "inputs.safetensors"))
         loss, _, grads = run(m, inp)
         gold = load_file(os.path.join(pdir, "golden.safetensors"))
@@ -203,7 +208,7 @@ def load_check(path, ref):
     inp = load_file(os.path.join(root, name, "inputs.safetensors"))
     args = {k: v.to(torch.float64) for k, v in inp.items() if k != "target"}
     m = FluxTransformer2DModel.from_pretrained(os.path.join(root, name, "transformer")).float()
-    m.load_lora_adapter(path, prefix="transformer", adapter_name="ct")
+    load_file_as_pipeline(m, path, "ct")
     with safe_open(path, "pt") as f:
         meta = json.loads(f.metadata()["lora_adapter_metadata"])
     cfg = m.peft_config["ct"]

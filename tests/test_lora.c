@@ -226,8 +226,9 @@ CT_TEST(lora, saved_file_is_peft_file) {
   REQUIRE(!ct_lora_new(ct_mmdit_cfg(m), ct_lora_preset("ai-toolkit"), &OPTS, 0, &l, &e));
   const char *src = data("ai-toolkit/pytorch_lora_weights.safetensors");
   REQUIRE(!ct_lora_load(l, src, 0, ct_lora_numel(l), ct_lora_params(l), &e));
-  char out[4200];
-  snprintf(out, sizeof out, "%s/lora_saved.safetensors", ct_test_tmpdir());
+  char out[4200]; /* CT_LORA_SAVED: keep it there (make interop loads it with diffusers) */
+  snprintf(out, sizeof out, "%s", getenv("CT_LORA_SAVED") ? getenv("CT_LORA_SAVED") : "");
+  if (!out[0]) snprintf(out, sizeof out, "%s/lora_saved.safetensors", ct_test_tmpdir());
   REQUIRE(!ct_lora_save(l, ct_lora_params(l), NULL, out, &e));
   REQUIRE(!ct_st_open(src, &a, &e) && !ct_st_open(out, &b, &e));
   CHECK(a->ntensors == b->ntensors);

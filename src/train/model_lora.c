@@ -105,8 +105,8 @@ static void mfree(void *p) {
 static const ct_model_ops ops = {"lora",     params,    grads,      nsegments, segment, set_hooks,
                                  use_params, use_grads, init_range, load,      save,    mfree};
 
-ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type, uint64_t seed,
-                        ct_model **out, ct_err *err) {
+ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type,
+                        uint64_t seed, ct_model **out, ct_err *err) {
   lora_impl *x = calloc(1, sizeof *x);
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
