@@ -682,11 +682,23 @@ static void rule_failed(const ct_config *c, const key_def *k, const ct_err *e,
                          in_file ? c->col[i] : 0, k->name, NULL, "%s", e->msg);
 }
 
+static unsigned model_bit(const char *model_type);
+
 ct_status ct_config_check(const ct_config *c, ct_config_problems *probs) {
   const size_t before = probs->errors;
+  const unsigned mb = model_bit(c->model_type);
   for (size_t i = 0; i < NKEYS; i++) {
     ct_err e = {0};
     if (check_key(c, &KEYS[i], &e)) rule_failed(c, &KEYS[i], &e, probs);
+    /* a key of another model type: one warning naming it */
+    if (mb && c->given[i] && !(KEYS[i].models & mb) && (KEYS[i].models & CT_MODEL_LORA)) {
+      const ct_config_origin o = (ct_config_origin)c->given[i];
+      const int in_file = o == CT_ORIGIN_FILE;
+      ct_config_problems_add(probs, 1, CT_OK, o, in_file ? c->file : NULL, in_file ? c->line[i] : 0,
+                             in_file ? c->col[i] : 0, KEYS[i].name, NULL,
+                             "key '%s' applies to model_type lora only; ignored for model_type %s",
+                             KEYS[i].name, c->model_type);
+    }
   }
   const char *key;
   for (size_t i = 0; ct_cfg_rule_at(i, c, &key, NULL) != CT_ERR_RANGE; i++) {

@@ -73,7 +73,7 @@ static const struct {
      "Flux-layout file"},
     {"pretrained_transformer_subfolder", "loading a diffusers transformer is not implemented yet"},
     {"tread_config", "TREAD token routing is not implemented"},
-    {"lycoris_config", "LyCORIS training is not implemented yet (model_type full or vae)"},
+    {"lycoris_config", "LyCORIS training is not implemented yet (lora_type standard only)"},
 };
 
 /* Other SimpleTuner options met in real configs (tests/data/realcfg) that
