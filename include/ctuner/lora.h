@@ -70,6 +70,8 @@ void ct_lora_use_grads(ct_lora *l, float *g);
 int ct_lora_nsegments(const ct_lora *l);
 void ct_lora_segment(const ct_lora *l, int k, size_t *off, size_t *numel);
 int ct_lora_segment_of(const ct_lora *l, int mmdit_seg); /* -1: no adapters there */
+/* The first MMDiT segment holding adapters: a frozen model's backward stops there. */
+int ct_lora_first_mmdit_segment(const ct_lora *l);
 /* Segment k's parameters / gradients at w / g (NULL: the own buffers). */
 void ct_lora_bind_segment(ct_lora *l, int k, float *w, float *g);
 
@@ -106,7 +108,9 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int site, int row_lo, int
 
 /* Attach adapters to an MMDiT of the same config (NULL: detach), and freeze
  * its weights: the backward then computes no weight gradient and needs no
- * gradient buffer (only the adapters' and the input gradients). */
+ * gradient buffer (only the adapters' and the input gradients), and with
+ * adapters attached it stops after the first segment holding any (nothing
+ * below it needs a gradient). */
 void ct_mmdit_set_lora(ct_mmdit *m, ct_lora *l);
 void ct_mmdit_set_frozen(ct_mmdit *m, int frozen);
 

@@ -324,6 +324,10 @@ void ct_lora_segment(const ct_lora *l, int k, size_t *off, size_t *numel) {
 int ct_lora_segment_of(const ct_lora *l, int s) {
   return s >= 0 && s < l->nmmseg ? l->seg_of[s] : -1;
 }
+int ct_lora_first_mmdit_segment(const ct_lora *l) {
+  return l->nad ? l->ad[0].seg : 0;
+}
+
 void ct_lora_bind_segment(ct_lora *l, int k, float *w, float *g) {
   l->segw[k] = w ? w : l->w ? l->w + l->seg_off[k] : NULL;
   l->segg[k] = g ? g : l->g ? l->g + l->seg_off[k] : NULL;

@@ -755,6 +755,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   const int Ni = B * Li, Nt = B * T, N = B * Lt;
   const float ascale = 1.0f / sqrtf((float)hd);
   const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
+  /* frozen with adapters: no segment below the first adapted one needs a gradient */
+  const int lo = m->frozen && m->lora ? ct_lora_first_mmdit_segment(m->lora) : 0;
   ct_status st;
 
   be->zero((size_t)B * d, a->dsvec);
@@ -773,6 +775,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
     be->zero((size_t)N * d, a->dj);
     rows_copy(be, B, Li, Lt, T, d, a->dj, a->dimg, 1);
     for (int i = c->depth_single - 1; i >= 0; i--) {
+      if (1 + D + i < lo) return CT_OK;
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
@@ -810,6 +813,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   }
 
   for (int i = c->depth_double - 1; i >= 0; i--) {
+    if (1 + i < lo) return CT_OK;
     dblock_a *ba = &a->db[i];
     if ((st = seg_enter(m, 1 + i, 1, err))) return st;
     if (ckpt(m, i, D) && a->db_rc_of != i) dblock_fwd(m, i, ba->s[0].xin, ba->s[1].xin);
@@ -853,6 +857,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   }
 
   /* embeddings */
+  if (lo > 0) return CT_OK;
   if ((st = seg_enter(m, 0, 1, err))) return st;
   lin_bwd(be, &m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
   be->silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);
