@@ -14,11 +14,12 @@ command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/dep
 shapes_fixture 8
 cat > "$tmp/base.json" <<JSON
 {"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
- "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 4,
+ "--learning_rate": 1e-3, "--seed": 7, "--max_train_steps": 4,
  "--checkpoint_step_interval": 2, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
  "--preset": "tiny", "--optimizer": "adamw", "--use_ema": true, "--model_type": "lora",
  "--lora_rank": 4, "--lora_alpha": 8, "--lora_dropout": 0, "--flux_lora_target": "all+ffs",
- "--lora_init_type": "gaussian"}
+ "--lora_init_type": "gaussian", "--validation_prompt": "a red circle",
+ "--validation_step_interval": 4, "--validation_num_inference_steps": 2}
 JSON
 
 # losses and grad norms of metrics.jsonl, and a digest of the adapter files
@@ -45,7 +46,8 @@ PY
 # a base that is not the seeded init (whose zero final layer and gates pass no
 # gradient to any block, nor the text stream a step later): three full steps
 OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --model_type=full --max_train_steps=3 \
-  --train_batch_size=2 --use_ema=false --output_dir="$tmp/full" >/dev/null 2>"$tmp/full.err" ||
+  --train_batch_size=2 --use_ema=false --disable_validation=true --output_dir="$tmp/full" \
+  >/dev/null 2>"$tmp/full.err" ||
   { echo "FAIL - base: $(tail -3 "$tmp/full.err")"; exit 1; }
 /usr/bin/python3 - "$tmp/base.json" "$tmp/full/checkpoint-3/model.safetensors" <<'PY'
 import json, sys
@@ -125,6 +127,16 @@ PY
 # 2 ranks (batch 1 each) = 1 rank (batch 2), ZeRO-2 and ZeRO-3 over the adapters
 train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
 train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+# validation samples with the adapters, live and EMA (the EMA covers the adapters only)
+v=validation_images/step_4_validation
+[ -s "$tmp/one/$v-ema_0_16x16.png" ] && [ -s "$tmp/z3/${v}_0_16x16.png" ] &&
+  cmp -s "$tmp/z2/${v}_0_16x16.png" "$tmp/z3/${v}_0_16x16.png" &&
+  cmp -s "$tmp/z2/$v-ema_0_16x16.png" "$tmp/z3/$v-ema_0_16x16.png" &&
+  ! cmp -s "$tmp/one/${v}_0_16x16.png" "$tmp/one/$v-ema_0_16x16.png" &&
+  ok "validation images (live and EMA) with the adapters; ZeRO-3's equal ZeRO-2's" ||
+  bad "validation images: $(ls "$tmp/one/validation_images" "$tmp/z3/validation_images" 2>&1 | tr '\n' ' ')"
+# gradient checkpointing recomputes the adapters too: the same numbers
+train gc 1 --train_batch_size=2 --gradient_checkpointing=true && same one gc "gradient checkpointing"
 # resume from checkpoint-2: the last steps as the uninterrupted run, bit for bit
 mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
   train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&

@@ -401,6 +401,10 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
         "the base's %zu frozen",
         cfg->flux_lora_target, nad, o.rank, o.alpha, (double)ct_lora_scale(l), o.dropout,
         ct_lora_numel(l), ct_mmdit_numel(tr->m));
+    if (!cfg->pretrained_model_path)
+      CT_WARN(
+          "model_type lora without pretrained_model_path: the base is the seeded init, whose "
+          "final layer and gates are zero, so little or no gradient reaches the adapters");
     if (!strcmp(cfg->base_model_precision, "bf16"))
       CT_WARN("base_model_precision bf16: the frozen base is kept and computed in float32");
   }
