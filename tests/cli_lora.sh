@@ -127,6 +127,12 @@ PY
 # 2 ranks (batch 1 each) = 1 rank (batch 2), ZeRO-2 and ZeRO-3 over the adapters
 train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
 train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+# dropout masks keyed by sample id: 2 ranks draw what 1 rank draws
+train d1 1 --train_batch_size=2 --lora_dropout=0.3 --disable_validation=true &&
+  train d2 2 --train_batch_size=1 --lora_dropout=0.3 --zero_stage=2 --disable_validation=true &&
+  near d2 d1 "lora_dropout 0.3: 2 ranks ZeRO-2 = 1 rank" &&
+  [ "$(summary "$tmp/d1" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&
+  ok "dropout changes the run" || bad "dropout had no effect"
 # validation samples with the adapters, live and EMA (the EMA covers the adapters only)
 v=validation_images/step_4_validation
 [ -s "$tmp/one/$v-ema_0_16x16.png" ] && [ -s "$tmp/z3/${v}_0_16x16.png" ] &&

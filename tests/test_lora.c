@@ -313,7 +313,8 @@ CT_TEST(lora, dropout_gradient_matches_finite_difference) {
                         ct_lora_numel(l), ct_lora_params(l), &e));
   ct_mmdit_set_lora(m, l);
   ct_mmdit_set_frozen(m, 1);
-  ct_lora_set_key(l, 5);
+  const uint64_t ids[1] = {5};
+  ct_lora_set_batch(l, 1, ids);
   const int B = 1, H = 4, W = 4, T = 2, C = ct_mmdit_cfg(m)->in_channels;
   const size_t nx = (size_t)B * C * H * W;
   float x[64], v[64], dv[64], t = 0.3f, g = 2.0f, txt[32], y[8];

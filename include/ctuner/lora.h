@@ -92,8 +92,12 @@ ct_status ct_lora_save(const ct_lora *l, const float *w, const char *const *targ
 ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,
                        ct_err *err);
 
-/* Dropout masks are keyed by this (e.g. the global micro-step). */
-void ct_lora_set_key(ct_lora *l, uint64_t key);
+/* The next forward's batch: B samples with global ids (dropout masks are
+ * keyed by (seed, adapter, sample id, row within the sample, column), so N
+ * ranks draw what 1 rank draws); until ct_lora_set_batch(l, 0, NULL) every
+ * forward and backward is a training one. Without a batch (inference,
+ * validation) there is no dropout, as in peft's eval mode. */
+void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids);
 
 /* ---- what the MMDiT calls (src/model/mmdit.c) ----
  * site: the adapters of one base weight (ct_lora_site: -1 none). Only pieces

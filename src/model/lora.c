@@ -108,7 +108,9 @@ struct ct_lora {
   int nmmseg;      /* MMDiT segments */
   size_t *seg_off; /* nseg + 1 */
   float **segw, **segg;
-  uint64_t key;
+  uint64_t *ids; /* the micro-batch's sample ids (dropout masks) */
+  int nids;
+  size_t ids_cap;
   float *scratch; /* u, gu (N x rank), dropout x and dx (N x in) */
   size_t scratch_n;
 };
@@ -267,6 +269,7 @@ void ct_lora_free(ct_lora *l) {
   if (l->own_w) ct_free(l->w);
   if (l->own_g) ct_free(l->g);
   ct_free(l->scratch);
+  free(l->ids);
   free(l->ad);
   free(l->sites);
   free(l->seg_of);
@@ -295,8 +298,27 @@ float *ct_lora_params(ct_lora *l) {
 float *ct_lora_grads(ct_lora *l) {
   return l->g;
 }
-void ct_lora_set_key(ct_lora *l, uint64_t key) {
-  l->key = key;
+void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids) {
+  l->nids = 0;
+  if (B > 0 && ids && (size_t)B > l->ids_cap) {
+    uint64_t *p = realloc(l->ids, (size_t)B * sizeof *p);
+    if (!p) return; /* masks then keyed by the row: still valid dropout */
+    l->ids = p;
+    l->ids_cap = (size_t)B;
+  }
+  if (B > 0 && ids) {
+    memcpy(l->ids, ids, (size_t)B * sizeof *ids);
+    l->nids = B;
+  }
+}
+
+/* Philox index of element c of row n (of N) of adapter's input: keyed by the
+ * row's sample id and its row within the sample, so masks do not depend on
+ * how samples are spread over ranks and micro-batches. */
+static uint64_t drop_index(const ct_lora *l, int n, int N, int in, int c) {
+  const int per = N % l->nids == 0 ? N / l->nids : N;
+  const uint64_t id = N % l->nids == 0 ? l->ids[n / per] : l->ids[0];
+  return (id << 40) + (uint64_t)(n % per) * (uint64_t)in + (uint64_t)c;
 }
 
 void ct_lora_use_params(ct_lora *l, float *w) {
@@ -393,11 +415,11 @@ static int in_window(const ct_lora_adapter *a, int lo, int hi) {
 static const float *dropped(const ct_lora *l, int i, int N, int in, const float *x, int ldx,
                             float *xd) {
   const double p = l->o.dropout;
-  if (p <= 0) return x;
+  if (p <= 0 || !l->nids) return x; /* no batch set: inference, no dropout (peft's eval mode) */
   const float keep = (float)(1.0 / (1.0 - p));
   for (int n = 0; n < N; n++) {
     ct_rng_fill_uniform(xd + (size_t)n * in, (size_t)in, l->o.seed, STREAM_LORA_DROP + (uint64_t)i,
-                        (l->key << 36) + (uint64_t)n * (uint64_t)in, 0.0f, 1.0f);
+                        drop_index(l, n, N, in, 0), 0.0f, 1.0f);
     for (int c = 0; c < in; c++) {
       float *v = &xd[(size_t)n * in + c];
       *v = *v < (float)p ? 0.0f : x[(size_t)n * ldx + c] * keep;
@@ -414,7 +436,8 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
     const int in = a->in;
-    float *u = scratch(l, (size_t)N * r * 2 + (l->o.dropout > 0 ? (size_t)N * in * 2 : 0));
+    float *u =
+        scratch(l, (size_t)N * r * 2 + (l->nids && l->o.dropout > 0 ? (size_t)N * in * 2 : 0));
     const float *xd = dropped(l, i, N, in, x, ldx, u + (size_t)N * r * 2);
     const int ldxd = xd == x ? ldx : in;
     const float *A = ad_w(l, a, 0), *B = ad_w(l, a, 1);
@@ -431,7 +454,7 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
                  const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx) {
   const site *st = &l->sites[si];
   const int r = l->o.rank;
-  const int drop = l->o.dropout > 0;
+  const int drop = l->o.dropout > 0 && l->nids > 0;
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
@@ -464,8 +487,7 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const float keep = (float)(1.0 / (1.0 - l->o.dropout));
     for (int n = 0; n < N; n++) {
       ct_rng_fill_uniform(xdb + (size_t)n * in, (size_t)in, l->o.seed,
-                          STREAM_LORA_DROP + (uint64_t)i,
-                          (l->key << 36) + (uint64_t)n * (uint64_t)in, 0.0f, 1.0f);
+                          STREAM_LORA_DROP + (uint64_t)i, drop_index(l, n, N, in, 0), 0.0f, 1.0f);
       for (int c = 0; c < in; c++)
         if (!(xdb[(size_t)n * in + c] < (float)l->o.dropout))
           dx[(size_t)n * lddx + c] += dxd[(size_t)n * in + c] * keep;

@@ -192,7 +192,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
   }
   ct_mmdit_batch in = {
       .B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
-  if (tr->lora) ct_lora_set_key(tr->lora, bt->ids[0] + 1); /* dropout: this micro-batch's */
+  if (tr->lora) ct_lora_set_batch(tr->lora, B, bt->ids); /* dropout masks by sample id */
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
@@ -205,6 +205,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
   }
   if (ct_fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
+  if (tr->lora) ct_lora_set_batch(tr->lora, 0, NULL); /* validation samples without dropout */
   *loss = l / (double)tot;
   s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
   s->epoch = ct_dataset_epoch(tr->ds);
