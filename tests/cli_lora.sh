@@ -183,7 +183,7 @@ err() { # what expected-text flags...
     bad "$what: $(tail -2 "$tmp/e.err")"
   fi
 }
-err "rank too large" "lora_rank 64 does not fit module" --lora_rank=64
+err "rank too large" "lora_rank 65 does not fit module" --lora_rank=65
 err "target missing" "match no module" --flux_lora_target=tiny
 err "unknown preset" "flux_lora_target" --flux_lora_target=everything
 err "adapter of another model" "not an adapter for this model" --flux_lora_target=context \

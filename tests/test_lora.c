@@ -359,9 +359,14 @@ CT_TEST(lora, errors_name_the_problem) {
   /* tiny names single blocks 7 and 20; this model has 2 */
   CHECK(ct_lora_new(c, ct_lora_preset("tiny"), &o, 0, &l, &e) &&
         strstr(e.msg, "single_transformer_blocks.7.proj_out"));
-  o.rank = 17; /* above the 16-wide modules */
-  CHECK(ct_lora_new(c, ct_lora_preset("all"), &o, 0, &l, &e) && strstr(e.msg, "lora_rank 17") &&
+  o.rank = 33; /* above both sides (16 x 16) of attn.to_q */
+  CHECK(ct_lora_new(c, ct_lora_preset("all"), &o, 0, &l, &e) && strstr(e.msg, "lora_rank 33") &&
         strstr(e.msg, "attn.to_q"));
+  o.rank = 17; /* above min(in, out) = 16 of ff.net.0.proj (16 -> 64) only: valid, one warning */
+  static const char *const ff[] = {"ff.net.0.proj", NULL};
+  REQUIRE(!ct_lora_new(c, ff, &o, 0, &l, &e));
+  ct_lora_free(l);
+  l = NULL;
   o = OPTS;
   o.alpha = 0;
   CHECK(ct_lora_new(c, ct_lora_preset("all"), &o, 0, &l, &e) && strstr(e.msg, "lora_alpha"));

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/log.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 
@@ -199,16 +200,25 @@ static ct_status check_fit(const ct_lora *l, const char *const *targets, ct_err 
                    "which a model with fewer single blocks lacks",
                    list);
   }
+  /* above both sides a module cannot hold the rank; above the smaller one the
+   * adapter is redundant but valid (peft trains it): one warning */
+  int over = 0;
+  const ct_lora_adapter *first = NULL;
   for (size_t i = 0; i < l->nad; i++) {
     const ct_lora_adapter *a = &l->ad[i];
-    const int small = a->in < a->out ? a->in : a->out;
-    if (l->o.rank > small)
+    const int small = a->in < a->out ? a->in : a->out, big = a->in + a->out - small;
+    if (l->o.rank > big)
       return ct_errf(err, CT_ERR_INVALID,
-                     "lora_rank %d does not fit module %s (%d inputs, %d outputs): a rank above "
-                     "min(in, out) = %d adds nothing; lower lora_rank or pick another "
-                     "flux_lora_target",
-                     l->o.rank, a->module, a->in, a->out, small);
+                     "lora_rank %d does not fit module %s (%d inputs, %d outputs): the rank "
+                     "exceeds both sides; lower lora_rank or pick another flux_lora_target",
+                     l->o.rank, a->module, a->in, a->out);
+    if (l->o.rank > small && !over++) first = a;
   }
+  if (over)
+    CT_WARN(
+        "lora_rank %d exceeds min(in, out) of %d module(s), e.g. %s (%d inputs, %d outputs): "
+        "their adapters hold redundant parameters (peft trains them the same)",
+        l->o.rank, over, first->module, first->in, first->out);
   return CT_OK;
 }
 
