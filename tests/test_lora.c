@@ -234,7 +234,7 @@ CT_TEST(lora, saved_file_is_peft_file) {
   char out[4200]; /* CT_LORA_SAVED: keep it there (make interop loads it with diffusers) */
   snprintf(out, sizeof out, "%s", getenv("CT_LORA_SAVED") ? getenv("CT_LORA_SAVED") : "");
   if (!out[0]) snprintf(out, sizeof out, "%s/lora_saved.safetensors", ct_test_tmpdir());
-  REQUIRE(!ct_lora_save(l, ct_lora_params(l), NULL, out, &e));
+  REQUIRE(!ct_lora_save(l, ct_lora_params(l), out, &e));
   REQUIRE(!ct_st_open(src, &a, &e) && !ct_st_open(out, &b, &e));
   CHECK(a->ntensors == b->ntensors);
   for (size_t i = 0; i < a->ntensors; i++) {

@@ -83,9 +83,8 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
 void ct_lora_tensor_name(const ct_lora_adapter *a, int which_b, char *out, size_t cap);
 /* pytorch_lora_weights.safetensors: every adapter (w: the whole flat buffer)
  * under peft's names, the LoraConfig as diffusers' lora_adapter_metadata
- * (target_modules: targets), written atomically. */
-ct_status ct_lora_save(const ct_lora *l, const float *w, const char *const *targets,
-                       const char *path, ct_err *err);
+ * (target_modules: the exact module names), written atomically. */
+ct_status ct_lora_save(const ct_lora *l, const float *w, const char *path, ct_err *err);
 /* Floats [lo, hi) of a saved adapter file into out. Missing, unexpected or
  * wrongly shaped tensors, or a rank/alpha in its metadata other than ours:
  * one error naming them. */

@@ -56,9 +56,7 @@ static char *config_json(const ct_lora *l) {
   return b;
 }
 
-ct_status ct_lora_save(const ct_lora *l, const float *w, const char *const *targets,
-                       const char *path, ct_err *err) {
-  (void)targets;
+ct_status ct_lora_save(const ct_lora *l, const float *w, const char *path, ct_err *err) {
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
   const int r = ct_lora_options(l)->rank;

@@ -91,7 +91,7 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   char p[4200];
   snprintf(p, sizeof p, "%s/pytorch_lora_weights.safetensors", dir);
   ct_lora *l = impl(m)->l;
-  return ct_lora_save(l, ct_lora_params(l), NULL, p, err);
+  return ct_lora_save(l, ct_lora_params(l), p, err);
 }
 
 static void mfree(void *p) {
