@@ -102,7 +102,7 @@ interop: build
 	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
 	/usr/bin/python3 scripts/toml_expect.py --check
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
-	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --out $(BUILD)/lora-interop && \
+	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
 	  CT_LORA_DATA=$(abspath $(BUILD))/lora-interop CT_LORA_SAVED=$(abspath $(BUILD))/lora-saved.safetensors \
 	    $(BUILD)/ct_tests lora && \
 	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit

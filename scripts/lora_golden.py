@@ -21,7 +21,8 @@ Writes into OUT (default tests/data/lora):
 Preset directories are named with '+' as '_'.
 
 Usage: py=$(scripts/py_deps.sh diffusers)
-  $py scripts/lora_golden.py [--out DIR]        write the goldens
+  $py scripts/lora_golden.py [--out DIR] [--seed N]  write the goldens (N != 0: fresh
+        weights, adapters and inputs, same shapes)
   $py scripts/lora_golden.py --check DIR        recompute and compare (exit 1 on a difference)
   $py scripts/lora_golden.py --load FILE --ref DIR/PRESET
         FILE (an adapter ctuner wrote) loads with the transformer's
@@ -73,6 +74,7 @@ COMMON = dict(patch_size=1, in_channels=16, attention_head_dim=8, num_attention_
               joint_attention_dim=16, pooled_projection_dim=8, axes_dims_rope=[2, 2, 4],
               guidance_embeds=True)
 B, H, W, T = 2, 4, 4, 3
+SEED = 0  # --seed: added to every seed (0: the committed set)
 
 
 def model_of(preset):
@@ -85,7 +87,7 @@ def dirname(preset):
 
 def build(name):
     cfg = MODELS[name]
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg["seed"] + 1000 * SEED)
     m = FluxTransformer2DModel(**COMMON, num_layers=cfg["num_layers"],
                                num_single_layers=cfg["num_single_layers"])
     with torch.no_grad():  # modulations and the final layer nonzero: every path counts
@@ -105,7 +107,7 @@ def pack(x):
 
 
 def inputs(seed):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1000 * SEED)
     C = COMMON["in_channels"] // 4
     ids = torch.zeros(H // 2, W // 2, 3)
     ids[..., 1] += torch.arange(H // 2)[:, None]
@@ -124,7 +126,7 @@ def with_adapter(base_dir, preset, seed):
     m = FluxTransformer2DModel.from_pretrained(base_dir).to(torch.float32)
     m.add_adapter(LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=PRESETS[preset],
                              init_lora_weights=True))
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed + 1000 * SEED)
     with torch.no_grad():
         for n, p in m.named_parameters():
             if "lora_A" in n or "lora_B" in n:  # B nonzero: the test can fail
@@ -248,7 +250,10 @@ def main():
     ap.add_argument("--check")
     ap.add_argument("--load")
     ap.add_argument("--ref")
+    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    global SEED
+    SEED = a.seed
     torch.set_num_threads(1)
     if a.load:
         sys.exit(load_check(a.load, a.ref))

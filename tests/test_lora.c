@@ -332,7 +332,7 @@ CT_TEST(lora, dropout_gradient_matches_finite_difference) {
   for (size_t i = 0; i < nad; i++)
     if (strstr(ad[i].module, "single_transformer_blocks.0.proj_mlp")) idx[1] = ad[i].a_off + 18;
   for (int k = 0; k < 2; k++) {
-    const double gk = ct_lora_grads(l)[idx[k]], h = 1e-2, w0 = w[idx[k]];
+    const double gk = ct_lora_grads(l)[idx[k]], h = 4e-3, w0 = w[idx[k]];
     double f[2];
     for (int s = 0; s < 2; s++) {
       w[idx[k]] = (float)(w0 + (s ? h : -h));
@@ -342,7 +342,7 @@ CT_TEST(lora, dropout_gradient_matches_finite_difference) {
     }
     w[idx[k]] = (float)w0;
     const double fd = (f[1] - f[0]) / (2 * h);
-    CHECKF(fabs(fd - gk) <= 2e-3 * fmax(1.0, fabs(fd)),
+    CHECKF(fabs(fd - gk) <= 1e-2 * fmax(1.0, fabs(fd)),
            "dropout: d/dA %.6g, finite difference %.6g", gk, fd);
   }
   ct_mmdit_free(m);
