@@ -16,7 +16,8 @@ cat > "$tmp/base.json" <<JSON
 {"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
  "--learning_rate": 1e-3, "--seed": 7, "--max_train_steps": 4,
  "--checkpoint_step_interval": 2, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
- "--preset": "tiny", "--optimizer": "adamw", "--use_ema": true, "--model_type": "lora",
+ "--preset": "tiny", "--optimizer": "adamw", "--adam_epsilon": 1e-4, "--use_ema": true,
+ "--model_type": "lora",
  "--lora_rank": 4, "--lora_alpha": 8, "--lora_dropout": 0, "--flux_lora_target": "all+ffs",
  "--lora_init_type": "gaussian", "--validation_prompt": "a red circle",
  "--validation_step_interval": 4, "--validation_num_inference_steps": 2}
@@ -102,11 +103,13 @@ sys.exit(not (len(L) == 4 and all(x == x for x in L) and nz and meta["transforme
               and meta["transformer.lora_alpha"] == 8))
 PY
 fi
-# losses, grad norms and final adapters within 3e-5 relative (measured 6.8e-6; Adam
-# amplifies the rounding of near-zero gradients) (the GEMM of batch 2
+# losses, grad norms and final adapters within 1e-5 relative, as cli_dist.sh (the GEMM
+# of batch 2 vs two of batch 1 agree to rounding only; adam_epsilon 1e-4 keeps Adam from
+# turning the rounding of B's near-zero first gradients into +-lr steps: measured
+# 3.3e-7, 1.8e-5 with the default 1e-8) (the GEMM of batch 2
 # vs two of batch 1 agree to rounding only, as for full training: cli_dist.sh)
 near() { # a b what
-  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 3e-5)" || bad "$3"
+  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 1e-5)" || bad "$3"
 import json, struct, sys
 def run(r):
     L = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(r + "/metrics.jsonl")) if "loss" in x]
@@ -121,7 +124,7 @@ for k in wa:
     m = max(abs(v) for v in wb[k]) or 1
     e = max(e, max(abs(x - y) for x, y in zip(wa[k], wb[k])) / m)
 print(f"  max relative difference {e:.2e}")
-sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 3e-5))
+sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
 PY
 }
 # 2 ranks (batch 1 each) = 1 rank (batch 2), ZeRO-2 and ZeRO-3 over the adapters
@@ -150,10 +153,10 @@ mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
 mkdir -p "$tmp/res2" && cp -r "$tmp/z2/checkpoint-2" "$tmp/res2/" &&
   train res2 2 --train_batch_size=1 --zero_stage=3 --resume_from_checkpoint=latest &&
   same z3 res2 "ZeRO-2 checkpoint resumed under ZeRO-3 on 2 ranks" checkpoint-4
-# a 2-rank ZeRO-3 checkpoint resumed on 1 rank (stage 0): the 1-rank run's numbers (within 3e-5)
+# a 2-rank ZeRO-3 checkpoint resumed on 1 rank (stage 0): the 1-rank run's numbers (within 1e-5)
 mkdir -p "$tmp/res3" && cp -r "$tmp/z3/checkpoint-2" "$tmp/res3/" &&
   train res3 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
-  /usr/bin/python3 - "$tmp/one" "$tmp/res3" <<'PY' && ok "ZeRO-3 2-rank checkpoint resumed on 1 rank (within 3e-5)" || bad "2 -> 1 rank resume"
+  /usr/bin/python3 - "$tmp/one" "$tmp/res3" <<'PY' && ok "ZeRO-3 2-rank checkpoint resumed on 1 rank (within 1e-5)" || bad "2 -> 1 rank resume"
 import json, struct, sys
 def w(r):
     b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
@@ -163,7 +166,7 @@ def w(r):
 a, b = w(sys.argv[1]), w(sys.argv[2])
 e = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / (max(abs(v) for v in a[k]) or 1) for k in a)
 print(f"  max relative difference {e:.2e}")
-sys.exit(not (set(a) == set(b) and e < 3e-5))
+sys.exit(not (set(a) == set(b) and e < 1e-5))
 PY
 # init_lora: start from the finished adapter; the first loss differs from a fresh start
 train init 1 --train_batch_size=2 --max_train_steps=1 --init_lora="$tmp/one/pytorch_lora_weights.safetensors" &&
