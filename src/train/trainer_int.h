@@ -47,8 +47,9 @@ typedef struct trainer {
   ct_onebit *ob; /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
-  ct_model *model; /* the model interface (model.h) */
-  ct_mmdit *m;     /* model->impl: the MMDiT task's own view */
+  ct_model *model;      /* the model interface (model.h) */
+  ct_mmdit *m;          /* model->impl: the MMDiT task's own view */
+  struct ct_lora *lora; /* model_type lora: the adapters on m (owned by model) */
   ct_textenc *te;
   ct_dataset *ds;
   ct_text_cb text_cb;
