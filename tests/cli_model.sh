@@ -47,6 +47,27 @@ for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sge
 done
 ok "bench step tiny"
 
+# --profile: a table of op families, then the JSON line with the same under "profile";
+# the families' CPU times and the untimed rest add up to the step's
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 1 --profile) || bad "bench step --profile"
+for f in gemm attention norm rope modulation activation optimizer untimed step; do
+  echo "$out" | grep -q "^$f " || bad "profile table lacks $f: $out"
+done
+echo "$out" | tail -1 | /usr/bin/python3 -c '
+import json, sys
+p = json.load(sys.stdin)["profile"]
+fam = [v for k, v in p.items() if isinstance(v, dict)]
+assert len(fam) >= 7 and all(v["calls_per_step"] > 0 for v in fam), p
+total = sum(v["cpu_ms"] for v in fam) + p["untimed_cpu_ms"]
+assert abs(total - p["step_cpu_ms"]) < 1e-3 * max(1, p["step_cpu_ms"]) + 0.01, (total, p)
+assert p["gemm"]["forward_ms"] > 0 and p["gemm"]["backward_ms"] > 0, p
+' && ok "bench step --profile" || bad "bench step --profile JSON: $out"
+
+# bench peak: one line per ISA this CPU has and one per SGEMM path
+out=$("$CT" bench peak --size 128 --threads 1) || bad "bench peak"
+echo "$out" | grep -q '"peak_gflops_core"' && echo "$out" | grep -q '"path": "blas"' &&
+  ok "bench peak" || bad "bench peak output: $out"
+
 # usage errors exit 2 with a message naming the problem
 "$CT" bench step --preset nope >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown preset 'nope'" "$tmp/err" && ok "unknown preset" || bad "unknown preset rc=$rc $(cat "$tmp/err")"

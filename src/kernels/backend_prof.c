@@ -1,17 +1,15 @@
 /* The profiling backend behind `ctuner bench step --profile`: a ct_backend_ops
  * whose every op calls the same op of a wrapped backend and adds the time it
- * took (monotonic clock, after the op returns: the CPU backend runs each op to
- * completion; and the process's CPU time, which on one thread is the op's own
- * work whatever else runs on the machine) to the op's family, under the phase the caller has set
- * (forward, backward, step). A model put on this table (ct_mmdit_set_backend)
- * is profiled op by op; nothing costs anything when it is not used, since the
- * models then call the wrapped table directly.
- * Counters are process-wide (one profile at a time) and added atomically, so
- * ops issued from several threads are counted too.
- * The wrappers below are one per field of ct_backend_ops, in its order;
- * tests/test_backend.c checks that every field is wrapped and that the table
- * passes the op comparison suite.
- * Not here: printing (src/cli/cmd_bench.c); the ops (the wrapped backend).
+ * took to the op's family, under the phase the caller has set (forward,
+ * backward, step): wall time (monotonic clock, read after the op returns; the
+ * CPU backend runs each op to completion) and the process's CPU time, which on
+ * one thread is the op's own work whatever else runs on the machine. A model put on this table
+ * (ct_mmdit_set_backend) is profiled op by op; nothing costs anything when it is not used, since
+ * the models then call the wrapped table directly. Counters are process-wide (one profile at a
+ * time) and added atomically, so ops issued from several threads are counted too. The wrappers
+ * below are one per field of ct_backend_ops, in its order; tests/test_backend.c checks that every
+ * field is wrapped and that the table passes the op comparison suite. Not here: printing
+ * (src/cli/cmd_bench.c); the ops (the wrapped backend).
  */
 #include <stdint.h>
 #include <time.h>

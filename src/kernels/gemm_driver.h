@@ -1,8 +1,8 @@
 /* The blocking driver shared by the SGEMM kernels (private; a template):
- * gemm_avx512.c and gemm_avx2.c each define their register tile and packing,
- * (and imin, cdiv), then include this file, which adds the loops over column, K and row blocks,
- * the threading and the entry point. Both paths therefore block, split work
- * between threads and order every element's sums the same way (docs/gemm.md).
+ * gemm_avx512.c and gemm_avx2.c each define their register tile, packing,
+ * micro-kernel (and imin, cdiv), then include this file, which adds the loops
+ * over column, K and row blocks, the threading and the entry point. Both paths therefore block,
+ * split work between threads and order every element's sums the same way (docs/gemm.md).
  *
  * Before including, define:
  *   GEMM_ISA    the function attribute selecting the instruction set
