@@ -52,6 +52,27 @@
   X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench")         \
   X(pretrained_model_path, STR, NULL, FULL, ANY,                                                   \
     "Flux-layout safetensors to start from (else seeded init)")                                    \
+  X(pretrained_model_name_or_path, STR, NULL, FULL, ANY,                                           \
+    "a local diffusers FluxPipeline directory to fine-tune (transformer, CLIP + T5 text "          \
+    "encoders, VAE: docs/flux.md); ctuner does not download")                                      \
+  X(pretrained_transformer_model_name_or_path, STR, NULL, FULL, ANY,                               \
+    "the transformer from elsewhere: a diffusers directory (+ pretrained_transformer_subfolder) "  \
+    "or a BFL .safetensors file")                                                                  \
+  X(pretrained_transformer_subfolder, STR, "transformer", FULL, ANY,                               \
+    "subfolder of pretrained_transformer_model_name_or_path holding the transformer; \"none\": "   \
+    "the path itself")                                                                             \
+  X(model_flavour, STR, NULL, FULL, NONE_OR("dev|krea|schnell"),                                   \
+    "FLUX.1 flavour: dev, krea (as dev: 512 T5 tokens) or schnell (256 T5 tokens)")                \
+  X(flux_guidance_mode, STR, "constant", FULL, ONE_OF("constant|random-range"),                    \
+    "guidance-embedding value per sample (guidance_embeds models): constant or random-range")      \
+  X(flux_guidance_value, NUM, "1.0", FULL, NUM_GE(0),                                              \
+    "flux_guidance_mode constant: the guidance every sample gets (1.0 keeps dev's distillation)")  \
+  X(flux_guidance_min, NUM, "0", FULL, NUM_GE(0),                                                  \
+    "flux_guidance_mode random-range: lower end of the uniform draw")                              \
+  X(flux_guidance_max, NUM, "4", FULL, NUM_GE(0),                                                  \
+    "flux_guidance_mode random-range: upper end of the uniform draw")                              \
+  X(t5_padding, STR, "unmodified", FULL, ONE_OF("unmodified|zero"),                                \
+    "T5 sequence past the caption: unmodified, or zero (padding rows set to 0)")                   \
   X(output_dir, STR, "output", ALL, FN(check_output_dir),                                          \
     "where checkpoints, validation images and metrics go")                                         \
   X(output_dir_local, STR, NULL, FULL, ANY,                                                        \
