@@ -17,7 +17,9 @@
 #        1.13 the other groups pin against; ask for it alone:
 #        `scripts/py_deps.sh diffusers`. torch comes from the CPU index
 #        (download.pytorch.org/whl/cpu) when it answers, else from PyPI (the
-#        CUDA build and its nvidia-* wheels: several GB; see docs/flux.md).
+#        CUDA build and its nvidia-* wheels: several GB; see docs/flux.md);
+#        transformers 5.24.0 (4.46.3 needs huggingface-hub < 1, diffusers 0.42.1 needs
+#        >= 1.32), sentencepiece, protobuf for FluxPipeline.
 # The venv: $CT_PY_VENV, default ~/.cache/ctuner/py-venv, made from Debian's
 # /usr/bin/python3 with its system packages visible (numpy and torch stay
 # Debian's: PyPI torch is never installed). Idempotent: pinned packages
@@ -46,7 +48,7 @@ group_tensorboard() {
 }
 
 group_t5() {
-  pinned transformers==4.46.3 tokenizers==0.20.3 sentencepiece==0.2.0 protobuf==6.31.1
+  pinned transformers==5.24.0 sentencepiece==0.2.0 protobuf==6.31.1
 }
 
 group_diffusers() {
@@ -66,6 +68,8 @@ group_diffusers() {
     ;;
   esac
   pinned diffusers==0.42.1 safetensors==0.8.0
+  # FluxPipeline itself (scripts/flux_tiny_pipeline.py): its text encoders and tokenizers
+  pinned transformers==5.24.0 sentencepiece==0.2.0 protobuf==6.31.1
 }
 
 groups=("$@")

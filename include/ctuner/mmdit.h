@@ -1,4 +1,4 @@
-/* The Flux-style MMDiT denoiser (see shared docs MODEL.md): configuration,
+/* The Flux-style MMDiT denoiser (docs/model.md): configuration,
  * presets, parameter table over one flat buffer, forward and backward.
  *
  * Parameters live in one contiguous float buffer `w`; each tensor is a view

@@ -1,7 +1,6 @@
 /* backend.c: multidatabackend.json -> ct_backend.
  *
- * A JSON array of dataset objects with SimpleTuner's keys (shared/docs/
- * SIMPLETUNER.md). One table lists every key ctuner reads; SimpleTuner keys
+ * A JSON array of dataset objects with SimpleTuner's keys (docs/data.md). One table lists every key ctuner reads; SimpleTuner keys
  * it does not use are accepted with one warning each; anything else is an
  * error naming the dataset id, the key and the nearest known key. String
  * values may hold {env:VAR}. Cross-key rules (instanceprompt needs

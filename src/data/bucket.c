@@ -1,4 +1,4 @@
-/* bucket.c: SimpleTuner's aspect-bucket arithmetic (shared/docs/SIMPLETUNER.md,
+/* bucket.c: SimpleTuner's aspect-bucket arithmetic (docs/data.md,
  * "Buckets"), as pure functions of an image's size and the dataset's keys.
  *
  *   pixel:  the short edge is `resolution`, the long edge int(res x ar); both
