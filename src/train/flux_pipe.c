@@ -72,9 +72,12 @@ static ct_status not_local(const char *key, const char *v, ct_err *err) {
 static const struct {
   const char *name, *cls;
 } COMPONENTS[] = {
-    {"transformer", "FluxTransformer2DModel"}, {"text_encoder", "CLIPTextModel"},
-    {"text_encoder_2", "T5EncoderModel"},      {"tokenizer", "CLIPTokenizer"},
-    {"tokenizer_2", "T5TokenizerFast"},        {"vae", "AutoencoderKL"},
+    {"transformer", "FluxTransformer2DModel"},
+    {"text_encoder", "CLIPTextModel"},
+    {"text_encoder_2", "T5EncoderModel"},
+    {"tokenizer", "CLIPTokenizer"},
+    {"tokenizer_2", "T5TokenizerFast"},
+    {"vae", "AutoencoderKL"},
     {"scheduler", "FlowMatchEulerDiscreteScheduler"},
 };
 #define NCOMP (sizeof COMPONENTS / sizeof COMPONENTS[0])
@@ -113,8 +116,7 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
     }
     if ((skip_transformer && known == 0) || (skip_vae && known == 5)) continue;
     if (!cls || strcmp(cls, COMPONENTS[known].cls))
-      add(pr, "%s: %s is %s; ctuner reads %s", path, k, cls ? cls : "null",
-          COMPONENTS[known].cls);
+      add(pr, "%s: %s is %s; ctuner reads %s", path, k, cls ? cls : "null", COMPONENTS[known].cls);
   }
   for (size_t m = 0; m < NCOMP; m++)
     if (!ct_json_get(j, COMPONENTS[m].name) && !(skip_transformer && m == 0) &&
@@ -195,11 +197,12 @@ ct_status ct_flux_clip_config(const char *dir, int *hidden, ct_err *err) {
   return st;
 }
 
-ct_status ct_flux_clip_open(const char *dir, ct_textenc **out, ct_err *err) {
+ct_status ct_flux_clip_open(const char *dir, int eos_id, ct_textenc **out, ct_err *err) {
   ct_textenc_config tc;
   char path[CT_FLUX_PATH + 64];
   *out = NULL;
   ct_status st = clip_cfg(dir, &tc, err);
+  tc.eos_id = eos_id;
   if (st) return st;
   st = ct_textenc_new(&tc, 0, out, err);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -347,8 +350,9 @@ static void check_keys(const ct_config *cfg, probs *pr) {
            {CT_KEY_codec_scale, "codec_scale"}};
   for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
     if (cfg->given[K[i].key])
-      add(pr, "%s does not go with a FLUX.1 pipeline (its transformer, text encoders and VAE are "
-              "the pipeline's); remove it",
+      add(pr,
+          "%s does not go with a FLUX.1 pipeline (its transformer, text encoders and VAE are "
+          "the pipeline's); remove it",
           K[i].name);
   if (cfg->given[CT_KEY_codec] && strcmp(cfg->codec, "vae"))
     add(pr, "codec %s does not go with a FLUX.1 pipeline (its VAE encodes the latents)",
@@ -412,19 +416,22 @@ ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_
                  root ? root : "(none)", pr->n, pr->n > 1 ? "s" : "", pr->buf);
   } else if (lead) {
     if (cfg->given[CT_KEY_tokenizer_max_length])
-      CT_WARN("tokenizer_max_length %ld is ignored: FLUX.1 uses %d T5 tokens (model_flavour %s), "
-              "as SimpleTuner fixes it",
-              cfg->tokenizer_max_length, p->max_sequence_length,
-              cfg->model_flavour ? cfg->model_flavour : "unset");
+      CT_WARN(
+          "tokenizer_max_length %ld is ignored: FLUX.1 uses %d T5 tokens (model_flavour %s), "
+          "as SimpleTuner fixes it",
+          cfg->tokenizer_max_length, p->max_sequence_length,
+          cfg->model_flavour ? cfg->model_flavour : "unset");
     if (p->schnell && p->tcfg.guidance_embed)
       CT_WARN("model_flavour schnell, but the transformer has guidance_embeds (a dev model?)");
     if (!p->schnell && !p->tcfg.guidance_embed)
-      CT_WARN("model_flavour %s, but the transformer has no guidance_embeds (a schnell model? set "
-              "model_flavour schnell for its 256 T5 tokens)",
-              cfg->model_flavour ? cfg->model_flavour : "unset (dev)");
+      CT_WARN(
+          "model_flavour %s, but the transformer has no guidance_embeds (a schnell model? set "
+          "model_flavour schnell for its 256 T5 tokens)",
+          cfg->model_flavour ? cfg->model_flavour : "unset (dev)");
     if (p->schnell)
-      CT_WARN("model_flavour schnell trains with the ordinary flow-matching schedule "
-              "(SimpleTuner asks for its flux_fast_schedule, which ctuner does not implement)");
+      CT_WARN(
+          "model_flavour schnell trains with the ordinary flow-matching schedule "
+          "(SimpleTuner asks for its flux_fast_schedule, which ctuner does not implement)");
   }
   free(pr);
   return st;

@@ -41,9 +41,11 @@ int ct_flux_pipe_wanted(const ct_config *cfg);
 ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_err *err);
 
 /* Temporary until ct_textenc_open_dir (src/text) lands: a CLIPTextModel
- * directory (config.json + model.safetensors) into a ct_textenc. */
+ * directory (config.json + model.safetensors) into a ct_textenc that pools at
+ * the first eos_id (the tokenizer's </s>; CLIP-L's config says eos_token_id 2,
+ * so transformers pools at the largest id, which is that token). */
 struct ct_textenc;
-ct_status ct_flux_clip_open(const char *dir, struct ct_textenc **out, ct_err *err);
+ct_status ct_flux_clip_open(const char *dir, int eos_id, struct ct_textenc **out, ct_err *err);
 ct_status ct_flux_clip_config(const char *dir, int *hidden, ct_err *err);
 
 #endif

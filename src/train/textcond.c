@@ -36,7 +36,7 @@ ct_status ct_textcond_flux(const ct_flux_pipe *p, int t5_zero, ct_textcond **out
   snprintf(vocab, sizeof vocab, "%s/vocab.json", p->tokenizer);
   snprintf(merges, sizeof merges, "%s/merges.txt", p->tokenizer);
   ct_status st = ct_bpe_load(vocab, merges, &c->bpe, err);
-  if (!st) st = ct_flux_clip_open(p->text_encoder, &c->te, err);
+  if (!st) st = ct_flux_clip_open(p->text_encoder, ct_bpe_eos(c->bpe), &c->te, err);
   if (!st && ct_bpe_vocab_size(c->bpe) > ct_textenc_cfg(c->te)->vocab)
     st = ct_errf(err, CT_ERR_SHAPE, "%s has ids up to %d; %s's vocab_size is %d", vocab,
                  ct_bpe_vocab_size(c->bpe) - 1, p->text_encoder, ct_textenc_cfg(c->te)->vocab);
@@ -80,7 +80,8 @@ static ct_status flux_encode(ct_textcond *c, const char *const *prompts, int n, 
 
 ct_status ct_textcond_encode(ct_textcond *c, const char *const *prompts, int n, float *txt,
                              float *y, ct_err *err) {
-  if (c->kind == CT_TEXTCOND_BUILTIN) return ct_encode_prompts(c->te, c->T, prompts, n, txt, y, err);
+  if (c->kind == CT_TEXTCOND_BUILTIN)
+    return ct_encode_prompts(c->te, c->T, prompts, n, txt, y, err);
   if (c->t5) return flux_encode(c, prompts, n, txt, y, err);
   const size_t Td = (size_t)c->T * (size_t)c->d;
   for (int i = 0; i < n; i++) { /* released: the memo only */
