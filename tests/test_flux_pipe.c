@@ -213,8 +213,15 @@ static void check_step(int *ct_failed_, const char *flavour) {
   CHECK(!guid == !p.tcfg.guidance_embed);
   float *x = malloc(nx * sizeof *x), *out = malloc(nx * sizeof *out), *pk = malloc(nx * 4);
   ct_flux_unpack(1, 16, 16, 16, xt, x);
-  ct_mmdit_batch in = {.B = 1, .H = 16, .W = 16, .T = T, .x = x, .t = sigma,
-                       .txt = pe, .y = pooled, .guidance = guid};
+  ct_mmdit_batch in = {.B = 1,
+                       .H = 16,
+                       .W = 16,
+                       .T = T,
+                       .x = x,
+                       .t = sigma,
+                       .txt = pe,
+                       .y = pooled,
+                       .guidance = guid};
   CHECKF(!ct_mmdit_forward(m, &in, out, &e), "%s", e.msg);
   ct_flux_pack(1, 16, 16, 16, out, pk);
   const double ev = rel(pk, vp, nx);
@@ -266,8 +273,8 @@ CT_TEST(flux_pipe, problems_listed_at_once) {
       "\"tokenizer_2\": [\"transformers\", \"T5TokenizerFast\"], \"transformer\": "
       "[\"diffusers\", \"FluxTransformer2DModel\"], \"vae\": [\"diffusers\", "
       "\"AutoencoderKL\"]}");
-  snprintf(cmd, sizeof cmd, "rm -rf '%s/p/tokenizer_2' '%s/p/vae/diffusion_pytorch_model.safetensors'",
-           dir, dir);
+  snprintf(cmd, sizeof cmd,
+           "rm -rf '%s/p/tokenizer_2' '%s/p/vae/diffusion_pytorch_model.safetensors'", dir, dir);
   REQUIRE(system(cmd) == 0);
   ct_config c;
   ct_err e = {0};

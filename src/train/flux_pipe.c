@@ -236,7 +236,15 @@ static void find_transformer(const ct_config *cfg, ct_flux_pipe *p, probs *pr) {
   } else if (is_file(o)) {
     snprintf(p->transformer, sizeof p->transformer, "%s", o);
     p->transformer_bfl = 1;
-    if (ct_flux_bfl_config(o, NULL, &p->tcfg, p->bfl_prefix, sizeof p->bfl_prefix, &e))
+    /* the RoPE split shows in no shape: the pipeline's own transformer config
+     * gives it when there is one, else FLUX.1's (head size 128) */
+    char cp[CT_FLUX_PATH + 64];
+    ct_mmdit_config rc;
+    snprintf(cp, sizeof cp, "%s/transformer/config.json", p->root);
+    const int has = is_file(cp) && !ct_flux_config_read(cp, &rc, &e);
+    memset(&e, 0, sizeof e);
+    if (ct_flux_bfl_config(o, has ? rc.axes_dim : NULL, &p->tcfg, p->bfl_prefix,
+                           sizeof p->bfl_prefix, &e))
       add_err(pr, &e);
     return;
   } else if (!is_dir(o)) {
