@@ -233,7 +233,7 @@
   X(text_encoder_layers, INT, "2", FULL, INT_IN(1, 48), "layers of the seeded text encoder")       \
   X(text_encoder_seed, INT, "1234", FULL, ANY, "seed of the seeded text encoder weights")          \
   X(tokenizer_max_length, INT, "0", FULL, FN(check_tokenizer_max_length),                          \
-    "text tokens per caption (0: the preset's)")                                                   \
+    "text tokens per caption (0: the preset's; a FLUX.1 pipeline ignores it: 512, schnell 256)")   \
   X(tokenizer_vocab, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's vocab.json")                 \
   X(tokenizer_merges, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's merges.txt")                \
   X(codec, STR, "pixel", FULL, USE("pixel|vae"),                                                   \
