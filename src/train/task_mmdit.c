@@ -425,7 +425,7 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   if (tr->ds)
     longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->tc,
                                          (size_t)(tr->g.T - ct_textcond_specials(tr->tc)), &over);
-  const int sp = ct_textcond_specials(tr->tc);
+  const int sp = tr->tc ? ct_textcond_specials(tr->tc) : 2;
   if (over && tr->fp)
     CT_WARN(
         "%zu captions are longer than the %d T5 tokens FLUX.1 reads (%d %s) and are truncated; "
