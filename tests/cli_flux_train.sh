@@ -68,6 +68,20 @@ tensors "$tmp/f/checkpoint-4/transformer" "$tmp/f.bfl"
 [ $rc -eq 0 ] && cmp -s "$tmp/f.bfl" "$tmp/a.bfl" && ok "a BFL transformer file trains to run a's weights bit for bit" ||
   bad "bfl override: rc=$rc $(tail -3 "$tmp/f.err")"
 
+# ---- sampling as FluxPipeline (values: tests/test_flux_pipe.c against diffusers) ----
+"$CT" sample --pretrained $P/dev --checkpoint "latest:$tmp/a" --prompt "a red circle" --out "$tmp/s1.png" \
+  --width 32 --height 32 --steps 3 > "$tmp/s.out" 2> "$tmp/s.err"; rc=$?
+"$CT" sample --pretrained "$tmp/a/pipeline" --prompt "a red circle" --out "$tmp/s2.png" --width 32 --height 32 \
+  --steps 3 >> "$tmp/s.out" 2>> "$tmp/s.err" || rc=1
+"$CT" sample --pretrained $P/dev --prompt "a red circle" --out "$tmp/s0.png" --width 32 --height 32 --steps 3 \
+  >> "$tmp/s.out" 2>> "$tmp/s.err" || rc=1
+[ $rc -eq 0 ] && cmp -s "$tmp/s1.png" "$tmp/s2.png" && ! cmp -s "$tmp/s0.png" "$tmp/s1.png" &&
+  ok "sample --pretrained: the run's last checkpoint and its output pipeline give the same image, the base another" ||
+  bad "sample: rc=$rc $(cat "$tmp/s.err")"
+"$CT" sample --checkpoint "latest:$tmp/a" --prompt x --out "$tmp/s3.png" 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "ctuner sample --pretrained" "$tmp/err" && ok "sample --checkpoint of a pipeline run says to add --pretrained" ||
+  bad "sample without --pretrained: rc=$rc $(cat "$tmp/err")"
+
 # ---- bad input ----
 "$CT" train --pretrained_model_name_or_path=black-forest-labs/FLUX.1-dev "${COMMON[@]}" --output_dir="$tmp/x" 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "huggingface-cli download black-forest-labs/FLUX.1-dev --local-dir X" "$tmp/err" &&

@@ -18,6 +18,7 @@
 #include "ctuner/json.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/safetensors.h"
+#include "ctuner/train.h"
 #include "ctuner/vae.h"
 #include "harness.h"
 #include "train/flux_pipe.h"
@@ -300,4 +301,57 @@ CT_TEST(flux_pipe, problems_listed_at_once) {
   ct_config_free(&c);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0);
+}
+
+static double psnr(const uint8_t *a, const float *ref, size_t n) {
+  double se = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = a[i] / 255.0 - ref[i];
+    se += d * d;
+  }
+  return se > 0 ? 10 * log10(1.0 / (se / (double)n)) : 200;
+}
+
+/* FluxPipeline(prompts[:2], 32x32, 4 steps, guidance 3.5 / none) from the
+ * golden's latents: the final latents within 1e-3, the images >= 40 dB. */
+static void check_sample(int *ct_failed_, const char *flavour) {
+  ct_err e = {0};
+  char gpath[4200];
+  snprintf(gpath, sizeof gpath, "%s/golden.safetensors", pdata(flavour));
+  ct_st_file *g = NULL;
+  REQUIRE(!ct_st_open(gpath, &g, &e));
+  ct_flux_sampler *s = NULL;
+  const int T = atoi(ct_st_meta(g, "max_sequence_length"));
+  CHECKF(!ct_flux_sampler_open(pdata(flavour), flavour, T, NULL, &s, &e), "%s", e.msg);
+  REQUIRE(s);
+  char *pr[8];
+  const int np = prompts(g, pr, 8);
+  REQUIRE(np >= 2);
+  size_t nl = 0, ni = 0;
+  float *lin = gt(g, "sample.latents_in", &nl), *lout = gt(g, "sample.latents_out", NULL);
+  float *img = gt(g, "sample.image", &ni);
+  REQUIRE(lin && lout && img && nl == 2 * 64 * 64 && ni == 2 * 32 * 32 * 3);
+  float *x = malloc(nl * sizeof *x), *pk = malloc(nl * sizeof *pk);
+  ct_flux_unpack(2, 16, 16, 16, lin, x);
+  ct_image out[2];
+  const float gs = (float)atof(ct_st_meta(g, "guidance_scale"));
+  CHECKF(!ct_flux_sampler_run(s, (const char *const *)pr, 2, 32, 32, 4, gs, x, out, &e), "%s",
+         e.msg);
+  ct_flux_pack(2, 16, 16, 16, x, pk);
+  const double el = rel(pk, lout, nl);
+  CHECKF(el < 1e-3, "%s sample latents %.3g", flavour, el);
+  for (int i = 0; i < 2; i++) {
+    const double db = psnr(out[i].px, img + (size_t)i * 32 * 32 * 3, 32 * 32 * 3);
+    CHECKF(db >= 40, "%s image %d: %.1f dB", flavour, i, db);
+    ct_image_free(&out[i]);
+  }
+  for (int i = 0; i < np; i++) free(pr[i]);
+  free(x), free(pk), free(lin), free(lout), free(img);
+  ct_flux_sampler_free(s);
+  ct_st_close(g);
+}
+
+CT_TEST(flux_pipe, sample_as_fluxpipeline) {
+  check_sample(ct_failed_, "dev");
+  check_sample(ct_failed_, "schnell");
 }
