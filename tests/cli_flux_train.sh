@@ -54,7 +54,8 @@ tensors "$tmp/b/checkpoint-4/transformer" "$tmp/b.bfl"
   --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=2 --checkpoint_step_interval=2 \
   --disable_validation=true > "$tmp/z.out" 2> "$tmp/z.err"; rc=$?
 [ $rc -eq 0 ] && tensors "$tmp/z/checkpoint-2/transformer" "$tmp/z.bfl" && ! cmp -s "$tmp/z.bfl" "$tmp/orig.bfl" &&
-  ok "2 ranks ZeRO-3: trains, its transformer/ loads back" || bad "zero3: rc=$rc $(tail -5 "$tmp/z.err")"
+  cmp -s "$tmp/z.bfl" "$tmp/z/checkpoint-2/model.safetensors" &&
+  ok "2 ranks ZeRO-3: trains; its transformer/ loads back and holds the checkpoint's weights" || bad "zero3: rc=$rc $(tail -5 "$tmp/z.err")"
 
 # ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
 "$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \

@@ -124,8 +124,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        (float)cfg->flow_shift,
                        (uint64_t)cfg->validation_seed,
                        cfg->flow_schedule_auto_shift};
-  if (tr->fp && tr->fp->dynamic) /* FluxPipeline's dynamic shifting: mu from the token count */
-    so.flow_shift = 0, so.auto_shift = 1;
+  if (tr->fp) /* as FluxPipeline's scheduler: dynamic (mu from the token count) or its shift */
+    so.flow_shift = tr->fp->dynamic ? 0 : tr->fp->shift, so.auto_shift = tr->fp->dynamic;
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
