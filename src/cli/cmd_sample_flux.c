@@ -37,7 +37,8 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
   if (a->ckpt_dir) {
     snprintf(tdir, sizeof tdir, "%s/transformer", a->ckpt_dir);
     if (stat(tdir, &sb) || !S_ISDIR(sb.st_mode)) {
-      fprintf(stderr, "ctuner sample: %s has no transformer/ (a FLUX.1 pipeline run's checkpoint)\n",
+      fprintf(stderr,
+              "ctuner sample: %s has no transformer/ (a FLUX.1 pipeline run's checkpoint)\n",
               a->ckpt_dir);
       return 1;
     }
@@ -75,10 +76,11 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
     written += !rc;
   }
   if (!rc)
-    printf("{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, "
-           "\"pretrained\": \"%s\", \"transformer\": \"%s\", \"out\": \"%s\"}\n",
-           written, w, h, steps, g, a->pretrained, a->ckpt_dir ? tdir : "(the pipeline's)",
-           a->out ? a->out : a->out_dir);
+    printf(
+        "{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, "
+        "\"pretrained\": \"%s\", \"transformer\": \"%s\", \"out\": \"%s\"}\n",
+        written, w, h, steps, g, a->pretrained, a->ckpt_dir ? tdir : "(the pipeline's)",
+        a->out ? a->out : a->out_dir);
   free(x);
   ct_flux_sampler_free(s);
   return rc;

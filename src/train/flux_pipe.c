@@ -436,6 +436,11 @@ ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_
           "model_flavour %s, but the transformer has no guidance_embeds (a schnell model? set "
           "model_flavour schnell for its 256 T5 tokens)",
           cfg->model_flavour ? cfg->model_flavour : "unset (dev)");
+    if (cfg->aspect_bucket_alignment != 64)
+      CT_WARN(
+          "aspect_bucket_alignment %ld kept (SimpleTuner forces 64 for Flux; multiples of %d "
+          "suffice here: the VAE factor x the 2x2 packing)",
+          cfg->aspect_bucket_alignment, 2 * (p->vae_factor ? p->vae_factor : 8));
     if (p->schnell)
       CT_WARN(
           "model_flavour schnell trains with the ordinary flow-matching schedule "

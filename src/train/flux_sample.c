@@ -12,9 +12,9 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/codec.h"
+#include "ctuner/rng.h"
 #include "ctuner/train.h"
 #include "train/flux_pipe.h"
-#include "ctuner/rng.h"
 #include "train/textcond.h"
 #include "train_int.h"
 

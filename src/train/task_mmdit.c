@@ -304,8 +304,36 @@ static ct_status flux_geometry(trainer *tr, ct_err *err) {
   return ct_mmdit_config_validate(&g->mc, err);
 }
 
+/* FLUX.1 keys set without a pipeline: one warning naming them. */
+static void warn_flux_keys(const ct_config *cfg) {
+  static const struct {
+    int key;
+    const char *name;
+  } K[] = {{CT_KEY_model_flavour, "model_flavour"},
+           {CT_KEY_flux_guidance_mode, "flux_guidance_mode"},
+           {CT_KEY_flux_guidance_value, "flux_guidance_value"},
+           {CT_KEY_flux_guidance_min, "flux_guidance_min"},
+           {CT_KEY_flux_guidance_max, "flux_guidance_max"},
+           {CT_KEY_t5_padding, "t5_padding"},
+           {CT_KEY_pretrained_transformer_subfolder, "pretrained_transformer_subfolder"}};
+  char list[256] = "";
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+    if (cfg->given[K[i].key]) {
+      const size_t l = strlen(list);
+      snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", K[i].name);
+    }
+  if (list[0])
+    CT_WARN(
+        "%s: no effect without a FLUX.1 pipeline (pretrained_model_name_or_path); the "
+        "presets have no guidance input and no T5",
+        list);
+}
+
 static ct_status configure(trainer *tr, ct_err *err) {
-  if (!ct_flux_pipe_wanted(tr->cfg)) return ct_geometry_from_config(tr->cfg, &tr->g, err);
+  if (!ct_flux_pipe_wanted(tr->cfg)) {
+    if (tr->rank == 0) warn_flux_keys(tr->cfg);
+    return ct_geometry_from_config(tr->cfg, &tr->g, err);
+  }
   tr->fp = malloc(sizeof *tr->fp);
   if (!tr->fp) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_flux_pipe_open(tr->cfg, tr->rank == 0, tr->fp, err);
