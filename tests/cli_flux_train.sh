@@ -9,7 +9,7 @@
 # `ctuner sample --pretrained` from the run's checkpoint and its pipeline/;
 # and bad input: a hub id, a broken copy with every problem in one message.
 # Each run is 1-2 steps: the 512 T5 tokens dominate a step (Release ~10 s of
-# CPU in all; ASan ~2 min wall on a loaded machine).
+# CPU in all, 26 s wall here under load; ASan 43 s of CPU, 2m50 wall under load).
 # Numbers against diffusers: tests/test_flux_pipe.c; live: make interop.
 # Usage: tests/cli_flux_train.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
