@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
+.PHONY: all build deps test demo demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
@@ -14,7 +14,8 @@ help:
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
-	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run"
+	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run; FMA peak, SGEMM paths, per-op profile"
+	@echo "make bench-gemm ct_sgemm per path against OpenBLAS and AVX2 against AVX-512 at the model's shapes, 1 thread (CPU time)"
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"
 	@echo "make bench-data discovery (headers) vs full decode on 10,000 images; latent cache size raw/gzip/zstd"
@@ -28,7 +29,9 @@ help:
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
-	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set)"
+	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set); the same for"
+	@echo "                FLUX's CLIP text encoder and CLIPTokenizer (scripts/clip_golden.py)"
+	@echo "                FlowMatchEulerDiscreteScheduler as FluxPipeline drives it vs diffusers (fm_sched_golden.py)"
 	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
@@ -60,6 +63,11 @@ demo-vae: deps build
 
 bench: build
 	scripts/bench.sh $(CTUNER)
+
+bench-gemm: build
+	OMP_NUM_THREADS=1 $(BUILD)/bench_gemm 9 blas
+	if grep -qw avx2 /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 blas; fi
+	if grep -qw avx512f /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 avx512; fi
 
 bench-dist: deps build
 	scripts/bench_dist.sh $(CTUNER)
@@ -105,6 +113,12 @@ interop: build
 	  rm -rf $(BUILD)/t5-interop && mkdir -p $(BUILD)/t5-interop && \
 	  $$py scripts/t5_golden.py --seed 1 --out $(BUILD)/t5-interop
 	CT_T5_DATA=$(abspath $(BUILD))/t5-interop $(BUILD)/ct_tests t5
+	py=$$(scripts/py_deps.sh t5) && $$py scripts/clip_golden.py --check tests/data/clip && \
+	  rm -rf $(BUILD)/clip-interop && $$py scripts/clip_golden.py --seed 1 --out $(BUILD)/clip-interop
+	CT_CLIP_DATA=$(abspath $(BUILD))/clip-interop $(BUILD)/ct_tests clip
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/fm_sched_golden.py --check tests/data/fm_sched_golden.json && \
+	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
+	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched
 	/usr/bin/python3 scripts/toml_expect.py --check
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \

@@ -1,4 +1,5 @@
-/* GEMM benchmark: our AVX-512 SGEMM against OpenBLAS's cblas_sgemm at the
+/* GEMM benchmark: ct_sgemm (the path CT_GEMM and the CPU choose: avx512,
+ * avx2) against a baseline path (OpenBLAS's cblas_sgemm unless named) at the
  * `bench` preset's linear-layer shapes and at 2048^3.
  *
  * Each linear layer y (N, M) = x (N, K) . w^T is timed as the three products a
@@ -6,17 +7,22 @@
  * implementations run alternately, REPS times each, in the same process, so
  * that load from other processes hits both alike; medians are reported. One
  * JSON line per (shape, product):
- *   {"name", "op", "M", "N", "K", "ct_gflops", "blas_gflops", "ratio"}
- * with M x N the output and K the summed dimension (cblas naming). Not part of
- * the library; threads come from OMP_NUM_THREADS. Usage: bench_gemm [reps]. */
-#include <cblas.h>
+ *   {"name", "op", "M", "N", "K", "ct_gflops", "base_gflops", "ratio"}
+ * with M x N the output and K the summed dimension (cblas naming), ratio =
+ * base time / ct time. Not part of the library; threads come from
+ * OMP_NUM_THREADS; with one thread the times are the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), which other processes on the machine barely
+ * disturb, otherwise wall time. Usage: bench_gemm [reps] [baseline path: blas, avx2,
+ * avx512], e.g. `CT_GEMM=avx2 bench_gemm 15 avx512` for AVX2 against AVX-512. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "kernels/gemm.h"
 
 static int REPS = 15;
+static ct_sgemm_fn base_fn;
 
 static float *buf(size_t n) {
   float *p = malloc(n * sizeof(float));
@@ -37,6 +43,14 @@ static int cmpd(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* wall time, or this thread's CPU time when running on one thread */
+static double now(void) {
+  if (omp_get_max_threads() > 1) return omp_get_wtime();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double median(double *t, int n) {
   qsort(t, (size_t)n, sizeof(double), cmpd);
   return t[n / 2];
@@ -48,17 +62,16 @@ static void one(const char *name, const char *op, int tA, int tB, int M, int N, 
   int lda = tA ? M : K, ldb = tB ? K : N;
   float *A = buf((size_t)M * K), *B = buf((size_t)K * N), *C = buf((size_t)M * N);
   double *tc = malloc(sizeof(double) * (size_t)REPS), *tb = malloc(sizeof(double) * (size_t)REPS);
-  CBLAS_TRANSPOSE ta = tA ? CblasTrans : CblasNoTrans, tbb = tB ? CblasTrans : CblasNoTrans;
   for (int w = 0; w < 2; w++) {
-    ct_sgemm_avx512(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    cblas_sgemm(CblasRowMajor, ta, tbb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
   }
   for (int r = 0; r < REPS; r++) {
-    double t0 = omp_get_wtime();
-    ct_sgemm_avx512(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    double t1 = omp_get_wtime();
-    cblas_sgemm(CblasRowMajor, ta, tbb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    double t2 = omp_get_wtime();
+    double t0 = now();
+    ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    double t1 = now();
+    base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    double t2 = now();
     tc[r] = t1 - t0;
     tb[r] = t2 - t1;
   }
@@ -67,7 +80,7 @@ static void one(const char *name, const char *op, int tA, int tB, int M, int N, 
   *sum_blas += mb;
   printf(
       "{\"name\": \"%s\", \"op\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"ct_gflops\": %.1f, "
-      "\"blas_gflops\": %.1f, \"ratio\": %.2f}\n",
+      "\"base_gflops\": %.1f, \"ratio\": %.2f}\n",
       name, op, M, N, K, fl / mc / 1e9, fl / mb / 1e9, mb / mc);
   fflush(stdout);
   free(A), free(B), free(C), free(tc), free(tb);
@@ -82,10 +95,16 @@ static void linear(const char *name, int rows, int in, int out, double *sc, doub
 
 int main(int argc, char **argv) {
   if (argc > 1) REPS = atoi(argv[1]) > 0 ? atoi(argv[1]) : REPS;
+  const char *base = argc > 2 ? argv[2] : "blas";
+  if (!(base_fn = ct_sgemm_path_fn(base))) {
+    fprintf(stderr, "bench_gemm: baseline path '%s' unknown or not on this CPU\n", base);
+    return 2;
+  }
   const char *ct = getenv("OPENBLAS_CORETYPE");
   printf(
-      "{\"threads\": %d, \"reps\": %d, \"openblas_coretype\": \"%s\", \"ct_gemm_path\": \"%s\"}\n",
-      omp_get_max_threads(), REPS, ct ? ct : "", ct_sgemm_path());
+      "{\"threads\": %d, \"reps\": %d, \"openblas_coretype\": \"%s\", \"ct_gemm_path\": \"%s\", "
+      "\"base_path\": \"%s\"}\n",
+      omp_get_max_threads(), REPS, ct ? ct : "", ct_sgemm_path(), base);
   enum { D = 384, F = 4 * D, NI = 16 * 64, NT = 16 * 16, NJ = 16 * 80, BZ = 16 };
   double sc = 0, sb = 0;
   linear("double.img.qkv", NI, D, 3 * D, &sc, &sb);
@@ -100,7 +119,7 @@ int main(int argc, char **argv) {
   linear("single.linear2", NJ, D + F, D, &sc, &sb);
   linear("double.mod", BZ, D, 6 * D, &sc, &sb);
   printf(
-      "{\"name\": \"model_shapes_total\", \"ct_ms\": %.3f, \"blas_ms\": %.3f, \"ratio\": %.2f}\n",
+      "{\"name\": \"model_shapes_total\", \"ct_ms\": %.3f, \"base_ms\": %.3f, \"ratio\": %.2f}\n",
       sc * 1e3, sb * 1e3, sb / sc);
   double s2c = 0, s2b = 0;
   one("square2048", "NN", 0, 0, 2048, 2048, 2048, 0.0f, &s2c, &s2b);

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The step benchmark of the `bench` preset, ours and the PyTorch peer's, in one
-# run on the same machine and thread count, with peak RSS of each.
+# run on the same machine and thread count, with peak RSS of each; then the
+# cores' FMA peak with each SGEMM path against it (`ctuner bench peak`) and the
+# step's per-op-family profile (`ctuner bench step --profile`, all threads and
+# one thread). docs/performance.md, docs/gemm.md.
 #   scripts/bench.sh path/to/ctuner [threads]
 # Also run with OPENBLAS_CORETYPE unset to see the AVX-512 kernels:
 #   env -u OPENBLAS_CORETYPE scripts/bench.sh build/ctuner
@@ -26,3 +29,9 @@ PY
 else
   echo "python3-torch not installed: peer not run (scripts/deps.sh installs it)"
 fi
+echo "== FMA peak and SGEMM paths (ctuner bench peak)"
+"$CT" bench peak --threads "$THREADS"
+echo "== per-op profile, $THREADS threads (ctuner bench step --profile)"
+"$CT" bench step --preset bench --steps 10 --warmup 3 --threads "$THREADS" --profile
+echo "== per-op profile, 1 thread"
+"$CT" bench step --preset bench --steps 5 --warmup 2 --threads 1 --profile

@@ -131,6 +131,7 @@ for t in "${targets[@]}"; do
     fuzz_image|fuzz_image_header) seed_image "$corpus" ;;
     fuzz_bpe)
       { cat tests/data/bpe/merges.txt; printf '\0A Small RED circle, it'"'"'s 3.14 <|endoftext|> caf\xc3\xa9!'; } > "$corpus/seed-merges-text"
+      { cat tests/data/bpe/merges.txt; printf '\0\xce\xa3\xce\x9f\xce\xa6\xce\x99\xce\x91 e\xcc\x81 \xe4\xb8\xad\xe6\x96\x87 \xef\xac\x81 \xc4\xb0 \xcd\x85 \xf0\x9f\x98\x80\x01\xed\xa0\x80'; } > "$corpus/seed-merges-unicode"
       printf 'a b\nab c\0abc abcabc ab!c' > "$corpus/seed-small" ;;
     fuzz_parquet) seed_parquet "$corpus" ;;
     fuzz_yaml) cp -f tests/data/realcfg/accelerate/* "$corpus/" ;;

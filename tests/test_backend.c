@@ -410,7 +410,7 @@ static void op_rmsnorm(bcheck *t) {
 
 /* ---------------------------------------------------------------- activations, elementwise */
 
-enum { ACT_SILU, ACT_GELU, ACT_QUICK };
+enum { ACT_SILU, ACT_GELU, ACT_QUICK, ACT_ERF };
 typedef struct {
   int kind, N, D, ldx, ldy;
   float *x, *r;
@@ -419,6 +419,7 @@ typedef struct {
 static double act_f(int kind, double v) {
   if (kind == ACT_SILU) return v / (1.0 + exp(-v));
   if (kind == ACT_QUICK) return v / (1.0 + exp(-1.702 * v));
+  if (kind == ACT_ERF) return 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
   return 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
 }
 static double act_loss(void *p) {
@@ -429,7 +430,7 @@ static double act_loss(void *p) {
               : 0; /* r: set for the gradient checks only */
 }
 static void act_case(bcheck *t, int kind) {
-  static const char *names[] = {"silu", "gelu_tanh", "quick_gelu"};
+  static const char *names[] = {"silu", "gelu_tanh", "quick_gelu", "gelu_erf"};
   act_c c = {.kind = kind, .N = 3, .D = 5, .ldx = 7, .ldy = 6};
   size_t nx = (size_t)c.N * c.ldx, ny = (size_t)c.N * c.ldy;
   c.x = hrand(t, nx, 3);
@@ -438,13 +439,14 @@ static void act_case(bcheck *t, int kind) {
   act_loss(&c);
   float *x = dev(t, c.x, nx), *y = dev(t, y0, ny);
   const ct_backend_ops *be = t->be;
-  (kind == ACT_SILU   ? be->silu_fwd
-   : kind == ACT_GELU ? be->gelu_tanh_fwd
-                      : be->quick_gelu_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
+  (kind == ACT_SILU    ? be->silu_fwd
+   : kind == ACT_GELU  ? be->gelu_tanh_fwd
+   : kind == ACT_QUICK ? be->quick_gelu_fwd
+                       : be->gelu_erf_fwd)(c.N, c.D, x, c.ldx, y, c.ldy);
   char what[64];
   snprintf(what, sizeof what, "%s: y", names[kind]);
   cmp(t, what, back(t, y, ny), c.y, ny);
-  if (kind == ACT_QUICK) return; /* forward only (text encoder) */
+  if (kind == ACT_QUICK || kind == ACT_ERF) return; /* forward only (text encoder) */
   c.r = hrand(t, ny, 1);
   float *dx = dev(t, hrand(t, nx, 1), nx);
   (kind == ACT_SILU ? be->silu_bwd : be->gelu_tanh_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy,
@@ -460,6 +462,9 @@ static void op_gelu_tanh(bcheck *t) {
 }
 static void op_quick_gelu(bcheck *t) {
   act_case(t, ACT_QUICK);
+}
+static void op_gelu_erf(bcheck *t) {
+  act_case(t, ACT_ERF);
 }
 
 typedef struct {
@@ -553,6 +558,7 @@ static const struct {
     {"silu", op_silu},
     {"gelu_tanh", op_gelu_tanh},
     {"quick_gelu", op_quick_gelu},
+    {"gelu_erf", op_gelu_erf},
     {"gate_res", op_gate_res},
     {"elementwise", backend_op_elementwise},
     {"clamp", backend_op_clamp},
@@ -603,6 +609,7 @@ static const struct {
   X(gelu_tanh_fwd, ct_gelu_tanh_fwd) \
   X(gelu_tanh_bwd, ct_gelu_tanh_bwd) \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) \
+  X(gelu_erf_fwd, ct_gelu_erf_fwd) \
   X(gate_res_fwd, ct_gate_res_fwd) \
   X(gate_res_bwd, ct_gate_res_bwd) \
   X(add_inplace, ct_add_inplace) \
@@ -785,4 +792,41 @@ CT_TEST(backend, cpu_sgemm_deterministic_threads) {
   CHECKF(!memcmp(C[0], C[1], (size_t)M * N * sizeof(float)), "path %s: 1 and 2 threads differ",
          ct_sgemm_path());
   release(&t);
+}
+
+/* The profiling backend (`ctuner bench step --profile`) wraps every op of the
+ * table it is given, computes the same results (the whole comparison suite
+ * passes through it), and counts each call under its family and the phase
+ * set at the time. */
+CT_TEST(backend, profiled_wraps_every_op) {
+  const ct_backend_ops *cpu = ct_backend_default(), *pr = ct_backend_profiled(cpu);
+#define CT_X(field, kernel)                                                                      \
+  CHECKF(pr->field && (void (*)(void))pr->field != (void (*)(void))cpu->field, "%s not wrapped", \
+         #field);
+  BACKEND_OPS(CT_X)
+#undef CT_X
+  CHECK(pr->alloc && pr->alloc != cpu->alloc && pr->copy_out != cpu->copy_out);
+  ct_prof_reset();
+  ct_prof_set_phase(CT_PROF_FORWARD);
+  char failed[512];
+  int nbad = run_ops(pr, 0, failed, sizeof failed);
+  CHECKF(nbad == 0, "through the profiler %d op(s) differ: %s", nbad, failed);
+  ct_prof_counts c;
+  ct_prof_read(&c);
+  for (int f = 0; f < CT_PROF_NFAMILIES; f++)
+    CHECKF(c.calls[CT_PROF_FORWARD][f] > 0, "family %s counted no call",
+           ct_prof_family_name((ct_prof_family)f));
+  CHECK(c.calls[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] == 0);
+  /* the phase decides where a call counts; reset clears */
+  ct_prof_set_phase(CT_PROF_BACKWARD);
+  float x[4] = {1, -2, 3, 0.5f}, y[4];
+  pr->silu_fwd(1, 4, x, 4, y, 4);
+  ct_prof_read(&c);
+  CHECK(c.calls[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] == 1);
+  CHECK(c.seconds[CT_PROF_BACKWARD][CT_PROF_ACTIVATION] >= 0);
+  ct_prof_reset();
+  ct_prof_read(&c);
+  CHECK(c.calls[CT_PROF_FORWARD][CT_PROF_GEMM] == 0 &&
+        c.seconds[CT_PROF_FORWARD][CT_PROF_GEMM] == 0);
+  ct_prof_set_phase(CT_PROF_STEP);
 }

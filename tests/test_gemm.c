@@ -1,8 +1,11 @@
-/* Tests of ct_sgemm against a naive double-precision reference: all transpose
- * combinations, alpha/beta (beta = 0 ignores NaN in C), odd sizes around the
- * register tile and cache blocks, K across several K blocks, leading
- * dimensions wider than the matrices; and bitwise equality of results computed
- * with 1, 2 and 3 threads. */
+/* Tests of ct_sgemm and of every path behind it that this machine has
+ * (AVX-512, AVX2, OpenBLAS: ct_sgemm_path_fn) against a naive
+ * double-precision reference: all transpose combinations, alpha/beta (beta = 0
+ * ignores NaN in C), odd sizes around the register tiles and cache blocks, K
+ * across several K blocks, leading dimensions wider than the matrices; bitwise
+ * equality of results computed with 1, 2 and 3 threads on our kernels; and
+ * the AVX2 and AVX-512 kernels giving the same bits. A path the CPU lacks is
+ * reported as skipped. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -32,6 +35,9 @@ static double at(const float *X, int ld, int trans, int i, int k) {
 
 /* Runs one ct_sgemm and compares every element (and the padding columns, which
  * must be untouched) against the double reference. Returns 0 if all match. */
+/* The function under test: ct_sgemm itself, or one path (NULL: ct_sgemm). */
+static ct_sgemm_fn fn_under_test;
+
 static int check_case(int tA, int tB, int M, int N, int K, float alpha, float beta, int pad,
                       int nan_c) {
   int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + pad;
@@ -41,7 +47,11 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
   if (nan_c)
     for (size_t i = 0; i < nc; i++) C[i] = NAN;
   memcpy(C0, C, nc * sizeof(float));
-  ct_sgemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  /* a path function is called only where its contract holds (gemm.h) */
+  if (fn_under_test && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
+    fn_under_test(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    ct_sgemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   int bad = 0;
   double tol_k = 1e-5 * sqrt((double)K + 1);
   for (int i = 0; i < M && bad < 3; i++) {
@@ -73,7 +83,19 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
   return bad;
 }
 
-CT_TEST(gemm, transpose_combos_odd_sizes) {
+/* ct_sgemm (NULL) and every path by name; body runs once per path present. */
+static const char *const paths[] = {NULL, "avx512", "avx2", "blas"};
+#define NPATHS 4
+static int path_select(int i) {
+  fn_under_test = paths[i] ? ct_sgemm_path_fn(paths[i]) : NULL;
+  if (paths[i] && !fn_under_test) {
+    fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", paths[i]);
+    return 0;
+  }
+  return 1;
+}
+
+static int odd_sizes(void) {
   static const int sz[] = {1, 2, 3, 5, 7, 13, 17, 31, 33, 63, 65, 127, 129};
   int n = (int)(sizeof sz / sizeof sz[0]), cases = 0;
   rng_s = 11;
@@ -83,74 +105,123 @@ CT_TEST(gemm, transpose_combos_odd_sizes) {
       for (int b = 0; b < n; b++) {
         /* all (M, N) pairs, K cycling through the sizes so every one is hit */
         int M = sz[a], N = sz[b], K = sz[(a * 5 + b * 3 + t) % n];
-        CHECK(check_case(tA, tB, M, N, K, 1.0f, 0.0f, 0, 0) == 0);
+        if (check_case(tA, tB, M, N, K, 1.0f, 0.0f, 0, 0)) return -1;
         cases++;
       }
   }
-  CHECK(cases == 4 * n * n);
+  return cases == 4 * n * n ? 0 : -1;
+}
+
+CT_TEST(gemm, transpose_combos_odd_sizes) {
+  for (int i = 0; i < NPATHS; i++)
+    if (path_select(i)) CHECKF(odd_sizes() == 0, "path %s", paths[i] ? paths[i] : "ct_sgemm");
+  fn_under_test = NULL;
 }
 
 CT_TEST(gemm, alpha_beta_and_nan_c) {
-  rng_s = 12;
-  for (int t = 0; t < 4; t++) {
-    int tA = t >> 1, tB = t & 1;
-    CHECK(check_case(tA, tB, 37, 45, 29, 1.0f, 1.0f, 0, 0) == 0);
-    CHECK(check_case(tA, tB, 37, 45, 29, -0.5f, 0.25f, 3, 0) == 0);
-    CHECK(check_case(tA, tB, 50, 70, 200, 2.0f, -1.0f, 5, 0) == 0);
-    /* beta == 0: C full of NaN must be overwritten, not propagated */
-    CHECK(check_case(tA, tB, 19, 33, 17, 0.75f, 0.0f, 2, 1) == 0);
-    /* alpha == 0 and K == 0: C = beta * C; beta == 0 clears NaN */
-    CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.5f, 1, 0) == 0);
-    CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.0f, 1, 1) == 0);
-    CHECK(check_case(tA, tB, 9, 40, 0, 1.0f, 0.0f, 1, 1) == 0);
+  for (int pi = 0; pi < NPATHS; pi++) {
+    if (!path_select(pi)) continue;
+    rng_s = 12;
+    for (int t = 0; t < 4; t++) {
+      int tA = t >> 1, tB = t & 1;
+      CHECK(check_case(tA, tB, 37, 45, 29, 1.0f, 1.0f, 0, 0) == 0);
+      CHECK(check_case(tA, tB, 37, 45, 29, -0.5f, 0.25f, 3, 0) == 0);
+      CHECK(check_case(tA, tB, 50, 70, 200, 2.0f, -1.0f, 5, 0) == 0);
+      /* beta == 0: C full of NaN must be overwritten, not propagated */
+      CHECK(check_case(tA, tB, 19, 33, 17, 0.75f, 0.0f, 2, 1) == 0);
+      /* alpha == 0 and K == 0: C = beta * C; beta == 0 clears NaN */
+      CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.5f, 1, 0) == 0);
+      CHECK(check_case(tA, tB, 9, 40, 16, 0.0f, 0.0f, 1, 1) == 0);
+      CHECK(check_case(tA, tB, 9, 40, 0, 1.0f, 0.0f, 1, 1) == 0);
+    }
   }
+  fn_under_test = NULL;
 }
 
 CT_TEST(gemm, large_k_and_leading_dims) {
-  rng_s = 13;
-  /* K crosses several K blocks; sizes not multiples of the register tile */
-  CHECK(check_case(0, 1, 67, 93, 1031, 1.0f, 0.0f, 7, 0) == 0);
-  CHECK(check_case(0, 0, 130, 70, 1500, 1.0f, 1.0f, 0, 0) == 0);
-  CHECK(check_case(1, 0, 45, 150, 1283, 0.5f, 1.0f, 16, 0) == 0);
-  CHECK(check_case(1, 1, 200, 33, 777, 1.0f, 0.5f, 1, 0) == 0);
-  /* the model's shapes: many rows, wide outputs, a row count below one tile */
-  CHECK(check_case(0, 1, 300, 1152, 384, 1.0f, 1.0f, 0, 0) == 0);
-  CHECK(check_case(0, 1, 16, 2304, 384, 1.0f, 0.0f, 0, 0) == 0);
+  for (int pi = 0; pi < NPATHS; pi++) {
+    if (!path_select(pi)) continue;
+    rng_s = 13;
+    /* K crosses several K blocks; sizes not multiples of the register tile */
+    CHECK(check_case(0, 1, 67, 93, 1031, 1.0f, 0.0f, 7, 0) == 0);
+    CHECK(check_case(0, 0, 130, 70, 1500, 1.0f, 1.0f, 0, 0) == 0);
+    CHECK(check_case(1, 0, 45, 150, 1283, 0.5f, 1.0f, 16, 0) == 0);
+    CHECK(check_case(1, 1, 200, 33, 777, 1.0f, 0.5f, 1, 0) == 0);
+    /* the model's shapes: many rows, wide outputs, a row count below one tile */
+    CHECK(check_case(0, 1, 300, 1152, 384, 1.0f, 1.0f, 0, 0) == 0);
+    CHECK(check_case(0, 1, 16, 2304, 384, 1.0f, 0.0f, 0, 0) == 0);
+  }
+  fn_under_test = NULL;
 }
 
-/* C of one product computed with `threads` threads (into a fresh buffer). */
-static float *run_threads(int threads, int tA, int tB, int M, int N, int K, const float *A,
-                          const float *B, const float *C0, float beta) {
+/* C of one product computed by f with `threads` threads (into a fresh buffer). */
+static float *run_threads(ct_sgemm_fn f, int threads, int tA, int tB, int M, int N, int K,
+                          const float *A, const float *B, const float *C0, float beta) {
   int lda = tA ? M : K, ldb = tB ? K : N;
   float *C = malloc((size_t)M * N * sizeof(float));
   memcpy(C, C0, (size_t)M * N * sizeof(float));
   int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
-  ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+  f(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
   omp_set_num_threads(saved);
   return C;
 }
 
+/* shapes that give different row blocks and column groups per thread count */
+static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}};
+
+/* Our kernels (OpenBLAS makes no such promise): 1, 2 and 3 threads, same bits. */
 CT_TEST(gemm, bitwise_identical_across_threads) {
-  if (strcmp(ct_sgemm_path(), "avx512")) { /* OpenBLAS makes no such promise */
-    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX-512 or CT_GEMM=blas)\n");
+  static const char *const ours[] = {"avx512", "avx2"};
+  for (int pi = 0; pi < 2; pi++) {
+    ct_sgemm_fn f = ct_sgemm_path_fn(ours[pi]);
+    if (!f) {
+      fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", ours[pi]);
+      continue;
+    }
+    rng_s = 14;
+    for (int s = 0; s < 4; s++) {
+      int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+      for (int t = 0; t < 4; t++) {
+        int tA = t >> 1, tB = t & 1;
+        float *A = randv((size_t)M * K), *B = randv((size_t)K * N), *C0 = randv((size_t)M * N);
+        float *c1 = run_threads(f, 1, tA, tB, M, N, K, A, B, C0, 1.0f);
+        float *c2 = run_threads(f, 2, tA, tB, M, N, K, A, B, C0, 1.0f);
+        float *c3 = run_threads(f, 3, tA, tB, M, N, K, A, B, C0, 1.0f);
+        size_t bytes = (size_t)M * N * sizeof(float);
+        CHECKF(!memcmp(c1, c2, bytes), "%s M=%d N=%d K=%d tA=%d tB=%d: 1 vs 2 threads", ours[pi], M,
+               N, K, tA, tB);
+        CHECKF(!memcmp(c1, c3, bytes), "%s M=%d N=%d K=%d tA=%d tB=%d: 1 vs 3 threads", ours[pi], M,
+               N, K, tA, tB);
+        free(A), free(B), free(C0), free(c1), free(c2), free(c3);
+      }
+    }
+  }
+}
+
+/* The AVX2 and AVX-512 kernels give the same bits (same K blocks, same FMA
+ * order per element), so a run's numbers do not depend on which one the CPU
+ * picks. Also at beta = 0 and 0.5 and with K over several blocks. */
+CT_TEST(gemm, avx2_equals_avx512) {
+  ct_sgemm_fn f512 = ct_sgemm_path_fn("avx512"), f2 = ct_sgemm_path_fn("avx2");
+  if (!f512 || !f2) {
+    fprintf(stderr, "  skipped: needs both AVX-512 and AVX2 (this CPU: avx512 %s, avx2 %s)\n",
+            f512 ? "yes" : "no", f2 ? "yes" : "no");
     return;
   }
-  /* shapes that give different row blocks and column groups per thread count */
-  static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}};
-  rng_s = 14;
+  rng_s = 16;
+  static const float betas[] = {1.0f, 0.0f, 0.5f};
   for (int s = 0; s < 4; s++) {
-    int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+    int M = shp[s][0], N = shp[s][1], K = shp[s][2] + 700;
     for (int t = 0; t < 4; t++) {
       int tA = t >> 1, tB = t & 1;
       float *A = randv((size_t)M * K), *B = randv((size_t)K * N), *C0 = randv((size_t)M * N);
-      float *c1 = run_threads(1, tA, tB, M, N, K, A, B, C0, 1.0f);
-      float *c2 = run_threads(2, tA, tB, M, N, K, A, B, C0, 1.0f);
-      float *c3 = run_threads(3, tA, tB, M, N, K, A, B, C0, 1.0f);
-      size_t bytes = (size_t)M * N * sizeof(float);
-      CHECKF(!memcmp(c1, c2, bytes), "M=%d N=%d K=%d tA=%d tB=%d: 1 vs 2 threads", M, N, K, tA, tB);
-      CHECKF(!memcmp(c1, c3, bytes), "M=%d N=%d K=%d tA=%d tB=%d: 1 vs 3 threads", M, N, K, tA, tB);
-      free(A), free(B), free(C0), free(c1), free(c2), free(c3);
+      float beta = betas[(s + t) % 3];
+      float *c1 = run_threads(f512, 2, tA, tB, M, N, K, A, B, C0, beta);
+      float *c2 = run_threads(f2, 2, tA, tB, M, N, K, A, B, C0, beta);
+      CHECKF(!memcmp(c1, c2, (size_t)M * N * sizeof(float)),
+             "M=%d N=%d K=%d tA=%d tB=%d beta=%g: avx2 and avx512 differ", M, N, K, tA, tB, beta);
+      free(A), free(B), free(C0), free(c1), free(c2);
     }
   }
 }
@@ -158,8 +229,8 @@ CT_TEST(gemm, bitwise_identical_across_threads) {
 /* Called from inside a parallel region (as attention does per tile) it must run
  * on the calling thread only and still be correct. */
 CT_TEST(gemm, inside_parallel_region) {
-  if (strcmp(ct_sgemm_path(), "avx512")) {
-    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX-512 or CT_GEMM=blas)\n");
+  if (!strcmp(ct_sgemm_path(), "blas")) {
+    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX2 or CT_GEMM=blas)\n");
     return;
   }
   enum { M = 64, N = 80, K = 64, T = 4 };

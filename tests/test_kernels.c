@@ -786,6 +786,10 @@ CT_TEST(kernels, activations) {
   /* quick GELU */
   ct_quick_gelu_fwd(1, 6, xs, 6, ys, 6);
   for (int i = 0; i < 6; i++) CHECK_NEAR(ys[i], xs[i] / (1 + exp(-1.702 * xs[i])), 1e-6);
+  /* exact (erf) GELU */
+  ct_gelu_erf_fwd(1, 6, xs, 6, ys, 6);
+  for (int i = 0; i < 6; i++) CHECK_NEAR(ys[i], 0.5 * xs[i] * (1 + erf(xs[i] / sqrt(2.0))), 1e-6);
+  CHECK_NEAR(ys[4], 0.345731154, 1e-6); /* gelu(0.5) */
 }
 
 CT_TEST(kernels, activations_threads) {

@@ -550,3 +550,93 @@ CT_TEST(safetensors, dtype_names) {
   CHECK(ct_dtype_size(CT_DTYPE_F64) == 8 && ct_dtype_size(CT_DTYPE_BOOL) == 1);
   CHECK(ct_dtype_size(CT_DTYPE_F16) == 2 && ct_dtype_size(CT_DTYPE_COUNT) == 0);
 }
+
+/* ct_st_set: one file, a directory's file, shards behind an index (checked
+ * both ways); ct_st_check: the one error with every problem. */
+static int write_pair(const char *path, const char *name, const char *name2, ct_err *err) {
+  ct_st_writer *w = NULL;
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  int64_t shape[2] = {2, 3};
+  if (ct_st_writer_new(&w)) return 0;
+  int ok = !ct_st_writer_add_f32(w, name, 2, shape, v, CT_DTYPE_BF16, err) &&
+           (!name2 || !ct_st_writer_add_f32(w, name2, 1, shape, v, CT_DTYPE_F32, err)) &&
+           !ct_st_writer_write(w, path, err);
+  ct_st_writer_free(w);
+  return ok;
+}
+
+static int write_str(const char *path, const char *s) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return 0;
+  fputs(s, f);
+  return fclose(f) == 0;
+}
+
+CT_TEST(safetensors, set_and_check) {
+  ct_err err = {0};
+  char dir[2048], p[4096];
+  ct_st_set s;
+  const char *file = NULL;
+  snprintf(dir, sizeof dir, "%s/st_set", ct_test_tmpdir());
+  mkdir(dir, 0755);
+  /* no file at all, then one model.safetensors */
+  ct_status st = ct_st_set_open(&s, dir, "model.safetensors", &err);
+  CHECKF(st == CT_ERR_NOT_FOUND && strstr(err.msg, "neither model.safetensors nor"), "%s", err.msg);
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  REQUIRE(write_pair(p, "a.weight", "a.bias", &err));
+  REQUIRE(!ct_st_set_open(&s, dir, "model.safetensors", &err));
+  CHECK(s.nf == 1 && ct_st_set_find(&s, "a.bias", &file) && !strcmp(file, "model.safetensors"));
+  ct_st_set_close(&s);
+  REQUIRE(!ct_st_set_open(&s, p, "ignored", &err)); /* a file path */
+  CHECK(s.nf == 1 && ct_st_set_find(&s, "a.weight", NULL) && !ct_st_set_find(&s, "x", NULL));
+  /* the report: one missing, one misshaped (BF16 [2, 3] for [3, 2]), one unexpected */
+  ct_st_check *c = NULL;
+  REQUIRE(!ct_st_check_new(&c, &err));
+  int64_t want[2] = {3, 2};
+  CHECK(!ct_st_check_tensor(c, ct_st_set_find(&s, "b.weight", NULL), "b.weight", NULL, 2, want));
+  const ct_st_tensor *t = ct_st_set_find(&s, "a.weight", &file);
+  CHECK(t && !strcmp(file, p)); /* one file by path: named by its path */
+  CHECK(!ct_st_check_tensor(c, t, "a.weight", "model.safetensors", 2, want));
+  want[0] = 2, want[1] = 3;
+  CHECK(ct_st_check_tensor(c, ct_st_set_find(&s, "a.weight", NULL), "a.weight", NULL, 2, want));
+  ct_st_check_unexpected(c, "a.bias", "model.safetensors");
+  CHECK(ct_st_check_count(c) == 3);
+  st = ct_st_check_done(c, &err, "%s is not %s", "X", "Y");
+  CHECKF(st == CT_ERR_SHAPE &&
+             !strcmp(err.msg,
+                     "X is not Y: 1 missing [b.weight]; 1 wrongly shaped [a.weight in "
+                     "model.safetensors (has BF16 [2, 3], needs F32/F16/BF16 [3, 2])]; "
+                     "1 unexpected [a.bias in model.safetensors]"),
+         "%s", err.msg);
+  REQUIRE(!ct_st_check_new(&c, &err));
+  CHECK(ct_st_check_done(c, &err, "nothing") == CT_OK);
+  ct_st_set_close(&s);
+  /* shards: the index wins over model.safetensors; both directions checked */
+  snprintf(p, sizeof p, "%s/m-1.safetensors", dir);
+  REQUIRE(write_pair(p, "a.weight", NULL, &err));
+  snprintf(p, sizeof p, "%s/m-2.safetensors", dir);
+  REQUIRE(write_pair(p, "b.weight", NULL, &err));
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+  REQUIRE(write_str(p,
+                    "{\"weight_map\": {\"a.weight\": \"m-1.safetensors\", \"b.weight\": "
+                    "\"m-2.safetensors\"}}"));
+  REQUIRE(!ct_st_set_open(&s, dir, "model.safetensors", &err));
+  CHECK(s.nf == 2 && ct_st_set_find(&s, "b.weight", &file) && !strcmp(file, "m-2.safetensors"));
+  ct_st_set_close(&s);
+  REQUIRE(write_str(p, "{\"weight_map\": {\"a.weight\": \"model.safetensors\"}}"));
+  st = ct_st_set_open(&s, dir, "model.safetensors", &err);
+  CHECKF(st == CT_ERR_FORMAT && strstr(err.msg, "a.bias of model.safetensors is not in the"), "%s",
+         st ? err.msg : "accepted");
+  REQUIRE(write_str(p,
+                    "{\"weight_map\": {\"a.weight\": \"m-2.safetensors\", \"b.weight\": "
+                    "\"m-2.safetensors\"}}"));
+  st = ct_st_set_open(&s, dir, "model.safetensors", &err);
+  CHECKF(st == CT_ERR_FORMAT && strstr(err.msg, "puts a.weight in m-2.safetensors"), "%s",
+         st ? err.msg : "accepted");
+  REQUIRE(write_str(p, "{\"weight_map\": {\"a.weight\": \"../m-1.safetensors\"}}"));
+  st = ct_st_set_open(&s, dir, "model.safetensors", &err);
+  CHECKF(st == CT_ERR_FORMAT && strstr(err.msg, "inside"), "%s", st ? err.msg : "accepted");
+  snprintf(p, sizeof p, "%s/nope", dir);
+  st = ct_st_set_open(&s, p, "model.safetensors", &err);
+  CHECKF(st == CT_ERR_NOT_FOUND && strstr(err.msg, "does not download"), "%s", err.msg);
+}

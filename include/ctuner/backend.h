@@ -128,6 +128,7 @@ struct ct_backend_ops {
   void (*gelu_tanh_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
                         int lddx);
   void (*quick_gelu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*gelu_erf_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
   void (*gate_res_fwd)(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                        const float *y, int ldy, float *out, int ldo);
   void (*gate_res_bwd)(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,
@@ -178,5 +179,41 @@ const ct_backend_ops *ct_backend_at(size_t i);
  * Nothing to do when *p is NULL or from == to; on failure *p is unchanged. */
 ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat,
                           size_t bytes, void **p, ct_err *err);
+
+/* ---- the op profile (src/kernels/backend_prof.c) ----
+ * A backend that times every op of `wrapped` into the op's family and the
+ * current phase (`ctuner bench step --profile`). Process-wide: one profile
+ * at a time; the returned table stays valid for the process. The models
+ * cost nothing extra when they are not put on it. */
+typedef enum {
+  CT_PROF_GEMM,       /* sgemm, sgemm_deterministic, linear_fwd/bwd */
+  CT_PROF_ATTENTION,  /* attention_fwd/bwd (with their score-tile GEMMs), attention_bias_fwd */
+  CT_PROF_NORM,       /* ln_mod (LayerNorm + shift/scale), layernorm, rmsnorm, groupnorm */
+  CT_PROF_ROPE,       /* rope_table/fwd/bwd, qkv_heads_fwd/bwd (QK RMSNorm + RoPE + head split) */
+  CT_PROF_MODULATION, /* gate_res_fwd/bwd (gated residual) */
+  CT_PROF_ACTIVATION, /* silu, gelu_tanh, quick_gelu, gelu_erf */
+  CT_PROF_OPTIMIZER,  /* adam/adagrad/lion/sgd updates, ema, sumsq (and ct_prof_add) */
+  CT_PROF_PACKING,    /* layout: copy_2d, patchify, unpatchify, nchw/nlc, upsample, tile_blend */
+  CT_PROF_CONV,       /* conv2d (im2col + GEMM) */
+  CT_PROF_MEMORY,     /* alloc, free, copies, synchronize */
+  CT_PROF_OTHER,      /* elementwise, clamp, zero, embeddings, loss */
+  CT_PROF_NFAMILIES
+} ct_prof_family;
+typedef enum { CT_PROF_FORWARD, CT_PROF_BACKWARD, CT_PROF_STEP, CT_PROF_NPHASES } ct_prof_phase;
+typedef struct {
+  double seconds[CT_PROF_NPHASES][CT_PROF_NFAMILIES];     /* wall */
+  double cpu_seconds[CT_PROF_NPHASES][CT_PROF_NFAMILIES]; /* process CPU time */
+  long calls[CT_PROF_NPHASES][CT_PROF_NFAMILIES];
+} ct_prof_counts;
+
+const ct_backend_ops *ct_backend_profiled(const ct_backend_ops *wrapped);
+void ct_prof_set_phase(ct_prof_phase p); /* where the next ops count */
+/* work timed outside the table (wall and process CPU seconds) */
+void ct_prof_add(ct_prof_family f, double seconds, double cpu_seconds);
+double ct_prof_cpu_now(void); /* the process's CPU time in seconds, for ct_prof_add */
+void ct_prof_reset(void);
+void ct_prof_read(ct_prof_counts *out);
+const char *ct_prof_family_name(ct_prof_family f); /* "gemm", "attention", ... */
+const char *ct_prof_phase_name(ct_prof_phase p);   /* "forward", "backward", "step" */
 
 #endif

@@ -13,10 +13,10 @@
  * Everything here is OpenMP-parallel and deterministic: the result does not
  * depend on the thread count (reductions over rows are done per batch item or
  * in fixed-size chunks combined in a fixed order). Matrix products go through
- * ct_sgemm (below; src/kernels/gemm.c), whose AVX-512 path sums K in a fixed order
- * whatever the thread count, which OpenBLAS does not promise; with CT_GEMM=blas
- * or on CPUs without AVX-512 the linear layers use OpenBLAS and dx/dw may then
- * differ in the last bits between thread counts.
+ * ct_sgemm (below; src/kernels/gemm.c), whose AVX-512 and AVX2 paths sum K in a
+ * fixed order whatever the thread count, which OpenBLAS does not promise; with
+ * CT_GEMM=blas or on CPUs without AVX2 the linear layers use OpenBLAS and dx/dw
+ * may then differ in the last bits between thread counts.
  * Kernels know nothing of parameters' names, files or models.
  *
  * These are the CPU implementations; include/ctuner/backend.h gathers every
@@ -34,21 +34,39 @@
  * meaning of cblas_sgemm(CblasRowMajor, ...): op(A) is M x K, op(B) is K x N,
  * C is M x N; transA/transB != 0 mean the stored matrix is the transpose
  * (A stored K x M, B stored N x K). beta == 0 overwrites C without reading it.
- * Our AVX-512 kernel where the CPU has AVX-512F (bitwise identical for any
- * thread count), OpenBLAS otherwise or with CT_GEMM=blas (docs/gemm.md).
+ * Our AVX-512 kernel where the CPU has AVX-512F, our AVX2 kernel where it has
+ * AVX2 + FMA (both bitwise identical for any thread count, and to each
+ * other), OpenBLAS otherwise or with CT_GEMM=blas (docs/gemm.md).
  * Called outside a parallel region it uses omp_get_max_threads() threads;
  * inside one it runs on the calling thread only. */
 void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
-/* "avx512" or "blas": the path ct_sgemm takes on this machine and environment. */
+/* "avx512", "avx2" or "blas": the path ct_sgemm takes on this machine and
+ * environment (CT_GEMM=blas forces OpenBLAS, CT_GEMM=avx2 the AVX2 kernel). */
 const char *ct_sgemm_path(void);
-/* ct_sgemm whose result is bitwise the same for any thread count on either
- * path: the AVX-512 path is ct_sgemm itself; on the OpenBLAS path C is split
+/* One path by name ("avx512", "avx2", "blas"), whatever CT_GEMM says; NULL when
+ * the CPU lacks it or the name is unknown. The tests run every path the
+ * machine has; a path function needs M, N, K >= 1 and alpha != 0 (ct_sgemm
+ * handles the degenerate shapes before dispatching). */
+typedef void (*ct_sgemm_fn)(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc);
+ct_sgemm_fn ct_sgemm_path_fn(const char *name);
+/* ct_sgemm whose result is bitwise the same for any thread count on every
+ * path: our kernels are ct_sgemm itself; on the OpenBLAS path C is split
  * into fixed blocks of 64 rows, one single-threaded cblas_sgemm per block,
  * the blocks spread over the threads (Muon's Newton–Schulz iteration). */
 void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc);
+
+/* ---- the FMA peak (src/kernels/peak.c, `ctuner bench peak`) ----
+ * 1 if the CPU has the ISA ("avx512", "avx2": AVX2 + FMA), else 0. */
+int ct_fma_peak_has(const char *isa);
+/* Runs the register-only FMA loop of isa for iters iterations on the calling
+ * thread and returns the float32 FLOPs done (2 per lane per FMA; 0 when the
+ * CPU lacks the ISA). Adds a value to *sink so the loop is not optimised away. */
+double ct_fma_peak_loop(const char *isa, long iters, float *sink);
 
 /* ---- linear: y = x w^T + b, w is [out=M, in=K] (PyTorch layout) ---- */
 /* y (N, M) = x (N, K) . w^T + b; b may be NULL. */
@@ -139,6 +157,8 @@ void ct_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, in
                       int lddx); /* overwrite */
 void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y,
                        int ldy); /* x*sigmoid(1.702x) */
+void ct_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y,
+                     int ldy); /* 0.5x(1+erf(x/sqrt 2)): torch's exact GELU, HF "gelu" */
 
 /* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
 void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,

@@ -87,4 +87,42 @@ ct_status ct_st_writer_meta(ct_st_writer *w, const char *key, const char *value,
 ct_status ct_st_writer_write(ct_st_writer *w, const char *path, ct_err *err);
 void ct_st_writer_free(ct_st_writer *w);
 
+/* ---- a model's tensors on disk (st_set.c) ----
+ * One .safetensors file, or the shards an index names (transformers'
+ * model.safetensors.index.json, diffusers'
+ * diffusion_pytorch_model.safetensors.index.json: "weight_map" tensor ->
+ * shard file name, no paths; checked complete both ways). */
+struct ct_json;
+typedef struct ct_st_set {
+  size_t nf;
+  ct_st_file **f;
+  char **fname; /* as the index names them (basenames), or the file's path */
+  struct ct_json *index;
+  const struct ct_json *wmap; /* the index's weight_map, NULL for one file */
+} ct_st_set;
+
+/* path: a directory holding BASE.index.json (then the shards it names) or
+ * BASE (e.g. "model.safetensors"), or one .safetensors file. Errors name the
+ * file; a missing directory says ctuner does not download. */
+ct_status ct_st_set_open(ct_st_set *s, const char *path, const char *base, ct_err *err);
+void ct_st_set_close(ct_st_set *s);
+/* The tensor and the file holding it (*file may be NULL), or NULL. */
+const ct_st_tensor *ct_st_set_find(const ct_st_set *s, const char *name, const char **file);
+
+/* One error listing every missing, wrongly shaped and unexpected tensor:
+ * "<what>: N missing [a, b]; N wrongly shaped [x in F (has BF16 [3, 4], needs
+ * F32/F16/BF16 [4, 4])]; N unexpected [y in F]". */
+typedef struct ct_st_check ct_st_check;
+ct_status ct_st_check_new(ct_st_check **out, ct_err *err);
+/* t NULL: name is missing. Else its dtype must be F32/F16/BF16 and its shape
+ * (ndim, shape); returns 1 when it is. */
+int ct_st_check_tensor(ct_st_check *c, const ct_st_tensor *t, const char *name, const char *file,
+                       int ndim, const int64_t *shape);
+void ct_st_check_unexpected(ct_st_check *c, const char *name, const char *file);
+int ct_st_check_count(const ct_st_check *c); /* problems so far */
+/* Frees c; CT_ERR_SHAPE with the lists (prefixed by the formatted what) if
+ * anything was recorded, else CT_OK. */
+ct_status ct_st_check_done(ct_st_check *c, ct_err *err, const char *what_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

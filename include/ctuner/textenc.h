@@ -1,5 +1,7 @@
 /* The frozen text encoder: a CLIP text transformer (Hugging Face CLIPTextModel
- * layout and names), causal mask, quick-GELU, pre-LN; and its tokenizers.
+ * layout and names), causal mask, quick-GELU (or GELU), pre-LN; and its
+ * tokenizers. FLUX's text_encoder/ and tokenizer/ open with
+ * ct_textenc_open_dir and ct_bpe_load_dir (docs/text_encoder.md).
  *
  * Weights are drawn from a fixed seed or loaded from safetensors; they never
  * train, so only a forward pass exists. Outputs are the final-LN sequence
@@ -24,10 +26,28 @@ typedef struct ct_textenc_config {
   int intermediate; /* MLP width (4 d) */
   float ln_eps;     /* 1e-5 */
   int eos_id;       /* token whose first position gives the pooled output (257; CLIP BPE 49407) */
+  int act;          /* CT_TEXTENC_ACT_*: the MLP's activation (hidden_act) */
+  int pool;         /* CT_TEXTENC_POOL_*: which position gives the pooled output */
 } ct_textenc_config;
 
+enum {
+  CT_TEXTENC_ACT_QUICK_GELU = 0, /* x sigmoid(1.702 x): "quick_gelu", CLIP's */
+  CT_TEXTENC_ACT_GELU = 1        /* exact (erf) GELU: "gelu" */
+};
+enum {
+  /* ctuner's own: the first eos_id, else the last position (seeded encoders) */
+  CT_TEXTENC_POOL_FIRST_EOS_OR_LAST = 0,
+  /* transformers' CLIPTextTransformer with eos_token_id == 2 (the legacy rule
+   * kept for configs written before transformers PR #24773, FLUX's among
+   * them): the position of the largest id, the first one if tied */
+  CT_TEXTENC_POOL_ARGMAX_ID = 1,
+  /* transformers with any other eos_token_id: the first eos_id, else 0 */
+  CT_TEXTENC_POOL_FIRST_EOS = 2
+};
+
 /* Defaults for a width: vocab 259, max_pos 77, heads max(1, d/64) dividing d,
- * layers 2, intermediate 4 d, eos_id 257. */
+ * layers 2, intermediate 4 d, eos_id 257, quick_gelu, pool at the first EOS
+ * or the last position. */
 void ct_textenc_config_default(int hidden, ct_textenc_config *cfg);
 ct_status ct_textenc_config_validate(const ct_textenc_config *cfg, ct_err *err);
 
@@ -36,11 +56,26 @@ typedef struct ct_textenc ct_textenc;
 /* Seed-drawn weights (docs/text_encoder.md gives the distribution). */
 ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
                          ct_err *err);
-/* Replace the weights from a CLIPTextModel safetensors file (names with or
- * without a "text_model." prefix); one error lists every missing, unexpected or
- * wrongly shaped tensor. */
+/* Replace the weights from a CLIPTextModel safetensors file, or a
+ * directory's model.safetensors or the shards its
+ * model.safetensors.index.json names (names with or without a "text_model."
+ * prefix); one error lists every missing, unexpected or wrongly shaped
+ * tensor, and the weights are then left unchanged. */
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err);
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err);
+
+/* A transformers CLIPTextModel directory (FLUX's text_encoder/): config.json
+ * (CLIPTextConfig: vocab_size, hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, max_position_embeddings, hidden_act
+ * quick_gelu|gelu, layer_norm_eps, eos_token_id; bookkeeping fields ignored,
+ * fields that would change the math refused by name, unknown ones one warning)
+ * and model.safetensors or the shards of model.safetensors.index.json (F32,
+ * F16, BF16; a full CLIPModel's vision tower is ignored). Every problem of the
+ * config, then every missing / misshaped / unexpected tensor, in one error.
+ * Pooling follows transformers (eos_token_id 2: argmax of the ids). */
+ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err);
+/* Just the config.json part of ct_textenc_open_dir. */
+ct_status ct_textenc_config_read(const char *path, ct_textenc_config *cfg, ct_err *err);
 void ct_textenc_free(ct_textenc *te);
 /* The compute backend of the forward (include/ctuner/backend.h):
  * ct_backend_default() from ct_textenc_new, or the one set here, which moves
@@ -52,15 +87,18 @@ const ct_backend_ops *ct_textenc_backend(const ct_textenc *te);
 const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te);
 
 /* ids (B, T) int32 with T <= max_pos -> seq (B, T, hidden), pooled (B, hidden);
- * either output may be NULL. Pooled takes the first position whose id is
- * cfg.eos_id, or the last position if there is none. */
+ * either output may be NULL: last_hidden_state and pooler_output of
+ * CLIPTextModel called without attention_mask (as FluxPipeline calls it).
+ * Pooled takes the position cfg.pool says. */
 ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
                             float *pooled, ct_err *err);
 
 /* The tokenizer captions go through: the byte tokenizer unless a CLIP BPE
  * tokenizer was attached (the encoder then owns it and frees it). Attaching
- * checks that the BPE ids fit the vocabulary and sets nothing else: build the
- * encoder with vocab = ct_bpe_vocab_size and eos_id = ct_bpe_eos. */
+ * checks that the BPE ids fit the vocabulary and that its <|endoftext|> is
+ * the encoder's eos_id (not needed with CT_TEXTENC_POOL_ARGMAX_ID, FLUX's
+ * case) and sets nothing else: build the encoder with vocab =
+ * ct_bpe_vocab_size and eos_id = ct_bpe_eos. */
 typedef struct ct_bpe ct_bpe;
 ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err);
 const ct_bpe *ct_textenc_bpe(const ct_textenc *te);
@@ -81,15 +119,34 @@ int ct_tokenize_bytes(const char *text, int T, int32_t *ids);
  * <|startoftext|> and <|endoftext|> in the vocabulary. Errors name the file,
  * line and column. */
 ct_status ct_bpe_load(const char *vocab_json, const char *merges_txt, ct_bpe **out, ct_err *err);
+/* A transformers CLIPTokenizer directory (FLUX's tokenizer/): vocab.json,
+ * merges.txt, and from tokenizer_config.json (else special_tokens_map.json)
+ * model_max_length and the pad / unk tokens (bos and eos must be CLIP's).
+ * It tokenizes as transformers 4.46.3's CLIPTokenizer does without ftfy
+ * (docs/text_encoder.md): added tokens split out of the raw text, then
+ * BasicTokenizer's clean-up, CJK spacing, NFC and lowercasing with Python's
+ * Unicode data, CLIP's pattern with \p{L} / \p{N}, BPE. */
+ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err);
 void ct_bpe_free(ct_bpe *b);
+/* Which rules a tokenizer follows: ct_bpe_load gives CT_BPE_CTUNER (ctuner's
+ * older, ASCII-only rules), ct_bpe_load_dir CT_BPE_CLIP (transformers'
+ * CLIPTokenizer, FluxPipeline's); CT_BPE_CLIP_FAST is CLIPTokenizerFast
+ * (AutoTokenizer's default): NFC, whitespace runs, per-character lowercase,
+ * no control-character removal, no CJK spacing. */
+enum { CT_BPE_CTUNER = 0, CT_BPE_CLIP = 1, CT_BPE_CLIP_FAST = 2 };
+void ct_bpe_set_rules(ct_bpe *b, int rules);
+int ct_bpe_rules(const ct_bpe *b);
+int ct_bpe_pad(const ct_bpe *b);        /* pad_token's id (<|endoftext|> unless configured) */
+int ct_bpe_max_length(const ct_bpe *b); /* model_max_length (77 unless configured) */
 int ct_bpe_vocab_size(const ct_bpe *b); /* largest id + 1 */
 int ct_bpe_bos(const ct_bpe *b);
 int ct_bpe_eos(const ct_bpe *b);
 /* Token ids of text without BOS/EOS: writes at most cap, returns how many there are. */
 int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap);
-/* BOS, the tokens, EOS, then EOS as padding up to T (CLIP's pad token); longer
- * texts are truncated so that EOS is the last kept token. T >= 2. Returns the
- * number of tokens up to and including the first EOS. */
+/* BOS, the tokens, EOS, then the pad token up to T; longer texts are
+ * truncated so that EOS is the last kept token: FluxPipeline's
+ * tokenizer(padding="max_length", max_length=T, truncation=True). T >= 2.
+ * Returns the number of tokens up to and including the EOS. */
 int ct_bpe_encode(const ct_bpe *b, const char *text, int T, int32_t *ids);
 
 #endif

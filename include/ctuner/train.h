@@ -105,6 +105,38 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
                            const char *const *prompts, int n, uint64_t index0,
                            const ct_sample_opts *o, ct_image *out, ct_err *err);
 
+/* ---- FlowMatchEulerDiscreteScheduler as FluxPipeline drives it (fm_sched.c,
+ * docs/flux.md "Scheduler"); pure functions, float32 as diffusers computes. */
+typedef struct ct_fm_sched_config {
+  int num_train_timesteps; /* 1000 */
+  double shift;            /* 1.0; used without dynamic shifting */
+  int use_dynamic_shifting;
+  double base_shift, max_shift;               /* 0.5, 1.15: calculate_shift's ends */
+  long base_image_seq_len, max_image_seq_len; /* 256, 4096 */
+  int time_shift_linear;                      /* time_shift_type: 0 "exponential", 1 "linear" */
+  double shift_terminal;                      /* 0: none */
+  int invert_sigmas;
+} ct_fm_sched_config;
+
+/* diffusers' defaults (the class's __init__). */
+void ct_fm_sched_config_default(ct_fm_sched_config *c);
+/* scheduler/scheduler_config.json; karras / exponential / beta sigmas and
+ * stochastic_sampling are refused by name, unknown fields draw one warning,
+ * every problem is listed in one error. */
+ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_err *err);
+/* FluxPipeline's calculate_shift: mu linear in image_seq_len (double). */
+double ct_fm_calculate_shift(const ct_fm_sched_config *c, long image_seq_len);
+/* set_timesteps(sigmas=in[0..N), mu): sigmas (N+1, the last 0 — 1 when
+ * inverted) and timesteps (N). mu is used with use_dynamic_shifting only. */
+ct_status ct_fm_set_timesteps(const ct_fm_sched_config *c, int N, const float *in, double mu,
+                              float *sigmas, float *timesteps, ct_err *err);
+/* FluxPipeline: in = linspace(1, 1/N, N), mu = calculate_shift(image_seq_len),
+ * then set_timesteps. */
+ct_status ct_fm_flux_timesteps(const ct_fm_sched_config *c, int N, long image_seq_len,
+                               float *sigmas, float *timesteps, ct_err *err);
+/* step i (0 <= i < N): x += (sigmas[i+1] - sigmas[i]) v over n values. */
+void ct_fm_step(const float *sigmas, int i, const float *v, float *x, size_t n);
+
 /* ---- a FLUX.1 pipeline directory (docs/flux.md) ---- */
 /* Sampling as diffusers' FluxPipeline: dir is a FluxPipeline directory,
  * flavour "dev"/"krea"/"schnell" or NULL (its T5 length: 512, schnell 256,

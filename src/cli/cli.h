@@ -57,6 +57,8 @@ int ct_cmd_eval_vae(int argc, char **argv); /* cmd_eval_vae.c */
 void ct_cmd_eval_vae_help(FILE *f);
 int ct_cmd_bench_step(int argc, char **argv); /* cmd_bench.c */
 void ct_cmd_bench_step_help(FILE *f);
+int ct_cmd_bench_peak(int argc, char **argv); /* cmd_bench_peak.c */
+void ct_cmd_bench_peak_help(FILE *f);
 int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
 void ct_cmd_bench_memory_help(FILE *f);
 int ct_cmd_bench_discovery(int argc, char **argv); /* cmd_bench_data.c */

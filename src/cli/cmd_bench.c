@@ -4,16 +4,23 @@
  * docs/performance.md). sgemm_gflops is OpenBLAS's cblas_sgemm on a 2048^3
  * product (the baseline), ct_sgemm_gflops our ct_sgemm on the same product
  * (docs/gemm.md), timed alternately; mfu_vs_sgemm = gflops / sgemm_gflops and
- * mfu_vs_ct_sgemm = gflops / ct_sgemm_gflops. */
+ * mfu_vs_ct_sgemm = gflops / ct_sgemm_gflops.
+ * --profile puts the model on the profiling backend (ct_backend_profiled:
+ * every op timed into its family) and prints a per-family table of the timed
+ * steps before the JSON line, which then carries the same numbers under
+ * "profile" (docs/performance.md). */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "ctuner/alloc.h"
+#include "ctuner/backend.h"
 #include "ctuner/kernels.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/optim.h"
@@ -23,17 +30,32 @@
 void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
-          "                         [--gradient_checkpointing N]\n"
+          "                         [--gradient_checkpointing N] [--profile]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
           "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
-          "peak_rss_mb. CT_GEMM=blas makes the model use OpenBLAS (docs/gemm.md).\n"
+          "peak_rss_mb; and by CPU time (robust to other load; with --threads 1 the\n"
+          "whole step's work): cpu_ms_per_step_median, gflops_per_cpu_s,\n"
+          "ct_sgemm_gflops_core (ct_sgemm on one thread per CPU second, 1024^3) and\n"
+          "mfu_cpu_vs_ct_sgemm = gflops_per_cpu_s / ct_sgemm_gflops_core.\n"
+          "CT_GEMM=blas makes the model use OpenBLAS, CT_GEMM=avx2 our AVX2 kernel\n"
+          "(docs/gemm.md).\n"
           "--gradient_checkpointing N recomputes every Nth block in the backward (1: every\n"
-          "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n",
+          "block; 0: off, the default; gradient_checkpointing_interval, docs/model.md).\n"
+          "--profile times every op of the timed steps by family (gemm, attention, norm,\n"
+          "rope, modulation, activation, optimizer, packing, other) and phase (forward,\n"
+          "backward, step): a table, then the JSON line with \"profile\" added\n"
+          "(ms per step per family and phase; docs/performance.md).\n",
           ct_mmdit_preset_names());
+}
+
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -43,6 +65,33 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Best GFLOP/s of OpenBLAS (*blas) and ct_sgemm (*ours) on C = A B^T, 2048^3,
  * run alternately so that load from other processes hits both alike. */
+/* GFLOP/s of ct_sgemm on one thread per second of that thread's CPU time,
+ * best of 3 on 1024^3: the per-core rate that other load barely changes. */
+static double sgemm_core_gflops(void) {
+  const int n = 1024;
+  float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
+        *c = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4);
+  double best = 0;
+  if (a && b && c) {
+    ct_rng_fill_normal(a, (size_t)n * n, 1, 1, 0, 0, 1);
+    ct_rng_fill_normal(b, (size_t)n * n, 1, 2, 0, 0, 1);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    for (int r = 0; r < 4; r++) {
+      double t0 = thread_cpu();
+      ct_sgemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      double g = 2.0 * n * n * n / (thread_cpu() - t0) / 1e9;
+      if (r > 0 && g > best) best = g;
+    }
+    omp_set_num_threads(saved);
+  }
+  ct_free(a);
+  ct_free(b);
+  ct_free(c);
+  return best;
+}
+
 static void sgemm_gflops(double *blas, double *ours) {
   const int n = 2048;
   const double flop = 2.0 * n * n * n;
@@ -68,14 +117,60 @@ static void sgemm_gflops(double *blas, double *ours) {
   ct_free(c);
 }
 
+/* The profile of `steps` timed steps taking `total` wall and `cpu` process
+ * CPU seconds in all: a table (wall ms per step by family and phase, CPU ms
+ * per step, shares of the step) on stdout, and the same as a JSON object
+ * written to js. */
+static void profile_report(long steps, double total, double cpu, char *js, size_t jn) {
+  ct_prof_counts pc;
+  ct_prof_read(&pc);
+  double per = 1e3 / (double)steps, acc = 0, acc_cpu = 0;
+  printf("%-11s %9s %9s %8s %9s %6s %9s %6s %6s\n", "family", "fwd ms", "bwd ms", "step ms",
+         "wall ms", "share", "cpu ms", "share", "calls");
+  size_t o = (size_t)snprintf(js, jn, "{");
+  for (int f = 0; f < CT_PROF_NFAMILIES; f++) {
+    double ph[CT_PROF_NPHASES], sum = 0, sc = 0;
+    long nc = 0;
+    for (int p = 0; p < CT_PROF_NPHASES; p++) {
+      ph[p] = pc.seconds[p][f] * per;
+      sum += ph[p];
+      sc += pc.cpu_seconds[p][f] * per;
+      nc += pc.calls[p][f];
+    }
+    acc += sum, acc_cpu += sc;
+    if (!nc) continue;
+    printf("%-11s %9.2f %9.2f %8.2f %9.2f %5.1f%% %9.2f %5.1f%% %6.0f\n", ct_prof_family_name(f),
+           ph[0], ph[1], ph[2], sum, 100.0 * sum / (total * per), sc, 100.0 * sc / (cpu * per),
+           (double)nc / (double)steps);
+    if (o < jn)
+      o += (size_t)snprintf(js + o, jn - o,
+                            "%s\"%s\": {\"forward_ms\": %.3f, \"backward_ms\": %.3f, "
+                            "\"step_ms\": %.3f, \"cpu_ms\": %.3f, \"calls_per_step\": %.1f}",
+                            o > 1 ? ", " : "", ct_prof_family_name(f), ph[0], ph[1], ph[2], sc,
+                            (double)nc / (double)steps);
+  }
+  double rest = total * per - acc, rest_cpu = cpu * per - acc_cpu;
+  printf("%-11s %9s %9s %8s %9.2f %5.1f%% %9.2f %5.1f%%\n", "untimed", "", "", "", rest,
+         100.0 * rest / (total * per), rest_cpu, 100.0 * rest_cpu / (cpu * per));
+  printf("%-11s %9s %9s %8s %9.2f %6s %9.2f\n", "step", "", "", "", total * per, "", cpu * per);
+  if (o < jn)
+    snprintf(js + o, jn - o,
+             "%s\"untimed_ms\": %.3f, \"step_ms\": %.3f, \"untimed_cpu_ms\": %.3f, "
+             "\"step_cpu_ms\": %.3f}",
+             o > 1 ? ", " : "", rest, total * per, rest_cpu, cpu * per);
+}
+
 int ct_cmd_bench_step(int argc, char **argv) {
   const char *preset = "bench", *v;
   long steps = 10, warmup = 3, threads = 0, ckpt = 0;
+  int profile = 0;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_bench_step_help(stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--profile")) {
+      profile = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
@@ -109,6 +204,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
   int nthreads = ct_threads_get();
   double sg, csg;
   sgemm_gflops(&sg, &csg);
+  double core_sg = sgemm_core_gflops();
 
   ct_err err = {0};
   ct_mmdit *m = NULL;
@@ -120,11 +216,16 @@ int ct_cmd_bench_step(int argc, char **argv) {
         *tgt = NULL, *dv = NULL;
   float *om = NULL, *ov = NULL;
   double *times = calloc((size_t)steps, sizeof(double));
+  double *cpus = calloc((size_t)steps, sizeof(double));
   if (ct_mmdit_new(c, 0, 1, &m, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
   ct_mmdit_set_checkpointing(m, (int)ckpt);
+  if (profile && ct_mmdit_set_backend(m, ct_backend_profiled(ct_backend_default()), &err)) {
+    fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+    goto out;
+  }
   size_t n = ct_mmdit_numel(m);
   x0 = ct_alloc(CT_MEM_BUFFERS, nx * 4);
   eps = ct_alloc(CT_MEM_BUFFERS, nx * 4);
@@ -137,7 +238,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
   y = ct_alloc(CT_MEM_BUFFERS, ny * 4);
   om = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
   ov = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
-  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times) {
+  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times ||
+      !cpus) {
     fprintf(stderr, "ctuner bench step: out of memory\n");
     goto out;
   }
@@ -147,8 +249,11 @@ int ct_cmd_bench_step(int argc, char **argv) {
   ct_rng_fill_normal(txt, ntxt, 1, 11, 0, 0, 1);
   ct_rng_fill_normal(y, ny, 1, 12, 0, 0, 1);
   ct_adamw_hp hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
+  double prof_total = 0, prof_cpu = 0;
   for (long s = 0; s < warmup + steps; s++) {
-    double t0 = ct_time_now();
+    if (profile && s == warmup) ct_prof_reset();
+    ct_prof_set_phase(CT_PROF_STEP);
+    double t0 = ct_time_now(), c0 = ct_prof_cpu_now();
     ct_rng_fill_normal(eps, nx, 2, (uint64_t)s, 0, 0, 1);
     for (size_t b = 0; b < B; b++) {
       float z = ct_rng_normal(3, (uint64_t)s, b);
@@ -161,24 +266,39 @@ int ct_cmd_bench_step(int argc, char **argv) {
       tgt[i] = eps[i] - x0[i];
     }
     ct_zero(n, ct_mmdit_grads(m));
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0, ct_prof_cpu_now() - c0);
     ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, xt, t, txt, y, NULL};
+    ct_prof_set_phase(CT_PROF_FORWARD);
     if (ct_mmdit_forward(m, &in, vp, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
+    ct_prof_set_phase(CT_PROF_STEP);
+    double t1 = ct_time_now(), c1 = ct_prof_cpu_now();
     ct_mse_fwd_bwd(nx, vp, tgt, 1.0f, dv);
+    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t1, ct_prof_cpu_now() - c1);
+    ct_prof_set_phase(CT_PROF_BACKWARD);
     if (ct_mmdit_backward(m, dv, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
+    ct_prof_set_phase(CT_PROF_STEP);
+    double t2 = ct_time_now(), c2 = ct_prof_cpu_now();
     ct_adamw_step(n, ct_mmdit_params(m), ct_mmdit_grads(m), om, ov, &hp, s + 1);
-    double dt = ct_time_now() - t0;
-    if (s >= warmup) times[s - warmup] = dt;
+    double t3 = ct_time_now(), c3 = ct_prof_cpu_now();
+    if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2, c3 - c2);
+    double dt = t3 - t0;
+    if (s >= warmup)
+      times[s - warmup] = dt, cpus[s - warmup] = c3 - c0, prof_total += dt, prof_cpu += c3 - c0;
   }
   qsort(times, (size_t)steps, sizeof(double), cmp_double);
+  qsort(cpus, (size_t)steps, sizeof(double), cmp_double);
+  double cpu_med = cpus[steps / 2];
   double med = times[steps / 2], fwd, bwd;
   ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
   double gf = (fwd + bwd) / med / 1e9;
+  char pjs[2048] = "";
+  if (profile) profile_report(steps, prof_total, prof_cpu, pjs, sizeof pjs);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -193,13 +313,17 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
       "\"ct_sgemm_path\": \"%s\", "
       "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
-      "\"gradient_checkpointing\": %ld}\n",
+      "\"gradient_checkpointing\": %ld, \"cpu_ms_per_step_median\": %.2f, "
+      "\"gflops_per_cpu_s\": %.2f, \"ct_sgemm_gflops_core\": %.2f, \"mfu_cpu_vs_ct_sgemm\": "
+      "%.3f%s%s}\n",
       p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
       gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
-      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt);
+      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9,
+      core_sg, (fwd + bwd) / cpu_med / 1e9 / core_sg, profile ? ", \"profile\": " : "", pjs);
   rc = 0;
 out:
   free(times);
+  free(cpus);
   ct_free(x0);
   ct_free(eps);
   ct_free(xt);

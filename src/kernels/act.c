@@ -1,4 +1,4 @@
-/* Activations (SiLU, GELU-tanh, quick-GELU), the gated residual, plain
+/* Activations (SiLU, GELU-tanh, quick-GELU, erf GELU: libm's erff), the gated residual, plain
  * elementwise helpers, the clamp and the strided 2-D copy.
  *
  * Design: `omp for` over rows (static schedule), inner loops over contiguous
@@ -8,6 +8,7 @@
  * their rows in order, so the sum does not depend on the thread count.
  * Buffers may alias where an operation is elementwise (e.g. out == x).
  */
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -78,6 +79,15 @@ void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy)
     const float *xr = x + (size_t)r * ldx;
     float *yr = y + (size_t)r * ldy;
     for (int j = 0; j < D; j++) yr[j] = xr[j] * ct_sigmoidf(1.702f * xr[j]);
+  }
+}
+
+void ct_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int ldy) {
+#pragma omp parallel for schedule(static) if ((size_t)N * D > PAR_MIN)
+  for (int r = 0; r < N; r++) {
+    const float *xr = x + (size_t)r * ldx;
+    float *yr = y + (size_t)r * ldy;
+    for (int j = 0; j < D; j++) yr[j] = 0.5f * xr[j] * (1.0f + erff(xr[j] * 0.70710678118654752f));
   }
 }
 

@@ -29,7 +29,7 @@ static void cpu_synchronize(void) {}
 
 const ct_backend_ops ct_backend_cpu = {
     .name = "cpu",
-    .description = "host memory, OpenMP kernels, AVX-512 SGEMM or OpenBLAS (float32)",
+    .description = "host memory, OpenMP kernels, AVX-512/AVX2 SGEMM or OpenBLAS (float32)",
     .precision_bits = 24,
 
     .alloc = cpu_alloc,
@@ -77,6 +77,7 @@ const ct_backend_ops ct_backend_cpu = {
     .gelu_tanh_fwd = ct_gelu_tanh_fwd,
     .gelu_tanh_bwd = ct_gelu_tanh_bwd,
     .quick_gelu_fwd = ct_quick_gelu_fwd,
+    .gelu_erf_fwd = ct_gelu_erf_fwd,
     .gate_res_fwd = ct_gate_res_fwd,
     .gate_res_bwd = ct_gate_res_bwd,
     .add_inplace = ct_add_inplace,

@@ -1,8 +1,12 @@
-/* ct_sgemm dispatch: our AVX-512 kernel when the CPU has it, OpenBLAS otherwise.
+/* ct_sgemm dispatch: our AVX-512 kernel when the CPU has it, our AVX2 kernel
+ * when it has AVX2 and FMA, OpenBLAS otherwise; and the per-thread packing
+ * buffers both kernels use.
  *
- * The choice is made once per process: __builtin_cpu_supports("avx512f") and the
- * environment variable CT_GEMM ("blas" forces OpenBLAS, for comparisons; any
- * other value or none means "best available"). Degenerate shapes (K == 0 or
+ * The choice is made once per process: __builtin_cpu_supports and the
+ * environment variable CT_GEMM ("blas" forces OpenBLAS, for comparisons;
+ * "avx2" the AVX2 kernel where the CPU has it; any other value or none means
+ * "best available"). The AVX2 and AVX-512 kernels give the same bits
+ * (gemm_driver.h), so the choice changes speed only. Degenerate shapes (K == 0 or
  * alpha == 0) are handled here so both paths give C = beta * C with the BLAS
  * rule that beta == 0 writes zeros without reading C.
  * ct_sgemm_deterministic keeps that thread-count independence on the OpenBLAS
@@ -10,21 +14,31 @@
  * single-threaded cblas_sgemm each (OpenBLAS's OpenMP build does not thread
  * inside a parallel region). Letting OpenBLAS split the whole product gives
  * results that change with the thread count; fixed blocks do not.
- * Not here: the blocking and the micro-kernel (gemm_avx512.c).
+ * Not here: the blocking (gemm_driver.h) and the micro-kernels
+ * (gemm_avx512.c, gemm_avx2.c).
  */
 #include "gemm.h"
 
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
-enum { PATH_UNSET = 0, PATH_AVX512 = 1, PATH_BLAS = 2 };
+enum { PATH_UNSET = 0, PATH_AVX512 = 1, PATH_AVX2 = 2, PATH_BLAS = 3 };
+
+static int cpu_has(int path) {
+  __builtin_cpu_init();
+  if (path == PATH_AVX512) return __builtin_cpu_supports("avx512f");
+  if (path == PATH_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return path == PATH_BLAS;
+}
 
 static int path_decide(void) {
   const char *env = getenv("CT_GEMM");
   if (env && !strcmp(env, "blas")) return PATH_BLAS;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") ? PATH_AVX512 : PATH_BLAS;
+  if (env && !strcmp(env, "avx2") && cpu_has(PATH_AVX2)) return PATH_AVX2;
+  return cpu_has(PATH_AVX512) ? PATH_AVX512 : cpu_has(PATH_AVX2) ? PATH_AVX2 : PATH_BLAS;
 }
 
 /* Decided on first use; a race only computes the same answer twice. */
@@ -38,8 +52,23 @@ static int path_get(void) {
   return p;
 }
 
+static const char *const path_names[] = {"", "avx512", "avx2", "blas"};
+
 const char *ct_sgemm_path(void) {
-  return path_get() == PATH_AVX512 ? "avx512" : "blas";
+  return path_names[path_get()];
+}
+
+static void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+ct_sgemm_fn ct_sgemm_path_fn(const char *name) {
+  static const ct_sgemm_fn fns[] = {NULL, ct_sgemm_avx512, ct_sgemm_avx2, blas_sgemm};
+  for (int p = PATH_AVX512; p <= PATH_BLAS; p++)
+    if (name && !strcmp(name, path_names[p])) return cpu_has(p) ? fns[p] : NULL;
+  return NULL;
 }
 
 /* C = beta * C; beta == 0 writes zeros (never multiplies a NaN). */
@@ -60,12 +89,13 @@ void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const fl
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (path_get() == PATH_AVX512) {
+  int p = path_get();
+  if (p == PATH_AVX512)
     ct_sgemm_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (p == PATH_AVX2)
+    ct_sgemm_avx2(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    blas_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #define GEMM_ROWS 64
@@ -78,8 +108,8 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (path_get() == PATH_AVX512) { /* thread-count deterministic by construction */
-    ct_sgemm_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (path_get() != PATH_BLAS) { /* thread-count deterministic by construction */
+    ct_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   const int nb = (M + GEMM_ROWS - 1) / GEMM_ROWS;
@@ -92,4 +122,54 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
                 transB ? CblasTrans : CblasNoTrans, rows, N, K, alpha, a, lda, B, ldb, beta,
                 C + (size_t)r0 * (size_t)ldc, ldc);
   }
+}
+
+/* ------------------------------------------------- packing buffers */
+
+/* Per-thread packing buffers, grown on demand and kept for the thread's life:
+ * GEMMs are called thousands of times per step, so no malloc per call. They
+ * hang off a thread-specific key whose destructor frees them when a thread
+ * ends (OpenMP shrinks its pool when the thread count drops). */
+typedef struct {
+  float *buf[2];
+  size_t cap[2]; /* in floats */
+} packbufs;
+
+static tss_t bufs_key;
+static once_flag bufs_once = ONCE_FLAG_INIT;
+
+static void bufs_free(void *p) {
+  packbufs *b = p;
+  if (!b) return;
+  free(b->buf[0]);
+  free(b->buf[1]);
+  free(b);
+}
+
+static void bufs_key_init(void) {
+  if (tss_create(&bufs_key, bufs_free) != thrd_success) {
+    fprintf(stderr, "ctuner: cannot create the GEMM buffers' thread-specific key\n");
+    abort();
+  }
+}
+
+static _Noreturn void oom(size_t bytes) {
+  fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n", bytes);
+  abort();
+}
+
+float *ct_gemm_packbuf(int which, size_t nfloat) {
+  call_once(&bufs_once, bufs_key_init);
+  packbufs *b = tss_get(bufs_key);
+  if (!b) {
+    if (!(b = calloc(1, sizeof *b))) oom(sizeof *b);
+    tss_set(bufs_key, b);
+  }
+  if (nfloat > b->cap[which]) {
+    free(b->buf[which]);
+    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
+    if (!(b->buf[which] = aligned_alloc(64, bytes))) oom(bytes);
+    b->cap[which] = nfloat;
+  }
+  return b->buf[which];
 }

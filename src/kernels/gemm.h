@@ -1,15 +1,16 @@
-/* The AVX-512 SGEMM behind ct_sgemm (private to the kernels, also read by the
+/* The SGEMM kernels behind ct_sgemm (private to the kernels, also read by the
  * benchmarks and tests). ct_sgemm, ct_sgemm_path and ct_sgemm_deterministic
- * are public (include/ctuner/kernels.h); this header adds the AVX-512 kernel
- * itself.
+ * are public (include/ctuner/kernels.h); this header adds the kernels
+ * themselves.
  *
- * On CPUs with AVX-512F ct_sgemm runs our own blocked kernel (gemm_avx512.c,
- * see docs/gemm.md), whose speed does not depend on OpenBLAS's core-type choice
- * (OPENBLAS_CORETYPE). Its results are bitwise identical for every thread
- * count: threads split only independent blocks of C, and every element sums K
- * in the same fixed order of blocks — OpenBLAS does not guarantee this.
- * Without AVX-512, or with the environment variable CT_GEMM=blas, it calls
- * OpenBLAS's cblas_sgemm instead.
+ * On CPUs with AVX-512F ct_sgemm runs our own blocked kernel (gemm_avx512.c),
+ * on CPUs with AVX2 + FMA but no AVX-512 the same design with 256-bit
+ * registers (gemm_avx2.c); see docs/gemm.md. Their speed does not depend on
+ * OpenBLAS's core-type choice (OPENBLAS_CORETYPE). Their results are bitwise
+ * identical for every thread count, and to each other: threads split only
+ * independent blocks of C, and every element sums K in the same fixed order of
+ * blocks — OpenBLAS does not guarantee this. Without AVX2, or with the
+ * environment variable CT_GEMM=blas, it calls OpenBLAS's cblas_sgemm instead.
  */
 #ifndef CT_KERNELS_GEMM_H
 #define CT_KERNELS_GEMM_H
@@ -20,5 +21,14 @@
  * AVX-512F CPU; callers go through ct_sgemm. */
 void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The AVX2 + FMA path (gemm_avx2.c), same contract on an AVX2 CPU. */
+void ct_sgemm_avx2(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* This thread's packing buffer `which` (0: A block, 1: B block), at least
+ * nfloat floats, 64-byte aligned; kept for the thread's life (aborts with a
+ * message when out of memory: kernels have no status return). */
+float *ct_gemm_packbuf(int which, size_t nfloat);
 
 #endif

@@ -13,16 +13,16 @@
  * computed as acc = sum_k a*b (FMA, k ascending within a block), then
  * C = alpha*acc + (first block ? beta*C : C) — the same operations whichever
  * thread or tile handles it, so results do not depend on the thread count.
- * Threads split only (row block, column group) tasks of one K block.
+ * Threads split only (row block, column group) tasks of one K block. The
+ * loops over blocks and threads are gemm_driver.h, shared with the AVX2 path
+ * (gemm_avx2.c), which computes the same bits.
  * Every function carries the AVX-512 target attribute so the library builds
  * without -march flags; gemm.c calls in here only after a CPU check.
- * Not here: dispatch, degenerate shapes (gemm.c).
+ * Not here: dispatch, degenerate shapes, packing buffers (gemm.c); the
+ * block loops (gemm_driver.h).
  */
 #include <immintrin.h>
 #include <omp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <threads.h>
 
 #include "gemm.h"
 
@@ -50,65 +50,12 @@
 #ifndef GEMM_NC
 #define GEMM_NC 3072
 #endif
-/* Below this many multiply-adds a call runs on one thread. */
-#define GEMM_SERIAL_FMAS (1 << 18)
 
 static inline int imin(int a, int b) {
   return a < b ? a : b;
 }
 static inline int cdiv(int a, int b) {
   return (a + b - 1) / b;
-}
-
-/* ---------------------------------------------------------------- buffers */
-
-/* Per-thread packing buffers, grown on demand and kept for the thread's life:
- * GEMMs are called thousands of times per step, so no malloc per call. They
- * hang off a thread-specific key whose destructor frees them when a thread
- * ends (OpenMP shrinks its pool when the thread count drops). */
-typedef struct {
-  float *buf[2];
-  size_t cap[2]; /* in floats */
-} packbufs;
-
-static tss_t bufs_key;
-static once_flag bufs_once = ONCE_FLAG_INIT;
-
-static void bufs_free(void *p) {
-  packbufs *b = p;
-  if (!b) return;
-  free(b->buf[0]);
-  free(b->buf[1]);
-  free(b);
-}
-
-static void bufs_key_init(void) {
-  if (tss_create(&bufs_key, bufs_free) != thrd_success) {
-    fprintf(stderr, "ctuner: cannot create the GEMM buffers' thread-specific key\n");
-    abort();
-  }
-}
-
-static _Noreturn void oom(size_t bytes) {
-  fprintf(stderr, "ctuner: out of memory allocating %zu bytes for a GEMM packing buffer\n", bytes);
-  abort();
-}
-
-/* This thread's buffer `which` (0: A block, 1: B block), at least nfloat long. */
-static float *tls_get(int which, size_t nfloat) {
-  call_once(&bufs_once, bufs_key_init);
-  packbufs *b = tss_get(bufs_key);
-  if (!b) {
-    if (!(b = calloc(1, sizeof *b))) oom(sizeof *b);
-    tss_set(bufs_key, b);
-  }
-  if (nfloat > b->cap[which]) {
-    free(b->buf[which]);
-    size_t bytes = (nfloat * sizeof(float) + 63) & ~(size_t)63;
-    if (!(b->buf[which] = aligned_alloc(64, bytes))) oom(bytes);
-    b->cap[which] = nfloat;
-  }
-  return b->buf[which];
 }
 
 /* ---------------------------------------------------------------- packing */
@@ -156,11 +103,33 @@ static void transpose_edge(const float *src, size_t lds, int r, int c, float *ds
  * the micro-kernel never branches on the row count. */
 AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, int mc, int kc,
                           float *restrict ap) {
-  if (transA) { /* op(A)[i][k] = A[k][i]: walk stored rows in order (one
-                 * memory stream), dealing MR floats to each panel */
+  if (transA) { /* op(A)[i][k] = A[k][i] */
+    int p0 = 0;
+#if MR == 8
+    /* two panels (16 stored columns) at a time, two stored rows per step:
+     * the rows' low halves are the first panel's slots k and k+1, the high
+     * halves the second's, each panel written front to back */
+    for (; p0 + 2 * MR <= mc; p0 += 2 * MR) {
+      const float *src = A + (size_t)k0 * lda + i0 + p0;
+      float *d0 = ap + (size_t)p0 * kc, *d1 = d0 + (size_t)MR * kc;
+      int k = 0;
+      for (; k + 2 <= kc; k += 2) {
+        __m512 r0 = _mm512_loadu_ps(src + (size_t)k * lda);
+        __m512 r1 = _mm512_loadu_ps(src + (size_t)(k + 1) * lda);
+        _mm512_storeu_ps(d0 + (size_t)k * MR, _mm512_shuffle_f32x4(r0, r1, 0x44));
+        _mm512_storeu_ps(d1 + (size_t)k * MR, _mm512_shuffle_f32x4(r0, r1, 0xEE));
+      }
+      for (; k < kc; k++) {
+        __m512 r0 = _mm512_loadu_ps(src + (size_t)k * lda);
+        _mm256_storeu_ps(d0 + (size_t)k * MR, _mm512_castps512_ps256(r0));
+        _mm256_storeu_ps(d1 + (size_t)k * MR, _mm512_extractf32x8_ps(r0, 1));
+      }
+    }
+#endif
+    /* the rest: walk stored rows in order, dealing MR floats to each panel */
     for (int k = 0; k < kc; k++) {
       const float *src = A + (size_t)(k0 + k) * lda + i0;
-      for (int p = 0; p < mc; p += MR) {
+      for (int p = p0; p < mc; p += MR) {
         float *dst = ap + (size_t)p * kc + (size_t)k * MR;
 #if MR <= 16
         _mm512_mask_storeu_ps(dst, lanes(MR), _mm512_maskz_loadu_ps(lanes(mc - p), src + p));
@@ -275,120 +244,6 @@ AVX512 static void ukernel(int kc, const float *restrict a, const float *restric
 
 /* ----------------------------------------------------------------- driver */
 
-typedef struct {
-  int tA, tB, M, N, K;
-  const float *A, *B;
-  int lda, ldb, ldc;
-  float alpha, beta;
-  float *C;
-  float *bp;      /* shared packed B block, KC_MAX x round_up(NC_MAX, NR) */
-  int kc, nc, mc; /* block sizes (K blocks: depend on K only) */
-  int nic, ngrp;  /* row blocks, column groups per column block */
-} job;
-
-/* Tiles of one task: rows [ic, ic+mc) against B panels [q0, q1). */
-AVX512 static void task_tiles(const job *g, const float *ap, int ic, int mc, int jc, int nc, int q0,
-                              int q1, int kc, int first) {
-  for (int q = q0; q < q1; q++) {
-    int nr = imin(NR, nc - q * NR);
-    const float *bq = g->bp + (size_t)q * kc * NR;
-    float *cq = g->C + (size_t)ic * g->ldc + jc + q * NR;
-    for (int p = 0; p < mc; p += MR)
-      ukernel(kc, ap + (size_t)p * kc, bq, cq + (size_t)p * g->ldc, g->ldc, imin(MR, mc - p), nr,
-              g->alpha, g->beta, first);
-  }
-}
-
-/* Few rows (one row block): each thread takes a contiguous range of B panels,
- * packs them itself right before use and needs no barrier. Sharing one packed
- * B block would cost a barrier per K block and move every panel between
- * cores, and for so few rows packing B is most of the work. */
-AVX512 static void run_narrow(const job *g) {
-  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-  int npan = cdiv(g->N, NR), q0 = npan * tid / nth, q1 = npan * (tid + 1) / nth;
-  if (q0 >= q1) return;
-  int j0 = q0 * NR, ncols = imin(q1 * NR, g->N) - j0;
-  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
-  float *bp = tls_get(1, (size_t)g->kc * (q1 - q0) * NR);
-  for (int pc = 0; pc < g->K; pc += g->kc) {
-    int kc = imin(g->kc, g->K - pc);
-    pack_a(g->tA, g->A, g->lda, 0, pc, g->M, kc, ap);
-    if (g->tB)
-      for (int q = q0; q < q1; q++)
-        pack_bt_panel(g->B, g->ldb, pc, kc, q * NR, imin(NR, g->N - q * NR),
-                      bp + (size_t)(q - q0) * kc * NR);
-    else /* whole row segments of this thread's columns: one memory stream */
-      pack_b_rows(g->B, g->ldb, pc, 0, kc, kc, j0, ncols, bp);
-    for (int q = q0; q < q1; q++) {
-      int jq = q * NR, nr = imin(NR, g->N - jq);
-      for (int p = 0; p < g->M; p += MR)
-        ukernel(kc, ap + (size_t)p * kc, bp + (size_t)(q - q0) * kc * NR,
-                g->C + (size_t)p * g->ldc + jq, g->ldc, imin(MR, g->M - p), nr, g->alpha, g->beta,
-                pc == 0);
-    }
-  }
-}
-
-/* One thread's share; called by every thread of the team. */
-AVX512 static void run(const job *g) {
-  if (g->nic == 1) {
-    run_narrow(g);
-    return;
-  }
-  int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-  float *ap = tls_get(0, (size_t)g->mc * g->kc + 16);
-  for (int jc = 0; jc < g->N; jc += g->nc) {
-    int nc = imin(g->nc, g->N - jc), npan = cdiv(nc, NR);
-    for (int pc = 0; pc < g->K; pc += g->kc) {
-      int kc = imin(g->kc, g->K - pc), first = pc == 0;
-      if (g->tB) /* threads take panels: each reads whole stored rows */
-        for (int q = tid; q < npan; q += nth)
-          pack_bt_panel(g->B, g->ldb, pc, kc, jc + q * NR, imin(NR, nc - q * NR),
-                        g->bp + (size_t)q * kc * NR);
-      else /* threads take contiguous row ranges */
-        pack_b_rows(g->B, g->ldb, pc, kc * tid / nth, kc * (tid + 1) / nth, kc, jc, nc, g->bp);
-#pragma omp barrier
-      int packed = -1; /* row block currently in ap */
-#pragma omp for schedule(dynamic, 1)
-      for (int t = 0; t < g->nic * g->ngrp; t++) {
-        int ib = t / g->ngrp, grp = t % g->ngrp;
-        int ic = ib * g->mc, mc = imin(g->mc, g->M - ic);
-        if (packed != ib) {
-          pack_a(g->tA, g->A, g->lda, ic, pc, mc, kc, ap);
-          packed = ib;
-        }
-        task_tiles(g, ap, ic, mc, jc, nc, grp * npan / g->ngrp, (grp + 1) * npan / g->ngrp, kc,
-                   first);
-      }
-      /* the implicit barrier keeps bp until every task of this block is done */
-    }
-  }
-}
-
-/* Block sizes: K blocks depend on K alone (determinism); row blocks are a
- * multiple of the thread count when possible so the tasks balance. */
-static void plan(job *g, int nth) {
-  int nkb = cdiv(g->K, GEMM_KC);
-  g->kc = cdiv(g->K, nkb);
-  int nnb = cdiv(g->N, GEMM_NC);
-  g->nc = cdiv(cdiv(g->N, nnb), NR) * NR;
-  int nic = cdiv(g->M, GEMM_MC);
-  if (nth > 1 && nic % nth) nic += nth - nic % nth;
-  g->mc = cdiv(cdiv(g->M, nic), MR) * MR;
-  g->nic = cdiv(g->M, g->mc);
-  int npan = cdiv(g->nc, NR), want = 2 * nth;
-  g->ngrp = g->nic >= want ? 1 : imin(npan, cdiv(want, g->nic));
-}
-
-void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if ((double)M * N * K < GEMM_SERIAL_FMAS) nth = 1;
-  job g = {transA, transB, M, N, K, A, B, lda, ldb, ldc, alpha, beta, C, NULL, 0, 0, 0, 0, 0};
-  plan(&g, nth);
-  if (g.nic > 1) g.bp = tls_get(1, (size_t)g.kc * cdiv(g.nc, NR) * NR);
-    /* Always open a region (of one thread if serial): the work-sharing inside
-     * run() must bind to our team, not to a caller's enclosing one. */
-#pragma omp parallel num_threads(nth)
-  run(&g);
-}
+#define GEMM_ISA AVX512
+#define GEMM_ENTRY ct_sgemm_avx512
+#include "gemm_driver.h"

@@ -1,6 +1,6 @@
 /* Linear layer y = x w^T + b with w in PyTorch layout [out, in].
  *
- * Design: all the arithmetic is in ct_sgemm (our AVX-512 SGEMM, gemm.h, or
+ * Design: all the arithmetic is in ct_sgemm (our AVX-512 or AVX2 SGEMM, gemm.h, or
  * OpenBLAS where that is unavailable); it is OpenMP-parallel over blocks of the
  * output and deterministic across thread counts. The forward copies the bias into every row of y
  * and lets one SGEMM accumulate onto it (beta = 1), which saves a second pass over y. The backward

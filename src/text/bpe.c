@@ -8,8 +8,11 @@
  *         "</w>" appended to the last, then merges applied lowest rank first
  *      -> vocabulary ids (a symbol missing from the vocabulary becomes the
  *         unknown token, which for CLIP is <|endoftext|>).
- * Approximations, documented in docs/text_encoder.md: non-ASCII bytes count as
- * letters (\p{L}), non-ASCII text is neither NFC-normalised nor lowercased.
+ * Those are the older rules of ct_bpe_load, kept so that existing text caches
+ * do not change; their approximations (docs/text_encoder.md): non-ASCII bytes
+ * count as letters (\p{L}), non-ASCII text is neither NFC-normalised nor
+ * lowercased. A tokenizer directory (ct_bpe_load_dir) tokenizes exactly as
+ * transformers' CLIPTokenizer without ftfy: exact_tokens, over clip_norm.c.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/fs.h"
 #include "ctuner/json.h"
 #include "ctuner/textenc.h"
 #include "text/bpe_int.h"
@@ -91,7 +95,9 @@ struct ct_bpe {
   smap vocab; /* symbol -> id */
   smap ranks; /* "left right" -> merge rank */
   int nvocab; /* max id + 1 */
-  int bos, eos;
+  int bos, eos, pad, unk;
+  int max_len;           /* model_max_length */
+  int rules;             /* CT_BPE_*: ctuner's older rules, CLIPTokenizer, CLIPTokenizerFast */
   char byte_sym[256][4]; /* bytes_to_unicode as UTF-8 */
 };
 
@@ -243,7 +249,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     if ((int)v->i64 + 1 > b->nvocab) b->nvocab = (int)v->i64 + 1;
   }
   b->bos = smap_find(&b->vocab, "<|startoftext|>", 15);
-  b->eos = smap_find(&b->vocab, "<|endoftext|>", 13);
+  b->eos = b->pad = b->unk = smap_find(&b->vocab, "<|endoftext|>", 13);
+  b->max_len = 77;
   if (b->bos < 0 || b->eos < 0) {
     st = ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)",
                  vocab_path, b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
@@ -277,6 +284,94 @@ int ct_bpe_bos(const ct_bpe *b) {
 }
 int ct_bpe_eos(const ct_bpe *b) {
   return b->eos;
+}
+void ct_bpe_set_rules(ct_bpe *b, int rules) {
+  CT_ASSERT(rules >= CT_BPE_CTUNER && rules <= CT_BPE_CLIP_FAST);
+  b->rules = rules;
+}
+int ct_bpe_rules(const ct_bpe *b) {
+  return b->rules;
+}
+int ct_bpe_pad(const ct_bpe *b) {
+  return b->pad;
+}
+int ct_bpe_max_length(const ct_bpe *b) {
+  return b->max_len;
+}
+
+/* A special token of tokenizer_config.json / special_tokens_map.json: a
+ * string or an AddedToken object {"content": ...}; its id, -2 if absent, -1
+ * if it is not in the vocabulary or not a token. */
+static int special_id(const ct_bpe *b, const ct_json *cfg, const char *key, const char **name) {
+  const ct_json *v = cfg ? ct_json_get(cfg, key) : NULL;
+  if (v && v->type == CT_JSON_OBJECT) v = ct_json_get(v, "content");
+  if (!v || v->type == CT_JSON_NULL) return -2;
+  if (v->type != CT_JSON_STRING) return -1;
+  *name = v->str;
+  return smap_find(&b->vocab, v->str, strlen(v->str));
+}
+
+/* tokenizer_config.json, then special_tokens_map.json for what it lacks. */
+static ct_status read_tok_config(ct_bpe *b, const char *dir, ct_err *err) {
+  static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
+  static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+  int done[4] = {0}, *slot[4] = {&b->bos, &b->eos, &b->unk, &b->pad};
+  for (int f = 0; f < 2; f++) {
+    char path[4096];
+    ct_json *j = NULL;
+    if (ct_pathf(path, sizeof path, "%s/%s", dir, files[f]))
+      return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
+    FILE *probe = fopen(path, "rb");
+    if (!probe) continue;
+    fclose(probe);
+    ct_status st = ct_json_parse_file(path, 1 << 24, &j, err);
+    if (st) return st;
+    for (int k = 0; k < 4 && !st; k++) {
+      const char *name = "?";
+      int id = done[k] ? -2 : special_id(b, j, keys[k], &name);
+      if (id == -1)
+        st = ct_errf(err, CT_ERR_FORMAT, "%s: %s \"%s\" is not in the vocabulary", path, keys[k],
+                     name);
+      else if (id >= 0)
+        *slot[k] = id, done[k] = 1;
+    }
+    const ct_json *ml = ct_json_get(j, "model_max_length");
+    if (!st && f == 0 && ml) {
+      if (ml->type != CT_JSON_NUMBER || !ml->is_int || ml->i64 < 2 || ml->i64 > (1 << 16))
+        st = ct_errf(err, CT_ERR_FORMAT,
+                     "%s: model_max_length must be an integer in [2, 65536] (FluxPipeline pads "
+                     "CLIP prompts to it: 77)",
+                     path);
+      else
+        b->max_len = (int)ml->i64;
+    }
+    ct_json_free(j);
+    if (st) return st;
+  }
+  if (b->bos != smap_find(&b->vocab, "<|startoftext|>", 15) ||
+      b->eos != smap_find(&b->vocab, "<|endoftext|>", 13))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "%s: bos/eos tokens other than <|startoftext|> / <|endoftext|> are not "
+                   "supported (CLIP's pattern and pooling rely on them)",
+                   dir);
+  return CT_OK;
+}
+
+ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err) {
+  char v[4096], m[4096];
+  *out = NULL;
+  if (ct_pathf(v, sizeof v, "%s/vocab.json", dir) || ct_pathf(m, sizeof m, "%s/merges.txt", dir))
+    return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
+  ct_bpe *b = NULL;
+  ct_status st = ct_bpe_load(v, m, &b, err);
+  if (!st) st = read_tok_config(b, dir, err);
+  if (st) {
+    ct_bpe_free(b);
+    return st;
+  }
+  b->rules = CT_BPE_CLIP;
+  *out = b;
+  return CT_OK;
 }
 
 /* The ids of a text, written up to cap and counted past it. */
@@ -369,7 +464,7 @@ static void bpe_piece(const ct_bpe *b, const char *s, size_t n, emitter *e) {
   }
   for (int i = 0; i < ns; i++) {
     int id = smap_find(&b->vocab, buf + off[i], (size_t)len[i]);
-    push(e, id >= 0 ? id : b->eos);
+    push(e, id >= 0 ? id : b->unk);
   }
 done:
   if (buf != stackbuf) free(buf);
@@ -379,12 +474,133 @@ done:
   if (made != stacknew) free(made);
 }
 
+/* ---- transformers' CLIPTokenizer (no ftfy), code point for code point ---- */
+
+static size_t put_utf8(char *o, uint32_t c) {
+  if (c < 0x80) return o[0] = (char)c, 1;
+  if (c < 0x800) return o[0] = (char)(0xC0 | c >> 6), o[1] = (char)(0x80 | (c & 0x3F)), 2;
+  if (c < 0x10000)
+    return o[0] = (char)(0xE0 | c >> 12), o[1] = (char)(0x80 | ((c >> 6) & 0x3F)),
+           o[2] = (char)(0x80 | (c & 0x3F)), 3;
+  return o[0] = (char)(0xF0 | c >> 18), o[1] = (char)(0x80 | ((c >> 12) & 0x3F)),
+         o[2] = (char)(0x80 | ((c >> 6) & 0x3F)), o[3] = (char)(0x80 | (c & 0x3F)), 4;
+}
+
+/* Does the ASCII string lit start at cp[0..n)? */
+static int at_ascii(const uint32_t *cp, size_t n, const char *lit) {
+  size_t l = strlen(lit);
+  if (l > n) return 0;
+  for (size_t k = 0; k < l; k++)
+    if (cp[k] != (uint32_t)(unsigned char)lit[k]) return 0;
+  return 1;
+}
+
+static int at_special(const uint32_t *cp, size_t n) {
+  return at_ascii(cp, n, "<|startoftext|>") || at_ascii(cp, n, "<|endoftext|>");
+}
+
+/* The class a character has in CLIP's pattern: 'L' continues [\p{L}]+, 'N'
+ * is one [\p{N}], 'O' continues [^\s\p{L}\p{N}]+, 0 is taken by none
+ * (skipped). The slow tokenizer's classes are the IGNORECASE pattern's
+ * (U+0345 is in none), the fast one's the plain ones. */
+static int char_class(uint32_t c, int fast) {
+  int f = ct_clip_flags(c);
+  if (fast) return f & CT_CLIP_PL ? 'L' : f & CT_CLIP_PN ? 'N' : f & CT_CLIP_WHITE ? 0 : 'O';
+  return f & CT_CLIP_LETTER ? 'L' : f & CT_CLIP_NUMBER ? 'N' : f & CT_CLIP_OTHER ? 'O' : 0;
+}
+
+/* Normalized text through CLIP's pattern
+ * <|startoftext|>|<|endoftext|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+
+ * (findall), each match through BPE. Slow: the specials are alternatives of
+ * the pattern (tried where a match starts) and IGNORECASE makes 'ſ a
+ * contraction. Fast: the specials were split out before the pattern, so a
+ * run also ends where one starts. */
+static void clip_split(const ct_bpe *b, const uint32_t *cp, size_t n, int fast, emitter *e) {
+  static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+  char *u = malloc(4 * n + 1);
+  if (!u) { /* out of memory: the text becomes unknown */
+    push(e, b->unk);
+    return;
+  }
+  for (size_t i = 0; i < n;) {
+    if (at_special(cp + i, n - i)) {
+      int start = cp[i + 2] == 's';
+      push(e, start ? b->bos : b->eos);
+      i += start ? 15 : 13;
+      continue;
+    }
+    size_t j = i;
+    for (size_t k = 0; k < sizeof contr / sizeof *contr && j == i; k++)
+      if (at_ascii(cp + i, n - i, contr[k])) j = i + strlen(contr[k]);
+    if (!fast && j == i && cp[i] == '\'' && i + 1 < n && cp[i + 1] == 0x17F)
+      j = i + 2; /* IGNORECASE: 's also matches 'ſ (long s folds to s) */
+    int cls = char_class(cp[i], fast);
+    if (j == i && !cls) { /* whitespace, or (slow) U+0345 */
+      i++;
+      continue;
+    }
+    if (j == i) {
+      j = i + 1;
+      while (cls != 'N' && j < n && char_class(cp[j], fast) == cls &&
+             !(fast && at_special(cp + j, n - j)))
+        j++;
+    }
+    size_t m = 0;
+    for (size_t k = i; k < j; k++) m += put_utf8(u + m, cp[k]);
+    bpe_piece(b, u, m, e);
+    i = j;
+  }
+  free(u);
+}
+
+/* CLIPTokenizer: the raw text is split on its added tokens first (exact,
+ * case-sensitive), then each piece gets BasicTokenizer's clean-up
+ * (clip_norm.c) and the pattern. */
+static void exact_tokens(const ct_bpe *b, const char *text, emitter *e) {
+  for (const char *p = text;;) {
+    const char *s1 = strstr(p, "<|startoftext|>"), *s2 = strstr(p, "<|endoftext|>");
+    const char *q = s1 && (!s2 || s1 < s2) ? s1 : s2;
+    size_t n;
+    uint32_t *cp = ct_clip_basic(p, q ? (size_t)(q - p) : strlen(p), &n);
+    if (cp)
+      clip_split(b, cp, n, 0, e);
+    else
+      push(e, b->unk);
+    free(cp);
+    if (!q) break;
+    push(e, q == s1 ? b->bos : b->eos);
+    p = q + (q == s1 ? 15 : 13);
+  }
+}
+
+/* CLIPTokenizerFast (tokenizers, as transformers converts CLIPTokenizer):
+ * the normalizer over the whole text, the added tokens (normalized: true)
+ * split out of the result, then Split(CLIP's pattern, removed, inverted),
+ * ByteLevel (whose GPT-2 split changes none of those pieces), BPE. */
+static void fast_tokens(const ct_bpe *b, const char *text, emitter *e) {
+  size_t n;
+  uint32_t *cp = ct_clip_fast_norm(text, strlen(text), &n);
+  if (cp)
+    clip_split(b, cp, n, 1, e);
+  else
+    push(e, b->unk);
+  free(cp);
+}
+
 static int is_letter(unsigned char c) {
   return isalpha(c) || c >= 0x80;
 }
 
 int ct_bpe_tokens(const ct_bpe *b, const char *text, int32_t *ids, int cap) {
   emitter e = {ids, cap, 0};
+  if (b->rules == CT_BPE_CLIP) {
+    exact_tokens(b, text, &e);
+    return e.n;
+  }
+  if (b->rules == CT_BPE_CLIP_FAST) {
+    fast_tokens(b, text, &e);
+    return e.n;
+  }
   /* normalise: whitespace runs -> one space, strip, ASCII lowercase */
   size_t n = strlen(text);
   char *t = malloc(n + 1);
@@ -450,6 +666,6 @@ int ct_bpe_encode(const ct_bpe *b, const char *text, int T, int32_t *ids) {
   if (n > T - 2) n = T - 2;
   ids[0] = b->bos;
   ids[n + 1] = b->eos;
-  for (int i = n + 2; i < T; i++) ids[i] = b->eos; /* CLIP pads with <|endoftext|> */
+  for (int i = n + 2; i < T; i++) ids[i] = b->pad; /* CLIP's pad token: <|endoftext|> */
   return n + 2;
 }

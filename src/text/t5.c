@@ -23,8 +23,6 @@
 #include "ctuner/json.h"
 #include "ctuner/safetensors.h"
 
-#define MAX_SHARDS 64
-
 typedef struct tparam {
   char name[128];
   int ndim;
@@ -157,86 +155,11 @@ static ct_status build_table(ct_t5 *t, ct_err *err) {
 
 /* ---- loading ---- */
 
-static void list_add(char *buf, size_t cap, int *count, const char *item) {
-  size_t len = strlen(buf);
-  (*count)++;
-  if (len + strlen(item) + 16 >= cap) {
-    if (!strstr(buf, ", ...")) snprintf(buf + len, cap - len, ", ...");
-    return;
-  }
-  snprintf(buf + len, cap - len, "%s%s", *count > 1 ? ", " : "", item);
-}
-
 /* Tensors of a T5 checkpoint that carry nothing the encoder needs: the tied
  * copy of shared.weight, and a full model's decoder and LM head. */
 static int ignorable(const char *name) {
   return !strcmp(name, "encoder.embed_tokens.weight") || !strncmp(name, "decoder.", 8) ||
          !strcmp(name, "lm_head.weight");
-}
-
-typedef struct shards {
-  ct_st_file *f[MAX_SHARDS];
-  int n;
-} shards;
-
-static void shards_close(shards *s) {
-  for (int i = 0; i < s->n; i++) ct_st_close(s->f[i]);
-  s->n = 0;
-}
-
-/* dir/model.safetensors.index.json's files, or dir/model.safetensors. */
-static ct_status open_shards(const char *dir, shards *s, ct_err *err) {
-  char p[4096];
-  ct_json *j = NULL;
-  ct_status st = CT_OK;
-  snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-  FILE *probe = fopen(p, "rb");
-  if (!probe) {
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    st = ct_st_open(p, &s->f[0], err);
-    if (!st) s->n = 1;
-    return st;
-  }
-  fclose(probe);
-  st = ct_json_parse_file(p, 16u << 20, &j, err);
-  if (st) return st;
-  const ct_json *map = ct_json_get(j, "weight_map");
-  if (!map || map->type != CT_JSON_OBJECT) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: no \"weight_map\" object", p);
-    goto out;
-  }
-  const char *names[MAX_SHARDS];
-  for (size_t i = 0; i < map->n && !st; i++) {
-    const ct_json *v = &map->items[i];
-    if (v->type != CT_JSON_STRING || !v->len || strchr(v->str, '/') || v->str[0] == '.') {
-      st = ct_errf(err, CT_ERR_FORMAT, "%s: weight_map[\"%s\"] is not a file name in %s", p,
-                   map->keys[i], dir);
-      break;
-    }
-    int seen = 0;
-    for (int k = 0; k < s->n; k++) seen |= !strcmp(names[k], v->str);
-    if (seen) continue;
-    if (s->n == MAX_SHARDS) {
-      st = ct_errf(err, CT_ERR_RANGE, "%s: more than %d shard files", p, MAX_SHARDS);
-      break;
-    }
-    char fp[4096];
-    snprintf(fp, sizeof fp, "%s/%s", dir, v->str);
-    names[s->n] = v->str;
-    st = ct_st_open(fp, &s->f[s->n], err);
-    if (!st) s->n++;
-  }
-out:
-  ct_json_free(j);
-  return st;
-}
-
-static const ct_st_tensor *find_any(const shards *s, const char *name) {
-  for (int i = 0; i < s->n; i++) {
-    const ct_st_tensor *t = ct_st_find(s->f[i], name);
-    if (t) return t;
-  }
-  return NULL;
 }
 
 static int known(const ct_t5 *t, const char *name) {
@@ -245,56 +168,43 @@ static int known(const ct_t5 *t, const char *name) {
   return 0;
 }
 
+/* shared.weight may be stored only as its tied copy encoder.embed_tokens.weight. */
+static const ct_st_tensor *find_param(const ct_st_set *s, size_t i, const char *name,
+                                      const char **file) {
+  const ct_st_tensor *x = ct_st_set_find(s, name, file);
+  if (!x && i == 0) x = ct_st_set_find(s, "encoder.embed_tokens.weight", file);
+  return x;
+}
+
 static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
-  ct_status st = CT_OK;
-  shards s = {0};
-  enum { CAP = 240 };
-  char missing[CAP] = "", wrong[CAP] = "", extra[CAP] = "", item[256];
-  int nmissing = 0, nwrong = 0, nextra = 0;
-  st = open_shards(dir, &s, err);
-  if (st) goto out;
+  ct_st_set s;
+  ct_st_check *chk = NULL;
+  ct_status st = ct_st_set_open(&s, dir, "model.safetensors", err);
+  if (st) return st;
+  if ((st = ct_st_check_new(&chk, err))) goto out;
   for (size_t i = 0; i < t->nparams; i++) {
     const tparam *p = &t->params[i];
-    const ct_st_tensor *x = find_any(&s, p->name);
-    if (!x && i == 0) x = find_any(&s, "encoder.embed_tokens.weight");
-    if (!x) {
-      list_add(missing, CAP, &nmissing, p->name);
-      continue;
-    }
-    int ok = x->ndim == p->ndim && x->shape[0] == p->shape[0] &&
-             (p->ndim == 1 || x->shape[1] == p->shape[1]) &&
-             (x->dtype == CT_DTYPE_F32 || x->dtype == CT_DTYPE_F16 || x->dtype == CT_DTYPE_BF16);
-    if (!ok) {
-      snprintf(item, sizeof item, "%s %s[%lld%s] (need [%lld%s])", p->name, ct_dtype_name(x->dtype),
-               (long long)x->shape[0], x->ndim > 1 ? ",..." : "", (long long)p->shape[0],
-               p->ndim > 1 ? ",..." : "");
-      list_add(wrong, CAP, &nwrong, item);
-    }
+    const char *file = NULL;
+    const ct_st_tensor *x = find_param(&s, i, p->name, &file);
+    ct_st_check_tensor(chk, x, p->name, s.nf > 1 ? file : NULL, p->ndim, p->shape);
   }
-  for (int k = 0; k < s.n; k++)
+  for (size_t k = 0; k < s.nf; k++)
     for (size_t i = 0; i < s.f[k]->ntensors; i++) {
       const char *tn = s.f[k]->tensors[i].name;
-      if (!known(t, tn) && !ignorable(tn)) list_add(extra, CAP, &nextra, tn);
+      if (!known(t, tn) && !ignorable(tn))
+        ct_st_check_unexpected(chk, tn, s.nf > 1 ? s.fname[k] : NULL);
     }
-  if (nmissing || nwrong || nextra) {
-    st = ct_errf(err, CT_ERR_SHAPE,
-                 "%s does not match its config.json (d_model %d, d_kv %d, d_ff %d, layers %d, "
-                 "heads %d, vocab %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; %d "
-                 "unexpected%s%s%s",
-                 dir, t->cfg.d_model, t->cfg.d_kv, t->cfg.d_ff, t->cfg.layers, t->cfg.heads,
-                 t->cfg.vocab, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
-                 nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
-                 nextra ? "]" : "");
-    goto out;
-  }
+  st = ct_st_check_done(chk, err,
+                        "%s does not match its config.json (d_model %d, d_kv %d, d_ff %d, "
+                        "layers %d, heads %d, vocab %d)",
+                        dir, t->cfg.d_model, t->cfg.d_kv, t->cfg.d_ff, t->cfg.layers, t->cfg.heads,
+                        t->cfg.vocab);
   for (size_t i = 0; i < t->nparams && !st; i++) {
     const tparam *p = &t->params[i];
-    const ct_st_tensor *x = find_any(&s, p->name);
-    if (!x) x = find_any(&s, "encoder.embed_tokens.weight");
-    st = ct_st_to_f32(x, t->w + p->offset, p->numel, err);
+    st = ct_st_to_f32(find_param(&s, i, p->name, NULL), t->w + p->offset, p->numel, err);
   }
 out:
-  shards_close(&s);
+  ct_st_set_close(&s);
   return st;
 }
 

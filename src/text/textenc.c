@@ -23,6 +23,7 @@
 #include "ctuner/backend.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
+#include "text/textenc_int.h"
 
 #define PREFIX "text_model."
 #define RNG_STREAM 0x54455854ull /* "TEXT": distinct from the MMDiT's streams */
@@ -69,6 +70,8 @@ void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
   cfg->layers = 2;
   cfg->intermediate = 4 * hidden;
   cfg->ln_eps = 1e-5f;
+  cfg->act = CT_TEXTENC_ACT_QUICK_GELU;
+  cfg->pool = CT_TEXTENC_POOL_FIRST_EOS_OR_LAST;
 }
 
 ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
@@ -92,6 +95,10 @@ ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
   if (!(c->ln_eps > 0.0f) || !isfinite(c->ln_eps))
     return ct_errf(err, CT_ERR_INVALID, "text encoder ln_eps must be a positive number (got %g)",
                    (double)c->ln_eps);
+  if (c->act != CT_TEXTENC_ACT_QUICK_GELU && c->act != CT_TEXTENC_ACT_GELU)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder act %d is not an activation", c->act);
+  if (c->pool < CT_TEXTENC_POOL_FIRST_EOS_OR_LAST || c->pool > CT_TEXTENC_POOL_FIRST_EOS)
+    return ct_errf(err, CT_ERR_INVALID, "text encoder pool %d is not a pooling rule", c->pool);
   /* Keep every size well inside int (kernels take int dimensions). */
   if (c->hidden > (1 << 16) || c->intermediate > (1 << 18) || c->vocab > (1 << 22) ||
       c->max_pos > (1 << 16) || c->layers > 1024)
@@ -203,8 +210,7 @@ static void init_params(ct_textenc *te, uint64_t seed) {
   }
 }
 
-ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
-                         ct_err *err) {
+ct_status ct_textenc_alloc(const ct_textenc_config *cfg, ct_textenc **out, ct_err *err) {
   ct_status st = CT_OK;
   ct_textenc *te = NULL;
   *out = NULL;
@@ -226,11 +232,17 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
                  te->numel);
     goto out;
   }
-  init_params(te, seed);
   *out = te;
   te = NULL;
 out:
   ct_textenc_free(te);
+  return st;
+}
+
+ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc **out,
+                         ct_err *err) {
+  ct_status st = ct_textenc_alloc(cfg, out, err);
+  if (!st) init_params(*out, seed);
   return st;
 }
 
@@ -271,7 +283,10 @@ ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_er
 }
 
 ct_status ct_textenc_set_bpe(ct_textenc *te, ct_bpe *b, ct_err *err) {
-  if (b && (ct_bpe_vocab_size(b) > te->cfg.vocab || ct_bpe_eos(b) != te->cfg.eos_id)) {
+  /* With the legacy argmax pooling (eos_token_id 2, FLUX.1's config) the
+   * config's eos id is not used: the largest id, CLIP's <|endoftext|>, is. */
+  int eos_ok = te->cfg.pool == CT_TEXTENC_POOL_ARGMAX_ID || (b && ct_bpe_eos(b) == te->cfg.eos_id);
+  if (b && (ct_bpe_vocab_size(b) > te->cfg.vocab || !eos_ok)) {
     ct_status st = ct_errf(err, CT_ERR_SHAPE,
                            "tokenizer (%d ids, <|endoftext|> = %d) does not match the text encoder "
                            "(vocab %d, eos_id %d)",
@@ -298,91 +313,54 @@ const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te) {
 
 /* ---- safetensors ---- */
 
-/* Append an item to a bounded, comma-separated list; counts every item. */
-static void list_add(char *buf, size_t cap, int *count, const char *item) {
-  size_t len = strlen(buf);
-  (*count)++;
-  if (len + strlen(item) + 16 >= cap) {
-    if (!strstr(buf, ", ...")) snprintf(buf + len, cap - len, ", ...");
-    return;
-  }
-  snprintf(buf + len, cap - len, "%s%s", *count > 1 ? ", " : "", item);
-}
-
 static int is_known_buffer(const char *name) {
   /* Older transformers versions save the position_ids buffer (an I64 arange);
    * it carries no weights. */
   return !strcmp(name, "embeddings.position_ids");
 }
 
+/* The weights from a file or a directory's (sharded) model.safetensors. The
+ * prefix is whatever the files use: HF CLIPTextModel files have it, bare
+ * names (as listed in docs/text_encoder.md) are accepted too; with it,
+ * tensors outside text_model.* (a full CLIPModel's vision tower,
+ * projections) are not ours and are ignored. */
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
-  ct_status st = CT_OK;
-  ct_st_file *f = NULL;
-  enum { CAP = 240 }; /* three lists + the summary fit ct_err's 1024 bytes */
-  char missing[CAP] = "", wrong[CAP] = "", extra[CAP] = "";
-  int nmissing = 0, nwrong = 0, nextra = 0;
-  char full[128], item[256];
-  const char *prefix = "";
-
-  st = ct_st_open(path, &f, err);
-  if (st) goto out;
-  /* The prefix is whatever the file uses: HF CLIPTextModel files have it,
-   * bare names (as listed in docs/text_encoder.md) are accepted too. */
-  for (size_t i = 0; i < f->ntensors; i++)
-    if (!strncmp(f->tensors[i].name, PREFIX, strlen(PREFIX))) prefix = PREFIX;
+  ct_st_set s;
+  ct_st_check *chk = NULL;
+  char full[128];
+  const char *prefix = "", *file = NULL;
+  ct_status st = ct_st_set_open(&s, path, "model.safetensors", err);
+  if (st) return st;
+  if ((st = ct_st_check_new(&chk, err))) goto out;
+  for (size_t k = 0; k < s.nf; k++)
+    for (size_t i = 0; i < s.f[k]->ntensors; i++)
+      if (!strncmp(s.f[k]->tensors[i].name, PREFIX, strlen(PREFIX))) prefix = PREFIX;
   size_t plen = strlen(prefix);
   for (size_t i = 0; i < te->nparams; i++) {
     const tparam *p = &te->params[i];
     snprintf(full, sizeof full, "%s%s", prefix, p->name);
-    const ct_st_tensor *t = ct_st_find(f, full);
-    if (!t) {
-      list_add(missing, CAP, &nmissing, p->name);
-      continue;
+    const ct_st_tensor *t = ct_st_set_find(&s, full, &file);
+    ct_st_check_tensor(chk, t, p->name, s.nf > 1 ? file : NULL, p->ndim, p->shape);
+  }
+  for (size_t k = 0; k < s.nf; k++)
+    for (size_t i = 0; i < s.f[k]->ntensors; i++) {
+      const char *tn = s.f[k]->tensors[i].name;
+      if (strncmp(tn, prefix, plen)) continue;
+      if (!find(te, tn + plen) && !is_known_buffer(tn + plen))
+        ct_st_check_unexpected(chk, tn, s.nf > 1 ? s.fname[k] : NULL);
     }
-    int ok = t->ndim == p->ndim && t->shape[0] == p->shape[0] &&
-             (p->ndim == 1 || t->shape[1] == p->shape[1]);
-    int dt_ok = t->dtype == CT_DTYPE_F32 || t->dtype == CT_DTYPE_F16 || t->dtype == CT_DTYPE_BF16;
-    if (!ok || !dt_ok) {
-      char got[96] = "";
-      size_t gl = 0;
-      for (int k = 0; k < t->ndim && gl < 80; k++)
-        gl += snprintf(got + gl, sizeof got - gl, "%s%lld", k ? "," : "", (long long)t->shape[k]);
-      if (p->ndim == 2)
-        snprintf(item, sizeof item, "%s %s[%s] (need [%lld,%lld])", p->name,
-                 ct_dtype_name(t->dtype), got, (long long)p->shape[0], (long long)p->shape[1]);
-      else
-        snprintf(item, sizeof item, "%s %s[%s] (need [%lld])", p->name, ct_dtype_name(t->dtype),
-                 got, (long long)p->shape[0]);
-      list_add(wrong, CAP, &nwrong, item);
-    }
-  }
-  for (size_t i = 0; i < f->ntensors; i++) {
-    const char *tn = f->tensors[i].name;
-    /* With a prefix, tensors outside text_model.* (a full CLIPModel's vision
-     * tower, projections) are not ours and are ignored. */
-    if (strncmp(tn, prefix, plen)) continue;
-    if (!find(te, tn + plen) && !is_known_buffer(tn + plen)) list_add(extra, CAP, &nextra, tn);
-  }
-  if (nmissing || nwrong || nextra) {
-    st = ct_errf(
-        err, CT_ERR_SHAPE,
-        "%s does not match the text encoder (%zu tensors, hidden %d, layers %d, "
-        "intermediate %d, vocab %d, max_pos %d): %d missing%s%s%s; %d wrongly shaped%s%s%s; "
-        "%d unexpected%s%s%s",
-        path, te->nparams, te->cfg.hidden, te->cfg.layers, te->cfg.intermediate, te->cfg.vocab,
-        te->cfg.max_pos, nmissing, nmissing ? " [" : "", missing, nmissing ? "]" : "", nwrong,
-        nwrong ? " [" : "", wrong, nwrong ? "]" : "", nextra, nextra ? " [" : "", extra,
-        nextra ? "]" : "");
-    goto out;
-  }
-  for (size_t i = 0; i < te->nparams; i++) {
+  st = ct_st_check_done(chk, err,
+                        "%s does not match the text encoder (%zu tensors, hidden %d, layers %d, "
+                        "intermediate %d, vocab %d, max_pos %d)",
+                        path, te->nparams, te->cfg.hidden, te->cfg.layers, te->cfg.intermediate,
+                        te->cfg.vocab, te->cfg.max_pos);
+  for (size_t i = 0; i < te->nparams && !st; i++) {
     const tparam *p = &te->params[i];
     snprintf(full, sizeof full, "%s%s", prefix, p->name);
-    st = ct_st_to_f32(ct_st_find(f, full), te->w + p->offset, p->numel, err);
-    if (st) goto out;
+    st = ct_st_to_f32(ct_st_set_find(&s, full, NULL), te->w + p->offset, p->numel, err);
   }
 out:
-  ct_st_close(f);
+  ct_st_set_close(&s);
   return st;
 }
 
@@ -477,7 +455,10 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     /* x += fc2(quick_gelu(fc1(LN2(x)))) */
     be->layernorm_affine_fwd(N, d, x, d, W + L->ln2_w, W + L->ln2_b, c->ln_eps, h, d);
     be->linear_fwd(N, d, I, h, d, W + L->fc1_w, W + L->fc1_b, big, I);
-    be->quick_gelu_fwd(N, I, big, I, big, I);
+    if (c->act == CT_TEXTENC_ACT_GELU)
+      be->gelu_erf_fwd(N, I, big, I, big, I);
+    else
+      be->quick_gelu_fwd(N, I, big, I, big, I);
     be->linear_fwd(N, I, d, big, I, W + L->fc2_w, W + L->fc2_b, h, d);
     be->add_inplace(plane, x, h);
   }
@@ -485,12 +466,18 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
   be->layernorm_affine_fwd(N, d, x, d, W + te->lnf_w, W + te->lnf_b, c->ln_eps, y, d);
   if (pooled) {
     for (int b = 0; b < B; b++) {
-      int at = T - 1;
-      for (int t = 0; t < T; t++)
-        if (ids[(size_t)b * T + t] == c->eos_id) {
-          at = t;
-          break;
-        }
+      const int32_t *row = ids + (size_t)b * T;
+      int at = c->pool == CT_TEXTENC_POOL_FIRST_EOS_OR_LAST ? T - 1 : 0;
+      if (c->pool == CT_TEXTENC_POOL_ARGMAX_ID) {
+        for (int t = 1; t < T; t++)
+          if (row[t] > row[at]) at = t;
+      } else {
+        for (int t = 0; t < T; t++)
+          if (row[t] == c->eos_id) {
+            at = t;
+            break;
+          }
+      }
       be->copy(pooled + (size_t)b * d, y + ((size_t)b * T + at) * d, (size_t)d * sizeof(float));
     }
   }

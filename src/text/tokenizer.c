@@ -5,7 +5,7 @@
  * does not fit keeps its first T-2 bytes, so EOS (where the pooled vector is
  * read) is always present. Truncation is per byte, not per character: the
  * model sees bytes, and a cut multi-byte character is just a shorter prefix.
- * Not here: the CLIP BPE tokenizer (vocab.json + merges.txt), not implemented.
+ * Not here: the CLIP BPE tokenizer (vocab.json + merges.txt): bpe.c.
  */
 #include <string.h>
 

@@ -125,105 +125,16 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
   ct_json_free(j);
 }
 
-static double num_or(const ct_json *j, const char *k, double d) {
-  const ct_json *v = ct_json_get(j, k);
-  return v && v->type == CT_JSON_NUMBER ? v->num : d;
-}
-
-/* scheduler/scheduler_config.json: the class and its shift settings. */
+/* scheduler/scheduler_config.json (fm_sched.c reads it, every problem listed). */
 static void read_scheduler(ct_flux_pipe *p, probs *pr) {
   char path[CT_FLUX_PATH + 64];
+  ct_err e = {0};
   snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", p->root);
-  p->shift = 1, p->base_shift = 0.5f, p->max_shift = 1.15f, p->base_seq = 256, p->max_seq = 4096;
-  ct_json *j = NULL;
-  ct_err e = {0};
-  if (!is_file(path)) {
+  ct_fm_sched_config_default(&p->sched);
+  if (!is_file(path))
     add(pr, "%s: missing", path);
-    return;
-  }
-  if (ct_json_parse_file(path, 1 << 20, &j, &e)) {
+  else if (ct_fm_sched_config_read(path, &p->sched, &e))
     add_err(pr, &e);
-    return;
-  }
-  const ct_json *c = ct_json_get(j, "_class_name");
-  if (!c || c->type != CT_JSON_STRING || strcmp(c->str, "FlowMatchEulerDiscreteScheduler"))
-    add(pr, "%s: _class_name is %s; ctuner reads FlowMatchEulerDiscreteScheduler", path,
-        c && c->type == CT_JSON_STRING ? c->str : "(missing)");
-  const ct_json *d = ct_json_get(j, "use_dynamic_shifting");
-  p->dynamic = d && d->type == CT_JSON_BOOL && d->boolean;
-  p->shift = (float)num_or(j, "shift", 1.0);
-  p->base_shift = (float)num_or(j, "base_shift", 0.5);
-  p->max_shift = (float)num_or(j, "max_shift", 1.15);
-  p->base_seq = (int)num_or(j, "base_image_seq_len", 256);
-  p->max_seq = (int)num_or(j, "max_image_seq_len", 4096);
-  ct_json_free(j);
-}
-
-/* ---- CLIPTextModel directory (temporary: ct_textenc_open_dir in src/text replaces it) ---- */
-static ct_status clip_cfg(const char *dir, ct_textenc_config *tc, ct_err *err) {
-  char path[CT_FLUX_PATH + 64];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  ct_json *j = NULL;
-  ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
-  if (st) return st;
-  const ct_json *c = ct_json_get(j, "architectures");
-  const ct_json *act = ct_json_get(j, "hidden_act");
-  ct_textenc_config_default(768, tc);
-  tc->vocab = (int)num_or(j, "vocab_size", 49408);
-  tc->max_pos = (int)num_or(j, "max_position_embeddings", 77);
-  tc->hidden = (int)num_or(j, "hidden_size", 768);
-  tc->heads = (int)num_or(j, "num_attention_heads", 12);
-  tc->layers = (int)num_or(j, "num_hidden_layers", 12);
-  tc->intermediate = (int)num_or(j, "intermediate_size", 3072);
-  tc->ln_eps = (float)num_or(j, "layer_norm_eps", 1e-5);
-  if (act && act->type == CT_JSON_STRING && strcmp(act->str, "quick_gelu"))
-    st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                 "%s: hidden_act %s; ctuner's CLIP text encoder has quick_gelu only", path,
-                 act->str);
-  else if (c && c->type == CT_JSON_ARRAY && c->n && c->items[0].type == CT_JSON_STRING &&
-           strcmp(c->items[0].str, "CLIPTextModel"))
-    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: architectures is %s; ctuner reads CLIPTextModel",
-                 path, c->items[0].str);
-  ct_json_free(j);
-  if (!st) st = ct_textenc_config_validate(tc, err);
-  if (st) ct_err_prefix(err, "%s: ", dir);
-  return st;
-}
-
-ct_status ct_flux_clip_config(const char *dir, int *hidden, ct_err *err) {
-  ct_textenc_config tc;
-  ct_status st = clip_cfg(dir, &tc, err);
-  if (!st) *hidden = tc.hidden;
-  return st;
-}
-
-ct_status ct_flux_clip_open(const char *dir, int eos_id, ct_textenc **out, ct_err *err) {
-  ct_textenc_config tc;
-  char path[CT_FLUX_PATH + 64];
-  *out = NULL;
-  ct_status st = clip_cfg(dir, &tc, err);
-  tc.eos_id = eos_id;
-  if (st) return st;
-  st = ct_textenc_new(&tc, 0, out, err);
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  if (!st) st = ct_textenc_load(*out, path, err);
-  if (st) {
-    ct_textenc_free(*out);
-    *out = NULL;
-  }
-  return st;
-}
-
-/* tokenizer/tokenizer_config.json's model_max_length (FluxPipeline's CLIP length), else 77. */
-static int clip_max_length(const char *dir) {
-  char path[CT_FLUX_PATH + 64];
-  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  ct_json *j = NULL;
-  ct_err e = {0};
-  if (!is_file(path) || ct_json_parse_file(path, 1 << 22, &j, &e)) return 77;
-  int n = (int)num_or(j, "model_max_length", 77);
-  ct_json_free(j);
-  return n > 1 && n <= 4096 ? n : 77;
 }
 
 /* The transformer: the pipeline's, or SimpleTuner's override (a directory
@@ -306,12 +217,17 @@ static void find_parts(const ct_config *cfg, ct_flux_pipe *p, probs *pr) {
   if (is_dir(p->text_encoder)) {
     if (!file_in(p->text_encoder, "model.safetensors"))
       add(pr, "%s: no model.safetensors", p->text_encoder);
-    if (ct_flux_clip_config(p->text_encoder, &p->clip_d, &e)) add_err(pr, &e);
+    char cp[CT_FLUX_PATH + 64];
+    ct_textenc_config tc;
+    snprintf(cp, sizeof cp, "%s/config.json", p->text_encoder);
+    if (ct_textenc_config_read(cp, &tc, &e))
+      add_err(pr, &e);
+    else
+      p->clip_d = tc.hidden;
   }
   if (is_dir(p->tokenizer)) {
     if (!file_in(p->tokenizer, "vocab.json")) add(pr, "%s: no vocab.json", p->tokenizer);
     if (!file_in(p->tokenizer, "merges.txt")) add(pr, "%s: no merges.txt", p->tokenizer);
-    p->clip_len = clip_max_length(p->tokenizer);
   }
   if (is_dir(p->text_encoder_2)) {
     char cp[CT_FLUX_PATH + 64];
@@ -414,7 +330,6 @@ ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_
   }
   p->schnell = cfg->model_flavour && !strcmp(cfg->model_flavour, "schnell");
   p->max_sequence_length = p->schnell ? 256 : 512; /* SimpleTuner's Flux check_user_config */
-  if (!p->clip_len) p->clip_len = 77;
   if (cfg->flux_guidance_mode && !strcmp(cfg->flux_guidance_mode, "random-range") &&
       cfg->flux_guidance_min > cfg->flux_guidance_max)
     add(pr, "flux_guidance_min %g > flux_guidance_max %g", cfg->flux_guidance_min,

@@ -10,6 +10,7 @@
 #include "ctuner/config.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/status.h"
+#include "ctuner/train.h"
 
 #define CT_FLUX_PATH 4096
 
@@ -24,13 +25,9 @@ typedef struct ct_flux_pipe {
   ct_mmdit_config tcfg; /* the transformer's config */
   int schnell;          /* model_flavour schnell */
   int max_sequence_length;
-  int clip_len;           /* CLIPTokenizer's model_max_length (77) */
-  int t5_d, clip_d;       /* widths of the two encoders */
-  int vae_factor, vae_ch; /* the VAE's downsampling and latent channels */
-  /* scheduler/scheduler_config.json (FlowMatchEulerDiscreteScheduler) */
-  int dynamic;
-  float shift, base_shift, max_shift;
-  int base_seq, max_seq;
+  int t5_d, clip_d;         /* widths of the two encoders */
+  int vae_factor, vae_ch;   /* the VAE's downsampling and latent channels */
+  ct_fm_sched_config sched; /* scheduler/scheduler_config.json */
 } ct_flux_pipe;
 
 /* The config trains a FLUX.1 pipeline (pretrained_model_name_or_path or
@@ -39,13 +36,5 @@ int ct_flux_pipe_wanted(const ct_config *cfg);
 /* Validate everything that can be checked without reading weights; every
  * problem found goes into ONE error. lead: log the warnings (one rank). */
 ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_err *err);
-
-/* Temporary until ct_textenc_open_dir (src/text) lands: a CLIPTextModel
- * directory (config.json + model.safetensors) into a ct_textenc that pools at
- * the first eos_id (the tokenizer's </s>; CLIP-L's config says eos_token_id 2,
- * so transformers pools at the largest id, which is that token). */
-struct ct_textenc;
-ct_status ct_flux_clip_open(const char *dir, int eos_id, struct ct_textenc **out, ct_err *err);
-ct_status ct_flux_clip_config(const char *dir, int *hidden, ct_err *err);
 
 #endif

@@ -1,11 +1,9 @@
 /* Sampling a FLUX.1 pipeline directory as diffusers' FluxPipeline.__call__
  * does (`ctuner sample --pretrained DIR`): prompts through CLIP-L + T5
- * (textcond.c), sigmas linspace(1, 1/N, N) shifted as its
- * FlowMatchEulerDiscreteScheduler (dynamic shifting: mu from the image's token
- * count, calculate_shift; else the static shift), Euler steps
- * x += (sigma_next - sigma) v, the guidance input for guidance_embeds models
- * (FluxPipeline's guidance_scale; no CFG pass), then the VAE. */
-#include <math.h>
+ * (textcond.c), the sigmas and timesteps of its FlowMatchEulerDiscreteScheduler
+ * (fm_sched.c: linspace(1, 1/N, N), dynamic shifting with mu from the image's
+ * token count, or the static shift), Euler steps x += (sigma_next - sigma) v, the guidance input
+ * for guidance_embeds models (FluxPipeline's guidance_scale; no CFG pass), then the VAE. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,22 +77,6 @@ int ct_flux_sampler_factor(const ct_flux_sampler *s) {
   return s->codec.factor;
 }
 
-/* sigma_k of FluxPipeline's scheduler for k = 0..steps (the last 0). */
-static void sigmas(const ct_flux_pipe *p, int steps, long seq, double *sg) {
-  double mu = 0;
-  if (p->dynamic) {
-    const double m = ((double)p->max_shift - p->base_shift) / (double)(p->max_seq - p->base_seq);
-    mu = (double)seq * m + ((double)p->base_shift - m * p->base_seq);
-  }
-  for (int k = 0; k < steps; k++) {
-    const double s = 1.0 - (double)k * (1.0 - 1.0 / steps) / (steps > 1 ? steps - 1 : 1);
-    const double v = p->dynamic ? exp(mu) / (exp(mu) + (1.0 / s - 1.0))
-                                : p->shift * s / (1.0 + (p->shift - 1.0) * s);
-    sg[k] = (float)v; /* the scheduler keeps float32 sigmas */
-  }
-  sg[steps] = 0;
-}
-
 ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, int n, int width,
                               int height, int steps, float guidance, float *x, ct_image *out,
                               ct_err *err) {
@@ -110,15 +92,16 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
   float *y = ct_alloc(CT_MEM_BUFFERS, (size_t)n * s->tc->dp * sizeof(float));
   float *v = ct_alloc(CT_MEM_BUFFERS, (size_t)n * lat * sizeof(float));
   float *tt = malloc((size_t)n * sizeof *tt), *gg = malloc((size_t)n * sizeof *gg);
-  double *sg = malloc(((size_t)steps + 1) * sizeof *sg);
+  float *sg = malloc(((size_t)steps + 1) * sizeof *sg), *ts = malloc((size_t)steps * sizeof *ts);
   uint8_t *rgb = malloc((size_t)width * height * 3);
-  ct_status st = txt && y && v && tt && gg && sg && rgb
+  ct_status st = txt && y && v && tt && gg && sg && ts && rgb
                      ? ct_textcond_encode(s->tc, prompts, n, txt, y, err)
                      : ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling");
-  if (!st) sigmas(&s->p, steps, (long)(h / 2) * (w / 2), sg);
+  if (!st) /* the scheduler's sigmas (fm_sched.c): mu from the packed image's token count */
+    st = ct_fm_flux_timesteps(&s->p.sched, steps, (long)(h / 2) * (w / 2), sg, ts, err);
   for (int k = 0; k < steps && !st; k++) {
-    /* the pipeline passes timestep = (sigma * 1000) / 1000 in float32 */
-    const float t = (float)sg[k] * 1000.0f / 1000.0f;
+    /* the pipeline passes timestep / 1000 in float32 */
+    const float t = ts[k] / 1000.0f;
     for (int b = 0; b < n; b++) tt[b] = t, gg[b] = guidance;
     ct_mmdit_batch in = {.B = n,
                          .H = h,
@@ -130,8 +113,7 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
                          .y = y,
                          .guidance = mc->guidance_embed ? gg : NULL};
     st = ct_mmdit_forward(s->m, &in, v, err);
-    const float dt = (float)sg[k + 1] - (float)sg[k];
-    for (size_t i = 0; !st && i < (size_t)n * lat; i++) x[i] += dt * v[i];
+    if (!st) ct_fm_step(sg, k, v, x, (size_t)n * lat);
   }
   for (int i = 0; out && i < n && !st; i++) {
     st = ct_codec_decode(&s->codec, x + (size_t)i * lat, width, height, rgb, err);
@@ -141,6 +123,6 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
       for (int j = 0; j < i; j++) ct_image_free(&out[j]);
   }
   ct_free(txt), ct_free(y), ct_free(v);
-  free(tt), free(gg), free(sg), free(rgb);
+  free(tt), free(gg), free(sg), free(ts), free(rgb);
   return st;
 }

@@ -31,14 +31,13 @@ ct_status ct_textcond_flux(const ct_flux_pipe *p, int t5_zero, ct_textcond **out
   if (!c) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   c->kind = CT_TEXTCOND_FLUX;
   c->T = p->max_sequence_length, c->d = p->tcfg.context_in_dim, c->dp = p->tcfg.vec_in_dim;
-  c->clip_len = p->clip_len, c->t5_zero = t5_zero;
-  char vocab[CT_FLUX_PATH + 32], merges[CT_FLUX_PATH + 32];
-  snprintf(vocab, sizeof vocab, "%s/vocab.json", p->tokenizer);
-  snprintf(merges, sizeof merges, "%s/merges.txt", p->tokenizer);
-  ct_status st = ct_bpe_load(vocab, merges, &c->bpe, err);
-  if (!st) st = ct_flux_clip_open(p->text_encoder, ct_bpe_eos(c->bpe), &c->te, err);
+  c->t5_zero = t5_zero;
+  /* CLIPTokenizer (transformers' rules, its model_max_length) and CLIPTextModel */
+  ct_status st = ct_bpe_load_dir(p->tokenizer, &c->bpe, err);
+  if (!st) c->clip_len = ct_bpe_max_length(c->bpe);
+  if (!st) st = ct_textenc_open_dir(p->text_encoder, &c->te, err);
   if (!st && ct_bpe_vocab_size(c->bpe) > ct_textenc_cfg(c->te)->vocab)
-    st = ct_errf(err, CT_ERR_SHAPE, "%s has ids up to %d; %s's vocab_size is %d", vocab,
+    st = ct_errf(err, CT_ERR_SHAPE, "%s has ids up to %d; %s's vocab_size is %d", p->tokenizer,
                  ct_bpe_vocab_size(c->bpe) - 1, p->text_encoder, ct_textenc_cfg(c->te)->vocab);
   if (!st && c->clip_len > ct_textenc_cfg(c->te)->max_pos)
     st = ct_errf(err, CT_ERR_SHAPE, "%s: model_max_length %d > the text encoder's %d positions",
