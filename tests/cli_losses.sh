@@ -2,8 +2,9 @@
 # Refactors change no number: a fixed set of training runs (small preset with
 # AdamW + EMA, Muon, 2-rank ZeRO-2 bf16, 2-rank ZeRO-3 Lion, 2-rank 1-bit Adam,
 # NVMe offload, the VAE) must give the losses and final weights recorded in
-# tests/data/losses_<build>.txt, bit for bit. The file was recorded before the
-# structure rework (issue 17) and is only re-recorded on purpose:
+# tests/data/losses/<build>-<numerics signature>.txt, bit for bit. The first files
+# were recorded before the structure rework (issue 17); they are re-recorded only
+# on purpose (a deliberate change of the numbers, or a new machine type):
 #   CT_RECORD=1 tests/cli_losses.sh build/ctuner       (Release, make test's first pass)
 #   CT_RECORD=1 tests/cli_losses.sh build-asan/ctuner  (Debug + sanitizers, its second pass)
 # The two builds differ (-O0 does not contract FMAs), hence one file each; any
@@ -13,7 +14,23 @@
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
-GOLD=tests/data/losses_$(basename "$(dirname "$(readlink -f "$CT")")").txt
+# The bits depend on the machine the build was compiled for (-march=native:
+# the vector code GCC emits, FMA contraction) and on the GEMM path (our
+# kernels, bitwise equal across AVX2/AVX-512, or OpenBLAS): the goldens are
+# kept per numerics signature — the compiler's resolved -march=native target
+# flags and the GEMM path. Where no golden exists for this signature the runs
+# are checked for run-to-run determinism instead (two runs bit-identical).
+numerics_sig() {
+  local gemm=blas
+  grep -qw avx512f /proc/cpuinfo && gemm=own
+  grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && gemm=own
+  [ "${CT_GEMM:-}" = blas ] && gemm=blas
+  { "${CC:-cc}" -march=native -Q --help=target 2>/dev/null | grep -E '^\s+-m[a-z0-9-]+\s+\[enabled\]|^\s+-march=' | tr -s ' \t' ' '
+    echo "gemm=$gemm"; } | sha256sum | cut -c1-10
+}
+BUILD_NAME=$(basename "$(dirname "$(readlink -f "$CT")")")
+SIG=$(numerics_sig)
+GOLD=tests/data/losses/${BUILD_NAME}-${SIG}.txt
 
 . "$(dirname "$0")/lib/shapes.sh"
 shapes_fixture 32
@@ -58,26 +75,42 @@ print(h.hexdigest()[:16])
 PY
 }
 : > "$tmp/got.txt"
-for r in "${RUNS[@]}"; do
-  IFS='|' read -r name ranks flags <<<"$r"
+run_one() {
+  IFS='|' read -r name ranks flags <<<"$1"
+  rm -rf "${tmp:?}/$name"
   # shellcheck disable=SC2086
   if [ "$ranks" = 1 ]; then
     OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" $flags --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
   else
     "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" $flags \
       --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
-  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; continue; }
+  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; return; }
   losses=$(/usr/bin/python3 -c '
 import json, sys
 L = [x for x in map(json.loads, open(sys.argv[1])) if "loss" in x]
 print(" ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L))' "$tmp/$name/metrics.jsonl")
   echo "$name $(digest "$tmp/$name") $losses" >> "$tmp/got.txt"
-done
+}
+for r in "${RUNS[@]}"; do run_one "$r"; done
 
 if [ "${CT_RECORD:-0}" = 1 ]; then
+  mkdir -p "$(dirname "$GOLD")"
   cp "$tmp/got.txt" "$GOLD" && ok "recorded $(wc -l < "$GOLD") runs in $GOLD"
 elif [ ! -f "$GOLD" ]; then
-  ok "ran $(wc -l < "$tmp/got.txt") runs; no $GOLD for this build directory, comparison skipped"
+  # an unrecorded machine: every run again, and the two sets must be bit-identical
+  echo "note: no $GOLD (build '$BUILD_NAME', numerics signature $SIG: a CPU/compiler" \
+    "not recorded; CT_RECORD=1 records it); checking run-to-run determinism instead"
+  mv "$tmp/got.txt" "$tmp/first.txt"
+  : > "$tmp/got.txt"
+  for r in "${RUNS[@]}"; do run_one "$r"; done
+  while read -r name rest; do
+    again=$(grep "^$name " "$tmp/got.txt" | cut -d' ' -f2-)
+    if [ "$rest" = "$again" ]; then
+      ok "$name: two runs bit-identical"
+    else
+      bad "$name: two runs of the same command differ"
+    fi
+  done < "$tmp/first.txt"
 else
   while read -r name rest; do
     want=$(grep "^$name " "$GOLD" | cut -d' ' -f2-)

@@ -35,13 +35,10 @@ static inline float softmax_row(float *s, int n, int lk) {
   float m = s[0];
 #pragma omp simd reduction(max : m)
   for (int j = 0; j < n; j++) m = s[j] > m ? s[j] : m;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; j++) {
-    float e = ct_expf(s[j] - m);
-    s[j] = e;
-    sum += e;
-  }
+#pragma omp simd
+  for (int j = 0; j < n; j++) s[j] = ct_expf(s[j] - m);
+  float sum;
+  CT_SUM_LANES(float, sum, n, j, s[j]); /* the same bits at any SIMD width */
   float inv = 1.0f / sum;
   for (int j = 0; j < n; j++) s[j] *= inv;
   for (int j = n; j < lk; j++) s[j] = 0.0f;
@@ -137,9 +134,8 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
         for (int i = 0; i < tq; i++) {
           float *p = P + (size_t)i * lk, *dp = dP + (size_t)i * lk;
           const float *oi = O + (size_t)i * ldo, *doi = dO + (size_t)i * ldo;
-          float Di = 0.0f;
-#pragma omp simd reduction(+ : Di)
-          for (int c = 0; c < hd; c++) Di += doi[c] * oi[c];
+          float Di;
+          CT_SUM_LANES(float, Di, hd, c, doi[c] * oi[c]);
           int n = causal ? i0 + i + 1 : lk;
           float li = ls[i];
           for (int j = 0; j < n; j++) {

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ctuner/kernels.h"
+#include "fastmath.h"
 
 #define MSE_CHUNKS 64
 
@@ -83,11 +84,8 @@ float ct_mse_fwd_bwd(size_t n, const float *pred, const float *target, float dlo
     size_t i0 = (size_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
     double s = 0.0;
     if (i0 < n) {
-#pragma omp simd reduction(+ : s)
-      for (size_t i = i0; i < i1; i++) {
-        float d = pred[i] - target[i];
-        s += (double)d * d;
-      }
+      const float *p = pred + i0, *q = target + i0;
+      CT_SUM_LANES(double, s, i1 - i0, i, (double)(p[i] - q[i]) * (double)(p[i] - q[i]));
       if (dpred)
         for (size_t i = i0; i < i1; i++) dpred[i] = g * (pred[i] - target[i]);
     }

@@ -19,6 +19,48 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Sums whose bits do not depend on the SIMD width the compiler picks
+ * (-march=native: 8 lanes on AVX2, 16 on AVX-512): `omp simd reduction`
+ * splits a sum into as many partial sums as the vector has lanes, so its
+ * result changed with the build machine. Here the split is always
+ * CT_LANES partial sums, lane l taking elements l, l + 16, ..., each
+ * lane's adds in order, then a fixed pairwise tree (ct_lanes_sum): the
+ * same bits on every machine with FMA, vectorised at any width. */
+#define CT_LANES 16
+
+static inline float ct_lanes_sum(const float *a) {
+  float b[8];
+  for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; l++) b[l] += b[l + 4];
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+static inline double ct_lanes_sumd(const double *a) {
+  double b[8];
+  for (int l = 0; l < 8; l++) b[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; l++) b[l] += b[l + 4];
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* OUT = the sum over J in [0, N) of EXPR (which reads J), split as above;
+ * T is float or double. */
+#define CT_SUM_LANES(T, OUT, N, J, EXPR)                                             \
+  do {                                                                               \
+    T acc_[CT_LANES] = {0};                                                          \
+    long b_ = 0;                                                                     \
+    for (; b_ + CT_LANES <= (long)(N); b_ += CT_LANES) {                             \
+      _Pragma("omp simd") for (int l_ = 0; l_ < CT_LANES; l_++) {                    \
+        const long J = b_ + l_;                                                      \
+        acc_[l_] += (EXPR);                                                          \
+      }                                                                              \
+    }                                                                                \
+    for (int l_ = 0; b_ + l_ < (long)(N); l_++) {                                    \
+      const long J = b_ + l_;                                                        \
+      acc_[l_] += (EXPR);                                                            \
+    }                                                                                \
+    (OUT) = _Generic(acc_[0], double : ct_lanes_sumd, default : ct_lanes_sum)(acc_); \
+  } while (0)
+
 #define CT_EXP_LO (-87.33654f)
 #define CT_EXP_HI 88.37626f
 

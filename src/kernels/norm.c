@@ -3,10 +3,10 @@
  *
  * Design: one task per row for everything that is a per-row computation
  * (`omp for` over rows, inner loops over contiguous columns written to
- * auto-vectorise; reductions use `omp simd reduction`, whose order is fixed at
- * compile time). Parameter gradients are sums over rows; they are computed in a
- * second phase of the same parallel region where each task owns a block of
- * columns (and, for ln_mod, one batch item) and sums its rows in order, so the
+ * auto-vectorise; row sums go through fastmath.h's CT_SUM_LANES, 16 partial
+ * sums whatever the SIMD width, so the bits do not depend on the machine). Parameter gradients are
+ * sums over rows; they are computed in a second phase of the same parallel region where each task
+ * owns a block of columns (and, for ln_mod, one batch item) and sums its rows in order, so the
  * result does not depend on the thread count and needs no scratch memory.
  * Variance is the biased one (as torch.nn.functional.layer_norm).
  */
@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "ctuner/kernels.h"
+#include "fastmath.h"
 
 #define COLBLK 64 /* columns per task in the parameter-gradient reductions */
 
@@ -23,16 +24,10 @@ static inline int min_int(int a, int b) {
 
 /* mean and rstd of one row (two passes: mean, then centred sum of squares) */
 static inline float row_moments(int D, const float *x, float eps, float *rstd) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int j = 0; j < D; j++) s += x[j];
-  float mean = s / (float)D;
-  float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-  for (int j = 0; j < D; j++) {
-    float d = x[j] - mean;
-    v += d * d;
-  }
+  float s, v;
+  CT_SUM_LANES(float, s, D, j, x[j]);
+  const float mean = s / (float)D;
+  CT_SUM_LANES(float, v, D, j, (x[j] - mean) * (x[j] - mean));
   *rstd = 1.0f / sqrtf(v / (float)D + eps);
   return mean;
 }
@@ -82,20 +77,13 @@ void ct_ln_mod_bwd(int B, int L, int D, const float *xhat, const float *rstd, co
         const float *g = dh + (size_t)r * lddh;
         const float *sc = scale ? scale + (size_t)(r / L) * ldm : NULL;
         float *dxr = dx + (size_t)r * lddx;
-        float s1 = 0.0f, s2 = 0.0f;
+        float s1, s2;
         if (sc) {
-#pragma omp simd reduction(+ : s1, s2)
-          for (int j = 0; j < D; j++) {
-            float gj = g[j] * (1.0f + sc[j]);
-            s1 += gj;
-            s2 += gj * xh[j];
-          }
+          CT_SUM_LANES(float, s1, D, j, g[j] * (1.0f + sc[j]));
+          CT_SUM_LANES(float, s2, D, j, g[j] * (1.0f + sc[j]) * xh[j]);
         } else {
-#pragma omp simd reduction(+ : s1, s2)
-          for (int j = 0; j < D; j++) {
-            s1 += g[j];
-            s2 += g[j] * xh[j];
-          }
+          CT_SUM_LANES(float, s1, D, j, g[j]);
+          CT_SUM_LANES(float, s2, D, j, g[j] * xh[j]);
         }
         float m1 = s1 / (float)D, m2 = s2 / (float)D, rs = rstd[r];
         if (sc) {
@@ -151,9 +139,8 @@ void ct_rmsnorm_fwd(int N, int D, const float *x, int ldx, const float *scale, f
   for (int r = 0; r < N; r++) {
     const float *xr = x + (size_t)r * ldx;
     float *yr = y + (size_t)r * ldy;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int j = 0; j < D; j++) ss += xr[j] * xr[j];
+    float ss;
+    CT_SUM_LANES(float, ss, D, j, xr[j] * xr[j]);
     float rs = 1.0f / sqrtf(ss / (float)D + eps);
     rstd[r] = rs;
     for (int j = 0; j < D; j++) yr[j] = xr[j] * rs * scale[j];
@@ -173,9 +160,8 @@ void ct_rmsnorm_bwd(int N, int D, const float *x, int ldx, const float *scale, c
         const float *xr = x + (size_t)r * ldx;
         const float *g = dy + (size_t)r * lddy;
         float *dxr = dx + (size_t)r * lddx;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int j = 0; j < D; j++) s += g[j] * scale[j] * xr[j];
+        float s;
+        CT_SUM_LANES(float, s, D, j, g[j] * scale[j] * xr[j]);
         float rs = rstd[r], c = rs * rs * rs * s / (float)D;
         for (int j = 0; j < D; j++) dxr[j] += rs * scale[j] * g[j] - xr[j] * c;
       }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ctuner/kernels.h"
+#include "fastmath.h"
 
 #define QK_EPS 1e-6f
 #define QK_COLBLK 16 /* columns (even: whole pairs) per task in the scale gradients */
@@ -71,9 +72,8 @@ void ct_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy
 
 /* out = R (x * r * s), returns r = rstd of x */
 static inline float norm_rope(int hd, const float *x, const float *s, const float *pe, float *out) {
-  float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-  for (int j = 0; j < hd; j++) ss += x[j] * x[j];
+  float ss;
+  CT_SUM_LANES(float, ss, hd, j, x[j] * x[j]);
   float r = 1.0f / sqrtf(ss / (float)hd + QK_EPS);
   for (int j = 0; j < hd / 2; j++) {
     float c = pe[2 * j], sn = pe[2 * j + 1];
@@ -105,14 +105,11 @@ void ct_qkv_heads_fwd(int B, int Ls, int Lt, int off, int H, int hd, const float
 /* dx = RMSNorm backward of g = R^T dout (overwrite) */
 static inline void norm_rope_bwd(int hd, const float *x, const float *s, const float *pe, float r,
                                  const float *dout, float *dx) {
-  float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-  for (int j = 0; j < hd / 2; j++) {
-    float c = pe[2 * j], sn = pe[2 * j + 1];
-    float g0 = c * dout[2 * j] + sn * dout[2 * j + 1];
-    float g1 = c * dout[2 * j + 1] - sn * dout[2 * j];
-    dot += g0 * s[2 * j] * x[2 * j] + g1 * s[2 * j + 1] * x[2 * j + 1];
-  }
+  float dot;
+  CT_SUM_LANES(float, dot, hd / 2, j,
+               (pe[2 * j] * dout[2 * j] + pe[2 * j + 1] * dout[2 * j + 1]) * s[2 * j] * x[2 * j] +
+                   (pe[2 * j] * dout[2 * j + 1] - pe[2 * j + 1] * dout[2 * j]) * s[2 * j + 1] *
+                       x[2 * j + 1]);
   float cc = r * r * r * dot / (float)hd;
   for (int j = 0; j < hd / 2; j++) {
     float c = pe[2 * j], sn = pe[2 * j + 1];
