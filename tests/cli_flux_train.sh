@@ -40,8 +40,9 @@ tensors "$tmp/a/pipeline" "$tmp/a.bfl" && tensors $P/dev "$tmp/orig.bfl" && ! cm
   ok "dev: the saved transformer loads back (model convert) and differs from the pipeline's" || bad "saved transformer does not load or did not train"
 
 # ---- resume: 1 step, then on to 2 from checkpoint-1: the same weights as run a ----
+# (the first part names the same transformer through SimpleTuner's override keys)
 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/b" \
-  --max_train_steps=1 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --disable_validation=true > /dev/null 2> "$tmp/b.err" &&
+  --pretrained_transformer_model_name_or_path=$P/dev --pretrained_transformer_subfolder=transformer --max_train_steps=1 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --disable_validation=true > /dev/null 2> "$tmp/b.err" &&
 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/b" \
   --max_train_steps=2 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --disable_validation=true > /dev/null 2>> "$tmp/b.err"; rc=$?
 tensors "$tmp/b/checkpoint-2/transformer" "$tmp/b.bfl"
@@ -58,9 +59,12 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train -
 
 # ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
 "$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \
+  --pretrained_vae_model_name_or_path=$P/dev \
   --max_train_steps=1 --checkpoint_step_interval=0 --disable_validation=true > /dev/null 2> "$tmp/s.err"; rc=$?
 [ $rc -eq 0 ] && ls "$tmp/s/cache/text/"*-T256-*.st >/dev/null 2>&1 && grep -q "flux_fast_schedule" "$tmp/s.err" &&
-  ok "schnell: trains with 256 T5 tokens, says what differs from SimpleTuner" || bad "schnell: rc=$rc $(tail -3 "$tmp/s.err")"
+  grep -q "codec vae: $P/dev/vae" "$tmp/s.err" &&
+  ok "schnell: trains with 256 T5 tokens (the VAE of pretrained_vae_model_name_or_path), says what differs from SimpleTuner" ||
+  bad "schnell: rc=$rc $(tail -3 "$tmp/s.err")"
 "$CT" train --pretrained_model_name_or_path=$P/dev --pretrained_transformer_model_name_or_path="$tmp/orig.bfl" --model_flavour=dev \
   "${COMMON[@]}" --output_dir="$tmp/f" --max_train_steps=1 --checkpoint_step_interval=1 --flux_guidance_value=3.5 \
   --disable_validation=true > /dev/null 2> "$tmp/f.err"; rc=$?
