@@ -120,6 +120,11 @@ interop: build
 	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
 	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched
 	/usr/bin/python3 scripts/toml_expect.py --check
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
+	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
+	  CT_LORA_DATA=$(abspath $(BUILD))/lora-interop CT_LORA_SAVED=$(abspath $(BUILD))/lora-saved.safetensors \
+	    $(BUILD)/ct_tests lora && \
+	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

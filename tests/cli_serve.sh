@@ -42,7 +42,7 @@ jq_() { /usr/bin/python3 -c "import json,sys; d=json.load(open('$tmp/body')); pr
 # ---- keys and config check ----
 [ "$(code "$U/api/keys")" = 200 ] && [ "$(jq_ 'len(d["keys"]) > 100 and any(k["name"]=="learning_rate" and k["type"] and k["help"] for k in d["keys"])')" = True ] &&
   ok "GET /api/keys: the key registry ($(jq_ 'len(d["keys"])') keys)" || bad "keys: $(head -c 300 "$tmp/body")"
-[ "$(jq_ '[k["choices"] for k in d["keys"] if k["name"] in ("mixed_precision_x", "timestep_sampling", "model_type", "learning_rate")]')" = "[['full', 'vae'], None, ['logit_normal', 'uniform']]" ] &&
+[ "$(jq_ '[k["choices"] for k in d["keys"] if k["name"] in ("mixed_precision_x", "timestep_sampling", "model_type", "learning_rate")]')" = "[['full', 'lora', 'vae'], None, ['logit_normal', 'uniform']]" ] &&
   ok "GET /api/keys: allowed values of a fixed-list key (for its drop-down), null otherwise" || bad "choices: $(jq_ '[(k["name"], k["choices"]) for k in d["keys"]][:12]')"
 [ "$(post "$U/api/config/check" -d '{"learning_rat": 1e-4}')" = 200 ] &&
   [ "$(jq_ 'd["ok"], d["problems"][0]["key"]')" = "(False, 'learning_rat')" ] && ok "config check: unknown key named" || bad "check unknown: $(cat "$tmp/body")"

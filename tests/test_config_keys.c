@@ -20,7 +20,11 @@ CT_TEST(config_keys, applies_by_model_type) {
   CHECK(ct_config_key_applies("zero_stage", "vae") == 1);
   CHECK(ct_config_key_applies("checkpointing_steps", "vae") == 1); /* an alias */
   CHECK(ct_config_key_applies("no_such_key", "full") == -1);
-  CHECK(ct_config_key_applies("learning_rate", "lora") == -1);
+  CHECK(ct_config_key_applies("learning_rate", "lora") == 1); /* lora takes every FULL key */
+  CHECK(ct_config_key_applies("lora_rank", "lora") == 1);
+  CHECK(ct_config_key_applies("lora_rank", "full") == 0);
+  CHECK(ct_config_key_applies("lora_rank", "vae") == 0);
+  CHECK(ct_config_key_applies("learning_rate", "dreambooth") == -1);
 }
 
 CT_TEST(config_keys, given_and_inapplicable) {

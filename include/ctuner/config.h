@@ -26,7 +26,8 @@
  *   type: INT (long), NUM (double), BOOL (int) or STR (char *, NULL when the
  *     default is NULL).
  *   models: the model types the key applies to: FULL (model_type full, the
- *     MMDiT), VAE (model_type vae) or ALL (CT_MODEL_* below;
+ *     MMDiT; model_type lora takes them too), LORA (model_type lora only),
+ *     VAE (model_type vae) or ALL (CT_MODEL_* below;
  *     ct_config_key_applies).
  *   check: the key's own rule, run by ct_config_validate in table order:
  *     ANY; INT_GE(lo), INT_GE_UNIT(lo, note), INT_IN(lo, hi) (lo..hi),
@@ -40,7 +41,28 @@
   X(model_family, STR, "flux", ALL, USE("flux"),                                                   \
     "model family; only \"flux\" (the MMDiT of MODEL.md)")                                         \
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
-    "\"full\": the MMDiT; \"vae\": train an AutoencoderKL (docs/vae.md)")                          \
+    "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
+    "train an AutoencoderKL (docs/vae.md)")                                                        \
+  X(lora_type, STR, "standard", LORA, USE("standard"),                                             \
+    "model_type lora: standard (peft LoRA); lycoris is not implemented")                           \
+  X(lora_rank, INT, "16", LORA, INT_GE(1), "model_type lora: the adapters' rank r")                \
+  X(lora_alpha, NUM, "0", LORA, NUM_GE(0),                                                         \
+    "model_type lora: alpha, the adapters scale by alpha / rank (0: lora_rank, SimpleTuner's "     \
+    "None)")                                                                                       \
+  X(lora_dropout, NUM, "0.1", LORA, NUM_IN("[)", 0, 1),                                            \
+    "model_type lora: dropout on each adapter's input (peft's lora_dropout)")                      \
+  X(lora_init_type, STR, "default", LORA, ONE_OF("default|gaussian"),                              \
+    "model_type lora: peft's init_lora_weights: default (A kaiming-uniform) or gaussian (A "       \
+    "N(0, 1/r)); B starts at zero")                                                                \
+  X(init_lora, STR, NULL, LORA, ANY,                                                               \
+    "model_type lora: a pytorch_lora_weights.safetensors to start the adapters from")              \
+  X(use_dora, BOOL, "false", LORA, FN(check_use_dora), "model_type lora: DoRA (not implemented)")  \
+  X(flux_lora_target, STR, "all", LORA,                                                            \
+    ONE_OF("mmdit|context|context+ffs|all|all+ffs|ai-toolkit|tiny|nano|all+ffs+embedder"),         \
+    "model_type lora: SimpleTuner's preset of the diffusers modules adapted (docs/lora.md)")       \
+  X(base_model_precision, STR, "no_change", LORA, ONE_OF("no_change|bf16"),                        \
+    "model_type lora: the frozen base's precision; no_change (float32); bf16 draws a warning "     \
+    "(computed in float32); quantised bases (int8-quanto, ...) are not implemented")               \
   X(vae_config, STR, NULL, VAE, ANY,                                                               \
     "model_type vae: diffusers config.json of a VAE trained from scratch")                         \
   X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY,                                        \
@@ -287,7 +309,8 @@
 typedef enum ct_model_types {
   CT_MODEL_FULL = 1, /* model_type full: the MMDiT */
   CT_MODEL_VAE = 2,  /* model_type vae: an AutoencoderKL */
-  CT_MODEL_ALL = 3
+  CT_MODEL_LORA = 4, /* model_type lora only (lora also takes every FULL key) */
+  CT_MODEL_ALL = 7
 } ct_model_types;
 
 /* CT_KEY_<key>: a key's row in the table; CT_CONFIG_NKEYS rows. */

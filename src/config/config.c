@@ -77,6 +77,7 @@ typedef struct vspec {
 
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
+static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -471,10 +472,17 @@ static int is_one_of(const char *s, const char *const *choices) {
 /* ---- the FN(...) rules of the table ---- */
 
 static ct_status check_model_type(const ct_config *c, ct_err *err) {
-  if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae")))
-    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT) or \"vae\" (LoRA is not "
-        "implemented yet)",
+  if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae") &&
+                         strcmp(c->model_type, "lora")))
+    BAD("model_type '%s' is not supported; use \"full\" (the MMDiT), \"lora\" (adapters on a "
+        "frozen MMDiT) or \"vae\"",
         c->model_type ? c->model_type : "");
+  return CT_OK;
+}
+
+static ct_status check_use_dora(const ct_config *c, ct_err *err) {
+  if (c->use_dora)
+    BAD("use_dora is not implemented: ctuner trains standard LoRA (peft's use_dora=False)");
   return CT_OK;
 }
 
@@ -676,11 +684,23 @@ static void rule_failed(const ct_config *c, const key_def *k, const ct_err *e,
                          in_file ? c->col[i] : 0, k->name, NULL, "%s", e->msg);
 }
 
+static unsigned model_bit(const char *model_type);
+
 ct_status ct_config_check(const ct_config *c, ct_config_problems *probs) {
   const size_t before = probs->errors;
+  const unsigned mb = model_bit(c->model_type);
   for (size_t i = 0; i < NKEYS; i++) {
     ct_err e = {0};
     if (check_key(c, &KEYS[i], &e)) rule_failed(c, &KEYS[i], &e, probs);
+    /* a key of another model type: one warning naming it */
+    if (mb && c->given[i] && !(KEYS[i].models & mb) && (KEYS[i].models & CT_MODEL_LORA)) {
+      const ct_config_origin o = (ct_config_origin)c->given[i];
+      const int in_file = o == CT_ORIGIN_FILE;
+      ct_config_problems_add(probs, 1, CT_OK, o, in_file ? c->file : NULL, in_file ? c->line[i] : 0,
+                             in_file ? c->col[i] : 0, KEYS[i].name, NULL,
+                             "key '%s' applies to model_type lora only; ignored for model_type %s",
+                             KEYS[i].name, c->model_type);
+    }
   }
   const char *key;
   for (size_t i = 0; ct_cfg_rule_at(i, c, &key, NULL) != CT_ERR_RANGE; i++) {
@@ -708,6 +728,8 @@ const char *ct_config_models_name(unsigned models) {
       return "full";
     case CT_MODEL_VAE:
       return "vae";
+    case CT_MODEL_LORA:
+      return "lora";
     case CT_MODEL_ALL:
       return "all";
     default:
@@ -717,9 +739,10 @@ const char *ct_config_models_name(unsigned models) {
 
 static unsigned model_bit(const char *model_type) {
   if (!model_type) return 0;
-  return !strcmp(model_type, "full")  ? CT_MODEL_FULL
-         : !strcmp(model_type, "vae") ? CT_MODEL_VAE
-                                      : 0;
+  return !strcmp(model_type, "full")   ? CT_MODEL_FULL
+         : !strcmp(model_type, "lora") ? CT_MODEL_FULL | CT_MODEL_LORA
+         : !strcmp(model_type, "vae")  ? CT_MODEL_VAE
+                                       : 0;
 }
 
 int ct_config_key_applies(const char *key, const char *model_type) {
@@ -744,7 +767,7 @@ int ct_config_key_info_at(size_t i, ct_config_key_info *out) {
                      k->check.kind == V_NONE_OR || k->check.kind == V_USE ||
                      k->check.kind == V_INT_ONE_OF;
   const char *choices = listed ? k->check.list : NULL;
-  if (!strcmp(k->name, "model_type")) choices = "full|vae"; /* FN rules with a fixed set */
+  if (!strcmp(k->name, "model_type")) choices = "full|lora|vae"; /* FN rules with a fixed set */
   *out = (ct_config_key_info){k->name, tn[k->type], k->def, k->help, k->models, choices};
   return 1;
 }

@@ -65,16 +65,7 @@ static const struct {
   const char *key, *why;
 } NOT_HERE[] = {
     {"tread_config", "TREAD token routing is not implemented"},
-    {"lora_rank", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_alpha", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_dropout", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_type", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lora_init_type", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"init_lora", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"use_dora", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"flux_lora_target", "LoRA training is not implemented yet (model_type full or vae)"},
-    {"lycoris_config", "LyCORIS training is not implemented yet (model_type full or vae)"},
-    {"base_model_precision", "a quantised frozen base is for LoRA training, not implemented yet"},
+    {"lycoris_config", "LyCORIS training is not implemented yet (lora_type standard only)"},
 };
 
 /* Other SimpleTuner options met in real configs (tests/data/realcfg) that

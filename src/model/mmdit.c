@@ -49,10 +49,12 @@ static lin view_lin(ct_mmdit *m, int s, const char *prefix) {
   CT_ASSERT(pw && pb);
   l.w = seg_addr(m->segw[s], m, s, pw);
   l.b = seg_addr(m->segw[s], m, s, pb);
-  l.gw = seg_addr(m->segg[s], m, s, pw);
-  l.gb = seg_addr(m->segg[s], m, s, pb);
+  l.gw = m->frozen ? NULL : seg_addr(m->segg[s], m, s, pw);
+  l.gb = m->frozen ? NULL : seg_addr(m->segg[s], m, s, pb);
   l.out = (int)pw->shape[0];
   l.in = (int)pw->shape[1];
+  l.site = m->lora ? ct_lora_site(m->lora, pw->name) : -1;
+  l.lora = l.site >= 0 ? m->lora : NULL;
   return l;
 }
 
@@ -60,7 +62,7 @@ static void view_vec(ct_mmdit *m, int s, const char *name, float **w, float **g)
   const ct_param *p = ct_mmdit_find(m, name);
   CT_ASSERT(p);
   *w = seg_addr(m->segw[s], m, s, p);
-  *g = seg_addr(m->segg[s], m, s, p);
+  *g = m->frozen ? NULL : seg_addr(m->segg[s], m, s, p);
 }
 
 /* Points the views of segment s at m->segw[s] / m->segg[s]. */
@@ -256,6 +258,16 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h) {
   }
 }
 
+void ct_mmdit_set_lora(ct_mmdit *m, ct_lora *l) {
+  m->lora = l;
+  for (int s = 0; s < m->nseg; s++) bind_segment(m, s);
+}
+
+void ct_mmdit_set_frozen(ct_mmdit *m, int frozen) {
+  m->frozen = frozen != 0;
+  for (int s = 0; s < m->nseg; s++) bind_segment(m, s);
+}
+
 void ct_mmdit_set_checkpointing(ct_mmdit *m, int every) {
   if (every < 0) every = 0;
   if (every == m->ckpt_every) return;
@@ -330,7 +342,7 @@ static ct_status seg_enter(ct_mmdit *m, int s, int backward, ct_err *err) {
   if (!w)
     return ct_errf(err, CT_ERR_INVALID,
                    "segment %d has no parameters (sharded model without hooks)", s);
-  if (backward && !g)
+  if (backward && !g && !m->frozen)
     return ct_errf(err, CT_ERR_INVALID, "backward on a model created without gradients");
   if (w != m->segw[s] || (backward && g != m->segg[s])) {
     m->segw[s] = w;
@@ -539,14 +551,17 @@ static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, 
   }
 }
 
+/* A linear layer, plus its LoRA adapters when it has any. */
 static void lin_fwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
                     float *y, int ldy) {
   be->linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
+  if (l->lora) ct_lora_fwd(l->lora, be, l->site, 0, l->out, N, x, ldx, y, ldy);
 }
 
 static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
                     const float *dy, int lddy, float *dx, int lddx, float beta) {
   be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
+  if (l->lora) ct_lora_bwd(l->lora, be, l->site, 0, l->out, N, x, ldx, dy, lddy, dx, lddx);
 }
 
 /* Shapes every block helper needs, from the planned batch. */
@@ -626,6 +641,10 @@ static void sblock_fwd(ct_mmdit *m, int i, const float *xj) {
   /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
   be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
   be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
+  if (p->l1.lora) { /* adapters on q, k, v (rows 0..3d) and proj_mlp (3d..3d+mh) */
+    ct_lora_fwd(p->l1.lora, be, p->l1.site, 0, 3 * d, N, x->h, d, x->qkv, 3 * d);
+    ct_lora_fwd(p->l1.lora, be, p->l1.site, 3 * d, 3 * d + mh, N, x->h, d, x->u, mh);
+  }
   be->qkv_heads_fwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->q, x->k, x->v, x->rq,
                     x->rk);
   be->attention_fwd(B, nh, Lt, hd, ascale, 0, x->q, x->k, x->v, x->o, x->lse);
@@ -736,6 +755,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   const int Ni = B * Li, Nt = B * T, N = B * Lt;
   const float ascale = 1.0f / sqrtf((float)hd);
   const int D = c->depth_double, S = c->depth_single, last = D + S + 1;
+  /* frozen with adapters: no segment below the first adapted one needs a gradient */
+  const int lo = m->frozen && m->lora ? ct_lora_first_mmdit_segment(m->lora) : 0;
   ct_status st;
 
   be->zero((size_t)B * d, a->dsvec);
@@ -754,6 +775,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
     be->zero((size_t)N * d, a->dj);
     rows_copy(be, B, Li, Lt, T, d, a->dj, a->dimg, 1);
     for (int i = c->depth_single - 1; i >= 0; i--) {
+      if (1 + D + i < lo) return CT_OK;
       sblock_p *p = &m->sb[i];
       sblock_a *x = &a->sb[i];
       if ((st = seg_enter(m, 1 + D + i, 1, err))) return st;
@@ -773,7 +795,12 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
       be->linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw,
                      p->l1.gb);
       be->linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
-                     p->l1.gw + (size_t)3 * d * d, p->l1.gb + 3 * d);
+                     p->l1.gw ? p->l1.gw + (size_t)3 * d * d : NULL,
+                     p->l1.gb ? p->l1.gb + 3 * d : NULL);
+      if (p->l1.lora) {
+        ct_lora_bwd(p->l1.lora, be, p->l1.site, 0, 3 * d, N, x->h, d, a->dqkv, 3 * d, a->dh, d);
+        ct_lora_bwd(p->l1.lora, be, p->l1.site, 3 * d, 3 * d + mh, N, x->h, d, a->du, mh, a->dh, d);
+      }
       be->ln_mod_bwd(B, Lt, d, x->xhat, x->rstd, x->mod + d, 3 * d, a->dh, d, a->dj, d, a->dmod,
                      a->dmod + d);
       lin_bwd(be, &p->mod, B, a->svec, d, a->dmod, 3 * d, a->dsvec, d, 1.0f);
@@ -786,6 +813,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   }
 
   for (int i = c->depth_double - 1; i >= 0; i--) {
+    if (1 + i < lo) return CT_OK;
     dblock_a *ba = &a->db[i];
     if ((st = seg_enter(m, 1 + i, 1, err))) return st;
     if (ckpt(m, i, D) && a->db_rc_of != i) dblock_fwd(m, i, ba->s[0].xin, ba->s[1].xin);
@@ -829,6 +857,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   }
 
   /* embeddings */
+  if (lo > 0) return CT_OK;
   if ((st = seg_enter(m, 0, 1, err))) return st;
   lin_bwd(be, &m->img_in, Ni, a->img_p, P, a->dimg, d, NULL, 0, 0.0f);
   be->silu_bwd(B, d, a->vec, d, a->dsvec, d, a->dvec, d);

@@ -3,12 +3,15 @@
 #define CT_MMDIT_INT_H
 
 #include "ctuner/backend.h"
+#include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 
 typedef struct lin {
   float *w, *b;   /* (out, in), (out) */
   float *gw, *gb; /* gradients or NULL */
   int in, out;
+  ct_lora *lora; /* adapters on this weight (site), or NULL */
+  int site;
 } lin;
 
 typedef struct dstream_p {
@@ -101,6 +104,8 @@ struct ct_mmdit {
   acts a;
   int have_acts;  /* a forward has filled the arena */
   int ckpt_every; /* gradient checkpointing: every Nth block (0: off) */
+  ct_lora *lora;  /* attached adapters (ct_mmdit_set_lora) or NULL */
+  int frozen;     /* no weight gradients (ct_mmdit_set_frozen) */
   float *arena;
   size_t arena_floats;
   dblock_a *db_a;

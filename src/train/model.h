@@ -90,7 +90,12 @@ ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, siz
 /* The adapters. */
 struct ct_mmdit;
 struct ct_vae;
+struct ct_lora;
 ct_status ct_model_mmdit(struct ct_mmdit *m, ct_model **out, ct_err *err);
+/* The adapters l on the frozen m (both owned from here, also on failure);
+ * with own parameters they are initialised (lora_init_type, seed). */
+ct_status ct_model_lora(struct ct_mmdit *m, struct ct_lora *l, const char *init_type, uint64_t seed,
+                        ct_model **out, ct_err *err);
 ct_status ct_model_vae(struct ct_vae *v, ct_model **out, ct_err *err);
 /* The VAE in diffusers' layout into dir (config.json and the weights). */
 ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err *err);

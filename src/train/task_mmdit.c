@@ -24,6 +24,7 @@
 #include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
+#include "ctuner/lora.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
 #include "train/flux_pipe.h"
@@ -46,6 +47,10 @@ static int muon_excluded(const char *name) {
     if (!strncmp(name, *e, strlen(*e))) return 1;
   return 0;
 }
+
+static ct_status cut_and_make(const ct_config *cfg, ct_optim_kind kind, const ct_optim_hp *hp,
+                              ct_optim_tensor *ot, size_t k, size_t lo, size_t hi, ct_optim **out,
+                              ct_err *err);
 
 static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, ct_mmdit *m,
                                    size_t lo, size_t hi, ct_optim **out, ct_err *err) {
@@ -102,6 +107,18 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
     cur = t[i].offset + t[i].numel;
   }
   if (cur < n) ot[k++] = (ct_optim_tensor){"(padding)", cur, n - cur, 0, 0, 1, 1};
+  st = cut_and_make(cfg, kind, &hp, ot, k, lo, hi, out, err);
+  free(ot);
+  free(base);
+  return st;
+}
+
+/* The optimizer over [lo, hi) of a tensor table ot (k rows, offsets of the
+ * whole buffer): rows cut to the range (refused for whole-tensor optimizers). */
+static ct_status cut_and_make(const ct_config *cfg, ct_optim_kind kind, const ct_optim_hp *hp,
+                              ct_optim_tensor *ot, size_t k, size_t lo, size_t hi, ct_optim **out,
+                              ct_err *err) {
+  ct_status st = CT_OK;
   /* cut the table to [lo, hi), offsets relative to lo */
   size_t kk = 0;
   for (size_t i = 0; i < k; i++) {
@@ -125,9 +142,7 @@ static ct_status build_optim_range(const ct_config *cfg, const ct_geometry *g, c
     x.numel = b2 - a2;
     ot[kk++] = x;
   }
-  if (!st) st = ct_optim_new(kind, &hp, ot, kk, hi - lo, out, err);
-  free(ot);
-  free(base);
+  if (!st) st = ct_optim_new(kind, hp, ot, kk, hi - lo, out, err);
   return st;
 }
 
@@ -201,6 +216,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
                        .txt = txt,
                        .y = y,
                        .guidance = guidance(tr, bt->ids, B)};
+  if (tr->lora) ct_lora_set_batch(tr->lora, B, bt->ids); /* dropout masks by sample id */
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
   const size_t tot = (size_t)B * lat;
@@ -213,6 +229,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
   }
   if (ct_fault_nan(step)) tr->dv[0] = NAN, l = NAN;
   st = ct_mmdit_backward(tr->m, tr->dv, err);
+  if (tr->lora) ct_lora_set_batch(tr->lora, 0, NULL); /* validation samples without dropout */
   *loss = l / (double)tot;
   s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
   s->epoch = ct_dataset_epoch(tr->ds);
@@ -245,7 +262,7 @@ static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
 
 static ct_status extra(void *user, const char *tmp, ct_err *err) {
   trainer *tr = user;
-  if (tr->fp) return extra_flux(tr, tmp, err);
+  if (tr->fp) return tr->lora ? CT_OK : extra_flux(tr, tmp, err); /* LoRA: a frozen base */
   char p[4200];
   ct_status st = CT_OK;
   if (!st) {
@@ -436,8 +453,12 @@ static ct_status load_weights(trainer *tr, ct_err *err) {
 /* The MMDiT: stages 2 and 3 keep no full gradient, stage 3 no full
  * parameters (zero.c supplies them); bf16 keeps bf16 copies in zero.c and
  * the float32 weights of this rank's range in the trainer. */
+static ct_status new_lora_model(trainer *tr, ct_err *err);
+static ct_status finish_model(trainer *tr, ct_err *err);
+
 static ct_status new_model(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
+  if (!strcmp(cfg->model_type, "lora")) return new_lora_model(tr, err);
   const int flags =
       (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
   ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed, flags, &tr->m, err);
@@ -448,6 +469,80 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   set_checkpointing(tr);
   st = load_weights(tr, err);
   if (st) return st;
+  return finish_model(tr, err);
+}
+
+/* LoRA's frozen base, whole on every rank. */
+static ct_status load_base(trainer *tr, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  if (fp && !fp->transformer_bfl) return ct_mmdit_load_diffusers(tr->m, fp->transformer, err);
+  if (fp) return ct_mmdit_load(tr->m, fp->transformer, fp->bfl_prefix, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load(tr->m, tr->cfg->pretrained_model_path, "", err);
+  return CT_OK;
+}
+
+/* model_type lora (docs/lora.md): the MMDiT whole and frozen on every rank
+ * (pretrained_model_path, else the seeded init), the adapters of
+ * flux_lora_target as the trained model: their range [lo, hi), their init
+ * (lora_init_type) or init_lora's file. */
+static ct_status new_lora_model(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const uint64_t seed = (uint64_t)cfg->seed;
+  ct_lora *l = NULL;
+  ct_status st = ct_mmdit_new(&tr->g.mc, seed, 0, &tr->m, err);
+  if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
+  const ct_lora_opts o = {(int)cfg->lora_rank,
+                          cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
+                          cfg->lora_dropout, seed};
+  const int flags =
+      (tr->stage < 2 && !tr->bf16 ? CT_LORA_GRADS : 0) | (tr->own ? CT_LORA_NO_PARAMS : 0);
+  if (!st) {
+    st = ct_lora_new(&tr->g.mc, ct_lora_preset(cfg->flux_lora_target), &o, flags, &l, err);
+    if (st) ct_err_prefix(err, "flux_lora_target %s: ", cfg->flux_lora_target);
+  }
+  if (st) {
+    ct_mmdit_free(tr->m);
+    tr->m = NULL;
+    return st;
+  }
+  ct_mmdit_set_lora(tr->m, l);
+  ct_mmdit_set_frozen(tr->m, 1);
+  tr->lora = l;
+  st = ct_model_lora(tr->m, l, cfg->lora_init_type, seed, &tr->model, err); /* owns both */
+  if (st) {
+    tr->m = NULL;
+    tr->lora = NULL;
+    return st;
+  }
+  st = ct_trainer_shard(tr, err);
+  if (!st && cfg->init_lora) {
+    st = tr->own ? ct_lora_load(l, cfg->init_lora, tr->lo, tr->hi, tr->wsh, err)
+                 : ct_lora_load(l, cfg->init_lora, 0, ct_lora_numel(l), ct_lora_params(l), err);
+    if (st) ct_err_prefix(err, "init_lora: ");
+  }
+  if (st) return st;
+  size_t nad;
+  ct_lora_adapters(l, &nad);
+  if (tr->rank == 0) {
+    CT_INFO(
+        "LoRA %s: %zu adapters, rank %d, alpha %g (scale %g), dropout %g, %zu parameters; "
+        "the base's %zu frozen",
+        cfg->flux_lora_target, nad, o.rank, o.alpha, (double)ct_lora_scale(l), o.dropout,
+        ct_lora_numel(l), ct_mmdit_numel(tr->m));
+    if (!cfg->pretrained_model_path && !tr->fp)
+      CT_WARN(
+          "model_type lora without pretrained_model_path: the base is the seeded init, whose "
+          "final layer and gates are zero, so little or no gradient reaches the adapters");
+    if (!strcmp(cfg->base_model_precision, "bf16"))
+      CT_WARN("base_model_precision bf16: the frozen base is kept and computed in float32");
+  }
+  set_checkpointing(tr);
+  return finish_model(tr, err);
+}
+
+/* After the model: caption lengths, validation inputs. */
+static ct_status finish_model(trainer *tr, ct_err *err) {
   /* BOS and EOS take two of the T tokens. */
   size_t over = 0, longest = 0; /* no dataset: tests/test_strategy.c builds the model alone */
   if (tr->ds)
@@ -477,9 +572,8 @@ static ct_status link_or_copy(const char *src, const char *dst, ct_err *err) {
  * that checkpoint, model_index.json, and the frozen components as symbolic
  * links to the source pipeline's (they did not train) — written as
  * pipeline.tmp and renamed over any older one. */
-static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err *err) {
+static ct_status flux_pipeline_done(trainer *tr, const char *path, ct_err *err) {
   const ct_flux_pipe *fp = tr->fp;
-  if (!fp || !last || tr->rank != 0) return CT_OK;
   char out[4200], tmp[4300], p[4600], q[4600], abs[4200];
   snprintf(out, sizeof out, "%s/pipeline", tr->cfg->output_dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
@@ -521,8 +615,47 @@ static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err
   return st;
 }
 
+/* LoRA: the adapters' table (A and B of each, padding between) */
+static ct_status build_optim_lora(trainer *tr, ct_optim **out, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
+  if (cfg->mup_base_hidden > 0)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "mup_base_hidden does not apply to LoRA adapters");
+  ct_optim_hp hp;
+  ct_train_optim_hp(cfg, oi->kind, &hp);
+  const ct_model *m = tr->model;
+  ct_optim_tensor *ot = calloc(2 * m->ntab + 2, sizeof *ot);
+  if (!ot) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  size_t k = 0, cur = 0;
+  for (size_t i = 0; i < m->ntab; i++) {
+    const ct_model_param *t = &m->tab[i];
+    if (t->offset > cur) ot[k++] = (ct_optim_tensor){"(padding)", cur, t->offset - cur, 0, 0, 1, 1};
+    ot[k++] =
+        (ct_optim_tensor){t->name, t->offset, t->numel, (int)t->shape[0], (int)t->shape[1], 1, 1};
+    cur = t->offset + t->numel;
+  }
+  if (cur < m->numel) ot[k++] = (ct_optim_tensor){"(padding)", cur, m->numel - cur, 0, 0, 1, 1};
+  ct_status st = cut_and_make(cfg, oi->kind, &hp, ot, k, tr->lo, tr->hi, out, err);
+  free(ot);
+  return st;
+}
+
 static ct_status build_optim(trainer *tr, ct_optim **out, ct_err *err) {
+  if (!strcmp(tr->cfg->model_type, "lora")) return build_optim_lora(tr, out, err);
   return build_optim_range(tr->cfg, &tr->g, tr->m, tr->lo, tr->hi, out, err);
+}
+
+/* After the last checkpoint (rank 0): a FLUX.1 pipeline run's output_dir/pipeline;
+ * LoRA: the adapter also as output_dir/pytorch_lora_weights.safetensors. */
+static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err *err) {
+  if (!last || tr->rank != 0) return CT_OK;
+  if (tr->fp && strcmp(tr->cfg->model_type, "lora")) return flux_pipeline_done(tr, path, err);
+  if (strcmp(tr->cfg->model_type, "lora")) return CT_OK;
+  char src[4200], dst[4200];
+  snprintf(src, sizeof src, "%s/pytorch_lora_weights.safetensors", path);
+  snprintf(dst, sizeof dst, "%s/pytorch_lora_weights.safetensors", tr->cfg->output_dir);
+  return copy_file(src, dst, err);
 }
 
 static ct_status alloc(trainer *tr, ct_err *err) {

@@ -49,6 +49,7 @@ typedef struct trainer {
   ct_geometry g;
   ct_model *model;        /* the model interface (model.h) */
   ct_mmdit *m;            /* model->impl: the MMDiT task's own view */
+  struct ct_lora *lora;   /* model_type lora: the adapters on m (owned by model) */
   struct ct_textcond *tc; /* text conditioning (textcond.h): built-in or FLUX.1's CLIP + T5 */
   struct ct_flux_pipe
       *fp; /* pretrained_model_name_or_path: the pipeline (flux_pipe.h), else NULL */

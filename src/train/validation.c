@@ -137,7 +137,9 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
   }
   for (int p = 0; p < tr->vp.n; p++)
     for (int i = 0; i < per; i++) prompts[p * per + i] = tr->vp.text[p];
-  size_t nw = ct_mmdit_numel(tr->m);
+  /* the trained model's weights (the MMDiT's, or model_type lora's adapters) */
+  const size_t nw = ct_model_numel(tr->model);
+  float *const w = ct_model_params(tr->model);
   for (int k = 0; k < nv && !st; k++) {
     if (variants[k] == 1) { /* swap the EMA weights in, and back afterwards */
       live = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
@@ -145,8 +147,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
         st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
         break;
       }
-      memcpy(live, ct_mmdit_params(tr->m), nw * sizeof(float));
-      memcpy(ct_mmdit_params(tr->m), tr->ema, nw * sizeof(float));
+      memcpy(live, w, nw * sizeof(float));
+      memcpy(w, tr->ema, nw * sizeof(float));
     }
     /* Same noise for every prompt's idx-th image, so rows are comparable. */
     for (int q = 0; q < n && !st; q += per) {
@@ -154,7 +156,7 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                                  &so, imgs + (size_t)k * n + q, err);
     }
     if (live) {
-      memcpy(ct_mmdit_params(tr->m), live, nw * sizeof(float));
+      memcpy(w, live, nw * sizeof(float));
       ct_free(live);
       live = NULL;
     }

@@ -1,0 +1,144 @@
+/* LoRA adapters behind the model interface (model.h, docs/lora.md): the
+ * flat buffer is the adapters (ct_lora), the MMDiT under them is frozen and
+ * whole on every rank. The adapters' segments are the MMDiT segments that
+ * hold some; their hooks are called from the MMDiT's own, so ZeRO-2/3
+ * (zero.c) reduce and gather the adapters as they would a model's segments.
+ * The checkpoint file is pytorch_lora_weights.safetensors (peft's names). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/lora.h"
+#include "ctuner/mmdit.h"
+#include "model.h"
+
+typedef struct lora_impl {
+  ct_mmdit *m;
+  ct_lora *l;
+  ct_model_hooks h; /* the strategy's hooks over the adapter segments */
+  char init[32];    /* lora_init_type */
+} lora_impl;
+
+static lora_impl *impl(const ct_model *m) {
+  return m->impl;
+}
+static float *params(ct_model *m) {
+  return ct_lora_params(impl(m)->l);
+}
+static float *grads(ct_model *m) {
+  return ct_lora_grads(impl(m)->l);
+}
+static int nsegments(const ct_model *m) {
+  return ct_lora_nsegments(impl(m)->l);
+}
+static void segment(const ct_model *m, int s, size_t *off, size_t *n) {
+  ct_lora_segment(impl(m)->l, s, off, n);
+}
+static void use_params(ct_model *m, float *w) {
+  ct_lora_use_params(impl(m)->l, w);
+}
+static void use_grads(ct_model *m, float *g) {
+  ct_lora_use_grads(impl(m)->l, g);
+}
+
+/* MMDiT segment s -> the adapters' segment k (if any) -> the strategy's hook. */
+static ct_status enter(void *user, int s, int backward, float **w, float **g, ct_err *err) {
+  lora_impl *x = user;
+  const int k = ct_lora_segment_of(x->l, s);
+  *w = *g = NULL; /* the MMDiT's own (frozen) weights */
+  if (k < 0 || !x->h.enter) return CT_OK;
+  float *lw = NULL, *lg = NULL;
+  ct_status st = x->h.enter(x->h.user, k, backward, &lw, &lg, err);
+  if (!st) ct_lora_bind_segment(x->l, k, lw, lg);
+  return st;
+}
+
+static ct_status leave(void *user, int s, int backward, ct_err *err) {
+  lora_impl *x = user;
+  const int k = ct_lora_segment_of(x->l, s);
+  if (k < 0 || !x->h.leave) return CT_OK;
+  return x->h.leave(x->h.user, k, backward, err);
+}
+
+static void set_hooks(ct_model *m, const ct_model_hooks *h) {
+  lora_impl *x = impl(m);
+  if (!h) {
+    memset(&x->h, 0, sizeof x->h);
+    ct_mmdit_set_hooks(x->m, NULL);
+    for (int k = 0; k < ct_lora_nsegments(x->l); k++) ct_lora_bind_segment(x->l, k, NULL, NULL);
+    return;
+  }
+  x->h = *h;
+  const ct_mmdit_hooks mh = {x, enter, leave};
+  ct_mmdit_set_hooks(x->m, &mh);
+}
+
+static void init_range(const ct_model *m, uint64_t seed, size_t lo, size_t hi, float *out) {
+  ct_err e;
+  ct_status st = ct_lora_init_range(impl(m)->l, impl(m)->init, seed, lo, hi, out, &e);
+  CT_ASSERT(st == CT_OK); /* the init type was checked when the model was made */
+}
+
+static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float *out, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/pytorch_lora_weights.safetensors", dir);
+  ct_lora *l = impl(m)->l;
+  if (!out) return ct_lora_load(l, p, 0, ct_lora_numel(l), ct_lora_params(l), err);
+  return ct_lora_load(l, p, lo, hi, out, err);
+}
+
+static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/pytorch_lora_weights.safetensors", dir);
+  ct_lora *l = impl(m)->l;
+  return ct_lora_save(l, ct_lora_params(l), p, err);
+}
+
+static void mfree(void *p) {
+  lora_impl *x = p;
+  if (!x) return;
+  ct_mmdit_free(x->m);
+  ct_lora_free(x->l);
+  free(x);
+}
+
+static const ct_model_ops ops = {"lora",     params,    grads,      nsegments, segment, set_hooks,
+                                 use_params, use_grads, init_range, load,      save,    mfree};
+
+ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type,
+                        uint64_t seed, ct_model **out, ct_err *err) {
+  lora_impl *x = calloc(1, sizeof *x);
+  size_t nad;
+  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+  ct_model_param *tab = calloc(2 * nad + 1, sizeof *tab);
+  if (!x || !tab) {
+    free(x);
+    free(tab);
+    ct_mmdit_free(mm);
+    ct_lora_free(l);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  }
+  *x = (lora_impl){.m = mm, .l = l};
+  snprintf(x->init, sizeof x->init, "%s", init_type);
+  const int r = ct_lora_options(l)->rank;
+  for (size_t i = 0; i < nad; i++)
+    for (int b = 0; b < 2; b++) {
+      ct_model_param *t = &tab[2 * i + (size_t)b];
+      ct_lora_tensor_name(&ad[i], b, t->name, sizeof t->name);
+      t->ndim = 2;
+      t->shape[0] = b ? ad[i].out : r;
+      t->shape[1] = b ? r : ad[i].in;
+      t->offset = b ? ad[i].b_off : ad[i].a_off;
+      t->numel = (size_t)r * (size_t)(b ? ad[i].out : ad[i].in);
+    }
+  float *w = ct_lora_params(l);
+  if (w) {
+    ct_status st = ct_lora_init_range(l, init_type, seed, 0, ct_lora_numel(l), w, err);
+    if (st) {
+      mfree(x);
+      free(tab);
+      return st;
+    }
+  }
+  return ct_model_wrap(&ops, x, tab, 2 * nad, ct_lora_numel(l), out, err);
+}

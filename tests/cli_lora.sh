@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# model_type lora end to end (docs/lora.md): a few steps of the tiny preset
+# with flux_lora_target all+ffs; pytorch_lora_weights.safetensors in every
+# checkpoint and in output_dir; the base (model.safetensors) not saved; 2
+# ranks under ZeRO-2 and ZeRO-3 equal 1 rank with the same global batch; a
+# resume gives the uninterrupted run's numbers bit for bit, also across world
+# size and stage; init_lora starts from a file; the errors name the problem.
+# Usage: tests/cli_lora.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+. "$(dirname "$0")/lib/shapes.sh"
+shapes_fixture 8
+cat > "$tmp/base.json" <<JSON
+{"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
+ "--learning_rate": 1e-3, "--seed": 7, "--max_train_steps": 4,
+ "--checkpoint_step_interval": 2, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
+ "--preset": "tiny", "--optimizer": "adamw", "--adam_epsilon": 1e-4, "--use_ema": true,
+ "--model_type": "lora",
+ "--lora_rank": 4, "--lora_alpha": 8, "--lora_dropout": 0, "--flux_lora_target": "all+ffs",
+ "--lora_init_type": "gaussian", "--validation_prompt": "a red circle",
+ "--validation_step_interval": 4, "--validation_num_inference_steps": 2}
+JSON
+
+# losses and grad norms of metrics.jsonl, and a digest of the adapter files
+summary() {
+  /usr/bin/python3 - "$1" "${2:-}" <<'PY'
+import hashlib, json, os, struct, sys
+root, only, h = sys.argv[1], sys.argv[2], hashlib.sha256()
+for d, _, fs in sorted(os.walk(root)):
+    for f in sorted(fs):
+        if f != "pytorch_lora_weights.safetensors": continue
+        if only and only not in d: continue
+        b = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", b[:8])[0]
+        hd = json.loads(b[8:8 + n])
+        h.update(os.path.relpath(os.path.join(d, f), root).encode())
+        for k in sorted(x for x in hd if x != "__metadata__"):
+            s, e = hd[k]["data_offsets"]
+            h.update(k.encode()); h.update(b[8 + n + s:8 + n + e])
+L = [x for x in map(json.loads, open(os.path.join(root, "metrics.jsonl"))) if "loss" in x]
+print(h.hexdigest()[:16], len(L), " ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L[-2:]))
+PY
+}
+
+# a base that is not the seeded init (whose zero final layer and gates pass no
+# gradient to any block, nor the text stream a step later): three full steps
+OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --model_type=full --max_train_steps=3 \
+  --train_batch_size=2 --use_ema=false --disable_validation=true --output_dir="$tmp/full" \
+  >/dev/null 2>"$tmp/full.err" ||
+  { echo "FAIL - base: $(tail -3 "$tmp/full.err")"; exit 1; }
+/usr/bin/python3 - "$tmp/base.json" "$tmp/full/checkpoint-3/model.safetensors" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["--pretrained_model_path"] = sys.argv[2]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+
+# name | ranks | flags
+train() {
+  local name=$1 ranks=$2
+  shift 2
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" "$@" --output_dir="$tmp/$name" \
+      >/dev/null 2>"$tmp/$name.err"
+  else
+    "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" "$@" \
+      --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
+  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+}
+
+same() { # a b what [only]
+  local a b
+  a=$(summary "$tmp/$1" "${4:-}") b=$(summary "$tmp/$2" "${4:-}")
+  if [ -n "$a" ] && [ "$(echo "$a" | cut -d' ' -f1,3-)" = "$(echo "$b" | cut -d' ' -f1,3-)" ]; then
+    ok "$3: losses, grad norms and adapter files identical ($(echo "$a" | cut -d' ' -f1))"
+  else
+    bad "$3 differ"
+    echo "  $1: $a" | cut -c1-300
+    echo "  $2: $b" | cut -c1-300
+  fi
+}
+
+if train one 1 --train_batch_size=2; then
+  ls "$tmp/one"/checkpoint-*/pytorch_lora_weights.safetensors >/dev/null 2>&1 &&
+    [ "$(ls "$tmp/one"/checkpoint-*/pytorch_lora_weights.safetensors | wc -l)" = 2 ] &&
+    cmp -s "$tmp/one/checkpoint-4/pytorch_lora_weights.safetensors" \
+      "$tmp/one/pytorch_lora_weights.safetensors" &&
+    ! ls "$tmp/one"/checkpoint-*/model.safetensors >/dev/null 2>&1 &&
+    ok "pytorch_lora_weights.safetensors in every checkpoint and in output_dir; no base model saved" ||
+    bad "adapter files: $(ls "$tmp/one" "$tmp/one/checkpoint-4")"
+  grep -q "LoRA all+ffs: .* adapters, rank 4, alpha 8 (scale 2)" "$tmp/one.err" &&
+    ok "the start log names the adapters" || bad "no LoRA line: $(grep -i lora "$tmp/one.err" | head -2)"
+  /usr/bin/python3 - "$tmp/one" <<'PY' && ok "losses finite; every adapter's B moved from zero" || bad "training did not learn"
+import json, struct, sys
+L = [x["loss"] for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "loss" in x]
+b = open(sys.argv[1] + "/pytorch_lora_weights.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+meta = json.loads(h["__metadata__"]["lora_adapter_metadata"])
+B = [k for k in h if k.endswith("lora_B.weight")]
+nz = all(any(b[8 + n + h[k]["data_offsets"][0]:8 + n + h[k]["data_offsets"][1]]) for k in B)
+sys.exit(not (len(L) == 4 and all(x == x for x in L) and nz and meta["transformer.r"] == 4
+              and meta["transformer.lora_alpha"] == 8))
+PY
+fi
+# losses, grad norms and final adapters within 1e-5 relative, as cli_dist.sh (the GEMM
+# of batch 2 vs two of batch 1 agree to rounding only; adam_epsilon 1e-4 keeps Adam from
+# turning the rounding of B's near-zero first gradients into +-lr steps: measured
+# 3.3e-7, 1.8e-5 with the default 1e-8) (the GEMM of batch 2
+# vs two of batch 1 agree to rounding only, as for full training: cli_dist.sh)
+near() { # a b what
+  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 1e-5)" || bad "$3"
+import json, struct, sys
+def run(r):
+    L = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(r + "/metrics.jsonl")) if "loss" in x]
+    b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    w = {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+    return L, w
+(la, wa), (lb, wb) = run(sys.argv[1]), run(sys.argv[2])
+e = max(abs(x - y) / abs(y) for p, q in zip(la, lb) for x, y in zip(p, q))
+for k in wa:
+    m = max(abs(v) for v in wb[k]) or 1
+    e = max(e, max(abs(x - y) for x, y in zip(wa[k], wb[k])) / m)
+print(f"  max relative difference {e:.2e}")
+sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
+PY
+}
+# 2 ranks (batch 1 each) = 1 rank (batch 2), ZeRO-2 and ZeRO-3 over the adapters
+train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
+train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+# dropout masks keyed by sample id: 2 ranks draw what 1 rank draws
+train d1 1 --train_batch_size=2 --lora_dropout=0.3 --disable_validation=true &&
+  train d2 2 --train_batch_size=1 --lora_dropout=0.3 --zero_stage=2 --disable_validation=true &&
+  near d2 d1 "lora_dropout 0.3: 2 ranks ZeRO-2 = 1 rank" &&
+  [ "$(summary "$tmp/d1" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&
+  ok "dropout changes the run" || bad "dropout had no effect"
+# validation samples with the adapters, live and EMA (the EMA covers the adapters only)
+v=validation_images/step_4_validation
+[ -s "$tmp/one/$v-ema_0_16x16.png" ] && [ -s "$tmp/z3/${v}_0_16x16.png" ] &&
+  cmp -s "$tmp/z2/${v}_0_16x16.png" "$tmp/z3/${v}_0_16x16.png" &&
+  cmp -s "$tmp/z2/$v-ema_0_16x16.png" "$tmp/z3/$v-ema_0_16x16.png" &&
+  ! cmp -s "$tmp/one/${v}_0_16x16.png" "$tmp/one/$v-ema_0_16x16.png" &&
+  ok "validation images (live and EMA) with the adapters; ZeRO-3's equal ZeRO-2's" ||
+  bad "validation images: $(ls "$tmp/one/validation_images" "$tmp/z3/validation_images" 2>&1 | tr '\n' ' ')"
+# gradient checkpointing recomputes the adapters too: the same numbers
+train gc 1 --train_batch_size=2 --gradient_checkpointing=true && same one gc "gradient checkpointing"
+# resume from checkpoint-2: the last steps as the uninterrupted run, bit for bit
+mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
+  train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
+  same one res1 "resume at step 2 on 1 rank" checkpoint-4
+mkdir -p "$tmp/res2" && cp -r "$tmp/z2/checkpoint-2" "$tmp/res2/" &&
+  train res2 2 --train_batch_size=1 --zero_stage=3 --resume_from_checkpoint=latest &&
+  same z3 res2 "ZeRO-2 checkpoint resumed under ZeRO-3 on 2 ranks" checkpoint-4
+# a 2-rank ZeRO-3 checkpoint resumed on 1 rank (stage 0): the 1-rank run's numbers (within 1e-5)
+mkdir -p "$tmp/res3" && cp -r "$tmp/z3/checkpoint-2" "$tmp/res3/" &&
+  train res3 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
+  /usr/bin/python3 - "$tmp/one" "$tmp/res3" <<'PY' && ok "ZeRO-3 2-rank checkpoint resumed on 1 rank (within 1e-5)" || bad "2 -> 1 rank resume"
+import json, struct, sys
+def w(r):
+    b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, b = w(sys.argv[1]), w(sys.argv[2])
+e = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / (max(abs(v) for v in a[k]) or 1) for k in a)
+print(f"  max relative difference {e:.2e}")
+sys.exit(not (set(a) == set(b) and e < 1e-5))
+PY
+# init_lora: start from the finished adapter; the first loss differs from a fresh start
+train init 1 --train_batch_size=2 --max_train_steps=1 --init_lora="$tmp/one/pytorch_lora_weights.safetensors" &&
+  [ "$(summary "$tmp/init" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&
+  ok "init_lora starts from the file" || bad "init_lora"
+
+# errors name the problem
+err() { # what expected-text flags...
+  local what=$1 want=$2
+  shift 2
+  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
+    >/dev/null 2>"$tmp/e.err"; then
+    bad "$what: accepted"
+  elif grep -q -- "$want" "$tmp/e.err"; then
+    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
+  else
+    bad "$what: $(tail -2 "$tmp/e.err")"
+  fi
+}
+err "rank too large" "lora_rank 65 does not fit module" --lora_rank=65
+err "target missing" "match no module" --flux_lora_target=tiny
+err "unknown preset" "flux_lora_target" --flux_lora_target=everything
+err "adapter of another model" "not an adapter for this model" --flux_lora_target=context \
+  --init_lora="$tmp/one/pytorch_lora_weights.safetensors"
+err "dora" "use_dora is not implemented" --use_dora=true
+err "lycoris" "lora_type" --lora_type=lycoris
+err "quantised base" "base_model_precision" --base_model_precision=int8-quanto
+exit $fail
