@@ -74,6 +74,27 @@
   X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench")         \
   X(pretrained_model_path, STR, NULL, FULL, ANY,                                                   \
     "Flux-layout safetensors to start from (else seeded init)")                                    \
+  X(pretrained_model_name_or_path, STR, NULL, FULL, ANY,                                           \
+    "a local diffusers FluxPipeline directory to fine-tune (transformer, CLIP + T5 text "          \
+    "encoders, VAE: docs/flux.md); ctuner does not download")                                      \
+  X(pretrained_transformer_model_name_or_path, STR, NULL, FULL, ANY,                               \
+    "the transformer from elsewhere: a diffusers directory (+ pretrained_transformer_subfolder) "  \
+    "or a BFL .safetensors file")                                                                  \
+  X(pretrained_transformer_subfolder, STR, "transformer", FULL, ANY,                               \
+    "subfolder of pretrained_transformer_model_name_or_path holding the transformer; \"none\": "   \
+    "the path itself")                                                                             \
+  X(model_flavour, STR, NULL, FULL, NONE_OR("dev|krea|schnell"),                                   \
+    "FLUX.1 flavour: dev, krea (as dev: 512 T5 tokens) or schnell (256 T5 tokens)")                \
+  X(flux_guidance_mode, STR, "constant", FULL, ONE_OF("constant|random-range"),                    \
+    "guidance-embedding value per sample (guidance_embeds models): constant or random-range")      \
+  X(flux_guidance_value, NUM, "1.0", FULL, NUM_GE(0),                                              \
+    "flux_guidance_mode constant: the guidance every sample gets (1.0 keeps dev's distillation)")  \
+  X(flux_guidance_min, NUM, "0", FULL, NUM_GE(0),                                                  \
+    "flux_guidance_mode random-range: lower end of the uniform draw")                              \
+  X(flux_guidance_max, NUM, "4", FULL, NUM_GE(0),                                                  \
+    "flux_guidance_mode random-range: upper end of the uniform draw")                              \
+  X(t5_padding, STR, "unmodified", FULL, ONE_OF("unmodified|zero"),                                \
+    "T5 sequence past the caption: unmodified, or zero (padding rows set to 0)")                   \
   X(output_dir, STR, "output", ALL, FN(check_output_dir),                                          \
     "where checkpoints, validation images and metrics go")                                         \
   X(output_dir_local, STR, NULL, FULL, ANY,                                                        \
@@ -234,7 +255,7 @@
   X(text_encoder_layers, INT, "2", FULL, INT_IN(1, 48), "layers of the seeded text encoder")       \
   X(text_encoder_seed, INT, "1234", FULL, ANY, "seed of the seeded text encoder weights")          \
   X(tokenizer_max_length, INT, "0", FULL, FN(check_tokenizer_max_length),                          \
-    "text tokens per caption (0: the preset's)")                                                   \
+    "text tokens per caption (0: the preset's; a FLUX.1 pipeline ignores it: 512, schnell 256)")   \
   X(tokenizer_vocab, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's vocab.json")                 \
   X(tokenizer_merges, STR, NULL, FULL, ANY, "clip-bpe: the tokenizer's merges.txt")                \
   X(codec, STR, "pixel", FULL, USE("pixel|vae"),                                                   \

@@ -217,6 +217,13 @@ void ct_flux_unpack(int B, int C, int H, int W, const float *in, float *x);
  * directory's. F32/F16/BF16. Missing, wrongly shaped and unexpected tensors:
  * ONE error naming file and tensor. */
 ct_status ct_mmdit_load_diffusers(ct_mmdit *m, const char *dir, ct_err *err);
+/* The same checks, but only floats [lo, hi) of the flat buffer are read, into
+ * out[0 .. hi-lo) (a ZeRO-3 shard); the model may have no parameters. */
+ct_status ct_mmdit_load_diffusers_range(const ct_mmdit *m, const char *dir, size_t lo, size_t hi,
+                                        float *out, ct_err *err);
+/* Only the checks (config.json, index, every tensor's name, shape and dtype by
+ * the file headers): ONE error naming file and tensor, nothing read. */
+ct_status ct_flux_check_diffusers(const ct_mmdit_config *cfg, const char *dir, ct_err *err);
 /* Read dir/config.json, make the model (flags as ct_mmdit_new) and load it. */
 ct_status ct_mmdit_open_diffusers(const char *dir, int flags, ct_mmdit **out, ct_err *err);
 /* Write m in diffusers' layout into dir (which must not exist, or be empty):

@@ -137,4 +137,28 @@ ct_status ct_fm_flux_timesteps(const ct_fm_sched_config *c, int N, long image_se
 /* step i (0 <= i < N): x += (sigmas[i+1] - sigmas[i]) v over n values. */
 void ct_fm_step(const float *sigmas, int i, const float *v, float *x, size_t n);
 
+/* ---- a FLUX.1 pipeline directory (docs/flux.md) ---- */
+/* Sampling as diffusers' FluxPipeline: dir is a FluxPipeline directory,
+ * flavour "dev"/"krea"/"schnell" or NULL (its T5 length: 512, schnell 256,
+ * or max_sequence_length when > 0); transformer_dir (a checkpoint's
+ * transformer/) replaces the pipeline's transformer, or NULL. */
+typedef struct ct_flux_sampler ct_flux_sampler;
+ct_status ct_flux_sampler_open(const char *dir, const char *flavour, int max_sequence_length,
+                               const char *transformer_dir, ct_flux_sampler **out, ct_err *err);
+/* Pixels per latent (the VAE's factor). */
+int ct_flux_sampler_factor(const ct_flux_sampler *s);
+/* n prompts; x (n, 16, height/f, width/f): the initial noise, unpacked
+ * (ct_flux_unpack of FluxPipeline's latents), overwritten with the final
+ * latents. steps Euler steps over the scheduler's sigmas; guidance: the
+ * guidance input of a guidance_embeds transformer (FluxPipeline's
+ * guidance_scale), unused otherwise. out: n images decoded by the VAE
+ * (ct_image_free each), or NULL. */
+ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, int n, int width,
+                              int height, int steps, float guidance, float *x, ct_image *out,
+                              ct_err *err);
+/* The initial noise of image index (x: lat floats), N(0, 1) from Philox by
+ * (seed, index) as ctuner's other sampling draws it. */
+void ct_flux_sampler_noise(uint64_t seed, uint64_t index, size_t lat, float *x);
+void ct_flux_sampler_free(ct_flux_sampler *s);
+
 #endif

@@ -82,4 +82,15 @@ int ct_cli_float(const char *key, const char *val, double *out);
 /* Write s as a JSON string literal (quoted, escaped). */
 void ct_cli_json_str(FILE *f, const char *s);
 
+/* `ctuner sample --pretrained DIR` (cmd_sample_flux.c): a FLUX.1 pipeline. */
+typedef struct ct_flux_sample_args {
+  const char *pretrained, *ckpt_dir, *flavour;
+  int max_sequence_length, steps; /* 0 / -1: defaults */
+  double guidance;                /* < 0: 3.5 */
+  long seed;                      /* < 0: 0 */
+  int width, height, per;         /* <= 0: 128 x the VAE factor */
+  const char *out, *out_dir;
+} ct_flux_sample_args;
+int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n);
+
 #endif

@@ -42,7 +42,8 @@ void ct_cmd_train_help(FILE *f) {
           "problem is reported at once and nothing runs if there is one ('ctuner config\n"
           "check' prints them with the resolved keys). Main keys (all: docs/config.md,\n"
           "or 'ctuner train --help-keys'):\n"
-          "  preset, output_dir, data_backend_config, train_batch_size,\n"
+          "  preset (or pretrained_model_name_or_path: a FLUX.1 pipeline directory,\n"
+          "  docs/flux.md), output_dir, data_backend_config, train_batch_size,\n"
           "  gradient_accumulation_steps, max_train_steps, num_train_epochs,\n"
           "  learning_rate, lr_scheduler, optimizer, use_ema, checkpoint_step_interval,\n"
           "  resume_from_checkpoint, validation_prompt, validation_step_interval.\n"
@@ -289,7 +290,14 @@ void ct_cmd_sample_help(FILE *f) {
           "classifier-free guidance, decoded by the pixel codec). DIR may be 'latest:OUTPUT_DIR'\n"
           "for the newest complete checkpoint there. With --prompts-file (one prompt per\n"
           "line) images go to --out-dir as NNNN.png with the prompt in NNNN.txt.\n"
-          "Defaults: the checkpoint's validation settings (steps, guidance, resolution, seed).\n");
+          "Defaults: the checkpoint's validation settings (steps, guidance, resolution, seed).\n"
+          "\n"
+          "A FLUX.1 pipeline (docs/flux.md): --pretrained DIR (a diffusers FluxPipeline\n"
+          "directory) samples as FluxPipeline does (its scheduler's shift, guidance as the\n"
+          "transformer's guidance input, no CFG pass); --checkpoint C (or latest:OUTPUT_DIR)\n"
+          "then takes the transformer from C/transformer (a ctuner training run's). Also\n"
+          "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"
+          "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n");
 }
 
 /* The prompts of `ctuner sample`: --prompt, or one per line of --prompts-file. */
@@ -348,7 +356,8 @@ static void warn_long_prompts(const ct_pipeline *p, char **prompts, int n) {
 
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
-  long steps = -1, seed = -1, width = -1, height = -1, per = 1;
+  const char *pretrained = NULL, *flavour = NULL;
+  long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
   int ema = 0;
   for (int i = 1; i < argc; i++) {
@@ -362,8 +371,12 @@ int ct_cmd_sample(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
                (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
                (r = ct_cli_opt(argc, argv, &i, "prompts-file", &pfile)) ||
-               (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir))) {
+               (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir)) ||
+               (r = ct_cli_opt(argc, argv, &i, "pretrained", &pretrained)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
+      if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
       if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
@@ -382,21 +395,29 @@ int ct_cmd_sample(int argc, char **argv) {
       return 2;
     }
   }
-  if (!ckpt || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) || (pfile && !odir)) {
+  if ((!ckpt && !pretrained) || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) ||
+      (pfile && !odir) || (pretrained && ema)) {
     fprintf(stderr,
-            "ctuner sample: need --checkpoint and either --prompt with --out or "
-            "--prompts-file with --out-dir\n");
+            "ctuner sample: need --checkpoint (or --pretrained) and either --prompt with --out or "
+            "--prompts-file with --out-dir (--ema is for ctuner's own checkpoints)\n");
     ct_cmd_sample_help(stderr);
     return 2;
   }
   ct_err err = {0};
-  char dir[4096];
-  if (ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
+  char dir[4096] = "";
+  if (ckpt && ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
   char **prompts = NULL;
   int n = 0;
   if (read_prompts(prompt, pfile, &prompts, &n)) return 1;
   int rc = 1;
-  ct_pipeline p;
+  ct_pipeline p = {0};
+  if (pretrained) {
+    const ct_flux_sample_args a = {pretrained,  ckpt ? dir : NULL, flavour, (int)msl,
+                                   (int)steps,  guidance,          seed,    (int)width,
+                                   (int)height, (int)per,          outp,    odir};
+    rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
+    goto done;
+  }
   if (ct_pipeline_from_checkpoint(dir, ema, &p, &err)) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     goto done;

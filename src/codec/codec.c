@@ -97,7 +97,9 @@ ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, u
   const int f = c->factor;
   if (w % f || h % f) return bad_size(w, h, f, err);
   const size_t npx = (size_t)3 * w * h, nl = (size_t)c->channels * (w / f) * (h / f);
-  float *x = ct_alloc(CT_MEM_BUFFERS, npx * sizeof(float)),
+  /* x holds the image, then the sample's noise: a latent may be the larger
+   * (16 channels at factor 2, as the tiny FLUX.1 test VAE) */
+  float *x = ct_alloc(CT_MEM_BUFFERS, (npx > nl ? npx : nl) * sizeof(float)),
         *lv = ct_alloc(CT_MEM_BUFFERS, nl * sizeof(float));
   ct_status st =
       x && lv ? ct_pixel_encode(rgb, w, h, 1, x, err) : ct_errf(err, CT_ERR_NOMEM, "out of memory");

@@ -540,6 +540,8 @@ static ct_status check_optimizer(const ct_config *c, ct_err *err) {
 }
 
 static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err) {
+  /* a FLUX.1 pipeline ignores it with a warning, as SimpleTuner (its configs say 512) */
+  if (c->pretrained_model_name_or_path && c->tokenizer_max_length >= 0) return CT_OK;
   if (c->tokenizer_max_length < 0 || c->tokenizer_max_length > 77 || c->tokenizer_max_length == 1)
     BAD("tokenizer_max_length must be 0 (preset) or between 2 and 77, got %ld",
         c->tokenizer_max_length);

@@ -64,14 +64,6 @@ const char *ct_config_no_effect(const char *key) {
 static const struct {
   const char *key, *why;
 } NOT_HERE[] = {
-    {"pretrained_model_name_or_path",
-     "loading a diffusers FLUX.1 pipeline is not implemented yet; ctuner trains a preset "
-     "(--preset) "
-     "or its own Flux-layout file (--pretrained_model_path)"},
-    {"pretrained_transformer_model_name_or_path",
-     "loading a diffusers transformer is not implemented yet; use --pretrained_model_path for a "
-     "Flux-layout file"},
-    {"pretrained_transformer_subfolder", "loading a diffusers transformer is not implemented yet"},
     {"tread_config", "TREAD token routing is not implemented"},
     {"lycoris_config", "LyCORIS training is not implemented yet (lora_type standard only)"},
 };
@@ -92,7 +84,6 @@ static const char *const ST_OPTIONS[] = {
     "eval_dataset_id",
     "eval_steps_interval",
     "evaluation_type",
-    "flux_guidance_value",
     "freeze_encoder_strategy",
     "grad_clip_method",
     "image_processing_batch_size",
@@ -101,13 +92,11 @@ static const char *const ST_OPTIONS[] = {
     "loss_type",
     "metadata_update_interval",
     "minimum_image_size",
-    "model_flavour",
     "num_eval_images",
     "quantize_via",
     "read_batch_size",
     "resolution_type",
     "snr_gamma",
-    "t5_padding",
     "timestep_bias_strategy",
     "torch_num_threads",
     "training_scheduler_timestep_spacing",

@@ -55,40 +55,67 @@ static int cfg_equal(const ct_mmdit_config *a, const ct_mmdit_config *b) {
          a->guidance_embed == b->guidance_embed && a->theta == b->theta;
 }
 
-ct_status ct_mmdit_load_diffusers(ct_mmdit *m, const char *dir, ct_err *err) {
+/* dir's config.json (when dir is a directory) must describe c. */
+static ct_status check_dir_config(const ct_mmdit_config *c, const char *dir, ct_err *err) {
+  struct stat sb;
+  if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) return CT_OK;
+  char cpath[4096];
+  ct_mmdit_config dc;
+  if (ct_pathf(cpath, sizeof cpath, "%s/config.json", dir))
+    return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
+  ct_status st = ct_flux_config_read(cpath, &dc, err);
+  if (st) return st;
+  if (!cfg_equal(&dc, c))
+    return ct_errf(err, CT_ERR_SHAPE, "%s describes another model than the one being loaded",
+                   cpath);
+  return CT_OK;
+}
+
+ct_status ct_flux_check_diffusers(const ct_mmdit_config *c, const char *dir, ct_err *err) {
+  ct_flux_name *map = NULL;
+  size_t n = 0;
+  ct_st_set s = {0};
+  ct_status st = check_dir_config(c, dir, err);
+  if (!st) st = ct_flux_name_map(c, &map, &n, err);
+  if (!st) st = ct_st_set_open(&s, dir, ST_NAME, err);
+  if (!st) st = check_tensors(&s, dir, map, n, err);
+  ct_st_set_close(&s);
+  free(map);
+  return st;
+}
+
+ct_status ct_mmdit_load_diffusers_range(const ct_mmdit *m, const char *dir, size_t lo, size_t hi,
+                                        float *out, ct_err *err) {
   const ct_mmdit_config *c = ct_mmdit_cfg(m);
   ct_flux_name *map = NULL;
   size_t n = 0;
   ct_st_set s = {0};
-  float *w = ct_mmdit_params(m);
-  ct_status st = CT_OK;
-  if (!w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded", dir);
-  struct stat sb;
-  if (!stat(dir, &sb) && S_ISDIR(sb.st_mode)) {
-    char cpath[4096];
-    ct_mmdit_config dc;
-    if (ct_pathf(cpath, sizeof cpath, "%s/config.json", dir))
-      return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
-    if ((st = ct_flux_config_read(cpath, &dc, err))) return st;
-    if (!cfg_equal(&dc, c))
-      return ct_errf(err, CT_ERR_SHAPE, "%s describes another model than the one being loaded",
-                     cpath);
-  }
+  ct_status st = check_dir_config(c, dir, err);
+  if (st) return st;
   if ((st = ct_flux_name_map(c, &map, &n, err))) goto out;
   if ((st = ct_st_set_open(&s, dir, ST_NAME, err))) goto out;
   if ((st = check_tensors(&s, dir, map, n, err))) goto out;
-  for (size_t i = 0; i < n && !st; i++) {
+  for (size_t i = 0; i < n && !st; i++) { /* each row range, cut to [lo, hi) */
     const ct_flux_name *e = &map[i];
     const char *file;
     const ct_param *p = ct_mmdit_find(m, e->bfl);
-    size_t cols = e->cols ? (size_t)e->cols : 1;
-    st = ct_st_to_f32_range(ct_st_set_find(&s, e->dif, &file), (size_t)e->dif_row * cols,
-                            (size_t)e->rows * cols, w + p->offset + (size_t)e->bfl_row * cols, err);
+    const size_t cols = e->cols ? (size_t)e->cols : 1;
+    const size_t a = p->offset + (size_t)e->bfl_row * cols, b = a + (size_t)e->rows * cols;
+    const size_t a2 = a > lo ? a : lo, b2 = b < hi ? b : hi;
+    if (a2 >= b2) continue;
+    st = ct_st_to_f32_range(ct_st_set_find(&s, e->dif, &file), (size_t)e->dif_row * cols + (a2 - a),
+                            b2 - a2, out + (a2 - lo), err);
   }
 out:
   ct_st_set_close(&s);
   free(map);
   return st;
+}
+
+ct_status ct_mmdit_load_diffusers(ct_mmdit *m, const char *dir, ct_err *err) {
+  float *w = ct_mmdit_params(m);
+  if (!w) return ct_errf(err, CT_ERR_INVALID, "%s: the model's parameters are sharded", dir);
+  return ct_mmdit_load_diffusers_range(m, dir, 0, ct_mmdit_numel(m), w, err);
 }
 
 ct_status ct_mmdit_open_diffusers(const char *dir, int flags, ct_mmdit **out, ct_err *err) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctuner/log.h"
+#include "train/flux_pipe.h"
 #include "trainer_int.h"
 
 /* ---- inference pipeline from a checkpoint ---- */
@@ -17,6 +18,11 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
   char path[4200];
   snprintf(path, sizeof path, "%s/config.json", dir);
   ct_status st = ct_config_load_file(&p->cfg, path, err);
+  if (!st && ct_flux_pipe_wanted(&p->cfg))
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s is a checkpoint of a FLUX.1 pipeline run: sample it with ctuner sample "
+                 "--pretrained %s --checkpoint %s (docs/flux.md)",
+                 dir, p->cfg.pretrained_model_name_or_path, dir);
   if (!st && p->cfg.codec && !strcmp(p->cfg.codec, "vae")) {
     /* the checkpoint's own copy of the VAE (vae/), else the directory its config names */
     char vdir[4200];

@@ -34,9 +34,10 @@ ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, i
   return st;
 }
 
-ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec,
-                           const char *const *prompts, int n, uint64_t index0,
-                           const ct_sample_opts *o, ct_image *out, ct_err *err) {
+ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *ctx, int T,
+                                const ct_codec *codec, const char *const *prompts, int n,
+                                uint64_t index0, const ct_sample_opts *o, ct_image *out,
+                                ct_err *err) {
   const ct_mmdit_config *mc = ct_mmdit_cfg(m);
   const int C = mc->in_channels, d = mc->context_in_dim, dv = mc->vec_in_dim, s = codec->factor;
   if (C != codec->channels)
@@ -48,7 +49,8 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
   if (o->steps < 1) return ct_errf(err, CT_ERR_INVALID, "sampling steps must be >= 1");
   const int h = o->height / s, w = o->width / s;
   const size_t lat = (size_t)C * h * w;
-  const int cfg = o->guidance > 1.0f;
+  const int gemb = mc->guidance_embed; /* distilled guidance: an input, no CFG pass */
+  const int cfg = !gemb && o->guidance > 1.0f;
   const int B = cfg ? 2 * n : n; /* conditional rows first, then unconditional */
   ct_status st = CT_OK;
   float *x = ct_alloc(CT_MEM_BUFFERS, (size_t)n * lat * sizeof(float));
@@ -57,9 +59,10 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
   float *txt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * T * d * sizeof(float));
   float *y = ct_alloc(CT_MEM_BUFFERS, (size_t)B * dv * sizeof(float));
   float *tt = ct_alloc(CT_MEM_BUFFERS, (size_t)B * sizeof(float));
+  float *gg = ct_alloc(CT_MEM_BUFFERS, (size_t)B * sizeof(float));
   uint8_t *rgb = malloc((size_t)o->width * o->height * 3);
   const char **all = malloc((size_t)B * sizeof *all);
-  if (!x || !xin || !v || !txt || !y || !tt || !rgb || !all) {
+  if (!x || !xin || !v || !txt || !y || !tt || !gg || !rgb || !all) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling %d images", n);
     goto done;
   }
@@ -69,12 +72,7 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
     ct_rng_fill_normal(x + (size_t)i * lat, lat, o->seed, CT_STREAM_SAMPLE_NOISE,
                        (index0 + (uint64_t)i) * lat, 0.0f, 1.0f);
   }
-  if (d != dv) {
-    st = ct_errf(err, CT_ERR_SHAPE,
-                 "context_in_dim %d != vec_in_dim %d: one text encoder cannot feed both", d, dv);
-    goto done;
-  }
-  st = ct_encode_prompts(te, T, all, B, txt, y, err);
+  st = encode(ctx, all, B, txt, y, err);
   if (st) goto done;
   const float shift = o->auto_shift ? ct_flow_auto_shift((long)(h / 2) * (w / 2)) : o->flow_shift;
   for (int k = 0; k < o->steps && !st; k++) {
@@ -82,8 +80,16 @@ ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *c
     float tn = ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, shift);
     memcpy(xin, x, (size_t)n * lat * sizeof(float));
     if (cfg) memcpy(xin + (size_t)n * lat, x, (size_t)n * lat * sizeof(float));
-    for (int b = 0; b < B; b++) tt[b] = t;
-    ct_mmdit_batch in = {.B = B, .H = h, .W = w, .T = T, .x = xin, .t = tt, .txt = txt, .y = y};
+    for (int b = 0; b < B; b++) tt[b] = t, gg[b] = o->guidance;
+    ct_mmdit_batch in = {.B = B,
+                         .H = h,
+                         .W = w,
+                         .T = T,
+                         .x = xin,
+                         .t = tt,
+                         .txt = txt,
+                         .y = y,
+                         .guidance = gemb ? gg : NULL};
     st = ct_mmdit_forward(m, &in, v, err);
     if (st) break;
     const float g = o->guidance, dt = tn - t;
@@ -110,7 +116,31 @@ done:
   ct_free(txt);
   ct_free(y);
   ct_free(tt);
+  ct_free(gg);
   free(rgb);
   free(all);
   return st;
+}
+
+typedef struct te_ctx {
+  ct_textenc *te;
+  int T;
+} te_ctx;
+
+static ct_status te_encode(void *ctx, const char *const *prompts, int n, float *txt, float *y,
+                           ct_err *err) {
+  const te_ctx *c = ctx;
+  return ct_encode_prompts(c->te, c->T, prompts, n, txt, y, err);
+}
+
+ct_status ct_sample_images(ct_mmdit *m, ct_textenc *te, int T, const ct_codec *codec,
+                           const char *const *prompts, int n, uint64_t index0,
+                           const ct_sample_opts *o, ct_image *out, ct_err *err) {
+  const ct_mmdit_config *mc = ct_mmdit_cfg(m);
+  if (mc->context_in_dim != mc->vec_in_dim)
+    return ct_errf(err, CT_ERR_SHAPE,
+                   "context_in_dim %d != vec_in_dim %d: one text encoder cannot feed both",
+                   mc->context_in_dim, mc->vec_in_dim);
+  te_ctx c = {te, T};
+  return ct_sample_images_with(m, te_encode, &c, T, codec, prompts, n, index0, o, out, err);
 }

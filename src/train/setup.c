@@ -20,6 +20,7 @@
 #include "ctuner/log.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
+#include "train/textcond.h"
 #include "trainer_int.h"
 
 ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *err) {
@@ -192,7 +193,7 @@ FILE *ct_train_open_metrics(const char *out, long upto) {
 static ct_status text_encode(void *ctx, const char *const *caps, int n, float *seq, float *pooled,
                              ct_err *err) {
   const ct_text_cb *cb = ctx;
-  return ct_encode_prompts(cb->te, cb->T, caps, n, seq, pooled, err);
+  return ct_textcond_encode(cb->tc, caps, n, seq, pooled, err);
 }
 
 ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn, ct_err *err) {
@@ -202,7 +203,7 @@ ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn,
                                        "ctuner text cache probe 0123"};
   const size_t Td = (size_t)cb->T * (size_t)d;
   float *seq = malloc(3 * Td * sizeof(float)), *pooled = malloc(3 * (size_t)dp * sizeof(float));
-  ct_status st = seq && pooled ? ct_encode_prompts(cb->te, cb->T, probe, 3, seq, pooled, err)
+  ct_status st = seq && pooled ? ct_textcond_encode(cb->tc, probe, 3, seq, pooled, err)
                                : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   if (!st) {
     char h1[65], h2[65];

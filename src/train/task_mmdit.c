@@ -8,7 +8,9 @@
  * Every random number is indexed by the global sample id, so batch 8 x accum 1
  * and batch 4 x accum 2 see identical samples, and a resumed run continues
  * with exactly the numbers an uninterrupted one would have drawn. */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -25,6 +27,8 @@
 #include "ctuner/lora.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
+#include "train/flux_pipe.h"
+#include "train/textcond.h"
 #include "trainer_int.h"
 
 /* Optimizer tensor table over the model's flat buffer; alignment gaps become
@@ -142,10 +146,23 @@ static ct_status cut_and_make(const ct_config *cfg, ct_optim_kind kind, const ct
   return st;
 }
 
-/* Tokens of a caption without BOS/EOS. */
-static size_t caption_tokens(const char *caption, void *te) {
-  const ct_bpe *b = ct_textenc_bpe(te);
-  return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
+/* Tokens of a caption without the special ones (BOS/EOS, T5's </s>). */
+static size_t caption_tokens(const char *caption, void *tc) {
+  return ct_textcond_tokens(tc, caption);
+}
+
+/* The guidance input of a guidance_embeds model (SimpleTuner's flux_guidance_mode):
+ * the constant, or U(min, max) keyed by the sample id. NULL without guidance_embeds. */
+static const float *guidance(trainer *tr, const uint64_t *ids, int B) {
+  const ct_config *cfg = tr->cfg;
+  if (!tr->g.mc.guidance_embed) return NULL;
+  const int range = !strcmp(cfg->flux_guidance_mode, "random-range");
+  for (int b = 0; b < B; b++)
+    tr->guid[b] = range ? (float)cfg->flux_guidance_min +
+                              (float)(cfg->flux_guidance_max - cfg->flux_guidance_min) *
+                                  ct_rng_uniform((uint64_t)cfg->seed, CT_STREAM_GUIDANCE, ids[b])
+                        : (float)cfg->flux_guidance_value;
+  return tr->guid;
 }
 
 /* One micro-batch: forward, loss, backward (grads accumulate). The batch
@@ -180,7 +197,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
   }
   const float *txt = bt->txt, *y = bt->pooled; /* from the text cache */
   if (!txt) {
-    st = ct_encode_prompts(tr->te, T, bt->caps, B, tr->txt, tr->y, err);
+    st = ct_textcond_encode(tr->tc, bt->caps, B, tr->txt, tr->y, err);
     if (st) return st;
     txt = tr->txt, y = tr->y;
   }
@@ -190,8 +207,15 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
-  ct_mmdit_batch in = {
-      .B = B, .H = bt->h, .W = bt->w, .T = T, .x = tr->xt, .t = tr->t, .txt = txt, .y = y};
+  ct_mmdit_batch in = {.B = B,
+                       .H = bt->h,
+                       .W = bt->w,
+                       .T = T,
+                       .x = tr->xt,
+                       .t = tr->t,
+                       .txt = txt,
+                       .y = y,
+                       .guidance = guidance(tr, bt->ids, B)};
   if (tr->lora) ct_lora_set_batch(tr->lora, B, bt->ids); /* dropout masks by sample id */
   st = ct_mmdit_forward(tr->m, &in, tr->v, err);
   if (st) return st;
@@ -226,15 +250,26 @@ static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
 /* The MMDiT task's files in a checkpoint beside the model: the frozen text
  * encoder, its tokenizer and the codec's VAE (so sampling from the
  * checkpoint needs nothing else). */
+/* A FLUX.1 pipeline run: the transformer in diffusers' layout (transformer/,
+ * what FluxTransformer2DModel.from_pretrained reads, as SimpleTuner's
+ * checkpoints hold it), bf16 when training in bf16, else float32. */
+static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/transformer", tmp);
+  return ct_mmdit_save_diffusers(tr->m, p, (size_t)10 << 30,
+                                 tr->bf16 ? CT_DTYPE_BF16 : CT_DTYPE_F32, err);
+}
+
 static ct_status extra(void *user, const char *tmp, ct_err *err) {
   trainer *tr = user;
+  if (tr->fp) return tr->lora ? CT_OK : extra_flux(tr, tmp, err); /* LoRA: a frozen base */
   char p[4200];
   ct_status st = CT_OK;
   if (!st) {
     snprintf(p, sizeof p, "%s/text_encoder.safetensors", tmp);
-    st = ct_textenc_save(tr->te, p, err);
+    st = ct_textenc_save(tr->tc->te, p, err);
   }
-  if (!st && ct_textenc_bpe(tr->te)) { /* the tokenizer travels with the checkpoint */
+  if (!st && ct_textenc_bpe(tr->tc->te)) { /* the tokenizer travels with the checkpoint */
     const char *src[2] = {tr->cfg->tokenizer_vocab, tr->cfg->tokenizer_merges};
     const char *name[2] = {CT_CKPT_TOKENIZER_VOCAB, CT_CKPT_TOKENIZER_MERGES};
     for (int k = 0; k < 2 && !st; k++) {
@@ -270,8 +305,73 @@ static ct_status extra(void *user, const char *tmp, ct_err *err) {
 
 /* ---- the task table ---- */
 
+/* A FLUX.1 pipeline's geometry: the transformer's config, the VAE's factor,
+ * max_sequence_length T5 tokens; resolution 0 is SimpleTuner's 1024. */
+static ct_status flux_geometry(trainer *tr, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  ct_geometry *g = &tr->g;
+  g->mc = fp->tcfg;
+  g->codec_scale = fp->vae_factor;
+  g->T = fp->max_sequence_length;
+  g->resolution = tr->cfg->resolution ? (int)tr->cfg->resolution : 1024;
+  if (g->resolution % (2 * g->codec_scale))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "resolution %d must be a multiple of %d (VAE factor %d x 2x2 packing)",
+                   g->resolution, 2 * g->codec_scale, g->codec_scale);
+  return ct_mmdit_config_validate(&g->mc, err);
+}
+
+/* FLUX.1 keys set without a pipeline: one warning naming them. */
+static void warn_flux_keys(const ct_config *cfg) {
+  static const struct {
+    int key;
+    const char *name;
+  } K[] = {{CT_KEY_model_flavour, "model_flavour"},
+           {CT_KEY_flux_guidance_mode, "flux_guidance_mode"},
+           {CT_KEY_flux_guidance_value, "flux_guidance_value"},
+           {CT_KEY_flux_guidance_min, "flux_guidance_min"},
+           {CT_KEY_flux_guidance_max, "flux_guidance_max"},
+           {CT_KEY_t5_padding, "t5_padding"},
+           {CT_KEY_pretrained_transformer_subfolder, "pretrained_transformer_subfolder"}};
+  char list[256] = "";
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+    if (cfg->given[K[i].key]) {
+      const size_t l = strlen(list);
+      snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", K[i].name);
+    }
+  if (list[0])
+    CT_WARN(
+        "%s: no effect without a FLUX.1 pipeline (pretrained_model_name_or_path); the "
+        "presets have no guidance input and no T5",
+        list);
+}
+
 static ct_status configure(trainer *tr, ct_err *err) {
-  return ct_geometry_from_config(tr->cfg, &tr->g, err);
+  if (!ct_flux_pipe_wanted(tr->cfg)) {
+    if (tr->rank == 0) warn_flux_keys(tr->cfg);
+    return ct_geometry_from_config(tr->cfg, &tr->g, err);
+  }
+  tr->fp = malloc(sizeof *tr->fp);
+  if (!tr->fp) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_status st = ct_flux_pipe_open(tr->cfg, tr->rank == 0, tr->fp, err);
+  return st ? st : flux_geometry(tr, err);
+}
+
+/* After the text cache: the validation prompts and "" encoded once, then the
+ * FLUX.1 encoders freed (as SimpleTuner frees them after caching). */
+static ct_status flux_release(trainer *tr, ct_err *err) {
+  ct_status st = ct_validation_init(tr, err);
+  if (st) return st;
+  const char *keep[65];
+  int n = 0;
+  if (tr->rank == 0) { /* rank 0 alone validates */
+    keep[n++] = "";
+    for (int i = 0; i < tr->vp.n; i++) keep[n++] = tr->vp.text[i];
+  }
+  st = ct_textcond_release(tr->tc, keep, n, err);
+  if (!st && tr->rank == 0)
+    CT_INFO("FLUX.1 text encoders freed after caching (%d prompt(s) kept for validation)", n);
+  return st;
 }
 
 /* The frozen text encoder first (the data loader caches its embeddings),
@@ -281,21 +381,23 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   ct_comm *comm = tr->comm;
   const int lead = tr->rank == 0;
   ct_status st = CT_OK;
-  st = ct_textenc_from_config(cfg, tr->g.mc.context_in_dim, NULL, &tr->te, err);
+  st = tr->fp ? ct_textcond_flux(tr->fp, !strcmp(cfg->t5_padding, "zero"), &tr->tc, err)
+              : ct_textcond_builtin(cfg, tr->g.mc.context_in_dim, NULL, tr->g.T, &tr->tc, err);
   if (st) return st;
-  tr->text_cb = (ct_text_cb){tr->te, tr->g.T};
+  tr->text_cb = (ct_text_cb){tr->tc, tr->g.T};
   st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn,
                        err);
   if (st) return st;
-  st = cfg->codec && !strcmp(cfg->codec, "vae")
-           ? ct_codec_vae(cfg->pretrained_vae_model_name_or_path, (int)cfg->vae_tile,
-                          (uint64_t)cfg->seed, &tr->codec, err)
+  const char *vae = tr->fp ? tr->fp->vae
+                    : cfg->codec && !strcmp(cfg->codec, "vae")
+                        ? cfg->pretrained_vae_model_name_or_path
+                        : NULL;
+  st = vae ? ct_codec_vae(vae, (int)cfg->vae_tile, (uint64_t)cfg->seed, &tr->codec, err)
            : ct_codec_pixel(tr->g.codec_scale, &tr->codec, err);
   if (st) return st;
   if (lead && tr->codec.ctx)
-    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)",
-            cfg->pretrained_vae_model_name_or_path, tr->codec.channels, tr->codec.factor,
-            tr->codec.tag);
+    CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", vae, tr->codec.channels,
+            tr->codec.factor, tr->codec.tag);
   ct_data_opts dopt = {
       .cfg = cfg,
       .comm = comm,
@@ -304,7 +406,9 @@ static ct_status open_task(trainer *tr, ct_err *err) {
       .size_multiple = tr->g.codec_scale * 2,
       .text = &tr->text_fn,
       .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
-  return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
+  st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
+  if (!st && tr->fp) st = flux_release(tr, err);
+  return st;
 }
 
 /* gradient_checkpointing [_interval] (SimpleTuner's): every Nth block of each
@@ -328,6 +432,24 @@ static void set_checkpointing(trainer *tr) {
   }
 }
 
+/* Pretrained weights: the pipeline's transformer (diffusers directory or BFL
+ * file) or pretrained_model_path; under ZeRO-3 / bf16 only this rank's range
+ * [lo, hi) is read (range loaders, no full copy). */
+static ct_status load_weights(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const ct_flux_pipe *fp = tr->fp;
+  const char *file =
+      fp ? (fp->transformer_bfl ? fp->transformer : NULL) : cfg->pretrained_model_path;
+  const char *prefix = fp ? fp->bfl_prefix : "";
+  if (fp && !fp->transformer_bfl)
+    return tr->own
+               ? ct_mmdit_load_diffusers_range(tr->m, fp->transformer, tr->lo, tr->hi, tr->wsh, err)
+               : ct_mmdit_load_diffusers(tr->m, fp->transformer, err);
+  if (!file) return CT_OK;
+  return tr->own ? ct_mmdit_load_range(tr->m, file, prefix, tr->lo, tr->hi, tr->wsh, err)
+                 : ct_mmdit_load(tr->m, file, prefix, err);
+}
+
 /* The MMDiT: stages 2 and 3 keep no full gradient, stage 3 no full
  * parameters (zero.c supplies them); bf16 keeps bf16 copies in zero.c and
  * the float32 weights of this rank's range in the trainer. */
@@ -345,12 +467,19 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   if (!st) st = ct_trainer_shard(tr, err);
   if (st) return st;
   set_checkpointing(tr);
-  if (tr->own && cfg->pretrained_model_path)
-    st = ct_mmdit_load_range(tr->m, cfg->pretrained_model_path, "", tr->lo, tr->hi, tr->wsh, err);
-  else if (cfg->pretrained_model_path)
-    st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
+  st = load_weights(tr, err);
   if (st) return st;
   return finish_model(tr, err);
+}
+
+/* LoRA's frozen base, whole on every rank. */
+static ct_status load_base(trainer *tr, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  if (fp && !fp->transformer_bfl) return ct_mmdit_load_diffusers(tr->m, fp->transformer, err);
+  if (fp) return ct_mmdit_load(tr->m, fp->transformer, fp->bfl_prefix, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load(tr->m, tr->cfg->pretrained_model_path, "", err);
+  return CT_OK;
 }
 
 /* model_type lora (docs/lora.md): the MMDiT whole and frozen on every rank
@@ -362,8 +491,7 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   const uint64_t seed = (uint64_t)cfg->seed;
   ct_lora *l = NULL;
   ct_status st = ct_mmdit_new(&tr->g.mc, seed, 0, &tr->m, err);
-  if (!st && cfg->pretrained_model_path)
-    st = ct_mmdit_load(tr->m, cfg->pretrained_model_path, "", err);
+  if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed};
@@ -402,7 +530,7 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
         "the base's %zu frozen",
         cfg->flux_lora_target, nad, o.rank, o.alpha, (double)ct_lora_scale(l), o.dropout,
         ct_lora_numel(l), ct_mmdit_numel(tr->m));
-    if (!cfg->pretrained_model_path)
+    if (!cfg->pretrained_model_path && !tr->fp)
       CT_WARN(
           "model_type lora without pretrained_model_path: the base is the seeded init, whose "
           "final layer and gates are zero, so little or no gradient reaches the adapters");
@@ -418,15 +546,73 @@ static ct_status finish_model(trainer *tr, ct_err *err) {
   /* BOS and EOS take two of the T tokens. */
   size_t over = 0, longest = 0; /* no dataset: tests/test_strategy.c builds the model alone */
   if (tr->ds)
-    longest =
-        ct_dataset_longest_caption(tr->ds, caption_tokens, tr->te, (size_t)tr->g.T - 2, &over);
-  if (over)
+    longest = ct_dataset_longest_caption(tr->ds, caption_tokens, tr->tc,
+                                         (size_t)(tr->g.T - ct_textcond_specials(tr->tc)), &over);
+  const int sp = tr->tc ? ct_textcond_specials(tr->tc) : 2;
+  if (over && tr->fp)
+    CT_WARN(
+        "%zu captions are longer than the %d T5 tokens FLUX.1 reads (%d %s) and are truncated; "
+        "the longest has %zu",
+        over, tr->g.T, tr->g.T - sp, ct_textcond_unit(tr->tc), longest);
+  else if (over)
     CT_WARN(
         "%zu captions are longer than tokenizer_max_length %d allows (%d %s) and are truncated; "
         "the longest has %zu: set --tokenizer_max_length=%zu to keep them whole",
-        over, tr->g.T, tr->g.T - 2, ct_textenc_bpe(tr->te) ? "BPE tokens" : "bytes", longest,
-        longest + 2);
+        over, tr->g.T, tr->g.T - sp, ct_textcond_unit(tr->tc), longest, longest + (size_t)sp);
   return ct_validation_init(tr, err);
+}
+
+/* A file of the checkpoint into the final pipeline: a hard link, else a copy. */
+static ct_status link_or_copy(const char *src, const char *dst, ct_err *err) {
+  return link(src, dst) == 0 ? CT_OK : copy_file(src, dst, err);
+}
+
+/* After the last checkpoint (rank 0): output_dir/pipeline, the trained
+ * pipeline as SimpleTuner's save_pretrained leaves it — transformer/ from
+ * that checkpoint, model_index.json, and the frozen components as symbolic
+ * links to the source pipeline's (they did not train) — written as
+ * pipeline.tmp and renamed over any older one. */
+static ct_status flux_pipeline_done(trainer *tr, const char *path, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  char out[4200], tmp[4300], p[4600], q[4600], abs[4200];
+  snprintf(out, sizeof out, "%s/pipeline", tr->cfg->output_dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  ct_status st = ct_rm_rf(tmp, err);
+  if (!st) snprintf(p, sizeof p, "%s/transformer", tmp);
+  if (!st) st = ct_mkdir_p(p, err);
+  snprintf(q, sizeof q, "%s/transformer", path);
+  DIR *d = st ? NULL : opendir(q);
+  if (!st && !d) st = ct_errf(err, CT_ERR_IO, "%s: %s", q, strerror(errno));
+  for (struct dirent *e; d && !st && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char a[4900], b[4900];
+    snprintf(a, sizeof a, "%s/%s", q, e->d_name);
+    snprintf(b, sizeof b, "%s/transformer/%s", tmp, e->d_name);
+    st = link_or_copy(a, b, err);
+  }
+  if (d) closedir(d);
+  snprintf(p, sizeof p, "%s/model_index.json", fp->root);
+  snprintf(q, sizeof q, "%s/model_index.json", tmp);
+  if (!st) st = copy_file(p, q, err);
+  static const char *const parts[] = {"text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
+                                      "vae",          "scheduler"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0] && !st; i++) {
+    const char *src = i == 4 ? fp->vae : NULL;
+    if (!src) {
+      snprintf(p, sizeof p, "%s/%s", fp->root, parts[i]);
+      src = p;
+    }
+    if (!realpath(src, abs)) {
+      st = ct_errf(err, CT_ERR_IO, "%s: %s", src, strerror(errno));
+      break;
+    }
+    snprintf(q, sizeof q, "%s/%s", tmp, parts[i]);
+    if (symlink(abs, q)) st = ct_errf(err, CT_ERR_IO, "%s: %s", q, strerror(errno));
+  }
+  if (!st) st = ct_rm_rf(out, err);
+  if (!st && rename(tmp, out)) st = ct_errf(err, CT_ERR_IO, "%s: %s", out, strerror(errno));
+  if (!st) CT_INFO("the trained FLUX.1 pipeline is %s (transformer/ from %s)", out, path);
+  return st;
 }
 
 /* LoRA: the adapters' table (A and B of each, padding between) */
@@ -460,9 +646,12 @@ static ct_status build_optim(trainer *tr, ct_optim **out, ct_err *err) {
   return build_optim_range(tr->cfg, &tr->g, tr->m, tr->lo, tr->hi, out, err);
 }
 
-/* LoRA: the last checkpoint's adapter also as output_dir/pytorch_lora_weights.safetensors. */
+/* After the last checkpoint (rank 0): a FLUX.1 pipeline run's output_dir/pipeline;
+ * LoRA: the adapter also as output_dir/pytorch_lora_weights.safetensors. */
 static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err *err) {
-  if (!last || tr->rank != 0 || strcmp(tr->cfg->model_type, "lora")) return CT_OK;
+  if (!last || tr->rank != 0) return CT_OK;
+  if (tr->fp && strcmp(tr->cfg->model_type, "lora")) return flux_pipeline_done(tr, path, err);
+  if (strcmp(tr->cfg->model_type, "lora")) return CT_OK;
   char src[4200], dst[4200];
   snprintf(src, sizeof src, "%s/pytorch_lora_weights.safetensors", path);
   snprintf(dst, sizeof dst, "%s/pytorch_lora_weights.safetensors", tr->cfg->output_dir);
@@ -471,15 +660,17 @@ static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err
 
 static ct_status alloc(trainer *tr, ct_err *err) {
   const size_t B = (size_t)tr->cfg->train_batch_size, lat = ct_dataset_max_latent(tr->ds);
-  const size_t T = (size_t)tr->g.T, d = (size_t)tr->g.mc.context_in_dim;
+  const size_t T = (size_t)tr->g.T, d = (size_t)tr->g.mc.context_in_dim,
+               dp = (size_t)tr->g.mc.vec_in_dim;
   tr->eps = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr->xt = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr->v = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr->dv = ct_alloc(CT_MEM_BUFFERS, B * lat * sizeof(float));
   tr->t = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
   tr->txt = ct_alloc(CT_MEM_BUFFERS, B * T * d * sizeof(float));
-  tr->y = ct_alloc(CT_MEM_BUFFERS, B * d * sizeof(float));
-  if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y)
+  tr->y = ct_alloc(CT_MEM_BUFFERS, B * dp * sizeof(float));
+  tr->guid = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
+  if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y || !tr->guid)
     return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
   return CT_OK;
 }
@@ -510,11 +701,13 @@ static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t
 }
 
 static void task_free(trainer *tr) {
-  ct_textenc_free(tr->te);
-  tr->te = NULL;
+  ct_textcond_free(tr->tc);
+  tr->tc = NULL;
+  free(tr->fp);
+  tr->fp = NULL;
   ct_codec_free(&tr->codec);
   ct_validation_free(tr);
-  float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y};
+  float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y, &tr->guid};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
 }
 

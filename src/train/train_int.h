@@ -14,11 +14,23 @@
 #define CT_STREAM_NOISE 0x4e4f495345000000ull        /* eps, offset sample*latent */
 #define CT_STREAM_TIMESTEP 0x54494d4500000000ull     /* t */
 #define CT_STREAM_SAMPLE_NOISE 0x53414d5000000000ull /* sampling noise */
+#define CT_STREAM_GUIDANCE 0x4755494400000000ull     /* flux_guidance_mode random-range */
 
 float ct_flow_shift_t(float t, float shift);
 float ct_flow_auto_shift(long tokens); /* e^mu of FluxPipeline's calculate_shift */
 ct_status ct_encode_prompts(ct_textenc *te, int T, const char *const *prompts, int n, float *txt,
                             float *y, ct_err *err);
+
+/* Euler sampling over any text conditioning: encode(ctx, prompts, n, txt, y)
+ * gives (n, T, d) and (n, dp). A model with guidance_embed takes o->guidance
+ * as its guidance input (FluxPipeline's guidance_scale, no CFG pass);
+ * otherwise guidance > 1 is classifier-free guidance against "". */
+typedef ct_status (*ct_prompt_encode_fn)(void *ctx, const char *const *prompts, int n, float *txt,
+                                         float *y, ct_err *err);
+ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *ctx, int T,
+                                const ct_codec *codec, const char *const *prompts, int n,
+                                uint64_t index0, const ct_sample_opts *o, ct_image *out,
+                                ct_err *err);
 
 /* Build the model config, text encoder config and geometry from a config. */
 typedef struct ct_geometry {
@@ -36,8 +48,9 @@ ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *c
 /* The data loader's view of the frozen text encoder (the text-embedding
  * cache): ct_text_fn_init fills fn with cb as its context and a tag that
  * digests the encoder's output on probe captions. */
+struct ct_textcond;
 typedef struct ct_text_cb {
-  ct_textenc *te;
+  struct ct_textcond *tc; /* textcond.h */
   int T;
 } ct_text_cb;
 ct_status ct_text_fn_init(ct_text_cb *cb, int d, int dp, ct_text_encoder_fn *fn, ct_err *err);

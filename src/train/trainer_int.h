@@ -47,10 +47,12 @@ typedef struct trainer {
   ct_onebit *ob; /* optimizer onebitadam (its moments are tr.opt's Adam state) */
   char swap_dir[4200];
   ct_geometry g;
-  ct_model *model;      /* the model interface (model.h) */
-  ct_mmdit *m;          /* model->impl: the MMDiT task's own view */
-  struct ct_lora *lora; /* model_type lora: the adapters on m (owned by model) */
-  ct_textenc *te;
+  ct_model *model;        /* the model interface (model.h) */
+  ct_mmdit *m;            /* model->impl: the MMDiT task's own view */
+  struct ct_lora *lora;   /* model_type lora: the adapters on m (owned by model) */
+  struct ct_textcond *tc; /* text conditioning (textcond.h): built-in or FLUX.1's CLIP + T5 */
+  struct ct_flux_pipe
+      *fp; /* pretrained_model_name_or_path: the pipeline (flux_pipe.h), else NULL */
   ct_dataset *ds;
   ct_text_cb text_cb;
   ct_text_encoder_fn text_fn;
@@ -67,7 +69,7 @@ typedef struct trainer {
   long total;
   FILE *metrics;
   /* batch buffers */
-  float *eps, *xt, *v, *dv, *t, *txt, *y;
+  float *eps, *xt, *v, *dv, *t, *txt, *y, *guid;
   const struct ct_dp_ops *dp;     /* the parallel strategy (dp.c picks it) */
   const struct ct_task_ops *task; /* the model family and objective */
   void *tk;                       /* the task's own state (task_vae.c) */

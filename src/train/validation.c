@@ -18,6 +18,8 @@
 #include "ctuner/log.h"
 #include "ctuner/rng.h"
 #include "ctuner/vae.h"
+#include "train/flux_pipe.h"
+#include "train/textcond.h"
 #include "trainer_int.h"
 
 static void vprompts_free(vprompts *v) {
@@ -96,6 +98,11 @@ static ct_status write_sidecar(const char *png, const char *prompt, ct_err *err)
   return ct_write_file_atomic(p, prompt, strlen(prompt), err);
 }
 
+static ct_status tc_encode(void *ctx, const char *const *prompts, int n, float *txt, float *y,
+                           ct_err *err) {
+  return ct_textcond_encode(ctx, prompts, n, txt, y, err);
+}
+
 /* Sample every validation prompt (live weights and/or EMA), write the images
  * with prompt sidecars, and one grid (rows: prompt x variant, columns: idx). */
 ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
@@ -117,6 +124,9 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        (float)cfg->flow_shift,
                        (uint64_t)cfg->validation_seed,
                        cfg->flow_schedule_auto_shift};
+  if (tr->fp) /* as FluxPipeline's scheduler: dynamic (mu from the token count) or its shift */
+    so.flow_shift = tr->fp->sched.use_dynamic_shifting ? 0 : (float)tr->fp->sched.shift,
+    so.auto_shift = tr->fp->sched.use_dynamic_shifting;
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
@@ -142,8 +152,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
     }
     /* Same noise for every prompt's idx-th image, so rows are comparable. */
     for (int q = 0; q < n && !st; q += per) {
-      st = ct_sample_images(tr->m, tr->te, tr->g.T, &tr->codec, prompts + q, per, 0, &so,
-                            imgs + (size_t)k * n + q, err);
+      st = ct_sample_images_with(tr->m, tc_encode, tr->tc, tr->g.T, &tr->codec, prompts + q, per, 0,
+                                 &so, imgs + (size_t)k * n + q, err);
     }
     if (live) {
       memcpy(w, live, nw * sizeof(float));
@@ -190,6 +200,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
 }
 
 ct_status ct_validation_init(trainer *tr, ct_err *err) {
+  vprompts_free(
+      &tr->vp); /* the Flux task reads them early, to encode them before the encoders go */
   ct_status st = load_prompts(tr->cfg, &tr->vp, err);
   return st ? st : parse_vres(tr->cfg, tr->g.resolution, &tr->vw, &tr->vh, err);
 }

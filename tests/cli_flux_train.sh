@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# End-to-end: `ctuner train` from the tiny FluxPipeline directories diffusers
+# saved (tests/data/flux_pipe, scripts/flux_tiny_pipeline.py): dev (guidance,
+# BF16, sharded) with validation, checkpoints and the final pipeline, whose
+# transformer/ loads back (`model convert`) with trained weights; a resumed
+# run ends bit for bit where an uninterrupted one does; 2 ranks ZeRO-3 (each
+# rank reads its range of the sharded transformer); schnell (T5 256 tokens);
+# the transformer from a BFL file (pretrained_transformer_model_name_or_path);
+# `ctuner sample --pretrained` from the run's checkpoint and its pipeline/;
+# and bad input: a hub id, a broken copy with every problem in one message.
+# Each run is 1-2 steps: the 512 T5 tokens dominate a step (Release ~10 s of
+# CPU in all, 26 s wall here under load; ASan 43 s of CPU, 2m50 wall under load).
+# Numbers against diffusers: tests/test_flux_pipe.c; live: make interop.
+# Usage: tests/cli_flux_train.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+P=tests/data/flux_pipe
+"$CT" dataset synth --out "$tmp/data" --count 8 --seed 5 --size 32x32 >/dev/null || { echo "FAIL - synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+COMMON=(--data_backend_config="$tmp/backend.json" --resolution=32 --aspect_bucket_alignment=8
+  --train_batch_size=1 --disable_progress_bar=true --seed=3 --learning_rate=1e-3 --num_threads=2)
+# the safetensors data of a transformer directory, tensor by tensor (the header's order may differ)
+tensors() { "$CT" model convert --from "$1" --to "$2" --layout bfl >/dev/null; }
+
+# ---- dev: 2 steps, checkpoints every step, validation at the end ----
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/a" \
+  --max_train_steps=2 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --validation_prompt="a red circle" \
+  --validation_resolution=32 --validation_num_inference_steps=1 > "$tmp/a.out" 2> "$tmp/a.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "text encoders freed after caching" "$tmp/a.err" && ok "dev: trains 2 steps, encoders freed after caching" ||
+  bad "dev: rc=$rc $(tail -5 "$tmp/a.err")"
+ls "$tmp/a/cache/text/"*-T512-*.st >/dev/null 2>&1 && ok "dev: text cache of 512 T5 tokens (model_flavour dev)" || bad "no T512 cache entries"
+[ -f "$tmp/a/checkpoint-1/transformer/config.json" ] && [ -f "$tmp/a/checkpoint-2/transformer/diffusion_pytorch_model.safetensors" ] &&
+  ok "dev: each checkpoint holds transformer/ (diffusers layout)" || bad "checkpoint transformer/ missing: $(ls -R "$tmp/a" | head -30)"
+ls "$tmp/a/validation_images/"*.png >/dev/null 2>&1 && ok "dev: validation image written" || bad "no validation image"
+[ -f "$tmp/a/pipeline/model_index.json" ] && [ -d "$tmp/a/pipeline/text_encoder_2" ] && cmp -s "$tmp/a/pipeline/transformer/config.json" $P/dev/transformer/config.json &&
+  ok "dev: output_dir/pipeline is a FluxPipeline directory (transformer/ trained, the rest linked)" || bad "pipeline: $(ls -la "$tmp/a/pipeline")"
+tensors "$tmp/a/pipeline" "$tmp/a.bfl" && tensors $P/dev "$tmp/orig.bfl" && ! cmp -s "$tmp/a.bfl" "$tmp/orig.bfl" &&
+  ok "dev: the saved transformer loads back (model convert) and differs from the pipeline's" || bad "saved transformer does not load or did not train"
+
+# ---- resume: 1 step, then on to 2 from checkpoint-1: the same weights as run a ----
+# (the first part names the same transformer through SimpleTuner's override keys)
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/b" \
+  --pretrained_transformer_model_name_or_path=$P/dev --pretrained_transformer_subfolder=transformer --max_train_steps=1 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --disable_validation=true > /dev/null 2> "$tmp/b.err" &&
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/b" \
+  --max_train_steps=2 --checkpoint_step_interval=1 --flux_guidance_value=3.5 --disable_validation=true > /dev/null 2>> "$tmp/b.err"; rc=$?
+tensors "$tmp/b/checkpoint-2/transformer" "$tmp/b.bfl"
+[ $rc -eq 0 ] && cmp -s "$tmp/a.bfl" "$tmp/b.bfl" && ok "resume: 1 + 1 steps give run a's transformer bit for bit" ||
+  bad "resume: rc=$rc $(tail -3 "$tmp/b.err")"
+
+# ---- 2 ranks, ZeRO-3: each rank loads its range of the sharded diffusers transformer ----
+ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" \
+  --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=1 --checkpoint_step_interval=1 \
+  --disable_validation=true > "$tmp/z.out" 2> "$tmp/z.err"; rc=$?
+[ $rc -eq 0 ] && tensors "$tmp/z/checkpoint-1/transformer" "$tmp/z.bfl" && ! cmp -s "$tmp/z.bfl" "$tmp/orig.bfl" &&
+  cmp -s "$tmp/z.bfl" "$tmp/z/checkpoint-1/model.safetensors" &&
+  ok "2 ranks ZeRO-3: trains; its transformer/ loads back and holds the checkpoint's weights" || bad "zero3: rc=$rc $(tail -5 "$tmp/z.err")"
+
+# ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
+"$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \
+  --pretrained_vae_model_name_or_path=$P/dev \
+  --max_train_steps=1 --checkpoint_step_interval=0 --disable_validation=true > /dev/null 2> "$tmp/s.err"; rc=$?
+[ $rc -eq 0 ] && ls "$tmp/s/cache/text/"*-T256-*.st >/dev/null 2>&1 && grep -q "flux_fast_schedule" "$tmp/s.err" &&
+  grep -q "codec vae: $P/dev/vae" "$tmp/s.err" &&
+  ok "schnell: trains with 256 T5 tokens (the VAE of pretrained_vae_model_name_or_path), says what differs from SimpleTuner" ||
+  bad "schnell: rc=$rc $(tail -3 "$tmp/s.err")"
+"$CT" train --pretrained_model_name_or_path=$P/dev --pretrained_transformer_model_name_or_path="$tmp/orig.bfl" --model_flavour=dev \
+  "${COMMON[@]}" --output_dir="$tmp/f" --max_train_steps=1 --checkpoint_step_interval=1 --flux_guidance_value=3.5 \
+  --disable_validation=true > /dev/null 2> "$tmp/f.err"; rc=$?
+tensors "$tmp/f/checkpoint-1/transformer" "$tmp/f.bfl"
+tensors "$tmp/a/checkpoint-1/transformer" "$tmp/a1.bfl"
+[ $rc -eq 0 ] && cmp -s "$tmp/f.bfl" "$tmp/a1.bfl" && ok "a BFL transformer file trains to run a's weights bit for bit" ||
+  bad "bfl override: rc=$rc $(tail -3 "$tmp/f.err")"
+
+# ---- sampling as FluxPipeline (values: tests/test_flux_pipe.c against diffusers) ----
+"$CT" sample --pretrained $P/dev --checkpoint "latest:$tmp/a" --prompt "a red circle" --out "$tmp/s1.png" \
+  --width 32 --height 32 --steps 1 > "$tmp/s.out" 2> "$tmp/s.err"; rc=$?
+"$CT" sample --pretrained "$tmp/a/pipeline" --prompt "a red circle" --out "$tmp/s2.png" --width 32 --height 32 \
+  --steps 1 >> "$tmp/s.out" 2>> "$tmp/s.err" || rc=1
+"$CT" sample --pretrained $P/dev --prompt "a red circle" --out "$tmp/s0.png" --width 32 --height 32 --steps 1 \
+  >> "$tmp/s.out" 2>> "$tmp/s.err" || rc=1
+[ $rc -eq 0 ] && cmp -s "$tmp/s1.png" "$tmp/s2.png" && ! cmp -s "$tmp/s0.png" "$tmp/s1.png" &&
+  ok "sample --pretrained: the run's last checkpoint and its output pipeline give the same image, the base another" ||
+  bad "sample: rc=$rc $(cat "$tmp/s.err")"
+"$CT" sample --checkpoint "latest:$tmp/a" --prompt x --out "$tmp/s3.png" 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "ctuner sample --pretrained" "$tmp/err" && ok "sample --checkpoint of a pipeline run says to add --pretrained" ||
+  bad "sample without --pretrained: rc=$rc $(cat "$tmp/err")"
+
+# ---- bad input ----
+"$CT" train --pretrained_model_name_or_path=black-forest-labs/FLUX.1-dev "${COMMON[@]}" --output_dir="$tmp/x" 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "huggingface-cli download black-forest-labs/FLUX.1-dev --local-dir X" "$tmp/err" &&
+  ok "a hub id: refused, says how to fetch it" || bad "hub id: rc=$rc $(cat "$tmp/err")"
+cp -rL $P/dev "$tmp/broken"
+rm -rf "$tmp/broken/text_encoder_2"
+sed -i 's/"joint_attention_dim": 64/"joint_attention_dim": 48/' "$tmp/broken/transformer/config.json"
+"$CT" train --pretrained_model_name_or_path="$tmp/broken" --preset=tiny "${COMMON[@]}" --output_dir="$tmp/x" 2> "$tmp/err"; rc=$?
+grep -q "text_encoder_2: missing" "$tmp/err" && grep -q "context_embedder.weight in diffusion_pytorch_model-0000[12]-of-00002.safetensors" "$tmp/err" &&
+  grep -q "preset does not go with a FLUX.1 pipeline" "$tmp/err" && [ $rc -ne 0 ] &&
+  ok "a broken pipeline: missing part, wrongly shaped tensor (with its file) and a conflicting key in one message" ||
+  bad "broken: rc=$rc $(cat "$tmp/err")"
+exit $fail
