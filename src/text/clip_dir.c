@@ -17,7 +17,7 @@
 /* Read, or harmless for a frozen forward pass in eval mode. */
 static const char *const IGNORED[] = {
     "projection_dim", "bos_token_id", "pad_token_id", "attention_dropout", "dropout",
-    "initializer_factor", "initializer_range", "architectures", "torch_dtype",
+    "initializer_factor", "initializer_range", "architectures", "torch_dtype", "dtype",
     "transformers_version", "_name_or_path", "_commit_hash", "_attn_implementation_autoset",
     "model_type", "pruned_heads", "output_attentions", "output_hidden_states", "return_dict",
     "use_bfloat16", "torchscript", "tie_word_embeddings", "tokenizer_class", "is_decoder",
