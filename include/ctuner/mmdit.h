@@ -145,6 +145,13 @@ void ct_mmdit_set_checkpointing(ct_mmdit *m, int every);
  * blocks of each list are checkpointed. */
 int ct_mmdit_checkpointing(const ct_mmdit *m, int *ndouble, int *nsingle);
 
+/* Bytes of the activation arena a forward + backward of this batch shape
+ * reserves (category activations), with gradient checkpointing every Nth block
+ * (0: off) — the same plan ct_mmdit_forward lays out, counted without a model
+ * or any allocation (memory planning, `ctuner bench memory --plan`). 0 if out
+ * of memory. */
+size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, int H, int W, int T);
+
 /* Installs hooks (copied), or removes them (NULL: back to the own buffers). */
 void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);
 /* Replaces the parameter (gradient) storage by w (g): numel floats, borrowed,

@@ -505,6 +505,20 @@ static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
   return b.off;
 }
 
+size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, int H, int W, int T) {
+  ct_mmdit *m = calloc(1, sizeof *m);
+  if (!m) return 0;
+  m->cfg = *cfg;
+  m->ckpt_every = every > 0 ? every : 0;
+  m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
+  m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
+  size_t n = m->db_a && m->sb_a ? plan(m, NULL, B, H, W, T) : 0; /* counts only */
+  free(m->db_a);
+  free(m->sb_a);
+  free(m);
+  return n * sizeof(float);
+}
+
 static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
   size_t need = plan(m, NULL, B, H, W, T);
   size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)T;
