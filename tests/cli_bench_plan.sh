@@ -22,6 +22,10 @@ import json, sys
 m, p = json.loads(sys.argv[1])["bytes"], json.loads(sys.argv[2])["bytes"]
 keys = ("params", "grads", "optimizer", "activations")
 bad = [f"{k}: measured {m[k]:.0f} planned {p[k]:.0f}" for k in keys if m[k] != p[k] or m[k] <= 0]
+# buffers: the plan counts the buffers of zero.c and the gather for the final checkpoint, not the scratch of the communicator
+zb, gr, mb = p["zero_buffers"], p["gather_rank0"], m["buffers"]
+if zb + gr > mb:
+    bad.append(f"buffers: planned {zb:.0f} + {gr:.0f} > measured {mb:.0f}")
 print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
     ok "plan = measured: $*"
   else

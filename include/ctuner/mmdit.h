@@ -91,6 +91,10 @@ float *ct_mmdit_params(ct_mmdit *m);
 float *ct_mmdit_grads(ct_mmdit *m); /* NULL without gradients */
 const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n);
 const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name);
+/* Floats of the largest segment (ct_mmdit_segment) of a parameter table from
+ * ct_mmdit_param_table: what ZeRO-3 gathers into a slot, without a model. */
+size_t ct_mmdit_max_segment(const ct_mmdit_config *cfg, const ct_param *tab, size_t n,
+                            size_t numel);
 /* Bytes of the activation arena currently reserved. */
 size_t ct_mmdit_activation_bytes(const ct_mmdit *m);
 

@@ -72,6 +72,9 @@ typedef struct ct_memplan_opts {
   int offload_optimizer;  /* offload_optimizer nvme */
   int offload_param;      /* offload_param nvme (stage 3, float32) */
   size_t offload_buffer;  /* offload_buffer_size (floats; 0: the default) */
+  size_t maxseg;          /* floats of the largest segment (ct_mmdit_max_segment) */
+  size_t bucket;          /* reduce_bucket_size (floats; 0: hidden^2, the default) */
+  int hidden;
 } ct_memplan_opts;
 
 /* Bytes per rank — the largest rank's (rank 0's) — by accounting category,
@@ -85,6 +88,10 @@ typedef struct ct_memplan {
   double swap;                              /* bytes per rank in the offload swap file instead */
   double offload_buffers;                   /* of optimizer: offload.c's three sub-group buffers */
   double formula_params, formula_grads, formula_optimizer; /* ZeRO's formula over Ψ */
+  double zero_buffers; /* category buffers, zero.c: stage 2-3 buckets, stage 3 slots, bf16
+                          segment scratch and float32 gradient range, offload_param pieces */
+  double gather_rank0; /* category buffers, rank 0 only, while validating or checkpointing:
+                          the full float32 weights (and EMA) gathered from the shards */
   size_t range, shard, offload_sub; /* floats: rank 0's optimizer range, the shard, a sub-group */
 } ct_memplan;
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err);

@@ -236,10 +236,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
         "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld, \"offload_optimizer\": \"%s\", "
         "\"offload_param\": \"%s\", \"bytes\": {\"params\": %.0f, "
-        "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f}}\n",
+        "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"buffers\": %.0f}}\n",
         preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
         fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576, ckpt, offopt, offpar, mx[0], mx[1], mx[2], mx[3]);
+        mx[4] / 1048576, ckpt, offopt, offpar, mx[0], mx[1], mx[2], mx[3], mx[4]);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

@@ -255,6 +255,7 @@ int ct_bench_memory_plan(int argc, char **argv) {
     return 1;
   }
   for (size_t i = 0; i < ntab; i++) psi += tab[i].numel;
+  const size_t maxseg = ct_mmdit_max_segment(&mc, tab, ntab, numel);
   free(tab);
   ct_memplan_opts o = {numel,
                        psi,
@@ -265,7 +266,10 @@ int ct_bench_memory_plan(int argc, char **argv) {
                        (int)a.ema,
                        !strcmp(a.offopt, "nvme"),
                        !strcmp(a.offpar, "nvme"),
-                       (size_t)a.offbuf};
+                       (size_t)a.offbuf,
+                       maxseg,
+                       0, /* reduce_bucket_size: the default, hidden^2 */
+                       mc.hidden};
   ct_memplan p;
   if (ct_memplan_trainable(&o, &p, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -290,6 +294,8 @@ int ct_bench_memory_plan(int argc, char **argv) {
       a.pretrained ? "pretrained" : "preset", a.pretrained ? a.pretrained : a.preset, a.ranks,
       a.stage, a.mp, psi, numel, p.params / MB, p.grads / MB, p.optimizer / MB, tot / MB,
       p.formula_params / MB, p.formula_grads / MB, p.formula_optimizer / MB, ftot / MB, tot / ftot);
+  printf("\"buffers_mb\": {\"zero\": %.2f, \"gather_rank0\": %.2f}, ", p.zero_buffers / MB,
+         p.gather_rank0 / MB);
   printf(
       "\"activations_mb\": %.2f, \"activation_shape\": {\"batch\": %ld, \"resolution\": %ld, "
       "\"latent\": %d, \"tokens\": %d, \"gradient_checkpointing\": %ld}, "
@@ -303,8 +309,8 @@ int ct_bench_memory_plan(int argc, char **argv) {
   printf(
       ", \"total_mb\": %.2f, \"bytes\": {\"params\": %.0f, \"grads\": %.0f, \"optimizer\": "
       "%.0f, \"activations\": %.0f, \"frozen\": %.0f, \"swap\": %.0f, \"startup_params\": %.0f, "
-      "\"startup_optimizer\": %.0f}}\n",
+      "\"startup_optimizer\": %.0f, \"zero_buffers\": %.0f, \"gather_rank0\": %.0f}}\n",
       (tot + act + fr) / MB, p.params, p.grads, p.optimizer, act, fr, p.swap, p.startup_params,
-      p.startup_optimizer);
+      p.startup_optimizer, p.zero_buffers, p.gather_rank0);
   return 0;
 }

@@ -505,6 +505,21 @@ static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
   return b.off;
 }
 
+size_t ct_mmdit_max_segment(const ct_mmdit_config *cfg, const ct_param *tab, size_t n,
+                            size_t numel) {
+  size_t best = 0, start = 0;
+  int cur = -1;
+  for (size_t i = 0; i < n; i++) {
+    int s = segment_of(cfg, tab[i].name);
+    if (s == cur) continue;
+    if (cur >= 0 && tab[i].offset - start > best) best = tab[i].offset - start;
+    start = tab[i].offset;
+    cur = s;
+  }
+  if (cur >= 0 && numel - start > best) best = numel - start;
+  return best;
+}
+
 size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, int H, int W, int T) {
   ct_mmdit *m = calloc(1, sizeof *m);
   if (!m) return 0;

@@ -34,6 +34,24 @@ static size_t offload_sub(size_t n, size_t asked) {
   return sub;
 }
 
+/* zero.c's buffers (zero_start, zero_set_reader) and dp_zero.c's gather for a
+ * checkpoint or validation on rank 0 (ct_dp_gather_full). */
+static void zero_buffers(const ct_memplan_opts *o, ct_memplan *p, size_t shard, size_t range) {
+  const size_t n = o->numel, e = o->bf16 ? 2 : 4, ms = o->maxseg;
+  const int own = o->stage >= 3 || o->bf16;
+  double z = 0;
+  if (o->stage >= 2 || o->bf16) {
+    size_t bucket = o->bucket ? o->bucket : (size_t)o->hidden * (size_t)o->hidden;
+    if (o->stage >= 2) z += 2.0 * (double)(bucket > ms ? bucket : ms) * (double)e;
+    if (o->stage >= 3) z += 2.0 * (double)ms * (double)e;
+    if (o->bf16) z += 2.0 * (double)ms * 4.0 + 4.0 * (double)(o->stage >= 1 ? range : n);
+    if (o->offload_param) z += 2.0 * (double)(ms < shard ? ms : shard) * 4.0;
+  }
+  p->zero_buffers = z;
+  if (own && range < n) p->gather_rank0 = 4.0 * (double)n * (o->ema ? 2 : 1);
+  if (o->offload_param) p->gather_rank0 += 4.0 * (double)range;
+}
+
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err) {
   memset(p, 0, sizeof *p);
   if (o->ranks < 1 || o->stage < 0 || o->stage > 3 || o->numel == 0)
@@ -85,6 +103,7 @@ ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *
   p->params = w;
   p->grads = g;
   p->optimizer = opt;
+  zero_buffers(o, p, shard, range);
   /* the ZeRO paper's formula over Ψ (no alignment), as `bench memory` prints it */
   const double psi = (double)o->psi;
   double fp = (o->bf16 ? 2 : 4) * psi, fg = (o->bf16 ? 2 : 4) * psi,
