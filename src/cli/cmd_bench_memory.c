@@ -53,13 +53,17 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "swap file — swap_mb — and three sub-group buffers stay, as ctuner train does;\n"
       "startup_optimizer_mb is the peak before the state moves out), the activation\n"
       "arena of one step for --batch (default 1) at --resolution pixels (default 64,\n"
-      "as the measured mode's bucket; 1024 for flux-dev and --pretrained) and --tokens\n"
-      "text tokens (default: the preset's; 512 for FLUX.1), and the frozen parts in\n"
+      "as the measured mode's bucket; 1024 for flux-dev; a pipeline's VAE sample_size)\n"
+      "and --tokens text tokens (default: the preset's; 512 for FLUX.1), and the\n"
+      "frozen parts in\n"
       "their stored dtype: for --pretrained DIR (a diffusers FLUX.1 pipeline, or its\n"
       "transformer/) text_encoder_2, text_encoder and vae from their safetensors\n"
-      "headers; for --preset flux-dev FLUX.1-dev's T5-XXL, CLIP-L and VAE in bf16.\n"
-      "Not planned: the frozen encoders' own activations, communication scratch and\n"
-      "ZeRO buckets (the measured mode's buffers), the data pipeline.\n");
+      "headers; for --preset flux-dev FLUX.1-dev's T5-XXL, CLIP-L and VAE in bf16\n"
+      "(f32_mb: the same widened to float32, as ctuner's loaders hold them today).\n"
+      "buffers_mb: ZeRO's buckets, slots and bf16 scratch (zero), and the full float32\n"
+      "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
+      "planned: the communicator's scratch, the frozen encoders' activations, the data\n"
+      "pipeline.\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {

@@ -230,12 +230,16 @@ static void print_frozen(const frozen fz[3], double *total) {
     if (!fz[k].present) continue;
     printf(
         "%s{\"name\": \"%s\", \"class\": \"%s\", \"params\": %.0f, \"dtype\": \"%s\", "
-        "\"mb\": %.2f}",
-        first ? "" : ", ", fz[k].name, fz[k].cls, fz[k].params, fz[k].dtype, fz[k].bytes / MB);
+        "\"mb\": %.2f, \"f32_mb\": %.2f}",
+        first ? "" : ", ", fz[k].name, fz[k].cls, fz[k].params, fz[k].dtype, fz[k].bytes / MB,
+        4 * fz[k].params / MB);
     *total += fz[k].bytes;
     first = 0;
   }
-  printf("], \"frozen_mb\": %.2f", *total / MB);
+  double f32 = 0;
+  for (int k = 0; k < 3; k++) f32 += fz[k].present ? 4 * fz[k].params : 0;
+  /* ctuner's T5, CLIP and VAE loaders widen the weights to float32 today */
+  printf("], \"frozen_mb\": %.2f, \"frozen_f32_mb\": %.2f", *total / MB, f32 / MB);
 }
 
 int ct_bench_memory_plan(int argc, char **argv) {
