@@ -93,12 +93,17 @@ def run(a):
         ts.append(time.perf_counter() - t0)
     ts.sort()
     import diffusers
+    dyn = {}
+    if a.mode.startswith("compile"):  # graphs compiled and graph breaks: a recompile inside the timed steps shows here
+        from torch._dynamo.utils import counters
+        dyn = {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+               "graph_breaks": sum(counters["graph_break"].values())}
     return {"peer": "diffusers-flux", "mode": a.mode, "torch": torch.__version__, "diffusers": diffusers.__version__,
             "preset": "bench", "threads": torch.get_num_threads(),
             "params": sum(x.numel() for x in m.parameters()), "steps": a.steps, "warmup": a.warmup,
             "ms_per_step_median": round(ts[len(ts) // 2] * 1e3, 2), "ms_per_step_min": round(ts[0] * 1e3, 2),
             "warmup_s": round(warm, 2), "loss_last": round(float(loss.detach()), 6),
-            "blas": "mkl" if torch.backends.mkl.is_available() else "other"}
+            "blas": "mkl" if torch.backends.mkl.is_available() else "other", **({"dynamo": dyn} if dyn else {})}
 
 
 def main():
