@@ -14,7 +14,7 @@ help:
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
-	@echo "make bench      ctuner bench step --preset bench, and the PyTorch peer in the same run; FMA peak, SGEMM paths, per-op profile"
+	@echo "make bench      ctuner bench step --preset bench and the PyTorch peers (Debian torch 1.13; diffusers Flux on PyPI torch 2: eager, bf16, compile) interleaved in one run"
 	@echo "make bench-gemm ct_sgemm per path against OpenBLAS and AVX2 against AVX-512 at the model's shapes, 1 thread (CPU time)"
 	@echo "make bench-dist 2 ranks x 1 thread vs 1 rank x 2 threads (data parallel, ZeRO 0-3)"
 	@echo "make bench-offload  step time with the optimizer state offloaded to a file vs in memory (small preset)"

@@ -393,3 +393,47 @@ CT_TEST(model, load_lists_all_problems) {
          "%s", err.msg);
   ct_mmdit_free(m);
 }
+
+/* Memory planning without a model (`bench memory --plan`): the activation
+ * arena a forward reserves and the largest segment equal the planned ones. */
+CT_TEST(model, memory_plan_matches_model) {
+  ct_mmdit_config c = ct_mmdit_preset_find("tiny")->cfg;
+  c.depth_double = 3;
+  c.depth_single = 4;
+  ct_err err = {0};
+  ct_mmdit *m;
+  REQUIRE(ct_mmdit_new(&c, 3, CT_MMDIT_GRADS, &m, &err) == CT_OK);
+  size_t np, numel, nt;
+  ct_param *tab;
+  REQUIRE(ct_mmdit_param_table(&c, &tab, &nt, &numel, &err) == CT_OK);
+  size_t best = 0, off, n;
+  for (int s = 0; s < ct_mmdit_nsegments(m); s++) {
+    ct_mmdit_segment(m, s, &off, &n);
+    if (n > best) best = n;
+  }
+  CHECKF(ct_mmdit_max_segment(&c, tab, nt, numel) == best, "max segment %zu, model %zu",
+         ct_mmdit_max_segment(&c, tab, nt, numel), best);
+  (void)ct_mmdit_table(m, &np);
+  CHECK(np == nt && numel == ct_mmdit_numel(m));
+  free(tab);
+  const int B = 2, H = 6, W = 4, T = 3;
+  size_t nx = (size_t)B * c.in_channels * H * W;
+  float *x = calloc(nx, 4), *v = calloc(nx, 4), *t = calloc(B, 4);
+  float *txt = calloc((size_t)B * T * c.context_in_dim, 4),
+        *y = calloc((size_t)B * c.vec_in_dim, 4);
+  REQUIRE(x && v && t && txt && y);
+  for (int every = 0; every <= 2; every++) {
+    ct_mmdit_set_checkpointing(m, every);
+    ct_mmdit_batch in = {B, H, W, T, x, t, txt, y, NULL};
+    REQUIRE(ct_mmdit_forward(m, &in, v, &err) == CT_OK);
+    CHECKF(ct_mmdit_activation_plan(&c, every, B, H, W, T) == ct_mmdit_activation_bytes(m),
+           "every %d: planned %zu, reserved %zu", every,
+           ct_mmdit_activation_plan(&c, every, B, H, W, T), ct_mmdit_activation_bytes(m));
+  }
+  free(x);
+  free(v);
+  free(t);
+  free(txt);
+  free(y);
+  ct_mmdit_free(m);
+}

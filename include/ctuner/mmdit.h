@@ -91,6 +91,10 @@ float *ct_mmdit_params(ct_mmdit *m);
 float *ct_mmdit_grads(ct_mmdit *m); /* NULL without gradients */
 const ct_param *ct_mmdit_table(const ct_mmdit *m, size_t *n);
 const ct_param *ct_mmdit_find(const ct_mmdit *m, const char *name);
+/* Floats of the largest segment (ct_mmdit_segment) of a parameter table from
+ * ct_mmdit_param_table: what ZeRO-3 gathers into a slot, without a model. */
+size_t ct_mmdit_max_segment(const ct_mmdit_config *cfg, const ct_param *tab, size_t n,
+                            size_t numel);
 /* Bytes of the activation arena currently reserved. */
 size_t ct_mmdit_activation_bytes(const ct_mmdit *m);
 
@@ -144,6 +148,13 @@ void ct_mmdit_set_checkpointing(ct_mmdit *m, int every);
 /* The interval set (0: off); *ndouble, *nsingle (each may be NULL): how many
  * blocks of each list are checkpointed. */
 int ct_mmdit_checkpointing(const ct_mmdit *m, int *ndouble, int *nsingle);
+
+/* Bytes of the activation arena a forward + backward of this batch shape
+ * reserves (category activations), with gradient checkpointing every Nth block
+ * (0: off) — the same plan ct_mmdit_forward lays out, counted without a model
+ * or any allocation (memory planning, `ctuner bench memory --plan`). 0 if out
+ * of memory. */
+size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, int H, int W, int T);
 
 /* Installs hooks (copied), or removes them (NULL: back to the own buffers). */
 void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);

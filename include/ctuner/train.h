@@ -57,6 +57,45 @@ ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err);
 
+/* ---- memory planning (`ctuner bench memory --plan`, docs/performance.md) ---- */
+/* The MMDiT configuration a training config trains (the preset with the
+ * codec's input channels), the codec factor and the text tokens per caption. */
+ct_status ct_train_model_config(const ct_config *cfg, ct_mmdit_config *mc, int *codec_scale, int *T,
+                                ct_err *err);
+
+typedef struct ct_memplan_opts {
+  size_t numel;           /* floats of the flat parameter buffer (16-float aligned tensors) */
+  size_t psi;             /* trainable parameters Ψ (the formula's) */
+  int ranks, stage, bf16; /* world size, zero_stage, mixed_precision bf16 */
+  int nstate;             /* optimizer state arrays per parameter (AdamW 2) */
+  int ema;                /* use_ema */
+  int offload_optimizer;  /* offload_optimizer nvme */
+  int offload_param;      /* offload_param nvme (stage 3, float32) */
+  size_t offload_buffer;  /* offload_buffer_size (floats; 0: the default) */
+  size_t maxseg;          /* floats of the largest segment (ct_mmdit_max_segment) */
+  size_t bucket;          /* reduce_bucket_size (floats; 0: hidden^2, the default) */
+  int hidden;
+} ct_memplan_opts;
+
+/* Bytes per rank — the largest rank's (rank 0's) — by accounting category,
+ * as the trainer allocates them; nothing is allocated. */
+typedef struct ct_memplan {
+  double params, grads, optimizer; /* in memory while training (optimizer: state, bf16 master
+                                      weights, EMA, offload buffers) */
+  double startup_params, startup_optimizer; /* the peaks: with offload the float32 shard and
+                                               the state are in memory (beside the swap file's
+                                               buffers) before they are written to the file */
+  double swap;                              /* bytes per rank in the offload swap file instead */
+  double offload_buffers;                   /* of optimizer: offload.c's three sub-group buffers */
+  double formula_params, formula_grads, formula_optimizer; /* ZeRO's formula over Ψ */
+  double zero_buffers; /* category buffers, zero.c: stage 2-3 buckets, stage 3 slots, bf16
+                          segment scratch and float32 gradient range, offload_param pieces */
+  double gather_rank0; /* category buffers, rank 0 only, while validating or checkpointing:
+                          the full float32 weights (and EMA) gathered from the shards */
+  size_t range, shard, offload_sub; /* floats: rank 0's optimizer range, the shard, a sub-group */
+} ct_memplan;
+ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err);
+
 /* A stop asked for from outside (SIGTERM, SIGINT or SIGUSR1 in ctuner train;
  * a scheduler's preemption, the web UI's Stop): the running loop finishes the
  * step it is in, every rank agrees at the step's end, a checkpoint of that

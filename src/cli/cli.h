@@ -59,7 +59,8 @@ int ct_cmd_bench_step(int argc, char **argv); /* cmd_bench.c */
 void ct_cmd_bench_step_help(FILE *f);
 int ct_cmd_bench_peak(int argc, char **argv); /* cmd_bench_peak.c */
 void ct_cmd_bench_peak_help(FILE *f);
-int ct_cmd_bench_memory(int argc, char **argv); /* cmd_bench_memory.c */
+int ct_cmd_bench_memory(int argc, char **argv);  /* cmd_bench_memory.c */
+int ct_bench_memory_plan(int argc, char **argv); /* cmd_bench_plan.c: --plan */
 void ct_cmd_bench_memory_help(FILE *f);
 int ct_cmd_bench_discovery(int argc, char **argv); /* cmd_bench_data.c */
 void ct_cmd_bench_discovery_help(FILE *f);

@@ -16,23 +16,54 @@
 #include "ctuner/train.h"
 
 void ct_cmd_bench_memory_help(FILE *f) {
-  fprintf(f,
-          "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision "
-          "no|bf16]\n"
-          "                           [--gradient_checkpointing N]\n"
-          "\n"
-          "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
-          "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
-          "bytes of trainable parameters, gradients and optimizer state, the ZeRO\n"
-          "formula (fp32: params 4Ψ, grads 4Ψ, AdamW 8Ψ; bf16: params 2Ψ, grads 2Ψ,\n"
-          "float32 master weights + AdamW 12Ψ; stage 1 divides the optimizer part by N,\n"
-          "stage 2 also the gradients, stage 3 everything) and their ratio, and the\n"
-          "peaks outside the formula (activations; buffers: communication scratch,\n"
-          "buckets, the weights gathered for the final checkpoint). --ranks N (default:\n"
-          "the MPI world, else 1) re-runs this command under mpirun -np N when it was\n"
-          "not started by an MPI launcher. --gradient_checkpointing N trains with\n"
-          "gradient_checkpointing on and gradient_checkpointing_interval N (0: off, the\n"
-          "default): the activations peak drops.\n");
+  fprintf(
+      f,
+      "usage: ctuner bench memory [--preset NAME] [--stage S] [--ranks N] [--mixed_precision "
+      "no|bf16]\n"
+      "                           [--gradient_checkpointing N] [--offload_optimizer "
+      "none|nvme]\n"
+      "                           [--offload_param none|nvme]\n"
+      "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
+      "N]\n"
+      "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
+      "                           [--offload_optimizer none|cpu|nvme] [--offload_param "
+      "none|cpu|nvme]\n"
+      "                           [--offload_buffer_size FLOATS] [--use_ema] [--batch B]\n"
+      "                           [--resolution PX] [--tokens T]\n"
+      "\n"
+      "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
+      "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
+      "bytes of trainable parameters, gradients and optimizer state, the ZeRO\n"
+      "formula (fp32: params 4Ψ, grads 4Ψ, AdamW 8Ψ; bf16: params 2Ψ, grads 2Ψ,\n"
+      "float32 master weights + AdamW 12Ψ; stage 1 divides the optimizer part by N,\n"
+      "stage 2 also the gradients, stage 3 everything) and their ratio, and the\n"
+      "peaks outside the formula (activations; buffers: communication scratch,\n"
+      "buckets, the weights gathered for the final checkpoint). --ranks N (default:\n"
+      "the MPI world, else 1) re-runs this command under mpirun -np N when it was\n"
+      "not started by an MPI launcher. --gradient_checkpointing N trains with\n"
+      "gradient_checkpointing on and gradient_checkpointing_interval N (0: off, the\n"
+      "default): the activations peak drops. --offload_optimizer / --offload_param nvme\n"
+      "train with the swap file in the run's temporary directory (the peaks include\n"
+      "the start-up, before the state and weights move to the file).\n"
+      "\n"
+      "--plan computes the same per-rank bytes from the parameter table without\n"
+      "allocating the model or training (no MPI; --ranks N is arithmetic): params,\n"
+      "grads and optimizer (AdamW state; bf16: the float32 master weights; --use_ema:\n"
+      "the EMA; offload nvme: the state, or at stage 3 the float32 weights, go to the\n"
+      "swap file — swap_mb — and three sub-group buffers stay, as ctuner train does;\n"
+      "startup_optimizer_mb is the peak before the state moves out), the activation\n"
+      "arena of one step for --batch (default 1) at --resolution pixels (default 64,\n"
+      "as the measured mode's bucket; 1024 for flux-dev; a pipeline's VAE sample_size)\n"
+      "and --tokens text tokens (default: the preset's; 512 for FLUX.1), and the\n"
+      "frozen parts in\n"
+      "their stored dtype: for --pretrained DIR (a diffusers FLUX.1 pipeline, or its\n"
+      "transformer/) text_encoder_2, text_encoder and vae from their safetensors\n"
+      "headers; for --preset flux-dev FLUX.1-dev's T5-XXL, CLIP-L and VAE in bf16\n"
+      "(f32_mb: the same widened to float32, as ctuner's loaders hold them today).\n"
+      "buffers_mb: ZeRO's buckets, slots and bf16 scratch (zero), and the full float32\n"
+      "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
+      "planned: the communicator's scratch, the frozen encoders' activations, the data\n"
+      "pipeline.\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -64,7 +95,12 @@ static int relaunch(int argc, char **argv, long ranks) {
 }
 
 int ct_cmd_bench_memory(int argc, char **argv) {
-  const char *preset = "bench", *mp = "no", *v;
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+      break;
+    else if (!strcmp(argv[i], "--plan"))
+      return ct_bench_memory_plan(argc, argv);
+  const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
   long stage = 0, ranks = 0, ckpt = 0;
   for (int i = 2; i < argc; i++) {
     int r;
@@ -72,7 +108,9 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       ct_cmd_bench_memory_help(stdout);
       return 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
-               (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp))) {
+               (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp)) ||
+               (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &offopt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
@@ -101,7 +139,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   }
   const int rank = ct_comm_rank(comm), N = ct_comm_size(comm);
   int rc = 1;
-  char dir[] = "/tmp/ctuner-benchmem.XXXXXX", data[64], backend[80], out[64], json[256];
+  char dir[] = "/tmp/ctuner-benchmem.XXXXXX", data[64], backend[80], out[64], swap[64], json[256];
   if (!mkdtemp(dir)) {
     perror("ctuner bench memory: mkdtemp");
     goto done;
@@ -116,6 +154,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     goto done;
   }
   snprintf(out, sizeof out, "%s/run", shared);
+  snprintf(swap, sizeof swap, "%s/swap", shared);
   ct_log_set_level(CT_LOG_ERROR);
   if (ct_synth_write_dataset(data, 2 * N, 1, 16, 16, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -146,7 +185,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"zero_stage", st_s},
                          {"mixed_precision", mp},
                          {"gradient_checkpointing", ckpt ? "true" : "false"},
-                         {"gradient_checkpointing_interval", ck_s}};
+                         {"gradient_checkpointing_interval", ck_s},
+                         {"offload_optimizer", offopt},
+                         {"offload_param", offpar},
+                         {"offload_param_path", swap}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -196,10 +238,12 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
         "%.2f}, "
         "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
-        "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld}\n",
+        "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld, \"offload_optimizer\": \"%s\", "
+        "\"offload_param\": \"%s\", \"bytes\": {\"params\": %.0f, "
+        "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"buffers\": %.0f}}\n",
         preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
         fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576, ckpt);
+        mx[4] / 1048576, ckpt, offopt, offpar, mx[0], mx[1], mx[2], mx[3], mx[4]);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

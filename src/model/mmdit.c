@@ -517,6 +517,35 @@ static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
   return b.off;
 }
 
+size_t ct_mmdit_max_segment(const ct_mmdit_config *cfg, const ct_param *tab, size_t n,
+                            size_t numel) {
+  size_t best = 0, start = 0;
+  int cur = -1;
+  for (size_t i = 0; i < n; i++) {
+    int s = segment_of(cfg, tab[i].name);
+    if (s == cur) continue;
+    if (cur >= 0 && tab[i].offset - start > best) best = tab[i].offset - start;
+    start = tab[i].offset;
+    cur = s;
+  }
+  if (cur >= 0 && numel - start > best) best = numel - start;
+  return best;
+}
+
+size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, int H, int W, int T) {
+  ct_mmdit *m = calloc(1, sizeof *m);
+  if (!m) return 0;
+  m->cfg = *cfg;
+  m->ckpt_every = every > 0 ? every : 0;
+  m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
+  m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
+  size_t n = m->db_a && m->sb_a ? plan(m, NULL, B, H, W, T) : 0; /* counts only */
+  free(m->db_a);
+  free(m->sb_a);
+  free(m);
+  return n * sizeof(float);
+}
+
 static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
   size_t need = plan(m, NULL, B, H, W, T);
   size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)T;

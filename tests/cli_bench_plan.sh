@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# `ctuner bench memory --plan` (docs/performance.md): the bytes per rank it
+# computes without allocating equal, byte for byte, the per-category peaks the
+# measured mode records in a real two-step run (params, grads, optimizer state,
+# activations) for small presets across ranks, stages, bf16 and gradient
+# checkpointing; for a diffusers FLUX.1 pipeline (tests/data/flux_pipe/dev) the
+# trainable Ψ and every frozen component's bytes equal the data sections of its
+# safetensors files, read here with od; bad combinations are refused.
+# Usage: tests/cli_bench_plan.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+
+# measured vs planned: exact bytes per category
+for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1"; do
+  set -- $spec
+  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5")
+  m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
+  p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
+  if /usr/bin/python3 -c '
+import json, sys
+m, p = json.loads(sys.argv[1])["bytes"], json.loads(sys.argv[2])["bytes"]
+keys = ("params", "grads", "optimizer", "activations")
+bad = [f"{k}: measured {m[k]:.0f} planned {p[k]:.0f}" for k in keys if m[k] != p[k] or m[k] <= 0]
+# buffers: the plan counts the buffers of zero.c and the gather for the final checkpoint, not the scratch of the communicator
+zb, gr, mb = p["zero_buffers"], p["gather_rank0"], m["buffers"]
+if zb + gr > mb:
+    bad.append(f"buffers: planned {zb:.0f} + {gr:.0f} > measured {mb:.0f}")
+print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
+    ok "plan = measured: $*"
+  else
+    bad "plan != measured for $*: $(cat "$tmp/diff") | $m | $p | $(cat "$tmp/m.err" "$tmp/p.err")"
+  fi
+done
+
+# a pipeline directory: bytes of a safetensors file's data section = size - 8 - header length
+data_bytes() {
+  local t=0 f n
+  for f in "$@"; do
+    n=$(od -An -t u8 -N8 "$f" | tr -d ' ')
+    t=$((t + $(stat -c %s "$f") - 8 - n))
+  done
+  echo "$t"
+}
+pipe=tests/data/flux_pipe/dev
+j=$("$CT" bench memory --plan --pretrained "$pipe" --ranks 2 --stage 3 2>"$tmp/pipe.err")
+tr=$(data_bytes "$pipe"/transformer/*.safetensors)
+t5=$(data_bytes "$pipe"/text_encoder_2/*.safetensors)
+clip=$(data_bytes "$pipe"/text_encoder/*.safetensors)
+vae=$(data_bytes "$pipe"/vae/*.safetensors)
+if /usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); tr, t5, clip, vae = map(int, sys.argv[2:6])
+fz = {f["name"]: f for f in d["frozen"]}
+# the tiny pipeline is stored in bf16 throughout: 2 bytes per parameter
+ok = (d["psi"] * 2 == tr and fz["text_encoder_2"]["params"] * 2 == t5 and fz["text_encoder"]["params"] * 2 == clip
+      and fz["vae"]["params"] * 2 == vae and d["bytes"]["frozen"] == t5 + clip + vae
+      and all(f["dtype"] == "BF16" for f in d["frozen"]) and d["activation_shape"]["resolution"] == 32
+      and d["ranks"] == 2 and d["stage"] == 3 and d["plan_mb"]["params"] < d["plan_mb"]["optimizer"])
+sys.exit(0 if ok else 1)' "$j" "$tr" "$t5" "$clip" "$vae"; then
+  ok "pipeline plan: transformer Ψ and frozen T5/CLIP/VAE bytes equal their safetensors data ($t5 + $clip + $vae)"
+else
+  bad "pipeline plan: $j (transformer $tr, t5 $t5, clip $clip, vae $vae) $(cat "$tmp/pipe.err")"
+fi
+
+# offload: the peaks of a real run (the state and the float32 shard are in
+# memory beside the swap file's buffers until they are written to it) equal the
+# plan's start-up figures; in steady state the state and the weights are in the
+# swap file and three sub-group buffers (offload_buffer_size floats per array)
+# stay in memory.
+off=(--preset tiny --ranks 2 --stage 3 --offload_optimizer nvme --offload_param nvme)
+m=$("$CT" bench memory "${off[@]}" 2>"$tmp/m.err")
+j0=$("$CT" bench memory --plan --preset small --ranks 2 --stage 3)
+j1=$("$CT" bench memory --plan --preset small --ranks 2 --stage 3 --offload_optimizer nvme --offload_param nvme \
+  --offload_buffer_size 262144)
+jt=$("$CT" bench memory --plan "${off[@]}")
+if /usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1])["bytes"], json.loads(sys.argv[2])["bytes"]
+m, t = json.loads(sys.argv[3])["bytes"], json.loads(sys.argv[4])["bytes"]
+sub = 262144
+ok = (b["params"] == 0 and b["swap"] == a["params"] + a["optimizer"] and b["optimizer"] == 3 * (3 * sub * 4 + 4096)
+      and b["startup_optimizer"] == a["optimizer"] + b["optimizer"] and b["startup_params"] == a["params"]
+      and m["params"] == t["startup_params"] and m["optimizer"] == t["startup_optimizer"] and m["grads"] == t["grads"])
+sys.exit(0 if ok else 1)' "$j0" "$j1" "$m" "$jt"; then
+  ok "offload nvme: measured start-up peaks = plan; steady state: weights and state in the swap file, 3 buffers"
+else
+  bad "offload plan: $j0 | $j1 | $m | $jt | $(cat "$tmp/m.err")"
+fi
+
+# refused: offload_param below stage 3, an unknown preset, a bad precision
+"$CT" bench memory --plan --preset tiny --stage 2 --offload_param nvme >/dev/null 2>"$tmp/e1"
+[ $? -eq 2 ] && grep -q "zero_stage 3" "$tmp/e1" && ok "offload_param nvme at stage 2 refused" || bad "offload_param stage 2: $(cat "$tmp/e1")"
+"$CT" bench memory --plan --preset nope >/dev/null 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "unknown preset" "$tmp/e2" && ok "unknown preset refused" || bad "unknown preset: $(cat "$tmp/e2")"
+"$CT" bench memory --plan --mixed_precision fp16 >/dev/null 2>"$tmp/e3"
+[ $? -eq 2 ] && ok "fp16 refused" || bad "fp16: $(cat "$tmp/e3")"
+exit $fail
