@@ -30,8 +30,8 @@ extra=()
 # A fresh run each time (resume_from_checkpoint=none): the demo shows training.
 "$CT" train --config examples/demo/config.json --resume_from_checkpoint=none "${extra[@]}"
 
-echo "== 3/4 sampling 48 held-out prompts from the final EMA weights"
-"$CT" dataset prompts --held-out --count 48 --seed 7 > "$DEMO_OUT/heldout_prompts.txt"
+echo "== 3/4 sampling 96 held-out prompts from the final EMA weights"
+"$CT" dataset prompts --held-out --count 96 --seed 7 > "$DEMO_OUT/heldout_prompts.txt"
 rm -rf "$DEMO_OUT/heldout"
 "$CT" sample --checkpoint "latest:$DEMO_OUT/run" --ema --prompts-file "$DEMO_OUT/heldout_prompts.txt" \
   --out-dir "$DEMO_OUT/heldout"
