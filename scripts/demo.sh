@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: make the synthetic shapes dataset, train the `small` preset on it
 # for a few minutes (examples/demo/config.json), write validation grids, then
-# sample held-out prompts (combinations never seen in training) and score them
-# with the synthetic judge.
+# sample 96 held-out prompts (combinations never seen in training) and score
+# them with the synthetic judge (colour, shape, size, position, background).
 #   scripts/demo.sh [path/to/ctuner]     DEMO_OUT=dir (default demo-output)
 #   DEMO_STEPS=N overrides max_train_steps (for a quick look); DEMO_ARGS adds
 #   training options (e.g. DEMO_ARGS=--mixed_precision=bf16).
@@ -30,18 +30,18 @@ extra=()
 # A fresh run each time (resume_from_checkpoint=none): the demo shows training.
 "$CT" train --config examples/demo/config.json --resume_from_checkpoint=none "${extra[@]}"
 
-echo "== 3/4 sampling 48 held-out prompts from the final EMA weights"
-"$CT" dataset prompts --held-out --count 48 --seed 7 > "$DEMO_OUT/heldout_prompts.txt"
+echo "== 3/4 sampling 96 held-out prompts from the final EMA weights"
+"$CT" dataset prompts --held-out --count 96 --seed 7 > "$DEMO_OUT/heldout_prompts.txt"
 rm -rf "$DEMO_OUT/heldout"
 "$CT" sample --checkpoint "latest:$DEMO_OUT/run" --ema --prompts-file "$DEMO_OUT/heldout_prompts.txt" \
   --out-dir "$DEMO_OUT/heldout"
 
-echo "== 4/4 judging them (colour and shape of each image against its prompt)"
+echo "== 4/4 judging them (colour, shape, size, position and background of each image against its prompt)"
 "$CT" eval synth --images "$DEMO_OUT/heldout" | tee "$DEMO_OUT/eval.json"
 
 echo
 echo "demo finished in $(( $(date +%s) - start )) s. Look at:"
 echo "  $DEMO_OUT/run/validation_images/step_*_grid.png   validation grids (rows: prompts in examples/demo/prompts.json)"
 echo "  $DEMO_OUT/heldout/                               held-out samples, NNNN.png with the prompt in NNNN.txt"
-echo "  $DEMO_OUT/eval.json                              colour and shape accuracy on them"
+echo "  $DEMO_OUT/eval.json                              accuracy of each attribute and of all five on them"
 echo "  $DEMO_OUT/run/metrics.jsonl                      loss, lr, grad norm per step"

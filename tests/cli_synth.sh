@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end: `ctuner dataset synth` and `ctuner eval synth` on the real binary —
 # file counts and formats, caption grammar, determinism, the judge on ground
-# truth (and on wrong captions, where it must disagree), prompts from file
+# truth (and on wrong captions — colour/shape, or size/position/background —
+# where it must disagree), prompts from file
 # names, and usage errors. Usage: tests/cli_synth.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 PY=python3
@@ -36,10 +37,16 @@ if diff -r -q "$tmp/ds" "$tmp/ds3" >/dev/null; then bad "seed 12 == seed 11"; el
 
 # The judge on ground truth.
 if out=$("$CT" eval synth --images "$tmp/ds"); then
-  c=$(echo "$out" | json '["color_accuracy"]'); s=$(echo "$out" | json '["shape_accuracy"]')
-  n=$(echo "$out" | json '["images"]')
-  "$PY" -c "import sys; sys.exit(not ($n == 40 and $c >= 0.95 and $s >= 0.9))" \
-    && ok "eval on ground truth: $out" || bad "eval on ground truth: $out"
+  echo "$out" | "$PY" -c "
+import json,sys
+d=json.load(sys.stdin)
+assert d['images'] == 40 and d['color_accuracy'] >= 0.95 and d['shape_accuracy'] >= 0.9, d
+assert min(d[k + '_accuracy'] for k in ('size', 'position', 'background')) >= 0.95, d
+assert d['all_accuracy'] >= 0.9, d
+c=d['confusion']['size']
+assert c['labels'] == ['small', 'medium', 'large'] and sum(map(sum, c['counts'])) == 40, c
+assert len(d['confusion']['position']['counts'][0]) == 10, d['confusion']['position']
+" && ok "eval on ground truth: $(echo "$out" | head -1)" || bad "eval on ground truth: $out"
 else
   bad "eval synth rc=$?: $out"
 fi
@@ -57,6 +64,26 @@ done
 out=$("$CT" eval synth --images "$tmp/wrong")
 s=$(echo "$out" | json '["shape_accuracy"]'); c=$(echo "$out" | json '["color_accuracy"]')
 "$PY" -c "import sys; sys.exit(not ($s == 0 and $c < 0.5))" && ok "wrong captions scored low: $out" || bad "wrong captions: $out"
+# Sizes, positions and backgrounds rotated (colour and shape kept): those three
+# and all-five must be 0, colour and shape still right.
+mkdir -p "$tmp/wrong2"
+for f in "$tmp"/ds/*; do
+  b=$(basename "$f")
+  case "$b" in
+    *.txt) sed -e 's/small/TMP/;s/large/small/;s/medium/large/;s/TMP/medium/' \
+               -e 's/white/TMP/;s/grey/white/;s/black/grey/;s/TMP/black/' \
+               -e 's/left/TMP/;s/right/left/;s/TMP/right/;s/top/TMP/;s/bottom/top/;s/TMP/bottom/' \
+               -e 's/in the center/at the top left/' "$f" >"$tmp/wrong2/$b" ;;
+    *) cp "$f" "$tmp/wrong2/$b" ;;
+  esac
+done
+out=$("$CT" eval synth --images "$tmp/wrong2")
+echo "$out" | "$PY" -c "
+import json,sys
+d=json.load(sys.stdin)
+assert d['size_accuracy'] == 0 and d['position_accuracy'] == 0 and d['background_accuracy'] == 0, d
+assert d['all_accuracy'] == 0 and d['color_accuracy'] >= 0.95 and d['shape_accuracy'] >= 0.9, d
+" && ok "wrong size/position/background scored 0: $(echo "$out" | head -1)" || bad "wrong size/position/background: $out"
 
 # Prompt from the file name (validation images), --verbose per_image is valid JSON.
 mkdir -p "$tmp/val"
@@ -74,6 +101,7 @@ d=json.load(sys.stdin)
 assert d['images'] == 1 and d['skipped'] == 2, d
 p=d['per_image'][0]
 assert p['prompt_from'] == 'filename' and p['color_ok'] and p['shape_ok'], p
+assert p['all_ok'] and p['size_ok'] and p['position_ok'] and p['background_ok'], p
 " && ok "prompt from file name, --verbose JSON" || bad "file-name prompt: $out $(cat "$tmp/err")"
 grep -q "broken.png" "$tmp/err" && ok "unreadable image reported: $(grep broken "$tmp/err")" || bad "broken.png not reported"
 
@@ -138,6 +166,6 @@ mkdir -p "$tmp/empty"
 [ $rc -eq 1 ] && grep -q "no image" "$tmp/err" && ok "eval on an empty dir fails" || bad "eval empty dir rc=$rc"
 "$CT" dataset frob >/dev/null 2>&1; [ $? -eq 2 ] && ok "unknown dataset subcommand" || bad "unknown dataset subcommand"
 "$CT" dataset synth --help | grep -q -- "--count" && ok "dataset synth --help" || bad "dataset synth --help"
-"$CT" eval --help | grep -q "shape_accuracy" && ok "eval --help" || bad "eval --help"
+"$CT" eval --help | grep -q "background_accuracy" && ok "eval --help" || bad "eval --help"
 "$CT" --help | grep -q "eval synth" && ok "--help lists eval synth" || bad "--help"
 exit $fail

@@ -161,13 +161,20 @@ static void degrade(ct_image *im, double sigma, uint64_t seed) {
   free(t);
 }
 
-static void judge_all(int *ct_failed_, int w, int h, int rw, int rh, double sigma) {
+/* Every spec rendered at w x h (resized to rw x rh if rw), degraded, judged:
+ * colour must be all right, shape >= 95%; size, position and background (the
+ * image's own geometry: only when not squashed, geom = 1) >= geom_min. A
+ * second judgement of each image judged all right, against a spec with size,
+ * position and background all changed, must find none of the three right. */
+static void judge_all(int *ct_failed_, int w, int h, int rw, int rh, double sigma, int geom,
+                      double geom_min) {
   ct_synth_spec s;
-  int n = 0, cok = 0, sok = 0, conf[3][3] = {{0}};
+  int n = 0, cok = 0, sok = 0, zok = 0, pok = 0, bok = 0, aok = 0, wrong_ok = 0;
+  int conf[3][3] = {{0}};
   ct_err err = {0};
   FOR_ALL_SPECS(s) {
     ct_image im = {0}, r = {0};
-    ct_synth_verdict v;
+    ct_synth_verdict v, vw;
     ct_synth_features f;
     REQUIRE(ct_synth_render(&s, w, h, &im, &err) == CT_OK);
     if (rw) {
@@ -177,38 +184,60 @@ static void judge_all(int *ct_failed_, int w, int h, int rw, int rh, double sigm
     }
     degrade(&im, sigma, (uint64_t)n);
     REQUIRE(ct_synth_judge_ex(&im, &s, &v, &f, &err) == CT_OK);
+    ct_synth_spec wrong = s;
+    wrong.size = (s.size + 1 + n % 2) % 3;
+    wrong.pos = (s.pos + 1 + n % 8) % 9;
+    wrong.bg = ct_synth_nfg() + (s.bg - ct_synth_nfg() + 1 + n % 2) % 3;
+    REQUIRE(ct_synth_judge(&im, &wrong, &vw, &err) == CT_OK);
     n++;
     cok += v.color_ok;
     sok += v.shape_ok;
+    zok += v.size_ok;
+    pok += v.pos_ok;
+    bok += v.bg_ok;
+    aok += v.all_ok;
+    if (v.all_ok) wrong_ok += vw.size_ok + vw.pos_ok + vw.bg_ok + vw.all_ok;
     if (v.shape_found >= 0) conf[s.shape][v.shape_found]++;
     const char *dbg = getenv("CT_SYNTH_DEBUG");
-    if (dbg && (!v.shape_ok || !v.color_ok || !strcmp(dbg, "all"))) {
+    if (dbg && ((geom ? !v.all_ok : !v.shape_ok || !v.color_ok) || !strcmp(dbg, "all"))) {
       char cap[160];
       ct_synth_caption(&s, cap, sizeof cap);
-      fprintf(stderr, "  %dx%d %s: found %s %s m22 %.3f skew %.3f area %.1f size %.1fx%.1f\n", w, h,
-              cap, ct_synth_color_name(v.color_found), ct_synth_shape_name(v.shape_found), f.m22,
-              f.skew, f.area, f.bw, f.bh);
+      fprintf(stderr,
+              "  %dx%d %s: found %s %s %s %s on %s m22 %.3f skew %.3f area %.1f side %.2f "
+              "centre %.2f,%.2f\n",
+              w, h, cap, ct_synth_size_name(v.size_found), ct_synth_color_name(v.color_found),
+              ct_synth_shape_name(v.shape_found), ct_synth_position_name(v.pos_found),
+              ct_synth_color_name(v.bg_found), f.m22, f.skew, f.area, f.side, f.cx, f.cy);
     }
     ct_image_free(&im);
   }
   fprintf(stderr,
-          "  judge %dx%d%s%s noise %.0f: colour %d/%d, shape %d/%d; confusion "
-          "c[%d %d %d] s[%d %d %d] t[%d %d %d]\n",
+          "  judge %dx%d%s%s noise %.0f: colour %d/%d, shape %d/%d, size %d, position %d, "
+          "background %d, all five %d; confusion c[%d %d %d] s[%d %d %d] t[%d %d %d]\n",
           w, h, rw ? " resized to " : "", rw ? (rw == 32 ? "32x32" : "other") : "", sigma, cok, n,
-          sok, n, conf[0][0], conf[0][1], conf[0][2], conf[1][0], conf[1][1], conf[1][2],
-          conf[2][0], conf[2][1], conf[2][2]);
+          sok, n, zok, pok, bok, aok, conf[0][0], conf[0][1], conf[0][2], conf[1][0], conf[1][1],
+          conf[1][2], conf[2][0], conf[2][1], conf[2][2]);
   CHECKF(cok == n, "colour accuracy %d/%d", cok, n);
   CHECKF(sok >= 0.95 * n, "shape accuracy %d/%d", sok, n);
+  CHECKF(bok == n, "background accuracy %d/%d", bok, n);
+  CHECKF(wrong_ok == 0, "%d size/position/background verdicts right against a wrong spec",
+         wrong_ok);
+  if (geom) {
+    CHECKF(zok >= geom_min * n, "size accuracy %d/%d", zok, n);
+    CHECKF(pok >= geom_min * n, "position accuracy %d/%d", pok, n);
+  }
 }
 
 CT_TEST(synth, judge_accuracy) {
-  judge_all(ct_failed_, 32, 32, 0, 0, 10);
-  judge_all(ct_failed_, 64, 48, 0, 0, 10);
-  /* aspect-ratio squashing: a 64x48 render resized to 32x32 (as a trainer would) */
-  judge_all(ct_failed_, 64, 48, 32, 32, 10);
-  judge_all(ct_failed_, 32, 48, 0, 0, 0);
+  judge_all(ct_failed_, 32, 32, 0, 0, 10, 1, 1.0);
+  judge_all(ct_failed_, 64, 48, 0, 0, 10, 1, 1.0);
+  /* the demo's data: 64x64 renders resized (Lanczos) to 32x32, as the trainer does */
+  judge_all(ct_failed_, 64, 64, 32, 32, 10, 1, 1.0);
+  /* aspect-ratio squashing: a 64x48 render resized to 32x32 (size, position not defined) */
+  judge_all(ct_failed_, 64, 48, 32, 32, 10, 0, 0);
+  judge_all(ct_failed_, 32, 48, 0, 0, 0, 1, 1.0);
   /* heavier noise than the brief asks for: still within the 95% bar */
-  judge_all(ct_failed_, 32, 32, 0, 0, 20);
+  judge_all(ct_failed_, 32, 32, 0, 0, 20, 1, 0.99);
 }
 
 CT_TEST(synth, judge_blank_and_args) {
@@ -221,6 +250,8 @@ CT_TEST(synth, judge_blank_and_args) {
   degrade(&im, 10, 99);
   REQUIRE(ct_synth_judge(&im, &want, &v, &err) == CT_OK);
   CHECK(v.shape_found == -1 && v.color_found == -1 && !v.color_ok && !v.shape_ok);
+  CHECK(v.size_found == -1 && v.pos_found == -1 && !v.size_ok && !v.pos_ok && !v.all_ok);
+  CHECK(v.bg_found == 8); /* 200 is nearest white; the background is always judged */
   CHECK(ct_synth_judge(NULL, &want, &v, &err) == CT_ERR_INVALID);
   ct_image_free(&im);
 }
@@ -250,7 +281,7 @@ CT_TEST(synth, write_dataset) {
     if (f && fgets(cap, sizeof cap, f) && !ct_synth_parse(cap, &s, &err)) {
       ct_synth_draw(3, (uint64_t)i, 0, &want);
       CHECK(!memcmp(&s, &want, sizeof s));
-      CHECK(im.px && ct_synth_judge(&im, &s, &v, &err) == CT_OK && v.color_ok && v.shape_ok);
+      CHECK(im.px && ct_synth_judge(&im, &s, &v, &err) == CT_OK && v.all_ok);
     } else {
       CHECKF(0, "caption %s", p);
     }

@@ -50,7 +50,7 @@ const ct_cli_cmd ct_cli_commands[] = {
      ct_cmd_dataset_prompts_help, ct_cmd_dataset_prompts},
     {DATA, "dataset", "parquet", "print a Parquet file's rows as JSON lines, or its schema",
      ct_cmd_dataset_parquet_help, ct_cmd_dataset_parquet},
-    {EVAL, "eval", "synth", "judge colour and shape of images against their prompts",
+    {EVAL, "eval", "synth", "judge colour, shape, size, position, background of images",
      ct_cmd_eval_synth_help, ct_cmd_eval_synth},
     {EVAL, "eval", "vae", "PSNR of a VAE's reconstructions of a directory of images",
      ct_cmd_eval_vae_help, ct_cmd_eval_vae},

@@ -14,7 +14,15 @@
  * triangle, y pointing down) and E[x^2 y^2] / (var x * var y) (1 for a square
  * whose coordinates are independent, 2/3 for a disc). Sums, unlike extents or
  * maxima, are not biased by pixel noise.
- * Not here: rotated shapes, several shapes, the size and position (not judged).
+ * The background is the nearest background palette colour to the border
+ * median. The size is the side sqrt(area / k) of the shape seen (k = pi/4,
+ * 1, 1/2 for disc, square, triangle; the soft area is unchanged by blur),
+ * as a fraction of min(w, h), nearest of the generator's 0.30/0.45/0.60 on a
+ * log scale. The position compares the shape's centre (the centroid; the
+ * triangle's lies S/6 below its box centre) with the generator's three
+ * candidate centres per axis for that side (synth.c ct_synth_geometry).
+ * Not here: rotated shapes, several shapes; size and position assume the
+ * image has the aspect ratio it was drawn at (not squashed).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -82,33 +90,13 @@ static float smoothed_distance(const ct_image *img, const uint8_t bg[3], float *
   return maxd;
 }
 
-ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_synth_verdict *v,
-                            ct_synth_features *f, ct_err *err) {
-  ct_status st = CT_OK;
-  ct_synth_features ft;
-  memset(&ft, 0, sizeof ft);
-  if (!img || !img->px || !v || img->w < 3 || img->h < 3)
-    return ct_errf(err, CT_ERR_INVALID, "ct_synth_judge: NULL argument or image smaller than 3x3");
-  v->color_found = v->shape_found = -1;
-  v->color_ok = v->shape_ok = 0;
-  int w = img->w, h = img->h;
-  size_t n = (size_t)w * h, nb = 2 * (size_t)(w + h) - 4;
-  uint8_t *bord = malloc(nb * 3 > n ? nb * 3 : n);
-  float *d = malloc(sizeof(float) * n), *ds = malloc(sizeof(float) * n);
-  float *cov = calloc(n, sizeof(float));
-  int *lab = calloc(n, sizeof(int)), *stack = malloc(sizeof(int) * n);
-  uint8_t *core = malloc(n * 3);
-  if (!bord || !d || !ds || !cov || !lab || !stack || !core) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory judging a %dx%d image", w, h);
-    goto out;
-  }
-  border_background(img, bord, ft.bg);
-  const float maxd = smoothed_distance(img, ft.bg, d, ds);
-  if (maxd < MIN_CONTRAST) goto verdict;
-  float thr = 0.5f * maxd;
-  if (thr < 0.6f * MIN_CONTRAST) thr = 0.6f * MIN_CONTRAST;
-  /* Largest 8-connected component of ds > thr. */
-  int best = 0, bestn = 0, nl = 0;
+/* Labels the 8-connected components of ds > thr into lab (zeroed; stack:
+ * scratch of w*h); returns the largest one's label and its size in *bestn. */
+static int largest_component(const float *ds, float thr, int w, int h, int *lab, int *stack,
+                             int *bestn) {
+  const size_t n = (size_t)w * h;
+  int best = 0, nl = 0;
+  *bestn = 0;
   for (size_t i0 = 0; i0 < n; i0++) {
     if (lab[i0] || ds[i0] <= thr) continue;
     int l = ++nl, sp = 0, cnt = 0;
@@ -128,8 +116,79 @@ ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_s
           }
         }
     }
-    if (cnt > bestn) bestn = cnt, best = l;
+    if (cnt > *bestn) *bestn = cnt, best = l;
   }
+  return best;
+}
+
+/* Nearest background palette colour to rgb. */
+static int nearest_bg(const uint8_t rgb[3]) {
+  int best = -1;
+  double bestd = 1e30;
+  for (int k = ct_synth_nfg(); k < ct_synth_ncolors(); k++) {
+    uint8_t c[3];
+    ct_synth_color_rgb(k, c);
+    double dd = dist3(rgb, c);
+    if (dd < bestd) bestd = dd, best = k;
+  }
+  return best;
+}
+
+/* Size class and position (row*3 + col) of a shape of the given kind whose
+ * coverage has mass m0 and centroid (mx, my) (pixel centres at +0.5), in a
+ * w x h image drawn by ct_synth_render; fills f->side, cx, cy. */
+static void size_position(int shape, double m0, double mx, double my, int w, int h,
+                          ct_synth_features *f, int *size, int *pos) {
+  static const double AREA_K[3] = {0.78539816339744831, 1.0, 0.5}; /* area / side^2 */
+  const double mn = w < h ? w : h;
+  const double side = sqrt(m0 / AREA_K[shape]), frac = side / mn;
+  f->side = side;
+  f->cx = mx + 0.5;
+  f->cy = my + 0.5 - (shape == 2 ? side / 6 : 0); /* triangle: centroid 2/3 down from apex */
+  *size = 0;
+  for (int k = 1; k < 3; k++) /* boundaries at geometric means of neighbouring sizes */
+    if (frac > sqrt(ct_synth_size_frac(k - 1) * ct_synth_size_frac(k))) *size = k;
+  /* Candidate centres of the generator's grid for this side (ct_synth_geometry). */
+  const double margin = 0.06 * mn;
+  int rc[2];
+  for (int axis = 0; axis < 2; axis++) {
+    const double len = axis ? h : w, c = axis ? f->cy : f->cx;
+    double bestd = 1e30;
+    for (int k = 0; k < 3; k++) {
+      double ck = margin + side / 2 + k * (len - 2 * margin - side) / 2;
+      if (fabs(c - ck) < bestd) bestd = fabs(c - ck), rc[axis] = k;
+    }
+  }
+  *pos = rc[1] * 3 + rc[0];
+}
+
+ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_synth_verdict *v,
+                            ct_synth_features *f, ct_err *err) {
+  ct_status st = CT_OK;
+  ct_synth_features ft;
+  memset(&ft, 0, sizeof ft);
+  if (!img || !img->px || !v || img->w < 3 || img->h < 3)
+    return ct_errf(err, CT_ERR_INVALID, "ct_synth_judge: NULL argument or image smaller than 3x3");
+  memset(v, 0, sizeof *v);
+  v->color_found = v->shape_found = v->size_found = v->pos_found = v->bg_found = -1;
+  int w = img->w, h = img->h;
+  size_t n = (size_t)w * h, nb = 2 * (size_t)(w + h) - 4;
+  uint8_t *bord = malloc(nb * 3 > n ? nb * 3 : n);
+  float *d = malloc(sizeof(float) * n), *ds = malloc(sizeof(float) * n);
+  float *cov = calloc(n, sizeof(float));
+  int *lab = calloc(n, sizeof(int)), *stack = malloc(sizeof(int) * n);
+  uint8_t *core = malloc(n * 3);
+  if (!bord || !d || !ds || !cov || !lab || !stack || !core) {
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory judging a %dx%d image", w, h);
+    goto out;
+  }
+  border_background(img, bord, ft.bg);
+  v->bg_found = nearest_bg(ft.bg);
+  const float maxd = smoothed_distance(img, ft.bg, d, ds);
+  if (maxd < MIN_CONTRAST) goto verdict;
+  float thr = 0.5f * maxd;
+  if (thr < 0.6f * MIN_CONTRAST) thr = 0.6f * MIN_CONTRAST;
+  int bestn = 0, best = largest_component(ds, thr, w, h, lab, stack, &bestn);
   if (bestn < MIN_PIXELS) goto verdict;
   /* Foreground colour: median of the component's core (raw distance in the top quarter). */
   float cmax = 0;
@@ -216,10 +275,15 @@ ct_status ct_synth_judge_ex(const ct_image *img, const ct_synth_spec *want, ct_s
     v->shape_found = 1; /* x and y independent: square (1), disc (2/3) */
   else
     v->shape_found = 0;
+  size_position(v->shape_found, m0, mx, my, w, h, &ft, &v->size_found, &v->pos_found);
 verdict:
   if (want) {
     v->color_ok = v->color_found >= 0 && v->color_found == want->color;
     v->shape_ok = v->shape_found >= 0 && v->shape_found == want->shape;
+    v->size_ok = v->size_found >= 0 && v->size_found == want->size;
+    v->pos_ok = v->pos_found >= 0 && v->pos_found == want->pos;
+    v->bg_ok = v->bg_found >= 0 && v->bg_found == want->bg;
+    v->all_ok = v->color_ok && v->shape_ok && v->size_ok && v->pos_ok && v->bg_ok;
   }
   if (f) *f = ft;
 out:

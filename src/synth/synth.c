@@ -185,6 +185,10 @@ static int inside(int shape, double x, double y, double cx, double cy, double r)
   }
 }
 
+double ct_synth_size_frac(int size) {
+  return size >= 0 && size < 3 ? SIZE_FRAC[size] : 0;
+}
+
 void ct_synth_geometry(const ct_synth_spec *s, int w, int h, double *cx, double *cy, double *r) {
   double m = w < h ? w : h;
   double side = SIZE_FRAC[s->size] * m, margin = 0.06 * m;
