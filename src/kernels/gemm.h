@@ -26,6 +26,11 @@ void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, c
 void ct_sgemm_avx2(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* The AVX512-BF16 path (gemm_bf16.c): operands rounded to bf16, products
+ * summed in float32; same contract on a CPU with AVX512-BF16. */
+void ct_sgemm_bf16_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* This thread's packing buffer `which` (0: A block, 1: B block), at least
  * nfloat floats, 64-byte aligned; kept for the thread's life (aborts with a
  * message when out of memory: kernels have no status return). */
