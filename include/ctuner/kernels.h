@@ -76,7 +76,8 @@ int ct_sgemm_bf16_available(void);
 float ct_bf16_round(float x);
 
 /* ---- the FMA peak (src/kernels/peak.c, `ctuner bench peak`) ----
- * 1 if the CPU has the ISA ("avx512", "avx2": AVX2 + FMA), else 0. */
+ * 1 if the CPU has the ISA ("avx512", "avx2": AVX2 + FMA, "avx512bf16": the
+ * vdpbf16ps loop, 4 FLOPs per 32-bit lane), else 0. */
 int ct_fma_peak_has(const char *isa);
 /* Runs the register-only FMA loop of isa for iters iterations on the calling
  * thread and returns the float32 FLOPs done (2 per lane per FMA; 0 when the

@@ -145,8 +145,9 @@ AVX512 static void pack_a(int transA, const float *A, int lda, int i0, int k0, i
 /* Rows [k0+ka, k0+kb) of op(B) = B (not transposed), columns [j0, j0+nc),
  * into the NR-wide panels of a kc-deep block: each stored row is read once,
  * front to back (one memory stream), and dealt to the panels. */
-AVX512 __attribute__((unused)) static void pack_b_rows(const float *B, int ldb, int k0, int ka, int kb, int kc, int j0,
-                               int nc, float *restrict bp) {
+AVX512 __attribute__((unused)) static void pack_b_rows(const float *B, int ldb, int k0, int ka,
+                                                       int kb, int kc, int j0, int nc,
+                                                       float *restrict bp) {
   for (int k = ka; k < kb; k++) {
     const float *src = B + (size_t)(k0 + k) * ldb + j0;
     for (int q = 0; q * NR < nc; q++) {

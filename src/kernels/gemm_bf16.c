@@ -28,7 +28,6 @@
 #include <stdint.h>
 
 #include "gemm.h"
-
 #include "gemm_avx512_pack.h"
 
 #define BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
