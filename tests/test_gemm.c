@@ -158,6 +158,10 @@ CT_TEST(gemm, large_k_and_leading_dims) {
     CHECK(check_case(0, 0, 130, 70, 1500, 1.0f, 1.0f, 0, 0) == 0);
     CHECK(check_case(1, 0, 45, 150, 1283, 0.5f, 1.0f, 16, 0) == 0);
     CHECK(check_case(1, 1, 200, 33, 777, 1.0f, 0.5f, 1, 0) == 0);
+    /* several row blocks (threads share the packing of B's rows) and an odd
+     * last K block (1031 = 344 + 344 + 343: bf16 pads its last pair) */
+    CHECK(check_case(0, 0, 300, 70, 1031, 1.0f, 0.0f, 3, 0) == 0);
+    CHECK(check_case(1, 0, 260, 90, 1031, 1.0f, 1.0f, 0, 0) == 0);
     /* the model's shapes: many rows, wide outputs, a row count below one tile */
     CHECK(check_case(0, 1, 300, 1152, 384, 1.0f, 1.0f, 0, 0) == 0);
     CHECK(check_case(0, 1, 16, 2304, 384, 1.0f, 0.0f, 0, 0) == 0);
@@ -180,7 +184,8 @@ static float *run_threads(ct_sgemm_fn f, int threads, int tA, int tB, int M, int
 }
 
 /* shapes that give different row blocks and column groups per thread count */
-static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}};
+static const int shp[][3] = {
+    {523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}, {400, 130, 1031}};
 
 /* Our kernels (OpenBLAS makes no such promise): 1, 2 and 3 threads, same bits. */
 CT_TEST(gemm, bitwise_identical_across_threads) {
@@ -192,7 +197,7 @@ CT_TEST(gemm, bitwise_identical_across_threads) {
       continue;
     }
     rng_s = 14;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
       int M = shp[s][0], N = shp[s][1], K = shp[s][2];
       for (int t = 0; t < 4; t++) {
         int tA = t >> 1, tB = t & 1;
