@@ -14,8 +14,11 @@
  * single-threaded cblas_sgemm each (OpenBLAS's OpenMP build does not thread
  * inside a parallel region). Letting OpenBLAS split the whole product gives
  * results that change with the thread count; fixed blocks do not.
+ * ct_sgemm_bf16 (operands rounded to bf16, float32 sums) dispatches to
+ * gemm_bf16.c where the CPU has AVX512-BF16, else rounds copies of the
+ * operands for ct_sgemm.
  * Not here: the blocking (gemm_driver.h) and the micro-kernels
- * (gemm_avx512.c, gemm_avx2.c).
+ * (gemm_avx512.c, gemm_avx2.c, gemm_bf16.c).
  */
 #include "gemm.h"
 

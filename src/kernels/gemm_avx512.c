@@ -19,7 +19,8 @@
  * Every function carries the AVX-512 target attribute so the library builds
  * without -march flags; gemm.c calls in here only after a CPU check.
  * Not here: dispatch, degenerate shapes, packing buffers (gemm.c); the
- * block loops (gemm_driver.h).
+ * block loops (gemm_driver.h); the tile, blocks and packing
+ * (gemm_avx512_pack.h, shared with the bf16 kernel gemm_bf16.c).
  */
 #include <immintrin.h>
 #include <omp.h>
