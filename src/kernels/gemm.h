@@ -11,6 +11,8 @@
  * independent blocks of C, and every element sums K in the same fixed order of
  * blocks — OpenBLAS does not guarantee this. Without AVX2, or with the
  * environment variable CT_GEMM=blas, it calls OpenBLAS's cblas_sgemm instead.
+ * ct_sgemm_bf16 (public) runs gemm_bf16.c, the same driver with the operands
+ * rounded to bf16 and vdpbf16ps, on CPUs with AVX512-BF16.
  */
 #ifndef CT_KERNELS_GEMM_H
 #define CT_KERNELS_GEMM_H
