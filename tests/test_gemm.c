@@ -92,11 +92,11 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
 
 /* Every path by name; a test body runs once per path present. (ct_sgemm is
  * one of them, and check_case sends the degenerate shapes through it.) */
-static const char *const paths[] = {"avx512", "avx2", "blas", "bf16"};
-#define NPATHS 4
+static const char *const paths[] = {"avx512", "avx2", "blas", "bf16", "bf16_copies"};
+#define NPATHS 5
 static int path_select(int i) {
   fn_under_test = ct_sgemm_path_fn(paths[i]);
-  round_ops = !strcmp(paths[i], "bf16");
+  round_ops = !strncmp(paths[i], "bf16", 4);
   if (!fn_under_test) {
     fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", paths[i]);
     return 0;

@@ -68,7 +68,8 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
  * (ct_sgemm_bf16_available) our vdpbf16ps kernel, rounding while packing,
  * bitwise the same for any thread count; elsewhere the same rounded operands
  * through ct_sgemm (copies; for parity, not speed). ct_sgemm_path_fn("bf16")
- * is the kernel alone (NULL without AVX512-BF16). */
+ * is the kernel alone (NULL without AVX512-BF16), "bf16_copies" that
+ * fallback on any CPU. */
 void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int ct_sgemm_bf16_available(void);

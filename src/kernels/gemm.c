@@ -72,7 +72,11 @@ static void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+static void bf16_by_copies(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 ct_sgemm_fn ct_sgemm_path_fn(const char *name) {
+  if (name && !strcmp(name, "bf16_copies")) return bf16_by_copies;
   static const ct_sgemm_fn fns[] = {NULL, ct_sgemm_avx512, ct_sgemm_avx2, blas_sgemm,
                                     ct_sgemm_bf16_avx512};
   for (int p = PATH_AVX512; p <= PATH_BF16; p++)
@@ -143,11 +147,15 @@ void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, con
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (cpu_has(PATH_BF16)) {
+  if (cpu_has(PATH_BF16))
     ct_sgemm_bf16_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  /* no AVX512-BF16: the same rounded operands, summed by the float32 path */
+  else
+    bf16_by_copies(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* No AVX512-BF16: the same rounded operands, summed by the float32 path. */
+static void bf16_by_copies(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
   float *a = rounded_copy(A, ar, ac, lda), *b = rounded_copy(B, br, bc, ldb);
   ct_sgemm(transA, transB, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
