@@ -150,7 +150,9 @@ CT_TEST(gemm, alpha_beta_and_nan_c) {
 }
 
 CT_TEST(gemm, large_k_and_leading_dims) {
-  for (int pi = 0; pi < NPATHS; pi++) {
+  /* not bf16_copies: ct_sgemm on rounded copies, whose blocking the float32
+   * paths cover here (one pass less under ASan) */
+  for (int pi = 0; pi < NPATHS - 1; pi++) {
     if (!path_select(pi)) continue;
     rng_s = 13;
     /* K crosses several K blocks; sizes not multiples of the register tile */
