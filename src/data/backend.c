@@ -1,10 +1,11 @@
 /* backend.c: multidatabackend.json -> ct_backend.
  *
- * A JSON array of dataset objects with SimpleTuner's keys (docs/data.md). One table lists every key
- * ctuner reads; SimpleTuner keys it does not use are accepted with one warning each; anything else
- * is an error naming the dataset id, the key and the nearest known key. String values may hold
- * {env:VAR}. Cross-key rules (instanceprompt needs instance_prompt, parquet needs a parquet block,
- * one default text_embeds dataset, references to existing cache datasets, unique ids) are checked
+ * A JSON array of dataset objects with SimpleTuner's keys (docs/data.md). One table lists every key ctuner reads; SimpleTuner keys
+ * it does not use are accepted with one warning each; anything else is an
+ * error naming the dataset id, the key and the nearest known key. String
+ * values may hold {env:VAR}. Cross-key rules (instanceprompt needs
+ * instance_prompt, parquet needs a parquet block, one default text_embeds
+ * dataset, references to existing cache datasets, unique ids) are checked
  * here so that a bad file fails before any image is read.
  */
 #include <errno.h>
