@@ -68,6 +68,7 @@ bench-gemm: build
 	OMP_NUM_THREADS=1 $(BUILD)/bench_gemm 9 blas
 	if grep -qw avx2 /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 blas; fi
 	if grep -qw avx512f /proc/cpuinfo; then OMP_NUM_THREADS=1 CT_GEMM=avx2 $(BUILD)/bench_gemm 9 avx512; fi
+	if grep -qw avx512_bf16 /proc/cpuinfo; then OMP_NUM_THREADS=1 $(BUILD)/bench_gemm 9 avx512 bf16; fi
 
 bench-dist: deps build
 	scripts/bench_dist.sh $(CTUNER)

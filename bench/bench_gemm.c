@@ -13,7 +13,9 @@
  * OMP_NUM_THREADS; with one thread the times are the thread's CPU time
  * (CLOCK_THREAD_CPUTIME_ID), which other processes on the machine barely
  * disturb, otherwise wall time. Usage: bench_gemm [reps] [baseline path: blas, avx2,
- * avx512], e.g. `CT_GEMM=avx2 bench_gemm 15 avx512` for AVX2 against AVX-512. */
+ * avx512, bf16] [measured path instead of ct_sgemm], e.g. `CT_GEMM=avx2 bench_gemm 15
+ * avx512` for AVX2 against AVX-512, `bench_gemm 9 avx512 bf16` for ct_sgemm_bf16's
+ * kernel against the float32 AVX-512 one. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,7 @@
 #include "kernels/gemm.h"
 
 static int REPS = 15;
-static ct_sgemm_fn base_fn;
+static ct_sgemm_fn base_fn, ct_fn = ct_sgemm;
 
 static float *buf(size_t n) {
   float *p = malloc(n * sizeof(float));
@@ -63,12 +65,12 @@ static void one(const char *name, const char *op, int tA, int tB, int M, int N, 
   float *A = buf((size_t)M * K), *B = buf((size_t)K * N), *C = buf((size_t)M * N);
   double *tc = malloc(sizeof(double) * (size_t)REPS), *tb = malloc(sizeof(double) * (size_t)REPS);
   for (int w = 0; w < 2; w++) {
-    ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    ct_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
     base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
   }
   for (int r = 0; r < REPS; r++) {
     double t0 = now();
-    ct_sgemm(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+    ct_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
     double t1 = now();
     base_fn(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
     double t2 = now();
@@ -100,11 +102,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_gemm: baseline path '%s' unknown or not on this CPU\n", base);
     return 2;
   }
+  if (argc > 3 && !(ct_fn = ct_sgemm_path_fn(argv[3]))) {
+    fprintf(stderr, "bench_gemm: measured path '%s' unknown or not on this CPU\n", argv[3]);
+    return 2;
+  }
   const char *ct = getenv("OPENBLAS_CORETYPE");
   printf(
       "{\"threads\": %d, \"reps\": %d, \"openblas_coretype\": \"%s\", \"ct_gemm_path\": \"%s\", "
       "\"base_path\": \"%s\"}\n",
-      omp_get_max_threads(), REPS, ct ? ct : "", ct_sgemm_path(), base);
+      omp_get_max_threads(), REPS, ct ? ct : "", argc > 3 ? argv[3] : ct_sgemm_path(), base);
   enum { D = 384, F = 4 * D, NI = 16 * 64, NT = 16 * 16, NJ = 16 * 80, BZ = 16 };
   double sc = 0, sb = 0;
   linear("double.img.qkv", NI, D, 3 * D, &sc, &sb);

@@ -66,6 +66,7 @@ assert p["gemm"]["forward_ms"] > 0 and p["gemm"]["backward_ms"] > 0, p
 # bench peak: one line per ISA this CPU has and one per SGEMM path
 out=$("$CT" bench peak --size 128 --threads 1) || bad "bench peak"
 echo "$out" | grep -q '"peak_gflops_core"' && echo "$out" | grep -q '"path": "blas"' &&
+  echo "$out" | grep -q '"path": "bf16"' &&
   ok "bench peak" || bad "bench peak output: $out"
 
 # usage errors exit 2 with a message naming the problem

@@ -28,9 +28,14 @@ static float *randv(size_t n) {
   return p;
 }
 
+/* The bf16 path is checked against the reference of its bf16-ROUNDED
+ * operands, so that only the float32 summation differs (same tolerance). */
+static int round_ops;
+
 /* Element (i, k) of op(X) for a row-major X with leading dimension ld. */
 static double at(const float *X, int ld, int trans, int i, int k) {
-  return trans ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k];
+  float x = trans ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k];
+  return round_ops ? ct_bf16_round(x) : x;
 }
 
 /* Runs one ct_sgemm and compares every element (and the padding columns, which
@@ -50,6 +55,8 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
   /* a path function is called only where its contract holds (gemm.h) */
   if (fn_under_test && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
     fn_under_test(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (round_ops)
+    ct_sgemm_bf16(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     ct_sgemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   int bad = 0;
@@ -85,10 +92,11 @@ static int check_case(int tA, int tB, int M, int N, int K, float alpha, float be
 
 /* Every path by name; a test body runs once per path present. (ct_sgemm is
  * one of them, and check_case sends the degenerate shapes through it.) */
-static const char *const paths[] = {"avx512", "avx2", "blas"};
-#define NPATHS 3
+static const char *const paths[] = {"avx512", "avx2", "blas", "bf16", "bf16_copies"};
+#define NPATHS 5
 static int path_select(int i) {
   fn_under_test = ct_sgemm_path_fn(paths[i]);
+  round_ops = !strncmp(paths[i], "bf16", 4);
   if (!fn_under_test) {
     fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", paths[i]);
     return 0;
@@ -117,6 +125,7 @@ CT_TEST(gemm, transpose_combos_odd_sizes) {
   for (int i = 0; i < NPATHS; i++)
     if (path_select(i)) CHECKF(odd_sizes() == 0, "path %s", paths[i]);
   fn_under_test = NULL;
+  round_ops = 0;
 }
 
 CT_TEST(gemm, alpha_beta_and_nan_c) {
@@ -137,10 +146,13 @@ CT_TEST(gemm, alpha_beta_and_nan_c) {
     }
   }
   fn_under_test = NULL;
+  round_ops = 0;
 }
 
 CT_TEST(gemm, large_k_and_leading_dims) {
-  for (int pi = 0; pi < NPATHS; pi++) {
+  /* not bf16_copies: ct_sgemm on rounded copies, whose blocking the float32
+   * paths cover here (one pass less under ASan) */
+  for (int pi = 0; pi < NPATHS - 1; pi++) {
     if (!path_select(pi)) continue;
     rng_s = 13;
     /* K crosses several K blocks; sizes not multiples of the register tile */
@@ -148,11 +160,16 @@ CT_TEST(gemm, large_k_and_leading_dims) {
     CHECK(check_case(0, 0, 130, 70, 1500, 1.0f, 1.0f, 0, 0) == 0);
     CHECK(check_case(1, 0, 45, 150, 1283, 0.5f, 1.0f, 16, 0) == 0);
     CHECK(check_case(1, 1, 200, 33, 777, 1.0f, 0.5f, 1, 0) == 0);
+    /* several row blocks (threads share the packing of B's rows) and an odd
+     * last K block (1031 = 344 + 344 + 343: bf16 pads its last pair) */
+    CHECK(check_case(0, 0, 300, 70, 1031, 1.0f, 0.0f, 3, 0) == 0);
+    CHECK(check_case(1, 0, 260, 90, 1031, 1.0f, 1.0f, 0, 0) == 0);
     /* the model's shapes: many rows, wide outputs, a row count below one tile */
     CHECK(check_case(0, 1, 300, 1152, 384, 1.0f, 1.0f, 0, 0) == 0);
     CHECK(check_case(0, 1, 16, 2304, 384, 1.0f, 0.0f, 0, 0) == 0);
   }
   fn_under_test = NULL;
+  round_ops = 0;
 }
 
 /* C of one product computed by f with `threads` threads (into a fresh buffer). */
@@ -169,19 +186,20 @@ static float *run_threads(ct_sgemm_fn f, int threads, int tA, int tB, int M, int
 }
 
 /* shapes that give different row blocks and column groups per thread count */
-static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}};
+static const int shp[][3] = {
+    {523, 301, 700}, {16, 777, 384}, {1000, 96, 300}, {97, 97, 2000}, {400, 130, 1031}};
 
 /* Our kernels (OpenBLAS makes no such promise): 1, 2 and 3 threads, same bits. */
 CT_TEST(gemm, bitwise_identical_across_threads) {
-  static const char *const ours[] = {"avx512", "avx2"};
-  for (int pi = 0; pi < 2; pi++) {
+  static const char *const ours[] = {"avx512", "avx2", "bf16"};
+  for (int pi = 0; pi < 3; pi++) {
     ct_sgemm_fn f = ct_sgemm_path_fn(ours[pi]);
     if (!f) {
       fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", ours[pi]);
       continue;
     }
     rng_s = 14;
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
       int M = shp[s][0], N = shp[s][1], K = shp[s][2];
       for (int t = 0; t < 4; t++) {
         int tA = t >> 1, tB = t & 1;
@@ -247,4 +265,48 @@ CT_TEST(gemm, inside_parallel_region) {
              C + (size_t)t * M * N, N);
   CHECK(!memcmp(C, R, sizeof(float) * T * M * N));
   free(A), free(B), free(C), free(R);
+}
+
+/* Round to nearest even on the bf16 grid (ulp 2^-7 at 1), as torch casts. */
+CT_TEST(gemm, bf16_round) {
+  const float e = 1.0f / 256.0f; /* half an ulp at 1 */
+  CHECK(ct_bf16_round(1.0f) == 1.0f);
+  CHECK(ct_bf16_round(1.0f + e) == 1.0f);                 /* tie: to even */
+  CHECK(ct_bf16_round(1.0f + 3 * e) == 1.0f + 4 * e);     /* tie: to even */
+  CHECK(ct_bf16_round(1.0f + e * 1.25f) == 1.0f + 2 * e); /* above half */
+  CHECK(ct_bf16_round(-1.0f - e * 0.75f) == -1.0f);
+  CHECK(isinf(ct_bf16_round(3.4e38f)));
+  CHECK(isinf(ct_bf16_round(INFINITY)) && isnan(ct_bf16_round(NAN)));
+  CHECK(isnan(ct_bf16_round(-NAN)));
+}
+
+/* The kernel rounds exactly as ct_bf16_round, ties included: with K = 1 and
+ * B = 1, C = bf16(a) exactly. Also an odd K (a zero-padded last pair). */
+CT_TEST(gemm, bf16_kernel_rounding) {
+  ct_sgemm_fn f = ct_sgemm_path_fn("bf16");
+  if (!f) {
+    fprintf(stderr, "  skipped: this CPU has no AVX512-BF16\n");
+    return;
+  }
+  enum { M = 20, N = 50 };
+  const float e = 1.0f / 256.0f;
+  float a[M], b[N], c[M * N];
+  for (int i = 0; i < M; i++) a[i] = (1.0f + (float)(2 * i + 1) * e) * (i % 2 ? -1.0f : 1.0f);
+  for (int j = 0; j < N; j++) b[j] = 1.0f;
+  for (int t = 0; t < 4; t++) {
+    int tA = t >> 1, tB = t & 1;
+    f(tA, tB, M, N, 1, 1.0f, a, tA ? M : 1, b, tB ? 1 : N, 0.0f, c, N);
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) bad += c[i * N + j] != ct_bf16_round(a[i]);
+    CHECKF(bad == 0, "tA=%d tB=%d: %d elements not bf16(a)", tA, tB, bad);
+  }
+  /* products exact in float32, sums of few terms exact: K = 3, all ones */
+  float a3[M * 3], b3[3 * N];
+  for (int i = 0; i < M * 3; i++) a3[i] = 1.0f + e;     /* rounds to 1 */
+  for (int i = 0; i < 3 * N; i++) b3[i] = 2.0f + 2 * e; /* tie: rounds to 2 */
+  f(0, 0, M, N, 3, 1.0f, a3, 3, b3, N, 0.0f, c, N);
+  int bad = 0;
+  for (int i = 0; i < M * N; i++) bad += c[i] != 6.0f;
+  CHECKF(bad == 0, "K=3: %d elements not 6", bad);
 }

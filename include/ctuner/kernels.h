@@ -44,7 +44,8 @@ void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const fl
 /* "avx512", "avx2" or "blas": the path ct_sgemm takes on this machine and
  * environment (CT_GEMM=blas forces OpenBLAS, CT_GEMM=avx2 the AVX2 kernel). */
 const char *ct_sgemm_path(void);
-/* One path by name ("avx512", "avx2", "blas"), whatever CT_GEMM says; NULL when
+/* One path by name ("avx512", "avx2", "blas"; "bf16": ct_sgemm_bf16's
+ * kernel, which rounds the operands), whatever CT_GEMM says; NULL when
  * the CPU lacks it or the name is unknown. The tests run every path the
  * machine has; a path function needs M, N, K >= 1 and alpha != 0 (ct_sgemm
  * handles the degenerate shapes before dispatching). */
@@ -60,8 +61,24 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc);
 
+/* ct_sgemm with the operands rounded to bf16 (round to nearest even, as
+ * torch's autocast casts; NaN stays NaN) and the products summed in float32:
+ * the matrix product of --mixed_precision bf16 (docs/gemm.md). A, B and C are
+ * float32 in memory, arguments as ct_sgemm. On a CPU with AVX512-BF16
+ * (ct_sgemm_bf16_available) our vdpbf16ps kernel, rounding while packing,
+ * bitwise the same for any thread count; elsewhere the same rounded operands
+ * through ct_sgemm (copies; for parity, not speed). ct_sgemm_path_fn("bf16")
+ * is the kernel alone (NULL without AVX512-BF16), "bf16_copies" that
+ * fallback on any CPU. */
+void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
+int ct_sgemm_bf16_available(void);
+/* x rounded to the nearest bf16 (ties to even), returned as a float. */
+float ct_bf16_round(float x);
+
 /* ---- the FMA peak (src/kernels/peak.c, `ctuner bench peak`) ----
- * 1 if the CPU has the ISA ("avx512", "avx2": AVX2 + FMA), else 0. */
+ * 1 if the CPU has the ISA ("avx512", "avx2": AVX2 + FMA, "avx512bf16": the
+ * vdpbf16ps loop, 4 FLOPs per 32-bit lane), else 0. */
 int ct_fma_peak_has(const char *isa);
 /* Runs the register-only FMA loop of isa for iters iterations on the calling
  * thread and returns the float32 FLOPs done (2 per lane per FMA; 0 when the

@@ -1,6 +1,7 @@
 /* `ctuner bench peak`: the cores' float32 FMA peak (a register-only FMA loop,
- * src/kernels/peak.c) per instruction set, and each SGEMM path's rate on a
- * square product against it.
+ * src/kernels/peak.c) per instruction set, and the bf16 dot-product peak
+ * (vdpbf16ps), and each SGEMM path's rate on a square product against its
+ * ISA's peak (ct_sgemm_bf16 against the bf16 one).
  *
  * Per core, rates are FLOPs per second of the thread's own CPU time
  * (CLOCK_THREAD_CPUTIME_ID) on one thread, so other processes sharing the
@@ -25,15 +26,19 @@
 #include "ctuner/rng.h"
 
 #define REPS 5
+#define NISA 3  /* avx512, avx2 (float32 FMA), avx512bf16 (vdpbf16ps) */
+#define NPATH 4 /* avx512, avx2, blas (ct_sgemm's paths), bf16 (ct_sgemm_bf16) */
 
 void ct_cmd_bench_peak_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench peak [--size N] [--threads T]\n"
           "\n"
           "Measures the float32 FMA peak of this CPU with a register-only FMA loop for\n"
-          "each instruction set it has (avx512, avx2), per core (one thread, GFLOP/s per\n"
+          "each instruction set it has (avx512, avx2; avx512bf16: the vdpbf16ps bf16\n"
+          "dot-product loop), per core (one thread, GFLOP/s per\n"
           "second of the thread's CPU time: robust to other load) and for all T threads\n"
-          "(wall time: needs an idle machine), then each SGEMM path (avx512, avx2, blas)\n"
+          "(wall time: needs an idle machine), then each SGEMM path (avx512, avx2, blas;\n"
+          "bf16: ct_sgemm_bf16, operands rounded to bf16, against the avx512bf16 peak)\n"
           "on an N x N x N product (default 2048) the same two ways, timed alternately\n"
           "with the loop; prints one JSON line per ISA and per path with\n"
           "gemm_over_peak_core (the path's per-core rate over its ISA's per-core peak;\n"
@@ -117,12 +122,13 @@ int ct_cmd_bench_peak(int argc, char **argv) {
   }
   ct_threads_set((int)threads);
   int nth = ct_threads_get();
-  static const char *const isas[] = {"avx512", "avx2"};
+  static const char *const isas[NISA] = {"avx512", "avx2", "avx512bf16"};
   const char *widest = NULL;
-  double pc[2][REPS] = {{0}}, pa[2][REPS] = {{0}};
-  path_t paths[3] = {{"avx512", "avx512", NULL, {0}, {0}},
-                     {"avx2", "avx2", NULL, {0}, {0}},
-                     {"blas", NULL, NULL, {0}, {0}}};
+  double pc[NISA][REPS] = {{0}}, pa[NISA][REPS] = {{0}};
+  path_t paths[NPATH] = {{"avx512", "avx512", NULL, {0}, {0}},
+                         {"avx2", "avx2", NULL, {0}, {0}},
+                         {"blas", NULL, NULL, {0}, {0}},
+                         {"bf16", "avx512bf16", NULL, {0}, {0}}};
   for (int i = 0; i < 2; i++)
     if (!widest && ct_fma_peak_has(isas[i])) widest = isas[i];
   if (!widest) {
@@ -130,7 +136,7 @@ int ct_cmd_bench_peak(int argc, char **argv) {
     return 1;
   }
   paths[2].isa = widest;
-  for (int i = 0; i < 3; i++) paths[i].fn = ct_sgemm_path_fn(paths[i].name);
+  for (int i = 0; i < NPATH; i++) paths[i].fn = ct_sgemm_path_fn(paths[i].name);
   size_t nn = (size_t)n * (size_t)n;
   float *a = ct_alloc(CT_MEM_BUFFERS, nn * 4), *b = ct_alloc(CT_MEM_BUFFERS, nn * 4),
         *c = ct_alloc(CT_MEM_BUFFERS, nn * 4);
@@ -141,22 +147,22 @@ int ct_cmd_bench_peak(int argc, char **argv) {
   }
   ct_rng_fill_normal(a, nn, 1, 1, 0, 0, 1);
   ct_rng_fill_normal(b, nn, 1, 2, 0, 0, 1);
-  for (int i = 0; i < 3; i++) /* warm-up: packing buffers, OpenBLAS's threads */
+  for (int i = 0; i < NPATH; i++) /* warm-up: packing buffers, OpenBLAS's threads */
     if (paths[i].fn) gemm_rate(&paths[i], (int)n, nth, a, b, c);
   for (int r = 0; r < REPS; r++) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NISA; i++)
       if (ct_fma_peak_has(isas[i])) {
         pc[i][r] = peak_core(isas[i]);
         pa[i][r] = peak_all(isas[i], nth);
       }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NPATH; i++)
       if (paths[i].fn) {
         paths[i].core[r] = gemm_rate(&paths[i], (int)n, 1, a, b, c);
         paths[i].all[r] = gemm_rate(&paths[i], (int)n, nth, a, b, c);
       }
   }
-  double peak_c[2] = {0}, peak_a[2] = {0};
-  for (int i = 0; i < 2; i++) {
+  double peak_c[NISA] = {0}, peak_a[NISA] = {0};
+  for (int i = 0; i < NISA; i++) {
     if (!ct_fma_peak_has(isas[i])) continue;
     double lo = pc[i][0], hi = pc[i][0];
     for (int r = 1; r < REPS; r++)
@@ -169,12 +175,13 @@ int ct_cmd_bench_peak(int argc, char **argv) {
         "\"peak_gflops_all\": %.1f}\n",
         isas[i], nth, peak_c[i], lo, hi, peak_a[i]);
   }
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NPATH; i++) {
     if (!paths[i].fn) {
       printf("{\"path\": \"%s\", \"available\": false}\n", paths[i].name);
       continue;
     }
-    int k = strcmp(paths[i].isa, "avx512") ? 1 : 0;
+    int k = 0;
+    while (strcmp(paths[i].isa, isas[k])) k++;
     double gc = median(paths[i].core, REPS), ga = median(paths[i].all, REPS);
     printf(
         "{\"path\": \"%s\", \"size\": %ld, \"threads\": %d, \"gemm_gflops_core\": %.1f, "

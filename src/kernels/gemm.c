@@ -14,23 +14,31 @@
  * single-threaded cblas_sgemm each (OpenBLAS's OpenMP build does not thread
  * inside a parallel region). Letting OpenBLAS split the whole product gives
  * results that change with the thread count; fixed blocks do not.
+ * ct_sgemm_bf16 (operands rounded to bf16, float32 sums) dispatches to
+ * gemm_bf16.c where the CPU has AVX512-BF16, else rounds copies of the
+ * operands for ct_sgemm.
  * Not here: the blocking (gemm_driver.h) and the micro-kernels
- * (gemm_avx512.c, gemm_avx2.c).
+ * (gemm_avx512.c, gemm_avx2.c, gemm_bf16.c).
  */
 #include "gemm.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <threads.h>
 
-enum { PATH_UNSET = 0, PATH_AVX512 = 1, PATH_AVX2 = 2, PATH_BLAS = 3 };
+enum { PATH_UNSET = 0, PATH_AVX512 = 1, PATH_AVX2 = 2, PATH_BLAS = 3, PATH_BF16 = 4 };
 
 static int cpu_has(int path) {
   __builtin_cpu_init();
   if (path == PATH_AVX512) return __builtin_cpu_supports("avx512f");
   if (path == PATH_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (path == PATH_BF16)
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
   return path == PATH_BLAS;
 }
 
@@ -52,7 +60,7 @@ static int path_get(void) {
   return p;
 }
 
-static const char *const path_names[] = {"", "avx512", "avx2", "blas"};
+static const char *const path_names[] = {"", "avx512", "avx2", "blas", "bf16"};
 
 const char *ct_sgemm_path(void) {
   return path_names[path_get()];
@@ -64,9 +72,14 @@ static void blas_sgemm(int transA, int transB, int M, int N, int K, float alpha,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+static void bf16_by_copies(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 ct_sgemm_fn ct_sgemm_path_fn(const char *name) {
-  static const ct_sgemm_fn fns[] = {NULL, ct_sgemm_avx512, ct_sgemm_avx2, blas_sgemm};
-  for (int p = PATH_AVX512; p <= PATH_BLAS; p++)
+  if (name && !strcmp(name, "bf16_copies")) return bf16_by_copies;
+  static const ct_sgemm_fn fns[] = {NULL, ct_sgemm_avx512, ct_sgemm_avx2, blas_sgemm,
+                                    ct_sgemm_bf16_avx512};
+  for (int p = PATH_AVX512; p <= PATH_BF16; p++)
     if (name && !strcmp(name, path_names[p])) return cpu_has(p) ? fns[p] : NULL;
   return NULL;
 }
@@ -96,6 +109,58 @@ void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const fl
     ct_sgemm_avx2(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     blas_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ------------------------------------------------- bf16 operands */
+
+int ct_sgemm_bf16_available(void) {
+  return cpu_has(PATH_BF16);
+}
+
+static _Noreturn void oom(size_t bytes);
+
+float ct_bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
+    u = (u | 0x00400000u) & 0xFFFF0000u; /* NaN stays a (quiet) NaN */
+  else
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u; /* nearest, ties to even */
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* rows x cols of X (leading dimension ld) rounded to bf16, packed densely. */
+static float *rounded_copy(const float *X, int rows, int cols, int ld) {
+  size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
+  float *r = malloc(bytes);
+  if (!r) oom(bytes);
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) r[(size_t)i * cols + j] = ct_bf16_round(X[(size_t)i * ld + j]);
+  return r;
+}
+
+void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (cpu_has(PATH_BF16))
+    ct_sgemm_bf16_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    bf16_by_copies(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* No AVX512-BF16: the same rounded operands, summed by the float32 path. */
+static void bf16_by_copies(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
+  float *a = rounded_copy(A, ar, ac, lda), *b = rounded_copy(B, br, bc, ldb);
+  ct_sgemm(transA, transB, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  free(a);
+  free(b);
 }
 
 #define GEMM_ROWS 64

@@ -11,6 +11,8 @@
  * independent blocks of C, and every element sums K in the same fixed order of
  * blocks — OpenBLAS does not guarantee this. Without AVX2, or with the
  * environment variable CT_GEMM=blas, it calls OpenBLAS's cblas_sgemm instead.
+ * ct_sgemm_bf16 (public) runs gemm_bf16.c, the same driver with the operands
+ * rounded to bf16 and vdpbf16ps, on CPUs with AVX512-BF16.
  */
 #ifndef CT_KERNELS_GEMM_H
 #define CT_KERNELS_GEMM_H
@@ -25,6 +27,11 @@ void ct_sgemm_avx512(int transA, int transB, int M, int N, int K, float alpha, c
 /* The AVX2 + FMA path (gemm_avx2.c), same contract on an AVX2 CPU. */
 void ct_sgemm_avx2(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The AVX512-BF16 path (gemm_bf16.c): operands rounded to bf16, products
+ * summed in float32; same contract on a CPU with AVX512-BF16. */
+void ct_sgemm_bf16_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 /* This thread's packing buffer `which` (0: A block, 1: B block), at least
  * nfloat floats, 64-byte aligned; kept for the thread's life (aborts with a

@@ -1,5 +1,6 @@
 /* The blocking driver shared by the SGEMM kernels (private; a template):
- * gemm_avx512.c and gemm_avx2.c each define their register tile, packing,
+ * gemm_avx512.c, gemm_avx2.c and gemm_bf16.c (whose packing rounds to bf16
+ * pairs; its bits are its own) each define their register tile, packing,
  * micro-kernel (and imin, cdiv), then include this file, which adds the loops
  * over column, K and row blocks, the threading and the entry point. Both paths therefore block,
  * split work between threads and order every element's sums the same way (docs/gemm.md).
