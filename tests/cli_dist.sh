@@ -583,6 +583,15 @@ then
 else
   bad "checkpoint export"
 fi
+# --format diffusers of a preset run: a FluxTransformer2DModel directory holding the same tensors
+if "$CT" checkpoint export --checkpoint "$tmp/z1-n2/checkpoint-20" --format diffusers --out "$tmp/xdif" >/dev/null &&
+  "$CT" model convert --from "$tmp/xdif" --layout bfl --to "$tmp/xdif.safetensors" >/dev/null &&
+  "$CT" model convert --from "$tmp/x32.safetensors" --layout bfl --axes_dims_rope "$(/usr/bin/python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["axes_dims_rope"])))' "$tmp/xdif/config.json")" \
+    --to "$tmp/x32b.safetensors" >/dev/null && cmp -s "$tmp/xdif.safetensors" "$tmp/x32b.safetensors"; then
+  ok "checkpoint export --format diffusers: a diffusers directory with the checkpoint's tensors"
+else
+  bad "checkpoint export --format diffusers of a preset run"
+fi
 
 # Stages not built yet, and tensor-wise optimizers under a cutting shard, say so.
 out=$("$CT" train --config "$tmp/base.json" --zero_stage=4 --output_dir="$tmp/z4" 2>&1) &&

@@ -39,6 +39,17 @@ ls "$tmp/a/validation_images/"*.png >/dev/null 2>&1 && ok "dev: validation image
 tensors "$tmp/a/pipeline" "$tmp/a.bfl" && tensors $P/dev "$tmp/orig.bfl" && ! cmp -s "$tmp/a.bfl" "$tmp/orig.bfl" &&
   ok "dev: the saved transformer loads back (model convert) and differs from the pipeline's" || bad "saved transformer does not load or did not train"
 
+# ---- checkpoint export of a pipeline run: diffusers directory and BFL file hold its transformer ----
+"$CT" checkpoint export --checkpoint "latest:$tmp/a" --format diffusers --max_shard_size 100K --out "$tmp/exp_dif" >/dev/null &&
+  "$CT" checkpoint export --checkpoint "$tmp/a/checkpoint-2" --out "$tmp/exp.safetensors" >/dev/null &&
+  "$CT" model convert --from "$tmp/a/checkpoint-2/model.safetensors" --axes_dims_rope 4,6,6 --layout bfl \
+    --to "$tmp/ref.bfl" >/dev/null && tensors "$tmp/exp_dif" "$tmp/exp_dif.bfl" &&
+  "$CT" model convert --from "$tmp/exp.safetensors" --axes_dims_rope 4,6,6 --layout bfl --to "$tmp/exp_bfl.bfl" >/dev/null &&
+  cmp -s "$tmp/exp_dif.bfl" "$tmp/ref.bfl" && cmp -s "$tmp/exp_bfl.bfl" "$tmp/ref.bfl" &&
+  [ -f "$tmp/exp_dif/diffusion_pytorch_model.safetensors.index.json" ] &&
+  ok "checkpoint export --format diffusers (sharded) and bfl: the checkpoint's float32 weights, tensor for tensor" ||
+  bad "checkpoint export of a pipeline run: $(ls "$tmp/exp_dif" 2>&1 | head -3)"
+
 # ---- resume: 1 step, then on to 2 from checkpoint-1: the same weights as run a ----
 # (the first part names the same transformer through SimpleTuner's override keys)
 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/b" \
