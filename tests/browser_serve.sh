@@ -30,7 +30,7 @@ fi
 
 "$CT" dataset synth --out "$tmp/data" --count 16 --seed 3 >/dev/null || { bad "dataset synth"; exit 1; }
 mkdir -p "$tmp/root"
-"$CT" serve --root "$tmp/root" --port 0 > "$tmp/serve.out" 2>&1 &
+CTUNER_FAULT_STEP_DELAY_MS=15 "$CT" serve --root "$tmp/root" --port 0 > "$tmp/serve.out" 2>&1 &
 spid=$!
 trap 'kill $spid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do grep -q '^serving' "$tmp/serve.out" && break; sleep 0.1; done
@@ -45,8 +45,10 @@ const [url, data, chrome, profile, shots] = process.argv.slice(2);
 const log = (m) => console.log(m);
 const t0 = Date.now();
 (async () => {
-  // long enough that Stop comes before the end even on an idle machine (tiny steps take ~5 ms)
-  const STEPS = 1500;
+  // paced by CTUNER_FAULT_STEP_DELAY_MS=15 (set for the server below): at least 15 s,
+  // so Stop comes before the end on any machine (tiny steps alone took 1.5 ms on a
+  // Zen 5, and 1,500 of them ended before the page had clicked Stop)
+  const STEPS = 1000;
   // a fresh profile (--user-data-dir), as Playwright wants it given
   const browser = await chromium.launchPersistentContext(profile, { executablePath: chrome, headless: true,
     viewport: { width: 1400, height: 1000 }, args: [

@@ -288,6 +288,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
   double last_status = ct_now_s();
   ct_health_status(tr->h, "running", s->global_step, tr->total, -1, NAN);
   while (!st && s->global_step < tr->total) {
+    ct_fault_step_delay(); /* a test hook, before the step's clock starts */
     const double t0 = ct_now_s();
     const long step = s->global_step + 1;
     ct_comm_set_step(tr->comm, step); /* for the watchdog's message */

@@ -288,6 +288,18 @@ double ct_now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Test hook (docs/training.md): CTUNER_FAULT_STEP_DELAY_MS=N sleeps N ms
+ * before every step, so a test that must act before a run ends (stop it from
+ * a web page) does not race a fast machine. */
+void ct_fault_step_delay(void) {
+  const char *e = getenv("CTUNER_FAULT_STEP_DELAY_MS");
+  const long ms = e ? atol(e) : 0;
+  if (ms > 0 && ms <= 10000) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Test hook (docs/testing.md): CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons the
  * loss gradient of those steps with NaN, to exercise the skip logic. */
 int ct_fault_nan(long step) {

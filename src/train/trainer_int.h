@@ -207,5 +207,6 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err);
 double ct_now_s(void);
 /* Test hook: CTUNER_FAULT_NAN_AT_STEP=a,b,... poisons those steps' loss (tasks call it). */
 int ct_fault_nan(long step);
+void ct_fault_step_delay(void);
 
 #endif
