@@ -57,7 +57,7 @@ __attribute__((target("avx2,fma"))) static float loop256(long iters, float m, fl
 __attribute__((target("avx512f,avx512bf16"))) static float loop_bf16(long iters, float x) {
   __m512 acc[ACC512];
   __m512bh va = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1.0f), _mm512_set1_ps(1.0f));
-  __m512bh vb = (__m512bh)_mm512_set1_epi32((int)0xBF80u << 16 | 0x3F80u); /* (1, -1) */
+  __m512bh vb = (__m512bh)_mm512_set1_epi32((int)(0xBF80u << 16 | 0x3F80u)); /* (1, -1) */
 #pragma GCC unroll 16
   for (int i = 0; i < ACC512; i++) acc[i] = _mm512_set1_ps(x * (float)i);
   for (long it = 0; it < iters; it++) {
