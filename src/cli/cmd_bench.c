@@ -160,46 +160,62 @@ static void profile_report(long steps, double total, double cpu, char *js, size_
              o > 1 ? ", " : "", rest, total * per, rest_cpu, cpu * per);
 }
 
-int ct_cmd_bench_step(int argc, char **argv) {
+typedef struct step_args {
+  const ct_mmdit_preset *p;
+  long steps, warmup, threads, ckpt;
+  int profile;
+} step_args;
+
+/* bench step's options into *a; -1 to go on, else the exit code. */
+static int step_args_parse(int argc, char **argv, step_args *a) {
   const char *preset = "bench", *v;
-  long steps = 10, warmup = 3, threads = 0, ckpt = 0;
-  int profile = 0;
+  *a = (step_args){NULL, 10, 3, 0, 0, 0};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_bench_step_help(stdout);
       return 0;
     } else if (!strcmp(argv[i], "--profile")) {
-      profile = 1;
+      a->profile = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
-      if (r < 0 || ct_cli_int("steps", v, 1, 100000, &steps)) return 2;
+      if (r < 0 || ct_cli_int("steps", v, 1, 100000, &a->steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "warmup", &v))) {
-      if (r < 0 || ct_cli_int("warmup", v, 0, 100000, &warmup)) return 2;
+      if (r < 0 || ct_cli_int("warmup", v, 0, 100000, &a->warmup)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
-      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &ckpt)) return 2;
+      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &a->ckpt)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
-      if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
+      if (r < 0 || ct_cli_int("threads", v, 1, 1024, &a->threads)) return 2;
     } else {
       fprintf(stderr, "ctuner bench step: unknown option '%s'\n", argv[i]);
       ct_cmd_bench_step_help(stderr);
       return 2;
     }
   }
-  const ct_mmdit_preset *p = ct_mmdit_preset_find(preset);
-  if (!p) {
+  a->p = ct_mmdit_preset_find(preset);
+  if (!a->p) {
     fprintf(stderr, "ctuner bench step: unknown preset '%s'; presets: %s\n", preset,
             ct_mmdit_preset_names());
     return 2;
   }
-  if (!p->batch) {
+  if (!a->p->batch) {
     fprintf(stderr,
             "ctuner bench step: preset '%s' is shape-only (no batch shape); choose tiny, small or "
             "bench\n",
             preset);
     return 2;
   }
+  return -1;
+}
+
+int ct_cmd_bench_step(int argc, char **argv) {
+  step_args sa;
+  const int prc = step_args_parse(argc, argv, &sa);
+  if (prc >= 0) return prc;
+  const ct_mmdit_preset *p = sa.p;
+  const long steps = sa.steps, warmup = sa.warmup, threads = sa.threads, ckpt = sa.ckpt;
+  const int profile = sa.profile;
   ct_threads_set((int)threads);
   int nthreads = ct_threads_get();
   double sg, csg;

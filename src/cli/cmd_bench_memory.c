@@ -94,6 +94,25 @@ static int relaunch(int argc, char **argv, long ranks) {
   return 1;
 }
 
+/* This process's peak bytes of params, grads, optimizer, activations and
+ * buffers, as the largest over the ranks (each rank's slot of an all-reduce). */
+static ct_status peaks_max(ct_comm *comm, int rank, int N, double mx[5], ct_err *err) {
+  ct_mem_stats ms;
+  ct_mem_get_stats(&ms);
+  double *v = calloc((size_t)5 * N, sizeof *v);
+  if (!v) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  const ct_mem_cat cats[5] = {CT_MEM_PARAMS, CT_MEM_GRADS, CT_MEM_OPTIMIZER, CT_MEM_ACTIVATIONS,
+                              CT_MEM_BUFFERS};
+  for (int k = 0; k < 5; k++) v[5 * rank + k] = (double)ms.peak[cats[k]];
+  ct_status st = ct_comm_allreduce_f64(comm, v, (size_t)5 * N, err);
+  for (int k = 0; k < 5; k++) mx[k] = 0;
+  for (int r = 0; r < N && !st; r++)
+    for (int k = 0; k < 5; k++)
+      if (v[5 * r + k] > mx[k]) mx[k] = v[5 * r + k];
+  free(v);
+  return st;
+}
+
 int ct_cmd_bench_memory(int argc, char **argv) {
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -204,24 +223,11 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     goto done;
   }
   ct_config_free(&cfg);
-  ct_mem_stats ms;
-  ct_mem_get_stats(&ms);
-  /* the largest per rank: max over ranks via each rank's slot of an all-reduce */
-  double *v3 = calloc((size_t)5 * N, sizeof *v3);
-  if (!v3) goto done;
-  const ct_mem_cat cats[5] = {CT_MEM_PARAMS, CT_MEM_GRADS, CT_MEM_OPTIMIZER, CT_MEM_ACTIVATIONS,
-                              CT_MEM_BUFFERS};
-  for (int k = 0; k < 5; k++) v3[5 * rank + k] = (double)ms.peak[cats[k]];
-  if (ct_comm_allreduce_f64(comm, v3, (size_t)5 * N, &err)) {
+  double mx[5];
+  if (peaks_max(comm, rank, N, mx, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
-    free(v3);
     goto done;
   }
-  double mx[5] = {0, 0, 0, 0, 0};
-  for (int r = 0; r < N; r++)
-    for (int k = 0; k < 5; k++)
-      if (v3[5 * r + k] > mx[k]) mx[k] = v3[5 * r + k];
-  free(v3);
   const double psi = (double)sum.params;
   const int bf = !strcmp(mp, "bf16");
   double fp = (bf ? 2 : 4) * psi, fg = (bf ? 2 : 4) * psi, fo = (bf ? 12 : 8) * psi;

@@ -354,6 +354,33 @@ static void warn_long_prompts(const ct_pipeline *p, char **prompts, int n) {
             over, p->T - 2, ct_textenc_bpe(p->te) ? "tokens" : "bytes", p->T, longest);
 }
 
+/* A checkpoint's own sampling settings: its validation steps, guidance, shift and
+ * seed; the size is the validation resolution, else the training one. */
+static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
+  *so = (ct_sample_opts){0,
+                         0,
+                         (int)p->cfg.validation_num_inference_steps,
+                         (float)p->cfg.validation_guidance,
+                         (float)p->cfg.flow_shift,
+                         (uint64_t)p->cfg.validation_seed,
+                         p->cfg.flow_schedule_auto_shift};
+  int w = 0, h = 0;
+  if (p->cfg.validation_resolution) {
+    char x;
+    if (sscanf(p->cfg.validation_resolution, "%d%c%d", &w, &x, &h) != 3)
+      h = w = atoi(p->cfg.validation_resolution);
+  }
+  if (w <= 0) {
+    int res = (int)p->cfg.resolution;
+    if (res <= 0) {
+      const ct_mmdit_preset *pr = ct_mmdit_preset_find(p->cfg.preset);
+      res = pr ? (pr->lat_h > pr->lat_w ? pr->lat_h : pr->lat_w) * p->codec_scale : 32;
+    }
+    w = h = res;
+  }
+  so->width = w, so->height = h;
+}
+
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
   const char *pretrained = NULL, *flavour = NULL;
@@ -423,32 +450,8 @@ int ct_cmd_sample(int argc, char **argv) {
     goto done;
   }
   warn_long_prompts(&p, prompts, n);
-  int res = 0;
-  ct_sample_opts so = {0,
-                       0,
-                       (int)p.cfg.validation_num_inference_steps,
-                       (float)p.cfg.validation_guidance,
-                       (float)p.cfg.flow_shift,
-                       (uint64_t)p.cfg.validation_seed,
-                       p.cfg.flow_schedule_auto_shift};
-  {
-    /* Default size: the validation resolution, else the training one. */
-    int w = 0, h = 0;
-    if (p.cfg.validation_resolution) {
-      char x;
-      if (sscanf(p.cfg.validation_resolution, "%d%c%d", &w, &x, &h) != 3)
-        h = w = atoi(p.cfg.validation_resolution);
-    }
-    if (w <= 0) {
-      res = (int)p.cfg.resolution;
-      if (res <= 0) {
-        const ct_mmdit_preset *pr = ct_mmdit_preset_find(p.cfg.preset);
-        res = pr ? (pr->lat_h > pr->lat_w ? pr->lat_h : pr->lat_w) * p.codec_scale : 32;
-      }
-      w = h = res;
-    }
-    so.width = w, so.height = h;
-  }
+  ct_sample_opts so;
+  sample_defaults(&p, &so);
   if (steps > 0) so.steps = (int)steps;
   if (guidance >= 0) so.guidance = (float)guidance;
   if (seed >= 0) so.seed = (uint64_t)seed;
