@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ctuner/log.h"
+#include "ctuner/safetensors.h"
 
 #define MAX_TESTS 1024
 static struct {
@@ -27,6 +28,41 @@ const char *ct_test_data(const char *name) {
   static char buf[4096];
   snprintf(buf, sizeof buf, "%s/tests/data/%s", CT_SOURCE_DIR, name);
   return buf;
+}
+
+const char *ct_test_data_in(const char *env, const char *sub, const char *rel) {
+  static char buf[4][4096];
+  static int k;
+  const char *dir = getenv(env);
+  char *b = buf[k++ % 4];
+  if (dir)
+    snprintf(b, 4096, "%s/%s", dir, rel);
+  else
+    snprintf(b, 4096, "%s/tests/data/%s/%s", CT_SOURCE_DIR, sub, rel);
+  return b;
+}
+
+float *ct_test_tensor(const ct_st_file *f, const char *name, size_t *n) {
+  const ct_st_tensor *t = ct_st_find(f, name);
+  if (!t) return NULL;
+  float *v = malloc(t->numel * sizeof *v);
+  ct_err e;
+  if (v && ct_st_to_f32(t, v, t->numel, &e)) {
+    free(v);
+    return NULL;
+  }
+  if (n) *n = t->numel;
+  return v;
+}
+
+double ct_test_rel_err(const float *a, const float *b, size_t n) {
+  double d = 0, r = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = fabs((double)a[i] - b[i]), y = fabs((double)b[i]);
+    d = x > d ? x : d;
+    r = y > r ? y : r;
+  }
+  return r > 0 ? d / r : d;
 }
 
 void *ct_test_slurp(const char *path, size_t *n) {

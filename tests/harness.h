@@ -56,6 +56,14 @@ void ct_test_register(const char *suite, const char *name, ct_test_fn fn);
 
 /* Path of a file under tests/data (static buffer). */
 const char *ct_test_data(const char *name);
+/* $ENV/rel when the environment variable env is set (make interop's fresh
+ * goldens), else tests/data/sub/rel; four results stay valid at once. */
+const char *ct_test_data_in(const char *env, const char *sub, const char *rel);
+/* A safetensors tensor as malloc'd float32 (*n elements), NULL if missing. */
+struct ct_st_file;
+float *ct_test_tensor(const struct ct_st_file *f, const char *name, size_t *n);
+/* max |a - b| / max |b| (max |a - b| when b is all zero). */
+double ct_test_rel_err(const float *a, const float *b, size_t n);
 /* A whole file, malloc'd and NUL-terminated (n excludes the NUL); NULL if unreadable. */
 void *ct_test_slurp(const char *path, size_t *n);
 /* A fresh temporary directory for this test process (created once). */

@@ -16,43 +16,9 @@
 #include "ctuner/safetensors.h"
 #include "harness.h"
 
-static const char *data(const char *rel) {
-  static char buf[4][4096];
-  static int k;
-  const char *dir = getenv("CT_FLUX_DATA");
-  char *b = buf[k++ % 4];
-  if (dir)
-    snprintf(b, 4096, "%s/%s", dir, rel);
-  else {
-    char r[512];
-    snprintf(r, sizeof r, "flux/%s", rel);
-    snprintf(b, 4096, "%s", ct_test_data(r));
-  }
-  return b;
-}
-
-static float *tensor(const ct_st_file *f, const char *name, size_t *n) {
-  const ct_st_tensor *t = ct_st_find(f, name);
-  if (!t) return NULL;
-  float *v = malloc(t->numel * sizeof *v);
-  ct_err e;
-  if (v && ct_st_to_f32(t, v, t->numel, &e)) {
-    free(v);
-    return NULL;
-  }
-  if (n) *n = t->numel;
-  return v;
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-  double d = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]), y = fabs((double)b[i]);
-    d = x > d ? x : d;
-    r = y > r ? y : r;
-  }
-  return r > 0 ? d / r : d;
-}
+#define data(rel) ct_test_data_in("CT_FLUX_DATA", "flux", rel)
+#define tensor ct_test_tensor
+#define rel_err ct_test_rel_err
 
 CT_TEST(flux, config_parse_and_refusals) {
   ct_mmdit_config c;

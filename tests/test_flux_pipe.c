@@ -24,43 +24,9 @@
 #include "train/flux_pipe.h"
 #include "train/textcond.h"
 
-static const char *pdata(const char *rel) {
-  static char buf[4][4096];
-  static int k;
-  const char *dir = getenv("CT_FLUX_PIPE_DATA");
-  char *b = buf[k++ % 4];
-  if (dir)
-    snprintf(b, 4096, "%s/%s", dir, rel);
-  else {
-    char r[512];
-    snprintf(r, sizeof r, "flux_pipe/%s", rel);
-    snprintf(b, 4096, "%s", ct_test_data(r));
-  }
-  return b;
-}
-
-static float *gt(const ct_st_file *f, const char *name, size_t *n) {
-  const ct_st_tensor *t = ct_st_find(f, name);
-  if (!t) return NULL;
-  float *v = malloc(t->numel * sizeof *v);
-  ct_err e;
-  if (v && ct_st_to_f32(t, v, t->numel, &e)) {
-    free(v);
-    return NULL;
-  }
-  if (n) *n = t->numel;
-  return v;
-}
-
-static double rel(const float *a, const float *b, size_t n) {
-  double d = 0, r = 0;
-  for (size_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]), y = fabs((double)b[i]);
-    d = x > d ? x : d;
-    r = y > r ? y : r;
-  }
-  return r > 0 ? d / r : d;
-}
+#define pdata(rel) ct_test_data_in("CT_FLUX_PIPE_DATA", "flux_pipe", rel)
+#define gt ct_test_tensor
+#define rel ct_test_rel_err
 
 static ct_status open_pipe(const char *flavour, ct_flux_pipe *p, ct_config *c, ct_err *e) {
   ct_config_defaults(c);

@@ -25,33 +25,8 @@
     }                                                                              \
   } while (0)
 
-static const char *data(const char *rel) {
-  static char buf[4][4096];
-  static int k;
-  const char *dir = getenv("CT_LORA_DATA");
-  char *b = buf[k++ % 4];
-  if (dir)
-    snprintf(b, 4096, "%s/%s", dir, rel);
-  else {
-    char r[512];
-    snprintf(r, sizeof r, "lora/%s", rel);
-    snprintf(b, 4096, "%s", ct_test_data(r));
-  }
-  return b;
-}
-
-static float *tensor(const ct_st_file *f, const char *name, size_t *n) {
-  const ct_st_tensor *t = ct_st_find(f, name);
-  if (!t) return NULL;
-  float *v = malloc(t->numel * sizeof *v);
-  ct_err e;
-  if (v && ct_st_to_f32(t, v, t->numel, &e)) {
-    free(v);
-    return NULL;
-  }
-  if (n) *n = t->numel;
-  return v;
-}
+#define data(rel) ct_test_data_in("CT_LORA_DATA", "lora", rel)
+#define tensor ct_test_tensor
 
 static const char *model_of(const char *preset) {
   return !strcmp(preset, "tiny") || !strcmp(preset, "nano") ? "m21" : "m3";
