@@ -94,6 +94,23 @@ tensors "$tmp/a/checkpoint-1/transformer" "$tmp/a1.bfl"
 [ $rc -eq 0 ] && cmp -s "$tmp/s1.png" "$tmp/s2.png" && ! cmp -s "$tmp/s0.png" "$tmp/s1.png" &&
   ok "sample --pretrained: the run's last checkpoint and its output pipeline give the same image, the base another" ||
   bad "sample: rc=$rc $(cat "$tmp/s.err")"
+# validation uses the pipeline's own scheduler config (here a copy whose
+# dynamic shift and terminal differ from FLUX.1's): a 1-step run's validation
+# image is what sample --pretrained gives from its pipeline/ with the same settings
+cp -rL $P/dev "$tmp/devs"
+sed -i 's/"max_shift": 1.15/"max_shift": 2.5/; s/"shift_terminal": null/"shift_terminal": 0.3/' "$tmp/devs/scheduler/scheduler_config.json"
+"$CT" train --pretrained_model_name_or_path="$tmp/devs" --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/v" \
+  --max_train_steps=1 --checkpoint_step_interval=1 --validation_prompt="a red circle" --validation_resolution=32 \
+  --validation_num_inference_steps=3 --validation_seed=7 --validation_guidance=3.5 > "$tmp/v.out" 2> "$tmp/v.err" &&
+  "$CT" sample --pretrained "$tmp/v/pipeline" --prompt "a red circle" --out "$tmp/v.png" --width 32 --height 32 \
+    --steps 3 --seed 7 --guidance 3.5 >> "$tmp/s.out" 2>> "$tmp/v.err"; rc=$?
+val=$(ls "$tmp/v/validation_images/"*.png 2>/dev/null | grep -v grid | head -1)
+[ $rc -eq 0 ] && [ -n "$val" ] && /usr/bin/python3 -c '
+import sys; from PIL import Image
+a, b = (Image.open(f).convert("RGB").tobytes() for f in sys.argv[1:])
+sys.exit(0 if a == b else 1)' "$val" "$tmp/v.png" &&
+  ok "validation samples with the pipeline's scheduler (its shift_terminal, max_shift): the pixels of sample --pretrained" ||
+  bad "validation vs sample: rc=$rc val=$val $(ls "$tmp/v/validation_images") $(tail -3 "$tmp/v.err")"
 "$CT" sample --checkpoint "latest:$tmp/a" --prompt x --out "$tmp/s3.png" 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "ctuner sample --pretrained" "$tmp/err" && ok "sample --checkpoint of a pipeline run says to add --pretrained" ||
   bad "sample without --pretrained: rc=$rc $(cat "$tmp/err")"

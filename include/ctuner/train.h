@@ -136,6 +136,9 @@ typedef struct ct_sample_opts {
   float flow_shift;  /* static shift; 0 or 1: none */
   uint64_t seed;
   int auto_shift; /* 1: the shift from the image's token count (flow_schedule_auto_shift) */
+  /* a FLUX.1 pipeline's scheduler (fm_sched.c): when set, its sigmas and
+   * timesteps as FluxPipeline computes them replace flow_shift/auto_shift */
+  const struct ct_fm_sched_config *sched;
 } ct_sample_opts;
 
 /* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are

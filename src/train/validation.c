@@ -123,10 +123,10 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        (float)cfg->validation_guidance,
                        (float)cfg->flow_shift,
                        (uint64_t)cfg->validation_seed,
-                       cfg->flow_schedule_auto_shift};
-  if (tr->fp) /* as FluxPipeline's scheduler: dynamic (mu from the token count) or its shift */
-    so.flow_shift = tr->fp->sched.use_dynamic_shifting ? 0 : (float)tr->fp->sched.shift,
-    so.auto_shift = tr->fp->sched.use_dynamic_shifting;
+                       cfg->flow_schedule_auto_shift,
+                       NULL};
+  if (tr->fp) /* FluxPipeline's scheduler: its sigmas, dynamic shift (mu) included */
+    so.sched = &tr->fp->sched;
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
