@@ -42,7 +42,7 @@ tensors "$tmp/a/pipeline" "$tmp/a.bfl" && tensors $P/dev "$tmp/orig.bfl" && ! cm
 # ---- checkpoint export of a pipeline run: diffusers directory and BFL file hold its transformer ----
 "$CT" checkpoint export --checkpoint "latest:$tmp/a" --format diffusers --max_shard_size 100K --out "$tmp/exp_dif" >/dev/null &&
   "$CT" checkpoint export --checkpoint "$tmp/a/checkpoint-2" --out "$tmp/exp.safetensors" >/dev/null &&
-  "$CT" model convert --from "$tmp/a/checkpoint-2/model.safetensors" --axes_dims_rope 4,6,6 --layout bfl \
+  "$CT" model convert --from "$tmp/a/checkpoint-2/transformer" --layout bfl \
     --to "$tmp/ref.bfl" >/dev/null && tensors "$tmp/exp_dif" "$tmp/exp_dif.bfl" &&
   "$CT" model convert --from "$tmp/exp.safetensors" --axes_dims_rope 4,6,6 --layout bfl --to "$tmp/exp_bfl.bfl" >/dev/null &&
   cmp -s "$tmp/exp_dif.bfl" "$tmp/ref.bfl" && cmp -s "$tmp/exp_bfl.bfl" "$tmp/ref.bfl" &&
@@ -65,8 +65,24 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train -
   --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=1 --checkpoint_step_interval=1 \
   --disable_validation=true > "$tmp/z.out" 2> "$tmp/z.err"; rc=$?
 [ $rc -eq 0 ] && tensors "$tmp/z/checkpoint-1/transformer" "$tmp/z.bfl" && ! cmp -s "$tmp/z.bfl" "$tmp/orig.bfl" &&
-  cmp -s "$tmp/z.bfl" "$tmp/z/checkpoint-1/model.safetensors" &&
-  ok "2 ranks ZeRO-3: trains; its transformer/ loads back and holds the checkpoint's weights" || bad "zero3: rc=$rc $(tail -5 "$tmp/z.err")"
+  [ ! -e "$tmp/z/checkpoint-1/model.safetensors" ] && [ ! -e "$tmp/a/checkpoint-1/model.safetensors" ] &&
+  ok "2 ranks ZeRO-3: trains; its transformer/ (float32: the checkpoint's only copy of the weights) loads back" ||
+  bad "zero3: rc=$rc $(ls "$tmp/z/checkpoint-1") $(tail -5 "$tmp/z.err")"
+# resuming at ZeRO-3 reads each rank's range of that transformer/
+ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" \
+  --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=2 --checkpoint_step_interval=1 \
+  --disable_validation=true > "$tmp/z2.out" 2> "$tmp/z2.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "resum" "$tmp/z2.err" && tensors "$tmp/z/checkpoint-2/transformer" "$tmp/z2.bfl" &&
+  ! cmp -s "$tmp/z.bfl" "$tmp/z2.bfl" && ok "2 ranks ZeRO-3: resumes from the checkpoint's transformer/ and trains on" ||
+  bad "zero3 resume: rc=$rc $(grep -i resum "$tmp/z2.err" | head -2) $(tail -3 "$tmp/z2.err")"
+
+# ---- bf16: the float32 master weights (model.safetensors) beside a bf16 transformer/ ----
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/h" --mixed_precision=bf16 \
+  --max_train_steps=1 --checkpoint_step_interval=1 --disable_validation=true > /dev/null 2> "$tmp/h.err"; rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/h/checkpoint-1/model.safetensors" ] &&
+  grep -q '"dtype":"BF16"' "$tmp/h/checkpoint-1/transformer/diffusion_pytorch_model.safetensors" &&
+  ok "bf16: the checkpoint keeps float32 masters (model.safetensors) and a bf16 transformer/" ||
+  bad "bf16 pipeline run: rc=$rc $(ls "$tmp/h/checkpoint-1") $(tail -3 "$tmp/h.err")"
 
 # ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
 "$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \

@@ -92,6 +92,10 @@ struct ct_mmdit;
 struct ct_vae;
 struct ct_lora;
 ct_status ct_model_mmdit(struct ct_mmdit *m, ct_model **out, ct_err *err);
+/* flux_dir 1: a FLUX.1 pipeline's transformer trained in float32, whose
+ * checkpoint files are transformer/ (diffusers layout) instead of
+ * model.safetensors (which is still read when present). */
+ct_status ct_model_mmdit_as(struct ct_mmdit *m, int flux_dir, ct_model **out, ct_err *err);
 /* The adapters l on the frozen m (both owned from here, also on failure);
  * with own parameters they are initialised (lora_init_type, seed). */
 ct_status ct_model_lora(struct ct_mmdit *m, struct ct_lora *l, const char *init_type, uint64_t seed,

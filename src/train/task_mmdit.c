@@ -250,9 +250,11 @@ static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
 /* The MMDiT task's files in a checkpoint beside the model: the frozen text
  * encoder, its tokenizer and the codec's VAE (so sampling from the
  * checkpoint needs nothing else). */
-/* A FLUX.1 pipeline run: the transformer in diffusers' layout (transformer/,
- * what FluxTransformer2DModel.from_pretrained reads, as SimpleTuner's
- * checkpoints hold it), bf16 when training in bf16, else float32. */
+/* A FLUX.1 pipeline run in bf16: the transformer in diffusers' layout
+ * (transformer/, what FluxTransformer2DModel.from_pretrained reads, as
+ * SimpleTuner's checkpoints hold it) in bf16 beside the float32 master
+ * weights (model.safetensors). In float32 transformer/ is the model's own
+ * checkpoint file (model_mmdit.c). */
 static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
   char p[4200];
   snprintf(p, sizeof p, "%s/transformer", tmp);
@@ -262,7 +264,8 @@ static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
 
 static ct_status extra(void *user, const char *tmp, ct_err *err) {
   trainer *tr = user;
-  if (tr->fp) return tr->lora ? CT_OK : extra_flux(tr, tmp, err); /* LoRA: a frozen base */
+  /* LoRA: a frozen base; float32: the model's own files are transformer/ */
+  if (tr->fp) return tr->lora || !tr->bf16 ? CT_OK : extra_flux(tr, tmp, err);
   char p[4200];
   ct_status st = CT_OK;
   if (!st) {
@@ -462,7 +465,8 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   const int flags =
       (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
   ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed, flags, &tr->m, err);
-  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
+  /* a pipeline's transformer in float32: checkpoints hold it once, as transformer/ */
+  if (!st) st = ct_model_mmdit_as(tr->m, tr->fp && !tr->bf16, &tr->model, err); /* owns it now */
   if (st) tr->m = NULL;
   if (!st) st = ct_trainer_shard(tr, err);
   if (st) return st;
