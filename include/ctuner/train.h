@@ -139,6 +139,7 @@ typedef struct ct_sample_opts {
   /* a FLUX.1 pipeline's scheduler (fm_sched.c): when set, its sigmas and
    * timesteps as FluxPipeline computes them replace flow_shift/auto_shift */
   const struct ct_fm_sched_config *sched;
+  const char *negative; /* the CFG pass's prompt (NULL: ""); FluxPipeline (sched) makes none */
 } ct_sample_opts;
 
 /* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are

@@ -78,6 +78,8 @@ typedef struct vspec {
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
+static ct_status check_controlnet(const ct_config *c, ct_err *err);
+static ct_status check_prompt_library(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -483,6 +485,18 @@ static ct_status check_model_type(const ct_config *c, ct_err *err) {
 static ct_status check_use_dora(const ct_config *c, ct_err *err) {
   if (c->use_dora)
     BAD("use_dora is not implemented: ctuner trains standard LoRA (peft's use_dora=False)");
+  return CT_OK;
+}
+
+static ct_status check_controlnet(const ct_config *c, ct_err *err) {
+  if (c->controlnet) BAD("controlnet: ControlNet training is not implemented");
+  return CT_OK;
+}
+
+static ct_status check_prompt_library(const ct_config *c, ct_err *err) {
+  if (c->validation_prompt_library)
+    BAD("validation_prompt_library: SimpleTuner's built-in prompt library is not shipped with "
+        "ctuner; list the prompts in user_prompt_library");
   return CT_OK;
 }
 

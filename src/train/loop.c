@@ -139,9 +139,19 @@ static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *in
   return st;
 }
 
-static void clip(float *g, size_t n, double gn, double max_norm) {
-  if (!(max_norm > 0 && gn > max_norm)) return;
-  ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
+/* grad_clip_method norm: the whole gradient scaled to the global L2 norm
+ * max_grad_norm (torch's clip_grad_norm_, eps 1e-6); value: each element of
+ * this rank's range clamped to [-max, max] (clip_grad_value_), so every
+ * strategy clips its own range alike. */
+static void clip(float *g, size_t n, double gn, double max_norm, int by_value) {
+  if (!(max_norm > 0)) return;
+  if (by_value) {
+    const float c = (float)max_norm;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] = g[i] > c ? c : (g[i] < -c ? -c : g[i]);
+    return;
+  }
+  if (gn > max_norm) ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
 }
 
 /* EMA of this rank's weights (all of them unless the trainer holds a range);
@@ -308,7 +318,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
       if (st) break;
     } else {
       s->nonfinite_run = 0;
-      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm);
+      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm, !strcmp(cfg->grad_clip_method, "value"));
       s->opt_steps++;
       const double dcy0 = (1.0 + s->opt_steps) / (10.0 + s->opt_steps);
       const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);

@@ -50,7 +50,7 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   const int h = o->height / s, w = o->width / s;
   const size_t lat = (size_t)C * h * w;
   const int gemb = mc->guidance_embed; /* distilled guidance: an input, no CFG pass */
-  const int cfg = !gemb && o->guidance > 1.0f;
+  const int cfg = !gemb && o->guidance > 1.0f && !o->sched; /* FluxPipeline: no CFG pass */
   const int B = cfg ? 2 * n : n; /* conditional rows first, then unconditional */
   ct_status st = CT_OK;
   float *x = ct_alloc(CT_MEM_BUFFERS, (size_t)n * lat * sizeof(float));
@@ -70,7 +70,7 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   }
   for (int i = 0; i < n; i++) {
     all[i] = prompts[i];
-    if (cfg) all[n + i] = "";
+    if (cfg) all[n + i] = o->negative ? o->negative : "";
     ct_rng_fill_normal(x + (size_t)i * lat, lat, o->seed, CT_STREAM_SAMPLE_NOISE,
                        (index0 + (uint64_t)i) * lat, 0.0f, 1.0f);
   }
@@ -99,11 +99,6 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
     if (st) break;
     const float g = o->guidance, dt = tn - t;
     if (o->sched) { /* the scheduler's step, as FluxPipeline (no CFG pass) */
-      if (cfg)
-        for (size_t i = 0; i < (size_t)n * lat; i++) {
-          const float vu = v[(size_t)n * lat + i];
-          v[i] = vu + g * (v[i] - vu);
-        }
       ct_fm_step(sg, k, v, x, (size_t)n * lat);
       continue;
     }

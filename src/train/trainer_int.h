@@ -65,6 +65,7 @@ typedef struct trainer {
   ct_sched sched;
   float *ema; /* every parameter; when own: [lo, hi) only */
   vprompts vp;
+  int vkeys_warned; /* warn_validation_keys ran (validation.c) */
   int vw, vh;
   long total;
   FILE *metrics;
