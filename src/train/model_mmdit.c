@@ -57,7 +57,8 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
 }
 
 static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks,
-                                 use_params, use_grads, init_range, load,      save,    mfree};
+                                 use_params, use_grads, init_range, load,      save,    mfree,
+                                 NULL,       NULL,      NULL}; /* no frozen storage */
 
 ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
   size_t np;

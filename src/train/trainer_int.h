@@ -40,6 +40,7 @@ typedef struct trainer {
   int own;    /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
   zero_ctx z; /* stages 2-3 and bf16 (zero.h) */
   float *wsh; /* float32 (master) weights of [lo, hi) when own */
+  void *fsh;  /* model_type lora at stage 3: this rank's bytes of the frozen base (zero.c) */
   ct_offload
       *off;      /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
   int opt_off;   /* the optimizer's state arrays are the file's first ones */
@@ -85,6 +86,8 @@ typedef struct trainer {
  * nothing: the model has its full weights. */
 typedef struct full_view {
   float *w, *e;
+  void *base;  /* rank 0: the whole frozen storage, gathered (frozen) */
+  int base_owned;
   int owned;   /* gathered copies, freed by release */
   float *mine; /* offload_param: this rank's weights read back from the file */
 } full_view;
@@ -119,8 +122,9 @@ const ct_dp_ops *ct_dp_pick(const ct_config *cfg);
 void ct_dp_clear_grads(trainer *tr);
 
 /* The full float32 weights (and EMA) on rank 0 when the trainer holds only a
- * range (stage 3, bf16): every rank takes part. Nothing otherwise. */
-ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err);
+ * range (stage 3, bf16): every rank takes part. Nothing otherwise. frozen:
+ * also a sharded frozen storage (LoRA's base at stage 3), for validation. */
+ct_status ct_dp_gather_full(trainer *tr, full_view *fv, int frozen, ct_err *err);
 void ct_dp_release_full(trainer *tr, full_view *fv);
 
 /* ---- update.c: this rank's optimizer update ---- */
