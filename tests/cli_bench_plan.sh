@@ -12,9 +12,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 
 # measured vs planned: exact bytes per category
-for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1"; do
+# (model_type lora: the adapters trained, the frozen base in params — at stage 3 a byte range per rank)
+for spec in "tiny 1 0 no 0 full" "tiny 3 2 no 0 full" "tiny 2 3 bf16 0 full" "small 2 1 bf16 1 full" \
+  "tiny 2 3 no 0 lora" "tiny 1 1 bf16 1 lora"; do
   set -- $spec
-  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5")
+  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5" --model_type "$6")
   m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
   p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
   if /usr/bin/python3 -c '
@@ -32,6 +34,22 @@ print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
     bad "plan != measured for $*: $(cat "$tmp/diff") | $m | $p | $(cat "$tmp/m.err" "$tmp/p.err")"
   fi
 done
+
+# LoRA on FLUX.1's 12B shape: the base per rank is 1/N of it at stage 3 (its byte range), whole below
+j0=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 2)
+j3=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 3)
+if /usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+whole = 4 * a["base_psi"]
+ok = (a["bytes"]["params"] > whole and abs(b["base_mb"] * 8 - a["base_mb"]) < 0.1 and a["base_mb"] * 1048576 >= whole
+      and abs(b["formula_base_mb"] * 8 - a["formula_base_mb"]) < 0.01 and b["gather_base_rank0_mb"] >= a["base_mb"])
+print("  base per rank: stage 2 %.0f MB, stage 3 %.0f MB" % (a["base_mb"], b["base_mb"]))
+sys.exit(0 if ok else 1)' "$j0" "$j3"; then
+  ok "flux-dev LoRA plan: the frozen base at 1/8 per rank at stage 3 on 8 ranks"
+else
+  bad "flux-dev LoRA plan: $j0 | $j3"
+fi
 
 # a pipeline directory: bytes of a safetensors file's data section = size - 8 - header length
 data_bytes() {

@@ -52,6 +52,23 @@ static void zero_buffers(const ct_memplan_opts *o, ct_memplan *p, size_t shard, 
   if (o->offload_param) p->gather_rank0 += 4.0 * (double)range;
 }
 
+/* model_type lora's frozen base (task_mmdit.c, zero.c): whole on every rank,
+ * or at stage 3 this rank's byte range (zero_frozen_range) plus two slots of
+ * its largest segment, gathered whole to rank 0 for validation. */
+static void frozen_base(const ct_memplan_opts *o, ct_memplan *p) {
+  const size_t b = o->frozen_bytes;
+  const int sharded = o->stage >= 3;
+  size_t shard, lo, hi;
+  zero_frozen_range(b, o->ranks, 0, &shard, &lo, &hi);
+  p->base = (double)(sharded ? shard : b);
+  p->params += p->base;
+  p->startup_params += p->base;
+  p->formula_base = 4.0 * (double)o->frozen_psi / (sharded ? o->ranks : 1);
+  p->formula_params += p->formula_base;
+  if (sharded) p->zero_buffers += 2.0 * (double)o->frozen_maxseg;
+  if (sharded && shard < b) p->gather_base_rank0 = 4.0 * (double)((b + 3) / 4);
+}
+
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err) {
   memset(p, 0, sizeof *p);
   if (o->ranks < 1 || o->stage < 0 || o->stage > 3 || o->numel == 0)
@@ -114,5 +131,6 @@ ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *
   p->formula_params = fp;
   p->formula_grads = fg;
   p->formula_optimizer = fo;
+  if (o->frozen_bytes) frozen_base(o, p);
   return CT_OK;
 }

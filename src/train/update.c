@@ -83,6 +83,11 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
     CT_INFO("offload nvme: %s%s%s of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
             nst ? "the optimizer state" : "", nst && par ? " and " : "",
             par ? "the float32 weights" : "", n, tr->swap_dir, ct_offload_mode(tr->off), sub);
+  if (par && tr->fsh && tr->rank == 0) /* LoRA: docs/lora.md, "ZeRO" */
+    CT_WARN(
+        "offload_param nvme with model_type lora: the adapters' weights go to the swap file; "
+        "this rank's %zu bytes of the frozen base stay in memory (not offloaded)",
+        tr->z.fz.shard);
   return CT_OK;
 }
 
