@@ -42,8 +42,9 @@ if /usr/bin/python3 -c '
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 whole = 4 * a["base_psi"]
-ok = (a["bytes"]["params"] > whole and abs(b["base_mb"] * 8 - a["base_mb"]) < 0.1 and a["base_mb"] * 1048576 >= whole
-      and abs(b["formula_base_mb"] * 8 - a["formula_base_mb"]) < 0.01 and b["gather_base_rank0_mb"] >= a["base_mb"])
+near = lambda x, y: abs(x - y) <= 1e-5 * y
+ok = (a["bytes"]["params"] > whole and near(b["base_mb"] * 8, a["base_mb"]) and near(a["base_mb"] * 1048576, whole)
+      and near(b["formula_base_mb"] * 8, a["formula_base_mb"]) and b["gather_base_rank0_mb"] >= a["base_mb"])
 print("  base per rank: stage 2 %.0f MB, stage 3 %.0f MB" % (a["base_mb"], b["base_mb"]))
 sys.exit(0 if ok else 1)' "$j0" "$j3"; then
   ok "flux-dev LoRA plan: the frozen base at 1/8 per rank at stage 3 on 8 ranks"
