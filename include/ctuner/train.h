@@ -96,8 +96,8 @@ typedef struct ct_memplan {
   double gather_rank0; /* category buffers, rank 0 only, while validating or checkpointing:
                           the full float32 weights (and EMA) gathered from the shards */
   size_t range, shard, offload_sub; /* floats: rank 0's optimizer range, the shard, a sub-group */
-  double base;              /* of params: the frozen base (whole, or this rank's bytes at stage 3) */
-  double formula_base;      /* of formula_params: 4 bytes per base parameter, / N at stage 3 */
+  double base;         /* of params: the frozen base (whole, or this rank's bytes at stage 3) */
+  double formula_base; /* of formula_params: 4 bytes per base parameter, / N at stage 3 */
   double gather_base_rank0; /* category buffers, rank 0, validating: the whole base gathered */
 } ct_memplan;
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err);

@@ -269,7 +269,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
-  const double base = lora_base_formula_of(preset, mtype, stage, N); /* LoRA: the frozen base, 4Ψ_base */
+  const double base =
+      lora_base_formula_of(preset, mtype, stage, N); /* LoRA: the frozen base, 4Ψ_base */
   fp += base;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)

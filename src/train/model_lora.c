@@ -136,9 +136,8 @@ static void mfree(void *p) {
 }
 
 static const ct_model_ops ops = {
-    "lora",     params,    grads,      nsegments, segment,          set_hooks,
-    use_params, use_grads, init_range, load,      save,             mfree,
-    frozen_nsegments, frozen_segment, use_frozen};
+    "lora",     params, grads, nsegments, segment,          set_hooks,      use_params, use_grads,
+    init_range, load,   save,  mfree,     frozen_nsegments, frozen_segment, use_frozen};
 
 ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type,
                         uint64_t seed, ct_model **out, ct_err *err) {

@@ -86,7 +86,7 @@ typedef struct trainer {
  * nothing: the model has its full weights. */
 typedef struct full_view {
   float *w, *e;
-  void *base;  /* rank 0: the whole frozen storage, gathered (frozen) */
+  void *base; /* rank 0: the whole frozen storage, gathered (frozen) */
   int base_owned;
   int owned;   /* gathered copies, freed by release */
   float *mine; /* offload_param: this rank's weights read back from the file */
