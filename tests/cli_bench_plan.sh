@@ -107,6 +107,23 @@ else
   bad "offload plan: $j0 | $j1 | $m | $jt | $(cat "$tmp/m.err")"
 fi
 
+# LoRA with offload_param: the base's byte range goes to a swap file of its own as well
+lo=(--preset tiny --ranks 2 --stage 3 --model_type lora --offload_optimizer nvme --offload_param nvme)
+m=$("$CT" bench memory "${lo[@]}" 2>"$tmp/m.err")
+t=$("$CT" bench memory --plan "${lo[@]}")
+t0=$("$CT" bench memory --plan --preset tiny --ranks 2 --stage 3 --model_type lora)
+if /usr/bin/python3 -c '
+import json, sys
+m, t, t0 = (json.loads(a) for a in sys.argv[1:4])
+mb, tb, b0 = m["bytes"], t["bytes"], t0["bytes"]
+ok = (mb["params"] == tb["startup_params"] == b0["params"] and mb["optimizer"] == tb["startup_optimizer"]
+      and tb["params"] == 0 and tb["swap"] == b0["params"] + b0["optimizer"] and mb["grads"] == tb["grads"])
+sys.exit(0 if ok else 1)' "$m" "$t" "$t0"; then
+  ok "LoRA offload nvme: measured peaks = plan; adapters, their state and the base's byte range in swap files"
+else
+  bad "LoRA offload plan: $m | $t | $t0 | $(cat "$tmp/m.err")"
+fi
+
 # refused: offload_param below stage 3, an unknown preset, a bad precision
 "$CT" bench memory --plan --preset tiny --stage 2 --offload_param nvme >/dev/null 2>"$tmp/e1"
 [ $? -eq 2 ] && grep -q "zero_stage 3" "$tmp/e1" && ok "offload_param nvme at stage 2 refused" || bad "offload_param stage 2: $(cat "$tmp/e1")"

@@ -136,6 +136,13 @@ import re, sys
 m = re.search(r"frozen base sharded by bytes: (\d+) of (\d+) bytes per rank", open(sys.argv[1]).read())
 sys.exit(not (m and 2 * int(m.group(1)) - int(m.group(2)) in range(0, 129)))
 PY
+# offload_param nvme at ZeRO-3: the adapters' weights and the base's byte range each in a swap file,
+# read piece by piece before each gather: the same numbers
+train zo 2 --train_batch_size=1 --zero_stage=3 --offload_param=nvme --offload_optimizer=nvme \
+  --offload_param_path="$tmp/swap" &&
+  grep -q "the frozen base's [0-9]* bytes per rank in" "$tmp/zo.err" && same z3 zo "ZeRO-3 with the base offloaded (offload_param nvme) = ZeRO-3" &&
+  cmp -s "$tmp/z3/validation_images/step_4_validation_0_16x16.png" "$tmp/zo/validation_images/step_4_validation_0_16x16.png" &&
+  ok "... and its validation image (the base read back from the swap file)" || bad "offloaded base: validation image"
 # dropout masks keyed by sample id: 2 ranks draw what 1 rank draws
 train d1 1 --train_batch_size=2 --lora_dropout=0.3 --disable_validation=true &&
   train d2 2 --train_batch_size=1 --lora_dropout=0.3 --zero_stage=2 --disable_validation=true &&

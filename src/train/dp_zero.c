@@ -97,8 +97,17 @@ static ct_status gather_frozen(trainer *tr, full_view *fv, ct_err *err) {
   const zero_frozen *f = &tr->z.fz;
   ct_status st = zero_frozen_idle(&tr->z, err);
   if (st) return st;
+  const void *mine = f->mine;
+  if (tr->foff) { /* offload_param: this rank's bytes from the swap file */
+    fv->base_mine = ct_alloc(CT_MEM_BUFFERS, f->shard ? f->shard : 4);
+    float *arr[1] = {fv->base_mine};
+    st = fv->base_mine ? ct_offload_load_all(tr->foff, arr, err)
+                       : ct_errf(err, CT_ERR_NOMEM, "out of memory reading the frozen base back");
+    if (st) return st; /* the CLI aborts the job: nobody waits in a gather */
+    mine = fv->base_mine;
+  }
   if (f->hi - f->lo == f->bytes) {
-    fv->base = tr->rank == 0 ? (void *)f->mine : NULL;
+    fv->base = tr->rank == 0 ? (void *)mine : NULL;
     return CT_OK;
   }
   const size_t nf = (f->bytes + 3) / 4; /* whole floats: the shards are 64-byte aligned */
@@ -107,7 +116,7 @@ static ct_status gather_frozen(trainer *tr, full_view *fv, ct_err *err) {
     fv->base_owned = 1;
     if (!fv->base) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the frozen base");
   }
-  ct_status s2 = ct_comm_gather_f32(tr->comm, f->mine, fv->base, f->shard / 4, nf, 0, err);
+  ct_status s2 = ct_comm_gather_f32(tr->comm, mine, fv->base, f->shard / 4, nf, 0, err);
   return st ? st : s2;
 }
 
@@ -146,7 +155,7 @@ ct_status ct_dp_gather_full(trainer *tr, full_view *fv, int frozen, ct_err *err)
       if (!st) st = s2;
     }
   }
-  if (frozen && tr->z.fz.mine) {
+  if (frozen && tr->z.fz.on) {
     ct_status s2 = gather_frozen(tr, fv, err);
     if (!st) st = s2;
   }
@@ -166,6 +175,7 @@ void ct_dp_release_full(trainer *tr, full_view *fv) {
     zero_hooks(&tr->z, 1);
   }
   if (fv->base_owned) ct_free(fv->base);
+  ct_free(fv->base_mine);
   if (fv->owned) {
     ct_free(fv->w);
     ct_free(fv->e);

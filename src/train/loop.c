@@ -32,6 +32,7 @@
 void ct_trainer_free(trainer *tr) {
   ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
   ct_onebit_free(tr->ob);
+  ct_offload_close(tr->foff);
   if (tr->off) {
     ct_offload_close(tr->off);
     ct_err e = {0};

@@ -67,6 +67,17 @@ static void frozen_base(const ct_memplan_opts *o, ct_memplan *p) {
   p->formula_params += p->formula_base;
   if (sharded) p->zero_buffers += 2.0 * (double)o->frozen_maxseg;
   if (sharded && shard < b) p->gather_base_rank0 = 4.0 * (double)((b + 3) / 4);
+  if (!sharded || !o->offload_param) return;
+  /* offload_param (update.c): the shard into a swap file of its own, opened
+   * after the optimizer state left memory; two pieces for the gathers */
+  const size_t ms = o->frozen_maxseg < shard ? o->frozen_maxseg : shard;
+  p->zero_buffers += 2.0 * (double)(ms + 8);
+  p->swap += p->base;
+  p->params -= p->base;
+  const double fb = 3.0 * ((double)p->offload_sub * 4.0 + 4096.0); /* NBUF, ALIGN */
+  p->optimizer += fb;
+  p->offload_buffers += fb;
+  if (p->optimizer > p->startup_optimizer) p->startup_optimizer = p->optimizer;
 }
 
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err) {

@@ -36,11 +36,12 @@ typedef struct trainer {
   int zero;  /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
   int stage; /* zero_stage */
   size_t shard, lo, hi;
-  int bf16;   /* mixed_precision bf16 */
-  int own;    /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
-  zero_ctx z; /* stages 2-3 and bf16 (zero.h) */
-  float *wsh; /* float32 (master) weights of [lo, hi) when own */
-  void *fsh;  /* model_type lora at stage 3: this rank's bytes of the frozen base (zero.c) */
+  int bf16;         /* mixed_precision bf16 */
+  int own;          /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
+  zero_ctx z;       /* stages 2-3 and bf16 (zero.h) */
+  float *wsh;       /* float32 (master) weights of [lo, hi) when own */
+  void *fsh;        /* model_type lora at stage 3: this rank's bytes of the frozen base (zero.c) */
+  ct_offload *foff; /* ... with offload_param nvme: those bytes in a swap file instead (fsh NULL) */
   ct_offload
       *off;      /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
   int opt_off;   /* the optimizer's state arrays are the file's first ones */
@@ -88,8 +89,9 @@ typedef struct full_view {
   float *w, *e;
   void *base; /* rank 0: the whole frozen storage, gathered (frozen) */
   int base_owned;
-  int owned;   /* gathered copies, freed by release */
-  float *mine; /* offload_param: this rank's weights read back from the file */
+  void *base_mine; /* offload_param: this rank's bytes of it read back from the file */
+  int owned;       /* gathered copies, freed by release */
+  float *mine;     /* offload_param: this rank's weights read back from the file */
 } full_view;
 
 /* ---- parallel strategies (docs/distributed.md) ----

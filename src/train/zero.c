@@ -145,9 +145,18 @@ static ct_status frozen_gather(zero_ctx *z, int k, int s, ct_err *err) {
   size_t off, n;
   z->m->ops->frozen_segment(z->m, s, &off, &n);
   ct_status st = z_wait(z, &f->req[k], err);
-  if (!st)
+  if (!st && f->read) { /* offloaded: the floats covering this rank's bytes, from the file */
+    const size_t pa = off > f->lo ? off : f->lo, pb = off + n < f->hi ? off + n : f->hi;
+    const size_t a = (pa - f->lo) / 4, b = (pb - f->lo + 3) / 4;
+    if (pb > pa) st = f->read(f->read_user, a, b, f->piece[k], err);
+    const char *mine = (const char *)f->piece[k] + (pb > pa ? (pa - f->lo) % 4 : 0);
+    if (!st)
+      st = ct_comm_iallgather_piece(z->comm, CT_COMM_U8, mine, off, off + n, f->shard, f->slot[k],
+                                    &f->req[k], err);
+  } else if (!st) {
     st = ct_comm_iallgather_t(z->comm, CT_COMM_U8, f->mine, off, off + n, f->shard, f->slot[k],
                               &f->req[k], err);
+  }
   f->slot_seg[k] = st ? -1 : s;
   return st;
 }
@@ -199,8 +208,26 @@ ct_status zero_set_frozen(zero_ctx *z, const void *mine, ct_err *err) {
                      "out of memory for ZeRO-3 frozen-weight slots (2 x %zu bytes)", f->maxseg);
   }
   f->mine = mine;
+  f->on = 1;
   z->m->ops->use_frozen(z->m, NULL);
   zero_hooks(z, 1);
+  return CT_OK;
+}
+
+ct_status zero_set_frozen_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err) {
+  zero_frozen *f = &z->fz;
+  CT_ASSERT(f->on);
+  const size_t cap = (f->maxseg < f->shard ? f->maxseg : f->shard) + 8; /* whole floats */
+  ct_status st = zero_frozen_idle(z, err);
+  for (int k = 0; k < 2 && !st; k++) {
+    f->piece[k] = ct_alloc(CT_MEM_BUFFERS, cap);
+    if (!f->piece[k])
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for frozen-weight pieces (%zu bytes)", cap);
+  }
+  if (st) return st;
+  f->read = fn;
+  f->read_user = user;
+  f->mine = NULL;
   return CT_OK;
 }
 
@@ -283,7 +310,7 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
 
 void zero_hooks(zero_ctx *z, int on) {
   if (!z->comm || (z->stage < 2 && !z->bf16)) return;
-  ct_model_hooks h = {z, z_enter, z_leave, z->fz.mine ? z_enter_frozen : NULL};
+  ct_model_hooks h = {z, z_enter, z_leave, z->fz.on ? z_enter_frozen : NULL};
   z->m->ops->set_hooks(z->m, on ? &h : NULL);
 }
 
@@ -411,6 +438,7 @@ void zero_free(zero_ctx *z) {
     ct_free(z->piece[k]);
     ct_comm_wait(z->comm, z->fz.req[k], &e);
     ct_free(z->fz.slot[k]);
+    ct_free(z->fz.piece[k]);
   }
   ct_free(z->gsh);
   ct_free(z->w16);

@@ -17,9 +17,12 @@ typedef ct_status (*zero_read_fn)(void *user, size_t a, size_t b, float *dst, ct
  * base) sharded by byte ranges — whatever its dtype — and gathered per
  * segment into two slots, the next segment prefetched; no reduction. */
 typedef struct zero_frozen {
-  int nseg;
+  int on, nseg;
   size_t bytes, shard, lo, hi, maxseg; /* bytes; this rank holds [lo, hi) */
-  const void *mine;                    /* those bytes (borrowed); NULL: not sharded */
+  const void *mine;                    /* those bytes (borrowed); NULL: offloaded (read) */
+  zero_read_fn read; /* offload_param: floats [a, b) of this rank's range from the file */
+  void *read_user;
+  float *piece[2]; /* ... read into these, one per slot */
   void *slot[2];
   int slot_seg[2], cur;
   ct_comm_req *req[2];
@@ -66,6 +69,10 @@ void zero_frozen_range(size_t bytes, int N, int rank, size_t *shard, size_t *lo,
  * [lo, hi) at mine (borrowed, shard bytes allocated); every segment is
  * gathered through hooks.enter_frozen. */
 ct_status zero_set_frozen(zero_ctx *z, const void *mine, ct_err *err);
+/* offload_param: the frozen shard lives elsewhere (a swap file of shard / 4
+ * floats); each gather reads the floats covering this rank's bytes of the
+ * segment through fn first, and mine is no longer used. */
+ct_status zero_set_frozen_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err);
 /* Completes the outstanding frozen gathers (before other collectives that
  * not every rank's hooks see, e.g. validation's gather). */
 ct_status zero_frozen_idle(zero_ctx *z, ct_err *err);
