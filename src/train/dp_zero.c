@@ -82,11 +82,16 @@ static ct_status step(trainer *tr, float *g, float lr, long opt_step, const floa
 }
 
 static void report(const trainer *tr) {
-  if (tr->z.comm)
+  if (tr->z.comm && tr->z.fz.on)
     CT_INFO(
         "ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %ld frozen-weight "
         "gathers not prefetched, %.3f s waiting for communication",
         tr->stage, tr->z.buckets, tr->z.misses, tr->z.fz.misses, tr->z.wait_s);
+  else if (tr->z.comm)
+    CT_INFO(
+        "ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
+        "communication",
+        tr->stage, tr->z.buckets, tr->z.misses, tr->z.wait_s);
 }
 
 const ct_dp_ops ct_dp_zero = {"ZeRO-2/3, bf16", start, begin_step, reduce, step, report};
