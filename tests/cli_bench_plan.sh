@@ -12,9 +12,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 
 # measured vs planned: exact bytes per category
-for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1"; do
+# (model_type lora: the adapters trained, the frozen base in params — at stage 3 a byte range per rank)
+for spec in "tiny 1 0 no 0 full" "tiny 3 2 no 0 full" "tiny 2 3 bf16 0 full" "small 2 1 bf16 1 full" \
+  "tiny 2 3 no 0 lora" "tiny 1 1 bf16 1 lora"; do
   set -- $spec
-  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5")
+  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5" --model_type "$6")
   m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
   p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
   if /usr/bin/python3 -c '
@@ -32,6 +34,23 @@ print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
     bad "plan != measured for $*: $(cat "$tmp/diff") | $m | $p | $(cat "$tmp/m.err" "$tmp/p.err")"
   fi
 done
+
+# LoRA on FLUX.1's 12B shape: the base per rank is 1/N of it at stage 3 (its byte range), whole below
+j0=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 2)
+j3=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 3)
+if /usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+whole = 4 * a["base_psi"]
+near = lambda x, y: abs(x - y) <= 1e-5 * y
+ok = (a["bytes"]["params"] > whole and near(b["base_mb"] * 8, a["base_mb"]) and near(a["base_mb"] * 1048576, whole)
+      and near(b["formula_base_mb"] * 8, a["formula_base_mb"]) and b["gather_base_rank0_mb"] >= a["base_mb"])
+print("  base per rank: stage 2 %.0f MB, stage 3 %.0f MB" % (a["base_mb"], b["base_mb"]))
+sys.exit(0 if ok else 1)' "$j0" "$j3"; then
+  ok "flux-dev LoRA plan: the frozen base at 1/8 per rank at stage 3 on 8 ranks"
+else
+  bad "flux-dev LoRA plan: $j0 | $j3"
+fi
 
 # a pipeline directory: bytes of a safetensors file's data section = size - 8 - header length
 data_bytes() {
@@ -86,6 +105,23 @@ sys.exit(0 if ok else 1)' "$j0" "$j1" "$m" "$jt"; then
   ok "offload nvme: measured start-up peaks = plan; steady state: weights and state in the swap file, 3 buffers"
 else
   bad "offload plan: $j0 | $j1 | $m | $jt | $(cat "$tmp/m.err")"
+fi
+
+# LoRA with offload_param: the base's byte range goes to a swap file of its own as well
+lo=(--preset tiny --ranks 2 --stage 3 --model_type lora --offload_optimizer nvme --offload_param nvme)
+m=$("$CT" bench memory "${lo[@]}" 2>"$tmp/m.err")
+t=$("$CT" bench memory --plan "${lo[@]}")
+t0=$("$CT" bench memory --plan --preset tiny --ranks 2 --stage 3 --model_type lora)
+if /usr/bin/python3 -c '
+import json, sys
+m, t, t0 = (json.loads(a) for a in sys.argv[1:4])
+mb, tb, b0 = m["bytes"], t["bytes"], t0["bytes"]
+ok = (mb["params"] == tb["startup_params"] == b0["params"] and mb["optimizer"] == tb["startup_optimizer"]
+      and tb["params"] == 0 and tb["swap"] == b0["params"] + b0["optimizer"] and mb["grads"] == tb["grads"])
+sys.exit(0 if ok else 1)' "$m" "$t" "$t0"; then
+  ok "LoRA offload nvme: measured peaks = plan; adapters, their state and the base's byte range in swap files"
+else
+  bad "LoRA offload plan: $m | $t | $t0 | $(cat "$tmp/m.err")"
 fi
 
 # refused: offload_param below stage 3, an unknown preset, a bad precision

@@ -84,6 +84,19 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train -
   ok "bf16: the checkpoint keeps float32 masters (model.safetensors) and a bf16 transformer/" ||
   bad "bf16 pipeline run: rc=$rc $(ls "$tmp/h/checkpoint-1") $(tail -3 "$tmp/h.err")"
 
+# ---- LoRA on the pipeline's transformer, 2 ranks: ZeRO-3 (each rank reads its byte range of the
+# sharded BF16 transformer as the frozen base, gathered per block) = ZeRO-2 (the base whole), bit for bit
+for s in 2 3; do
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train --pretrained_model_name_or_path=$P/dev \
+    --model_flavour=dev "${COMMON[@]}" --num_threads=1 --zero_stage=$s --output_dir="$tmp/l$s" --max_train_steps=2 \
+    --checkpoint_step_interval=0 --model_type=lora --lora_rank=2 --flux_lora_target=all --lora_dropout=0 \
+    --disable_validation=true > /dev/null 2> "$tmp/l$s.err" || bad "lora zero $s: $(tail -3 "$tmp/l$s.err")"
+done
+cmp -s "$tmp/l2/pytorch_lora_weights.safetensors" "$tmp/l3/pytorch_lora_weights.safetensors" &&
+  grep -q "frozen base sharded by bytes" "$tmp/l3.err" &&
+  ok "LoRA on the pipeline, 2 ranks: ZeRO-3 with the base sharded = ZeRO-2, adapter file bit for bit" ||
+  bad "lora pipeline zero3 vs zero2: $(grep -i "frozen\|error" "$tmp/l3.err" | head -3)"
+
 # ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
 "$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \
   --pretrained_vae_model_name_or_path=$P/dev \

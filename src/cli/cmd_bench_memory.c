@@ -12,6 +12,7 @@
 #include "ctuner/comm.h"
 #include "ctuner/config.h"
 #include "ctuner/log.h"
+#include "ctuner/mmdit.h"
 #include "ctuner/synth.h"
 #include "ctuner/train.h"
 
@@ -22,14 +23,16 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "no|bf16]\n"
       "                           [--gradient_checkpointing N] [--offload_optimizer "
       "none|nvme]\n"
-      "                           [--offload_param none|nvme]\n"
+      "                           [--offload_param none|nvme] [--model_type full|lora]\n"
+      "                           [--lora_rank R] [--flux_lora_target T]\n"
       "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
       "N]\n"
       "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
       "                           [--offload_optimizer none|cpu|nvme] [--offload_param "
       "none|cpu|nvme]\n"
       "                           [--offload_buffer_size FLOATS] [--use_ema] [--batch B]\n"
-      "                           [--resolution PX] [--tokens T]\n"
+      "                           [--resolution PX] [--tokens T] [--model_type full|lora]\n"
+      "                           [--lora_rank R] [--flux_lora_target T]\n"
       "\n"
       "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
       "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
@@ -45,6 +48,11 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "default): the activations peak drops. --offload_optimizer / --offload_param nvme\n"
       "train with the swap file in the run's temporary directory (the peaks include\n"
       "the start-up, before the state and weights move to the file).\n"
+      "--model_type lora trains LoRA adapters (--lora_rank R, default 16;\n"
+      "--flux_lora_target T, default all; lora_dropout 0.1) on the frozen base: Ψ is\n"
+      "the adapters', params count them and the float32 base (at stage 3 this rank's\n"
+      "byte range of it), and the formula's params add the base, 4Ψ_base (/N at stage\n"
+      "3); base_mb gives the base alone (docs/lora.md).\n"
       "\n"
       "--plan computes the same per-rank bytes from the parameter table without\n"
       "allocating the model or training (no MPI; --ranks N is arithmetic): params,\n"
@@ -64,6 +72,26 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
       "planned: the communicator's scratch, the frozen encoders' activations, the data\n"
       "pipeline.\n");
+}
+
+/* The formula's frozen base of a LoRA run (0 for full fine-tuning): 4 bytes
+ * per base parameter, divided by N at stage 3. */
+static double lora_base_formula_of(const char *preset, const char *mtype, long stage, int N) {
+  if (strcmp(mtype, "lora")) return 0;
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_mmdit_config mc;
+  ct_err err = {0};
+  ct_param *tab = NULL;
+  size_t ntab = 0, numel = 0;
+  double psi = 0;
+  if (!ct_config_set(&cfg, "preset", preset, &err) &&
+      !ct_train_model_config(&cfg, &mc, NULL, NULL, &err) &&
+      !ct_mmdit_param_table(&mc, &tab, &ntab, &numel, &err))
+    for (size_t i = 0; i < ntab; i++) psi += (double)tab[i].numel;
+  free(tab);
+  ct_config_free(&cfg);
+  return 4.0 * psi / (stage >= 3 ? N : 1);
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -120,6 +148,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     else if (!strcmp(argv[i], "--plan"))
       return ct_bench_memory_plan(argc, argv);
   const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
+  const char *mtype = "full", *lrank = "16", *ltarget = "all";
   long stage = 0, ranks = 0, ckpt = 0;
   for (int i = 2; i < argc; i++) {
     int r;
@@ -129,7 +158,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &offopt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar))) {
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &mtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_rank", &lrank)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &ltarget))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
@@ -207,7 +239,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"gradient_checkpointing_interval", ck_s},
                          {"offload_optimizer", offopt},
                          {"offload_param", offpar},
-                         {"offload_param_path", swap}};
+                         {"offload_param_path", swap},
+                         {"model_type", mtype},
+                         {"lora_rank", lrank},
+                         {"flux_lora_target", ltarget}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -234,6 +269,9 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
+  const double base =
+      lora_base_formula_of(preset, mtype, stage, N); /* LoRA: the frozen base, 4Ψ_base */
+  fp += base;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
     printf(
@@ -245,11 +283,13 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "%.2f}, "
         "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
         "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld, \"offload_optimizer\": \"%s\", "
-        "\"offload_param\": \"%s\", \"bytes\": {\"params\": %.0f, "
+        "\"offload_param\": \"%s\", \"model_type\": \"%s\", \"base_mb\": %.2f, "
+        "\"bytes\": {\"params\": %.0f, "
         "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"buffers\": %.0f}}\n",
         preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
         fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576, ckpt, offopt, offpar, mx[0], mx[1], mx[2], mx[3], mx[4]);
+        mx[4] / 1048576, ckpt, offopt, offpar, mtype, base / 1048576, mx[0], mx[1], mx[2], mx[3],
+        mx[4]);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

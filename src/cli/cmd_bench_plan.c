@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "ctuner/config.h"
 #include "ctuner/json.h"
+#include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/train.h"
@@ -109,8 +110,8 @@ static int read_component(const char *dir, frozen *f) {
 }
 
 typedef struct plan_args {
-  const char *preset, *pretrained, *mp, *offopt, *offpar;
-  long stage, ranks, ckpt, batch, res, tokens, offbuf, ema;
+  const char *preset, *pretrained, *mp, *offopt, *offpar, *mtype, *ltarget;
+  long stage, ranks, ckpt, batch, res, tokens, offbuf, ema, lrank;
 } plan_args;
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -124,8 +125,12 @@ static int parse(int argc, char **argv, plan_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "pretrained", &a->pretrained)) ||
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &a->mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &a->offopt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar))) {
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &a->mtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "lora_rank", &v))) {
+      if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->lrank)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &a->stage)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
@@ -156,6 +161,63 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "ctuner bench memory: --mixed_precision %s: use no or bf16\n", a->mp);
     return 2;
   }
+  if (strcmp(a->mtype, "full") && strcmp(a->mtype, "lora")) {
+    fprintf(stderr, "ctuner bench memory: --model_type %s: use full or lora\n", a->mtype);
+    return 2;
+  }
+  return 0;
+}
+
+/* Rows of the batch that an adapter on MMDiT weight `base` sees (mmdit.c's
+ * calls of ct_lora_fwd/bwd): the image or text tokens, the joint rows of the
+ * single blocks, one row per sample for the embeddings of t/y and the
+ * modulations. */
+static size_t lora_rows(const char *base, size_t B, size_t Li, size_t T) {
+  if (strstr(base, "mod.") || strstr(base, "modulation") || strstr(base, "adaLN") ||
+      !strncmp(base, "time_in", 7) || !strncmp(base, "vector_in", 9) ||
+      !strncmp(base, "guidance_in", 11))
+    return B;
+  if (!strncmp(base, "single_blocks.", 14)) return B * (Li + T);
+  if (strstr(base, ".txt_") || !strncmp(base, "txt_in", 6)) return B * T;
+  return B * Li; /* img stream, img_in, final_layer.linear */
+}
+
+/* model_type lora: the adapters as the trainable model (numel, Ψ, largest
+ * segment) and lora.c's scratch (category activations: the largest of
+ * rows x rank x 2, plus rows x in x 2 for the dropout masks, lora_dropout 0.1),
+ * without allocating them. */
+static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_opts *o, int B,
+                     int Li, int T, double *scratch) {
+  ct_err err = {0};
+  ct_lora *l = NULL;
+  const char *const *tg = ct_lora_preset(a->ltarget);
+  if (!tg) {
+    fprintf(stderr, "ctuner bench memory: --flux_lora_target %s: use one of %s\n", a->ltarget,
+            ct_lora_preset_names());
+    return 2;
+  }
+  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, 0.1, 0};
+  if (ct_lora_new(mc, tg, &lo, CT_LORA_NO_PARAMS, &l, &err)) {
+    fprintf(stderr, "ctuner bench memory: flux_lora_target %s: %s\n", a->ltarget, err.msg);
+    return 2;
+  }
+  size_t nad;
+  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+  o->numel = ct_lora_numel(l);
+  o->psi = o->maxseg = 0;
+  *scratch = 0;
+  for (size_t i = 0; i < nad; i++) {
+    o->psi += (size_t)a->lrank * (size_t)(ad[i].in + ad[i].out);
+    const double rows = (double)lora_rows(ad[i].base, (size_t)B, (size_t)Li, (size_t)T);
+    const double n = rows * (double)a->lrank * 2 + rows * ad[i].in * 2;
+    if (4 * n > *scratch) *scratch = 4 * n;
+  }
+  for (int k = 0; k < ct_lora_nsegments(l); k++) {
+    size_t off, n;
+    ct_lora_segment(l, k, &off, &n);
+    if (n > o->maxseg) o->maxseg = n;
+  }
+  ct_lora_free(l);
   return 0;
 }
 
@@ -243,7 +305,7 @@ static void print_frozen(const frozen fz[3], double *total) {
 }
 
 int ct_bench_memory_plan(int argc, char **argv) {
-  plan_args a = {"bench", NULL, "no", "none", "none", 0, 1, 0, 1, 0, 0, 0, 0};
+  plan_args a = {"bench", NULL, "no", "none", "none", "full", "all", 0, 1, 0, 1, 0, 0, 0, 0, 16};
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   ct_mmdit_config mc;
@@ -273,12 +335,10 @@ int ct_bench_memory_plan(int argc, char **argv) {
                        (size_t)a.offbuf,
                        maxseg,
                        0, /* reduce_bucket_size: the default, hidden^2 */
-                       mc.hidden};
-  ct_memplan p;
-  if (ct_memplan_trainable(&o, &p, &err)) {
-    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
-    return 2;
-  }
+                       mc.hidden,
+                       0,
+                       0,
+                       0};
   if (a.res) res = a.res;
   if (a.tokens) T = (int)a.tokens;
   if (res % (2 * s)) {
@@ -286,7 +346,21 @@ int ct_bench_memory_plan(int argc, char **argv) {
     return 2;
   }
   const int H = (int)(res / s);
-  const double act = (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T);
+  double act = (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T);
+  const int lora = !strcmp(a.mtype, "lora");
+  if (lora) { /* the adapters are trained; the MMDiT is the frozen base (float32 storage) */
+    double scratch = 0;
+    if ((rc = lora_plan(&a, &mc, &o, (int)a.batch, (H / 2) * (H / 2), T, &scratch))) return rc;
+    act += scratch;
+    o.frozen_bytes = numel * sizeof(float);
+    o.frozen_maxseg = maxseg * sizeof(float);
+    o.frozen_psi = psi;
+  }
+  ct_memplan p;
+  if (ct_memplan_trainable(&o, &p, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    return 2;
+  }
   const double tot = p.params + p.grads + p.optimizer,
                ftot = p.formula_params + p.formula_grads + p.formula_optimizer;
   printf(
@@ -296,10 +370,16 @@ int ct_bench_memory_plan(int argc, char **argv) {
       "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
       "%.2f}, \"plan_over_formula\": %.4f, ",
       a.pretrained ? "pretrained" : "preset", a.pretrained ? a.pretrained : a.preset, a.ranks,
-      a.stage, a.mp, psi, numel, p.params / MB, p.grads / MB, p.optimizer / MB, tot / MB,
+      a.stage, a.mp, o.psi, o.numel, p.params / MB, p.grads / MB, p.optimizer / MB, tot / MB,
       p.formula_params / MB, p.formula_grads / MB, p.formula_optimizer / MB, ftot / MB, tot / ftot);
   printf("\"buffers_mb\": {\"zero\": %.2f, \"gather_rank0\": %.2f}, ", p.zero_buffers / MB,
          p.gather_rank0 / MB);
+  if (lora) /* base_mb: of params; the formula's base 4Ψ_base (/N at stage 3) */
+    printf(
+        "\"model_type\": \"lora\", \"lora_rank\": %ld, \"flux_lora_target\": \"%s\", "
+        "\"base_psi\": %zu, \"base_mb\": %.2f, \"formula_base_mb\": %.2f, "
+        "\"gather_base_rank0_mb\": %.2f, ",
+        a.lrank, a.ltarget, psi, p.base / MB, p.formula_base / MB, p.gather_base_rank0 / MB);
   printf(
       "\"activations_mb\": %.2f, \"activation_shape\": {\"batch\": %ld, \"resolution\": %ld, "
       "\"latent\": %d, \"tokens\": %d, \"gradient_checkpointing\": %ld}, "

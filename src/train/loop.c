@@ -32,6 +32,7 @@
 void ct_trainer_free(trainer *tr) {
   ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
   ct_onebit_free(tr->ob);
+  ct_offload_close(tr->foff);
   if (tr->off) {
     ct_offload_close(tr->off);
     ct_err e = {0};
@@ -43,6 +44,7 @@ void ct_trainer_free(trainer *tr) {
   if (tr->task) tr->task->free(tr);
   ct_model_free(tr->model);
   ct_free(tr->wsh);
+  ct_free(tr->fsh);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
   ct_free(tr->ema);
@@ -187,7 +189,7 @@ static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_c
   int nimg = 0;
   full_view fv;
   float *ema_mine = tr->ema;
-  ct_status st = ct_dp_gather_full(tr, &fv, err); /* own: the full model on rank 0 */
+  ct_status st = ct_dp_gather_full(tr, &fv, 1, err); /* own: the full model on rank 0 */
   char where[4300], ev[4400];
   if (!st && tr->rank == 0) {
     if (tr->own) tr->ema = fv.e;
@@ -214,7 +216,7 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "running", 0);
   full_view fv;
   float **ost = NULL;
-  st = ct_dp_gather_full(tr, &fv, err);
+  st = ct_dp_gather_full(tr, &fv, 0, err);
   if (tr->own) io->ema = fv.e;
   if (!st) st = ct_update_offload_states(tr, &ost, err);
   io->opt_states = ost;

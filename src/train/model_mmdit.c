@@ -58,7 +58,8 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
 }
 
 static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks,
-                                 use_params, use_grads, init_range, load,      save,    mfree};
+                                 use_params, use_grads, init_range, load,      save,    mfree,
+                                 NULL,       NULL,      NULL}; /* no frozen storage */
 
 /* A FLUX.1 pipeline's transformer trained in float32: the checkpoint's
  * weights are its transformer/ (diffusers layout, float32, sharded past

@@ -486,16 +486,41 @@ static ct_status load_base(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
-/* model_type lora (docs/lora.md): the MMDiT whole and frozen on every rank
- * (pretrained_model_path, else the seeded init), the adapters of
+/* ZeRO-3: only this rank's byte range of the base's storage (the MMDiT's
+ * float32 flat buffer: whole floats, as the shards are 64-byte aligned), read
+ * by the range loaders or drawn as the seeded init; zero.c gathers each
+ * segment before it runs (zero_set_frozen). */
+static ct_status load_base_shard(trainer *tr, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  const size_t bytes = ct_mmdit_numel(tr->m) * sizeof(float);
+  size_t shard, lo, hi;
+  zero_frozen_range(bytes, tr->world, tr->rank, &shard, &lo, &hi);
+  tr->fsh = ct_calloc(CT_MEM_PARAMS, shard ? shard : 1, 1);
+  if (!tr->fsh)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for this rank's %zu bytes of the base", shard);
+  float *out = tr->fsh;
+  const size_t a = lo / sizeof(float), b = hi / sizeof(float);
+  if (fp && !fp->transformer_bfl)
+    return ct_mmdit_load_diffusers_range(tr->m, fp->transformer, a, b, out, err);
+  if (fp) return ct_mmdit_load_range(tr->m, fp->transformer, fp->bfl_prefix, a, b, out, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load_range(tr->m, tr->cfg->pretrained_model_path, "", a, b, out, err);
+  ct_mmdit_init_range(tr->m, (uint64_t)tr->cfg->seed, a, b, out);
+  return CT_OK;
+}
+
+/* model_type lora (docs/lora.md): the MMDiT frozen, whole on every rank or
+ * (ZeRO-3) sharded (pretrained_model_path, else the seeded init), the adapters of
  * flux_lora_target as the trained model: their range [lo, hi), their init
  * (lora_init_type) or init_lora's file. */
 static ct_status new_lora_model(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const uint64_t seed = (uint64_t)cfg->seed;
   ct_lora *l = NULL;
-  ct_status st = ct_mmdit_new(&tr->g.mc, seed, 0, &tr->m, err);
-  if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
+  const int sharded = tr->stage >= 3; /* the base too (zero.c gathers it per segment) */
+  ct_status st = ct_mmdit_new(&tr->g.mc, seed, sharded ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
+  /* the pipeline's transformer, or pretrained_model_path */
+  if (!st) st = sharded ? load_base_shard(tr, err) : load_base(tr, err);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed};
