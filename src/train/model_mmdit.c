@@ -81,9 +81,9 @@ static ct_status save_flux(const ct_model *m, const char *dir, ct_err *err) {
   return ct_mmdit_save_diffusers(m->impl, p, (size_t)10 << 30, CT_DTYPE_F32, err);
 }
 
-static const ct_model_ops flux_ops = {"mmdit",    params,    grads,      nsegments,
-                                      segment,    set_hooks, use_params, use_grads,
-                                      init_range, load_flux, save_flux,  mfree};
+static const ct_model_ops flux_ops = {
+    "mmdit",    params,    grads,     nsegments, segment, set_hooks, use_params, use_grads,
+    init_range, load_flux, save_flux, mfree,     NULL,    NULL,      NULL}; /* no frozen storage */
 
 ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
   return ct_model_mmdit_as(mm, 0, out, err);
