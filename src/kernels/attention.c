@@ -45,8 +45,8 @@ static inline float softmax_row(float *s, int n, int lk) {
   return m + logf(sum);
 }
 
-void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
-                      const float *k, const float *v, float *o, float *lse) {
+void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, float *o, float *lse) {
   if (B <= 0 || H <= 0 || L <= 0) return;
   int nt = (L + ATT_TQ - 1) / ATT_TQ;
   int ntask = B * H * nt, ldo = H * hd;
@@ -105,9 +105,9 @@ void ct_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float
   }
 }
 
-void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
-                      const float *k, const float *v, const float *o, const float *lse,
-                      const float *dout, float *dq, float *dk, float *dv) {
+void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, const float *o, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv) {
   if (B <= 0 || H <= 0 || L <= 0) return;
   int ldo = H * hd;
 #pragma omp parallel
@@ -152,4 +152,42 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
     }
     free(P);
   }
+}
+
+/* ------------------------------------------------- the choice */
+
+enum { ATT_UNSET, ATT_TILES, ATT_FLASH };
+
+/* Decided on first use from CT_ATTENTION ("flash" or "tiles"; unset: the
+ * default); a race only computes the same answer twice. */
+static int att_path(void) {
+  static int path = ATT_UNSET;
+  int p = __atomic_load_n(&path, __ATOMIC_RELAXED);
+  if (p == ATT_UNSET) {
+    const char *env = getenv("CT_ATTENTION");
+    p = env && !strcmp(env, "flash") ? ATT_FLASH : ATT_TILES;
+    __atomic_store_n(&path, p, __ATOMIC_RELAXED);
+  }
+  return p;
+}
+
+const char *ct_attention_path(void) {
+  return att_path() == ATT_FLASH ? "flash" : "tiles";
+}
+
+void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, float *o, float *lse) {
+  if (att_path() == ATT_FLASH)
+    ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
+  else
+    ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
+}
+
+void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, const float *o, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv) {
+  if (att_path() == ATT_FLASH)
+    ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
+  else
+    ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
 }

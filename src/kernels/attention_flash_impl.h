@@ -1,0 +1,305 @@
+/* The fused attention's tile kernels and task loops, instantiated once per ISA
+ * by attention_flash.c (private; included with FA_ISA, the target attribute,
+ * FA_SUFFIX, the name suffix, and the register-tile heights FA_MRS, FA_MR4,
+ * FA_MR2, FA_MR1 defined). The design and numerics are in attention_flash.c.
+ *
+ * All arithmetic is on v16 (16 floats, GCC vector extensions): one zmm with
+ * AVX-512, two ymm with AVX2, four xmm on plain x86-64. Every operation is
+ * elementwise in a fixed order, so the instantiations with FMA (AVX-512,
+ * AVX2) give the same bits. Helpers are defined here, not shared, so each one
+ * is compiled (and inlined) for its instantiation's ISA.
+ */
+#define FA_CAT2(a, b) a##_##b
+#define FA_CAT(a, b) FA_CAT2(a, b)
+#define FN(x) FA_CAT(x, FA_SUFFIX)
+
+FA_ISA static inline v16 FN(vmax)(v16 a, v16 b) {
+  v16i m = a > b;
+  return (v16)((m & (v16i)a) | (~m & (v16i)b));
+}
+
+FA_ISA static inline v16 FN(vmin)(v16 a, v16 b) {
+  v16i m = a < b;
+  return (v16)((m & (v16i)a) | (~m & (v16i)b));
+}
+
+/* ct_expf's algorithm (fastmath.h) on 16 lanes: e^x, 0 below ln(FLT_MIN)
+ * (so -inf gives 0), saturating above 88.376. */
+FA_ISA static inline v16 FN(vexp)(v16 x) {
+  const v16 zero = {0};
+  v16i below = x < (zero + CT_EXP_LO);
+  v16 xc = FN(vmin)(FN(vmax)(x, zero + CT_EXP_LO), zero + CT_EXP_HI);
+  v16 n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  v16 r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606820309417e-06f;
+  v16 p = r * 1.9841270e-04f + 1.3888889e-03f;
+  p = p * r + 8.3333333e-03f;
+  p = p * r + 4.1666667e-02f;
+  p = p * r + 1.6666667e-01f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+  v16 y = p * (v16)e;
+  return (v16)(~below & (v16i)y);
+}
+
+/* S[j][0:BQ] = sum_d K[j][d] T[d][0:BQ] for j < nk: K rows (leading dim ldk)
+ * times a transposed, BQ-lane tile T (hd x BQ). FA_MRS rows of S in
+ * registers; the last block repeats row nk - 1 rather than branch. */
+FA_ISA static void FN(scores)(int nk, int hd, const float *K, size_t ldk, const float *T,
+                              float *S) {
+  for (int j0 = 0; j0 < nk; j0 += FA_MRS) {
+    const float *kr[FA_MRS];
+    v16 a0[FA_MRS], a1[FA_MRS];
+#pragma GCC unroll 16
+    for (int r = 0; r < FA_MRS; r++) {
+      int j = j0 + r < nk ? j0 + r : nk - 1;
+      kr[r] = K + (size_t)j * ldk;
+      a0[r] = a1[r] = (v16){0};
+    }
+    for (int d = 0; d < hd; d++) {
+      v16 t0 = LOAD(T + (size_t)d * BQ), t1 = LOAD(T + (size_t)d * BQ + 16);
+      FA_PIN(t0);
+      FA_PIN(t1);
+#pragma GCC unroll 16
+      for (int r = 0; r < FA_MRS; r++) {
+        float a = kr[r][d];
+        a0[r] += a * t0;
+        a1[r] += a * t1;
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < FA_MRS; r++)
+      if (j0 + r < nk) {
+        STORE(S + (size_t)(j0 + r) * BQ, a0[r]);
+        STORE(S + (size_t)(j0 + r) * BQ + 16, a1[r]);
+      }
+  }
+}
+
+/* C[i][c0 : c0 + 16 NV] = rs[i] C[i][...] + alpha sum_{k<n} A(i, k) Bm[k][...]
+ * for i < rows, A(i, k) = A[i ars + k acs] (so A may be stored transposed),
+ * rs NULL for 1. MR rows x NV vectors of C in registers. */
+#define FA_ACC(NV, MR)                                                                            \
+  FA_ISA static void FN(acc##NV)(int rows, int n, int c0, const float *A, size_t ars, size_t acs, \
+                                 const float *Bm, size_t ldb, float *C, size_t ldc,               \
+                                 const float *rs, float alpha) {                                  \
+    for (int i0 = 0; i0 < rows; i0 += MR) {                                                       \
+      const float *ar[MR];                                                                        \
+      float *cr[MR];                                                                              \
+      v16 acc[MR][NV];                                                                            \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                     \
+        int i = i0 + r < rows ? i0 + r : rows - 1;                                                \
+        ar[r] = A + (size_t)i * ars;                                                              \
+        cr[r] = C + (size_t)i * ldc + c0;                                                         \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = (v16){0};                \
+      }                                                                                           \
+      for (int k = 0; k < n; k++) {                                                               \
+        const float *b = Bm + (size_t)k * ldb + c0;                                               \
+        v16 bv[NV];                                                                               \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                    \
+          bv[v] = LOAD(b + 16 * v);                                                               \
+          FA_PIN(bv[v]);                                                                          \
+        }                                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+          float a = ar[r][(size_t)k * acs];                                                       \
+          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] += a * bv[v];            \
+        }                                                                                         \
+      }                                                                                           \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                     \
+        if (i0 + r >= rows) break;                                                                \
+        float s = rs ? rs[i0 + r] : 1.0f;                                                         \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                    \
+          v16 c = LOAD(cr[r] + 16 * v);                                                           \
+          c = c * s + acc[r][v] * alpha;                                                          \
+          STORE(cr[r] + 16 * v, c);                                                               \
+        }                                                                                         \
+      }                                                                                           \
+    }                                                                                             \
+  }
+FA_ACC(4, FA_MR4)
+FA_ACC(2, FA_MR2)
+FA_ACC(1, FA_MR1)
+#undef FA_ACC
+
+/* FN(acc4/2/1) over columns [0, w) of C and Bm, w a multiple of 16. */
+FA_ISA static void FN(acc)(int rows, int n, int w, const float *A, size_t ars, size_t acs,
+                           const float *Bm, size_t ldb, float *C, size_t ldc, const float *rs,
+                           float alpha) {
+  int c0 = 0;
+  for (; c0 + 64 <= w; c0 += 64) FN(acc4)(rows, n, c0, A, ars, acs, Bm, ldb, C, ldc, rs, alpha);
+  if (c0 + 32 <= w) {
+    FN(acc2)(rows, n, c0, A, ars, acs, Bm, ldb, C, ldc, rs, alpha);
+    c0 += 32;
+  }
+  if (c0 + 16 <= w) FN(acc1)(rows, n, c0, A, ars, acs, Bm, ldb, C, ldc, rs, alpha);
+}
+
+/* Causal: S[j][i] = -inf where key j0 + j comes after query i0 + i. */
+FA_ISA static void FN(mask)(int nk, int nq, int i0, int j0, float *S) {
+  if (j0 + nk - 1 <= i0) return;
+  for (int j = 0; j < nk; j++)
+    for (int i = 0; i < nq; i++)
+      if (j0 + j > i0 + i) S[(size_t)j * BQ + i] = -INFINITY;
+}
+
+/* One query tile's online softmax over one key tile, in place: S becomes
+ * P = exp(S - m_new) with m_new = max(m, column max of S); corr = exp(m -
+ * m_new) rescales what l and O hold; l = corr l + column sums of P. */
+FA_ISA static void FN(online_softmax)(int nk, float *S, float *m, float *l, float *corr) {
+  for (int h = 0; h < BQ; h += 16) {
+    v16 mo = LOAD(m + h), mx = mo;
+    for (int j = 0; j < nk; j++) mx = FN(vmax)(mx, LOAD(S + (size_t)j * BQ + h));
+    v16 sum = {0};
+    for (int j = 0; j < nk; j++) {
+      v16 p = FN(vexp)(LOAD(S + (size_t)j * BQ + h) - mx);
+      STORE(S + (size_t)j * BQ + h, p);
+      sum += p;
+    }
+    v16 c = FN(vexp)(mo - mx);
+    STORE(corr + h, c);
+    v16 lv = LOAD(l + h) * c + sum;
+    STORE(l + h, lv);
+    STORE(m + h, mx);
+  }
+}
+
+/* One forward task: query rows [i0, i0 + nq) of head bh. */
+FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, int i0, float *ws) {
+  int hd = g->hd, w = g->hdp, nq = imin(BQ, g->L - i0);
+  int kend = g->causal ? i0 + nq : g->L;
+  size_t hoff = (size_t)bh * g->L * hd;
+  float *T = ws, *S = T + (size_t)hd * BQ, *O = S + (size_t)BK * BQ, *m = O + (size_t)BQ * w;
+  float *l = m + BQ, *corr = l + BQ, *vpad = corr + BQ;
+  const float *V = io->v + hoff;
+  size_t ldv = hd;
+  if (w != hd) { /* rows of V are read 16 floats at a time: pad them */
+    pad_rows(kend, hd, V, hd, w, vpad);
+    V = vpad;
+    ldv = w;
+  }
+  pack_t(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
+  memset(O, 0, sizeof(float) * (size_t)BQ * w);
+  for (int i = 0; i < BQ; i++) m[i] = -INFINITY, l[i] = 0.0f;
+  for (int j0 = 0; j0 < kend; j0 += BK) {
+    int nk = imin(BK, kend - j0);
+    FN(scores)(nk, hd, io->k + hoff + (size_t)j0 * hd, hd, T, S);
+    if (g->causal) FN(mask)(nk, nq, i0, j0, S);
+    FN(online_softmax)(nk, S, m, l, corr);
+    FN(acc)(nq, nk, w, S, 1, BQ, V + (size_t)j0 * ldv, ldv, O, w, corr, 1.0f);
+  }
+  int b = bh / g->H, h = bh % g->H;
+  size_t ldo = (size_t)g->H * hd;
+  for (int i = 0; i < nq; i++) {
+    float inv = 1.0f / l[i], *oi = io->o + ((size_t)b * g->L + i0 + i) * ldo + (size_t)h * hd;
+    for (int d = 0; d < hd; d++) oi[d] = O[(size_t)i * w + d] * inv;
+    io->lse[(size_t)bh * g->L + i0 + i] = m[i] + logf(l[i]);
+  }
+}
+
+FA_ISA static void FN(fwd)(const fa_shape *g, const fa_fwd_io *io) {
+  int nt = (g->L + BQ - 1) / BQ, ntask = g->B * g->H * nt;
+  size_t wsf = fwd_ws_floats(g);
+#pragma omp parallel
+  {
+    float *ws = ct_kernels_scratch(sizeof(float) * wsf, "fused attention forward tiles");
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < ntask; t++) FN(fwd_task)(g, io, t / nt, (t % nt) * BQ, ws);
+    free(ws);
+  }
+}
+
+/* dS = P (dP - D) for one key tile: P = exp(S - lse) in place in S, dS in dP. */
+FA_ISA static void FN(probs_grad)(int nk, float *S, float *dP, const float *lse, const float *D) {
+  for (int h = 0; h < BQ; h += 16) {
+    v16 lv = LOAD(lse + h), dv = LOAD(D + h);
+    for (int j = 0; j < nk; j++) {
+      float *s = S + (size_t)j * BQ + h, *dp = dP + (size_t)j * BQ + h;
+      v16 p = FN(vexp)(LOAD(s) - lv);
+      v16 ds = p * (LOAD(dp) - dv);
+      STORE(s, p);
+      STORE(dp, ds);
+    }
+  }
+}
+
+/* One query tile [i0, i0 + nq) of head bh against every key tile: dQ of the
+ * tile, dK and dV (leading dim w, zeroed by the caller) accumulated. Q, K, dO
+ * are rows readable 16 floats at a time (leading dims ldq, ldk, lddo). */
+FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, int i0,
+                                const float *Q, const float *K, size_t ldk, const float *dO,
+                                size_t lddo, float *dK, float *dV, float *ws) {
+  int hd = g->hd, w = g->hdp, nq = imin(BQ, g->L - i0);
+  int kend = g->causal ? i0 + nq : g->L;
+  size_t hoff = (size_t)bh * g->L * hd;
+  float *T = ws, *Td = T + (size_t)hd * BQ, *S = Td + (size_t)hd * BQ, *dP = S + (size_t)BK * BQ;
+  float *dQ = dP + (size_t)BK * BQ, *lse = dQ + (size_t)BQ * w, *D = lse + BQ;
+  int b = bh / g->H, h = bh % g->H;
+  size_t ldo = (size_t)g->H * hd;
+  const float *Oi = io->o + ((size_t)b * g->L + i0) * ldo + (size_t)h * hd;
+  const float *dOi = io->dout + ((size_t)b * g->L + i0) * ldo + (size_t)h * hd;
+  pack_t(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
+  pack_t(nq, hd, dOi, ldo, 1.0f, Td);
+  for (int i = 0; i < BQ; i++) {
+    lse[i] = i < nq ? io->lse[(size_t)bh * g->L + i0 + i] : 0.0f;
+    D[i] = i < nq ? row_dot(hd, dOi + (size_t)i * ldo, Oi + (size_t)i * ldo) : 0.0f;
+  }
+  memset(dQ, 0, sizeof(float) * (size_t)BQ * w);
+  const float *V = io->v + hoff;
+  const float *Qi = Q + (size_t)i0 * ldk, *dOt = dO + (size_t)i0 * lddo;
+  for (int j0 = 0; j0 < kend; j0 += BK) {
+    int nk = imin(BK, kend - j0);
+    FN(scores)(nk, hd, io->k + hoff + (size_t)j0 * hd, hd, T, S);
+    if (g->causal) FN(mask)(nk, nq, i0, j0, S);
+    FN(scores)(nk, hd, V + (size_t)j0 * hd, hd, Td, dP);
+    FN(probs_grad)(nk, S, dP, lse, D);
+    FN(acc)(nk, nq, w, S, BQ, 1, dOt, lddo, dV + (size_t)j0 * w, w, NULL, 1.0f);
+    FN(acc)(nk, nq, w, dP, BQ, 1, Qi, ldk, dK + (size_t)j0 * w, w, NULL, g->scale);
+    FN(acc)(nq, nk, w, dP, 1, BQ, K + (size_t)j0 * ldk, ldk, dQ, w, NULL, g->scale);
+  }
+  float *dq = io->dq + hoff + (size_t)i0 * hd;
+  for (int i = 0; i < nq; i++) memcpy(dq + (size_t)i * hd, dQ + (size_t)i * w, sizeof(float) * hd);
+}
+
+/* One backward task: head bh, its query tiles in order. */
+FA_ISA static void FN(bwd_task)(const fa_shape *g, const fa_bwd_io *io, int bh, float *ws) {
+  int L = g->L, hd = g->hd, w = g->hdp;
+  size_t hoff = (size_t)bh * L * hd, lhw = (size_t)L * w;
+  float *tile = ws, *dK = io->dk + hoff, *dV = io->dv + hoff;
+  const float *Q = io->q + hoff, *K = io->k + hoff, *dO = NULL;
+  size_t ldk = hd, lddo = (size_t)g->H * hd;
+  int b = bh / g->H, h = bh % g->H;
+  dO = io->dout + (size_t)b * L * lddo + (size_t)h * hd;
+  if (w != hd) { /* rows read 16 floats at a time: pad Q, K, dO, dK and dV */
+    float *qp = tile + bwd_tile_floats(g), *kp = qp + lhw, *op = kp + lhw;
+    dK = op + lhw, dV = dK + lhw;
+    pad_rows(L, hd, Q, hd, w, qp);
+    pad_rows(L, hd, K, hd, w, kp);
+    pad_rows(L, hd, dO, lddo, w, op);
+    Q = qp, K = kp, dO = op, ldk = w, lddo = w;
+  }
+  memset(dK, 0, sizeof(float) * lhw);
+  memset(dV, 0, sizeof(float) * lhw);
+  for (int i0 = 0; i0 < L; i0 += BQ) FN(bwd_tile)(g, io, bh, i0, Q, K, ldk, dO, lddo, dK, dV, tile);
+  if (w != hd)
+    for (int j = 0; j < L; j++) {
+      memcpy(io->dk + hoff + (size_t)j * hd, dK + (size_t)j * w, sizeof(float) * hd);
+      memcpy(io->dv + hoff + (size_t)j * hd, dV + (size_t)j * w, sizeof(float) * hd);
+    }
+}
+
+FA_ISA static void FN(bwd)(const fa_shape *g, const fa_bwd_io *io) {
+  size_t wsf = bwd_ws_floats(g);
+#pragma omp parallel
+  {
+    float *ws = ct_kernels_scratch(sizeof(float) * wsf, "fused attention backward tiles");
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < g->B * g->H; bh++) FN(bwd_task)(g, io, bh, ws);
+    free(ws);
+  }
+}
+
+#undef FN
+#undef FA_CAT
+#undef FA_CAT2
