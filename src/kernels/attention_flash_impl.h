@@ -245,7 +245,9 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
     lse[i] = i < nq ? io->lse[(size_t)bh * g->L + i0 + i] : 0.0f;
     D[i] = i < nq ? row_dot(hd, dOi + (size_t)i * ldo, Oi + (size_t)i * ldo) : 0.0f;
   }
-  memset(dQ, 0, sizeof(float) * (size_t)BQ * w);
+  float *dq = io->dq + hoff + (size_t)i0 * hd;
+  if (w == hd) dQ = dq; /* accumulate in place */
+  memset(dQ, 0, sizeof(float) * (size_t)nq * w);
   const float *V = io->v + hoff;
   const float *Qi = Q + (size_t)i0 * ldk, *dOt = dO + (size_t)i0 * lddo;
   for (int j0 = 0; j0 < kend; j0 += BK) {
@@ -258,8 +260,8 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
     FN(acc)(nk, nq, w, dP, BQ, 1, Qi, ldk, dK + (size_t)j0 * w, w, NULL, g->scale);
     FN(acc)(nq, nk, w, dP, 1, BQ, K + (size_t)j0 * ldk, ldk, dQ, w, NULL, g->scale);
   }
-  float *dq = io->dq + hoff + (size_t)i0 * hd;
-  for (int i = 0; i < nq; i++) memcpy(dq + (size_t)i * hd, dQ + (size_t)i * w, sizeof(float) * hd);
+  if (w != hd)
+    for (int i = 0; i < nq; i++) memcpy(dq + (size_t)i * hd, dQ + (size_t)i * w, sizeof(float) * hd);
 }
 
 /* One backward task: head bh, its query tiles in order. */
