@@ -178,7 +178,7 @@ const char *ct_attention_path(void) {
 void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, float *o, float *lse) {
   if (att_path() == ATT_FLASH)
-    ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
+    ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse, 0);
   else
     ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
 }
@@ -187,7 +187,7 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
                       const float *k, const float *v, const float *o, const float *lse,
                       const float *dout, float *dq, float *dk, float *dv) {
   if (att_path() == ATT_FLASH)
-    ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
+    ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv, 0);
   else
     ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
 }

@@ -30,7 +30,9 @@
  *
  * Not here: the score-tile kernel and the choice between the two (attention.c).
  */
+#include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,8 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int v16i __attribute__((vector_size(64)));
+typedef unsigned v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
 #define LOAD(p)                  \
   ({                             \
     v16 t_;                      \
@@ -57,6 +61,7 @@ typedef int v16i __attribute__((vector_size(64)));
 
 typedef struct {
   int B, H, L, hd, hdp, causal; /* hdp: hd rounded up to 16 */
+  int bf16;                     /* 0 float32 products; 1 bf16 scores; 2 the same, emulated */
   float scale;
 } fa_shape;
 typedef struct {
@@ -70,15 +75,6 @@ typedef struct {
 
 static inline int imin(int a, int b) {
   return a < b ? a : b;
-}
-
-/* T[d][i] = s X[i][d] for i < n, 0 for n <= i < BQ (X rows of leading dim ld). */
-static void pack_t(int n, int hd, const float *X, size_t ld, float s, float *T) {
-  for (int d = 0; d < hd; d++) {
-    float *t = T + (size_t)d * BQ;
-    for (int i = 0; i < n; i++) t[i] = s * X[(size_t)i * ld + d];
-    for (int i = n; i < BQ; i++) t[i] = 0.0f;
-  }
 }
 
 /* rows x hd of X into dst with leading dim w >= hd, zeros in [hd, w). */
@@ -95,19 +91,60 @@ static float row_dot(int n, const float *a, const float *b) {
   return s;
 }
 
+/* words of the bf16 pair buffers: T2 (hdp/2 x BQ) and K2 (BK x hdp/2) */
+static size_t pairs_words(const fa_shape *g) {
+  return (size_t)g->hdp / 2 * (BQ + BK);
+}
+
 static size_t fwd_ws_floats(const fa_shape *g) {
-  size_t f = (size_t)g->hd * BQ + (size_t)BK * BQ + (size_t)BQ * g->hdp + 3 * BQ;
+  size_t f = (size_t)g->hd * BQ + (size_t)BK * BQ + (size_t)BQ * g->hdp + 3 * BQ + pairs_words(g);
   if (g->hdp != g->hd) f += (size_t)g->L * g->hdp;
   return f;
 }
 
 static size_t bwd_tile_floats(const fa_shape *g) {
-  return 2 * (size_t)g->hd * BQ + 2 * (size_t)BK * BQ + (size_t)BQ * g->hdp + 2 * BQ;
+  return 2 * (size_t)g->hd * BQ + 2 * (size_t)BK * BQ + (size_t)BQ * g->hdp + 2 * BQ +
+         pairs_words(g) + (size_t)g->hdp / 2 * BQ;
 }
 
 static size_t bwd_ws_floats(const fa_shape *g) {
   size_t lhw = (size_t)g->L * g->hdp;
   return bwd_tile_floats(g) + (g->hdp != g->hd ? 5 * lhw : 0);
+}
+
+/* Set once (isa_get): the CPU runs vdpbf16ps and the AVX-512 kernels are in use. */
+static int fa_bf16_hw;
+
+/* The scores kernel on bf16 pairs with vdpbf16ps (AVX512-BF16): the same
+ * register tile as FN(scores), one instruction per pair of head dims. */
+__attribute__((target("avx512f,avx512bf16"))) static void scores_bf16_hw(
+    int nk, int np, const uint32_t *K2, size_t ldk2, const uint32_t *T2, float *S) {
+  for (int j0 = 0; j0 < nk; j0 += 8) {
+    const uint32_t *kr[8];
+    __m512 a0[8], a1[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+      int j = j0 + r < nk ? j0 + r : nk - 1;
+      kr[r] = K2 + (size_t)j * ldk2;
+      a0[r] = a1[r] = _mm512_setzero_ps();
+    }
+    for (int p = 0; p < np; p++) {
+      __m512bh t0 = (__m512bh)_mm512_loadu_si512(T2 + (size_t)p * BQ);
+      __m512bh t1 = (__m512bh)_mm512_loadu_si512(T2 + (size_t)p * BQ + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        __m512bh a = (__m512bh)_mm512_set1_epi32((int)kr[r][p]);
+        a0[r] = _mm512_dpbf16_ps(a0[r], a, t0);
+        a1[r] = _mm512_dpbf16_ps(a1[r], a, t1);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+      if (j0 + r < nk) {
+        _mm512_storeu_ps(S + (size_t)(j0 + r) * BQ, a0[r]);
+        _mm512_storeu_ps(S + (size_t)(j0 + r) * BQ + 16, a1[r]);
+      }
+  }
 }
 
 /* FA_PIN(x): keep vector x in a register (GCC would otherwise re-read the B
@@ -157,7 +194,7 @@ enum { ISA_UNSET, ISA_AVX512, ISA_AVX2, ISA_GENERIC };
 
 static int isa_get(void) {
   static int isa = ISA_UNSET;
-  int p = __atomic_load_n(&isa, __ATOMIC_RELAXED);
+  int p = __atomic_load_n(&isa, __ATOMIC_ACQUIRE);
   if (p == ISA_UNSET) {
     __builtin_cpu_init();
     const char *env = getenv("CT_ATTENTION_ISA");
@@ -169,7 +206,8 @@ static int isa_get(void) {
       p = ISA_AVX2;
     else
       p = ISA_GENERIC;
-    __atomic_store_n(&isa, p, __ATOMIC_RELAXED);
+    fa_bf16_hw = p == ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+    __atomic_store_n(&isa, p, __ATOMIC_RELEASE);
   }
   return p;
 }
@@ -179,15 +217,16 @@ const char *ct_attention_flash_isa(void) {
   return names[isa_get()];
 }
 
-static fa_shape shape(int B, int H, int L, int hd, float scale, int causal) {
-  fa_shape g = {B, H, L, hd, (hd + 15) / 16 * 16, causal != 0, scale};
+static fa_shape shape(int B, int H, int L, int hd, float scale, int causal, int bf16) {
+  fa_shape g = {B,    H, L, hd, (hd + 15) / 16 * 16, causal != 0, bf16 < 0 || bf16 > 2 ? 1 : bf16,
+                scale};
   return g;
 }
 
 void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
-                            const float *k, const float *v, float *o, float *lse) {
+                            const float *k, const float *v, float *o, float *lse, int bf16) {
   if (B <= 0 || H <= 0 || L <= 0 || hd <= 0) return;
-  fa_shape g = shape(B, H, L, hd, scale, causal);
+  fa_shape g = shape(B, H, L, hd, scale, causal, bf16);
   fa_fwd_io io = {q, k, v, o, lse};
   int isa = isa_get();
   if (isa == ISA_AVX512)
@@ -200,9 +239,9 @@ void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal
 
 void ct_attention_flash_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, const float *o, const float *lse,
-                            const float *dout, float *dq, float *dk, float *dv) {
+                            const float *dout, float *dq, float *dk, float *dv, int bf16) {
   if (B <= 0 || H <= 0 || L <= 0 || hd <= 0) return;
-  fa_shape g = shape(B, H, L, hd, scale, causal);
+  fa_shape g = shape(B, H, L, hd, scale, causal, bf16);
   fa_bwd_io io = {q, k, v, o, lse, dout, dq, dk, dv};
   int isa = isa_get();
   if (isa == ISA_AVX512)

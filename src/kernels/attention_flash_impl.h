@@ -44,6 +44,48 @@ FA_ISA static inline v16 FN(vexp)(v16 x) {
   return (v16)(~below & (v16i)y);
 }
 
+/* One stage of a 16 x 16 transpose: swap the off-diagonal b x b blocks of
+ * every 2b x 2b block (rows r and r + b for r & b == 0). */
+#define FA_TSTAGE(R, b, lo, hi)                   \
+  for (int r = 0; r < 16; r++)                    \
+    if (!(r & (b))) {                             \
+      v16 a_ = R[r], c_ = R[r + (b)];             \
+      R[r] = __builtin_shuffle(a_, c_, lo);       \
+      R[r + (b)] = __builtin_shuffle(a_, c_, hi); \
+    }
+
+/* T[d][i] = s X[i][d] for i < n, 0 for n <= i < BQ (X rows of leading dim
+ * ld): 16 x 16 blocks transposed in registers; a head dim that is not a
+ * multiple of 16 takes the scalar loop for its last columns. */
+FA_ISA static void FN(pack_t)(int n, int hd, const float *X, size_t ld, float s, float *T) {
+  static const v16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  static const v16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  static const v16i lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+  static const v16i hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+  static const v16i lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+  static const v16i hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+  static const v16i lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+  static const v16i hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+  int d16 = hd / 16 * 16;
+  for (int ib = 0; ib < BQ; ib += 16)
+    for (int d0 = 0; d0 < d16; d0 += 16) {
+      v16 R[16];
+      for (int r = 0; r < 16; r++)
+        R[r] = ib + r < n ? LOAD(X + (size_t)(ib + r) * ld + d0) * s : (v16){0};
+      FA_TSTAGE(R, 8, lo8, hi8)
+      FA_TSTAGE(R, 4, lo4, hi4)
+      FA_TSTAGE(R, 2, lo2, hi2)
+      FA_TSTAGE(R, 1, lo1, hi1)
+      for (int c = 0; c < 16; c++) STORE(T + (size_t)(d0 + c) * BQ + ib, R[c]);
+    }
+  for (int d = d16; d < hd; d++) {
+    float *t = T + (size_t)d * BQ;
+    for (int i = 0; i < n; i++) t[i] = s * X[(size_t)i * ld + d];
+    for (int i = n; i < BQ; i++) t[i] = 0.0f;
+  }
+}
+#undef FA_TSTAGE
+
 /* S[j][0:BQ] = sum_d K[j][d] T[d][0:BQ] for j < nk: K rows (leading dim ldk)
  * times a transposed, BQ-lane tile T (hd x BQ). FA_MRS rows of S in
  * registers; the last block repeats row nk - 1 rather than branch. */
@@ -76,6 +118,98 @@ FA_ISA static void FN(scores)(int nk, int hd, const float *K, size_t ldk, const 
         STORE(S + (size_t)(j0 + r) * BQ + 16, a1[r]);
       }
   }
+}
+
+/* ---- bf16 products (g->bf16): operands rounded to bf16 (nearest even) and
+ * stored as pairs in 32-bit words, low half first, the layout vdpbf16ps
+ * reads; products summed in float32 as vdpbf16ps does (high pair's product
+ * added first, then the low one's; both exact, so one FMA each gives the
+ * same bits as the instruction on normal numbers). */
+
+FA_ISA static inline v16u FN(bf16_bits)(v16 x) { /* bf16 of x in the low 16 bits */
+  v16u u = (v16u)x;
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* y[0:w] = bf16(x[0:hd]), zeros in [hd, w) (w a multiple of 16). */
+FA_ISA static void FN(to_bf16)(int hd, int w, const float *x, uint16_t *y) {
+  int d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    v16h h = __builtin_convertvector(FN(bf16_bits)(LOAD(x + d)), v16h);
+    memcpy(y + d, &h, sizeof h);
+  }
+  for (; d < w; d++) {
+    float v = d < hd ? x[d] : 0.0f;
+    v16 t = (v16){0} + v;
+    y[d] = (uint16_t)FN(bf16_bits)(t)[0];
+  }
+}
+
+/* T2[p][i] = pair(T[2p][i], T[2p + 1][i]) for p < w / 2, rows past hd zero. */
+FA_ISA static void FN(pack_pairs)(int hd, int w, const float *T, uint32_t *T2) {
+  for (int p = 0; p < w / 2; p++)
+    for (int h = 0; h < BQ; h += 16) {
+      v16 x0 = 2 * p < hd ? LOAD(T + (size_t)2 * p * BQ + h) : (v16){0};
+      v16 x1 = 2 * p + 1 < hd ? LOAD(T + (size_t)(2 * p + 1) * BQ + h) : (v16){0};
+      v16u wd = FN(bf16_bits)(x0) | (FN(bf16_bits)(x1) << 16);
+      memcpy(T2 + (size_t)p * BQ + h, &wd, sizeof wd);
+    }
+}
+
+/* As FN(scores) on bf16 pairs: S[j][0:BQ] = sum_p K2[j][p] . T2[p][0:BQ]. */
+FA_ISA static void FN(scores_bf16)(int nk, int np, const uint32_t *K2, size_t ldk2,
+                                   const uint32_t *T2, float *S) {
+  for (int j0 = 0; j0 < nk; j0 += FA_MRS) {
+    const uint32_t *kr[FA_MRS];
+    v16 a0[FA_MRS], a1[FA_MRS];
+#pragma GCC unroll 16
+    for (int r = 0; r < FA_MRS; r++) {
+      int j = j0 + r < nk ? j0 + r : nk - 1;
+      kr[r] = K2 + (size_t)j * ldk2;
+      a0[r] = a1[r] = (v16){0};
+    }
+    for (int p = 0; p < np; p++) {
+      v16u t0, t1;
+      memcpy(&t0, T2 + (size_t)p * BQ, sizeof t0);
+      memcpy(&t1, T2 + (size_t)p * BQ + 16, sizeof t1);
+      v16 l0 = (v16)(t0 << 16), h0 = (v16)(t0 & 0xFFFF0000u);
+      v16 l1 = (v16)(t1 << 16), h1 = (v16)(t1 & 0xFFFF0000u);
+#pragma GCC unroll 16
+      for (int r = 0; r < FA_MRS; r++) {
+        uint32_t wl = kr[r][p] << 16, wh = kr[r][p] & 0xFFFF0000u;
+        float al, ah;
+        memcpy(&al, &wl, sizeof al);
+        memcpy(&ah, &wh, sizeof ah);
+        a0[r] += ah * h0;
+        a0[r] += al * l0;
+        a1[r] += ah * h1;
+        a1[r] += al * l1;
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < FA_MRS; r++)
+      if (j0 + r < nk) {
+        STORE(S + (size_t)(j0 + r) * BQ, a0[r]);
+        STORE(S + (size_t)(j0 + r) * BQ + 16, a1[r]);
+      }
+  }
+}
+
+/* S = K_tile T: float32, or (g->bf16) K's rows rounded into K2 and the
+ * pairs T2 (made by the caller from T) through vdpbf16ps or its emulation. */
+FA_ISA static void FN(scores_sel)(const fa_shape *g, int nk, const float *K, size_t ldk,
+                                  const float *T, const uint32_t *T2, uint32_t *K2, float *S) {
+  if (!g->bf16) {
+    FN(scores)(nk, g->hd, K, ldk, T, S);
+    return;
+  }
+  int w = g->hdp;
+  for (int j = 0; j < nk; j++)
+    FN(to_bf16)(g->hd, w, K + (size_t)j * ldk, (uint16_t *)(K2 + (size_t)j * (w / 2)));
+  if (g->bf16 == 1 && fa_bf16_hw)
+    scores_bf16_hw(nk, w / 2, K2, w / 2, T2, S);
+  else
+    FN(scores_bf16)(nk, w / 2, K2, w / 2, T2, S);
 }
 
 /* C[i][c0 : c0 + 16 NV] = rs[i] C[i][...] + alpha sum_{k<n} A(i, k) Bm[k][...]
@@ -171,7 +305,9 @@ FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, 
   int kend = g->causal ? i0 + nq : g->L;
   size_t hoff = (size_t)bh * g->L * hd;
   float *T = ws, *S = T + (size_t)hd * BQ, *O = S + (size_t)BK * BQ, *m = O + (size_t)BQ * w;
-  float *l = m + BQ, *corr = l + BQ, *vpad = corr + BQ;
+  float *l = m + BQ, *corr = l + BQ;
+  uint32_t *T2 = (uint32_t *)(corr + BQ), *K2 = T2 + (size_t)w / 2 * BQ;
+  float *vpad = (float *)(K2 + (size_t)BK * w / 2);
   const float *V = io->v + hoff;
   size_t ldv = hd;
   if (w != hd) { /* rows of V are read 16 floats at a time: pad them */
@@ -179,12 +315,13 @@ FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, 
     V = vpad;
     ldv = w;
   }
-  pack_t(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
+  FN(pack_t)(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
+  if (g->bf16) FN(pack_pairs)(hd, w, T, T2);
   memset(O, 0, sizeof(float) * (size_t)BQ * w);
   for (int i = 0; i < BQ; i++) m[i] = -INFINITY, l[i] = 0.0f;
   for (int j0 = 0; j0 < kend; j0 += BK) {
     int nk = imin(BK, kend - j0);
-    FN(scores)(nk, hd, io->k + hoff + (size_t)j0 * hd, hd, T, S);
+    FN(scores_sel)(g, nk, io->k + hoff + (size_t)j0 * hd, hd, T, T2, K2, S);
     if (g->causal) FN(mask)(nk, nq, i0, j0, S);
     FN(online_softmax)(nk, S, m, l, corr);
     FN(acc)(nq, nk, w, S, 1, BQ, V + (size_t)j0 * ldv, ldv, O, w, corr, 1.0f);
@@ -235,12 +372,18 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
   size_t hoff = (size_t)bh * g->L * hd;
   float *T = ws, *Td = T + (size_t)hd * BQ, *S = Td + (size_t)hd * BQ, *dP = S + (size_t)BK * BQ;
   float *dQ = dP + (size_t)BK * BQ, *lse = dQ + (size_t)BQ * w, *D = lse + BQ;
+  uint32_t *T2 = (uint32_t *)(D + BQ), *Td2 = T2 + (size_t)w / 2 * BQ;
+  uint32_t *K2 = Td2 + (size_t)w / 2 * BQ;
   int b = bh / g->H, h = bh % g->H;
   size_t ldo = (size_t)g->H * hd;
   const float *Oi = io->o + ((size_t)b * g->L + i0) * ldo + (size_t)h * hd;
   const float *dOi = io->dout + ((size_t)b * g->L + i0) * ldo + (size_t)h * hd;
-  pack_t(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
-  pack_t(nq, hd, dOi, ldo, 1.0f, Td);
+  FN(pack_t)(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
+  FN(pack_t)(nq, hd, dOi, ldo, 1.0f, Td);
+  if (g->bf16) {
+    FN(pack_pairs)(hd, w, T, T2);
+    FN(pack_pairs)(hd, w, Td, Td2);
+  }
   for (int i = 0; i < BQ; i++) {
     lse[i] = i < nq ? io->lse[(size_t)bh * g->L + i0 + i] : 0.0f;
     D[i] = i < nq ? row_dot(hd, dOi + (size_t)i * ldo, Oi + (size_t)i * ldo) : 0.0f;
@@ -252,16 +395,17 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
   const float *Qi = Q + (size_t)i0 * ldk, *dOt = dO + (size_t)i0 * lddo;
   for (int j0 = 0; j0 < kend; j0 += BK) {
     int nk = imin(BK, kend - j0);
-    FN(scores)(nk, hd, io->k + hoff + (size_t)j0 * hd, hd, T, S);
+    FN(scores_sel)(g, nk, io->k + hoff + (size_t)j0 * hd, hd, T, T2, K2, S);
     if (g->causal) FN(mask)(nk, nq, i0, j0, S);
-    FN(scores)(nk, hd, V + (size_t)j0 * hd, hd, Td, dP);
+    FN(scores_sel)(g, nk, V + (size_t)j0 * hd, hd, Td, Td2, K2, dP);
     FN(probs_grad)(nk, S, dP, lse, D);
     FN(acc)(nk, nq, w, S, BQ, 1, dOt, lddo, dV + (size_t)j0 * w, w, NULL, 1.0f);
     FN(acc)(nk, nq, w, dP, BQ, 1, Qi, ldk, dK + (size_t)j0 * w, w, NULL, g->scale);
     FN(acc)(nq, nk, w, dP, 1, BQ, K + (size_t)j0 * ldk, ldk, dQ, w, NULL, g->scale);
   }
   if (w != hd)
-    for (int i = 0; i < nq; i++) memcpy(dq + (size_t)i * hd, dQ + (size_t)i * w, sizeof(float) * hd);
+    for (int i = 0; i < nq; i++)
+      memcpy(dq + (size_t)i * hd, dQ + (size_t)i * w, sizeof(float) * hd);
 }
 
 /* One backward task: head bh, its query tiles in order. */
