@@ -40,6 +40,11 @@
 #include "fastmath.h"
 #include "scratch.h"
 
+/* The v16 helpers are static and inlined into functions of their own
+ * instruction set: the ABI note GCC gives for 64-byte vectors passed without
+ * AVX-512 does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #define BQ 32 /* queries per tile: two 16-lane vectors */
 #define BK 64 /* keys per tile */
 
@@ -83,12 +88,6 @@ static void pad_rows(int rows, int hd, const float *X, size_t ld, int w, float *
     memcpy(dst + (size_t)r * w, X + (size_t)r * ld, sizeof(float) * hd);
     memset(dst + (size_t)r * w + hd, 0, sizeof(float) * (size_t)(w - hd));
   }
-}
-
-static float row_dot(int n, const float *a, const float *b) {
-  float s;
-  CT_SUM_LANES(float, s, n, c, a[c] * b[c]);
-  return s;
 }
 
 /* words of the bf16 pair buffers: T2 (hdp/2 x BQ) and K2 (BK x hdp/2) */

@@ -44,6 +44,24 @@ FA_ISA static inline v16 FN(vexp)(v16 x) {
   return (v16)(~below & (v16i)y);
 }
 
+/* sum_c a[c] b[c] over c < n: 16 lanes (zero-padded tail), then a fixed tree. */
+FA_ISA static float FN(row_dot)(int n, const float *a, const float *b) {
+  v16 acc = {0};
+  int c = 0;
+  for (; c + 16 <= n; c += 16) acc += LOAD(a + c) * LOAD(b + c);
+  if (c < n) {
+    float ta[16] = {0}, tb[16] = {0};
+    memcpy(ta, a + c, sizeof(float) * (size_t)(n - c));
+    memcpy(tb, b + c, sizeof(float) * (size_t)(n - c));
+    acc += LOAD(ta) * LOAD(tb);
+  }
+  float l[16];
+  memcpy(l, &acc, sizeof l);
+  for (int i = 0; i < 8; i++) l[i] += l[i + 8];
+  for (int i = 0; i < 4; i++) l[i] += l[i + 4];
+  return (l[0] + l[2]) + (l[1] + l[3]);
+}
+
 /* One stage of a 16 x 16 transpose: swap the off-diagonal b x b blocks of
  * every 2b x 2b block (rows r and r + b for r & b == 0). */
 #define FA_TSTAGE(R, b, lo, hi)                   \
@@ -212,9 +230,10 @@ FA_ISA static void FN(scores_sel)(const fa_shape *g, int nk, const float *K, siz
     FN(scores_bf16)(nk, w / 2, K2, w / 2, T2, S);
 }
 
-/* C[i][c0 : c0 + 16 NV] = rs[i] C[i][...] + alpha sum_{k<n} A(i, k) Bm[k][...]
- * for i < rows, A(i, k) = A[i ars + k acs] (so A may be stored transposed),
- * rs NULL for 1. MR rows x NV vectors of C in registers. */
+/* C[i][c0 : c0 + 16 NV] = rs[i] C[i][...] + sum_{k<n} A(i, k) Bm[k][...]
+ * (rs given, alpha ignored) or C[i][...] + alpha sum_k ... (rs NULL) for
+ * i < rows, A(i, k) = A[i ars + k acs] (so A may be stored transposed). MR
+ * rows x NV vectors of C in registers. */
 #define FA_ACC(NV, MR)                                                                            \
   FA_ISA static void FN(acc##NV)(int rows, int n, int c0, const float *A, size_t ars, size_t acs, \
                                  const float *Bm, size_t ldb, float *C, size_t ldc,               \
@@ -243,10 +262,14 @@ FA_ISA static void FN(scores_sel)(const fa_shape *g, int nk, const float *K, siz
       }                                                                                           \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                     \
         if (i0 + r >= rows) break;                                                                \
-        float s = rs ? rs[i0 + r] : 1.0f;                                                         \
+        float s = rs ? rs[i0 + r] : 0.0f;                                                         \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                    \
           v16 c = LOAD(cr[r] + 16 * v);                                                           \
-          c = c * s + acc[r][v] * alpha;                                                          \
+          /* one product per branch: FMA contraction has one choice */                            \
+          if (rs)                                                                                 \
+            c = c * s + acc[r][v];                                                                \
+          else                                                                                    \
+            c = acc[r][v] * alpha + c;                                                            \
           STORE(cr[r] + 16 * v, c);                                                               \
         }                                                                                         \
       }                                                                                           \
@@ -386,7 +409,7 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
   }
   for (int i = 0; i < BQ; i++) {
     lse[i] = i < nq ? io->lse[(size_t)bh * g->L + i0 + i] : 0.0f;
-    D[i] = i < nq ? row_dot(hd, dOi + (size_t)i * ldo, Oi + (size_t)i * ldo) : 0.0f;
+    D[i] = i < nq ? FN(row_dot)(hd, dOi + (size_t)i * ldo, Oi + (size_t)i * ldo) : 0.0f;
   }
   float *dq = io->dq + hoff + (size_t)i0 * hd;
   if (w == hd) dQ = dq; /* accumulate in place */
