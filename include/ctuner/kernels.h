@@ -170,7 +170,7 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
  * flash (attention_flash.c): fused FlashAttention-2-style tiles of 32 queries
  * x 64 keys with an online softmax. Both give the same bits for any thread
  * count; not each other's. ct_attention_fwd/bwd run the one named by the
- * environment variable CT_ATTENTION ("flash" or "tiles"; default tiles),
+ * environment variable CT_ATTENTION ("flash" or "tiles"; default flash),
  * read once per process; ct_attention_path() says which. */
 void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, float *o, float *lse);

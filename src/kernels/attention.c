@@ -13,6 +13,8 @@
  * zeroes P above the diagonal, so no -inf is ever stored.
  * Results do not depend on the thread count: every output element is produced
  * by one task with a fixed sequence of operations.
+ * Also here: ct_attention_fwd/bwd, which run this kernel (CT_ATTENTION=tiles)
+ * or the fused one of attention_flash.c (the default); docs/attention.md.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -158,14 +160,15 @@ void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal
 
 enum { ATT_UNSET, ATT_TILES, ATT_FLASH };
 
-/* Decided on first use from CT_ATTENTION ("flash" or "tiles"; unset: the
- * default); a race only computes the same answer twice. */
+/* Decided on first use from CT_ATTENTION ("tiles" or "flash"; unset: flash,
+ * the faster and on average the more accurate, docs/attention.md); a race
+ * only computes the same answer twice. */
 static int att_path(void) {
   static int path = ATT_UNSET;
   int p = __atomic_load_n(&path, __ATOMIC_RELAXED);
   if (p == ATT_UNSET) {
     const char *env = getenv("CT_ATTENTION");
-    p = env && !strcmp(env, "flash") ? ATT_FLASH : ATT_TILES;
+    p = env && !strcmp(env, "tiles") ? ATT_TILES : ATT_FLASH;
     __atomic_store_n(&path, p, __ATOMIC_RELAXED);
   }
   return p;
