@@ -90,6 +90,18 @@ static void pad_rows(int rows, int hd, const float *X, size_t ld, int w, float *
   }
 }
 
+/* Ask for rows [0, rows) x hd of X (leading dim ld) in cache: the tasks
+ * start on a new head's rows, and reading them as 8 strided streams waits on
+ * memory latency; many prefetches in flight at once do not (~25% of the
+ * kernel time at the bench shape, B*H*L*hd past L2). Only the first KB_PF
+ * rows: further ones arrive while the first tiles compute. */
+#define KB_PF 128
+static void prefetch_rows(int rows, int hd, const float *X, size_t ld) {
+  rows = rows < KB_PF ? rows : KB_PF;
+  for (int r = 0; r < rows; r++)
+    for (int d = 0; d < hd; d += 16) __builtin_prefetch(X + (size_t)r * ld + d);
+}
+
 /* words of the bf16 pair buffers: T2 (hdp/2 x BQ) and K2 (BK x hdp/2) */
 static size_t pairs_words(const fa_shape *g) {
   return (size_t)g->hdp / 2 * (BQ + BK);

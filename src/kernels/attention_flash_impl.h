@@ -338,6 +338,9 @@ FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, 
     V = vpad;
     ldv = w;
   }
+  prefetch_rows(nq, hd, io->q + hoff + (size_t)i0 * hd, hd);
+  prefetch_rows(kend, hd, io->k + hoff, hd);
+  prefetch_rows(kend, hd, V, ldv);
   FN(pack_t)(nq, hd, io->q + hoff + (size_t)i0 * hd, hd, g->scale, T);
   if (g->bf16) FN(pack_pairs)(hd, w, T, T2);
   memset(O, 0, sizeof(float) * (size_t)BQ * w);
@@ -440,6 +443,11 @@ FA_ISA static void FN(bwd_task)(const fa_shape *g, const fa_bwd_io *io, int bh, 
   size_t ldk = hd, lddo = (size_t)g->H * hd;
   int b = bh / g->H, h = bh % g->H;
   dO = io->dout + (size_t)b * L * lddo + (size_t)h * hd;
+  prefetch_rows(L, hd, Q, hd);
+  prefetch_rows(L, hd, K, hd);
+  prefetch_rows(L, hd, io->v + hoff, hd);
+  prefetch_rows(L, hd, dO, lddo);
+  prefetch_rows(L, hd, io->o + (size_t)b * L * lddo + (size_t)h * hd, lddo);
   if (w != hd) { /* rows read 16 floats at a time: pad Q, K, dO, dK and dV */
     float *qp = tile + bwd_tile_floats(g), *kp = qp + lhw, *op = kp + lhw;
     dK = op + lhw, dV = dK + lhw;
