@@ -238,3 +238,24 @@ CT_TEST(attention, flash_one_token) {
   out_free(&r);
   in_free(&a);
 }
+
+/* ct_attention_fwd/bwd: flash up to head dim 256, tiles above (unless
+ * CT_ATTENTION names one); the bits say which ran. */
+CT_TEST(attention, dispatch) {
+  rng_seed(24);
+  const char *path = ct_attention_path();
+  for (int hd = 64; hd <= 320; hd += 256) {
+    att_in a = in_make(1, 2, 40, hd, 0);
+    size_t n = (size_t)a.B * a.H * a.L * a.hd;
+    att_out want =
+        run(&a, !strcmp(path, "tiles") || (!strcmp(path, "auto") && hd > 256) ? TILES : 0);
+    att_out got = {nanv(n), nanv((size_t)a.B * a.H * a.L), nanv(n), nanv(n), nanv(n)};
+    ct_attention_fwd(a.B, a.H, a.L, a.hd, a.scale, 0, a.q, a.k, a.v, got.o, got.lse);
+    ct_attention_bwd(a.B, a.H, a.L, a.hd, a.scale, 0, a.q, a.k, a.v, got.o, got.lse, a.dout, got.dq,
+                     got.dk, got.dv);
+    CHECKF(same(want.o, got.o, n) && same(want.dq, got.dq, n) && same(want.dv, got.dv, n),
+           "path %s, hd %d", path, hd);
+    out_free(&want), out_free(&got);
+    in_free(&a);
+  }
+}

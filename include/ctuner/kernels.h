@@ -169,9 +169,10 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
  * (attention.c): score tiles of 64 queries x all keys through ct_sgemm.
  * flash (attention_flash.c): fused FlashAttention-2-style tiles of 32 queries
  * x 64 keys with an online softmax. Both give the same bits for any thread
- * count; not each other's. ct_attention_fwd/bwd run the one named by the
- * environment variable CT_ATTENTION ("flash" or "tiles"; default flash),
- * read once per process; ct_attention_path() says which. */
+ * count; not each other's. ct_attention_fwd/bwd run flash for head dims up
+ * to 256 and tiles above (faster there), or the one named by the environment
+ * variable CT_ATTENTION ("flash" or "tiles"), read once per process;
+ * ct_attention_path() says "auto", "flash" or "tiles". */
 void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, float *o, float *lse);
 void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
@@ -187,7 +188,7 @@ void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal
 void ct_attention_flash_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, const float *o, const float *lse,
                             const float *dout, float *dq, float *dk, float *dv, int bf16);
-const char *ct_attention_path(void); /* "flash" or "tiles" */
+const char *ct_attention_path(void);
 /* The flash kernels' instruction set: "avx512", "avx2" or "generic" (the best
  * the CPU has; CT_ATTENTION_ISA=avx2 or generic picks a lower one). */
 const char *ct_attention_flash_isa(void);

@@ -13,8 +13,9 @@
  * zeroes P above the diagonal, so no -inf is ever stored.
  * Results do not depend on the thread count: every output element is produced
  * by one task with a fixed sequence of operations.
- * Also here: ct_attention_fwd/bwd, which run this kernel (CT_ATTENTION=tiles)
- * or the fused one of attention_flash.c (the default); docs/attention.md.
+ * Also here: ct_attention_fwd/bwd, which run the fused kernel of
+ * attention_flash.c for head dims up to 256 and this one above (or the one
+ * CT_ATTENTION names); docs/attention.md.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -158,29 +159,42 @@ void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal
 
 /* ------------------------------------------------- the choice */
 
-enum { ATT_UNSET, ATT_TILES, ATT_FLASH };
+enum { ATT_UNSET, ATT_AUTO, ATT_TILES, ATT_FLASH };
 
-/* Decided on first use from CT_ATTENTION ("tiles" or "flash"; unset: flash,
- * the faster and on average the more accurate, docs/attention.md); a race
- * only computes the same answer twice. */
+/* Head dims above this take the score-tile kernel by default: with one wide
+ * head (the VAE's 512 channels) the fused backward re-reads L x hd dK and
+ * dV accumulators per 32-query tile from L3 and is slower (docs/attention.md). */
+#define FLASH_MAX_HD 256
+
+/* Decided on first use from CT_ATTENTION ("tiles" or "flash" for every
+ * shape; unset or anything else: auto, the fused kernel up to FLASH_MAX_HD,
+ * docs/attention.md); a race only computes the same answer twice. */
 static int att_path(void) {
   static int path = ATT_UNSET;
   int p = __atomic_load_n(&path, __ATOMIC_RELAXED);
   if (p == ATT_UNSET) {
     const char *env = getenv("CT_ATTENTION");
-    p = env && !strcmp(env, "tiles") ? ATT_TILES : ATT_FLASH;
+    p = env && !strcmp(env, "tiles")   ? ATT_TILES
+        : env && !strcmp(env, "flash") ? ATT_FLASH
+                                       : ATT_AUTO;
     __atomic_store_n(&path, p, __ATOMIC_RELAXED);
   }
   return p;
 }
 
+static int use_flash(int hd) {
+  int p = att_path();
+  return p == ATT_FLASH || (p == ATT_AUTO && hd <= FLASH_MAX_HD);
+}
+
 const char *ct_attention_path(void) {
-  return att_path() == ATT_FLASH ? "flash" : "tiles";
+  int p = att_path();
+  return p == ATT_FLASH ? "flash" : p == ATT_TILES ? "tiles" : "auto";
 }
 
 void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, float *o, float *lse) {
-  if (att_path() == ATT_FLASH)
+  if (use_flash(hd))
     ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse, 0);
   else
     ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
@@ -189,7 +203,7 @@ void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, cons
 void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, const float *o, const float *lse,
                       const float *dout, float *dq, float *dk, float *dv) {
-  if (att_path() == ATT_FLASH)
+  if (use_flash(hd))
     ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv, 0);
   else
     ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
