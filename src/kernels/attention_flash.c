@@ -108,7 +108,8 @@ static size_t pairs_words(const fa_shape *g) {
 }
 
 static size_t fwd_ws_floats(const fa_shape *g) {
-  size_t f = (size_t)g->hd * BQ + (size_t)BK * BQ + (size_t)BQ * g->hdp + 3 * BQ + pairs_words(g);
+  size_t f = (size_t)g->hd * BQ + (size_t)BK * BQ + (size_t)BQ * g->hdp + 3 * BQ + pairs_words(g) +
+             (size_t)BK / 2 * (BQ + g->hdp); /* P2, V2 */
   if (g->hdp != g->hd) f += (size_t)g->L * g->hdp;
   return f;
 }
@@ -157,6 +158,47 @@ __attribute__((target("avx512f,avx512bf16"))) static void scores_bf16_hw(
       }
   }
 }
+
+/* The P V kernel on bf16 pairs with vdpbf16ps: C = rs C + sum_p A2(i, p) .
+ * B2[p] over MR rows x NV vectors, as the emulation FN(accbNV) computes it. */
+#define ACCB_HW(NV, MR)                                                                         \
+  __attribute__((target("avx512f,avx512bf16"))) static void accb##NV##_hw(                      \
+      int rows, int np, int c0, const uint32_t *A2, size_t ars, size_t acs, const uint32_t *B2, \
+      size_t ldb, float *C, size_t ldc, const float *rs) {                                      \
+    for (int i0 = 0; i0 < rows; i0 += MR) {                                                     \
+      const uint32_t *ar[MR];                                                                   \
+      float *cr[MR];                                                                            \
+      __m512 acc[MR][NV];                                                                       \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+        int i = i0 + r < rows ? i0 + r : rows - 1;                                              \
+        ar[r] = A2 + (size_t)i * ars;                                                           \
+        cr[r] = C + (size_t)i * ldc + c0;                                                       \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();   \
+      }                                                                                         \
+      for (int p = 0; p < np; p++) {                                                            \
+        __m512bh bv[NV];                                                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] =                            \
+            (__m512bh)_mm512_loadu_si512(B2 + (size_t)p * ldb + c0 + 16 * v);                   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                 \
+          __m512bh a = (__m512bh)_mm512_set1_epi32((int)ar[r][(size_t)p * acs]);                \
+          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =                      \
+              _mm512_dpbf16_ps(acc[r][v], a, bv[v]);                                            \
+        }                                                                                       \
+      }                                                                                         \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+        if (i0 + r >= rows) break;                                                              \
+        __m512 s = _mm512_set1_ps(rs[i0 + r]);                                                  \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                  \
+          __m512 c = _mm512_loadu_ps(cr[r] + 16 * v);                                           \
+          _mm512_storeu_ps(cr[r] + 16 * v, _mm512_fmadd_ps(c, s, acc[r][v]));                   \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+  }
+ACCB_HW(4, 4)
+ACCB_HW(2, 8)
+ACCB_HW(1, 8)
+#undef ACCB_HW
 
 /* FA_PIN(x): keep vector x in a register (GCC would otherwise re-read the B
  * rows from memory for each FMA, which makes the kernels load-bound). */

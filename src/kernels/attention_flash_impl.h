@@ -293,6 +293,100 @@ FA_ISA static void FN(acc)(int rows, int n, int w, const float *A, size_t ars, s
   if (c0 + 16 <= w) FN(acc1)(rows, n, c0, A, ars, acs, Bm, ldb, C, ldc, rs, alpha);
 }
 
+/* As FN(acc) (rs given) on bf16 pairs: C[i][c0 : c0 + 16 NV] = rs[i] C[i][...]
+ * + sum_{p<np} A2(i, p) . B2[p][...], A2(i, p) = A2[i ars + p acs] a pair of
+ * k, B2 rows of pair words (leading dim ldb). */
+#define FA_ACCB(NV, MR)                                                                     \
+  FA_ISA static void FN(accb##NV)(int rows, int np, int c0, const uint32_t *A2, size_t ars, \
+                                  size_t acs, const uint32_t *B2, size_t ldb, float *C,     \
+                                  size_t ldc, const float *rs) {                            \
+    for (int i0 = 0; i0 < rows; i0 += MR) {                                                 \
+      const uint32_t *ar[MR];                                                               \
+      float *cr[MR];                                                                        \
+      v16 acc[MR][NV];                                                                      \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                               \
+        int i = i0 + r < rows ? i0 + r : rows - 1;                                          \
+        ar[r] = A2 + (size_t)i * ars;                                                       \
+        cr[r] = C + (size_t)i * ldc + c0;                                                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = (v16){0};          \
+      }                                                                                     \
+      for (int p = 0; p < np; p++) {                                                        \
+        const uint32_t *b = B2 + (size_t)p * ldb + c0;                                      \
+        v16 bl[NV], bh[NV];                                                                 \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                              \
+          v16u t;                                                                           \
+          memcpy(&t, b + 16 * v, sizeof t);                                                 \
+          bl[v] = (v16)(t << 16);                                                           \
+          bh[v] = (v16)(t & 0xFFFF0000u);                                                   \
+        }                                                                                   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                             \
+          uint32_t wd = ar[r][(size_t)p * acs], wl = wd << 16, wh = wd & 0xFFFF0000u;       \
+          float al, ah;                                                                     \
+          memcpy(&al, &wl, sizeof al);                                                      \
+          memcpy(&ah, &wh, sizeof ah);                                                      \
+          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                            \
+            acc[r][v] += ah * bh[v];                                                        \
+            acc[r][v] += al * bl[v];                                                        \
+          }                                                                                 \
+        }                                                                                   \
+      }                                                                                     \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                               \
+        if (i0 + r >= rows) break;                                                          \
+        float s = rs[i0 + r];                                                               \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                              \
+          v16 c = LOAD(cr[r] + 16 * v);                                                     \
+          c = c * s + acc[r][v];                                                            \
+          STORE(cr[r] + 16 * v, c);                                                         \
+        }                                                                                   \
+      }                                                                                     \
+    }                                                                                       \
+  }
+FA_ACCB(4, FA_MR4)
+FA_ACCB(2, FA_MR2)
+FA_ACCB(1, FA_MR1)
+#undef FA_ACCB
+
+/* X2[p][0:w] = pair(X[2p][...], X[2p + 1][...]) for p < (n + 1) / 2, a row
+ * past n zero (X rows of leading dim ld, w a multiple of 16). */
+FA_ISA static void FN(pack_pairs_rows)(int n, int w, const float *X, size_t ld, uint32_t *X2) {
+  for (int p = 0; p < (n + 1) / 2; p++)
+    for (int c = 0; c < w; c += 16) {
+      v16 x0 = LOAD(X + (size_t)2 * p * ld + c);
+      v16 x1 = 2 * p + 1 < n ? LOAD(X + (size_t)(2 * p + 1) * ld + c) : (v16){0};
+      v16u wd = FN(bf16_bits)(x0) | (FN(bf16_bits)(x1) << 16);
+      memcpy(X2 + (size_t)p * w + c, &wd, sizeof wd);
+    }
+}
+
+/* O = corr O + P V_tile with P (in S, transposed) and V's rows rounded to
+ * bf16 pairs of keys: vdpbf16ps or its emulation. */
+FA_ISA static void FN(pv_bf16)(const fa_shape *g, int nq, int nk, const float *S, const float *V,
+                               size_t ldv, uint32_t *P2, uint32_t *V2, float *O,
+                               const float *corr) {
+  int w = g->hdp, np = (nk + 1) / 2;
+  FN(pack_pairs)(nk, 2 * np, S, P2);
+  FN(pack_pairs_rows)(nk, w, V, ldv, V2);
+  int c0 = 0, hw = g->bf16 == 1 && fa_bf16_hw;
+  for (; c0 + 64 <= w; c0 += 64)
+    if (hw)
+      accb4_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+    else
+      FN(accb4)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+  if (c0 + 32 <= w) {
+    if (hw)
+      accb2_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+    else
+      FN(accb2)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+    c0 += 32;
+  }
+  if (c0 + 16 <= w) {
+    if (hw)
+      accb1_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+    else
+      FN(accb1)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+  }
+}
+
 /* Causal: S[j][i] = -inf where key j0 + j comes after query i0 + i. */
 FA_ISA static void FN(mask)(int nk, int nq, int i0, int j0, float *S) {
   if (j0 + nk - 1 <= i0) return;
@@ -330,7 +424,8 @@ FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, 
   float *T = ws, *S = T + (size_t)hd * BQ, *O = S + (size_t)BK * BQ, *m = O + (size_t)BQ * w;
   float *l = m + BQ, *corr = l + BQ;
   uint32_t *T2 = (uint32_t *)(corr + BQ), *K2 = T2 + (size_t)w / 2 * BQ;
-  float *vpad = (float *)(K2 + (size_t)BK * w / 2);
+  uint32_t *P2 = K2 + (size_t)BK * w / 2, *V2 = P2 + (size_t)BK / 2 * BQ;
+  float *vpad = (float *)(V2 + (size_t)BK / 2 * w);
   const float *V = io->v + hoff;
   size_t ldv = hd;
   if (w != hd) { /* rows of V are read 16 floats at a time: pad them */
@@ -350,7 +445,10 @@ FA_ISA static void FN(fwd_task)(const fa_shape *g, const fa_fwd_io *io, int bh, 
     FN(scores_sel)(g, nk, io->k + hoff + (size_t)j0 * hd, hd, T, T2, K2, S);
     if (g->causal) FN(mask)(nk, nq, i0, j0, S);
     FN(online_softmax)(nk, S, m, l, corr);
-    FN(acc)(nq, nk, w, S, 1, BQ, V + (size_t)j0 * ldv, ldv, O, w, corr, 1.0f);
+    if (g->bf16)
+      FN(pv_bf16)(g, nq, nk, S, V + (size_t)j0 * ldv, ldv, P2, V2, O, corr);
+    else
+      FN(acc)(nq, nk, w, S, 1, BQ, V + (size_t)j0 * ldv, ldv, O, w, corr, 1.0f);
   }
   int b = bh / g->H, h = bh % g->H;
   size_t ldo = (size_t)g->H * hd;
