@@ -116,7 +116,8 @@ static size_t fwd_ws_floats(const fa_shape *g) {
 
 static size_t bwd_tile_floats(const fa_shape *g) {
   return 2 * (size_t)g->hd * BQ + 2 * (size_t)BK * BQ + (size_t)BQ * g->hdp + 2 * BQ +
-         pairs_words(g) + (size_t)g->hdp / 2 * BQ;
+         pairs_words(g) + (size_t)g->hdp / 2 * BQ + (size_t)BK * BQ / 2 +
+         (size_t)BK / 2 * g->hdp; /* A2, B2 */
 }
 
 static size_t bwd_ws_floats(const fa_shape *g) {
@@ -164,7 +165,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void scores_bf16_hw(
 #define ACCB_HW(NV, MR)                                                                         \
   __attribute__((target("avx512f,avx512bf16"))) static void accb##NV##_hw(                      \
       int rows, int np, int c0, const uint32_t *A2, size_t ars, size_t acs, const uint32_t *B2, \
-      size_t ldb, float *C, size_t ldc, const float *rs) {                                      \
+      size_t ldb, float *C, size_t ldc, const float *rs, float alpha) {                         \
     for (int i0 = 0; i0 < rows; i0 += MR) {                                                     \
       const uint32_t *ar[MR];                                                                   \
       float *cr[MR];                                                                            \
@@ -187,10 +188,11 @@ __attribute__((target("avx512f,avx512bf16"))) static void scores_bf16_hw(
       }                                                                                         \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
         if (i0 + r >= rows) break;                                                              \
-        __m512 s = _mm512_set1_ps(rs[i0 + r]);                                                  \
+        __m512 s = _mm512_set1_ps(rs ? rs[i0 + r] : alpha);                                     \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                  \
           __m512 c = _mm512_loadu_ps(cr[r] + 16 * v);                                           \
-          _mm512_storeu_ps(cr[r] + 16 * v, _mm512_fmadd_ps(c, s, acc[r][v]));                   \
+          c = rs ? _mm512_fmadd_ps(c, s, acc[r][v]) : _mm512_fmadd_ps(acc[r][v], s, c);         \
+          _mm512_storeu_ps(cr[r] + 16 * v, c);                                                  \
         }                                                                                       \
       }                                                                                         \
     }                                                                                           \

@@ -299,7 +299,7 @@ FA_ISA static void FN(acc)(int rows, int n, int w, const float *A, size_t ars, s
 #define FA_ACCB(NV, MR)                                                                     \
   FA_ISA static void FN(accb##NV)(int rows, int np, int c0, const uint32_t *A2, size_t ars, \
                                   size_t acs, const uint32_t *B2, size_t ldb, float *C,     \
-                                  size_t ldc, const float *rs) {                            \
+                                  size_t ldc, const float *rs, float alpha) {               \
     for (int i0 = 0; i0 < rows; i0 += MR) {                                                 \
       const uint32_t *ar[MR];                                                               \
       float *cr[MR];                                                                        \
@@ -332,10 +332,13 @@ FA_ISA static void FN(acc)(int rows, int n, int w, const float *A, size_t ars, s
       }                                                                                     \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                               \
         if (i0 + r >= rows) break;                                                          \
-        float s = rs[i0 + r];                                                               \
+        float s = rs ? rs[i0 + r] : 0.0f;                                                   \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                              \
           v16 c = LOAD(cr[r] + 16 * v);                                                     \
-          c = c * s + acc[r][v];                                                            \
+          if (rs)                                                                           \
+            c = c * s + acc[r][v];                                                          \
+          else                                                                              \
+            c = acc[r][v] * alpha + c;                                                      \
           STORE(cr[r] + 16 * v, c);                                                         \
         }                                                                                   \
       }                                                                                     \
@@ -358,33 +361,61 @@ FA_ISA static void FN(pack_pairs_rows)(int n, int w, const float *X, size_t ld, 
     }
 }
 
-/* O = corr O + P V_tile with P (in S, transposed) and V's rows rounded to
- * bf16 pairs of keys: vdpbf16ps or its emulation. */
-FA_ISA static void FN(pv_bf16)(const fa_shape *g, int nq, int nk, const float *S, const float *V,
-                               size_t ldv, uint32_t *P2, uint32_t *V2, float *O,
-                               const float *corr) {
-  int w = g->hdp, np = (nk + 1) / 2;
-  FN(pack_pairs)(nk, 2 * np, S, P2);
-  FN(pack_pairs_rows)(nk, w, V, ldv, V2);
-  int c0 = 0, hw = g->bf16 == 1 && fa_bf16_hw;
+/* FN(acc) on bf16 pairs over columns [0, w): vdpbf16ps or its emulation. */
+FA_ISA static void FN(accb)(const fa_shape *g, int rows, int np, const uint32_t *A2, size_t ars,
+                            size_t acs, const uint32_t *B2, float *C, size_t ldc, const float *rs,
+                            float alpha) {
+  int w = g->hdp, c0 = 0, hw = g->bf16 == 1 && fa_bf16_hw;
   for (; c0 + 64 <= w; c0 += 64)
     if (hw)
-      accb4_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      accb4_hw(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
     else
-      FN(accb4)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      FN(accb4)(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
   if (c0 + 32 <= w) {
     if (hw)
-      accb2_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      accb2_hw(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
     else
-      FN(accb2)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      FN(accb2)(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
     c0 += 32;
   }
   if (c0 + 16 <= w) {
     if (hw)
-      accb1_hw(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      accb1_hw(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
     else
-      FN(accb1)(nq, np, c0, P2, 1, BQ, V2, w, O, w, corr);
+      FN(accb1)(rows, np, c0, A2, ars, acs, B2, w, C, ldc, rs, alpha);
   }
+}
+
+/* O = corr O + P V_tile with P (in S, transposed) and V's rows rounded to
+ * bf16 pairs of keys. */
+FA_ISA static void FN(pv_bf16)(const fa_shape *g, int nq, int nk, const float *S, const float *V,
+                               size_t ldv, uint32_t *P2, uint32_t *V2, float *O,
+                               const float *corr) {
+  int np = (nk + 1) / 2;
+  FN(pack_pairs)(nk, 2 * np, S, P2);
+  FN(pack_pairs_rows)(nk, g->hdp, V, ldv, V2);
+  FN(accb)(g, nq, np, P2, 1, BQ, V2, O, g->hdp, corr, 1.0f);
+}
+
+/* The backward's dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K on bf16
+ * pairs: P and dS (nk x BQ, rows of keys) as pairs of queries for dV and dK
+ * and as pairs of keys for dQ; dO, Q and K's rows as row pairs. */
+FA_ISA static void FN(grads_bf16)(const fa_shape *g, int nq, int nk, const float *S,
+                                  const float *dS, const float *dO, size_t lddo, const float *Q,
+                                  const float *K, size_t ldk, float *dV, float *dK, float *dQ,
+                                  uint32_t *A2, uint32_t *B2) {
+  int w = g->hdp, pq = (nq + 1) / 2, pk = (nk + 1) / 2;
+  for (int j = 0; j < nk; j++) /* a row's query lanes past nq are zeroed */
+    FN(to_bf16)(nq, BQ, S + (size_t)j * BQ, (uint16_t *)(A2 + (size_t)j * BQ / 2));
+  FN(pack_pairs_rows)(nq, w, dO, lddo, B2);
+  FN(accb)(g, nk, pq, A2, BQ / 2, 1, B2, dV, w, NULL, 1.0f);
+  for (int j = 0; j < nk; j++)
+    FN(to_bf16)(nq, BQ, dS + (size_t)j * BQ, (uint16_t *)(A2 + (size_t)j * BQ / 2));
+  FN(pack_pairs_rows)(nq, w, Q, ldk, B2);
+  FN(accb)(g, nk, pq, A2, BQ / 2, 1, B2, dK, w, NULL, g->scale);
+  FN(pack_pairs)(nk, 2 * pk, dS, A2);
+  FN(pack_pairs_rows)(nk, w, K, ldk, B2);
+  FN(accb)(g, nq, pk, A2, 1, BQ, B2, dQ, w, NULL, g->scale);
 }
 
 /* Causal: S[j][i] = -inf where key j0 + j comes after query i0 + i. */
@@ -497,7 +528,8 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
   float *T = ws, *Td = T + (size_t)hd * BQ, *S = Td + (size_t)hd * BQ, *dP = S + (size_t)BK * BQ;
   float *dQ = dP + (size_t)BK * BQ, *lse = dQ + (size_t)BQ * w, *D = lse + BQ;
   uint32_t *T2 = (uint32_t *)(D + BQ), *Td2 = T2 + (size_t)w / 2 * BQ;
-  uint32_t *K2 = Td2 + (size_t)w / 2 * BQ;
+  uint32_t *K2 = Td2 + (size_t)w / 2 * BQ, *A2 = K2 + (size_t)BK * w / 2;
+  uint32_t *B2 = A2 + (size_t)BK * BQ / 2;
   int b = bh / g->H, h = bh % g->H;
   size_t ldo = (size_t)g->H * hd;
   const float *Oi = io->o + ((size_t)b * g->L + i0) * ldo + (size_t)h * hd;
@@ -523,6 +555,12 @@ FA_ISA static void FN(bwd_tile)(const fa_shape *g, const fa_bwd_io *io, int bh, 
     if (g->causal) FN(mask)(nk, nq, i0, j0, S);
     FN(scores_sel)(g, nk, V + (size_t)j0 * hd, hd, Td, Td2, K2, dP);
     FN(probs_grad)(nk, S, dP, lse, D);
+    if (g->bf16) {
+      FN(grads_bf16)
+      (g, nq, nk, S, dP, dOt, lddo, Qi, K + (size_t)j0 * ldk, ldk, dV + (size_t)j0 * w,
+       dK + (size_t)j0 * w, dQ, A2, B2);
+      continue;
+    }
     FN(acc)(nk, nq, w, S, BQ, 1, dOt, lddo, dV + (size_t)j0 * w, w, NULL, 1.0f);
     FN(acc)(nk, nq, w, dP, BQ, 1, Qi, ldk, dK + (size_t)j0 * w, w, NULL, g->scale);
     FN(acc)(nq, nk, w, dP, 1, BQ, K + (size_t)j0 * ldk, ldk, dQ, w, NULL, g->scale);
