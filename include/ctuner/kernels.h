@@ -178,11 +178,11 @@ void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal
 void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, const float *o, const float *lse,
                             const float *dout, float *dq, float *dk, float *dv);
-/* bf16: 0 float32 throughout; 1 the forward's Q K^T and P V (and, in the
- * backward, the recomputed Q K^T and dO V^T) on operands rounded to bf16 with
- * float32 sums, by vdpbf16ps where the CPU has AVX512-BF16; 2 the same bits
- * by an emulation (for tests). The softmax and the dQ, dK, dV products stay
- * float32. The backward must get the forward's bf16. */
+/* bf16: 0 float32 throughout; 1 every product (forward Q K^T and P V;
+ * backward Q K^T, dO V^T, P^T dO, dS^T Q, dS K) on operands rounded to bf16
+ * with float32 sums, by vdpbf16ps where the CPU has AVX512-BF16; 2 the same
+ * bits by an emulation (for tests). The softmax, its rescaling and the
+ * accumulators stay float32. The backward must get the forward's bf16. */
 void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, float *o, float *lse, int bf16);
 void ct_attention_flash_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
