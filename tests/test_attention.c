@@ -156,9 +156,19 @@ static void check_shape(int *ct_failed_, int B, int H, int L, int hd, int causal
   errors(&a, &rt, ref, et);
   errors(&a, &rf, ref, ef);
   errors(&a, &rb, ref, eb);
-  /* bf16 scores: the instruction and its emulation agree bit for bit */
+  /* bf16: the instruction and its emulation agree bit for bit where the
+   * compiler contracts a * b + c into one FMA as the instruction path does
+   * (not at -O0: the Debug + sanitizer build), closely otherwise */
+#ifdef __OPTIMIZE__
   CHECK(!memcmp(rb.o, re.o, n * sizeof(float)) && !memcmp(rb.dq, re.dq, n * sizeof(float)) &&
         !memcmp(rb.dk, re.dk, n * sizeof(float)) && !memcmp(rb.dv, re.dv, n * sizeof(float)));
+#else
+  {
+    double ebe[5];
+    errors(&a, &re, ref, ebe);
+    for (int t = 0; t < 5; t++) CHECK(fabs(ebe[t] - eb[t]) <= 1e-3 * eb[t]);
+  }
+#endif
   static const char *const nm[5] = {"o", "lse", "dq", "dk", "dv"};
   for (int t = 0; t < 5; t++) {
     CHECKF(ef[t] < 3e-6, "flash B=%d H=%d L=%d hd=%d causal=%d: %s rel err %.3g", B, H, L, hd,
