@@ -19,14 +19,20 @@
  * dQ_tile += scale dS K. The task owns its head's dK, dV and dQ, so
  * nothing is shared between threads.
  *
+ * bf16 (the bf16 argument): every product's operands rounded to bf16 and
+ * packed as pairs in 32-bit words along the summed index, summed in float32
+ * by vdpbf16ps (the *_hw kernels here) or by an emulation with the same bits.
+ *
  * Bits: every output element is produced by one task with a fixed sequence of
  * operations, so results do not depend on the thread count. The kernels are
  * written once on 16-float vectors (attention_flash_impl.h) and compiled for
- * AVX-512, AVX2 + FMA and plain x86-64; the first two give the same bits.
- * They are not the bits of the score-tile kernel (attention.c): the sums run
- * in a different order and exp is taken per key tile. Head dims that are not
- * a multiple of 16 are padded with zeros (copies of the rows that are read as
- * vectors), which leaves every dot product unchanged.
+ * AVX-512, AVX2 + FMA and plain x86-64; the first two give the same bits in
+ * optimised builds (every statement has one product, so FMA contraction has
+ * one choice; -O0 does not contract). They are not the bits of the
+ * score-tile kernel (attention.c): the sums run in a different order and exp
+ * is taken per key tile. Head dims that are not a multiple of 16 are padded
+ * with zeros (copies of the rows that are read as vectors), which leaves
+ * every dot product unchanged. Each task first prefetches its head's rows.
  *
  * Not here: the score-tile kernel and the choice between the two (attention.c).
  */
