@@ -164,6 +164,34 @@ void ct_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float
 void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, const float *o, const float *lse,
                       const float *dout, float *dq, float *dk, float *dv);
+/* The two implementations behind ct_attention_fwd/bwd (same contracts; an
+ * lse and o from one must go to the same one's backward). tiles
+ * (attention.c): score tiles of 64 queries x all keys through ct_sgemm.
+ * flash (attention_flash.c): fused FlashAttention-2-style tiles of 32 queries
+ * x 64 keys with an online softmax. Both give the same bits for any thread
+ * count; not each other's. ct_attention_fwd/bwd run flash for head dims up
+ * to 256 and tiles above (faster there), or the one named by the environment
+ * variable CT_ATTENTION ("flash" or "tiles"), read once per process;
+ * ct_attention_path() says "auto", "flash" or "tiles". */
+void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, float *o, float *lse);
+void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, const float *o, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv);
+/* bf16: 0 float32 throughout; 1 every product (forward Q K^T and P V;
+ * backward Q K^T, dO V^T, P^T dO, dS^T Q, dS K) on operands rounded to bf16
+ * with float32 sums, by vdpbf16ps where the CPU has AVX512-BF16; 2 the same
+ * bits by an emulation (for tests). The softmax, its rescaling and the
+ * accumulators stay float32. The backward must get the forward's bf16. */
+void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, float *o, float *lse, int bf16);
+void ct_attention_flash_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, const float *o, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv, int bf16);
+const char *ct_attention_path(void);
+/* The flash kernels' instruction set: "avx512", "avx2" or "generic" (the best
+ * the CPU has; CT_ATTENTION_ISA=avx2 or generic picks a lower one). */
+const char *ct_attention_flash_isa(void);
 
 /* ---- activations (2-D with leading dims so column slices work) ---- */
 void ct_silu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);

@@ -13,6 +13,9 @@
  * zeroes P above the diagonal, so no -inf is ever stored.
  * Results do not depend on the thread count: every output element is produced
  * by one task with a fixed sequence of operations.
+ * Also here: ct_attention_fwd/bwd, which run the fused kernel of
+ * attention_flash.c for head dims up to 256 and this one above (or the one
+ * CT_ATTENTION names); docs/attention.md.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,8 +48,8 @@ static inline float softmax_row(float *s, int n, int lk) {
   return m + logf(sum);
 }
 
-void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
-                      const float *k, const float *v, float *o, float *lse) {
+void ct_attention_tiles_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, float *o, float *lse) {
   if (B <= 0 || H <= 0 || L <= 0) return;
   int nt = (L + ATT_TQ - 1) / ATT_TQ;
   int ntask = B * H * nt, ldo = H * hd;
@@ -105,9 +108,9 @@ void ct_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float
   }
 }
 
-void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
-                      const float *k, const float *v, const float *o, const float *lse,
-                      const float *dout, float *dq, float *dk, float *dv) {
+void ct_attention_tiles_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                            const float *k, const float *v, const float *o, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv) {
   if (B <= 0 || H <= 0 || L <= 0) return;
   int ldo = H * hd;
 #pragma omp parallel
@@ -152,4 +155,56 @@ void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, cons
     }
     free(P);
   }
+}
+
+/* ------------------------------------------------- the choice */
+
+enum { ATT_UNSET, ATT_AUTO, ATT_TILES, ATT_FLASH };
+
+/* Head dims above this take the score-tile kernel by default: with one wide
+ * head (the VAE's 512 channels) the fused backward re-reads L x hd dK and
+ * dV accumulators per 32-query tile from L3 and is slower (docs/attention.md). */
+#define FLASH_MAX_HD 256
+
+/* Decided on first use from CT_ATTENTION ("tiles" or "flash" for every
+ * shape; unset or anything else: auto, the fused kernel up to FLASH_MAX_HD,
+ * docs/attention.md); a race only computes the same answer twice. */
+static int att_path(void) {
+  static int path = ATT_UNSET;
+  int p = __atomic_load_n(&path, __ATOMIC_RELAXED);
+  if (p == ATT_UNSET) {
+    const char *env = getenv("CT_ATTENTION");
+    p = env && !strcmp(env, "tiles")   ? ATT_TILES
+        : env && !strcmp(env, "flash") ? ATT_FLASH
+                                       : ATT_AUTO;
+    __atomic_store_n(&path, p, __ATOMIC_RELAXED);
+  }
+  return p;
+}
+
+static int use_flash(int hd) {
+  int p = att_path();
+  return p == ATT_FLASH || (p == ATT_AUTO && hd <= FLASH_MAX_HD);
+}
+
+const char *ct_attention_path(void) {
+  int p = att_path();
+  return p == ATT_FLASH ? "flash" : p == ATT_TILES ? "tiles" : "auto";
+}
+
+void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, float *o, float *lse) {
+  if (use_flash(hd))
+    ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse, 0);
+  else
+    ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
+}
+
+void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                      const float *k, const float *v, const float *o, const float *lse,
+                      const float *dout, float *dq, float *dk, float *dv) {
+  if (use_flash(hd))
+    ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv, 0);
+  else
+    ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
 }
