@@ -68,6 +68,7 @@ group_diffusers() {
     ;;
   esac
   pinned diffusers==0.42.1 safetensors==0.8.0 peft==0.21.2
+  pinned lycoris-lora==4.1.3 # LyCORIS adapters (scripts/lycoris_golden.py)
   # FluxPipeline itself (scripts/flux_tiny_pipeline.py): its text encoders and tokenizers
   pinned transformers==5.24.0 sentencepiece==0.2.0 protobuf==6.31.1
 }

@@ -43,8 +43,12 @@
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
     "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
     "train an AutoencoderKL (docs/vae.md)")                                                        \
-  X(lora_type, STR, "standard", LORA, USE("standard"),                                             \
-    "model_type lora: standard (peft LoRA); lycoris is not implemented")                           \
+  X(lora_type, STR, "standard", LORA, FN(check_lora_type),                                         \
+    "model_type lora: standard (peft LoRA) or lycoris (LyCORIS's lora/locon, loha, lokr from "     \
+    "lycoris_config; docs/lora.md)")                                                               \
+  X(lycoris_config, STR, NULL, LORA, ANY,                                                          \
+    "lora_type lycoris: the LyCORIS config JSON (algo, multiplier, linear_dim, linear_alpha, "     \
+    "factor, full_matrix, decompose_both, apply_preset; docs/lora.md)")                            \
   X(lora_rank, INT, "16", LORA, INT_GE(1), "model_type lora: the adapters' rank r")                \
   X(lora_alpha, NUM, "0", LORA, NUM_GE(0),                                                         \
     "model_type lora: alpha, the adapters scale by alpha / rank (0: lora_rank, SimpleTuner's "     \

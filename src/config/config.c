@@ -78,6 +78,7 @@ typedef struct vspec {
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
+static ct_status check_lora_type(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -477,6 +478,16 @@ static ct_status check_model_type(const ct_config *c, ct_err *err) {
     BAD("model_type '%s' is not supported; use \"full\" (the MMDiT), \"lora\" (adapters on a "
         "frozen MMDiT) or \"vae\"",
         c->model_type ? c->model_type : "");
+  return CT_OK;
+}
+
+static ct_status check_lora_type(const ct_config *c, ct_err *err) {
+  if (!c->lora_type || (strcmp(c->lora_type, "standard") && strcmp(c->lora_type, "lycoris")))
+    BAD("lora_type '%s' is not supported; use \"standard\" (peft LoRA) or \"lycoris\"",
+        c->lora_type ? c->lora_type : "");
+  if (!strcmp(c->lora_type, "lycoris") && c->model_type && !strcmp(c->model_type, "lora") &&
+      !c->lycoris_config)
+    BAD("lora_type lycoris needs lycoris_config (the LyCORIS config JSON)");
   return CT_OK;
 }
 

@@ -65,7 +65,6 @@ static const struct {
   const char *key, *why;
 } NOT_HERE[] = {
     {"tread_config", "TREAD token routing is not implemented"},
-    {"lycoris_config", "LyCORIS training is not implemented yet (lora_type standard only)"},
 };
 
 /* Other SimpleTuner options met in real configs (tests/data/realcfg) that

@@ -11,9 +11,22 @@
 #include "ctuner/json.h"
 #include "ctuner/lora.h"
 #include "ctuner/safetensors.h"
+#include "lora_impl.h"
 
 void ct_lora_tensor_name(const ct_lora_adapter *a, int which_b, char *out, size_t cap) {
   snprintf(out, cap, "transformer.%s.lora_%c.weight", a->module, which_b ? 'B' : 'A');
+}
+
+void ct_lora_tensor_fullname(const ct_lora *l, const ct_lora_adapter *a, int k, char *out,
+                             size_t cap) {
+  if (!l->lyco) {
+    ct_lora_tensor_name(a, k, out, cap);
+    return;
+  }
+  int n = snprintf(out, cap, "%s_%s", l->prefix, a->module);
+  for (int i = (int)strlen(l->prefix) + 1; i < n && (size_t)i < cap; i++)
+    if (out[i] == '.') out[i] = '_';
+  if (n >= 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ".%s", a->t[k].key);
 }
 
 /* Appends s to the growing string *buf (n used, cap allocated); 0 on failure. */
@@ -57,6 +70,7 @@ static char *config_json(const ct_lora *l) {
 }
 
 ct_status ct_lora_save(const ct_lora *l, const float *w, const char *path, ct_err *err) {
+  if (l->lyco) return ct_lycoris_save(l, w, path, err);
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
   const int r = ct_lora_options(l)->rank;
@@ -113,6 +127,7 @@ static ct_status check_meta(const ct_lora *l, const ct_st_file *f, const char *p
 
 ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,
                        ct_err *err) {
+  if (l->lyco) return ct_lycoris_load(l, path, lo, hi, out, err);
   ct_st_file *f = NULL;
   ct_status st = ct_st_open(path, &f, err);
   if (st) return st;

@@ -1,0 +1,58 @@
+/* ct_lora's insides, shared by lora.c (table, forward, backward), lora_io.c
+ * (peft files) and lycoris.c (LyCORIS configs and files). Not a public header. */
+#ifndef CTUNER_LORA_IMPL_H
+#define CTUNER_LORA_IMPL_H
+
+#include "ctuner/lora.h"
+
+/* The adapters of one base weight. */
+typedef struct lora_site {
+  char base[96];
+  int first, n; /* adapters [first, first + n) */
+} lora_site;
+
+struct ct_lora {
+  ct_lora_opts o;
+  float scale;
+  ct_lora_adapter *ad;
+  size_t nad, numel;
+  lora_site *sites;
+  int nsites;
+  float *w, *g;
+  int own_w, own_g;
+  int nseg;
+  int *seg_of;     /* MMDiT segment -> lora segment or -1 (nmmseg entries) */
+  int nmmseg;      /* MMDiT segments */
+  size_t *seg_off; /* nseg + 1 */
+  float **segw, **segg;
+  uint64_t *ids; /* the micro-batch's sample ids (dropout masks) */
+  int nids;
+  size_t ids_cap;
+  float *scratch; /* u, gu (N x rank), dropout x and dx (N x in) */
+  size_t scratch_n;
+  float *dense; /* LoHa / LoKr: the rebuilt weight, its gradient and factors */
+  size_t dense_n;
+  /* LyCORIS */
+  int lyco;
+  char prefix[48];  /* apply_preset's lora_prefix, "lycoris" */
+  char *lyco_json;  /* the lycoris_config file's text: the saved file's metadata */
+  double lyco_mult; /* multiplier */
+};
+
+/* Decides whether the diffusers module (in inputs, out outputs) gets an
+ * adapter: 1 (a's algo, rank, scale, alpha, nt and t[k] key/rows/cols/init
+ * filled), 0 (none), or an error status. */
+typedef ct_status (*ct_lora_pick_fn)(void *user, const char *module, int in, int out,
+                                     ct_lora_adapter *a, int *take, ct_err *err);
+
+/* The adapter table over cfg's name map (modules in MMDiT segment order),
+ * then segments and buffers as ct_lora_new's flags say. l->o, l->scale set
+ * by the caller; on error l is left for ct_lora_free. */
+ct_status ct_lora_build(ct_lora *l, const ct_mmdit_config *cfg, ct_lora_pick_fn pick, void *user,
+                        int flags, ct_err *err);
+
+ct_status ct_lycoris_save(const ct_lora *l, const float *w, const char *path, ct_err *err);
+ct_status ct_lycoris_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,
+                          ct_err *err);
+
+#endif
