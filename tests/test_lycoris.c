@@ -78,8 +78,8 @@ static int run_open(run *r, int *ct_failed_) {
                           tensor(in, "pooled_projections", NULL),
                           tensor(in, "guidance", NULL)};
   ct_st_close(in);
-  REQUIRE_V(packed && r->x && r->v && r->vp && r->dv && r->target && r->b.t && r->b.txt &&
-                r->b.y && r->b.guidance,
+  REQUIRE_V(packed && r->x && r->v && r->vp && r->dv && r->target && r->b.t && r->b.txt && r->b.y &&
+                r->b.guidance,
             0);
   ct_flux_unpack(r->B, r->C, r->H, r->W, packed, r->x);
   free(packed);
@@ -173,8 +173,8 @@ static void check_config(const char *name, int *ct_failed_) {
     }
   CHECKF(ngold == nours, "%s: LyCORIS trains %zu tensors, ctuner %zu", name, ngold, nours);
   fprintf(stderr,
-          "  %-10s %3zu modules: loss %.2g, output %.2g, worst gradient %.2g (rel. to max)\n",
-          name, nad, el, eo, worst);
+          "  %-10s %3zu modules: loss %.2g, output %.2g, worst gradient %.2g (rel. to max)\n", name,
+          nad, el, eo, worst);
   check_saved(name, l, src, ct_failed_);
   free(lref), free(oref);
   ct_st_close(g);

@@ -486,7 +486,7 @@ static ct_status check_lora_type(const ct_config *c, ct_err *err) {
     BAD("lora_type '%s' is not supported; use \"standard\" (peft LoRA) or \"lycoris\"",
         c->lora_type ? c->lora_type : "");
   if (!strcmp(c->lora_type, "lycoris") && c->model_type && !strcmp(c->model_type, "lora") &&
-      !c->lycoris_config)
+      (!c->lycoris_config || !*c->lycoris_config))
     BAD("lora_type lycoris needs lycoris_config (the LyCORIS config JSON)");
   return CT_OK;
 }

@@ -43,8 +43,8 @@ typedef struct lyco {
   char prefix[48];
 } lyco;
 
-static const char *const REFUSED_ALGOS[] = {"dylora", "glora", "full", "diag-oft", "boft", "ia3",
-                                            "tlora", NULL};
+static const char *const REFUSED_ALGOS[] = {"dylora", "glora", "full",  "diag-oft",
+                                            "boft",   "ia3",   "tlora", NULL};
 
 static int in_list(const char *s, const char *const *list) {
   for (; *list; list++)
@@ -54,8 +54,10 @@ static int in_list(const char *s, const char *const *list) {
 
 /* LyCORIS's str_bool over a JSON value: a bool, 0/1, or "true"/"false". */
 static int jbool(const ct_json *v, int *out) {
-  if (v->type == CT_JSON_BOOL) *out = v->boolean;
-  else if (v->type == CT_JSON_NUMBER) *out = v->num != 0;
+  if (v->type == CT_JSON_BOOL)
+    *out = v->boolean;
+  else if (v->type == CT_JSON_NUMBER)
+    *out = v->num != 0;
   else if (v->type == CT_JSON_STRING && (!strcmp(v->str, "true") || !strcmp(v->str, "True")))
     *out = 1;
   else if (v->type == CT_JSON_STRING && (!strcmp(v->str, "false") || !strcmp(v->str, "False")))
@@ -74,9 +76,12 @@ static ct_status algo_of(const lyco *c, const char *where, const ct_json *v, int
   char a[32];
   snprintf(a, sizeof a, "%s", v->str);
   for (char *p = a; *p; p++) *p = (char)tolower((unsigned char)*p);
-  if (!strcmp(a, "lora") || !strcmp(a, "locon")) *algo = CT_ALGO_LOCON;
-  else if (!strcmp(a, "loha")) *algo = CT_ALGO_LOHA;
-  else if (!strcmp(a, "lokr")) *algo = CT_ALGO_LOKR;
+  if (!strcmp(a, "lora") || !strcmp(a, "locon"))
+    *algo = CT_ALGO_LOCON;
+  else if (!strcmp(a, "loha"))
+    *algo = CT_ALGO_LOHA;
+  else if (!strcmp(a, "lokr"))
+    *algo = CT_ALGO_LOKR;
   else if (in_list(a, REFUSED_ALGOS))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "%s: %salgo '%s' is LyCORIS's but not implemented in ctuner (lora, locon, "
@@ -145,11 +150,12 @@ static ct_status mod_key(const lyco *c, const char *where, const char *k, const 
     return CT_OK;
   }
   if (!strcmp(k, "bypass_mode")) /* the same numbers either way: ctuner rebuilds or bypasses */
-    return jbool(v, &b) ? CT_OK
-                        : ct_errf(err, CT_ERR_INVALID, "%s: %s%s must be a bool", c->path, where, k);
+    return jbool(v, &b)
+               ? CT_OK
+               : ct_errf(err, CT_ERR_INVALID, "%s: %s%s must be a bool", c->path, where, k);
   /* refused when on */
-  static const char *const ON_REFUSED[] = {"dora_wd", "weight_decompose", "use_scalar", "rs_lora",
-                                           "train_norm", NULL};
+  static const char *const ON_REFUSED[] = {"dora_wd", "weight_decompose", "use_scalar",
+                                           "rs_lora", "train_norm",       NULL};
   if (in_list(k, ON_REFUSED)) {
     if (!jbool(v, &b))
       return ct_errf(err, CT_ERR_INVALID, "%s: %s%s must be true or false", c->path, where, k);
@@ -218,12 +224,14 @@ static ct_status check_entry(const lyco *c, const char *map, const char *name, c
     if (st) return st;
     if (h || ignored(c, where, e->keys[i])) continue;
     if (!strcmp(e->keys[i], "linear_dim") || !strcmp(e->keys[i], "linear_alpha")) {
-      CT_WARN("%s: %s%s has no effect: LyCORIS reads a module's rank and alpha from dim and "
-              "alpha there",
-              c->path, where, e->keys[i]);
+      CT_WARN(
+          "%s: %s%s has no effect: LyCORIS reads a module's rank and alpha from dim and "
+          "alpha there",
+          c->path, where, e->keys[i]);
       continue;
     }
-    return ct_errf(err, CT_ERR_INVALID, "%s: %sunknown key '%s' (ctuner knows algo, dim, alpha, "
+    return ct_errf(err, CT_ERR_INVALID,
+                   "%s: %sunknown key '%s' (ctuner knows algo, dim, alpha, "
                    "factor, full_matrix, decompose_both, unbalanced_factorization, bypass_mode)",
                    c->path, where, e->keys[i]);
   }
@@ -236,8 +244,8 @@ static ct_status str_array(const lyco *c, const char *k, const ct_json *v, ct_er
                    k);
   for (size_t i = 0; i < v->n; i++)
     if (v->items[i].type != CT_JSON_STRING)
-      return ct_errf(err, CT_ERR_INVALID, "%s: apply_preset.%s must be a list of strings",
-                     c->path, k);
+      return ct_errf(err, CT_ERR_INVALID, "%s: apply_preset.%s must be a list of strings", c->path,
+                     k);
   return CT_OK;
 }
 
@@ -255,7 +263,8 @@ static ct_status read_preset(lyco *c, const ct_json *p, ct_err *err) {
     } else if (!strcmp(k, "module_algo_map") || !strcmp(k, "name_algo_map")) {
       if (v->type != CT_JSON_OBJECT)
         return ct_errf(err, CT_ERR_INVALID, "%s: apply_preset.%s must be an object", c->path, k);
-      for (size_t j = 0; j < v->n && !st; j++) st = check_entry(c, k, v->keys[j], &v->items[j], err);
+      for (size_t j = 0; j < v->n && !st; j++)
+        st = check_entry(c, k, v->keys[j], &v->items[j], err);
       *(k[0] == 'm' ? &c->mmap : &c->nmap) = v;
     } else if (!strcmp(k, "lora_prefix")) {
       if (v->type != CT_JSON_STRING || !*v->str || strlen(v->str) >= sizeof c->prefix)
@@ -283,7 +292,8 @@ static ct_status read_top(lyco *c, ct_err *err) {
   static const char *const REQUIRED[] = {"algo", "multiplier", "linear_dim", "linear_alpha", NULL};
   for (const char *const *k = REQUIRED; *k; k++)
     if (!ct_json_get(r, *k))
-      return ct_errf(err, CT_ERR_INVALID, "%s: lycoris_config JSON must contain the %s key (as "
+      return ct_errf(err, CT_ERR_INVALID,
+                     "%s: lycoris_config JSON must contain the %s key (as "
                      "SimpleTuner requires)",
                      c->path, *k);
   c->top = (lyco_mod){.factor = -1};
@@ -341,13 +351,17 @@ static const char *class_of(const lyco *c, const char *name, int is_linear) {
     if (!strcmp(parent, "single_transformer_blocks")) return "FluxSingleTransformerBlock";
     return "GELU"; /* ff.net.0 */
   }
-  static const char *const MAP[][2] = {
-      {"transformer_blocks", "ModuleList"}, {"single_transformer_blocks", "ModuleList"},
-      {"to_out", "ModuleList"},             {"net", "ModuleList"},
-      {"norm1", "AdaLayerNormZero"},        {"norm1_context", "AdaLayerNormZero"},
-      {"norm", "AdaLayerNormZeroSingle"},   {"attn", "FluxAttention"},
-      {"ff", "FeedForward"},                {"ff_context", "FeedForward"},
-      {"norm_out", "AdaLayerNormContinuous"}};
+  static const char *const MAP[][2] = {{"transformer_blocks", "ModuleList"},
+                                       {"single_transformer_blocks", "ModuleList"},
+                                       {"to_out", "ModuleList"},
+                                       {"net", "ModuleList"},
+                                       {"norm1", "AdaLayerNormZero"},
+                                       {"norm1_context", "AdaLayerNormZero"},
+                                       {"norm", "AdaLayerNormZeroSingle"},
+                                       {"attn", "FluxAttention"},
+                                       {"ff", "FeedForward"},
+                                       {"ff_context", "FeedForward"},
+                                       {"norm_out", "AdaLayerNormContinuous"}};
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
     if (!strcmp(last, MAP[i][0])) return MAP[i][1];
   return "Module";
@@ -613,9 +627,10 @@ static void warn_unmatched(const lyco *c, const ct_mmdit_config *cfg) {
         }
       }
       if (!hit)
-        CT_WARN("%s: no module of the FLUX transformer matched the target %s '%s' (LyCORIS "
-                "warns the same)",
-                c->path, list ? "name" : "module class", want);
+        CT_WARN(
+            "%s: no module of the FLUX transformer matched the target %s '%s' (LyCORIS "
+            "warns the same)",
+            c->path, list ? "name" : "module class", want);
     }
   }
   free(map);
@@ -642,7 +657,8 @@ static char *read_text(const char *path) {
     n += k;
   }
   fclose(f);
-  if (!b) b = calloc(1, 1);
+  if (!b)
+    b = calloc(1, 1);
   else
     b[n] = 0;
   return b;
