@@ -22,7 +22,8 @@ Writes into OUT (default tests/data/lycoris), per config NAME:
                             create_lycoris_from_weights), grad.<tensor name>
 
 Usage: py=$(scripts/py_deps.sh diffusers)
-  $py scripts/lycoris_golden.py [--out DIR]   write the goldens
+  $py scripts/lycoris_golden.py [--out DIR] [--seed N]   write the goldens (N != 0: other
+        random adapter weights, same configs)
   $py scripts/lycoris_golden.py --check DIR   recompute and compare (exit 1 on a difference)
   $py scripts/lycoris_golden.py --load FILE --ref DIR/NAME
         FILE (a LyCORIS file ctuner wrote) loads with create_lycoris_from_weights
@@ -212,6 +213,7 @@ def main():
     ap.add_argument("--check")
     ap.add_argument("--load")
     ap.add_argument("--ref")
+    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(1)
     if a.load:
@@ -219,7 +221,7 @@ def main():
     if a.check:
         sys.exit(1 if check(a.check) else 0)
     for i, (name, cfg) in enumerate(CONFIGS.items()):
-        write_one(a.out, name, cfg, 700 + i)
+        write_one(a.out, name, cfg, 700 + i + 1000 * a.seed)
 
 
 if __name__ == "__main__":
