@@ -287,3 +287,51 @@ CT_TEST(lycoris, errors_name_the_key) {
   ct_lora_free(l);
   run_free(&r);
 }
+
+/* SimpleTuner's own lycoris_defaults (lora, loha, lokr) load: on diffusers'
+ * Flux their "Attention" class matches nothing (the class is FluxAttention),
+ * "FeedForward" the 4 Linears of each double block's two feed-forwards. */
+CT_TEST(lycoris, simpletuner_defaults) {
+  run r;
+  ct_err e;
+  if (!run_open(&r, ct_failed_)) return;
+  static const struct {
+    const char *algo, *head;
+    int kind, dim;
+  } D[] = {
+      {"lora", "\"linear_dim\": 64, \"linear_alpha\": 32", CT_ALGO_LOCON, 64},
+      {"loha", "\"linear_dim\": 32, \"linear_alpha\": 16", CT_ALGO_LOHA, 32},
+      {"lokr", "\"linear_dim\": 10000, \"linear_alpha\": 1, \"factor\": 16", CT_ALGO_LOKR, 10000}};
+  char path[4200];
+  snprintf(path, sizeof path, "%s/lycoris_default.json", ct_test_tmpdir());
+  for (size_t i = 0; i < sizeof D / sizeof D[0]; i++) {
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f,
+            "{\"algo\": \"%s\", \"multiplier\": 1.0, %s, \"apply_preset\": {\"target_module\": "
+            "[\"Attention\", \"FeedForward\"], \"module_algo_map\": {\"Attention\": {\"factor\": "
+            "16}, \"FeedForward\": {\"factor\": 8}}}}",
+            D[i].algo, D[i].head);
+    fclose(f);
+    ct_lora *l = NULL;
+    REQUIRE(!ct_lycoris_new(ct_mmdit_cfg(r.m), path, 0, &l, &e) || !fprintf(stderr, "%s\n", e.msg));
+    size_t nad;
+    const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+    CHECKF(nad == 8, "%s: %zu modules", D[i].algo, nad);
+    for (size_t k = 0; k < nad; k++) {
+      CHECKF(ad[k].algo == D[i].kind && ad[k].rank == D[i].dim && strstr(ad[k].module, ".ff"),
+             "%s: %s", D[i].algo, ad[k].module);
+      if (D[i].kind == CT_ALGO_LOKR) /* factor 8 (FeedForward's): 16 = 2 x 8, 64 = 8 x 8; whole
+                                        halves: scale 1 */
+        CHECKF(ad[k].w1_full && ad[k].w2_full && ad[k].scale == 1.0f &&
+                   ((ad[k].lokr[0] == 8 && ad[k].lokr[2] == 2) ||
+                    (ad[k].lokr[0] == 2 && ad[k].lokr[2] == 8)),
+               "lokr %s: %d %d %d %d", ad[k].module, ad[k].lokr[0], ad[k].lokr[1], ad[k].lokr[2],
+               ad[k].lokr[3]);
+      else
+        CHECK(fabsf(ad[k].scale - 0.5f) < 1e-7f);
+    }
+    ct_lora_free(l);
+  }
+  run_free(&r);
+}

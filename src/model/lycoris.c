@@ -576,7 +576,18 @@ typedef struct pick_state {
   lyco *c;
   size_t nmod;
   int counts[4];
+  int lokr_only;   /* modules of another algorithm given LoKr's keys */
+  char first[112]; /* the first of them */
 } pick_state;
+
+/* A LoKr-only key (factor, full_matrix, decompose_both, unbalanced_factorization) in obj. */
+static int has_lokr_key(const ct_json *obj) {
+  static const char *const K[] = {"factor", "full_matrix", "decompose_both",
+                                  "unbalanced_factorization"};
+  for (size_t i = 0; obj && i < sizeof K / sizeof K[0]; i++)
+    if (ct_json_get(obj, K[i])) return 1;
+  return 0;
+}
 
 static ct_status pick(void *user, const char *module, int in, int out, ct_lora_adapter *a,
                       int *take, ct_err *err) {
@@ -596,6 +607,8 @@ static ct_status pick(void *user, const char *module, int in, int out, ct_lora_a
   if (conf && ct_json_get(conf, "alpha") && ct_json_get(conf, "alpha")->num == 0)
     m.alpha = c->top.alpha; /* LyCORIS: alpha or self.alpha */
   make_module(c, &m, in, out, a);
+  if (m.algo != CT_ALGO_LOKR && (has_lokr_key(conf) || has_lokr_key(c->root)) && !ps->lokr_only++)
+    snprintf(ps->first, sizeof ps->first, "%s", module);
   ps->nmod++;
   ps->counts[a->algo]++;
   return CT_OK;
@@ -680,7 +693,9 @@ ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *path, int flags
   st = read_top(&c, err);
   ct_lora *l = NULL;
   if (!st && !(l = calloc(1, sizeof *l))) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  pick_state ps = {&c, 0, {0}};
+  pick_state ps;
+  memset(&ps, 0, sizeof ps);
+  ps.c = &c;
   if (!st) {
     l->lyco = 1;
     l->lyco_mult = c.mult;
@@ -698,6 +713,11 @@ ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *path, int flags
                  path);
   if (!st) {
     warn_unmatched(&c, cfg);
+    if (ps.lokr_only)
+      CT_WARN(
+          "%s: factor, full_matrix, decompose_both and unbalanced_factorization shape LoKr "
+          "only: %d module(s) of another algorithm ignore them (e.g. %s), as in LyCORIS",
+          path, ps.lokr_only, ps.first);
     CT_INFO("LyCORIS %s: %zu modules (LoCon %d, LoHa %d, LoKr %d), multiplier %g", path, ps.nmod,
             ps.counts[CT_ALGO_LOCON], ps.counts[CT_ALGO_LOHA], ps.counts[CT_ALGO_LOKR], c.mult);
   }
