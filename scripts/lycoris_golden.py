@@ -51,13 +51,15 @@ CONFIGS = {
     # LoHa on every Linear (no apply_preset: LyCORIS's default targets), embedders included
     "loha": {"algo": "loha", "multiplier": 1, "linear_dim": 2, "linear_alpha": 4},
     # LoKr with factor 4 in the blocks, FeedForward as LoHa (module_algo_map), the
-    # final proj_out by name with decompose_both (name_algo_map)
+    # final proj_out by name with decompose_both and norm_out.linear (whose halves
+    # BFL swaps) by pattern (name_algo_map)
     "lokr": {"algo": "lokr", "multiplier": 1, "linear_dim": 2, "linear_alpha": 3, "factor": 4,
              "apply_preset": {
                  "target_module": ["FluxTransformerBlock", "FluxSingleTransformerBlock"],
                  "module_algo_map": {"FeedForward": {"algo": "loha", "dim": 3, "alpha": 2}},
                  "name_algo_map": {"proj_out": {"factor": 8, "dim": 1,
-                                                "decompose_both": True}}}},
+                                                "decompose_both": True},
+                                   "norm_out\\.linear": {"factor": -1}}}},
     # SimpleTuner's LoKr recipe: full_matrix, a huge linear_dim (both halves whole, scale 1)
     "lokr_full": {"algo": "lokr", "multiplier": 1, "linear_dim": 10000, "linear_alpha": 1,
                   "factor": 4, "full_matrix": True,

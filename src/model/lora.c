@@ -401,11 +401,11 @@ static float *ad_g(const ct_lora *l, const ct_lora_adapter *a, int b) {
 }
 
 /* Tensor k of adapter a, and its gradient (NULL: none). */
-static float *ad_t(const ct_lora *l, const ct_lora_adapter *a, int k) {
+float *ct_lora_t(const ct_lora *l, const ct_lora_adapter *a, int k) {
   const int s = l->seg_of[a->seg];
   return l->segw[s] + (a->t[k].off - l->seg_off[s]);
 }
-static float *ad_gt(const ct_lora *l, const ct_lora_adapter *a, int k) {
+float *ct_lora_gt(const ct_lora *l, const ct_lora_adapter *a, int k) {
   const int s = l->seg_of[a->seg];
   return l->segg[s] ? l->segg[s] + (a->t[k].off - l->seg_off[s]) : NULL;
 }
@@ -494,7 +494,7 @@ static const float *dropped(const ct_lora *l, int i, int N, int in, const float 
 /* ---- LoHa and LoKr: the adapter's weight rebuilt (out x in, times its
  * scale), as LyCORIS's default (non-bypass) forward does ---- */
 
-static float *dense(ct_lora *l, size_t n) {
+float *ct_lora_dense(ct_lora *l, size_t n) {
   if (n > l->dense_n) {
     ct_free(l->dense);
     l->dense = ct_alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
@@ -504,122 +504,26 @@ static float *dense(ct_lora *l, size_t n) {
   return l->dense;
 }
 
-static size_t dense_need(const ct_lora_adapter *a) {
-  return 5 * (size_t)a->out * (size_t)a->in + (size_t)a->lokr[0] * a->lokr[2] +
-         (size_t)a->lokr[1] * a->lokr[3] + 64;
-}
-
-/* C (m x n) = A (m x r) B (r x n), or A alone (r == 0: A already m x n). */
+/* C (m x n) = A (m x r) B (r x n). */
 static void prod(const ct_backend_ops *be, int m, int n, int r, const float *A, const float *B,
                  float *C) {
   be->sgemm(0, 0, m, n, r, 1.0f, A, r, B, n, 0.0f, C, n);
 }
 
-/* The LoKr factors W1 (ol x im) and W2 (ok x in) into w1, w2. */
-static void lokr_factors(const ct_backend_ops *be, const ct_lora *l, const ct_lora_adapter *a,
-                         float *w1, float *w2) {
-  const int ol = a->lokr[0], ok = a->lokr[1], im = a->lokr[2], in = a->lokr[3], r = a->rank;
-  int k = 0;
-  if (a->w1_full)
-    memcpy(w1, ad_t(l, a, k++), (size_t)ol * im * sizeof(float));
-  else {
-    prod(be, ol, im, r, ad_t(l, a, k), ad_t(l, a, k + 1), w1);
-    k += 2;
-  }
-  if (a->w2_full)
-    memcpy(w2, ad_t(l, a, k), (size_t)ok * in * sizeof(float));
-  else
-    prod(be, ok, in, r, ad_t(l, a, k), ad_t(l, a, k + 1), w2);
-}
-
-/* W = scale * (LoHa: (w1a w1b) . (w2a w2b); LoKr: kron(W1, W2)) into w; the
- * factors stay in f (LoHa: P1, P2; LoKr: W1, W2) for the backward. */
-static void rebuild(const ct_backend_ops *be, const ct_lora *l, const ct_lora_adapter *a, float *w,
-                    float *f) {
+/* LoHa: P1 = w1a w1b, P2 = w2a w2b, W = scale * P1 . P2 (all out x in). */
+static void loha_rebuild(const ct_backend_ops *be, const ct_lora *l, const ct_lora_adapter *a,
+                         float *w, float *p1, float *p2) {
   const size_t n = (size_t)a->out * (size_t)a->in;
-  const float s = a->scale;
-  if (a->algo == CT_ALGO_LOHA) {
-    float *p1 = f, *p2 = f + n;
-    prod(be, a->out, a->in, a->rank, ad_t(l, a, 0), ad_t(l, a, 1), p1);
-    prod(be, a->out, a->in, a->rank, ad_t(l, a, 2), ad_t(l, a, 3), p2);
-    for (size_t i = 0; i < n; i++) w[i] = s * p1[i] * p2[i];
-    return;
-  }
-  const int ol = a->lokr[0], ok = a->lokr[1], im = a->lokr[2], in = a->lokr[3];
-  float *w1 = f, *w2 = f + (size_t)ol * im;
-  lokr_factors(be, l, a, w1, w2);
-  for (int i = 0; i < ol; i++)
-    for (int p = 0; p < ok; p++) {
-      float *row = w + ((size_t)i * ok + p) * (size_t)a->in;
-      for (int j = 0; j < im; j++) {
-        const float c = s * w1[(size_t)i * im + j];
-        const float *src = w2 + (size_t)p * in;
-        for (int q = 0; q < in; q++) row[(size_t)j * in + q] = c * src[q];
-      }
-    }
+  prod(be, a->out, a->in, a->rank, ct_lora_t(l, a, 0), ct_lora_t(l, a, 1), p1);
+  prod(be, a->out, a->in, a->rank, ct_lora_t(l, a, 2), ct_lora_t(l, a, 3), p2);
+  for (size_t i = 0; i < n; i++) w[i] = a->scale * p1[i] * p2[i];
 }
 
-/* dL/dW (g, out x in, of the rebuilt weight without its scale) into the
- * factors' gradients; f as rebuild left it, t scratch of out x in. */
-static void dense_grads(const ct_backend_ops *be, const ct_lora *l, const ct_lora_adapter *a,
-                        const float *g, const float *f, float *t) {
+static void loha_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
+                     int N, const float *x, int ldx, float *y, int ldy) {
   const size_t n = (size_t)a->out * (size_t)a->in;
-  const float s = a->scale;
-  const int r = a->rank;
-  if (a->algo == CT_ALGO_LOHA) {
-    for (int h = 0; h < 2; h++) { /* dP1 = s G . P2 -> w1a, w1b; dP2 = s G . P1 -> w2a, w2b */
-      const float *other = f + (h ? 0 : n);
-      for (size_t i = 0; i < n; i++) t[i] = s * g[i] * other[i];
-      float *ga = ad_gt(l, a, 2 * h), *gb = ad_gt(l, a, 2 * h + 1);
-      if (ga)
-        be->sgemm(0, 1, a->out, r, a->in, 1.0f, t, a->in, ad_t(l, a, 2 * h + 1), a->in, 1.0f, ga,
-                  r);
-      if (gb)
-        be->sgemm(1, 0, r, a->in, a->out, 1.0f, ad_t(l, a, 2 * h), r, t, a->in, 1.0f, gb, a->in);
-    }
-    return;
-  }
-  const int ol = a->lokr[0], ok = a->lokr[1], im = a->lokr[2], in = a->lokr[3];
-  const float *w1 = f, *w2 = f + (size_t)ol * im;
-  float *d1 = t, *d2 = t + (size_t)ol * im;
-  memset(t, 0, ((size_t)ol * im + (size_t)ok * in) * sizeof(float));
-  for (int i = 0; i < ol; i++)
-    for (int p = 0; p < ok; p++) {
-      const float *row = g + ((size_t)i * ok + p) * (size_t)a->in;
-      for (int j = 0; j < im; j++) {
-        const float *gr = row + (size_t)j * in, *w2r = w2 + (size_t)p * in;
-        float *d2r = d2 + (size_t)p * in;
-        const float c = s * w1[(size_t)i * im + j];
-        double acc = 0;
-        for (int q = 0; q < in; q++) {
-          acc += (double)gr[q] * w2r[q];
-          d2r[q] += c * gr[q];
-        }
-        d1[(size_t)i * im + j] += (float)(s * acc);
-      }
-    }
-  /* into the tensors: whole, or through their two factors */
-  int k = 0;
-  for (int h = 0; h < 2; h++) {
-    const int full = h ? a->w2_full : a->w1_full, m = h ? ok : ol, c = h ? in : im;
-    const float *d = h ? d2 : d1;
-    if (full) {
-      float *gw = ad_gt(l, a, k++);
-      if (gw)
-        for (size_t i = 0; i < (size_t)m * c; i++) gw[i] += d[i];
-      continue;
-    }
-    float *ga = ad_gt(l, a, k), *gb = ad_gt(l, a, k + 1);
-    if (ga) be->sgemm(0, 1, m, r, c, 1.0f, d, c, ad_t(l, a, k + 1), c, 1.0f, ga, r);
-    if (gb) be->sgemm(1, 0, r, c, m, 1.0f, ad_t(l, a, k), r, d, c, 1.0f, gb, c);
-    k += 2;
-  }
-}
-
-static void dense_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
-                      int N, const float *x, int ldx, float *y, int ldy) {
-  float *w = dense(l, dense_need(a)), *f = w + (size_t)a->out * a->in;
-  rebuild(be, l, a, w, f);
+  float *w = ct_lora_dense(l, 3 * n), *p1 = w + n, *p2 = p1 + n;
+  loha_rebuild(be, l, a, w, p1, p2);
   for (int p = 0; p < a->npieces; p++) {
     const ct_lora_piece *pc = &a->piece[p];
     be->sgemm(0, 1, N, (int)pc->rows, a->in, 1.0f, x, ldx, w + pc->dif_row * a->in, a->in, 1.0f,
@@ -627,22 +531,35 @@ static void dense_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapte
   }
 }
 
-static void dense_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
-                      int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
-                      int lddx) {
+/* dx += dy W; G = dL/dW (into W's buffer); dP1 = s G . P2 -> w1a, w1b;
+ * dP2 = s G . P1 -> w2a, w2b (in place of P2, P1). */
+static void loha_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
+                     int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                     int lddx) {
   const size_t n = (size_t)a->out * (size_t)a->in;
-  float *w = dense(l, dense_need(a)), *g = w + n, *t = g + n, *f = t + n;
-  rebuild(be, l, a, w, f);
+  float *w = ct_lora_dense(l, 3 * n), *p1 = w + n, *p2 = p1 + n;
+  loha_rebuild(be, l, a, w, p1, p2);
+  for (int p = 0; dx && p < a->npieces; p++) {
+    const ct_lora_piece *pc = &a->piece[p];
+    be->sgemm(0, 0, N, a->in, (int)pc->rows, 1.0f, dy + (pc->bfl_row - row_lo), lddy,
+              w + pc->dif_row * a->in, a->in, 1.0f, dx, lddx);
+  }
+  if (!ct_lora_gt(l, a, 0)) return; /* this segment keeps no gradient */
+  memset(w, 0, n * sizeof(float));
   for (int p = 0; p < a->npieces; p++) {
     const ct_lora_piece *pc = &a->piece[p];
-    const float *dyp = dy + (pc->bfl_row - row_lo);
-    if (dx)
-      be->sgemm(0, 0, N, a->in, (int)pc->rows, 1.0f, dyp, lddy, w + pc->dif_row * a->in, a->in,
-                1.0f, dx, lddx);
-    be->sgemm(1, 0, (int)pc->rows, a->in, N, 1.0f, dyp, lddy, x, ldx, 0.0f, g + pc->dif_row * a->in,
-              a->in);
+    be->sgemm(1, 0, (int)pc->rows, a->in, N, 1.0f, dy + (pc->bfl_row - row_lo), lddy, x, ldx, 0.0f,
+              w + pc->dif_row * a->in, a->in);
   }
-  if (ad_gt(l, a, 0) || ad_gt(l, a, a->nt - 1)) dense_grads(be, l, a, g, f, t);
+  const int r = a->rank;
+  for (int h = 0; h < 2; h++) {
+    float *t = h ? p1 : p2; /* h 0: dP1 = s G . P2 (into P2); h 1: dP2 = s G . P1 (into P1) */
+    for (size_t i = 0; i < n; i++) t[i] *= a->scale * w[i];
+    float *ga = ct_lora_gt(l, a, 2 * h), *gb = ct_lora_gt(l, a, 2 * h + 1);
+    be->sgemm(0, 1, a->out, r, a->in, 1.0f, t, a->in, ct_lora_t(l, a, 2 * h + 1), a->in, 1.0f, ga,
+              r);
+    be->sgemm(1, 0, r, a->in, a->out, 1.0f, ct_lora_t(l, a, 2 * h), r, t, a->in, 1.0f, gb, a->in);
+  }
 }
 
 void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int row_hi, int N,
@@ -652,7 +569,10 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
     if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
-      dense_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
+      if (a->algo == CT_ALGO_LOHA)
+        loha_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
+      else
+        ct_lokr_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
       continue;
     }
     const int in = a->in, r = a->rank;
@@ -678,7 +598,10 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
     if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
-      dense_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      if (a->algo == CT_ALGO_LOHA)
+        loha_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      else
+        ct_lokr_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
       continue;
     }
     const int in = a->in, r = a->rank;

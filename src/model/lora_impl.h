@@ -51,6 +51,19 @@ typedef ct_status (*ct_lora_pick_fn)(void *user, const char *module, int in, int
 ct_status ct_lora_build(ct_lora *l, const ct_mmdit_config *cfg, ct_lora_pick_fn pick, void *user,
                         int flags, ct_err *err);
 
+/* Tensor k of adapter a where it lives now, and its gradient (NULL: none). */
+float *ct_lora_t(const ct_lora *l, const ct_lora_adapter *a, int k);
+float *ct_lora_gt(const ct_lora *l, const ct_lora_adapter *a, int k);
+/* The LoHa/LoKr scratch, at least n floats (grown as needed). */
+float *ct_lora_dense(ct_lora *l, size_t n);
+
+/* LoKr without the rebuilt weight (lora_kron.c): y += scale kron(W1, W2) x
+ * per token as W1 X W2^T, and its backward. */
+void ct_lokr_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
+                 const float *x, int ldx, float *y, int ldy);
+void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
+                 const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx);
+
 ct_status ct_lycoris_save(const ct_lora *l, const float *w, const char *path, ct_err *err);
 ct_status ct_lycoris_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,
                           ct_err *err);
