@@ -335,3 +335,38 @@ CT_TEST(lycoris, simpletuner_defaults) {
   }
   run_free(&r);
 }
+
+/* validation_lycoris_strength: with no batch set (validation) the adapters
+ * run at that multiplier, with a batch (training) at lycoris_config's. */
+CT_TEST(lycoris, validation_strength) {
+  run r;
+  ct_err e;
+  ct_lora *l = NULL;
+  if (!run_open(&r, ct_failed_)) return;
+  forward_loss(&r, ct_failed_);
+  float *base = malloc(r.nx * 4), *trained = malloc(r.nx * 4);
+  REQUIRE(base && trained);
+  memcpy(base, r.vp, r.nx * 4);
+  REQUIRE(!ct_lycoris_new(ct_mmdit_cfg(r.m), data("locon/config.json"), 0, &l, &e));
+  REQUIRE(!ct_lora_load(l, data("locon/pytorch_lora_weights.safetensors"), 0, ct_lora_numel(l),
+                        ct_lora_params(l), &e));
+  ct_mmdit_set_lora(r.m, l);
+  ct_mmdit_set_frozen(r.m, 1);
+  forward_loss(&r, ct_failed_); /* no batch, strength not set: the config's multiplier (2) */
+  memcpy(trained, r.vp, r.nx * 4);
+  CHECK(ct_test_rel_err(trained, base, r.nx) > 1e-3);
+  ct_lora_set_validation_multiplier(l, 0.0); /* strength 0: the base's output */
+  forward_loss(&r, ct_failed_);
+  CHECKF(ct_test_rel_err(r.vp, base, r.nx) < 1e-6, "strength 0: %.3g",
+         ct_test_rel_err(r.vp, base, r.nx));
+  const uint64_t ids[2] = {0, 1};
+  ct_lora_set_batch(l, 2, ids); /* training: multiplier 2 again */
+  forward_loss(&r, ct_failed_);
+  CHECK(ct_test_rel_err(r.vp, trained, r.nx) < 1e-7);
+  ct_lora_set_batch(l, 0, NULL);
+  forward_loss(&r, ct_failed_);
+  CHECK(ct_test_rel_err(r.vp, base, r.nx) < 1e-6);
+  free(base), free(trained);
+  run_free(&r);
+  ct_lora_free(l);
+}

@@ -49,6 +49,9 @@
   X(lycoris_config, STR, NULL, LORA, ANY,                                                          \
     "lora_type lycoris: the LyCORIS config JSON (algo, multiplier, linear_dim, linear_alpha, "     \
     "factor, full_matrix, decompose_both, apply_preset; docs/lora.md)")                            \
+  X(validation_lycoris_strength, NUM, "1", LORA, NUM_GE(0),                                        \
+    "lora_type lycoris: the LyCORIS multiplier while sampling validation images (SimpleTuner's "   \
+    "set_multiplier); training keeps lycoris_config's multiplier")                                 \
   X(lora_rank, INT, "16", LORA, INT_GE(1), "model_type lora: the adapters' rank r")                \
   X(lora_alpha, NUM, "0", LORA, NUM_GE(0),                                                         \
     "model_type lora: alpha, the adapters scale by alpha / rank (0: lora_rank, SimpleTuner's "     \

@@ -118,6 +118,10 @@ void ct_lora_tensor_fullname(const ct_lora *l, const ct_lora_adapter *a, int k, 
  * key is used, refused by name, or warned about once. */
 ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *config_path, int flags,
                          ct_lora **out, ct_err *err);
+/* LyCORIS: the multiplier while no batch is set (validation sampling:
+ * SimpleTuner's validation_lycoris_strength); with a batch set (training)
+ * lycoris_config's multiplier applies. */
+void ct_lora_set_validation_multiplier(ct_lora *l, double m);
 /* 1 for LyCORIS adapters (their files use LyCORIS's names and metadata). */
 int ct_lora_is_lycoris(const ct_lora *l);
 /* pytorch_lora_weights.safetensors: every adapter (w: the whole flat buffer)

@@ -331,7 +331,18 @@ float *ct_lora_params(ct_lora *l) {
 float *ct_lora_grads(ct_lora *l) {
   return l->g;
 }
+/* LyCORIS: every adapter's scale at multiplier m (as make_module computes it). */
+static void apply_mult(ct_lora *l, double m) {
+  for (size_t i = 0; i < l->nad; i++) l->ad[i].scale = (float)(l->ad[i].alpha / l->ad[i].rank * m);
+}
+
+void ct_lora_set_validation_multiplier(ct_lora *l, double m) {
+  l->lyco_vmult = m;
+  if (l->lyco && !l->nids) apply_mult(l, m);
+}
+
 void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids) {
+  if (l->lyco) apply_mult(l, B > 0 && ids ? l->lyco_mult : l->lyco_vmult);
   l->nids = 0;
   if (B > 0 && ids && (size_t)B > l->ids_cap) {
     uint64_t *p = realloc(l->ids, (size_t)B * sizeof *p);

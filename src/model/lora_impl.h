@@ -34,9 +34,10 @@ struct ct_lora {
   size_t dense_n;
   /* LyCORIS */
   int lyco;
-  char prefix[48];  /* apply_preset's lora_prefix, "lycoris" */
-  char *lyco_json;  /* the lycoris_config file's text: the saved file's metadata */
-  double lyco_mult; /* multiplier */
+  char prefix[48];   /* apply_preset's lora_prefix, "lycoris" */
+  char *lyco_json;   /* the lycoris_config file's text: the saved file's metadata */
+  double lyco_mult;  /* multiplier (training) */
+  double lyco_vmult; /* validation_lycoris_strength (no batch set) */
 };
 
 /* Decides whether the diffusers module (in inputs, out outputs) gets an

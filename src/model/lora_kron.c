@@ -14,7 +14,8 @@
 static void swap01(const float *src, int A, int B, int C, float *dst) {
   for (int a = 0; a < A; a++)
     for (int b = 0; b < B; b++)
-      memcpy(dst + ((size_t)b * A + a) * C, src + ((size_t)a * B + b) * C, (size_t)C * sizeof(float));
+      memcpy(dst + ((size_t)b * A + a) * C, src + ((size_t)a * B + b) * C,
+             (size_t)C * sizeof(float));
 }
 
 typedef struct kdims {
@@ -76,7 +77,7 @@ void ct_lokr_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
         *b2 = b1 + d.m;
   factors(be, l, a, &d, w1, w2);
   const float *xc = contiguous(be, a, N, x, ldx, b0);
-  left(be, &d, w1, xc, b1, b2);                                                  /* U: b2 */
+  left(be, &d, w1, xc, b1, b2);                                                    /* U: b2 */
   be->sgemm(0, 1, N * d.ol, d.ok, d.in, 1.0f, b2, d.in, w2, d.in, 0.0f, b1, d.ok); /* [N, out] */
   for (int p = 0; p < a->npieces; p++) {
     const ct_lora_piece *pc = &a->piece[p];
@@ -113,8 +114,8 @@ void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
   const kdims d = dims_of(a, N);
   const size_t f1 = (size_t)d.ol * d.im, f2 = (size_t)d.ok * d.in;
   float *w1 = ct_lora_dense(l, 4 * d.m + 2 * (f1 + f2));
-  float *w2 = w1 + f1, *d1 = w2 + f2, *d2 = d1 + f1, *b0 = d2 + f2, *b1 = b0 + d.m,
-        *b2 = b1 + d.m, *b3 = b2 + d.m;
+  float *w2 = w1 + f1, *d1 = w2 + f2, *d2 = d1 + f1, *b0 = d2 + f2, *b1 = b0 + d.m, *b2 = b1 + d.m,
+        *b3 = b2 + d.m;
   factors(be, l, a, &d, w1, w2);
   for (int p = 0; p < a->npieces; p++) { /* dY [N, out] = [N ol, ok] */
     const ct_lora_piece *pc = &a->piece[p];
@@ -122,11 +123,12 @@ void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
   }
   if (dx) { /* dX = s W1ᵀ (dY W2) per token */
     be->sgemm(0, 0, N * d.ol, d.in, d.ok, 1.0f, b3, d.ok, w2, d.in, 0.0f, b1, d.in); /* V */
-    swap01(b1, N, d.ol, d.in, b2);                                                  /* [ol, N, in] */
+    swap01(b1, N, d.ol, d.in, b2); /* [ol, N, in] */
     be->sgemm(1, 0, d.im, N * d.in, d.ol, 1.0f, w1, d.im, b2, N * d.in, 0.0f, b1, N * d.in);
     swap01(b1, d.im, N, d.in, b2); /* [N, im, in] */
     for (int n = 0; n < N; n++)
-      for (int c = 0; c < a->in; c++) dx[(size_t)n * lddx + c] += a->scale * b2[(size_t)n * a->in + c];
+      for (int c = 0; c < a->in; c++)
+        dx[(size_t)n * lddx + c] += a->scale * b2[(size_t)n * a->in + c];
   }
   if (!ct_lora_gt(l, a, 0)) return; /* this segment keeps no gradient */
   const float *xc = contiguous(be, a, N, x, ldx, b0);

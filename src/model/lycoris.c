@@ -698,7 +698,7 @@ ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *path, int flags
   ps.c = &c;
   if (!st) {
     l->lyco = 1;
-    l->lyco_mult = c.mult;
+    l->lyco_mult = l->lyco_vmult = c.mult;
     snprintf(l->prefix, sizeof l->prefix, "%s", c.prefix);
     l->o = (ct_lora_opts){c.top.dim, c.top.alpha == 0 ? c.top.dim : c.top.alpha, 0, 0};
     l->scale = (float)(l->o.alpha / l->o.rank * c.mult);
@@ -789,7 +789,9 @@ static ct_status load_one(const ct_lora *l, const ct_lora_adapter *a, const ct_s
     ++*found;
     if (k == a->nt) { /* alpha: a scalar equal to ours */
       float v = 0;
-      if (t->numel != 1 || ct_st_to_f32(t, &v, 1, err) || fabs(v - a->alpha) > 1e-6 * a->alpha) {
+      /* a bf16/f16 file (SimpleTuner saves in the parameters' dtype) rounds alpha */
+      const double tol = t->dtype == CT_DTYPE_F32 ? 1e-6 : 1e-2;
+      if (t->numel != 1 || ct_st_to_f32(t, &v, 1, err) || fabs(v - a->alpha) > tol * a->alpha) {
         char d[260];
         snprintf(d, sizeof d, "%s (%g, the config gives %g)", name, (double)v, a->alpha);
         note(lists[1], sizeof lists[1], &counts[1], d);

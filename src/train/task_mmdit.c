@@ -547,11 +547,14 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   if (st) return st;
   size_t nad;
   ct_lora_adapters(l, &nad);
+  if (lyco) ct_lora_set_validation_multiplier(l, cfg->validation_lycoris_strength);
   if (tr->rank == 0 && lyco) {
     lycoris_notes(cfg);
     CT_INFO("LyCORIS: %zu modules, %zu parameters; the base's %zu frozen", nad, ct_lora_numel(l),
             ct_mmdit_numel(tr->m));
   } else if (tr->rank == 0) {
+    if (cfg->given[CT_KEY_validation_lycoris_strength])
+      CT_WARN("validation_lycoris_strength has no effect with lora_type standard");
     CT_INFO(
         "LoRA %s: %zu adapters, rank %d, alpha %g (scale %g), dropout %g, %zu parameters; "
         "the base's %zu frozen",
