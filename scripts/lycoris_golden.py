@@ -20,6 +20,9 @@ Writes into OUT (default tests/data/lycoris), per config NAME:
   NAME/pytorch_lora_weights.safetensors     LyCORIS's file
   NAME/golden.safetensors   loss (1), out (the output through
                             create_lycoris_from_weights), grad.<tensor name>
+  tables.json               for the TABLES configs: each module LyCORIS creates, its
+                            tensors' shapes, alpha and scale (no weights)
+  tables/T.json             those configs
 
 Usage: py=$(scripts/py_deps.sh diffusers)
   $py scripts/lycoris_golden.py [--out DIR] [--seed N]   write the goldens (N != 0: other
@@ -71,6 +74,41 @@ CONFIGS = {
                   "apply_preset": {"target_module": ["FluxSingleTransformerBlock"],
                                    "module_algo_map": {"AdaLayerNormZeroSingle":
                                                        {"algo": "locon", "dim": 2}}}},
+}
+# Module tables only (no weights): which modules get which algorithm, tensor
+# shapes, alpha and scale, for configs that exercise LyCORIS's walk
+# (tests/data/lycoris/tables.json).
+TABLES = {
+    # unbalanced factorization + decompose_both, an exclusion, a nested class map
+    "t_unbalanced": {"algo": "lokr", "multiplier": 1, "linear_dim": 4, "linear_alpha": 2,
+                     "factor": 8, "unbalanced_factorization": True, "decompose_both": True,
+                     "apply_preset": {
+                         "target_module": ["FluxSingleTransformerBlock", "AdaLayerNormContinuous"],
+                         "exclude_name": ["single_transformer_blocks.1.attn.to_k"],
+                         "module_algo_map": {"FluxAttention": {"algo": "loha", "dim": 2}}}},
+    # fnmatch names only, alpha 0 (= dim)
+    "t_fnmatch": {"algo": "locon", "multiplier": 1, "linear_dim": 3, "linear_alpha": 0,
+                  "apply_preset": {"target_module": [], "use_fnmatch": True,
+                                   "target_name": ["*.ff*.net.2", "time_text_embed.*"]}},
+    # nested maps: the block as LoKr, FeedForward inherits it, every Linear its own alpha
+    "t_nested": {"algo": "loha", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1,
+                 "apply_preset": {"target_module": ["FluxTransformerBlock"],
+                                  "module_algo_map": {
+                                      "FluxTransformerBlock": {"algo": "lokr", "factor": 4},
+                                      "FeedForward": {"dim": 3},
+                                      "Linear": {"alpha": 5}}}},
+    # a name pattern on a block (a prefix match of its Linears), an exact name
+    "t_names": {"algo": "lokr", "multiplier": 1, "linear_dim": 2, "linear_alpha": 2,
+                "factor": -1,
+                "apply_preset": {"target_module": ["FluxSingleTransformerBlock"],
+                                 "name_algo_map": {
+                                     "single_transformer_blocks.0": {"algo": "locon"},
+                                     "transformer_blocks.1.attn.to_q": {"algo": "loha",
+                                                                        "dim": 1}}}},
+    # another prefix, full matrices on the modulations
+    "t_prefix": {"algo": "lokr", "multiplier": 1, "linear_dim": 10000, "linear_alpha": 1,
+                 "full_matrix": True, "factor": 2,
+                 "apply_preset": {"target_module": ["AdaLayerNormZero"], "lora_prefix": "lyco"}},
 }
 DEFAULTS = {k: getattr(LycorisNetwork, k) for k in (
     "ENABLE_CONV", "TARGET_REPLACE_MODULE", "TARGET_REPLACE_NAME", "LORA_PREFIX",
@@ -187,7 +225,9 @@ def check(out):
         bad += not ok
         print(f"{name}: loss {e:.2e}, worst gradient {worst:.2e}, {len(missing)} missing, "
               f"{len(unexpected)} unexpected: {'ok' if ok else 'DIFFERS'}")
-    return bad
+    same = tables() == json.load(open(os.path.join(out, "tables.json")))
+    print(f"tables.json: {'ok' if same else 'DIFFERS'}")
+    return bad + (not same)
 
 
 def load_check(path, ref):
@@ -224,6 +264,31 @@ def main():
         sys.exit(1 if check(a.check) else 0)
     for i, (name, cfg) in enumerate(CONFIGS.items()):
         write_one(a.out, name, cfg, 700 + i + 1000 * a.seed)
+    write_tables(a.out)
+
+
+def tables():
+    out = {}
+    for name, cfg in TABLES.items():
+        net = apply(transformer(), cfg)
+        mods = {}
+        for lora in net.loras:
+            sd = lora.state_dict()
+            mods[lora.lora_name] = {"shapes": {k: list(v.shape) for k, v in sd.items()
+                                               if k != "alpha"},
+                                    "alpha": float(sd["alpha"]), "scale": float(lora.scale)}
+        out[name] = {"config": cfg, "modules": mods}
+        print(f"{name}: {len(mods)} modules")
+    return out
+
+
+def write_tables(out):
+    with open(os.path.join(out, "tables.json"), "w") as f:
+        json.dump(tables(), f, indent=0, sort_keys=True)
+    os.makedirs(os.path.join(out, "tables"), exist_ok=True)
+    for name, cfg in TABLES.items():
+        with open(os.path.join(out, "tables", name + ".json"), "w") as f:
+            json.dump(cfg, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/json.h"
 #include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/safetensors.h"
@@ -369,4 +370,52 @@ CT_TEST(lycoris, validation_strength) {
   free(base), free(trained);
   run_free(&r);
   ct_lora_free(l);
+}
+
+/* LyCORIS's walk on configs that stress it (tables.json, from lycoris-lora):
+ * the same modules, each with LyCORIS's tensors and shapes, alpha and scale
+ * (unbalanced factorization, decompose_both, exclusions, fnmatch names,
+ * nested class maps with inherited algorithms, name patterns on blocks, an
+ * exact name, another prefix). */
+CT_TEST(lycoris, module_tables_vs_lycoris) {
+  run r;
+  ct_err e;
+  ct_json *tab = NULL;
+  if (!run_open(&r, ct_failed_)) return;
+  REQUIRE(!ct_json_parse_file(data("tables.json"), 1 << 22, &tab, &e));
+  REQUIRE(tab->type == CT_JSON_OBJECT && tab->n >= 5);
+  for (size_t t = 0; t < tab->n; t++) {
+    char rel[200];
+    snprintf(rel, sizeof rel, "tables/%s.json", tab->keys[t]);
+    const ct_json *mods = ct_json_get(&tab->items[t], "modules");
+    ct_lora *l = NULL;
+    REQUIRE(mods && !ct_lycoris_new(ct_mmdit_cfg(r.m), data(rel), 0, &l, &e));
+    size_t nad;
+    const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+    CHECKF(nad == mods->n, "%s: LyCORIS makes %zu modules, ctuner %zu", tab->keys[t], mods->n, nad);
+    int bad = 0;
+    for (size_t i = 0; i < nad; i++) {
+      char name[200];
+      ct_lora_tensor_fullname(l, &ad[i], 0, name, sizeof name);
+      *strchr(name, '.') = 0;
+      const ct_json *m = ct_json_get(mods, name), *sh = m ? ct_json_get(m, "shapes") : NULL;
+      const ct_json *al = m ? ct_json_get(m, "alpha") : NULL,
+                    *sc = m ? ct_json_get(m, "scale") : NULL;
+      int ok = m && sh && al && sc && sh->n == (size_t)ad[i].nt &&
+               fabs(al->num - ad[i].alpha) < 1e-9 &&
+               fabs(sc->num - ad[i].scale) <= 1e-6 * fabs(sc->num);
+      for (int k = 0; ok && k < ad[i].nt; k++) {
+        const ct_json *s = ct_json_get(sh, ad[i].t[k].key);
+        ok = s && s->n == 2 && s->items[0].num == ad[i].t[k].rows &&
+             s->items[1].num == ad[i].t[k].cols;
+      }
+      if (!ok && bad++ < 4)
+        fprintf(stderr, "  %s: %s (%s, rank %d, alpha %g, scale %g) differs from LyCORIS's\n",
+                tab->keys[t], name, ad[i].t[0].key, ad[i].rank, ad[i].alpha, (double)ad[i].scale);
+    }
+    CHECKF(!bad, "%s: %d modules differ", tab->keys[t], bad);
+    ct_lora_free(l);
+  }
+  ct_json_free(tab);
+  run_free(&r);
 }

@@ -409,6 +409,15 @@ static int target_named(const lyco *c, const char *name) {
   return 0;
 }
 
+/* LyCORIS's test that keeps a target class out of the subtree walk: a
+ * match_fn hit of target_name or a name_algo_map key on the module's name. */
+static int name_pattern_hit(const lyco *c, const char *name) {
+  if (any_match(c, c->tname, name)) return 1;
+  for (size_t i = 0; c->nmap && i < c->nmap->n; i++)
+    if (match_fn(c, c->nmap->keys[i], name)) return 1;
+  return 0;
+}
+
 static const ct_json *name_conf(const lyco *c, const char *name) {
   const ct_json *e = c->nmap ? ct_json_get(c->nmap, name) : NULL;
   for (size_t i = 0; !e && c->nmap && i < c->nmap->n; i++)
@@ -435,7 +444,7 @@ static int resolve(const lyco *c, const char *module, const ct_json **conf, int 
     snprintf(pre, sizeof pre, "%.*s", (int)e, module);
     const char *cls = class_of(c, pre, e == n);
     if (excluded(c, pre)) continue;
-    if (target_class(c, cls) && !any_match(c, c->tname, pre)) {
+    if (target_class(c, cls) && !name_pattern_hit(c, pre)) {
       /* create_modules_ over pre's subtree: each module_algo_map class on the
        * way down takes over (its algo inherits the one above) */
       const ct_json *cf = c->mmap ? ct_json_get(c->mmap, cls) : NULL;
