@@ -3,7 +3,7 @@
 # with a LoKr (full_matrix) + LoHa (module_algo_map) lycoris_config; the
 # adapter file in LyCORIS's naming (lycoris_<module>.lokr_w1, .alpha, the
 # config as lycoris_config metadata) in every checkpoint and in output_dir;
-# the adapters learn; 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals
+# validation images with the adapters (live and EMA); the adapters learn; 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals
 # ZeRO-2; a resume gives the uninterrupted run's numbers bit for bit;
 # init_lora starts from a LyCORIS file; the errors name the key.
 # Usage: tests/cli_lycoris.sh path/to/ctuner
@@ -83,7 +83,22 @@ same() { # a b what [only]
   fi
 }
 
-if train one 1 --train_batch_size=2; then
+if train one 1 --train_batch_size=2 --disable_validation=false --validation_prompt="a red circle" \
+  --validation_step_interval=4 --validation_num_inference_steps=2; then
+  v=validation_images/step_4_validation
+  [ -s "$tmp/one/${v}_0_16x16.png" ] && [ -s "$tmp/one/$v-ema_0_16x16.png" ] &&
+    /usr/bin/python3 - "$tmp/one/checkpoint-4" <<'PY' &&
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+ema, live = tensors(sys.argv[1] + "/ema.safetensors"), tensors(sys.argv[1] + "/pytorch_lora_weights.safetensors")
+adapters = {k for k in live if not k.endswith(".alpha")}
+sys.exit(not (set(ema) == adapters and any(ema[k] != live[k] for k in ema)))
+PY
+    ok "validation images with the adapters, live and EMA; the EMA (ema.safetensors) covers exactly the adapter tensors" ||
+    bad "validation images: $(ls "$tmp/one/validation_images" 2>&1 | tr '\n' ' ')"
   [ "$(ls "$tmp/one"/checkpoint-*/pytorch_lora_weights.safetensors | wc -l)" = 2 ] &&
     cmp -s "$tmp/one/checkpoint-4/pytorch_lora_weights.safetensors" \
       "$tmp/one/pytorch_lora_weights.safetensors" &&
