@@ -3,9 +3,11 @@
 # with a LoKr (full_matrix) + LoHa (module_algo_map) lycoris_config; the
 # adapter file in LyCORIS's naming (lycoris_<module>.lokr_w1, .alpha, the
 # config as lycoris_config metadata) in every checkpoint and in output_dir;
-# validation images with the adapters (live and EMA); the adapters learn; 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals
-# ZeRO-2; a resume gives the uninterrupted run's numbers bit for bit;
-# init_lora starts from a LyCORIS file; the errors name the key.
+# validation images with the adapters (live and EMA); the adapters learn;
+# 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals ZeRO-2; gradient
+# checkpointing bit for bit; bf16 storage runs; a resume gives the
+# uninterrupted run's numbers bit for bit; init_lora starts from a LyCORIS
+# file; the errors name the key.
 # Usage: tests/cli_lycoris.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
@@ -148,6 +150,10 @@ PY
 }
 train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
 train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+train gc 1 --train_batch_size=2 --gradient_checkpointing=true && same one gc "gradient checkpointing"
+train bf 1 --train_batch_size=2 --mixed_precision=bf16 --max_train_steps=2 &&
+  [ -s "$tmp/bf/checkpoint-2/pytorch_lora_weights.safetensors" ] &&
+  ok "mixed_precision bf16 (bf16 adapter storage) trains and saves" || bad "bf16"
 mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
   train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
   same one res1 "resume at step 2 on 1 rank" checkpoint-4
