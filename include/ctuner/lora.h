@@ -118,6 +118,9 @@ void ct_lora_tensor_fullname(const ct_lora *l, const ct_lora_adapter *a, int k, 
  * key is used, refused by name, or warned about once. */
 ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *config_path, int flags,
                          ct_lora **out, ct_err *err);
+/* The config's keys and values alone (no model): what ct_lycoris_new would
+ * refuse for them, without its warnings (the trainer checks before caching). */
+ct_status ct_lycoris_check(const char *config_path, ct_err *err);
 /* LyCORIS: the multiplier while no batch is set (validation sampling:
  * SimpleTuner's validation_lycoris_strength); with a batch set (training)
  * lycoris_config's multiplier applies. */

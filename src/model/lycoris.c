@@ -41,7 +41,13 @@ typedef struct lyco {
   int fnm;                                          /* use_fnmatch */
   int warn_unmatched;
   char prefix[48];
+  int quiet; /* ct_lycoris_check: no warnings (the trainer gives them once, later) */
 } lyco;
+
+#define LWARN(c, ...)                      \
+  do {                                     \
+    if (!(c)->quiet) CT_WARN(__VA_ARGS__); \
+  } while (0)
 
 static const char *const REFUSED_ALGOS[] = {"dylora", "glora", "full",  "diag-oft",
                                             "boft",   "ia3",   "tlora", NULL};
@@ -126,8 +132,8 @@ static ct_status mod_key(const lyco *c, const char *where, const char *k, const 
       return ct_errf(err, CT_ERR_INVALID, "%s: %s%s must be a number >= 0", c->path, where, k);
     m->alpha = top ? (double)(long long)v->num : v->num; /* SimpleTuner int()s linear_alpha */
     if (top && m->alpha != v->num)
-      CT_WARN("%s: linear_alpha %g becomes %g: SimpleTuner passes int(linear_alpha) to LyCORIS",
-              c->path, v->num, m->alpha);
+      LWARN(c, "%s: linear_alpha %g becomes %g: SimpleTuner passes int(linear_alpha) to LyCORIS",
+            c->path, v->num, m->alpha);
     m->alpha_set = 1;
     return CT_OK;
   }
@@ -204,7 +210,7 @@ static const struct {
 static int ignored(const lyco *c, const char *where, const char *k) {
   for (size_t i = 0; i < sizeof IGNORED / sizeof IGNORED[0]; i++)
     if (!strcmp(k, IGNORED[i].key)) {
-      CT_WARN("%s: %s%s has no effect here (%s)", c->path, where, k, IGNORED[i].why);
+      LWARN(c, "%s: %s%s has no effect here (%s)", c->path, where, k, IGNORED[i].why);
       return 1;
     }
   return 0;
@@ -224,10 +230,10 @@ static ct_status check_entry(const lyco *c, const char *map, const char *name, c
     if (st) return st;
     if (h || ignored(c, where, e->keys[i])) continue;
     if (!strcmp(e->keys[i], "linear_dim") || !strcmp(e->keys[i], "linear_alpha")) {
-      CT_WARN(
-          "%s: %s%s has no effect: LyCORIS reads a module's rank and alpha from dim and "
-          "alpha there",
-          c->path, where, e->keys[i]);
+      LWARN(c,
+            "%s: %s%s has no effect: LyCORIS reads a module's rank and alpha from dim and "
+            "alpha there",
+            c->path, where, e->keys[i]);
       continue;
     }
     return ct_errf(err, CT_ERR_INVALID,
@@ -309,8 +315,8 @@ static ct_status read_top(lyco *c, ct_err *err) {
         return ct_errf(err, CT_ERR_INVALID, "%s: multiplier must be a number", c->path);
       c->mult = (double)(long long)v->num; /* SimpleTuner: int(multiplier) */
       if (c->mult != v->num)
-        CT_WARN("%s: multiplier %g becomes %g: SimpleTuner passes int(multiplier) to LyCORIS",
-                c->path, v->num, c->mult);
+        LWARN(c, "%s: multiplier %g becomes %g: SimpleTuner passes int(multiplier) to LyCORIS",
+              c->path, v->num, c->mult);
     } else if (!strcmp(k, "apply_preset")) {
       c->preset = v;
     } else if (!strcmp(k, "warn_on_unmatched")) {
@@ -737,6 +743,21 @@ ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *path, int flags
   }
   *out = l;
   return CT_OK;
+}
+
+ct_status ct_lycoris_check(const char *path, ct_err *err) {
+  ct_json *root = NULL;
+  ct_status st = ct_json_parse_file(path, 1 << 20, &root, err);
+  if (st) return st;
+  lyco c;
+  memset(&c, 0, sizeof c);
+  c.path = path;
+  c.root = root;
+  c.quiet = 1;
+  snprintf(c.prefix, sizeof c.prefix, "lycoris");
+  st = read_top(&c, err);
+  ct_json_free(root);
+  return st;
 }
 
 /* ---- files: LycorisNetwork.save_weights as SimpleTuner calls it ---- */
