@@ -63,7 +63,9 @@
     "N(0, 1/r)); B starts at zero")                                                                \
   X(init_lora, STR, NULL, LORA, ANY,                                                               \
     "model_type lora: a pytorch_lora_weights.safetensors to start the adapters from")              \
-  X(use_dora, BOOL, "false", LORA, FN(check_use_dora), "model_type lora: DoRA (not implemented)")  \
+  X(use_dora, BOOL, "false", LORA, FN(check_use_dora),                                             \
+    "model_type lora, lora_type standard: peft's DoRA (a trained magnitude per output row; "       \
+    "needs lora_dropout 0)")                                                                       \
   X(flux_lora_target, STR, "all", LORA,                                                            \
     ONE_OF("mmdit|context|context+ffs|all|all+ffs|ai-toolkit|tiny|nano|all+ffs+embedder"),         \
     "model_type lora: SimpleTuner's preset of the diffusers modules adapted (docs/lora.md)")       \

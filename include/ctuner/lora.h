@@ -33,7 +33,7 @@ typedef enum ct_lora_algo {
 /* One parameter tensor of an adapter: its key after the module name, shape,
  * offset in the flat buffer, and its initialisation (LyCORIS's). */
 typedef struct ct_lora_tensor {
-  char key[20]; /* e.g. "hada_w1_a", "lora_down.weight" */
+  char key[24]; /* e.g. "hada_w1_a", "lora_down.weight", "lora_magnitude_vector" */
   int rows, cols;
   size_t off;
   char init; /* 'z' zero, 'u' uniform [-v, v], 'n' normal(0, v) */
@@ -52,7 +52,8 @@ typedef struct ct_lora_adapter {
   int rank;     /* the adapter's rank (LyCORIS: dim, per module) */
   float scale;  /* what B A (or the rebuilt weight) is multiplied by: alpha / rank (x multiplier) */
   double alpha; /* LyCORIS: the .alpha tensor saved */
-  int nt;       /* tensors: PEFT/LoCon 2 (A-like first, B-like second), LoHa 4, LoKr 2..4 */
+  int nt;       /* tensors: PEFT/LoCon 2 (A-like first, B-like second; DoRA: 3, the magnitude
+                   [out, 1] third), LoHa 4, LoKr 2..4 */
   ct_lora_tensor t[4];
   int lokr[4];          /* LoKr: ol, ok, im, in (out = ol ok, in = im in) */
   int w1_full, w2_full; /* LoKr: lokr_w1 / lokr_w2 whole, else _a x _b */
@@ -63,6 +64,7 @@ typedef struct ct_lora_opts {
   double alpha;   /* lora_alpha > 0 */
   double dropout; /* lora_dropout in [0, 1) */
   uint64_t seed;  /* dropout masks */
+  int dora;       /* use_dora: peft's DoRA (a magnitude per output row; lora_dropout 0) */
 } ct_lora_opts;
 
 /* SimpleTuner's flux_lora_target presets: the peft target_modules list
@@ -150,6 +152,8 @@ void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids);
  * row row_lo + j. fwd adds to y; bwd adds scale * dX to dx (if not NULL) and
  * accumulates dA, dB (if the segment has gradients). */
 int ct_lora_site(const ct_lora *l, const char *base);
+/* The site's base weight [rows, in] and bias as they live now (DoRA reads them). */
+void ct_lora_bind_base(ct_lora *l, int site, const float *w, const float *b);
 void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int site, int row_lo, int row_hi, int N,
                  const float *x, int ldx, float *y, int ldy);
 void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int site, int row_lo, int row_hi, int N,

@@ -492,8 +492,13 @@ static ct_status check_lora_type(const ct_config *c, ct_err *err) {
 }
 
 static ct_status check_use_dora(const ct_config *c, ct_err *err) {
-  if (c->use_dora)
-    BAD("use_dora is not implemented: ctuner trains standard LoRA (peft's use_dora=False)");
+  if (!c->use_dora || !c->model_type || strcmp(c->model_type, "lora")) return CT_OK;
+  if (c->lora_type && !strcmp(c->lora_type, "lycoris"))
+    BAD("use_dora applies to lora_type standard (LyCORIS's dora_wd is not implemented)");
+  if (c->lora_dropout > 0)
+    BAD("use_dora with lora_dropout %g is not implemented (peft's DoRA then computes the base on "
+        "the dropped input); set lora_dropout 0",
+        c->lora_dropout);
   return CT_OK;
 }
 

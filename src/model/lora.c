@@ -118,6 +118,7 @@ typedef struct peft_pick {
   const char *const *targets;
   int rank;
   float scale;
+  int dora;
 } peft_pick;
 
 static ct_status pick_peft(void *user, const char *module, int in, int out, ct_lora_adapter *a,
@@ -132,6 +133,7 @@ static ct_status pick_peft(void *user, const char *module, int in, int out, ct_l
   a->nt = 2;
   a->t[0] = (ct_lora_tensor){"lora_A", p->rank, in, 0, 'u', 1.0f / sqrtf((float)in)};
   a->t[1] = (ct_lora_tensor){"lora_B", out, p->rank, 0, 'z', 0};
+  if (p->dora) a->t[a->nt++] = (ct_lora_tensor){"lora_magnitude_vector", out, 1, 0, 'm', 0};
   return CT_OK;
 }
 
@@ -270,11 +272,16 @@ ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, co
     return ct_errf(err, CT_ERR_INVALID, "lora_alpha %g must be a positive number", o->alpha);
   if (!(o->dropout >= 0 && o->dropout < 1))
     return ct_errf(err, CT_ERR_INVALID, "lora_dropout %g must be in [0, 1)", o->dropout);
+  if (o->dora && o->dropout > 0)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "use_dora with lora_dropout %g is not implemented (peft's DoRA then computes "
+                   "the base on the dropped input); set lora_dropout 0",
+                   o->dropout);
   ct_lora *l = calloc(1, sizeof *l);
   if (!l) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   l->o = *o;
   l->scale = (float)(o->alpha / o->rank);
-  peft_pick pp = {targets, o->rank, l->scale};
+  peft_pick pp = {targets, o->rank, l->scale, o->dora};
   ct_status st = build_table(l, cfg, pick_peft, &pp, err);
   if (!st) st = check_fit(l, targets, err);
   if (!st) {
@@ -449,6 +456,18 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
     return CT_OK;
   }
   const int r = l->o.rank;
+  for (size_t i = 0; i < l->nad; i++) { /* DoRA's magnitude: the base's row norms */
+    const ct_lora_adapter *a = &l->ad[i];
+    if (a->nt < 3) continue;
+    const size_t s = a->t[2].off, e = s + (size_t)a->out, x0 = s > lo ? s : lo,
+                 x1 = e < hi ? e : hi;
+    if (x0 >= x1) continue;
+    float *mag = malloc((size_t)a->out * sizeof *mag);
+    if (!mag) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    ct_dora_init(l, i, mag);
+    memcpy(out + (x0 - lo), mag + (x0 - s), (x1 - x0) * sizeof(float));
+    free(mag);
+  }
   for (size_t i = 0; i < l->nad; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     const size_t n = (size_t)r * (size_t)a->in, s = a->a_off, e = s + n;
@@ -463,6 +482,11 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
     }
   }
   return CT_OK;
+}
+
+void ct_lora_bind_base(ct_lora *l, int site, const float *w, const float *b) {
+  l->sites[site].w = w;
+  l->sites[site].b = b;
 }
 
 int ct_lora_site(const ct_lora *l, const char *base) {
@@ -579,6 +603,10 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
+    if (a->nt == 3 && a->algo == CT_ALGO_PEFT) {
+      ct_dora_fwd(l, be, si, a, row_lo, N, x, ldx, y, ldy);
+      continue;
+    }
     if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
       if (a->algo == CT_ALGO_LOHA)
         loha_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
@@ -608,6 +636,10 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
+    if (a->nt == 3 && a->algo == CT_ALGO_PEFT) {
+      ct_dora_bwd(l, be, si, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      continue;
+    }
     if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
       if (a->algo == CT_ALGO_LOHA)
         loha_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);

@@ -8,7 +8,8 @@
 /* The adapters of one base weight. */
 typedef struct lora_site {
   char base[96];
-  int first, n; /* adapters [first, first + n) */
+  int first, n;       /* adapters [first, first + n) */
+  const float *w, *b; /* the base weight and bias (ct_lora_bind_base), for DoRA */
 } lora_site;
 
 struct ct_lora {
@@ -64,6 +65,14 @@ void ct_lokr_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
                  const float *x, int ldx, float *y, int ldy);
 void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
                  const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx);
+
+/* peft's DoRA on adapter i / a (lora_dora.c): the magnitude's initial value
+ * (||W row||), the forward and the backward. */
+void ct_dora_init(const ct_lora *l, size_t i, float *mag);
+void ct_dora_fwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a, int row_lo,
+                 int N, const float *x, int ldx, float *y, int ldy);
+void ct_dora_bwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a, int row_lo,
+                 int N, const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx);
 
 ct_status ct_lycoris_save(const ct_lora *l, const float *w, const char *path, ct_err *err);
 ct_status ct_lycoris_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,

@@ -715,7 +715,7 @@ ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *path, int flags
     l->lyco = 1;
     l->lyco_mult = l->lyco_vmult = c.mult;
     snprintf(l->prefix, sizeof l->prefix, "%s", c.prefix);
-    l->o = (ct_lora_opts){c.top.dim, c.top.alpha == 0 ? c.top.dim : c.top.alpha, 0, 0};
+    l->o = (ct_lora_opts){c.top.dim, c.top.alpha == 0 ? c.top.dim : c.top.alpha, 0, 0, 0};
     l->scale = (float)(l->o.alpha / l->o.rank * c.mult);
     l->lyco_json = read_text(path);
     if (!l->lyco_json) st = ct_errf(err, CT_ERR_IO, "%s: cannot read it again", path);

@@ -127,9 +127,10 @@ ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init
     for (int k = 0; k < ad[i].nt; k++) {
       ct_model_param *t = &tab[j++];
       ct_lora_tensor_fullname(l, &ad[i], k, t->name, sizeof t->name);
-      t->ndim = 2;
+      const int vec = !ct_lora_is_lycoris(l) && k == 2; /* DoRA's magnitude: 1-D */
+      t->ndim = vec ? 1 : 2;
       t->shape[0] = ad[i].t[k].rows;
-      t->shape[1] = ad[i].t[k].cols;
+      t->shape[1] = vec ? 0 : ad[i].t[k].cols;
       t->offset = ad[i].t[k].off;
       t->numel = (size_t)ad[i].t[k].rows * (size_t)ad[i].t[k].cols;
     }

@@ -513,7 +513,7 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
-                          cfg->lora_dropout, seed};
+                          cfg->lora_dropout, seed, cfg->use_dora};
   const int flags =
       (tr->stage < 2 && !tr->bf16 ? CT_LORA_GRADS : 0) | (tr->own ? CT_LORA_NO_PARAMS : 0);
   const int lyco = !strcmp(cfg->lora_type, "lycoris");
