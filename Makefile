@@ -126,8 +126,9 @@ interop: build
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
 	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
 	  CT_LORA_DATA=$(abspath $(BUILD))/lora-interop CT_LORA_SAVED=$(abspath $(BUILD))/lora-saved.safetensors \
-	    $(BUILD)/ct_tests lora && \
-	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit
+	    CT_LORA_DORA_SAVED=$(abspath $(BUILD))/lora-dora-saved.safetensors $(BUILD)/ct_tests lora && \
+	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit && \
+	  $$py scripts/lora_golden.py --load $(BUILD)/lora-dora-saved.safetensors --ref $(BUILD)/lora-interop/dora
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lycoris_golden.py --check tests/data/lycoris && \
 	  rm -rf $(BUILD)/lycoris-interop $(BUILD)/lycoris-saved && mkdir -p $(BUILD)/lycoris-saved && \
 	  $$py scripts/lycoris_golden.py --seed 1 --out $(BUILD)/lycoris-interop && \

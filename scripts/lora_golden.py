@@ -242,7 +242,8 @@ def load_check(path, ref):
     # peft adapter on the golden preset list with the file's tensors
     m2 = FluxTransformer2DModel.from_pretrained(os.path.join(root, name, "transformer")).float()
     m2.add_adapter(LoraConfig(r=meta["transformer.r"], lora_alpha=meta["transformer.lora_alpha"],
-                              target_modules=PRESETS[preset]))
+                              target_modules=PRESETS[preset],
+                              use_dora=meta.get("transformer.use_dora", False)))
     set_peft_model_state_dict(m2, {k[len("transformer."):]: v for k, v in mine.items()})
     out2 = m2.to(torch.float64)(**args, return_dict=False)[0]
     e = ((out - out2).abs().max() / out2.abs().max()).item()

@@ -42,7 +42,8 @@ void ct_dora_init(const ct_lora *l, size_t i, float *mag) {
   const ct_lora_adapter *a = &l->ad[i];
   const lora_site *st = NULL;
   for (int k = 0; k < l->nsites && !st; k++)
-    if ((int)i >= l->sites[k].first && (int)i < l->sites[k].first + l->sites[k].n) st = &l->sites[k];
+    if ((int)i >= l->sites[k].first && (int)i < l->sites[k].first + l->sites[k].n)
+      st = &l->sites[k];
   for (int o = 0; o < a->out; o++) {
     float bias;
     const float *w = st && st->w ? base_row(st, a, o, &bias) : NULL;
@@ -52,12 +53,12 @@ void ct_dora_init(const ct_lora *l, size_t i, float *mag) {
   }
 }
 
-void ct_dora_fwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a,
-                 int row_lo, int N, const float *x, int ldx, float *y, int ldy) {
+void ct_dora_fwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a, int row_lo,
+                 int N, const float *x, int ldx, float *y, int ldy) {
   const lora_site *st = &l->sites[si];
   const int out = a->out, r = a->rank;
-  float *ba = ct_lora_dense(l, (size_t)out * a->in + 2 * (size_t)out + (size_t)N * r +
-                                   (size_t)N * out);
+  float *ba =
+      ct_lora_dense(l, (size_t)out * a->in + 2 * (size_t)out + (size_t)N * r + (size_t)N * out);
   float *nrm = ba + (size_t)out * a->in, *g = nrm + out, *u = g + out, *t = u + (size_t)N * r;
   dora_scale(be, l, st, a, ba, nrm, g);
   be->sgemm(0, 1, N, r, a->in, 1.0f, x, ldx, ct_lora_t(l, a, 0), a->in, 0.0f, u, r);
@@ -76,9 +77,8 @@ void ct_dora_fwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_ada
   }
 }
 
-void ct_dora_bwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a,
-                 int row_lo, int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
-                 int lddx) {
+void ct_dora_bwd(ct_lora *l, const ct_backend_ops *be, int si, const ct_lora_adapter *a, int row_lo,
+                 int N, const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx) {
   const lora_site *st = &l->sites[si];
   const int out = a->out, r = a->rank, in = a->in;
   const size_t no = (size_t)N * out;
