@@ -31,7 +31,8 @@ struct ct_lora {
   size_t ids_cap;
   float *scratch; /* u, gu (N x rank), dropout x and dx (N x in) */
   size_t scratch_n;
-  float *dense; /* LoHa / LoKr: the rebuilt weight, its gradient and factors */
+  float *dense;      /* LoHa / LoKr: the rebuilt weight, its gradient and factors */
+  size_t kron_chunk; /* LoKr: tokens per pass (0: as a 16 MB work buffer allows; tests set it) */
   size_t dense_n;
   /* LyCORIS */
   int lyco;

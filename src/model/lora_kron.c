@@ -19,17 +19,24 @@ static void swap01(const float *src, int A, int B, int C, float *dst) {
 }
 
 typedef struct kdims {
-  int ol, ok, im, in, N;
-  size_t m; /* floats per work buffer */
+  int ol, ok, im, in, N; /* N: tokens per pass (a chunk) */
+  size_t m;              /* floats per work buffer */
 } kdims;
 
-static kdims dims_of(const ct_lora_adapter *a, int N) {
+#define KRON_BUDGET ((size_t)1 << 22) /* floats per work buffer (16 MB) unless l->kron_chunk */
+
+/* The dims of passes over at most `chunk` tokens (l->kron_chunk, else as many
+ * as the budget allows), so the scratch stays bounded whatever N is. */
+static kdims dims_of(const ct_lora *l, const ct_lora_adapter *a, int N) {
   kdims d = {a->lokr[0], a->lokr[1], a->lokr[2], a->lokr[3], N, 0};
   size_t m = (size_t)a->in > (size_t)a->out ? (size_t)a->in : (size_t)a->out;
   const size_t u = (size_t)d.ol * d.in, z = (size_t)d.im * d.ok;
   if (u > m) m = u;
   if (z > m) m = z;
-  d.m = m * (size_t)N;
+  size_t c = l->kron_chunk ? l->kron_chunk : KRON_BUDGET / m;
+  if (c < 1) c = 1;
+  if ((size_t)N > c) d.N = (int)c;
+  d.m = m * (size_t)d.N;
   return d;
 }
 
@@ -71,20 +78,26 @@ static void left(const ct_backend_ops *be, const kdims *d, const float *w1, cons
 
 void ct_lokr_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
                  const float *x, int ldx, float *y, int ldy) {
-  const kdims d = dims_of(a, N);
+  kdims d = dims_of(l, a, N);
+  const int C = d.N;
   float *w1 = ct_lora_dense(l, 3 * d.m + (size_t)d.ol * d.im + (size_t)d.ok * d.in);
   float *w2 = w1 + (size_t)d.ol * d.im, *b0 = w2 + (size_t)d.ok * d.in, *b1 = b0 + d.m,
         *b2 = b1 + d.m;
   factors(be, l, a, &d, w1, w2);
-  const float *xc = contiguous(be, a, N, x, ldx, b0);
-  left(be, &d, w1, xc, b1, b2);                                                    /* U: b2 */
-  be->sgemm(0, 1, N * d.ol, d.ok, d.in, 1.0f, b2, d.in, w2, d.in, 0.0f, b1, d.ok); /* [N, out] */
-  for (int p = 0; p < a->npieces; p++) {
-    const ct_lora_piece *pc = &a->piece[p];
-    for (int n = 0; n < N; n++) {
-      float *yr = y + (size_t)n * ldy + (pc->bfl_row - row_lo);
-      const float *src = b1 + (size_t)n * a->out + pc->dif_row;
-      for (int64_t r = 0; r < pc->rows; r++) yr[r] += a->scale * src[r];
+  for (int n0 = 0; n0 < N; n0 += C) {
+    const int nc = N - n0 < C ? N - n0 : C;
+    d.N = nc;
+    const float *xc = contiguous(be, a, nc, x + (size_t)n0 * ldx, ldx, b0);
+    left(be, &d, w1, xc, b1, b2); /* U: b2 */
+    be->sgemm(0, 1, nc * d.ol, d.ok, d.in, 1.0f, b2, d.in, w2, d.in, 0.0f, b1,
+              d.ok); /* [nc, out] */
+    for (int p = 0; p < a->npieces; p++) {
+      const ct_lora_piece *pc = &a->piece[p];
+      for (int n = 0; n < nc; n++) {
+        float *yr = y + (size_t)(n0 + n) * ldy + (pc->bfl_row - row_lo);
+        const float *src = b1 + (size_t)n * a->out + pc->dif_row;
+        for (int64_t r = 0; r < pc->rows; r++) yr[r] += a->scale * src[r];
+      }
     }
   }
 }
@@ -109,14 +122,15 @@ static void factor_grads(const ct_backend_ops *be, const ct_lora *l, const ct_lo
   }
 }
 
-void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
-                 const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx) {
-  const kdims d = dims_of(a, N);
-  const size_t f1 = (size_t)d.ol * d.im, f2 = (size_t)d.ok * d.in;
-  float *w1 = ct_lora_dense(l, 4 * d.m + 2 * (f1 + f2));
-  float *w2 = w1 + f1, *d1 = w2 + f2, *d2 = d1 + f1, *b0 = d2 + f2, *b1 = b0 + d.m, *b2 = b1 + d.m,
-        *b3 = b2 + d.m;
-  factors(be, l, a, &d, w1, w2);
+/* One pass of the backward over d->N tokens: dx (if any), and dW1, dW2 added
+ * into d1, d2 (beta 0 on the first pass). */
+static void bwd_pass(const ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
+                     const kdims *dd, const float *w1, const float *w2, float *d1, float *d2,
+                     float *b0, int row_lo, const float *x, int ldx, const float *dy, int lddy,
+                     float *dx, int lddx, float beta) {
+  const kdims d = *dd;
+  const int N = d.N;
+  float *b1 = b0 + d.m, *b2 = b1 + d.m, *b3 = b2 + d.m;
   for (int p = 0; p < a->npieces; p++) { /* dY [N, out] = [N ol, ok] */
     const ct_lora_piece *pc = &a->piece[p];
     be->copy_2d(N, (int)pc->rows, dy + (pc->bfl_row - row_lo), lddy, b3 + pc->dif_row, a->out);
@@ -136,9 +150,25 @@ void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a,
   be->sgemm(0, 1, N * d.im, d.ok, d.in, 1.0f, xc, d.in, w2, d.in, 0.0f, b1, d.ok);
   swap01(b1, N, d.im, d.ok, b2);
   swap01(b3, N, d.ol, d.ok, b1);
-  be->sgemm(0, 1, d.ol, d.im, N * d.ok, a->scale, b1, N * d.ok, b2, N * d.ok, 0.0f, d1, d.im);
+  be->sgemm(0, 1, d.ol, d.im, N * d.ok, a->scale, b1, N * d.ok, b2, N * d.ok, beta, d1, d.im);
   /* dW2 = s dYᵀ U over the N ol rows */
   left(be, &d, w1, xc, b1, b2);
-  be->sgemm(1, 0, d.ok, d.in, N * d.ol, a->scale, b3, d.ok, b2, d.in, 0.0f, d2, d.in);
-  factor_grads(be, l, a, &d, d1, d2);
+  be->sgemm(1, 0, d.ok, d.in, N * d.ol, a->scale, b3, d.ok, b2, d.in, beta, d2, d.in);
+}
+
+void ct_lokr_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo, int N,
+                 const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx) {
+  kdims d = dims_of(l, a, N);
+  const int C = d.N;
+  const size_t f1 = (size_t)d.ol * d.im, f2 = (size_t)d.ok * d.in;
+  float *w1 = ct_lora_dense(l, 4 * d.m + 2 * (f1 + f2));
+  float *w2 = w1 + f1, *d1 = w2 + f2, *d2 = d1 + f1, *b0 = d2 + f2;
+  factors(be, l, a, &d, w1, w2);
+  for (int n0 = 0; n0 < N; n0 += C) {
+    d.N = N - n0 < C ? N - n0 : C;
+    bwd_pass(l, be, a, &d, w1, w2, d1, d2, b0, row_lo, x + (size_t)n0 * ldx, ldx,
+             dy + (size_t)n0 * lddy, lddy, dx ? dx + (size_t)n0 * lddx : NULL, lddx,
+             n0 ? 1.0f : 0.0f);
+  }
+  if (ct_lora_gt(l, a, 0)) factor_grads(be, l, a, &d, d1, d2);
 }
