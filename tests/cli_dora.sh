@@ -2,8 +2,8 @@
 # use_dora end to end (docs/lora.md): peft's DoRA on standard LoRA, a few
 # steps of the tiny preset (all+ffs, lora_dropout 0); every adapter's
 # lora_magnitude_vector in the files and use_dora in their LoraConfig; the
-# magnitudes move; 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals ZeRO-2;
-# a resume gives the uninterrupted run's numbers bit for bit; dropout refused.
+# magnitudes move; 2 ranks under ZeRO-2 equal 1 rank; a resume gives the
+# uninterrupted run's numbers bit for bit; dropout and ZeRO-3 refused.
 # Usage: tests/cli_dora.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
@@ -115,7 +115,6 @@ sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
 PY
 }
 train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
-train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
 mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
   train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
   same one res1 "resume at step 2 on 1 rank" checkpoint-4
@@ -132,6 +131,7 @@ err() { # what expected-text flags...
   fi
 }
 err "dora with dropout" "use_dora with lora_dropout 0.2 is not implemented" --lora_dropout=0.2
+err "dora at ZeRO-3" "use_dora with zero_stage 3 is not implemented" --zero_stage=3
 err "a DoRA file for plain LoRA" "not an adapter for this model" \
   --init_lora="$tmp/one/pytorch_lora_weights.safetensors" --use_dora=false
 exit $fail

@@ -499,6 +499,9 @@ static ct_status check_use_dora(const ct_config *c, ct_err *err) {
     BAD("use_dora with lora_dropout %g is not implemented (peft's DoRA then computes the base on "
         "the dropped input); set lora_dropout 0",
         c->lora_dropout);
+  if (c->zero_stage >= 3)
+    BAD("use_dora with zero_stage 3 is not implemented (ZeRO-3 shards the frozen base, whose rows "
+        "DoRA reads); use zero_stage 0-2");
   return CT_OK;
 }
 
