@@ -35,6 +35,8 @@ help:
 	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
+	@echo "                LoRA vs peft and LyCORIS (lycoris-lora) adapters: goldens, fresh ones, ctuner-saved"
+	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -124,8 +126,17 @@ interop: build
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
 	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
 	  CT_LORA_DATA=$(abspath $(BUILD))/lora-interop CT_LORA_SAVED=$(abspath $(BUILD))/lora-saved.safetensors \
-	    $(BUILD)/ct_tests lora && \
-	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit
+	    CT_LORA_DORA_SAVED=$(abspath $(BUILD))/lora-dora-saved.safetensors $(BUILD)/ct_tests lora && \
+	  $$py scripts/lora_golden.py --load $(BUILD)/lora-saved.safetensors --ref $(BUILD)/lora-interop/ai-toolkit && \
+	  $$py scripts/lora_golden.py --load $(BUILD)/lora-dora-saved.safetensors --ref $(BUILD)/lora-interop/dora
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lycoris_golden.py --check tests/data/lycoris && \
+	  rm -rf $(BUILD)/lycoris-interop $(BUILD)/lycoris-saved && mkdir -p $(BUILD)/lycoris-saved && \
+	  $$py scripts/lycoris_golden.py --seed 1 --out $(BUILD)/lycoris-interop && \
+	  CT_LYCORIS_DATA=$(abspath $(BUILD))/lycoris-interop CT_LYCORIS_SAVED=$(abspath $(BUILD))/lycoris-saved \
+	    $(BUILD)/ct_tests lycoris && \
+	  for n in locon loha lokr lokr_full lokr_both; do \
+	    $$py scripts/lycoris_golden.py --load $(BUILD)/lycoris-saved/$$n.safetensors \
+	      --ref $(BUILD)/lycoris-interop/$$n || exit 1; done
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

@@ -68,6 +68,11 @@ PRESETS = {
 # not a preset: norm_out.linear, whose halves BFL keeps swapped (shift;scale), and the
 # modulations (tests/test_lora.c lists the same targets)
 PRESETS["norm_out"] = ["norm_out.linear", "norm1.linear", "norm1_context.linear", "norm.linear"]
+# not a preset: peft's DoRA (use_dora=True) on fused q/k/v, a single block's
+# linear1 split (to_q + proj_mlp), norm_out.linear's swapped halves and a feed-forward
+PRESETS["dora"] = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "proj_mlp", "proj_out",
+                   "norm_out.linear", "ff.net.0.proj"]
+DORA = {"dora"}
 MODELS = {"m3": dict(num_layers=2, num_single_layers=2, seed=11),
           "m21": dict(num_layers=1, num_single_layers=21, seed=12)}
 COMMON = dict(patch_size=1, in_channels=16, attention_head_dim=8, num_attention_heads=2,
@@ -125,12 +130,14 @@ def inputs(seed):
 def with_adapter(base_dir, preset, seed):
     m = FluxTransformer2DModel.from_pretrained(base_dir).to(torch.float32)
     m.add_adapter(LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=PRESETS[preset],
-                             init_lora_weights=True))
+                             init_lora_weights=True, use_dora=preset in DORA))
     g = torch.Generator().manual_seed(seed + 1000 * SEED)
     with torch.no_grad():
         for n, p in m.named_parameters():
             if "lora_A" in n or "lora_B" in n:  # B nonzero: the test can fail
                 p.copy_(0.3 * torch.randn(p.shape, generator=g))
+            elif "lora_magnitude_vector" in n:  # DoRA: off its initial ||W||
+                p.mul_(1 + 0.2 * torch.randn(p.shape, generator=g))
     return m
 
 
@@ -149,6 +156,8 @@ def run(m, inp):
     for n, p in m.named_parameters():
         if p.grad is not None:
             key = n.replace(".default", "")
+            if key not in sd and key.endswith(".weight") and key[:-7] in sd:
+                key = key[:-7]  # DoRA's lora_magnitude_vector is saved without ".weight"
             assert key in sd, key
             grads["transformer." + key] = p.grad.detach().float().contiguous()
     return loss.detach(), out.detach(), grads
@@ -233,7 +242,8 @@ def load_check(path, ref):
     # peft adapter on the golden preset list with the file's tensors
     m2 = FluxTransformer2DModel.from_pretrained(os.path.join(root, name, "transformer")).float()
     m2.add_adapter(LoraConfig(r=meta["transformer.r"], lora_alpha=meta["transformer.lora_alpha"],
-                              target_modules=PRESETS[preset]))
+                              target_modules=PRESETS[preset],
+                              use_dora=meta.get("transformer.use_dora", False)))
     set_peft_model_state_dict(m2, {k[len("transformer."):]: v for k, v in mine.items()})
     out2 = m2.to(torch.float64)(**args, return_dict=False)[0]
     e = ((out - out2).abs().max() / out2.abs().max()).item()

@@ -60,13 +60,13 @@ done
 cat > "$tmp/many.json" <<'J'
 {"learning_rat": 1e-4,
  "train_batch_size": "many",
- "lycoris_config": "x",
+ "tread_config": "x",
  "zero_stage": 9}
 J
 out=$("$CT" train --config "$tmp/many.json" --lerning_rate=1 2>&1); rc=$?
 [ $rc -eq 2 ] && ok "train: exit 2 on a bad config" || bad "train: exit $rc"
 for pat in "many.json:1:18: unknown key 'learning_rat'; did you mean 'learning_rate'" \
-  "many.json:2:22: key 'train_batch_size' expects an integer" "many.json:3:20: key 'lycoris_config'" \
+  "many.json:2:22: key 'train_batch_size' expects an integer" "many.json:3:18: key 'tread_config'" \
   "--lerning_rate: unknown key" "many.json:4:16: zero_stage must be" "5 problems in the configuration"; do
   echo "$out" | grep -qF -- "$pat" && ok "train names: $pat" || bad "train lacks '$pat': $out"
 done

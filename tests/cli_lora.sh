@@ -220,7 +220,7 @@ err "target missing" "match no module" --flux_lora_target=tiny
 err "unknown preset" "flux_lora_target" --flux_lora_target=everything
 err "adapter of another model" "not an adapter for this model" --flux_lora_target=context \
   --init_lora="$tmp/one/pytorch_lora_weights.safetensors"
-err "dora" "use_dora is not implemented" --use_dora=true
-err "lycoris" "lora_type" --lora_type=lycoris
+err "dora with dropout" "use_dora with lora_dropout 0.1 is not implemented" --use_dora=true --lora_dropout=0.1
+err "lycoris without its config" "lora_type lycoris needs lycoris_config" --lora_type=lycoris
 err "quantised base" "base_model_precision" --base_model_precision=int8-quanto
 exit $fail

@@ -38,7 +38,7 @@ static void dirname_of(const char *preset, char *out, size_t cap) {
     if (*p == '+') *p = '_';
 }
 
-static const ct_lora_opts OPTS = {2, 3.0, 0.0, 0}; /* scripts/lora_golden.py's RANK, ALPHA */
+static const ct_lora_opts OPTS = {2, 3.0, 0.0, 0, 0}; /* scripts/lora_golden.py's RANK, ALPHA */
 
 /* Forward + backward of one preset; returns the worst relative gradient error. */
 static double check_preset(const char *preset, int *ct_failed_) {
@@ -53,8 +53,17 @@ static double check_preset(const char *preset, int *ct_failed_) {
   /* norm_out: not a preset (scripts/lora_golden.py): the swapped halves of norm_out.linear */
   static const char *const norm_out[] = {"norm_out.linear", "norm1.linear", "norm1_context.linear",
                                          "norm.linear", NULL};
-  const char *const *targets = strcmp(preset, "norm_out") ? ct_lora_preset(preset) : norm_out;
-  REQUIRE_V(!ct_lora_new(ct_mmdit_cfg(m), targets, &OPTS, CT_LORA_GRADS, &l, &e) ||
+  /* dora: peft's use_dora on fused q/k/v, linear1's split, norm_out's halves, a feed-forward */
+  static const char *const dora[] = {"to_q",          "to_k",     "to_v",     "to_out.0",
+                                     "add_q_proj",    "proj_mlp", "proj_out", "norm_out.linear",
+                                     "ff.net.0.proj", NULL};
+  const int is_dora = !strcmp(preset, "dora");
+  const char *const *targets = !strcmp(preset, "norm_out") ? norm_out
+                               : is_dora                   ? dora
+                                                           : ct_lora_preset(preset);
+  ct_lora_opts o = OPTS;
+  o.dora = is_dora;
+  REQUIRE_V(!ct_lora_new(ct_mmdit_cfg(m), targets, &o, CT_LORA_GRADS, &l, &e) ||
                 !fprintf(stderr, "%s\n", e.msg),
             1);
   snprintf(rel, sizeof rel, "%s/pytorch_lora_weights.safetensors", pd);
@@ -102,21 +111,22 @@ static double check_preset(const char *preset, int *ct_failed_) {
   const double el = fabs(loss - lref[0]) / fabs(lref[0]);
   CHECKF(el <= 1e-4, "%s: loss %.9g, peft %.9g (%.3g)", preset, loss, lref[0], el);
   REQUIRE_V(!ct_mmdit_backward(m, dv, &e) || !fprintf(stderr, "%s\n", e.msg), 1);
-  size_t nad, ngold = 0;
+  size_t nad, ngold = 0, nours = 0;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
   for (size_t i = 0; i < g->ntensors; i++) ngold += !strncmp(g->tensors[i].name, "grad.", 5);
-  CHECKF(ngold == 2 * nad, "%s: peft adapts %zu tensors, ctuner %zu", preset, ngold, 2 * nad);
+  for (size_t i = 0; i < nad; i++) nours += (size_t)ad[i].nt;
+  CHECKF(ngold == nours, "%s: peft adapts %zu tensors, ctuner %zu", preset, ngold, nours);
   double worst = 0;
   for (size_t i = 0; i < nad; i++)
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < ad[i].nt; k++) {
       char name[200], gn[220];
-      ct_lora_tensor_name(&ad[i], k, name, sizeof name);
+      ct_lora_tensor_fullname(l, &ad[i], k, name, sizeof name);
       snprintf(gn, sizeof gn, "grad.%s", name);
       size_t n = 0;
       float *ref = tensor(g, gn, &n);
       CHECKF(ref, "%s: peft has no gradient %s", preset, gn);
       if (!ref) continue;
-      const float *ours = ct_lora_grads(l) + (k ? ad[i].b_off : ad[i].a_off);
+      const float *ours = ct_lora_grads(l) + ad[i].t[k].off;
       double d = 0, r = 0;
       for (size_t j = 0; j < n; j++) {
         r = fmax(r, fabs(ref[j]));
@@ -141,8 +151,8 @@ static double check_preset(const char *preset, int *ct_failed_) {
 }
 
 static const char *const PRESET_NAMES[] = {
-    "mmdit", "context", "context+ffs",      "all",     "all+ffs", "ai-toolkit",
-    "tiny",  "nano",    "all+ffs+embedder", "norm_out"};
+    "mmdit", "context", "context+ffs",      "all",      "all+ffs", "ai-toolkit",
+    "tiny",  "nano",    "all+ffs+embedder", "norm_out", "dora"};
 
 CT_TEST(lora, every_preset_vs_peft) {
   for (size_t i = 0; i < sizeof PRESET_NAMES / sizeof PRESET_NAMES[0]; i++)
@@ -363,6 +373,64 @@ CT_TEST(lora, errors_name_the_problem) {
   CHECK(ct_lora_load(l, data("context/pytorch_lora_weights.safetensors"), 0, ct_lora_numel(l),
                      ct_lora_params(l), &e) &&
         strstr(e.msg, "rank 2, not lora_rank 4"));
+  ct_lora_free(l);
+  ct_mmdit_free(m);
+}
+
+/* DoRA (use_dora): peft's start, the magnitude = the base's row norms (with
+ * B = 0, g = 1: the base's output); the file ctuner saves is peft's (the 1-D
+ * lora_magnitude_vector included, use_dora true in the LoraConfig). */
+CT_TEST(lora, dora_init_and_file) {
+  ct_err e;
+  ct_mmdit *m = NULL;
+  ct_lora *l = NULL;
+  REQUIRE(!ct_mmdit_open_diffusers(data("m3/transformer"), 0, &m, &e));
+  static const char *const targets[] = {"to_q", "proj_mlp", "norm_out.linear", NULL};
+  ct_lora_opts o = OPTS;
+  o.dora = 1;
+  REQUIRE(!ct_lora_new(ct_mmdit_cfg(m), targets, &o, 0, &l, &e));
+  ct_mmdit_set_lora(m, l); /* binds the base rows DoRA reads */
+  REQUIRE(!ct_lora_init_range(l, "default", 3, 0, ct_lora_numel(l), ct_lora_params(l), &e));
+  size_t nad;
+  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+  REQUIRE(nad == 7 && ad[0].nt == 3); /* to_q x 4 blocks, proj_mlp x 2, norm_out.linear */
+  /* the magnitude of double block 0's to_q = the norms of img_attn.qkv's first rows */
+  const ct_param *q = ct_mmdit_find(m, "double_blocks.0.img_attn.qkv.weight");
+  REQUIRE(q && !strcmp(ad[0].module, "transformer_blocks.0.attn.to_q"));
+  ct_mmdit_set_lora(m, NULL);
+  const float *w = ct_mmdit_params(m) + q->offset;
+  double worst = 0;
+  for (int r = 0; r < ad[0].out; r++) {
+    double n2 = 0;
+    for (int c = 0; c < ad[0].in; c++) n2 += (double)w[r * ad[0].in + c] * w[r * ad[0].in + c];
+    worst = fmax(worst, fabs(ct_lora_params(l)[ad[0].t[2].off + r] - sqrt(n2)) / sqrt(n2));
+  }
+  CHECKF(worst < 1e-6, "magnitude vs ||W row||: %.3g", worst);
+  ct_lora_free(l);
+  /* peft's file in, ctuner's file out: the same tensors and a use_dora LoraConfig */
+  static const char *const dora[] = {"to_q",          "to_k",     "to_v",     "to_out.0",
+                                     "add_q_proj",    "proj_mlp", "proj_out", "norm_out.linear",
+                                     "ff.net.0.proj", NULL};
+  REQUIRE(!ct_lora_new(ct_mmdit_cfg(m), dora, &o, 0, &l, &e));
+  const char *src = data("dora/pytorch_lora_weights.safetensors");
+  REQUIRE(!ct_lora_load(l, src, 0, ct_lora_numel(l), ct_lora_params(l), &e) ||
+          !fprintf(stderr, "%s\n", e.msg));
+  char out[4200];
+  snprintf(out, sizeof out, "%s", getenv("CT_LORA_DORA_SAVED") ? getenv("CT_LORA_DORA_SAVED") : "");
+  if (!out[0]) snprintf(out, sizeof out, "%s/dora_saved.safetensors", ct_test_tmpdir());
+  REQUIRE(!ct_lora_save(l, ct_lora_params(l), out, &e));
+  ct_st_file *a = NULL, *b = NULL;
+  REQUIRE(!ct_st_open(src, &a, &e) && !ct_st_open(out, &b, &e));
+  CHECK(a->ntensors == b->ntensors);
+  for (size_t i = 0; i < a->ntensors; i++) {
+    const ct_st_tensor *x = &a->tensors[i], *y = ct_st_find(b, x->name);
+    CHECKF(y && y->ndim == x->ndim && y->numel == x->numel && x->dtype == CT_DTYPE_F32 &&
+               !memcmp(x->data, y->data, x->numel * 4),
+           "%s differs", x->name);
+  }
+  CHECK(strstr(ct_st_meta(b, "lora_adapter_metadata"), "\"transformer.use_dora\": true"));
+  ct_st_close(a);
+  ct_st_close(b);
   ct_lora_free(l);
   ct_mmdit_free(m);
 }

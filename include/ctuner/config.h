@@ -43,8 +43,15 @@
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
     "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
     "train an AutoencoderKL (docs/vae.md)")                                                        \
-  X(lora_type, STR, "standard", LORA, USE("standard"),                                             \
-    "model_type lora: standard (peft LoRA); lycoris is not implemented")                           \
+  X(lora_type, STR, "standard", LORA, FN(check_lora_type),                                         \
+    "model_type lora: standard (peft LoRA) or lycoris (LyCORIS's lora/locon, loha, lokr from "     \
+    "lycoris_config; docs/lora.md)")                                                               \
+  X(lycoris_config, STR, NULL, LORA, ANY,                                                          \
+    "lora_type lycoris: the LyCORIS config JSON (algo, multiplier, linear_dim, linear_alpha, "     \
+    "factor, full_matrix, decompose_both, apply_preset; docs/lora.md)")                            \
+  X(validation_lycoris_strength, NUM, "1", LORA, NUM_GE(0),                                        \
+    "lora_type lycoris: the LyCORIS multiplier while sampling validation images (SimpleTuner's "   \
+    "set_multiplier); training keeps lycoris_config's multiplier")                                 \
   X(lora_rank, INT, "16", LORA, INT_GE(1), "model_type lora: the adapters' rank r")                \
   X(lora_alpha, NUM, "0", LORA, NUM_GE(0),                                                         \
     "model_type lora: alpha, the adapters scale by alpha / rank (0: lora_rank, SimpleTuner's "     \
@@ -56,7 +63,9 @@
     "N(0, 1/r)); B starts at zero")                                                                \
   X(init_lora, STR, NULL, LORA, ANY,                                                               \
     "model_type lora: a pytorch_lora_weights.safetensors to start the adapters from")              \
-  X(use_dora, BOOL, "false", LORA, FN(check_use_dora), "model_type lora: DoRA (not implemented)")  \
+  X(use_dora, BOOL, "false", LORA, FN(check_use_dora),                                             \
+    "model_type lora, lora_type standard: peft's DoRA (a trained magnitude per output row; "       \
+    "needs lora_dropout 0)")                                                                       \
   X(flux_lora_target, STR, "all", LORA,                                                            \
     ONE_OF("mmdit|context|context+ffs|all|all+ffs|ai-toolkit|tiny|nano|all+ffs+embedder"),         \
     "model_type lora: SimpleTuner's preset of the diffusers modules adapted (docs/lora.md)")       \

@@ -22,6 +22,24 @@ typedef struct ct_lora_piece {
   int64_t bfl_row, dif_row, rows; /* rows [bfl_row, +rows) of the base = rows of B from dif_row */
 } ct_lora_piece;
 
+/* An adapter's algorithm: peft's LoRA, or one of LyCORIS's (docs/lora.md). */
+typedef enum ct_lora_algo {
+  CT_ALGO_PEFT = 0, /* lora_A [r, in], lora_B [out, r] */
+  CT_ALGO_LOCON,    /* LyCORIS lora/locon: lora_down.weight [r, in], lora_up.weight [out, r] */
+  CT_ALGO_LOHA,     /* hada_w1_a [out, r], hada_w1_b [r, in], hada_w2_a, hada_w2_b */
+  CT_ALGO_LOKR      /* lokr_w1 [ol, im] or _a/_b, lokr_w2 [ok, in] or _a/_b */
+} ct_lora_algo;
+
+/* One parameter tensor of an adapter: its key after the module name, shape,
+ * offset in the flat buffer, and its initialisation (LyCORIS's). */
+typedef struct ct_lora_tensor {
+  char key[24]; /* e.g. "hada_w1_a", "lora_down.weight", "lora_magnitude_vector" */
+  int rows, cols;
+  size_t off;
+  char init; /* 'z' zero, 'u' uniform [-v, v], 'n' normal(0, v) */
+  float init_v;
+} ct_lora_tensor;
+
 typedef struct ct_lora_adapter {
   char module[112];    /* diffusers module, e.g. transformer_blocks.0.attn.to_q */
   char base[96];       /* ctuner's weight, e.g. double_blocks.0.img_attn.qkv.weight */
@@ -30,6 +48,15 @@ typedef struct ct_lora_adapter {
   size_t a_off, b_off; /* floats within the adapter buffer */
   int npieces;
   ct_lora_piece piece[2];
+  int algo;     /* ct_lora_algo */
+  int rank;     /* the adapter's rank (LyCORIS: dim, per module) */
+  float scale;  /* what B A (or the rebuilt weight) is multiplied by: alpha / rank (x multiplier) */
+  double alpha; /* LyCORIS: the .alpha tensor saved */
+  int nt;       /* tensors: PEFT/LoCon 2 (A-like first, B-like second; DoRA: 3, the magnitude
+                   [out, 1] third), LoHa 4, LoKr 2..4 */
+  ct_lora_tensor t[4];
+  int lokr[4];          /* LoKr: ol, ok, im, in (out = ol ok, in = im in) */
+  int w1_full, w2_full; /* LoKr: lokr_w1 / lokr_w2 whole, else _a x _b */
 } ct_lora_adapter;
 
 typedef struct ct_lora_opts {
@@ -37,6 +64,7 @@ typedef struct ct_lora_opts {
   double alpha;   /* lora_alpha > 0 */
   double dropout; /* lora_dropout in [0, 1) */
   uint64_t seed;  /* dropout masks */
+  int dora;       /* use_dora: peft's DoRA (a magnitude per output row; lora_dropout 0) */
 } ct_lora_opts;
 
 /* SimpleTuner's flux_lora_target presets: the peft target_modules list
@@ -81,6 +109,26 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
                              size_t hi, float *out, ct_err *err);
 /* Tensor names of the saved file: transformer.<module>.lora_A.weight / lora_B.weight. */
 void ct_lora_tensor_name(const ct_lora_adapter *a, int which_b, char *out, size_t cap);
+/* Any adapter's tensor k (< a->nt) under the saved file's name: peft's, or
+ * LyCORIS's <prefix>_<module, dots as _>.<key>. */
+void ct_lora_tensor_fullname(const ct_lora *l, const ct_lora_adapter *a, int k, char *out,
+                             size_t cap);
+
+/* ---- LyCORIS (lora_type lycoris, src/model/lycoris.c) ----
+ * The adapters a lycoris_config JSON (as SimpleTuner passes it to LyCORIS's
+ * create_lycoris, apply_preset included) puts on cfg's transformer. Every
+ * key is used, refused by name, or warned about once. */
+ct_status ct_lycoris_new(const ct_mmdit_config *cfg, const char *config_path, int flags,
+                         ct_lora **out, ct_err *err);
+/* The config's keys and values alone (no model): what ct_lycoris_new would
+ * refuse for them, without its warnings (the trainer checks before caching). */
+ct_status ct_lycoris_check(const char *config_path, ct_err *err);
+/* LyCORIS: the multiplier while no batch is set (validation sampling:
+ * SimpleTuner's validation_lycoris_strength); with a batch set (training)
+ * lycoris_config's multiplier applies. */
+void ct_lora_set_validation_multiplier(ct_lora *l, double m);
+/* 1 for LyCORIS adapters (their files use LyCORIS's names and metadata). */
+int ct_lora_is_lycoris(const ct_lora *l);
 /* pytorch_lora_weights.safetensors: every adapter (w: the whole flat buffer)
  * under peft's names, the LoraConfig as diffusers' lora_adapter_metadata
  * (target_modules: the exact module names), written atomically. */
@@ -104,6 +152,8 @@ void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids);
  * row row_lo + j. fwd adds to y; bwd adds scale * dX to dx (if not NULL) and
  * accumulates dA, dB (if the segment has gradients). */
 int ct_lora_site(const ct_lora *l, const char *base);
+/* The site's base weight [rows, in] and bias as they live now (DoRA reads them). */
+void ct_lora_bind_base(ct_lora *l, int site, const float *w, const float *b);
 void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int site, int row_lo, int row_hi, int N,
                  const float *x, int ldx, float *y, int ldy);
 void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int site, int row_lo, int row_hi, int N,

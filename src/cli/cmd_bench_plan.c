@@ -196,7 +196,7 @@ static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_o
             ct_lora_preset_names());
     return 2;
   }
-  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, 0.1, 0};
+  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, 0.1, 0, 0}; /* standard LoRA */
   if (ct_lora_new(mc, tg, &lo, CT_LORA_NO_PARAMS, &l, &err)) {
     fprintf(stderr, "ctuner bench memory: flux_lora_target %s: %s\n", a->ltarget, err.msg);
     return 2;

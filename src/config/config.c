@@ -80,6 +80,7 @@ static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_controlnet(const ct_config *c, ct_err *err);
 static ct_status check_prompt_library(const ct_config *c, ct_err *err);
+static ct_status check_lora_type(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -482,9 +483,27 @@ static ct_status check_model_type(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
+static ct_status check_lora_type(const ct_config *c, ct_err *err) {
+  if (!c->lora_type || (strcmp(c->lora_type, "standard") && strcmp(c->lora_type, "lycoris")))
+    BAD("lora_type '%s' is not supported; use \"standard\" (peft LoRA) or \"lycoris\"",
+        c->lora_type ? c->lora_type : "");
+  if (!strcmp(c->lora_type, "lycoris") && c->model_type && !strcmp(c->model_type, "lora") &&
+      (!c->lycoris_config || !*c->lycoris_config))
+    BAD("lora_type lycoris needs lycoris_config (the LyCORIS config JSON)");
+  return CT_OK;
+}
+
 static ct_status check_use_dora(const ct_config *c, ct_err *err) {
-  if (c->use_dora)
-    BAD("use_dora is not implemented: ctuner trains standard LoRA (peft's use_dora=False)");
+  if (!c->use_dora || !c->model_type || strcmp(c->model_type, "lora")) return CT_OK;
+  if (c->lora_type && !strcmp(c->lora_type, "lycoris"))
+    BAD("use_dora applies to lora_type standard (LyCORIS's dora_wd is not implemented)");
+  if (c->lora_dropout > 0)
+    BAD("use_dora with lora_dropout %g is not implemented (peft's DoRA then computes the base on "
+        "the dropped input); set lora_dropout 0",
+        c->lora_dropout);
+  if (c->zero_stage >= 3)
+    BAD("use_dora with zero_stage 3 is not implemented (ZeRO-3 shards the frozen base, whose rows "
+        "DoRA reads); use zero_stage 0-2");
   return CT_OK;
 }
 

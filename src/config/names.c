@@ -69,7 +69,9 @@ static const struct {
   const char *key, *why;
 } NOT_HERE[] = {
     {"tread_config", "TREAD token routing is not implemented"},
-    {"lycoris_config", "LyCORIS training is not implemented yet (lora_type standard only)"},
+    {"init_lokr_norm",
+     "SimpleTuner's perturbed-normal LoKr initialisation is not implemented "
+     "(ctuner starts LyCORIS adapters as LyCORIS does)"},
 };
 
 /* Other SimpleTuner options met in real configs (tests/data/realcfg) that

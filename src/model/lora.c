@@ -14,6 +14,7 @@
 #include "ctuner/log.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
+#include "lora_impl.h"
 
 #define STREAM_LORA_INIT 0x4c4f524100000000ull /* "LORA": init draws, + adapter index */
 #define STREAM_LORA_DROP 0x4c44524f00000000ull /* dropout masks, + adapter index */
@@ -89,33 +90,6 @@ const char *ct_lora_preset_names(void) {
   return "mmdit, context, context+ffs, all, all+ffs, ai-toolkit, tiny, nano, all+ffs+embedder";
 }
 
-/* The adapters of one base weight. */
-typedef struct site {
-  char base[96];
-  int first, n; /* adapters [first, first + n) */
-} site;
-
-struct ct_lora {
-  ct_lora_opts o;
-  float scale;
-  ct_lora_adapter *ad;
-  size_t nad, numel;
-  site *sites;
-  int nsites;
-  float *w, *g;
-  int own_w, own_g;
-  int nseg;
-  int *seg_of;     /* MMDiT segment -> lora segment or -1 (nmmseg entries) */
-  int nmmseg;      /* MMDiT segments */
-  size_t *seg_off; /* nseg + 1 */
-  float **segw, **segg;
-  uint64_t *ids; /* the micro-batch's sample ids (dropout masks) */
-  int nids;
-  size_t ids_cap;
-  float *scratch; /* u, gu (N x rank), dropout x and dx (N x in) */
-  size_t scratch_n;
-};
-
 /* peft's match: the module's name equals the target or ends with ".target". */
 static int matches(const char *module, const char *const *targets) {
   const size_t n = strlen(module);
@@ -139,9 +113,33 @@ static size_t align16(size_t n) {
   return (n + 15) & ~(size_t)15;
 }
 
-/* Adapters from the name map: every 2-D ".weight" entry whose module matches. */
-static ct_status build_table(ct_lora *l, const ct_mmdit_config *cfg, const char *const *targets,
-                             ct_err *err) {
+/* peft: the module matches a target list; A [r, in], B [out, r]. */
+typedef struct peft_pick {
+  const char *const *targets;
+  int rank;
+  float scale;
+  int dora;
+} peft_pick;
+
+static ct_status pick_peft(void *user, const char *module, int in, int out, ct_lora_adapter *a,
+                           int *take, ct_err *err) {
+  (void)err;
+  const peft_pick *p = user;
+  *take = matches(module, p->targets);
+  if (!*take) return CT_OK;
+  a->algo = CT_ALGO_PEFT;
+  a->rank = p->rank;
+  a->scale = p->scale;
+  a->nt = 2;
+  a->t[0] = (ct_lora_tensor){"lora_A", p->rank, in, 0, 'u', 1.0f / sqrtf((float)in)};
+  a->t[1] = (ct_lora_tensor){"lora_B", out, p->rank, 0, 'z', 0};
+  if (p->dora) a->t[a->nt++] = (ct_lora_tensor){"lora_magnitude_vector", out, 1, 0, 'm', 0};
+  return CT_OK;
+}
+
+/* Adapters from the name map: every 2-D ".weight" entry whose module the pick takes. */
+static ct_status build_table(ct_lora *l, const ct_mmdit_config *cfg, ct_lora_pick_fn pick,
+                             void *user, ct_err *err) {
   ct_flux_name *map = NULL;
   size_t nm = 0;
   ct_status st = ct_flux_name_map(cfg, &map, &nm, err);
@@ -153,27 +151,34 @@ static ct_status build_table(ct_lora *l, const ct_mmdit_config *cfg, const char 
     return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
   size_t off = 0;
-  for (size_t i = 0; i < nm; i++) {
+  for (size_t i = 0; i < nm && !st; i++) {
     const ct_flux_name *e = &map[i];
     const size_t dl = strlen(e->dif);
     if (!e->cols || dl < 8 || strcmp(e->dif + dl - 7, ".weight")) continue;
     char module[112];
     snprintf(module, sizeof module, "%.*s", (int)(dl - 7), e->dif);
-    if (!matches(module, targets)) continue;
     ct_lora_adapter *a = l->nad ? &l->ad[l->nad - 1] : NULL;
     if (!a || strcmp(a->module, module)) { /* a new adapter (SWAP gives two pieces of one) */
+      ct_lora_adapter cand;
+      memset(&cand, 0, sizeof cand);
+      int take = 0;
+      st = pick(user, module, (int)e->cols, (int)e->dif_rows, &cand, &take, err);
+      if (st || !take) continue;
       a = &l->ad[l->nad++];
+      *a = cand;
       snprintf(a->module, sizeof a->module, "%s", module);
       snprintf(a->base, sizeof a->base, "%s", e->bfl);
       a->in = (int)e->cols;
       a->out = (int)e->dif_rows;
       a->seg = mmdit_segment_of(cfg, e->bfl);
-      a->a_off = off;
-      off += align16((size_t)l->o.rank * (size_t)a->in);
-      a->b_off = off;
-      off += align16((size_t)a->out * (size_t)l->o.rank);
+      for (int k = 0; k < a->nt; k++) {
+        a->t[k].off = off;
+        off += align16((size_t)a->t[k].rows * (size_t)a->t[k].cols);
+      }
+      a->a_off = a->t[0].off;
+      a->b_off = a->t[1].off;
       if (!l->nsites || strcmp(l->sites[l->nsites - 1].base, e->bfl)) {
-        site *s = &l->sites[l->nsites++];
+        lora_site *s = &l->sites[l->nsites++];
         snprintf(s->base, sizeof s->base, "%s", e->bfl);
         s->first = (int)(l->nad - 1);
       }
@@ -184,7 +189,7 @@ static ct_status build_table(ct_lora *l, const ct_mmdit_config *cfg, const char 
   }
   free(map);
   l->numel = off;
-  return CT_OK;
+  return st;
 }
 
 static ct_status check_fit(const ct_lora *l, const char *const *targets, ct_err *err) {
@@ -222,21 +227,10 @@ static ct_status check_fit(const ct_lora *l, const char *const *targets, ct_err 
   return CT_OK;
 }
 
-ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, const ct_lora_opts *o,
-                      int flags, ct_lora **out, ct_err *err) {
-  *out = NULL;
-  if (o->rank < 1) return ct_errf(err, CT_ERR_INVALID, "lora_rank %d must be at least 1", o->rank);
-  if (!(o->alpha > 0) || !isfinite(o->alpha))
-    return ct_errf(err, CT_ERR_INVALID, "lora_alpha %g must be a positive number", o->alpha);
-  if (!(o->dropout >= 0 && o->dropout < 1))
-    return ct_errf(err, CT_ERR_INVALID, "lora_dropout %g must be in [0, 1)", o->dropout);
-  ct_lora *l = calloc(1, sizeof *l);
-  if (!l) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  l->o = *o;
-  l->scale = (float)(o->alpha / o->rank);
-  ct_status st = build_table(l, cfg, targets, err);
-  if (!st) st = check_fit(l, targets, err);
-  if (st) goto fail;
+ct_status ct_lora_build(ct_lora *l, const ct_mmdit_config *cfg, ct_lora_pick_fn pick, void *user,
+                        int flags, ct_err *err) {
+  ct_status st = build_table(l, cfg, pick, user, err);
+  if (st) return st;
   l->nmmseg = 2 + cfg->depth_double + cfg->depth_single;
   l->seg_of = malloc((size_t)l->nmmseg * sizeof *l->seg_of);
   l->seg_off = calloc(l->nad + 1, sizeof *l->seg_off);
@@ -252,26 +246,60 @@ ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, co
     }
   }
   l->seg_off[l->nseg] = l->numel;
-  if (!(flags & CT_LORA_NO_PARAMS)) {
+  if (!(flags & CT_LORA_NO_PARAMS) && l->nad) {
     l->w = ct_alloc(CT_MEM_PARAMS, l->numel * sizeof(float));
     if (!l->w) goto nomem;
     memset(l->w, 0, l->numel * sizeof(float));
     l->own_w = 1;
   }
-  if (flags & CT_LORA_GRADS) {
+  if ((flags & CT_LORA_GRADS) && l->nad) {
     l->g = ct_alloc(CT_MEM_GRADS, l->numel * sizeof(float));
     if (!l->g) goto nomem;
     memset(l->g, 0, l->numel * sizeof(float));
     l->own_g = 1;
   }
   for (int k = 0; k < l->nseg; k++) ct_lora_bind_segment(l, k, NULL, NULL);
-  *out = l;
   return CT_OK;
 nomem:
-  st = ct_errf(err, CT_ERR_NOMEM, "out of memory for %zu LoRA parameters", l->numel);
-fail:
-  ct_lora_free(l);
-  return st;
+  return ct_errf(err, CT_ERR_NOMEM, "out of memory for %zu LoRA parameters", l->numel);
+}
+
+ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, const ct_lora_opts *o,
+                      int flags, ct_lora **out, ct_err *err) {
+  *out = NULL;
+  if (o->rank < 1) return ct_errf(err, CT_ERR_INVALID, "lora_rank %d must be at least 1", o->rank);
+  if (!(o->alpha > 0) || !isfinite(o->alpha))
+    return ct_errf(err, CT_ERR_INVALID, "lora_alpha %g must be a positive number", o->alpha);
+  if (!(o->dropout >= 0 && o->dropout < 1))
+    return ct_errf(err, CT_ERR_INVALID, "lora_dropout %g must be in [0, 1)", o->dropout);
+  if (o->dora && o->dropout > 0)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "use_dora with lora_dropout %g is not implemented (peft's DoRA then computes "
+                   "the base on the dropped input); set lora_dropout 0",
+                   o->dropout);
+  ct_lora *l = calloc(1, sizeof *l);
+  if (!l) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  l->o = *o;
+  l->scale = (float)(o->alpha / o->rank);
+  peft_pick pp = {targets, o->rank, l->scale, o->dora};
+  ct_status st = build_table(l, cfg, pick_peft, &pp, err);
+  if (!st) st = check_fit(l, targets, err);
+  if (!st) {
+    /* the table again, now known to fit, with segments and buffers */
+    free(l->ad);
+    free(l->sites);
+    l->ad = NULL;
+    l->sites = NULL;
+    l->nad = 0;
+    l->nsites = 0;
+    st = ct_lora_build(l, cfg, pick_peft, &pp, flags, err);
+  }
+  if (st) {
+    ct_lora_free(l);
+    return st;
+  }
+  *out = l;
+  return CT_OK;
 }
 
 void ct_lora_free(ct_lora *l) {
@@ -279,6 +307,8 @@ void ct_lora_free(ct_lora *l) {
   if (l->own_w) ct_free(l->w);
   if (l->own_g) ct_free(l->g);
   ct_free(l->scratch);
+  ct_free(l->dense);
+  free(l->lyco_json);
   free(l->ids);
   free(l->ad);
   free(l->sites);
@@ -308,7 +338,18 @@ float *ct_lora_params(ct_lora *l) {
 float *ct_lora_grads(ct_lora *l) {
   return l->g;
 }
+/* LyCORIS: every adapter's scale at multiplier m (as make_module computes it). */
+static void apply_mult(ct_lora *l, double m) {
+  for (size_t i = 0; i < l->nad; i++) l->ad[i].scale = (float)(l->ad[i].alpha / l->ad[i].rank * m);
+}
+
+void ct_lora_set_validation_multiplier(ct_lora *l, double m) {
+  l->lyco_vmult = m;
+  if (l->lyco && !l->nids) apply_mult(l, m);
+}
+
 void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids) {
+  if (l->lyco) apply_mult(l, B > 0 && ids ? l->lyco_mult : l->lyco_vmult);
   l->nids = 0;
   if (B > 0 && ids && (size_t)B > l->ids_cap) {
     uint64_t *p = realloc(l->ids, (size_t)B * sizeof *p);
@@ -377,6 +418,20 @@ static float *ad_g(const ct_lora *l, const ct_lora_adapter *a, int b) {
   return base ? base + ((b ? a->b_off : a->a_off) - l->seg_off[k]) : NULL;
 }
 
+/* Tensor k of adapter a, and its gradient (NULL: none). */
+float *ct_lora_t(const ct_lora *l, const ct_lora_adapter *a, int k) {
+  const int s = l->seg_of[a->seg];
+  return l->segw[s] + (a->t[k].off - l->seg_off[s]);
+}
+float *ct_lora_gt(const ct_lora *l, const ct_lora_adapter *a, int k) {
+  const int s = l->seg_of[a->seg];
+  return l->segg[s] ? l->segg[s] + (a->t[k].off - l->seg_off[s]) : NULL;
+}
+
+int ct_lora_is_lycoris(const ct_lora *l) {
+  return l->lyco;
+}
+
 ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t seed, size_t lo,
                              size_t hi, float *out, ct_err *err) {
   const int gauss = !strcmp(init_type, "gaussian");
@@ -384,7 +439,35 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "lora_init_type '%s' is not supported; use default or gaussian", init_type);
   memset(out, 0, (hi - lo) * sizeof(float)); /* B (and padding) start at zero, as peft's */
+  if (l->lyco) {                             /* LyCORIS's initialisations, per tensor */
+    for (size_t i = 0; i < l->nad; i++)
+      for (int k = 0; k < l->ad[i].nt; k++) {
+        const ct_lora_tensor *t = &l->ad[i].t[k];
+        const size_t s = t->off, e = s + (size_t)t->rows * (size_t)t->cols;
+        const size_t x0 = s > lo ? s : lo, x1 = e < hi ? e : hi;
+        const uint64_t stream = STREAM_LORA_INIT + (i << 3) + (uint64_t)k;
+        if (x0 >= x1 || t->init == 'z') continue;
+        if (t->init == 'n')
+          ct_rng_fill_normal(out + (x0 - lo), x1 - x0, seed, stream, x0 - s, 0.0f, t->init_v);
+        else
+          ct_rng_fill_uniform(out + (x0 - lo), x1 - x0, seed, stream, x0 - s, -t->init_v,
+                              t->init_v);
+      }
+    return CT_OK;
+  }
   const int r = l->o.rank;
+  for (size_t i = 0; i < l->nad; i++) { /* DoRA's magnitude: the base's row norms */
+    const ct_lora_adapter *a = &l->ad[i];
+    if (a->nt < 3) continue;
+    const size_t s = a->t[2].off, e = s + (size_t)a->out, x0 = s > lo ? s : lo,
+                 x1 = e < hi ? e : hi;
+    if (x0 >= x1) continue;
+    float *mag = malloc((size_t)a->out * sizeof *mag);
+    if (!mag) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    ct_dora_init(l, i, mag);
+    memcpy(out + (x0 - lo), mag + (x0 - s), (x1 - x0) * sizeof(float));
+    free(mag);
+  }
   for (size_t i = 0; i < l->nad; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     const size_t n = (size_t)r * (size_t)a->in, s = a->a_off, e = s + n;
@@ -399,6 +482,11 @@ ct_status ct_lora_init_range(const ct_lora *l, const char *init_type, uint64_t s
     }
   }
   return CT_OK;
+}
+
+void ct_lora_bind_base(ct_lora *l, int site, const float *w, const float *b) {
+  l->sites[site].w = w;
+  l->sites[site].b = b;
 }
 
 int ct_lora_site(const ct_lora *l, const char *base) {
@@ -438,14 +526,95 @@ static const float *dropped(const ct_lora *l, int i, int N, int in, const float 
   return xd;
 }
 
+/* ---- LoHa and LoKr: the adapter's weight rebuilt (out x in, times its
+ * scale), as LyCORIS's default (non-bypass) forward does ---- */
+
+float *ct_lora_dense(ct_lora *l, size_t n) {
+  if (n > l->dense_n) {
+    ct_free(l->dense);
+    l->dense = ct_alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
+    l->dense_n = l->dense ? n : 0;
+    CT_ASSERT(l->dense); /* a few module-sized matrices */
+  }
+  return l->dense;
+}
+
+/* C (m x n) = A (m x r) B (r x n). */
+static void prod(const ct_backend_ops *be, int m, int n, int r, const float *A, const float *B,
+                 float *C) {
+  be->sgemm(0, 0, m, n, r, 1.0f, A, r, B, n, 0.0f, C, n);
+}
+
+/* LoHa: P1 = w1a w1b, P2 = w2a w2b, W = scale * P1 . P2 (all out x in). */
+static void loha_rebuild(const ct_backend_ops *be, const ct_lora *l, const ct_lora_adapter *a,
+                         float *w, float *p1, float *p2) {
+  const size_t n = (size_t)a->out * (size_t)a->in;
+  prod(be, a->out, a->in, a->rank, ct_lora_t(l, a, 0), ct_lora_t(l, a, 1), p1);
+  prod(be, a->out, a->in, a->rank, ct_lora_t(l, a, 2), ct_lora_t(l, a, 3), p2);
+  for (size_t i = 0; i < n; i++) w[i] = a->scale * p1[i] * p2[i];
+}
+
+static void loha_fwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
+                     int N, const float *x, int ldx, float *y, int ldy) {
+  const size_t n = (size_t)a->out * (size_t)a->in;
+  float *w = ct_lora_dense(l, 3 * n), *p1 = w + n, *p2 = p1 + n;
+  loha_rebuild(be, l, a, w, p1, p2);
+  for (int p = 0; p < a->npieces; p++) {
+    const ct_lora_piece *pc = &a->piece[p];
+    be->sgemm(0, 1, N, (int)pc->rows, a->in, 1.0f, x, ldx, w + pc->dif_row * a->in, a->in, 1.0f,
+              y + (pc->bfl_row - row_lo), ldy);
+  }
+}
+
+/* dx += dy W; G = dL/dW (into W's buffer); dP1 = s G . P2 -> w1a, w1b;
+ * dP2 = s G . P1 -> w2a, w2b (in place of P2, P1). */
+static void loha_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter *a, int row_lo,
+                     int N, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                     int lddx) {
+  const size_t n = (size_t)a->out * (size_t)a->in;
+  float *w = ct_lora_dense(l, 3 * n), *p1 = w + n, *p2 = p1 + n;
+  loha_rebuild(be, l, a, w, p1, p2);
+  for (int p = 0; dx && p < a->npieces; p++) {
+    const ct_lora_piece *pc = &a->piece[p];
+    be->sgemm(0, 0, N, a->in, (int)pc->rows, 1.0f, dy + (pc->bfl_row - row_lo), lddy,
+              w + pc->dif_row * a->in, a->in, 1.0f, dx, lddx);
+  }
+  if (!ct_lora_gt(l, a, 0)) return; /* this segment keeps no gradient */
+  memset(w, 0, n * sizeof(float));
+  for (int p = 0; p < a->npieces; p++) {
+    const ct_lora_piece *pc = &a->piece[p];
+    be->sgemm(1, 0, (int)pc->rows, a->in, N, 1.0f, dy + (pc->bfl_row - row_lo), lddy, x, ldx, 0.0f,
+              w + pc->dif_row * a->in, a->in);
+  }
+  const int r = a->rank;
+  for (int h = 0; h < 2; h++) {
+    float *t = h ? p1 : p2; /* h 0: dP1 = s G . P2 (into P2); h 1: dP2 = s G . P1 (into P1) */
+    for (size_t i = 0; i < n; i++) t[i] *= a->scale * w[i];
+    float *ga = ct_lora_gt(l, a, 2 * h), *gb = ct_lora_gt(l, a, 2 * h + 1);
+    be->sgemm(0, 1, a->out, r, a->in, 1.0f, t, a->in, ct_lora_t(l, a, 2 * h + 1), a->in, 1.0f, ga,
+              r);
+    be->sgemm(1, 0, r, a->in, a->out, 1.0f, ct_lora_t(l, a, 2 * h), r, t, a->in, 1.0f, gb, a->in);
+  }
+}
+
 void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int row_hi, int N,
                  const float *x, int ldx, float *y, int ldy) {
-  const site *st = &l->sites[si];
-  const int r = l->o.rank;
+  const lora_site *st = &l->sites[si];
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
-    const int in = a->in;
+    if (a->nt == 3 && a->algo == CT_ALGO_PEFT) {
+      ct_dora_fwd(l, be, si, a, row_lo, N, x, ldx, y, ldy);
+      continue;
+    }
+    if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
+      if (a->algo == CT_ALGO_LOHA)
+        loha_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
+      else
+        ct_lokr_fwd(l, be, a, row_lo, N, x, ldx, y, ldy);
+      continue;
+    }
+    const int in = a->in, r = a->rank;
     float *u =
         scratch(l, (size_t)N * r * 2 + (l->nids && l->o.dropout > 0 ? (size_t)N * in * 2 : 0));
     const float *xd = dropped(l, i, N, in, x, ldx, u + (size_t)N * r * 2);
@@ -454,7 +623,7 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     be->sgemm(0, 1, N, r, in, 1.0f, xd, ldxd, A, in, 0.0f, u, r);
     for (int p = 0; p < a->npieces; p++) {
       const ct_lora_piece *pc = &a->piece[p];
-      be->sgemm(0, 1, N, (int)pc->rows, r, l->scale, u, r, B + pc->dif_row * r, r, 1.0f,
+      be->sgemm(0, 1, N, (int)pc->rows, r, a->scale, u, r, B + pc->dif_row * r, r, 1.0f,
                 y + (pc->bfl_row - row_lo), ldy);
     }
   }
@@ -462,13 +631,24 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
 
 void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int row_hi, int N,
                  const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx) {
-  const site *st = &l->sites[si];
-  const int r = l->o.rank;
+  const lora_site *st = &l->sites[si];
   const int drop = l->o.dropout > 0 && l->nids > 0;
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];
     if (!in_window(a, row_lo, row_hi)) continue;
-    const int in = a->in;
+    if (a->nt == 3 && a->algo == CT_ALGO_PEFT) {
+      ct_dora_bwd(l, be, si, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      continue;
+    }
+    if (a->algo == CT_ALGO_LOHA || a->algo == CT_ALGO_LOKR) {
+      if (a->algo == CT_ALGO_LOHA)
+        loha_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      else
+        ct_lokr_bwd(l, be, a, row_lo, N, x, ldx, dy, lddy, dx, lddx);
+      continue;
+    }
+    const int in = a->in, r = a->rank;
+    const float sc = a->scale;
     float *u = scratch(l, (size_t)N * r * 2 + (drop ? (size_t)N * in * 2 : 0));
     float *gu = u + (size_t)N * r, *xdb = gu + (size_t)N * r, *dxd = xdb + (size_t)N * in;
     const float *xd = dropped(l, i, N, in, x, ldx, xdb);
@@ -483,16 +663,15 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
       be->sgemm(0, 0, N, r, (int)pc->rows, 1.0f, dyp, lddy, B + pc->dif_row * r, r, p ? 1.0f : 0.0f,
                 gu, r);
       if (gB) /* dB_p += scale dy_p^T u */
-        be->sgemm(1, 0, (int)pc->rows, r, N, l->scale, dyp, lddy, u, r, 1.0f, gB + pc->dif_row * r,
-                  r);
+        be->sgemm(1, 0, (int)pc->rows, r, N, sc, dyp, lddy, u, r, 1.0f, gB + pc->dif_row * r, r);
     }
-    if (gA) be->sgemm(1, 0, r, in, N, l->scale, gu, r, xd, ldxd, 1.0f, gA, in);
+    if (gA) be->sgemm(1, 0, r, in, N, sc, gu, r, xd, ldxd, 1.0f, gA, in);
     if (!dx) continue;
     if (!drop) {
-      be->sgemm(0, 0, N, in, r, l->scale, gu, r, A, in, 1.0f, dx, lddx);
+      be->sgemm(0, 0, N, in, r, sc, gu, r, A, in, 1.0f, dx, lddx);
       continue;
     }
-    be->sgemm(0, 0, N, in, r, l->scale, gu, r, A, in, 0.0f, dxd, in);
+    be->sgemm(0, 0, N, in, r, sc, gu, r, A, in, 0.0f, dxd, in);
     /* through the mask: xd = x * m / (1 - p), so dx += dxd * (xd != 0 ? 1/(1-p) : 0) */
     const float keep = (float)(1.0 / (1.0 - l->o.dropout));
     for (int n = 0; n < N; n++) {

@@ -11,9 +11,26 @@
 #include "ctuner/json.h"
 #include "ctuner/lora.h"
 #include "ctuner/safetensors.h"
+#include "lora_impl.h"
 
 void ct_lora_tensor_name(const ct_lora_adapter *a, int which_b, char *out, size_t cap) {
   snprintf(out, cap, "transformer.%s.lora_%c.weight", a->module, which_b ? 'B' : 'A');
+}
+
+void ct_lora_tensor_fullname(const ct_lora *l, const ct_lora_adapter *a, int k, char *out,
+                             size_t cap) {
+  if (!l->lyco && k == 2) {
+    snprintf(out, cap, "transformer.%s.lora_magnitude_vector", a->module);
+    return;
+  }
+  if (!l->lyco) {
+    ct_lora_tensor_name(a, k, out, cap);
+    return;
+  }
+  int n = snprintf(out, cap, "%s_%s", l->prefix, a->module);
+  for (int i = (int)strlen(l->prefix) + 1; i < n && (size_t)i < cap; i++)
+    if (out[i] == '.') out[i] = '_';
+  if (n >= 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ".%s", a->t[k].key);
 }
 
 /* Appends s to the growing string *buf (n used, cap allocated); 0 on failure. */
@@ -48,7 +65,9 @@ static char *config_json(const ct_lora *l) {
     snprintf(tmp, sizeof tmp, "%s\"%s\"", i ? ", " : "", ad[i].module);
     ok = app(&b, &n, &cap, tmp);
   }
-  ok = ok && app(&b, &n, &cap, "], \"transformer.use_dora\": false}");
+  ok = ok &&
+       app(&b, &n, &cap,
+           o->dora ? "], \"transformer.use_dora\": true}" : "], \"transformer.use_dora\": false}");
   if (!ok) {
     free(b);
     return NULL;
@@ -57,6 +76,7 @@ static char *config_json(const ct_lora *l) {
 }
 
 ct_status ct_lora_save(const ct_lora *l, const float *w, const char *path, ct_err *err) {
+  if (l->lyco) return ct_lycoris_save(l, w, path, err);
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
   const int r = ct_lora_options(l)->rank;
@@ -71,6 +91,11 @@ ct_status ct_lora_save(const ct_lora *l, const float *w, const char *path, ct_er
     st = ct_st_writer_add_f32(wr, name, 2, sa, w + ad[i].a_off, CT_DTYPE_F32, err);
     ct_lora_tensor_name(&ad[i], 1, name, sizeof name);
     if (!st) st = ct_st_writer_add_f32(wr, name, 2, sb, w + ad[i].b_off, CT_DTYPE_F32, err);
+    if (!st && ad[i].nt == 3) { /* DoRA: the magnitude, 1-D [out] */
+      const int64_t sm[1] = {ad[i].out};
+      ct_lora_tensor_fullname(l, &ad[i], 2, name, sizeof name);
+      st = ct_st_writer_add_f32(wr, name, 1, sm, w + ad[i].t[2].off, CT_DTYPE_F32, err);
+    }
   }
   if (!st) st = ct_st_writer_meta(wr, "format", "pt", err);
   if (!st) st = ct_st_writer_meta(wr, "lora_adapter_metadata", meta, err);
@@ -113,35 +138,36 @@ static ct_status check_meta(const ct_lora *l, const ct_st_file *f, const char *p
 
 ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi, float *out,
                        ct_err *err) {
+  if (l->lyco) return ct_lycoris_load(l, path, lo, hi, out, err);
   ct_st_file *f = NULL;
   ct_status st = ct_st_open(path, &f, err);
   if (st) return st;
   st = check_meta(l, f, path, err);
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
-  const int r = ct_lora_options(l)->rank;
   char miss[700] = "", shape[700] = "", unexp[700] = "", name[160];
   int nmiss = 0, nshape = 0, nunexp = 0;
   size_t found = 0;
   for (size_t i = 0; !st && i < nad; i++) {
-    for (int b = 0; b < 2 && !st; b++) {
-      ct_lora_tensor_name(&ad[i], b, name, sizeof name);
+    for (int b = 0; b < ad[i].nt && !st; b++) {
+      ct_lora_tensor_fullname(l, &ad[i], b, name, sizeof name);
       const ct_st_tensor *t = ct_st_find(f, name);
-      const int64_t s0 = b ? ad[i].out : r, s1 = b ? r : ad[i].in;
+      const int64_t s0 = ad[i].t[b].rows, s1 = ad[i].t[b].cols;
+      const int vec = b == 2; /* DoRA's magnitude: 1-D [out] */
       if (!t) {
         note(miss, sizeof miss, &nmiss, name);
         continue;
       }
       found++;
-      if (t->ndim != 2 || t->shape[0] != s0 || t->shape[1] != s1) {
+      if (t->ndim != (vec ? 1 : 2) || t->shape[0] != s0 || (!vec && t->shape[1] != s1)) {
         char d[220];
         snprintf(d, sizeof d, "%s (has [%lld, %lld], needs [%lld, %lld])", name,
                  (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)s0,
-                 (long long)s1);
+                 (long long)(vec ? 0 : s1));
         note(shape, sizeof shape, &nshape, d);
         continue;
       }
-      const size_t off = b ? ad[i].b_off : ad[i].a_off, n = (size_t)(s0 * s1);
+      const size_t off = ad[i].t[b].off, n = (size_t)(s0 * s1);
       const size_t a0 = off > lo ? off : lo, a1 = off + n < hi ? off + n : hi;
       if (a0 < a1) st = ct_st_to_f32_range(t, a0 - off, a1 - a0, out + (a0 - lo), err);
     }
@@ -150,8 +176,8 @@ ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi,
     const char *tn = f->tensors[i].name;
     int ours = 0;
     for (size_t k = 0; k < nad && !ours; k++)
-      for (int b = 0; b < 2 && !ours; b++) {
-        ct_lora_tensor_name(&ad[k], b, name, sizeof name);
+      for (int b = 0; b < ad[k].nt && !ours; b++) {
+        ct_lora_tensor_fullname(l, &ad[k], b, name, sizeof name);
         ours = !strcmp(name, tn);
       }
     if (!ours) note(unexp, sizeof unexp, &nunexp, tn);

@@ -55,6 +55,7 @@ static lin view_lin(ct_mmdit *m, int s, const char *prefix) {
   l.in = (int)pw->shape[1];
   l.site = m->lora ? ct_lora_site(m->lora, pw->name) : -1;
   l.lora = l.site >= 0 ? m->lora : NULL;
+  if (l.lora) ct_lora_bind_base(l.lora, l.site, l.w, l.b); /* DoRA reads the base rows */
   return l;
 }
 

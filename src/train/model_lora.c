@@ -144,7 +144,9 @@ ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init
   lora_impl *x = calloc(1, sizeof *x);
   size_t nad;
   const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
-  ct_model_param *tab = calloc(2 * nad + 1, sizeof *tab);
+  size_t nt = 0;
+  for (size_t i = 0; i < nad; i++) nt += (size_t)ad[i].nt;
+  ct_model_param *tab = calloc(nt + 1, sizeof *tab);
   if (!x || !tab) {
     free(x);
     free(tab);
@@ -154,16 +156,17 @@ ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init
   }
   *x = (lora_impl){.m = mm, .l = l};
   snprintf(x->init, sizeof x->init, "%s", init_type);
-  const int r = ct_lora_options(l)->rank;
+  size_t j = 0;
   for (size_t i = 0; i < nad; i++)
-    for (int b = 0; b < 2; b++) {
-      ct_model_param *t = &tab[2 * i + (size_t)b];
-      ct_lora_tensor_name(&ad[i], b, t->name, sizeof t->name);
-      t->ndim = 2;
-      t->shape[0] = b ? ad[i].out : r;
-      t->shape[1] = b ? r : ad[i].in;
-      t->offset = b ? ad[i].b_off : ad[i].a_off;
-      t->numel = (size_t)r * (size_t)(b ? ad[i].out : ad[i].in);
+    for (int k = 0; k < ad[i].nt; k++) {
+      ct_model_param *t = &tab[j++];
+      ct_lora_tensor_fullname(l, &ad[i], k, t->name, sizeof t->name);
+      const int vec = !ct_lora_is_lycoris(l) && k == 2; /* DoRA's magnitude: 1-D */
+      t->ndim = vec ? 1 : 2;
+      t->shape[0] = ad[i].t[k].rows;
+      t->shape[1] = vec ? 0 : ad[i].t[k].cols;
+      t->offset = ad[i].t[k].off;
+      t->numel = (size_t)ad[i].t[k].rows * (size_t)ad[i].t[k].cols;
     }
   float *w = ct_lora_params(l);
   if (w) {
@@ -174,5 +177,5 @@ ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init
       return st;
     }
   }
-  return ct_model_wrap(&ops, x, tab, 2 * nad, ct_lora_numel(l), out, err);
+  return ct_model_wrap(&ops, x, tab, nt, ct_lora_numel(l), out, err);
 }

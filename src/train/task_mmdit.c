@@ -509,6 +509,25 @@ static ct_status load_base_shard(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
+/* lora_type lycoris: the standard-LoRA keys given have no effect (SimpleTuner
+ * ignores them for LyCORIS), one warning each. */
+static void lycoris_notes(const ct_config *cfg) {
+  static const struct {
+    int key;
+    const char *name;
+  } K[] = {{CT_KEY_lora_rank, "lora_rank"},
+           {CT_KEY_lora_alpha, "lora_alpha"},
+           {CT_KEY_lora_dropout, "lora_dropout"},
+           {CT_KEY_flux_lora_target, "flux_lora_target"},
+           {CT_KEY_lora_init_type, "lora_init_type"}};
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+    if (cfg->given[K[i].key])
+      CT_WARN(
+          "%s has no effect with lora_type lycoris (lycoris_config decides; SimpleTuner "
+          "ignores it too)",
+          K[i].name);
+}
+
 /* model_type lora (docs/lora.md): the MMDiT frozen, whole on every rank or
  * (ZeRO-3) sharded (pretrained_model_path, else the seeded init), the adapters of
  * flux_lora_target as the trained model: their range [lo, hi), their init
@@ -523,10 +542,14 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   if (!st) st = sharded ? load_base_shard(tr, err) : load_base(tr, err);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
-                          cfg->lora_dropout, seed};
+                          cfg->lora_dropout, seed, cfg->use_dora};
   const int flags =
       (tr->stage < 2 && !tr->bf16 ? CT_LORA_GRADS : 0) | (tr->own ? CT_LORA_NO_PARAMS : 0);
-  if (!st) {
+  const int lyco = !strcmp(cfg->lora_type, "lycoris");
+  if (!st && lyco) {
+    st = ct_lycoris_new(&tr->g.mc, cfg->lycoris_config, flags, &l, err);
+    if (st) ct_err_prefix(err, "lycoris_config: ");
+  } else if (!st) {
     st = ct_lora_new(&tr->g.mc, ct_lora_preset(cfg->flux_lora_target), &o, flags, &l, err);
     if (st) ct_err_prefix(err, "flux_lora_target %s: ", cfg->flux_lora_target);
   }
@@ -553,7 +576,14 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   if (st) return st;
   size_t nad;
   ct_lora_adapters(l, &nad);
-  if (tr->rank == 0) {
+  if (lyco) ct_lora_set_validation_multiplier(l, cfg->validation_lycoris_strength);
+  if (tr->rank == 0 && lyco) {
+    lycoris_notes(cfg);
+    CT_INFO("LyCORIS: %zu modules, %zu parameters; the base's %zu frozen", nad, ct_lora_numel(l),
+            ct_mmdit_numel(tr->m));
+  } else if (tr->rank == 0) {
+    if (cfg->given[CT_KEY_validation_lycoris_strength])
+      CT_WARN("validation_lycoris_strength has no effect with lora_type standard");
     CT_INFO(
         "LoRA %s: %zu adapters, rank %d, alpha %g (scale %g), dropout %g, %zu parameters; "
         "the base's %zu frozen",

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# use_dora end to end (docs/lora.md): peft's DoRA on standard LoRA, a few
+# steps of the tiny preset (all+ffs, lora_dropout 0); every adapter's
+# lora_magnitude_vector in the files and use_dora in their LoraConfig; the
+# magnitudes move; 2 ranks under ZeRO-2 equal 1 rank; a resume gives the
+# uninterrupted run's numbers bit for bit; dropout and ZeRO-3 refused.
+# Usage: tests/cli_dora.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+. "$(dirname "$0")/lib/shapes.sh"
+shapes_fixture 8
+cat > "$tmp/base.json" <<JSON
+{"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
+ "--learning_rate": 1e-3, "--seed": 7, "--max_train_steps": 4,
+ "--checkpoint_step_interval": 2, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
+ "--preset": "tiny", "--optimizer": "adamw", "--adam_epsilon": 1e-4, "--use_ema": true,
+ "--model_type": "lora", "--lora_rank": 4, "--lora_alpha": 8, "--lora_dropout": 0,
+ "--flux_lora_target": "all+ffs", "--use_dora": true, "--disable_validation": true}
+JSON
+
+# losses and grad norms of metrics.jsonl, and a digest of the adapter files
+summary() {
+  /usr/bin/python3 - "$1" "${2:-}" <<'PY'
+import hashlib, json, os, struct, sys
+root, only, h = sys.argv[1], sys.argv[2], hashlib.sha256()
+for d, _, fs in sorted(os.walk(root)):
+    for f in sorted(fs):
+        if f != "pytorch_lora_weights.safetensors": continue
+        if only and only not in d: continue
+        b = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", b[:8])[0]
+        hd = json.loads(b[8:8 + n])
+        h.update(os.path.relpath(os.path.join(d, f), root).encode())
+        for k in sorted(x for x in hd if x != "__metadata__"):
+            s, e = hd[k]["data_offsets"]
+            h.update(k.encode()); h.update(b[8 + n + s:8 + n + e])
+L = [x for x in map(json.loads, open(os.path.join(root, "metrics.jsonl"))) if "loss" in x]
+print(h.hexdigest()[:16], len(L), " ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L[-2:]))
+PY
+}
+
+# a base that is not the seeded init (whose zero final layer and gates pass no gradient)
+OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --model_type=full --max_train_steps=3 \
+  --train_batch_size=2 --use_ema=false --output_dir="$tmp/full" >/dev/null 2>"$tmp/full.err" ||
+  { echo "FAIL - base: $(tail -3 "$tmp/full.err")"; exit 1; }
+/usr/bin/python3 - "$tmp/base.json" "$tmp/full/checkpoint-3/model.safetensors" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["--pretrained_model_path"] = sys.argv[2]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+
+train() { # name ranks flags...
+  local name=$1 ranks=$2
+  shift 2
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" "$@" --output_dir="$tmp/$name" \
+      >/dev/null 2>"$tmp/$name.err"
+  else
+    "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" "$@" \
+      --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
+  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+}
+
+same() { # a b what [only]
+  local a b
+  a=$(summary "$tmp/$1" "${4:-}") b=$(summary "$tmp/$2" "${4:-}")
+  if [ -n "$a" ] && [ "$(echo "$a" | cut -d' ' -f1,3-)" = "$(echo "$b" | cut -d' ' -f1,3-)" ]; then
+    ok "$3: losses, grad norms and adapter files identical ($(echo "$a" | cut -d' ' -f1))"
+  else
+    bad "$3 differ"
+    echo "  $1: $a" | cut -c1-300
+    echo "  $2: $b" | cut -c1-300
+  fi
+}
+
+if train one 1 --train_batch_size=2; then
+  grep -q "LoRA all+ffs: .* adapters, rank 4, alpha 8 (scale 2)" "$tmp/one.err" &&
+    [ "$(ls "$tmp/one"/checkpoint-*/pytorch_lora_weights.safetensors | wc -l)" = 2 ] &&
+    ok "adapter files in every checkpoint" || bad "no DoRA run: $(tail -2 "$tmp/one.err")"
+  /usr/bin/python3 - "$tmp/one" "$tmp/one/checkpoint-2" <<'PY' && ok "lora_magnitude_vector per adapter (1-D), use_dora true; losses finite; the magnitudes moved" || bad "the DoRA file or training"
+import json, struct, sys
+def read(d):
+    b = open(d + "/pytorch_lora_weights.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    meta = json.loads(h.pop("__metadata__")["lora_adapter_metadata"])
+    return {k: (v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}, meta
+L = [x["loss"] for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "loss" in x]
+end, meta = read(sys.argv[1]); mid, _ = read(sys.argv[2])
+mags = [k for k in end if k.endswith(".lora_magnitude_vector")]
+A = [k for k in end if k.endswith(".lora_A.weight")]
+sys.exit(not (len(L) == 4 and all(x == x for x in L) and meta["transformer.use_dora"] is True
+              and len(mags) == len(A) > 0 and all(len(end[k][0]) == 1 for k in mags)
+              and all(end[k][1] != mid[k][1] for k in mags)))
+PY
+fi
+near() { # a b what: losses, grad norms and final adapters within 1e-5 (cli_lora.sh's bound)
+  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 1e-5)" || bad "$3"
+import json, struct, sys
+def run(r):
+    L = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(r + "/metrics.jsonl")) if "loss" in x]
+    b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    w = {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+    return L, w
+(la, wa), (lb, wb) = run(sys.argv[1]), run(sys.argv[2])
+e = max(abs(x - y) / abs(y) for p, q in zip(la, lb) for x, y in zip(p, q))
+for k in wa:
+    m = max(abs(v) for v in wb[k]) or 1
+    e = max(e, max(abs(x - y) for x, y in zip(wa[k], wb[k])) / m)
+print(f"  max relative difference {e:.2e}")
+sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
+PY
+}
+train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
+mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
+  train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
+  same one res1 "resume at step 2 on 1 rank" checkpoint-4
+err() { # what expected-text flags...
+  local what=$1 want=$2
+  shift 2
+  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
+    >/dev/null 2>"$tmp/e.err"; then
+    bad "$what: accepted"
+  elif grep -q -- "$want" "$tmp/e.err"; then
+    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
+  else
+    bad "$what: $(tail -2 "$tmp/e.err")"
+  fi
+}
+err "dora with dropout" "use_dora with lora_dropout 0.2 is not implemented" --lora_dropout=0.2
+err "dora at ZeRO-3" "use_dora with zero_stage 3 is not implemented" --zero_stage=3
+err "a DoRA file for plain LoRA" "not an adapter for this model" \
+  --init_lora="$tmp/one/pytorch_lora_weights.safetensors" --use_dora=false
+exit $fail

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# lora_type lycoris end to end (docs/lora.md): a few steps of the tiny preset
+# with a LoKr (full_matrix) + LoHa (module_algo_map) lycoris_config; the
+# adapter file in LyCORIS's naming (lycoris_<module>.lokr_w1, .alpha, the
+# config as lycoris_config metadata) in every checkpoint and in output_dir;
+# validation images with the adapters (live and EMA); the adapters learn;
+# 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals ZeRO-2; gradient
+# checkpointing bit for bit; bf16 storage runs; a resume gives the
+# uninterrupted run's numbers bit for bit; init_lora starts from a LyCORIS
+# file; the errors name the key.
+# Usage: tests/cli_lycoris.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
+. "$(dirname "$0")/lib/shapes.sh"
+shapes_fixture 8
+cat > "$tmp/lyco.json" <<'JSON'
+{"algo": "lokr", "multiplier": 1, "linear_dim": 10000, "linear_alpha": 1, "factor": 4,
+ "full_matrix": true, "bypass_mode": false,
+ "apply_preset": {"target_module": ["FluxAttention", "FeedForward"],
+                  "module_algo_map": {"FeedForward": {"algo": "loha", "dim": 2, "alpha": 4}}}}
+JSON
+cat > "$tmp/base.json" <<JSON
+{"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
+ "--learning_rate": 1e-3, "--seed": 7, "--max_train_steps": 4,
+ "--checkpoint_step_interval": 2, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
+ "--preset": "tiny", "--optimizer": "adamw", "--adam_epsilon": 1e-4, "--use_ema": true,
+ "--model_type": "lora", "--lora_type": "lycoris", "--lycoris_config": "$tmp/lyco.json",
+ "--disable_validation": true}
+JSON
+
+# losses and grad norms of metrics.jsonl, and a digest of the adapter files
+summary() {
+  /usr/bin/python3 - "$1" "${2:-}" <<'PY'
+import hashlib, json, os, struct, sys
+root, only, h = sys.argv[1], sys.argv[2], hashlib.sha256()
+for d, _, fs in sorted(os.walk(root)):
+    for f in sorted(fs):
+        if f != "pytorch_lora_weights.safetensors": continue
+        if only and only not in d: continue
+        b = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", b[:8])[0]
+        hd = json.loads(b[8:8 + n])
+        h.update(os.path.relpath(os.path.join(d, f), root).encode())
+        for k in sorted(x for x in hd if x != "__metadata__"):
+            s, e = hd[k]["data_offsets"]
+            h.update(k.encode()); h.update(b[8 + n + s:8 + n + e])
+L = [x for x in map(json.loads, open(os.path.join(root, "metrics.jsonl"))) if "loss" in x]
+print(h.hexdigest()[:16], len(L), " ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L[-2:]))
+PY
+}
+
+# a base that is not the seeded init (whose zero final layer and gates pass no gradient)
+OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --model_type=full --max_train_steps=3 \
+  --train_batch_size=2 --use_ema=false --output_dir="$tmp/full" >/dev/null 2>"$tmp/full.err" ||
+  { echo "FAIL - base: $(tail -3 "$tmp/full.err")"; exit 1; }
+/usr/bin/python3 - "$tmp/base.json" "$tmp/full/checkpoint-3/model.safetensors" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["--pretrained_model_path"] = sys.argv[2]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+
+train() { # name ranks flags...
+  local name=$1 ranks=$2
+  shift 2
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" "$@" --output_dir="$tmp/$name" \
+      >/dev/null 2>"$tmp/$name.err"
+  else
+    "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" "$@" \
+      --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
+  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+}
+
+same() { # a b what [only]
+  local a b
+  a=$(summary "$tmp/$1" "${4:-}") b=$(summary "$tmp/$2" "${4:-}")
+  if [ -n "$a" ] && [ "$(echo "$a" | cut -d' ' -f1,3-)" = "$(echo "$b" | cut -d' ' -f1,3-)" ]; then
+    ok "$3: losses, grad norms and adapter files identical ($(echo "$a" | cut -d' ' -f1))"
+  else
+    bad "$3 differ"
+    echo "  $1: $a" | cut -c1-300
+    echo "  $2: $b" | cut -c1-300
+  fi
+}
+
+if train one 1 --train_batch_size=2 --disable_validation=false --validation_prompt="a red circle" \
+  --validation_step_interval=4 --validation_num_inference_steps=2; then
+  v=validation_images/step_4_validation
+  [ -s "$tmp/one/${v}_0_16x16.png" ] && [ -s "$tmp/one/$v-ema_0_16x16.png" ] &&
+    /usr/bin/python3 - "$tmp/one/checkpoint-4" <<'PY' &&
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+ema, live = tensors(sys.argv[1] + "/ema.safetensors"), tensors(sys.argv[1] + "/pytorch_lora_weights.safetensors")
+adapters = {k for k in live if not k.endswith(".alpha")}
+sys.exit(not (set(ema) == adapters and any(ema[k] != live[k] for k in ema)))
+PY
+    ok "validation images with the adapters, live and EMA; the EMA (ema.safetensors) covers exactly the adapter tensors" ||
+    bad "validation images: $(ls "$tmp/one/validation_images" 2>&1 | tr '\n' ' ')"
+  [ "$(ls "$tmp/one"/checkpoint-*/pytorch_lora_weights.safetensors | wc -l)" = 2 ] &&
+    cmp -s "$tmp/one/checkpoint-4/pytorch_lora_weights.safetensors" \
+      "$tmp/one/pytorch_lora_weights.safetensors" &&
+    ! ls "$tmp/one"/checkpoint-*/model.safetensors >/dev/null 2>&1 &&
+    ok "pytorch_lora_weights.safetensors in every checkpoint and in output_dir; no base saved" ||
+    bad "adapter files: $(ls "$tmp/one" "$tmp/one/checkpoint-4")"
+  grep -q "LyCORIS .*: 15 modules (LoCon 0, LoHa 4, LoKr 11)" "$tmp/one.err" &&
+    ok "the start log names the modules" || bad "no LyCORIS line: $(grep -i lycoris "$tmp/one.err" | head -2)"
+  /usr/bin/python3 - "$tmp/one" <<'PY' && ok "LyCORIS names, alphas and config metadata; losses finite; every zero-initialised half moved" || bad "the adapter file or training"
+import json, struct, sys
+L = [x["loss"] for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "loss" in x]
+b = open(sys.argv[1] + "/pytorch_lora_weights.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+meta = json.loads(h.pop("__metadata__")["lycoris_config"])
+def val(k):
+    s, e = h[k]["data_offsets"]
+    return struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
+w2 = [k for k in h if k.endswith(".lokr_w2") or k.endswith(".hada_w2_a")]
+ok = (len(L) == 4 and all(x == x for x in L) and meta["algo"] == "lokr" and len(w2) == 15
+      and "lycoris_transformer_blocks_0_attn_to_q.lokr_w1" in h
+      and "lycoris_transformer_blocks_0_ff_net_0_proj.hada_w1_b" in h
+      and val("lycoris_transformer_blocks_0_attn_to_q.alpha") == (10000.0,)  # full matrix: alpha = dim
+      and val("lycoris_transformer_blocks_0_ff_net_2.alpha") == (4.0,)
+      and h["lycoris_transformer_blocks_0_attn_to_q.alpha"]["shape"] == []
+      and all(any(v != 0 for v in val(k)) for k in w2))
+sys.exit(not ok)
+PY
+fi
+near() { # a b what: losses, grad norms and final adapters within 1e-5 (cli_lora.sh's bound)
+  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 1e-5)" || bad "$3"
+import json, struct, sys
+def run(r):
+    L = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(r + "/metrics.jsonl")) if "loss" in x]
+    b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    w = {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+    return L, w
+(la, wa), (lb, wb) = run(sys.argv[1]), run(sys.argv[2])
+e = max(abs(x - y) / abs(y) for p, q in zip(la, lb) for x, y in zip(p, q))
+for k in wa:
+    m = max(abs(v) for v in wb[k]) or 1
+    e = max(e, max(abs(x - y) for x, y in zip(wa[k], wb[k])) / m)
+print(f"  max relative difference {e:.2e}")
+sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
+PY
+}
+train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
+train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+train gc 1 --train_batch_size=2 --gradient_checkpointing=true && same one gc "gradient checkpointing"
+train bf 1 --train_batch_size=2 --mixed_precision=bf16 --max_train_steps=2 &&
+  [ -s "$tmp/bf/checkpoint-2/pytorch_lora_weights.safetensors" ] &&
+  ok "mixed_precision bf16 (bf16 adapter storage) trains and saves" || bad "bf16"
+mkdir -p "$tmp/res1" && cp -r "$tmp/one/checkpoint-2" "$tmp/res1/" &&
+  train res1 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
+  same one res1 "resume at step 2 on 1 rank" checkpoint-4
+train init 1 --train_batch_size=2 --max_train_steps=1 --use_ema=false \
+  --init_lora="$tmp/one/pytorch_lora_weights.safetensors" &&
+  [ "$(summary "$tmp/init" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&
+  ok "init_lora starts from a LyCORIS file" || bad "init_lora"
+
+# errors name the problem
+err() { # what expected-text flags...
+  local what=$1 want=$2
+  shift 2
+  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
+    >/dev/null 2>"$tmp/e.err"; then
+    bad "$what: accepted"
+  elif grep -q -- "$want" "$tmp/e.err"; then
+    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
+  else
+    bad "$what: $(tail -2 "$tmp/e.err")"
+  fi
+}
+bad_cfg() { echo "$1" > "$tmp/bad.json"; }
+bad_cfg '{"algo": "boft", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1}'
+err "unsupported algo" "algo 'boft' is LyCORIS's but not implemented" --lycoris_config="$tmp/bad.json"
+bad_cfg '{"algo": "lokr", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1, "factor": 0}'
+err "bad factor" "factor 0: LoKr's factor must be" --lycoris_config="$tmp/bad.json"
+bad_cfg '{"algo": "lokr", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1, "rank": 4}'
+err "unknown key" "unknown lycoris_config key 'rank'" --lycoris_config="$tmp/bad.json"
+err "no config" "lora_type lycoris needs lycoris_config" --lycoris_config=
+err "missing file" "lycoris_config: .*nope.json" --lycoris_config="$tmp/nope.json"
+bad_cfg '{"algo": "loha", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1, "apply_preset": {"target_module": ["FluxAttention"]}}'
+err "a file of another config" "not a LyCORIS adapter for this model" --lycoris_config="$tmp/bad.json" \
+  --init_lora="$tmp/one/pytorch_lora_weights.safetensors"
+exit $fail
