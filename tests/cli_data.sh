@@ -20,7 +20,8 @@ for size in 32x32 48x32 32x48 64x32; do
     { echo "FAIL - dataset synth $size"; exit 1; }
 done
 cat > "$tmp/backend.json" <<JSON
-[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile"}]
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile",
+  "resolution_type": "pixel"}]
 JSON
 base=(--preset=tiny --resolution=16 --aspect_bucket_alignment=8 --data_backend_config="$tmp/backend.json"
       --learning_rate=1e-3 --disable_validation=true --seed=5 --checkpoint_step_interval=10 --max_train_steps=$steps)

@@ -22,7 +22,7 @@ static const char *TWO_ENTRIES =
 CT_TEST(config_backend, placeholders_filled_as_simpletuner) {
   ct_backend *b = NULL;
   ct_err err = {0};
-  const ct_backend_vars vars = {"flux", "/runs/out"};
+  const ct_backend_vars vars = {"flux", "/runs/out", NULL, 0};
   REQUIRE(ct_backend_parse_with(TWO_ENTRIES, strlen(TWO_ENTRIES), "mdb.json", &vars, &b, NULL,
                                 &err) == CT_OK);
   CHECKF(!strcmp(b->ds[0].instance_data_dir, "data/flux"), "%s", b->ds[0].instance_data_dir);
@@ -33,6 +33,26 @@ CT_TEST(config_backend, placeholders_filled_as_simpletuner) {
   /* the old entry point fills them with ctuner's defaults, never leaves "{model_family}" */
   REQUIRE(ct_backend_parse(TWO_ENTRIES, strlen(TWO_ENTRIES), "mdb.json", &b, &err) == CT_OK);
   CHECK(!strstr(b->ds[0].cache_dir_vae, "{"));
+  ct_backend_free(b);
+}
+
+/* A dataset without resolution_type / minimum_image_size takes the run's, as
+ * SimpleTuner's backend.get(key, args.key); the run's default is pixel_area. */
+CT_TEST(config_backend, dataset_defaults_from_the_run) {
+  const char *t =
+      "[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"x\"},\n"
+      " {\"id\": \"b\", \"type\": \"local\", \"instance_data_dir\": \"y\",\n"
+      "  \"resolution_type\": \"area\", \"minimum_image_size\": 0.25}]";
+  ct_backend *b = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_backend_parse(t, strlen(t), "mdb.json", &b, &err) == CT_OK);
+  CHECK(b->ds[0].resolution_type == CT_RES_PIXEL_AREA && b->ds[0].minimum_image_size == 0);
+  CHECK(b->ds[1].resolution_type == CT_RES_AREA && b->ds[1].minimum_image_size == 0.25);
+  ct_backend_free(b);
+  const ct_backend_vars vars = {NULL, NULL, "pixel", 256};
+  REQUIRE(ct_backend_parse_with(t, strlen(t), "mdb.json", &vars, &b, NULL, &err) == CT_OK);
+  CHECK(b->ds[0].resolution_type == CT_RES_PIXEL && b->ds[0].minimum_image_size == 256);
+  CHECK(b->ds[1].resolution_type == CT_RES_AREA && b->ds[1].minimum_image_size == 0.25);
   ct_backend_free(b);
 }
 

@@ -249,6 +249,11 @@
   X(validation_resolution, STR, NULL, FULL, ANY, "WxH[,WxH...] or a side (default: resolution)")   \
   X(num_validation_images, INT, "1", FULL, INT_IN(1, 64), "images per validation prompt")          \
   X(validation_seed, INT, "0", FULL, ANY, "seed of validation noise")                              \
+  X(resolution_type, STR, "pixel_area", ALL, FN(check_resolution_type),                            \
+    "the resolution_type of datasets that leave it out (SimpleTuner's default pixel_area; pixel)") \
+  X(minimum_image_size, NUM, "0", ALL, NUM_GE(0),                                                  \
+    "the minimum_image_size of datasets that leave it out (their resolution_type's units; 0: "     \
+    "none)")                                                                                       \
   X(validation_negative_prompt, STR, NULL, FULL, ANY,                                              \
     "the unconditional prompt of validation's CFG pass (unset: the empty caption); FLUX.1 "        \
     "pipelines make no CFG pass")                                                                  \

@@ -119,6 +119,11 @@ ct_status ct_backend_parse(const char *text, size_t len, const char *name, ct_ba
  * {output_dir}; {id} is each dataset's own id). NULL fields: "flux", "output". */
 typedef struct ct_backend_vars {
   const char *model_family, *output_dir;
+  /* the run's defaults for datasets that leave them out, as SimpleTuner's
+   * backend.get(key, args.key): resolution_type (NULL: SimpleTuner's
+   * "pixel_area") and minimum_image_size (0: none) */
+  const char *resolution_type;
+  double minimum_image_size;
 } ct_backend_vars;
 /* As ct_backend_load/parse with placeholders filled from vars, and every
  * dataset's first problem (and the rules between datasets) collected into

@@ -141,7 +141,8 @@ int ct_cmd_config_check(int argc, char **argv) {
   if (cfg.deepspeed_config) apply_deepspeed(&cfg, &probs);
   ct_config_check(&cfg, &probs);
   if (cfg.data_backend_config) {
-    const ct_backend_vars vars = {cfg.model_family, cfg.output_dir};
+    const ct_backend_vars vars = {cfg.model_family, cfg.output_dir, cfg.resolution_type,
+                                  cfg.minimum_image_size};
     ct_backend_load_with(cfg.data_backend_config, &vars, &be, &probs, NULL);
   }
   printf("config: %s\n", file);

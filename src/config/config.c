@@ -79,6 +79,7 @@ typedef struct vspec {
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_controlnet(const ct_config *c, ct_err *err);
+static ct_status check_resolution_type(const ct_config *c, ct_err *err);
 static ct_status check_prompt_library(const ct_config *c, ct_err *err);
 static ct_status check_lora_type(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
@@ -504,6 +505,18 @@ static ct_status check_use_dora(const ct_config *c, ct_err *err) {
   if (c->zero_stage >= 3)
     BAD("use_dora with zero_stage 3 is not implemented (ZeRO-3 shards the frozen base, whose rows "
         "DoRA reads); use zero_stage 0-2");
+  return CT_OK;
+}
+
+static ct_status check_resolution_type(const ct_config *c, ct_err *err) {
+  if (c->resolution_type && !strcmp(c->resolution_type, "area"))
+    BAD("resolution_type area at the top level would make resolution megapixels, but ctuner's "
+        "resolution is an edge in pixels: use pixel_area, or set resolution_type area with a "
+        "megapixel resolution on the datasets in the data backend config");
+  if (!c->resolution_type ||
+      (strcmp(c->resolution_type, "pixel") && strcmp(c->resolution_type, "pixel_area")))
+    BAD("resolution_type must be pixel_area or pixel, got '%s'",
+        c->resolution_type ? c->resolution_type : "");
   return CT_OK;
 }
 

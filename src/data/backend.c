@@ -564,7 +564,12 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   d->caption_strategy = CT_CAP_FILENAME; /* SimpleTuner's default */
   d->crop_style = CT_CROP_RANDOM;
   d->crop_aspect = CT_ASPECT_SQUARE;
-  d->resolution_type = CT_RES_PIXEL;
+  /* the run's resolution_type (SimpleTuner's args.resolution_type, "pixel_area") */
+  const char *rt = c->vars && c->vars->resolution_type ? c->vars->resolution_type : "pixel_area";
+  d->resolution_type = !strcmp(rt, "pixel")  ? CT_RES_PIXEL
+                       : !strcmp(rt, "area") ? CT_RES_AREA
+                                             : CT_RES_PIXEL_AREA;
+  d->minimum_image_size = c->vars ? c->vars->minimum_image_size : 0;
   d->probability = 1.0;
   d->write_batch_size = 128;
   int v;
