@@ -310,3 +310,42 @@ CT_TEST(gemm, bf16_kernel_rounding) {
   for (int i = 0; i < M * N; i++) bad += c[i] != 6.0f;
   CHECKF(bad == 0, "K=3: %d elements not 6", bad);
 }
+
+/* The fallback of CPUs without AVX512-BF16 ("bf16_copies": rounded copies in
+ * the kernel's order of sums, through the float32 kernel) gives the kernel's
+ * bits: every transpose combination, alpha/beta, odd K blocks (K = 1031: two
+ * blocks of 516 and 515; K = 2000: 500 each; K = 7), and float32 denormals,
+ * which both read as zero. So a bf16 training run's numbers do not depend on
+ * whether the CPU has AVX512-BF16. */
+CT_TEST(gemm, bf16_copies_equal_kernel) {
+  ct_sgemm_fn fk = ct_sgemm_path_fn("bf16"), fc = ct_sgemm_path_fn("bf16_copies");
+  if (!fk || strcmp(ct_sgemm_path(), "blas") == 0) {
+    fprintf(stderr, "  skipped: needs AVX512-BF16 and our float32 kernels (path %s)\n",
+            ct_sgemm_path());
+    return;
+  }
+  rng_s = 17;
+  static const float betas[] = {1.0f, 0.0f, 0.5f};
+  static const int ks[] = {7, 1031, 2000, 384, 1};
+  for (int s = 0; s < 5; s++) {
+    int M = shp[s][0] / 2 + 1, N = shp[s][1] / 2 + 3, K = ks[s];
+    for (int t = 0; t < 4; t++) {
+      int tA = t >> 1, tB = t & 1;
+      float *A = randv((size_t)M * K), *B = randv((size_t)K * N), *C0 = randv((size_t)M * N);
+      if (s == 0) A[0] = 1e-39f, A[1] = -3e-40f, B[0] = B[1] = 1e30f; /* denormal operands */
+      float beta = betas[(s + t) % 3], alpha = t == 3 ? -0.75f : 1.0f;
+      float *c1 = malloc((size_t)M * N * sizeof(float)),
+            *c2 = malloc((size_t)M * N * sizeof(float));
+      memcpy(c1, C0, (size_t)M * N * sizeof(float));
+      memcpy(c2, C0, (size_t)M * N * sizeof(float));
+      int lda = tA ? M : K, ldb = tB ? K : N;
+      fk(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, c1, N);
+      fc(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, c2, N);
+      size_t nd = 0;
+      for (size_t i = 0; i < (size_t)M * N; i++) nd += memcmp(&c1[i], &c2[i], sizeof(float)) != 0;
+      CHECKF(nd == 0, "M=%d N=%d K=%d tA=%d tB=%d beta=%g: %zu elements differ", M, N, K, tA, tB,
+             beta, nd);
+      free(A), free(B), free(C0), free(c1), free(c2);
+    }
+  }
+}

@@ -66,13 +66,17 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
  * the matrix product of --mixed_precision bf16 (docs/gemm.md). A, B and C are
  * float32 in memory, arguments as ct_sgemm. On a CPU with AVX512-BF16
  * (ct_sgemm_bf16_available) our vdpbf16ps kernel, rounding while packing,
- * bitwise the same for any thread count; elsewhere the same rounded operands
- * through ct_sgemm (copies; for parity, not speed). ct_sgemm_path_fn("bf16")
- * is the kernel alone (NULL without AVX512-BF16), "bf16_copies" that
- * fallback on any CPU. */
+ * bitwise the same for any thread count; elsewhere (or with CT_GEMM=avx2,
+ * blas or nobf16) the same rounded operands through ct_sgemm in the kernel's
+ * order of sums (copies; for parity, not speed), which gives the kernel's
+ * bits wherever ct_sgemm runs our float32 kernels (docs/gemm.md).
+ * ct_sgemm_path_fn("bf16") is the kernel alone (NULL without AVX512-BF16),
+ * "bf16_copies" that fallback on any CPU. */
 void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int ct_sgemm_bf16_available(void);
+/* "bf16" (the AVX512-BF16 kernel) or "bf16_copies": what ct_sgemm_bf16 runs. */
+const char *ct_sgemm_bf16_path(void);
 /* x rounded to the nearest bf16 (ties to even), returned as a float. */
 float ct_bf16_round(float x);
 
