@@ -98,6 +98,14 @@ void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
  * db += sum over rows of dy    (db may be NULL) */
 void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
                    int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db);
+/* The same with the three products by ct_sgemm_bf16 (x, w, dy rounded to
+ * bf16, sums in float32; the bias and db float32): the linear layer of the
+ * bf16 compute backend (--mixed_precision bf16, docs/gemm.md). */
+void ct_linear_fwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *b, float *y, int ldy);
+void ct_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                        float *db);
 
 /* ---- LayerNorm without affine + adaLN modulation ----
  * xhat = (x - mean) * rstd,  rstd = 1/sqrt(var + eps)   (biased variance)
@@ -226,6 +234,11 @@ void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, con
 /* dx (overwritten; NULL: skipped), dw += , db += (NULL: skipped). */
 void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
                    float *dx, float *dw, float *db, float *col);
+/* The same with the products by ct_sgemm_bf16 (the bf16 compute backend). */
+void ct_conv2d_fwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                        float *y, float *col);
+void ct_conv2d_bwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                        float *dx, float *dw, float *db, float *col);
 /* GroupNorm over (C/G channels x HW) per image and group, statistics in
  * double; gamma/beta (C) may be NULL (1, 0). Keeps mean, rstd (B*G). */
 void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma,
