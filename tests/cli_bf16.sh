@@ -17,8 +17,8 @@
 shapes_fixture 32
 cat > "$tmp/base.json" <<JSON
 {"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
- "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 8,
- "--checkpoint_step_interval": 4, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
+ "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 6,
+ "--checkpoint_step_interval": 3, "--max_grad_norm": 1.0, "--disable_progress_bar": true,
  "--preset": "tiny", "--optimizer": "adamw", "--use_ema": false, "--train_batch_size": 4,
  "--mixed_precision": "bf16"}
 JSON
@@ -39,7 +39,7 @@ print(" ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L))' "$tmp/
 }
 same() { # same NAME1 NAME2 WHAT: losses and final weights bit-identical
   if [ "$(losses "$1")" = "$(losses "$2")" ] &&
-    cmp -s "$tmp/$1/checkpoint-8/model.safetensors" "$tmp/$2/checkpoint-8/model.safetensors"; then
+    cmp -s "$tmp/$1/checkpoint-6/model.safetensors" "$tmp/$2/checkpoint-6/model.safetensors"; then
     ok "$3: losses, gradient norms and final weights bit-identical"
   else
     bad "$3 differ"
@@ -59,11 +59,11 @@ grep -q "(bf16_copies)" "$tmp/copies.err" && ok "CT_GEMM=nobf16 takes the fallba
   || bad "CT_GEMM=nobf16 did not take the fallback"
 same t1 copies "AVX512-BF16 kernel and the fallback's copies"
 
-(CTUNER_FAULT_KILL_AT_CHECKPOINT=8 run cut 2) 2>/dev/null
-[ -f "$tmp/cut/checkpoint-4/model.safetensors" ] && [ ! -e "$tmp/cut/checkpoint-8" ] \
-  && ok "killed during checkpoint-8" || bad "fault hook: $(ls "$tmp/cut")"
+(CTUNER_FAULT_KILL_AT_CHECKPOINT=6 run cut 2) 2>/dev/null
+[ -f "$tmp/cut/checkpoint-3/model.safetensors" ] && [ ! -e "$tmp/cut/checkpoint-6" ] \
+  && ok "killed during checkpoint-6" || bad "fault hook: $(ls "$tmp/cut")"
 run cut 2 || bad "resume: $(tail -3 "$tmp/cut.err")"
-same t1 cut "uninterrupted and resumed from checkpoint-4"
+same t1 cut "uninterrupted and resumed from checkpoint-3"
 
 CT_BF16_COMPUTE=0 run store 2 || bad "bf16 storage, float32 products"
 if [ "$(losses t1)" != "$(losses store)" ]; then ok "bf16 products differ from float32 products"
@@ -73,13 +73,13 @@ run f32 2 --mixed_precision=no || bad "float32 run"
 gap=$(/usr/bin/python3 - "$tmp/t1/metrics.jsonl" "$tmp/f32/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ([x["loss"] for x in map(json.loads, open(p)) if "loss" in x] for p in sys.argv[1:3])
-assert len(a) == len(b) == 8, (len(a), len(b))
+assert len(a) == len(b) == 6, (len(a), len(b))
 print("%.2e %.2e" % (sum(abs(x - y) for x, y in zip(a, b)) / sum(b), max(abs(x - y) / y for x, y in zip(a, b))))
 PY
 ) || bad "loss comparison"
 read -r mean_gap max_gap <<<"$gap"
 if /usr/bin/python3 -c "import sys; sys.exit(0 if float('$mean_gap') < 0.02 else 1)"; then
-  ok "losses track float32: mean relative gap $mean_gap, largest $max_gap over 8 steps"
+  ok "losses track float32: mean relative gap $mean_gap, largest $max_gap over 6 steps"
 else
   bad "losses drift from float32: mean relative gap $mean_gap, largest $max_gap"
 fi
