@@ -536,7 +536,9 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
           "model_type lora without pretrained_model_path: the base is the seeded init, whose "
           "final layer and gates are zero, so little or no gradient reaches the adapters");
     if (!strcmp(cfg->base_model_precision, "bf16"))
-      CT_WARN("base_model_precision bf16: the frozen base is kept and computed in float32");
+      CT_WARN("base_model_precision bf16: the frozen base is kept in float32%s",
+              tr->bf16 ? " (its products bf16 under mixed_precision bf16)"
+                       : " and computed in float32");
   }
   set_checkpointing(tr);
   return finish_model(tr, err);
