@@ -1,5 +1,6 @@
-/* The registry of compute backends (include/ctuner/backend.h): a constant
- * table of the backends compiled in, looked up by name.
+/* The registry of compute backends (include/ctuner/backend.h): a
+ * table of the backends compiled in (cpu-bf16's row filled on first use),
+ * looked up by name.
  *
  * Each backend is one file defining a const ct_backend_ops (backend_cpu.c today,
  * which also builds its bf16-compute sibling "cpu-bf16" on first use);
