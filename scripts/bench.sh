@@ -14,11 +14,14 @@
 #               PyPI torch 2 (eager fp32, bf16 autocast, torch.compile fp32 and
 #               bf16) from the venv of `scripts/py_deps.sh diffusers`, which this
 #               script installs when it is missing (saying so on stderr)
-# Interleaved: ctuner runs before the first peer and after every peer, and each
-# ratio ours/peer uses the mean of the two ctuner runs around that peer, so
-# drift of a shared machine hits both sides alike.
+# Interleaved: ctuner runs before the first peer and after every peer, in
+# float32 and then with --mixed_precision bf16 (bf16 products, docs/gemm.md),
+# and each ratio ours/peer uses the mean of the two ctuner runs of that
+# precision around that peer, so drift of a shared machine hits both sides
+# alike; the summary also gives ours-bf16 over the fastest torch bf16 step.
 # Environment: BENCH_STEPS (10), BENCH_WARMUP (3), BENCH_PEERS (all: "torch1.13
-# torch2"), BENCH_MODES (torch2 modes, default all four).
+# torch2"), BENCH_MODES (torch2 modes, default all four), BENCH_BF16 (1; 0
+# skips ctuner's bf16 runs).
 # OPENBLAS_CORETYPE is left as found (ctuner's GEMMs are its own; Debian's
 # torch links OpenBLAS and follows it; PyPI torch uses MKL and ignores it). For
 # the Debian peer's best figure: env -u OPENBLAS_CORETYPE scripts/bench.sh build/ctuner
@@ -46,8 +49,13 @@ run() {
 }
 ours() {
   run "ours.$k" "$CT" bench step --preset bench --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS"
+  echo "ours.$k" >>"$tmp/order"
+  if [ "${BENCH_BF16:-1}" != 0 ]; then
+    run "ours-bf16.$k" "$CT" bench step --preset bench --steps "$STEPS" --warmup "$WARMUP" \
+      --threads "$THREADS" --mixed_precision bf16
+    echo "ours-bf16.$k" >>"$tmp/order"
+  fi
   k=$((k + 1))
-  echo "ours.$((k - 1))" >>"$tmp/order"
 }
 peer() { # peer NAME CMD...
   run "peer.$1" "${@:2}"
@@ -105,19 +113,26 @@ def load(n):
 runs = {n: load(n) for n in order}
 ours = [runs[n] for n in order if n.startswith("ours.")]
 oms = [o["ms_per_step_median"] for o in ours if "ms_per_step_median" in o]
-print(f"{'run':<28} {'ms/step':>10} {'ours ms':>10} {'ours/peer':>10} {'peak RSS MB':>12}")
+obf = [runs[n]["ms_per_step_median"] for n in order if n.startswith("ours-bf16.") and "ms_per_step_median" in runs[n]]
+print(f"{'run':<28} {'ms/step':>10} {'ours ms':>10} {'ours/peer':>10} {'peak RSS MB':>12} {'ours-bf16 ms':>13} {'bf16/peer':>10}")
 for n in order:
     r = runs[n]
-    if n.startswith("ours."):
+    if n.startswith("ours"):
         print(f"{n:<28} {r.get('ms_per_step_median', 'failed'):>10} {'':>10} {'':>10} {r['rss_mb']!s:>12}")
 summary = {"ours_ms_median_of_runs": sorted(oms)[len(oms) // 2] if oms else None,
+           "ours_bf16_ms_median_of_runs": sorted(obf)[len(obf) // 2] if obf else None,
            "ours_peak_rss_mb": max((o["rss_mb"] or 0) for o in ours), "peers": {}}
+def around(i, prefix):  # ms of the nearest run of prefix before and after position i
+    b = [m for m in order[:i] if m.startswith(prefix)][-1:]
+    a = [m for m in order[i + 1:] if m.startswith(prefix)][:1]
+    return [runs[m]["ms_per_step_median"] for m in b + a if "ms_per_step_median" in runs[m]]
+best_bf16 = None
 for i, n in enumerate(order):
     if not n.startswith("peer."):
         continue
     r = runs[n]
-    around = [runs[m] for m in order[max(0, i - 1):i + 2] if m.startswith("ours.")]
-    o = [a["ms_per_step_median"] for a in around if "ms_per_step_median" in a]
+    o, ob = around(i, "ours."), around(i, "ours-bf16.")
+    obm = sum(ob) / len(ob) if ob else None
     name = n[5:]
     if "ms_per_step_median" not in r:
         print(f"{name:<28} {'not run':>10}   {r.get('error', '')}")
@@ -125,10 +140,19 @@ for i, n in enumerate(order):
         continue
     om = sum(o) / len(o) if o else None
     ratio = round(om / r["ms_per_step_median"], 3) if om else None
-    print(f"{name:<28} {r['ms_per_step_median']:>10} {round(om, 1) if om else '-':>10} {ratio!s:>10} {r['rss_mb']!s:>12}")
+    rbf = round(obm / r["ms_per_step_median"], 3) if obm else None
+    print(f"{name:<28} {r['ms_per_step_median']:>10} {round(om, 1) if om else '-':>10} {ratio!s:>10} {r['rss_mb']!s:>12}"
+          f" {round(obm, 1) if obm else '-':>13} {rbf!s:>10}")
     summary["peers"][name] = {"ms": r["ms_per_step_median"], "ours_ms_around": round(om, 2) if om else None,
                               "time_ratio_ours_over_peer": ratio, "peer_peak_rss_mb": r["rss_mb"],
+                              "ours_bf16_ms_around": round(obm, 2) if obm else None,
+                              "time_ratio_ours_bf16_over_peer": rbf,
                               "version": r.get("torch", r.get("version"))}
+    if "bf16" in name and obm and (best_bf16 is None or r["ms_per_step_median"] < best_bf16[1]):
+        best_bf16 = (name, r["ms_per_step_median"], obm)
+if best_bf16:  # issue 20's target: ours-bf16 <= 0.4x the fastest torch bf16 step
+    summary["fastest_torch_bf16"] = {"peer": best_bf16[0], "ms": best_bf16[1],
+                                     "time_ratio_ours_bf16_over_it": round(best_bf16[2] / best_bf16[1], 3)}
 print(json.dumps(summary))
 PY
 echo "== FMA peak and SGEMM paths (ctuner bench peak)"

@@ -830,3 +830,47 @@ CT_TEST(backend, profiled_wraps_every_op) {
         c.seconds[CT_PROF_FORWARD][CT_PROF_GEMM] == 0);
   ct_prof_set_phase(CT_PROF_STEP);
 }
+
+/* The bf16-compute sibling of the CPU backend (--mixed_precision bf16): found
+ * from "cpu" by ct_backend_with_compute and back; the same memory (moving a
+ * buffer between them copies nothing); its products are the bf16 kernels and
+ * every other op is the CPU backend's own (checked field by field); through
+ * the profiler it keeps its compute. */
+CT_TEST(backend, cpu_bf16_sibling) {
+  const ct_backend_ops *cpu = ct_backend_default(), *bf = NULL, *back_ = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_backend_with_compute(cpu, CT_COMPUTE_BF16, &bf, &err) == CT_OK);
+  CHECK(!strcmp(bf->name, "cpu-bf16") && bf->compute == CT_COMPUTE_BF16 && bf->precision_bits == 8);
+  CHECK(cpu->compute == CT_COMPUTE_F32);
+  CHECK(ct_backend_with_compute(bf, CT_COMPUTE_F32, &back_, &err) == CT_OK && back_ == cpu);
+  CHECK(ct_backend_with_compute(cpu, CT_COMPUTE_F32, &back_, &err) == CT_OK && back_ == cpu);
+  const ct_backend_ops *byname = NULL;
+  CHECK(ct_backend_get("cpu-bf16", &byname, &err) == CT_OK && byname == bf);
+#define BF16_OP(field, kernel)                                         \
+  CHECKF((void (*)(void))bf->field == (void (*)(void))kernel, "%s %s", \
+         "cpu-bf16's product is not", #kernel);
+  BF16_OP(sgemm, ct_sgemm_bf16)
+  BF16_OP(linear_fwd, ct_linear_fwd_bf16)
+  BF16_OP(linear_bwd, ct_linear_bwd_bf16)
+  BF16_OP(conv2d_fwd, ct_conv2d_fwd_bf16)
+  BF16_OP(conv2d_bwd, ct_conv2d_bwd_bf16)
+  BF16_OP(attention_fwd, ct_attention_fwd_bf16)
+  BF16_OP(attention_bwd, ct_attention_bwd_bf16)
+#undef BF16_OP
+#define CT_X(field, kernel)                                                                      \
+  if (strcmp(#field, "sgemm") && strcmp(#field, "linear_fwd") && strcmp(#field, "linear_bwd") && \
+      strcmp(#field, "conv2d_fwd") && strcmp(#field, "conv2d_bwd") &&                            \
+      strcmp(#field, "attention_fwd") && strcmp(#field, "attention_bwd"))                        \
+    CHECKF((void (*)(void))bf->field == (void (*)(void))cpu->field,                              \
+           "cpu-bf16 %s is not the cpu's", #field);
+  BACKEND_OPS(CT_X)
+#undef CT_X
+  CHECK(bf->alloc == cpu->alloc && bf->free == cpu->free && bf->copy == cpu->copy);
+  void *p = cpu->alloc(CT_MEM_BUFFERS, 64), *p0 = p;
+  CHECK(ct_backend_move(cpu, bf, CT_MEM_BUFFERS, 64, &p, &err) == CT_OK && p == p0);
+  cpu->free(p);
+  const ct_backend_ops *pr = ct_backend_profiled(bf);
+  CHECK(pr->compute == CT_COMPUTE_BF16 && pr->precision_bits == 8);
+  ct_backend_profiled(cpu);
+  CHECK(pr->compute == CT_COMPUTE_F32);
+}

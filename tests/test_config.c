@@ -566,7 +566,7 @@ CT_TEST(config, did_you_mean) {
   const char *none[] = {"tread_config",
                         "foo_config",
                         "vae_batch_sizes_x",
-                        "controlnet",
+                        "controlnet_model_name_or_path",
                         "pretrained_unet_model_name_or_path",
                         "zzzzzzzzzzzz",
                         "lora"};

@@ -310,3 +310,121 @@ CT_TEST(gemm, bf16_kernel_rounding) {
   for (int i = 0; i < M * N; i++) bad += c[i] != 6.0f;
   CHECKF(bad == 0, "K=3: %d elements not 6", bad);
 }
+
+/* The fallback of CPUs without AVX512-BF16 ("bf16_copies": rounded copies in
+ * the kernel's order of sums, through the float32 kernel) gives the kernel's
+ * bits: every transpose combination, alpha/beta, odd K blocks (K = 1031: two
+ * blocks of 516 and 515; K = 2000: 500 each; K = 7), and float32 denormals,
+ * which both read as zero. So a bf16 training run's numbers do not depend on
+ * whether the CPU has AVX512-BF16. */
+CT_TEST(gemm, bf16_copies_equal_kernel) {
+  ct_sgemm_fn fk = ct_sgemm_path_fn("bf16"), fc = ct_sgemm_path_fn("bf16_copies");
+  if (!fk || strcmp(ct_sgemm_path(), "blas") == 0) {
+    fprintf(stderr, "  skipped: needs AVX512-BF16 and our float32 kernels (path %s)\n",
+            ct_sgemm_path());
+    return;
+  }
+  rng_s = 17;
+  static const float betas[] = {1.0f, 0.0f, 0.5f};
+  static const int ks[] = {7, 1031, 2000, 384, 1};
+  for (int s = 0; s < 5; s++) {
+    int M = shp[s][0] / 2 + 1, N = shp[s][1] / 2 + 3, K = ks[s];
+    for (int t = 0; t < 4; t++) {
+      int tA = t >> 1, tB = t & 1;
+      float *A = randv((size_t)M * K), *B = randv((size_t)K * N), *C0 = randv((size_t)M * N);
+      if (s == 0) A[0] = 1e-39f, A[1] = -3e-40f, B[0] = B[1] = 1e30f; /* denormal operands */
+      float beta = betas[(s + t) % 3], alpha = t == 3 ? -0.75f : 1.0f;
+      float *c1 = malloc((size_t)M * N * sizeof(float)),
+            *c2 = malloc((size_t)M * N * sizeof(float));
+      memcpy(c1, C0, (size_t)M * N * sizeof(float));
+      memcpy(c2, C0, (size_t)M * N * sizeof(float));
+      int lda = tA ? M : K, ldb = tB ? K : N;
+      fk(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, c1, N);
+      fc(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, c2, N);
+      size_t nd = 0;
+      for (size_t i = 0; i < (size_t)M * N; i++) nd += memcmp(&c1[i], &c2[i], sizeof(float)) != 0;
+      CHECKF(nd == 0, "M=%d N=%d K=%d tA=%d tB=%d beta=%g: %zu elements differ", M, N, K, tA, tB,
+             beta, nd);
+      free(A), free(B), free(C0), free(c1), free(c2);
+    }
+  }
+}
+
+/* ct_linear_fwd_bf16 / ct_linear_bwd_bf16 (the linear layer of the bf16
+ * compute backend) against a float64 reference of the bf16-ROUNDED operands:
+ * y = bf16(x) bf16(w)^T + b, dx = bf16(dy) bf16(w), dw += bf16(dy)^T bf16(x),
+ * db += sum dy (unrounded: the bias gradient stays float32). The float32
+ * summation is all that may differ (1e-5 sqrt(K) of sum |terms|); against the
+ * unrounded reference the same tolerance fails, so the rounding is there. */
+static int lin_cmp(const char *what, const float *got, const double *ref, const double *mag,
+                   const double *raw, int n, int k, int *raw_off) {
+  int bad = 0;
+  double tol = 1e-5 * sqrt((double)k + 1);
+  for (int i = 0; i < n; i++) {
+    double sc = mag[i] + 1e-30;
+    if (!(fabs((double)got[i] - ref[i]) <= tol * sc) && bad++ < 3)
+      fprintf(stderr, "  %s[%d] = %.9g, rounded-operand reference %.9g\n", what, i, got[i], ref[i]);
+    if (raw && fabs((double)got[i] - raw[i]) > tol * sc) (*raw_off)++;
+  }
+  return bad;
+}
+
+CT_TEST(gemm, bf16_linear_vs_rounded_double) {
+  enum { N = 67, K = 45, M = 29, LDX = K + 3, LDY = M + 2 };
+  rng_s = 21;
+  float *x = randv((size_t)N * LDX), *w = randv((size_t)M * K), *b = randv(M);
+  float *dy = randv((size_t)N * LDY), *y = randv((size_t)N * LDY), *dx = randv((size_t)N * LDX);
+  float *dw = randv((size_t)M * K), *db = randv(M), *dw0 = malloc(sizeof(float) * M * K);
+  float db0[M];
+  memcpy(dw0, dw, sizeof(float) * M * K);
+  memcpy(db0, db, sizeof db0);
+  ct_linear_fwd_bf16(N, K, M, x, LDX, w, b, y, LDY);
+  ct_linear_bwd_bf16(N, K, M, x, LDX, w, dy, LDY, dx, LDX, 0.0f, dw, db);
+  double *ref = calloc((size_t)N * K + (size_t)M * K + N * M, sizeof(double));
+  double *mag = calloc((size_t)N * K + (size_t)M * K + N * M, sizeof(double));
+  double *raw = calloc((size_t)N * K + (size_t)M * K + N * M, sizeof(double));
+  float yv[N * M], dxv[N * K];
+  int bad = 0, raw_off = 0;
+  for (int n = 0; n < N; n++) /* y */
+    for (int m = 0; m < M; m++) {
+      double s = b[m], a = fabs(b[m]), r = b[m];
+      for (int k = 0; k < K; k++) {
+        double p = (double)ct_bf16_round(x[n * LDX + k]) * ct_bf16_round(w[m * K + k]);
+        s += p, a += fabs(p), r += (double)x[n * LDX + k] * w[m * K + k];
+      }
+      ref[n * M + m] = s, mag[n * M + m] = a, raw[n * M + m] = r, yv[n * M + m] = y[n * LDY + m];
+    }
+  bad += lin_cmp("y", yv, ref, mag, raw, N * M, K, &raw_off);
+  for (int n = 0; n < N; n++) /* dx */
+    for (int k = 0; k < K; k++) {
+      double s = 0, a = 0, r = 0;
+      for (int m = 0; m < M; m++) {
+        double p = (double)ct_bf16_round(dy[n * LDY + m]) * ct_bf16_round(w[m * K + k]);
+        s += p, a += fabs(p), r += (double)dy[n * LDY + m] * w[m * K + k];
+      }
+      ref[n * K + k] = s, mag[n * K + k] = a, raw[n * K + k] = r, dxv[n * K + k] = dx[n * LDX + k];
+    }
+  bad += lin_cmp("dx", dxv, ref, mag, raw, N * K, M, &raw_off);
+  for (int m = 0; m < M; m++) /* dw: accumulated onto its old value */
+    for (int k = 0; k < K; k++) {
+      double s = dw0[m * K + k], a = fabs(dw0[m * K + k]), r = s;
+      for (int n = 0; n < N; n++) {
+        double p = (double)ct_bf16_round(dy[n * LDY + m]) * ct_bf16_round(x[n * LDX + k]);
+        s += p, a += fabs(p), r += (double)dy[n * LDY + m] * x[n * LDX + k];
+      }
+      ref[m * K + k] = s, mag[m * K + k] = a, raw[m * K + k] = r;
+    }
+  bad += lin_cmp("dw", dw, ref, mag, raw, M * K, N, &raw_off);
+  for (int m = 0; m < M; m++) { /* db: float32 data, unrounded */
+    double s = db0[m], a = fabs(db0[m]);
+    for (int n = 0; n < N; n++) s += dy[n * LDY + m], a += fabs(dy[n * LDY + m]);
+    ref[m] = s, mag[m] = a;
+  }
+  bad += lin_cmp("db", db, ref, mag, NULL, M, N, &raw_off);
+  CHECKF(bad == 0, "%d elements off the rounded-operand reference", bad);
+  CHECKF(raw_off > (N * M + N * K + M * K) / 2,
+         "only %d elements differ from the unrounded reference: are the operands rounded?",
+         raw_off);
+  free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(dw0);
+  free(ref), free(mag), free(raw);
+}

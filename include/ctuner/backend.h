@@ -15,7 +15,7 @@
  * synchronize wait for everything issued before them (the CPU backend runs
  * each op to completion).
  *
- * Adding a backend (CUDA, a bf16 CPU path): one file defining a const
+ * Adding a backend (CUDA, ...): one file defining a const
  * ct_backend_ops with every pointer set, one row in the registry
  * (src/kernels/backend.c), and tests/test_backend.c — which runs every op of
  * every registered backend against plain-C references, forward and
@@ -33,12 +33,28 @@
 
 typedef struct ct_backend_ops ct_backend_ops;
 
+/* What a backend's matrix products compute in (docs/gemm.md, "bf16 compute"):
+ * float32, or bf16 operands (rounded to nearest even) with float32 sums —
+ * --mixed_precision bf16, as PyTorch's CPU autocast does for linear, matmul
+ * and convolutions. The ops it covers are sgemm, linear_fwd/bwd and
+ * conv2d_fwd/bwd (so LoRA's adapter products too) and attention_fwd/bwd
+ * (the fused kernel's bf16 products; the softmax stays float32).
+ * Everything else — norms' statistics, softmax, RoPE, activations,
+ * modulation, losses, reductions, the optimizer math, sgemm_deterministic
+ * (Muon) — is float32 in either. */
+typedef enum { CT_COMPUTE_F32 = 0, CT_COMPUTE_BF16 = 1 } ct_compute;
+
 struct ct_backend_ops {
   const char *name;        /* "cpu": the registry key */
   const char *description; /* one line for listings */
   /* Significand bits of the arithmetic the ops store in (24: float32, 8:
    * bfloat16); the comparison test scales its tolerances to it. */
   int precision_bits;
+  /* The arithmetic of the matrix products (above); the CPU backend "cpu" is
+   * CT_COMPUTE_F32, its sibling "cpu-bf16" (same memory, same other ops)
+   * CT_COMPUTE_BF16 with precision_bits 8. ct_backend_with_compute finds one
+   * from the other. */
+  ct_compute compute;
 
   /* ---- memory ---- */
   /* bytes of backend memory counted under cat (ct_mem_get_stats), aligned for
@@ -173,10 +189,18 @@ const ct_backend_ops *ct_backend_default(void);
 size_t ct_backend_count(void);
 const ct_backend_ops *ct_backend_at(size_t i);
 
+/* The registered backend with be's memory (the same alloc and free) whose
+ * products compute in c: be itself when it already does; "cpu-bf16" for
+ * ("cpu", CT_COMPUTE_BF16). CT_ERR_NOT_FOUND when none is registered. */
+ct_status ct_backend_with_compute(const ct_backend_ops *be, ct_compute c,
+                                  const ct_backend_ops **out, ct_err *err);
+
 /* Moves bytes of backend memory at *p from backend `from` to backend `to`
  * (alloc on `to` counted under cat, copied through the host, freed on
  * `from`): what a model's ct_*_set_backend does with the buffers it owns.
- * Nothing to do when *p is NULL or from == to; on failure *p is unchanged. */
+ * Nothing to do when *p is NULL, from == to, or the two share their memory
+ * (the same alloc and free: "cpu" and "cpu-bf16"); on failure *p is
+ * unchanged. */
 ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, ct_mem_cat cat,
                           size_t bytes, void **p, ct_err *err);
 

@@ -298,7 +298,8 @@
   X(codec_scale, INT, "0", FULL, FN(check_codec_scale),                                            \
     "pixel codec factor s in {1,2,4} (0: from the preset's channels)")                             \
   X(mixed_precision, STR, "no", ALL, FN(check_mixed_precision),                                    \
-    "no (float32) or bf16 (bf16 parameters, gradients and communication; float32 master weights)") \
+    "no (float32) or bf16 (bf16 parameters, gradients and communication, linear products with "    \
+    "bf16 operands and float32 sums; float32 master weights, norms, softmax, loss, optimizer)")    \
   X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)")                  \
   X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal")           \
   X(report_to, STR, NULL, ALL, NONE_OR("tensorboard|wandb|comet_ml|all"),                          \

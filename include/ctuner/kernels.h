@@ -66,13 +66,17 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
  * the matrix product of --mixed_precision bf16 (docs/gemm.md). A, B and C are
  * float32 in memory, arguments as ct_sgemm. On a CPU with AVX512-BF16
  * (ct_sgemm_bf16_available) our vdpbf16ps kernel, rounding while packing,
- * bitwise the same for any thread count; elsewhere the same rounded operands
- * through ct_sgemm (copies; for parity, not speed). ct_sgemm_path_fn("bf16")
- * is the kernel alone (NULL without AVX512-BF16), "bf16_copies" that
- * fallback on any CPU. */
+ * bitwise the same for any thread count; elsewhere (or with CT_GEMM=avx2,
+ * blas or nobf16) the same rounded operands through ct_sgemm in the kernel's
+ * order of sums (copies; for parity, not speed), which gives the kernel's
+ * bits wherever ct_sgemm runs our float32 kernels (docs/gemm.md).
+ * ct_sgemm_path_fn("bf16") is the kernel alone (NULL without AVX512-BF16),
+ * "bf16_copies" that fallback on any CPU. */
 void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int ct_sgemm_bf16_available(void);
+/* "bf16" (the AVX512-BF16 kernel) or "bf16_copies": what ct_sgemm_bf16 runs. */
+const char *ct_sgemm_bf16_path(void);
 /* x rounded to the nearest bf16 (ties to even), returned as a float. */
 float ct_bf16_round(float x);
 
@@ -94,6 +98,14 @@ void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
  * db += sum over rows of dy    (db may be NULL) */
 void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
                    int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db);
+/* The same with the three products by ct_sgemm_bf16 (x, w, dy rounded to
+ * bf16, sums in float32; the bias and db float32): the linear layer of the
+ * bf16 compute backend (--mixed_precision bf16, docs/gemm.md). */
+void ct_linear_fwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *b, float *y, int ldy);
+void ct_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                        float *db);
 
 /* ---- LayerNorm without affine + adaLN modulation ----
  * xhat = (x - mean) * rstd,  rstd = 1/sqrt(var + eps)   (biased variance)
@@ -188,6 +200,13 @@ void ct_attention_flash_fwd(int B, int H, int L, int hd, float scale, int causal
 void ct_attention_flash_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, const float *o, const float *lse,
                             const float *dout, float *dq, float *dk, float *dv, int bf16);
+/* ct_attention_fwd/bwd with the flash kernel's bf16 = 1 (the cpu-bf16
+ * backend's attention); the tiles kernel, where it runs, stays float32. */
+void ct_attention_fwd_bf16(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                           const float *k, const float *v, float *o, float *lse);
+void ct_attention_bwd_bf16(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                           const float *k, const float *v, const float *o, const float *lse,
+                           const float *dout, float *dq, float *dk, float *dv);
 const char *ct_attention_path(void);
 /* The flash kernels' instruction set: "avx512", "avx2" or "generic" (the best
  * the CPU has; CT_ATTENTION_ISA=avx2 or generic picks a lower one). */
@@ -250,6 +269,11 @@ void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, con
 /* dx (overwritten; NULL: skipped), dw += , db += (NULL: skipped). */
 void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
                    float *dx, float *dw, float *db, float *col);
+/* The same with the products by ct_sgemm_bf16 (the bf16 compute backend). */
+void ct_conv2d_fwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                        float *y, float *col);
+void ct_conv2d_bwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                        float *dx, float *dw, float *db, float *col);
 /* GroupNorm over (C/G channels x HW) per image and group, statistics in
  * double; gamma/beta (C) may be NULL (1, 0). Keeps mean, rstd (B*G). */
 void ct_groupnorm_fwd(int B, int C, int HW, int G, float eps, const float *x, const float *gamma,

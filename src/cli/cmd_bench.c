@@ -31,6 +31,7 @@ void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
           "                         [--gradient_checkpointing N] [--profile]\n"
+          "                         [--mixed_precision no|bf16]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
@@ -48,7 +49,11 @@ void ct_cmd_bench_step_help(FILE *f) {
           "--profile times every op of the timed steps by family (gemm, attention, norm,\n"
           "rope, modulation, activation, optimizer, packing, other) and phase (forward,\n"
           "backward, step): a table, then the JSON line with \"profile\" added\n"
-          "(ms per step per family and phase; docs/performance.md).\n",
+          "(ms per step per family and phase; docs/performance.md).\n"
+          "--mixed_precision bf16 computes the linear layers' products with bf16\n"
+          "operands and float32 sums (the cpu-bf16 backend, as training with\n"
+          "mixed_precision bf16; docs/gemm.md); the weights, AdamW and everything else\n"
+          "stay float32 here (training also stores the weights in bf16).\n",
           ct_mmdit_preset_names());
 }
 
@@ -163,13 +168,13 @@ static void profile_report(long steps, double total, double cpu, char *js, size_
 typedef struct step_args {
   const ct_mmdit_preset *p;
   long steps, warmup, threads, ckpt;
-  int profile;
+  int profile, bf16;
 } step_args;
 
 /* bench step's options into *a; -1 to go on, else the exit code. */
 static int step_args_parse(int argc, char **argv, step_args *a) {
-  const char *preset = "bench", *v;
-  *a = (step_args){NULL, 10, 3, 0, 0, 0};
+  const char *preset = "bench", *v, *mp = "no";
+  *a = (step_args){NULL, 10, 3, 0, 0, 0, 0};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -185,6 +190,8 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
       if (r < 0 || ct_cli_int("warmup", v, 0, 100000, &a->warmup)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
       if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &a->ckpt)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp))) {
+      if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &a->threads)) return 2;
     } else {
@@ -193,6 +200,11 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
       return 2;
     }
   }
+  if (strcmp(mp, "no") && strcmp(mp, "bf16")) {
+    fprintf(stderr, "ctuner bench step: --mixed_precision %s: use no or bf16\n", mp);
+    return 2;
+  }
+  a->bf16 = !strcmp(mp, "bf16");
   a->p = ct_mmdit_preset_find(preset);
   if (!a->p) {
     fprintf(stderr, "ctuner bench step: unknown preset '%s'; presets: %s\n", preset,
@@ -238,7 +250,9 @@ int ct_cmd_bench_step(int argc, char **argv) {
     goto out;
   }
   ct_mmdit_set_checkpointing(m, (int)ckpt);
-  if (profile && ct_mmdit_set_backend(m, ct_backend_profiled(ct_backend_default()), &err)) {
+  const ct_backend_ops *be = ct_backend_default();
+  if ((sa.bf16 && ct_backend_with_compute(be, CT_COMPUTE_BF16, &be, &err)) ||
+      ct_mmdit_set_backend(m, profile ? ct_backend_profiled(be) : be, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
@@ -331,11 +345,12 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
       "\"gradient_checkpointing\": %ld, \"cpu_ms_per_step_median\": %.2f, "
       "\"gflops_per_cpu_s\": %.2f, \"ct_sgemm_gflops_core\": %.2f, \"mfu_cpu_vs_ct_sgemm\": "
-      "%.3f%s%s}\n",
+      "%.3f, \"mixed_precision\": \"%s\"%s%s}\n",
       p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
       gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
       ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9,
-      core_sg, (fwd + bwd) / cpu_med / 1e9 / core_sg, profile ? ", \"profile\": " : "", pjs);
+      core_sg, (fwd + bwd) / cpu_med / 1e9 / core_sg, sa.bf16 ? ct_sgemm_bf16_path() : "no",
+      profile ? ", \"profile\": " : "", pjs);
   rc = 0;
 out:
   free(times);

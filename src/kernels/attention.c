@@ -200,6 +200,26 @@ void ct_attention_fwd(int B, int H, int L, int hd, float scale, int causal, cons
     ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
 }
 
+/* --mixed_precision bf16 (the cpu-bf16 backend): the fused kernel with every
+ * product on bf16 operands; where the tiles kernel runs (head dims above
+ * 256, or CT_ATTENTION=tiles) it stays float32. */
+void ct_attention_fwd_bf16(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                           const float *k, const float *v, float *o, float *lse) {
+  if (use_flash(hd))
+    ct_attention_flash_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse, 1);
+  else
+    ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse);
+}
+
+void ct_attention_bwd_bf16(int B, int H, int L, int hd, float scale, int causal, const float *q,
+                           const float *k, const float *v, const float *o, const float *lse,
+                           const float *dout, float *dq, float *dk, float *dv) {
+  if (use_flash(hd))
+    ct_attention_flash_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv, 1);
+  else
+    ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv);
+}
+
 void ct_attention_bwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                       const float *k, const float *v, const float *o, const float *lse,
                       const float *dout, float *dq, float *dk, float *dv) {

@@ -6,10 +6,16 @@
  * functions compute. Memory is ct_alloc'd host memory, counted per category;
  * copies are memcpy; ops finish before they return, so synchronize has nothing
  * to wait for.
+ * "cpu-bf16" is the same backend with the matrix products of --mixed_precision
+ * bf16 (ct_compute, docs/gemm.md): sgemm, linear and conv2d by ct_sgemm_bf16
+ * (operands rounded to bf16, float32 sums); every other op, and its memory,
+ * are the CPU backend's. It is built from ct_backend_cpu on first use, so it
+ * has every op the CPU backend has.
  * Not here: the kernels (act.c, attention.c, conv.c, ...), the registry
  * (backend.c).
  */
 #include <string.h>
+#include <threads.h>
 
 #include "ctuner/backend.h"
 
@@ -31,6 +37,7 @@ const ct_backend_ops ct_backend_cpu = {
     .name = "cpu",
     .description = "host memory, OpenMP kernels, AVX-512/AVX2 SGEMM or OpenBLAS (float32)",
     .precision_bits = 24,
+    .compute = CT_COMPUTE_F32,
 
     .alloc = cpu_alloc,
     .free = cpu_free,
@@ -98,3 +105,28 @@ const ct_backend_ops ct_backend_cpu = {
     .ema_update = ct_ema_update,
     .sumsq = ct_sumsq,
 };
+
+static ct_backend_ops cpu_bf16;
+static once_flag cpu_bf16_once = ONCE_FLAG_INIT;
+
+static void cpu_bf16_init(void) {
+  cpu_bf16 = ct_backend_cpu;
+  cpu_bf16.name = "cpu-bf16";
+  cpu_bf16.description =
+      "the cpu backend with bf16 matrix products (AVX512-BF16 or rounded copies), float32 "
+      "sums and every other op float32";
+  cpu_bf16.precision_bits = 8;
+  cpu_bf16.compute = CT_COMPUTE_BF16;
+  cpu_bf16.sgemm = ct_sgemm_bf16;
+  cpu_bf16.linear_fwd = ct_linear_fwd_bf16;
+  cpu_bf16.linear_bwd = ct_linear_bwd_bf16;
+  cpu_bf16.conv2d_fwd = ct_conv2d_fwd_bf16;
+  cpu_bf16.conv2d_bwd = ct_conv2d_bwd_bf16;
+  cpu_bf16.attention_fwd = ct_attention_fwd_bf16; /* every product bf16, softmax float32 */
+  cpu_bf16.attention_bwd = ct_attention_bwd_bf16;
+}
+
+const ct_backend_ops *ct_backend_cpu_bf16(void) {
+  call_once(&cpu_bf16_once, cpu_bf16_init);
+  return &cpu_bf16;
+}

@@ -356,7 +356,8 @@ static double p_sumsq(size_t n, const float *x) {
   return r;
 }
 
-static const ct_backend_ops prof_ops = {
+/* not const: precision_bits and compute are the wrapped backend's */
+static ct_backend_ops prof_ops = {
     .name = "cpu-profiled",
     .description = "the wrapped backend's ops, each timed into its op family",
     .precision_bits = 24,
@@ -423,6 +424,8 @@ static const ct_backend_ops prof_ops = {
 
 const ct_backend_ops *ct_backend_profiled(const ct_backend_ops *wrapped) {
   inner = wrapped;
+  prof_ops.precision_bits = wrapped->precision_bits;
+  prof_ops.compute = wrapped->compute;
   return &prof_ops;
 }
 

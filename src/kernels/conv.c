@@ -100,8 +100,10 @@ static int is_pointwise(const ct_conv2d_shape *s) {
   return s->k == 1 && s->stride == 1 && !s->pad_t && !s->pad_l && !s->pad_b && !s->pad_r;
 }
 
-void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
-                   float *y, float *col) {
+/* The forward and backward with the matrix products of mm: ct_sgemm, or
+ * ct_sgemm_bf16 for the bf16 compute of --mixed_precision bf16. */
+static void conv_fwd(ct_sgemm_fn mm, const ct_conv2d_shape *s, const float *x, const float *w,
+                     const float *b, float *y, float *col) {
   const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
   const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
   const int KK = s->Cin * s->k * s->k, HWo = Ho * Wo;
@@ -116,20 +118,20 @@ void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, con
         for (int p = 0; p < HWo; p++) yb[(size_t)o * HWo + p] = b[o];
     }
     if (is_pointwise(s)) { /* 1x1: x is its own column matrix */
-      ct_sgemm(0, 0, s->Cout, HWo, KK, 1.0f, w, KK, xb, HWo, b ? 1.0f : 0.0f, yb, HWo);
+      mm(0, 0, s->Cout, HWo, KK, 1.0f, w, KK, xb, HWo, b ? 1.0f : 0.0f, yb, HWo);
       continue;
     }
     for (int r0 = 0; r0 < Ho; r0 += band) {
       const int rows = Ho - r0 < band ? Ho - r0 : band;
       im2col(s, xb, r0, rows, Wo, col);
-      ct_sgemm(0, 0, s->Cout, rows * Wo, KK, 1.0f, w, KK, col, rows * Wo, b ? 1.0f : 0.0f,
-               yb + (size_t)r0 * Wo, HWo);
+      mm(0, 0, s->Cout, rows * Wo, KK, 1.0f, w, KK, col, rows * Wo, b ? 1.0f : 0.0f,
+         yb + (size_t)r0 * Wo, HWo);
     }
   }
 }
 
-void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
-                   float *dx, float *dw, float *db, float *col) {
+static void conv_bwd(ct_sgemm_fn mm, const ct_conv2d_shape *s, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db, float *col) {
   const int Ho = ct_conv2d_out(s->H, s->k, s->stride, s->pad_t, s->pad_b);
   const int Wo = ct_conv2d_out(s->W, s->k, s->stride, s->pad_l, s->pad_r);
   const int KK = s->Cin * s->k * s->k, HWo = Ho * Wo;
@@ -151,22 +153,42 @@ void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, con
       }
     }
     if (is_pointwise(s)) {
-      if (dw) ct_sgemm(0, 1, s->Cout, KK, HWo, 1.0f, dyb, HWo, xb, HWo, 1.0f, dw, KK);
-      if (dxb) ct_sgemm(1, 0, KK, HWo, s->Cout, 1.0f, w, KK, dyb, HWo, 0.0f, dxb, HWo);
+      if (dw) mm(0, 1, s->Cout, KK, HWo, 1.0f, dyb, HWo, xb, HWo, 1.0f, dw, KK);
+      if (dxb) mm(1, 0, KK, HWo, s->Cout, 1.0f, w, KK, dyb, HWo, 0.0f, dxb, HWo);
       continue;
     }
     for (int r0 = 0; r0 < Ho; r0 += band) {
       const int rows = Ho - r0 < band ? Ho - r0 : band, n = rows * Wo;
       if (dw) {
         im2col(s, xb, r0, rows, Wo, col);
-        ct_sgemm(0, 1, s->Cout, KK, n, 1.0f, dyb + (size_t)r0 * Wo, HWo, col, n, 1.0f, dw, KK);
+        mm(0, 1, s->Cout, KK, n, 1.0f, dyb + (size_t)r0 * Wo, HWo, col, n, 1.0f, dw, KK);
       }
       if (dxb) {
-        ct_sgemm(1, 0, KK, n, s->Cout, 1.0f, w, KK, dyb + (size_t)r0 * Wo, HWo, 0.0f, col, n);
+        mm(1, 0, KK, n, s->Cout, 1.0f, w, KK, dyb + (size_t)r0 * Wo, HWo, 0.0f, col, n);
         col2im_acc(s, col, r0, rows, Wo, dxb);
       }
     }
   }
+}
+
+void ct_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                   float *y, float *col) {
+  conv_fwd(ct_sgemm, s, x, w, b, y, col);
+}
+
+void ct_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                   float *dx, float *dw, float *db, float *col) {
+  conv_bwd(ct_sgemm, s, x, w, dy, dx, dw, db, col);
+}
+
+void ct_conv2d_fwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                        float *y, float *col) {
+  conv_fwd(ct_sgemm_bf16, s, x, w, b, y, col);
+}
+
+void ct_conv2d_bwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                        float *dx, float *dw, float *db, float *col) {
+  conv_bwd(ct_sgemm_bf16, s, x, w, dy, dx, dw, db, col);
 }
 
 /* ---------------------------------------------------------- GroupNorm */

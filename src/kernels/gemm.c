@@ -130,14 +130,28 @@ float ct_bf16_round(float x) {
   return x;
 }
 
-/* rows x cols of X (leading dimension ld) rounded to bf16, packed densely. */
-static float *rounded_copy(const float *X, int rows, int cols, int ld) {
-  size_t bytes = (size_t)rows * (size_t)cols * sizeof(float);
-  float *r = malloc(bytes);
-  if (!r) oom(bytes);
-  for (int i = 0; i < rows; i++)
-    for (int j = 0; j < cols; j++) r[(size_t)i * cols + j] = ct_bf16_round(X[(size_t)i * ld + j]);
-  return r;
+/* x rounded to bf16 as the kernel's vcvtne2ps2bf16 does: float32 denormals
+ * are read as zero (sign kept), everything else as ct_bf16_round. */
+static float bf16_daz(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if (!(u & 0x7F800000u)) return (u >> 31) ? -0.0f : 0.0f;
+  return ct_bf16_round(x);
+}
+
+/* Whether ct_sgemm_bf16 takes the kernel: the CPU has it and CT_GEMM does
+ * not ask for an older machine ("avx2", "blas", or "nobf16": the AVX-512
+ * float32 kernel with the bf16 products by copies). */
+static int bf16_kernel_used(void) {
+  static int use = -1;
+  int u = __atomic_load_n(&use, __ATOMIC_RELAXED);
+  if (u < 0) {
+    const char *env = getenv("CT_GEMM");
+    u = cpu_has(PATH_BF16) &&
+        !(env && (!strcmp(env, "avx2") || !strcmp(env, "blas") || !strcmp(env, "nobf16")));
+    __atomic_store_n(&use, u, __ATOMIC_RELAXED);
+  }
+  return u;
 }
 
 void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, const float *A,
@@ -147,18 +161,54 @@ void ct_sgemm_bf16(int transA, int transB, int M, int N, int K, float alpha, con
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  if (cpu_has(PATH_BF16))
+  if (bf16_kernel_used())
     ct_sgemm_bf16_avx512(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     bf16_by_copies(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* No AVX512-BF16: the same rounded operands, summed by the float32 path. */
+const char *ct_sgemm_bf16_path(void) {
+  return bf16_kernel_used() ? "bf16" : "bf16_copies";
+}
+
+/* No AVX512-BF16: the kernel's arithmetic by ct_sgemm on rounded copies, to
+ * the bit where our float32 kernels run (not on OpenBLAS). The kernel sums K
+ * in the blocks of gemm_driver.h's plan (nkb = ceil(K / 512) blocks of
+ * ceil(K / nkb), the last shorter), each from zero, then C = alpha*acc +
+ * (first ? beta*C : C); within a block, per pair of k, vdpbf16ps does
+ * acc += a[2p+1]*b[2p+1] then acc += a[2p]*b[2p], each rounded (products of
+ * bf16 are exact), an odd block's last pair padded with zeros. So per block:
+ * copies of op(A) (M x kp) and op(B) (kp x N) with k and k^1 swapped and a
+ * zero column/row padding an odd block, and one ct_sgemm (one K block, FMAs in
+ * k order) with beta for the first block and 1 after. Differences remain only
+ * where vdpbf16ps flushes a denormal partial sum to zero (|sum| < 2^-126). */
 static void bf16_by_copies(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  int ar = transA ? K : M, ac = transA ? M : K, br = transB ? N : K, bc = transB ? K : N;
-  float *a = rounded_copy(A, ar, ac, lda), *b = rounded_copy(B, br, bc, ldb);
-  ct_sgemm(transA, transB, M, N, K, alpha, a, ac, b, bc, beta, C, ldc);
+  int nkb = (K + 511) / 512, kc = (K + nkb - 1) / nkb;
+  size_t kmax = (size_t)kc + 1;
+  size_t abytes = (size_t)M * kmax * sizeof(float), bbytes = kmax * (size_t)N * sizeof(float);
+  float *a = malloc(abytes), *b = malloc(bbytes);
+  if (!a) oom(abytes);
+  if (!b) oom(bbytes);
+  for (int pc = 0; pc < K; pc += kc) {
+    int kb = K - pc < kc ? K - pc : kc, kp = kb + (kb & 1);
+    for (int i = 0; i < M; i++)
+      for (int k = 0; k < kp; k++) {
+        int src = k ^ 1; /* the pair's partner; past kb: the zero pad */
+        float v = 0.0f;
+        if (src < kb) v = transA ? A[(size_t)(pc + src) * lda + i] : A[(size_t)i * lda + pc + src];
+        a[(size_t)i * kp + k] = bf16_daz(v);
+      }
+    for (int k = 0; k < kp; k++) {
+      int src = k ^ 1;
+      for (int j = 0; j < N; j++) {
+        float v = 0.0f;
+        if (src < kb) v = transB ? B[(size_t)j * ldb + pc + src] : B[(size_t)(pc + src) * ldb + j];
+        b[(size_t)k * N + j] = bf16_daz(v);
+      }
+    }
+    ct_sgemm(0, 0, M, N, kp, alpha, a, kp, b, N, pc == 0 ? beta : 1.0f, C, ldc);
+  }
   free(a);
   free(b);
 }

@@ -15,8 +15,11 @@
 
 #define COLBLK 64 /* columns per task in the bias-gradient column sum */
 
-void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
-                   float *y, int ldy) {
+/* The layer with the matrix products of mm: ct_sgemm, or ct_sgemm_bf16 (the
+ * bf16 compute of --mixed_precision bf16; the bias and its gradient stay
+ * float32). */
+static void lin_fwd(ct_sgemm_fn mm, int N, int K, int M, const float *x, int ldx, const float *w,
+                    const float *b, float *y, int ldy) {
   if (N <= 0 || M <= 0) return;
   float beta = 0.0f;
   if (b) {
@@ -27,7 +30,7 @@ void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
     for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
   }
   if (K <= 0) return;
-  ct_sgemm(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
+  mm(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
 }
 
 /* db[j] += sum_r dy[r][j], rows summed in order for every column, in double:
@@ -48,10 +51,32 @@ static void colsum_acc(int N, int M, const float *dy, int lddy, float *db) {
   }
 }
 
+static void lin_bwd(ct_sgemm_fn mm, int N, int K, int M, const float *x, int ldx, const float *w,
+                    const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                    float *db) {
+  if (N <= 0 || M <= 0) return;
+  if (dx && K > 0) mm(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
+  if (dw && K > 0) mm(1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K);
+  if (db) colsum_acc(N, M, dy, lddy, db);
+}
+
+void ct_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *b,
+                   float *y, int ldy) {
+  lin_fwd(ct_sgemm, N, K, M, x, ldx, w, b, y, ldy);
+}
+
 void ct_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
                    int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
-  if (N <= 0 || M <= 0) return;
-  if (dx && K > 0) ct_sgemm(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
-  if (dw && K > 0) ct_sgemm(1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K);
-  if (db) colsum_acc(N, M, dy, lddy, db);
+  lin_bwd(ct_sgemm, N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db);
+}
+
+void ct_linear_fwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *b, float *y, int ldy) {
+  lin_fwd(ct_sgemm_bf16, N, K, M, x, ldx, w, b, y, ldy);
+}
+
+void ct_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
+                        const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                        float *db) {
+  lin_bwd(ct_sgemm_bf16, N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db);
 }

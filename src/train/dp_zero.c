@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/kernels.h"
 #include "ctuner/log.h"
 #include "trainer_int.h"
 
@@ -39,8 +40,9 @@ static ct_status start(trainer *tr, ct_err *err) {
     CT_INFO(
         "mixed_precision bf16: bf16 parameters, gradients and communication; float32 master "
         "weights and "
-        "optimizer state for %zu parameters per rank; float32 compute",
-        tr->hi - tr->lo);
+        "optimizer state for %zu parameters per rank; the linear layers' products with bf16 "
+        "operands and float32 sums (%s), everything else float32",
+        tr->hi - tr->lo, ct_sgemm_bf16_path());
   return CT_OK;
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/backend.h"
 #include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
@@ -594,14 +595,30 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
           "model_type lora without pretrained_model_path: the base is the seeded init, whose "
           "final layer and gates are zero, so little or no gradient reaches the adapters");
     if (!strcmp(cfg->base_model_precision, "bf16"))
-      CT_WARN("base_model_precision bf16: the frozen base is kept and computed in float32");
+      CT_WARN("base_model_precision bf16: the frozen base is kept in float32%s",
+              tr->bf16 ? " (its products bf16 under mixed_precision bf16)"
+                       : " and computed in float32");
   }
   set_checkpointing(tr);
   return finish_model(tr, err);
 }
 
-/* After the model: caption lengths, validation inputs. */
+/* After the model: mixed_precision bf16 puts it on the bf16-compute sibling of
+ * its backend (the matrix products of its forward, backward, LoRA adapters
+ * and validation sampling with bf16 operands and float32 sums; docs/gemm.md)
+ * — unless the environment sets CT_BF16_COMPUTE=0 (bf16 storage with float32
+ * products, the numbers of before; tests/cli_losses.sh pins a run so);
+ * caption lengths, validation inputs. */
 static ct_status finish_model(trainer *tr, ct_err *err) {
+  const char *env = getenv("CT_BF16_COMPUTE");
+  if (tr->bf16 && env && !strcmp(env, "0")) {
+    if (tr->rank == 0) CT_WARN("CT_BF16_COMPUTE=0: mixed_precision bf16 with float32 products");
+  } else if (tr->bf16) {
+    const ct_backend_ops *be = NULL;
+    ct_status st = ct_backend_with_compute(ct_mmdit_backend(tr->m), CT_COMPUTE_BF16, &be, err);
+    if (!st) st = ct_mmdit_set_backend(tr->m, be, err);
+    if (st) return st;
+  }
   /* BOS and EOS take two of the T tokens. */
   size_t over = 0, longest = 0; /* no dataset: tests/test_strategy.c builds the model alone */
   if (tr->ds)
