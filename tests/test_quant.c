@@ -1,0 +1,238 @@
+/* Frozen weights in their stored dtype (kernels.h ct_wview, docs/gemm.md):
+ * the GEMM with B a bf16 or int8 weight view on every path this machine has
+ * (AVX-512, AVX2, OpenBLAS over dequantised blocks) against a double
+ * reference of the dequantised weight — odd sizes, both transposes of A and of
+ * the weight, alpha/beta, padded leading dimensions —; bitwise equality with
+ * ct_sgemm on a float32 copy of the dequantised weight and across 1, 2 and 3
+ * threads on our kernels; the linear layer over a view; the int8 quantisers
+ * against optimum-quanto's and torchao's own tensors (tests/data/quant,
+ * scripts/quant_golden.py) and their invariants. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/bf16.h"
+#include "ctuner/safetensors.h"
+#include "harness.h"
+#include "kernels/gemm.h"
+
+static uint64_t rng_s = 1;
+static float frand(void) { /* uniform in [-1, 1) */
+  rng_s ^= rng_s << 13;
+  rng_s ^= rng_s >> 7;
+  rng_s ^= rng_s << 17;
+  return (float)((double)(rng_s >> 40) / (double)(1ull << 23) - 1.0);
+}
+static float *randv(size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) p[i] = frand();
+  return p;
+}
+
+/* A weight of rows x ld stored as dt: the view and its float32 dequantised copy. */
+typedef struct qw {
+  ct_wview v;
+  void *data;
+  float *scales, *deq;
+} qw;
+
+static qw make_w(ct_wdtype dt, ct_quant_kind kind, int rows, int ld) {
+  qw q = {{dt, NULL, NULL}, NULL, NULL, NULL};
+  size_t n = (size_t)rows * ld;
+  float *w = randv(n);
+  for (int r = 0; r < rows; r++) /* rows of different magnitudes: per-row scales matter */
+    for (int c = 0; c < ld; c++) w[(size_t)r * ld + c] *= 0.01f + (float)(r % 7);
+  q.data = malloc(n * ct_wdtype_size(dt) + 1);
+  if (dt == CT_WDT_BF16) {
+    ct_to_bf16(n, w, q.data);
+  } else if (dt == CT_WDT_I8) {
+    q.scales = malloc((size_t)rows * sizeof(float));
+    ct_quantize_int8(kind, rows, ld, w, q.data, q.scales);
+  } else {
+    memcpy(q.data, w, n * sizeof(float));
+  }
+  q.v.data = q.data;
+  q.v.scales = q.scales;
+  q.deq = malloc(n * sizeof(float));
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < ld; c++) q.deq[(size_t)r * ld + c] = ct_wview_at(q.v, ld, r, c);
+  free(w);
+  return q;
+}
+static void free_w(qw *q) {
+  free(q->data), free(q->scales), free(q->deq);
+}
+
+static const char *const wpaths[] = {"avx512", "avx2", "blas"};
+static const ct_wdtype wdts[] = {CT_WDT_BF16, CT_WDT_I8};
+
+/* One product against the double reference of the dequantised weight. */
+static int check_w(ct_sgemm_w_fn f, ct_wdtype dt, int tA, int tB, int M, int N, int K, float alpha,
+                   float beta, int pad) {
+  int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + pad;
+  int brows = tB ? N : K;
+  float *A = randv((size_t)(tA ? K : M) * lda), *C = randv((size_t)M * ldc);
+  float *C0 = malloc((size_t)M * ldc * sizeof(float));
+  memcpy(C0, C, (size_t)M * ldc * sizeof(float));
+  qw w = make_w(dt, CT_QUANT_QUANTO, brows, ldb);
+  if (f)
+    f(tA, tB, M, N, K, alpha, A, lda, &w.v, ldb, beta, C, ldc);
+  else
+    ct_sgemm_w(tA, tB, M, N, K, alpha, A, lda, &w.v, ldb, beta, C, ldc);
+  int bad = 0;
+  const double tol = 1e-5 * sqrt((double)K + 1);
+  for (int i = 0; i < M && bad < 3; i++)
+    for (int j = 0; j < ldc && bad < 3; j++) {
+      size_t ij = (size_t)i * ldc + j;
+      if (j >= N) {
+        bad += memcmp(&C[ij], &C0[ij], sizeof(float)) != 0;
+        continue;
+      }
+      double s = 0, sa = 0;
+      for (int k = 0; k < K; k++) {
+        double a = tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+        double b = tB ? w.deq[(size_t)j * ldb + k] : w.deq[(size_t)k * ldb + j];
+        s += a * b;
+        sa += fabs(a * b);
+      }
+      double prev = beta == 0.0f ? 0.0 : (double)beta * C0[ij];
+      double ref = (double)alpha * s + prev;
+      if (!(fabs((double)C[ij] - ref) <= tol * (fabs((double)alpha) * sa + fabs(prev) + 1e-30)))
+        bad++;
+    }
+  free(A), free(C), free(C0);
+  free_w(&w);
+  return bad;
+}
+
+CT_TEST(quant, gemm_w_odd_sizes_all_paths) {
+  static const int sz[] = {1, 7, 17, 49, 97, 130};
+  for (int p = -1; p < 3; p++) {
+    ct_sgemm_w_fn f = p < 0 ? NULL : ct_sgemm_w_path_fn(wpaths[p]);
+    if (p >= 0 && !f) {
+      fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", wpaths[p]);
+      continue;
+    }
+    for (int d = 0; d < 2; d++)
+      for (int t = 0; t < 4; t++)
+        for (int a = 0; a < 6; a++) {
+          int M = sz[a], N = sz[(a + 2) % 6], K = sz[(a + 4) % 6], tA = t >> 1, tB = t & 1;
+          float alpha = a % 2 ? 0.75f : 1.0f, beta = a % 3 == 0 ? 0.0f : a % 3 == 1 ? 1.0f : -0.5f;
+          CHECKF(!check_w(f, wdts[d], tA, tB, M, N, K, alpha, beta, a % 2 ? 3 : 0),
+                 "%s %s tA=%d tB=%d M=%d N=%d K=%d", p < 0 ? "ct_sgemm_w" : wpaths[p],
+                 ct_wdtype_name(wdts[d]), tA, tB, M, N, K);
+        }
+    /* K over several K blocks, many row blocks */
+    for (int d = 0; d < 2; d++)
+      for (int tB = 0; tB < 2; tB++)
+        CHECKF(!check_w(f, wdts[d], 0, tB, 400, 130, 1100, 1.0f, 1.0f, 1), "%s %s large tB=%d",
+               p < 0 ? "ct_sgemm_w" : wpaths[p], ct_wdtype_name(wdts[d]), tB);
+  }
+}
+
+/* Our kernels read exactly the packed panels of the dequantised float32
+ * matrix: the same bits as ct_sgemm on that copy, for any thread count. */
+static float *run_w(int threads, int use_view, int tB, int M, int N, int K, const float *A,
+                    const qw *w, const float *C0) {
+  int ldb = tB ? K : N;
+  float *C = malloc((size_t)M * N * sizeof(float));
+  memcpy(C, C0, (size_t)M * N * sizeof(float));
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  if (use_view)
+    ct_sgemm_w(0, tB, M, N, K, 1.0f, A, K, &w->v, ldb, 1.0f, C, N);
+  else
+    ct_sgemm(0, tB, M, N, K, 1.0f, A, K, w->deq, ldb, 1.0f, C, N);
+  omp_set_num_threads(saved);
+  return C;
+}
+
+CT_TEST(quant, gemm_w_bits_equal_dequantised_and_threads) {
+  if (!strcmp(ct_sgemm_path(), "blas")) {
+    fprintf(stderr, "  skipped: OpenBLAS path (no bitwise promise)\n");
+    return;
+  }
+  static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {97, 97, 2000}, {400, 130, 1031}};
+  rng_s = 21;
+  for (int s = 0; s < 4; s++)
+    for (int d = 0; d < 2; d++)
+      for (int tB = 0; tB < 2; tB++) {
+        int M = shp[s][0], N = shp[s][1], K = shp[s][2];
+        float *A = randv((size_t)M * K), *C0 = randv((size_t)M * N);
+        qw w = make_w(wdts[d], CT_QUANT_TORCHAO, tB ? N : K, tB ? K : N);
+        float *ref = run_w(2, 0, tB, M, N, K, A, &w, C0);
+        for (int th = 1; th <= 3; th++) {
+          float *c = run_w(th, 1, tB, M, N, K, A, &w, C0);
+          CHECKF(
+              !memcmp(c, ref, (size_t)M * N * sizeof(float)),
+              "%s M=%d N=%d K=%d tB=%d, %d threads: differs from ct_sgemm on the dequantised copy",
+              ct_wdtype_name(wdts[d]), M, N, K, tB, th);
+          free(c);
+        }
+        free(A), free(C0), free(ref);
+        free_w(&w);
+      }
+}
+
+/* ct_linear_fwd_w / ct_linear_bwd_w: the float32 linear on the dequantised weight, bit for bit. */
+CT_TEST(quant, linear_w_equals_linear_on_dequantised) {
+  if (!strcmp(ct_sgemm_path(), "blas")) {
+    fprintf(stderr, "  skipped: OpenBLAS path (no bitwise promise)\n");
+    return;
+  }
+  rng_s = 5;
+  const int N = 67, K = 129, M = 95;
+  float *x = randv((size_t)N * K), *b = randv(M), *dy = randv((size_t)N * M);
+  for (int d = 0; d < 2; d++) {
+    qw w = make_w(wdts[d], CT_QUANT_QUANTO, M, K);
+    float *y1 = calloc((size_t)N * M, 4), *y2 = calloc((size_t)N * M, 4);
+    ct_linear_fwd_w(N, K, M, x, K, &w.v, b, y1, M);
+    ct_linear_fwd(N, K, M, x, K, w.deq, b, y2, M);
+    CHECKF(!memcmp(y1, y2, (size_t)N * M * 4), "%s forward", ct_wdtype_name(wdts[d]));
+    float *dx1 = randv((size_t)N * K), *dx2 = malloc((size_t)N * K * 4);
+    float *db1 = calloc(M, 4), *db2 = calloc(M, 4);
+    memcpy(dx2, dx1, (size_t)N * K * 4);
+    ct_linear_bwd_w(N, K, M, x, K, &w.v, dy, M, dx1, K, 1.0f, NULL, db1);
+    ct_linear_bwd(N, K, M, x, K, w.deq, dy, M, dx2, K, 1.0f, NULL, db2);
+    CHECKF(!memcmp(dx1, dx2, (size_t)N * K * 4) && !memcmp(db1, db2, (size_t)M * 4), "%s backward",
+           ct_wdtype_name(wdts[d]));
+    /* a row view (linear1's qkv / mlp halves) */
+    ct_wview half = ct_wview_rows(w.v, 40, K);
+    ct_linear_fwd_w(N, K, M - 40, x, K, &half, NULL, y1, M);
+    ct_linear_fwd(N, K, M - 40, x, K, w.deq + (size_t)40 * K, NULL, y2, M);
+    CHECKF(!memcmp(y1, y2, (size_t)N * M * 4), "%s row view", ct_wdtype_name(wdts[d]));
+    free(y1), free(y2), free(dx1), free(dx2), free(db1), free(db2);
+    free_w(&w);
+  }
+  free(x), free(b), free(dy);
+}
+
+/* Invariants: the row's absmax element maps to +-127 (quanto) or +-127/-128
+ * (torchao), every element within half a step, zero rows stay zero. */
+CT_TEST(quant, int8_invariants) {
+  rng_s = 9;
+  const int R = 33, C = 70;
+  float *w = randv((size_t)R * C);
+  for (int c = 0; c < C; c++) w[(size_t)5 * C + c] = 0.0f; /* a zero row */
+  int8_t *q = malloc((size_t)R * C);
+  float *s = malloc(R * sizeof(float));
+  for (int k = 0; k < 2; k++) {
+    ct_quantize_int8((ct_quant_kind)k, R, C, w, q, s);
+    for (int r = 0; r < R; r++) {
+      int amax = 0;
+      for (int c = 0; c < C; c++) {
+        float v = w[(size_t)r * C + c], d = (float)q[(size_t)r * C + c] * s[r];
+        amax = abs(q[(size_t)r * C + c]) > amax ? abs(q[(size_t)r * C + c]) : amax;
+        CHECKF(fabsf(v - d) <= 0.5f * s[r] * (1 + 1e-5f) + 1e-30f, "kind %d row %d col %d", k, r,
+               c);
+      }
+      if (r == 5)
+        CHECKF(amax == 0, "kind %d: zero row quantised to %d", k, amax);
+      else
+        CHECKF(amax == 127 || amax == 128, "kind %d row %d: max |q| %d", k, r, amax);
+    }
+  }
+  free(w), free(q), free(s);
+}
