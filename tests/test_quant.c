@@ -236,3 +236,97 @@ CT_TEST(quant, int8_invariants) {
   }
   free(w), free(q), free(s);
 }
+
+/* ---------------------------------------------------------------- the MMDiT base */
+
+#include "ctuner/alloc.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/rng.h"
+
+/* The tiny preset with random weights (the init zeroes the final layer and the gates). */
+static ct_mmdit *random_mmdit(const ct_mmdit_preset *pr) {
+  ct_mmdit *m = NULL;
+  ct_err e = {0};
+  if (ct_mmdit_new(&pr->cfg, 3, 0, &m, &e)) return NULL;
+  ct_rng_fill_normal(ct_mmdit_params(m), ct_mmdit_numel(m), 11, 0, 0, 0.0f, 0.05f);
+  return m;
+}
+
+static float *forward(ct_mmdit *m, const ct_mmdit_preset *pr, int *nv) {
+  const ct_mmdit_config *c = &pr->cfg;
+  const int B = 2, H = pr->lat_h, W = pr->lat_w, T = pr->txt_len;
+  float *x = randv((size_t)B * c->in_channels * H * W), *t = randv(B);
+  float *txt = randv((size_t)B * T * c->context_in_dim), *y = randv((size_t)B * c->vec_in_dim);
+  float g[2] = {3.5f, 3.5f};
+  for (int i = 0; i < B; i++) t[i] = 0.25f + 0.25f * (float)i;
+  ct_mmdit_batch in = {B, H, W, T, x, t, txt, y, g};
+  *nv = B * c->in_channels * H * W;
+  float *v = malloc((size_t)*nv * sizeof(float));
+  ct_err e = {0};
+  ct_status st = ct_mmdit_forward(m, &in, v, &e);
+  if (st) fprintf(stderr, "  forward: %s\n", e.msg);
+  free(x), free(t), free(txt), free(y);
+  return st ? NULL : v;
+}
+
+/* A base stored as bf16 / int8 gives the very bits of the float32 model
+ * whose weights are the dequantised ones (the GEMM packs the same panels),
+ * frees its float32 buffer, and takes the bytes the plan says. */
+CT_TEST(quant, mmdit_stored_equals_dequantised_float32) {
+  const ct_mmdit_preset *pr = ct_mmdit_preset_find("tiny");
+  REQUIRE(pr);
+  static const char *const precs[] = {"bf16", "int8-quanto", "int8-torchao"};
+  for (int k = 0; k < 3; k++) {
+    ct_mmdit *q = random_mmdit(pr), *f = random_mmdit(pr);
+    REQUIRE(q && f);
+    size_t np;
+    const ct_param *tab = ct_mmdit_table(q, &np);
+    ct_err e = {0};
+    ct_mem_stats before, after;
+    ct_mem_get_stats(&before);
+    CHECKF(ct_mmdit_quantize(q, precs[k], 0, &e) == CT_OK, "%s: %s", precs[k], e.msg);
+    ct_mem_get_stats(&after);
+    const size_t plan = ct_mmdit_quant_bytes(tab, np, precs[k], 0);
+    CHECKF(ct_mmdit_param_bytes(q) == plan, "%s: %zu bytes, plan %zu", precs[k],
+           ct_mmdit_param_bytes(q), plan);
+    CHECKF(after.current[CT_MEM_PARAMS] + ct_mmdit_numel(q) * 4 ==
+               before.current[CT_MEM_PARAMS] + plan,
+           "%s: params category %zu -> %zu, plan %zu", precs[k], before.current[CT_MEM_PARAMS],
+           after.current[CT_MEM_PARAMS], plan);
+    CHECK(ct_mmdit_params(q) == NULL);
+    /* the float32 twin with the dequantised weights */
+    float *w = ct_mmdit_params(f);
+    size_t nq = 0;
+    for (size_t i = 0; i < np; i++) {
+      const int dt = ct_mmdit_quant_dtype(&tab[i], precs[k], 0);
+      const int R = (int)tab[i].shape[0], C = tab[i].ndim == 2 ? (int)tab[i].shape[1] : 1;
+      float *p = w + tab[i].offset;
+      if (dt == CT_WDT_BF16)
+        for (size_t j = 0; j < tab[i].numel; j++) p[j] = ct_bf16_round(p[j]);
+      if (dt == CT_WDT_I8) {
+        int8_t *qq = malloc(tab[i].numel);
+        float *sc = malloc((size_t)R * sizeof(float));
+        ct_quantize_int8(k == 2 ? CT_QUANT_TORCHAO : CT_QUANT_QUANTO, R, C, p, qq, sc);
+        for (int r = 0; r < R; r++)
+          for (int c = 0; c < C; c++) p[(size_t)r * C + c] = (float)qq[(size_t)r * C + c] * sc[r];
+        free(qq), free(sc);
+      }
+      nq += dt != CT_WDT_F32;
+    }
+    CHECKF(nq > 10, "%s: %zu weights stored narrow", precs[k], nq);
+    rng_s = 77;
+    int n1, n2;
+    float *v1 = forward(q, pr, &n1);
+    rng_s = 77;
+    float *v2 = forward(f, pr, &n2);
+    REQUIRE(v1 && v2 && n1 == n2);
+    CHECKF(!memcmp(v1, v2, (size_t)n1 * sizeof(float)), "%s: v differs from the float32 twin",
+           precs[k]);
+    double s = 0;
+    for (int i = 0; i < n1; i++) s += fabs(v1[i]);
+    CHECKF(s > 0, "%s: v is zero", precs[k]);
+    free(v1), free(v2);
+    ct_mmdit_free(q);
+    ct_mmdit_free(f);
+  }
+}

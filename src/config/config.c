@@ -78,6 +78,7 @@ typedef struct vspec {
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
+static ct_status check_base_model_precision(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -483,6 +484,29 @@ static ct_status check_model_type(const ct_config *c, ct_err *err) {
 static ct_status check_use_dora(const ct_config *c, ct_err *err) {
   if (c->use_dora)
     BAD("use_dora is not implemented: ctuner trains standard LoRA (peft's use_dora=False)");
+  return CT_OK;
+}
+
+/* SimpleTuner's base_model_precision values: what ctuner stores, what it
+ * does not build (named), and a quantised base only under LoRA (a full
+ * fine-tune keeps float32 master weights; SimpleTuner refuses it too). */
+static ct_status check_base_model_precision(const ct_config *c, ct_err *err) {
+  static const char *const unbuilt[] = {
+      "int4-quanto",  "int2-quanto", "fp8-quanto",          "fp8uz-quanto",        "fp8-torchao",
+      "int4-torchao", "nf4-bnb",     "fp8-torchao-compile", "int8-torchao-compile"};
+  const char *p = c->base_model_precision;
+  for (size_t i = 0; i < sizeof unbuilt / sizeof *unbuilt; i++)
+    if (!strcmp(p, unbuilt[i]))
+      BAD("base_model_precision %s is not implemented: ctuner stores a frozen base as no_change, "
+          "bf16, int8-quanto or int8-torchao",
+          p);
+  if (strcmp(p, "no_change") && strcmp(p, "bf16") && strcmp(p, "int8-quanto") &&
+      strcmp(p, "int8-torchao"))
+    BAD("base_model_precision must be no_change, bf16, int8-quanto or int8-torchao, got '%s'", p);
+  if (!strncmp(p, "int8", 4) && strcmp(c->model_type, "lora"))
+    BAD("base_model_precision %s needs model_type lora: a quantised base is frozen, and a %s "
+        "fine-tune trains float32 weights",
+        p, c->model_type);
   return CT_OK;
 }
 

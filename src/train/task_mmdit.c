@@ -492,6 +492,9 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   ct_lora *l = NULL;
   ct_status st = ct_mmdit_new(&tr->g.mc, seed, 0, &tr->m, err);
   if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
+  if (!st) /* base_model_precision: bf16 / int8 storage, read by the GEMM's packing */
+    st = ct_mmdit_quantize(tr->m, cfg->base_model_precision,
+                           !strcmp(cfg->base_model_default_dtype, "bf16"), err);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed};
@@ -534,8 +537,10 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
       CT_WARN(
           "model_type lora without pretrained_model_path: the base is the seeded init, whose "
           "final layer and gates are zero, so little or no gradient reaches the adapters");
-    if (!strcmp(cfg->base_model_precision, "bf16"))
-      CT_WARN("base_model_precision bf16: the frozen base is kept and computed in float32");
+    if (strcmp(cfg->base_model_precision, "no_change"))
+      CT_INFO("base_model_precision %s: the frozen base takes %.1f MiB (float32: %.1f MiB)",
+              cfg->base_model_precision, (double)ct_mmdit_param_bytes(tr->m) / 1048576.0,
+              (double)ct_mmdit_numel(tr->m) * 4.0 / 1048576.0);
   }
   set_checkpointing(tr);
   return finish_model(tr, err);
