@@ -35,10 +35,14 @@ PY
 
 for p in bf16 int8-quanto int8-torchao; do
   OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --base_model_precision=$p \
+    --disable_validation=false --validation_prompt="a red circle" \
+    --validation_step_interval="$STEPS" --validation_num_inference_steps=2 \
     --output_dir="$tmp/$p" >/dev/null 2>"$tmp/$p.err" ||
     { bad "$p: training failed: $(tail -3 "$tmp/$p.err")"; continue; }
   mib=$(grep -o "frozen base takes [0-9.]* MiB (float32: [0-9.]* MiB)" "$tmp/$p.err")
   [ -n "$mib" ] && ok "$p: $mib" || bad "$p: no base size logged: $(tail -2 "$tmp/$p.err")"
+  ls "$tmp/$p"/validation/*/*.png >/dev/null 2>&1 || ls -R "$tmp/$p" | grep -q '\.png$' ||
+    bad "$p: no validation image"
 done
 
 for p in int8-quanto int8-torchao; do

@@ -330,3 +330,38 @@ CT_TEST(quant, mmdit_stored_equals_dequantised_float32) {
     ct_mmdit_free(f);
   }
 }
+
+static const float *twin_w;
+static ct_status read_twin(void *user, size_t lo, size_t hi, float *out, ct_err *err) {
+  (void)user, (void)err;
+  memcpy(out, twin_w + lo, (hi - lo) * sizeof(float));
+  return CT_OK;
+}
+
+/* Stored as read, a segment at a time (ct_mmdit_quantize_from, what training
+ * does), equals quantising a loaded float32 model; the float32 never whole. */
+CT_TEST(quant, mmdit_quantize_from_segments) {
+  const ct_mmdit_preset *pr = ct_mmdit_preset_find("tiny");
+  REQUIRE(pr);
+  ct_mmdit *a = random_mmdit(pr), *b = NULL;
+  ct_err e = {0};
+  REQUIRE(a && ct_mmdit_new(&pr->cfg, 3, CT_MMDIT_NO_PARAMS, &b, &e) == CT_OK);
+  twin_w = ct_mmdit_params(a);
+  CHECKF(ct_mmdit_quantize_from(b, "int8-torchao", 1, read_twin, NULL, &e) == CT_OK, "%s", e.msg);
+  CHECKF(ct_mmdit_quantize(a, "int8-torchao", 1, &e) == CT_OK, "%s", e.msg);
+  CHECK(ct_mmdit_param_bytes(a) == ct_mmdit_param_bytes(b));
+  rng_s = 78;
+  int n1, n2;
+  float *v1 = forward(a, pr, &n1);
+  rng_s = 78;
+  float *v2 = forward(b, pr, &n2);
+  REQUIRE(v1 && v2 && n1 == n2);
+  CHECK(!memcmp(v1, v2, (size_t)n1 * sizeof(float)));
+  /* the refusals: twice, a model with gradients, an unknown precision */
+  CHECK(ct_mmdit_quantize(a, "int8-quanto", 0, &e) == CT_ERR_INVALID);
+  CHECK(ct_mmdit_quantize_from(b, "fp8-quanto", 0, read_twin, NULL, &e) == CT_ERR_INVALID);
+  CHECKF(strstr(e.msg, "fp8-quanto") != NULL, "%s", e.msg);
+  free(v1), free(v2);
+  ct_mmdit_free(a);
+  ct_mmdit_free(b);
+}

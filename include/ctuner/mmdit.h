@@ -119,6 +119,14 @@ size_t ct_mmdit_quant_bytes(const ct_param *tab, size_t n, const char *precision
  * (ct_linear_fwd_w), there are no weight gradients. "no_change" does
  * nothing. Errors name the precision or the state that forbids it. */
 ct_status ct_mmdit_quantize(ct_mmdit *m, const char *precision, int default_bf16, ct_err *err);
+/* The same for a model made with CT_MMDIT_NO_PARAMS, its float32 values
+ * read one segment at a time (floats [lo, hi) of the flat buffer into out:
+ * ct_mmdit_load_range, ct_mmdit_load_diffusers_range, ct_mmdit_init_range)
+ * into a scratch buffer of the largest segment (category buffers, freed):
+ * the whole base is never held in float32. */
+typedef ct_status (*ct_mmdit_reader)(void *user, size_t lo, size_t hi, float *out, ct_err *err);
+ct_status ct_mmdit_quantize_from(ct_mmdit *m, const char *precision, int default_bf16,
+                                 ct_mmdit_reader rd, void *user, ct_err *err);
 /* The storage of the model's parameters in bytes (float32: 4 per element). */
 size_t ct_mmdit_param_bytes(const ct_mmdit *m);
 

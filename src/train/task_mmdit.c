@@ -472,6 +472,20 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   return finish_model(tr, err);
 }
 
+/* The base's floats [lo, hi) from where load_base reads them (a segment at a
+ * time, for a base stored quantised: ct_mmdit_quantize_from). */
+static ct_status read_base(void *user, size_t lo, size_t hi, float *out, ct_err *err) {
+  trainer *tr = user;
+  const ct_flux_pipe *fp = tr->fp;
+  if (fp && !fp->transformer_bfl)
+    return ct_mmdit_load_diffusers_range(tr->m, fp->transformer, lo, hi, out, err);
+  if (fp) return ct_mmdit_load_range(tr->m, fp->transformer, fp->bfl_prefix, lo, hi, out, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load_range(tr->m, tr->cfg->pretrained_model_path, "", lo, hi, out, err);
+  ct_mmdit_init_range(tr->m, (uint64_t)tr->cfg->seed, lo, hi, out);
+  return CT_OK;
+}
+
 /* LoRA's frozen base, whole on every rank. */
 static ct_status load_base(trainer *tr, ct_err *err) {
   const ct_flux_pipe *fp = tr->fp;
@@ -490,11 +504,15 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const uint64_t seed = (uint64_t)cfg->seed;
   ct_lora *l = NULL;
-  ct_status st = ct_mmdit_new(&tr->g.mc, seed, 0, &tr->m, err);
-  if (!st) st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
-  if (!st) /* base_model_precision: bf16 / int8 storage, read by the GEMM's packing */
-    st = ct_mmdit_quantize(tr->m, cfg->base_model_precision,
-                           !strcmp(cfg->base_model_default_dtype, "bf16"), err);
+  /* base_model_precision bf16 / int8: stored narrow segment by segment as it
+   * is read (never whole in float32), the GEMM dequantising while packing */
+  const int narrow = strcmp(cfg->base_model_precision, "no_change") != 0;
+  ct_status st = ct_mmdit_new(&tr->g.mc, seed, narrow ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
+  if (!st && narrow)
+    st = ct_mmdit_quantize_from(tr->m, cfg->base_model_precision,
+                                !strcmp(cfg->base_model_default_dtype, "bf16"), read_base, tr, err);
+  else if (!st)
+    st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed};
