@@ -12,9 +12,15 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 
 # measured vs planned: exact bytes per category
-for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1"; do
+# (model_type lora: the adapters trained, the frozen base counted in params at
+# base_model_precision's bytes, ct_mmdit_quant_bytes; its read scratch in buffers)
+for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1" \
+  "tiny 1 0 no 0 int8-quanto" "tiny 2 2 no 0 int8-torchao" "small 2 3 bf16 1 bf16" \
+  "tiny 1 1 no 0 no_change"; do
   set -- $spec
   args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5")
+  [ -n "${6:-}" ] && args+=(--model_type lora --flux_lora_target all+ffs --lora_rank 4
+    --base_model_precision "$6")
   m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
   p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
   if /usr/bin/python3 -c '
@@ -31,6 +37,22 @@ print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
   else
     bad "plan != measured for $*: $(cat "$tmp/diff") | $m | $p | $(cat "$tmp/m.err" "$tmp/p.err")"
   fi
+done
+
+# FLUX.1's 12B transformer under LoRA: the frozen base at its stored bytes
+# (int8: 1 byte per parameter, float32 scales per output row, biases and
+# norms and final_layer.linear in float32; bf16: 2 bytes)
+for pr in "int8-quanto 1.0 1.01" "bf16 2.0 2.001" "no_change 4 4"; do
+  set -- $pr
+  j=$("$CT" bench memory --plan --preset flux-dev --model_type lora --base_model_precision "$1" \
+    --flux_lora_target all --lora_rank 16 2>"$tmp/fl.err")
+  if r=$(/usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); l = d["lora"]; lo, hi = float(sys.argv[2]), float(sys.argv[3])
+bp, bb, ad = l["base_params"], l["base_bytes_per_param"], l["adapters"]
+print(f"{bp} base parameters, {bb:.4f} bytes each, {ad} adapter parameters")
+sys.exit(0 if lo <= l["base_bytes_per_param"] <= hi and l["base_params"] > 11e9 and d["psi"] == l["adapters"] else 1)' \
+    "$j" "$2" "$3"); then ok "flux-dev LoRA plan, $1 base: $r"; else bad "flux-dev LoRA plan $1: $r $j $(cat "$tmp/fl.err")"; fi
 done
 
 # a pipeline directory: bytes of a safetensors file's data section = size - 8 - header length

@@ -23,6 +23,10 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "                           [--gradient_checkpointing N] [--offload_optimizer "
       "none|nvme]\n"
       "                           [--offload_param none|nvme]\n"
+      "                           [--model_type full|lora [--flux_lora_target T] [--lora_rank R]\n"
+      "                            [--lora_dropout P] [--base_model_precision no_change|bf16|\n"
+      "                            int8-quanto|int8-torchao] [--base_model_default_dtype "
+      "fp32|bf16]]\n"
       "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
       "N]\n"
       "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
@@ -63,7 +67,14 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "buffers_mb: ZeRO's buckets, slots and bf16 scratch (zero), and the full float32\n"
       "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
       "planned: the communicator's scratch, the frozen encoders' activations, the data\n"
-      "pipeline.\n");
+      "pipeline.\n"
+      "\n"
+      "--model_type lora (both modes; the same LoRA options): the adapters of\n"
+      "--flux_lora_target at --lora_rank are the trained model (psi, grads, optimizer),\n"
+      "the frozen base is counted in params at --base_model_precision's bytes (int8:\n"
+      "1 byte per parameter + a float32 scale per output row; bf16: 2), its segment\n"
+      "read scratch in buffers, the adapters' scratch in activations; \"lora\" reports\n"
+      "base_mb and base_bytes_per_param (docs/lora.md).\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -113,6 +124,15 @@ static ct_status peaks_max(ct_comm *comm, int rank, int N, double mx[5], ct_err 
   return st;
 }
 
+/* One of the six LoRA options (as ct_cli_opt: 1 taken, 0 not this one, -1 bad). */
+static int lora_opt(int argc, char **argv, int *i, const char *const keys[6], const char *val[6]) {
+  for (int k = 0; k < 6; k++) {
+    int r = ct_cli_opt(argc, argv, i, keys[k], &val[k]);
+    if (r) return r;
+  }
+  return 0;
+}
+
 int ct_cmd_bench_memory(int argc, char **argv) {
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -121,6 +141,11 @@ int ct_cmd_bench_memory(int argc, char **argv) {
       return ct_bench_memory_plan(argc, argv);
   const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
   long stage = 0, ranks = 0, ckpt = 0;
+  /* model_type lora and its keys, passed to the run as given */
+  static const char *const lora_keys[] = {
+      "model_type",   "flux_lora_target",     "lora_rank",
+      "lora_dropout", "base_model_precision", "base_model_default_dtype"};
+  const char *lora_val[6] = {"full", "all", "16", "0.1", "no_change", "fp32"};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -130,6 +155,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &offopt)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar))) {
+      if (r < 0) return 2;
+    } else if ((r = lora_opt(argc, argv, &i, lora_keys, lora_val))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
@@ -208,8 +235,12 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"offload_optimizer", offopt},
                          {"offload_param", offpar},
                          {"offload_param_path", swap}};
-  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-    if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0] + 6; i++)
+    if (i < sizeof kv / sizeof kv[0] ? ct_config_set(&cfg, kv[i][0], kv[i][1], &err)
+        : i - sizeof kv / sizeof kv[0] < 6 && !strcmp(lora_val[0], "lora")
+            ? ct_config_set(&cfg, lora_keys[i - sizeof kv / sizeof kv[0]],
+                            lora_val[i - sizeof kv / sizeof kv[0]], &err)
+            : 0) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
       ct_config_free(&cfg);
       goto done;

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "ctuner/config.h"
 #include "ctuner/json.h"
+#include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/train.h"
@@ -111,6 +112,10 @@ static int read_component(const char *dir, frozen *f) {
 typedef struct plan_args {
   const char *preset, *pretrained, *mp, *offopt, *offpar;
   long stage, ranks, ckpt, batch, res, tokens, offbuf, ema;
+  /* model_type lora (docs/lora.md): the adapters are the trained model, the
+   * base is frozen at base_model_precision */
+  const char *model_type, *target, *precision, *default_dtype, *dropout;
+  long rank;
 } plan_args;
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -124,8 +129,15 @@ static int parse(int argc, char **argv, plan_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "pretrained", &a->pretrained)) ||
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &a->mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &a->offopt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar))) {
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &a->model_type)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->target)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->precision)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->default_dtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->dropout))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "lora_rank", &v))) {
+      if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->rank)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &a->stage)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
@@ -154,6 +166,77 @@ static int parse(int argc, char **argv, plan_args *a) {
     }
   if (strcmp(a->mp, "no") && strcmp(a->mp, "bf16")) {
     fprintf(stderr, "ctuner bench memory: --mixed_precision %s: use no or bf16\n", a->mp);
+    return 2;
+  }
+  return 0;
+}
+
+/* Rows a LoRA adapter on base weight `base` sees per call (lora.c's scratch:
+ * 2 N r floats, + 2 N in with dropout): the image, text or joint rows of the
+ * batch, or one row per sample for the modulations and embeddings. */
+static size_t lora_rows(const char *base, int B, int Li, int T) {
+  if (strstr(base, "_mod.") || strstr(base, "modulation") || strstr(base, "adaLN") ||
+      !strncmp(base, "time_in", 7) || !strncmp(base, "vector_in", 9) ||
+      !strncmp(base, "guidance_in", 11))
+    return (size_t)B;
+  if (strstr(base, ".txt_") || !strncmp(base, "txt_in", 6)) return (size_t)B * T;
+  if (!strncmp(base, "single_blocks", 13)) return (size_t)B * (Li + T);
+  return (size_t)B * Li; /* img stream, img_in, final_layer.linear */
+}
+
+typedef struct lora_plan {
+  size_t numel, maxseg; /* the adapters: floats, largest segment */
+  double base, scratch; /* the frozen base's bytes; its read scratch (buffers) */
+  double act;           /* the adapters' scratch (activations) */
+} lora_plan;
+
+/* The adapters of a->target at a->rank on mc, without allocating them; the
+ * base as ct_mmdit_quantize_from stores it. */
+static int plan_lora(const plan_args *a, const ct_mmdit_config *mc, const ct_param *tab,
+                     size_t ntab, size_t numel, int B, int H, int T, lora_plan *lp) {
+  ct_err err = {0};
+  const char *const *targets = ct_lora_preset(a->target);
+  const double drop = atof(a->dropout);
+  if (!targets) {
+    fprintf(stderr, "ctuner bench memory: --flux_lora_target %s: use one of %s\n", a->target,
+            ct_lora_preset_names());
+    return 2;
+  }
+  ct_lora *l = NULL;
+  const ct_lora_opts o = {(int)a->rank, (double)a->rank, drop, 0};
+  if (ct_lora_new(mc, targets, &o, CT_LORA_NO_PARAMS, &l, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    return 2;
+  }
+  memset(lp, 0, sizeof *lp);
+  lp->numel = ct_lora_numel(l);
+  for (int k = 0; k < ct_lora_nsegments(l); k++) {
+    size_t off, n;
+    ct_lora_segment(l, k, &off, &n);
+    if (n > lp->maxseg) lp->maxseg = n;
+  }
+  size_t nad, scr = 0;
+  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+  const int Li = (H / 2) * (H / 2);
+  for (size_t i = 0; i < nad; i++) {
+    const size_t N = lora_rows(ad[i].base, B, Li, T);
+    const size_t f = N * (size_t)a->rank * 2 + (drop > 0 ? N * (size_t)ad[i].in * 2 : 0);
+    if (f > scr) scr = f;
+  }
+  lp->act = 4.0 * (double)scr;
+  ct_lora_free(l);
+  if (!strcmp(a->precision, "no_change")) {
+    lp->base = 4.0 * (double)numel;
+    return 0;
+  }
+  lp->base =
+      (double)ct_mmdit_quant_bytes(tab, ntab, a->precision, !strcmp(a->default_dtype, "bf16"));
+  lp->scratch = 4.0 * (double)ct_mmdit_max_segment(mc, tab, ntab, numel);
+  if (lp->base <= 0 || ct_mmdit_quant_dtype(&tab[0], a->precision, 0) < 0) {
+    fprintf(stderr,
+            "ctuner bench memory: --base_model_precision %s: use no_change, bf16, "
+            "int8-quanto or int8-torchao\n",
+            a->precision);
     return 2;
   }
   return 0;
@@ -243,7 +326,8 @@ static void print_frozen(const frozen fz[3], double *total) {
 }
 
 int ct_bench_memory_plan(int argc, char **argv) {
-  plan_args a = {"bench", NULL, "no", "none", "none", 0, 1, 0, 1, 0, 0, 0, 0};
+  plan_args a = {"bench", NULL, "no", "none", "none", 0,           1,      0,     1, 0,
+                 0,       0,    0,    "full", "all",  "no_change", "fp32", "0.1", 16};
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   ct_mmdit_config mc;
@@ -260,8 +344,30 @@ int ct_bench_memory_plan(int argc, char **argv) {
   }
   for (size_t i = 0; i < ntab; i++) psi += tab[i].numel;
   const size_t maxseg = ct_mmdit_max_segment(&mc, tab, ntab, numel);
+  if (a.res) res = a.res;
+  if (a.tokens) T = (int)a.tokens;
+  if (res % (2 * s)) {
+    fprintf(stderr, "ctuner bench memory: --resolution %ld must be a multiple of %d\n", res, 2 * s);
+    free(tab);
+    return 2;
+  }
+  const int H = (int)(res / s), lora = !strcmp(a.model_type, "lora");
+  lora_plan lp = {numel, maxseg, 0, 0, 0};
+  if (lora && (rc = plan_lora(&a, &mc, tab, ntab, numel, (int)a.batch, H, T, &lp))) {
+    free(tab);
+    return rc;
+  }
+  if (!lora && (strcmp(a.model_type, "full") || strcmp(a.precision, "no_change"))) {
+    fprintf(stderr,
+            "ctuner bench memory: --model_type %s --base_model_precision %s: use "
+            "--model_type full (float32) or lora\n",
+            a.model_type, a.precision);
+    free(tab);
+    return 2;
+  }
   free(tab);
-  ct_memplan_opts o = {numel,
+  if (lora) psi = lp.numel;
+  ct_memplan_opts o = {lp.numel,
                        psi,
                        (int)a.ranks,
                        (int)a.stage,
@@ -271,7 +377,7 @@ int ct_bench_memory_plan(int argc, char **argv) {
                        !strcmp(a.offopt, "nvme"),
                        !strcmp(a.offpar, "nvme"),
                        (size_t)a.offbuf,
-                       maxseg,
+                       lp.maxseg,
                        0, /* reduce_bucket_size: the default, hidden^2 */
                        mc.hidden};
   ct_memplan p;
@@ -279,14 +385,11 @@ int ct_bench_memory_plan(int argc, char **argv) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
     return 2;
   }
-  if (a.res) res = a.res;
-  if (a.tokens) T = (int)a.tokens;
-  if (res % (2 * s)) {
-    fprintf(stderr, "ctuner bench memory: --resolution %ld must be a multiple of %d\n", res, 2 * s);
-    return 2;
-  }
-  const int H = (int)(res / s);
-  const double act = (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T);
+  const double act =
+      (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T) + lp.act;
+  p.params += lp.base;         /* the frozen base (lora): counted as params, as the trainer does */
+  p.formula_params += lp.base; /* whole on every rank: adapters + their state + the base */
+  p.zero_buffers += lp.scratch;
   const double tot = p.params + p.grads + p.optimizer,
                ftot = p.formula_params + p.formula_grads + p.formula_optimizer;
   printf(
@@ -308,6 +411,14 @@ int ct_bench_memory_plan(int argc, char **argv) {
       "\"use_ema\": %s",
       act / MB, a.batch, res, H, T, a.ckpt, a.offopt, a.offpar, p.swap / MB, p.offload_buffers / MB,
       p.startup_params / MB, p.startup_optimizer / MB, a.ema ? "true" : "false");
+  if (lora)
+    printf(
+        ", \"lora\": {\"flux_lora_target\": \"%s\", \"lora_rank\": %ld, \"adapters\": %zu, "
+        "\"base_model_precision\": \"%s\", \"base_params\": %zu, \"base_mb\": %.2f, "
+        "\"base_f32_mb\": %.2f, \"base_bytes_per_param\": %.4f, \"base_read_scratch_mb\": "
+        "%.2f}",
+        a.target, a.rank, lp.numel, a.precision, numel, lp.base / MB, 4.0 * (double)numel / MB,
+        lp.base / (double)numel, lp.scratch / MB);
   double fr = 0;
   print_frozen(fz, &fr);
   printf(
