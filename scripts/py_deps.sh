@@ -10,7 +10,7 @@
 #        line that runs on Debian's torch 1.13), tokenizers, sentencepiece,
 #        protobuf (transformers reads spiece.model through it; 6.31.1 also
 #        satisfies tensorboard)
-#   diffusers  torch 2.x + diffusers 0.42.1 + peft 0.21.2 (LoRA; FluxTransformer2DModel needs
+#   diffusers  torch 2.x + diffusers 0.42.1 + peft 0.21.2 + optimum-quanto 0.2.7 + torchao 0.18.0 (LoRA; FluxTransformer2DModel needs
 #        F.scaled_dot_product_attention, i.e. torch >= 2), safetensors. Lives in
 #        its OWN venv, $CT_PY_VENV_TORCH2 (default ~/.cache/ctuner/py-venv-torch2),
 #        made WITHOUT Debian's system packages so its torch never shadows the
@@ -70,6 +70,8 @@ group_diffusers() {
   pinned diffusers==0.42.1 safetensors==0.8.0 peft==0.21.2
   # FluxPipeline itself (scripts/flux_tiny_pipeline.py): its text encoders and tokenizers
   pinned transformers==5.24.0 sentencepiece==0.2.0 protobuf==6.31.1
+  # the int8 weight quantisers base_model_precision names (scripts/quant_golden.py)
+  pinned optimum-quanto==0.2.7 torchao==0.18.0
 }
 
 groups=("$@")

@@ -365,3 +365,62 @@ CT_TEST(quant, mmdit_quantize_from_segments) {
   ct_mmdit_free(a);
   ct_mmdit_free(b);
 }
+
+/* ---------------------------------------------------------------- the libraries' own tensors */
+
+#define qdata(rel) ct_test_data_in("CT_QUANT_DATA", "quant", rel)
+
+/* ct_quantize_int8 gives optimum-quanto's (qint8 weights) and torchao's
+ * (Int8WeightOnlyConfig) int8 values and scales exactly, and the GEMM over the
+ * quanto weight gives the quantised nn.Linear's output (float32 sums in
+ * another order: 1e-5 relative). tests/data/quant from scripts/quant_golden.py. */
+CT_TEST(quant, int8_equals_quanto_and_torchao) {
+  struct ct_st_file *f = NULL;
+  ct_err e = {0};
+  REQUIRE(!ct_st_open(qdata("quant_golden.safetensors"), &f, &e));
+  int tensors = 0;
+  for (int i = 0;; i++) {
+    char n[32];
+    size_t nw, nx, ny, n1, n2;
+    snprintf(n, sizeof n, "w%d", i);
+    float *w = ct_test_tensor(f, n, &nw);
+    if (!w) break;
+    tensors++;
+    const ct_st_tensor *tw = ct_st_find(f, n);
+    const int R = (int)tw->shape[0], C = (int)tw->shape[1];
+    snprintf(n, sizeof n, "x%d", i);
+    float *x = ct_test_tensor(f, n, &nx);
+    snprintf(n, sizeof n, "y%d", i);
+    float *y = ct_test_tensor(f, n, &ny);
+    static const char *const lib[2] = {"quanto", "torchao"};
+    int8_t *q = malloc(nw);
+    float *s = malloc((size_t)R * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+      snprintf(n, sizeof n, "%s_q%d", lib[k], i);
+      float *gq = ct_test_tensor(f, n, &n1);
+      snprintf(n, sizeof n, "%s_s%d", lib[k], i);
+      float *gs = ct_test_tensor(f, n, &n2);
+      REQUIRE(gq && gs && n1 == nw && n2 == (size_t)R);
+      ct_quantize_int8(k ? CT_QUANT_TORCHAO : CT_QUANT_QUANTO, R, C, w, q, s);
+      size_t badq = 0, bads = 0;
+      for (size_t j = 0; j < nw; j++) badq += (float)q[j] != gq[j];
+      for (int r = 0; r < R; r++) bads += memcmp(&s[r], &gs[r], sizeof(float)) != 0;
+      CHECKF(!badq && !bads, "w%d (%dx%d) vs %s: %zu int8 values and %zu scales differ", i, R, C,
+             lib[k], badq, bads);
+      if (k == 0 && x && y) { /* the quantised Linear's forward */
+        ct_quantize_int8(CT_QUANT_QUANTO, R, C, w, q, s);
+        ct_wview v = {CT_WDT_I8, q, s};
+        const int N = (int)(nx / (size_t)C);
+        float *out = calloc(ny, sizeof(float));
+        ct_linear_fwd_w(N, C, R, x, C, &v, NULL, out, R);
+        double err = ct_test_rel_err(out, y, ny);
+        CHECKF(err < 1e-5, "w%d: quanto Linear output %.3g relative", i, err);
+        free(out);
+      }
+      free(gq), free(gs);
+    }
+    free(q), free(s), free(w), free(x), free(y);
+  }
+  CHECKF(tensors >= 4, "%d golden tensors", tensors);
+  ct_st_close(f);
+}
