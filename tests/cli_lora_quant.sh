@@ -5,7 +5,7 @@
 # (means over windows of 10 steps) agree within 2% of the bf16 base's, the
 # int8 base is logged at about a quarter of float32's bytes, and the
 # precisions ctuner does not build (or a quantised base under model_type
-# full) are refused by name. LORA_QUANT_STEPS (default 30) sets the length:
+# full, or a quantised text encoder) are refused by name. LORA_QUANT_STEPS (default 30) sets the length:
 # `make lora-quant-long` runs 200 steps.
 # Usage: tests/cli_lora_quant.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
@@ -84,4 +84,8 @@ err "nf4 base" "base_model_precision nf4-bnb is not implemented" --base_model_pr
 err "unknown precision" "base_model_precision must be" --base_model_precision=int7
 err "full fine-tune" "needs model_type lora" --model_type=full --base_model_precision=int8-quanto
 err "quantize_via" "quantize_via" --base_model_precision=int8-quanto --quantize_via=accelerator
+err "T5 int8" "text_encoder_2_precision int8-quanto is not implemented" \
+  --text_encoder_2_precision=int8-quanto
+err "CLIP fp8" "text_encoder_1_precision fp8-quanto is not implemented" \
+  --text_encoder_1_precision=fp8-quanto
 exit $fail

@@ -67,6 +67,11 @@
   X(base_model_default_dtype, STR, "fp32", LORA, ONE_OF("bf16|fp32"),                              \
     "model_type lora with an int8 base: the linear weight left unquantised (final_layer.linear) "  \
     "stored as fp32 (ctuner's default) or bf16 (SimpleTuner's); biases and norms stay float32")    \
+  X(text_encoder_1_precision, STR, "no_change", FULL, FN(check_te1_precision),                     \
+    "a pipeline's CLIP-L: no_change (its stored weights, computed in float32); bf16 draws one "    \
+    "warning (not rounded); int8/fp8/int4/nf4 are not implemented for the text encoders")          \
+  X(text_encoder_2_precision, STR, "no_change", FULL, FN(check_te2_precision),                     \
+    "a pipeline's T5: as text_encoder_1_precision")                                                \
   X(quantize_via, STR, "cpu", LORA, USE("cpu"),                                                    \
     "model_type lora: where the base is quantised: cpu (ctuner has no accelerator)")               \
   X(vae_config, STR, NULL, VAE, ANY,                                                               \

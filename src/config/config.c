@@ -79,6 +79,8 @@ typedef struct vspec {
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_base_model_precision(const ct_config *c, ct_err *err);
+static ct_status check_te1_precision(const ct_config *c, ct_err *err);
+static ct_status check_te2_precision(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -508,6 +510,22 @@ static ct_status check_base_model_precision(const ct_config *c, ct_err *err) {
         "fine-tune trains float32 weights",
         p, c->model_type);
   return CT_OK;
+}
+
+/* text_encoder_{1,2}_precision: the frozen encoders are read from their
+ * stored weights and computed in float32 (docs/flux.md); no quantisation. */
+static ct_status te_precision(int k, const char *v, ct_err *err) {
+  if (strcmp(v, "no_change") && strcmp(v, "bf16"))
+    BAD("text_encoder_%d_precision %s is not implemented: the text encoders are kept as stored "
+        "and computed in float32 (no_change; bf16 draws a warning)",
+        k, v);
+  return CT_OK;
+}
+static ct_status check_te1_precision(const ct_config *c, ct_err *err) {
+  return te_precision(1, c->text_encoder_1_precision, err);
+}
+static ct_status check_te2_precision(const ct_config *c, ct_err *err) {
+  return te_precision(2, c->text_encoder_2_precision, err);
 }
 
 static ct_status check_preset(const ct_config *c, ct_err *err) {

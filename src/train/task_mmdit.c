@@ -384,6 +384,12 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   st = tr->fp ? ct_textcond_flux(tr->fp, !strcmp(cfg->t5_padding, "zero"), &tr->tc, err)
               : ct_textcond_builtin(cfg, tr->g.mc.context_in_dim, NULL, tr->g.T, &tr->tc, err);
   if (st) return st;
+  for (int k = 0; k < 2 && lead && tr->fp; k++)
+    if (!strcmp(k ? cfg->text_encoder_2_precision : cfg->text_encoder_1_precision, "bf16"))
+      CT_WARN(
+          "text_encoder_%d_precision bf16: %s is computed from its stored weights widened to "
+          "float32, not rounded to bf16",
+          k + 1, k ? "T5" : "CLIP-L");
   tr->text_cb = (ct_text_cb){tr->tc, tr->g.T};
   st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn,
                        err);
