@@ -209,8 +209,9 @@ CT_TEST(quant, linear_w_equals_linear_on_dequantised) {
   free(x), free(b), free(dy);
 }
 
-/* Invariants: the row's absmax element maps to +-127 (quanto) or +-127/-128
- * (torchao), every element within half a step, zero rows stay zero. */
+/* Invariants (torchao rounds w * (1/scale): half a step + a few ulps): the row's absmax element
+ * maps to +-127 (quanto) or +-127/-128 (torchao), every element within half a step, zero rows stay
+ * zero. */
 CT_TEST(quant, int8_invariants) {
   rng_s = 9;
   const int R = 33, C = 70;
@@ -225,7 +226,7 @@ CT_TEST(quant, int8_invariants) {
       for (int c = 0; c < C; c++) {
         float v = w[(size_t)r * C + c], d = (float)q[(size_t)r * C + c] * s[r];
         amax = abs(q[(size_t)r * C + c]) > amax ? abs(q[(size_t)r * C + c]) : amax;
-        CHECKF(fabsf(v - d) <= 0.5f * s[r] * (1 + 1e-5f) + 1e-30f, "kind %d row %d col %d", k, r,
+        CHECKF(fabsf(v - d) <= 0.5f * s[r] * (1 + 1e-4f) + 1e-30f, "kind %d row %d col %d", k, r,
                c);
       }
       if (r == 5)

@@ -12,6 +12,7 @@
 #include "ctuner/comm.h"
 #include "ctuner/config.h"
 #include "ctuner/log.h"
+#include "ctuner/mmdit.h"
 #include "ctuner/synth.h"
 #include "ctuner/train.h"
 
@@ -73,8 +74,9 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "--flux_lora_target at --lora_rank are the trained model (psi, grads, optimizer),\n"
       "the frozen base is counted in params at --base_model_precision's bytes (int8:\n"
       "1 byte per parameter + a float32 scale per output row; bf16: 2), its segment\n"
-      "read scratch in buffers, the adapters' scratch in activations; \"lora\" reports\n"
-      "base_mb and base_bytes_per_param (docs/lora.md).\n");
+      "read scratch in buffers, the adapters' scratch in activations; the formula's\n"
+      "params add the base (whole on every rank); --plan's \"lora\" reports base_mb and\n"
+      "base_bytes_per_param (docs/lora.md).\n");
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -122,6 +124,27 @@ static ct_status peaks_max(ct_comm *comm, int rank, int N, double mx[5], ct_err 
       if (v[5 * r + k] > mx[k]) mx[k] = v[5 * r + k];
   free(v);
   return st;
+}
+
+/* model_type lora: the frozen base's bytes at precision (whole on every
+ * rank, in params), beside the adapters' formula. */
+static double base_bytes(const char *preset, const char *precision, const char *default_dtype) {
+  ct_config cfg;
+  ct_err err = {0};
+  ct_mmdit_config mc;
+  ct_param *tab = NULL;
+  size_t n = 0, numel = 0;
+  double b = 0;
+  ct_config_defaults(&cfg);
+  if (!ct_config_set(&cfg, "preset", preset, &err) &&
+      !ct_train_model_config(&cfg, &mc, NULL, NULL, &err) &&
+      !ct_mmdit_param_table(&mc, &tab, &n, &numel, &err))
+    b = strcmp(precision, "no_change")
+            ? (double)ct_mmdit_quant_bytes(tab, n, precision, !strcmp(default_dtype, "bf16"))
+            : 4.0 * (double)numel;
+  free(tab);
+  ct_config_free(&cfg);
+  return b;
 }
 
 /* One of the six LoRA options (as ct_cli_opt: 1 taken, 0 not this one, -1 bad). */
@@ -265,6 +288,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
+  if (!strcmp(lora_val[0], "lora")) fp += base_bytes(preset, lora_val[4], lora_val[5]);
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
     printf(
