@@ -425,3 +425,53 @@ CT_TEST(quant, int8_equals_quanto_and_torchao) {
   CHECKF(tensors >= 4, "%d golden tensors", tensors);
   ct_st_close(f);
 }
+
+/* ---------------------------------------------------------------- T5 in its stored dtype */
+
+#include "ctuner/t5.h"
+
+/* A text_encoder_2 stored BF16 (the tiny FLUX pipeline's) stays in its mapped
+ * files and gives the very bits of the same weights held in float32 (the
+ * directory rewritten as F32 here): widening is exact and the GEMM packs the
+ * same panels, q, k, v as three products or one. */
+CT_TEST(quant, t5_mapped_bf16_equals_float32) {
+  const char *src = "tests/data/flux_pipe/dev/text_encoder_2";
+  char dir[512], p[1200];
+  snprintf(dir, sizeof dir, "%s/t5_f32", ct_test_tmpdir());
+  snprintf(p, sizeof p, "mkdir -p %s && cp %s/config.json %s/", dir, src, dir);
+  REQUIRE(system(p) == 0);
+  ct_st_set s;
+  ct_err e = {0};
+  REQUIRE(!ct_st_set_open(&s, src, "model.safetensors", &e));
+  ct_st_writer *w = NULL;
+  REQUIRE(!ct_st_writer_new(&w));
+  float *keep[64]; /* the writer borrows each tensor's floats until it writes */
+  size_t nk = 0;
+  for (size_t k = 0; k < s.nf; k++)
+    for (size_t i = 0; i < s.f[k]->ntensors && nk < 64; i++) {
+      const ct_st_tensor *x = &s.f[k]->tensors[i];
+      float *v = keep[nk++] = malloc(x->numel * sizeof(float));
+      REQUIRE(v && !ct_st_to_f32(x, v, x->numel, &e));
+      CHECK(!ct_st_writer_add_f32(w, x->name, x->ndim, x->shape, v, CT_DTYPE_F32, &e));
+    }
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  CHECKF(!ct_st_writer_write(w, p, &e), "%s", e.msg);
+  ct_st_writer_free(w);
+  while (nk) free(keep[--nk]);
+  ct_st_set_close(&s);
+  ct_t5 *a = NULL, *b = NULL;
+  REQUIRE(!ct_t5_load(src, &a, &e) && !ct_t5_load(dir, &b, &e));
+  CHECK(ct_t5_mapped(a) == 1 && ct_t5_mapped(b) == 0);
+  const int B = 2, T = 9, d = ct_t5_cfg(a)->d_model, V = ct_t5_cfg(a)->vocab;
+  int32_t ids[18];
+  for (int i = 0; i < B * T; i++) ids[i] = (int32_t)((i * 37 + 5) % V);
+  float *ya = malloc((size_t)B * T * d * sizeof(float)), *yb = malloc((size_t)B * T * d * 4);
+  REQUIRE(!ct_t5_encode(a, ids, B, T, ya, &e) && !ct_t5_encode(b, ids, B, T, yb, &e));
+  CHECK(!memcmp(ya, yb, (size_t)B * T * d * sizeof(float)));
+  double s2 = 0;
+  for (int i = 0; i < B * T * d; i++) s2 += fabs(ya[i]);
+  CHECK(s2 > 0);
+  free(ya), free(yb);
+  ct_t5_free(a);
+  ct_t5_free(b);
+}

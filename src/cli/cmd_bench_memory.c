@@ -64,7 +64,7 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "their stored dtype: for --pretrained DIR (a diffusers FLUX.1 pipeline, or its\n"
       "transformer/) text_encoder_2, text_encoder and vae from their safetensors\n"
       "headers; for --preset flux-dev FLUX.1-dev's T5-XXL, CLIP-L and VAE in bf16\n"
-      "(f32_mb: the same widened to float32, as ctuner's loaders hold them today).\n"
+      "(f32_mb: the same widened to float32, as the CLIP and VAE loaders hold them).\n"
       "buffers_mb: ZeRO's buckets, slots and bf16 scratch (zero), and the full float32\n"
       "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
       "planned: the communicator's scratch, the frozen encoders' activations, the data\n"

@@ -321,7 +321,8 @@ static void print_frozen(const frozen fz[3], double *total) {
   }
   double f32 = 0;
   for (int k = 0; k < 3; k++) f32 += fz[k].present ? 4 * fz[k].params : 0;
-  /* ctuner's T5, CLIP and VAE loaders widen the weights to float32 today */
+  /* frozen_f32_mb: the same widened to float32 (CLIP's and the VAE's loaders
+   * still do; T5 stays in its mapped BF16 files) */
   printf("], \"frozen_mb\": %.2f, \"frozen_f32_mb\": %.2f", *total / MB, f32 / MB);
 }
 
