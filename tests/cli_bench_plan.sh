@@ -12,15 +12,15 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 
 # measured vs planned: exact bytes per category
-# (model_type lora: the adapters trained, the frozen base counted in params at
-# base_model_precision's bytes, ct_mmdit_quant_bytes; its read scratch in buffers)
-for spec in "tiny 1 0 no 0" "tiny 3 2 no 0" "tiny 2 3 bf16 0" "small 2 1 bf16 1" \
-  "tiny 1 0 no 0 int8-quanto" "tiny 2 2 no 0 int8-torchao" "small 2 3 bf16 1 bf16" \
-  "tiny 1 1 no 0 no_change"; do
+# (model_type lora: the adapters trained, the frozen base in params — at stage 3 a byte range per
+# rank when float32; bf16 / int8 (base_model_precision) at its stored bytes, whole on every rank,
+# its read scratch in buffers)
+for spec in "tiny 1 0 no 0 full" "tiny 3 2 no 0 full" "tiny 2 3 bf16 0 full" "small 2 1 bf16 1 full" \
+  "tiny 2 3 no 0 lora" "tiny 1 1 bf16 1 lora" "tiny 1 0 no 0 lora int8-quanto" \
+  "tiny 2 3 no 0 lora int8-torchao" "small 2 2 bf16 1 lora bf16"; do
   set -- $spec
-  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5")
-  [ -n "${6:-}" ] && args+=(--model_type lora --flux_lora_target all+ffs --lora_rank 4
-    --base_model_precision "$6")
+  args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5" --model_type "$6")
+  [ -n "${7:-}" ] && args+=(--flux_lora_target all+ffs --lora_rank 4 --base_model_precision "$7")
   m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
   p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
   if /usr/bin/python3 -c '
@@ -39,19 +39,36 @@ print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
   fi
 done
 
+# LoRA on FLUX.1's 12B shape: the base per rank is 1/N of it at stage 3 (its byte range), whole below
+j0=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 2)
+j3=$("$CT" bench memory --plan --preset flux-dev --model_type lora --ranks 8 --stage 3)
+if /usr/bin/python3 -c '
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+whole = 4 * a["base_psi"]
+near = lambda x, y: abs(x - y) <= 1e-5 * y
+ok = (a["bytes"]["params"] > whole and near(b["base_mb"] * 8, a["base_mb"]) and near(a["base_mb"] * 1048576, whole)
+      and near(b["formula_base_mb"] * 8, a["formula_base_mb"]) and b["gather_base_rank0_mb"] >= a["base_mb"])
+print("  base per rank: stage 2 %.0f MB, stage 3 %.0f MB" % (a["base_mb"], b["base_mb"]))
+sys.exit(0 if ok else 1)' "$j0" "$j3"; then
+  ok "flux-dev LoRA plan: the frozen base at 1/8 per rank at stage 3 on 8 ranks"
+else
+  bad "flux-dev LoRA plan: $j0 | $j3"
+fi
+
 # FLUX.1's 12B transformer under LoRA: the frozen base at its stored bytes
 # (int8: 1 byte per parameter, float32 scales per output row, biases and
-# norms and final_layer.linear in float32; bf16: 2 bytes)
+# norms and final_layer.linear in float32; bf16: 2 bytes), whole at stage 3 too
 for pr in "int8-quanto 1.0 1.01" "bf16 2.0 2.001" "no_change 4 4"; do
   set -- $pr
   j=$("$CT" bench memory --plan --preset flux-dev --model_type lora --base_model_precision "$1" \
-    --flux_lora_target all --lora_rank 16 2>"$tmp/fl.err")
+    --flux_lora_target all --lora_rank 16 --ranks 8 --stage 2 2>"$tmp/fl.err")
   if r=$(/usr/bin/python3 -c '
 import json, sys
-d = json.loads(sys.argv[1]); l = d["lora"]; lo, hi = float(sys.argv[2]), float(sys.argv[3])
-bp, bb, ad = l["base_params"], l["base_bytes_per_param"], l["adapters"]
-print(f"{bp} base parameters, {bb:.4f} bytes each, {ad} adapter parameters")
-sys.exit(0 if lo <= l["base_bytes_per_param"] <= hi and l["base_params"] > 11e9 and d["psi"] == l["adapters"] else 1)' \
+d = json.loads(sys.argv[1]); lo, hi = float(sys.argv[2]), float(sys.argv[3])
+bp, bb, ps = d["base_psi"], d["base_bytes_per_param"], d["psi"]
+print(f"{bp} base parameters, {bb:.4f} bytes each, {ps} adapter parameters")
+sys.exit(0 if lo <= bb <= hi and bp > 11e9 and ps < 1e8 else 1)' \
     "$j" "$2" "$3"); then ok "flux-dev LoRA plan, $1 base: $r"; else bad "flux-dev LoRA plan $1: $r $j $(cat "$tmp/fl.err")"; fi
 done
 
@@ -108,6 +125,23 @@ sys.exit(0 if ok else 1)' "$j0" "$j1" "$m" "$jt"; then
   ok "offload nvme: measured start-up peaks = plan; steady state: weights and state in the swap file, 3 buffers"
 else
   bad "offload plan: $j0 | $j1 | $m | $jt | $(cat "$tmp/m.err")"
+fi
+
+# LoRA with offload_param: the base's byte range goes to a swap file of its own as well
+lo=(--preset tiny --ranks 2 --stage 3 --model_type lora --offload_optimizer nvme --offload_param nvme)
+m=$("$CT" bench memory "${lo[@]}" 2>"$tmp/m.err")
+t=$("$CT" bench memory --plan "${lo[@]}")
+t0=$("$CT" bench memory --plan --preset tiny --ranks 2 --stage 3 --model_type lora)
+if /usr/bin/python3 -c '
+import json, sys
+m, t, t0 = (json.loads(a) for a in sys.argv[1:4])
+mb, tb, b0 = m["bytes"], t["bytes"], t0["bytes"]
+ok = (mb["params"] == tb["startup_params"] == b0["params"] and mb["optimizer"] == tb["startup_optimizer"]
+      and tb["params"] == 0 and tb["swap"] == b0["params"] + b0["optimizer"] and mb["grads"] == tb["grads"])
+sys.exit(0 if ok else 1)' "$m" "$t" "$t0"; then
+  ok "LoRA offload nvme: measured peaks = plan; adapters, their state and the base's byte range in swap files"
+else
+  bad "LoRA offload plan: $m | $t | $t0 | $(cat "$tmp/m.err")"
 fi
 
 # refused: offload_param below stage 3, an unknown preset, a bad precision

@@ -36,7 +36,8 @@ JSON
 cat > "$tmp/base.json" <<JSON
 {"--preset": "tiny", "--resolution": 8, "--aspect_bucket_alignment": 8, "--data_backend_config": "$tmp/backend.json",
  "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 11, "--max_train_steps": 20,
- "--checkpoint_step_interval": 0, "--use_ema": true, "--max_grad_norm": 1.0, "--flow_shift": 1}
+ "--checkpoint_step_interval": 0, "--use_ema": true, "--max_grad_norm": 1.0, "--grad_clip_method": "norm",
+ "--flow_shift": 1}
 JSON
 # (flow_shift 1 pins the value the measured tables of docs/distributed.md were
 # taken with; SimpleTuner's default, 3, applies since issue 21)

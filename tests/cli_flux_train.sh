@@ -42,7 +42,7 @@ tensors "$tmp/a/pipeline" "$tmp/a.bfl" && tensors $P/dev "$tmp/orig.bfl" && ! cm
 # ---- checkpoint export of a pipeline run: diffusers directory and BFL file hold its transformer ----
 "$CT" checkpoint export --checkpoint "latest:$tmp/a" --format diffusers --max_shard_size 100K --out "$tmp/exp_dif" >/dev/null &&
   "$CT" checkpoint export --checkpoint "$tmp/a/checkpoint-2" --out "$tmp/exp.safetensors" >/dev/null &&
-  "$CT" model convert --from "$tmp/a/checkpoint-2/model.safetensors" --axes_dims_rope 4,6,6 --layout bfl \
+  "$CT" model convert --from "$tmp/a/checkpoint-2/transformer" --layout bfl \
     --to "$tmp/ref.bfl" >/dev/null && tensors "$tmp/exp_dif" "$tmp/exp_dif.bfl" &&
   "$CT" model convert --from "$tmp/exp.safetensors" --axes_dims_rope 4,6,6 --layout bfl --to "$tmp/exp_bfl.bfl" >/dev/null &&
   cmp -s "$tmp/exp_dif.bfl" "$tmp/ref.bfl" && cmp -s "$tmp/exp_bfl.bfl" "$tmp/ref.bfl" &&
@@ -65,8 +65,37 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train -
   --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=1 --checkpoint_step_interval=1 \
   --disable_validation=true > "$tmp/z.out" 2> "$tmp/z.err"; rc=$?
 [ $rc -eq 0 ] && tensors "$tmp/z/checkpoint-1/transformer" "$tmp/z.bfl" && ! cmp -s "$tmp/z.bfl" "$tmp/orig.bfl" &&
-  cmp -s "$tmp/z.bfl" "$tmp/z/checkpoint-1/model.safetensors" &&
-  ok "2 ranks ZeRO-3: trains; its transformer/ loads back and holds the checkpoint's weights" || bad "zero3: rc=$rc $(tail -5 "$tmp/z.err")"
+  [ ! -e "$tmp/z/checkpoint-1/model.safetensors" ] && [ ! -e "$tmp/a/checkpoint-1/model.safetensors" ] &&
+  ok "2 ranks ZeRO-3: trains; its transformer/ (float32: the checkpoint's only copy of the weights) loads back" ||
+  bad "zero3: rc=$rc $(ls "$tmp/z/checkpoint-1") $(tail -5 "$tmp/z.err")"
+# resuming at ZeRO-3 reads each rank's range of that transformer/
+ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" \
+  --train_batch_size=1 --num_threads=1 --zero_stage=3 --output_dir="$tmp/z" --max_train_steps=2 --checkpoint_step_interval=1 \
+  --disable_validation=true > "$tmp/z2.out" 2> "$tmp/z2.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "resum" "$tmp/z2.err" && tensors "$tmp/z/checkpoint-2/transformer" "$tmp/z2.bfl" &&
+  ! cmp -s "$tmp/z.bfl" "$tmp/z2.bfl" && ok "2 ranks ZeRO-3: resumes from the checkpoint's transformer/ and trains on" ||
+  bad "zero3 resume: rc=$rc $(grep -i resum "$tmp/z2.err" | head -2) $(tail -3 "$tmp/z2.err")"
+
+# ---- bf16: the float32 master weights (model.safetensors) beside a bf16 transformer/ ----
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/h" --mixed_precision=bf16 \
+  --max_train_steps=1 --checkpoint_step_interval=1 --disable_validation=true > /dev/null 2> "$tmp/h.err"; rc=$?
+[ $rc -eq 0 ] && [ -f "$tmp/h/checkpoint-1/model.safetensors" ] &&
+  grep -q '"dtype":"BF16"' "$tmp/h/checkpoint-1/transformer/diffusion_pytorch_model.safetensors" &&
+  ok "bf16: the checkpoint keeps float32 masters (model.safetensors) and a bf16 transformer/" ||
+  bad "bf16 pipeline run: rc=$rc $(ls "$tmp/h/checkpoint-1") $(tail -3 "$tmp/h.err")"
+
+# ---- LoRA on the pipeline's transformer, 2 ranks: ZeRO-3 (each rank reads its byte range of the
+# sharded BF16 transformer as the frozen base, gathered per block) = ZeRO-2 (the base whole), bit for bit
+for s in 2 3; do
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train --pretrained_model_name_or_path=$P/dev \
+    --model_flavour=dev "${COMMON[@]}" --num_threads=1 --zero_stage=$s --output_dir="$tmp/l$s" --max_train_steps=2 \
+    --checkpoint_step_interval=0 --model_type=lora --lora_rank=2 --flux_lora_target=all --lora_dropout=0 \
+    --disable_validation=true > /dev/null 2> "$tmp/l$s.err" || bad "lora zero $s: $(tail -3 "$tmp/l$s.err")"
+done
+cmp -s "$tmp/l2/pytorch_lora_weights.safetensors" "$tmp/l3/pytorch_lora_weights.safetensors" &&
+  grep -q "frozen base sharded by bytes" "$tmp/l3.err" &&
+  ok "LoRA on the pipeline, 2 ranks: ZeRO-3 with the base sharded = ZeRO-2, adapter file bit for bit" ||
+  bad "lora pipeline zero3 vs zero2: $(grep -i "frozen\|error" "$tmp/l3.err" | head -3)"
 
 # ---- schnell: no guidance, 256 T5 tokens; the transformer from a BFL file ----
 "$CT" train --pretrained_model_name_or_path=$P/schnell --model_flavour=schnell "${COMMON[@]}" --output_dir="$tmp/s" \
@@ -94,6 +123,23 @@ tensors "$tmp/a/checkpoint-1/transformer" "$tmp/a1.bfl"
 [ $rc -eq 0 ] && cmp -s "$tmp/s1.png" "$tmp/s2.png" && ! cmp -s "$tmp/s0.png" "$tmp/s1.png" &&
   ok "sample --pretrained: the run's last checkpoint and its output pipeline give the same image, the base another" ||
   bad "sample: rc=$rc $(cat "$tmp/s.err")"
+# validation uses the pipeline's own scheduler config (here a copy whose
+# dynamic shift and terminal differ from FLUX.1's): a 1-step run's validation
+# image is what sample --pretrained gives from its pipeline/ with the same settings
+cp -rL $P/dev "$tmp/devs"
+sed -i 's/"max_shift": 1.15/"max_shift": 2.5/; s/"shift_terminal": null/"shift_terminal": 0.3/' "$tmp/devs/scheduler/scheduler_config.json"
+"$CT" train --pretrained_model_name_or_path="$tmp/devs" --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/v" \
+  --max_train_steps=1 --checkpoint_step_interval=1 --validation_prompt="a red circle" --validation_resolution=32 \
+  --validation_num_inference_steps=3 --validation_seed=7 --validation_guidance=3.5 > "$tmp/v.out" 2> "$tmp/v.err" &&
+  "$CT" sample --pretrained "$tmp/v/pipeline" --prompt "a red circle" --out "$tmp/v.png" --width 32 --height 32 \
+    --steps 3 --seed 7 --guidance 3.5 >> "$tmp/s.out" 2>> "$tmp/v.err"; rc=$?
+val=$(ls "$tmp/v/validation_images/"*.png 2>/dev/null | grep -v grid | head -1)
+[ $rc -eq 0 ] && [ -n "$val" ] && /usr/bin/python3 -c '
+import sys; from PIL import Image
+a, b = (Image.open(f).convert("RGB").tobytes() for f in sys.argv[1:])
+sys.exit(0 if a == b else 1)' "$val" "$tmp/v.png" &&
+  ok "validation samples with the pipeline's scheduler (its shift_terminal, max_shift): the pixels of sample --pretrained" ||
+  bad "validation vs sample: rc=$rc val=$val $(ls "$tmp/v/validation_images") $(tail -3 "$tmp/v.err")"
 "$CT" sample --checkpoint "latest:$tmp/a" --prompt x --out "$tmp/s3.png" 2> "$tmp/err"; rc=$?
 [ $rc -ne 0 ] && grep -q "ctuner sample --pretrained" "$tmp/err" && ok "sample --checkpoint of a pipeline run says to add --pretrained" ||
   bad "sample without --pretrained: rc=$rc $(cat "$tmp/err")"

@@ -130,6 +130,19 @@ PY
 # 2 ranks (batch 1 each) = 1 rank (batch 2), ZeRO-2 and ZeRO-3 over the adapters
 train z2 2 --train_batch_size=1 --zero_stage=2 && near z2 one "2 ranks ZeRO-2 = 1 rank"
 train z3 2 --train_batch_size=1 --zero_stage=3 && same z2 z3 "2 ranks ZeRO-3 = 2 ranks ZeRO-2"
+# ZeRO-3 shards the frozen base too (by bytes, gathered per block): half of it per rank
+/usr/bin/python3 - "$tmp/z3.err" <<'PY' && ok "ZeRO-3: the frozen base sharded ($(grep -o '[0-9]* of [0-9]* bytes per rank' "$tmp/z3.err"))" || bad "ZeRO-3 base not sharded: $(grep -i 'frozen\|ZeRO' "$tmp/z3.err" | head -3)"
+import re, sys
+m = re.search(r"frozen base sharded by bytes: (\d+) of (\d+) bytes per rank", open(sys.argv[1]).read())
+sys.exit(not (m and 2 * int(m.group(1)) - int(m.group(2)) in range(0, 129)))
+PY
+# offload_param nvme at ZeRO-3: the adapters' weights and the base's byte range each in a swap file,
+# read piece by piece before each gather: the same numbers
+train zo 2 --train_batch_size=1 --zero_stage=3 --offload_param=nvme --offload_optimizer=nvme \
+  --offload_param_path="$tmp/swap" &&
+  grep -q "the frozen base's [0-9]* bytes per rank in" "$tmp/zo.err" && same z3 zo "ZeRO-3 with the base offloaded (offload_param nvme) = ZeRO-3" &&
+  cmp -s "$tmp/z3/validation_images/step_4_validation_0_16x16.png" "$tmp/zo/validation_images/step_4_validation_0_16x16.png" &&
+  ok "... and its validation image (the base read back from the swap file)" || bad "offloaded base: validation image"
 # dropout masks keyed by sample id: 2 ranks draw what 1 rank draws
 train d1 1 --train_batch_size=2 --lora_dropout=0.3 --disable_validation=true &&
   train d2 2 --train_batch_size=1 --lora_dropout=0.3 --zero_stage=2 --disable_validation=true &&
@@ -154,9 +167,8 @@ mkdir -p "$tmp/res2" && cp -r "$tmp/z2/checkpoint-2" "$tmp/res2/" &&
   train res2 2 --train_batch_size=1 --zero_stage=3 --resume_from_checkpoint=latest &&
   same z3 res2 "ZeRO-2 checkpoint resumed under ZeRO-3 on 2 ranks" checkpoint-4
 # a 2-rank ZeRO-3 checkpoint resumed on 1 rank (stage 0): the 1-rank run's numbers (within 1e-5)
-mkdir -p "$tmp/res3" && cp -r "$tmp/z3/checkpoint-2" "$tmp/res3/" &&
-  train res3 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
-  /usr/bin/python3 - "$tmp/one" "$tmp/res3" <<'PY' && ok "ZeRO-3 2-rank checkpoint resumed on 1 rank (within 1e-5)" || bad "2 -> 1 rank resume"
+wnear() { # a b what: the final adapter files within 1e-5 relative
+  /usr/bin/python3 - "$tmp/$1" "$tmp/$2" <<'PY' && ok "$3 (within 1e-5)" || bad "$3"
 import json, struct, sys
 def w(r):
     b = open(r + "/pytorch_lora_weights.safetensors", "rb").read()
@@ -168,6 +180,23 @@ e = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / (max(abs(v) for v in a[k])
 print(f"  max relative difference {e:.2e}")
 sys.exit(not (set(a) == set(b) and e < 1e-5))
 PY
+}
+mkdir -p "$tmp/res3" && cp -r "$tmp/z3/checkpoint-2" "$tmp/res3/" &&
+  train res3 1 --train_batch_size=2 --resume_from_checkpoint=latest &&
+  wnear one res3 "ZeRO-3 2-rank checkpoint resumed on 1 rank"
+# the same 2-rank ZeRO-3 checkpoint on 1 rank at ZeRO-3 (one shard: the whole base
+# through the hooks) continues exactly as on 1 rank at stage 0
+mkdir -p "$tmp/res4" && cp -r "$tmp/z3/checkpoint-2" "$tmp/res4/" &&
+  train res4 1 --train_batch_size=2 --zero_stage=3 --resume_from_checkpoint=latest &&
+  same res3 res4 "2-rank ZeRO-3 checkpoint: 1 rank ZeRO-3 = 1 rank stage 0" checkpoint-4
+# a 1-rank stage-0 checkpoint on 2 ranks: ZeRO-3 (sharded base) = ZeRO-2 (whole base), bit
+# for bit, and within 1e-5 of the uninterrupted 2-rank run
+for s in 2 3; do
+  mkdir -p "$tmp/up$s" && cp -r "$tmp/one/checkpoint-2" "$tmp/up$s/" &&
+    train up$s 2 --train_batch_size=1 --zero_stage=$s --resume_from_checkpoint=latest --disable_validation=true
+done
+same up2 up3 "1-rank stage-0 checkpoint on 2 ranks: ZeRO-3 = ZeRO-2" checkpoint-4
+wnear z3 up3 "1-rank stage-0 checkpoint resumed on 2 ranks ZeRO-3 = the 2-rank run"
 # init_lora: start from the finished adapter; the first loss differs from a fresh start
 train init 1 --train_batch_size=2 --max_train_steps=1 --init_lora="$tmp/one/pytorch_lora_weights.safetensors" &&
   [ "$(summary "$tmp/init" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&

@@ -37,11 +37,13 @@ shapes_fixture 32
 cat > "$tmp/base.json" <<JSON
 {"--data_backend_config": "$tmp/backend.json", "--resolution": 16, "--aspect_bucket_alignment": 8,
  "--learning_rate": 1e-3, "--disable_validation": true, "--seed": 7, "--max_train_steps": 8,
- "--checkpoint_step_interval": 0, "--max_grad_norm": 1.0, "--disable_progress_bar": true}
+ "--checkpoint_step_interval": 0, "--max_grad_norm": 1.0, "--grad_clip_method": "norm",
+ "--disable_progress_bar": true}
 JSON
 
 # The goldens predate SimpleTuner's defaults (issue 21: flow_shift 3 when
-# unset): the MMDiT runs pin the value they were recorded with.
+# unset; grad_clip_method value, pinned to norm above): the MMDiT runs pin
+# the value they were recorded with.
 PIN="--flow_shift=1"
 # name | ranks | extra flags
 RUNS=(

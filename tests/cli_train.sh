@@ -76,6 +76,49 @@ sys.exit(0 if rel <= 1e-6 and abs(la - lb) <= 1e-6 * abs(la) and np.abs(ga).max(
 PY
 then ok "accumulation 8x1 == 4x2"; else bad "accumulation 8x1 != 4x2"; fi
 
+# ---- grad_clip_method: value clamps each element (SimpleTuner's default), norm scales the whole ----
+# SGD, lr 1: w0 - w1 is the clipped gradient; acc1 (same batch 8, lr 1000, no clipping) gives g
+for m in value norm; do
+  run --output_dir="$tmp/clip-$m" --train_batch_size=8 --max_train_steps=1 --optimizer=sgd --optimizer_momentum=0 \
+    --adam_weight_decay=0 --learning_rate=1 --max_grad_norm=0.001 --grad_clip_method=$m \
+    --caption_dropout_probability=0.5 >/dev/null 2>"$tmp/clip-$m.log" || bad "clip $m: $(tail -2 "$tmp/clip-$m.log")"
+done
+if /usr/bin/python3 - "$tmp" <<'PY'
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8+n]); out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        s, e = v["data_offsets"]; out[k] = np.frombuffer(b[8+n+s:8+n+e], dtype=np.float32)
+    return out
+w0 = load(d + "/init/checkpoint-1/model.safetensors")
+g = np.concatenate([(w0[k].astype(np.float64) - load(d + "/acc1/checkpoint-1/model.safetensors")[k]) / 1000 for k in sorted(w0)])
+gv = np.concatenate([w0[k].astype(np.float64) - load(d + "/clip-value/checkpoint-1/model.safetensors")[k] for k in sorted(w0)])
+gn = np.concatenate([w0[k].astype(np.float64) - load(d + "/clip-norm/checkpoint-1/model.safetensors")[k] for k in sorted(w0)])
+# value: clip(g, -c, c) elementwise; norm: g * c / (|g| + 1e-6)
+ev = np.abs(gv - np.clip(g, -1e-3, 1e-3)).max() / 1e-3
+en = np.abs(gn - g * 1e-3 / (np.linalg.norm(g) + 1e-6)).max() / np.abs(gn).max()
+print("value clip err %.3g (%d of %d clamped), norm clip err %.3g, |g| %.3g" % (ev, (np.abs(g) > 1e-3).sum(), g.size, en, np.linalg.norm(g)))
+sys.exit(0 if ev < 1e-3 and en < 1e-3 and (np.abs(g) > 1e-3).sum() > 0 and np.linalg.norm(g) > 1e-3 else 1)
+PY
+then ok "grad_clip_method value clamps elements, norm scales to the norm (SGD, lr 1)"; else bad "grad_clip_method"; fi
+
+# ---- SimpleTuner's validation keys: the negative prompt drives the CFG pass; the rest warn or refuse ----
+vrun() { rm -rf "$tmp/$1"; run --output_dir="$tmp/$1" --max_train_steps=3 --learning_rate=1e-2 --disable_validation=false --validation_prompt="a red circle" \
+  --validation_guidance=4 "${@:2}" >/dev/null 2>"$tmp/$1.log"; }
+vrun vneg0 && vrun vneg1 --validation_negative_prompt="a blue square" &&
+  vrun vneg2 --validation_negative_prompt="" --evaluation_type=clip --validation_guidance_rescale=0.7 \
+    --validation_disable_unconditional=false --validation_prompt_library=false --controlnet=false; rc=$?
+img() { ls "$tmp/$1/validation_images/"*validation*.png | head -1; }
+[ $rc -eq 0 ] && ! cmp -s "$(img vneg0)" "$(img vneg1)" && cmp -s "$(img vneg0)" "$(img vneg2)" &&
+  [ "$(grep -c "evaluation_type clip has no effect\|validation_guidance_rescale 0.7 has no effect\|validation_disable_unconditional false" "$tmp/vneg2.log")" -eq 3 ] &&
+  ok "validation_negative_prompt is the CFG pass's prompt; evaluation_type clip, guidance rescale, disable_unconditional false warn once each" ||
+  bad "validation keys: rc=$rc $(img vneg0) $(img vneg1) $(img vneg2) $(cmp "$(img vneg0)" "$(img vneg1)"; cmp "$(img vneg0)" "$(img vneg2)") $(tail -3 "$tmp/vneg2.log")"
+expect_err "controlnet true refused" "ControlNet training is not implemented" run --controlnet=true --output_dir="$tmp/e"
+expect_err "validation_prompt_library true refused" "user_prompt_library" run --validation_prompt_library=true --output_dir="$tmp/e"
+
 # ---- bit-exact resume after kill -9 during a checkpoint write ----
 common=(--max_train_steps=6 --checkpoint_step_interval=3 --use_ema=true --lr_scheduler=cosine
         --lr_warmup_steps=2 --caption_dropout_probability=0.3)

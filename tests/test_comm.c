@@ -214,6 +214,27 @@ CT_TEST(comm, collectives) {
     free(b);
     free(acc);
   }
+  /* raw bytes (a frozen storage sharded by byte ranges, zero.c): a range
+   * all-gather at odd byte offsets equals the bytes; a reduce-scatter of
+   * bytes is refused */
+  {
+    const size_t n = 4099, sh = 4 * ct_comm_shard_len((n + 3) / 4, N);
+    unsigned char *bmine = malloc(sh), *bgot = calloc(n, 1);
+    REQUIRE(bmine && bgot);
+    for (size_t i = 0; i < sh; i++) bmine[i] = (unsigned char)(((size_t)R * sh + i) * 131u + 7u);
+    ct_comm_req *q = NULL;
+    REQUIRE(ct_comm_iallgather_t(c, CT_COMM_U8, bmine, 13, n - 5, sh, bgot + 13, &q, &err) ==
+            CT_OK);
+    REQUIRE(ct_comm_wait(c, q, &err) == CT_OK);
+    size_t badu = 0;
+    for (size_t i = 0; i < n; i++)
+      badu += bgot[i] != (i >= 13 && i < n - 5 ? (unsigned char)(i * 131u + 7u) : 0);
+    CHECKF(badu == 0, "byte range all-gather: %zu wrong", badu);
+    CHECK(ct_comm_ireduce_scatter_t(c, CT_COMM_U8, 0, bgot, 0, n, sh, bmine, &q, &err) ==
+          CT_ERR_INVALID);
+    free(bmine);
+    free(bgot);
+  }
   double d[2] = {R + 0.25, 1.0};
   REQUIRE(ct_comm_allreduce_f64(c, d, 2, &err) == CT_OK);
   CHECK_NEAR(d[0], N * (N - 1) / 2.0 + 0.25 * N, 0);

@@ -243,7 +243,7 @@ static ct_status weights(fx *f, float *out, int *gather_ok, ct_err *err) {
     return CT_OK;
   }
   full_view fv;
-  ct_status st = ct_dp_gather_full(tr, &fv, err);
+  ct_status st = ct_dp_gather_full(tr, &fv, 0, err);
   if (!st && tr->rank == 0) {
     *gather_ok = fv.w && ct_model_params(tr->model) == fv.w;
     if (fv.w) memcpy(out, fv.w, f->nw * sizeof(float));

@@ -110,8 +110,10 @@ ct_status ct_comm_iallgather(ct_comm *c, const float *mine, size_t a, size_t b, 
                              float *recv, ct_comm_req **req, ct_err *err);
 /* The same for float32 or bf16 elements (bf16: sums in float32, rounded to
  * bf16 once). flags CT_COMM_ACCUMULATE adds the sum to acc; without it acc
- * receives the sum, and acc may then be this rank's slot of send itself. */
-typedef enum ct_comm_dtype { CT_COMM_F32 = 0, CT_COMM_BF16 = 1 } ct_comm_dtype;
+ * receives the sum, and acc may then be this rank's slot of send itself.
+ * CT_COMM_U8: raw bytes (a frozen weight storage of any dtype, sharded by
+ * byte ranges), all-gather only (a reduce-scatter of bytes is refused). */
+typedef enum ct_comm_dtype { CT_COMM_F32 = 0, CT_COMM_BF16 = 1, CT_COMM_U8 = 2 } ct_comm_dtype;
 #define CT_COMM_ACCUMULATE 1
 ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, const void *send,
                                     size_t a, size_t b, size_t shard, void *acc, ct_comm_req **req,

@@ -198,7 +198,11 @@
   X(mup_base_hidden, INT, "0", FULL, INT_GE(0),                                                    \
     "Mu* optimizers: width of the base model (0: the preset's)")                                   \
   X(max_grad_norm, NUM, "2.0", ALL, NUM_GE_UNIT(0, " (0 disables)"),                               \
-    "clip gradients to this global L2 norm (0: no clipping)")                                      \
+    "the gradient clipping threshold (grad_clip_method; 0: no clipping)")                          \
+  X(grad_clip_method, STR, "value", ALL, ONE_OF("value|norm"),                                     \
+    "value: clamp each gradient element to +-max_grad_norm (SimpleTuner's default); norm: scale "  \
+    "the whole gradient to global L2 norm max_grad_norm (a DeepSpeed config always clips by "      \
+    "norm)")                                                                                       \
   X(max_nonfinite_steps, INT, "5", ALL, INT_GE(1),                                                 \
     "stop after this many consecutive steps with NaN/Inf")                                         \
   X(gradient_checkpointing, BOOL, "false", FULL, ANY,                                              \
@@ -247,6 +251,21 @@
   X(validation_resolution, STR, NULL, FULL, ANY, "WxH[,WxH...] or a side (default: resolution)")   \
   X(num_validation_images, INT, "1", FULL, INT_IN(1, 64), "images per validation prompt")          \
   X(validation_seed, INT, "0", FULL, ANY, "seed of validation noise")                              \
+  X(validation_negative_prompt, STR, NULL, FULL, ANY,                                              \
+    "the unconditional prompt of validation's CFG pass (unset: the empty caption); FLUX.1 "        \
+    "pipelines make no CFG pass")                                                                  \
+  X(validation_guidance_rescale, NUM, "0", FULL, NUM_IN("[]", 0, 1),                               \
+    "SimpleTuner's CFG rescale, which it applies to SD 1.x/2.x/XL only: nonzero draws a warning")  \
+  X(validation_disable_unconditional, BOOL, "false", FULL, ANY,                                    \
+    "SimpleTuner's switch for its extra empty-prompt validation images, which ctuner never "       \
+    "samples (false given: one warning)")                                                          \
+  X(validation_prompt_library, BOOL, "false", FULL, FN(check_prompt_library),                      \
+    "SimpleTuner's built-in validation prompts: not shipped (true is refused; use "                \
+    "user_prompt_library)")                                                                        \
+  X(evaluation_type, STR, NULL, FULL, NONE_OR("clip"),                                             \
+    "SimpleTuner's validation scoring: clip draws a warning (no CLIP image model here)")           \
+  X(controlnet, BOOL, "false", ALL, FN(check_controlnet),                                          \
+    "ControlNet training: not implemented (true is refused)")                                      \
   X(disable_validation, BOOL, "false", ALL, ANY, "never sample validation images")                 \
   X(caption_dropout_probability, NUM, "0.1", FULL, NUM_IN("[]", 0, 1),                             \
     "replace captions with the empty caption")                                                     \

@@ -75,6 +75,9 @@ typedef struct ct_memplan_opts {
   size_t maxseg;          /* floats of the largest segment (ct_mmdit_max_segment) */
   size_t bucket;          /* reduce_bucket_size (floats; 0: hidden^2, the default) */
   int hidden;
+  /* model_type lora: the frozen base's storage (bytes; 0: none) and its largest
+   * segment (bytes); category params, at stage 3 this rank's byte range */
+  size_t frozen_bytes, frozen_maxseg, frozen_psi; /* frozen_psi: the base's parameters */
 } ct_memplan_opts;
 
 /* Bytes per rank — the largest rank's (rank 0's) — by accounting category,
@@ -93,6 +96,9 @@ typedef struct ct_memplan {
   double gather_rank0; /* category buffers, rank 0 only, while validating or checkpointing:
                           the full float32 weights (and EMA) gathered from the shards */
   size_t range, shard, offload_sub; /* floats: rank 0's optimizer range, the shard, a sub-group */
+  double base;         /* of params: the frozen base (whole, or this rank's bytes at stage 3) */
+  double formula_base; /* of formula_params: 4 bytes per base parameter, / N at stage 3 */
+  double gather_base_rank0; /* category buffers, rank 0, validating: the whole base gathered */
 } ct_memplan;
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err);
 
@@ -136,6 +142,10 @@ typedef struct ct_sample_opts {
   float flow_shift;  /* static shift; 0 or 1: none */
   uint64_t seed;
   int auto_shift; /* 1: the shift from the image's token count (flow_schedule_auto_shift) */
+  /* a FLUX.1 pipeline's scheduler (fm_sched.c): when set, its sigmas and
+   * timesteps as FluxPipeline computes them replace flow_shift/auto_shift */
+  const struct ct_fm_sched_config *sched;
+  const char *negative; /* the CFG pass's prompt (NULL: ""); FluxPipeline (sched) makes none */
 } ct_sample_opts;
 
 /* n images; image i uses prompts[i] and noise (seed, index0 + i). out[] are

@@ -23,18 +23,19 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "no|bf16]\n"
       "                           [--gradient_checkpointing N] [--offload_optimizer "
       "none|nvme]\n"
-      "                           [--offload_param none|nvme]\n"
-      "                           [--model_type full|lora [--flux_lora_target T] [--lora_rank R]\n"
-      "                            [--lora_dropout P] [--base_model_precision no_change|bf16|\n"
-      "                            int8-quanto|int8-torchao] [--base_model_default_dtype "
-      "fp32|bf16]]\n"
+      "                           [--offload_param none|nvme] [--model_type full|lora]\n"
+      "                           [--lora_rank R] [--flux_lora_target T] [--lora_dropout P]\n"
+      "                           [--base_model_precision "
+      "no_change|bf16|int8-quanto|int8-torchao]\n"
+      "                           [--base_model_default_dtype fp32|bf16]\n"
       "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
       "N]\n"
       "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
       "                           [--offload_optimizer none|cpu|nvme] [--offload_param "
       "none|cpu|nvme]\n"
       "                           [--offload_buffer_size FLOATS] [--use_ema] [--batch B]\n"
-      "                           [--resolution PX] [--tokens T]\n"
+      "                           [--resolution PX] [--tokens T] [--model_type full|lora]\n"
+      "                           [--lora_rank R] [--flux_lora_target T]\n"
       "\n"
       "Trains 2 steps of AdamW (batch 1 per rank, 16x16 images) with ZeRO stage S\n"
       "(default 0) and prints one JSON line from rank 0: the largest per-rank peak\n"
@@ -50,6 +51,11 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "default): the activations peak drops. --offload_optimizer / --offload_param nvme\n"
       "train with the swap file in the run's temporary directory (the peaks include\n"
       "the start-up, before the state and weights move to the file).\n"
+      "--model_type lora trains LoRA adapters (--lora_rank R, default 16;\n"
+      "--flux_lora_target T, default all; lora_dropout 0.1) on the frozen base: Ψ is\n"
+      "the adapters', params count them and the float32 base (at stage 3 this rank's\n"
+      "byte range of it), and the formula's params add the base, 4Ψ_base (/N at stage\n"
+      "3); base_mb gives the base alone (docs/lora.md).\n"
       "\n"
       "--plan computes the same per-rank bytes from the parameter table without\n"
       "allocating the model or training (no MPI; --ranks N is arithmetic): params,\n"
@@ -75,8 +81,29 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "the frozen base is counted in params at --base_model_precision's bytes (int8:\n"
       "1 byte per parameter + a float32 scale per output row; bf16: 2), its segment\n"
       "read scratch in buffers, the adapters' scratch in activations; the formula's\n"
-      "params add the base (whole on every rank); --plan's \"lora\" reports base_mb and\n"
+      "params add the base (a float32 base is sharded at stage 3, a narrow one is whole\n"
+      "on every rank); --plan's \"lora\" reports base_mb and\n"
       "base_bytes_per_param (docs/lora.md).\n");
+}
+
+/* The formula's frozen base of a LoRA run (0 for full fine-tuning): 4 bytes
+ * per base parameter, divided by N at stage 3. */
+static double lora_base_formula_of(const char *preset, const char *mtype, long stage, int N) {
+  if (strcmp(mtype, "lora")) return 0;
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_mmdit_config mc;
+  ct_err err = {0};
+  ct_param *tab = NULL;
+  size_t ntab = 0, numel = 0;
+  double psi = 0;
+  if (!ct_config_set(&cfg, "preset", preset, &err) &&
+      !ct_train_model_config(&cfg, &mc, NULL, NULL, &err) &&
+      !ct_mmdit_param_table(&mc, &tab, &ntab, &numel, &err))
+    for (size_t i = 0; i < ntab; i++) psi += (double)tab[i].numel;
+  free(tab);
+  ct_config_free(&cfg);
+  return 4.0 * psi / (stage >= 3 ? N : 1);
 }
 
 static int relaunch(int argc, char **argv, long ranks) {
@@ -147,15 +174,6 @@ static double base_bytes(const char *preset, const char *precision, const char *
   return b;
 }
 
-/* One of the six LoRA options (as ct_cli_opt: 1 taken, 0 not this one, -1 bad). */
-static int lora_opt(int argc, char **argv, int *i, const char *const keys[6], const char *val[6]) {
-  for (int k = 0; k < 6; k++) {
-    int r = ct_cli_opt(argc, argv, i, keys[k], &val[k]);
-    if (r) return r;
-  }
-  return 0;
-}
-
 int ct_cmd_bench_memory(int argc, char **argv) {
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -163,12 +181,9 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     else if (!strcmp(argv[i], "--plan"))
       return ct_bench_memory_plan(argc, argv);
   const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
+  const char *mtype = "full", *lrank = "16", *ltarget = "all";
   long stage = 0, ranks = 0, ckpt = 0;
-  /* model_type lora and its keys, passed to the run as given */
-  static const char *const lora_keys[] = {
-      "model_type",   "flux_lora_target",     "lora_rank",
-      "lora_dropout", "base_model_precision", "base_model_default_dtype"};
-  const char *lora_val[6] = {"full", "all", "16", "0.1", "no_change", "fp32"};
+  const char *ldrop = "0.1", *lprec = "no_change", *lddt = "fp32";
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -177,9 +192,13 @@ int ct_cmd_bench_memory(int argc, char **argv) {
     } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &offopt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar))) {
-      if (r < 0) return 2;
-    } else if ((r = lora_opt(argc, argv, &i, lora_keys, lora_val))) {
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &mtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_rank", &lrank)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &ltarget)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &ldrop)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &lprec)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &lddt))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
@@ -257,13 +276,15 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"gradient_checkpointing_interval", ck_s},
                          {"offload_optimizer", offopt},
                          {"offload_param", offpar},
-                         {"offload_param_path", swap}};
-  for (size_t i = 0; i < sizeof kv / sizeof kv[0] + 6; i++)
-    if (i < sizeof kv / sizeof kv[0] ? ct_config_set(&cfg, kv[i][0], kv[i][1], &err)
-        : i - sizeof kv / sizeof kv[0] < 6 && !strcmp(lora_val[0], "lora")
-            ? ct_config_set(&cfg, lora_keys[i - sizeof kv / sizeof kv[0]],
-                            lora_val[i - sizeof kv / sizeof kv[0]], &err)
-            : 0) {
+                         {"offload_param_path", swap},
+                         {"model_type", mtype},
+                         {"lora_rank", lrank},
+                         {"flux_lora_target", ltarget},
+                         {"lora_dropout", ldrop},
+                         {"base_model_precision", lprec},
+                         {"base_model_default_dtype", lddt}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
       ct_config_free(&cfg);
       goto done;
@@ -288,7 +309,11 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
-  if (!strcmp(lora_val[0], "lora")) fp += base_bytes(preset, lora_val[4], lora_val[5]);
+  /* LoRA: the frozen base, 4Ψ_base (/N at stage 3), or at its stored bytes */
+  const double base = !strcmp(mtype, "lora") && strcmp(lprec, "no_change")
+                          ? base_bytes(preset, lprec, lddt)
+                          : lora_base_formula_of(preset, mtype, stage, N);
+  fp += base;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
     printf(
@@ -300,11 +325,13 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "%.2f}, "
         "\"measured_over_formula\": %.4f, \"outside_formula_mb\": {\"activations\": %.2f, "
         "\"buffers\": %.2f}, \"gradient_checkpointing\": %ld, \"offload_optimizer\": \"%s\", "
-        "\"offload_param\": \"%s\", \"bytes\": {\"params\": %.0f, "
+        "\"offload_param\": \"%s\", \"model_type\": \"%s\", \"base_mb\": %.2f, "
+        "\"bytes\": {\"params\": %.0f, "
         "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"buffers\": %.0f}}\n",
         preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
         fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576, ckpt, offopt, offpar, mx[0], mx[1], mx[2], mx[3], mx[4]);
+        mx[4] / 1048576, ckpt, offopt, offpar, mtype, base / 1048576, mx[0], mx[1], mx[2], mx[3],
+        mx[4]);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

@@ -110,12 +110,10 @@ static int read_component(const char *dir, frozen *f) {
 }
 
 typedef struct plan_args {
-  const char *preset, *pretrained, *mp, *offopt, *offpar;
-  long stage, ranks, ckpt, batch, res, tokens, offbuf, ema;
-  /* model_type lora (docs/lora.md): the adapters are the trained model, the
-   * base is frozen at base_model_precision */
-  const char *model_type, *target, *precision, *default_dtype, *dropout;
-  long rank;
+  const char *preset, *pretrained, *mp, *offopt, *offpar, *mtype, *ltarget;
+  long stage, ranks, ckpt, batch, res, tokens, offbuf, ema, lrank;
+  /* model_type lora: the base's storage (docs/lora.md), the adapters' dropout */
+  const char *lprec, *lddt, *ldrop;
 } plan_args;
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -130,14 +128,14 @@ static int parse(int argc, char **argv, plan_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &a->mp)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &a->offopt)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar)) ||
-               (r = ct_cli_opt(argc, argv, &i, "model_type", &a->model_type)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->target)) ||
-               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->precision)) ||
-               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->default_dtype)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->dropout))) {
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &a->mtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->lprec)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "lora_rank", &v))) {
-      if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->rank)) return 2;
+      if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->lrank)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &a->stage)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
@@ -168,77 +166,64 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "ctuner bench memory: --mixed_precision %s: use no or bf16\n", a->mp);
     return 2;
   }
+  if (strcmp(a->mtype, "full") && strcmp(a->mtype, "lora")) {
+    fprintf(stderr, "ctuner bench memory: --model_type %s: use full or lora\n", a->mtype);
+    return 2;
+  }
   return 0;
 }
 
-/* Rows a LoRA adapter on base weight `base` sees per call (lora.c's scratch:
- * 2 N r floats, + 2 N in with dropout): the image, text or joint rows of the
- * batch, or one row per sample for the modulations and embeddings. */
-static size_t lora_rows(const char *base, int B, int Li, int T) {
-  if (strstr(base, "_mod.") || strstr(base, "modulation") || strstr(base, "adaLN") ||
+/* Rows of the batch that an adapter on MMDiT weight `base` sees (mmdit.c's
+ * calls of ct_lora_fwd/bwd): the image or text tokens, the joint rows of the
+ * single blocks, one row per sample for the embeddings of t/y and the
+ * modulations. */
+static size_t lora_rows(const char *base, size_t B, size_t Li, size_t T) {
+  if (strstr(base, "mod.") || strstr(base, "modulation") || strstr(base, "adaLN") ||
       !strncmp(base, "time_in", 7) || !strncmp(base, "vector_in", 9) ||
       !strncmp(base, "guidance_in", 11))
-    return (size_t)B;
-  if (strstr(base, ".txt_") || !strncmp(base, "txt_in", 6)) return (size_t)B * T;
-  if (!strncmp(base, "single_blocks", 13)) return (size_t)B * (Li + T);
-  return (size_t)B * Li; /* img stream, img_in, final_layer.linear */
+    return B;
+  if (!strncmp(base, "single_blocks.", 14)) return B * (Li + T);
+  if (strstr(base, ".txt_") || !strncmp(base, "txt_in", 6)) return B * T;
+  return B * Li; /* img stream, img_in, final_layer.linear */
 }
 
-typedef struct lora_plan {
-  size_t numel, maxseg; /* the adapters: floats, largest segment */
-  double base, scratch; /* the frozen base's bytes; its read scratch (buffers) */
-  double act;           /* the adapters' scratch (activations) */
-} lora_plan;
-
-/* The adapters of a->target at a->rank on mc, without allocating them; the
- * base as ct_mmdit_quantize_from stores it. */
-static int plan_lora(const plan_args *a, const ct_mmdit_config *mc, const ct_param *tab,
-                     size_t ntab, size_t numel, int B, int H, int T, lora_plan *lp) {
+/* model_type lora: the adapters as the trainable model (numel, Ψ, largest
+ * segment) and lora.c's scratch (category activations: the largest of
+ * rows x rank x 2, plus rows x in x 2 for the dropout masks, lora_dropout 0.1),
+ * without allocating them. */
+static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_opts *o, int B,
+                     int Li, int T, double *scratch) {
   ct_err err = {0};
-  const char *const *targets = ct_lora_preset(a->target);
-  const double drop = atof(a->dropout);
-  if (!targets) {
-    fprintf(stderr, "ctuner bench memory: --flux_lora_target %s: use one of %s\n", a->target,
+  ct_lora *l = NULL;
+  const char *const *tg = ct_lora_preset(a->ltarget);
+  if (!tg) {
+    fprintf(stderr, "ctuner bench memory: --flux_lora_target %s: use one of %s\n", a->ltarget,
             ct_lora_preset_names());
     return 2;
   }
-  ct_lora *l = NULL;
-  const ct_lora_opts o = {(int)a->rank, (double)a->rank, drop, 0};
-  if (ct_lora_new(mc, targets, &o, CT_LORA_NO_PARAMS, &l, &err)) {
-    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+  const double drop = atof(a->ldrop);
+  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, drop, 0};
+  if (ct_lora_new(mc, tg, &lo, CT_LORA_NO_PARAMS, &l, &err)) {
+    fprintf(stderr, "ctuner bench memory: flux_lora_target %s: %s\n", a->ltarget, err.msg);
     return 2;
   }
-  memset(lp, 0, sizeof *lp);
-  lp->numel = ct_lora_numel(l);
+  size_t nad;
+  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
+  o->numel = ct_lora_numel(l);
+  o->psi = o->maxseg = 0;
+  *scratch = 0;
+  for (size_t i = 0; i < nad; i++) {
+    o->psi += (size_t)a->lrank * (size_t)(ad[i].in + ad[i].out);
+    const double rows = (double)lora_rows(ad[i].base, (size_t)B, (size_t)Li, (size_t)T);
+    const double n = rows * (double)a->lrank * 2 + (drop > 0 ? rows * ad[i].in * 2 : 0);
+    if (4 * n > *scratch) *scratch = 4 * n;
+  }
   for (int k = 0; k < ct_lora_nsegments(l); k++) {
     size_t off, n;
     ct_lora_segment(l, k, &off, &n);
-    if (n > lp->maxseg) lp->maxseg = n;
+    if (n > o->maxseg) o->maxseg = n;
   }
-  size_t nad, scr = 0;
-  const ct_lora_adapter *ad = ct_lora_adapters(l, &nad);
-  const int Li = (H / 2) * (H / 2);
-  for (size_t i = 0; i < nad; i++) {
-    const size_t N = lora_rows(ad[i].base, B, Li, T);
-    const size_t f = N * (size_t)a->rank * 2 + (drop > 0 ? N * (size_t)ad[i].in * 2 : 0);
-    if (f > scr) scr = f;
-  }
-  lp->act = 4.0 * (double)scr;
   ct_lora_free(l);
-  if (!strcmp(a->precision, "no_change")) {
-    lp->base = 4.0 * (double)numel;
-    return 0;
-  }
-  lp->base =
-      (double)ct_mmdit_quant_bytes(tab, ntab, a->precision, !strcmp(a->default_dtype, "bf16"));
-  lp->scratch = 4.0 * (double)ct_mmdit_max_segment(mc, tab, ntab, numel);
-  if (lp->base <= 0 || ct_mmdit_quant_dtype(&tab[0], a->precision, 0) < 0) {
-    fprintf(stderr,
-            "ctuner bench memory: --base_model_precision %s: use no_change, bf16, "
-            "int8-quanto or int8-torchao\n",
-            a->precision);
-    return 2;
-  }
   return 0;
 }
 
@@ -321,14 +306,13 @@ static void print_frozen(const frozen fz[3], double *total) {
   }
   double f32 = 0;
   for (int k = 0; k < 3; k++) f32 += fz[k].present ? 4 * fz[k].params : 0;
-  /* frozen_f32_mb: the same widened to float32 (CLIP's and the VAE's loaders
-   * still do; T5 stays in its mapped BF16 files) */
+  /* ctuner's T5, CLIP and VAE loaders widen the weights to float32 today */
   printf("], \"frozen_mb\": %.2f, \"frozen_f32_mb\": %.2f", *total / MB, f32 / MB);
 }
 
 int ct_bench_memory_plan(int argc, char **argv) {
-  plan_args a = {"bench", NULL, "no", "none", "none", 0,           1,      0,     1, 0,
-                 0,       0,    0,    "full", "all",  "no_change", "fp32", "0.1", 16};
+  plan_args a = {"bench", NULL, "no", "none", "none", "full", "all",       0,      1,    0,
+                 1,       0,    0,    0,      0,      16,     "no_change", "fp32", "0.1"};
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   ct_mmdit_config mc;
@@ -345,30 +329,20 @@ int ct_bench_memory_plan(int argc, char **argv) {
   }
   for (size_t i = 0; i < ntab; i++) psi += tab[i].numel;
   const size_t maxseg = ct_mmdit_max_segment(&mc, tab, ntab, numel);
-  if (a.res) res = a.res;
-  if (a.tokens) T = (int)a.tokens;
-  if (res % (2 * s)) {
-    fprintf(stderr, "ctuner bench memory: --resolution %ld must be a multiple of %d\n", res, 2 * s);
-    free(tab);
-    return 2;
-  }
-  const int H = (int)(res / s), lora = !strcmp(a.model_type, "lora");
-  lora_plan lp = {numel, maxseg, 0, 0, 0};
-  if (lora && (rc = plan_lora(&a, &mc, tab, ntab, numel, (int)a.batch, H, T, &lp))) {
-    free(tab);
-    return rc;
-  }
-  if (!lora && (strcmp(a.model_type, "full") || strcmp(a.precision, "no_change"))) {
-    fprintf(stderr,
-            "ctuner bench memory: --model_type %s --base_model_precision %s: use "
-            "--model_type full (float32) or lora\n",
-            a.model_type, a.precision);
-    free(tab);
-    return 2;
-  }
+  /* base_model_precision (model_type lora): the base's stored bytes */
+  const int narrow = strcmp(a.lprec, "no_change") != 0;
+  const double qb =
+      narrow ? (double)ct_mmdit_quant_bytes(tab, ntab, a.lprec, !strcmp(a.lddt, "bf16")) : 0;
+  const int known = ct_mmdit_quant_dtype(&tab[0], a.lprec, 0) >= 0;
   free(tab);
-  if (lora) psi = lp.numel;
-  ct_memplan_opts o = {lp.numel,
+  if (!known || (narrow && strcmp(a.mtype, "lora"))) {
+    fprintf(stderr,
+            "ctuner bench memory: --base_model_precision %s: use no_change, bf16, int8-quanto or "
+            "int8-torchao, with --model_type lora\n",
+            a.lprec);
+    return 2;
+  }
+  ct_memplan_opts o = {numel,
                        psi,
                        (int)a.ranks,
                        (int)a.stage,
@@ -378,19 +352,44 @@ int ct_bench_memory_plan(int argc, char **argv) {
                        !strcmp(a.offopt, "nvme"),
                        !strcmp(a.offpar, "nvme"),
                        (size_t)a.offbuf,
-                       lp.maxseg,
+                       maxseg,
                        0, /* reduce_bucket_size: the default, hidden^2 */
-                       mc.hidden};
+                       mc.hidden,
+                       0,
+                       0,
+                       0};
+  if (a.res) res = a.res;
+  if (a.tokens) T = (int)a.tokens;
+  if (res % (2 * s)) {
+    fprintf(stderr, "ctuner bench memory: --resolution %ld must be a multiple of %d\n", res, 2 * s);
+    return 2;
+  }
+  const int H = (int)(res / s);
+  double act = (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T);
+  const int lora = !strcmp(a.mtype, "lora");
+  if (lora) { /* the adapters are trained; the MMDiT is the frozen base (float32 storage) */
+    double scratch = 0;
+    if ((rc = lora_plan(&a, &mc, &o, (int)a.batch, (H / 2) * (H / 2), T, &scratch))) return rc;
+    act += scratch;
+    if (!narrow) { /* float32: whole, or this rank's range at stage 3 (memplan.c) */
+      o.frozen_bytes = numel * sizeof(float);
+      o.frozen_maxseg = maxseg * sizeof(float);
+      o.frozen_psi = psi;
+    }
+  }
   ct_memplan p;
   if (ct_memplan_trainable(&o, &p, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
     return 2;
   }
-  const double act =
-      (double)ct_mmdit_activation_plan(&mc, (int)a.ckpt, (int)a.batch, H, H, T) + lp.act;
-  p.params += lp.base;         /* the frozen base (lora): counted as params, as the trainer does */
-  p.formula_params += lp.base; /* whole on every rank: adapters + their state + the base */
-  p.zero_buffers += lp.scratch;
+  if (narrow) { /* bf16 / int8 (ct_mmdit_quantize_from): whole on every rank, read
+                 * through one float32 segment of scratch (buffers, freed) */
+    p.base = p.formula_base = qb;
+    p.params += qb;
+    p.startup_params += qb;
+    p.formula_params += qb;
+    p.zero_buffers += 4.0 * (double)maxseg;
+  }
   const double tot = p.params + p.grads + p.optimizer,
                ftot = p.formula_params + p.formula_grads + p.formula_optimizer;
   printf(
@@ -400,10 +399,19 @@ int ct_bench_memory_plan(int argc, char **argv) {
       "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
       "%.2f}, \"plan_over_formula\": %.4f, ",
       a.pretrained ? "pretrained" : "preset", a.pretrained ? a.pretrained : a.preset, a.ranks,
-      a.stage, a.mp, psi, numel, p.params / MB, p.grads / MB, p.optimizer / MB, tot / MB,
+      a.stage, a.mp, o.psi, o.numel, p.params / MB, p.grads / MB, p.optimizer / MB, tot / MB,
       p.formula_params / MB, p.formula_grads / MB, p.formula_optimizer / MB, ftot / MB, tot / ftot);
   printf("\"buffers_mb\": {\"zero\": %.2f, \"gather_rank0\": %.2f}, ", p.zero_buffers / MB,
          p.gather_rank0 / MB);
+  if (lora) /* base_mb: of params; the formula's base 4Ψ_base (/N at stage 3), or stored bytes */
+    printf(
+        "\"model_type\": \"lora\", \"lora_rank\": %ld, \"flux_lora_target\": \"%s\", "
+        "\"base_model_precision\": \"%s\", \"base_psi\": %zu, \"base_mb\": %.2f, "
+        "\"base_bytes_per_param\": %.4f, \"formula_base_mb\": %.2f, "
+        "\"gather_base_rank0_mb\": %.2f, ",
+        a.lrank, a.ltarget, a.lprec, psi, p.base / MB,
+        p.base / (double)psi * (a.stage >= 3 && !narrow ? (double)a.ranks : 1.0),
+        p.formula_base / MB, p.gather_base_rank0 / MB);
   printf(
       "\"activations_mb\": %.2f, \"activation_shape\": {\"batch\": %ld, \"resolution\": %ld, "
       "\"latent\": %d, \"tokens\": %d, \"gradient_checkpointing\": %ld}, "
@@ -412,14 +420,6 @@ int ct_bench_memory_plan(int argc, char **argv) {
       "\"use_ema\": %s",
       act / MB, a.batch, res, H, T, a.ckpt, a.offopt, a.offpar, p.swap / MB, p.offload_buffers / MB,
       p.startup_params / MB, p.startup_optimizer / MB, a.ema ? "true" : "false");
-  if (lora)
-    printf(
-        ", \"lora\": {\"flux_lora_target\": \"%s\", \"lora_rank\": %ld, \"adapters\": %zu, "
-        "\"base_model_precision\": \"%s\", \"base_params\": %zu, \"base_mb\": %.2f, "
-        "\"base_f32_mb\": %.2f, \"base_bytes_per_param\": %.4f, \"base_read_scratch_mb\": "
-        "%.2f}",
-        a.target, a.rank, lp.numel, a.precision, numel, lp.base / MB, 4.0 * (double)numel / MB,
-        lp.base / (double)numel, lp.scratch / MB);
   double fr = 0;
   print_frozen(fz, &fr);
   printf(

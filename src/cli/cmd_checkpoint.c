@@ -47,12 +47,14 @@ static ct_status open_weights(const char *dir, int ema, ct_pipeline *p, ct_err *
   memset(p, 0, sizeof *p);
   ct_config_defaults(&p->cfg);
   /* the shape from transformer/config.json, the weights from the checkpoint's
-   * float32 model.safetensors (transformer/ may be stored in bf16) */
+   * float32 model.safetensors (a bf16 run's masters; its transformer/ is bf16),
+   * else transformer/ itself (a float32 run keeps its weights only there) */
   ct_mmdit_config mc;
   ct_status st = ct_flux_config_read(path, &mc, err);
   if (!st) st = ct_mmdit_new(&mc, 0, 0, &p->model, err);
   if (!st) {
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, ema ? "ema" : "model");
+    if (!ema && stat(path, &sb) != 0) return ct_mmdit_load_diffusers(p->model, tdir, err);
     st = stat(path, &sb) != 0 ? ct_errf(err, CT_ERR_NOT_FOUND, "%s: not in this checkpoint%s", path,
                                         ema ? " (trained without use_ema)" : "")
                               : ct_mmdit_load(p->model, path, "", err);

@@ -363,7 +363,9 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
                          (float)p->cfg.validation_guidance,
                          (float)p->cfg.flow_shift,
                          (uint64_t)p->cfg.validation_seed,
-                         p->cfg.flow_schedule_auto_shift};
+                         p->cfg.flow_schedule_auto_shift,
+                         NULL,
+                         p->cfg.validation_negative_prompt};
   int w = 0, h = 0;
   if (p->cfg.validation_resolution) {
     char x;

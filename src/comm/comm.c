@@ -330,10 +330,10 @@ struct ct_comm_req {
 };
 
 static size_t esize(ct_comm_dtype t) {
-  return t == CT_COMM_BF16 ? 2 : 4;
+  return t == CT_COMM_U8 ? 1 : t == CT_COMM_BF16 ? 2 : 4;
 }
 static MPI_Datatype mpi_type(ct_comm_dtype t) {
-  return t == CT_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+  return t == CT_COMM_U8 ? MPI_BYTE : t == CT_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
 }
 
 static float ld(ct_comm_dtype t, const void *p, size_t i) {
@@ -453,6 +453,8 @@ ct_status ct_comm_ireduce_scatter_t(ct_comm *c, ct_comm_dtype t, int flags, cons
                                     ct_err *err) {
   ct_comm_req *r;
   size_t off, m;
+  if (t == CT_COMM_U8)
+    return ct_errf(err, CT_ERR_INVALID, "reduce-scatter of raw bytes: only all-gather moves them");
   ct_status st = range_begin(c, 0, t, a, b, shard, &r, &off, &m, err);
   if (st) return st;
   const int N = c->size;

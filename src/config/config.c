@@ -81,6 +81,8 @@ static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_base_model_precision(const ct_config *c, ct_err *err);
 static ct_status check_te1_precision(const ct_config *c, ct_err *err);
 static ct_status check_te2_precision(const ct_config *c, ct_err *err);
+static ct_status check_controlnet(const ct_config *c, ct_err *err);
+static ct_status check_prompt_library(const ct_config *c, ct_err *err);
 static ct_status check_preset(const ct_config *c, ct_err *err);
 static ct_status check_output_dir(const ct_config *c, ct_err *err);
 static ct_status check_bytes(const ct_config *c, ct_err *err);
@@ -526,6 +528,17 @@ static ct_status check_te1_precision(const ct_config *c, ct_err *err) {
 }
 static ct_status check_te2_precision(const ct_config *c, ct_err *err) {
   return te_precision(2, c->text_encoder_2_precision, err);
+}
+static ct_status check_controlnet(const ct_config *c, ct_err *err) {
+  if (c->controlnet) BAD("controlnet: ControlNet training is not implemented");
+  return CT_OK;
+}
+
+static ct_status check_prompt_library(const ct_config *c, ct_err *err) {
+  if (c->validation_prompt_library)
+    BAD("validation_prompt_library: SimpleTuner's built-in prompt library is not shipped with "
+        "ctuner; list the prompts in user_prompt_library");
+  return CT_OK;
 }
 
 static ct_status check_preset(const ct_config *c, ct_err *err) {

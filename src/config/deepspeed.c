@@ -318,6 +318,14 @@ static ct_status apply_batch(ct_config *cfg, const ct_json *j, int world, ct_err
  * trainer's own clipping is not called with DeepSpeed). */
 static ct_status apply_clipping(ct_config *cfg, const ct_json *j, ct_err *err) {
   const ct_json *v = ct_json_get(j, "gradient_clipping");
+  /* DeepSpeed clips by the global norm (SimpleTuner skips its value clipping) */
+  if (cfg->given[CT_KEY_grad_clip_method] && strcmp(cfg->grad_clip_method, "norm"))
+    CT_WARN(
+        "grad_clip_method %s has no effect with a deepspeed_config: DeepSpeed clips the "
+        "gradient by its global norm (gradient_clipping)",
+        cfg->grad_clip_method);
+  ct_status st = set_key(cfg, "grad_clip_method", "norm", err);
+  if (st) return st;
   if (v) {
     static const char *const clip[][2] = {{"gradient_clipping", "max_grad_norm"}};
     return copy_numbers(cfg, j, "", clip, 1, err);

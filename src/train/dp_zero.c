@@ -18,8 +18,14 @@ static ct_status start(trainer *tr, ct_err *err) {
   if (!bucket) bucket = (size_t)tr->g.mc.hidden * (size_t)tr->g.mc.hidden;
   ct_status st = zero_init(&tr->z, tr->comm, tr->model, tr->stage, tr->bf16, bucket,
                            tr->own ? tr->wsh : NULL, err);
+  if (!st && tr->fsh) st = zero_set_frozen(&tr->z, tr->fsh, err); /* LoRA's base at stage 3 */
   if (st) return st;
   const size_t nw = ct_model_numel(tr->model);
+  if (tr->rank == 0 && tr->fsh)
+    CT_INFO(
+        "ZeRO-3: the frozen base sharded by bytes: %zu of %zu bytes per rank, each block gathered "
+        "before it runs (the next one prefetched) into 2 slots of %zu bytes",
+        tr->z.fz.shard, tr->z.fz.bytes, tr->z.fz.maxseg);
   if (tr->rank == 0 && tr->stage >= 2)
     CT_INFO(
         "ZeRO-%d: %zu of %zu parameters per rank; gradients reduced in buckets of %zu elements "
@@ -76,7 +82,12 @@ static ct_status step(trainer *tr, float *g, float lr, long opt_step, const floa
 }
 
 static void report(const trainer *tr) {
-  if (tr->z.comm)
+  if (tr->z.comm && tr->z.fz.on)
+    CT_INFO(
+        "ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %ld frozen-weight "
+        "gathers not prefetched, %.3f s waiting for communication",
+        tr->stage, tr->z.buckets, tr->z.misses, tr->z.fz.misses, tr->z.wait_s);
+  else if (tr->z.comm)
     CT_INFO(
         "ZeRO-%d: %ld bucket reductions, %ld parameter gathers not prefetched, %.3f s waiting for "
         "communication",
@@ -85,7 +96,36 @@ static void report(const trainer *tr) {
 
 const ct_dp_ops ct_dp_zero = {"ZeRO-2/3, bf16", start, begin_step, reduce, step, report};
 
-ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
+/* The frozen storage (LoRA's base at stage 3) whole on rank 0: gathered, or
+ * this rank's own when one rank holds all of it. */
+static ct_status gather_frozen(trainer *tr, full_view *fv, ct_err *err) {
+  const zero_frozen *f = &tr->z.fz;
+  ct_status st = zero_frozen_idle(&tr->z, err);
+  if (st) return st;
+  const void *mine = f->mine;
+  if (tr->foff) { /* offload_param: this rank's bytes from the swap file */
+    fv->base_mine = ct_alloc(CT_MEM_BUFFERS, f->shard ? f->shard : 4);
+    float *arr[1] = {fv->base_mine};
+    st = fv->base_mine ? ct_offload_load_all(tr->foff, arr, err)
+                       : ct_errf(err, CT_ERR_NOMEM, "out of memory reading the frozen base back");
+    if (st) return st; /* the CLI aborts the job: nobody waits in a gather */
+    mine = fv->base_mine;
+  }
+  if (f->hi - f->lo == f->bytes) {
+    fv->base = tr->rank == 0 ? (void *)mine : NULL;
+    return CT_OK;
+  }
+  const size_t nf = (f->bytes + 3) / 4; /* whole floats: the shards are 64-byte aligned */
+  if (tr->rank == 0) {
+    fv->base = ct_alloc(CT_MEM_BUFFERS, nf * sizeof(float));
+    fv->base_owned = 1;
+    if (!fv->base) st = ct_errf(err, CT_ERR_NOMEM, "out of memory gathering the frozen base");
+  }
+  ct_status s2 = ct_comm_gather_f32(tr->comm, mine, fv->base, f->shard / 4, nf, 0, err);
+  return st ? st : s2;
+}
+
+ct_status ct_dp_gather_full(trainer *tr, full_view *fv, int frozen, ct_err *err) {
   memset(fv, 0, sizeof *fv);
   if (!tr->own) return CT_OK;
   const size_t nw = ct_model_numel(tr->model);
@@ -120,9 +160,14 @@ ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err) {
       if (!st) st = s2;
     }
   }
+  if (frozen && tr->z.fz.on) {
+    ct_status s2 = gather_frozen(tr, fv, err);
+    if (!st) st = s2;
+  }
   if (!st && lead) {
     zero_hooks(&tr->z, 0);
     tr->model->ops->use_params(tr->model, fv->w);
+    if (fv->base) tr->model->ops->use_frozen(tr->model, fv->base);
   }
   return st;
 }
@@ -131,8 +176,11 @@ void ct_dp_release_full(trainer *tr, full_view *fv) {
   if (!tr->own) return;
   if (tr->rank == 0 && fv->w) {
     tr->model->ops->use_params(tr->model, NULL);
+    if (fv->base) tr->model->ops->use_frozen(tr->model, NULL);
     zero_hooks(&tr->z, 1);
   }
+  if (fv->base_owned) ct_free(fv->base);
+  ct_free(fv->base_mine);
   if (fv->owned) {
     ct_free(fv->w);
     ct_free(fv->e);

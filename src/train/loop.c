@@ -32,6 +32,7 @@
 void ct_trainer_free(trainer *tr) {
   ct_health_close(tr->h); /* sends what is queued, within webhook_timeout */
   ct_onebit_free(tr->ob);
+  ct_offload_close(tr->foff);
   if (tr->off) {
     ct_offload_close(tr->off);
     ct_err e = {0};
@@ -43,6 +44,7 @@ void ct_trainer_free(trainer *tr) {
   if (tr->task) tr->task->free(tr);
   ct_model_free(tr->model);
   ct_free(tr->wsh);
+  ct_free(tr->fsh);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
   ct_free(tr->ema);
@@ -139,9 +141,19 @@ static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *in
   return st;
 }
 
-static void clip(float *g, size_t n, double gn, double max_norm) {
-  if (!(max_norm > 0 && gn > max_norm)) return;
-  ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
+/* grad_clip_method norm: the whole gradient scaled to the global L2 norm
+ * max_grad_norm (torch's clip_grad_norm_, eps 1e-6); value: each element of
+ * this rank's range clamped to [-max, max] (clip_grad_value_), so every
+ * strategy clips its own range alike. */
+static void clip(float *g, size_t n, double gn, double max_norm, int by_value) {
+  if (!(max_norm > 0)) return;
+  if (by_value) {
+    const float c = (float)max_norm;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] = g[i] > c ? c : (g[i] < -c ? -c : g[i]);
+    return;
+  }
+  if (gn > max_norm) ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
 }
 
 /* EMA of this rank's weights (all of them unless the trainer holds a range);
@@ -177,7 +189,7 @@ static ct_status validation_due(trainer *tr, const ct_step_info *info, ct_step_c
   int nimg = 0;
   full_view fv;
   float *ema_mine = tr->ema;
-  ct_status st = ct_dp_gather_full(tr, &fv, err); /* own: the full model on rank 0 */
+  ct_status st = ct_dp_gather_full(tr, &fv, 1, err); /* own: the full model on rank 0 */
   char where[4300], ev[4400];
   if (!st && tr->rank == 0) {
     if (tr->own) tr->ema = fv.e;
@@ -204,7 +216,7 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "running", 0);
   full_view fv;
   float **ost = NULL;
-  st = ct_dp_gather_full(tr, &fv, err);
+  st = ct_dp_gather_full(tr, &fv, 0, err);
   if (tr->own) io->ema = fv.e;
   if (!st) st = ct_update_offload_states(tr, &ost, err);
   io->opt_states = ost;
@@ -308,7 +320,7 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
       if (st) break;
     } else {
       s->nonfinite_run = 0;
-      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm);
+      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm, !strcmp(cfg->grad_clip_method, "value"));
       s->opt_steps++;
       const double dcy0 = (1.0 + s->opt_steps) / (10.0 + s->opt_steps);
       const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);

@@ -52,6 +52,34 @@ static void zero_buffers(const ct_memplan_opts *o, ct_memplan *p, size_t shard, 
   if (o->offload_param) p->gather_rank0 += 4.0 * (double)range;
 }
 
+/* model_type lora's frozen base (task_mmdit.c, zero.c): whole on every rank,
+ * or at stage 3 this rank's byte range (zero_frozen_range) plus two slots of
+ * its largest segment, gathered whole to rank 0 for validation. */
+static void frozen_base(const ct_memplan_opts *o, ct_memplan *p) {
+  const size_t b = o->frozen_bytes;
+  const int sharded = o->stage >= 3;
+  size_t shard, lo, hi;
+  zero_frozen_range(b, o->ranks, 0, &shard, &lo, &hi);
+  p->base = (double)(sharded ? shard : b);
+  p->params += p->base;
+  p->startup_params += p->base;
+  p->formula_base = 4.0 * (double)o->frozen_psi / (sharded ? o->ranks : 1);
+  p->formula_params += p->formula_base;
+  if (sharded) p->zero_buffers += 2.0 * (double)o->frozen_maxseg;
+  if (sharded && shard < b) p->gather_base_rank0 = 4.0 * (double)((b + 3) / 4);
+  if (!sharded || !o->offload_param) return;
+  /* offload_param (update.c): the shard into a swap file of its own, opened
+   * after the optimizer state left memory; two pieces for the gathers */
+  const size_t ms = o->frozen_maxseg < shard ? o->frozen_maxseg : shard;
+  p->zero_buffers += 2.0 * (double)(ms + 8);
+  p->swap += p->base;
+  p->params -= p->base;
+  const double fb = 3.0 * ((double)p->offload_sub * 4.0 + 4096.0); /* NBUF, ALIGN */
+  p->optimizer += fb;
+  p->offload_buffers += fb;
+  if (p->optimizer > p->startup_optimizer) p->startup_optimizer = p->optimizer;
+}
+
 ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *err) {
   memset(p, 0, sizeof *p);
   if (o->ranks < 1 || o->stage < 0 || o->stage > 3 || o->numel == 0)
@@ -114,5 +142,6 @@ ct_status ct_memplan_trainable(const ct_memplan_opts *o, ct_memplan *p, ct_err *
   p->formula_params = fp;
   p->formula_grads = fg;
   p->formula_optimizer = fo;
+  if (o->frozen_bytes) frozen_base(o, p);
   return CT_OK;
 }

@@ -31,6 +31,11 @@ typedef struct ct_model_hooks {
   void *user;
   ct_status (*enter)(void *user, int s, int backward, float **w, float **g, ct_err *err);
   ct_status (*leave)(void *user, int s, int backward, ct_err *err);
+  /* Frozen storage (ops.frozen_segment; NULL: the model's own): before
+   * frozen segment s runs, forward or backward, supply its bytes (*w, valid
+   * until the next call); next: the frozen segment the model runs after it
+   * (-1: none known), for prefetching. */
+  ct_status (*enter_frozen)(void *user, int s, int next, void **w, ct_err *err);
 } ct_model_hooks;
 
 typedef struct ct_model ct_model;
@@ -53,6 +58,15 @@ typedef struct ct_model_ops {
   /* The model's own files into the checkpoint directory dir (its layout). */
   ct_status (*save)(const ct_model *m, const char *dir, ct_err *err);
   void (*free)(void *impl);
+  /* Frozen weights that take no gradient (LoRA's base), optional: one storage
+   * buffer of bytes in any dtype, cut into segments in execution order (the
+   * forward runs 0, 1, ..., the backward down from the last), segment s at
+   * bytes [off, off + n); ZeRO-3 shards it by byte ranges and supplies each
+   * segment through hooks.enter_frozen. use_frozen: the whole storage at w
+   * (borrowed), or NULL for none (hooks must supply every segment). */
+  int (*frozen_nsegments)(const ct_model *m);
+  void (*frozen_segment)(const ct_model *m, int s, size_t *off, size_t *nbytes);
+  void (*use_frozen)(ct_model *m, void *w);
 } ct_model_ops;
 
 struct ct_model {
@@ -92,6 +106,10 @@ struct ct_mmdit;
 struct ct_vae;
 struct ct_lora;
 ct_status ct_model_mmdit(struct ct_mmdit *m, ct_model **out, ct_err *err);
+/* flux_dir 1: a FLUX.1 pipeline's transformer trained in float32, whose
+ * checkpoint files are transformer/ (diffusers layout) instead of
+ * model.safetensors (which is still read when present). */
+ct_status ct_model_mmdit_as(struct ct_mmdit *m, int flux_dir, ct_model **out, ct_err *err);
 /* The adapters l on the frozen m (both owned from here, also on failure);
  * with own parameters they are initialised (lora_init_type, seed). */
 ct_status ct_model_lora(struct ct_mmdit *m, struct ct_lora *l, const char *init_type, uint64_t seed,

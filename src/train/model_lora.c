@@ -1,9 +1,12 @@
 /* LoRA adapters behind the model interface (model.h, docs/lora.md): the
- * flat buffer is the adapters (ct_lora), the MMDiT under them is frozen and
- * whole on every rank. The adapters' segments are the MMDiT segments that
- * hold some; their hooks are called from the MMDiT's own, so ZeRO-2/3
- * (zero.c) reduce and gather the adapters as they would a model's segments.
- * The checkpoint file is pytorch_lora_weights.safetensors (peft's names). */
+ * flat buffer is the adapters (ct_lora), the MMDiT under them is frozen:
+ * its storage is the model's frozen storage (ct_model_ops.frozen_segment:
+ * the MMDiT segments as byte ranges), whole on every rank, or at ZeRO-3
+ * sharded by zero.c and supplied per segment (hooks.enter_frozen). The
+ * adapters' segments are the MMDiT segments that hold some; their hooks are
+ * called from the MMDiT's own, so ZeRO-2/3 (zero.c) reduce and gather the
+ * adapters as they would a model's segments. The checkpoint file is
+ * pytorch_lora_weights.safetensors (peft's names). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +44,30 @@ static void use_grads(ct_model *m, float *g) {
   ct_lora_use_grads(impl(m)->l, g);
 }
 
-/* MMDiT segment s -> the adapters' segment k (if any) -> the strategy's hook. */
+/* The frozen segment the MMDiT runs after s: the forward goes up to the last
+ * (then the backward re-enters it); the backward stops at the first segment
+ * holding adapters, after which the next micro-step's forward starts at 0. */
+static int next_segment(const lora_impl *x, int s, int backward) {
+  const int last = ct_mmdit_nsegments(x->m) - 1, lo = ct_lora_first_mmdit_segment(x->l);
+  if (!backward) return s < last ? s + 1 : -1;
+  return s > lo ? s - 1 : s > 0 ? 0 : -1;
+}
+
+/* MMDiT segment s: its frozen weights (the strategy's, when sharded), then
+ * the adapters' segment k (if any) -> the strategy's hook. */
 static ct_status enter(void *user, int s, int backward, float **w, float **g, ct_err *err) {
   lora_impl *x = user;
   const int k = ct_lora_segment_of(x->l, s);
   *w = *g = NULL; /* the MMDiT's own (frozen) weights */
+  ct_status st = CT_OK;
+  if (x->h.enter_frozen) {
+    void *fw = NULL;
+    if ((st = x->h.enter_frozen(x->h.user, s, next_segment(x, s, backward), &fw, err))) return st;
+    *w = fw; /* the MMDiT's float32 storage: bytes [4 off, 4 (off + n)) */
+  }
   if (k < 0 || !x->h.enter) return CT_OK;
   float *lw = NULL, *lg = NULL;
-  ct_status st = x->h.enter(x->h.user, k, backward, &lw, &lg, err);
+  st = x->h.enter(x->h.user, k, backward, &lw, &lg, err);
   if (!st) ct_lora_bind_segment(x->l, k, lw, lg);
   return st;
 }
@@ -71,6 +90,20 @@ static void set_hooks(ct_model *m, const ct_model_hooks *h) {
   x->h = *h;
   const ct_mmdit_hooks mh = {x, enter, leave};
   ct_mmdit_set_hooks(x->m, &mh);
+}
+
+/* The frozen storage: the MMDiT's flat float32 buffer, its segments as bytes. */
+static int frozen_nsegments(const ct_model *m) {
+  return ct_mmdit_nsegments(impl(m)->m);
+}
+static void frozen_segment(const ct_model *m, int s, size_t *off, size_t *nbytes) {
+  size_t o, n;
+  ct_mmdit_segment(impl(m)->m, s, &o, &n);
+  *off = o * sizeof(float);
+  *nbytes = n * sizeof(float);
+}
+static void use_frozen(ct_model *m, void *w) {
+  ct_mmdit_use_params(impl(m)->m, w);
 }
 
 static void init_range(const ct_model *m, uint64_t seed, size_t lo, size_t hi, float *out) {
@@ -102,8 +135,9 @@ static void mfree(void *p) {
   free(x);
 }
 
-static const ct_model_ops ops = {"lora",     params,    grads,      nsegments, segment, set_hooks,
-                                 use_params, use_grads, init_range, load,      save,    mfree};
+static const ct_model_ops ops = {
+    "lora",     params, grads, nsegments, segment,          set_hooks,      use_params, use_grads,
+    init_range, load,   save,  mfree,     frozen_nsegments, frozen_segment, use_frozen};
 
 ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type,
                         uint64_t seed, ct_model **out, ct_err *err) {

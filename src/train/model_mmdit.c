@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctuner/mmdit.h"
 #include "model.h"
@@ -57,9 +58,38 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
 }
 
 static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks,
-                                 use_params, use_grads, init_range, load,      save,    mfree};
+                                 use_params, use_grads, init_range, load,      save,    mfree,
+                                 NULL,       NULL,      NULL}; /* no frozen storage */
+
+/* A FLUX.1 pipeline's transformer trained in float32: the checkpoint's
+ * weights are its transformer/ (diffusers layout, float32, sharded past
+ * 10 GiB) and nothing else, so they are stored once. A checkpoint written
+ * before (model.safetensors beside transformer/) still loads. */
+static ct_status load_flux(ct_model *m, const char *dir, size_t lo, size_t hi, float *out,
+                           ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  if (access(p, R_OK) == 0) return load(m, dir, lo, hi, out, err);
+  snprintf(p, sizeof p, "%s/transformer", dir);
+  return out ? ct_mmdit_load_diffusers_range(m->impl, p, lo, hi, out, err)
+             : ct_mmdit_load_diffusers(m->impl, p, err);
+}
+
+static ct_status save_flux(const ct_model *m, const char *dir, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/transformer", dir);
+  return ct_mmdit_save_diffusers(m->impl, p, (size_t)10 << 30, CT_DTYPE_F32, err);
+}
+
+static const ct_model_ops flux_ops = {
+    "mmdit",    params,    grads,     nsegments, segment, set_hooks, use_params, use_grads,
+    init_range, load_flux, save_flux, mfree,     NULL,    NULL,      NULL}; /* no frozen storage */
 
 ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
+  return ct_model_mmdit_as(mm, 0, out, err);
+}
+
+ct_status ct_model_mmdit_as(ct_mmdit *mm, int flux_dir, ct_model **out, ct_err *err) {
   size_t np;
   const ct_param *t = ct_mmdit_table(mm, &np);
   ct_model_param *tab = calloc(np ? np : 1, sizeof *tab);
@@ -74,5 +104,5 @@ ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
     tab[i].offset = t[i].offset;
     tab[i].numel = t[i].numel;
   }
-  return ct_model_wrap(&ops, mm, tab, np, ct_mmdit_numel(mm), out, err);
+  return ct_model_wrap(flux_dir ? &flux_ops : &ops, mm, tab, np, ct_mmdit_numel(mm), out, err);
 }

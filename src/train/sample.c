@@ -50,7 +50,7 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   const int h = o->height / s, w = o->width / s;
   const size_t lat = (size_t)C * h * w;
   const int gemb = mc->guidance_embed; /* distilled guidance: an input, no CFG pass */
-  const int cfg = !gemb && o->guidance > 1.0f;
+  const int cfg = !gemb && o->guidance > 1.0f && !o->sched; /* FluxPipeline: no CFG pass */
   const int B = cfg ? 2 * n : n; /* conditional rows first, then unconditional */
   ct_status st = CT_OK;
   float *x = ct_alloc(CT_MEM_BUFFERS, (size_t)n * lat * sizeof(float));
@@ -62,22 +62,27 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   float *gg = ct_alloc(CT_MEM_BUFFERS, (size_t)B * sizeof(float));
   uint8_t *rgb = malloc((size_t)o->width * o->height * 3);
   const char **all = malloc((size_t)B * sizeof *all);
-  if (!x || !xin || !v || !txt || !y || !tt || !gg || !rgb || !all) {
+  float *sg = malloc(((size_t)o->steps + 1) * sizeof *sg),
+        *ts = malloc((size_t)o->steps * sizeof *ts);
+  if (!x || !xin || !v || !txt || !y || !tt || !gg || !rgb || !all || !sg || !ts) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling %d images", n);
     goto done;
   }
   for (int i = 0; i < n; i++) {
     all[i] = prompts[i];
-    if (cfg) all[n + i] = "";
+    if (cfg) all[n + i] = o->negative ? o->negative : "";
     ct_rng_fill_normal(x + (size_t)i * lat, lat, o->seed, CT_STREAM_SAMPLE_NOISE,
                        (index0 + (uint64_t)i) * lat, 0.0f, 1.0f);
   }
   st = encode(ctx, all, B, txt, y, err);
   if (st) goto done;
   const float shift = o->auto_shift ? ct_flow_auto_shift((long)(h / 2) * (w / 2)) : o->flow_shift;
+  if (o->sched) /* FluxPipeline's schedule: mu from the packed image's token count */
+    st = ct_fm_flux_timesteps(o->sched, o->steps, (long)(h / 2) * (w / 2), sg, ts, err);
   for (int k = 0; k < o->steps && !st; k++) {
-    float t = ct_flow_shift_t(1.0f - (float)k / o->steps, shift);
-    float tn = ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, shift);
+    /* the pipeline passes timestep / 1000 in float32 */
+    float t = o->sched ? ts[k] / 1000.0f : ct_flow_shift_t(1.0f - (float)k / o->steps, shift);
+    float tn = o->sched ? sg[k + 1] : ct_flow_shift_t(1.0f - (float)(k + 1) / o->steps, shift);
     memcpy(xin, x, (size_t)n * lat * sizeof(float));
     if (cfg) memcpy(xin + (size_t)n * lat, x, (size_t)n * lat * sizeof(float));
     for (int b = 0; b < B; b++) tt[b] = t, gg[b] = o->guidance;
@@ -93,6 +98,10 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
     st = ct_mmdit_forward(m, &in, v, err);
     if (st) break;
     const float g = o->guidance, dt = tn - t;
+    if (o->sched) { /* the scheduler's step, as FluxPipeline (no CFG pass) */
+      ct_fm_step(sg, k, v, x, (size_t)n * lat);
+      continue;
+    }
     for (size_t i = 0; i < (size_t)n * lat; i++) {
       float vi = v[i];
       if (cfg) {
@@ -119,6 +128,8 @@ done:
   ct_free(gg);
   free(rgb);
   free(all);
+  free(sg);
+  free(ts);
   return st;
 }
 

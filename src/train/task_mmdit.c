@@ -250,9 +250,11 @@ static ct_status copy_file(const char *src, const char *dst, ct_err *err) {
 /* The MMDiT task's files in a checkpoint beside the model: the frozen text
  * encoder, its tokenizer and the codec's VAE (so sampling from the
  * checkpoint needs nothing else). */
-/* A FLUX.1 pipeline run: the transformer in diffusers' layout (transformer/,
- * what FluxTransformer2DModel.from_pretrained reads, as SimpleTuner's
- * checkpoints hold it), bf16 when training in bf16, else float32. */
+/* A FLUX.1 pipeline run in bf16: the transformer in diffusers' layout
+ * (transformer/, what FluxTransformer2DModel.from_pretrained reads, as
+ * SimpleTuner's checkpoints hold it) in bf16 beside the float32 master
+ * weights (model.safetensors). In float32 transformer/ is the model's own
+ * checkpoint file (model_mmdit.c). */
 static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
   char p[4200];
   snprintf(p, sizeof p, "%s/transformer", tmp);
@@ -262,7 +264,8 @@ static ct_status extra_flux(trainer *tr, const char *tmp, ct_err *err) {
 
 static ct_status extra(void *user, const char *tmp, ct_err *err) {
   trainer *tr = user;
-  if (tr->fp) return tr->lora ? CT_OK : extra_flux(tr, tmp, err); /* LoRA: a frozen base */
+  /* LoRA: a frozen base; float32: the model's own files are transformer/ */
+  if (tr->fp) return tr->lora || !tr->bf16 ? CT_OK : extra_flux(tr, tmp, err);
   char p[4200];
   ct_status st = CT_OK;
   if (!st) {
@@ -468,7 +471,8 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   const int flags =
       (tr->stage < 2 && !tr->bf16 ? CT_MMDIT_GRADS : 0) | (tr->own ? CT_MMDIT_NO_PARAMS : 0);
   ct_status st = ct_mmdit_new(&tr->g.mc, (uint64_t)cfg->seed, flags, &tr->m, err);
-  if (!st) st = ct_model_mmdit(tr->m, &tr->model, err); /* owns the MMDiT from here */
+  /* a pipeline's transformer in float32: checkpoints hold it once, as transformer/ */
+  if (!st) st = ct_model_mmdit_as(tr->m, tr->fp && !tr->bf16, &tr->model, err); /* owns it now */
   if (st) tr->m = NULL;
   if (!st) st = ct_trainer_shard(tr, err);
   if (st) return st;
@@ -502,8 +506,31 @@ static ct_status load_base(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
-/* model_type lora (docs/lora.md): the MMDiT whole and frozen on every rank
- * (pretrained_model_path, else the seeded init), the adapters of
+/* ZeRO-3: only this rank's byte range of the base's storage (the MMDiT's
+ * float32 flat buffer: whole floats, as the shards are 64-byte aligned), read
+ * by the range loaders or drawn as the seeded init; zero.c gathers each
+ * segment before it runs (zero_set_frozen). */
+static ct_status load_base_shard(trainer *tr, ct_err *err) {
+  const ct_flux_pipe *fp = tr->fp;
+  const size_t bytes = ct_mmdit_numel(tr->m) * sizeof(float);
+  size_t shard, lo, hi;
+  zero_frozen_range(bytes, tr->world, tr->rank, &shard, &lo, &hi);
+  tr->fsh = ct_calloc(CT_MEM_PARAMS, shard ? shard : 1, 1);
+  if (!tr->fsh)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for this rank's %zu bytes of the base", shard);
+  float *out = tr->fsh;
+  const size_t a = lo / sizeof(float), b = hi / sizeof(float);
+  if (fp && !fp->transformer_bfl)
+    return ct_mmdit_load_diffusers_range(tr->m, fp->transformer, a, b, out, err);
+  if (fp) return ct_mmdit_load_range(tr->m, fp->transformer, fp->bfl_prefix, a, b, out, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load_range(tr->m, tr->cfg->pretrained_model_path, "", a, b, out, err);
+  ct_mmdit_init_range(tr->m, (uint64_t)tr->cfg->seed, a, b, out);
+  return CT_OK;
+}
+
+/* model_type lora (docs/lora.md): the MMDiT frozen, whole on every rank or
+ * (ZeRO-3) sharded (pretrained_model_path, else the seeded init), the adapters of
  * flux_lora_target as the trained model: their range [lo, hi), their init
  * (lora_init_type) or init_lora's file. */
 static ct_status new_lora_model(trainer *tr, ct_err *err) {
@@ -511,14 +538,17 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   const uint64_t seed = (uint64_t)cfg->seed;
   ct_lora *l = NULL;
   /* base_model_precision bf16 / int8: stored narrow segment by segment as it
-   * is read (never whole in float32), the GEMM dequantising while packing */
+   * is read (never whole in float32), the GEMM dequantising while packing;
+   * whole on every rank (ZeRO-3 shards only a float32 base) */
   const int narrow = strcmp(cfg->base_model_precision, "no_change") != 0;
-  ct_status st = ct_mmdit_new(&tr->g.mc, seed, narrow ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
+  const int sharded = tr->stage >= 3 && !narrow; /* the base too (zero.c gathers it per segment) */
+  ct_status st =
+      ct_mmdit_new(&tr->g.mc, seed, sharded || narrow ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
   if (!st && narrow)
     st = ct_mmdit_quantize_from(tr->m, cfg->base_model_precision,
                                 !strcmp(cfg->base_model_default_dtype, "bf16"), read_base, tr, err);
-  else if (!st)
-    st = load_base(tr, err); /* the pipeline's transformer, or pretrained_model_path */
+  else if (!st) /* the pipeline's transformer, or pretrained_model_path */
+    st = sharded ? load_base_shard(tr, err) : load_base(tr, err);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed};

@@ -36,10 +36,12 @@ typedef struct trainer {
   int zero;  /* ZeRO stage >= 1: this rank's optimizer covers [lo, hi) of the flat buffer */
   int stage; /* zero_stage */
   size_t shard, lo, hi;
-  int bf16;   /* mixed_precision bf16 */
-  int own;    /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
-  zero_ctx z; /* stages 2-3 and bf16 (zero.h) */
-  float *wsh; /* float32 (master) weights of [lo, hi) when own */
+  int bf16;         /* mixed_precision bf16 */
+  int own;          /* the trainer holds the float32 weights of [lo, hi) in wsh (stage 3 or bf16) */
+  zero_ctx z;       /* stages 2-3 and bf16 (zero.h) */
+  float *wsh;       /* float32 (master) weights of [lo, hi) when own */
+  void *fsh;        /* model_type lora at stage 3: this rank's bytes of the frozen base (zero.c) */
+  ct_offload *foff; /* ... with offload_param nvme: those bytes in a swap file instead (fsh NULL) */
   ct_offload
       *off;      /* offload nvme: the optimizer state and/or (stage 3) the weights in a swap file */
   int opt_off;   /* the optimizer's state arrays are the file's first ones */
@@ -65,6 +67,7 @@ typedef struct trainer {
   ct_sched sched;
   float *ema; /* every parameter; when own: [lo, hi) only */
   vprompts vp;
+  int vkeys_warned; /* warn_validation_keys ran (validation.c) */
   int vw, vh;
   long total;
   FILE *metrics;
@@ -85,8 +88,11 @@ typedef struct trainer {
  * nothing: the model has its full weights. */
 typedef struct full_view {
   float *w, *e;
-  int owned;   /* gathered copies, freed by release */
-  float *mine; /* offload_param: this rank's weights read back from the file */
+  void *base; /* rank 0: the whole frozen storage, gathered (frozen) */
+  int base_owned;
+  void *base_mine; /* offload_param: this rank's bytes of it read back from the file */
+  int owned;       /* gathered copies, freed by release */
+  float *mine;     /* offload_param: this rank's weights read back from the file */
 } full_view;
 
 /* ---- parallel strategies (docs/distributed.md) ----
@@ -119,8 +125,9 @@ const ct_dp_ops *ct_dp_pick(const ct_config *cfg);
 void ct_dp_clear_grads(trainer *tr);
 
 /* The full float32 weights (and EMA) on rank 0 when the trainer holds only a
- * range (stage 3, bf16): every rank takes part. Nothing otherwise. */
-ct_status ct_dp_gather_full(trainer *tr, full_view *fv, ct_err *err);
+ * range (stage 3, bf16): every rank takes part. Nothing otherwise. frozen:
+ * also a sharded frozen storage (LoRA's base at stage 3), for validation. */
+ct_status ct_dp_gather_full(trainer *tr, full_view *fv, int frozen, ct_err *err);
 void ct_dp_release_full(trainer *tr, full_view *fv);
 
 /* ---- update.c: this rank's optimizer update ---- */

@@ -30,6 +30,33 @@ static ct_status par_read(void *user, size_t a, size_t b, float *dst, ct_err *er
   return ct_offload_read_range(tr->off, tr->widx, a, b, dst, err);
 }
 
+static ct_status frozen_read(void *user, size_t a, size_t b, float *dst, ct_err *err) {
+  trainer *tr = user;
+  return ct_offload_read_range(tr->foff, 0, a, b, dst, err);
+}
+
+/* offload_param with model_type lora: this rank's bytes of the frozen base
+ * (zero.c) into a swap file of their own, beside the trainable weights', read
+ * piece by piece before each segment's gather. */
+static ct_status offload_frozen(trainer *tr, size_t sub, ct_err *err) {
+  char dir[4400];
+  if (ct_pathf(dir, sizeof dir, "%s/frozen", tr->swap_dir))
+    return ct_errf(err, CT_ERR_RANGE, "offload_param_path is too long: %s",
+                   tr->cfg->offload_param_path);
+  const size_t n = tr->z.fz.shard / 4;
+  ct_status st =
+      ct_offload_open(dir, n ? n : 1, 1, sub, tr->cfg->offload_pin_memory, &tr->foff, err);
+  float *arr[1] = {tr->fsh};
+  if (!st) st = ct_offload_store_all(tr->foff, arr, err);
+  if (!st) st = zero_set_frozen_reader(&tr->z, frozen_read, tr, err);
+  if (st) return st;
+  ct_free(tr->fsh);
+  tr->fsh = NULL;
+  if (tr->rank == 0)
+    CT_INFO("offload nvme: the frozen base's %zu bytes per rank in %s", tr->z.fz.shard, dir);
+  return CT_OK;
+}
+
 ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   ct_optim_kind kind = ct_optim_get_kind(tr->opt);
@@ -83,7 +110,7 @@ ct_status ct_update_start_offload(trainer *tr, ct_err *err) {
     CT_INFO("offload nvme: %s%s%s of %zu floats per rank in %s (%s I/O, sub-groups of %zu)",
             nst ? "the optimizer state" : "", nst && par ? " and " : "",
             par ? "the float32 weights" : "", n, tr->swap_dir, ct_offload_mode(tr->off), sub);
-  return CT_OK;
+  return par && tr->fsh ? offload_frozen(tr, sub, err) : CT_OK;
 }
 
 typedef struct off_step {

@@ -123,10 +123,11 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        (float)cfg->validation_guidance,
                        (float)cfg->flow_shift,
                        (uint64_t)cfg->validation_seed,
-                       cfg->flow_schedule_auto_shift};
-  if (tr->fp) /* as FluxPipeline's scheduler: dynamic (mu from the token count) or its shift */
-    so.flow_shift = tr->fp->sched.use_dynamic_shifting ? 0 : (float)tr->fp->sched.shift,
-    so.auto_shift = tr->fp->sched.use_dynamic_shifting;
+                       cfg->flow_schedule_auto_shift,
+                       NULL,
+                       cfg->validation_negative_prompt};
+  if (tr->fp) /* FluxPipeline's scheduler: its sigmas, dynamic shift (mu) included */
+    so.sched = &tr->fp->sched;
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
@@ -199,7 +200,32 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
   return st;
 }
 
+/* SimpleTuner's validation keys that change nothing here: one warning each
+ * (rank 0), saying why. */
+static void warn_validation_keys(trainer *tr) {
+  const ct_config *c = tr->cfg;
+  if (tr->rank != 0 || tr->vkeys_warned++) return;
+  if (c->validation_negative_prompt && tr->fp)
+    CT_WARN(
+        "validation_negative_prompt has no effect: FLUX.1 validation makes no CFG pass (the "
+        "guidance is the transformer's input, as FluxPipeline's guidance_scale)");
+  if (c->validation_guidance_rescale != 0)
+    CT_WARN(
+        "validation_guidance_rescale %g has no effect: SimpleTuner applies it to SD 1.x/2.x/XL "
+        "pipelines only; ctuner's models are flow-matching",
+        c->validation_guidance_rescale);
+  if (c->given[CT_KEY_validation_disable_unconditional] && !c->validation_disable_unconditional)
+    CT_WARN(
+        "validation_disable_unconditional false: ctuner does not sample SimpleTuner's extra "
+        "empty-prompt validation images");
+  if (c->evaluation_type && !strcmp(c->evaluation_type, "clip"))
+    CT_WARN(
+        "evaluation_type clip has no effect: SimpleTuner's CLIP score needs a CLIP image model, "
+        "which ctuner does not run; validation images are written unscored");
+}
+
 ct_status ct_validation_init(trainer *tr, ct_err *err) {
+  warn_validation_keys(tr);
   vprompts_free(
       &tr->vp); /* the Flux task reads them early, to encode them before the encoders go */
   ct_status st = load_prompts(tr->cfg, &tr->vp, err);

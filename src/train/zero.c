@@ -19,6 +19,11 @@
  * layer from forward to backward, the input embeddings from one micro-step to
  * the next) until the optimizer changes the shard.
  *
+ * Stage 3 with a frozen storage (LoRA's base, ct_model_ops.frozen_segment):
+ * each rank keeps only its byte range of it; a frozen segment's bytes are
+ * all-gathered into one of two more slots before it runs, the next one the
+ * model names prefetched, as for the parameters — never reduced, never stale.
+ *
  * bf16 (any stage): parameters, gradients, buckets and slots hold bf16; the
  * float32 master weights and optimizer state cover [mlo, mhi). A segment's
  * parameters are widened to float32 scratch when it is entered and its float32
@@ -133,9 +138,111 @@ static ct_status param_slot(zero_ctx *z, int s, int backward, void **slot, ct_er
   return CT_OK;
 }
 
+/* ---- the frozen storage (stage 3) ---- */
+
+static ct_status frozen_gather(zero_ctx *z, int k, int s, ct_err *err) {
+  zero_frozen *f = &z->fz;
+  size_t off, n;
+  z->m->ops->frozen_segment(z->m, s, &off, &n);
+  ct_status st = z_wait(z, &f->req[k], err);
+  if (!st && f->read) { /* offloaded: the floats covering this rank's bytes, from the file */
+    const size_t pa = off > f->lo ? off : f->lo, pb = off + n < f->hi ? off + n : f->hi;
+    const size_t a = (pa - f->lo) / 4, b = (pb - f->lo + 3) / 4;
+    if (pb > pa) st = f->read(f->read_user, a, b, f->piece[k], err);
+    const char *mine = (const char *)f->piece[k] + (pb > pa ? (pa - f->lo) % 4 : 0);
+    if (!st)
+      st = ct_comm_iallgather_piece(z->comm, CT_COMM_U8, mine, off, off + n, f->shard, f->slot[k],
+                                    &f->req[k], err);
+  } else if (!st) {
+    st = ct_comm_iallgather_t(z->comm, CT_COMM_U8, f->mine, off, off + n, f->shard, f->slot[k],
+                              &f->req[k], err);
+  }
+  f->slot_seg[k] = st ? -1 : s;
+  return st;
+}
+
+static ct_status z_enter_frozen(void *user, int s, int next, void **w, ct_err *err) {
+  zero_ctx *z = user;
+  zero_frozen *f = &z->fz;
+  ct_status st = CT_OK;
+  int k = f->slot_seg[0] == s ? 0 : f->slot_seg[1] == s ? 1 : -1;
+  if (k < 0) { /* not prefetched: gather now, into the slot the last segment used */
+    k = f->cur;
+    f->misses++;
+    if ((st = frozen_gather(z, k, s, err))) return st;
+  }
+  if ((st = z_wait(z, &f->req[k], err))) return st;
+  f->cur = k;
+  if (next >= 0 && next < f->nseg && next != s && f->slot_seg[k ^ 1] != next &&
+      (st = frozen_gather(z, k ^ 1, next, err)))
+    return st;
+  *w = f->slot[k];
+  return CT_OK;
+}
+
+void zero_frozen_range(size_t bytes, int N, int rank, size_t *shard, size_t *lo, size_t *hi) {
+  *shard = 4 * ct_comm_shard_len((bytes + 3) / 4, N);
+  *lo = (size_t)rank * *shard;
+  if (*lo > bytes) *lo = bytes;
+  *hi = *lo + *shard < bytes ? *lo + *shard : bytes;
+}
+
+ct_status zero_set_frozen(zero_ctx *z, const void *mine, ct_err *err) {
+  CT_ASSERT(z->comm && z->stage >= 3 && z->m->ops->frozen_segment);
+  zero_frozen *f = &z->fz;
+  memset(f, 0, sizeof *f);
+  f->nseg = z->m->ops->frozen_nsegments(z->m);
+  for (int s = 0; s < f->nseg; s++) {
+    size_t off, n;
+    z->m->ops->frozen_segment(z->m, s, &off, &n);
+    if (n > f->maxseg) f->maxseg = n;
+    if (off + n > f->bytes) f->bytes = off + n;
+  }
+  zero_frozen_range(f->bytes, ct_comm_size(z->comm), ct_comm_rank(z->comm), &f->shard, &f->lo,
+                    &f->hi);
+  f->slot_seg[0] = f->slot_seg[1] = -1;
+  for (int k = 0; k < 2; k++) {
+    f->slot[k] = ct_alloc(CT_MEM_BUFFERS, f->maxseg ? f->maxseg : 1);
+    if (!f->slot[k])
+      return ct_errf(err, CT_ERR_NOMEM,
+                     "out of memory for ZeRO-3 frozen-weight slots (2 x %zu bytes)", f->maxseg);
+  }
+  f->mine = mine;
+  f->on = 1;
+  z->m->ops->use_frozen(z->m, NULL);
+  zero_hooks(z, 1);
+  return CT_OK;
+}
+
+ct_status zero_set_frozen_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err) {
+  zero_frozen *f = &z->fz;
+  CT_ASSERT(f->on);
+  const size_t cap = (f->maxseg < f->shard ? f->maxseg : f->shard) + 8; /* whole floats */
+  ct_status st = zero_frozen_idle(z, err);
+  for (int k = 0; k < 2 && !st; k++) {
+    f->piece[k] = ct_alloc(CT_MEM_BUFFERS, cap);
+    if (!f->piece[k])
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory for frozen-weight pieces (%zu bytes)", cap);
+  }
+  if (st) return st;
+  f->read = fn;
+  f->read_user = user;
+  f->mine = NULL;
+  return CT_OK;
+}
+
+ct_status zero_frozen_idle(zero_ctx *z, ct_err *err) {
+  ct_status st = CT_OK;
+  for (int k = 0; k < 2; k++) {
+    ct_status s2 = z_wait(z, &z->fz.req[k], err);
+    if (!st) st = s2;
+  }
+  return st;
+}
+
 static ct_status progress(zero_ctx *z, ct_err *err) {
-  ct_comm_req *rs[4] = {z->breq[0], z->breq[1], z->sreq[0], z->sreq[1]};
-  for (int i = 0; i < 4; i++) {
+  ct_comm_req *rs[6] = {z->breq[0], z->breq[1], z->sreq[0], z->sreq[1], z->fz.req[0], z->fz.req[1]};
+  for (int i = 0; i < 6; i++) {
     int done;
     ct_status st = ct_comm_test(z->comm, rs[i], &done, err);
     if (st) return st;
@@ -203,7 +310,7 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
 
 void zero_hooks(zero_ctx *z, int on) {
   if (!z->comm || (z->stage < 2 && !z->bf16)) return;
-  ct_model_hooks h = {z, z_enter, z_leave};
+  ct_model_hooks h = {z, z_enter, z_leave, z->fz.on ? z_enter_frozen : NULL};
   z->m->ops->set_hooks(z->m, on ? &h : NULL);
 }
 
@@ -329,6 +436,9 @@ void zero_free(zero_ctx *z) {
     ct_free(z->bucket[k]);
     ct_free(z->slot[k]);
     ct_free(z->piece[k]);
+    ct_comm_wait(z->comm, z->fz.req[k], &e);
+    ct_free(z->fz.slot[k]);
+    ct_free(z->fz.piece[k]);
   }
   ct_free(z->gsh);
   ct_free(z->w16);

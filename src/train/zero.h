@@ -13,6 +13,22 @@
  * range (offsets from lo) into dst. */
 typedef ct_status (*zero_read_fn)(void *user, size_t a, size_t b, float *dst, ct_err *err);
 
+/* Stage 3: the model's frozen storage (ct_model_ops.frozen_segment, LoRA's
+ * base) sharded by byte ranges — whatever its dtype — and gathered per
+ * segment into two slots, the next segment prefetched; no reduction. */
+typedef struct zero_frozen {
+  int on, nseg;
+  size_t bytes, shard, lo, hi, maxseg; /* bytes; this rank holds [lo, hi) */
+  const void *mine;                    /* those bytes (borrowed); NULL: offloaded (read) */
+  zero_read_fn read; /* offload_param: floats [a, b) of this rank's range from the file */
+  void *read_user;
+  float *piece[2]; /* ... read into these, one per slot */
+  void *slot[2];
+  int slot_seg[2], cur;
+  ct_comm_req *req[2];
+  long misses; /* segments gathered without prefetch */
+} zero_frozen;
+
 typedef struct zero_ctx {
   ct_comm *comm;
   ct_model *m;
@@ -42,7 +58,24 @@ typedef struct zero_ctx {
   float *piece[2];      /* ... into these, one per slot */
   long buckets, misses; /* reduce-scatters started; segments gathered without prefetch */
   double wait_s;        /* seconds blocked in waits (communication not hidden) */
+  zero_frozen fz;       /* stage 3: the frozen storage's shard */
 } zero_ctx;
+
+/* This rank's byte range [lo, hi) of a frozen storage of `bytes` bytes over
+ * N ranks: shards of 4 * ct_comm_shard_len(ceil(bytes / 4), N) bytes (64-byte
+ * aligned; a float storage's shards are whole floats). */
+void zero_frozen_range(size_t bytes, int N, int rank, size_t *shard, size_t *lo, size_t *hi);
+/* Stage 3 after zero_init: the model's frozen storage is this rank's bytes
+ * [lo, hi) at mine (borrowed, shard bytes allocated); every segment is
+ * gathered through hooks.enter_frozen. */
+ct_status zero_set_frozen(zero_ctx *z, const void *mine, ct_err *err);
+/* offload_param: the frozen shard lives elsewhere (a swap file of shard / 4
+ * floats); each gather reads the floats covering this rank's bytes of the
+ * segment through fn first, and mine is no longer used. */
+ct_status zero_set_frozen_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err);
+/* Completes the outstanding frozen gathers (before other collectives that
+ * not every rank's hooks see, e.g. validation's gather). */
+ct_status zero_frozen_idle(zero_ctx *z, ct_err *err);
 
 /* Stages 2-3 or bf16: installs the hooks and allocates what the mode needs
  * (gradient shard and two buckets of max(bucket, largest segment) elements;
