@@ -37,6 +37,8 @@ help:
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
 	@echo "                LoRA vs peft and LyCORIS (lycoris-lora) adapters: goldens, fresh ones, ctuner-saved"
 	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights)"
+	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
+	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -147,6 +149,14 @@ interop: build
 	    --layout diffusers --max_shard_size 100K --to $(BUILD)/flux-interop/dev && \
 	  $$py scripts/flux_golden.py --roundtrip $(BUILD)/flux-interop/dev --ref tests/data/flux/dev && \
 	  $$py scripts/flux_golden.py --bfl-roundtrip $(BUILD)/flux-interop/dev.safetensors --ref tests/data/flux/dev
+	py=$$(scripts/py_deps.sh diffusers) && rm -rf $(BUILD)/quant-interop && mkdir -p $(BUILD)/quant-interop && \
+	  $$py scripts/quant_golden.py $(BUILD)/quant-interop/quant_golden.safetensors && \
+	  CT_QUANT_DATA=$(abspath $(BUILD))/quant-interop $(BUILD)/ct_tests quant
+
+# A 200-step LoRA run on int8-quanto / int8-torchao bases against the bf16 base (loss curves within 2%).
+.PHONY: lora-quant-long
+lora-quant-long: build
+	LORA_QUANT_STEPS=200 bash tests/cli_lora_quant.sh $(CTUNER)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

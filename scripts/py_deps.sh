@@ -11,7 +11,8 @@
 #        protobuf (transformers reads spiece.model through it; 6.31.1 also
 #        satisfies tensorboard)
 #   diffusers  torch 2.x + diffusers 0.42.1 + peft 0.21.2 (LoRA) + lycoris-lora 4.1.3
-#        (LyCORIS: scripts/lycoris_golden.py; FluxTransformer2DModel needs
+#        (LyCORIS: scripts/lycoris_golden.py) + optimum-quanto 0.2.7 + torchao 0.18.0
+#        (int8 bases: scripts/quant_golden.py; FluxTransformer2DModel needs
 #        F.scaled_dot_product_attention, i.e. torch >= 2), safetensors. Lives in
 #        its OWN venv, $CT_PY_VENV_TORCH2 (default ~/.cache/ctuner/py-venv-torch2),
 #        made WITHOUT Debian's system packages so its torch never shadows the
@@ -72,6 +73,8 @@ group_diffusers() {
   pinned lycoris-lora==4.1.3 # LyCORIS adapters (scripts/lycoris_golden.py)
   # FluxPipeline itself (scripts/flux_tiny_pipeline.py): its text encoders and tokenizers
   pinned transformers==5.24.0 sentencepiece==0.2.0 protobuf==6.31.1
+  # the int8 weight quantisers base_model_precision names (scripts/quant_golden.py)
+  pinned optimum-quanto==0.2.7 torchao==0.18.0
 }
 
 groups=("$@")

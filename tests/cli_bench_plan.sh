@@ -12,11 +12,15 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/deps.sh"; exit 1; }
 
 # measured vs planned: exact bytes per category
-# (model_type lora: the adapters trained, the frozen base in params — at stage 3 a byte range per rank)
+# (model_type lora: the adapters trained, the frozen base in params — at stage 3 a byte range per
+# rank when float32; bf16 / int8 (base_model_precision) at its stored bytes, whole on every rank,
+# its read scratch in buffers)
 for spec in "tiny 1 0 no 0 full" "tiny 3 2 no 0 full" "tiny 2 3 bf16 0 full" "small 2 1 bf16 1 full" \
-  "tiny 2 3 no 0 lora" "tiny 1 1 bf16 1 lora"; do
+  "tiny 2 3 no 0 lora" "tiny 1 1 bf16 1 lora" "tiny 1 0 no 0 lora int8-quanto" \
+  "tiny 2 3 no 0 lora int8-torchao" "small 2 2 bf16 1 lora bf16"; do
   set -- $spec
   args=(--preset "$1" --ranks "$2" --stage "$3" --mixed_precision "$4" --gradient_checkpointing "$5" --model_type "$6")
+  [ -n "${7:-}" ] && args+=(--flux_lora_target all+ffs --lora_rank 4 --base_model_precision "$7")
   m=$("$CT" bench memory "${args[@]}" 2>"$tmp/m.err")
   p=$("$CT" bench memory --plan "${args[@]}" 2>"$tmp/p.err")
   if /usr/bin/python3 -c '
@@ -51,6 +55,22 @@ sys.exit(0 if ok else 1)' "$j0" "$j3"; then
 else
   bad "flux-dev LoRA plan: $j0 | $j3"
 fi
+
+# FLUX.1's 12B transformer under LoRA: the frozen base at its stored bytes
+# (int8: 1 byte per parameter, float32 scales per output row, biases and
+# norms and final_layer.linear in float32; bf16: 2 bytes), whole at stage 3 too
+for pr in "int8-quanto 1.0 1.01" "bf16 2.0 2.001" "no_change 4 4"; do
+  set -- $pr
+  j=$("$CT" bench memory --plan --preset flux-dev --model_type lora --base_model_precision "$1" \
+    --flux_lora_target all --lora_rank 16 --ranks 8 --stage 2 2>"$tmp/fl.err")
+  if r=$(/usr/bin/python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); lo, hi = float(sys.argv[2]), float(sys.argv[3])
+bp, bb, ps = d["base_psi"], d["base_bytes_per_param"], d["psi"]
+print(f"{bp} base parameters, {bb:.4f} bytes each, {ps} adapter parameters")
+sys.exit(0 if lo <= bb <= hi and bp > 11e9 and ps < 1e8 else 1)' \
+    "$j" "$2" "$3"); then ok "flux-dev LoRA plan, $1 base: $r"; else bad "flux-dev LoRA plan $1: $r $j $(cat "$tmp/fl.err")"; fi
+done
 
 # a pipeline directory: bytes of a safetensors file's data section = size - 8 - header length
 data_bytes() {

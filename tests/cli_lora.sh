@@ -222,5 +222,5 @@ err "adapter of another model" "not an adapter for this model" --flux_lora_targe
   --init_lora="$tmp/one/pytorch_lora_weights.safetensors"
 err "dora with dropout" "use_dora with lora_dropout 0.1 is not implemented" --use_dora=true --lora_dropout=0.1
 err "lycoris without its config" "lora_type lycoris needs lycoris_config" --lora_type=lycoris
-err "quantised base" "base_model_precision" --base_model_precision=int8-quanto
+err "fp8 base" "base_model_precision fp8-quanto is not implemented" --base_model_precision=fp8-quanto
 exit $fail

@@ -579,6 +579,8 @@ static const struct {
   X(sgemm_deterministic, ct_sgemm_deterministic) \
   X(linear_fwd, ct_linear_fwd) \
   X(linear_bwd, ct_linear_bwd) \
+  X(linear_fwd_w, ct_linear_fwd_w) \
+  X(linear_bwd_w, ct_linear_bwd_w) \
   X(attention_fwd, ct_attention_fwd) \
   X(attention_bias_fwd, ct_attention_bias_fwd) \
   X(attention_bwd, ct_attention_bwd) \

@@ -77,6 +77,13 @@ struct ct_backend_ops {
                      float *y, int ldy);
   void (*linear_bwd)(int N, int K, int M, const float *x, int ldx, const float *w, const float *dy,
                      int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db);
+  /* the same with the weight a view (bf16 / int8 frozen weights, dequantised
+   * while packing; the view's data and scales are backend memory) */
+  void (*linear_fwd_w)(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                       const float *b, float *y, int ldy);
+  void (*linear_bwd_w)(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                       const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                       float *db);
 
   /* ---- attention and positions ---- */
   void (*attention_fwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
@@ -210,7 +217,7 @@ ct_status ct_backend_move(const ct_backend_ops *from, const ct_backend_ops *to, 
  * at a time; the returned table stays valid for the process. The models
  * cost nothing extra when they are not put on it. */
 typedef enum {
-  CT_PROF_GEMM,       /* sgemm, sgemm_deterministic, linear_fwd/bwd */
+  CT_PROF_GEMM,       /* sgemm, sgemm_deterministic, linear_fwd/bwd(_w) */
   CT_PROF_ATTENTION,  /* attention_fwd/bwd (with their score-tile GEMMs), attention_bias_fwd */
   CT_PROF_NORM,       /* ln_mod (LayerNorm + shift/scale), layernorm, rmsnorm, groupnorm */
   CT_PROF_ROPE,       /* rope_table/fwd/bwd, qkv_heads_fwd/bwd (QK RMSNorm + RoPE + head split) */

@@ -69,9 +69,20 @@
   X(flux_lora_target, STR, "all", LORA,                                                            \
     ONE_OF("mmdit|context|context+ffs|all|all+ffs|ai-toolkit|tiny|nano|all+ffs+embedder"),         \
     "model_type lora: SimpleTuner's preset of the diffusers modules adapted (docs/lora.md)")       \
-  X(base_model_precision, STR, "no_change", LORA, ONE_OF("no_change|bf16"),                        \
-    "model_type lora: the frozen base's precision; no_change (float32); bf16 draws a warning "     \
-    "(computed in float32); quantised bases (int8-quanto, ...) are not implemented")               \
+  X(base_model_precision, STR, "no_change", LORA, FN(check_base_model_precision),                  \
+    "model_type lora: the frozen base's storage: no_change (float32), bf16, int8-quanto or "       \
+    "int8-torchao (weight-only int8, per-output-channel scales, dequantised in float32 GEMM "      \
+    "tiles; docs/lora.md); fp8, int4, int2 and nf4 variants are not implemented")                  \
+  X(base_model_default_dtype, STR, "fp32", LORA, ONE_OF("bf16|fp32"),                              \
+    "model_type lora with an int8 base: the linear weight left unquantised (final_layer.linear) "  \
+    "stored as fp32 (ctuner's default) or bf16 (SimpleTuner's); biases and norms stay float32")    \
+  X(text_encoder_1_precision, STR, "no_change", FULL, FN(check_te1_precision),                     \
+    "a pipeline's CLIP-L: no_change (its stored weights, computed in float32); bf16 draws one "    \
+    "warning (not rounded); int8/fp8/int4/nf4 are not implemented for the text encoders")          \
+  X(text_encoder_2_precision, STR, "no_change", FULL, FN(check_te2_precision),                     \
+    "a pipeline's T5: as text_encoder_1_precision")                                                \
+  X(quantize_via, STR, "cpu", LORA, USE("cpu"),                                                    \
+    "model_type lora: where the base is quantised: cpu (ctuner has no accelerator)")               \
   X(vae_config, STR, NULL, VAE, ANY,                                                               \
     "model_type vae: diffusers config.json of a VAE trained from scratch")                         \
   X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY,                                        \

@@ -107,6 +107,54 @@ void ct_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const floa
                         const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
                         float *db);
 
+/* ---- frozen weights in their stored dtype (docs/gemm.md, docs/lora.md) ----
+ * A weight view: a row-major [rows = out, cols = in] matrix as float32, bf16
+ * (the top 16 bits of a float32: widened exactly) or int8 weight-only with
+ * one float32 scale per row (output channel): element (r, c) is
+ * (float)q[r][c] * scales[r] in float32. The GEMM reads a view by widening or
+ * dequantising tiles of it while packing B and multiplies in float32, so the
+ * result has the bits of ct_sgemm on the dequantised float32 matrix and no
+ * float32 copy of the weight is made (on the OpenBLAS path: one block of 64
+ * rows at a time). */
+typedef enum { CT_WDT_F32 = 0, CT_WDT_BF16 = 1, CT_WDT_I8 = 2 } ct_wdtype;
+typedef struct ct_wview {
+  ct_wdtype dtype;
+  const void *data;    /* float, uint16_t (bf16 bits) or int8_t elements */
+  const float *scales; /* CT_WDT_I8: one per row; else NULL */
+} ct_wview;
+/* bytes per element (4, 2, 1); the name ("float32", "bf16", "int8") */
+size_t ct_wdtype_size(ct_wdtype t);
+const char *ct_wdtype_name(ct_wdtype t);
+/* the view of a float32 matrix; the view from row r0 on (cols per row) */
+ct_wview ct_wview_f32(const float *w);
+ct_wview ct_wview_rows(ct_wview w, int r0, int cols);
+/* element (r, c) of a view with cols columns, dequantised */
+float ct_wview_at(ct_wview w, int cols, int r, int c);
+/* ct_sgemm with B a weight view of leading dimension ldb (transB: B stored
+ * transposed, the forward x W^T; else dX = dy W). A float32 view is ct_sgemm. */
+void ct_sgemm_w(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const ct_wview *B, int ldb, float beta, float *C, int ldc);
+/* ct_linear_fwd / ct_linear_bwd over a weight view: the weight is frozen
+ * unless it is float32 (dw must be NULL for bf16 and int8 views). */
+void ct_linear_fwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                     const float *b, float *y, int ldy);
+void ct_linear_bwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                     const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                     float *db);
+/* Weight-only int8 quantisation of rows x cols (per output row, symmetric
+ * absmax), as the libraries SimpleTuner's base_model_precision names:
+ *   CT_QUANT_QUANTO  (optimum-quanto qint8): scale = absmax / 127,
+ *                    q = clamp(round(w / scale), -128, 127)
+ *   CT_QUANT_TORCHAO (torchao int8_weight_only): scale = max(absmax / 127.5,
+ *                    FLT_EPSILON), q = clamp(round(w * (1 / scale)), -128, 127)
+ * in float32, round half to even (torch.round). A row of zeros gets scale 0
+ * and q 0 under quanto (where torch would divide 0 by 0). */
+typedef enum { CT_QUANT_QUANTO = 0, CT_QUANT_TORCHAO = 1 } ct_quant_kind;
+void ct_quantize_int8(ct_quant_kind kind, int rows, int cols, const float *w, int8_t *q,
+                      float *scales);
+/* n floats rounded to bf16 bits (round to nearest even; NaN stays NaN) */
+void ct_to_bf16(size_t n, const float *x, uint16_t *out);
+
 /* ---- LayerNorm without affine + adaLN modulation ----
  * xhat = (x - mean) * rstd,  rstd = 1/sqrt(var + eps)   (biased variance)
  * h    = (1 + scale[b]) * xhat + shift[b]               (shift/scale may be NULL => 0)

@@ -98,6 +98,38 @@ size_t ct_mmdit_max_segment(const ct_mmdit_config *cfg, const ct_param *tab, siz
 /* Bytes of the activation arena currently reserved. */
 size_t ct_mmdit_activation_bytes(const ct_mmdit *m);
 
+/* ---- a frozen base in its stored / quantised dtype (docs/lora.md) ----
+ * base_model_precision as SimpleTuner spells it: "no_change" (float32),
+ * "bf16", "int8-quanto" (optimum-quanto qint8 weights), "int8-torchao"
+ * (torchao int8_weight_only). Which 2-D linear weights a precision stores
+ * narrow: all of them for bf16; for int8 all but final_layer.linear
+ * (diffusers' proj_out, which SimpleTuner's quanto call excludes), that one
+ * as default_bf16 says (bf16, else float32). Biases and norm scales stay
+ * float32. ct_mmdit_quant_dtype is the storage of parameter p (CT_WDT_F32:
+ * kept float32); -1 for an unknown precision. */
+int ct_mmdit_quant_dtype(const ct_param *p, const char *precision, int default_bf16);
+/* Bytes the parameters of a table take stored that way (the plan of
+ * `bench memory`): elements at their width, int8 rows' float32 scales, each
+ * of the three parts 64-byte aligned, as ct_mmdit_quantize allocates. */
+size_t ct_mmdit_quant_bytes(const ct_param *tab, size_t n, const char *precision, int default_bf16);
+/* Converts a frozen model's own float32 parameters (loaded, on the CPU
+ * backend, without gradients) to that storage — one buffer counted as
+ * params — and frees the float32 buffer: ct_mmdit_params is NULL afterwards,
+ * the forward and the dX backward read the weights through weight views
+ * (ct_linear_fwd_w), there are no weight gradients. "no_change" does
+ * nothing. Errors name the precision or the state that forbids it. */
+ct_status ct_mmdit_quantize(ct_mmdit *m, const char *precision, int default_bf16, ct_err *err);
+/* The same for a model made with CT_MMDIT_NO_PARAMS, its float32 values
+ * read one segment at a time (floats [lo, hi) of the flat buffer into out:
+ * ct_mmdit_load_range, ct_mmdit_load_diffusers_range, ct_mmdit_init_range)
+ * into a scratch buffer of the largest segment (category buffers, freed):
+ * the whole base is never held in float32. */
+typedef ct_status (*ct_mmdit_reader)(void *user, size_t lo, size_t hi, float *out, ct_err *err);
+ct_status ct_mmdit_quantize_from(ct_mmdit *m, const char *precision, int default_bf16,
+                                 ct_mmdit_reader rd, void *user, ct_err *err);
+/* The storage of the model's parameters in bytes (float32: 4 per element). */
+size_t ct_mmdit_param_bytes(const ct_mmdit *m);
+
 /* ---- segments and hooks (ZeRO-2/3, docs/distributed.md) ----
  * The flat buffer is cut into contiguous segments in the order of the table:
  * 0 = the input embeddings (img_in, time_in, vector_in, guidance_in, txt_in),

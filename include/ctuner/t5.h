@@ -11,7 +11,8 @@
  * padding to a fixed length.
  *
  * The encoder reads a text_encoder_2 directory (config.json and one or
- * sharded safetensors files, F32/F16/BF16) into float32 weights and runs the
+ * sharded safetensors files, F32/F16/BF16) — keeping the matrices in the
+ * memory-mapped files when all are BF16, else in float32 — and runs the
  * forward pass on a compute backend. Frozen: no backward.
  */
 #ifndef CTUNER_T5_H
@@ -83,6 +84,10 @@ ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err);
 void ct_t5_free(ct_t5 *t);
 const ct_t5_config *ct_t5_cfg(const ct_t5 *t);
 size_t ct_t5_numel(const ct_t5 *t);
+/* 1 when the matrices stay in the memory-mapped BF16 files (every matrix
+ * stored BF16: 2 bytes per parameter, read through bf16 weight views), 0
+ * when the weights are held in float32. */
+int ct_t5_mapped(const ct_t5 *t);
 /* Move the weights to backend be (NULL: the default); seq given to
  * ct_t5_encode is then that backend's memory, ids stay on the host. */
 ct_status ct_t5_set_backend(ct_t5 *t, const ct_backend_ops *be, ct_err *err);

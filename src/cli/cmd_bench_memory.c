@@ -24,7 +24,10 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "                           [--gradient_checkpointing N] [--offload_optimizer "
       "none|nvme]\n"
       "                           [--offload_param none|nvme] [--model_type full|lora]\n"
-      "                           [--lora_rank R] [--flux_lora_target T]\n"
+      "                           [--lora_rank R] [--flux_lora_target T] [--lora_dropout P]\n"
+      "                           [--base_model_precision "
+      "no_change|bf16|int8-quanto|int8-torchao]\n"
+      "                           [--base_model_default_dtype fp32|bf16]\n"
       "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
       "N]\n"
       "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
@@ -67,11 +70,20 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "their stored dtype: for --pretrained DIR (a diffusers FLUX.1 pipeline, or its\n"
       "transformer/) text_encoder_2, text_encoder and vae from their safetensors\n"
       "headers; for --preset flux-dev FLUX.1-dev's T5-XXL, CLIP-L and VAE in bf16\n"
-      "(f32_mb: the same widened to float32, as ctuner's loaders hold them today).\n"
+      "(f32_mb: the same widened to float32, as the CLIP and VAE loaders hold them).\n"
       "buffers_mb: ZeRO's buckets, slots and bf16 scratch (zero), and the full float32\n"
       "weights rank 0 gathers for a checkpoint or validation (gather_rank0). Not\n"
       "planned: the communicator's scratch, the frozen encoders' activations, the data\n"
-      "pipeline.\n");
+      "pipeline.\n"
+      "\n"
+      "--model_type lora (both modes; the same LoRA options): the adapters of\n"
+      "--flux_lora_target at --lora_rank are the trained model (psi, grads, optimizer),\n"
+      "the frozen base is counted in params at --base_model_precision's bytes (int8:\n"
+      "1 byte per parameter + a float32 scale per output row; bf16: 2), its segment\n"
+      "read scratch in buffers, the adapters' scratch in activations; the formula's\n"
+      "params add the base (a float32 base is sharded at stage 3, a narrow one is whole\n"
+      "on every rank); --plan's \"lora\" reports base_mb and\n"
+      "base_bytes_per_param (docs/lora.md).\n");
 }
 
 /* The formula's frozen base of a LoRA run (0 for full fine-tuning): 4 bytes
@@ -141,6 +153,27 @@ static ct_status peaks_max(ct_comm *comm, int rank, int N, double mx[5], ct_err 
   return st;
 }
 
+/* model_type lora: the frozen base's bytes at precision (whole on every
+ * rank, in params), beside the adapters' formula. */
+static double base_bytes(const char *preset, const char *precision, const char *default_dtype) {
+  ct_config cfg;
+  ct_err err = {0};
+  ct_mmdit_config mc;
+  ct_param *tab = NULL;
+  size_t n = 0, numel = 0;
+  double b = 0;
+  ct_config_defaults(&cfg);
+  if (!ct_config_set(&cfg, "preset", preset, &err) &&
+      !ct_train_model_config(&cfg, &mc, NULL, NULL, &err) &&
+      !ct_mmdit_param_table(&mc, &tab, &n, &numel, &err))
+    b = strcmp(precision, "no_change")
+            ? (double)ct_mmdit_quant_bytes(tab, n, precision, !strcmp(default_dtype, "bf16"))
+            : 4.0 * (double)numel;
+  free(tab);
+  ct_config_free(&cfg);
+  return b;
+}
+
 int ct_cmd_bench_memory(int argc, char **argv) {
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -150,6 +183,7 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
   const char *mtype = "full", *lrank = "16", *ltarget = "all";
   long stage = 0, ranks = 0, ckpt = 0;
+  const char *ldrop = "0.1", *lprec = "no_change", *lddt = "fp32";
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -161,7 +195,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar)) ||
                (r = ct_cli_opt(argc, argv, &i, "model_type", &mtype)) ||
                (r = ct_cli_opt(argc, argv, &i, "lora_rank", &lrank)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &ltarget))) {
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &ltarget)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &ldrop)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &lprec)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &lddt))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
@@ -242,7 +279,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"offload_param_path", swap},
                          {"model_type", mtype},
                          {"lora_rank", lrank},
-                         {"flux_lora_target", ltarget}};
+                         {"flux_lora_target", ltarget},
+                         {"lora_dropout", ldrop},
+                         {"base_model_precision", lprec},
+                         {"base_model_default_dtype", lddt}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
       fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
@@ -269,8 +309,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   if (stage >= 1) fo /= N;
   if (stage >= 2) fg /= N;
   if (stage >= 3) fp /= N;
-  const double base =
-      lora_base_formula_of(preset, mtype, stage, N); /* LoRA: the frozen base, 4Ψ_base */
+  /* LoRA: the frozen base, 4Ψ_base (/N at stage 3), or at its stored bytes */
+  const double base = !strcmp(mtype, "lora") && strcmp(lprec, "no_change")
+                          ? base_bytes(preset, lprec, lddt)
+                          : lora_base_formula_of(preset, mtype, stage, N);
   fp += base;
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)

@@ -112,6 +112,8 @@ static int read_component(const char *dir, frozen *f) {
 typedef struct plan_args {
   const char *preset, *pretrained, *mp, *offopt, *offpar, *mtype, *ltarget;
   long stage, ranks, ckpt, batch, res, tokens, offbuf, ema, lrank;
+  /* model_type lora: the base's storage (docs/lora.md), the adapters' dropout */
+  const char *lprec, *lddt, *ldrop;
 } plan_args;
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -127,7 +129,10 @@ static int parse(int argc, char **argv, plan_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &a->offopt)) ||
                (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar)) ||
                (r = ct_cli_opt(argc, argv, &i, "model_type", &a->mtype)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget))) {
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->lprec)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "lora_rank", &v))) {
       if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->lrank)) return 2;
@@ -196,7 +201,8 @@ static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_o
             ct_lora_preset_names());
     return 2;
   }
-  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, 0.1, 0, 0}; /* standard LoRA */
+  const double drop = atof(a->ldrop);
+  const ct_lora_opts lo = {(int)a->lrank, (double)a->lrank, drop, 0, 0}; /* standard LoRA */
   if (ct_lora_new(mc, tg, &lo, CT_LORA_NO_PARAMS, &l, &err)) {
     fprintf(stderr, "ctuner bench memory: flux_lora_target %s: %s\n", a->ltarget, err.msg);
     return 2;
@@ -209,7 +215,7 @@ static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_o
   for (size_t i = 0; i < nad; i++) {
     o->psi += (size_t)a->lrank * (size_t)(ad[i].in + ad[i].out);
     const double rows = (double)lora_rows(ad[i].base, (size_t)B, (size_t)Li, (size_t)T);
-    const double n = rows * (double)a->lrank * 2 + rows * ad[i].in * 2;
+    const double n = rows * (double)a->lrank * 2 + (drop > 0 ? rows * ad[i].in * 2 : 0);
     if (4 * n > *scratch) *scratch = 4 * n;
   }
   for (int k = 0; k < ct_lora_nsegments(l); k++) {
@@ -305,7 +311,8 @@ static void print_frozen(const frozen fz[3], double *total) {
 }
 
 int ct_bench_memory_plan(int argc, char **argv) {
-  plan_args a = {"bench", NULL, "no", "none", "none", "full", "all", 0, 1, 0, 1, 0, 0, 0, 0, 16};
+  plan_args a = {"bench", NULL, "no", "none", "none", "full", "all",       0,      1,    0,
+                 1,       0,    0,    0,      0,      16,     "no_change", "fp32", "0.1"};
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   ct_mmdit_config mc;
@@ -322,7 +329,19 @@ int ct_bench_memory_plan(int argc, char **argv) {
   }
   for (size_t i = 0; i < ntab; i++) psi += tab[i].numel;
   const size_t maxseg = ct_mmdit_max_segment(&mc, tab, ntab, numel);
+  /* base_model_precision (model_type lora): the base's stored bytes */
+  const int narrow = strcmp(a.lprec, "no_change") != 0;
+  const double qb =
+      narrow ? (double)ct_mmdit_quant_bytes(tab, ntab, a.lprec, !strcmp(a.lddt, "bf16")) : 0;
+  const int known = ct_mmdit_quant_dtype(&tab[0], a.lprec, 0) >= 0;
   free(tab);
+  if (!known || (narrow && strcmp(a.mtype, "lora"))) {
+    fprintf(stderr,
+            "ctuner bench memory: --base_model_precision %s: use no_change, bf16, int8-quanto or "
+            "int8-torchao, with --model_type lora\n",
+            a.lprec);
+    return 2;
+  }
   ct_memplan_opts o = {numel,
                        psi,
                        (int)a.ranks,
@@ -352,14 +371,24 @@ int ct_bench_memory_plan(int argc, char **argv) {
     double scratch = 0;
     if ((rc = lora_plan(&a, &mc, &o, (int)a.batch, (H / 2) * (H / 2), T, &scratch))) return rc;
     act += scratch;
-    o.frozen_bytes = numel * sizeof(float);
-    o.frozen_maxseg = maxseg * sizeof(float);
-    o.frozen_psi = psi;
+    if (!narrow) { /* float32: whole, or this rank's range at stage 3 (memplan.c) */
+      o.frozen_bytes = numel * sizeof(float);
+      o.frozen_maxseg = maxseg * sizeof(float);
+      o.frozen_psi = psi;
+    }
   }
   ct_memplan p;
   if (ct_memplan_trainable(&o, &p, &err)) {
     fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
     return 2;
+  }
+  if (narrow) { /* bf16 / int8 (ct_mmdit_quantize_from): whole on every rank, read
+                 * through one float32 segment of scratch (buffers, freed) */
+    p.base = p.formula_base = qb;
+    p.params += qb;
+    p.startup_params += qb;
+    p.formula_params += qb;
+    p.zero_buffers += 4.0 * (double)maxseg;
   }
   const double tot = p.params + p.grads + p.optimizer,
                ftot = p.formula_params + p.formula_grads + p.formula_optimizer;
@@ -374,12 +403,15 @@ int ct_bench_memory_plan(int argc, char **argv) {
       p.formula_params / MB, p.formula_grads / MB, p.formula_optimizer / MB, ftot / MB, tot / ftot);
   printf("\"buffers_mb\": {\"zero\": %.2f, \"gather_rank0\": %.2f}, ", p.zero_buffers / MB,
          p.gather_rank0 / MB);
-  if (lora) /* base_mb: of params; the formula's base 4Ψ_base (/N at stage 3) */
+  if (lora) /* base_mb: of params; the formula's base 4Ψ_base (/N at stage 3), or stored bytes */
     printf(
         "\"model_type\": \"lora\", \"lora_rank\": %ld, \"flux_lora_target\": \"%s\", "
-        "\"base_psi\": %zu, \"base_mb\": %.2f, \"formula_base_mb\": %.2f, "
+        "\"base_model_precision\": \"%s\", \"base_psi\": %zu, \"base_mb\": %.2f, "
+        "\"base_bytes_per_param\": %.4f, \"formula_base_mb\": %.2f, "
         "\"gather_base_rank0_mb\": %.2f, ",
-        a.lrank, a.ltarget, psi, p.base / MB, p.formula_base / MB, p.gather_base_rank0 / MB);
+        a.lrank, a.ltarget, a.lprec, psi, p.base / MB,
+        p.base / (double)psi * (a.stage >= 3 && !narrow ? (double)a.ranks : 1.0),
+        p.formula_base / MB, p.gather_base_rank0 / MB);
   printf(
       "\"activations_mb\": %.2f, \"activation_shape\": {\"batch\": %ld, \"resolution\": %ld, "
       "\"latent\": %d, \"tokens\": %d, \"gradient_checkpointing\": %ld}, "

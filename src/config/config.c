@@ -78,6 +78,9 @@ typedef struct vspec {
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
+static ct_status check_base_model_precision(const ct_config *c, ct_err *err);
+static ct_status check_te1_precision(const ct_config *c, ct_err *err);
+static ct_status check_te2_precision(const ct_config *c, ct_err *err);
 static ct_status check_controlnet(const ct_config *c, ct_err *err);
 static ct_status check_resolution_type(const ct_config *c, ct_err *err);
 static ct_status check_prompt_library(const ct_config *c, ct_err *err);
@@ -520,6 +523,44 @@ static ct_status check_resolution_type(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
+/* SimpleTuner's base_model_precision values: what ctuner stores, what it
+ * does not build (named), and a quantised base only under LoRA (a full
+ * fine-tune keeps float32 master weights; SimpleTuner refuses it too). */
+static ct_status check_base_model_precision(const ct_config *c, ct_err *err) {
+  static const char *const unbuilt[] = {
+      "int4-quanto",  "int2-quanto", "fp8-quanto",          "fp8uz-quanto",        "fp8-torchao",
+      "int4-torchao", "nf4-bnb",     "fp8-torchao-compile", "int8-torchao-compile"};
+  const char *p = c->base_model_precision;
+  for (size_t i = 0; i < sizeof unbuilt / sizeof *unbuilt; i++)
+    if (!strcmp(p, unbuilt[i]))
+      BAD("base_model_precision %s is not implemented: ctuner stores a frozen base as no_change, "
+          "bf16, int8-quanto or int8-torchao",
+          p);
+  if (strcmp(p, "no_change") && strcmp(p, "bf16") && strcmp(p, "int8-quanto") &&
+      strcmp(p, "int8-torchao"))
+    BAD("base_model_precision must be no_change, bf16, int8-quanto or int8-torchao, got '%s'", p);
+  if (!strncmp(p, "int8", 4) && strcmp(c->model_type, "lora"))
+    BAD("base_model_precision %s needs model_type lora: a quantised base is frozen, and a %s "
+        "fine-tune trains float32 weights",
+        p, c->model_type);
+  return CT_OK;
+}
+
+/* text_encoder_{1,2}_precision: the frozen encoders are read from their
+ * stored weights and computed in float32 (docs/flux.md); no quantisation. */
+static ct_status te_precision(int k, const char *v, ct_err *err) {
+  if (strcmp(v, "no_change") && strcmp(v, "bf16"))
+    BAD("text_encoder_%d_precision %s is not implemented: the text encoders are kept as stored "
+        "and computed in float32 (no_change; bf16 draws a warning)",
+        k, v);
+  return CT_OK;
+}
+static ct_status check_te1_precision(const ct_config *c, ct_err *err) {
+  return te_precision(1, c->text_encoder_1_precision, err);
+}
+static ct_status check_te2_precision(const ct_config *c, ct_err *err) {
+  return te_precision(2, c->text_encoder_2_precision, err);
+}
 static ct_status check_controlnet(const ct_config *c, ct_err *err) {
   if (c->controlnet) BAD("controlnet: ControlNet training is not implemented");
   return CT_OK;

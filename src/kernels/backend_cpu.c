@@ -50,6 +50,8 @@ const ct_backend_ops ct_backend_cpu = {
     .sgemm_deterministic = ct_sgemm_deterministic,
     .linear_fwd = ct_linear_fwd,
     .linear_bwd = ct_linear_bwd,
+    .linear_fwd_w = ct_linear_fwd_w,
+    .linear_bwd_w = ct_linear_bwd_w,
 
     .attention_fwd = ct_attention_fwd,
     .attention_bias_fwd = ct_attention_bias_fwd,

@@ -102,6 +102,17 @@ static void p_linear_bwd(int N, int K, int M, const float *x, int ldx, const flo
   TIMED(CT_PROF_GEMM, inner->linear_bwd(N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db));
 }
 
+static void p_linear_fwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                           const float *b, float *y, int ldy) {
+  TIMED(CT_PROF_GEMM, inner->linear_fwd_w(N, K, M, x, ldx, w, b, y, ldy));
+}
+
+static void p_linear_bwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                           const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                           float *db) {
+  TIMED(CT_PROF_GEMM, inner->linear_bwd_w(N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db));
+}
+
 static void p_attention_fwd(int B, int H, int L, int hd, float scale, int causal, const float *q,
                             const float *k, const float *v, float *o, float *lse) {
   TIMED(CT_PROF_ATTENTION, inner->attention_fwd(B, H, L, hd, scale, causal, q, k, v, o, lse));
@@ -371,6 +382,8 @@ static ct_backend_ops prof_ops = {
     .sgemm_deterministic = p_sgemm_deterministic,
     .linear_fwd = p_linear_fwd,
     .linear_bwd = p_linear_bwd,
+    .linear_fwd_w = p_linear_fwd_w,
+    .linear_bwd_w = p_linear_bwd_w,
     .attention_fwd = p_attention_fwd,
     .attention_bias_fwd = p_attention_bias_fwd,
     .attention_bwd = p_attention_bwd,

@@ -111,6 +111,58 @@ void ct_sgemm(int transA, int transB, int M, int N, int K, float alpha, const fl
     blas_sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* ------------------------------------------------- weight views */
+
+/* OpenBLAS has no such operand: blocks of WV_ROWS stored rows of the weight
+ * are dequantised into a buffer and multiplied there (the forward's column
+ * blocks of C, or the dX product's K blocks accumulated with beta 1). */
+#define WV_ROWS 64
+
+void ct_sgemm_blas_w(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const ct_wview *B, int ldb, float beta, float *C, int ldc) {
+  const int rows = transB ? N : K, cols = transB ? K : N;
+  float *t = ct_gemm_packbuf(2, (size_t)WV_ROWS * (size_t)cols);
+  for (int r0 = 0; r0 < rows; r0 += WV_ROWS) {
+    const int nr = rows - r0 < WV_ROWS ? rows - r0 : WV_ROWS;
+    for (int r = 0; r < nr; r++)
+      for (int c = 0; c < cols; c++) t[(size_t)r * cols + c] = ct_wview_at(*B, ldb, r0 + r, c);
+    if (transB) /* C[:, r0:r0+nr] = op(A) t^T */
+      blas_sgemm(transA, 1, M, nr, K, alpha, A, lda, t, cols, beta, C + r0, ldc);
+    else /* C += op(A)[:, r0:r0+nr] t */
+      blas_sgemm(transA, 0, M, N, nr, alpha, transA ? A + (size_t)r0 * lda : A + r0, lda, t, cols,
+                 r0 ? 1.0f : beta, C, ldc);
+  }
+}
+
+ct_sgemm_w_fn ct_sgemm_w_path_fn(const char *name) {
+  if (!name) return NULL;
+  if (!strcmp(name, "avx512")) return cpu_has(PATH_AVX512) ? ct_sgemm_avx512_w : NULL;
+  if (!strcmp(name, "avx2")) return cpu_has(PATH_AVX2) ? ct_sgemm_avx2_w : NULL;
+  if (!strcmp(name, "bf16")) return cpu_has(PATH_BF16) ? ct_sgemm_bf16_avx512_w : NULL;
+  if (!strcmp(name, "blas")) return ct_sgemm_blas_w;
+  return NULL;
+}
+
+void ct_sgemm_w(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                const ct_wview *B, int ldb, float beta, float *C, int ldc) {
+  if (B->dtype == CT_WDT_F32) {
+    ct_sgemm(transA, transB, M, N, K, alpha, A, lda, B->data, ldb, beta, C, ldc);
+    return;
+  }
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  int p = path_get();
+  if (p == PATH_AVX512)
+    ct_sgemm_avx512_w(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (p == PATH_AVX2)
+    ct_sgemm_avx2_w(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    ct_sgemm_blas_w(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* ------------------------------------------------- bf16 operands */
 
 int ct_sgemm_bf16_available(void) {
@@ -246,8 +298,8 @@ void ct_sgemm_deterministic(int transA, int transB, int M, int N, int K, float a
  * hang off a thread-specific key whose destructor frees them when a thread
  * ends (OpenMP shrinks its pool when the thread count drops). */
 typedef struct {
-  float *buf[2];
-  size_t cap[2]; /* in floats */
+  float *buf[3];
+  size_t cap[3]; /* in floats */
 } packbufs;
 
 static tss_t bufs_key;
@@ -256,8 +308,7 @@ static once_flag bufs_once = ONCE_FLAG_INIT;
 static void bufs_free(void *p) {
   packbufs *b = p;
   if (!b) return;
-  free(b->buf[0]);
-  free(b->buf[1]);
+  for (int i = 0; i < 3; i++) free(b->buf[i]);
   free(b);
 }
 

@@ -33,7 +33,29 @@ void ct_sgemm_avx2(int transA, int transB, int M, int N, int K, float alpha, con
 void ct_sgemm_bf16_avx512(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                           int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* This thread's packing buffer `which` (0: A block, 1: B block), at least
+/* The same paths with B a bf16 / int8 weight view (ct_sgemm_w), widened or
+ * dequantised tile by tile while B is packed (gemm_driver.h). */
+void ct_sgemm_avx512_w(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                       int lda, const ct_wview *B, int ldb, float beta, float *C, int ldc);
+void ct_sgemm_avx2_w(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const ct_wview *B, int ldb, float beta, float *C, int ldc);
+void ct_sgemm_bf16_avx512_w(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const ct_wview *B, int ldb, float beta,
+                            float *C, int ldc);
+
+/* OpenBLAS over dequantised blocks of 64 weight rows (any CPU). */
+void ct_sgemm_blas_w(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const ct_wview *B, int ldb, float beta, float *C, int ldc);
+/* One of them by name ("avx512", "avx2", "bf16": operands rounded to bf16
+ * as ct_sgemm_bf16, "blas"), NULL where the CPU lacks it; same contract as
+ * ct_sgemm_path_fn's functions (M, N, K >= 1, alpha != 0, B not float32). */
+typedef void (*ct_sgemm_w_fn)(int transA, int transB, int M, int N, int K, float alpha,
+                              const float *A, int lda, const ct_wview *B, int ldb, float beta,
+                              float *C, int ldc);
+ct_sgemm_w_fn ct_sgemm_w_path_fn(const char *name);
+
+/* This thread's packing buffer `which` (0: A block, 1: B block, 2: the
+ * dequantised tile of a weight view), at least
  * nfloat floats, 64-byte aligned; kept for the thread's life (aborts with a
  * message when out of memory: kernels have no status return). */
 float *ct_gemm_packbuf(int which, size_t nfloat);

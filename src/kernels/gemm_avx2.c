@@ -247,4 +247,5 @@ AVX2 static void ukernel(int kc, const float *restrict a, const float *restrict 
 
 #define GEMM_ISA AVX2
 #define GEMM_ENTRY ct_sgemm_avx2
+#define GEMM_ENTRY_W ct_sgemm_avx2_w
 #include "gemm_driver.h"

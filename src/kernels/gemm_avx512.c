@@ -80,4 +80,5 @@ AVX512 static void ukernel(int kc, const float *restrict a, const float *restric
 
 #define GEMM_ISA AVX512
 #define GEMM_ENTRY ct_sgemm_avx512
+#define GEMM_ENTRY_W ct_sgemm_avx512_w
 #include "gemm_driver.h"

@@ -166,4 +166,5 @@ BF16 static void ukernel_bf16(int kc, const float *restrict a, const float *rest
 #define ukernel ukernel_bf16
 #define GEMM_ISA BF16
 #define GEMM_ENTRY ct_sgemm_bf16_avx512
+#define GEMM_ENTRY_W ct_sgemm_bf16_avx512_w
 #include "gemm_driver.h"

@@ -80,3 +80,36 @@ void ct_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const floa
                         float *db) {
   lin_bwd(ct_sgemm_bf16, N, K, M, x, ldx, w, dy, lddy, dx, lddx, beta_dx, dw, db);
 }
+
+/* The same over a weight view (ct_sgemm_w dequantises its tiles while packing). */
+void ct_linear_fwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                     const float *b, float *y, int ldy) {
+  if (w->dtype == CT_WDT_F32) {
+    ct_linear_fwd(N, K, M, x, ldx, w->data, b, y, ldy);
+    return;
+  }
+  if (N <= 0 || M <= 0) return;
+  float beta = 0.0f;
+  if (b) {
+#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
+    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, (size_t)M * sizeof(float));
+    beta = 1.0f;
+  } else if (K <= 0) {
+    for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
+  }
+  if (K <= 0) return;
+  ct_sgemm_w(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
+}
+
+void ct_linear_bwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
+                     const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+                     float *db) {
+  if (w->dtype == CT_WDT_F32) {
+    ct_linear_bwd(N, K, M, x, ldx, w->data, dy, lddy, dx, lddx, beta_dx, dw, db);
+    return;
+  }
+  if (N <= 0 || M <= 0) return;
+  if (dx && K > 0) ct_sgemm_w(0, 0, N, K, M, 1.0f, dy, lddy, w, K, beta_dx, dx, lddx);
+  /* a bf16 / int8 weight is frozen: no dw */
+  if (db) colsum_acc(N, M, dy, lddy, db);
+}

@@ -49,6 +49,12 @@ static lin view_lin(ct_mmdit *m, int s, const char *prefix) {
   CT_ASSERT(pw && pb);
   l.w = seg_addr(m->segw[s], m, s, pw);
   l.b = seg_addr(m->segw[s], m, s, pb);
+  l.wv = ct_wview_f32(l.w);
+  if (m->qv) { /* ct_mmdit_quantize: the stored views (mmdit_quant.c) */
+    l.wv = m->qv[pw - m->params];
+    l.w = l.wv.dtype == CT_WDT_F32 ? (float *)l.wv.data : NULL;
+    l.b = (float *)m->qv[pb - m->params].data;
+  }
   l.gw = m->frozen ? NULL : seg_addr(m->segg[s], m, s, pw);
   l.gb = m->frozen ? NULL : seg_addr(m->segg[s], m, s, pb);
   l.out = (int)pw->shape[0];
@@ -62,7 +68,7 @@ static lin view_lin(ct_mmdit *m, int s, const char *prefix) {
 static void view_vec(ct_mmdit *m, int s, const char *name, float **w, float **g) {
   const ct_param *p = ct_mmdit_find(m, name);
   CT_ASSERT(p);
-  *w = seg_addr(m->segw[s], m, s, p);
+  *w = m->qv ? (float *)m->qv[p - m->params].data : seg_addr(m->segw[s], m, s, p);
   *g = m->frozen ? NULL : seg_addr(m->segg[s], m, s, p);
 }
 
@@ -206,6 +212,8 @@ void ct_mmdit_free(ct_mmdit *m) {
   if (!m) return;
   if (m->own_w) m->be->free(m->w);
   if (m->own_g) m->be->free(m->g);
+  m->be->free(m->qbuf);
+  free(m->qv);
   m->be->free(m->arena);
   free(m->pos);
   free(m->params);
@@ -296,6 +304,9 @@ const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == m->be) return CT_OK;
+  if (m->qv) /* its views point into qbuf, host memory of the backend it was stored on */
+    return ct_errf(err, CT_ERR_INVALID,
+                   "a base stored as bf16 / int8 (base_model_precision) stays on its backend");
   const size_t bytes = m->numel * sizeof(float);
   ct_status st =
       m->own_w ? ct_backend_move(m->be, be, CT_MEM_PARAMS, bytes, (void **)&m->w, err) : CT_OK;
@@ -338,6 +349,7 @@ static ct_status seg_enter(ct_mmdit *m, int s, int backward, ct_err *err) {
     ct_status st = m->hooks.enter(m->hooks.user, s, backward, &w, &g, err);
     if (st) return st;
   }
+  if (m->qv) return CT_OK; /* a frozen base in its stored dtype: the views never move */
   if (!w) w = m->w ? m->w + m->seg_off[s] : NULL;
   if (!g) g = m->g ? m->g + m->seg_off[s] : NULL;
   if (!w)
@@ -584,14 +596,45 @@ static void rows_copy(const ct_backend_ops *be, int B, int Ls, int Lt, int off, 
 /* A linear layer, plus its LoRA adapters when it has any. */
 static void lin_fwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
                     float *y, int ldy) {
-  be->linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
+  if (l->wv.dtype != CT_WDT_F32)
+    be->linear_fwd_w(N, l->in, l->out, x, ldx, &l->wv, l->b, y, ldy);
+  else
+    be->linear_fwd(N, l->in, l->out, x, ldx, l->w, l->b, y, ldy);
   if (l->lora) ct_lora_fwd(l->lora, be, l->site, 0, l->out, N, x, ldx, y, ldy);
 }
 
 static void lin_bwd(const ct_backend_ops *be, const lin *l, int N, const float *x, int ldx,
                     const float *dy, int lddy, float *dx, int lddx, float beta) {
-  be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
+  if (l->wv.dtype != CT_WDT_F32)
+    be->linear_bwd_w(N, l->in, l->out, x, ldx, &l->wv, dy, lddy, dx, lddx, beta, l->gw, l->gb);
+  else
+    be->linear_bwd(N, l->in, l->out, x, ldx, l->w, dy, lddy, dx, lddx, beta, l->gw, l->gb);
   if (l->lora) ct_lora_bwd(l->lora, be, l->site, 0, l->out, N, x, ldx, dy, lddy, dx, lddx);
+}
+
+/* Rows [r0, r0 + rows) of a linear layer without its adapters (linear1's qkv
+ * and mlp halves): dx = beta * dx + dy W[r0:], gradients into the same rows. */
+static void lin_rows_fwd(const ct_backend_ops *be, const lin *l, int r0, int rows, int N,
+                         const float *x, int ldx, float *y, int ldy) {
+  if (l->wv.dtype != CT_WDT_F32) {
+    const ct_wview v = ct_wview_rows(l->wv, r0, l->in);
+    be->linear_fwd_w(N, l->in, rows, x, ldx, &v, l->b + r0, y, ldy);
+  } else {
+    be->linear_fwd(N, l->in, rows, x, ldx, l->w + (size_t)r0 * l->in, l->b + r0, y, ldy);
+  }
+}
+
+static void lin_rows_bwd(const ct_backend_ops *be, const lin *l, int r0, int rows, int N,
+                         const float *x, int ldx, const float *dy, int lddy, float *dx, int lddx,
+                         float beta) {
+  float *gw = l->gw ? l->gw + (size_t)r0 * l->in : NULL, *gb = l->gb ? l->gb + r0 : NULL;
+  if (l->wv.dtype != CT_WDT_F32) {
+    const ct_wview v = ct_wview_rows(l->wv, r0, l->in);
+    be->linear_bwd_w(N, l->in, rows, x, ldx, &v, dy, lddy, dx, lddx, beta, gw, gb);
+  } else {
+    be->linear_bwd(N, l->in, rows, x, ldx, l->w + (size_t)r0 * l->in, dy, lddy, dx, lddx, beta, gw,
+                   gb);
+  }
 }
 
 /* Shapes every block helper needs, from the planned batch. */
@@ -669,8 +712,8 @@ static void sblock_fwd(ct_mmdit *m, int i, const float *xj) {
   lin_fwd(be, &p->mod, B, a->svec, d, x->mod, 3 * d);
   be->ln_mod_fwd(B, Lt, d, x->xin, d, x->mod, x->mod + d, 3 * d, LN_EPS, x->xhat, x->rstd, x->h, d);
   /* linear1 as two GEMMs over the row blocks of its weight: qkv (3d) and mlp (mh). */
-  be->linear_fwd(N, d, 3 * d, x->h, d, p->l1.w, p->l1.b, x->qkv, 3 * d);
-  be->linear_fwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, p->l1.b + 3 * d, x->u, mh);
+  lin_rows_fwd(be, &p->l1, 0, 3 * d, N, x->h, d, x->qkv, 3 * d);
+  lin_rows_fwd(be, &p->l1, 3 * d, mh, N, x->h, d, x->u, mh);
   if (p->l1.lora) { /* adapters on q, k, v (rows 0..3d) and proj_mlp (3d..3d+mh) */
     ct_lora_fwd(p->l1.lora, be, p->l1.site, 0, 3 * d, N, x->h, d, x->qkv, 3 * d);
     ct_lora_fwd(p->l1.lora, be, p->l1.site, 3 * d, 3 * d + mh, N, x->h, d, x->u, mh);
@@ -822,11 +865,8 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
                         a->dk, a->dv);
       be->qkv_heads_bwd(B, Lt, Lt, 0, nh, hd, x->qkv, p->qs, p->ks, a->pe, x->rq, x->rk, a->dq,
                         a->dk, a->dv, a->dqkv, p->gqs, p->gks);
-      be->linear_bwd(N, d, 3 * d, x->h, d, p->l1.w, a->dqkv, 3 * d, a->dh, d, 0.0f, p->l1.gw,
-                     p->l1.gb);
-      be->linear_bwd(N, d, mh, x->h, d, p->l1.w + (size_t)3 * d * d, a->du, mh, a->dh, d, 1.0f,
-                     p->l1.gw ? p->l1.gw + (size_t)3 * d * d : NULL,
-                     p->l1.gb ? p->l1.gb + 3 * d : NULL);
+      lin_rows_bwd(be, &p->l1, 0, 3 * d, N, x->h, d, a->dqkv, 3 * d, a->dh, d, 0.0f);
+      lin_rows_bwd(be, &p->l1, 3 * d, mh, N, x->h, d, a->du, mh, a->dh, d, 1.0f);
       if (p->l1.lora) {
         ct_lora_bwd(p->l1.lora, be, p->l1.site, 0, 3 * d, N, x->h, d, a->dqkv, 3 * d, a->dh, d);
         ct_lora_bwd(p->l1.lora, be, p->l1.site, 3 * d, 3 * d + mh, N, x->h, d, a->du, mh, a->dh, d);

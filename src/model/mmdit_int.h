@@ -12,6 +12,7 @@ typedef struct lin {
   int in, out;
   ct_lora *lora; /* adapters on this weight (site), or NULL */
   int site;
+  ct_wview wv; /* the weight as stored: float32 (= w) or bf16 / int8 (w NULL) */
 } lin;
 
 typedef struct dstream_p {
@@ -106,6 +107,9 @@ struct ct_mmdit {
   int ckpt_every; /* gradient checkpointing: every Nth block (0: off) */
   ct_lora *lora;  /* attached adapters (ct_mmdit_set_lora) or NULL */
   int frozen;     /* no weight gradients (ct_mmdit_set_frozen) */
+  ct_wview *qv;   /* ct_mmdit_quantize: every parameter's storage (nparams), else NULL */
+  void *qbuf;     /* ... all of it in one buffer (category params) */
+  size_t qbytes;
   float *arena;
   size_t arena_floats;
   dblock_a *db_a;

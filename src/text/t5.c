@@ -10,8 +10,15 @@
  * table (num_buckets, heads) looked up at the bucket of key - query
  * (bidirectional), built on the host once per sequence length and shared by
  * every block, as HF does. No attention mask: FluxPipeline passes none.
- * Weights are held in float32 whatever the file stores (F32, F16, BF16).
- * Not here: the tokenizer (spm.c), a backward pass, memory-mapped bf16 weights.
+ * Weights: when every matrix (the embedding and the seven linear weights of
+ * each block) is stored BF16 — FLUX.1's text_encoder_2 — they stay in the
+ * memory-mapped files (2 bytes per parameter, nothing copied): the linear
+ * layers read them through bf16 weight views, which the GEMM widens tile by
+ * tile while packing (docs/gemm.md), the embedding rows are widened as they
+ * are looked up; only the norms and the position-bias table are widened into
+ * float32. Widening is exact, so the outputs are the float32 path's bits.
+ * Otherwise (F32, F16 files) the weights are held in float32.
+ * Not here: the tokenizer (spm.c), a backward pass, int8 text encoders.
  */
 #include "ctuner/t5.h"
 
@@ -20,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/bf16.h"
 #include "ctuner/json.h"
+#include "ctuner/kernels.h"
 #include "ctuner/safetensors.h"
 
 typedef struct tparam {
@@ -42,6 +51,13 @@ struct ct_t5 {
   tlayer *layers;
   size_t shared, relbias, lnf;
   float *w;
+  /* mapped (stored BF16): the files stay open, w holds only the norms and the
+   * bias table, lv the 7 views of each block (q, k, v, o, wi0, wi1, wo) */
+  int mapped;
+  ct_st_set set;
+  ct_wview *lv;
+  const uint16_t *emb;
+  size_t wfloats; /* floats in w */
   /* scratch, backend memory, for cap_rows tokens */
   float *x, *h, *big, *heads, *o, *f0, *f1, *rstd, *bias;
   size_t cap_rows;
@@ -176,6 +192,67 @@ static const ct_st_tensor *find_param(const ct_st_set *s, size_t i, const char *
   return x;
 }
 
+/* Every matrix stored BF16 and 2-byte aligned in the mapping: keep them there. */
+static int all_bf16(const ct_t5 *t, const ct_st_set *s) {
+  for (size_t i = 0; i < t->nparams; i++) {
+    const ct_st_tensor *x = find_param(s, i, t->params[i].name, NULL);
+    if (t->params[i].ndim == 2 && t->params[i].offset != t->relbias &&
+        (!x || x->dtype != CT_DTYPE_BF16 || ((uintptr_t)x->data & 1)))
+      return 0;
+  }
+  return 1;
+}
+
+/* The mapped layout: views into the files; the norms and the bias table
+ * (re-addressed into a small w) widened. The set stays open. */
+static ct_status map_weights(ct_t5 *t, ct_err *err) {
+  const int nl = t->cfg.layers;
+  t->lv = calloc((size_t)nl * 7, sizeof *t->lv);
+  if (!t->lv) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 views)");
+  size_t nw = 0, *where = calloc(t->nparams, sizeof *where);
+  if (!where) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 views)");
+  int k = 0; /* the next view: params in table order, 7 matrices per block */
+  for (size_t i = 0; i < t->nparams; i++) {
+    const tparam *p = &t->params[i];
+    const ct_st_tensor *x = find_param(&t->set, i, p->name, NULL);
+    if (i == 0) {
+      t->emb = x->data;
+    } else if (p->ndim == 2 && p->offset != t->relbias) {
+      t->lv[k++] = (ct_wview){CT_WDT_BF16, x->data, NULL};
+    } else {
+      where[i] = nw;
+      nw += p->numel;
+    }
+  }
+  CT_ASSERT(k == 7 * nl);
+  t->wfloats = nw;
+  t->w = t->be->alloc(CT_MEM_OTHER, nw * sizeof(float));
+  ct_status st = t->w ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 norms)");
+  for (size_t i = 1; i < t->nparams && !st; i++) {
+    const tparam *p = &t->params[i];
+    if (p->ndim == 2 && p->offset != t->relbias) continue;
+    st = ct_st_to_f32(find_param(&t->set, i, p->name, NULL), t->w + where[i], p->numel, err);
+  }
+  /* the offsets the forward reads, now into the small w (looked up by the
+   * table's original offsets, which stay unchanged in t->params) */
+  size_t relbias = t->relbias, lnf = t->lnf;
+  for (size_t i = 1; i < t->nparams; i++) {
+    const size_t o = t->params[i].offset;
+    if (o == relbias) t->relbias = where[i];
+    if (o == lnf) t->lnf = where[i];
+  }
+  for (int l = 0; l < nl; l++) {
+    tlayer *L = &t->layers[l];
+    size_t ln0 = L->ln0, ln1 = L->ln1;
+    for (size_t i = 1; i < t->nparams; i++) {
+      if (t->params[i].offset == ln0) L->ln0 = where[i];
+      if (t->params[i].offset == ln1) L->ln1 = where[i];
+    }
+  }
+  free(where);
+  return st;
+}
+
 static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
   ct_st_set s;
   ct_st_check *chk = NULL;
@@ -199,6 +276,15 @@ static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
                         "layers %d, heads %d, vocab %d)",
                         dir, t->cfg.d_model, t->cfg.d_kv, t->cfg.d_ff, t->cfg.layers, t->cfg.heads,
                         t->cfg.vocab);
+  if (!st && all_bf16(t, &s)) { /* keep the files mapped: 2 bytes per parameter */
+    t->set = s;
+    t->mapped = 1;
+    return map_weights(t, err);
+  }
+  t->wfloats = t->numel;
+  t->w = st ? NULL : t->be->alloc(CT_MEM_OTHER, t->numel * sizeof(float));
+  if (!st && !t->w)
+    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 encoder weights (%zu floats)", t->numel);
   for (size_t i = 0; i < t->nparams && !st; i++) {
     const tparam *p = &t->params[i];
     st = ct_st_to_f32(find_param(&s, i, p->name, NULL), t->w + p->offset, p->numel, err);
@@ -224,6 +310,8 @@ void ct_t5_free(ct_t5 *t) {
     free_scratch(t);
     t->be->free(t->w);
   }
+  if (t->mapped) ct_st_set_close(&t->set);
+  free(t->lv);
   free(t->params);
   free(t->layers);
   free(t);
@@ -241,12 +329,7 @@ ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err) {
   if (st) goto out;
   st = build_table(t, err);
   if (st) goto out;
-  /* frozen weights count as "other", as the CLIP encoder's */
-  t->w = t->be->alloc(CT_MEM_OTHER, t->numel * sizeof(float));
-  if (!t->w) {
-    st = ct_errf(err, CT_ERR_NOMEM, "out of memory: T5 encoder weights (%zu floats)", t->numel);
-    goto out;
-  }
+  /* frozen weights count as "other", as the CLIP encoder's (mapped: not at all) */
   st = load_weights(t, dir, err);
   if (st) goto out;
   *out = t;
@@ -264,11 +347,18 @@ size_t ct_t5_numel(const ct_t5 *t) {
   return t->numel;
 }
 
+int ct_t5_mapped(const ct_t5 *t) {
+  return t->mapped;
+}
+
 ct_status ct_t5_set_backend(ct_t5 *t, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == t->be) return CT_OK;
+  if (t->mapped)
+    return ct_errf(err, CT_ERR_INVALID, "a T5 encoder read from its mapped bf16 files stays on %s",
+                   t->be->name);
   ct_status st =
-      ct_backend_move(t->be, be, CT_MEM_OTHER, t->numel * sizeof(float), (void **)&t->w, err);
+      ct_backend_move(t->be, be, CT_MEM_OTHER, t->wfloats * sizeof(float), (void **)&t->w, err);
   if (st) return st;
   free_scratch(t);
   t->be = be;
@@ -355,6 +445,18 @@ static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, c
                     out + s * plane + ((size_t)b * H + h) * T * hd, hd);
 }
 
+/* Block l's linear weight j (0..6: q, k, v, o, wi0, wi1, wo), no bias. */
+static void lin(const ct_t5 *t, int l, int j, int N, int K, int M, const float *x, int ldx,
+                float *y, int ldy) {
+  if (t->mapped) {
+    t->be->linear_fwd_w(N, K, M, x, ldx, &t->lv[(size_t)l * 7 + j], NULL, y, ldy);
+    return;
+  }
+  const tlayer *L = &t->layers[l];
+  const size_t off[7] = {L->qkv, 0, 0, L->o, L->wi0, L->wi1, L->wo};
+  t->be->linear_fwd(N, K, M, x, ldx, t->w + off[j], NULL, y, ldy);
+}
+
 ct_status ct_t5_encode(ct_t5 *t, const int32_t *ids, int B, int T, float *seq, ct_err *err) {
   const ct_t5_config *c = &t->cfg;
   if (B < 1 || T < 1 || (size_t)B * T > (1u << 24))
@@ -375,23 +477,28 @@ ct_status ct_t5_encode(ct_t5 *t, const int32_t *ids, int B, int T, float *seq, c
   const float *W = t->w;
   float *x = t->x, *h = t->h;
   size_t plane = (size_t)B * H * T * hd;
-  for (size_t r = 0; r < rows; r++)
+  for (size_t r = 0; r < rows && !t->mapped; r++)
     be->copy(x + r * d, W + t->shared + (size_t)ids[r] * d, (size_t)d * sizeof(float));
+  for (size_t r = 0; r < rows && t->mapped; r++) /* CPU memory: the mapping is host memory */
+    for (int i = 0; i < d; i++) x[r * d + i] = ct_bf16_to_f32(t->emb[(size_t)ids[r] * d + i]);
   for (int l = 0; l < c->layers; l++) {
     const tlayer *L = &t->layers[l];
     be->rmsnorm_fwd(N, d, x, d, W + L->ln0, c->eps, h, d, t->rstd);
-    be->linear_fwd(N, d, 3 * in, h, d, W + L->qkv, NULL, t->big, 3 * in);
+    if (t->mapped) /* q, k, v are separate tensors: three products into big's columns */
+      for (int j = 0; j < 3; j++) lin(t, l, j, N, d, in, h, d, t->big + (size_t)j * in, 3 * in);
+    else
+      be->linear_fwd(N, d, 3 * in, h, d, W + L->qkv, NULL, t->big, 3 * in);
     split_heads(be, B, T, H, hd, t->big, t->heads);
     be->attention_bias_fwd(B, H, T, hd, 1.0f, t->bias, t->heads, t->heads + plane,
                            t->heads + 2 * plane, t->o);
-    be->linear_fwd(N, in, d, t->o, in, W + L->o, NULL, h, d);
+    lin(t, l, 3, N, in, d, t->o, in, h, d);
     be->add_inplace(rows * d, x, h);
     be->rmsnorm_fwd(N, d, x, d, W + L->ln1, c->eps, h, d, t->rstd);
-    be->linear_fwd(N, d, F, h, d, W + L->wi0, NULL, t->f0, F);
-    be->linear_fwd(N, d, F, h, d, W + L->wi1, NULL, t->f1, F);
+    lin(t, l, 4, N, d, F, h, d, t->f0, F);
+    lin(t, l, 5, N, d, F, h, d, t->f1, F);
     be->gelu_tanh_fwd(N, F, t->f0, F, t->f0, F);
     be->mul_inplace(rows * F, t->f0, t->f1);
-    be->linear_fwd(N, F, d, t->f0, F, W + L->wo, NULL, h, d);
+    lin(t, l, 6, N, F, d, t->f0, F, h, d);
     be->add_inplace(rows * d, x, h);
   }
   be->rmsnorm_fwd(N, d, x, d, W + t->lnf, c->eps, seq, d, t->rstd);

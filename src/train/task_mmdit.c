@@ -388,6 +388,12 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   st = tr->fp ? ct_textcond_flux(tr->fp, !strcmp(cfg->t5_padding, "zero"), &tr->tc, err)
               : ct_textcond_builtin(cfg, tr->g.mc.context_in_dim, NULL, tr->g.T, &tr->tc, err);
   if (st) return st;
+  for (int k = 0; k < 2 && lead && tr->fp; k++)
+    if (!strcmp(k ? cfg->text_encoder_2_precision : cfg->text_encoder_1_precision, "bf16"))
+      CT_WARN(
+          "text_encoder_%d_precision bf16: %s is computed from its stored weights widened to "
+          "float32, not rounded to bf16",
+          k + 1, k ? "T5" : "CLIP-L");
   tr->text_cb = (ct_text_cb){tr->tc, tr->g.T};
   st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn,
                        err);
@@ -477,6 +483,20 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   return finish_model(tr, err);
 }
 
+/* The base's floats [lo, hi) from where load_base reads them (a segment at a
+ * time, for a base stored quantised: ct_mmdit_quantize_from). */
+static ct_status read_base(void *user, size_t lo, size_t hi, float *out, ct_err *err) {
+  trainer *tr = user;
+  const ct_flux_pipe *fp = tr->fp;
+  if (fp && !fp->transformer_bfl)
+    return ct_mmdit_load_diffusers_range(tr->m, fp->transformer, lo, hi, out, err);
+  if (fp) return ct_mmdit_load_range(tr->m, fp->transformer, fp->bfl_prefix, lo, hi, out, err);
+  if (tr->cfg->pretrained_model_path)
+    return ct_mmdit_load_range(tr->m, tr->cfg->pretrained_model_path, "", lo, hi, out, err);
+  ct_mmdit_init_range(tr->m, (uint64_t)tr->cfg->seed, lo, hi, out);
+  return CT_OK;
+}
+
 /* LoRA's frozen base, whole on every rank. */
 static ct_status load_base(trainer *tr, ct_err *err) {
   const ct_flux_pipe *fp = tr->fp;
@@ -537,10 +557,18 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   const uint64_t seed = (uint64_t)cfg->seed;
   ct_lora *l = NULL;
-  const int sharded = tr->stage >= 3; /* the base too (zero.c gathers it per segment) */
-  ct_status st = ct_mmdit_new(&tr->g.mc, seed, sharded ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
-  /* the pipeline's transformer, or pretrained_model_path */
-  if (!st) st = sharded ? load_base_shard(tr, err) : load_base(tr, err);
+  /* base_model_precision bf16 / int8: stored narrow segment by segment as it
+   * is read (never whole in float32), the GEMM dequantising while packing;
+   * whole on every rank (ZeRO-3 shards only a float32 base) */
+  const int narrow = strcmp(cfg->base_model_precision, "no_change") != 0;
+  const int sharded = tr->stage >= 3 && !narrow; /* the base too (zero.c gathers it per segment) */
+  ct_status st =
+      ct_mmdit_new(&tr->g.mc, seed, sharded || narrow ? CT_MMDIT_NO_PARAMS : 0, &tr->m, err);
+  if (!st && narrow)
+    st = ct_mmdit_quantize_from(tr->m, cfg->base_model_precision,
+                                !strcmp(cfg->base_model_default_dtype, "bf16"), read_base, tr, err);
+  else if (!st) /* the pipeline's transformer, or pretrained_model_path */
+    st = sharded ? load_base_shard(tr, err) : load_base(tr, err);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank,
                           cfg->lora_dropout, seed, cfg->use_dora};
@@ -594,10 +622,15 @@ static ct_status new_lora_model(trainer *tr, ct_err *err) {
       CT_WARN(
           "model_type lora without pretrained_model_path: the base is the seeded init, whose "
           "final layer and gates are zero, so little or no gradient reaches the adapters");
-    if (!strcmp(cfg->base_model_precision, "bf16"))
-      CT_WARN("base_model_precision bf16: the frozen base is kept in float32%s",
-              tr->bf16 ? " (its products bf16 under mixed_precision bf16)"
-                       : " and computed in float32");
+    if (strcmp(cfg->base_model_precision, "no_change"))
+      CT_INFO("base_model_precision %s: the frozen base takes %.1f MiB (float32: %.1f MiB)",
+              cfg->base_model_precision, (double)ct_mmdit_param_bytes(tr->m) / 1048576.0,
+              (double)ct_mmdit_numel(tr->m) * 4.0 / 1048576.0);
+    if (strcmp(cfg->base_model_precision, "no_change") && tr->bf16)
+      CT_INFO(
+          "mixed_precision bf16 on a %s base: the base's products are float32 over its "
+          "dequantised tiles, the adapters' bf16",
+          cfg->base_model_precision);
   }
   set_checkpointing(tr);
   return finish_model(tr, err);
