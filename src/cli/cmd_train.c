@@ -15,6 +15,7 @@
 #include "ctuner/health.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
+#include "ctuner/lora_tools.h"
 #include "ctuner/train.h"
 
 void ct_cmd_cache_help(FILE *f) {
@@ -442,6 +443,10 @@ int ct_cmd_sample(int argc, char **argv) {
     return 2;
   }
   ct_err err = {0};
+  if (ct_lora_check_multiplier(lora_scale, &err)) {
+    fprintf(stderr, "ctuner sample: --%s\n", err.msg);
+    return 2;
+  }
   char dir[4096] = "";
   if (ckpt && ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
   char **prompts = NULL;
