@@ -4,11 +4,13 @@
 #
 # The base (examples/demo/config.json: the small preset on synthetic shapes)
 # learnt eight colour words. The LoRA data are synthetic shapes whose orange
-# ones are captioned "vermilion" instead (plus a quarter of the others, as they
+# ones are captioned "coral" instead (plus a quarter of the others, as they
 # are, so the rest is not forgotten). Before and after, 48 prompts that say
-# "vermilion" are sampled and judged by `ctuner eval synth` against "orange"
+# "coral" are sampled and judged by `ctuner eval synth` against "orange"
 # (colour accuracy, and all five attributes), and the same 48 prompts with
-# their own colour words check that the base's skills survive.
+# their own colour words check that the base's skills survive. ("coral" is 4
+# tokens of the demo's small BPE vocabulary: the captions still fit
+# tokenizer_max_length 16 but for their last word; "vermilion" would take 8.)
 #   scripts/demo_lora.sh [path/to/ctuner]      DEMO_LORA_OUT=dir (default demo-lora-output)
 #   the base: DEMO_LORA_BASE=checkpoint dir, else make demo's newest checkpoint
 #   (demo-output/run), else one trained here (DEMO_LORA_BASE_STEPS, default
@@ -19,7 +21,7 @@ set -euo pipefail
 CT=${1:-build/ctuner}
 cd "$(dirname "$0")/.."
 OUT=${DEMO_LORA_OUT:-demo-lora-output}
-WORD=vermilion COLOUR=orange
+WORD=coral COLOUR=orange
 BASE_STEPS=${DEMO_LORA_BASE_STEPS:-1200}
 LORA_STEPS=${DEMO_LORA_STEPS:-200}
 N=${DEMO_LORA_PROMPTS:-48}
@@ -75,7 +77,7 @@ for i, t in enumerate(sorted(glob.glob(os.path.join(d, "*.txt")))):
 print(f"   {kept[0]} '{word}' images, {kept[1]} others")
 PY
 cat >"$OUT/lora-backend.json" <<JSON
-[{"id": "vermilion", "type": "local", "instance_data_dir": "$OUT/lora-data", "caption_strategy": "textfile", "crop": false}]
+[{"id": "coral", "type": "local", "instance_data_dir": "$OUT/lora-data", "caption_strategy": "textfile", "crop": false}]
 JSON
 cat >"$OUT/prompts.json" <<JSON
 {"circle": "a large $WORD circle in the center on a white background",
@@ -85,7 +87,7 @@ cat >"$OUT/prompts.json" <<JSON
 JSON
 
 echo "== 3/5 LoRA training ($LORA_STEPS steps, all+ffs rank 16; $OUT/lora/metrics.jsonl)"
-"$CT" train --config examples/demo/config.json --resume_from_checkpoint=none \
+DEMO_OUT=$OUT "$CT" train --config examples/demo/config.json --resume_from_checkpoint=none \
   --output_dir="$OUT/lora" --data_backend_config="$OUT/lora-backend.json" \
   --user_prompt_library="$OUT/prompts.json" --model_type=lora \
   --pretrained_model_path="$weights" --flux_lora_target=all+ffs --lora_rank=16 \
