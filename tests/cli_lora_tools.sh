@@ -7,7 +7,6 @@
 # (The numbers against diffusers: tests/test_lora_tools.c.)
 # Usage: tests/cli_lora_tools.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 export OMP_NUM_THREADS=2
 . "$(dirname "$0")/lib/shapes.sh"
 shapes_fixture 8
