@@ -2,7 +2,8 @@
 # LoRA tools end to end (docs/lora.md): a model_type lora run's checkpoint
 # samples as its base with its adapter (= sample --checkpoint BASE --lora FILE,
 # bit for bit; --lora_scale 0 = the base; --ema); lora merge writes a diffusers
-# directory whose adapted tensors (and only those) moved; lora export
+# directory whose adapted tensors (and only those) moved (checkpoint export
+# of the LoRA checkpoint writes the same); lora export
 # --format comfyui writes kohya keys; bad input is refused naming it.
 # (The numbers against diffusers: tests/test_lora_tools.c.)
 # Usage: tests/cli_lora_tools.sh path/to/ctuner
@@ -59,6 +60,10 @@ PY
 else
   bad "lora merge: $(tail -2 "$tmp/e")"
 fi
+"$CT" checkpoint export --checkpoint "$L" --format diffusers --out "$tmp/exported" >/dev/null 2>"$tmp/e" &&
+  diff -r "$tmp/exported" "$tmp/merged" >/dev/null &&
+  ok "checkpoint export of a LoRA run's checkpoint writes the merged model (= lora merge)" ||
+  bad "checkpoint export of a LoRA checkpoint: $(tail -2 "$tmp/e")"
 
 if "$CT" lora export --format comfyui --checkpoint "$L" --out "$tmp/k.safetensors" >/dev/null 2>"$tmp/e" &&
   /usr/bin/python3 - "$tmp/k.safetensors" <<'PY'; then

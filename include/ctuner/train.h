@@ -144,6 +144,8 @@ void ct_pipeline_free(ct_pipeline *p);
 struct ct_lora;
 ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int use_ema,
                             ct_mmdit **model, struct ct_lora **adapter, ct_err *err);
+/* Only the transformer's shape of pretrained (as above), no weights read. */
+ct_status ct_lora_pretrained_config(const char *pretrained, ct_mmdit_config *cfg, ct_err *err);
 
 typedef struct ct_sample_opts {
   int width, height; /* pixels; multiples of 2 x codec scale */

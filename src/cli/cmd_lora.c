@@ -174,11 +174,21 @@ int ct_cmd_lora_export(int argc, char **argv) {
   }
   ct_mmdit *m = NULL;
   ct_lora *l = NULL;
-  if (open_both("lora export", &a, &m, &l)) return 1;
   ct_err err = {0};
+  ct_mmdit_config mc;
+  if (a.pretrained && a.lora && !a.ckpt) { /* the shape is enough: no weights read */
+    if (ct_lora_pretrained_config(a.pretrained, &mc, &err) ||
+        ct_lora_open_file(&mc, a.lora, &l, &err)) {
+      fprintf(stderr, "ctuner lora export: %s\n", err.msg);
+      return 1;
+    }
+  } else {
+    if (open_both("lora export", &a, &m, &l)) return 1;
+    mc = *ct_mmdit_cfg(m);
+  }
   size_t nad;
   ct_lora_adapters(l, &nad);
-  ct_status st = ct_lora_export_kohya(ct_mmdit_cfg(m), l, a.scale, a.out,
+  ct_status st = ct_lora_export_kohya(&mc, l, a.scale, a.out,
                                       strcmp(a.dtype, "bf16") ? CT_DTYPE_F32 : CT_DTYPE_BF16, &err);
   ct_lora_free(l);
   ct_mmdit_free(m);

@@ -73,6 +73,24 @@ static ct_status open_pretrained(const char *dir, ct_mmdit **out, ct_err *err) {
   return st;
 }
 
+ct_status ct_lora_pretrained_config(const char *dir, ct_mmdit_config *mc, ct_err *err) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/model_index.json", dir);
+  if (!exists(p)) {
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return ct_flux_config_read(p, mc, err);
+  }
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_flux_pipe fp;
+  ct_status st = ct_config_set(&cfg, "pretrained_model_name_or_path", dir, err);
+  if (!st) st = ct_config_validate(&cfg, err);
+  if (!st) st = ct_flux_pipe_open(&cfg, 0, &fp, err);
+  ct_config_free(&cfg);
+  if (!st) *mc = fp.tcfg;
+  return st;
+}
+
 /* A FLUX.1 pipeline run's full checkpoint: the shape from its
  * transformer/config.json, the float32 weights from its model.safetensors
  * (or ema.safetensors; transformer/ may be stored in bf16). */
