@@ -92,8 +92,9 @@ ct_status ct_lora_pretrained_config(const char *dir, ct_mmdit_config *mc, ct_err
 }
 
 /* A FLUX.1 pipeline run's full checkpoint: the shape from its
- * transformer/config.json, the float32 weights from its model.safetensors
- * (or ema.safetensors; transformer/ may be stored in bf16). */
+ * transformer/config.json, the float32 weights from its model.safetensors (a
+ * bf16 run's masters beside its bf16 transformer/; or ema.safetensors), else
+ * transformer/ itself (a float32 run may keep its weights only there). */
 static ct_status open_pipeline_run(const char *dir, int use_ema, ct_mmdit **m, ct_err *err) {
   char p[4200];
   ct_mmdit_config mc;
@@ -101,6 +102,10 @@ static ct_status open_pipeline_run(const char *dir, int use_ema, ct_mmdit **m, c
   ct_status st = ct_flux_config_read(p, &mc, err);
   if (!st) st = ct_mmdit_new(&mc, 0, 0, m, err);
   snprintf(p, sizeof p, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
+  if (!st && !use_ema && !exists(p)) {
+    snprintf(p, sizeof p, "%s/transformer", dir);
+    return ct_mmdit_load_diffusers(*m, p, err);
+  }
   if (!st && !exists(p))
     st = ct_errf(err, CT_ERR_NOT_FOUND, "%s: not in this checkpoint%s", p,
                  use_ema ? " (trained without use_ema)" : "");
