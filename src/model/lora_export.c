@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/log.h"
 #include "ctuner/lora_tools.h"
 #include "ctuner/safetensors.h"
 
@@ -95,6 +96,29 @@ static ct_status base_rows(const ct_mmdit_config *cfg, group *g, size_t ng, ct_e
   return st;
 }
 
+/* What diffusers 0.42.1's kohya converter cannot read back (ComfyUI can):
+ * one warning each. */
+static void warn_readers(const ct_mmdit_config *cfg, const group *g, size_t ng) {
+  int outside = 0, lin1 = 0;
+  const char *first = NULL;
+  for (size_t k = 0; k < ng; k++) {
+    if (strncmp(g[k].base, "double_blocks.", 14) && strncmp(g[k].base, "single_blocks.", 14))
+      first = first ? first : g[k].base, outside++;
+    lin1 += strstr(g[k].base, ".linear1.") != NULL;
+  }
+  if (outside)
+    CT_WARN(
+        "%d LoRA(s) outside the blocks (e.g. %s): ComfyUI applies them, diffusers' "
+        "load_lora_weights of a kohya file drops them silently (its converter omits the "
+        "transformer. prefix there)",
+        outside, first);
+  if (lin1 && cfg->hidden != 3072)
+    CT_WARN(
+        "single-block linear1 LoRAs of a model %d wide: ComfyUI applies them, diffusers' "
+        "kohya converter splits linear1 at FLUX.1's widths (3072) and refuses this file",
+        cfg->hidden);
+}
+
 ct_status ct_lora_export_kohya(const ct_mmdit_config *cfg, const ct_lora *l, double multiplier,
                                const char *path, int dtype, ct_err *err) {
   ct_status st = ct_lora_check_multiplier(multiplier, err);
@@ -139,6 +163,7 @@ ct_status ct_lora_export_kohya(const ct_mmdit_config *cfg, const ct_lora *l, dou
     snprintf(tn, sizeof tn, "%s.alpha", name);
     if (!st) st = ct_st_writer_add_f32(wr, tn, 0, NULL, &alphas[k], (ct_dtype)dtype, err);
   }
+  if (!st) warn_readers(cfg, g, ng);
   char meta[64];
   snprintf(meta, sizeof meta, "%d", r);
   if (!st) st = ct_st_writer_meta(wr, "format", "pt", err);
