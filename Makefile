@@ -36,6 +36,8 @@ help:
 	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
+	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
+	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
