@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
+.PHONY: all build deps test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make test       install missing packages, check formatting, build with -Werror, run every test (ctest),"
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
+	@echo "make demo-lora  teach the demo's base a new colour word with a LoRA; judged before/after (demo-lora-output/)"
 	@echo "make demo-vae   train a small VAE, then the demo's MMDiT on its latents; judge both (examples/vae_latent)"
 	@echo "make bench      ctuner bench step --preset bench and the PyTorch peers (Debian torch 1.13; diffusers Flux on PyPI torch 2: eager, bf16, compile) interleaved in one run"
 	@echo "make bench-gemm ct_sgemm per path against OpenBLAS and AVX2 against AVX-512 at the model's shapes, 1 thread (CPU time)"
@@ -39,6 +40,8 @@ help:
 	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights)"
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
+	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
+	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
 	@echo "make format     clang-format the sources"
 	@echo "make format-check  fail if a source differs from clang-format's output (first step of make test)"
 
@@ -61,6 +64,9 @@ test: deps
 
 demo: deps build
 	scripts/demo.sh $(CTUNER)
+
+demo-lora: deps build
+	scripts/demo_lora.sh $(CTUNER)
 
 demo-vae: deps build
 	scripts/demo_vae.sh $(CTUNER)
@@ -139,6 +145,7 @@ interop: build
 	  for n in locon loha lokr lokr_full lokr_both; do \
 	    $$py scripts/lycoris_golden.py --load $(BUILD)/lycoris-saved/$$n.safetensors \
 	      --ref $(BUILD)/lycoris-interop/$$n || exit 1; done
+	bash scripts/lora_tools_interop.sh $(CTUNER) $(BUILD)/lora-tools-interop
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

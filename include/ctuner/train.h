@@ -133,7 +133,25 @@ typedef struct ct_pipeline {
 } ct_pipeline;
 
 ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err);
+/* The same with an adapter file (docs/lora.md; NULL: none) folded into the
+ * model times lora_scale: on top of a full run's weights, or instead of a
+ * model_type lora run's own adapter (whose base is pretrained_model_path or
+ * the seeded init; without lora its own adapter gets lora_scale). */
+ct_status ct_pipeline_from_checkpoint_lora(const char *dir, int use_ema, const char *lora,
+                                           double lora_scale, ct_pipeline *p, ct_err *err);
 void ct_pipeline_free(ct_pipeline *p);
+
+/* The transformer an adapter applies to (`ctuner lora merge|export`,
+ * docs/lora.md): pretrained (a FluxPipeline directory, or a diffusers
+ * FluxTransformer2DModel directory), and/or a checkpoint directory: a full
+ * run's model (EMA with use_ema); a model_type lora run's base (the
+ * pipeline's transformer, pretrained_model_path, else the seeded init) with
+ * *adapter its own adapter (EMA with use_ema), else *adapter NULL. */
+struct ct_lora;
+ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int use_ema,
+                            ct_mmdit **model, struct ct_lora **adapter, ct_err *err);
+/* Only the transformer's shape of pretrained (as above), no weights read. */
+ct_status ct_lora_pretrained_config(const char *pretrained, ct_mmdit_config *cfg, ct_err *err);
 
 typedef struct ct_sample_opts {
   int width, height; /* pixels; multiples of 2 x codec scale */
@@ -194,6 +212,10 @@ void ct_fm_step(const float *sigmas, int i, const float *v, float *x, size_t n);
 typedef struct ct_flux_sampler ct_flux_sampler;
 ct_status ct_flux_sampler_open(const char *dir, const char *flavour, int max_sequence_length,
                                const char *transformer_dir, ct_flux_sampler **out, ct_err *err);
+/* Fold an adapter file (peft names, docs/lora.md) into the transformer,
+ * times lora_scale (diffusers' joint_attention_kwargs {"scale": s}). */
+ct_status ct_flux_sampler_lora(ct_flux_sampler *s, const char *path, double lora_scale,
+                               ct_err *err);
 /* Pixels per latent (the VAE's factor). */
 int ct_flux_sampler_factor(const ct_flux_sampler *s);
 /* n prompts; x (n, 16, height/f, width/f): the initial noise, unpacked

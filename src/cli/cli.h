@@ -43,6 +43,10 @@ int ct_cmd_model_convert(int argc, char **argv);
 void ct_cmd_model_convert_help(FILE *f);
 int ct_cmd_model_text(int argc, char **argv); /* cmd_t5.c */
 void ct_cmd_model_text_help(FILE *f);
+int ct_cmd_lora_merge(int argc, char **argv); /* cmd_lora.c */
+void ct_cmd_lora_merge_help(FILE *f);
+int ct_cmd_lora_export(int argc, char **argv);
+void ct_cmd_lora_export_help(FILE *f);
 int ct_cmd_checkpoint_export(int argc, char **argv); /* cmd_checkpoint.c */
 void ct_cmd_checkpoint_export_help(FILE *f);
 int ct_cmd_dataset_synth(int argc, char **argv); /* cmd_dataset.c */
@@ -91,6 +95,8 @@ typedef struct ct_flux_sample_args {
   long seed;                      /* < 0: 0 */
   int width, height, per;         /* <= 0: 128 x the VAE factor */
   const char *out, *out_dir;
+  const char *lora;  /* an adapter file, or NULL */
+  double lora_scale; /* its multiplier */
 } ct_flux_sample_args;
 int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n);
 

@@ -32,24 +32,32 @@ static int write_one(const ct_flux_sample_args *a, int k, const char *prompt, co
 
 int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n) {
   ct_err err = {0};
-  char tdir[4200];
+  char tdir[4200], own[4200];
   struct stat sb;
+  const char *lora = a->lora;
+  int full = 0; /* the checkpoint holds a transformer (else a LoRA run's adapter) */
   if (a->ckpt_dir) {
     snprintf(tdir, sizeof tdir, "%s/transformer", a->ckpt_dir);
-    if (stat(tdir, &sb) || !S_ISDIR(sb.st_mode)) {
+    snprintf(own, sizeof own, "%s/pytorch_lora_weights.safetensors", a->ckpt_dir);
+    full = !stat(tdir, &sb) && S_ISDIR(sb.st_mode);
+    if (!full && stat(own, &sb)) {
       fprintf(stderr,
-              "ctuner sample: %s has no transformer/ (a FLUX.1 pipeline run's checkpoint)\n",
+              "ctuner sample: %s has neither transformer/ nor pytorch_lora_weights.safetensors "
+              "(a FLUX.1 pipeline run's checkpoint)\n",
               a->ckpt_dir);
       return 1;
     }
+    if (!full && !lora) lora = own; /* a LoRA run: the pipeline's transformer + its adapter */
   }
   if (a->out_dir && stat(a->out_dir, &sb) != 0 && mkdir(a->out_dir, 0755) != 0) {
     fprintf(stderr, "ctuner sample: cannot create --out-dir %s\n", a->out_dir);
     return 1;
   }
   ct_flux_sampler *s = NULL;
-  if (ct_flux_sampler_open(a->pretrained, a->flavour, a->max_sequence_length,
-                           a->ckpt_dir ? tdir : NULL, &s, &err)) {
+  if (ct_flux_sampler_open(a->pretrained, a->flavour, a->max_sequence_length, full ? tdir : NULL,
+                           &s, &err) ||
+      (lora && ct_flux_sampler_lora(s, lora, a->lora_scale, &err))) {
+    ct_flux_sampler_free(s);
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     return 1;
   }
@@ -78,9 +86,10 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
   if (!rc)
     printf(
         "{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, "
-        "\"pretrained\": \"%s\", \"transformer\": \"%s\", \"out\": \"%s\"}\n",
-        written, w, h, steps, g, a->pretrained, a->ckpt_dir ? tdir : "(the pipeline's)",
-        a->out ? a->out : a->out_dir);
+        "\"pretrained\": \"%s\", \"transformer\": \"%s\", \"lora\": \"%s\", \"lora_scale\": "
+        "%g, \"out\": \"%s\"}\n",
+        written, w, h, steps, g, a->pretrained, full ? tdir : "(the pipeline's)", lora ? lora : "",
+        lora ? a->lora_scale : 0.0, a->out ? a->out : a->out_dir);
   free(x);
   ct_flux_sampler_free(s);
   return rc;

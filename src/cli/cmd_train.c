@@ -15,6 +15,7 @@
 #include "ctuner/health.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
+#include "ctuner/lora_tools.h"
 #include "ctuner/train.h"
 
 void ct_cmd_cache_help(FILE *f) {
@@ -285,6 +286,7 @@ void ct_cmd_sample_help(FILE *f) {
           "                     --prompts-file FILE --out-dir DIR [--per-prompt N])\n"
           "                     [--steps N] [--guidance G] [--seed S] [--width W] [--height H] "
           "[--ema]\n"
+          "                     [--lora FILE [--lora_scale S]]\n"
           "\n"
           "Samples images from a checkpoint (Euler steps of the rectified flow with\n"
           "classifier-free guidance, decoded by the pixel codec). DIR may be 'latest:OUTPUT_DIR'\n"
@@ -297,7 +299,13 @@ void ct_cmd_sample_help(FILE *f) {
           "transformer's guidance input, no CFG pass); --checkpoint C (or latest:OUTPUT_DIR)\n"
           "then takes the transformer from C/transformer (a ctuner training run's). Also\n"
           "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"
-          "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n");
+          "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n"
+          "\n"
+          "LoRA (docs/lora.md): --lora FILE (a pytorch_lora_weights.safetensors, peft names)\n"
+          "is folded into the transformer, times --lora_scale S (default 1; diffusers'\n"
+          "joint_attention_kwargs {\"scale\": S}). A model_type lora run's checkpoint samples\n"
+          "its base (pretrained_model_path, the pipeline's transformer, else the seeded init)\n"
+          "with its own adapter (--ema: its EMA adapter), which --lora replaces.\n");
 }
 
 /* The prompts of `ctuner sample`: --prompt, or one per line of --prompts-file. */
@@ -385,7 +393,8 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
 
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
-  const char *pretrained = NULL, *flavour = NULL;
+  const char *pretrained = NULL, *flavour = NULL, *lora = NULL;
+  double lora_scale = 1.0;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
   int ema = 0;
@@ -402,8 +411,11 @@ int ct_cmd_sample(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "prompts-file", &pfile)) ||
                (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir)) ||
                (r = ct_cli_opt(argc, argv, &i, "pretrained", &pretrained)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour))) {
+               (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora", &lora))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "lora_scale", &v))) {
+      if (r < 0 || ct_cli_float("lora_scale", v, &lora_scale)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
       if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
@@ -433,6 +445,10 @@ int ct_cmd_sample(int argc, char **argv) {
     return 2;
   }
   ct_err err = {0};
+  if (ct_lora_check_multiplier(lora_scale, &err)) {
+    fprintf(stderr, "ctuner sample: --%s\n", err.msg);
+    return 2;
+  }
   char dir[4096] = "";
   if (ckpt && ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
   char **prompts = NULL;
@@ -441,13 +457,13 @@ int ct_cmd_sample(int argc, char **argv) {
   int rc = 1;
   ct_pipeline p = {0};
   if (pretrained) {
-    const ct_flux_sample_args a = {pretrained,  ckpt ? dir : NULL, flavour, (int)msl,
-                                   (int)steps,  guidance,          seed,    (int)width,
-                                   (int)height, (int)per,          outp,    odir};
+    const ct_flux_sample_args a = {
+        pretrained, ckpt ? dir : NULL, flavour,  (int)msl, (int)steps, guidance, seed,
+        (int)width, (int)height,       (int)per, outp,     odir,       lora,     lora_scale};
     rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
     goto done;
   }
-  if (ct_pipeline_from_checkpoint(dir, ema, &p, &err)) {
+  if (ct_pipeline_from_checkpoint_lora(dir, ema, lora, lora_scale, &p, &err)) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     goto done;
   }

@@ -10,6 +10,7 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/codec.h"
+#include "ctuner/lora_tools.h"
 #include "ctuner/rng.h"
 #include "ctuner/train.h"
 #include "train/flux_pipe.h"
@@ -71,6 +72,11 @@ ct_status ct_flux_sampler_open(const char *dir, const char *flavour, int max_seq
 
 void ct_flux_sampler_noise(uint64_t seed, uint64_t index, size_t lat, float *x) {
   ct_rng_fill_normal(x, lat, seed, CT_STREAM_SAMPLE_NOISE, index * lat, 0.0f, 1.0f);
+}
+
+ct_status ct_flux_sampler_lora(ct_flux_sampler *s, const char *path, double lora_scale,
+                               ct_err *err) {
+  return ct_lora_merge_file(s->m, path, lora_scale, err);
 }
 
 int ct_flux_sampler_factor(const ct_flux_sampler *s) {

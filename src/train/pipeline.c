@@ -8,11 +8,44 @@
 #include <unistd.h>
 
 #include "ctuner/log.h"
+#include "ctuner/lora_tools.h"
 #include "train/flux_pipe.h"
+#include "train/lora_base.h"
 #include "trainer_int.h"
+
+/* The checkpoint's MMDiT: its model (or EMA) weights, or for a model_type
+ * lora run its base with its adapter (or EMA adapter) folded in; lora (if
+ * not NULL) is folded in instead of the run's own adapter, or on top of a
+ * full run's weights, times lora_scale. */
+static ct_status load_model(ct_pipeline *p, const ct_geometry *g, const char *dir, int use_ema,
+                            const char *lora, double lora_scale, ct_err *err) {
+  ct_status st = ct_lora_check_multiplier(lora_scale, err);
+  if (st) return st;
+  if (ct_lora_run_checkpoint(&p->cfg)) {
+    ct_lora *l = NULL;
+    st = ct_lora_run_open(&p->cfg, dir, use_ema, &p->model, lora ? NULL : &l, err);
+    if (!st && l) st = ct_lora_merge(p->model, l, lora_scale, err);
+    ct_lora_free(l);
+  } else {
+    char path[4200];
+    st = ct_mmdit_new(&g->mc, 0, 0, &p->model, err);
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
+    if (!st && use_ema && access(path, R_OK) != 0)
+      st = ct_errf(err, CT_ERR_NOT_FOUND,
+                   "%s: no EMA weights in this checkpoint (trained without use_ema)", path);
+    if (!st) st = ct_mmdit_load(p->model, path, "", err);
+  }
+  if (!st && lora) st = ct_lora_merge_file(p->model, lora, lora_scale, err);
+  return st;
+}
 
 /* ---- inference pipeline from a checkpoint ---- */
 ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline *p, ct_err *err) {
+  return ct_pipeline_from_checkpoint_lora(dir, use_ema, NULL, 1.0, p, err);
+}
+
+ct_status ct_pipeline_from_checkpoint_lora(const char *dir, int use_ema, const char *lora,
+                                           double lora_scale, ct_pipeline *p, ct_err *err) {
   memset(p, 0, sizeof *p);
   ct_config_defaults(&p->cfg);
   char path[4200];
@@ -51,15 +84,7 @@ ct_status ct_pipeline_from_checkpoint(const char *dir, int use_ema, ct_pipeline 
     st = ct_codec_pixel(g.codec_scale, &p->codec, err);
   }
   if (st) goto fail;
-  st = ct_mmdit_new(&g.mc, 0, 0, &p->model, err);
-  if (st) goto fail;
-  snprintf(path, sizeof path, "%s/%s.safetensors", dir, use_ema ? "ema" : "model");
-  if (use_ema && access(path, R_OK) != 0) {
-    st = ct_errf(err, CT_ERR_NOT_FOUND,
-                 "%s: no EMA weights in this checkpoint (trained without use_ema)", path);
-    goto fail;
-  }
-  st = ct_mmdit_load(p->model, path, "", err);
+  st = load_model(p, &g, dir, use_ema, lora, lora_scale, err);
   if (st) goto fail;
   st = ct_textenc_from_config(&p->cfg, g.mc.context_in_dim, dir, &p->te, err);
   if (st) goto fail;
