@@ -134,7 +134,7 @@ ct_status ct_lora_open_file(const ct_mmdit_config *cfg, const char *path, ct_lor
     st = ct_errf(err, CT_ERR_FORMAT, "%s: its metadata says rank %d, its tensors rank %d", path,
                  mrank, rank);
   if (st) return st;
-  const ct_lora_opts o = {rank, alpha > 0 ? alpha : (double)rank, 0.0, 0};
+  const ct_lora_opts o = {rank, alpha > 0 ? alpha : (double)rank, 0.0, 0, 0}; /* DoRA refused */
   ct_lora *l = NULL;
   st = ct_lora_new(cfg, (const char *const *)mods, &o, 0, &l, err);
   if (st) ct_err_prefix(err, "%s: ", path);
