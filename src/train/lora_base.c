@@ -32,8 +32,14 @@ ct_status ct_lora_run_adapter(const ct_config *cfg, const ct_mmdit_config *mc, c
   if (!exists(path))
     return ct_errf(err, CT_ERR_NOT_FOUND, "%s: not in this checkpoint%s", path,
                    use_ema ? " (trained without use_ema)" : "");
+  if (cfg->lora_type && !strcmp(cfg->lora_type, "lycoris"))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "%s: sampling a lora_type lycoris run's checkpoint is not implemented (its "
+                   "adapter file loads in LyCORIS's create_lycoris_from_weights)",
+                   dir);
   const ct_lora_opts o = {(int)cfg->lora_rank,
-                          cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank, 0.0, 0};
+                          cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank, 0.0, 0,
+                          cfg->use_dora};
   ct_lora *l = NULL;
   ct_status st = ct_lora_new(mc, ct_lora_preset(cfg->flux_lora_target), &o, 0, &l, err);
   if (!st) st = ct_lora_load(l, path, 0, ct_lora_numel(l), ct_lora_params(l), err);
