@@ -409,6 +409,10 @@ static void cfg_for(ct_config *cfg, long batch, long accum) {
   char od[1024];
   snprintf(od, sizeof od, "%s/out", ct_test_tmpdir());
   cfg->output_dir = strdup(od);
+  /* the bucket counts below are pixel's (shorter edge); the run's default is
+   * SimpleTuner's pixel_area */
+  free(cfg->resolution_type);
+  cfg->resolution_type = strdup("pixel");
 }
 
 CT_TEST(data, sampler_buckets_epochs_resume) {

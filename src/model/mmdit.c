@@ -304,7 +304,10 @@ const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == m->be) return CT_OK;
-  if (m->qv) /* its views point into qbuf, host memory of the backend it was stored on */
+  /* a narrow base's views point into qbuf, host memory of the backend it was
+   * stored on: it moves only to a backend sharing that memory (cpu <-> cpu-bf16) */
+  const int shared = be->alloc == m->be->alloc && be->free == m->be->free;
+  if (m->qv && !shared)
     return ct_errf(err, CT_ERR_INVALID,
                    "a base stored as bf16 / int8 (base_model_precision) stays on its backend");
   const size_t bytes = m->numel * sizeof(float);
