@@ -174,44 +174,60 @@ static double base_bytes(const char *preset, const char *precision, const char *
   return b;
 }
 
-int ct_cmd_bench_memory(int argc, char **argv) {
-  for (int i = 2; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
-      break;
-    else if (!strcmp(argv[i], "--plan"))
-      return ct_bench_memory_plan(argc, argv);
-  const char *preset = "bench", *mp = "no", *offopt = "none", *offpar = "none", *v;
-  const char *mtype = "full", *lrank = "16", *ltarget = "all";
-  long stage = 0, ranks = 0, ckpt = 0;
-  const char *ldrop = "0.1", *lprec = "no_change", *lddt = "fp32";
+typedef struct mem_args {
+  const char *preset, *mp, *offopt, *offpar, *mtype, *lrank, *ltarget, *ldrop, *lprec, *lddt;
+  long stage, ranks, ckpt;
+} mem_args;
+
+/* The options of the measured mode: -1 to go on, else the exit code. */
+static int parse_mem_args(int argc, char **argv, mem_args *a) {
+  *a = (mem_args){"bench", "no",        "none", "none", "full", "16", "all",
+                  "0.1",   "no_change", "fp32", 0,      0,      0};
+  const char *v;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_bench_memory_help(stdout);
       return 0;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &preset)) ||
-               (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &offopt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "offload_param", &offpar)) ||
-               (r = ct_cli_opt(argc, argv, &i, "model_type", &mtype)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora_rank", &lrank)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &ltarget)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &ldrop)) ||
-               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &lprec)) ||
-               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &lddt))) {
+    } else if ((r = ct_cli_opt(argc, argv, &i, "preset", &a->preset)) ||
+               (r = ct_cli_opt(argc, argv, &i, "mixed_precision", &a->mp)) ||
+               (r = ct_cli_opt(argc, argv, &i, "offload_optimizer", &a->offopt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "offload_param", &a->offpar)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_type", &a->mtype)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_rank", &a->lrank)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->lprec)) ||
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
-      if (r < 0 || ct_cli_int("stage", v, 0, 3, &stage)) return 2;
+      if (r < 0 || ct_cli_int("stage", v, 0, 3, &a->stage)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
-      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &ckpt)) return 2;
+      if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &a->ckpt)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "ranks", &v))) {
-      if (r < 0 || ct_cli_int("ranks", v, 1, 1024, &ranks)) return 2;
+      if (r < 0 || ct_cli_int("ranks", v, 1, 1024, &a->ranks)) return 2;
     } else {
       fprintf(stderr, "ctuner bench memory: unknown option '%s'\n", argv[i]);
       ct_cmd_bench_memory_help(stderr);
       return 2;
     }
   }
+  return -1;
+}
+
+int ct_cmd_bench_memory(int argc, char **argv) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+      break;
+    else if (!strcmp(argv[i], "--plan"))
+      return ct_bench_memory_plan(argc, argv);
+  mem_args a;
+  const int pr = parse_mem_args(argc, argv, &a);
+  if (pr >= 0) return pr;
+  const char *preset = a.preset, *mp = a.mp, *offopt = a.offopt, *offpar = a.offpar;
+  const char *mtype = a.mtype, *lrank = a.lrank, *ltarget = a.ltarget, *ldrop = a.ldrop;
+  const char *lprec = a.lprec, *lddt = a.lddt;
+  const long stage = a.stage, ranks = a.ranks, ckpt = a.ckpt;
   if (strcmp(mp, "no") && strcmp(mp, "bf16")) {
     fprintf(stderr, "ctuner bench memory: --mixed_precision %s: use no or bf16\n", mp);
     return 2;

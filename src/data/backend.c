@@ -504,6 +504,23 @@ static void warn_ignored(ctx *c, const char *k, const ct_json *v) {
             c->where, k);
 }
 
+/* A dataset's values before its keys are read: SimpleTuner's defaults, and
+ * the run's resolution_type / minimum_image_size (args.resolution_type,
+ * "pixel_area"; args.minimum_image_size) for a dataset that leaves them out. */
+static void set_defaults(const ctx *c, ct_ds_config *d) {
+  d->kind = CT_DS_IMAGE;
+  d->caption_strategy = CT_CAP_FILENAME;
+  d->crop_style = CT_CROP_RANDOM;
+  d->crop_aspect = CT_ASPECT_SQUARE;
+  const char *rt = c->vars && c->vars->resolution_type ? c->vars->resolution_type : "pixel_area";
+  d->resolution_type = !strcmp(rt, "pixel")  ? CT_RES_PIXEL
+                       : !strcmp(rt, "area") ? CT_RES_AREA
+                                             : CT_RES_PIXEL_AREA;
+  d->minimum_image_size = c->vars ? c->vars->minimum_image_size : 0;
+  d->probability = 1.0;
+  d->write_batch_size = 128;
+}
+
 static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
   static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
@@ -560,18 +577,7 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
     *c->err = first; /* err keeps the first */
     return first.status;
   }
-  d->kind = CT_DS_IMAGE;
-  d->caption_strategy = CT_CAP_FILENAME; /* SimpleTuner's default */
-  d->crop_style = CT_CROP_RANDOM;
-  d->crop_aspect = CT_ASPECT_SQUARE;
-  /* the run's resolution_type (SimpleTuner's args.resolution_type, "pixel_area") */
-  const char *rt = c->vars && c->vars->resolution_type ? c->vars->resolution_type : "pixel_area";
-  d->resolution_type = !strcmp(rt, "pixel")  ? CT_RES_PIXEL
-                       : !strcmp(rt, "area") ? CT_RES_AREA
-                                             : CT_RES_PIXEL_AREA;
-  d->minimum_image_size = c->vars ? c->vars->minimum_image_size : 0;
-  d->probability = 1.0;
-  d->write_batch_size = 128;
+  set_defaults(c, d);
   int v;
   if ((st = get_str(c, o, "type", &d->type))) return st;
   v = d->kind;
