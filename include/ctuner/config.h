@@ -80,7 +80,9 @@
     "a pipeline's CLIP-L: no_change (its stored weights, computed in float32); bf16 draws one "    \
     "warning (not rounded); int8/fp8/int4/nf4 are not implemented for the text encoders")          \
   X(text_encoder_2_precision, STR, "no_change", FULL, FN(check_te2_precision),                     \
-    "a pipeline's T5: as text_encoder_1_precision")                                                \
+    "a pipeline's T5: no_change (as stored, float32 compute), bf16 (bf16 weight views), "          \
+    "int8-quanto or int8-torchao (weight-only int8 per output row, quantised at load; "            \
+    "docs/flux.md); fp8/int4/nf4 are not implemented")                                             \
   X(quantize_via, STR, "cpu", LORA, USE("cpu"),                                                    \
     "model_type lora: where the base is quantised: cpu (ctuner has no accelerator)")               \
   X(vae_config, STR, NULL, VAE, ANY,                                                               \
