@@ -84,6 +84,16 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 "${MPIRUN[@]}" -np 2 "$CT" train -
   ok "bf16: the checkpoint keeps float32 masters (model.safetensors) and a bf16 transformer/" ||
   bad "bf16 pipeline run: rc=$rc $(ls "$tmp/h/checkpoint-1") $(tail -3 "$tmp/h.err")"
 
+# ---- CLIP-L, T5 stored int8 (text_encoder_{1,2}_precision): trains; its embeddings name other cache files ----
+"$CT" train --pretrained_model_name_or_path=$P/dev --model_flavour=dev "${COMMON[@]}" --output_dir="$tmp/q" \
+  --text_encoder_1_precision=int8-quanto --text_encoder_2_precision=int8-torchao --max_train_steps=1 --checkpoint_step_interval=0 \
+  --disable_validation=true > /dev/null 2> "$tmp/q.err"; rc=$?
+qa=$(ls "$tmp/a/cache/text/" | sed -n 's/.*\(T512-[0-9a-f]*\).*/\1/p' | sort -u)
+qq=$(ls "$tmp/q/cache/text/" | sed -n 's/.*\(T512-[0-9a-f]*\).*/\1/p' | sort -u)
+[ $rc -eq 0 ] && grep -q "CLIP-L int8-quanto .*T5 int8-torchao" "$tmp/q.err" && [ -n "$qq" ] && [ "$qa" != "$qq" ] &&
+  ok "CLIP-L int8-quanto + T5 int8-torchao: trains, its text cache is another ($qq vs $qa)" ||
+  bad "T5 int8: rc=$rc $qa $qq $(tail -3 "$tmp/q.err")"
+
 # ---- LoRA on the pipeline's transformer, 2 ranks: ZeRO-3 (each rank reads its byte range of the
 # sharded BF16 transformer as the frozen base, gathered per block) = ZeRO-2 (the base whole), bit for bit
 for s in 2 3; do

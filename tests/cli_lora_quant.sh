@@ -84,8 +84,10 @@ err "nf4 base" "base_model_precision nf4-bnb is not implemented" --base_model_pr
 err "unknown precision" "base_model_precision must be" --base_model_precision=int7
 err "full fine-tune" "needs model_type lora" --model_type=full --base_model_precision=int8-quanto
 err "quantize_via" "quantize_via" --base_model_precision=int8-quanto --quantize_via=accelerator
-err "T5 int8" "text_encoder_2_precision int8-quanto is not implemented" \
-  --text_encoder_2_precision=int8-quanto
+err "T5 int4" "text_encoder_2_precision int4-quanto is not implemented" \
+  --text_encoder_2_precision=int4-quanto
+err "CLIP nf4" "text_encoder_1_precision nf4-bnb is not implemented" \
+  --text_encoder_1_precision=nf4-bnb
 err "CLIP fp8" "text_encoder_1_precision fp8-quanto is not implemented" \
   --text_encoder_1_precision=fp8-quanto
 exit $fail

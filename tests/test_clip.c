@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/bf16.h"
 #include "ctuner/fs.h"
 #include "ctuner/json.h"
+#include "ctuner/kernels.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/textenc.h"
 #include "harness.h"
@@ -148,6 +150,85 @@ out:
 CT_TEST(clip, encoder_matches_transformers) {
   check_model(ct_failed_, "text_encoder", CT_TEXTENC_POOL_ARGMAX_ID, CT_TEXTENC_ACT_QUICK_GELU);
   check_model(ct_failed_, "text_encoder_gelu", CT_TEXTENC_POOL_FIRST_EOS, CT_TEXTENC_ACT_GELU);
+}
+
+/* text_encoder_1_precision: CLIP-L stored bf16 / int8 (ct_textenc_store)
+ * gives the bits of the float32 encoder loaded with the dequantised linear
+ * weights (the file written here), within the quantisation's error of
+ * transformers' float32 (measured: printed), in the planned bytes. */
+CT_TEST(clip, stored_bf16_int8_equals_dequantised) {
+  static const char *const precs[] = {"bf16", "int8-quanto", "int8-torchao"};
+  static const double tol[] = {1e-2, 3e-2, 3e-2}; /* rel err vs golden; see the printed values */
+  ct_err e = {0};
+  ct_st_file *f = NULL;
+  REQUIRE(!ct_st_open(clip_data("enc_golden.safetensors"), &f, &e));
+  const ct_st_tensor *ti = ct_st_find(f, "text_encoder.ids"),
+                     *ts = ct_st_find(f, "text_encoder.last_hidden_state");
+  REQUIRE(ti && ts && ti->ndim == 2);
+  const int B = (int)ti->shape[0], T = (int)ti->shape[1];
+  float *ya = malloc(ts->numel * sizeof(float)), *yb = malloc(ts->numel * sizeof(float));
+  REQUIRE(ya && yb);
+  for (int k = 0; k < 3; k++) {
+    ct_st_set s;
+    REQUIRE(!ct_st_set_open(&s, clip_data("text_encoder"), "model.safetensors", &e));
+    ct_st_writer *w = NULL;
+    REQUIRE(!ct_st_writer_new(&w));
+    float *keep[128];
+    size_t nk = 0, lin = 0, rows = 0, other = 0;
+    for (size_t j = 0; j < s.nf; j++)
+      for (size_t i = 0; i < s.f[j]->ntensors && nk < 128; i++) {
+        const ct_st_tensor *x = &s.f[j]->tensors[i];
+        if (x->dtype == CT_DTYPE_I64) continue; /* position_ids */
+        float *v = keep[nk++] = malloc(x->numel * sizeof(float));
+        REQUIRE(v && !ct_st_to_f32(x, v, x->numel, &e));
+        if (x->ndim == 2 && !strstr(x->name, "embedding")) {
+          const int R = (int)x->shape[0], C = (int)x->shape[1];
+          lin += x->numel, rows += (size_t)R;
+          if (k == 0) {
+            for (size_t c = 0; c < x->numel; c++) v[c] = ct_bf16_to_f32(ct_f32_to_bf16(v[c]));
+          } else {
+            int8_t *q = malloc(x->numel);
+            float *sc = malloc((size_t)R * sizeof(float));
+            REQUIRE(q && sc);
+            ct_quantize_int8(k == 2 ? CT_QUANT_TORCHAO : CT_QUANT_QUANTO, R, C, v, q, sc);
+            for (size_t c = 0; c < x->numel; c++) v[c] = (float)q[c] * sc[c / (size_t)C];
+            free(q), free(sc);
+          }
+        } else {
+          other += x->numel;
+        }
+        CHECK(!ct_st_writer_add_f32(w, x->name, x->ndim, x->shape, v, CT_DTYPE_F32, &e));
+      }
+    char twin[600];
+    snprintf(twin, sizeof twin, "%s/clip_prec_%d.safetensors", ct_test_tmpdir(), k);
+    CHECKF(!ct_st_writer_write(w, twin, &e), "%s", e.msg);
+    ct_st_writer_free(w);
+    while (nk) free(keep[--nk]);
+    ct_st_set_close(&s);
+    ct_textenc *a = NULL, *b = NULL;
+    REQUIRE(!ct_textenc_open_dir(clip_data("text_encoder"), &a, &e));
+    REQUIRE(!ct_textenc_open_dir(clip_data("text_encoder"), &b, &e));
+    CHECKF(!ct_textenc_store(a, precs[k], &e), "%s", e.msg);
+    CHECKF(!ct_textenc_load(b, twin, &e), "%s", e.msg);
+    CHECK(ct_textenc_load(a, twin, &e) == CT_ERR_INVALID); /* stored: no float32 to load into */
+    REQUIRE(!ct_textenc_encode(a, ti->data, B, T, ya, NULL, &e));
+    REQUIRE(!ct_textenc_encode(b, ti->data, B, T, yb, NULL, &e));
+    CHECKF(!memcmp(ya, yb, ts->numel * sizeof(float)), "%s: differs from the dequantised twin",
+           precs[k]);
+    const double r = rel_err(ya, ts->data, ts->numel);
+    const size_t want = other * 4 + (k ? ((rows * 4 + 63) & ~(size_t)63) + lin : lin * 2);
+    fprintf(stderr, "  CLIP %s: rel err vs CLIPTextModel float32 %.2e; %zu weight bytes (%zu)\n",
+            precs[k], r, ct_textenc_weight_bytes(a), want);
+    CHECKF(r < tol[k], "%s: rel err %g", precs[k], r);
+    CHECK(ct_textenc_weight_bytes(a) == want);
+    ct_textenc_free(a), ct_textenc_free(b);
+  }
+  ct_textenc *c = NULL;
+  REQUIRE(!ct_textenc_open_dir(clip_data("text_encoder"), &c, &e));
+  CHECK(ct_textenc_store(c, "fp8-quanto", &e) == CT_ERR_INVALID);
+  ct_textenc_free(c);
+  free(ya), free(yb);
+  ct_st_close(f);
 }
 
 /* The tokenizer feeding the encoder: FluxPipeline's prompt path, end to end

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/bf16.h"
 #include "ctuner/fs.h"
 #include "ctuner/json.h"
+#include "ctuner/kernels.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/t5.h"
 #include "harness.h"
@@ -308,4 +310,120 @@ CT_TEST(t5, encoder_bad_input) {
   free(cfg);
   free(idx);
   ct_rm_rf(dir, &err);
+}
+
+/* ---- stored bf16 / int8 (text_encoder_2_precision) ---- */
+
+static int is_linear(const ct_st_tensor *x) {
+  return x->ndim == 2 && strcmp(x->name, "shared.weight") &&
+         strcmp(x->name, "encoder.embed_tokens.weight") && !strstr(x->name, "relative_attention");
+}
+
+/* dir <- the golden encoder rewritten as one F32 file, its linear weights
+ * replaced by their dequantised values under precision prec (NULL: as stored). */
+static void write_twin(int *ct_failed_, const char *dir, const char *prec) {
+  char p[1400];
+  snprintf(p, sizeof p, "mkdir -p %s && cp %s %s/", dir, t5_data("text_encoder_2/config.json"),
+           dir);
+  REQUIRE(system(p) == 0);
+  ct_st_set s;
+  ct_err e = {0};
+  REQUIRE(!ct_st_set_open(&s, t5_data("text_encoder_2"), "model.safetensors", &e));
+  ct_st_writer *w = NULL;
+  REQUIRE(!ct_st_writer_new(&w));
+  float *keep[128]; /* the writer borrows each tensor's floats until it writes */
+  size_t nk = 0;
+  for (size_t k = 0; k < s.nf; k++)
+    for (size_t i = 0; i < s.f[k]->ntensors && nk < 128; i++) {
+      const ct_st_tensor *x = &s.f[k]->tensors[i];
+      float *v = keep[nk++] = malloc(x->numel * sizeof(float));
+      REQUIRE(v && !ct_st_to_f32(x, v, x->numel, &e));
+      if (prec && is_linear(x) && !strcmp(prec, "bf16")) {
+        for (size_t j = 0; j < x->numel; j++) v[j] = ct_bf16_to_f32(ct_f32_to_bf16(v[j]));
+      } else if (prec && is_linear(x)) {
+        const int R = (int)x->shape[0], C = (int)x->shape[1];
+        int8_t *q = malloc(x->numel);
+        float *sc = malloc((size_t)R * sizeof(float));
+        REQUIRE(q && sc);
+        ct_quantize_int8(strcmp(prec, "int8-torchao") ? CT_QUANT_QUANTO : CT_QUANT_TORCHAO, R, C, v,
+                         q, sc);
+        for (size_t j = 0; j < x->numel; j++) v[j] = (float)q[j] * sc[j / (size_t)C];
+        free(q), free(sc);
+      }
+      CHECK(!ct_st_writer_add_f32(w, x->name, x->ndim, x->shape, v, CT_DTYPE_F32, &e));
+    }
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  CHECKF(!ct_st_writer_write(w, p, &e), "%s", e.msg);
+  ct_st_writer_free(w);
+  while (nk) free(keep[--nk]);
+  ct_st_set_close(&s);
+}
+
+static double max_abs_ref(const float *a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
+  return m;
+}
+
+/* The bf16 / int8 T5 gives the bits of the float32 T5 whose linear weights
+ * are the dequantised ones (the GEMM packs the same panels), from the BF16
+ * files and from an F32 copy alike; against transformers' float32 output it
+ * stays within the quantisation's error (measured: printed). Its weights take
+ * the planned bytes: 1 per linear parameter + a float32 scale per row under
+ * int8, the embedding as stored (mapped BF16), norms and the bias table float32. */
+CT_TEST(t5, encoder_stored_bf16_int8_equals_dequantised) {
+  static const char *const precs[] = {"bf16", "int8-quanto", "int8-torchao"};
+  static const double tol[] = {1e-5, 3e-2,
+                               3e-2}; /* of max |golden|; measured 3.9e-7, 0.018, 0.021 */
+  ct_st_file *f = NULL;
+  ct_err e = {0};
+  REQUIRE(ct_st_open(t5_data("enc_golden.safetensors"), &f, &e) == CT_OK);
+  const ct_st_tensor *ids = ct_st_find(f, "input.ids_a"), *ref = ct_st_find(f, "output.a");
+  REQUIRE(ids && ref && ids->ndim == 2);
+  const int B = (int)ids->shape[0], T = (int)ids->shape[1];
+  const double rmax = max_abs_ref(ref->data, ref->numel);
+  char f32dir[512], twin[512];
+  snprintf(f32dir, sizeof f32dir, "%s/t5_prec_f32", ct_test_tmpdir());
+  write_twin(ct_failed_, f32dir, NULL);
+  float *yq = malloc(ref->numel * sizeof(float)), *yt = malloc(ref->numel * sizeof(float)),
+        *y2 = malloc(ref->numel * sizeof(float));
+  REQUIRE(yq && yt && y2);
+  for (int k = 0; k < 3; k++) {
+    snprintf(twin, sizeof twin, "%s/t5_prec_%d", ct_test_tmpdir(), k);
+    write_twin(ct_failed_, twin, precs[k]);
+    ct_t5 *q = NULL, *q2 = NULL, *t = NULL;
+    CHECKF(!ct_t5_load_prec(t5_data("text_encoder_2"), precs[k], &q, &e), "%s", e.msg);
+    CHECKF(!ct_t5_load_prec(f32dir, precs[k], &q2, &e), "%s", e.msg);
+    CHECKF(!ct_t5_load(twin, &t, &e), "%s", e.msg);
+    REQUIRE(q && q2 && t);
+    CHECK(ct_t5_mapped(q) == 1 && ct_t5_mapped(q2) == 0 && ct_t5_mapped(t) == 0);
+    REQUIRE(!ct_t5_encode(q, ids->data, B, T, yq, &e) && !ct_t5_encode(t, ids->data, B, T, yt, &e));
+    REQUIRE(!ct_t5_encode(q2, ids->data, B, T, y2, &e));
+    CHECKF(!memcmp(yq, yt, ref->numel * sizeof(float)), "%s: differs from the dequantised twin",
+           precs[k]);
+    CHECKF(!memcmp(yq, y2, ref->numel * sizeof(float)), "%s: BF16 and F32 files differ", precs[k]);
+    const double rel = max_abs(yq, ref->data, ref->numel) / rmax;
+    fprintf(stderr, "  T5 %s vs T5EncoderModel float32: max abs diff / max |ref| %.3g\n", precs[k],
+            rel);
+    CHECKF(rel < tol[k], "%s: relative error %g", precs[k], rel);
+    /* the weight bytes */
+    const ct_t5_config *c = ct_t5_cfg(q);
+    const size_t d = (size_t)c->d_model, in = (size_t)c->heads * c->d_kv, F = (size_t)c->d_ff,
+                 L = (size_t)c->layers;
+    const size_t lin = L * (4 * in * d + 3 * F * d), rows = L * (3 * in + 2 * d + 2 * F);
+    const size_t fl = (L * 2 + 1) * d + (size_t)c->num_buckets * c->heads, emb = c->vocab * d;
+    const size_t want =
+        k ? emb * 2 + fl * 4 + ((rows * 4 + 63) & ~(size_t)63) + lin : emb * 2 + fl * 4 + lin * 2;
+    CHECKF(ct_t5_weight_bytes(q) == want, "%s: %zu weight bytes, planned %zu", precs[k],
+           ct_t5_weight_bytes(q), want);
+    fprintf(stderr, "  T5 %s: %zu weight bytes for %zu parameters (linear %zu: %.3f bytes each)\n",
+            precs[k], ct_t5_weight_bytes(q), ct_t5_numel(q), lin,
+            (double)(ct_t5_weight_bytes(q) - emb * 2 - fl * 4) / (double)lin);
+    ct_t5_free(q), ct_t5_free(q2), ct_t5_free(t);
+  }
+  ct_t5 *bad = NULL;
+  CHECK(ct_t5_load_prec(f32dir, "fp8-quanto", &bad, &e) == CT_ERR_INVALID && !bad);
+  CHECKF(strstr(e.msg, "fp8-quanto") != NULL, "%s", e.msg);
+  free(yq), free(yt), free(y2);
+  ct_st_close(f);
 }

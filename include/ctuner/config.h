@@ -77,10 +77,13 @@
     "model_type lora with an int8 base: the linear weight left unquantised (final_layer.linear) "  \
     "stored as fp32 (ctuner's default) or bf16 (SimpleTuner's); biases and norms stay float32")    \
   X(text_encoder_1_precision, STR, "no_change", FULL, FN(check_te1_precision),                     \
-    "a pipeline's CLIP-L: no_change (its stored weights, computed in float32); bf16 draws one "    \
-    "warning (not rounded); int8/fp8/int4/nf4 are not implemented for the text encoders")          \
+    "a pipeline's CLIP-L: no_change (its stored weights, float32), bf16 (linear weights rounded, " \
+    "bf16 weight views), int8-quanto or int8-torchao (weight-only int8 per output row, "           \
+    "docs/flux.md); fp8/int4/nf4 are not implemented")                                             \
   X(text_encoder_2_precision, STR, "no_change", FULL, FN(check_te2_precision),                     \
-    "a pipeline's T5: as text_encoder_1_precision")                                                \
+    "a pipeline's T5: no_change (as stored, float32 compute), bf16 (bf16 weight views), "          \
+    "int8-quanto or int8-torchao (weight-only int8 per output row, quantised at load; "            \
+    "docs/flux.md); fp8/int4/nf4 are not implemented")                                             \
   X(quantize_via, STR, "cpu", LORA, USE("cpu"),                                                    \
     "model_type lora: where the base is quantised: cpu (ctuner has no accelerator)")               \
   X(vae_config, STR, NULL, VAE, ANY,                                                               \

@@ -81,12 +81,24 @@ typedef struct ct_t5 ct_t5;
  * dir/model.safetensors.index.json; one error lists every missing, unexpected
  * or wrongly shaped tensor. */
 ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err);
+/* As ct_t5_load with text_encoder_2_precision (NULL: no_change): bf16 reads
+ * the linear layers through bf16 views (a BF16 file's mapped matrices, an
+ * F32 file's rounded, one matrix at a time); int8-quanto / int8-torchao
+ * quantise each linear weight per output row from its stored values (one
+ * matrix widened at a time, ct_quantize_int8) and read it through int8 views,
+ * dequantised in the GEMM's float32 tiles. The embedding stays as stored
+ * (mapped when BF16, else float32), as quanto and torchao quantise only the
+ * nn.Linear layers; norms and the bias table are float32. */
+ct_status ct_t5_load_prec(const char *dir, const char *precision, ct_t5 **out, ct_err *err);
+/* Bytes the weights occupy: float32 part, owned int8/bf16 part and the
+ * bytes read from the mapped files. */
+size_t ct_t5_weight_bytes(const ct_t5 *t);
 void ct_t5_free(ct_t5 *t);
 const ct_t5_config *ct_t5_cfg(const ct_t5 *t);
 size_t ct_t5_numel(const ct_t5 *t);
-/* 1 when the matrices stay in the memory-mapped BF16 files (every matrix
- * stored BF16: 2 bytes per parameter, read through bf16 weight views), 0
- * when the weights are held in float32. */
+/* 1 when weights are read from the memory-mapped BF16 files (no_change with
+ * every matrix stored BF16: 2 bytes per parameter, read through bf16 weight
+ * views; under int8 the embedding alone), 0 when nothing is. */
 int ct_t5_mapped(const ct_t5 *t);
 /* Move the weights to backend be (NULL: the default); seq given to
  * ct_t5_encode is then that backend's memory, ids stay on the host. */

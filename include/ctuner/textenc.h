@@ -63,6 +63,15 @@ ct_status ct_textenc_new(const ct_textenc_config *cfg, uint64_t seed, ct_textenc
  * tensor, and the weights are then left unchanged. */
 ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err);
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err);
+/* text_encoder_1_precision: store the linear weights (q, k, v, out_proj, fc1,
+ * fc2) bf16 (rounded) or int8-quanto / int8-torchao (per output row,
+ * ct_quantize_int8), read through weight views the GEMM dequantises in
+ * float32 tiles; the float32 copies are freed (embeddings, norms and biases
+ * stay float32). no_change does nothing. After it the encoder is neither
+ * loaded into, saved nor moved to another backend. */
+ct_status ct_textenc_store(ct_textenc *te, const char *precision, ct_err *err);
+/* Bytes the weights occupy (float32 part + stored narrow part). */
+size_t ct_textenc_weight_bytes(const ct_textenc *te);
 
 /* A transformers CLIPTextModel directory (FLUX's text_encoder/): config.json
  * (CLIPTextConfig: vocab_size, hidden_size, intermediate_size,

@@ -546,12 +546,14 @@ static ct_status check_base_model_precision(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
-/* text_encoder_{1,2}_precision: the frozen encoders are read from their
- * stored weights and computed in float32 (docs/flux.md); no quantisation. */
+/* text_encoder_{1,2}_precision: a pipeline's CLIP-L and T5 stored as read
+ * (no_change), bf16 or weight-only int8 (src/text/textenc.c, t5.c;
+ * docs/flux.md). */
 static ct_status te_precision(int k, const char *v, ct_err *err) {
-  if (strcmp(v, "no_change") && strcmp(v, "bf16"))
-    BAD("text_encoder_%d_precision %s is not implemented: the text encoders are kept as stored "
-        "and computed in float32 (no_change; bf16 draws a warning)",
+  if (strcmp(v, "no_change") && strcmp(v, "bf16") && strcmp(v, "int8-quanto") &&
+      strcmp(v, "int8-torchao"))
+    BAD("text_encoder_%d_precision %s is not implemented: the text encoders are stored as "
+        "no_change, bf16, int8-quanto or int8-torchao",
         k, v);
   return CT_OK;
 }

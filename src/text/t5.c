@@ -18,7 +18,13 @@
  * are looked up; only the norms and the position-bias table are widened into
  * float32. Widening is exact, so the outputs are the float32 path's bits.
  * Otherwise (F32, F16 files) the weights are held in float32.
- * Not here: the tokenizer (spm.c), a backward pass, int8 text encoders.
+ * text_encoder_2_precision (ct_t5_load_prec) bf16 / int8-quanto / int8-torchao:
+ * every linear weight through a view as well: a BF16 file's mapped (bf16),
+ * or widened one matrix at a time and rounded to bf16 or quantised per
+ * output row (ct_quantize_int8: quanto's and torchao's scales) into one owned
+ * buffer [int8 rows' scales][narrow elements]; the embedding stays as stored
+ * (mapped BF16, else float32), as the libraries quantise nn.Linear only.
+ * Not here: the tokenizer (spm.c), a backward pass, fp8/int4 storage.
  */
 #include "ctuner/t5.h"
 
@@ -58,6 +64,11 @@ struct ct_t5 {
   ct_wview *lv;
   const uint16_t *emb;
   size_t wfloats; /* floats in w */
+  /* views mode (lv set): the owned narrow weights (int8 rows' scales, then
+   * int8 or bf16 elements), the bytes read from the mapping, and where the
+   * embedding is in w when it is not mapped */
+  char *qbuf;
+  size_t qbytes, mbytes;
   /* scratch, backend memory, for cap_rows tokens */
   float *x, *h, *big, *heads, *o, *f0, *f1, *rstd, *bias;
   size_t cap_rows;
@@ -203,39 +214,110 @@ static int all_bf16(const ct_t5 *t, const ct_st_set *s) {
   return 1;
 }
 
-/* The mapped layout: views into the files; the norms and the bias table
- * (re-addressed into a small w) widened. The set stays open. */
-static ct_status map_weights(ct_t5 *t, ct_err *err) {
-  const int nl = t->cfg.layers;
-  t->lv = calloc((size_t)nl * 7, sizeof *t->lv);
-  if (!t->lv) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 views)");
-  size_t nw = 0, *where = calloc(t->nparams, sizeof *where);
-  if (!where) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 views)");
-  int k = 0; /* the next view: params in table order, 7 matrices per block */
-  for (size_t i = 0; i < t->nparams; i++) {
+static int linear_param(const ct_t5 *t, size_t i) {
+  return i > 0 && t->params[i].ndim == 2 && t->params[i].offset != t->relbias;
+}
+
+static int mappable(const ct_st_tensor *x) {
+  return x->dtype == CT_DTYPE_BF16 && !((uintptr_t)x->data & 1);
+}
+
+/* prec: 0 no_change (every matrix stored BF16), 1 bf16, 2 int8-quanto, 3 int8-torchao.
+ * Bytes of the owned part: int8 rows' scales, then the narrow elements. */
+static void narrow_bytes(const ct_t5 *t, const ct_st_set *s, int prec, size_t *sc, size_t *el) {
+  *sc = *el = 0;
+  for (size_t i = 1; i < t->nparams; i++) {
+    if (!linear_param(t, i)) continue;
     const tparam *p = &t->params[i];
-    const ct_st_tensor *x = find_param(&t->set, i, p->name, NULL);
-    if (i == 0) {
-      t->emb = x->data;
-    } else if (p->ndim == 2 && p->offset != t->relbias) {
-      t->lv[k++] = (ct_wview){CT_WDT_BF16, x->data, NULL};
-    } else {
-      where[i] = nw;
-      nw += p->numel;
+    if (prec >= 2) {
+      *sc += (size_t)p->shape[0] * sizeof(float);
+      *el += p->numel;
+    } else if (!mappable(find_param(s, i, p->name, NULL))) {
+      *el += p->numel * 2;
     }
   }
-  CT_ASSERT(k == 7 * nl);
+}
+
+/* One linear matrix into view v: mapped (stored BF16, precision no_change or
+ * bf16), or converted / quantised into qbuf at *sc, *el from its float32
+ * values (tmp: one matrix). */
+static ct_status store_linear(ct_t5 *t, size_t i, int prec, float *tmp, size_t *sc, size_t *el,
+                              ct_wview *v, ct_err *err) {
+  const tparam *p = &t->params[i];
+  const ct_st_tensor *x = find_param(&t->set, i, p->name, NULL);
+  if (prec < 2 && mappable(x)) {
+    *v = (ct_wview){CT_WDT_BF16, x->data, NULL};
+    t->mbytes += p->numel * 2;
+    return CT_OK;
+  }
+  ct_status st = ct_st_to_f32(x, tmp, p->numel, err);
+  if (st) return st;
+  if (prec < 2) {
+    ct_to_bf16(p->numel, tmp, (uint16_t *)(t->qbuf + *el));
+    *v = (ct_wview){CT_WDT_BF16, t->qbuf + *el, NULL};
+    *el += p->numel * 2;
+    return CT_OK;
+  }
+  float *scales = (float *)(t->qbuf + *sc);
+  ct_quantize_int8(prec == 3 ? CT_QUANT_TORCHAO : CT_QUANT_QUANTO, (int)p->shape[0],
+                   (int)p->shape[1], tmp, (int8_t *)(t->qbuf + *el), scales);
+  *v = (ct_wview){CT_WDT_I8, t->qbuf + *el, scales};
+  *sc += (size_t)p->shape[0] * sizeof(float);
+  *el += p->numel;
+  return CT_OK;
+}
+
+/* The views layout: the linear layers through views (mapped, bf16 or int8,
+ * one matrix converted at a time), the embedding mapped when stored BF16;
+ * the rest (norms, the bias table, an embedding not stored BF16) widened
+ * into a small w, the offsets re-addressed into it. The set stays open
+ * while anything is read from it. */
+static ct_status view_weights(ct_t5 *t, int prec, ct_err *err) {
+  const int nl = t->cfg.layers;
+  size_t sc = 0, el = 0, maxm = 0;
+  narrow_bytes(t, &t->set, prec, &sc, &el);
+  t->qbytes = ((sc + 63) & ~(size_t)63) + el;
+  t->lv = calloc((size_t)nl * 7, sizeof *t->lv);
+  size_t nw = 0, *where = calloc(t->nparams, sizeof *where);
+  if (!t->lv || !where) {
+    free(where);
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 views)");
+  }
+  const ct_st_tensor *e0 = find_param(&t->set, 0, t->params[0].name, NULL);
+  if (mappable(e0)) {
+    t->emb = e0->data;
+    t->mbytes += t->params[0].numel * 2;
+  }
+  for (size_t i = 0; i < t->nparams; i++) {
+    if (linear_param(t, i)) {
+      if (t->params[i].numel > maxm) maxm = t->params[i].numel;
+    } else if (i > 0 || !t->emb) {
+      where[i] = nw;
+      nw += t->params[i].numel;
+    }
+  }
   t->wfloats = nw;
   t->w = t->be->alloc(CT_MEM_OTHER, nw * sizeof(float));
-  ct_status st = t->w ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 norms)");
-  for (size_t i = 1; i < t->nparams && !st; i++) {
+  t->qbuf = t->qbytes ? t->be->alloc(CT_MEM_OTHER, t->qbytes) : NULL;
+  float *tmp = t->qbytes ? t->be->alloc(CT_MEM_BUFFERS, maxm * sizeof(float)) : NULL;
+  ct_status st = t->w && ((t->qbuf && tmp) || !t->qbytes)
+                     ? CT_OK
+                     : ct_errf(err, CT_ERR_NOMEM, "out of memory (T5 weights)");
+  size_t at_sc = 0, at_el = (sc + 63) & ~(size_t)63;
+  int k = 0; /* the next view: params in table order, 7 matrices per block */
+  for (size_t i = 0; i < t->nparams && !st; i++) {
     const tparam *p = &t->params[i];
-    if (p->ndim == 2 && p->offset != t->relbias) continue;
-    st = ct_st_to_f32(find_param(&t->set, i, p->name, NULL), t->w + where[i], p->numel, err);
+    if (linear_param(t, i))
+      st = store_linear(t, i, prec, tmp, &at_sc, &at_el, &t->lv[k++], err);
+    else if (i > 0 || !t->emb)
+      st = ct_st_to_f32(find_param(&t->set, i, p->name, NULL), t->w + where[i], p->numel, err);
   }
+  t->be->free(tmp);
+  CT_ASSERT(st || k == 7 * nl);
   /* the offsets the forward reads, now into the small w (looked up by the
    * table's original offsets, which stay unchanged in t->params) */
-  size_t relbias = t->relbias, lnf = t->lnf;
+  const size_t relbias = t->relbias, lnf = t->lnf;
+  t->shared = where[0];
   for (size_t i = 1; i < t->nparams; i++) {
     const size_t o = t->params[i].offset;
     if (o == relbias) t->relbias = where[i];
@@ -243,7 +325,7 @@ static ct_status map_weights(ct_t5 *t, ct_err *err) {
   }
   for (int l = 0; l < nl; l++) {
     tlayer *L = &t->layers[l];
-    size_t ln0 = L->ln0, ln1 = L->ln1;
+    const size_t ln0 = L->ln0, ln1 = L->ln1;
     for (size_t i = 1; i < t->nparams; i++) {
       if (t->params[i].offset == ln0) L->ln0 = where[i];
       if (t->params[i].offset == ln1) L->ln1 = where[i];
@@ -253,7 +335,7 @@ static ct_status map_weights(ct_t5 *t, ct_err *err) {
   return st;
 }
 
-static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
+static ct_status load_weights(ct_t5 *t, const char *dir, int prec, ct_err *err) {
   ct_st_set s;
   ct_st_check *chk = NULL;
   ct_status st = ct_st_set_open(&s, dir, "model.safetensors", err);
@@ -276,10 +358,12 @@ static ct_status load_weights(ct_t5 *t, const char *dir, ct_err *err) {
                         "layers %d, heads %d, vocab %d)",
                         dir, t->cfg.d_model, t->cfg.d_kv, t->cfg.d_ff, t->cfg.layers, t->cfg.heads,
                         t->cfg.vocab);
-  if (!st && all_bf16(t, &s)) { /* keep the files mapped: 2 bytes per parameter */
+  if (!st && (prec || all_bf16(t, &s))) { /* views: mapped, bf16 or int8 */
     t->set = s;
-    t->mapped = 1;
-    return map_weights(t, err);
+    st = view_weights(t, prec, err);
+    t->mapped = t->mbytes > 0;
+    if (!t->mapped) ct_st_set_close(&t->set);
+    return st;
   }
   t->wfloats = t->numel;
   t->w = st ? NULL : t->be->alloc(CT_MEM_OTHER, t->numel * sizeof(float));
@@ -309,6 +393,7 @@ void ct_t5_free(ct_t5 *t) {
   if (t->be) {
     free_scratch(t);
     t->be->free(t->w);
+    t->be->free(t->qbuf);
   }
   if (t->mapped) ct_st_set_close(&t->set);
   free(t->lv);
@@ -317,11 +402,22 @@ void ct_t5_free(ct_t5 *t) {
   free(t);
 }
 
-ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err) {
+static int precision_code(const char *p) {
+  static const char *const names[] = {"no_change", "bf16", "int8-quanto", "int8-torchao"};
+  for (int i = 0; i < 4; i++)
+    if (!p || !strcmp(p, names[i])) return i;
+  return -1;
+}
+
+ct_status ct_t5_load_prec(const char *dir, const char *precision, ct_t5 **out, ct_err *err) {
   ct_status st = CT_OK;
   char p[4096];
-  ct_t5 *t = calloc(1, sizeof *t);
   *out = NULL;
+  const int prec = precision_code(precision);
+  if (prec < 0)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "T5 precision '%s': no_change, bf16, int8-quanto or int8-torchao", precision);
+  ct_t5 *t = calloc(1, sizeof *t);
   if (!t) return ct_errf(err, CT_ERR_NOMEM, "out of memory (T5)");
   t->be = ct_backend_default();
   snprintf(p, sizeof p, "%s/config.json", dir);
@@ -330,13 +426,21 @@ ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err) {
   st = build_table(t, err);
   if (st) goto out;
   /* frozen weights count as "other", as the CLIP encoder's (mapped: not at all) */
-  st = load_weights(t, dir, err);
+  st = load_weights(t, dir, prec, err);
   if (st) goto out;
   *out = t;
   t = NULL;
 out:
   ct_t5_free(t);
   return st;
+}
+
+ct_status ct_t5_load(const char *dir, ct_t5 **out, ct_err *err) {
+  return ct_t5_load_prec(dir, "no_change", out, err);
+}
+
+size_t ct_t5_weight_bytes(const ct_t5 *t) {
+  return t->wfloats * sizeof(float) + t->qbytes + t->mbytes;
 }
 
 const ct_t5_config *ct_t5_cfg(const ct_t5 *t) {
@@ -354,8 +458,10 @@ int ct_t5_mapped(const ct_t5 *t) {
 ct_status ct_t5_set_backend(ct_t5 *t, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == t->be) return CT_OK;
-  if (t->mapped)
-    return ct_errf(err, CT_ERR_INVALID, "a T5 encoder read from its mapped bf16 files stays on %s",
+  if (t->lv)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "a T5 encoder read through weight views (mapped bf16 files, bf16 or int8) "
+                   "stays on %s",
                    t->be->name);
   ct_status st =
       ct_backend_move(t->be, be, CT_MEM_OTHER, t->wfloats * sizeof(float), (void **)&t->w, err);
@@ -448,7 +554,7 @@ static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, c
 /* Block l's linear weight j (0..6: q, k, v, o, wi0, wi1, wo), no bias. */
 static void lin(const ct_t5 *t, int l, int j, int N, int K, int M, const float *x, int ldx,
                 float *y, int ldy) {
-  if (t->mapped) {
+  if (t->lv) {
     t->be->linear_fwd_w(N, K, M, x, ldx, &t->lv[(size_t)l * 7 + j], NULL, y, ldy);
     return;
   }
@@ -477,14 +583,14 @@ ct_status ct_t5_encode(ct_t5 *t, const int32_t *ids, int B, int T, float *seq, c
   const float *W = t->w;
   float *x = t->x, *h = t->h;
   size_t plane = (size_t)B * H * T * hd;
-  for (size_t r = 0; r < rows && !t->mapped; r++)
+  for (size_t r = 0; r < rows && !t->emb; r++)
     be->copy(x + r * d, W + t->shared + (size_t)ids[r] * d, (size_t)d * sizeof(float));
-  for (size_t r = 0; r < rows && t->mapped; r++) /* CPU memory: the mapping is host memory */
+  for (size_t r = 0; r < rows && t->emb; r++) /* CPU memory: the mapping is host memory */
     for (int i = 0; i < d; i++) x[r * d + i] = ct_bf16_to_f32(t->emb[(size_t)ids[r] * d + i]);
   for (int l = 0; l < c->layers; l++) {
     const tlayer *L = &t->layers[l];
     be->rmsnorm_fwd(N, d, x, d, W + L->ln0, c->eps, h, d, t->rstd);
-    if (t->mapped) /* q, k, v are separate tensors: three products into big's columns */
+    if (t->lv) /* q, k, v are separate tensors: three products into big's columns */
       for (int j = 0; j < 3; j++) lin(t, l, j, N, d, in, h, d, t->big + (size_t)j * in, 3 * in);
     else
       be->linear_fwd(N, d, 3 * in, h, d, W + L->qkv, NULL, t->big, 3 * in);

@@ -21,6 +21,7 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/backend.h"
+#include "ctuner/kernels.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 #include "text/textenc_int.h"
@@ -57,6 +58,12 @@ struct ct_textenc {
   float *o;    /* (B*T, d) attention output, heads concatenated */
   float *lse;  /* (B, H, T) */
   ct_bpe *bpe; /* owned; NULL: byte tokenizer */
+  /* stored narrow (ct_textenc_store): per layer the views of qkv, out, fc1,
+   * fc2 into qbuf ([int8 rows' scales][bf16 or int8 elements]); w then holds
+   * only the other parameters (wfloats of them) */
+  ct_wview *lv;
+  char *qbuf;
+  size_t qbytes, wfloats;
 };
 
 void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
@@ -226,6 +233,7 @@ ct_status ct_textenc_alloc(const ct_textenc_config *cfg, ct_textenc **out, ct_er
   st = build_table(te, err);
   if (st) goto out;
   /* frozen weights: "other", so that "params" counts what is trained (ZeRO formulas) */
+  te->wfloats = te->numel;
   te->w = te->be->alloc(CT_MEM_OTHER, te->numel * sizeof(float));
   if (!te->w) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory: text encoder parameters (%zu floats)",
@@ -261,6 +269,8 @@ void ct_textenc_free(ct_textenc *te) {
   if (!te) return;
   free_scratch(te);
   te->be->free(te->w);
+  te->be->free(te->qbuf);
+  free(te->lv);
   free(te->params);
   free(te->layers);
   ct_bpe_free(te->bpe);
@@ -274,6 +284,9 @@ const ct_backend_ops *ct_textenc_backend(const ct_textenc *te) {
 ct_status ct_textenc_set_backend(ct_textenc *te, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == te->be) return CT_OK;
+  if (te->lv)
+    return ct_errf(err, CT_ERR_INVALID, "a text encoder stored bf16/int8 stays on %s",
+                   te->be->name);
   ct_status st =
       ct_backend_move(te->be, be, CT_MEM_OTHER, te->numel * sizeof(float), (void **)&te->w, err);
   if (st) return st;
@@ -329,6 +342,8 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
   ct_st_check *chk = NULL;
   char full[128];
   const char *prefix = "", *file = NULL;
+  if (te->lv)
+    return ct_errf(err, CT_ERR_INVALID, "%s: the text encoder is stored bf16/int8 already", path);
   ct_status st = ct_st_set_open(&s, path, "model.safetensors", err);
   if (st) return st;
   if ((st = ct_st_check_new(&chk, err))) goto out;
@@ -367,6 +382,10 @@ out:
 ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err) {
   ct_st_writer *w = NULL;
   char full[128];
+  if (te->lv)
+    return ct_errf(
+        err, CT_ERR_INVALID,
+        "%s: a text encoder stored bf16/int8 is not saved (its float32 weights are gone)", path);
   ct_status st = ct_st_writer_new(&w);
   if (st) return ct_errf(err, st, "out of memory");
   /* HF names with the prefix, so the file is a CLIPTextModel state dict. */
@@ -400,6 +419,18 @@ static ct_status reserve(ct_textenc *te, size_t rows, ct_err *err) {
   }
   te->cap_rows = rows;
   return CT_OK;
+}
+
+/* Layer l's linear j (0..3: qkv, out_proj, fc1, fc2) with bias b. */
+static void lin(const ct_textenc *te, int l, int j, int N, int K, int M, const float *x, int ldx,
+                const float *b, float *y, int ldy) {
+  if (te->lv) {
+    te->be->linear_fwd_w(N, K, M, x, ldx, &te->lv[(size_t)l * 4 + j], b, y, ldy);
+    return;
+  }
+  const tlayer *L = &te->layers[l];
+  const size_t off[4] = {L->qkv_w, L->out_w, L->fc1_w, L->fc2_w};
+  te->be->linear_fwd(N, K, M, x, ldx, te->w + off[j], b, y, ldy);
 }
 
 /* (B*T, 3d) rows laid out (3, H, hd) -> q, k, v each (B, H, T, hd): one
@@ -446,20 +477,20 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     /* x += out_proj(attn(LN1(x))); HF multiplies q by hd^-1/2, the kernel
      * scales the scores: the same product. */
     be->layernorm_affine_fwd(N, d, x, d, W + L->ln1_w, W + L->ln1_b, c->ln_eps, h, d);
-    be->linear_fwd(N, d, 3 * d, h, d, W + L->qkv_w, W + L->qkv_b, big, 3 * d);
+    lin(te, l, 0, N, d, 3 * d, h, d, W + L->qkv_b, big, 3 * d);
     split_heads(be, B, T, H, hd, big, te->qkv);
     be->attention_fwd(B, H, T, hd, 1.0f / sqrtf((float)hd), 1, te->qkv, te->qkv + plane,
                       te->qkv + 2 * plane, o, te->lse);
-    be->linear_fwd(N, d, d, o, d, W + L->out_w, W + L->out_b, h, d);
+    lin(te, l, 1, N, d, d, o, d, W + L->out_b, h, d);
     be->add_inplace(plane, x, h);
     /* x += fc2(quick_gelu(fc1(LN2(x)))) */
     be->layernorm_affine_fwd(N, d, x, d, W + L->ln2_w, W + L->ln2_b, c->ln_eps, h, d);
-    be->linear_fwd(N, d, I, h, d, W + L->fc1_w, W + L->fc1_b, big, I);
+    lin(te, l, 2, N, d, I, h, d, W + L->fc1_b, big, I);
     if (c->act == CT_TEXTENC_ACT_GELU)
       be->gelu_erf_fwd(N, I, big, I, big, I);
     else
       be->quick_gelu_fwd(N, I, big, I, big, I);
-    be->linear_fwd(N, I, d, big, I, W + L->fc2_w, W + L->fc2_b, h, d);
+    lin(te, l, 3, N, I, d, big, I, W + L->fc2_b, h, d);
     be->add_inplace(plane, x, h);
   }
   float *y = seq ? seq : h;
@@ -482,4 +513,102 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
     }
   }
   return CT_OK;
+}
+
+/* ---- stored narrow (text_encoder_1_precision) ---- */
+
+static int linear_weight(const tparam *p) {
+  return p->ndim == 2 && !strstr(p->name, "embedding");
+}
+
+static size_t remap(const ct_textenc *te, const size_t *neu, size_t old) {
+  for (size_t i = 0; i < te->nparams; i++)
+    if (te->params[i].offset == old) return neu[i];
+  CT_ASSERT(0);
+  return 0;
+}
+
+/* Every linear weight (q, k, v, out_proj, fc1, fc2) from the float32 w into
+ * qbuf, in table order (q, k, v adjacent: one [3d, d] view); w is then
+ * rebuilt with the other parameters alone and the offsets re-addressed. */
+static ct_status store_linears(ct_textenc *te, int prec, size_t sc, ct_err *err) {
+  const ct_quant_kind kind = prec == 3 ? CT_QUANT_TORCHAO : CT_QUANT_QUANTO;
+  size_t at_sc = 0, at_el = (sc + 63) & ~(size_t)63, nw = 0;
+  size_t *neu = calloc(te->nparams, sizeof *neu);
+  if (!neu) return ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder views)");
+  for (size_t i = 0; i < te->nparams; i++) {
+    const tparam *p = &te->params[i];
+    const float *src = te->w + p->offset;
+    if (!linear_weight(p)) {
+      neu[i] = nw;
+      nw += p->numel;
+      continue;
+    }
+    for (int l = 0; l < te->cfg.layers; l++) {
+      const tlayer *L = &te->layers[l];
+      const size_t first[4] = {L->qkv_w, L->out_w, L->fc1_w, L->fc2_w};
+      for (int j = 0; j < 4; j++)
+        if (first[j] == p->offset)
+          te->lv[(size_t)l * 4 + j] =
+              (ct_wview){prec == 1 ? CT_WDT_BF16 : CT_WDT_I8, te->qbuf + at_el,
+                         prec == 1 ? NULL : (const float *)(te->qbuf + at_sc)};
+    }
+    if (prec == 1) {
+      ct_to_bf16(p->numel, src, (uint16_t *)(te->qbuf + at_el));
+      at_el += p->numel * 2;
+    } else {
+      ct_quantize_int8(kind, (int)p->shape[0], (int)p->shape[1], src, (int8_t *)(te->qbuf + at_el),
+                       (float *)(te->qbuf + at_sc));
+      at_sc += (size_t)p->shape[0] * sizeof(float);
+      at_el += p->numel;
+    }
+  }
+  float *w = te->be->alloc(CT_MEM_OTHER, nw * sizeof(float));
+  ct_status st = w ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder)");
+  for (size_t i = 0; i < te->nparams && !st; i++)
+    if (!linear_weight(&te->params[i]))
+      te->be->copy(w + neu[i], te->w + te->params[i].offset, te->params[i].numel * sizeof(float));
+  if (!st) {
+    for (int l = 0; l < te->cfg.layers; l++) {
+      tlayer *L = &te->layers[l];
+      size_t *f[8] = {&L->ln1_w, &L->ln1_b, &L->qkv_b, &L->out_b,
+                      &L->ln2_w, &L->ln2_b, &L->fc1_b, &L->fc2_b};
+      for (int k = 0; k < 8; k++) *f[k] = remap(te, neu, *f[k]);
+    }
+    te->tok = remap(te, neu, te->tok), te->pos = remap(te, neu, te->pos);
+    te->lnf_w = remap(te, neu, te->lnf_w), te->lnf_b = remap(te, neu, te->lnf_b);
+    te->be->free(te->w);
+    te->w = w;
+    te->wfloats = nw;
+  }
+  free(neu);
+  return st;
+}
+
+ct_status ct_textenc_store(ct_textenc *te, const char *precision, ct_err *err) {
+  static const char *const names[] = {"no_change", "bf16", "int8-quanto", "int8-torchao"};
+  int prec = -1;
+  for (int i = 0; i < 4; i++)
+    if (precision && !strcmp(precision, names[i])) prec = i;
+  if (prec < 0)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "text encoder precision '%s': no_change, bf16, int8-quanto or int8-torchao",
+                   precision ? precision : "(null)");
+  if (prec == 0) return CT_OK;
+  if (te->lv) return ct_errf(err, CT_ERR_INVALID, "the text encoder is stored narrow already");
+  size_t sc = 0, el = 0;
+  for (size_t i = 0; i < te->nparams; i++)
+    if (linear_weight(&te->params[i])) {
+      sc += prec == 1 ? 0 : (size_t)te->params[i].shape[0] * sizeof(float);
+      el += te->params[i].numel * (prec == 1 ? 2 : 1);
+    }
+  te->qbytes = ((sc + 63) & ~(size_t)63) + el;
+  te->lv = calloc(te->cfg.layers ? (size_t)te->cfg.layers * 4 : 1, sizeof *te->lv);
+  te->qbuf = te->be->alloc(CT_MEM_OTHER, te->qbytes ? te->qbytes : 64);
+  if (!te->lv || !te->qbuf) return ct_errf(err, CT_ERR_NOMEM, "out of memory (text encoder)");
+  return store_linears(te, prec, sc, err);
+}
+
+size_t ct_textenc_weight_bytes(const ct_textenc *te) {
+  return te->wfloats * sizeof(float) + te->qbytes;
 }

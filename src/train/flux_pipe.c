@@ -330,6 +330,10 @@ ct_status ct_flux_pipe_open(const ct_config *cfg, int lead, ct_flux_pipe *p, ct_
   }
   p->schnell = cfg->model_flavour && !strcmp(cfg->model_flavour, "schnell");
   p->max_sequence_length = p->schnell ? 256 : 512; /* SimpleTuner's Flux check_user_config */
+  snprintf(p->clip_precision, sizeof p->clip_precision, "%s",
+           cfg->text_encoder_1_precision ? cfg->text_encoder_1_precision : "no_change");
+  snprintf(p->t5_precision, sizeof p->t5_precision, "%s",
+           cfg->text_encoder_2_precision ? cfg->text_encoder_2_precision : "no_change");
   if (cfg->flux_guidance_mode && !strcmp(cfg->flux_guidance_mode, "random-range") &&
       cfg->flux_guidance_min > cfg->flux_guidance_max)
     add(pr, "flux_guidance_min %g > flux_guidance_max %g", cfg->flux_guidance_min,

@@ -25,6 +25,8 @@ typedef struct ct_flux_pipe {
   ct_mmdit_config tcfg; /* the transformer's config */
   int schnell;          /* model_flavour schnell */
   int max_sequence_length;
+  char clip_precision[16];  /* text_encoder_1_precision: how CLIP-L is stored */
+  char t5_precision[16];    /* text_encoder_2_precision: how the T5 is stored */
   int t5_d, clip_d;         /* widths of the two encoders */
   int vae_factor, vae_ch;   /* the VAE's downsampling and latent channels */
   ct_fm_sched_config sched; /* scheduler/scheduler_config.json */

@@ -388,12 +388,12 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   st = tr->fp ? ct_textcond_flux(tr->fp, !strcmp(cfg->t5_padding, "zero"), &tr->tc, err)
               : ct_textcond_builtin(cfg, tr->g.mc.context_in_dim, NULL, tr->g.T, &tr->tc, err);
   if (st) return st;
-  for (int k = 0; k < 2 && lead && tr->fp; k++)
-    if (!strcmp(k ? cfg->text_encoder_2_precision : cfg->text_encoder_1_precision, "bf16"))
-      CT_WARN(
-          "text_encoder_%d_precision bf16: %s is computed from its stored weights widened to "
-          "float32, not rounded to bf16",
-          k + 1, k ? "T5" : "CLIP-L");
+  if (lead && tr->fp &&
+      (strcmp(cfg->text_encoder_1_precision, "no_change") ||
+       strcmp(cfg->text_encoder_2_precision, "no_change")))
+    CT_INFO("text encoders stored: CLIP-L %s (%.2f MB of weights), T5 %s (%.2f MB)",
+            cfg->text_encoder_1_precision, (double)ct_textenc_weight_bytes(tr->tc->te) / 1e6,
+            cfg->text_encoder_2_precision, (double)ct_textcond_t5_bytes(tr->tc) / 1e6);
   tr->text_cb = (ct_text_cb){tr->tc, tr->g.T};
   st = ct_text_fn_init(&tr->text_cb, tr->g.mc.context_in_dim, tr->g.mc.vec_in_dim, &tr->text_fn,
                        err);

@@ -36,6 +36,7 @@ ct_status ct_textcond_flux(const ct_flux_pipe *p, int t5_zero, ct_textcond **out
   ct_status st = ct_bpe_load_dir(p->tokenizer, &c->bpe, err);
   if (!st) c->clip_len = ct_bpe_max_length(c->bpe);
   if (!st) st = ct_textenc_open_dir(p->text_encoder, &c->te, err);
+  if (!st) st = ct_textenc_store(c->te, p->clip_precision[0] ? p->clip_precision : NULL, err);
   if (!st && ct_bpe_vocab_size(c->bpe) > ct_textenc_cfg(c->te)->vocab)
     st = ct_errf(err, CT_ERR_SHAPE, "%s has ids up to %d; %s's vocab_size is %d", p->tokenizer,
                  ct_bpe_vocab_size(c->bpe) - 1, p->text_encoder, ct_textenc_cfg(c->te)->vocab);
@@ -43,7 +44,7 @@ ct_status ct_textcond_flux(const ct_flux_pipe *p, int t5_zero, ct_textcond **out
     st = ct_errf(err, CT_ERR_SHAPE, "%s: model_max_length %d > the text encoder's %d positions",
                  p->tokenizer, c->clip_len, ct_textenc_cfg(c->te)->max_pos);
   if (!st) st = ct_spm_load_dir(p->tokenizer_2, &c->spm, err);
-  if (!st) st = ct_t5_load(p->text_encoder_2, &c->t5, err);
+  if (!st) st = ct_t5_load_prec(p->text_encoder_2, p->t5_precision, &c->t5, err);
   if (!st && ct_spm_vocab_size(c->spm) > ct_t5_cfg(c->t5)->vocab)
     st = ct_errf(err, CT_ERR_SHAPE, "%s has %d tokens; %s's vocab_size is %d", p->tokenizer_2,
                  ct_spm_vocab_size(c->spm), p->text_encoder_2, ct_t5_cfg(c->t5)->vocab);
@@ -104,6 +105,10 @@ size_t ct_textcond_tokens(const ct_textcond *c, const char *caption) {
   }
   const ct_bpe *b = ct_textenc_bpe(c->te);
   return b ? (size_t)ct_bpe_tokens(b, caption, NULL, 0) : strlen(caption);
+}
+
+size_t ct_textcond_t5_bytes(const ct_textcond *c) {
+  return c->t5 ? ct_t5_weight_bytes(c->t5) : 0;
 }
 
 int ct_textcond_specials(const ct_textcond *c) {

@@ -48,6 +48,8 @@ ct_status ct_textcond_encode(ct_textcond *c, const char *const *prompts, int n, 
  * the encoder adds (BOS/EOS: 2; T5's </s>: 1), for the truncation warning. */
 size_t ct_textcond_tokens(const ct_textcond *c, const char *caption);
 int ct_textcond_specials(const ct_textcond *c);
+/* Bytes of the flux T5's weights (ct_t5_weight_bytes), 0 when there is none. */
+size_t ct_textcond_t5_bytes(const ct_textcond *c);
 const char *ct_textcond_unit(const ct_textcond *c);
 /* flux: encode keep[0..n) into the memo, then free the encoders' weights. builtin: nothing. */
 ct_status ct_textcond_release(ct_textcond *c, const char *const *keep, int n, ct_err *err);
