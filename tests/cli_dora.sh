@@ -20,60 +20,8 @@ cat > "$tmp/base.json" <<JSON
  "--flux_lora_target": "all+ffs", "--use_dora": true, "--disable_validation": true}
 JSON
 
-# losses and grad norms of metrics.jsonl, and a digest of the adapter files
-summary() {
-  /usr/bin/python3 - "$1" "${2:-}" <<'PY'
-import hashlib, json, os, struct, sys
-root, only, h = sys.argv[1], sys.argv[2], hashlib.sha256()
-for d, _, fs in sorted(os.walk(root)):
-    for f in sorted(fs):
-        if f != "pytorch_lora_weights.safetensors": continue
-        if only and only not in d: continue
-        b = open(os.path.join(d, f), "rb").read()
-        n = struct.unpack("<Q", b[:8])[0]
-        hd = json.loads(b[8:8 + n])
-        h.update(os.path.relpath(os.path.join(d, f), root).encode())
-        for k in sorted(x for x in hd if x != "__metadata__"):
-            s, e = hd[k]["data_offsets"]
-            h.update(k.encode()); h.update(b[8 + n + s:8 + n + e])
-L = [x for x in map(json.loads, open(os.path.join(root, "metrics.jsonl"))) if "loss" in x]
-print(h.hexdigest()[:16], len(L), " ".join(repr(x["loss"]) + "/" + repr(x["grad_norm"]) for x in L[-2:]))
-PY
-}
-
-# a base that is not the seeded init (whose zero final layer and gates pass no gradient)
-OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" --model_type=full --max_train_steps=3 \
-  --train_batch_size=2 --use_ema=false --output_dir="$tmp/full" >/dev/null 2>"$tmp/full.err" ||
-  { echo "FAIL - base: $(tail -3 "$tmp/full.err")"; exit 1; }
-/usr/bin/python3 - "$tmp/base.json" "$tmp/full/checkpoint-3/model.safetensors" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); c["--pretrained_model_path"] = sys.argv[2]
-json.dump(c, open(sys.argv[1], "w"))
-PY
-
-train() { # name ranks flags...
-  local name=$1 ranks=$2
-  shift 2
-  if [ "$ranks" = 1 ]; then
-    OMP_NUM_THREADS=2 "$CT" train --config "$tmp/base.json" "$@" --output_dir="$tmp/$name" \
-      >/dev/null 2>"$tmp/$name.err"
-  else
-    "${MPIRUN[@]}" -np "$ranks" -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" "$@" \
-      --output_dir="$tmp/$name" >/dev/null 2>"$tmp/$name.err"
-  fi || { bad "$name: training failed: $(tail -3 "$tmp/$name.err")"; return 1; }
-}
-
-same() { # a b what [only]
-  local a b
-  a=$(summary "$tmp/$1" "${4:-}") b=$(summary "$tmp/$2" "${4:-}")
-  if [ -n "$a" ] && [ "$(echo "$a" | cut -d' ' -f1,3-)" = "$(echo "$b" | cut -d' ' -f1,3-)" ]; then
-    ok "$3: losses, grad norms and adapter files identical ($(echo "$a" | cut -d' ' -f1))"
-  else
-    bad "$3 differ"
-    echo "  $1: $a" | cut -c1-300
-    echo "  $2: $b" | cut -c1-300
-  fi
-}
+. "$(dirname "$0")/lib/adapters.sh"
+adapter_base
 
 if train one 1 --train_batch_size=2; then
   grep -q "LoRA all+ffs: .* adapters, rank 4, alpha 8 (scale 2)" "$tmp/one.err" &&
