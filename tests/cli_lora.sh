@@ -129,18 +129,6 @@ train init 1 --train_batch_size=2 --max_train_steps=1 --init_lora="$tmp/one/pyto
   ok "init_lora starts from the file" || bad "init_lora"
 
 # errors name the problem
-err() { # what expected-text flags...
-  local what=$1 want=$2
-  shift 2
-  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
-    >/dev/null 2>"$tmp/e.err"; then
-    bad "$what: accepted"
-  elif grep -q -- "$want" "$tmp/e.err"; then
-    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
-  else
-    bad "$what: $(tail -2 "$tmp/e.err")"
-  fi
-}
 err "rank too large" "lora_rank 65 does not fit module" --lora_rank=65
 err "target missing" "match no module" --flux_lora_target=tiny
 err "unknown preset" "flux_lora_target" --flux_lora_target=everything

@@ -92,18 +92,6 @@ train init 1 --train_batch_size=2 --max_train_steps=1 --use_ema=false \
   ok "init_lora starts from a LyCORIS file" || bad "init_lora"
 
 # errors name the problem
-err() { # what expected-text flags...
-  local what=$1 want=$2
-  shift 2
-  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
-    >/dev/null 2>"$tmp/e.err"; then
-    bad "$what: accepted"
-  elif grep -q -- "$want" "$tmp/e.err"; then
-    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
-  else
-    bad "$what: $(tail -2 "$tmp/e.err")"
-  fi
-}
 bad_cfg() { echo "$1" > "$tmp/bad.json"; }
 bad_cfg '{"algo": "boft", "multiplier": 1, "linear_dim": 2, "linear_alpha": 1}'
 err "unsupported algo" "algo 'boft' is LyCORIS's but not implemented" --lycoris_config="$tmp/bad.json"

@@ -9,6 +9,7 @@
 #                          gradient to the adapters)
 #   train NAME RANKS FLAGS training into $tmp/NAME on 1 or RANKS MPI ranks
 #   same A B WHAT [ONLY]   ok when two runs' summaries are identical
+#   err WHAT TEXT FLAGS    ok when training with FLAGS fails saying TEXT
 #   near A B WHAT          ok when two 4-step runs agree within 1e-5 (ranks vs
 #                          one rank: the batch split sums in another order)
 summary() {
@@ -85,4 +86,17 @@ for k in wa:
 print(f"  max relative difference {e:.2e}")
 sys.exit(not (len(la) == len(lb) == 4 and set(wa) == set(wb) and e < 1e-5))
 PY
+}
+
+err() { # what expected-text flags...
+  local what=$1 want=$2
+  shift 2
+  if OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/e" "$@" \
+    >/dev/null 2>"$tmp/e.err"; then
+    bad "$what: accepted"
+  elif grep -q -- "$want" "$tmp/e.err"; then
+    ok "$what: $(grep -m1 -o -- "$want.\{0,60\}" "$tmp/e.err")"
+  else
+    bad "$what: $(tail -2 "$tmp/e.err")"
+  fi
 }
