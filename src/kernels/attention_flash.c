@@ -58,6 +58,20 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef int v16i __attribute__((vector_size(64)));
 typedef unsigned v16u __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
+
+/* Two-vector shuffle by an index vector: GCC's __builtin_shuffle; clang (the
+ * fuzz build) has only __builtin_shufflevector with constant indices, so it
+ * picks the lanes one by one (same result). */
+#if defined(__clang__)
+static inline v16 fa_shuffle2(v16 a, v16 c, v16i m) {
+  v16 r;
+  for (int i = 0; i < 16; i++) r[i] = m[i] < 16 ? a[m[i]] : c[m[i] - 16];
+  return r;
+}
+#define FA_SHUFFLE2(a, c, m) fa_shuffle2(a, c, m)
+#else
+#define FA_SHUFFLE2(a, c, m) __builtin_shuffle(a, c, m)
+#endif
 #define LOAD(p)                  \
   ({                             \
     v16 t_;                      \

@@ -64,12 +64,12 @@ FA_ISA static float FN(row_dot)(int n, const float *a, const float *b) {
 
 /* One stage of a 16 x 16 transpose: swap the off-diagonal b x b blocks of
  * every 2b x 2b block (rows r and r + b for r & b == 0). */
-#define FA_TSTAGE(R, b, lo, hi)                   \
-  for (int r = 0; r < 16; r++)                    \
-    if (!(r & (b))) {                             \
-      v16 a_ = R[r], c_ = R[r + (b)];             \
-      R[r] = __builtin_shuffle(a_, c_, lo);       \
-      R[r + (b)] = __builtin_shuffle(a_, c_, hi); \
+#define FA_TSTAGE(R, b, lo, hi)             \
+  for (int r = 0; r < 16; r++)              \
+    if (!(r & (b))) {                       \
+      v16 a_ = R[r], c_ = R[r + (b)];       \
+      R[r] = FA_SHUFFLE2(a_, c_, lo);       \
+      R[r + (b)] = FA_SHUFFLE2(a_, c_, hi); \
     }
 
 /* T[d][i] = s X[i][d] for i < n, 0 for n <= i < BQ (X rows of leading dim
