@@ -15,20 +15,26 @@
 
 #define COLBLK 64 /* columns per task in the bias-gradient column sum */
 
+/* y's rows start as the bias (the product then adds with beta 1), or as 0
+ * when there is no product (K 0); returns the product's beta. */
+static float bias_rows(int N, int K, int M, const float *b, float *y, int ldy) {
+  if (b) {
+#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
+    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, (size_t)M * sizeof(float));
+    return 1.0f;
+  }
+  if (K <= 0)
+    for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
+  return 0.0f;
+}
+
 /* The layer with the matrix products of mm: ct_sgemm, or ct_sgemm_bf16 (the
  * bf16 compute of --mixed_precision bf16; the bias and its gradient stay
  * float32). */
 static void lin_fwd(ct_sgemm_fn mm, int N, int K, int M, const float *x, int ldx, const float *w,
                     const float *b, float *y, int ldy) {
   if (N <= 0 || M <= 0) return;
-  float beta = 0.0f;
-  if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
-    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, (size_t)M * sizeof(float));
-    beta = 1.0f;
-  } else if (K <= 0) {
-    for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
-  }
+  const float beta = bias_rows(N, K, M, b, y, ldy);
   if (K <= 0) return;
   mm(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
 }
@@ -89,14 +95,7 @@ void ct_linear_fwd_w(int N, int K, int M, const float *x, int ldx, const ct_wvie
     return;
   }
   if (N <= 0 || M <= 0) return;
-  float beta = 0.0f;
-  if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)N * M > 16384)
-    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, (size_t)M * sizeof(float));
-    beta = 1.0f;
-  } else if (K <= 0) {
-    for (int r = 0; r < N; r++) memset(y + (size_t)r * ldy, 0, (size_t)M * sizeof(float));
-  }
+  const float beta = bias_rows(N, K, M, b, y, ldy);
   if (K <= 0) return;
   ct_sgemm_w(0, 1, N, M, K, 1.0f, x, ldx, w, K, beta, y, ldy);
 }
