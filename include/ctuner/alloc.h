@@ -38,7 +38,15 @@ typedef struct ct_mem_stats {
 } ct_mem_stats;
 
 void ct_mem_get_stats(ct_mem_stats *out);
-void ct_mem_reset_peak(void);
+void ct_mem_reset_peak(void); /* host and device peaks */
+
+/* A compute device's memory (a backend whose memory the host cannot touch:
+ * CUDA, the sealed test backend), counted apart from the host's in the same
+ * categories: the backend calls ct_mem_device_add on each allocation and
+ * ct_mem_device_sub on each free. */
+void ct_mem_device_add(ct_mem_cat cat, size_t bytes);
+void ct_mem_device_sub(ct_mem_cat cat, size_t bytes);
+void ct_mem_get_device_stats(ct_mem_stats *out);
 const char *ct_mem_cat_name(ct_mem_cat cat); /* "params", "grads", ... */
 
 /* Overflow-checked a*b; returns 0 on success, -1 on overflow. */

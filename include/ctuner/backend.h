@@ -55,6 +55,24 @@ struct ct_backend_ops {
    * CT_COMPUTE_BF16 with precision_bits 8. ct_backend_with_compute finds one
    * from the other. */
   ct_compute compute;
+  /* 1 when the host may read and write this backend's memory through its
+   * pointers (cpu, cpu-bf16); 0 when only copy_in/copy_out reach it (cuda,
+   * and the test backend "sealed" whose pages the host cannot touch). Code
+   * outside a backend never dereferences a pointer of a backend with 0. */
+  int host_memory;
+  /* Optional (NULL: always usable). Run once, before the registry lists or
+   * returns the backend: CT_OK when it can run here, else why not (no CUDA
+   * device, driver too old). It may fill `description` with the device. */
+  ct_status (*init)(ct_err *err);
+  /* Optional (NULL: ops cannot fail). The first error an asynchronous op
+   * met since the last call (a CUDA launch or memory fault), as
+   * CT_ERR_DEVICE with its message, cleared on read; callers check it at
+   * their synchronisation points (after a micro-batch, a copy_out). */
+  ct_status (*check)(ct_err *err);
+
+  /* Ops a backend does not have are NULL (ct_backend_lacks names them; the
+   * models refuse such a backend by name before computing); the memory
+   * functions are always set. */
 
   /* ---- memory ---- */
   /* bytes of backend memory counted under cat (ct_mem_get_stats), aligned for
@@ -185,14 +203,38 @@ struct ct_backend_ops {
   double (*sumsq)(size_t n, const float *x);
 };
 
+/* Every op field of ct_backend_ops (X(field)), for code that walks the
+ * table: tests, the profiling wrapper, ct_backend_lacks. */
+// clang-format off
+#define CT_BACKEND_OP_FIELDS(X) \
+  X(sgemm) X(sgemm_deterministic) X(linear_fwd) X(linear_bwd) X(linear_fwd_w) X(linear_bwd_w) \
+  X(attention_fwd) X(attention_bias_fwd) X(attention_bwd) X(rope_table) X(rope_fwd) X(rope_bwd) \
+  X(qkv_heads_fwd) X(qkv_heads_bwd) X(ln_mod_fwd) X(ln_mod_bwd) X(layernorm_affine_fwd) \
+  X(rmsnorm_fwd) X(rmsnorm_bwd) X(groupnorm_fwd) X(groupnorm_bwd) X(conv2d_col_floats) \
+  X(conv2d_fwd) X(conv2d_bwd) X(upsample2x_fwd) X(upsample2x_bwd) X(nchw_to_nlc) X(nlc_to_nchw) \
+  X(tile_blend) X(patchify) X(unpatchify) X(silu_fwd) X(silu_bwd) X(gelu_tanh_fwd) \
+  X(gelu_tanh_bwd) X(quick_gelu_fwd) X(gelu_erf_fwd) X(gate_res_fwd) X(gate_res_bwd) \
+  X(add_inplace) X(scale_inplace) X(mul_inplace) X(copy_2d) X(zero) X(clamp_fwd) X(clamp_bwd) \
+  X(embedding_fwd) X(timestep_embedding) X(mse_fwd_bwd) X(adam_update) X(adagrad_update) \
+  X(lion_update) X(sgd_update) X(ema_update) X(sumsq)
+// clang-format on
+
+/* The first of `ops` (field names separated by spaces: "conv2d_fwd
+ * conv2d_bwd") that be does not have (NULL, or not a field name), or NULL
+ * when it has them all: what a model checks before it moves onto be. */
+const char *ct_backend_lacks(const ct_backend_ops *be, const char *ops);
+
 /* ---- registry (src/kernels/backend.c) ---- */
-/* The backend called name; an unknown name fails with CT_ERR_NOT_FOUND and a
- * message listing the registered ones. */
+/* The backend called name. A name that is not compiled in fails with
+ * CT_ERR_NOT_FOUND and a message listing the usable ones (and saying when
+ * the name is a backend this build left out: "cuda" without CT_CUDA); a
+ * compiled-in backend whose init fails (no device) with CT_ERR_UNSUPPORTED
+ * and init's reason. */
 ct_status ct_backend_get(const char *name, const ct_backend_ops **out, ct_err *err);
 /* The backend used when none is named: "cpu". */
 const ct_backend_ops *ct_backend_default(void);
-/* The registered backends, i < ct_backend_count(), in registry order (the CPU
- * backend first); NULL past the end. */
+/* The usable backends (compiled in, init succeeded), i < ct_backend_count(),
+ * in registry order (the CPU backend first); NULL past the end. */
 size_t ct_backend_count(void);
 const ct_backend_ops *ct_backend_at(size_t i);
 

@@ -10,23 +10,24 @@
 
 #include <stddef.h>
 
-#define CT_STATUS_MAP(X)                                \
-  X(OK, 0, "success")                                   \
-  X(ERR_NOMEM, 1, "out of memory")                      \
-  X(ERR_IO, 2, "input/output error")                    \
-  X(ERR_FORMAT, 3, "malformed input")                   \
-  X(ERR_INVALID, 4, "invalid argument")                 \
-  X(ERR_NOT_FOUND, 5, "not found")                      \
-  X(ERR_SHAPE, 6, "shape mismatch")                     \
-  X(ERR_UNSUPPORTED, 7, "unsupported")                  \
-  X(ERR_RANGE, 8, "value out of range")                 \
-  X(ERR_NUMERIC, 9, "numerical error (NaN or Inf)")     \
-  X(ERR_TOLERANCE, 10, "result outside tolerance")      \
-  X(ERR_INTERNAL, 11, "internal error")                 \
-  X(ERR_COMM, 12, "communication between ranks failed") \
-  X(ERR_TIMEOUT, 14, "a collective timed out")          \
-  X(ERR_STOPPED, 15, "stopped on request")              \
-  X(ERR_HEALTH, 13, "stopped by the health circuit breaker")
+#define CT_STATUS_MAP(X)                                     \
+  X(OK, 0, "success")                                        \
+  X(ERR_NOMEM, 1, "out of memory")                           \
+  X(ERR_IO, 2, "input/output error")                         \
+  X(ERR_FORMAT, 3, "malformed input")                        \
+  X(ERR_INVALID, 4, "invalid argument")                      \
+  X(ERR_NOT_FOUND, 5, "not found")                           \
+  X(ERR_SHAPE, 6, "shape mismatch")                          \
+  X(ERR_UNSUPPORTED, 7, "unsupported")                       \
+  X(ERR_RANGE, 8, "value out of range")                      \
+  X(ERR_NUMERIC, 9, "numerical error (NaN or Inf)")          \
+  X(ERR_TOLERANCE, 10, "result outside tolerance")           \
+  X(ERR_INTERNAL, 11, "internal error")                      \
+  X(ERR_COMM, 12, "communication between ranks failed")      \
+  X(ERR_TIMEOUT, 14, "a collective timed out")               \
+  X(ERR_STOPPED, 15, "stopped on request")                   \
+  X(ERR_HEALTH, 13, "stopped by the health circuit breaker") \
+  X(ERR_DEVICE, 16, "compute device error")
 
 typedef enum ct_status {
 #define CT_X(name, val, desc) CT_##name = val,

@@ -33,6 +33,8 @@ static atomic_size_t g_cur[CT_MEM_NCAT];
 static atomic_size_t g_peak[CT_MEM_NCAT];
 static atomic_size_t g_total_cur;
 static atomic_size_t g_total_peak;
+/* the same for device memory (ct_mem_device_add) */
+static atomic_size_t d_cur[CT_MEM_NCAT], d_peak[CT_MEM_NCAT], d_total_cur, d_total_peak;
 
 static void raise_peak(atomic_size_t *peak, size_t v) {
   size_t old = atomic_load(peak);
@@ -100,8 +102,34 @@ void ct_mem_get_stats(ct_mem_stats *out) {
 }
 
 void ct_mem_reset_peak(void) {
-  for (int c = 0; c < CT_MEM_NCAT; c++) atomic_store(&g_peak[c], atomic_load(&g_cur[c]));
+  for (int c = 0; c < CT_MEM_NCAT; c++) {
+    atomic_store(&g_peak[c], atomic_load(&g_cur[c]));
+    atomic_store(&d_peak[c], atomic_load(&d_cur[c]));
+  }
   atomic_store(&g_total_peak, atomic_load(&g_total_cur));
+  atomic_store(&d_total_peak, atomic_load(&d_total_cur));
+}
+
+void ct_mem_device_add(ct_mem_cat cat, size_t bytes) {
+  if ((unsigned)cat >= CT_MEM_NCAT) return;
+  raise_peak(&d_peak[cat], atomic_fetch_add(&d_cur[cat], bytes) + bytes);
+  raise_peak(&d_total_peak, atomic_fetch_add(&d_total_cur, bytes) + bytes);
+}
+
+void ct_mem_device_sub(ct_mem_cat cat, size_t bytes) {
+  if ((unsigned)cat >= CT_MEM_NCAT) return;
+  atomic_fetch_sub(&d_cur[cat], bytes);
+  atomic_fetch_sub(&d_total_cur, bytes);
+}
+
+void ct_mem_get_device_stats(ct_mem_stats *out) {
+  if (!out) return;
+  for (int c = 0; c < CT_MEM_NCAT; c++) {
+    out->current[c] = atomic_load(&d_cur[c]);
+    out->peak[c] = atomic_load(&d_peak[c]);
+  }
+  out->total_current = atomic_load(&d_total_cur);
+  out->total_peak = atomic_load(&d_total_peak);
 }
 
 const char *ct_mem_cat_name(ct_mem_cat cat) {

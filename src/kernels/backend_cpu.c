@@ -38,6 +38,7 @@ const ct_backend_ops ct_backend_cpu = {
     .description = "host memory, OpenMP kernels, AVX-512/AVX2 SGEMM or OpenBLAS (float32)",
     .precision_bits = 24,
     .compute = CT_COMPUTE_F32,
+    .host_memory = 1,
 
     .alloc = cpu_alloc,
     .free = cpu_free,

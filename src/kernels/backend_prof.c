@@ -38,6 +38,10 @@ static stamp now_ns(void) {
 }
 
 static void add(ct_prof_family f, stamp t0) {
+  /* an asynchronous backend (device memory) has only issued the op: wait for
+   * it, so that the time is the op's and not its launch's (this serialises
+   * the device; the profile's totals are then an upper bound) */
+  if (!inner->host_memory) inner->synchronize();
   stamp t1 = now_ns();
   int p = __atomic_load_n(&phase, __ATOMIC_RELAXED);
   __atomic_fetch_add(&ns[p][f], t1.wall - t0.wall, __ATOMIC_RELAXED);
@@ -367,8 +371,9 @@ static double p_sumsq(size_t n, const float *x) {
   return r;
 }
 
-/* not const: precision_bits and compute are the wrapped backend's */
-static ct_backend_ops prof_ops = {
+/* every wrapper; prof_ops is this with the wrapped backend's properties and
+ * without the ops it lacks */
+static const ct_backend_ops prof_all = {
     .name = "cpu-profiled",
     .description = "the wrapped backend's ops, each timed into its op family",
     .precision_bits = 24,
@@ -435,10 +440,19 @@ static ct_backend_ops prof_ops = {
     .sumsq = p_sumsq,
 };
 
+static ct_backend_ops prof_ops;
+
 const ct_backend_ops *ct_backend_profiled(const ct_backend_ops *wrapped) {
   inner = wrapped;
+  prof_ops = prof_all;
   prof_ops.precision_bits = wrapped->precision_bits;
   prof_ops.compute = wrapped->compute;
+  prof_ops.host_memory = wrapped->host_memory;
+  prof_ops.check = wrapped->check;
+#define CT_X(f) \
+  if (!wrapped->f) prof_ops.f = NULL;
+  CT_BACKEND_OP_FIELDS(CT_X)
+#undef CT_X
   return &prof_ops;
 }
 
