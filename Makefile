@@ -4,13 +4,14 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
+.PHONY: all build deps cuda-deps test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
 help:
 	@echo "make            build (Release) into $(BUILD)/"
-	@echo "make test       install missing packages, check formatting, build with -Werror, run every test (ctest),"
+	@echo "make test       install missing packages (and the CUDA 13.0 wheels: the CUDA backend is always compiled),"
+	@echo "                check formatting, build with -Werror, run every test (ctest),"
 	@echo "                a 10 s fuzz run per parser, then every test again under ASan+UBSan"
 	@echo "make demo       install, build, train the small preset on synthetic shapes, sample and judge (demo-output/)"
 	@echo "make demo-lora  teach the demo's base a new colour word with a LoRA; judged before/after (demo-lora-output/)"
@@ -48,15 +49,20 @@ help:
 deps:
 	@scripts/deps.sh
 
+# The CUDA toolchain (NVIDIA's PyPI wheels pinned to CUDA 13.0) so that every test run compiles the
+# CUDA backend; a GPU is needed only to run it (docs/cuda.md).
+cuda-deps:
+	@scripts/cuda_deps.sh >/dev/null
+
 $(BUILD)/Makefile:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
 build: $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS)
 
-test: deps
+test: deps cuda-deps
 	$(MAKE) format-check
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_CUDA=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200
 	scripts/fuzz.sh 10
@@ -103,7 +109,7 @@ soak: build
 	scripts/soak.sh $(CTUNER)
 
 asan: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON >/dev/null
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON -DCT_CUDA=OFF >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure --timeout 3000
 
@@ -166,11 +172,11 @@ lora-quant-long: build
 	LORA_QUANT_STEPS=200 bash tests/cli_lora_quant.sh $(CTUNER)
 
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 format-check:
 	@command -v clang-format >/dev/null || { echo "format-check: clang-format not found: run scripts/deps.sh (Debian package clang-format)"; exit 1; }
-	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -9,7 +9,8 @@
 # The venv: $CT_CUDA_VENV, default ~/.cache/ctuner/cuda-venv. All six wheels
 # are pinned: unpinned, nvcc 13.0 pulls nvvm/crt 13.5, whose PTX a 13.0
 # driver cannot load. The wheels lack the unversioned library names a linker
-# looks for (libcudart.so, libcublasLt.so, libcublas.so): made here as links.
+# looks for (libcudart.so, libcublasLt.so, libcublas.so) and the lib64 directory
+# nvcc.profile links from: made here as links.
 set -euo pipefail
 
 venv="${CT_CUDA_VENV:-$HOME/.cache/ctuner/cuda-venv}"
@@ -22,7 +23,8 @@ complete() {
   local root
   root=$(root_of) || return 1
   [ -x "$root/bin/nvcc" ] && [ -f "$root/lib/libcudart.so" ] && [ -f "$root/lib/libcublasLt.so" ] &&
-    [ -f "$root/include/cuda_runtime.h" ] && [ -f "$root/nvvm/bin/cicc" ] || return 1
+    [ -f "$root/include/cuda_runtime.h" ] && [ -f "$root/nvvm/bin/cicc" ] && [ -e "$root/lib64" ] ||
+    return 1
   local p name want have
   for p in "${PINS[@]}"; do
     name="${p%%==*}" want="${p##*==}"
@@ -52,5 +54,7 @@ for l in cudart cublasLt cublas; do
   [ -n "$so" ] || { echo "cuda_deps: lib$l.so.* missing under $root/lib" >&2; exit 1; }
   ln -sf "$(basename "$so")" "$root/lib/lib$l.so"
 done
+# nvcc.profile links from $(TOP)/lib64 (a toolkit's layout); the wheels have lib/
+[ -e "$root/lib64" ] || ln -s lib "$root/lib64"
 complete >/dev/null || { echo "cuda_deps: the toolkit under $root is incomplete after installing" >&2; exit 1; }
 echo "$root"

@@ -682,6 +682,30 @@ CT_TEST(backend, registry) {
     for (size_t j = 0; j < i; j++) CHECK(strcmp(ct_backend_at(i)->name, ct_backend_at(j)->name));
 }
 
+/* Asking for a backend that cannot run here says why: "cuda" in a build
+ * without CUDA names the build option; in a CUDA build on a machine without
+ * a device (CI) it is not listed and the error is init's reason. */
+CT_TEST(backend, cuda_absent_explained) {
+  const ct_backend_ops *be = NULL;
+  ct_err err = {0};
+  ct_status st = ct_backend_get("cuda", &be, &err);
+  if (st == CT_OK) { /* a GPU machine: listed, with its device in the description */
+    CHECK(be && !be->host_memory && be->init && be->check && strstr(be->description, "sm_"));
+    return;
+  }
+#ifdef CT_CUDA
+  CHECKF(st == CT_ERR_UNSUPPORTED && strstr(err.msg, "cannot run here") && strstr(err.msg, "CUDA"),
+         "%s", err.msg);
+#else
+  CHECKF(
+      st == CT_ERR_NOT_FOUND && strstr(err.msg, "not in this build") && strstr(err.msg, "CT_CUDA"),
+      "%s", err.msg);
+#endif
+  for (size_t i = 0; i < ct_backend_count(); i++)
+    CHECK(strncmp(ct_backend_at(i)->name, "cuda", 4) != 0);
+  fprintf(stderr, "  cuda: %s\n", err.msg);
+}
+
 /* Every backend has its memory functions; a backend with host memory (the
  * CPU backends) has every op, and the CPU backend's ops are the kernels
  * themselves (so its results are the free functions' bits). The test's op
