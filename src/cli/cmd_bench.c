@@ -31,7 +31,7 @@ void ct_cmd_bench_step_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
           "                         [--gradient_checkpointing N] [--profile]\n"
-          "                         [--mixed_precision no|bf16]\n"
+          "                         [--mixed_precision no|bf16] [--backend NAME]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
@@ -53,7 +53,12 @@ void ct_cmd_bench_step_help(FILE *f) {
           "--mixed_precision bf16 computes the linear layers' products with bf16\n"
           "operands and float32 sums (the cpu-bf16 backend, as training with\n"
           "mixed_precision bf16; docs/gemm.md); the weights, AdamW and everything else\n"
-          "stay float32 here (training also stores the weights in bf16).\n",
+          "stay float32 here (training also stores the weights in bf16).\n"
+          "--backend NAME runs the step on a compute backend (default cpu; cuda on an\n"
+          "NVIDIA GPU, docs/cuda.md): the batch is uploaded each step, the loss and the\n"
+          "AdamW update run there, and each step ends when the device is done; the\n"
+          "JSON line adds backend and device. With a device backend --profile waits for\n"
+          "every op (the times are then an upper bound with no overlap).\n",
           ct_mmdit_preset_names());
 }
 
@@ -169,12 +174,13 @@ typedef struct step_args {
   const ct_mmdit_preset *p;
   long steps, warmup, threads, ckpt;
   int profile, bf16;
+  const char *backend;
 } step_args;
 
 /* bench step's options into *a; -1 to go on, else the exit code. */
 static int step_args_parse(int argc, char **argv, step_args *a) {
   const char *preset = "bench", *v, *mp = "no";
-  *a = (step_args){NULL, 10, 3, 0, 0, 0, 0};
+  *a = (step_args){NULL, 10, 3, 0, 0, 0, 0, "cpu"};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -191,6 +197,8 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
     } else if ((r = ct_cli_opt(argc, argv, &i, "gradient_checkpointing", &v))) {
       if (r < 0 || ct_cli_int("gradient_checkpointing", v, 0, 1000, &a->ckpt)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "mixed_precision", &mp))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "backend", &a->backend))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &a->threads)) return 2;
@@ -221,6 +229,93 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
   return -1;
 }
 
+/* The step's buffers: host inputs drawn each step, and the model's inputs,
+ * output, gradient of the loss and AdamW moments in the backend's memory. */
+typedef struct step_bufs {
+  const ct_backend_ops *be;
+  size_t nx, ntxt, ny, n;
+  float *x0, *eps, *xt_h, *tgt_h, *t_h;              /* host */
+  float *xt, *tgt, *vp, *dv, *t, *txt, *y, *om, *ov; /* backend */
+} step_bufs;
+
+static void step_bufs_free(step_bufs *b) {
+  float *host[] = {b->x0, b->eps, b->xt_h, b->tgt_h, b->t_h};
+  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) ct_free(host[i]);
+  float *dev[] = {b->xt, b->tgt, b->vp, b->dv, b->t, b->txt, b->y, b->om, b->ov};
+  for (size_t i = 0; b->be && i < sizeof dev / sizeof dev[0]; i++) b->be->free(dev[i]);
+}
+
+/* 0 on success; the text, pooled vector and zero moments are uploaded once */
+static int step_bufs_alloc(step_bufs *b, const ct_mmdit_preset *p, size_t n) {
+  const ct_mmdit_config *c = &p->cfg;
+  const ct_backend_ops *be = b->be;
+  size_t B = (size_t)p->batch;
+  b->nx = B * c->in_channels * p->lat_h * p->lat_w;
+  b->ntxt = B * p->txt_len * c->context_in_dim, b->ny = B * c->vec_in_dim, b->n = n;
+  b->x0 = ct_alloc(CT_MEM_BUFFERS, b->nx * 4), b->eps = ct_alloc(CT_MEM_BUFFERS, b->nx * 4);
+  b->xt_h = ct_alloc(CT_MEM_BUFFERS, b->nx * 4), b->tgt_h = ct_alloc(CT_MEM_BUFFERS, b->nx * 4);
+  b->t_h = ct_alloc(CT_MEM_BUFFERS, B * 4);
+  b->xt = be->alloc(CT_MEM_BUFFERS, b->nx * 4), b->tgt = be->alloc(CT_MEM_BUFFERS, b->nx * 4);
+  b->vp = be->alloc(CT_MEM_BUFFERS, b->nx * 4), b->dv = be->alloc(CT_MEM_BUFFERS, b->nx * 4);
+  b->t = be->alloc(CT_MEM_BUFFERS, B * 4), b->txt = be->alloc(CT_MEM_BUFFERS, b->ntxt * 4);
+  b->y = be->alloc(CT_MEM_BUFFERS, b->ny * 4);
+  b->om = be->alloc(CT_MEM_OPTIMIZER, n * 4), b->ov = be->alloc(CT_MEM_OPTIMIZER, n * 4);
+  float *txt_h = ct_alloc(CT_MEM_BUFFERS, b->ntxt * 4), *y_h = ct_alloc(CT_MEM_BUFFERS, b->ny * 4);
+  int bad = !b->x0 || !b->eps || !b->xt_h || !b->tgt_h || !b->t_h || !b->xt || !b->tgt || !b->vp ||
+            !b->dv || !b->t || !b->txt || !b->y || !b->om || !b->ov || !txt_h || !y_h;
+  if (!bad) {
+    ct_rng_fill_normal(b->x0, b->nx, 1, 10, 0, 0, 1);
+    ct_rng_fill_normal(txt_h, b->ntxt, 1, 11, 0, 0, 1);
+    ct_rng_fill_normal(y_h, b->ny, 1, 12, 0, 0, 1);
+    be->copy_in(b->txt, txt_h, b->ntxt * 4);
+    be->copy_in(b->y, y_h, b->ny * 4);
+    be->zero(n, b->om);
+    be->zero(n, b->ov);
+  }
+  ct_free(txt_h);
+  ct_free(y_h);
+  return bad;
+}
+
+/* One timed step s: the noisy batch drawn on the host and uploaded, forward,
+ * loss, backward and AdamW on the backend; returns when the backend is done. */
+static ct_status bench_one_step(ct_mmdit *m, const ct_mmdit_preset *p, step_bufs *b, long s,
+                                int profile, ct_err *err) {
+  const ct_backend_ops *be = b->be;
+  const size_t B = (size_t)p->batch, nx = b->nx, per = nx / B;
+  ct_prof_set_phase(CT_PROF_STEP);
+  double t0 = ct_time_now(), c0 = ct_prof_cpu_now();
+  ct_rng_fill_normal(b->eps, nx, 2, (uint64_t)s, 0, 0, 1);
+  for (size_t i = 0; i < B; i++) {
+    float z = ct_rng_normal(3, (uint64_t)s, i);
+    b->t_h[i] = 1.0f / (1.0f + expf(-z));
+  }
+  for (size_t i = 0; i < nx; i++) {
+    float tt = b->t_h[i / per];
+    b->xt_h[i] = (1 - tt) * b->x0[i] + tt * b->eps[i];
+    b->tgt_h[i] = b->eps[i] - b->x0[i];
+  }
+  /* the host's part; what follows goes through the (profiled) table */
+  if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0, ct_prof_cpu_now() - c0);
+  be->copy_in(b->xt, b->xt_h, nx * 4);
+  be->copy_in(b->tgt, b->tgt_h, nx * 4);
+  be->copy_in(b->t, b->t_h, B * 4);
+  be->zero(b->n, ct_mmdit_grads(m));
+  ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, b->xt, b->t, b->txt, b->y, NULL};
+  ct_prof_set_phase(CT_PROF_FORWARD);
+  ct_status st = ct_mmdit_forward(m, &in, b->vp, err);
+  if (st) return st;
+  ct_prof_set_phase(CT_PROF_STEP);
+  be->mse_fwd_bwd(nx, b->vp, b->tgt, 1.0f, b->dv);
+  ct_prof_set_phase(CT_PROF_BACKWARD);
+  if ((st = ct_mmdit_backward(m, b->dv, err))) return st;
+  ct_prof_set_phase(CT_PROF_STEP);
+  be->adam_update(b->n, ct_mmdit_params(m), ct_mmdit_grads(m), b->om, b->ov, 1e-4f, 0.9f, 0.999f,
+                  1e-8f, 0.01f, 1, s + 1);
+  be->synchronize();
+  return be->check ? be->check(err) : CT_OK;
+}
+
 int ct_cmd_bench_step(int argc, char **argv) {
   step_args sa;
   const int prc = step_args_parse(argc, argv, &sa);
@@ -230,93 +325,55 @@ int ct_cmd_bench_step(int argc, char **argv) {
   const int profile = sa.profile;
   ct_threads_set((int)threads);
   int nthreads = ct_threads_get();
-  double sg, csg;
-  sgemm_gflops(&sg, &csg);
-  double core_sg = sgemm_core_gflops();
-
   ct_err err = {0};
   ct_mmdit *m = NULL;
   int rc = 1;
   const ct_mmdit_config *c = &p->cfg;
-  size_t B = (size_t)p->batch, nx = B * c->in_channels * p->lat_h * p->lat_w;
-  size_t ntxt = B * p->txt_len * c->context_in_dim, ny = B * c->vec_in_dim;
-  float *x0 = NULL, *eps = NULL, *xt = NULL, *t = NULL, *txt = NULL, *y = NULL, *vp = NULL,
-        *tgt = NULL, *dv = NULL;
-  float *om = NULL, *ov = NULL;
+  const size_t B = (size_t)p->batch;
+  step_bufs bufs = {0};
   double *times = calloc((size_t)steps, sizeof(double));
   double *cpus = calloc((size_t)steps, sizeof(double));
+  const ct_backend_ops *be = NULL;
+  if (ct_backend_get(sa.backend, &be, &err) ||
+      (sa.bf16 && ct_backend_with_compute(be, CT_COMPUTE_BF16, &be, &err))) {
+    fprintf(stderr, "ctuner bench step: %s\n", err.msg);
+    free(times);
+    free(cpus);
+    return 2;
+  }
+  /* the CPU's SGEMM rates are the CPU's yardstick; a device backend is measured by bench peak */
+  double sg = 0, csg = 0, core_sg = 0;
+  if (be->host_memory) {
+    sgemm_gflops(&sg, &csg);
+    core_sg = sgemm_core_gflops();
+  }
   if (ct_mmdit_new(c, 0, 1, &m, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
   ct_mmdit_set_checkpointing(m, (int)ckpt);
-  const ct_backend_ops *be = ct_backend_default();
-  if ((sa.bf16 && ct_backend_with_compute(be, CT_COMPUTE_BF16, &be, &err)) ||
-      ct_mmdit_set_backend(m, profile ? ct_backend_profiled(be) : be, &err)) {
+  size_t n = ct_mmdit_numel(m);
+  /* Random but non-trivial weights everywhere so that no path is zero (drawn on
+   * the host, then the model moves to the backend). */
+  ct_rng_fill_normal(ct_mmdit_params(m), n, 7, 0, 0, 0.0f, 0.02f);
+  if (ct_mmdit_set_backend(m, profile ? ct_backend_profiled(be) : be, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
-  size_t n = ct_mmdit_numel(m);
-  x0 = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  eps = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  xt = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  tgt = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  vp = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  dv = ct_alloc(CT_MEM_BUFFERS, nx * 4);
-  t = ct_alloc(CT_MEM_BUFFERS, B * 4);
-  txt = ct_alloc(CT_MEM_BUFFERS, ntxt * 4);
-  y = ct_alloc(CT_MEM_BUFFERS, ny * 4);
-  om = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
-  ov = ct_calloc(CT_MEM_OPTIMIZER, n, 4);
-  if (!x0 || !eps || !xt || !tgt || !vp || !dv || !t || !txt || !y || !om || !ov || !times ||
-      !cpus) {
-    fprintf(stderr, "ctuner bench step: out of memory\n");
+  bufs.be = profile ? ct_backend_profiled(be) : be;
+  if (!times || !cpus || step_bufs_alloc(&bufs, p, n)) {
+    fprintf(stderr, "ctuner bench step: out of %s memory\n", be->host_memory ? "host" : be->name);
     goto out;
   }
-  /* Random but non-trivial weights everywhere so that no path is zero. */
-  ct_rng_fill_normal(ct_mmdit_params(m), n, 7, 0, 0, 0.0f, 0.02f);
-  ct_rng_fill_normal(x0, nx, 1, 10, 0, 0, 1);
-  ct_rng_fill_normal(txt, ntxt, 1, 11, 0, 0, 1);
-  ct_rng_fill_normal(y, ny, 1, 12, 0, 0, 1);
-  ct_adamw_hp hp = {1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f};
   double prof_total = 0, prof_cpu = 0;
   for (long s = 0; s < warmup + steps; s++) {
     if (profile && s == warmup) ct_prof_reset();
-    ct_prof_set_phase(CT_PROF_STEP);
     double t0 = ct_time_now(), c0 = ct_prof_cpu_now();
-    ct_rng_fill_normal(eps, nx, 2, (uint64_t)s, 0, 0, 1);
-    for (size_t b = 0; b < B; b++) {
-      float z = ct_rng_normal(3, (uint64_t)s, b);
-      t[b] = 1.0f / (1.0f + expf(-z));
-    }
-    size_t per = nx / B;
-    for (size_t i = 0; i < nx; i++) {
-      float tt = t[i / per];
-      xt[i] = (1 - tt) * x0[i] + tt * eps[i];
-      tgt[i] = eps[i] - x0[i];
-    }
-    ct_zero(n, ct_mmdit_grads(m));
-    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t0, ct_prof_cpu_now() - c0);
-    ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, xt, t, txt, y, NULL};
-    ct_prof_set_phase(CT_PROF_FORWARD);
-    if (ct_mmdit_forward(m, &in, vp, &err)) {
+    if (bench_one_step(m, p, &bufs, s, profile, &err)) {
       fprintf(stderr, "ctuner bench step: %s\n", err.msg);
       goto out;
     }
-    ct_prof_set_phase(CT_PROF_STEP);
-    double t1 = ct_time_now(), c1 = ct_prof_cpu_now();
-    ct_mse_fwd_bwd(nx, vp, tgt, 1.0f, dv);
-    if (profile) ct_prof_add(CT_PROF_OTHER, ct_time_now() - t1, ct_prof_cpu_now() - c1);
-    ct_prof_set_phase(CT_PROF_BACKWARD);
-    if (ct_mmdit_backward(m, dv, &err)) {
-      fprintf(stderr, "ctuner bench step: %s\n", err.msg);
-      goto out;
-    }
-    ct_prof_set_phase(CT_PROF_STEP);
-    double t2 = ct_time_now(), c2 = ct_prof_cpu_now();
-    ct_adamw_step(n, ct_mmdit_params(m), ct_mmdit_grads(m), om, ov, &hp, s + 1);
     double t3 = ct_time_now(), c3 = ct_prof_cpu_now();
-    if (profile) ct_prof_add(CT_PROF_OPTIMIZER, t3 - t2, c3 - c2);
     double dt = t3 - t0;
     if (s >= warmup)
       times[s - warmup] = dt, cpus[s - warmup] = c3 - c0, prof_total += dt, prof_cpu += c3 - c0;
@@ -335,37 +392,31 @@ int ct_cmd_bench_step(int argc, char **argv) {
   size_t nreal = 0, np;
   const ct_param *tab = ct_mmdit_table(m, &np);
   for (size_t i = 0; i < np; i++) nreal += tab[i].numel;
+  ct_mem_stats ds;
+  ct_mem_get_device_stats(&ds);
   printf(
-      "{\"preset\": \"%s\", \"threads\": %d, \"params\": %zu, \"steps\": %ld, "
-      "\"ms_per_step_median\": %.2f, "
-      "\"ms_per_step_min\": %.2f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": "
-      "%.2f, "
-      "\"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
-      "\"ct_sgemm_path\": \"%s\", "
-      "\"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, \"openblas_coretype\": \"%s\", "
+      "{\"preset\": \"%s\", \"backend\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+      "\"params\": %zu, \"steps\": %ld, \"ms_per_step_median\": %.3f, "
+      "\"ms_per_step_min\": %.3f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": "
+      "%.2f, \"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
+      "\"ct_sgemm_path\": \"%s\", \"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, "
+      "\"device_peak_mb\": %.1f, \"openblas_coretype\": \"%s\", "
       "\"gradient_checkpointing\": %ld, \"cpu_ms_per_step_median\": %.2f, "
       "\"gflops_per_cpu_s\": %.2f, \"ct_sgemm_gflops_core\": %.2f, \"mfu_cpu_vs_ct_sgemm\": "
       "%.3f, \"mixed_precision\": \"%s\"%s%s}\n",
-      p->name, nthreads, nreal, steps, med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg,
-      gf / sg, csg, gf / csg, ct_sgemm_path(), ct_mmdit_activation_bytes(m) / 1048576.0,
-      ru.ru_maxrss / 1024.0, ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9,
-      core_sg, (fwd + bwd) / cpu_med / 1e9 / core_sg, sa.bf16 ? ct_sgemm_bf16_path() : "no",
+      p->name, be->name, be->host_memory ? "host" : be->description, nthreads, nreal, steps,
+      med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg, sg > 0 ? gf / sg : 0, csg,
+      csg > 0 ? gf / csg : 0, be->host_memory ? ct_sgemm_path() : "none",
+      ct_mmdit_activation_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0, ds.total_peak / 1048576.0,
+      ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9, core_sg,
+      core_sg > 0 ? (fwd + bwd) / cpu_med / 1e9 / core_sg : 0,
+      sa.bf16 ? (be->host_memory ? ct_sgemm_bf16_path() : "bf16") : "no",
       profile ? ", \"profile\": " : "", pjs);
   rc = 0;
 out:
   free(times);
   free(cpus);
-  ct_free(x0);
-  ct_free(eps);
-  ct_free(xt);
-  ct_free(tgt);
-  ct_free(vp);
-  ct_free(dv);
-  ct_free(t);
-  ct_free(txt);
-  ct_free(y);
-  ct_free(om);
-  ct_free(ov);
+  step_bufs_free(&bufs);
   ct_mmdit_free(m);
   return rc;
 }
