@@ -18,6 +18,7 @@ scripts/golden.sh) and `make bench` compare ctuner with; it imports nothing of c
 """
 import argparse, json, math, struct, sys, time
 import torch, torch.nn as nn, torch.nn.functional as F
+SDPA = hasattr(F, "scaled_dot_product_attention")
 
 PRESETS = {
     # name: latent_ch, hidden, heads, axes_dim, double, single, context_in, vec_in, batch, lat_hw, txt_len
@@ -52,7 +53,10 @@ def apply_rope(x, pe):
 
 def attention(q, k, v, pe):
     q, k = apply_rope(q, pe), apply_rope(k, pe)
-    a = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1) @ v
+    if SDPA and q.is_cuda:  # the fused kernel a CUDA user of torch 2 gets (flash / cuDNN)
+        a = F.scaled_dot_product_attention(q, k, v)
+    else:
+        a = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1) @ v
     B, H, L, D = a.shape
     return a.transpose(1, 2).reshape(B, L, H * D)
 
@@ -222,23 +226,34 @@ def golden(a):
 
 def bench(a):
     torch.set_num_threads(a.threads)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # float32 means float32 (ctuner's cuda backend computes without TF32)
+        torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
     p = dict(PRESETS[a.preset]); gen = torch.Generator().manual_seed(0)
-    m = MMDiT(p); opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    x0, _, _, txt, y = inputs(p, gen)
+    m = MMDiT(p).to(dev); opt = torch.optim.AdamW(m.parameters(), lr=1e-4, **({"fused": True} if dev.type == "cuda" else {}))
+    x0, _, _, txt, y = (v.to(dev) for v in inputs(p, gen))
+    fwd = torch.compile(flow_loss) if a.compile else flow_loss
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     def step():
-        t = torch.sigmoid(torch.randn(p["B"])); eps = torch.randn_like(x0)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-            loss, _, _ = flow_loss(m, x0, eps, t, txt, y)
+        t = torch.sigmoid(torch.randn(p["B"], device=dev)); eps = torch.randn_like(x0)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
+            loss, _, _ = fwd(m, x0, eps, t, txt, y)
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    t0 = time.perf_counter()
     for _ in range(a.warmup): step()
+    sync(); warm = time.perf_counter() - t0
     ts = []
     for _ in range(a.steps):
-        t0 = time.perf_counter(); step(); ts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter(); step(); sync(); ts.append(time.perf_counter() - t0)
     ts.sort(); med = ts[len(ts) // 2]
     n = sum(x.numel() for x in m.parameters())
-    print(json.dumps({"peer": "pytorch", "version": torch.__version__, "preset": a.preset, "threads": a.threads,
-                      "bf16": a.bf16, "params": n, "ms_per_step_median": round(med * 1e3, 2),
-                      "ms_per_step_min": round(ts[0] * 1e3, 2)}))
+    out = {"peer": "pytorch", "version": torch.__version__, "preset": a.preset, "threads": a.threads,
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "compile": a.compile,
+           "bf16": a.bf16, "params": n, "ms_per_step_median": round(med * 1e3, 3),
+           "ms_per_step_min": round(ts[0] * 1e3, 3), "warmup_s": round(warm, 1)}
+    if dev.type == "cuda":
+        out["device_peak_mb"] = round(torch.cuda.max_memory_allocated(dev) / 1048576, 1)
+    print(json.dumps(out))
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(); sub = ap.add_subparsers(dest="cmd", required=True)
@@ -246,5 +261,7 @@ if __name__ == "__main__":
     g.add_argument("--set", action="append", metavar="FIELD=VALUE", help="override a preset field, e.g. hw=3,5 or hidden=96")
     b = sub.add_parser("bench"); b.add_argument("--preset", default="bench"); b.add_argument("--threads", type=int, default=2)
     b.add_argument("--steps", type=int, default=10); b.add_argument("--warmup", type=int, default=3); b.add_argument("--bf16", action="store_true")
+    b.add_argument("--device", default="cpu", help="cpu or cuda (a GPU: scripts/gpu_check.sh)")
+    b.add_argument("--compile", action="store_true", help="torch.compile the forward and loss (torch >= 2)")
     a = ap.parse_args()
     golden(a) if a.cmd == "golden" else bench(a)
