@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
-.PHONY: all build deps cuda-deps test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
+.PHONY: all build deps cuda-deps gpu-pack gpu-check test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
 
@@ -29,6 +29,8 @@ help:
 	@echo "                mid-upload (docs/reliability.md; results: build/soak/results.md)"
 	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
+	@echo "make gpu-pack   build ctuner with CUDA here and pack it with its libraries for the GPU machine (.gpu-pack/)"
+	@echo "make gpu-check  on the GPU machine: ops vs references and CPU, training parity, bench vs PyTorch (docs/cuda.md)"
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
 	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set); the same for"
@@ -115,6 +117,14 @@ asan: deps
 
 golden:
 	scripts/golden.sh
+
+# On the GPU machine (docs/cuda.md): every CUDA check in one run (~7 minutes on an H100). Prepare the
+# binaries on a CPU machine first with `make gpu-pack` and carry .gpu-pack to the GPU machine.
+gpu-pack: cuda-deps
+	scripts/gpu_pack.sh
+
+gpu-check:
+	scripts/gpu_check.sh
 
 # Live re-checks against the PyPI libraries and the peers' own readers (network on first use; a venv in
 # ~/.cache/ctuner, scripts/py_deps.sh). T5: the committed goldens must
