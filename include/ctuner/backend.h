@@ -69,6 +69,13 @@ struct ct_backend_ops {
    * CT_ERR_DEVICE with its message, cleared on read; callers check it at
    * their synchronisation points (after a micro-batch, a copy_out). */
   ct_status (*check)(ct_err *err);
+  /* Optional (NULL on the CPU backends, whose yardsticks are bench peak's own
+   * loops): the device's GEMM rate in GFLOP/s on an n x n x n product with
+   * operands stored in bf16 (bf16 = 1; float32 sums) or float32, through the
+   * vendor library, and its device-to-device copy rate in GB/s counting bytes
+   * read and written (`ctuner bench peak --backend`, docs/cuda.md). */
+  double (*gemm_peak)(int n, int bf16);
+  double (*copy_peak)(size_t bytes);
 
   /* Ops a backend does not have are NULL (ct_backend_lacks names them; the
    * models refuse such a backend by name before computing); the memory

@@ -21,6 +21,7 @@
 
 #include "cli/cli.h"
 #include "ctuner/alloc.h"
+#include "ctuner/backend.h"
 #include "ctuner/kernels.h"
 #include "ctuner/parallel.h"
 #include "ctuner/rng.h"
@@ -31,7 +32,7 @@
 
 void ct_cmd_bench_peak_help(FILE *f) {
   fprintf(f,
-          "usage: ctuner bench peak [--size N] [--threads T]\n"
+          "usage: ctuner bench peak [--size N] [--threads T] [--backend NAME]\n"
           "\n"
           "Measures the float32 FMA peak of this CPU with a register-only FMA loop for\n"
           "each instruction set it has (avx512, avx2; avx512bf16: the vdpbf16ps bf16\n"
@@ -42,7 +43,11 @@ void ct_cmd_bench_peak_help(FILE *f) {
           "on an N x N x N product (default 2048) the same two ways, timed alternately\n"
           "with the loop; prints one JSON line per ISA and per path with\n"
           "gemm_over_peak_core (the path's per-core rate over its ISA's per-core peak;\n"
-          "OpenBLAS against the widest ISA) and gemm_over_peak_all. docs/gemm.md.\n");
+          "OpenBLAS against the widest ISA) and gemm_over_peak_all. docs/gemm.md.\n"
+          "--backend NAME (a device: cuda, docs/cuda.md) measures the device instead: the\n"
+          "vendor library's bf16 and float32 GEMM on an N x N x N product (default 8192),\n"
+          "the backend's own sgemm (float32, and its bf16-compute sibling's) on the same\n"
+          "product, and the device copy rate; one JSON line.\n");
 }
 
 static double thread_cpu(void) {
@@ -102,9 +107,60 @@ static double gemm_rate(const path_t *p, int n, int nth, const float *a, const f
   return 2.0 * n * n * (double)n / dt / 1e9;
 }
 
+/* TFLOP/s of be's own sgemm (float32 operands in its memory) on n^3, best of 3 after a warm-up */
+static double table_sgemm_tflops(const ct_backend_ops *be, int n) {
+  size_t nn = (size_t)n * n;
+  float *h = malloc(nn * sizeof(float));
+  float *a = be->alloc(CT_MEM_OTHER, nn * 4), *b = be->alloc(CT_MEM_OTHER, nn * 4),
+        *c = be->alloc(CT_MEM_OTHER, nn * 4);
+  double best = 0;
+  if (h && a && b && c && be->sgemm) {
+    ct_rng_fill_normal(h, nn, 1, 1, 0, 0, 1);
+    be->copy_in(a, h, nn * 4);
+    be->copy_in(b, h, nn * 4);
+    for (int r = 0; r < 4; r++) {
+      be->synchronize();
+      double t0 = ct_time_now();
+      be->sgemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+      be->synchronize();
+      double tf = 2.0 * n * n * (double)n / (ct_time_now() - t0) / 1e12;
+      if (r > 0 && tf > best) best = tf;
+    }
+  }
+  free(h);
+  be->free(a), be->free(b), be->free(c);
+  return best;
+}
+
+static int peak_device(const char *name, long n) {
+  const ct_backend_ops *be = NULL, *b16 = NULL;
+  ct_err err = {0};
+  if (ct_backend_get(name, &be, &err)) {
+    fprintf(stderr, "ctuner bench peak: %s\n", err.msg);
+    return 2;
+  }
+  if (!be->gemm_peak || !be->copy_peak) {
+    fprintf(stderr, "ctuner bench peak: --backend %s: not a device backend (run without it)\n",
+            name);
+    return 2;
+  }
+  if (ct_backend_with_compute(be, CT_COMPUTE_BF16, &b16, &err)) b16 = NULL;
+  double bf = be->gemm_peak((int)n, 1) / 1e3, f32 = be->gemm_peak((int)n, 0) / 1e3;
+  double own = table_sgemm_tflops(be, (int)n), own16 = b16 ? table_sgemm_tflops(b16, (int)n) : 0;
+  double copy = be->copy_peak((size_t)1 << 30);
+  ct_status st = be->check ? be->check(&err) : CT_OK;
+  printf(
+      "{\"backend\": \"%s\", \"device\": \"%s\", \"size\": %ld, \"vendor_bf16_tflops\": %.1f, "
+      "\"vendor_fp32_tflops\": %.1f, \"sgemm_fp32_tflops\": %.1f, \"sgemm_bf16_tflops\": %.1f, "
+      "\"sgemm_bf16_over_vendor\": %.3f, \"copy_gbs\": %.0f%s%s%s}\n",
+      be->name, be->description, n, bf, f32, own, own16, bf > 0 ? own16 / bf : 0, copy,
+      st ? ", \"error\": \"" : "", st ? err.msg : "", st ? "\"" : "");
+  return st ? 1 : 0;
+}
+
 int ct_cmd_bench_peak(int argc, char **argv) {
-  long n = 2048, threads = 0;
-  const char *v;
+  long n = 0, threads = 0;
+  const char *v, *backend = NULL;
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -114,12 +170,16 @@ int ct_cmd_bench_peak(int argc, char **argv) {
       if (r < 0 || ct_cli_int("size", v, 64, 8192, &n)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "backend", &backend))) {
+      if (r < 0) return 2;
     } else {
       fprintf(stderr, "ctuner bench peak: unknown option '%s'\n", argv[i]);
       ct_cmd_bench_peak_help(stderr);
       return 2;
     }
   }
+  if (backend && strcmp(backend, "cpu")) return peak_device(backend, n ? n : 8192);
+  if (!n) n = 2048;
   ct_threads_set((int)threads);
   int nth = ct_threads_get();
   static const char *const isas[NISA] = {"avx512", "avx2", "avx512bf16"};

@@ -45,6 +45,8 @@ static void fill(ct_backend_ops *t, int bf16) {
   t->host_memory = 0;
   t->init = cuda_init;
   t->check = cuda_check;
+  t->gemm_peak = ct_cu_gemm_peak;
+  t->copy_peak = ct_cu_copy_peak;
   t->alloc = ct_cu_alloc;
   t->free = ct_cu_free;
   t->copy_in = ct_cu_copy_in;

@@ -449,6 +449,8 @@ const ct_backend_ops *ct_backend_profiled(const ct_backend_ops *wrapped) {
   prof_ops.compute = wrapped->compute;
   prof_ops.host_memory = wrapped->host_memory;
   prof_ops.check = wrapped->check;
+  prof_ops.gemm_peak = wrapped->gemm_peak;
+  prof_ops.copy_peak = wrapped->copy_peak;
 #define CT_X(f) \
   if (!wrapped->f) prof_ops.f = NULL;
   CT_BACKEND_OP_FIELDS(CT_X)

@@ -28,6 +28,11 @@ void ct_cu_synchronize(void);
 /* 1 with the first error since the last call (cleared), else 0 */
 int ct_cu_take_error(char *msg, size_t cap);
 
+/* bench peak's yardsticks (cuda/peak.cu): GFLOP/s of a cuBLASLt n^3 product in bf16 or float32,
+ * GB/s of a device copy (read + write); 0 on failure */
+double ct_cu_gemm_peak(int n, int bf16);
+double ct_cu_copy_peak(size_t bytes);
+
 /* Each kernel family sets the table fields it implements (the rest stay NULL:
  * unsupported, refused by name by whoever needs them). bf16: the products of
  * the "cuda-bf16" row (bf16 operands, float32 sums). */
