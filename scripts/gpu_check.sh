@@ -64,6 +64,7 @@ grep -E '^(ok|FAIL)' "$OUT/parity.log" | cut -c1-200 | tee -a "$S"
 
 part "4 bench"
 {
+  timeout 60 "$B/ctuner" bench peak --backend cuda
   for mp in no bf16; do
     timeout 60 "$B/ctuner" bench step --preset bench --backend cuda --mixed_precision $mp --steps 30 --warmup 5
   done
@@ -75,6 +76,11 @@ grep -E '^\{' "$OUT/bench.log" | $PY -c "$(cat <<'PY'
 import json, sys
 for l in sys.stdin:
     d = json.loads(l)
+    if "vendor_bf16_tflops" in d:
+        print("peak: cuBLASLt bf16 %.0f TFLOP/s, fp32 %.1f; ours sgemm fp32 %.1f, bf16 %.0f (%.2f of cuBLASLt); copy %.0f GB/s"
+              % (d["vendor_bf16_tflops"], d["vendor_fp32_tflops"], d["sgemm_fp32_tflops"], d["sgemm_bf16_tflops"],
+                 d["sgemm_bf16_over_vendor"], d["copy_gbs"]))
+        continue
     who = d.get("peer", "ctuner " + d.get("backend", "")) + (" compile" if d.get("compile") else "")
     prec = "bf16" if d.get("bf16") or d.get("mixed_precision") == "bf16" else "fp32"
     print("%-22s %s %9.3f ms/step (min %.3f), device peak %s MB" % (who, prec, d["ms_per_step_median"],
