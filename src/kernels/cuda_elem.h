@@ -116,25 +116,49 @@ void ct_cu_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t s
                        const uint64_t *ctr, float p, float *dx, int lddx);
 float ct_cu_dropout_keep(float p);
 
-/* ---- host mirrors (cuda/selftest.cu; no device): the kernels' per-element
- * functions (cuda/elem_math.cuh) run on the host over host arrays, for
- * tests/test_cuda_host.c to compare with the CPU kernels ---- */
-/* Known-answer and internal checks of the device math on the host: the
- * number of failures (0: all good), the first one described in msg. */
+/* ---- host mirrors (no device; for tests/test_cuda_host.c) ----
+ * Known-answer and internal checks of the kernels' per-element math
+ * (cuda/elem_math.cuh) run on the host: the number of failures (0: all good),
+ * the first one described in msg (cuda/selftest.cu). */
 int ct_cu_selftest_host(char *msg, size_t cap);
-/* op: "silu", "gelu_tanh", "quick_gelu", "gelu_erf" (y = f(x)), "silu_bwd",
- * "gelu_tanh_bwd" (y = g * f'(x)), on n elements; 0 when op is unknown */
-int ct_cuh_act(const char *op, size_t n, const float *x, const float *g, float *y);
 float ct_cuh_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 void ct_cuh_philox_raw(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 uint16_t ct_cuh_f32_to_bf16(float f);
 float ct_cuh_bf16_to_f32(uint16_t h);
-/* ct_cu_dropout_fwd/bwd's arithmetic on host arrays (ctr host too) */
-void ct_cuh_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
-                        const uint64_t *ctr, float p, float *xd);
-void ct_cuh_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
-                        const uint64_t *ctr, float p, float *dx, int lddx);
-/* the optimizer entry points' arithmetic on host arrays (same signatures) */
+/* ct_cuh_X: the entry point ct_cu_X with the same code and functor, run on
+ * the host over host memory (every pointer host memory): the kernels'
+ * indexing and arithmetic, checked against the CPU kernels. */
+void ct_cuh_silu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_cuh_silu_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                     int lddx);
+void ct_cuh_gelu_tanh_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_cuh_gelu_tanh_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
+                          float *dx, int lddx);
+void ct_cuh_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_cuh_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int ldy);
+void ct_cuh_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
+                         const float *y, int ldy, float *out, int ldo);
+void ct_cuh_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                      int ldy);
+void ct_cuh_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi,
+                      const float *dy, int lddy, float *dx, int lddx);
+void ct_cuh_patchify(int B, int C, int H, int W, int p, const float *x, float *out);
+void ct_cuh_unpatchify(int B, int C, int H, int W, int p, const float *in, float *x);
+void ct_cuh_nchw_to_nlc(int B, int C, int L, const float *x, float *y);
+void ct_cuh_nlc_to_nchw(int B, int C, int L, const float *x, float *y);
+void ct_cuh_upsample2x_fwd(int BC, int H, int W, const float *x, float *y);
+void ct_cuh_upsample2x_bwd(int BC, int H, int W, const float *dy, float *dx);
+void ct_cuh_tile_blend(int planes, int rows, int cols, int e, int vertical, const float *a,
+                       size_t plane_a, int lda, float *b, size_t plane_b, int ldb);
+void ct_cuh_rope_table(int L, const int *pos, const int axes[3], float theta, float *pe);
+void ct_cuh_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
+                     int ldy);
+void ct_cuh_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy, float *dx,
+                     int lddx);
+void ct_cuh_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
+                               float *out);
+void ct_cuh_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok,
+                          const float *pos, float *y);
 void ct_cuh_adam_update(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                         float b2, float eps, float wd, int decoupled, long step);
 void ct_cuh_adagrad_update(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
@@ -144,5 +168,12 @@ void ct_cuh_lion_update(size_t n, float *w, const float *g, float *m, float lr, 
 void ct_cuh_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
                        float dampening, int nesterov, float wd, long step);
 void ct_cuh_ema_update(size_t n, float *e, const float *w, float decay);
+void ct_cuh_bf16_widen(size_t n, const uint16_t *src, float *dst);
+void ct_cuh_bf16_narrow(size_t n, const float *src, uint16_t *dst);
+void ct_cuh_bf16_narrow_acc(size_t n, const float *src, uint16_t *dst);
+void ct_cuh_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                        const uint64_t *ctr, float p, float *xd);
+void ct_cuh_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                        const uint64_t *ctr, float p, float *dx, int lddx);
 
 #endif

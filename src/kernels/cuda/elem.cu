@@ -39,36 +39,43 @@ void *ct_cu_host_in(const void *host, size_t bytes) {
 
 // ---- activations ----
 // one functor per op: y[r, c] = f(x[r, c]) with leading dimensions
-#define CT_CU_ACT_FWD(NAME, EXPR)                                               \
-  struct ct_f_##NAME {                                                          \
-    const float *x;                                                             \
-    int ldx;                                                                    \
-    float *y;                                                                   \
-    int ldy;                                                                    \
-    __device__ void operator()(int r, int c) const {                            \
-      const float v = x[(size_t)r * ldx + c];                                   \
-      y[(size_t)r * ldy + c] = EXPR;                                            \
-    }                                                                           \
-  };                                                                            \
-  void ct_cu_##NAME(int N, int D, const float *x, int ldx, float *y, int ldy) { \
-    ct_launch_rows(#NAME, N, D, ct_f_##NAME{x, ldx, y, ldy});                   \
+#define CT_CU_ACT_FWD(NAME, EXPR)                                                \
+  struct ct_f_##NAME {                                                           \
+    const float *x;                                                              \
+    int ldx;                                                                     \
+    float *y;                                                                    \
+    int ldy;                                                                     \
+    CT_HD void operator()(int r, int c) const {                                  \
+      const float v = x[(size_t)r * ldx + c];                                    \
+      y[(size_t)r * ldy + c] = EXPR;                                             \
+    }                                                                            \
+  };                                                                             \
+  void ct_cu_##NAME(int N, int D, const float *x, int ldx, float *y, int ldy) {  \
+    ct_launch_rows(#NAME, N, D, ct_f_##NAME{x, ldx, y, ldy});                    \
+  }                                                                              \
+  void ct_cuh_##NAME(int N, int D, const float *x, int ldx, float *y, int ldy) { \
+    ct_host_run().rows(#NAME, N, D, ct_f_##NAME{x, ldx, y, ldy});                \
   }
-#define CT_CU_ACT_BWD(NAME, EXPR)                                                                \
-  struct ct_f_##NAME {                                                                           \
-    const float *x;                                                                              \
-    int ldx;                                                                                     \
-    const float *dy;                                                                             \
-    int lddy;                                                                                    \
-    float *dx;                                                                                   \
-    int lddx;                                                                                    \
-    __device__ void operator()(int r, int c) const {                                             \
-      const float v = x[(size_t)r * ldx + c], g = dy[(size_t)r * lddy + c];                      \
-      dx[(size_t)r * lddx + c] = EXPR;                                                           \
-    }                                                                                            \
-  };                                                                                             \
-  void ct_cu_##NAME(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx, \
-                    int lddx) {                                                                  \
-    ct_launch_rows(#NAME, N, D, ct_f_##NAME{x, ldx, dy, lddy, dx, lddx});                        \
+#define CT_CU_ACT_BWD(NAME, EXPR)                                                                 \
+  struct ct_f_##NAME {                                                                            \
+    const float *x;                                                                               \
+    int ldx;                                                                                      \
+    const float *dy;                                                                              \
+    int lddy;                                                                                     \
+    float *dx;                                                                                    \
+    int lddx;                                                                                     \
+    CT_HD void operator()(int r, int c) const {                                                   \
+      const float v = x[(size_t)r * ldx + c], g = dy[(size_t)r * lddy + c];                       \
+      dx[(size_t)r * lddx + c] = EXPR;                                                            \
+    }                                                                                             \
+  };                                                                                              \
+  void ct_cu_##NAME(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,  \
+                    int lddx) {                                                                   \
+    ct_launch_rows(#NAME, N, D, ct_f_##NAME{x, ldx, dy, lddy, dx, lddx});                         \
+  }                                                                                               \
+  void ct_cuh_##NAME(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx, \
+                     int lddx) {                                                                  \
+    ct_host_run().rows(#NAME, N, D, ct_f_##NAME{x, ldx, dy, lddy, dx, lddx});                     \
   }
 
 CT_CU_ACT_FWD(silu_fwd, ct_cu_silu(v))
@@ -88,17 +95,25 @@ struct ct_f_gate_res_fwd {
   int ldy;
   float *out;
   int ldo, L;
-  __device__ void operator()(int r, int c) const {
+  CT_HD void operator()(int r, int c) const {
     const float g = gate[(size_t)(r / L) * ldg + c];
     out[(size_t)r * ldo + c] = ct_fa(x[(size_t)r * ldx + c], ct_fm(g, y[(size_t)r * ldy + c]));
   }
 };
 
+template <class Run>
+static void gate_res_fwd(Run run, int B, int L, int D, const float *x, int ldx, const float *gate,
+                         int ldg, const float *y, int ldy, float *out, int ldo) {
+  if (B <= 0 || L <= 0) return;
+  run.rows("gate_res_fwd", B * L, D, ct_f_gate_res_fwd{x, ldx, gate, ldg, y, ldy, out, ldo, L});
+}
 void ct_cu_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                         const float *y, int ldy, float *out, int ldo) {
-  if (B <= 0 || L <= 0) return;
-  ct_launch_rows("gate_res_fwd", B * L, D,
-                 ct_f_gate_res_fwd{x, ldx, gate, ldg, y, ldy, out, ldo, L});
+  gate_res_fwd(ct_dev_run(), B, L, D, x, ldx, gate, ldg, y, ldy, out, ldo);
+}
+void ct_cuh_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
+                         const float *y, int ldy, float *out, int ldo) {
+  gate_res_fwd(ct_host_run(), B, L, D, x, ldx, gate, ldg, y, ldy, out, ldo);
 }
 
 // block (32, 8) over (32 columns, CT_CU_COLSUM_ROWS rows of batch item blockIdx.z): dy, and the
@@ -143,21 +158,21 @@ void ct_cu_gate_res_bwd(int B, int L, int D, const float *gate, int ldg, const f
 struct ct_f_add {
   float *y;
   const float *x;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     y[i] = ct_fa(y[i], x[i]);
   }
 };
 struct ct_f_mul {
   float *y;
   const float *x;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     y[i] = ct_fm(y[i], x[i]);
   }
 };
 struct ct_f_scale {
   float *x;
   float c;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     x[i] = ct_fm(x[i], c);
   }
 };
@@ -189,7 +204,7 @@ struct ct_f_clamp_fwd {
   float lo, hi;
   float *y;
   int ldy;
-  __device__ void operator()(int r, int c) const {
+  CT_HD void operator()(int r, int c) const {
     y[(size_t)r * ldy + c] = ct_cu_clamp(x[(size_t)r * ldx + c], lo, hi);
   }
 };
@@ -201,7 +216,7 @@ struct ct_f_clamp_bwd {
   int lddy;
   float *dx;
   int lddx;
-  __device__ void operator()(int r, int c) const {
+  CT_HD void operator()(int r, int c) const {
     const float v = x[(size_t)r * ldx + c];
     if (v >= lo && v <= hi)
       dx[(size_t)r * lddx + c] = ct_fa(dx[(size_t)r * lddx + c], dy[(size_t)r * lddy + c]);
@@ -216,26 +231,34 @@ void ct_cu_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, floa
                      const float *dy, int lddy, float *dx, int lddx) {
   ct_launch_rows("clamp_bwd", rows, cols, ct_f_clamp_bwd{x, ldx, lo, hi, dy, lddy, dx, lddx});
 }
+void ct_cuh_clamp_fwd(int rows, int cols, const float *x, int ldx, float lo, float hi, float *y,
+                      int ldy) {
+  ct_host_run().rows("clamp_fwd", rows, cols, ct_f_clamp_fwd{x, ldx, lo, hi, y, ldy});
+}
+void ct_cuh_clamp_bwd(int rows, int cols, const float *x, int ldx, float lo, float hi,
+                      const float *dy, int lddy, float *dx, int lddx) {
+  ct_host_run().rows("clamp_bwd", rows, cols, ct_f_clamp_bwd{x, ldx, lo, hi, dy, lddy, dx, lddx});
+}
 
 // ---- bf16 storage ----
 struct ct_f_bf16_widen {
   const uint16_t *src;
   float *dst;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     dst[i] = ct_cu_bf16_to_f32(src[i]);
   }
 };
 struct ct_f_bf16_narrow {
   const float *src;
   uint16_t *dst;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     dst[i] = ct_cu_f32_to_bf16(src[i]);
   }
 };
 struct ct_f_bf16_narrow_acc {
   const float *src;
   uint16_t *dst;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     dst[i] = ct_cu_f32_to_bf16(ct_fa(ct_cu_bf16_to_f32(dst[i]), src[i]));
   }
 };
@@ -249,6 +272,15 @@ void ct_cu_bf16_narrow(size_t n, const float *src, uint16_t *dst) {
 void ct_cu_bf16_narrow_acc(size_t n, const float *src, uint16_t *dst) {
   ct_launch_flat("bf16_narrow_acc", n, ct_f_bf16_narrow_acc{src, dst});
 }
+void ct_cuh_bf16_widen(size_t n, const uint16_t *src, float *dst) {
+  ct_host_run().flat("bf16_widen", n, ct_f_bf16_widen{src, dst});
+}
+void ct_cuh_bf16_narrow(size_t n, const float *src, uint16_t *dst) {
+  ct_host_run().flat("bf16_narrow", n, ct_f_bf16_narrow{src, dst});
+}
+void ct_cuh_bf16_narrow_acc(size_t n, const float *src, uint16_t *dst) {
+  ct_host_run().flat("bf16_narrow_acc", n, ct_f_bf16_narrow_acc{src, dst});
+}
 
 // ---- LoRA dropout ----
 struct ct_f_dropout_fwd {
@@ -258,7 +290,7 @@ struct ct_f_dropout_fwd {
   const uint64_t *ctr;
   float p, keep;
   float *xd;
-  __device__ void operator()(int n, int c) const {
+  CT_HD void operator()(int n, int c) const {
     xd[(size_t)n * D + c] =
         ct_cu_dropout_fwd_at(x[(size_t)n * ldx + c], seed, stream, ctr[n], c, p, keep);
   }
@@ -271,7 +303,7 @@ struct ct_f_dropout_bwd {
   float p, keep;
   float *dx;
   int lddx;
-  __device__ void operator()(int n, int c) const {
+  CT_HD void operator()(int n, int c) const {
     if (ct_cu_dropout_kept(seed, stream, ctr[n], c, p)) {
       float *d = dx + (size_t)n * lddx + c;
       *d = ct_fa(*d, ct_fm(dxd[(size_t)n * D + c], keep));
@@ -283,20 +315,38 @@ float ct_cu_dropout_keep(float p) {
   return (float)(1.0 / (1.0 - (double)p));
 }
 
-void ct_cu_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
-                       const uint64_t *ctr, float p, float *xd) {
+template <class Run>
+static void dropout_fwd(Run run, int N, int D, const float *x, int ldx, uint64_t seed,
+                        uint64_t stream, const uint64_t *ctr, float p, float *xd) {
   if (N <= 0 || D <= 0) return;
-  const uint64_t *dctr = (const uint64_t *)ct_cu_host_in(ctr, (size_t)N * sizeof(uint64_t));
+  const uint64_t *dctr = (const uint64_t *)run.in(ctr, (size_t)N * sizeof(uint64_t));
   if (!dctr) return;
-  ct_launch_rows("dropout_fwd", N, D,
-                 ct_f_dropout_fwd{x, ldx, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), xd});
+  run.rows("dropout_fwd", N, D,
+           ct_f_dropout_fwd{x, ldx, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), xd});
+}
+template <class Run>
+static void dropout_bwd(Run run, int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                        const uint64_t *ctr, float p, float *dx, int lddx) {
+  if (N <= 0 || D <= 0) return;
+  const uint64_t *dctr = (const uint64_t *)run.in(ctr, (size_t)N * sizeof(uint64_t));
+  if (!dctr) return;
+  run.rows("dropout_bwd", N, D,
+           ct_f_dropout_bwd{dxd, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), dx, lddx});
 }
 
+void ct_cu_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                       const uint64_t *ctr, float p, float *xd) {
+  dropout_fwd(ct_dev_run(), N, D, x, ldx, seed, stream, ctr, p, xd);
+}
 void ct_cu_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
                        const uint64_t *ctr, float p, float *dx, int lddx) {
-  if (N <= 0 || D <= 0) return;
-  const uint64_t *dctr = (const uint64_t *)ct_cu_host_in(ctr, (size_t)N * sizeof(uint64_t));
-  if (!dctr) return;
-  ct_launch_rows("dropout_bwd", N, D,
-                 ct_f_dropout_bwd{dxd, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), dx, lddx});
+  dropout_bwd(ct_dev_run(), N, D, dxd, seed, stream, ctr, p, dx, lddx);
+}
+void ct_cuh_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                        const uint64_t *ctr, float p, float *xd) {
+  dropout_fwd(ct_host_run(), N, D, x, ldx, seed, stream, ctr, p, xd);
+}
+void ct_cuh_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                        const uint64_t *ctr, float p, float *dx, int lddx) {
+  dropout_bwd(ct_host_run(), N, D, dxd, seed, stream, ctr, p, dx, lddx);
 }

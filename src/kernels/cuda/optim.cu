@@ -21,7 +21,7 @@ struct ct_f_timestep {
   int dim, half;
   float c, time_factor;
   float *out;
-  __device__ void operator()(int b, int k) const {
+  CT_HD void operator()(int b, int k) const {
     float *o = out + (size_t)b * dim;
     if (k == half) {
       o[dim - 1] = 0.0f;
@@ -35,12 +35,21 @@ struct ct_f_timestep {
   }
 };
 
-void ct_cu_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
-                              float *out) {
+template <class Run>
+static void timestep_embedding_impl(Run run, int B, const float *t, int dim, float max_period,
+                                    float time_factor, float *out) {
   const int half = dim / 2;
   const float c = (float)(-log((double)max_period));
-  ct_launch_rows("timestep_embedding", B, half + dim % 2,
-                 ct_f_timestep{t, dim, half, c, time_factor, out});
+  run.rows("timestep_embedding", B, half + dim % 2,
+           ct_f_timestep{t, dim, half, c, time_factor, out});
+}
+void ct_cu_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
+                              float *out) {
+  timestep_embedding_impl(ct_dev_run(), B, t, dim, max_period, time_factor, out);
+}
+void ct_cuh_timestep_embedding(int B, const float *t, int dim, float max_period, float time_factor,
+                               float *out) {
+  timestep_embedding_impl(ct_host_run(), B, t, dim, max_period, time_factor, out);
 }
 
 struct ct_f_embedding {
@@ -48,17 +57,26 @@ struct ct_f_embedding {
   const int32_t *ids;
   const float *tok, *pos;
   float *y;
-  __device__ void operator()(int r, int j) const {
+  CT_HD void operator()(int r, int j) const {
     y[(size_t)r * D + j] = ct_fa(tok[(size_t)ids[r] * D + j], pos[(size_t)(r % T) * D + j]);
   }
 };
 
+template <class Run>
+static void embedding_fwd_impl(Run run, int N, int T, int D, const int32_t *ids, const float *tok,
+                               const float *pos, float *y) {
+  if (N <= 0 || D <= 0 || T <= 0) return;
+  const int32_t *dids = (const int32_t *)run.in(ids, (size_t)N * sizeof(int32_t));
+  if (!dids) return;
+  run.rows("embedding_fwd", N, D, ct_f_embedding{T, D, dids, tok, pos, y});
+}
 void ct_cu_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok,
                          const float *pos, float *y) {
-  if (N <= 0 || D <= 0 || T <= 0) return;
-  const int32_t *dids = (const int32_t *)ct_cu_host_in(ids, (size_t)N * sizeof(int32_t));
-  if (!dids) return;
-  ct_launch_rows("embedding_fwd", N, D, ct_f_embedding{T, D, dids, tok, pos, y});
+  embedding_fwd_impl(ct_dev_run(), N, T, D, ids, tok, pos, y);
+}
+void ct_cuh_embedding_fwd(int N, int T, int D, const int32_t *ids, const float *tok,
+                          const float *pos, float *y) {
+  embedding_fwd_impl(ct_host_run(), N, T, D, ids, tok, pos, y);
 }
 
 // ---- sums in double: chunk partials, then one block over the partials ----
@@ -123,7 +141,7 @@ struct ct_f_adam {
   float *w;
   const float *g;
   float *m, *v;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     ct_cu_adam_at(k, w + i, g[i], m + i, v + i);
   }
 };
@@ -132,7 +150,7 @@ struct ct_f_adagrad {
   float *w;
   const float *g;
   float *sum;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     ct_cu_adagrad_at(clr, eps, wd, w + i, g[i], sum + i);
   }
 };
@@ -141,7 +159,7 @@ struct ct_f_lion {
   float *w;
   const float *g;
   float *m;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     ct_cu_lion_at(decay, lr, b1, b2, w + i, g[i], m + i);
   }
 };
@@ -149,7 +167,7 @@ struct ct_f_sgd_plain {
   float lr, wd;
   float *w;
   const float *g;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     ct_cu_sgd_plain_at(lr, wd, w + i, g[i]);
   }
 };
@@ -159,7 +177,7 @@ struct ct_f_sgd_mom {
   float *w;
   const float *g;
   float *buf;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     ct_cu_sgd_mom_at(k, nesterov, w + i, g[i], buf + i);
   }
 };
@@ -167,39 +185,82 @@ struct ct_f_ema {
   float decay, one_minus;
   float *e;
   const float *w;
-  __device__ void operator()(size_t i) const {
+  CT_HD void operator()(size_t i) const {
     e[i] = ct_cu_ema_at(e[i], w[i], decay, one_minus);
   }
 };
 
+template <class Run>
+static void adam_update_impl(Run run, size_t n, float *w, const float *g, float *m, float *v,
+                             float lr, float b1, float b2, float eps, float wd, int decoupled,
+                             long step) {
+  run.flat("adam_update", n,
+           ct_f_adam{ct_cu_adam_consts(lr, b1, b2, eps, wd, decoupled, step), w, g, m, v});
+}
 void ct_cu_adam_update(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                        float b2, float eps, float wd, int decoupled, long step) {
-  ct_launch_flat("adam_update", n,
-                 ct_f_adam{ct_cu_adam_consts(lr, b1, b2, eps, wd, decoupled, step), w, g, m, v});
+  adam_update_impl(ct_dev_run(), n, w, g, m, v, lr, b1, b2, eps, wd, decoupled, step);
+}
+void ct_cuh_adam_update(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
+                        float b2, float eps, float wd, int decoupled, long step) {
+  adam_update_impl(ct_host_run(), n, w, g, m, v, lr, b1, b2, eps, wd, decoupled, step);
 }
 
+template <class Run>
+static void adagrad_update_impl(Run run, size_t n, float *w, const float *g, float *sum, float lr,
+                                float lr_decay, float eps, float wd, long step) {
+  run.flat("adagrad_update", n,
+           ct_f_adagrad{ct_cu_adagrad_clr(lr, lr_decay, step), eps, wd, w, g, sum});
+}
 void ct_cu_adagrad_update(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
                           float eps, float wd, long step) {
-  ct_launch_flat("adagrad_update", n,
-                 ct_f_adagrad{ct_cu_adagrad_clr(lr, lr_decay, step), eps, wd, w, g, sum});
+  adagrad_update_impl(ct_dev_run(), n, w, g, sum, lr, lr_decay, eps, wd, step);
+}
+void ct_cuh_adagrad_update(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
+                           float eps, float wd, long step) {
+  adagrad_update_impl(ct_host_run(), n, w, g, sum, lr, lr_decay, eps, wd, step);
 }
 
+template <class Run>
+static void lion_update_impl(Run run, size_t n, float *w, const float *g, float *m, float lr,
+                             float b1, float b2, float wd) {
+  run.flat("lion_update", n, ct_f_lion{ct_cu_lion_decay(lr, wd), lr, b1, b2, w, g, m});
+}
 void ct_cu_lion_update(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
                        float wd) {
-  ct_launch_flat("lion_update", n, ct_f_lion{ct_cu_lion_decay(lr, wd), lr, b1, b2, w, g, m});
+  lion_update_impl(ct_dev_run(), n, w, g, m, lr, b1, b2, wd);
+}
+void ct_cuh_lion_update(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
+                        float wd) {
+  lion_update_impl(ct_host_run(), n, w, g, m, lr, b1, b2, wd);
 }
 
-void ct_cu_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                      float dampening, int nesterov, float wd, long step) {
+template <class Run>
+static void sgd_update_impl(Run run, size_t n, float *w, const float *g, float *buf, float lr,
+                            float momentum, float dampening, int nesterov, float wd, long step) {
   if (momentum == 0.0f || !buf) {
-    ct_launch_flat("sgd_update", n, ct_f_sgd_plain{lr, wd, w, g});
+    run.flat("sgd_update", n, ct_f_sgd_plain{lr, wd, w, g});
     return;
   }
-  ct_launch_flat(
-      "sgd_update", n,
-      ct_f_sgd_mom{ct_cu_sgd_consts(lr, momentum, dampening, wd, step), nesterov, w, g, buf});
+  run.flat("sgd_update", n,
+           ct_f_sgd_mom{ct_cu_sgd_consts(lr, momentum, dampening, wd, step), nesterov, w, g, buf});
+}
+void ct_cu_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
+                      float dampening, int nesterov, float wd, long step) {
+  sgd_update_impl(ct_dev_run(), n, w, g, buf, lr, momentum, dampening, nesterov, wd, step);
+}
+void ct_cuh_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
+                       float dampening, int nesterov, float wd, long step) {
+  sgd_update_impl(ct_host_run(), n, w, g, buf, lr, momentum, dampening, nesterov, wd, step);
 }
 
+template <class Run>
+static void ema_update_impl(Run run, size_t n, float *e, const float *w, float decay) {
+  run.flat("ema_update", n, ct_f_ema{decay, 1.0f - decay, e, w});
+}
 void ct_cu_ema_update(size_t n, float *e, const float *w, float decay) {
-  ct_launch_flat("ema_update", n, ct_f_ema{decay, 1.0f - decay, e, w});
+  ema_update_impl(ct_dev_run(), n, e, w, decay);
+}
+void ct_cuh_ema_update(size_t n, float *e, const float *w, float decay) {
+  ema_update_impl(ct_host_run(), n, e, w, decay);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "elem_math.cuh"
 
 #define CT_CU_ROW_THREADS 256  // threads per block of the one-block-per-row kernels
 #define CT_CU_ELEM_THREADS 256
@@ -68,6 +69,37 @@ static void ct_launch_flat(const char *name, size_t n, const F &f) {
   CU_LAUNCHED(name);
 }
 
+// The entry points are written once over a runner: ct_dev_run launches the functor on the
+// stream (the op), ct_host_run calls it on the host over host memory (the host mirrors that
+// tests/test_cuda_host.c compares with the CPU kernels, indexing included). Functors' operator()
+// is __host__ __device__ for that.
+struct ct_dev_run {
+  template <class F>
+  void rows(const char *name, int N, int D, const F &f) const {
+    ct_launch_rows(name, N, D, f);
+  }
+  template <class F>
+  void flat(const char *name, size_t n, const F &f) const {
+    ct_launch_flat(name, n, f);
+  }
+  // host memory the op reads on the device: copied into scratch
+  const void *in(const void *host, size_t bytes) const;
+};
+struct ct_host_run {
+  template <class F>
+  void rows(const char *, int N, int D, const F &f) const {
+    for (int r = 0; r < N; r++)
+      for (int c = 0; c < D; c++) f(r, c);
+  }
+  template <class F>
+  void flat(const char *, size_t n, const F &f) const {
+    for (size_t i = 0; i < n; i++) f(i);
+  }
+  const void *in(const void *host, size_t) const {
+    return host;
+  }
+};
+
 // ---- column sums over rows, in two passes ----
 // Pass 1 (a kernel of the family): block (32, 8) over (32 columns, one chunk of
 // CT_CU_COLSUM_ROWS rows, one group); thread (tx, ty) sums rows ty, ty + 8, ... of the chunk
@@ -91,3 +123,6 @@ static inline int ct_colsum_chunks(int rows) {
 }
 // host memory into the host-copy scratch slot (NULL when it cannot be had)
 void *ct_cu_host_in(const void *host, size_t bytes);
+inline const void *ct_dev_run::in(const void *host, size_t bytes) const {
+  return ct_cu_host_in(host, bytes);
+}

@@ -17,7 +17,7 @@ struct ct_f_rope_table {
   int a0, a1, a2, half;
   float theta;
   float *pe;
-  __device__ void operator()(int l, int p) const {
+  CT_HD void operator()(int l, int p) const {
     int i = 0, j = p;
     if (j >= a0 / 2) {
       j -= a0 / 2;
@@ -37,13 +37,21 @@ struct ct_f_rope_table {
   }
 };
 
-void ct_cu_rope_table(int L, const int *pos, const int axes[3], float theta, float *pe) {
+template <class Run>
+static void rope_table_impl(Run run, int L, const int *pos, const int axes[3], float theta,
+                            float *pe) {
   const int half = (axes[0] + axes[1] + axes[2]) / 2;
   if (L <= 0 || half <= 0) return;
-  const int *dpos = (const int *)ct_cu_host_in(pos, (size_t)L * 3 * sizeof(int));
+  const int *dpos = (const int *)run.in(pos, (size_t)L * 3 * sizeof(int));
   if (!dpos) return;
-  ct_launch_rows("rope_table", L, half,
-                 ct_f_rope_table{dpos, axes[0], axes[1], axes[2], half, theta, pe});
+  run.rows("rope_table", L, half,
+           ct_f_rope_table{dpos, axes[0], axes[1], axes[2], half, theta, pe});
+}
+void ct_cu_rope_table(int L, const int *pos, const int axes[3], float theta, float *pe) {
+  rope_table_impl(ct_dev_run(), L, pos, axes, theta, pe);
+}
+void ct_cuh_rope_table(int L, const int *pos, const int axes[3], float theta, float *pe) {
+  rope_table_impl(ct_host_run(), L, pos, axes, theta, pe);
 }
 
 struct ct_f_rope {
@@ -53,7 +61,7 @@ struct ct_f_rope {
   int ldx;
   float *y;
   int ldy, transpose;
-  __device__ void operator()(int r, int j) const {
+  CT_HD void operator()(int r, int j) const {
     const float *e = pe + (size_t)(r % L) * D + 2 * j;
     const float c = e[0], s = e[1];
     const float *xr = x + (size_t)r * ldx + 2 * j;
@@ -69,16 +77,34 @@ struct ct_f_rope {
   }
 };
 
+template <class Run>
+static void rope_fwd_impl(Run run, int N, int L, int D, const float *pe, const float *x, int ldx,
+                          float *y, int ldy) {
+  if (L <= 0) return;
+  run.rows("rope_fwd", N, D / 2, ct_f_rope{L, D, pe, x, ldx, y, ldy, 0});
+}
 void ct_cu_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
                     int ldy) {
-  if (L <= 0) return;
-  ct_launch_rows("rope_fwd", N, D / 2, ct_f_rope{L, D, pe, x, ldx, y, ldy, 0});
+  rope_fwd_impl(ct_dev_run(), N, L, D, pe, x, ldx, y, ldy);
+}
+void ct_cuh_rope_fwd(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
+                     int ldy) {
+  rope_fwd_impl(ct_host_run(), N, L, D, pe, x, ldx, y, ldy);
 }
 
+template <class Run>
+static void rope_bwd_impl(Run run, int N, int L, int D, const float *pe, const float *dy, int lddy,
+                          float *dx, int lddx) {
+  if (L <= 0) return;
+  run.rows("rope_bwd", N, D / 2, ct_f_rope{L, D, pe, dy, lddy, dx, lddx, 1});
+}
 void ct_cu_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy, float *dx,
                     int lddx) {
-  if (L <= 0) return;
-  ct_launch_rows("rope_bwd", N, D / 2, ct_f_rope{L, D, pe, dy, lddy, dx, lddx, 1});
+  rope_bwd_impl(ct_dev_run(), N, L, D, pe, dy, lddy, dx, lddx);
+}
+void ct_cuh_rope_bwd(int N, int L, int D, const float *pe, const float *dy, int lddy, float *dx,
+                     int lddx) {
+  rope_bwd_impl(ct_host_run(), N, L, D, pe, dy, lddy, dx, lddx);
 }
 
 // ---- qkv_heads ----
@@ -115,7 +141,7 @@ struct ct_f_qkv_v {
   int Ls, Lt, off, H, hd, dir;
   const float *src;
   float *dst;
-  __device__ void operator()(int rh, int j) const {
+  CT_HD void operator()(int rh, int j) const {
     const int rr = rh / H, h = rh % H, b = rr / Ls, p = off + rr % Ls;
     const size_t packed = (size_t)rr * 3 * H * hd + (size_t)(2 * H + h) * hd + j;
     const size_t heads = (((size_t)b * H + h) * Lt + p) * hd + j;

@@ -123,7 +123,8 @@ void check_optim(ct_st &st) {
       const double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
       const double wref = wd0 - (double)lr / bc1 * (md / (sqrt(vd) / sqrt(bc2) + eps));
       ct_cu_adam_at(k, &w, g, &m, &v);
-      if (fabs(w - wref) > 1e-6 * fabs(wref) + 1e-9 || fabs(m - md) > 1e-6 * fabs(md) + 1e-12)
+      // m: a difference of two terms near 0.02 (an ulp there is 2e-9)
+      if (fabs(w - wref) > 1e-6 * fabs(wref) + 1e-9 || fabs(m - md) > 1e-8)
         st.fail("adam step %ld element %d: w %.9g, want %.9g", step, i, w, wref);
     }
   }
@@ -142,37 +143,6 @@ int ct_cu_selftest_host(char *msg, size_t cap) {
 }
 
 // ---- host mirrors ----
-int ct_cuh_act(const char *op, size_t n, const float *x, const float *g, float *y) {
-  int k = !strcmp(op, "silu")            ? 1
-          : !strcmp(op, "gelu_tanh")     ? 2
-          : !strcmp(op, "quick_gelu")    ? 3
-          : !strcmp(op, "gelu_erf")      ? 4
-          : !strcmp(op, "silu_bwd")      ? 5
-          : !strcmp(op, "gelu_tanh_bwd") ? 6
-                                         : 0;
-  for (size_t i = 0; k && i < n; i++) switch (k) {
-      case 1:
-        y[i] = ct_cu_silu(x[i]);
-        break;
-      case 2:
-        y[i] = ct_cu_gelu_tanh(x[i]);
-        break;
-      case 3:
-        y[i] = ct_cu_quick_gelu(x[i]);
-        break;
-      case 4:
-        y[i] = ct_cu_gelu_erf(x[i]);
-        break;
-      case 5:
-        y[i] = ct_cu_silu_bwd(x[i], g[i]);
-        break;
-      default:
-        y[i] = ct_cu_gelu_tanh_bwd(x[i], g[i]);
-        break;
-    }
-  return k != 0;
-}
-
 float ct_cuh_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return ct_cu_uniform(seed, stream, index);
 }
@@ -184,57 +154,4 @@ uint16_t ct_cuh_f32_to_bf16(float f) {
 }
 float ct_cuh_bf16_to_f32(uint16_t h) {
   return ct_cu_bf16_to_f32(h);
-}
-
-void ct_cuh_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
-                        const uint64_t *ctr, float p, float *xd) {
-  const float keep = ct_cu_dropout_keep(p);
-  for (int n = 0; n < N; n++)
-    for (int c = 0; c < D; c++)
-      xd[(size_t)n * D + c] =
-          ct_cu_dropout_fwd_at(x[(size_t)n * ldx + c], seed, stream, ctr[n], c, p, keep);
-}
-
-void ct_cuh_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
-                        const uint64_t *ctr, float p, float *dx, int lddx) {
-  const float keep = ct_cu_dropout_keep(p);
-  for (int n = 0; n < N; n++)
-    for (int c = 0; c < D; c++)
-      if (ct_cu_dropout_kept(seed, stream, ctr[n], c, p)) {
-        float *d = dx + (size_t)n * lddx + c;
-        *d = ct_fa(*d, ct_fm(dxd[(size_t)n * D + c], keep));
-      }
-}
-
-void ct_cuh_adam_update(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
-                        float b2, float eps, float wd, int decoupled, long step) {
-  const ct_cu_adam_k k = ct_cu_adam_consts(lr, b1, b2, eps, wd, decoupled, step);
-  for (size_t i = 0; i < n; i++) ct_cu_adam_at(k, w + i, g[i], m + i, v + i);
-}
-
-void ct_cuh_adagrad_update(size_t n, float *w, const float *g, float *sum, float lr, float lr_decay,
-                           float eps, float wd, long step) {
-  const float clr = ct_cu_adagrad_clr(lr, lr_decay, step);
-  for (size_t i = 0; i < n; i++) ct_cu_adagrad_at(clr, eps, wd, w + i, g[i], sum + i);
-}
-
-void ct_cuh_lion_update(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
-                        float wd) {
-  const float decay = ct_cu_lion_decay(lr, wd);
-  for (size_t i = 0; i < n; i++) ct_cu_lion_at(decay, lr, b1, b2, w + i, g[i], m + i);
-}
-
-void ct_cuh_sgd_update(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                       float dampening, int nesterov, float wd, long step) {
-  if (momentum == 0.0f || !buf) {
-    for (size_t i = 0; i < n; i++) ct_cu_sgd_plain_at(lr, wd, w + i, g[i]);
-    return;
-  }
-  const ct_cu_sgd_k k = ct_cu_sgd_consts(lr, momentum, dampening, wd, step);
-  for (size_t i = 0; i < n; i++) ct_cu_sgd_mom_at(k, nesterov, w + i, g[i], buf + i);
-}
-
-void ct_cuh_ema_update(size_t n, float *e, const float *w, float decay) {
-  const float one_minus = 1.0f - decay;
-  for (size_t i = 0; i < n; i++) e[i] = ct_cu_ema_at(e[i], w[i], decay, one_minus);
 }
