@@ -15,6 +15,7 @@
 #include "harness.h"
 
 #ifdef CT_CUDA
+#include "ctuner/backend.h"
 #include "ctuner/bf16.h"
 #include "ctuner/kernels.h"
 #include "ctuner/rng.h"
@@ -355,6 +356,204 @@ CT_TEST(cuda_host, optimizers) {
   }
   CHECKF(bad == 0, "%d mismatches", bad);
   fprintf(stderr, "  optimizers: %d of %d values bit-identical to the CPU kernels\n", exact, total);
+}
+
+/* ---- on a device (skipped without one): the kernels at shapes past the
+ * small ones of tests/test_backend.c (several row chunks in the column sums,
+ * rows wider than a block, sums over several 65536-float chunks) against the
+ * CPU kernels, and run twice: the same bits (no atomics) ---- */
+typedef struct {
+  const ct_backend_ops *be;
+  void *p[64];
+  int np;
+} devbuf;
+static float *dput(devbuf *d, const float *h, size_t n) {
+  float *p = d->be->alloc(CT_MEM_OTHER, n * sizeof(float));
+  if (p && d->np < 64) d->p[d->np++] = p;
+  if (p) d->be->copy_in(p, h, n * sizeof(float));
+  return p;
+}
+static float *dget(const devbuf *d, const float *p, size_t n) {
+  float *h = malloc(n * sizeof(float));
+  if (h) d->be->copy_out(h, p, n * sizeof(float));
+  return h;
+}
+/* max |a - b| <= tol * max(1, max |b|) */
+static int close_scaled(const char *what, const float *a, const float *b, size_t n, double tol) {
+  double m = 1.0, e = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    m = fmax(m, fabs(b[i]));
+    const double d = fabs((double)a[i] - b[i]);
+    if (!(d <= e)) e = d, at = i; /* NaN counts */
+  }
+  if (e <= tol * m) return 1;
+  fprintf(stderr, "  %s: max error %.3g at %zu (%.9g vs cpu %.9g), scale %.3g\n", what, e, at,
+          a[at], b[at], m);
+  return 0;
+}
+
+CT_TEST(cuda_host, device_shapes) {
+  const ct_backend_ops *be = NULL;
+  ct_err err = {0};
+  if (ct_backend_get("cuda", &be, &err) != CT_OK) {
+    fprintf(stderr, "  no CUDA device: skipped (%s)\n", err.msg);
+    return;
+  }
+  devbuf d = {.be = be};
+  int ok = 1;
+  for (int rep = 0; rep < 2; rep++) {
+    static float *first[16];
+    int k = 0;
+#define KEEP(h, n)                                                                          \
+  do {                                                                                      \
+    if (rep == 0)                                                                           \
+      first[k] = h;                                                                         \
+    else {                                                                                  \
+      CHECKF(!memcmp(first[k], h, (n) * sizeof(float)), "run twice: output %d differs", k); \
+      free(first[k]), free(h);                                                              \
+    }                                                                                       \
+    k++;                                                                                    \
+  } while (0)
+    /* ln_mod: B 2, L 300 (5 chunks of 64 rows), D 3072 (rows wider than a block), ldm 2 D */
+    {
+      enum { B = 2, L = 300, D = 3072, LDX = 3080, LDM = 2 * D };
+      const size_t nx = (size_t)B * L * LDX, nm = (size_t)B * LDM, nh = (size_t)B * L * D;
+      lcg_state = 11;
+      float *x = rnd(nx, -2, 2), *m = rnd(nm, -0.5f, 0.5f), *dh = rnd(nh, -1, 1);
+      float *xh = rnd(nh, 0, 0), *rs = rnd((size_t)B * L, 0, 0), *h = rnd(nh, 0, 0);
+      float *dx = rnd(nx, -1, 1), *dm = rnd(nm, -1, 1);
+      REQUIRE(x && m && dh && xh && rs && h && dx && dm);
+      float *gx = dput(&d, x, nx), *gm = dput(&d, m, nm), *gdh = dput(&d, dh, nh);
+      float *gxh = dput(&d, xh, nh), *grs = dput(&d, rs, (size_t)B * L), *gh = dput(&d, h, nh);
+      float *gdx = dput(&d, dx, nx), *gdm = dput(&d, dm, nm);
+      REQUIRE(gx && gm && gdh && gxh && grs && gh && gdx && gdm);
+      be->ln_mod_fwd(B, L, D, gx, LDX, gm, gm + D, LDM, 1e-6f, gxh, grs, gh, D);
+      be->ln_mod_bwd(B, L, D, gxh, grs, gm + D, LDM, gdh, D, gdx, LDX, gdm, gdm + D);
+      ct_ln_mod_fwd(B, L, D, x, LDX, m, m + D, LDM, 1e-6f, xh, rs, h, D);
+      ct_ln_mod_bwd(B, L, D, xh, rs, m + D, LDM, dh, D, dx, LDX, dm, dm + D);
+      float *oh = dget(&d, gh, nh), *odx = dget(&d, gdx, nx), *odm = dget(&d, gdm, nm);
+      REQUIRE(oh && odx && odm);
+      ok &= close_scaled("ln_mod h", oh, h, nh, 1e-5);
+      ok &= close_scaled("ln_mod dx", odx, dx, nx, 1e-5);
+      ok &= close_scaled("ln_mod dshift dscale", odm, dm, nm, 1e-5);
+      KEEP(oh, nh);
+      KEEP(odx, nx);
+      KEEP(odm, nm);
+      free(x), free(m), free(dh), free(xh), free(rs), free(h), free(dx), free(dm);
+    }
+    /* rmsnorm over 700 rows (11 chunks), gate_res_bwd's dgate over 300 rows */
+    {
+      enum { N = 700, D = 3072, B = 2, L = 300 };
+      const size_t n = (size_t)N * D;
+      lcg_state = 12;
+      float *x = rnd(n, -2, 2), *sc = rnd(D, 0.5f, 1.5f), *dy = rnd(n, -1, 1);
+      float *y = rnd(n, 0, 0), *rs = rnd(N, 0, 0), *dx = rnd(n, -1, 1), *ds = rnd(D, -1, 1);
+      float *gate = rnd((size_t)B * D, -1, 1), *dg = rnd((size_t)B * D, -1, 1);
+      float *dyy = rnd((size_t)B * L * D, 0, 0);
+      REQUIRE(x && sc && dy && y && rs && dx && ds && gate && dg && dyy);
+      float *gx = dput(&d, x, n), *gsc = dput(&d, sc, D), *gdy = dput(&d, dy, n);
+      float *gy = dput(&d, y, n), *grs = dput(&d, rs, N), *gdx = dput(&d, dx, n);
+      float *gds = dput(&d, ds, D), *gg = dput(&d, gate, (size_t)B * D);
+      float *gdg = dput(&d, dg, (size_t)B * D), *gdyy = dput(&d, dyy, (size_t)B * L * D);
+      REQUIRE(gx && gsc && gdy && gy && grs && gdx && gds && gg && gdg && gdyy);
+      be->rmsnorm_fwd(N, D, gx, D, gsc, 1e-6f, gy, D, grs);
+      be->rmsnorm_bwd(N, D, gx, D, gsc, grs, gdy, D, gdx, D, gds);
+      be->gate_res_bwd(B, L, D, gg, D, gx, D, gdy, D, gdyy, D, gdg);
+      ct_rmsnorm_fwd(N, D, x, D, sc, 1e-6f, y, D, rs);
+      ct_rmsnorm_bwd(N, D, x, D, sc, rs, dy, D, dx, D, ds);
+      ct_gate_res_bwd(B, L, D, gate, D, x, D, dy, D, dyy, D, dg);
+      float *oy = dget(&d, gy, n), *odx = dget(&d, gdx, n), *ods = dget(&d, gds, D);
+      float *odg = dget(&d, gdg, (size_t)B * D), *odyy = dget(&d, gdyy, (size_t)B * L * D);
+      REQUIRE(oy && odx && ods && odg && odyy);
+      ok &= close_scaled("rmsnorm y", oy, y, n, 1e-5);
+      ok &= close_scaled("rmsnorm dx", odx, dx, n, 1e-5);
+      ok &= close_scaled("rmsnorm dscale", ods, ds, D, 1e-5);
+      ok &= close_scaled("gate_res dgate", odg, dg, (size_t)B * D, 1e-5);
+      ok &= close_scaled("gate_res dy", odyy, dyy, (size_t)B * L * D, 1e-6);
+      KEEP(oy, n);
+      KEEP(odx, n);
+      KEEP(ods, D);
+      KEEP(odg, (size_t)B * D);
+      free(odyy);
+      free(x), free(sc), free(dy), free(y), free(rs), free(dx), free(ds), free(gate), free(dg),
+          free(dyy);
+    }
+    /* qkv_heads: 100 rows x 3 heads = 300 (row, head) pairs, hd 128 */
+    {
+      enum { B = 1, Ls = 100, Lt = 130, OFF = 30, H = 3, HD = 128 };
+      const size_t nq = (size_t)B * Ls * 3 * H * HD, nh = (size_t)B * H * Lt * HD,
+                   ns = (size_t)B * Ls * H;
+      lcg_state = 13;
+      float *qkv = rnd(nq, -2, 2), *qs = rnd(HD, 0.5f, 1.5f), *ks = rnd(HD, 0.5f, 1.5f);
+      float *pe = rnd((size_t)Lt * HD, -1, 1);
+      for (int i = 0; i < Lt * HD / 2; i++) {
+        const double ang = 3.0 * pe[2 * i];
+        pe[2 * i] = (float)cos(ang), pe[2 * i + 1] = (float)sin(ang);
+      }
+      float *q = rnd(nh, 0, 0), *kk = rnd(nh, 0, 0), *v = rnd(nh, 0, 0), *sq = rnd(ns, 0, 0),
+            *sk = rnd(ns, 0, 0);
+      float *dq = rnd(nh, -1, 1), *dk = rnd(nh, -1, 1), *dv = rnd(nh, -1, 1);
+      float *dqkv = rnd(nq, 0, 0), *dqs = rnd(HD, -1, 1), *dks = rnd(HD, -1, 1);
+      REQUIRE(qkv && qs && ks && pe && q && kk && v && sq && sk && dq && dk && dv && dqkv && dqs &&
+              dks);
+      float *g[15] = {
+          dput(&d, qkv, nq),  dput(&d, qs, HD),  dput(&d, ks, HD), dput(&d, pe, (size_t)Lt * HD),
+          dput(&d, q, nh),    dput(&d, kk, nh),  dput(&d, v, nh),  dput(&d, sq, ns),
+          dput(&d, sk, ns),   dput(&d, dq, nh),  dput(&d, dk, nh), dput(&d, dv, nh),
+          dput(&d, dqkv, nq), dput(&d, dqs, HD), dput(&d, dks, HD)};
+      for (int i = 0; i < 15; i++) REQUIRE(g[i]);
+      be->qkv_heads_fwd(B, Ls, Lt, OFF, H, HD, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7],
+                        g[8]);
+      be->qkv_heads_bwd(B, Ls, Lt, OFF, H, HD, g[0], g[1], g[2], g[3], g[7], g[8], g[9], g[10],
+                        g[11], g[12], g[13], g[14]);
+      ct_qkv_heads_fwd(B, Ls, Lt, OFF, H, HD, qkv, qs, ks, pe, q, kk, v, sq, sk);
+      ct_qkv_heads_bwd(B, Ls, Lt, OFF, H, HD, qkv, qs, ks, pe, sq, sk, dq, dk, dv, dqkv, dqs, dks);
+      float *o[6] = {dget(&d, g[4], nh),  dget(&d, g[5], nh),  dget(&d, g[6], nh),
+                     dget(&d, g[12], nq), dget(&d, g[13], HD), dget(&d, g[14], HD)};
+      for (int i = 0; i < 6; i++) REQUIRE(o[i]);
+      ok &= close_scaled("qkv q", o[0], q, nh, 1e-5);
+      ok &= close_scaled("qkv k", o[1], kk, nh, 1e-5);
+      ok &= close_scaled("qkv v", o[2], v, nh, 0);
+      ok &= close_scaled("qkv dqkv", o[3], dqkv, nq, 1e-5);
+      ok &= close_scaled("qkv dqscale", o[4], dqs, HD, 1e-5);
+      ok &= close_scaled("qkv dkscale", o[5], dks, HD, 1e-5);
+      KEEP(o[3], nq);
+      KEEP(o[4], HD);
+      KEEP(o[5], HD);
+      free(o[0]), free(o[1]), free(o[2]);
+      free(qkv), free(qs), free(ks), free(pe), free(q), free(kk), free(v), free(sq), free(sk),
+          free(dq), free(dk), free(dv), free(dqkv), free(dqs), free(dks);
+    }
+    /* mse and sumsq over 3 chunks and a bit */
+    {
+      const size_t n = 3 * 65536 + 17;
+      lcg_state = 14;
+      float *p = rnd(n, -1, 1), *tg = rnd(n, -1, 1), *dp = rnd(n, 0, 0);
+      REQUIRE(p && tg && dp);
+      float *gp = dput(&d, p, n), *gt = dput(&d, tg, n), *gdp = dput(&d, dp, n);
+      REQUIRE(gp && gt && gdp);
+      const float l1 = be->mse_fwd_bwd(n, gp, gt, 0.5f, gdp),
+                  l2 = ct_mse_fwd_bwd(n, p, tg, 0.5f, dp);
+      const double s1 = be->sumsq(n, gp), s2 = ct_sumsq(n, p);
+      CHECKF(fabs(l1 - l2) <= 1e-6 * l2, "mse %.9g, cpu %.9g", l1, l2);
+      CHECKF(fabs(s1 - s2) <= 1e-12 * s2, "sumsq %.17g, cpu %.17g", s1, s2);
+      float *odp = dget(&d, gdp, n);
+      REQUIRE(odp);
+      ok &= close_scaled("mse dpred", odp, dp, n, 1e-6);
+      float *sv = malloc(2 * sizeof(float));
+      REQUIRE(sv);
+      sv[0] = l1, sv[1] = (float)s1;
+      KEEP(sv, 2);
+      free(odp), free(p), free(tg), free(dp);
+    }
+#undef KEEP
+    for (int i = 0; i < d.np; i++) be->free(d.p[i]);
+    d.np = 0;
+  }
+  ct_err e2 = {0};
+  CHECKF(!be->check || be->check(&e2) == CT_OK, "device error: %s", e2.msg);
+  CHECK(ok);
 }
 #else
 CT_TEST(cuda_host, not_built) {
