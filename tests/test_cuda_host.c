@@ -145,6 +145,11 @@ CT_TEST(cuda_host, dropout_bitwise) {
   }
   CHECKF(bad == 0, "%d mismatches", bad);
   CHECK(dropped > 0);
+  /* keep from a float p is lora.c's keep (from the configured double) for the usual rates */
+  for (int k = 1; k <= 32; k++) {
+    const double pd = k / 100.0;
+    CHECKF(ct_cu_dropout_keep((float)pd) == (float)(1.0 / (1.0 - pd)), "p %.2f", pd);
+  }
   free(x), free(xd), free(ref), free(u), free(dx), free(dxr);
 }
 

@@ -115,6 +115,14 @@ void ct_cu_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uin
 void ct_cu_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
                        const uint64_t *ctr, float p, float *dx, int lddx);
 float ct_cu_dropout_keep(float p);
+/* The same with keep given: lora.c computes keep from the configured dropout
+ * in double, (float)(1.0 / (1.0 - dropout)), which for some p (0.33, 0.45,
+ * 0.6, ...) is an ulp away from ct_cu_dropout_keep((float)dropout); a caller
+ * that wants lora.c's bits passes that keep here. */
+void ct_cu_dropout_fwd_keep(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                            const uint64_t *ctr, float p, float keep, float *xd);
+void ct_cu_dropout_bwd_keep(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                            const uint64_t *ctr, float p, float keep, float *dx, int lddx);
 
 /* ---- host mirrors (no device; for tests/test_cuda_host.c) ----
  * Known-answer and internal checks of the kernels' per-element math

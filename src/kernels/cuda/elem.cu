@@ -193,6 +193,11 @@ void ct_cu_zero(size_t n, float *x) {
 
 void ct_cu_copy_2d(int rows, int cols, const float *src, int lds, float *dst, int ldd) {
   if (rows <= 0 || cols <= 0) return;
+  if (rows == 1) {  // any leading dimension will do (cudaMemcpy2D wants pitches >= the width)
+    CU_CHECK(cudaMemcpyAsync(dst, src, (size_t)cols * sizeof(float), cudaMemcpyDeviceToDevice,
+                             ct_cu_stream()));
+    return;
+  }
   CU_CHECK(cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof(float), src, (size_t)lds * sizeof(float),
                              (size_t)cols * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice,
                              ct_cu_stream()));
@@ -317,36 +322,42 @@ float ct_cu_dropout_keep(float p) {
 
 template <class Run>
 static void dropout_fwd(Run run, int N, int D, const float *x, int ldx, uint64_t seed,
-                        uint64_t stream, const uint64_t *ctr, float p, float *xd) {
+                        uint64_t stream, const uint64_t *ctr, float p, float keep, float *xd) {
   if (N <= 0 || D <= 0) return;
   const uint64_t *dctr = (const uint64_t *)run.in(ctr, (size_t)N * sizeof(uint64_t));
   if (!dctr) return;
-  run.rows("dropout_fwd", N, D,
-           ct_f_dropout_fwd{x, ldx, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), xd});
+  run.rows("dropout_fwd", N, D, ct_f_dropout_fwd{x, ldx, D, seed, stream, dctr, p, keep, xd});
 }
 template <class Run>
 static void dropout_bwd(Run run, int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
-                        const uint64_t *ctr, float p, float *dx, int lddx) {
+                        const uint64_t *ctr, float p, float keep, float *dx, int lddx) {
   if (N <= 0 || D <= 0) return;
   const uint64_t *dctr = (const uint64_t *)run.in(ctr, (size_t)N * sizeof(uint64_t));
   if (!dctr) return;
-  run.rows("dropout_bwd", N, D,
-           ct_f_dropout_bwd{dxd, D, seed, stream, dctr, p, ct_cu_dropout_keep(p), dx, lddx});
+  run.rows("dropout_bwd", N, D, ct_f_dropout_bwd{dxd, D, seed, stream, dctr, p, keep, dx, lddx});
 }
 
 void ct_cu_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
                        const uint64_t *ctr, float p, float *xd) {
-  dropout_fwd(ct_dev_run(), N, D, x, ldx, seed, stream, ctr, p, xd);
+  dropout_fwd(ct_dev_run(), N, D, x, ldx, seed, stream, ctr, p, ct_cu_dropout_keep(p), xd);
 }
 void ct_cu_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
                        const uint64_t *ctr, float p, float *dx, int lddx) {
-  dropout_bwd(ct_dev_run(), N, D, dxd, seed, stream, ctr, p, dx, lddx);
+  dropout_bwd(ct_dev_run(), N, D, dxd, seed, stream, ctr, p, ct_cu_dropout_keep(p), dx, lddx);
+}
+void ct_cu_dropout_fwd_keep(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                            const uint64_t *ctr, float p, float keep, float *xd) {
+  dropout_fwd(ct_dev_run(), N, D, x, ldx, seed, stream, ctr, p, keep, xd);
+}
+void ct_cu_dropout_bwd_keep(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                            const uint64_t *ctr, float p, float keep, float *dx, int lddx) {
+  dropout_bwd(ct_dev_run(), N, D, dxd, seed, stream, ctr, p, keep, dx, lddx);
 }
 void ct_cuh_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
                         const uint64_t *ctr, float p, float *xd) {
-  dropout_fwd(ct_host_run(), N, D, x, ldx, seed, stream, ctr, p, xd);
+  dropout_fwd(ct_host_run(), N, D, x, ldx, seed, stream, ctr, p, ct_cu_dropout_keep(p), xd);
 }
 void ct_cuh_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
                         const uint64_t *ctr, float p, float *dx, int lddx) {
-  dropout_bwd(ct_host_run(), N, D, dxd, seed, stream, ctr, p, dx, lddx);
+  dropout_bwd(ct_host_run(), N, D, dxd, seed, stream, ctr, p, ct_cu_dropout_keep(p), dx, lddx);
 }
