@@ -194,6 +194,11 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);
  * or NULL for none — then hooks must supply every segment. Frees the model's
  * own buffer. */
 void ct_mmdit_use_params(ct_mmdit *m, float *w);
+/* w in place of the parameter pointer, nothing freed or owned, the previous
+ * pointer returned: a host copy of a device-resident model's weights for its
+ * writers (ct_mmdit_save, ct_mmdit_save_diffusers), swapped back before the
+ * model computes again. */
+float *ct_mmdit_swap_params(ct_mmdit *m, float *w);
 void ct_mmdit_use_grads(ct_mmdit *m, float *g);
 
 /* Load parameters from a Flux-layout safetensors file; tensor names are
