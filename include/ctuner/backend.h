@@ -80,7 +80,9 @@ struct ct_backend_ops {
    * any op; NULL on failure or bytes == 0. free(NULL) is a no-op. */
   void *(*alloc)(ct_mem_cat cat, size_t bytes);
   void (*free)(void *p);
-  void (*copy_in)(void *dst, const void *host_src, size_t bytes);  /* host -> backend */
+  /* host -> backend; host_src may be reused once it returns (the trainer refills its staging
+   * buffers right after) */
+  void (*copy_in)(void *dst, const void *host_src, size_t bytes);
   void (*copy_out)(void *host_dst, const void *src, size_t bytes); /* backend -> host; waits */
   void (*copy)(void *dst, const void *src, size_t bytes);          /* backend -> backend */
   void (*synchronize)(void); /* wait for every op issued so far */

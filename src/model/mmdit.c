@@ -304,7 +304,16 @@ const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == m->be) return CT_OK;
-  const char *lacks = m->qv ? ct_backend_lacks(be, "linear_fwd_w linear_bwd_w") : NULL;
+  const char *lacks = ct_backend_lacks(
+      be,
+      "linear_fwd linear_bwd attention_fwd attention_bwd rope_table qkv_heads_fwd "
+      "qkv_heads_bwd ln_mod_fwd ln_mod_bwd silu_fwd silu_bwd gelu_tanh_fwd gelu_tanh_bwd "
+      "gate_res_fwd gate_res_bwd add_inplace copy_2d zero timestep_embedding patchify "
+      "unpatchify");
+  if (lacks)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "the MMDiT needs %s, which compute backend %s lacks",
+                   lacks, be->name);
+  lacks = m->qv ? ct_backend_lacks(be, "linear_fwd_w linear_bwd_w") : NULL;
   if (lacks)
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "a base stored as bf16 / int8 (base_model_precision) needs %s, which compute "

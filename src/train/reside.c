@@ -80,7 +80,9 @@ ct_status ct_trainer_pick_backend(trainer *tr, ct_err *err) {
     return st;
   }
   if (!be->host_memory && (st = refuse_host_paths(tr, be, err))) return st;
-  const char *lacks = ct_backend_lacks(be, "zero sumsq clamp_fwd scale_inplace ema_update");
+  const char *lacks = ct_backend_lacks(be, "zero sumsq clamp_fwd scale_inplace ema_update copy_2d");
+  if (!lacks && !strcmp(cfg->mixed_precision, "bf16"))
+    lacks = ct_backend_lacks(be, "bf16_widen bf16_narrow bf16_narrow_acc");
   if (lacks)
     return ct_errf(err, CT_ERR_UNSUPPORTED, "compute_backend %s has no %s, which the trainer needs",
                    be->name, lacks);
