@@ -6,8 +6,9 @@
 # on "cpu" — losses, gradient norms, every checkpoint file, validation images —
 # for a full fine-tune (EMA, norm clipping, gradient checkpointing,
 # validation), LoRA with dropout on an int8 base (value clipping, Lion),
-# mixed_precision bf16 (sealed-bf16), and resumes across the two (sealed ->
-# cpu, cpu -> sealed). What does not run there yet is refused by name.
+# mixed_precision bf16 (sealed-bf16), a FLUX.1 pipeline in bf16, and resumes
+# across the two (sealed -> cpu, cpu -> sealed). What does not run there yet
+# is refused by name.
 # Usage: tests/cli_sealed.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 export OMP_NUM_THREADS=2
@@ -36,7 +37,7 @@ same() {
   local name=$1 a="$tmp/$1-cpu" b="$tmp/$1-sealed" d="" n=0
   grep -q "compute backend sealed" "$tmp/$name-sealed.err" || d="$d (no sealed backend line)"
   [ "$(numbers "$a")" = "$(numbers "$b")" ] || d="$d metrics.jsonl"
-  for f in $(cd "$a" && ls checkpoint-*/*.safetensors checkpoint-*/*/*.safetensors \
+  for f in $(cd "$a" && ls checkpoint-*/*.safetensors checkpoint-*/*/*.safetensors pipeline/*/*.safetensors \
     validation_images/*.png pytorch_lora_weights.safetensors 2>/dev/null); do
     n=$((n + 1))
     cmp -s "$a/$f" "$b/$f" || d="$d $f"
@@ -59,6 +60,23 @@ pair lora --model_type=lora --lora_rank=4 --lora_dropout=0.3 --flux_lora_target=
 pair bf16 --mixed_precision=bf16 --use_ema=true
 grep -q "products on sealed-bf16" "$tmp/bf16-sealed.err" && ok "bf16: the model computes on sealed-bf16" ||
   bad "bf16: no sealed-bf16 line: $(grep -i backend "$tmp/bf16-sealed.err")"
+
+# ---- a FLUX.1 pipeline (tests/data/flux_pipe dev: guidance input, T5) in bf16: its transformer/
+# in diffusers' layout beside the master weights, the pipeline's scheduler for validation ----
+"$CT" dataset synth --out "$tmp/fdata" --count 4 --seed 5 --size 32x32 >/dev/null
+cat > "$tmp/fbackend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/fdata", "caption_strategy": "textfile", "crop": false}]
+JSON
+for be in cpu sealed; do
+  "$CT" train --pretrained_model_name_or_path=tests/data/flux_pipe/dev --model_flavour=dev \
+    --data_backend_config="$tmp/fbackend.json" --resolution=32 --aspect_bucket_alignment=8 \
+    --train_batch_size=1 --disable_progress_bar=true --seed=3 --learning_rate=1e-3 \
+    --output_dir="$tmp/flux-$be" --max_train_steps=2 --checkpoint_step_interval=2 \
+    --flux_guidance_value=3.5 --validation_prompt="a red circle" --validation_resolution=32 \
+    --validation_num_inference_steps=1 --mixed_precision=bf16 --compute_backend=$be \
+    >/dev/null 2>"$tmp/flux-$be.err" || bad "flux $be: $(tail -2 "$tmp/flux-$be.err")"
+done
+same flux
 
 # ---- resume across backends: checkpoint-2 of one, steps 3-4 on the other ----
 for p in "cpu sealed" "sealed cpu"; do
