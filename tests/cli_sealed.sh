@@ -97,6 +97,16 @@ for p in "cpu sealed" "sealed cpu"; do
   fi
 done
 
+# ---- an asynchronous device error (the backend's check) stops the run with its message ----
+if CTUNER_SEALED_FAULT_AFTER=200 "$CT" train --config "$tmp/base.json" --output_dir="$tmp/fault" \
+  --compute_backend=sealed >/dev/null 2>"$tmp/fault.err"; then
+  bad "device fault: exit 0"
+else
+  grep -q "compute backend sealed, .*injected device fault after" "$tmp/fault.err" &&
+    ! ls "$tmp/fault"/checkpoint-* >/dev/null 2>&1 && ok "a device error stops the run, named, without a checkpoint" ||
+    bad "device fault: $(tail -1 "$tmp/fault.err")"
+fi
+
 # ---- refused by name, before anything is cached or computed ----
 refused() { # what pattern args...
   local what=$1 pat=$2; shift 2

@@ -73,8 +73,12 @@ static void seal_arg(const char *op, const char *name, const void *p) {
 }
 #define SEAL_ARG(op, a) seal_arg(op, #a, (const void *)(a))
 
+/* Ops run so far (the fault hook counts them). */
+static unsigned long nops;
+
 static void seal_open(void) {
   pthread_mutex_lock(&lock);
+  nops++;
   for (size_t i = 0; i < nblocks; i++) prot(&blocks[i], 1);
 }
 
@@ -156,6 +160,22 @@ static void s_copy(void *dst, const void *src, size_t bytes) {
 }
 
 static void s_synchronize(void) {}
+
+/* A test hook for the status path of asynchronous device errors:
+ * CTUNER_SEALED_FAULT_AFTER=N makes check report one (CT_ERR_DEVICE) once
+ * more than N ops have run, as a CUDA backend reports a failed kernel. */
+static ct_status s_check(ct_err *err) {
+  static int reported;
+  const char *e = getenv("CTUNER_SEALED_FAULT_AFTER");
+  if (!e || reported) return CT_OK;
+  pthread_mutex_lock(&lock);
+  const unsigned long n = nops;
+  pthread_mutex_unlock(&lock);
+  if (n <= strtoul(e, NULL, 10)) return CT_OK;
+  reported = 1;
+  return ct_errf(err, CT_ERR_DEVICE,
+                 "injected device fault after %lu ops (CTUNER_SEALED_FAULT_AFTER)", n);
+}
 
 static void s_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
@@ -883,6 +903,7 @@ const ct_backend_ops ct_backend_sealed = {
     .precision_bits = 24,
     .compute = CT_COMPUTE_F32,
     .host_memory = 0,
+    .check = s_check,
 
     .alloc = s_alloc,
     .free = s_free,
