@@ -152,5 +152,7 @@ void backend_op_timestep_embedding(bcheck *t);
 void backend_op_mse(bcheck *t);
 void backend_op_optimizer_updates(bcheck *t);
 void backend_op_sumsq(bcheck *t);
+void backend_op_bf16(bcheck *t);    /* backend_ops_resident.c */
+void backend_op_dropout(bcheck *t); /* backend_ops_resident.c */
 
 #endif

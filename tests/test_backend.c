@@ -21,8 +21,11 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend_check.h"
 #include "ctuner/backend.h"
@@ -569,6 +572,8 @@ static const struct {
     {"optimizer_updates", backend_op_optimizer_updates,
      "adam_update adagrad_update lion_update sgd_update ema_update"},
     {"sumsq", backend_op_sumsq, "sumsq"},
+    {"bf16", backend_op_bf16, "bf16_widen bf16_narrow bf16_narrow_acc"},
+    {"dropout", backend_op_dropout, "dropout_fwd dropout_bwd"},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
@@ -631,7 +636,12 @@ static const struct {
   X(lion_update, ct_lion_update) \
   X(sgd_update, ct_sgd_update) \
   X(ema_update, ct_ema_update) \
-  X(sumsq, ct_sumsq)
+  X(sumsq, ct_sumsq) \
+  X(bf16_widen, ct_bf16_widen) \
+  X(bf16_narrow, ct_bf16_narrow) \
+  X(bf16_narrow_acc, ct_bf16_narrow_acc) \
+  X(dropout_fwd, ct_dropout_fwd) \
+  X(dropout_bwd, ct_dropout_bwd)
 // clang-format on
 
 /* Runs every op on be; returns the number of failing ops and, in failed (if
@@ -934,4 +944,73 @@ CT_TEST(backend, cpu_bf16_sibling) {
   CHECK(pr->compute == CT_COMPUTE_BF16 && pr->precision_bits == 8);
   ct_backend_profiled(cpu);
   CHECK(pr->compute == CT_COMPUTE_F32);
+}
+
+/* The test backend "sealed" (backend_sealed.c): listed, host_memory 0, paired
+ * with "sealed-bf16" (same memory); its memory really is out of the host's
+ * reach — a child process that reads or writes a sealed buffer outside the
+ * table dies of SIGSEGV, and one that hands an op a host buffer aborts — while
+ * through the table every op gives the CPU backend's bits. */
+static int child_signal(void (*fn)(void *), void *arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn(arg);
+    _exit(0); /* survived: the test fails */
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+static void touch_read(void *p) {
+  volatile float x = *(volatile float *)p;
+  (void)x;
+}
+static void touch_write(void *p) {
+  *(volatile float *)p = 1.0f;
+}
+static void host_arg(void *p) {
+  const ct_backend_ops *be = p;
+  float host[4] = {0};
+  freopen("/dev/null", "w", stderr); /* the abort's message is expected */
+  be->zero(4, host);
+}
+
+CT_TEST(backend, sealed_memory_is_sealed) {
+  const ct_backend_ops *se = NULL, *sb = NULL, *cpu = ct_backend_default();
+  ct_err err = {0};
+  REQUIRE(ct_backend_get("sealed", &se, &err) == CT_OK);
+  CHECK(se->host_memory == 0 && se->compute == CT_COMPUTE_F32);
+  REQUIRE(ct_backend_with_compute(se, CT_COMPUTE_BF16, &sb, &err) == CT_OK);
+  CHECK(!strcmp(sb->name, "sealed-bf16") && sb->host_memory == 0 && sb->alloc == se->alloc);
+  ct_mem_stats d0, d1;
+  ct_mem_get_device_stats(&d0);
+  const size_t n = 5000;
+  float *d = se->alloc(CT_MEM_BUFFERS, n * sizeof(float));
+  REQUIRE(d != NULL);
+  ct_mem_get_device_stats(&d1);
+  CHECK(d1.current[CT_MEM_BUFFERS] == d0.current[CT_MEM_BUFFERS] + n * sizeof(float));
+  float h[5000], g[5000];
+  for (size_t i = 0; i < n; i++) h[i] = (float)i * 0.25f - 3.0f;
+  se->copy_in(d, h, sizeof h);
+  CHECK(child_signal(touch_read, d) == SIGSEGV);
+  CHECK(child_signal(touch_write, d + 100) == SIGSEGV);
+  CHECK(child_signal(host_arg, (void *)se) == SIGABRT);
+  /* through the table: the CPU backend's bits */
+  se->scale_inplace(n, d, 0.3f);
+  const double ss = se->sumsq(n, d);
+  se->copy_out(g, d, sizeof g);
+  ct_scale_inplace(n, h, 0.3f);
+  CHECK(!memcmp(g, h, sizeof h) && ss == cpu->sumsq(n, h));
+  se->free(d);
+  ct_mem_get_device_stats(&d1);
+  CHECK(d1.current[CT_MEM_BUFFERS] == d0.current[CT_MEM_BUFFERS]);
+  /* ct_backend_move between cpu and sealed copies through the host */
+  void *p = cpu->alloc(CT_MEM_BUFFERS, sizeof h);
+  memcpy(p, h, sizeof h);
+  REQUIRE(ct_backend_move(cpu, se, CT_MEM_BUFFERS, sizeof h, &p, &err) == CT_OK);
+  CHECK(child_signal(touch_read, p) == SIGSEGV);
+  REQUIRE(ct_backend_move(se, cpu, CT_MEM_BUFFERS, sizeof h, &p, &err) == CT_OK);
+  CHECK(!memcmp(p, h, sizeof h));
+  cpu->free(p);
 }

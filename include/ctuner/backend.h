@@ -26,6 +26,7 @@
 #define CTUNER_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ctuner/alloc.h"
 #include "ctuner/kernels.h"
@@ -86,7 +87,9 @@ struct ct_backend_ops {
    * any op; NULL on failure or bytes == 0. free(NULL) is a no-op. */
   void *(*alloc)(ct_mem_cat cat, size_t bytes);
   void (*free)(void *p);
-  void (*copy_in)(void *dst, const void *host_src, size_t bytes);  /* host -> backend */
+  /* host -> backend; host_src may be reused once it returns (the trainer refills its staging
+   * buffers right after) */
+  void (*copy_in)(void *dst, const void *host_src, size_t bytes);
   void (*copy_out)(void *host_dst, const void *src, size_t bytes); /* backend -> host; waits */
   void (*copy)(void *dst, const void *src, size_t bytes);          /* backend -> backend */
   void (*synchronize)(void); /* wait for every op issued so far */
@@ -208,6 +211,22 @@ struct ct_backend_ops {
                      float dampening, int nesterov, float wd, long step);
   void (*ema_update)(size_t n, float *e, const float *w, float decay);
   double (*sumsq)(size_t n, const float *x);
+
+  /* ---- residency: bf16 storage, LoRA dropout (kernels.h, "residency") ---- */
+  void (*bf16_widen)(size_t n, const uint16_t *src, float *dst);  /* dst[i] = float(src[i]) */
+  void (*bf16_narrow)(size_t n, const float *src, uint16_t *dst); /* dst[i] = bf16 RNE of src[i] */
+  void (*bf16_narrow_acc)(size_t n, const float *src,
+                          uint16_t *dst); /* dst[i] = bf16(float(dst[i]) + src[i]) */
+  /* LoRA dropout, row n of N (width D): u = the D Philox uniforms
+   * ct_rng_fill_uniform(u, D, seed, stream, ctr[n], 0, 1) gives for that row;
+   * keep = (float)(1 / (1 - (double)p)) (p as lora.c passes it, (float)dropout);
+   * xd[n*D + c] = u[c] < p ? 0 : x[n*ldx + c] * keep. ctr is HOST memory (N values). */
+  void (*dropout_fwd)(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                      const uint64_t *ctr, float p, float *xd);
+  /* the backward, for kept elements only (u[c] >= p): dx[n*lddx + c] += dxd[n*D + c] * keep;
+   * dropped elements' dx untouched */
+  void (*dropout_bwd)(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                      const uint64_t *ctr, float p, float *dx, int lddx);
 };
 
 /* Every op field of ct_backend_ops (X(field)), for code that walks the
@@ -223,7 +242,8 @@ struct ct_backend_ops {
   X(gelu_tanh_bwd) X(quick_gelu_fwd) X(gelu_erf_fwd) X(gate_res_fwd) X(gate_res_bwd) \
   X(add_inplace) X(scale_inplace) X(mul_inplace) X(copy_2d) X(zero) X(clamp_fwd) X(clamp_bwd) \
   X(embedding_fwd) X(timestep_embedding) X(mse_fwd_bwd) X(adam_update) X(adagrad_update) \
-  X(lion_update) X(sgd_update) X(ema_update) X(sumsq)
+  X(lion_update) X(sgd_update) X(ema_update) X(sumsq) X(bf16_widen) X(bf16_narrow) \
+  X(bf16_narrow_acc) X(dropout_fwd) X(dropout_bwd)
 // clang-format on
 
 /* The first of `ops` (field names separated by spaces: "conv2d_fwd
@@ -276,7 +296,7 @@ typedef enum {
   CT_PROF_PACKING,    /* layout: copy_2d, patchify, unpatchify, nchw/nlc, upsample, tile_blend */
   CT_PROF_CONV,       /* conv2d (im2col + GEMM) */
   CT_PROF_MEMORY,     /* alloc, free, copies, synchronize */
-  CT_PROF_OTHER,      /* elementwise, clamp, zero, embeddings, loss */
+  CT_PROF_OTHER,      /* elementwise, clamp, zero, embeddings, loss, bf16 widen/narrow, dropout */
   CT_PROF_NFAMILIES
 } ct_prof_family;
 typedef enum { CT_PROF_FORWARD, CT_PROF_BACKWARD, CT_PROF_STEP, CT_PROF_NPHASES } ct_prof_phase;

@@ -314,6 +314,10 @@
   X(mixed_precision, STR, "no", ALL, FN(check_mixed_precision),                                    \
     "no (float32) or bf16 (bf16 parameters, gradients and communication, linear products with "    \
     "bf16 operands and float32 sums; float32 master weights, norms, softmax, loss, optimizer)")    \
+  X(compute_backend, STR, "auto", ALL, ANY,                                                        \
+    "where the trainer computes: auto (cuda when built in and usable, else cpu), cpu, cuda, or "   \
+    "a registered backend (sealed: the test backend the host cannot touch); mixed_precision bf16 " \
+    "takes its bf16 sibling (docs/training.md, \"Compute backends and residency\")")               \
   X(num_threads, INT, "0", ALL, INT_IN(0, 1024), "OpenMP threads (0: all cores)")                  \
   X(disable_progress_bar, BOOL, "false", ALL, ANY, "plain log lines even on a terminal")           \
   X(report_to, STR, NULL, ALL, NONE_OR("tensorboard|wandb|comet_ml|all"),                          \

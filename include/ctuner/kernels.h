@@ -384,4 +384,26 @@ void ct_ema_update(size_t n, float *e, const float *w, float decay);
  * order: the same result for any thread count (the gradient norm). */
 double ct_sumsq(size_t n, const float *x);
 
+/* ---- residency: bf16 storage and LoRA dropout on the compute backend ----
+ * (src/kernels/resident.c; the ops of the same names in backend.h) */
+/* dst[i] = float(src[i]) (a bf16 bit pattern widened: exact). */
+void ct_bf16_widen(size_t n, const uint16_t *src, float *dst);
+/* dst[i] = bf16 of src[i], rounded to nearest even (ct_f32_to_bf16). */
+void ct_bf16_narrow(size_t n, const float *src, uint16_t *dst);
+/* dst[i] = bf16(float(dst[i]) + src[i]): a float32 gradient accumulated into
+ * bf16 storage, one rounding per element. */
+void ct_bf16_narrow_acc(size_t n, const float *src, uint16_t *dst);
+/* LoRA dropout (peft's nn.Dropout on the adapter's input), row n of N (width
+ * D): u[0..D) = the Philox uniforms ct_rng_fill_uniform(u, D, seed, stream,
+ * ctr[n], 0, 1) fills for that row; keep = (float)(1 / (1 - (double)p));
+ *   xd[n*D + c] = u[c] < p ? 0 : x[n*ldx + c] * keep.
+ * ctr (N values) is host memory; x, xd backend memory. */
+void ct_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                    const uint64_t *ctr, float p, float *xd);
+/* Its backward, through the same mask: for each kept element (u[c] >= p)
+ *   dx[n*lddx + c] += dxd[n*D + c] * keep;
+ * a dropped element's dx is left untouched (not += 0: a -0 stays -0). */
+void ct_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                    const uint64_t *ctr, float p, float *dx, int lddx);
+
 #endif

@@ -93,6 +93,17 @@ float *ct_lora_grads(ct_lora *l);
 /* Borrowed storage instead of the own buffers (NULL: none). */
 void ct_lora_use_params(ct_lora *l, float *w);
 void ct_lora_use_grads(ct_lora *l, float *g);
+/* Compute backend of the adapters' own buffers (parameters, gradients,
+ * scratch): the CPU backend from creation (init and loading are host code),
+ * then moved here, as ct_mmdit_set_backend moves the MMDiT they bind to (the
+ * forward and backward compute on the MMDiT's backend, which must share this
+ * one's memory). A backend without host memory is refused for LyCORIS and
+ * DoRA adapters, and one lacking dropout_fwd/bwd when lora_dropout > 0. */
+ct_status ct_lora_set_backend(ct_lora *l, const struct ct_backend_ops *be, ct_err *err);
+const struct ct_backend_ops *ct_lora_backend(const ct_lora *l);
+/* w in place of the parameter pointer (nothing freed or owned), the previous
+ * one returned: a host copy for ct_lora_save, swapped back before computing. */
+float *ct_lora_swap_params(ct_lora *l, float *w);
 
 /* Segments: the MMDiT segments holding adapters, in order; k-th is [off, off+n). */
 int ct_lora_nsegments(const ct_lora *l);

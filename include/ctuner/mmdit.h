@@ -154,8 +154,10 @@ typedef struct ct_mmdit_hooks {
 /* ---- compute backend (include/ctuner/backend.h) ----
  * Every op of the forward and backward goes through the model's backend:
  * ct_backend_default() from ct_mmdit_new, or the one set here. Setting one
- * moves the model's own parameter and gradient buffers to it (the activation
- * arena is re-planned by the next forward); buffers the caller supplies
+ * moves the model's own parameter and gradient buffers to it, and a base
+ * stored bf16 / int8 (its bytes, the views rebased; the backend needs
+ * linear_fwd_w / linear_bwd_w) (the activation arena is re-planned by the
+ * next forward); buffers the caller supplies
  * (ct_mmdit_use_params/_grads, hooks, the batch, v and dv) must be that
  * backend's memory — host memory for the CPU backend. NULL: the default. On
  * failure the model stays where it was. */
@@ -194,6 +196,11 @@ void ct_mmdit_set_hooks(ct_mmdit *m, const ct_mmdit_hooks *h);
  * or NULL for none — then hooks must supply every segment. Frees the model's
  * own buffer. */
 void ct_mmdit_use_params(ct_mmdit *m, float *w);
+/* w in place of the parameter pointer, nothing freed or owned, the previous
+ * pointer returned: a host copy of a device-resident model's weights for its
+ * writers (ct_mmdit_save, ct_mmdit_save_diffusers), swapped back before the
+ * model computes again. */
+float *ct_mmdit_swap_params(ct_mmdit *m, float *w);
 void ct_mmdit_use_grads(ct_mmdit *m, float *g);
 
 /* Load parameters from a Flux-layout safetensors file; tensor names are

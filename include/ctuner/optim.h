@@ -165,6 +165,16 @@ ct_status ct_optim_new(ct_optim_kind k, const ct_optim_hp *hp, const ct_optim_te
 void ct_optim_free(ct_optim *o);
 ct_optim_kind ct_optim_get_kind(const ct_optim *o);
 
+/* Moves the optimizer state onto compute backend be (NULL: the CPU backend),
+ * whose update ops (adam_update, lion_update, ...) then step it: the weights
+ * and gradients ct_optim_step takes must be be's memory, and the state
+ * arrays ct_optim_state returns are be's memory too. A backend without host
+ * memory takes the elementwise kinds only (AdamW, Adam, Adagrad, Lion, SGD):
+ * the others are refused by name, as is a backend lacking the op. */
+struct ct_backend_ops;
+ct_status ct_optim_set_backend(ct_optim *o, const struct ct_backend_ops *be, ct_err *err);
+const struct ct_backend_ops *ct_optim_backend(const ct_optim *o);
+
 /* One step: w -= update(g) with learning rate lr; step is 1-based (the count
  * of steps taken including this one; bias correction uses it). */
 ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long step, ct_err *err);

@@ -4,7 +4,9 @@
  *
  * Each backend is one file defining a ct_backend_ops (backend_cpu.c, which
  * also builds its bf16-compute sibling "cpu-bf16" on first use; backend_cuda.c
- * with "cuda" and "cuda-bf16" when built with CT_CUDA); adding one is a row in
+ * with "cuda" and "cuda-bf16" when built with CT_CUDA; backend_sealed.c with
+ * the test backends "sealed" and "sealed-bf16", whose memory the host cannot
+ * touch); adding one is a row in
  * reg_init. The first row is the default. A backend with an init is listed
  * only when init succeeds (a CUDA build on a machine without a GPU lists only
  * the CPU backends, and asking for "cuda" says why).
@@ -20,8 +22,10 @@
 #include <string.h>
 #include <threads.h>
 
-extern const ct_backend_ops ct_backend_cpu;      /* backend_cpu.c */
-const ct_backend_ops *ct_backend_cpu_bf16(void); /* backend_cpu.c, built on first use */
+extern const ct_backend_ops ct_backend_cpu;         /* backend_cpu.c */
+const ct_backend_ops *ct_backend_cpu_bf16(void);    /* backend_cpu.c, built on first use */
+extern const ct_backend_ops ct_backend_sealed;      /* backend_sealed.c: the test backend */
+const ct_backend_ops *ct_backend_sealed_bf16(void); /* backend_sealed.c */
 #ifdef CT_CUDA
 const ct_backend_ops *ct_backend_cuda(void);      /* backend_cuda.c */
 const ct_backend_ops *ct_backend_cuda_bf16(void); /* backend_cuda.c */
@@ -50,6 +54,8 @@ static void reg_init(void) {
   compiled[ncompiled++] = ct_backend_cuda();
   compiled[ncompiled++] = ct_backend_cuda_bf16();
 #endif
+  compiled[ncompiled++] = &ct_backend_sealed; /* a test backend: host memory sealed off */
+  compiled[ncompiled++] = ct_backend_sealed_bf16();
   for (size_t i = 0; i < ncompiled; i++)
     if (!compiled[i]->init || compiled[i]->init(&why_not[i]) == CT_OK)
       usable[nusable++] = compiled[i];

@@ -107,6 +107,12 @@ const ct_backend_ops ct_backend_cpu = {
     .sgd_update = ct_sgd_update,
     .ema_update = ct_ema_update,
     .sumsq = ct_sumsq,
+
+    .bf16_widen = ct_bf16_widen,
+    .bf16_narrow = ct_bf16_narrow,
+    .bf16_narrow_acc = ct_bf16_narrow_acc,
+    .dropout_fwd = ct_dropout_fwd,
+    .dropout_bwd = ct_dropout_bwd,
 };
 
 static ct_backend_ops cpu_bf16;

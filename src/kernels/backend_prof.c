@@ -371,6 +371,28 @@ static double p_sumsq(size_t n, const float *x) {
   return r;
 }
 
+static void p_bf16_widen(size_t n, const uint16_t *src, float *dst) {
+  TIMED(CT_PROF_OTHER, inner->bf16_widen(n, src, dst));
+}
+
+static void p_bf16_narrow(size_t n, const float *src, uint16_t *dst) {
+  TIMED(CT_PROF_OTHER, inner->bf16_narrow(n, src, dst));
+}
+
+static void p_bf16_narrow_acc(size_t n, const float *src, uint16_t *dst) {
+  TIMED(CT_PROF_OTHER, inner->bf16_narrow_acc(n, src, dst));
+}
+
+static void p_dropout_fwd(int N, int D, const float *x, int ldx, uint64_t seed, uint64_t stream,
+                          const uint64_t *ctr, float p, float *xd) {
+  TIMED(CT_PROF_OTHER, inner->dropout_fwd(N, D, x, ldx, seed, stream, ctr, p, xd));
+}
+
+static void p_dropout_bwd(int N, int D, const float *dxd, uint64_t seed, uint64_t stream,
+                          const uint64_t *ctr, float p, float *dx, int lddx) {
+  TIMED(CT_PROF_OTHER, inner->dropout_bwd(N, D, dxd, seed, stream, ctr, p, dx, lddx));
+}
+
 /* every wrapper; prof_ops is this with the wrapped backend's properties and
  * without the ops it lacks */
 static const ct_backend_ops prof_all = {
@@ -438,6 +460,11 @@ static const ct_backend_ops prof_all = {
     .sgd_update = p_sgd_update,
     .ema_update = p_ema_update,
     .sumsq = p_sumsq,
+    .bf16_widen = p_bf16_widen,
+    .bf16_narrow = p_bf16_narrow,
+    .bf16_narrow_acc = p_bf16_narrow_acc,
+    .dropout_fwd = p_dropout_fwd,
+    .dropout_bwd = p_dropout_bwd,
 };
 
 static ct_backend_ops prof_ops;

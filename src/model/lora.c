@@ -229,6 +229,7 @@ static ct_status check_fit(const ct_lora *l, const char *const *targets, ct_err 
 
 ct_status ct_lora_build(ct_lora *l, const ct_mmdit_config *cfg, ct_lora_pick_fn pick, void *user,
                         int flags, ct_err *err) {
+  if (!l->be) l->be = ct_backend_default(); /* built on the host; moved later */
   ct_status st = build_table(l, cfg, pick, user, err);
   if (st) return st;
   l->nmmseg = 2 + cfg->depth_double + cfg->depth_single;
@@ -304,10 +305,12 @@ ct_status ct_lora_new(const ct_mmdit_config *cfg, const char *const *targets, co
 
 void ct_lora_free(ct_lora *l) {
   if (!l) return;
-  if (l->own_w) ct_free(l->w);
-  if (l->own_g) ct_free(l->g);
-  ct_free(l->scratch);
-  ct_free(l->dense);
+  const ct_backend_ops *be = l->be ? l->be : ct_backend_default();
+  if (l->own_w) be->free(l->w);
+  if (l->own_g) be->free(l->g);
+  be->free(l->scratch);
+  be->free(l->dense);
+  free(l->ctr);
   free(l->lyco_json);
   free(l->ids);
   free(l->ad);
@@ -373,14 +376,14 @@ static uint64_t drop_index(const ct_lora *l, int n, int N, int in, int c) {
 }
 
 void ct_lora_use_params(ct_lora *l, float *w) {
-  if (l->own_w) ct_free(l->w);
+  if (l->own_w) l->be->free(l->w);
   l->w = w;
   l->own_w = 0;
   for (int k = 0; k < l->nseg; k++) l->segw[k] = w ? w + l->seg_off[k] : NULL;
 }
 
 void ct_lora_use_grads(ct_lora *l, float *g) {
-  if (l->own_g) ct_free(l->g);
+  if (l->own_g) l->be->free(l->g);
   l->g = g;
   l->own_g = 0;
   for (int k = 0; k < l->nseg; k++) l->segg[k] = g ? g + l->seg_off[k] : NULL;
@@ -497,8 +500,8 @@ int ct_lora_site(const ct_lora *l, const char *base) {
 
 static float *scratch(ct_lora *l, size_t n) {
   if (n > l->scratch_n) {
-    ct_free(l->scratch);
-    l->scratch = ct_alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
+    l->be->free(l->scratch);
+    l->scratch = l->be->alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
     l->scratch_n = l->scratch ? n : 0;
     CT_ASSERT(l->scratch); /* a few rank-wide rows: far below the model's own arena */
   }
@@ -509,21 +512,67 @@ static int in_window(const ct_lora_adapter *a, int lo, int hi) {
   return a->piece[0].bfl_row >= lo && a->piece[0].bfl_row + a->piece[0].rows <= hi;
 }
 
-/* x with adapter i's dropout mask (scaled by 1/(1-p)) into xd, or x itself. */
-static const float *dropped(const ct_lora *l, int i, int N, int in, const float *x, int ldx,
-                            float *xd) {
+/* The Philox offset of each of the N rows of adapter input (host memory). */
+static const uint64_t *drop_ctr(ct_lora *l, int N, int in) {
+  if ((size_t)N > l->ctr_cap) {
+    uint64_t *p = realloc(l->ctr, (size_t)N * sizeof *p);
+    CT_ASSERT(p); /* N counters: a few KB */
+    l->ctr = p;
+    l->ctr_cap = (size_t)N;
+  }
+  for (int n = 0; n < N; n++) l->ctr[n] = drop_index(l, n, N, in, 0);
+  return l->ctr;
+}
+
+/* x with adapter i's dropout mask (scaled by 1/(1-p)) into xd, or x itself:
+ * the backend's dropout_fwd, whose mask is drawn from the rows' offsets. */
+static const float *dropped(ct_lora *l, const ct_backend_ops *be, int i, int N, int in,
+                            const float *x, int ldx, float *xd) {
   const double p = l->o.dropout;
   if (p <= 0 || !l->nids) return x; /* no batch set: inference, no dropout (peft's eval mode) */
-  const float keep = (float)(1.0 / (1.0 - p));
-  for (int n = 0; n < N; n++) {
-    ct_rng_fill_uniform(xd + (size_t)n * in, (size_t)in, l->o.seed, STREAM_LORA_DROP + (uint64_t)i,
-                        drop_index(l, n, N, in, 0), 0.0f, 1.0f);
-    for (int c = 0; c < in; c++) {
-      float *v = &xd[(size_t)n * in + c];
-      *v = *v < (float)p ? 0.0f : x[(size_t)n * ldx + c] * keep;
-    }
-  }
+  be->dropout_fwd(N, in, x, ldx, l->o.seed, STREAM_LORA_DROP + (uint64_t)i, drop_ctr(l, N, in),
+                  (float)p, xd);
   return xd;
+}
+
+ct_status ct_lora_set_backend(ct_lora *l, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == l->be) return CT_OK;
+  int dora = 0;
+  for (size_t i = 0; i < l->nad; i++) dora |= l->ad[i].nt == 3 && l->ad[i].algo == CT_ALGO_PEFT;
+  if (!be->host_memory && (l->lyco || dora))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "%s adapters do not run on compute backend %s (their weight norms and "
+                   "rebuilds are host loops); use standard LoRA there",
+                   l->lyco ? "LyCORIS" : "DoRA", be->name);
+  const char *lacks =
+      ct_backend_lacks(be, l->o.dropout > 0 ? "sgemm dropout_fwd dropout_bwd" : "sgemm");
+  if (lacks)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "LoRA on compute backend %s: it has no %s", be->name,
+                   lacks);
+  const size_t bytes = l->numel * sizeof(float);
+  ct_status st =
+      l->own_w ? ct_backend_move(l->be, be, CT_MEM_PARAMS, bytes, (void **)&l->w, err) : CT_OK;
+  if (!st && l->own_g) st = ct_backend_move(l->be, be, CT_MEM_GRADS, bytes, (void **)&l->g, err);
+  if (st) return st;
+  l->be->free(l->scratch); /* scratch is re-made on the new backend as it is needed */
+  l->be->free(l->dense);
+  l->scratch = l->dense = NULL;
+  l->scratch_n = l->dense_n = 0;
+  l->be = be;
+  for (int k = 0; k < l->nseg; k++) ct_lora_bind_segment(l, k, NULL, NULL);
+  return CT_OK;
+}
+
+const ct_backend_ops *ct_lora_backend(const ct_lora *l) {
+  return l->be;
+}
+
+float *ct_lora_swap_params(ct_lora *l, float *w) {
+  float *old = l->w;
+  l->w = w;
+  for (int k = 0; k < l->nseg; k++) ct_lora_bind_segment(l, k, NULL, NULL);
+  return old;
 }
 
 /* ---- LoHa and LoKr: the adapter's weight rebuilt (out x in, times its
@@ -531,8 +580,8 @@ static const float *dropped(const ct_lora *l, int i, int N, int in, const float 
 
 float *ct_lora_dense(ct_lora *l, size_t n) {
   if (n > l->dense_n) {
-    ct_free(l->dense);
-    l->dense = ct_alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
+    l->be->free(l->dense);
+    l->dense = l->be->alloc(CT_MEM_ACTIVATIONS, n * sizeof(float));
     l->dense_n = l->dense ? n : 0;
     CT_ASSERT(l->dense); /* a few module-sized matrices */
   }
@@ -617,7 +666,7 @@ void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const int in = a->in, r = a->rank;
     float *u =
         scratch(l, (size_t)N * r * 2 + (l->nids && l->o.dropout > 0 ? (size_t)N * in * 2 : 0));
-    const float *xd = dropped(l, i, N, in, x, ldx, u + (size_t)N * r * 2);
+    const float *xd = dropped(l, be, i, N, in, x, ldx, u + (size_t)N * r * 2);
     const int ldxd = xd == x ? ldx : in;
     const float *A = ad_w(l, a, 0), *B = ad_w(l, a, 1);
     be->sgemm(0, 1, N, r, in, 1.0f, xd, ldxd, A, in, 0.0f, u, r);
@@ -651,7 +700,7 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     const float sc = a->scale;
     float *u = scratch(l, (size_t)N * r * 2 + (drop ? (size_t)N * in * 2 : 0));
     float *gu = u + (size_t)N * r, *xdb = gu + (size_t)N * r, *dxd = xdb + (size_t)N * in;
-    const float *xd = dropped(l, i, N, in, x, ldx, xdb);
+    const float *xd = dropped(l, be, i, N, in, x, ldx, xdb);
     const int ldxd = xd == x ? ldx : in;
     const float *A = ad_w(l, a, 0), *B = ad_w(l, a, 1);
     float *gA = ad_g(l, a, 0), *gB = ad_g(l, a, 1);
@@ -673,13 +722,7 @@ void ct_lora_bwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int r
     }
     be->sgemm(0, 0, N, in, r, sc, gu, r, A, in, 0.0f, dxd, in);
     /* through the mask: xd = x * m / (1 - p), so dx += dxd * (xd != 0 ? 1/(1-p) : 0) */
-    const float keep = (float)(1.0 / (1.0 - l->o.dropout));
-    for (int n = 0; n < N; n++) {
-      ct_rng_fill_uniform(xdb + (size_t)n * in, (size_t)in, l->o.seed,
-                          STREAM_LORA_DROP + (uint64_t)i, drop_index(l, n, N, in, 0), 0.0f, 1.0f);
-      for (int c = 0; c < in; c++)
-        if (!(xdb[(size_t)n * in + c] < (float)l->o.dropout))
-          dx[(size_t)n * lddx + c] += dxd[(size_t)n * in + c] * keep;
-    }
+    be->dropout_bwd(N, in, dxd, l->o.seed, STREAM_LORA_DROP + (uint64_t)i, drop_ctr(l, N, in),
+                    (float)l->o.dropout, dx, lddx);
   }
 }

@@ -3,6 +3,7 @@
 #ifndef CTUNER_LORA_IMPL_H
 #define CTUNER_LORA_IMPL_H
 
+#include "ctuner/backend.h"
 #include "ctuner/lora.h"
 
 /* The adapters of one base weight. */
@@ -26,6 +27,11 @@ struct ct_lora {
   int nmmseg;      /* MMDiT segments */
   size_t *seg_off; /* nseg + 1 */
   float **segw, **segg;
+  /* where w, g, scratch and dense live (ct_lora_set_backend; the CPU backend
+   * until then) */
+  const ct_backend_ops *be;
+  uint64_t *ctr; /* host: one dropout call's Philox offsets per row (ctr_cap) */
+  size_t ctr_cap;
   uint64_t *ids; /* the micro-batch's sample ids (dropout masks) */
   int nids;
   size_t ids_cap;

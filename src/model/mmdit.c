@@ -304,15 +304,33 @@ const ct_backend_ops *ct_mmdit_backend(const ct_mmdit *m) {
 ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == m->be) return CT_OK;
-  /* a narrow base's views point into qbuf, host memory of the backend it was
-   * stored on: it moves only to a backend sharing that memory (cpu <-> cpu-bf16) */
-  const int shared = be->alloc == m->be->alloc && be->free == m->be->free;
-  if (m->qv && !shared)
-    return ct_errf(err, CT_ERR_INVALID,
-                   "a base stored as bf16 / int8 (base_model_precision) stays on its backend");
+  const char *lacks = ct_backend_lacks(
+      be,
+      "linear_fwd linear_bwd attention_fwd attention_bwd rope_table qkv_heads_fwd "
+      "qkv_heads_bwd ln_mod_fwd ln_mod_bwd silu_fwd silu_bwd gelu_tanh_fwd gelu_tanh_bwd "
+      "gate_res_fwd gate_res_bwd add_inplace copy_2d zero timestep_embedding patchify "
+      "unpatchify");
+  if (lacks)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "the MMDiT needs %s, which compute backend %s lacks",
+                   lacks, be->name);
+  lacks = m->qv ? ct_backend_lacks(be, "linear_fwd_w linear_bwd_w") : NULL;
+  if (lacks)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "a base stored as bf16 / int8 (base_model_precision) needs %s, which compute "
+                   "backend %s lacks",
+                   lacks, be->name);
   const size_t bytes = m->numel * sizeof(float);
   ct_status st =
       m->own_w ? ct_backend_move(m->be, be, CT_MEM_PARAMS, bytes, (void **)&m->w, err) : CT_OK;
+  if (!st && m->qv) { /* a narrow base: its bytes move, its views follow them */
+    char *old = m->qbuf;
+    st = ct_backend_move(m->be, be, CT_MEM_PARAMS, m->qbytes, &m->qbuf, err);
+    const ptrdiff_t d = (char *)m->qbuf - old;
+    for (size_t i = 0; !st && d && i < m->nparams; i++) {
+      if (m->qv[i].data) m->qv[i].data = (const char *)m->qv[i].data + d;
+      if (m->qv[i].scales) m->qv[i].scales = (const float *)((const char *)m->qv[i].scales + d);
+    }
+  }
   if (!st && m->own_g) {
     st = ct_backend_move(m->be, be, CT_MEM_GRADS, bytes, (void **)&m->g, err);
     if (st && m->own_w) { /* put the parameters back: the model stays on its backend */
@@ -329,6 +347,13 @@ ct_status ct_mmdit_set_backend(ct_mmdit *m, const ct_backend_ops *be, ct_err *er
   m->be = be;
   bind_views(m);
   return CT_OK;
+}
+
+float *ct_mmdit_swap_params(ct_mmdit *m, float *w) {
+  float *old = m->w;
+  m->w = w;
+  bind_views(m);
+  return old;
 }
 
 void ct_mmdit_use_params(ct_mmdit *m, float *w) {

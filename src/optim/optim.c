@@ -434,6 +434,7 @@ ct_status ct_optim_new(ct_optim_kind k, const ct_optim_hp *hp, const ct_optim_te
   if (!o) goto nomem;
   o->kind = k;
   o->hp = *hp;
+  o->be = ct_backend_default();
   o->n = n;
   o->stride = (n + 15) & ~(size_t)15;
   /* No table: the range is one vector-like tensor. */
@@ -515,7 +516,7 @@ out:
 
 void ct_optim_free(ct_optim *o) {
   if (!o) return;
-  ct_free(o->state_block);
+  o->be->free(o->state_block);
   ct_free(o->ns);
   free(o->names);
   free(o->t);
@@ -578,18 +579,18 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
   switch (o->kind) {
     case CT_OPTIM_ADAMW:
     case CT_OPTIM_ADAM:
-      ct_optim_adam_slice(n, w, g, s0, s1, lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay,
-                          o->kind == CT_OPTIM_ADAMW, ct_optim_bc_step(hp, step));
+      ct_optim_adam_slice(o->be, n, w, g, s0, s1, lr, hp->beta1, hp->beta2, hp->eps,
+                          hp->weight_decay, o->kind == CT_OPTIM_ADAMW, ct_optim_bc_step(hp, step));
       break;
     case CT_OPTIM_ADAGRAD:
-      ct_optim_adagrad_slice(n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps, hp->weight_decay,
-                             step);
+      ct_optim_adagrad_slice(o->be, n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps,
+                             hp->weight_decay, step);
       break;
     case CT_OPTIM_LION:
-      ct_optim_lion_slice(n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
+      ct_optim_lion_slice(o->be, n, w, g, s0, lr, hp->beta1, hp->beta2, hp->weight_decay);
       break;
     case CT_OPTIM_SGD:
-      ct_optim_sgd_slice(n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
+      ct_optim_sgd_slice(o->be, n, w, g, s0, lr, hp->momentum, hp->dampening, hp->nesterov,
                          hp->weight_decay, step);
       break;
     case CT_OPTIM_MUADAM:
@@ -610,11 +611,12 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
         const size_t d = lo - a, cnt = hi - lo;
         const float tlr = (float)((double)lr * flr), twd = (float)((double)hp->weight_decay * fwd);
         if (o->kind == CT_OPTIM_MUSGD)
-          ct_optim_sgd_slice(cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum,
+          ct_optim_sgd_slice(o->be, cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum,
                              hp->dampening, hp->nesterov, twd, step);
         else
-          ct_optim_adam_slice(cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2, hp->eps,
-                              twd, o->kind == CT_OPTIM_MUADAMW, ct_optim_bc_step(hp, step));
+          ct_optim_adam_slice(o->be, cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2,
+                              hp->eps, twd, o->kind == CT_OPTIM_MUADAMW,
+                              ct_optim_bc_step(hp, step));
       }
       break;
     default:
@@ -666,8 +668,8 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
         }
         size_t j = i, len = 0; /* a run of AdamW tensors */
         while (j < o->nt && !muon_2d(&o->t[j])) len += o->t[j++].numel;
-        ct_optim_adam_slice(len, w + a, g + a, s0 + a, s1 + a, alr, hp->beta1, hp->beta2, hp->eps,
-                            hp->weight_decay, 1, ct_optim_bc_step(hp, step));
+        ct_optim_adam_slice(o->be, len, w + a, g + a, s0 + a, s1 + a, alr, hp->beta1, hp->beta2,
+                            hp->eps, hp->weight_decay, 1, ct_optim_bc_step(hp, step));
         i = j;
       }
       break;
@@ -697,7 +699,40 @@ ct_status ct_optim_step_slice(ct_optim *o, size_t a, size_t n, float *w, const f
   return CT_OK;
 }
 
+ct_status ct_optim_set_backend(ct_optim *o, const ct_backend_ops *be, ct_err *err) {
+  if (!be) be = ct_backend_default();
+  if (be == o->be) return CT_OK;
+  static const struct {
+    ct_optim_kind k;
+    const char *op;
+  } elem[] = {{CT_OPTIM_ADAMW, "adam_update"},
+              {CT_OPTIM_ADAM, "adam_update"},
+              {CT_OPTIM_ADAGRAD, "adagrad_update"},
+              {CT_OPTIM_LION, "lion_update"},
+              {CT_OPTIM_SGD, "sgd_update"}};
+  const char *op = NULL;
+  for (size_t i = 0; i < sizeof elem / sizeof elem[0]; i++)
+    if (elem[i].k == o->kind) op = elem[i].op;
+  if (!be->host_memory && !op)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "optimizer %s does not run on compute backend %s (its per-tensor rules read the "
+                   "weights on the host); use AdamW, Adam, Lion, SGD or Adagrad there",
+                   ct_optim_kind_name(o->kind), be->name);
+  const char *lacks = op ? ct_backend_lacks(be, op) : NULL;
+  if (lacks)
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "optimizer %s: compute backend %s has no %s",
+                   ct_optim_kind_name(o->kind), be->name, lacks);
+  ct_status st = ct_backend_move(o->be, be, CT_MEM_OPTIMIZER, o->nstate * o->stride * sizeof(float),
+                                 (void **)&o->state_block, err);
+  if (!st) o->be = be;
+  return st;
+}
+
+const ct_backend_ops *ct_optim_backend(const ct_optim *o) {
+  return o->be;
+}
+
 void ct_optim_release_state(ct_optim *o) {
-  ct_free(o->state_block);
+  o->be->free(o->state_block);
   o->state_block = NULL;
 }

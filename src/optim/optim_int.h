@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stddef.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/optim.h"
 
 #define CT_OPTIM_MAX_STATE 2
@@ -27,6 +28,9 @@ struct ct_optim {
   const char *state_name[CT_OPTIM_MAX_STATE];
   float *state_block; /* (nstate * stride) one CT_MEM_OPTIMIZER block */
   float *ns;          /* Muon Newton–Schulz scratch (CT_MEM_BUFFERS), ns_floats */
+  /* where state_block lives and the elementwise updates run (the CPU backend
+   * unless ct_optim_set_backend moved it) */
+  const ct_backend_ops *be;
   size_t ns_floats;
 };
 
@@ -38,17 +42,19 @@ static inline long ct_optim_bc_step(const ct_optim_hp *hp, long step) {
   return hp->bias_correction_off ? LONG_MAX : step;
 }
 
-/* ---- elementwise kernels on a slice of n floats (optim_elem.c) ---- */
+/* ---- elementwise kernels on a slice of n floats (optim_elem.c), through be ---- */
 /* Adam (decoupled = 0: g += wd w) or AdamW (decoupled = 1: w *= 1 - lr wd). */
-void ct_optim_adam_slice(size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
-                         float b2, float eps, float wd, int decoupled, long step);
-void ct_optim_adagrad_slice(size_t n, float *w, const float *g, float *sum, float lr,
-                            float lr_decay, float eps, float wd, long step);
-void ct_optim_lion_slice(size_t n, float *w, const float *g, float *m, float lr, float b1, float b2,
-                         float wd);
+void ct_optim_adam_slice(const ct_backend_ops *be, size_t n, float *w, const float *g, float *m,
+                         float *v, float lr, float b1, float b2, float eps, float wd, int decoupled,
+                         long step);
+void ct_optim_adagrad_slice(const ct_backend_ops *be, size_t n, float *w, const float *g,
+                            float *sum, float lr, float lr_decay, float eps, float wd, long step);
+void ct_optim_lion_slice(const ct_backend_ops *be, size_t n, float *w, const float *g, float *m,
+                         float lr, float b1, float b2, float wd);
 /* buf may be NULL when momentum == 0. */
-void ct_optim_sgd_slice(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                        float dampening, int nesterov, float wd, long step);
+void ct_optim_sgd_slice(const ct_backend_ops *be, size_t n, float *w, const float *g, float *buf,
+                        float lr, float momentum, float dampening, int nesterov, float wd,
+                        long step);
 
 /* ---- tensor-wise rules (optim_tensor.c) ---- */
 /* Sum of squares in double over fixed blocks that depend only on n, summed in

@@ -12,9 +12,10 @@ static ct_status start(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
-/* The whole float32 gradient zeroed (shared with ZeRO-1 and the 1-bit family). */
+/* The whole float32 gradient zeroed on the compute backend (shared with ZeRO-1 and the 1-bit
+ * family). */
 void ct_dp_clear_grads(trainer *tr) {
-  memset(ct_model_grads(tr->model), 0, ct_model_numel(tr->model) * sizeof(float));
+  ct_trainer_be(tr)->zero(ct_model_numel(tr->model), ct_model_grads(tr->model));
 }
 
 /* Shared with the 1-bit family's full-precision steps. */
@@ -26,7 +27,7 @@ ct_status ct_dp_allreduce(trainer *tr, double *parts, int np, float **g, double 
     if (!st) st = ct_comm_allreduce_f64(tr->comm, parts, (size_t)np, err);
     if (st) return st;
   }
-  *gn = sqrt(ct_train_sumsq(gr, nw));
+  *gn = sqrt(ct_trainer_be(tr)->sumsq(nw, gr)); /* ct_train_sumsq's chunks, on the backend */
   *g = gr;
   return CT_OK;
 }

@@ -18,7 +18,7 @@ static ct_status start(trainer *tr, ct_err *err) {
   size_t bucket = (size_t)cfg->reduce_bucket_size;
   if (!bucket) bucket = (size_t)tr->g.mc.hidden * (size_t)tr->g.mc.hidden;
   ct_status st = zero_init(&tr->z, tr->comm, tr->model, tr->stage, tr->bf16, bucket,
-                           tr->own ? tr->wsh : NULL, err);
+                           tr->own ? tr->wsh : NULL, ct_trainer_be(tr), err);
   if (!st && tr->fsh) st = zero_set_frozen(&tr->z, tr->fsh, err); /* LoRA's base at stage 3 */
   if (st) return st;
   const size_t nw = ct_model_numel(tr->model);
@@ -59,9 +59,9 @@ static ct_status reduce(trainer *tr, long opt_step, double *parts, int np, float
     st = zero_bf16_grads(&tr->z, g, err);
     if (st) return st;
     /* stage 0: every rank holds the whole (identical) gradient */
-    red[np] = tr->stage == 0 && tr->rank > 0 ? 0 : ct_train_sumsq(*g, tr->hi - tr->lo);
+    red[np] = tr->stage == 0 && tr->rank > 0 ? 0 : ct_trainer_be(tr)->sumsq(tr->hi - tr->lo, *g);
   } else { /* reduced during the backward, bucket by bucket (zero.c) */
-    red[np] = ct_train_sumsq(tr->z.gsh, tr->hi - tr->lo);
+    red[np] = ct_trainer_be(tr)->sumsq(tr->hi - tr->lo, tr->z.gsh);
     *g = tr->z.gsh;
   }
   st = ct_comm_allreduce_f64(tr->comm, red, (size_t)np + 1, err);

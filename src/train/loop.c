@@ -44,11 +44,11 @@ void ct_trainer_free(trainer *tr) {
   zero_free(&tr->z);
   if (tr->task) tr->task->free(tr);
   ct_model_free(tr->model);
-  ct_free(tr->wsh);
+  ct_trainer_be(tr)->free(tr->wsh); /* host (ct_alloc) until ct_trainer_reside moved it */
   ct_free(tr->fsh);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
-  ct_free(tr->ema);
+  ct_trainer_be(tr)->free(tr->ema);
   if (tr->metrics) fclose(tr->metrics);
   ct_tboard_close(tr);
 }
@@ -145,16 +145,24 @@ static ct_status skip_nonfinite(trainer *tr, ct_train_state *s, ct_step_info *in
 /* grad_clip_method norm: the whole gradient scaled to the global L2 norm
  * max_grad_norm (torch's clip_grad_norm_, eps 1e-6); value: each element of
  * this rank's range clamped to [-max, max] (clip_grad_value_), so every
- * strategy clips its own range alike. */
-static void clip(float *g, size_t n, double gn, double max_norm, int by_value) {
+ * strategy clips its own range alike. On the compute backend: clamp_fwd in
+ * place over rows of 2^20 floats, scale_inplace. */
+static void clip(const ct_backend_ops *be, float *g, size_t n, double gn, double max_norm,
+                 int by_value) {
   if (!(max_norm > 0)) return;
   if (by_value) {
     const float c = (float)max_norm;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) g[i] = g[i] > c ? c : (g[i] < -c ? -c : g[i]);
+    const size_t cols = (size_t)1 << 20, rows = n / cols, rest = n - rows * cols;
+    for (size_t r0 = 0; r0 < rows; r0 += (size_t)1 << 10) { /* rows x cols < 2^31 per call */
+      const size_t nr = rows - r0 < ((size_t)1 << 10) ? rows - r0 : ((size_t)1 << 10);
+      float *p = g + r0 * cols;
+      be->clamp_fwd((int)nr, (int)cols, p, (int)cols, -c, c, p, (int)cols);
+    }
+    if (rest)
+      be->clamp_fwd(1, (int)rest, g + rows * cols, (int)rest, -c, c, g + rows * cols, (int)rest);
     return;
   }
-  if (gn > max_norm) ct_scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
+  if (gn > max_norm) be->scale_inplace(n, g, (float)(max_norm / (gn + 1e-6)));
 }
 
 /* EMA of this rank's weights (all of them unless the trainer holds a range);
@@ -162,7 +170,8 @@ static void clip(float *g, size_t n, double gn, double max_norm, int by_value) {
 static void ema_update(trainer *tr, float dcy) {
   if (tr->widx >= 0) return;
   const float *src = tr->own ? tr->wsh : ct_model_params(tr->model);
-  ct_ema_update(tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model), tr->ema, src, dcy);
+  ct_trainer_be(tr)->ema_update(tr->own ? tr->hi - tr->lo : ct_model_numel(tr->model), tr->ema, src,
+                                dcy);
 }
 
 static void log_step(trainer *tr, const ct_step_info *info, long epoch, const double *parts) {
@@ -216,11 +225,13 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   if (st) return st;
   ct_health_stage(tr->h, "checkpoint_save", "Saving checkpoint", "running", 0);
   full_view fv;
+  host_stage hs = {0};
   float **ost = NULL;
   st = ct_dp_gather_full(tr, &fv, 0, err);
   if (tr->own) io->ema = fv.e;
   if (!st) st = ct_update_offload_states(tr, &ost, err);
   io->opt_states = ost;
+  if (!st) st = ct_trainer_stage_out(tr, io, &hs, err); /* device memory: host copies to write */
   char *sj = ct_dataset_state_json(tr->ds);
   io->sampler_json = sj;
   if (!st)
@@ -228,6 +239,7 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
             : ct_errf(err, CT_ERR_NOMEM, "out of memory");
   io->sampler_json = NULL;
   free(sj);
+  ct_trainer_stage_release(tr, io, &hs);
   io->opt_states = NULL;
   ct_update_free_states(tr, ost);
   ct_dp_release_full(tr, &fv);
@@ -308,7 +320,10 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
     const double lr = ct_sched_lr(&tr->sched, s->global_step);
     dp->begin_step(tr);
     double parts[CT_TASK_PARTS] = {0};
-    for (int a = 0; a < accum && !st; a++) st = task->micro_batch(tr, s, accum, step, parts, err);
+    for (int a = 0; a < accum && !st; a++) {
+      st = task->micro_batch(tr, s, accum, step, parts, err);
+      if (!st) st = ct_trainer_check(tr, "a micro-batch", err); /* asynchronous device errors */
+    }
     float *g = NULL; /* this rank's range of the reduced gradient */
     double gn = 0;
     if (!st) st = dp->reduce(tr, s->opt_steps + 1, parts, task->nparts, &g, &gn, err);
@@ -321,7 +336,8 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
       if (st) break;
     } else {
       s->nonfinite_run = 0;
-      clip(g, tr->hi - tr->lo, gn, cfg->max_grad_norm, !strcmp(cfg->grad_clip_method, "value"));
+      clip(ct_trainer_be(tr), g, tr->hi - tr->lo, gn, cfg->max_grad_norm,
+           !strcmp(cfg->grad_clip_method, "value"));
       s->opt_steps++;
       const double dcy0 = (1.0 + s->opt_steps) / (10.0 + s->opt_steps);
       const float dcy = (float)(dcy0 < cfg->ema_decay ? dcy0 : cfg->ema_decay);
@@ -329,6 +345,8 @@ static ct_status run_steps(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_st
       st = dp->step(tr, g, (float)lr, s->opt_steps, ema_due ? &dcy : NULL, err);
       if (st) break;
       if (ema_due) ema_update(tr, dcy);
+      st = ct_trainer_check(tr, "the optimizer step", err);
+      if (st) break;
       s->last_loss = sum->last_loss = loss;
     }
     s->global_step = step;
@@ -428,6 +446,7 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   const ct_config *cfg = tr->cfg;
   ct_status st =
       ct_health_open(cfg, tr->comm, &tr->h, err); /* collective: GPUs are assigned to ranks */
+  if (!st) st = ct_trainer_pick_backend(tr, err); /* compute_backend, and what it refuses */
   if (st) return st;
   if (!strcmp(cfg->model_type, "lora") && !strcmp(cfg->lora_type, "lycoris") &&
       (st = ct_lycoris_check(cfg->lycoris_config, err))) { /* before the caches, not after */
@@ -476,6 +495,10 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   if (st) return st;
   sum->start_step = s->global_step;
   tr->opt_steps0 = s->opt_steps;
+  st = ct_trainer_reside(tr, err); /* loaded and resumed on the host: onto the backend */
+  if (st) return st;
+  io->ema = io->ema_out = tr->ema; /* moved: the checkpoints' (staged) sources */
+  io->w_shard = tr->own ? tr->wsh : NULL;
   tr->dp = ct_dp_pick(cfg);
   st = tr->dp->start(tr, err); /* loaded and resumed: now shard, round to bf16, compress */
   const int nvme = (cfg->offload_optimizer && !strcmp(cfg->offload_optimizer, "nvme")) ||

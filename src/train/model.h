@@ -39,6 +39,7 @@ typedef struct ct_model_hooks {
 } ct_model_hooks;
 
 typedef struct ct_model ct_model;
+struct ct_backend_ops;
 /* Every operation takes the model; adapters reach their object as m->impl. */
 typedef struct ct_model_ops {
   const char *family;
@@ -67,6 +68,15 @@ typedef struct ct_model_ops {
   int (*frozen_nsegments)(const ct_model *m);
   void (*frozen_segment)(const ct_model *m, int s, size_t *off, size_t *nbytes);
   void (*use_frozen)(ct_model *m, void *w);
+  /* Compute residency (docs/training.md, "Compute backends and residency"),
+   * optional (NULL: the model stays on the CPU backend). set_backend moves
+   * the model's own buffers (and its frozen storage) onto be, whose ops it
+   * computes with from then on. swap_params puts w (host memory) in place of
+   * the parameter pointer without freeing or owning anything and returns the
+   * previous pointer: the model's writers (save) then read w; swapped back
+   * before the model computes again. */
+  ct_status (*set_backend)(ct_model *m, const struct ct_backend_ops *be, ct_err *err);
+  float *(*swap_params)(ct_model *m, float *w);
 } ct_model_ops;
 
 struct ct_model {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 #include "model.h"
@@ -135,9 +136,26 @@ static void mfree(void *p) {
   free(x);
 }
 
+/* The frozen MMDiT (its base, bf16/int8 storage included) and the adapters. */
+static ct_status set_backend(ct_model *m, const ct_backend_ops *be, ct_err *err) {
+  lora_impl *x = impl(m);
+  const ct_backend_ops *was = ct_lora_backend(x->l);
+  ct_status st = ct_lora_set_backend(x->l, be, err);
+  if (!st) st = ct_mmdit_set_backend(x->m, be, err);
+  if (st) {
+    ct_err ignored = {0};
+    ct_lora_set_backend(x->l, was, &ignored);
+  }
+  return st;
+}
+static float *swap_params(ct_model *m, float *w) {
+  return ct_lora_swap_params(impl(m)->l, w);
+}
+
 static const ct_model_ops ops = {
-    "lora",     params, grads, nsegments, segment,          set_hooks,      use_params, use_grads,
-    init_range, load,   save,  mfree,     frozen_nsegments, frozen_segment, use_frozen};
+    "lora",           params,         grads,      nsegments,   segment,    set_hooks,
+    use_params,       use_grads,      init_range, load,        save,       mfree,
+    frozen_nsegments, frozen_segment, use_frozen, set_backend, swap_params};
 
 ct_status ct_model_lora(struct ct_mmdit *mm, struct ct_lora *l, const char *init_type,
                         uint64_t seed, ct_model **out, ct_err *err) {

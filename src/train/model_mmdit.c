@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/mmdit.h"
 #include "model.h"
 
@@ -57,9 +58,17 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   return ct_mmdit_save(m->impl, p, err);
 }
 
-static const ct_model_ops ops = {"mmdit",    params,    grads,      nsegments, segment, set_hooks,
-                                 use_params, use_grads, init_range, load,      save,    mfree,
-                                 NULL,       NULL,      NULL}; /* no frozen storage */
+static ct_status set_backend(ct_model *m, const ct_backend_ops *be, ct_err *err) {
+  return ct_mmdit_set_backend(m->impl, be, err);
+}
+static float *swap_params(ct_model *m, float *w) {
+  return ct_mmdit_swap_params(m->impl, w);
+}
+
+static const ct_model_ops ops = {"mmdit",     params,     grads,      nsegments, segment, set_hooks,
+                                 use_params,  use_grads,  init_range, load,      save,    mfree,
+                                 NULL,        NULL,       NULL, /* no frozen storage */
+                                 set_backend, swap_params};
 
 /* A FLUX.1 pipeline's transformer trained in float32: the checkpoint's
  * weights are its transformer/ (diffusers layout, float32, sharded past
@@ -82,8 +91,9 @@ static ct_status save_flux(const ct_model *m, const char *dir, ct_err *err) {
 }
 
 static const ct_model_ops flux_ops = {
-    "mmdit",    params,    grads,     nsegments, segment, set_hooks, use_params, use_grads,
-    init_range, load_flux, save_flux, mfree,     NULL,    NULL,      NULL}; /* no frozen storage */
+    "mmdit",     params,     grads,     nsegments, segment, set_hooks, use_params, use_grads,
+    init_range,  load_flux,  save_flux, mfree,     NULL,    NULL,      NULL, /* no frozen storage */
+    set_backend, swap_params};
 
 ct_status ct_model_mmdit(ct_mmdit *mm, ct_model **out, ct_err *err) {
   return ct_model_mmdit_as(mm, 0, out, err);

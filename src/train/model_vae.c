@@ -49,8 +49,10 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   return ct_model_vae_save_dir(m->impl, p, err);
 }
 
-static const ct_model_ops ops = {"vae", params, grads, NULL,  NULL, NULL, NULL, NULL,
-                                 NULL,  load,   save,  vfree, NULL, NULL, NULL};
+static const ct_model_ops ops = {
+    "vae", params, grads, NULL,  NULL, NULL, NULL, NULL,
+    NULL,  load,   save,  vfree, NULL, NULL, NULL, /* stays on the cpu: */
+    NULL,  NULL};
 
 ct_status ct_model_vae(ct_vae *v, ct_model **out, ct_err *err) {
   size_t np;

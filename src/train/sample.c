@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/backend.h"
 #include "ctuner/codec.h"
 #include "ctuner/rng.h"
 #include "ctuner/train.h"
@@ -64,7 +65,16 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   const char **all = malloc((size_t)B * sizeof *all);
   float *sg = malloc(((size_t)o->steps + 1) * sizeof *sg),
         *ts = malloc((size_t)o->steps * sizeof *ts);
-  if (!x || !xin || !v || !txt || !y || !tt || !gg || !rgb || !all || !sg || !ts) {
+  /* the model's inputs and output in its backend's memory: the host buffers
+   * themselves, or (no host memory) twins the host ones are copied through */
+  const ct_backend_ops *be = ct_mmdit_backend(m);
+  const int twins = !be->host_memory;
+  float *dbuf[6] = {0}; /* xin, v, txt, y, tt, gg */
+  const size_t dn[6] = {(size_t)B * lat, (size_t)B * lat, (size_t)B * T * d,
+                        (size_t)B * dv,  (size_t)B,       (size_t)B};
+  for (int i = 0; twins && i < 6; i++)
+    if (!(dbuf[i] = be->alloc(CT_MEM_BUFFERS, dn[i] * sizeof(float)))) st = CT_ERR_NOMEM;
+  if (!x || !xin || !v || !txt || !y || !tt || !gg || !rgb || !all || !sg || !ts || st) {
     st = ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling %d images", n);
     goto done;
   }
@@ -76,6 +86,10 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
   }
   st = encode(ctx, all, B, txt, y, err);
   if (st) goto done;
+  if (twins) {
+    be->copy_in(dbuf[2], txt, dn[2] * sizeof(float));
+    be->copy_in(dbuf[3], y, dn[3] * sizeof(float));
+  }
   const float shift = o->auto_shift ? ct_flow_auto_shift((long)(h / 2) * (w / 2)) : o->flow_shift;
   if (o->sched) /* FluxPipeline's schedule: mu from the packed image's token count */
     st = ct_fm_flux_timesteps(o->sched, o->steps, (long)(h / 2) * (w / 2), sg, ts, err);
@@ -86,17 +100,20 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
     memcpy(xin, x, (size_t)n * lat * sizeof(float));
     if (cfg) memcpy(xin + (size_t)n * lat, x, (size_t)n * lat * sizeof(float));
     for (int b = 0; b < B; b++) tt[b] = t, gg[b] = o->guidance;
+    for (int i = 0; twins && i < 6; i++)
+      if (i == 0 || i >= 4) be->copy_in(dbuf[i], i == 0 ? xin : i == 4 ? tt : gg, dn[i] * 4);
     ct_mmdit_batch in = {.B = B,
                          .H = h,
                          .W = w,
                          .T = T,
-                         .x = xin,
-                         .t = tt,
-                         .txt = txt,
-                         .y = y,
-                         .guidance = gemb ? gg : NULL};
-    st = ct_mmdit_forward(m, &in, v, err);
+                         .x = twins ? dbuf[0] : xin,
+                         .t = twins ? dbuf[4] : tt,
+                         .txt = twins ? dbuf[2] : txt,
+                         .y = twins ? dbuf[3] : y,
+                         .guidance = gemb ? (twins ? dbuf[5] : gg) : NULL};
+    st = ct_mmdit_forward(m, &in, twins ? dbuf[1] : v, err);
     if (st) break;
+    if (twins) be->copy_out(v, dbuf[1], dn[1] * sizeof(float));
     const float g = o->guidance, dt = tn - t;
     if (o->sched) { /* the scheduler's step, as FluxPipeline (no CFG pass) */
       ct_fm_step(sg, k, v, x, (size_t)n * lat);
@@ -119,6 +136,7 @@ ct_status ct_sample_images_with(ct_mmdit *m, ct_prompt_encode_fn encode, void *c
       for (int j = 0; j < i; j++) ct_image_free(&out[j]);
   }
 done:
+  for (int i = 0; i < 6; i++) be->free(dbuf[i]);
   ct_free(x);
   ct_free(xin);
   ct_free(v);

@@ -166,9 +166,21 @@ static const float *guidance(trainer *tr, const uint64_t *ids, int B) {
   return tr->guid;
 }
 
+/* n floats of host data where the model reads them: the host buffer itself on
+ * a backend with host memory, else copied into its twin dev. */
+static const float *upload(const trainer *tr, float *dev, const float *host, size_t n) {
+  const ct_backend_ops *be = ct_trainer_be(tr);
+  if (be->host_memory || !host) return host;
+  be->copy_in(dev, host, n * sizeof(float));
+  return dev;
+}
+
 /* One micro-batch: forward, loss, backward (grads accumulate). The batch
  * (one aspect bucket, this rank's slice of the step's samples) comes from the
- * data loader; noise and timesteps are keyed by its global sample ids. */
+ * data loader; noise and timesteps are keyed by its global sample ids. On a
+ * backend without host memory x_t, t, the text embeddings and the guidance
+ * are copied in, v out and dv in; the loss is the host loop either way, so
+ * its bits do not depend on the backend. */
 static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, long step,
                                   double *loss, ct_err *err) {
   const ct_config *cfg = tr->cfg;
@@ -208,19 +220,23 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     float *xt = tr->xt + b * lat;
     for (size_t i = 0; i < lat; i++) xt[i] = (1.0f - t) * x0[i] + t * e[i];
   }
+  const size_t tot = (size_t)B * lat;
+  const ct_backend_ops *be = ct_trainer_be(tr);
+  const size_t dtxt = (size_t)T * (size_t)tr->g.mc.context_in_dim;
   ct_mmdit_batch in = {.B = B,
                        .H = bt->h,
                        .W = bt->w,
                        .T = T,
-                       .x = tr->xt,
-                       .t = tr->t,
-                       .txt = txt,
-                       .y = y,
-                       .guidance = guidance(tr, bt->ids, B)};
+                       .x = upload(tr, tr->d_xt, tr->xt, tot),
+                       .t = upload(tr, tr->d_t, tr->t, (size_t)B),
+                       .txt = upload(tr, tr->d_txt, txt, (size_t)B * dtxt),
+                       .y = upload(tr, tr->d_y, y, (size_t)B * (size_t)tr->g.mc.vec_in_dim),
+                       .guidance = upload(tr, tr->d_guid, guidance(tr, bt->ids, B), (size_t)B)};
   if (tr->lora) ct_lora_set_batch(tr->lora, B, bt->ids); /* dropout masks by sample id */
-  st = ct_mmdit_forward(tr->m, &in, tr->v, err);
+  float *v = be->host_memory ? tr->v : tr->d_v, *dv = be->host_memory ? tr->dv : tr->d_dv;
+  st = ct_mmdit_forward(tr->m, &in, v, err);
   if (st) return st;
-  const size_t tot = (size_t)B * lat;
+  if (v != tr->v) be->copy_out(tr->v, v, tot * sizeof(float));
   const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
   double l = 0;
   for (size_t i = 0; i < tot; i++) {
@@ -229,7 +245,8 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     tr->dv[i] = scale * diff;
   }
   if (ct_fault_nan(step)) tr->dv[0] = NAN, l = NAN;
-  st = ct_mmdit_backward(tr->m, tr->dv, err);
+  if (dv != tr->dv) be->copy_in(dv, tr->dv, tot * sizeof(float));
+  st = ct_mmdit_backward(tr->m, dv, err);
   if (tr->lora) ct_lora_set_batch(tr->lora, 0, NULL); /* validation samples without dropout */
   *loss = l / (double)tot;
   s->samples_seen = (long)ct_dataset_samples_seen(tr->ds);
@@ -781,6 +798,19 @@ static ct_status alloc(trainer *tr, ct_err *err) {
   tr->guid = ct_alloc(CT_MEM_BUFFERS, B * sizeof(float));
   if (!tr->eps || !tr->xt || !tr->v || !tr->dv || !tr->t || !tr->txt || !tr->y || !tr->guid)
     return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers");
+  const ct_backend_ops *be = ct_trainer_be(tr);
+  if (be->host_memory) return CT_OK; /* the model reads the host buffers */
+  struct {
+    float **p;
+    size_t n;
+  } dev[] = {{&tr->d_xt, B * lat},    {&tr->d_v, B * lat}, {&tr->d_dv, B * lat}, {&tr->d_t, B},
+             {&tr->d_txt, B * T * d}, {&tr->d_y, B * dp},  {&tr->d_guid, B}};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
+    *dev[i].p = be->alloc(CT_MEM_BUFFERS, (dev[i].n ? dev[i].n : 1) * sizeof(float));
+    if (!*dev[i].p)
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory for the batch buffers on compute backend %s",
+                     be->name);
+  }
   return CT_OK;
 }
 
@@ -818,6 +848,9 @@ static void task_free(trainer *tr) {
   ct_validation_free(tr);
   float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y, &tr->guid};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
+  float **dev[] = {&tr->d_xt, &tr->d_v, &tr->d_dv, &tr->d_t, &tr->d_txt, &tr->d_y, &tr->d_guid};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+    ct_trainer_be(tr)->free(*dev[i]), *dev[i] = NULL;
 }
 
 const ct_task_ops ct_task_mmdit = {.name = "mmdit",

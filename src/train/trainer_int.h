@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/codec.h"
 #include "ctuner/data.h"
 #include "ctuner/health.h"
@@ -71,8 +72,15 @@ typedef struct trainer {
   int vw, vh;
   long total;
   FILE *metrics;
-  /* batch buffers */
+  /* batch buffers (host) */
   float *eps, *xt, *v, *dv, *t, *txt, *y, *guid;
+  /* their twins in the compute backend's memory when it is not host memory
+   * (else NULL: the model reads the host buffers) */
+  float *d_xt, *d_v, *d_dv, *d_t, *d_txt, *d_y, *d_guid;
+  /* compute_backend (reside.c): where the model, gradients, optimizer state,
+   * EMA and master weights live once ct_trainer_reside moved them; the model
+   * computes on its compute sibling (bf16) of the same memory */
+  const ct_backend_ops *be;
   const struct ct_dp_ops *dp;     /* the parallel strategy (dp.c picks it) */
   const struct ct_task_ops *task; /* the model family and objective */
   void *tk;                       /* the task's own state (task_vae.c) */
@@ -208,6 +216,32 @@ ct_status ct_run_resume(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_err *
 ct_status ct_trainer_run(const ct_config *cfg, ct_remote *remote, ct_comm *comm, ct_step_cb cb,
                          void *user, ct_train_summary *sum, ct_err *err);
 void ct_trainer_free(trainer *tr);
+
+/* ---- reside.c: the compute backend and residency (docs/training.md) ---- */
+/* tr->be from compute_backend (auto: cuda when usable, else cpu), with the
+ * refusals of a backend without host memory; logs it (rank 0). */
+ct_status ct_trainer_pick_backend(trainer *tr, ct_err *err);
+/* After the resume, before the strategy starts: the model, optimizer state,
+ * EMA and master weights moved onto tr->be (nothing moves on the CPU). */
+ct_status ct_trainer_reside(trainer *tr, ct_err *err);
+/* The backend the trainer's own ops run on (tr->be; the CPU's before it is picked). */
+static inline const ct_backend_ops *ct_trainer_be(const trainer *tr) {
+  return tr->be ? tr->be : ct_backend_default();
+}
+/* tr->be's check (asynchronous device errors) as the status path; where names the point. */
+ct_status ct_trainer_check(trainer *tr, const char *where, ct_err *err);
+/* A checkpoint's host view when the memory is the device's: the weights the
+ * model's writers read (swapped in), the EMA and the optimizer state copied
+ * out into host buffers that io points at; released (and swapped back) after. */
+typedef struct host_stage {
+  int on;
+  float *w, *saved_w, *e;
+  const float *saved_e;
+  float **st;
+  size_t nst;
+} host_stage;
+ct_status ct_trainer_stage_out(trainer *tr, ct_ckpt_io *io, host_stage *hs, ct_err *err);
+void ct_trainer_stage_release(trainer *tr, ct_ckpt_io *io, host_stage *hs);
 
 /* ---- setup.c ---- */
 ct_status ct_trainer_open_data(trainer *tr, ct_err *err);

@@ -141,15 +141,16 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
   /* the trained model's weights (the MMDiT's, or model_type lora's adapters) */
   const size_t nw = ct_model_numel(tr->model);
   float *const w = ct_model_params(tr->model);
+  const ct_backend_ops *be = ct_trainer_be(tr); /* the weights' and EMA's memory */
   for (int k = 0; k < nv && !st; k++) {
     if (variants[k] == 1) { /* swap the EMA weights in, and back afterwards */
-      live = ct_alloc(CT_MEM_BUFFERS, nw * sizeof(float));
+      live = be->alloc(CT_MEM_BUFFERS, nw * sizeof(float));
       if (!live) {
         st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
         break;
       }
-      memcpy(live, w, nw * sizeof(float));
-      memcpy(w, tr->ema, nw * sizeof(float));
+      be->copy(live, w, nw * sizeof(float));
+      be->copy(w, tr->ema, nw * sizeof(float));
     }
     /* Same noise for every prompt's idx-th image, so rows are comparable. */
     for (int q = 0; q < n && !st; q += per) {
@@ -157,8 +158,8 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                                  &so, imgs + (size_t)k * n + q, err);
     }
     if (live) {
-      memcpy(w, live, nw * sizeof(float));
-      ct_free(live);
+      be->copy(w, live, nw * sizeof(float));
+      be->free(live);
       live = NULL;
     }
   }

@@ -30,6 +30,12 @@
  * gradient is rounded into the bf16 storage when it is left, so the kernels
  * always compute in float32. Stages 0-1 keep all bf16 parameters and
  * gradients and reduce once per step (all-reduce or reduce-scatter in bf16).
+ *
+ * The bf16 storage, its float32 segment scratch, the step's float32 gradient
+ * and the stage 2-3 gradient shard are the compute backend's memory (z->be),
+ * widened, narrowed and zeroed by its ops; the buckets, slots and pieces that
+ * MPI reads and writes stay host memory (a backend without host memory runs
+ * one rank at stage 0: reside.c).
  */
 #include "train/zero.h"
 
@@ -53,14 +59,24 @@ static ct_comm_dtype dt(const zero_ctx *z) {
   return z->bf16 ? CT_COMM_BF16 : CT_COMM_F32;
 }
 
-static void widen(const uint16_t *src, float *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; i++) dst[i] = ct_bf16_to_f32(src[i]);
+/* bf16 storage through the compute backend's ops (the CPU's: the loops they replaced) */
+static void widen(const zero_ctx *z, const uint16_t *src, float *dst, size_t n) {
+  z->be->bf16_widen(n, src, dst);
 }
 
-static void narrow(const float *src, uint16_t *dst, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; i++) dst[i] = ct_f32_to_bf16(src[i]);
+static void narrow(const zero_ctx *z, const float *src, uint16_t *dst, size_t n) {
+  z->be->bf16_narrow(n, src, dst);
+}
+
+/* bf16 storage of n elements, allocated as whole floats so be->zero clears it */
+static uint16_t *alloc16(const zero_ctx *z, ct_mem_cat cat, size_t n) {
+  const size_t nf = (n + 1) / 2 ? (n + 1) / 2 : 1;
+  uint16_t *p = z->be->alloc(cat, nf * sizeof(float));
+  if (p) z->be->zero(nf, (float *)p);
+  return p;
+}
+static void zero16(const zero_ctx *z, uint16_t *p, size_t n) {
+  if (n) z->be->zero((n + 1) / 2, (float *)p);
 }
 
 static ct_status z_wait(zero_ctx *z, ct_comm_req **r, ct_err *err) {
@@ -260,17 +276,17 @@ static ct_status z_enter(void *user, int s, int backward, float **w, float **g, 
     void *slot;
     if ((st = param_slot(z, s, backward, &slot, err))) return st;
     if (z->bf16)
-      widen(slot, z->wseg, n);
+      widen(z, slot, z->wseg, n);
     else
       *w = slot;
   } else if (z->bf16) {
-    widen(z->w16 + off, z->wseg, n);
+    widen(z, z->w16 + off, z->wseg, n);
   }
   if (z->bf16) *w = z->wseg;
   if (!backward) return CT_OK;
   /* gradients */
   if (z->bf16) {
-    memset(z->gseg, 0, n * sizeof(float));
+    z->be->zero(n, z->gseg);
     *g = z->gseg;
     if (z->stage >= 2) st = grad_place(z, off, n, &z->gdst, err);
   } else if (z->stage >= 2) {
@@ -290,13 +306,10 @@ static ct_status z_leave(void *user, int s, int backward, ct_err *err) {
     size_t off, n;
     z->m->ops->segment(z->m, s, &off, &n);
     const float *gs = z->gseg;
-    if (z->stage >= 2) {
-      narrow(gs, z->gdst, n);
-    } else {
-      uint16_t *g = z->g16 + off;
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (size_t i = 0; i < n; i++) g[i] = ct_f32_to_bf16(ct_bf16_to_f32(g[i]) + gs[i]);
-    }
+    if (z->stage >= 2)
+      narrow(z, gs, z->gdst, n);
+    else
+      z->be->bf16_narrow_acc(n, gs, z->g16 + off);
   }
   ct_status st = progress(z, err);
   if (!st && backward && s == 0 &&
@@ -315,8 +328,9 @@ void zero_hooks(zero_ctx *z, int on) {
 }
 
 ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket,
-                    float *master, ct_err *err) {
+                    float *master, const ct_backend_ops *be, ct_err *err) {
   memset(z, 0, sizeof *z);
+  z->be = be ? be : ct_backend_default();
   z->comm = comm;
   z->m = m;
   z->stage = stage;
@@ -355,15 +369,16 @@ ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16
   }
   if (bf16) {
     const size_t nw16 = stage >= 3 ? sh : z->n, ng16 = stage >= 2 ? sh : z->n;
-    z->w16 = ct_calloc(CT_MEM_PARAMS, nw16, 2);
-    z->g16 = ct_calloc(CT_MEM_GRADS, ng16, 2);
-    z->wseg = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
-    z->gseg = ct_alloc(CT_MEM_BUFFERS, z->maxseg * sizeof(float));
-    z->g32 = ct_alloc(CT_MEM_BUFFERS, (z->mhi - z->mlo ? z->mhi - z->mlo : 1) * sizeof(float));
+    z->w16 = alloc16(z, CT_MEM_PARAMS, nw16);
+    z->g16 = alloc16(z, CT_MEM_GRADS, ng16);
+    z->wseg = z->be->alloc(CT_MEM_BUFFERS, (z->maxseg ? z->maxseg : 1) * sizeof(float));
+    z->gseg = z->be->alloc(CT_MEM_BUFFERS, (z->maxseg ? z->maxseg : 1) * sizeof(float));
+    z->g32 = z->be->alloc(CT_MEM_BUFFERS, (z->mhi - z->mlo ? z->mhi - z->mlo : 1) * sizeof(float));
     if (!z->w16 || !z->g16 || !z->wseg || !z->gseg || !z->g32)
       return ct_errf(err, CT_ERR_NOMEM, "out of memory for the bf16 parameters and gradients");
   } else {
-    z->gsh = ct_calloc(CT_MEM_GRADS, sh, sizeof(float));
+    z->gsh = z->be->alloc(CT_MEM_GRADS, sh * sizeof(float));
+    if (z->gsh) z->be->zero(sh, z->gsh);
     if (!z->gsh)
       return ct_errf(err, CT_ERR_NOMEM, "out of memory for the gradient shard (%zu floats)", sh);
   }
@@ -389,9 +404,9 @@ ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err)
 
 void zero_begin_step(zero_ctx *z) {
   if (z->bf16)
-    memset(z->g16, 0, (z->stage >= 2 ? z->shard : z->n) * 2);
+    zero16(z, z->g16, z->stage >= 2 ? z->shard : z->n);
   else if (z->stage >= 2)
-    memset(z->gsh, 0, z->shard * sizeof(float));
+    z->be->zero(z->shard, z->gsh);
 }
 
 ct_status zero_bf16_grads(zero_ctx *z, float **g32, ct_err *err) {
@@ -404,7 +419,7 @@ ct_status zero_bf16_grads(zero_ctx *z, float **g32, ct_err *err) {
   z->wait_s += now() - t0;
   if (st) return st;
   /* stages 0-1 hold all n (this rank's range at [mlo, ...)); 2-3 the shard */
-  widen(z->g16 + (z->stage >= 2 ? 0 : z->mlo), z->g32, z->mhi - z->mlo);
+  widen(z, z->g16 + (z->stage >= 2 ? 0 : z->mlo), z->g32, z->mhi - z->mlo);
   *g32 = z->g32;
   return CT_OK;
 }
@@ -418,7 +433,7 @@ ct_status zero_params_changed(zero_ctx *z, ct_err *err) {
   }
   if (st || !z->bf16) return st;
   const size_t n = z->mhi - z->mlo;
-  narrow(z->master, z->w16 + (z->stage >= 3 ? 0 : z->mlo), n);
+  narrow(z, z->master, z->w16 + (z->stage >= 3 ? 0 : z->mlo), n);
   if (z->stage == 1 || z->stage == 2) {
     const double t0 = now();
     st = ct_comm_allgather_bf16(z->comm, z->w16, z->n, z->shard, err);
@@ -440,12 +455,12 @@ void zero_free(zero_ctx *z) {
     ct_free(z->fz.slot[k]);
     ct_free(z->fz.piece[k]);
   }
-  ct_free(z->gsh);
-  ct_free(z->w16);
-  ct_free(z->g16);
-  ct_free(z->wseg);
-  ct_free(z->gseg);
-  ct_free(z->g32);
+  z->be->free(z->gsh);
+  z->be->free(z->w16);
+  z->be->free(z->g16);
+  z->be->free(z->wseg);
+  z->be->free(z->gseg);
+  z->be->free(z->g32);
   zero_hooks(z, 0);
   memset(z, 0, sizeof *z);
 }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "ctuner/backend.h"
 #include "ctuner/comm.h"
 #include "train/model.h"
 
@@ -30,6 +31,7 @@ typedef struct zero_frozen {
 } zero_frozen;
 
 typedef struct zero_ctx {
+  const ct_backend_ops *be; /* where the bf16 storage, segment scratch and gradient shard live */
   ct_comm *comm;
   ct_model *m;
   int stage, nseg, bf16;
@@ -82,10 +84,11 @@ ct_status zero_frozen_idle(zero_ctx *z, ct_err *err);
  * stage 3 two parameter slots; bf16 the bf16 parameters and gradients and
  * float32 segment scratch). master: float32 weights of [mlo, mhi) — needed
  * for stage 3 and bf16, NULL otherwise; bf16 rounds it into the bf16
- * parameters (every rank must call this: stages 1-2 all-gather them).
+ * parameters (every rank must call this: stages 1-2 all-gather them). be:
+ * the compute backend of the bf16 storage and scratch (NULL: the CPU's).
  * Stages 0-1 in float32 only fill the geometry. */
 ct_status zero_init(zero_ctx *z, ct_comm *comm, ct_model *m, int stage, int bf16, size_t bucket,
-                    float *master, ct_err *err);
+                    float *master, const ct_backend_ops *be, ct_err *err);
 /* Stage 3 (float32): the parameters live elsewhere (offload); each gather
  * reads this rank's piece through fn first. */
 ct_status zero_set_reader(zero_ctx *z, zero_read_fn fn, void *user, ct_err *err);
