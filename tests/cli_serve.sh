@@ -243,6 +243,83 @@ code "$U/api/runs" >/dev/null
   ok "saving a config through a symlinked run is refused, nothing written outside" || bad "write through symlink: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs/%2e%2e/config" --data-binary @"$tmp/run.json")" = 400 ] && [ ! -e "$tmp/config.json" ] && ok "saving into .. is refused" || bad "save .."
 
+# ---- links a request or a run would follow, NULs in names (each failed before the fix) ----
+cp -r "$root/r1/checkpoint-120" "$tmp/outside-ckpt"
+ln -s "$tmp/outside-ckpt" "$root/r1/checkpoint-999"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-999"}')" = 403 ] && [ ! -e "$root/r1/exports/checkpoint-999-f32.safetensors" ] &&
+  ok "export of a checkpoint-N that is a link to outside the root: 403, nothing exported" || bad "export through a link: $(cat "$tmp/body")"
+cp -r "$root/r1/checkpoint-120" "$root/r1/checkpoint-998"
+rm "$root/r1/checkpoint-998/model.safetensors"; ln -s "$tmp/outside-ckpt/model.safetensors" "$root/r1/checkpoint-998/model.safetensors"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-998"}')" = 403 ] && grep -q "checkpoint-998/model.safetensors" "$tmp/body" &&
+  [ ! -e "$root/r1/exports/checkpoint-998-f32.safetensors" ] && ok "export of a checkpoint holding a linked file: 403, the link named" || bad "export of a checkpoint with a link: $(cat "$tmp/body")"
+rm -rf "$root/r1/checkpoint-998"
+code "$U/api/runs/r1" >/dev/null
+[ "$(jq_ 'any(c["name"] == "checkpoint-999" for c in d["checkpoints"])')" = False ] && ok "a linked checkpoint is not listed" || bad "linked checkpoint listed"
+cp "$root/r1/$img" "$tmp/outside.png"
+ln -s "$tmp/outside.png" "$root/r1/validation_images/step_999_grid.png"
+code "$U/api/runs/r1/validation" >/dev/null
+[ "$(jq_ 'any(i["step"] == 999 for i in d["images"])')" = False ] && ok "the validation listing leaves out a linked image" || bad "linked image listed: $(head -c 300 "$tmp/body")"
+printf '{"learning_rate": TOPSECRET\n' > "$tmp/secret.json"
+mkdir -p "$root/cfglink"; ln -s "$tmp/secret.json" "$root/cfglink/config.json"
+[ "$(post "$U/api/runs" -d '{"name": "cfglink"}')" = 403 ] && sleep 0.5 && [ ! -e "$root/cfglink/train.log" ] &&
+  ok "a start whose config.json is a link to outside: 403, no trainer reads it" || bad "start through a linked config: $(cat "$tmp/body")"
+code "$U/api/runs/cfglink/log" >/dev/null; ! grep -q TOPSECRET "$tmp/body" && ok "... and its log quotes nothing of it" || bad "the log quotes the linked config"
+[ "$(post "$U/api/runs/rl/config" --data-binary @"$tmp/run.json")" = 200 ] || bad "save rl: $(cat "$tmp/body")"
+ln -s "$tmp/outside-ckpt" "$root/rl/checkpoint-500"
+[ "$(post "$U/api/runs" -d '{"name": "rl", "resume": true}')" = 403 ] && grep -q "checkpoint-500" "$tmp/body" && [ ! -e "$root/rl/train.log" ] &&
+  ok "a resume that a linked checkpoint would feed: 403, the link named" || bad "resume through a link: $(cat "$tmp/body")"
+rm "$root/rl/checkpoint-500"
+mkdir -p "$tmp/direct"; ln -s "$tmp/outside-ckpt" "$tmp/direct/checkpoint-500"
+"$CT" train --config "$root/rl/config.json" --output_dir "$tmp/direct" --max_train_steps=1 --validation_step_interval=0 \
+  --resume_from_checkpoint=latest > "$tmp/direct.log" 2>&1
+grep -q "ignoring $tmp/direct/checkpoint-500: not a directory" "$tmp/direct.log" && grep -q '"step": 1,' "$tmp/direct/metrics.jsonl" &&
+  ok "ctuner train: resume's latest ignores a linked checkpoint" || bad "latest through a link: $(tail -5 "$tmp/direct.log")"
+[ "$(post "$U/api/runs" -d '{"name": "r1\u0000/../../x"}')" = 400 ] && ok "a run name with a NUL inside (\\u0000) is refused, not cut short" || bad "NUL name: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120\u0000/../../x"}')" = 400 ] && ok "a checkpoint name with a NUL inside is refused" || bad "NUL checkpoint: $(cat "$tmp/body")"
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_out.json" "$tmp/elsewhere" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["backend"][0]["cache_dir_vae"] = sys.argv[3] + "/vae"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/outw/config" --data-binary @"$tmp/run_out.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "outw"}')" = 403 ] && grep -q "cache_dir_vae" "$tmp/body" && [ ! -e "$tmp/elsewhere" ] &&
+  ok "a start whose cache_dir_vae leaves the root: 403, by name" || bad "cache outside: $(cat "$tmp/body")"
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_out.json" "$tmp/elsewhere" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["config"]["logging_dir"] = sys.argv[3]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/outw/config" --data-binary @"$tmp/run_out.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "outw"}')" = 403 ] && grep -q "logging_dir" "$tmp/body" && [ ! -e "$tmp/elsewhere" ] &&
+  ok "a start whose logging_dir leaves the root: 403, by name" || bad "logging_dir outside: $(cat "$tmp/body")"
+
+# ---- the builder's check: the datasets as `ctuner config check` sees them ----
+chk() { post "$U/api/config/check" -d "{\"config\": {\"preset\": \"tiny\"}, \"backend\": [{\"id\": \"data\", \"type\": \"local\", $1 \"caption_strategy\": \"textfile\"}]}" >/dev/null; }
+chk '"instance_data_dir": "",'
+[ "$(jq_ 'd["ok"], any("instance_data_dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: an empty instance_data_dir is an error before launch" || bad "empty dir: $(cat "$tmp/body")"
+chk ''
+[ "$(jq_ 'd["ok"], any("instance_data_dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: a dataset without instance_data_dir is an error" || bad "no dir: $(cat "$tmp/body")"
+chk "\"instance_data_dir\": \"$tmp/no-such-dir\","
+[ "$(jq_ 'd["ok"], any("no-such-dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: a missing instance_data_dir directory is an error" || bad "missing dir: $(cat "$tmp/body")"
+chk "\"instance_data_dir\": \"$tmp/data\","
+[ "$(jq_ 'd["ok"]')" = True ] && ok "check: a dataset with its directory checks out" || bad "good dataset: $(cat "$tmp/body")"
+
+# ---- port 80: the page's own Host header has no port ----
+if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
+  [ "$(code "http://127.0.0.1/api/runs")" = 200 ] && [ "$(code "http://localhost/api/runs")" = 200 ] &&
+    [ "$(code "http://127.0.0.1/api/runs" -H 'Host: 127.0.0.1:80')" = 200 ] &&
+    ok "--port 80: Host 127.0.0.1 and localhost (no port, as browsers send it) are accepted" || bad "port 80 Host: $(cat "$tmp/body")"
+  [ "$(code "http://127.0.0.1/api/runs" -H 'Host: evil.example')" = 403 ] && [ "$(code "http://127.0.0.1/api/runs" -H 'Host: localhost:81')" = 403 ] &&
+    ok "--port 80: a foreign Host, or another port, is still refused" || bad "port 80 foreign Host"
+  kill "${pids[-1]}"
+else
+  echo "# skip - port 80 is taken here: $(tail -1 "$tmp/p80.out")"
+fi
+[ "$(code "$U/api/runs" -H "Host: 127.0.0.1")" = 403 ] && ok "a port-less Host on another port is refused" || bad "port-less Host on $port"
+
 # ---- tokens ----
 start_serve "$tmp/tok.out" --root "$root" --port 0 --token tok-123456789
 T="http://127.0.0.1:$port"

@@ -133,8 +133,8 @@ static const char *message_key(const char *msg, char *buf, size_t n) {
  * collecting every problem (ct_config_problems, the list `ctuner config check`
  * prints): parse, per-key rules, the DeepSpeed fold, rules between keys. On
  * no error *resolved is the canonical JSON of every key (caller frees). */
-static void check_config(const char *text, size_t n, int world, ct_config_problems *probs,
-                         char **resolved) {
+static void check_config(const char *text, size_t n, const char *be, size_t ben, const char *outdir,
+                         int world, ct_config_problems *probs, char **resolved) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   char path[64];
@@ -154,6 +154,7 @@ static void check_config(const char *text, size_t n, int world, ct_config_proble
                              "deepspeed_config", NULL, "%s", e.msg);
   }
   ct_config_check(&cfg, probs);
+  if (be) srv_backend_problems(be, ben, outdir, &cfg, probs); /* as `ctuner config check` */
   for (size_t i = before; i < probs->n; i++) /* the memfd's path means nothing to the user */
     if (!strcmp(probs->v[i].file, path))
       snprintf(probs->v[i].file, sizeof probs->v[i].file, "config");
@@ -164,10 +165,11 @@ out:
 }
 
 /* {"ok": ..., "problems": [{key, message, where, warning, hint}...], "resolved": {...}}. */
-static void write_check(FILE *f, const char *text, size_t n, int world) {
+static void write_check(FILE *f, const char *text, size_t n, const char *be, size_t ben,
+                        const char *outdir, int world) {
   ct_config_problems probs = {0};
   char *resolved = NULL, kb[128], wb[700];
-  check_config(text, n, world, &probs, &resolved);
+  check_config(text, n, be, ben, outdir, world, &probs, &resolved);
   fprintf(f, "{\"ok\": %s, \"world\": %d, \"problems\": [", probs.errors ? "false" : "true", world);
   for (size_t i = 0; i < probs.n; i++) {
     const ct_config_problem *pr = &probs.v[i];
@@ -199,10 +201,41 @@ static int world_arg(const srv_req *q) {
   return v < 1 ? 1 : v > 1024 ? 1024 : (int)v;
 }
 
+/* The JSON text of v (malloc'd), or NULL. */
+static char *json_text(const ct_json *v, size_t *n) {
+  char *t = NULL;
+  FILE *f = open_memstream(&t, n);
+  if (!f) return NULL;
+  srv_json_write(f, v);
+  fputc('\n', f);
+  fclose(f);
+  return t;
+}
+
+/* The body: a config object, or {"config": {...}, "backend": [...]} (the
+ * builder's form, whose datasets are checked as `ctuner config check` does). */
 void srv_config_check(ct_serve *s, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  char *ct = NULL, *bt = NULL;
+  size_t cn = 0, bn = 0;
+  if (!ct_json_parse(q->body, q->nbody, &body, &err) && body->type == CT_JSON_OBJECT &&
+      body->n == 2 && ct_json_get(body, "config") && ct_json_get(body, "backend")) {
+    const ct_json *c = ct_json_get(body, "config"), *b = ct_json_get(body, "backend");
+    if (c->type == CT_JSON_OBJECT && b->type == CT_JSON_ARRAY) {
+      ct = json_text(c, &cn);
+      bt = json_text(b, &bn);
+    }
+  }
   FILE *f = srv_json_open(r, 200);
-  if (f) write_check(f, q->body, q->nbody, world_arg(q));
+  if (f && ct && bt)
+    write_check(f, ct, cn, bt, bn, s->root, world_arg(q));
+  else if (f)
+    write_check(f, q->body, q->nbody, NULL, 0, NULL, world_arg(q));
   srv_json_close(r, f);
+  free(ct);
+  free(bt);
+  ct_json_free(body);
 }
 
 /* The config object with output_dir (and data_backend_config) set to paths in
@@ -255,14 +288,7 @@ static void save_config(ct_serve *s, const char *name, const ct_json *body, int 
     goto out;
   }
   snprintf(run, sizeof run, "%s/%s", s->root, name);
-  if (be) {
-    FILE *f = open_memstream(&betext, &ben);
-    if (f) {
-      srv_json_write(f, be);
-      fputc('\n', f);
-      fclose(f);
-    }
-  }
+  if (be) betext = json_text(be, &ben);
   text = config_text(cfg, run, be != NULL);
   if (!text || (be && !betext) ||
       (be && srv_write_at(runfd, "multidatabackend.json", betext, ben)) ||
@@ -275,7 +301,7 @@ static void save_config(ct_serve *s, const char *name, const ct_json *body, int 
     fputs("{\"saved\": [\"config.json\"", f);
     if (be) fputs(", \"multidatabackend.json\"", f);
     fputs("], \"check\": ", f);
-    write_check(f, text, strlen(text), world);
+    write_check(f, text, strlen(text), betext, ben, run, world);
     fputs("}", f);
   }
   srv_json_close(r, f);
@@ -492,10 +518,10 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
               body ? "" : ": ", body ? "" : err.msg);
     goto out;
   }
-  const ct_json *nm = ct_json_get(body, "name"), *rk = ct_json_get(body, "ranks");
-  const ct_json *resume = ct_json_get(body, "resume");
+  const ct_json *rk = ct_json_get(body, "ranks"), *resume = ct_json_get(body, "resume");
+  const char *name = srv_json_name(ct_json_get(body, "name"));
   long ranks = rk && rk->type == CT_JSON_NUMBER && rk->is_int ? (long)rk->i64 : rk ? -1 : 1;
-  if (!nm || nm->type != CT_JSON_STRING || !srv_name_ok(nm->str)) {
+  if (!name) {
     srv_error(r, 400, "\"name\" must be a run name (letters, digits, '.', '_', '-')");
     goto out;
   }
@@ -504,21 +530,21 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
     goto out;
   }
   if (ct_json_get(body, "config")) { /* save first, refuse a config that does not check */
-    save_config(s, nm->str, body, (int)ranks, r);
+    save_config(s, name, body, (int)ranks, r);
     if (r->code != 200) goto out;
     if (!strstr(r->body, "\"check\": {\"ok\": true")) {
       r->code = 422;
       goto out;
     }
   }
-  if ((runfd = srv_open_run(s, nm->str)) < 0 ||
-      faccessat(runfd, "config.json", F_OK, AT_SYMLINK_NOFOLLOW)) {
-    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", nm->str,
-              nm->str);
+  if ((runfd = srv_open_run(s, name)) < 0) {
+    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", name,
+              name);
     goto out;
   }
+  if (srv_launch_check(s, name, runfd, r)) goto out; /* no links, nothing written outside */
   pthread_mutex_lock(&s->mu);
-  start_locked(s, nm->str, runfd, (int)ranks, resume, r);
+  start_locked(s, name, runfd, (int)ranks, resume, r);
   pthread_mutex_unlock(&s->mu);
 out:
   if (runfd >= 0) close(runfd);
@@ -548,6 +574,32 @@ void srv_run_stop(ct_serve *s, const char *name, srv_reply *r) {
   srv_json_close(r, f);
 }
 
+/* 0 if checkpoint dir `ck` of the run is a directory with no symbolic link in
+ * it (the export reads it by name), else the refusal in r. */
+static int export_refused(int runfd, const char *name, const char *ck, srv_reply *r) {
+  char link[PATH_MAX];
+  int fd = srv_open_rel(runfd, ck, O_RDONLY | O_DIRECTORY);
+  if (fd < 0 && errno != ENOENT) {
+    srv_error(r, 403,
+              "%s of run '%s' is not a directory (a symbolic link?): the server follows no "
+              "links under its root",
+              ck, name);
+    return 1;
+  }
+  if (fd < 0) {
+    srv_error(r, 404, "run '%s' has no %s", name, ck);
+    return 1;
+  }
+  close(fd);
+  int found = srv_find_link(runfd, ck, link, sizeof link);
+  if (found > 0)
+    srv_error(r, 403, "%s of run '%s' holds a symbolic link, '%s': the server follows no links", ck,
+              name, link);
+  else if (found < 0)
+    srv_error(r, 500, "cannot look through %s of run '%s': %s", ck, name, strerror(errno));
+  return found != 0;
+}
+
 /* POST /api/runs/{name}/export {"checkpoint": "checkpoint-N", "dtype": "f32"|"bf16",
  * "ema": bool}: `ctuner checkpoint export` into RUN/exports/, waited for (in
  * this connection's thread), its output kept in RUN/exports/export.log. */
@@ -561,19 +613,20 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
               "body: expected {\"checkpoint\": \"checkpoint-N\", \"dtype\": ..., \"ema\": ...}");
     goto out;
   }
-  const ct_json *c = ct_json_get(body, "checkpoint"), *dt = ct_json_get(body, "dtype");
-  const ct_json *ema = ct_json_get(body, "ema");
+  const ct_json *dt = ct_json_get(body, "dtype"), *ema = ct_json_get(body, "ema");
+  const char *ckpt = srv_json_name(ct_json_get(body, "checkpoint"));
   const char *dtype = dt && dt->type == CT_JSON_STRING ? dt->str : "f32";
   int use_ema = ema && ema->type == CT_JSON_BOOL && ema->boolean;
-  if (!c || c->type != CT_JSON_STRING || strncmp(c->str, "checkpoint-", 11) ||
-      !srv_name_ok(c->str) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
+  if (!ckpt || strncmp(ckpt, "checkpoint-", 11) ||
+      (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
     srv_error(r, 400, "\"checkpoint\" must be a checkpoint-N of the run, \"dtype\" f32 or bf16");
     goto out;
   }
-  if ((runfd = srv_open_run(s, name)) < 0 || faccessat(runfd, c->str, F_OK, AT_SYMLINK_NOFOLLOW)) {
-    srv_error(r, 404, "run '%s' has no %s", name, c->str);
+  if ((runfd = srv_open_run(s, name)) < 0) {
+    srv_error(r, 404, "no run '%s' under the root", name);
     goto out;
   }
+  if (export_refused(runfd, name, ckpt, r)) goto out;
   if ((mkdirat(runfd, "exports", 0755) && errno != EEXIST) ||
       (exfd = srv_open_rel(runfd, "exports", O_RDONLY | O_DIRECTORY)) < 0 ||
       (logfd = openat(exfd, "export.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
@@ -581,8 +634,14 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
     srv_error(r, 500, "cannot make %s/%s/exports: %s", s->root, name, strerror(errno));
     goto out;
   }
-  snprintf(file, sizeof file, "%s%s-%s.safetensors", c->str, use_ema ? "-ema" : "", dtype);
-  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, c->str);
+  snprintf(file, sizeof file, "%s%s-%s.safetensors", ckpt, use_ema ? "-ema" : "", dtype);
+  struct stat sb;
+  if (!fstatat(exfd, file, &sb, AT_SYMLINK_NOFOLLOW) && !S_ISREG(sb.st_mode)) {
+    srv_error(r, 403, "exports/%s of run '%s' is not a regular file (a symbolic link?)", file,
+              name);
+    goto out;
+  }
+  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, ckpt);
   snprintf(out, sizeof out, "%s/%s/exports/%s", s->root, name, file);
   int n = 0;
   av[n++] = s->ctuner;

@@ -120,7 +120,8 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Sorted names in dirfd/sub ("" for dirfd) accepted by keep; caller frees. */
+/* Sorted names in dirfd/sub ("" for dirfd) accepted by keep, symbolic links
+ * left out; caller frees. */
 static char **list_dir(int dirfd, const char *sub, int (*keep)(int, const char *), size_t *count) {
   char **v = NULL;
   size_t n = 0, cap = 0;
@@ -130,6 +131,11 @@ static char **list_dir(int dirfd, const char *sub, int (*keep)(int, const char *
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (!d && fd >= 0) close(fd);
   for (struct dirent *e; d && (e = readdir(d));) {
+    struct stat st; /* a symbolic link is never listed (nor followed when opened) */
+    if (e->d_type == DT_LNK ||
+        (e->d_type == DT_UNKNOWN &&
+         (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || S_ISLNK(st.st_mode))))
+      continue;
     if (!srv_name_ok(e->d_name) || (keep && !keep(dirfd, e->d_name))) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 16;

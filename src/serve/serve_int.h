@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "ctuner/config.h"
 #include "ctuner/json.h"
 #include "ctuner/serve.h"
 
@@ -67,9 +68,21 @@ void srv_error(srv_reply *r, int code, const char *fmt, ...) __attribute__((form
 /* A query argument or NULL. */
 const char *srv_query(const srv_req *q, const char *key);
 
-/* safepath.c: 1 if name is one safe path component ([A-Za-z0-9._-], 1..128,
- * not starting with '.'). */
+/* safepath.c: the one rule for names: 1 if name[0..n) is one safe path
+ * component ([A-Za-z0-9._-], 1..128 bytes, not starting with '.'; a NUL
+ * inside fails). srv_name_ok is it for a C string, srv_json_name for a JSON
+ * string (the whole of it: "zz\u0000/../x" is refused, not cut to "zz"),
+ * answering the name or NULL. */
+int srv_name_okn(const char *name, size_t n);
 int srv_name_ok(const char *name);
+const char *srv_json_name(const ct_json *v);
+/* 1 if dirfd/sub (sub "" for dirfd itself) or anything below it is a symbolic
+ * link, its path (relative to dirfd) in found; 0 if none; -1 with errno. */
+int srv_find_link(int dirfd, const char *sub, char *found, size_t n);
+/* Where path (absolute, or relative to root/run) lies, "."/".." folded: 0
+ * outside root; 1 inside, no existing component a link; 2 inside through a
+ * link; -1 too long. rel: the path below root (for 2: up to the link). */
+int srv_path_inside(const ct_serve *s, const char *run, const char *path, char *rel, size_t n);
 /* The run directory root/name (no symlinks), or -1 with errno. */
 int srv_open_run(const ct_serve *s, const char *name);
 /* rel ("a/b/c.png") below dirfd, each component srv_name_ok and no symlink
@@ -95,6 +108,16 @@ long srv_metrics_json(int runfd, long since, FILE *f, long *last);
 long long srv_log_json(int runfd, long long off, FILE *f, long long *next);
 /* "running", "stopped" or "finished", and the last step logged; runfd open. */
 const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step, long *max_steps);
+
+/* guard.c: 0 if run `name` may start (its config.json a regular file, no
+ * link in the run, the paths it names kept to root: see guard.c), else the
+ * refusal (4xx) in r. */
+int srv_launch_check(ct_serve *s, const char *name, int runfd, srv_reply *r);
+/* The datasets of a multidatabackend.json text as `ctuner config check`
+ * checks them, plus a local image dataset's directory present; relative
+ * paths against outdir. */
+void srv_backend_problems(const char *text, size_t n, const char *outdir, const ct_config *cfg,
+                          ct_config_problems *probs);
 
 /* stream.c */
 void srv_run_stream(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
