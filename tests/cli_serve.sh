@@ -307,6 +307,29 @@ chk "\"instance_data_dir\": \"$tmp/no-such-dir\","
 chk "\"instance_data_dir\": \"$tmp/data\","
 [ "$(jq_ 'd["ok"]')" = True ] && ok "check: a dataset with its directory checks out" || bad "good dataset: $(cat "$tmp/body")"
 
+# ---- a failed run says why; a run of `ctuner train` served later shows its real state ----
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_bad.json" "$tmp/no-such-dir" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["backend"][0]["instance_data_dir"] = sys.argv[3]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/bad/config" --data-binary @"$tmp/run_bad.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "bad"}')" = 202 ] || bad "start bad: $(cat "$tmp/body")"
+for _ in $(seq 100); do code "$U/api/runs/bad" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+[ "$(jq_ 'd["status"], d["exit_code"], "exit 1" in d["exit_reason"]')" = "('failed', 1, True)" ] &&
+  ok "a run that exits 1: failed, with its exit reason ($(jq_ 'd["exit_reason"]'))" || bad "failed run: $(head -c 600 "$tmp/body")"
+[ "$(jq_ 'any("no-such-dir" in l and l.startswith("ctuner train: ") for l in d["fatal"])')" = True ] &&
+  ok "... and the fatal line of its log: $(jq_ 'd["fatal"][-1]')" || bad "fatal lines: $(jq_ 'd["fatal"]')"
+code "$U/api/runs/r1" >/dev/null
+[ "$(jq_ 'd["exit_reason"], d["fatal"]')" = "('finished: exit 0', [])" ] && ok "a finished run: its exit reason, no fatal lines" || bad "finished why: $(jq_ 'd["exit_reason"], d["fatal"]')"
+"$CT" train --config "$root/rl/config.json" --output_dir "$root/ext" --max_train_steps=8 --checkpoint_step_interval=4 \
+  --validation_step_interval=0 > "$tmp/ext.log" 2>&1 || bad "ctuner train ext: $(tail -3 "$tmp/ext.log")"
+cp -r "$root/ext" "$root/ext2"; rm -rf "$root/ext2/checkpoint-8"; head -5 "$root/ext/metrics.jsonl" > "$root/ext2/metrics.jsonl"
+touch -d '2 minutes ago' "$root/ext2/metrics.jsonl"
+code "$U/api/runs" >/dev/null
+[ "$(jq_ '[(r["name"], r["status"], r["step"], r["max_train_steps"]) for r in d["runs"] if r["name"].startswith("ext")]')" = "[('ext', 'finished', 8, 8), ('ext2', 'stopped', 5, 8)]" ] &&
+  ok "runs of ctuner train served later: finished 8/8, stopped 5/8 (max_train_steps from their checkpoints)" || bad "ctuner train runs: $(cat "$tmp/body")"
+
 # ---- port 80: the page's own Host header has no port ----
 if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
   [ "$(code "http://127.0.0.1/api/runs")" = 200 ] && [ "$(code "http://localhost/api/runs")" = 200 ] &&

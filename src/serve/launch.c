@@ -324,12 +324,7 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 
 /* ---- serve.json and the children ---- */
 
-typedef struct run_meta {
-  long pid, started;
-  int ranks, exit_code; /* exit_code -1: not known */
-} run_meta;
-
-static int meta_read(int runfd, run_meta *m) {
+static int meta_read(int runfd, srv_meta *m) {
   ct_json *j = NULL;
   ct_err err;
   char *b = NULL;
@@ -343,6 +338,7 @@ static int meta_read(int runfd, run_meta *m) {
     if ((v = ct_json_get(j, "started")) && v->type == CT_JSON_NUMBER) m->started = (long)v->num;
     if ((v = ct_json_get(j, "ranks")) && v->type == CT_JSON_NUMBER) m->ranks = (int)v->num;
     if ((v = ct_json_get(j, "exit_code")) && v->type == CT_JSON_NUMBER) m->exit_code = (int)v->num;
+    if ((v = ct_json_get(j, "stop_requested")) && v->type == CT_JSON_BOOL) m->stop = v->boolean;
     ok = 1;
   }
   ct_json_free(j);
@@ -351,11 +347,18 @@ static int meta_read(int runfd, run_meta *m) {
   return ok;
 }
 
-static void meta_write(int runfd, const run_meta *m) {
+int srv_meta_get(ct_serve *s, int runfd, srv_meta *m) {
+  pthread_mutex_lock(&s->mu);
+  int ok = meta_read(runfd, m);
+  pthread_mutex_unlock(&s->mu);
+  return ok;
+}
+
+static void meta_write(int runfd, const srv_meta *m) {
   char b[256];
   int n = snprintf(b, sizeof b,
-                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, \"exit_code\": ", m->pid,
-                   m->ranks, m->started);
+                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, %s\"exit_code\": ", m->pid,
+                   m->ranks, m->started, m->stop ? "\"stop_requested\": true, " : "");
   if (m->exit_code >= 0)
     n += snprintf(b + n, sizeof b - (size_t)n, "%d}\n", m->exit_code);
   else
@@ -364,10 +367,8 @@ static void meta_write(int runfd, const run_meta *m) {
 }
 
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code) {
-  run_meta m;
-  pthread_mutex_lock(&s->mu);
-  int ok = meta_read(runfd, &m);
-  pthread_mutex_unlock(&s->mu);
+  srv_meta m;
+  int ok = srv_meta_get(s, runfd, &m);
   *ranks = m.ranks;
   *exit_code = m.exit_code;
   /* alive, and still the session leader we made it (not a reused pid) */
@@ -391,7 +392,7 @@ void *srv_reaper_main(void *arg) {
       }
       if (waitpid(c->pid, &ws, WNOHANG) != c->pid) continue;
       int runfd = srv_open_run(s, c->name);
-      run_meta m;
+      srv_meta m;
       if (runfd >= 0 && meta_read(runfd, &m) && m.pid == c->pid) {
         m.exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
         meta_write(runfd, &m);
@@ -461,7 +462,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
                          srv_reply *r) {
   char run[PATH_MAX + 200], store[4][PATH_MAX + 256], *av[16];
   int slot = -1, logfd = -1;
-  run_meta m;
+  srv_meta m;
   for (int i = 0; i < SRV_MAX_CHILDREN && slot < 0; i++)
     if (!s->children[i].pid) slot = i;
   if (meta_read(runfd, &m) && m.pid > 0 && m.exit_code < 0 && kill((pid_t)m.pid, 0) == 0 &&
@@ -490,7 +491,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
     srv_error(r, 500, "cannot start %s: %s", av[0], strerror(rc));
     return;
   }
-  m = (run_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
+  m = (srv_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
   meta_write(runfd, &m);
   s->children[slot].pid = pid;
   s->children[slot].kill_at = 0;
@@ -564,8 +565,14 @@ void srv_run_stop(ct_serve *s, const char *name, srv_reply *r) {
     srv_error(r, 409, "run '%s' is not running (or was not started by ctuner serve)", name);
     return;
   }
-  kill(-pid, SIGTERM); /* the whole session: mpirun and its ranks */
   pthread_mutex_lock(&s->mu);
+  srv_meta m;
+  if ((runfd = srv_open_run(s, name)) >= 0 && meta_read(runfd, &m) && m.pid == pid) {
+    m.stop = 1; /* its exit is a stop, not a failure (mpirun's own code is 1) */
+    meta_write(runfd, &m);
+  }
+  if (runfd >= 0) close(runfd);
+  kill(-pid, SIGTERM); /* the whole session: mpirun and its ranks */
   for (int i = 0; i < SRV_MAX_CHILDREN; i++)
     if (s->children[i].pid == pid) s->children[i].kill_at = time(NULL) + STOP_GRACE_S;
   pthread_mutex_unlock(&s->mu);

@@ -15,6 +15,7 @@
 #include "ctuner/serve.h"
 
 #define SRV_MAX_CHILDREN 64
+#define CT_EXIT_STOPPED_CODE 5 /* the trainer's exit once stopped on request (train.h) */
 
 typedef struct srv_child {
   pid_t pid;      /* 0: free slot */
@@ -119,6 +120,18 @@ int srv_launch_check(ct_serve *s, const char *name, int runfd, srv_reply *r);
 void srv_backend_problems(const char *text, size_t n, const char *outdir, const ct_config *cfg,
                           ct_config_problems *probs);
 
+/* runs.c: sorted names in dirfd/sub ("" for dirfd) accepted by keep (NULL:
+ * all), symbolic links left out; srv_free_list frees them. */
+char **srv_list_dir(int dirfd, const char *sub, int (*keep)(int, const char *), size_t *count);
+void srv_free_list(char **v, size_t n);
+
+/* why.c: "exit_reason": "...", "fatal": [lines of train.log] of a run in
+ * `status` into f (members of an object being written). */
+void srv_run_why(ct_serve *s, int runfd, const char *status, FILE *f);
+/* max_train_steps of the newest complete checkpoint's config.json (0: none),
+ * its step in *ckpt_step (-1: none). */
+long srv_ckpt_max_steps(int runfd, long *ckpt_step);
+
 /* stream.c */
 void srv_run_stream(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
 struct MHD_Response *srv_stream_response(void *stream);
@@ -130,6 +143,14 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r);
 void srv_run_stop(ct_serve *s, const char *name, srv_reply *r);
 void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+/* RUN/serve.json: the last start from a server. */
+typedef struct srv_meta {
+  long pid, started;
+  int ranks, exit_code; /* exit_code -1: not known (running, or never collected) */
+  int stop;             /* a stop was asked for */
+} srv_meta;
+/* 1 and *m if the run has a serve.json. */
+int srv_meta_get(ct_serve *s, int runfd, srv_meta *m);
 /* The pid of a live run started by this or an earlier server, else 0. */
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code);
 void *srv_reaper_main(void *arg);
