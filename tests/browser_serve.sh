@@ -6,7 +6,9 @@
 # DeepSpeed/ZeRO section's effective-batch arithmetic), save and launch a
 # 2-rank run through mpirun from the page, watch the loss chart gain points
 # and a validation grid appear, stop it, resume it from the latest checkpoint
-# and see it finish with every step logged once.
+# and see it finish with every step logged once; every event of the log shown
+# once (after a load and a reload), by the run's event stream; a failing run's
+# exit reason and fatal log line on the dashboard.
 #   tests/browser_serve.sh path/to/ctuner            the test
 #   CT_SCREENSHOTS=docs/img tests/browser_serve.sh … also write webui-dashboard.png and webui-builder.png there
 # Needs chromium (scripts/deps.sh) and node + npm; fails (does not skip)
@@ -116,6 +118,29 @@ const t0 = Date.now();
     /rank 1/.test(document.querySelector("#run-procs").textContent), null, { timeout: 20000 });
   await page.waitForFunction(() => /step \d+: checkpoint/.test(document.querySelector("#events").textContent), null, { timeout: 30000 });
   log("ok - events from the log: " + (await page.locator("#events li").first().textContent()).slice(0, 80));
+  // every event once: the page read the log twice after a load (two polls from offset 0)
+  // (a line can be in the log twice — each rank warns — so: never more often than in the log)
+  const onceEach = async (when) => {
+    const evs = await page.locator("#events li").allTextContents();
+    const logLines = await page.evaluate(async () => {
+      let off = 0, text = "";
+      for (;;) {
+        const d = await (await fetch(`/api/runs/tiny2/log?offset=${off}`)).json();
+        text += d.text; off = d.offset;
+        if (d.offset >= d.size) return text.split("\n");
+      }
+    });
+    const count = (v, l) => v.filter((x) => x === l).length;
+    const twice = [...new Set(evs)].filter((l) => count(evs, l) > count(logLines, l));
+    log((twice.length ? "FAIL" : "ok") + ` - ${when}: every event once (${evs.length} events)` + (twice.length ? "; twice: " + twice.slice(0, 3).join(" | ") : ""));
+  };
+  await onceEach("after the page load");
+  await page.reload();
+  await page.waitForFunction(() => /step \d+: checkpoint/.test(document.querySelector("#events").textContent), null, { timeout: 30000 });
+  await page.waitForTimeout(2500);
+  await onceEach("after a reload");
+  const sse = await page.evaluate(() => !!(dash.es && dash.es.readyState === EventSource.OPEN));
+  log((sse ? "ok" : "FAIL") + " - live updates come by the run's event stream (/stream)");
   log("ok - per-rank status: " + (await page.locator("#run-procs tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent).join(" ")))).join(" | "));
   await page.waitForSelector("#validation img.grid", { timeout: 60000 });
   const ok_img = await page.locator("#validation img.grid").first().evaluate((im) => im.complete && im.naturalWidth > 0);
@@ -154,6 +179,21 @@ const t0 = Date.now();
   const loaded = [await page.inputValue('[data-key="max_train_steps"]'), await page.inputValue("#ds-micro"),
     await page.inputValue('.dataset [data-ds="id"]'), await page.inputValue("#b-ranks")];
   log((loaded.join(",") === `${STEPS},2,shapes,2` ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
+  // a run that fails says why on the dashboard: its exit reason and the log's fatal line
+  await page.evaluate(async (dir) => {
+    const post = (p, b) => fetch(p, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(b) });
+    await post("/api/runs/broken/config", { config: { preset: "tiny", resolution: 8, max_train_steps: 5 },
+      backend: [{ id: "data", type: "local", instance_data_dir: dir + "/missing", caption_strategy: "textfile" }] });
+    await post("/api/runs", { name: "broken" });
+  }, data);
+  await page.goto(url + "#dashboard");
+  await page.waitForSelector('#run-list li[data-run="broken"]', { timeout: 10000 });
+  await page.click('#run-list li[data-run="broken"]');
+  await page.waitForFunction(() => !document.querySelector("#run-why").hidden &&
+    /not a directory/.test(document.querySelector("#run-fatal").textContent), null, { timeout: 30000 });
+  if (shots) await page.screenshot({ path: shots + "/webui-failed.png", fullPage: false });
+  log(`ok - a failed run says why: ${await page.textContent("#run-status")}: ${await page.textContent("#run-reason")} / ` +
+    (await page.textContent("#run-fatal")).slice(0, 100));
   log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
   log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
   await browser.close();

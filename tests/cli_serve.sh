@@ -276,6 +276,9 @@ grep -q "ignoring $tmp/direct/checkpoint-500: not a directory" "$tmp/direct.log"
   ok "ctuner train: resume's latest ignores a linked checkpoint" || bad "latest through a link: $(tail -5 "$tmp/direct.log")"
 [ "$(post "$U/api/runs" -d '{"name": "r1\u0000/../../x"}')" = 400 ] && ok "a run name with a NUL inside (\\u0000) is refused, not cut short" || bad "NUL name: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120\u0000/../../x"}')" = 400 ] && ok "a checkpoint name with a NUL inside is refused" || bad "NUL checkpoint: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "f32\u0000x"}')" = 400 ] &&
+  [ "$(post "$U/api/runs/nul/config" -d '{"config": {"validation_prompt": "a\u0000b"}}')" = 400 ] && [ ! -e "$root/nul" ] &&
+  ok "any other string with a NUL inside is refused (not saved cut short)" || bad "NUL string: $(cat "$tmp/body")"
 /usr/bin/python3 - "$tmp/run.json" "$tmp/run_out.json" "$tmp/elsewhere" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); d["backend"][0]["cache_dir_vae"] = sys.argv[3] + "/vae"

@@ -318,7 +318,10 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
     srv_error(r, 400, "body: %s", err.msg);
     return;
   }
-  save_config(s, name, body, world_arg(q), r);
+  if (srv_json_nul(body))
+    srv_error(r, 400, "body: a string holds a NUL (\\u0000)");
+  else
+    save_config(s, name, body, world_arg(q), r);
   ct_json_free(body);
 }
 
@@ -526,6 +529,10 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
     srv_error(r, 400, "\"name\" must be a run name (letters, digits, '.', '_', '-')");
     goto out;
   }
+  if (srv_json_nul(body)) {
+    srv_error(r, 400, "body: a string holds a NUL (\\u0000)");
+    goto out;
+  }
   if (ranks < 1 || ranks > 64) {
     srv_error(r, 400, "\"ranks\" must be an integer in 1..64");
     goto out;
@@ -624,7 +631,7 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
   const char *ckpt = srv_json_name(ct_json_get(body, "checkpoint"));
   const char *dtype = dt && dt->type == CT_JSON_STRING ? dt->str : "f32";
   int use_ema = ema && ema->type == CT_JSON_BOOL && ema->boolean;
-  if (!ckpt || strncmp(ckpt, "checkpoint-", 11) ||
+  if (!ckpt || strncmp(ckpt, "checkpoint-", 11) || srv_json_nul(body) ||
       (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
     srv_error(r, 400, "\"checkpoint\" must be a checkpoint-N of the run, \"dtype\" f32 or bf16");
     goto out;

@@ -37,6 +37,13 @@ int srv_name_ok(const char *name) {
   return name && srv_name_okn(name, strlen(name));
 }
 
+int srv_json_nul(const ct_json *v) {
+  if (v && v->type == CT_JSON_STRING) return strlen(v->str) != v->len;
+  for (size_t i = 0; v && (v->type == CT_JSON_ARRAY || v->type == CT_JSON_OBJECT) && i < v->n; i++)
+    if (srv_json_nul(&v->items[i])) return 1;
+  return 0;
+}
+
 const char *srv_json_name(const ct_json *v) {
   return v && v->type == CT_JSON_STRING && srv_name_okn(v->str, v->len) ? v->str : NULL;
 }

@@ -77,6 +77,9 @@ const char *srv_query(const srv_req *q, const char *key);
 int srv_name_okn(const char *name, size_t n);
 int srv_name_ok(const char *name);
 const char *srv_json_name(const ct_json *v);
+/* 1 if a string anywhere in v holds a NUL (a body holding one is refused
+ * whole: written back out, the string would end there). */
+int srv_json_nul(const ct_json *v);
 /* 1 if dirfd/sub (sub "" for dirfd itself) or anything below it is a symbolic
  * link, its path (relative to dirfd) in found; 0 if none; -1 with errno. */
 int srv_find_link(int dirfd, const char *sub, char *found, size_t n);

@@ -1,7 +1,10 @@
 // ctuner web UI: the dashboard, the config builder and the launch view over
 // the JSON API of `ctuner serve` (docs/webui.md). Plain JS, no framework;
-// charts by uPlot (bundled, see scripts/web_build.sh). Live updates poll the
-// API (metrics?since=STEP, log?offset=N), so nothing is re-read twice.
+// charts by uPlot (bundled, see scripts/web_build.sh). The picked run is
+// followed by its event stream (/stream: metrics, log, status), one reader from
+// the last step and byte it has, so every point and log event arrives once; if
+// the stream drops, the page polls (metrics?since=STEP, log?offset=N) from
+// there until it opens the stream again.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -25,7 +28,11 @@ async function api(method, path, body) {
   const r = await fetch("/api/" + path, opt);
   let d = null;
   try { d = await r.json(); } catch (e) { d = null; }
-  if (r.status === 401) $("conn").textContent = "token needed: open /?token=TOKEN";
+  if (r.status === 401) {
+    $("conn").textContent = "this server needs its access token: open the URL it printed when it started " +
+      "(http://HOST:PORT/?token=…) once in this browser";
+    $("conn").className = "needtoken";
+  }
   if (!r.ok && !(d && (d.check || d.problems))) throw new Error((d && d.error) || r.status + " " + r.statusText);
   return d;
 }
@@ -46,6 +53,7 @@ window.addEventListener("hashchange", show);
 // ---------------------------------------------------------------- dashboard
 const dash = {
   runs: [], cur: null, points: [], last: -1, run: null, plots: {}, vcount: -1, timer: null,
+  es: null, retryAt: 0, polling: false, refreshing: false, again: false,
 };
 
 function fmtNum(x) {
@@ -68,7 +76,7 @@ function fmtTime(s) {
 async function loadRuns() {
   try {
     const d = await api("GET", "runs");
-    $("conn").textContent = "";
+    if ($("conn").className !== "needtoken") $("conn").textContent = "";
     dash.runs = d.runs;
     const ul = $("run-list");
     ul.replaceChildren(...d.runs.map((r) => el("li", {
@@ -83,8 +91,9 @@ async function loadRuns() {
   }
 }
 
-function pick(name) {
-  if (dash.cur === name) return;
+function pick(name, force) {
+  if (dash.cur === name && !force) return;
+  closeStream();
   dash.cur = name;
   dash.points = [];
   dash.last = -1;
@@ -94,6 +103,8 @@ function pick(name) {
   dash.logOff = 0;
   dash.logTail = "";
   dash.events = [];
+  dash.run = null;
+  dash.retryAt = 0;
   $("events").replaceChildren(el("li", { class: "muted" }, "none yet (runs started from this page have a log)"));
   for (const p of Object.values(dash.plots)) p.destroy();
   dash.plots = {};
@@ -101,35 +112,110 @@ function pick(name) {
   $("run-none").hidden = true;
   $("run-body").hidden = false;
   $("run-name").textContent = name;
+  $("run-why").hidden = true;
   $("validation").replaceChildren(el("p", { class: "muted" }, "No validation images yet."));
-  pollRun();
+  refreshRun();
+  if (!openStream()) pollOnce();
 }
 
-async function pollRun() {
+// The picked run's event stream: metrics, log and status events from the last
+// step and log byte the page has. The browser would reconnect a dropped stream
+// from the start it was opened with (every event again), so on an error the
+// page closes it, polls from where it is, and opens a new one 5 s later.
+function openStream() {
+  closeStream();
+  const name = dash.cur;
+  if (!name || !window.EventSource || dash.polling) return false;
+  const es = new EventSource(`/api/runs/${encodeURIComponent(name)}/stream?since=${dash.last}&offset=${dash.logOff}`);
+  dash.es = es;
+  const mine = (f) => (ev) => { if (dash.es === es && dash.cur === name) f(JSON.parse(ev.data)); };
+  es.addEventListener("metrics", mine(addMetrics));
+  es.addEventListener("log", mine(addLog));
+  es.addEventListener("status", mine(() => refreshRun()));
+  es.addEventListener("gone", mine(() => closeStream()));
+  es.onerror = () => {
+    if (dash.es !== es) return;
+    closeStream();
+    dash.retryAt = Date.now() + 5000;
+  };
+  return true;
+}
+function closeStream() {
+  if (dash.es) dash.es.close();
+  dash.es = null;
+}
+
+function addMetrics(m) {
+  for (const p of m.points) if (typeof p.loss === "number" && p.step > dash.last) dash.points.push(p);
+  if (m.last_step > dash.last) dash.last = m.last_step;
+  if (dash.run) renderHead(dash.run);
+  renderCharts();
+}
+
+// Events: the log lines that say something happened (the trainer's "step N: ..."
+// lines, warnings and errors, health), newest first.
+const EVENT = /^step \d+: |\[ctuner\] (WARN|ERROR)|circuit breaker|health|rank \d+ of \d+:|^==== ctuner serve|^ctuner \w+: /;
+function addLog(d) {
+  if (d.offset < dash.logOff) { dash.events = []; dash.logTail = ""; } // a new log: read from 0
+  const text = dash.logTail + d.text, cut = text.lastIndexOf("\n");
+  dash.logTail = text.slice(cut + 1);
+  for (const line of text.slice(0, cut + 1).split("\n")) if (EVENT.test(line)) dash.events.push(line);
+  dash.logOff = d.offset;
+  const ev = dash.events.slice(-200).reverse();
+  if (ev.length) $("events").replaceChildren(...ev.map((l) => el("li", {
+    class: /ERROR|rank \d+ of|circuit|^ctuner \w+: /.test(l) ? "error" : /WARN/.test(l) ? "warn" : "" }, l)));
+}
+
+// The run's own state (status, processes, checkpoints, validation): on a
+// status event and every tick; one request at a time.
+async function refreshRun() {
   const name = dash.cur;
   if (!name) return;
+  if (dash.refreshing) { dash.again = true; return; }
+  dash.refreshing = true;
   try {
-    const [run, m] = await Promise.all([
-      api("GET", "runs/" + encodeURIComponent(name)),
-      api("GET", `runs/${encodeURIComponent(name)}/metrics?since=${dash.last}`),
-    ]);
+    const run = await api("GET", "runs/" + encodeURIComponent(name));
     if (name !== dash.cur) return;
     if (run.step < dash.last) { // rewritten (a resume from an earlier checkpoint): read it again
-      dash.points = []; dash.last = -1;
-      return pollRun();
+      dash.refreshing = false;
+      return pick(name, true);
     }
     dash.run = run;
-    for (const p of m.points) if (typeof p.loss === "number") dash.points.push(p);
-    dash.last = m.last_step;
     renderHead(run);
-    renderCharts();
     const ckKey = JSON.stringify(run.checkpoints.map((c) => [c.name, c.complete]));
     if (ckKey !== dash.ckKey) { dash.ckKey = ckKey; renderCheckpoints(run.checkpoints); }
-    if (m.more) setTimeout(pollRun, 10);
     await pollValidation(name);
-    await pollEvents(name);
   } catch (e) {
     $("conn").textContent = e.message;
+  } finally {
+    dash.refreshing = false;
+  }
+  if (dash.again) { dash.again = false; refreshRun(); }
+}
+
+// Without a stream: the metrics after the last step and the log after the
+// last byte, one poll at a time.
+async function pollOnce() {
+  const name = dash.cur;
+  if (!name || dash.polling || dash.es) return;
+  dash.polling = true;
+  try {
+    for (let more = true; more && name === dash.cur;) {
+      const m = await api("GET", `runs/${encodeURIComponent(name)}/metrics?since=${dash.last}`);
+      if (name !== dash.cur) return;
+      addMetrics(m);
+      more = m.more;
+    }
+    while (dash.run && dash.run.has_log && name === dash.cur) {
+      const d = await api("GET", `runs/${encodeURIComponent(name)}/log?offset=${dash.logOff}`);
+      if (name !== dash.cur) return;
+      addLog(d);
+      if (d.offset >= d.size) break;
+    }
+  } catch (e) {
+    $("conn").textContent = e.message;
+  } finally {
+    dash.polling = false;
   }
 }
 
@@ -153,6 +239,15 @@ function renderHead(run) {
   $("run-procs").tBodies[0].replaceChildren(...procs.map((p) => el("tr", {},
     el("td", {}, p.rank >= 0 ? `rank ${p.rank}` : p.name), el("td", {}, String(p.pid)),
     el("td", {}, states[p.state] || p.state), el("td", {}, `${p.cpu_s.toFixed(1)} s`), el("td", {}, `${p.rss_mb.toFixed(0)} MB`))));
+  // why a failed or stopped run ended: the exit reason and its log's fatal lines
+  const why = (run.status === "failed" || run.status === "stopped") && run.exit_reason;
+  $("run-why").hidden = !why;
+  if (why) {
+    $("run-why").className = "why " + run.status;
+    $("run-reason").textContent = run.exit_reason;
+    $("run-fatal").textContent = (run.fatal || []).join("\n");
+    $("run-fatal").hidden = !(run.fatal || []).length;
+  }
   $("run-stop").disabled = run.status !== "running" || !run.pid;
   $("run-resume").disabled = run.status === "running" || !run.config;
 }
@@ -195,30 +290,17 @@ function renderCharts() {
       }, data, host);
       plot._key = key;
       dash.plots[id] = plot;
+      if (!dash.resize && window.ResizeObserver) { // the charts follow their panels' width
+        dash.resize = new ResizeObserver(() => {
+          for (const [pid, pl] of Object.entries(dash.plots))
+            pl.setSize({ width: Math.max(300, $("chart-" + pid).clientWidth - 10), height: 210 });
+        });
+        for (const pid of Object.keys(series)) dash.resize.observe($("chart-" + pid));
+      }
     } else {
       plot.setData(data);
     }
   }
-}
-
-// Events: the log lines that say something happened (the trainer's "step N: ..."
-// lines, warnings and errors, health), newest first.
-const EVENT = /^step \d+: |\[ctuner\] (WARN|ERROR)|circuit breaker|health|rank \d+ of \d+:|^==== ctuner serve/;
-async function pollEvents(name) {
-  if (!dash.run || !dash.run.has_log) return;
-  for (;;) {
-    const d = await api("GET", `runs/${encodeURIComponent(name)}/log?offset=${dash.logOff}`);
-    if (name !== dash.cur) return;
-    if (d.offset < dash.logOff) dash.events = [];
-    const text = dash.logTail + d.text, cut = text.lastIndexOf("\n");
-    dash.logTail = text.slice(cut + 1);
-    for (const line of text.slice(0, cut + 1).split("\n")) if (EVENT.test(line)) dash.events.push(line);
-    dash.logOff = d.offset;
-    if (d.offset >= d.size) break;
-  }
-  const ev = dash.events.slice(-200).reverse();
-  if (ev.length) $("events").replaceChildren(...ev.map((l) => el("li", {
-    class: /ERROR|rank \d+ of|circuit/.test(l) ? "error" : /WARN/.test(l) ? "warn" : "" }, l)));
 }
 
 async function pollValidation(name) {
@@ -276,13 +358,13 @@ $("smooth").addEventListener("input", () => { $("smooth-v").textContent = (+$("s
 for (const id of ["logscale", "range-lo", "range-hi"]) $(id).addEventListener("change", renderCharts);
 $("run-stop").addEventListener("click", async () => {
   try { await api("POST", `runs/${encodeURIComponent(dash.cur)}/stop`); } catch (e) { alert(e.message); }
-  pollRun();
+  refreshRun();
 });
 $("run-resume").addEventListener("click", async () => {
   try {
     await api("POST", "runs", { name: dash.cur, ranks: (dash.run && dash.run.ranks) || 1, resume: true });
   } catch (e) { alert(e.message); }
-  pollRun();
+  refreshRun();
 });
 
 // ---------------------------------------------------------------- config builder
@@ -513,13 +595,20 @@ const launch = {
     $("l-log").textContent = "";
     loadRuns();
   },
-  async refresh() {
-    if (!this.run) return;
+  async refresh() { // one at a time: two readers of the log would show it twice
+    if (!this.run || this.busy) return;
+    this.busy = true;
+    try { await this.refreshOnce(); } finally { this.busy = false; }
+  },
+  async refreshOnce() {
     const name = this.run;
     try {
       const run = await api("GET", "runs/" + encodeURIComponent(name));
       $("l-status").textContent = run.status + (run.exit_code !== null ? ` (exit ${run.exit_code})` : "");
       $("l-status").className = "badge " + run.status;
+      $("l-why").textContent = run.exit_reason && run.status !== "finished"
+        ? [run.exit_reason, ...(run.fatal || [])].join("\n") : "";
+      $("l-why").hidden = !$("l-why").textContent;
       $("l-stop").disabled = run.status !== "running" || !run.pid;
       $("l-start").disabled = $("l-resume").disabled = run.status === "running" || !run.config;
       if (!run.has_log) return;
@@ -553,11 +642,16 @@ $("l-stop").addEventListener("click", async () => {
 });
 
 // ---------------------------------------------------------------- polling
+// The run list, and the picked run's state, every 2 s (metrics and log come
+// by its stream); every second, polling, while the stream is down.
 async function tick() {
   await loadRuns();
-  if (!$("view-dashboard").hidden) await pollRun();
+  if (!$("view-dashboard").hidden && dash.cur) {
+    refreshRun();
+    if (!dash.es && !(Date.now() >= dash.retryAt && openStream())) await pollOnce();
+  }
   if (!$("view-launch").hidden) await launch.refresh();
-  setTimeout(tick, 1000);
+  setTimeout(tick, dash.es ? 2000 : 1000);
 }
 show();
 tick();
