@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Browser test of the web UI (docs/webui.md): Debian's Chromium driven by
 # Playwright (npm playwright-core, pinned, installed into build/npm-tools) —
-# start `ctuner serve` on a temporary root, build a config in the form (a bad
-# value shows its problem next to the field, then is fixed; datasets; the
+# start `ctuner serve` on a temporary root, build a config in the form (keys
+# by section, drop-downs for keys with a fixed set of values; a bad value shows
+# its problem next to the field, then is fixed; datasets; the
 # DeepSpeed/ZeRO section's effective-batch arithmetic), save and launch a
 # 2-rank run through mpirun from the page, watch the loss chart gain points
 # and a validation grid appear, stop it, resume it from the latest checkpoint
@@ -83,13 +84,25 @@ const t0 = Date.now();
   await ds.locator('[data-ds="instance_data_dir"]').dispatchEvent("change");
   for (const [k, v] of [["preset", "tiny"], ["resolution", 8], ["aspect_bucket_alignment", 8], ["learning_rate", "0.001"],
     ["seed", 7], ["max_train_steps", STEPS], ["checkpoint_step_interval", 25], ["validation_step_interval", 50],
-    ["validation_prompt", "a red circle"], ["validation_num_inference_steps", 2], ["optimizer", "adamq"]]) await setKey(k, v);
-  // the bad optimizer: its problem appears next to the field
-  await page.fill("#b-filter", "optimizer");
-  await page.waitForSelector("#key-optimizer.problem .err", { timeout: 10000 });
-  log("ok - a problem is shown next to its field: " + (await page.textContent("#key-optimizer .err")).trim());
-  await setKey("optimizer", "adamw");
+    ["validation_prompt", "a red circle"], ["validation_num_inference_steps", 2], ["optimizer", "adamw"],
+    ["lr_scheduler", "constant"], ["learning_rate", "-1"]]) await setKey(k, v);
+  // the bad learning rate: its problem appears next to the field
+  await page.fill("#b-filter", "learning_rate");
+  await page.waitForSelector("#key-learning_rate.problem .err", { timeout: 10000 });
+  log("ok - a problem is shown next to its field: " + (await page.textContent("#key-learning_rate .err")).trim());
+  await setKey("learning_rate", "0.001");
   await page.waitForSelector("#b-problems .okmsg", { timeout: 10000 });
+  // the keys by section; a drop-down for every key with a fixed set of values
+  await page.fill("#b-filter", "");
+  const sections = await page.locator("#b-keys details.section").evaluateAll((ds) => ds.map((d) => d.dataset.section));
+  const drops = await page.evaluate(() => ["optimizer", "lr_scheduler", "preset", "mixed_precision", "report_to"].map((k) => {
+    const e = document.querySelector(`[data-key="${k}"]`);
+    return e.tagName === "SELECT" ? [...e.options].map((o) => o.value).filter((v) => v).length : 0;
+  }).concat([document.querySelectorAll("#dl-resume_from_checkpoint option").length]));
+  const hasNone = await page.evaluate(() => [...document.querySelector('[data-key="report_to"]').options].some((o) => o.value === "none"));
+  log((sections.join(",") === "model,data,optimizer,schedule,precision,distributed,LoRA,validation,logging" && drops.every((n) => n >= 2) && hasNone ? "ok" : "FAIL") +
+    ` - keys in sections (${sections.join(", ")}); drop-downs: optimizer ${drops[0]}, lr_scheduler ${drops[1]}, preset ${drops[2]}, mixed_precision ${drops[3]}, report_to ${drops[4]} (none too), resume_from_checkpoint ${drops[5]} suggestions`);
+  log((await page.isHidden("#ds-stage") ? "ok" : "FAIL") + " - the DeepSpeed values are hidden until it is used");
   // DeepSpeed: ZeRO-1, micro batch 2 per rank, accumulation 1, 2 ranks
   await page.check("#ds-on"); await page.dispatchEvent("#ds-on", "input");
   await page.selectOption("#ds-stage", "1"); await page.dispatchEvent("#ds-stage", "input");

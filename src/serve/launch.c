@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ctuner/config.h"
+#include "ctuner/optim.h"
 #include "serve/serve_int.h"
 
 extern char **environ;
@@ -62,11 +63,48 @@ void srv_json_write(FILE *f, const ct_json *v) {
   }
 }
 
+static void add_choice(char *buf, size_t n, const char *c) {
+  size_t at = strlen(buf);
+  snprintf(buf + at, n - at, "%s%s", at ? "|" : "", c);
+}
+
+/* The values a key whose rule is a function accepts, from the registries the
+ * validator itself consults (optimizers, schedules) or its messages; *open: a
+ * value outside them is allowed too (resume_from_checkpoint's directory). The
+ * validator keeps the last word. NULL: none known. */
+static const char *fn_choices(const ct_config_key_info *k, char *buf, size_t n, int *open) {
+  *open = 0;
+  buf[0] = 0;
+  if (!strcmp(k->name, "optimizer")) {
+    size_t m = 0;
+    const ct_optim_info *o = ct_optim_registry(&m);
+    for (size_t i = 0; i < m; i++)
+      if (!strcmp(o[i].name, o[i].canonical)) add_choice(buf, n, o[i].name);
+  } else if (!strcmp(k->name, "lr_scheduler")) {
+    for (int i = 0; i < CT_SCHED_NKINDS; i++) add_choice(buf, n, ct_sched_kind_name(i));
+  } else if (!strcmp(k->name, "mixed_precision")) {
+    add_choice(buf, n, "no|bf16");
+  } else if (!strcmp(k->name, "preset")) {
+    add_choice(buf, n, "tiny|small|bench"); /* check_preset's message */
+  } else if (!strcmp(k->name, "resume_from_checkpoint")) {
+    add_choice(buf, n, "latest|none");
+    *open = 1;
+  } else if (!strcmp(k->name, "report_to") && k->choices) {
+    snprintf(buf, n, "none|%s", k->choices); /* NONE_OR's none */
+  } else {
+    return k->choices;
+  }
+  return buf;
+}
+
 void srv_keys(srv_reply *r) {
   FILE *f = srv_json_open(r, 200);
   ct_config_key_info k;
+  char cb[1024];
   if (f) fputs("{\"keys\": [", f);
   for (size_t i = 0; f && ct_config_key_info_at(i, &k); i++) {
+    int open = 0;
+    k.choices = fn_choices(&k, cb, sizeof cb, &open);
     fprintf(f, "%s{\"name\": ", i ? ",\n" : "");
     ct_json_fput_str(f, k.name);
     fputs(", \"type\": ", f);
@@ -95,7 +133,7 @@ void srv_keys(srv_reply *r) {
     } else {
       fputs("null", f);
     }
-    fputs("}", f);
+    fprintf(f, ", \"open\": %s}", open ? "true" : "false");
   }
   if (f) fputs("]}", f);
   srv_json_close(r, f);

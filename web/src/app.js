@@ -108,6 +108,7 @@ function pick(name, force) {
   $("events").replaceChildren(el("li", { class: "muted" }, "none yet (runs started from this page have a log)"));
   for (const p of Object.values(dash.plots)) p.destroy();
   dash.plots = {};
+  renderCharts();
   for (const li of $("run-list").children) li.classList.toggle("on", li.dataset.run === name);
   $("run-none").hidden = true;
   $("run-body").hidden = false;
@@ -380,6 +381,7 @@ const builder = {
     this.renderDatasets();
     for (const id of ["ds-on", "ds-stage", "ds-offopt", "ds-offparam", "ds-bf16", "ds-micro", "ds-accum", "b-ranks"])
       $(id).addEventListener("input", () => this.changed());
+    $("ds-on").addEventListener("change", () => this.changed());
     $("b-filter").addEventListener("input", () => this.renderKeys());
     $("b-only-set").addEventListener("change", () => this.renderKeys());
     $("b-add-ds").addEventListener("click", () => {
@@ -401,12 +403,18 @@ const builder = {
   field(k) {
     const v = this.values[k.name];
     const set = v !== undefined;
+    const extra = [];
     let input;
     if (k.type === "bool") {
       input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default})`),
         el("option", { value: "true" }, "true"), el("option", { value: "false" }, "false"));
       input.value = set ? String(v) : "";
-    } else if (k.choices) { /* a fixed list in the key's rule: a drop-down */
+    } else if (k.choices && k.open) { /* suggestions, and any other value (a checkpoint path) */
+      input = el("input", { "data-key": k.name, list: "dl-" + k.name, type: "text",
+        placeholder: k.default === null ? "unset" : k.default });
+      input.value = set ? String(v) : "";
+      extra.push(el("datalist", { id: "dl-" + k.name }, ...k.choices.map((c) => el("option", { value: c }))));
+    } else if (k.choices) { /* a fixed list of values: a drop-down */
       input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default === null ? "unset" : k.default})`),
         ...k.choices.map((c) => el("option", { value: c }, c)));
       input.value = set ? String(v) : "";
@@ -423,13 +431,38 @@ const builder = {
     const prob = this.problems.find((p) => !p.warning && p.key === k.name);
     return el("div", { class: "key" + (set ? " set" : "") + (prob ? " problem" : ""), id: "key-" + k.name },
       el("div", { class: "name" }, k.name, el("div", { class: "help" }, `${k.type}${k.models !== "all" ? " · " + k.models : ""}`)),
-      input, el("div", { class: "help" }, k.help), ...(prob ? [el("div", { class: "err" }, prob.message)] : []));
+      input, el("div", { class: "help" }, k.help), ...extra, ...(prob ? [el("div", { class: "err" }, prob.message)] : []));
   },
+  // The keys by section (the first rule a name matches), each a collapsible group.
+  sections: [
+    ["LoRA", /^(lora_|lycoris|validation_lycoris|init_lora|use_dora|flux_lora)/],
+    ["precision", /precision|_dtype$|^quantize_via$|^gradient_checkpointing|^num_threads$/],
+    ["validation", /^(validation_|num_validation|user_prompt_library|evaluation_type|controlnet|disable_validation)/],
+    ["distributed", /^(zero_stage|offload_|reduce_bucket_size|deepspeed_config|distributed_timeout)/],
+    ["optimizer", /^(optimizer|adam_|muon_|mup_|lamb_|var_|freeze_step|local_step|max_grad_norm|grad_clip|max_nonfinite|use_ema|ema_)/],
+    ["schedule", /^(train_batch_size|gradient_accumulation|max_train_steps|num_train_epochs|learning_rate|lr_|warmup_|seed$|timestep_sampling|logit_|flow_|checkpoint|resume_from)/],
+    ["data", /^(resolution|data_backend|aspect_|allow_dataset|disable_bucket|compress_disk|disk_cache|dataloader|minimum_image|caption_|output_dir)/],
+    ["logging", /^(report_to|logging_dir|tracker_|webhook_|health_|disk_low|disable_progress|output_aws)/],
+    ["model", /./],
+  ],
+  section(name) { return this.sections.find(([, re]) => re.test(name))[0]; },
   renderKeys() {
     const f = $("b-filter").value.trim().toLowerCase(), only = $("b-only-set").checked;
     const keys = this.keys.filter((k) => (!f || k.name.includes(f) || k.help.toLowerCase().includes(f)) &&
       (!only || this.values[k.name] !== undefined) && k.name !== "output_dir" && k.name !== "data_backend_config");
-    $("b-keys").replaceChildren(...keys.map((k) => this.field(k)));
+    this.closed = this.closed || new Set();
+    const order = ["model", "data", "optimizer", "schedule", "precision", "distributed", "LoRA", "validation", "logging"];
+    $("b-keys").replaceChildren(...order.map((sec) => {
+      const ks = keys.filter((k) => this.section(k.name) === sec);
+      if (!ks.length) return "";
+      const nset = ks.filter((k) => this.values[k.name] !== undefined).length;
+      const d = el("details", { class: "section", "data-section": sec },
+        el("summary", {}, sec[0].toUpperCase() + sec.slice(1), el("span", { class: "muted small" }, ` ${ks.length} keys` + (nset ? `, ${nset} set` : ""))),
+        ...ks.map((k) => this.field(k)));
+      d.open = !this.closed.has(sec) || !!f; // a filter opens every section it matches
+      d.addEventListener("toggle", () => { if (d.open) this.closed.delete(sec); else this.closed.add(sec); });
+      return d;
+    }));
   },
   renderDatasets() {
     const fields = [["id", "text"], ["instance_data_dir", "text"], ["caption_strategy", ["textfile", "filename", "instanceprompt", "parquet"]],
@@ -478,6 +511,7 @@ const builder = {
     $("ds-arith").textContent = `effective batch = ${micro} per rank × ${accum} accumulation × ${world} rank${world > 1 ? "s" : ""} = ${micro * accum * world} samples per optimizer step`;
   },
   changed() {
+    $("ds-fields").hidden = !$("ds-on").checked; // the DeepSpeed values only when it is used
     this.arithmetic();
     const cfg = this.config();
     const text = JSON.stringify(cfg, null, 2);
