@@ -333,6 +333,29 @@ code "$U/api/runs" >/dev/null
 [ "$(jq_ '[(r["name"], r["status"], r["step"], r["max_train_steps"]) for r in d["runs"] if r["name"].startswith("ext")]')" = "[('ext', 'finished', 8, 8), ('ext2', 'stopped', 5, 8)]" ] &&
   ok "runs of ctuner train served later: finished 8/8, stopped 5/8 (max_train_steps from their checkpoints)" || bad "ctuner train runs: $(cat "$tmp/body")"
 
+# ---- the queue: runs start one after another; a history with exit, final loss and time ----
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_q.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["config"].update({"max_train_steps": 16, "validation_step_interval": 0})
+json.dump(d, open(sys.argv[2], "w"))
+PY
+for q in q1 q2 q3; do post "$U/api/runs/$q/config" --data-binary @"$tmp/run_q.json" >/dev/null; done
+[ "$(post "$U/api/runs" -d '{"name": "q1", "queue": true}')" = 202 ] && [ "$(post "$U/api/runs" -d '{"name": "q2", "queue": true, "resume": false}')" = 202 ] &&
+  [ "$(jq_ 'd["position"]')" -ge 1 ] && [ "$(post "$U/api/runs" -d '{"name": "q3", "queue": true}')" = 202 ] && ok "three runs queued" || bad "queue: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs" -d '{"name": "q3", "queue": true}')" = 409 ] && ok "queueing a queued run: 409" || bad "queue twice: $(cat "$tmp/body")"
+code "$U/api/runs/q3" >/dev/null; [ "$(jq_ 'd["status"]')" = queued ] && ok "a queued run's status: queued" || bad "queued status: $(head -c 200 "$tmp/body")"
+[ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 200 ] && [ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 404 ] &&
+  ok "a run removed from the queue (again: 404)" || bad "queue remove: $(cat "$tmp/body")"
+for _ in $(seq 300); do
+  code "$U/api/queue" >/dev/null
+  [ "$(jq_ 'len(d["queue"]) == 0 and sum(h["name"] in ("q1", "q2") for h in d["history"]) == 2')" = True ] && break; sleep 0.1
+done
+[ "$(jq_ '[(h["name"], h["exit_code"], type(h["final_loss"]).__name__, h["seconds"] >= 0) for h in d["history"] if h["name"] in ("q1", "q2")]')" = "[('q2', 0, 'float', True), ('q1', 0, 'float', True)]" ] &&
+  [ "$(jq_ '[h for h in d["history"] if h["name"] == "q2"][0]["started"] >= [h for h in d["history"] if h["name"] == "q1"][0]["ended"]')" = True ] &&
+  ok "q1 then q2, one after the other; the history has each one's exit, final loss and time" || bad "queue order: $(cat "$tmp/body")"
+[ "$(jq_ 'any(h["name"] == "bad" and h["exit_code"] == 1 for h in d["history"]) and not any(h["name"] == "q3" for h in d["history"])')" = True ] &&
+  ok "the history holds the failed run too, and not the removed one" || bad "history: $(cat "$tmp/body")"
+
 # ---- port 80: the page's own Host header has no port ----
 if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
   [ "$(code "http://127.0.0.1/api/runs")" = 200 ] && [ "$(code "http://localhost/api/runs")" = 200 ] &&

@@ -380,6 +380,7 @@ static int meta_read(int runfd, srv_meta *m) {
     if ((v = ct_json_get(j, "ranks")) && v->type == CT_JSON_NUMBER) m->ranks = (int)v->num;
     if ((v = ct_json_get(j, "exit_code")) && v->type == CT_JSON_NUMBER) m->exit_code = (int)v->num;
     if ((v = ct_json_get(j, "stop_requested")) && v->type == CT_JSON_BOOL) m->stop = v->boolean;
+    if ((v = ct_json_get(j, "ended")) && v->type == CT_JSON_NUMBER) m->ended = (long)v->num;
     ok = 1;
   }
   ct_json_free(j);
@@ -401,7 +402,7 @@ static void meta_write(int runfd, const srv_meta *m) {
                    "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, %s\"exit_code\": ", m->pid,
                    m->ranks, m->started, m->stop ? "\"stop_requested\": true, " : "");
   if (m->exit_code >= 0)
-    n += snprintf(b + n, sizeof b - (size_t)n, "%d}\n", m->exit_code);
+    n += snprintf(b + n, sizeof b - (size_t)n, "%d, \"ended\": %ld}\n", m->exit_code, m->ended);
   else
     n += snprintf(b + n, sizeof b - (size_t)n, "null}\n");
   srv_write_at(runfd, "serve.json", b, (size_t)n);
@@ -436,12 +437,14 @@ void *srv_reaper_main(void *arg) {
       srv_meta m;
       if (runfd >= 0 && meta_read(runfd, &m) && m.pid == c->pid) {
         m.exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        m.ended = (long)time(NULL);
         meta_write(runfd, &m);
       }
       if (runfd >= 0) close(runfd);
       memset(c, 0, sizeof *c);
     }
     pthread_mutex_unlock(&s->mu);
+    srv_queue_tick(s); /* the next queued run, once none runs */
     usleep(200 * 1000);
   }
   return NULL;
@@ -551,6 +554,22 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
   srv_json_close(r, f);
 }
 
+int srv_start_run(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r) {
+  int runfd = srv_open_run(s, name);
+  if (runfd < 0) {
+    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", name,
+              name);
+    return 0;
+  }
+  if (!srv_launch_check(s, name, runfd, r)) { /* no links, nothing written outside */
+    pthread_mutex_lock(&s->mu);
+    start_locked(s, name, runfd, ranks, resume, r);
+    pthread_mutex_unlock(&s->mu);
+  }
+  close(runfd);
+  return r->code == 202;
+}
+
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
   ct_json *body = NULL;
   ct_err err;
@@ -583,15 +602,11 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
       goto out;
     }
   }
-  if ((runfd = srv_open_run(s, name)) < 0) {
-    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", name,
-              name);
-    goto out;
-  }
-  if (srv_launch_check(s, name, runfd, r)) goto out; /* no links, nothing written outside */
-  pthread_mutex_lock(&s->mu);
-  start_locked(s, name, runfd, (int)ranks, resume, r);
-  pthread_mutex_unlock(&s->mu);
+  const ct_json *queue = ct_json_get(body, "queue");
+  if (queue && queue->type == CT_JSON_BOOL && queue->boolean)
+    srv_queue_add(s, name, (int)ranks, resume, r);
+  else
+    srv_start_run(s, name, (int)ranks, resume, r);
 out:
   if (runfd >= 0) close(runfd);
   ct_json_free(body);

@@ -14,7 +14,7 @@
  * the last 60 s; "finished" once the run exited 0 or logged max_train_steps
  * (from its config.json, else its newest checkpoint's); "failed" when a start
  * from a server exited non-zero without a stop asked for (why.c says why);
- * "stopped" otherwise. */
+ * "queued" while it waits in the queue (queue.c); "stopped" otherwise. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -103,6 +103,7 @@ const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step,
   }
   pid_t pid = srv_run_pid(s, runfd, &ranks, &code);
   if (pid > 0) return "running";
+  if (srv_queue_pos(s, name)) return "queued";
   if (code == 0 || (*max_steps > 0 && *step >= *max_steps)) return "finished";
   const int has_meta = srv_meta_get(s, runfd, &m);
   if (!has_meta && mt && time(NULL) - mt < 60) return "running";

@@ -196,6 +196,10 @@ static void route(ct_serve *s, srv_req *q, srv_reply *r) {
     srv_run_start(s, q, r);
   else if (!strncmp(p, "runs/", 5))
     route_run(s, q, p + 5, r);
+  else if (!strcmp(p, "queue") && get)
+    srv_queue_get(s, r);
+  else if (!strcmp(p, "queue/remove") && post)
+    srv_queue_remove(s, q, r);
   else if (!strcmp(p, "keys") && get)
     srv_keys(r);
   else if (!strcmp(p, "config/check") && post)

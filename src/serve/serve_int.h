@@ -17,6 +17,15 @@
 #define SRV_MAX_CHILDREN 64
 #define CT_EXIT_STOPPED_CODE 5 /* the trainer's exit once stopped on request (train.h) */
 
+#define SRV_MAX_QUEUE 64
+#define SRV_MAX_REFUSED 16
+
+typedef struct srv_queued {
+  char name[129];
+  int ranks, resume; /* resume -1: the config's own */
+  long at;
+} srv_queued;
+
 typedef struct srv_child {
   pid_t pid;      /* 0: free slot */
   time_t kill_at; /* SIGKILL the group then, if still there (0: not stopping) */
@@ -34,6 +43,11 @@ struct ct_serve {
   size_t max_body;
   pthread_mutex_t mu; /* children and every serve.json write */
   srv_child children[SRV_MAX_CHILDREN];
+  srv_queued queue[SRV_MAX_QUEUE]; /* runs to start one after another (queue.c) */
+  int nqueue;
+  srv_queued refused[SRV_MAX_REFUSED]; /* queued starts that failed, newest last */
+  char refused_why[SRV_MAX_REFUSED][256];
+  int nrefused;
   pthread_t reaper;
   int reaper_on;
   volatile int stopping;
@@ -146,11 +160,25 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r);
 void srv_run_stop(ct_serve *s, const char *name, srv_reply *r);
 void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+/* Starts a run (the launch check first); 1 if it started (r: 202), else 0
+ * with the refusal in r. */
+int srv_start_run(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r);
+
+/* queue.c: runs started one after another, each once no run this server
+ * started is alive (the reaper calls srv_queue_tick); in memory, so a
+ * restarted server's queue is empty. */
+void srv_queue_add(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r);
+void srv_queue_tick(ct_serve *s);
+/* 1-based place of a run in the queue, 0 if not queued. */
+int srv_queue_pos(ct_serve *s, const char *name);
+void srv_queue_get(ct_serve *s, srv_reply *r);
+void srv_queue_remove(ct_serve *s, const srv_req *q, srv_reply *r);
 /* RUN/serve.json: the last start from a server. */
 typedef struct srv_meta {
   long pid, started;
   int ranks, exit_code; /* exit_code -1: not known (running, or never collected) */
   int stop;             /* a stop was asked for */
+  long ended;           /* when the exit was collected (Unix seconds; 0: not known) */
 } srv_meta;
 /* 1 and *m if the run has a serve.json. */
 int srv_meta_get(ct_serve *s, int runfd, srv_meta *m);
