@@ -9,7 +9,8 @@
 # and a validation grid appear, stop it, resume it from the latest checkpoint
 # and see it finish with every step logged once; every event of the log shown
 # once (after a load and a reload), by the run's event stream; a failing run's
-# exit reason and fatal log line on the dashboard.
+# exit reason and fatal log line on the dashboard; two runs queued from the
+# launch view running one after the other, in the history.
 #   tests/browser_serve.sh path/to/ctuner            the test
 #   CT_SCREENSHOTS=docs/img tests/browser_serve.sh … also write webui-dashboard.png and webui-builder.png there
 # Needs chromium (scripts/deps.sh) and node + npm; fails (does not skip)
@@ -207,6 +208,25 @@ const t0 = Date.now();
   if (shots) await page.screenshot({ path: shots + "/webui-failed.png", fullPage: false });
   log(`ok - a failed run says why: ${await page.textContent("#run-status")}: ${await page.textContent("#run-reason")} / ` +
     (await page.textContent("#run-fatal")).slice(0, 100));
+  // the queue: two runs queued from the launch view start one after the other
+  await page.evaluate(async (dir) => {
+    for (const n of ["qa", "qb"]) await fetch(`/api/runs/${n}/config`, { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ config: { preset: "tiny", resolution: 8, aspect_bucket_alignment: 8, max_train_steps: 30, learning_rate: 0.001 },
+        backend: [{ id: "shapes", type: "local", instance_data_dir: dir, caption_strategy: "textfile", crop: false }] }) });
+  }, data);
+  await page.goto(url + "#launch");
+  await page.waitForSelector('#l-run option[value="qb"]', { state: "attached", timeout: 10000 });
+  for (const n of ["qa", "qb"]) {
+    await page.selectOption("#l-run", n);
+    await page.click("#l-queue");
+    await page.waitForFunction((n) => document.querySelector("#l-msg").textContent.includes(`queued '${n}'`), n, { timeout: 10000 });
+  }
+  await page.waitForFunction(() => document.querySelectorAll('#history tr[data-run="qa"], #history tr[data-run="qb"]').length === 2, null, { timeout: 60000 });
+  const hist = await page.locator("#history tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent).join(" ")));
+  const q = await page.evaluate(async () => (await (await fetch("/api/queue")).json()).history.filter((h) => h.name[0] === "q"));
+  const inOrder = q.length === 2 && q[0].name === "qb" && q[1].name === "qa" && q[0].started >= q[1].ended && q.every((h) => h.exit_code === 0);
+  log((inOrder ? "ok" : "FAIL") + " - two runs queued from the page ran one after the other; history: " + hist.slice(0, 3).join(" | "));
+  if (shots) await page.screenshot({ path: shots + "/webui-queue.png", fullPage: false });
   log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
   log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
   await browser.close();

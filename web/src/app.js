@@ -391,6 +391,7 @@ const builder = {
     $("b-save").addEventListener("click", () => this.save(false));
     $("b-load").addEventListener("change", () => this.load($("b-load").value));
     $("b-launch").addEventListener("click", () => this.save(true));
+    $("b-queue").addEventListener("click", () => this.save(true, true));
     this.changed();
   },
   parse(k, text) {
@@ -592,7 +593,7 @@ const builder = {
       $("b-msg").textContent = `loaded run '${name}'`;
     } catch (e) { $("b-msg").textContent = "error: " + e.message; }
   },
-  async save(andLaunch) {
+  async save(andLaunch, queue) {
     const name = $("b-name").value.trim(), ranks = Math.max(1, +$("b-ranks").value || 1);
     $("b-msg").textContent = "saving…";
     try {
@@ -603,7 +604,7 @@ const builder = {
       if (!d.check.ok) { $("b-msg").textContent = "saved, but the config has a problem (not launched)"; return; }
       $("b-msg").textContent = `saved ${d.saved.join(", ")} in run '${name}'`;
       if (andLaunch) {
-        await api("POST", "runs", { name, ranks, resume: false });
+        await api("POST", "runs", queue ? { name, ranks, resume: false, queue: true } : { name, ranks, resume: false });
         launch.select(name, ranks);
         location.hash = "#launch";
       }
@@ -630,9 +631,12 @@ const launch = {
     loadRuns();
   },
   async refresh() { // one at a time: two readers of the log would show it twice
-    if (!this.run || this.busy) return;
+    if (this.busy) return;
     this.busy = true;
-    try { await this.refreshOnce(); } finally { this.busy = false; }
+    try {
+      await this.refreshQueue().catch((e) => { $("l-msg").textContent = e.message; });
+      if (this.run) await this.refreshOnce();
+    } finally { this.busy = false; }
   },
   async refreshOnce() {
     const name = this.run;
@@ -658,6 +662,32 @@ const launch = {
       }
     } catch (e) { $("l-msg").textContent = e.message; }
   },
+  async queueRun() {
+    try {
+      const d = await api("POST", "runs", { name: this.run, ranks: Math.max(1, +$("l-ranks").value || 1),
+        resume: $("l-q-resume").checked, queue: true });
+      $("l-msg").textContent = `queued '${d.name}' (place ${d.position})`;
+    } catch (e) { $("l-msg").textContent = e.message; }
+    this.refreshQueue();
+  },
+  // The queue (with a remove button per run), refused queued starts, the history.
+  async refreshQueue() {
+    const d = await api("GET", "queue");
+    const ago = (t) => t ? new Date(t * 1000).toLocaleTimeString() : "–";
+    $("queue").tBodies[0].replaceChildren(...(d.queue.length ? d.queue.map((q) => el("tr", { "data-run": q.name },
+      el("td", {}, String(q.position)), el("td", {}, q.name), el("td", {}, String(q.ranks)),
+      el("td", {}, q.resume === null ? "config's" : q.resume ? "latest" : "fresh"),
+      el("td", {}, el("button", { class: "small", onclick: async () => {
+        try { await api("POST", "queue/remove", { name: q.name }); } catch (e) { $("l-msg").textContent = e.message; }
+        this.refreshQueue();
+      } }, "remove"))))
+      : [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "empty"))]));
+    $("queue-refused").replaceChildren(...d.refused.map((x) => el("li", { class: "error" }, `${x.name}: not started: ${x.error}`)));
+    $("history").tBodies[0].replaceChildren(...(d.history.length ? d.history.map((h) => el("tr", { "data-run": h.name },
+      el("td", {}, h.name), el("td", { class: h.exit_code && !h.stopped ? "error" : "" }, h.stopped ? `stopped (${h.exit_code})` : String(h.exit_code)),
+      el("td", {}, fmtNum(h.final_loss)), el("td", {}, h.seconds === null ? "–" : fmtTime(h.seconds)), el("td", {}, ago(h.ended))))
+      : [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "none yet"))]));
+  },
   async start(resume) {
     try {
       await api("POST", "runs", { name: this.run, ranks: Math.max(1, +$("l-ranks").value || 1), resume });
@@ -668,6 +698,7 @@ const launch = {
 };
 $("l-run").addEventListener("change", () => launch.select($("l-run").value));
 $("l-start").addEventListener("click", () => launch.start(false));
+$("l-queue").addEventListener("click", () => launch.queueRun());
 $("l-resume").addEventListener("click", () => launch.start(true));
 $("l-stop").addEventListener("click", async () => {
   try { await api("POST", `runs/${encodeURIComponent(launch.run)}/stop`); $("l-msg").textContent = "stopping (SIGTERM)"; }
