@@ -154,9 +154,10 @@ static int check_config_paths(ct_serve *s, const char *run, const char *text, si
     ct_json *j = NULL;
     ct_err err = {0};
     if (js && !ct_json_parse(js, strlen(js), &j, &err)) {
-      for (size_t i = 0; !bad && i < sizeof INPUTS / sizeof *INPUTS + 3; i++) {
-        const int out = i >= sizeof INPUTS / sizeof *INPUTS;
-        const char *key = out ? OUTPUTS[i - sizeof INPUTS / sizeof *INPUTS] : INPUTS[i];
+      const size_t nin = sizeof INPUTS / sizeof *INPUTS, nout = sizeof OUTPUTS / sizeof *OUTPUTS;
+      for (size_t i = 0; !bad && i < nin + nout; i++) {
+        const int out = i >= nin;
+        const char *key = out ? OUTPUTS[i - nin] : INPUTS[i];
         const ct_json *v = ct_json_get(j, key);
         snprintf(what, sizeof what, "key '%s'", key);
         if (v && v->type == CT_JSON_STRING) bad = check_path(s, run, what, v->str, out, r);

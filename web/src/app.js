@@ -275,6 +275,10 @@ function renderCharts() {
   for (const [id, [field, color]] of Object.entries(series)) {
     const raw = pts.map((p) => (typeof p[field] === "number" && (!log || p[field] > 0) ? p[field] : null));
     const data = id === "lr" ? [xs, raw] : [xs, raw, smooth(raw, a)];
+    // the newest values in the heading, without hovering (the legend follows the cursor)
+    const n = xs.length - 1;
+    $("last-" + id).textContent = n < 0 ? "" : `step ${xs[n]}: ${fmtNum(raw[n])}` +
+      (id === "lr" ? "" : ` (smoothed ${fmtNum(data[2][n])})`);
     const host = $("chart-" + id);
     const key = id + (log ? ":log" : ":lin");
     let plot = dash.plots[id];
