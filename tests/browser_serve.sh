@@ -64,7 +64,8 @@ const t0 = Date.now();
   page.on("dialog", (d) => { errors.push("dialog: " + d.message()); d.dismiss(); });
   page.on("response", (r) => { if (r.status() >= 400 && r.request().method() !== "POST") errors.push(`${r.status()} for ${r.url()}`); });
   page.on("response", (r) => { if (r.request().method() === "POST") log(`  POST ${r.url().replace(url, "/")}: ${r.status()}`); });
-  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  let blockStream = false; // while the test refuses /stream, the browser's own messages about it
+  page.on("console", (m) => { if (m.type() === "error" && !(blockStream && /ERR_FAILED|stream/.test(m.text()))) errors.push(m.text()); });
   page.on("request", (r) => { if (!r.url().startsWith(url) && !r.url().startsWith("blob:") && !r.url().startsWith("data:")) errors.push("external request: " + r.url()); });
   await page.goto(url + "#builder");
   await page.waitForSelector("#key-learning_rate");
@@ -193,6 +194,18 @@ const t0 = Date.now();
   const loaded = [await page.inputValue('[data-key="max_train_steps"]'), await page.inputValue("#ds-micro"),
     await page.inputValue('.dataset [data-ds="id"]'), await page.inputValue("#b-ranks")];
   log((loaded.join(",") === `${STEPS},2,shapes,2` ? "ok" : "FAIL") + " - the builder loads a run's config back: " + loaded.join(","));
+  // the stream refused: the page polls instead, every point and event once, then takes the stream back
+  blockStream = true;
+  await page.route("**/stream?*", (r) => r.abort());
+  await page.goto(url + "#dashboard");
+  await page.reload();
+  await page.waitForFunction((n) => dash.cur === "tiny2" && dash.points.length === n && !dash.es &&
+    /step \d+: checkpoint/.test(document.querySelector("#events").textContent), STEPS, { timeout: 30000 });
+  await onceEach("polling, the stream refused");
+  await page.unroute("**/stream?*");
+  blockStream = false;
+  await page.waitForFunction(() => dash.es && dash.es.readyState === EventSource.OPEN, null, { timeout: 20000 });
+  log(`ok - polling while the stream was refused (${STEPS} points), and back on the stream once it answers`);
   // a run that fails says why on the dashboard: its exit reason and the log's fatal line
   await page.evaluate(async (dir) => {
     const post = (p, b) => fetch(p, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(b) });
