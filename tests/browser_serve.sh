@@ -36,16 +36,20 @@ fi
 mkdir -p "$tmp/root"
 CTUNER_FAULT_STEP_DELAY_MS=15 "$CT" serve --root "$tmp/root" --port 0 > "$tmp/serve.out" 2>&1 &
 spid=$!
-trap 'kill $spid 2>/dev/null; rm -rf "$tmp"' EXIT
+"$CT" serve --root "$tmp/root" --port 0 --token tok-browser-123 > "$tmp/serve_tok.out" 2>&1 &
+tpid=$!
+trap 'kill $spid $tpid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 50); do grep -q '^serving' "$tmp/serve.out" && break; sleep 0.1; done
 port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve.out")
+for _ in $(seq 50); do grep -q '^serving' "$tmp/serve_tok.out" && break; sleep 0.1; done
+tport=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve_tok.out")
 [ -n "$port" ] || { bad "serve did not start: $(cat "$tmp/serve.out")"; exit 1; }
 shots=${CT_SCREENSHOTS:-}
 [ -n "$shots" ] && shots=$(mkdir -p "$shots" && cd "$shots" && pwd)
 
 cat > "$tmp/drive.cjs" <<'JS'
 const { chromium } = require(process.env.PW);
-const [url, data, chrome, profile, shots] = process.argv.slice(2);
+const [url, data, chrome, profile, shots, tokurl] = process.argv.slice(2);
 const log = (m) => console.log(m);
 const t0 = Date.now();
 (async () => {
@@ -70,6 +74,10 @@ const t0 = Date.now();
   await page.goto(url + "#builder");
   await page.waitForSelector("#key-learning_rate");
   log("ok - the builder lists the keys from /api/keys: " + await page.locator(".key").count());
+  // the default dataset has no directory yet: an error before launch, marked on its field
+  await page.waitForFunction(() => /instance_data_dir/.test(document.querySelector("#b-problems .err")?.textContent || "") &&
+    document.querySelector('.dataset [data-ds="instance_data_dir"]').classList.contains("problem-field"), null, { timeout: 10000 });
+  log("ok - the check runs the dataset checks: " + (await page.textContent("#b-problems .err")).slice(0, 120));
   const setKey = async (k, v) => {
     await page.fill("#b-filter", k);
     const inp = page.locator(`#key-${k} [data-key="${k}"]`);
@@ -240,12 +248,18 @@ const t0 = Date.now();
   const inOrder = q.length === 2 && q[0].name === "qb" && q[1].name === "qa" && q[0].started >= q[1].ended && q.every((h) => h.exit_code === 0);
   log((inOrder ? "ok" : "FAIL") + " - two runs queued from the page ran one after the other; history: " + hist.slice(0, 3).join(" | "));
   if (shots) await page.screenshot({ path: shots + "/webui-queue.png", fullPage: false });
+  // a server with a token, opened without it: the page says what to do
+  const tokPage = await browser.newPage();
+  await tokPage.goto(tokurl);
+  await tokPage.waitForFunction(() => /this server needs its access token: open the URL it printed/.test(document.querySelector("#conn").textContent), null, { timeout: 10000 });
+  log("ok - without its token the page says: " + await tokPage.textContent("#conn"));
+  await tokPage.close();
   log((errors.length ? "FAIL" : "ok") + " - no page errors and no request outside the server" + (errors.length ? ": " + errors.join("; ") : ""));
   log(`  (${((Date.now() - t0) / 1000).toFixed(1)} s in the browser)`);
   await browser.close();
 })().catch((e) => { console.log("FAIL - " + e.message.split("\n")[0]); process.exit(1); });
 JS
-out=$(PW="$tools/node_modules/playwright-core" node "$tmp/drive.cjs" "http://127.0.0.1:$port/" "$tmp/data" "$CHROME" "$tmp/profile" "$shots" 2>&1)
+out=$(PW="$tools/node_modules/playwright-core" node "$tmp/drive.cjs" "http://127.0.0.1:$port/" "$tmp/data" "$CHROME" "$tmp/profile" "$shots" "http://127.0.0.1:$tport/" 2>&1)
 echo "$out"
 echo "$out" | grep -q '^FAIL' && fail=1
 [ "$(echo "$out" | grep -c '^ok')" -ge 10 ] || { echo "FAIL - the browser run ended early"; fail=1; }

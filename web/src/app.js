@@ -19,6 +19,11 @@ const el = (tag, attrs = {}, ...kids) => {
   return e;
 };
 
+// The header's connection line; the token message stays until the page has it.
+function connMsg(text) {
+  if ($("conn").className !== "needtoken") $("conn").textContent = text;
+}
+
 async function api(method, path, body) {
   const opt = { method, headers: {}, credentials: "same-origin" };
   if (method === "POST") { // the server refuses other POSTs (no cross-site forms)
@@ -76,7 +81,7 @@ function fmtTime(s) {
 async function loadRuns() {
   try {
     const d = await api("GET", "runs");
-    if ($("conn").className !== "needtoken") $("conn").textContent = "";
+    connMsg("");
     dash.runs = d.runs;
     const ul = $("run-list");
     ul.replaceChildren(...d.runs.map((r) => el("li", {
@@ -87,7 +92,7 @@ async function loadRuns() {
     launch.fillRuns();
     builder.fillLoad();
   } catch (e) {
-    $("conn").textContent = "server unreachable: " + e.message;
+    connMsg("server unreachable: " + e.message);
   }
 }
 
@@ -187,7 +192,7 @@ async function refreshRun() {
     if (ckKey !== dash.ckKey) { dash.ckKey = ckKey; renderCheckpoints(run.checkpoints); }
     await pollValidation(name);
   } catch (e) {
-    $("conn").textContent = e.message;
+    connMsg(e.message);
   } finally {
     dash.refreshing = false;
   }
@@ -214,7 +219,7 @@ async function pollOnce() {
       if (d.offset >= d.size) break;
     }
   } catch (e) {
-    $("conn").textContent = e.message;
+    connMsg(e.message);
   } finally {
     dash.polling = false;
   }
@@ -546,6 +551,13 @@ const builder = {
       const row = !p.warning && p.key && $("key-" + p.key);
       if (row) { row.classList.add("problem"); row.append(el("div", { class: "err" }, p.message)); }
     }
+    // a dataset's problem marks its field (instance_data_dir, ...) in the dataset entries
+    for (const e of document.querySelectorAll("#b-datasets [data-ds]")) {
+      const dsp = chk.problems.find((p) => !p.warning && p.where && p.where.startsWith("multidatabackend.json") &&
+        (p.key === e.dataset.ds || p.message.includes(`'${e.dataset.ds}'`)));
+      e.classList.toggle("problem-field", !!dsp);
+      e.title = dsp ? dsp.message : "";
+    }
     if (chk.resolved) {
       const r = chk.resolved;
       const world = chk.world;
@@ -555,7 +567,8 @@ const builder = {
   async check() {
     const world = Math.max(1, +$("b-ranks").value || 1);
     try {
-      const chk = await api("POST", "config/check?world=" + world, this.config());
+      // with the datasets: checked as `ctuner config check` reads multidatabackend.json
+      const chk = await api("POST", "config/check?world=" + world, { config: this.config(), backend: this.datasets });
       this.showProblems(chk);
     } catch (e) { $("b-msg").textContent = e.message; }
   },
