@@ -29,7 +29,7 @@ ct_module(data DEPS core image storage comm codec config HEADERS data.h parquet.
 ct_module(health DEPS core comm config HEADERS health.h)
 ct_module(train DEPS core kernels image storage comm optim model text vae codec config data health
           tb HEADERS train.h)
-ct_module(serve DEPS core config HEADERS serve.h)
+ct_module(serve DEPS core config data HEADERS serve.h)
 ct_module(cli DEPS core kernels image storage comm optim model text vae codec synth config data health
           tb train serve)
 

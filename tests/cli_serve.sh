@@ -243,6 +243,132 @@ code "$U/api/runs" >/dev/null
   ok "saving a config through a symlinked run is refused, nothing written outside" || bad "write through symlink: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs/%2e%2e/config" --data-binary @"$tmp/run.json")" = 400 ] && [ ! -e "$tmp/config.json" ] && ok "saving into .. is refused" || bad "save .."
 
+# ---- links a request or a run would follow, NULs in names (each failed before the fix) ----
+cp -r "$root/r1/checkpoint-120" "$tmp/outside-ckpt"
+ln -s "$tmp/outside-ckpt" "$root/r1/checkpoint-999"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-999"}')" = 403 ] && [ ! -e "$root/r1/exports/checkpoint-999-f32.safetensors" ] &&
+  ok "export of a checkpoint-N that is a link to outside the root: 403, nothing exported" || bad "export through a link: $(cat "$tmp/body")"
+cp -r "$root/r1/checkpoint-120" "$root/r1/checkpoint-998"
+rm "$root/r1/checkpoint-998/model.safetensors"; ln -s "$tmp/outside-ckpt/model.safetensors" "$root/r1/checkpoint-998/model.safetensors"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-998"}')" = 403 ] && grep -q "checkpoint-998/model.safetensors" "$tmp/body" &&
+  [ ! -e "$root/r1/exports/checkpoint-998-f32.safetensors" ] && ok "export of a checkpoint holding a linked file: 403, the link named" || bad "export of a checkpoint with a link: $(cat "$tmp/body")"
+rm -rf "$root/r1/checkpoint-998"
+code "$U/api/runs/r1" >/dev/null
+[ "$(jq_ 'any(c["name"] == "checkpoint-999" for c in d["checkpoints"])')" = False ] && ok "a linked checkpoint is not listed" || bad "linked checkpoint listed"
+cp "$root/r1/$img" "$tmp/outside.png"
+ln -s "$tmp/outside.png" "$root/r1/validation_images/step_999_grid.png"
+code "$U/api/runs/r1/validation" >/dev/null
+[ "$(jq_ 'any(i["step"] == 999 for i in d["images"])')" = False ] && ok "the validation listing leaves out a linked image" || bad "linked image listed: $(head -c 300 "$tmp/body")"
+printf '{"learning_rate": TOPSECRET\n' > "$tmp/secret.json"
+mkdir -p "$root/cfglink"; ln -s "$tmp/secret.json" "$root/cfglink/config.json"
+[ "$(post "$U/api/runs" -d '{"name": "cfglink"}')" = 403 ] && sleep 0.5 && [ ! -e "$root/cfglink/train.log" ] &&
+  ok "a start whose config.json is a link to outside: 403, no trainer reads it" || bad "start through a linked config: $(cat "$tmp/body")"
+code "$U/api/runs/cfglink/log" >/dev/null; ! grep -q TOPSECRET "$tmp/body" && ok "... and its log quotes nothing of it" || bad "the log quotes the linked config"
+[ "$(post "$U/api/runs/rl/config" --data-binary @"$tmp/run.json")" = 200 ] || bad "save rl: $(cat "$tmp/body")"
+ln -s "$tmp/outside-ckpt" "$root/rl/checkpoint-500"
+[ "$(post "$U/api/runs" -d '{"name": "rl", "resume": true}')" = 403 ] && grep -q "checkpoint-500" "$tmp/body" && [ ! -e "$root/rl/train.log" ] &&
+  ok "a resume that a linked checkpoint would feed: 403, the link named" || bad "resume through a link: $(cat "$tmp/body")"
+rm "$root/rl/checkpoint-500"
+mkdir -p "$tmp/direct"; ln -s "$tmp/outside-ckpt" "$tmp/direct/checkpoint-500"
+"$CT" train --config "$root/rl/config.json" --output_dir "$tmp/direct" --max_train_steps=1 --validation_step_interval=0 \
+  --resume_from_checkpoint=latest > "$tmp/direct.log" 2>&1
+grep -q "ignoring $tmp/direct/checkpoint-500: not a directory" "$tmp/direct.log" && grep -q '"step": 1,' "$tmp/direct/metrics.jsonl" &&
+  ok "ctuner train: resume's latest ignores a linked checkpoint" || bad "latest through a link: $(tail -5 "$tmp/direct.log")"
+[ "$(post "$U/api/runs" -d '{"name": "r1\u0000/../../x"}')" = 400 ] && ok "a run name with a NUL inside (\\u0000) is refused, not cut short" || bad "NUL name: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120\u0000/../../x"}')" = 400 ] && ok "a checkpoint name with a NUL inside is refused" || bad "NUL checkpoint: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "f32\u0000x"}')" = 400 ] &&
+  [ "$(post "$U/api/runs/nul/config" -d '{"config": {"validation_prompt": "a\u0000b"}}')" = 400 ] && [ ! -e "$root/nul" ] &&
+  ok "any other string with a NUL inside is refused (not saved cut short)" || bad "NUL string: $(cat "$tmp/body")"
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_out.json" "$tmp/elsewhere" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["backend"][0]["cache_dir_vae"] = sys.argv[3] + "/vae"
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/outw/config" --data-binary @"$tmp/run_out.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "outw"}')" = 403 ] && grep -q "cache_dir_vae" "$tmp/body" && [ ! -e "$tmp/elsewhere" ] &&
+  ok "a start whose cache_dir_vae leaves the root: 403, by name" || bad "cache outside: $(cat "$tmp/body")"
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_out.json" "$tmp/elsewhere" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["config"]["logging_dir"] = sys.argv[3]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/outw/config" --data-binary @"$tmp/run_out.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "outw"}')" = 403 ] && grep -q "logging_dir" "$tmp/body" && [ ! -e "$tmp/elsewhere" ] &&
+  ok "a start whose logging_dir leaves the root: 403, by name" || bad "logging_dir outside: $(cat "$tmp/body")"
+
+# ---- the builder's check: the datasets as `ctuner config check` sees them ----
+chk() { post "$U/api/config/check" -d "{\"config\": {\"preset\": \"tiny\"}, \"backend\": [{\"id\": \"data\", \"type\": \"local\", $1 \"caption_strategy\": \"textfile\"}]}" >/dev/null; }
+chk '"instance_data_dir": "",'
+[ "$(jq_ 'd["ok"], any("instance_data_dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: an empty instance_data_dir is an error before launch" || bad "empty dir: $(cat "$tmp/body")"
+chk ''
+[ "$(jq_ 'd["ok"], any("instance_data_dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: a dataset without instance_data_dir is an error" || bad "no dir: $(cat "$tmp/body")"
+chk "\"instance_data_dir\": \"$tmp/no-such-dir\","
+[ "$(jq_ 'd["ok"], any("no-such-dir" in p["message"] for p in d["problems"])')" = "(False, True)" ] &&
+  ok "check: a missing instance_data_dir directory is an error" || bad "missing dir: $(cat "$tmp/body")"
+chk "\"instance_data_dir\": \"$tmp/data\","
+[ "$(jq_ 'd["ok"]')" = True ] && ok "check: a dataset with its directory checks out" || bad "good dataset: $(cat "$tmp/body")"
+
+# ---- a failed run says why; a run of `ctuner train` served later shows its real state ----
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_bad.json" "$tmp/no-such-dir" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["backend"][0]["instance_data_dir"] = sys.argv[3]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+post "$U/api/runs/bad/config" --data-binary @"$tmp/run_bad.json" >/dev/null
+[ "$(post "$U/api/runs" -d '{"name": "bad"}')" = 202 ] || bad "start bad: $(cat "$tmp/body")"
+for _ in $(seq 100); do code "$U/api/runs/bad" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+[ "$(jq_ 'd["status"], d["exit_code"], "exit 1" in d["exit_reason"]')" = "('failed', 1, True)" ] &&
+  ok "a run that exits 1: failed, with its exit reason ($(jq_ 'd["exit_reason"]'))" || bad "failed run: $(head -c 600 "$tmp/body")"
+[ "$(jq_ 'any("no-such-dir" in l and l.startswith("ctuner train: ") for l in d["fatal"])')" = True ] &&
+  ok "... and the fatal line of its log: $(jq_ 'd["fatal"][-1]')" || bad "fatal lines: $(jq_ 'd["fatal"]')"
+code "$U/api/runs/r1" >/dev/null
+[ "$(jq_ 'd["exit_reason"], d["fatal"]')" = "('finished: exit 0', [])" ] && ok "a finished run: its exit reason, no fatal lines" || bad "finished why: $(jq_ 'd["exit_reason"], d["fatal"]')"
+"$CT" train --config "$root/rl/config.json" --output_dir "$root/ext" --max_train_steps=8 --checkpoint_step_interval=4 \
+  --validation_step_interval=0 > "$tmp/ext.log" 2>&1 || bad "ctuner train ext: $(tail -3 "$tmp/ext.log")"
+cp -r "$root/ext" "$root/ext2"; rm -rf "$root/ext2/checkpoint-8"; head -5 "$root/ext/metrics.jsonl" > "$root/ext2/metrics.jsonl"
+touch -d '2 minutes ago' "$root/ext2/metrics.jsonl"
+code "$U/api/runs" >/dev/null
+[ "$(jq_ '[(r["name"], r["status"], r["step"], r["max_train_steps"]) for r in d["runs"] if r["name"].startswith("ext")]')" = "[('ext', 'finished', 8, 8), ('ext2', 'stopped', 5, 8)]" ] &&
+  ok "runs of ctuner train served later: finished 8/8, stopped 5/8 (max_train_steps from their checkpoints)" || bad "ctuner train runs: $(cat "$tmp/body")"
+
+# ---- the queue: runs start one after another; a history with exit, final loss and time ----
+/usr/bin/python3 - "$tmp/run.json" "$tmp/run_q.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["config"].update({"max_train_steps": 16, "validation_step_interval": 0})
+json.dump(d, open(sys.argv[2], "w"))
+PY
+for q in q1 q2 q3; do post "$U/api/runs/$q/config" --data-binary @"$tmp/run_q.json" >/dev/null; done
+[ "$(post "$U/api/runs" -d '{"name": "q1", "queue": true}')" = 202 ] && [ "$(post "$U/api/runs" -d '{"name": "q2", "queue": true, "resume": false}')" = 202 ] &&
+  [ "$(jq_ 'd["position"]')" -ge 1 ] && [ "$(post "$U/api/runs" -d '{"name": "q3", "queue": true}')" = 202 ] && ok "three runs queued" || bad "queue: $(cat "$tmp/body")"
+[ "$(post "$U/api/runs" -d '{"name": "q3", "queue": true}')" = 409 ] && ok "queueing a queued run: 409" || bad "queue twice: $(cat "$tmp/body")"
+code "$U/api/runs/q3" >/dev/null; [ "$(jq_ 'd["status"]')" = queued ] && ok "a queued run's status: queued" || bad "queued status: $(head -c 200 "$tmp/body")"
+[ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 200 ] && [ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 404 ] &&
+  ok "a run removed from the queue (again: 404)" || bad "queue remove: $(cat "$tmp/body")"
+for _ in $(seq 300); do
+  code "$U/api/queue" >/dev/null
+  [ "$(jq_ 'len(d["queue"]) == 0 and sum(h["name"] in ("q1", "q2") for h in d["history"]) == 2')" = True ] && break; sleep 0.1
+done
+[ "$(jq_ '[(h["name"], h["exit_code"], type(h["final_loss"]).__name__, h["seconds"] >= 0) for h in d["history"] if h["name"] in ("q1", "q2")]')" = "[('q2', 0, 'float', True), ('q1', 0, 'float', True)]" ] &&
+  [ "$(jq_ '[h for h in d["history"] if h["name"] == "q2"][0]["started"] >= [h for h in d["history"] if h["name"] == "q1"][0]["ended"]')" = True ] &&
+  ok "q1 then q2, one after the other; the history has each one's exit, final loss and time" || bad "queue order: $(cat "$tmp/body")"
+[ "$(jq_ 'any(h["name"] == "bad" and h["exit_code"] == 1 for h in d["history"]) and not any(h["name"] == "q3" for h in d["history"])')" = True ] &&
+  ok "the history holds the failed run too, and not the removed one" || bad "history: $(cat "$tmp/body")"
+
+# ---- port 80: the page's own Host header has no port ----
+if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
+  [ "$(code "http://127.0.0.1/api/runs")" = 200 ] && [ "$(code "http://localhost/api/runs")" = 200 ] &&
+    [ "$(code "http://127.0.0.1/api/runs" -H 'Host: 127.0.0.1:80')" = 200 ] &&
+    ok "--port 80: Host 127.0.0.1 and localhost (no port, as browsers send it) are accepted" || bad "port 80 Host: $(cat "$tmp/body")"
+  [ "$(code "http://127.0.0.1/api/runs" -H 'Host: evil.example')" = 403 ] && [ "$(code "http://127.0.0.1/api/runs" -H 'Host: localhost:81')" = 403 ] &&
+    ok "--port 80: a foreign Host, or another port, is still refused" || bad "port 80 foreign Host"
+  kill "${pids[-1]}"
+else
+  echo "# skip - port 80 is taken here: $(tail -1 "$tmp/p80.out")"
+fi
+[ "$(code "$U/api/runs" -H "Host: 127.0.0.1")" = 403 ] && ok "a port-less Host on another port is refused" || bad "port-less Host on $port"
+
 # ---- tokens ----
 start_serve "$tmp/tok.out" --root "$root" --port 0 --token tok-123456789
 T="http://127.0.0.1:$port"

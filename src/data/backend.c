@@ -638,8 +638,9 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   d->is_aws = !strcmp(d->type, "aws");
   if ((st = parse_aws(c, o, d))) return st;
   if (d->kind == CT_DS_IMAGE) {
-    if (!d->instance_data_dir)
-      return bad(c, "instance_data_dir", "is required for an image dataset");
+    if (!d->instance_data_dir || (!d->is_aws && !d->instance_data_dir[0]))
+      return bad(c, "instance_data_dir",
+                 "is required for an image dataset (a directory of images; \"\" names none)");
     if (d->caption_strategy == CT_CAP_INSTANCEPROMPT && !d->instance_prompt)
       return bad(c, "instance_prompt", "is required with caption_strategy \"instanceprompt\"");
     if ((d->caption_strategy == CT_CAP_PARQUET || d->metadata_backend == CT_META_PARQUET) &&

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ctuner/config.h"
+#include "ctuner/optim.h"
 #include "serve/serve_int.h"
 
 extern char **environ;
@@ -62,11 +63,48 @@ void srv_json_write(FILE *f, const ct_json *v) {
   }
 }
 
+static void add_choice(char *buf, size_t n, const char *c) {
+  size_t at = strlen(buf);
+  snprintf(buf + at, n - at, "%s%s", at ? "|" : "", c);
+}
+
+/* The values a key whose rule is a function accepts, from the registries the
+ * validator itself consults (optimizers, schedules) or its messages; *open: a
+ * value outside them is allowed too (resume_from_checkpoint's directory). The
+ * validator keeps the last word. NULL: none known. */
+static const char *fn_choices(const ct_config_key_info *k, char *buf, size_t n, int *open) {
+  *open = 0;
+  buf[0] = 0;
+  if (!strcmp(k->name, "optimizer")) {
+    size_t m = 0;
+    const ct_optim_info *o = ct_optim_registry(&m);
+    for (size_t i = 0; i < m; i++)
+      if (!strcmp(o[i].name, o[i].canonical)) add_choice(buf, n, o[i].name);
+  } else if (!strcmp(k->name, "lr_scheduler")) {
+    for (int i = 0; i < CT_SCHED_NKINDS; i++) add_choice(buf, n, ct_sched_kind_name(i));
+  } else if (!strcmp(k->name, "mixed_precision")) {
+    add_choice(buf, n, "no|bf16");
+  } else if (!strcmp(k->name, "preset")) {
+    add_choice(buf, n, "tiny|small|bench"); /* check_preset's message */
+  } else if (!strcmp(k->name, "resume_from_checkpoint")) {
+    add_choice(buf, n, "latest|none");
+    *open = 1;
+  } else if (!strcmp(k->name, "report_to") && k->choices) {
+    snprintf(buf, n, "none|%s", k->choices); /* NONE_OR's none */
+  } else {
+    return k->choices;
+  }
+  return buf;
+}
+
 void srv_keys(srv_reply *r) {
   FILE *f = srv_json_open(r, 200);
   ct_config_key_info k;
+  char cb[1024];
   if (f) fputs("{\"keys\": [", f);
   for (size_t i = 0; f && ct_config_key_info_at(i, &k); i++) {
+    int open = 0;
+    k.choices = fn_choices(&k, cb, sizeof cb, &open);
     fprintf(f, "%s{\"name\": ", i ? ",\n" : "");
     ct_json_fput_str(f, k.name);
     fputs(", \"type\": ", f);
@@ -95,7 +133,7 @@ void srv_keys(srv_reply *r) {
     } else {
       fputs("null", f);
     }
-    fputs("}", f);
+    fprintf(f, ", \"open\": %s}", open ? "true" : "false");
   }
   if (f) fputs("]}", f);
   srv_json_close(r, f);
@@ -133,8 +171,8 @@ static const char *message_key(const char *msg, char *buf, size_t n) {
  * collecting every problem (ct_config_problems, the list `ctuner config check`
  * prints): parse, per-key rules, the DeepSpeed fold, rules between keys. On
  * no error *resolved is the canonical JSON of every key (caller frees). */
-static void check_config(const char *text, size_t n, int world, ct_config_problems *probs,
-                         char **resolved) {
+static void check_config(const char *text, size_t n, const char *be, size_t ben, const char *outdir,
+                         int world, ct_config_problems *probs, char **resolved) {
   ct_config cfg;
   ct_config_defaults(&cfg);
   char path[64];
@@ -154,6 +192,7 @@ static void check_config(const char *text, size_t n, int world, ct_config_proble
                              "deepspeed_config", NULL, "%s", e.msg);
   }
   ct_config_check(&cfg, probs);
+  if (be) srv_backend_problems(be, ben, outdir, &cfg, probs); /* as `ctuner config check` */
   for (size_t i = before; i < probs->n; i++) /* the memfd's path means nothing to the user */
     if (!strcmp(probs->v[i].file, path))
       snprintf(probs->v[i].file, sizeof probs->v[i].file, "config");
@@ -164,10 +203,11 @@ out:
 }
 
 /* {"ok": ..., "problems": [{key, message, where, warning, hint}...], "resolved": {...}}. */
-static void write_check(FILE *f, const char *text, size_t n, int world) {
+static void write_check(FILE *f, const char *text, size_t n, const char *be, size_t ben,
+                        const char *outdir, int world) {
   ct_config_problems probs = {0};
   char *resolved = NULL, kb[128], wb[700];
-  check_config(text, n, world, &probs, &resolved);
+  check_config(text, n, be, ben, outdir, world, &probs, &resolved);
   fprintf(f, "{\"ok\": %s, \"world\": %d, \"problems\": [", probs.errors ? "false" : "true", world);
   for (size_t i = 0; i < probs.n; i++) {
     const ct_config_problem *pr = &probs.v[i];
@@ -199,10 +239,41 @@ static int world_arg(const srv_req *q) {
   return v < 1 ? 1 : v > 1024 ? 1024 : (int)v;
 }
 
+/* The JSON text of v (malloc'd), or NULL. */
+static char *json_text(const ct_json *v, size_t *n) {
+  char *t = NULL;
+  FILE *f = open_memstream(&t, n);
+  if (!f) return NULL;
+  srv_json_write(f, v);
+  fputc('\n', f);
+  fclose(f);
+  return t;
+}
+
+/* The body: a config object, or {"config": {...}, "backend": [...]} (the
+ * builder's form, whose datasets are checked as `ctuner config check` does). */
 void srv_config_check(ct_serve *s, const srv_req *q, srv_reply *r) {
+  ct_json *body = NULL;
+  ct_err err;
+  char *ct = NULL, *bt = NULL;
+  size_t cn = 0, bn = 0;
+  if (!ct_json_parse(q->body, q->nbody, &body, &err) && body->type == CT_JSON_OBJECT &&
+      body->n == 2 && ct_json_get(body, "config") && ct_json_get(body, "backend")) {
+    const ct_json *c = ct_json_get(body, "config"), *b = ct_json_get(body, "backend");
+    if (c->type == CT_JSON_OBJECT && b->type == CT_JSON_ARRAY) {
+      ct = json_text(c, &cn);
+      bt = json_text(b, &bn);
+    }
+  }
   FILE *f = srv_json_open(r, 200);
-  if (f) write_check(f, q->body, q->nbody, world_arg(q));
+  if (f && ct && bt)
+    write_check(f, ct, cn, bt, bn, s->root, world_arg(q));
+  else if (f)
+    write_check(f, q->body, q->nbody, NULL, 0, NULL, world_arg(q));
   srv_json_close(r, f);
+  free(ct);
+  free(bt);
+  ct_json_free(body);
 }
 
 /* The config object with output_dir (and data_backend_config) set to paths in
@@ -255,14 +326,7 @@ static void save_config(ct_serve *s, const char *name, const ct_json *body, int 
     goto out;
   }
   snprintf(run, sizeof run, "%s/%s", s->root, name);
-  if (be) {
-    FILE *f = open_memstream(&betext, &ben);
-    if (f) {
-      srv_json_write(f, be);
-      fputc('\n', f);
-      fclose(f);
-    }
-  }
+  if (be) betext = json_text(be, &ben);
   text = config_text(cfg, run, be != NULL);
   if (!text || (be && !betext) ||
       (be && srv_write_at(runfd, "multidatabackend.json", betext, ben)) ||
@@ -275,7 +339,7 @@ static void save_config(ct_serve *s, const char *name, const ct_json *body, int 
     fputs("{\"saved\": [\"config.json\"", f);
     if (be) fputs(", \"multidatabackend.json\"", f);
     fputs("], \"check\": ", f);
-    write_check(f, text, strlen(text), world);
+    write_check(f, text, strlen(text), betext, ben, run, world);
     fputs("}", f);
   }
   srv_json_close(r, f);
@@ -292,18 +356,16 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
     srv_error(r, 400, "body: %s", err.msg);
     return;
   }
-  save_config(s, name, body, world_arg(q), r);
+  if (srv_json_nul(body))
+    srv_error(r, 400, "body: a string holds a NUL (\\u0000)");
+  else
+    save_config(s, name, body, world_arg(q), r);
   ct_json_free(body);
 }
 
 /* ---- serve.json and the children ---- */
 
-typedef struct run_meta {
-  long pid, started;
-  int ranks, exit_code; /* exit_code -1: not known */
-} run_meta;
-
-static int meta_read(int runfd, run_meta *m) {
+static int meta_read(int runfd, srv_meta *m) {
   ct_json *j = NULL;
   ct_err err;
   char *b = NULL;
@@ -317,6 +379,8 @@ static int meta_read(int runfd, run_meta *m) {
     if ((v = ct_json_get(j, "started")) && v->type == CT_JSON_NUMBER) m->started = (long)v->num;
     if ((v = ct_json_get(j, "ranks")) && v->type == CT_JSON_NUMBER) m->ranks = (int)v->num;
     if ((v = ct_json_get(j, "exit_code")) && v->type == CT_JSON_NUMBER) m->exit_code = (int)v->num;
+    if ((v = ct_json_get(j, "stop_requested")) && v->type == CT_JSON_BOOL) m->stop = v->boolean;
+    if ((v = ct_json_get(j, "ended")) && v->type == CT_JSON_NUMBER) m->ended = (long)v->num;
     ok = 1;
   }
   ct_json_free(j);
@@ -325,23 +389,28 @@ static int meta_read(int runfd, run_meta *m) {
   return ok;
 }
 
-static void meta_write(int runfd, const run_meta *m) {
+int srv_meta_get(ct_serve *s, int runfd, srv_meta *m) {
+  pthread_mutex_lock(&s->mu);
+  int ok = meta_read(runfd, m);
+  pthread_mutex_unlock(&s->mu);
+  return ok;
+}
+
+static void meta_write(int runfd, const srv_meta *m) {
   char b[256];
   int n = snprintf(b, sizeof b,
-                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, \"exit_code\": ", m->pid,
-                   m->ranks, m->started);
+                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, %s\"exit_code\": ", m->pid,
+                   m->ranks, m->started, m->stop ? "\"stop_requested\": true, " : "");
   if (m->exit_code >= 0)
-    n += snprintf(b + n, sizeof b - (size_t)n, "%d}\n", m->exit_code);
+    n += snprintf(b + n, sizeof b - (size_t)n, "%d, \"ended\": %ld}\n", m->exit_code, m->ended);
   else
     n += snprintf(b + n, sizeof b - (size_t)n, "null}\n");
   srv_write_at(runfd, "serve.json", b, (size_t)n);
 }
 
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code) {
-  run_meta m;
-  pthread_mutex_lock(&s->mu);
-  int ok = meta_read(runfd, &m);
-  pthread_mutex_unlock(&s->mu);
+  srv_meta m;
+  int ok = srv_meta_get(s, runfd, &m);
   *ranks = m.ranks;
   *exit_code = m.exit_code;
   /* alive, and still the session leader we made it (not a reused pid) */
@@ -365,15 +434,17 @@ void *srv_reaper_main(void *arg) {
       }
       if (waitpid(c->pid, &ws, WNOHANG) != c->pid) continue;
       int runfd = srv_open_run(s, c->name);
-      run_meta m;
+      srv_meta m;
       if (runfd >= 0 && meta_read(runfd, &m) && m.pid == c->pid) {
         m.exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        m.ended = (long)time(NULL);
         meta_write(runfd, &m);
       }
       if (runfd >= 0) close(runfd);
       memset(c, 0, sizeof *c);
     }
     pthread_mutex_unlock(&s->mu);
+    srv_queue_tick(s); /* the next queued run, once none runs */
     usleep(200 * 1000);
   }
   return NULL;
@@ -435,7 +506,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
                          srv_reply *r) {
   char run[PATH_MAX + 200], store[4][PATH_MAX + 256], *av[16];
   int slot = -1, logfd = -1;
-  run_meta m;
+  srv_meta m;
   for (int i = 0; i < SRV_MAX_CHILDREN && slot < 0; i++)
     if (!s->children[i].pid) slot = i;
   if (meta_read(runfd, &m) && m.pid > 0 && m.exit_code < 0 && kill((pid_t)m.pid, 0) == 0 &&
@@ -464,7 +535,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
     srv_error(r, 500, "cannot start %s: %s", av[0], strerror(rc));
     return;
   }
-  m = (run_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
+  m = (srv_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
   meta_write(runfd, &m);
   s->children[slot].pid = pid;
   s->children[slot].kill_at = 0;
@@ -483,6 +554,22 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
   srv_json_close(r, f);
 }
 
+int srv_start_run(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r) {
+  int runfd = srv_open_run(s, name);
+  if (runfd < 0) {
+    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", name,
+              name);
+    return 0;
+  }
+  if (!srv_launch_check(s, name, runfd, r)) { /* no links, nothing written outside */
+    pthread_mutex_lock(&s->mu);
+    start_locked(s, name, runfd, ranks, resume, r);
+    pthread_mutex_unlock(&s->mu);
+  }
+  close(runfd);
+  return r->code == 202;
+}
+
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
   ct_json *body = NULL;
   ct_err err;
@@ -492,11 +579,15 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
               body ? "" : ": ", body ? "" : err.msg);
     goto out;
   }
-  const ct_json *nm = ct_json_get(body, "name"), *rk = ct_json_get(body, "ranks");
-  const ct_json *resume = ct_json_get(body, "resume");
+  const ct_json *rk = ct_json_get(body, "ranks"), *resume = ct_json_get(body, "resume");
+  const char *name = srv_json_name(ct_json_get(body, "name"));
   long ranks = rk && rk->type == CT_JSON_NUMBER && rk->is_int ? (long)rk->i64 : rk ? -1 : 1;
-  if (!nm || nm->type != CT_JSON_STRING || !srv_name_ok(nm->str)) {
+  if (!name) {
     srv_error(r, 400, "\"name\" must be a run name (letters, digits, '.', '_', '-')");
+    goto out;
+  }
+  if (srv_json_nul(body)) {
+    srv_error(r, 400, "body: a string holds a NUL (\\u0000)");
     goto out;
   }
   if (ranks < 1 || ranks > 64) {
@@ -504,22 +595,18 @@ void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r) {
     goto out;
   }
   if (ct_json_get(body, "config")) { /* save first, refuse a config that does not check */
-    save_config(s, nm->str, body, (int)ranks, r);
+    save_config(s, name, body, (int)ranks, r);
     if (r->code != 200) goto out;
     if (!strstr(r->body, "\"check\": {\"ok\": true")) {
       r->code = 422;
       goto out;
     }
   }
-  if ((runfd = srv_open_run(s, nm->str)) < 0 ||
-      faccessat(runfd, "config.json", F_OK, AT_SYMLINK_NOFOLLOW)) {
-    srv_error(r, 404, "run '%s' has no saved config.json (POST /api/runs/%s/config first)", nm->str,
-              nm->str);
-    goto out;
-  }
-  pthread_mutex_lock(&s->mu);
-  start_locked(s, nm->str, runfd, (int)ranks, resume, r);
-  pthread_mutex_unlock(&s->mu);
+  const ct_json *queue = ct_json_get(body, "queue");
+  if (queue && queue->type == CT_JSON_BOOL && queue->boolean)
+    srv_queue_add(s, name, (int)ranks, resume, r);
+  else
+    srv_start_run(s, name, (int)ranks, resume, r);
 out:
   if (runfd >= 0) close(runfd);
   ct_json_free(body);
@@ -538,14 +625,46 @@ void srv_run_stop(ct_serve *s, const char *name, srv_reply *r) {
     srv_error(r, 409, "run '%s' is not running (or was not started by ctuner serve)", name);
     return;
   }
-  kill(-pid, SIGTERM); /* the whole session: mpirun and its ranks */
   pthread_mutex_lock(&s->mu);
+  srv_meta m;
+  if ((runfd = srv_open_run(s, name)) >= 0 && meta_read(runfd, &m) && m.pid == pid) {
+    m.stop = 1; /* its exit is a stop, not a failure (mpirun's own code is 1) */
+    meta_write(runfd, &m);
+  }
+  if (runfd >= 0) close(runfd);
+  kill(-pid, SIGTERM); /* the whole session: mpirun and its ranks */
   for (int i = 0; i < SRV_MAX_CHILDREN; i++)
     if (s->children[i].pid == pid) s->children[i].kill_at = time(NULL) + STOP_GRACE_S;
   pthread_mutex_unlock(&s->mu);
   FILE *f = srv_json_open(r, 202);
   if (f) fprintf(f, "{\"stopping\": true, \"pid\": %ld, \"signal\": \"SIGTERM\"}", (long)pid);
   srv_json_close(r, f);
+}
+
+/* 0 if checkpoint dir `ck` of the run is a directory with no symbolic link in
+ * it (the export reads it by name), else the refusal in r. */
+static int export_refused(int runfd, const char *name, const char *ck, srv_reply *r) {
+  char link[PATH_MAX];
+  int fd = srv_open_rel(runfd, ck, O_RDONLY | O_DIRECTORY);
+  if (fd < 0 && errno != ENOENT) {
+    srv_error(r, 403,
+              "%s of run '%s' is not a directory (a symbolic link?): the server follows no "
+              "links under its root",
+              ck, name);
+    return 1;
+  }
+  if (fd < 0) {
+    srv_error(r, 404, "run '%s' has no %s", name, ck);
+    return 1;
+  }
+  close(fd);
+  int found = srv_find_link(runfd, ck, link, sizeof link);
+  if (found > 0)
+    srv_error(r, 403, "%s of run '%s' holds a symbolic link, '%s': the server follows no links", ck,
+              name, link);
+  else if (found < 0)
+    srv_error(r, 500, "cannot look through %s of run '%s': %s", ck, name, strerror(errno));
+  return found != 0;
 }
 
 /* POST /api/runs/{name}/export {"checkpoint": "checkpoint-N", "dtype": "f32"|"bf16",
@@ -561,19 +680,20 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
               "body: expected {\"checkpoint\": \"checkpoint-N\", \"dtype\": ..., \"ema\": ...}");
     goto out;
   }
-  const ct_json *c = ct_json_get(body, "checkpoint"), *dt = ct_json_get(body, "dtype");
-  const ct_json *ema = ct_json_get(body, "ema");
+  const ct_json *dt = ct_json_get(body, "dtype"), *ema = ct_json_get(body, "ema");
+  const char *ckpt = srv_json_name(ct_json_get(body, "checkpoint"));
   const char *dtype = dt && dt->type == CT_JSON_STRING ? dt->str : "f32";
   int use_ema = ema && ema->type == CT_JSON_BOOL && ema->boolean;
-  if (!c || c->type != CT_JSON_STRING || strncmp(c->str, "checkpoint-", 11) ||
-      !srv_name_ok(c->str) || (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
+  if (!ckpt || strncmp(ckpt, "checkpoint-", 11) || srv_json_nul(body) ||
+      (strcmp(dtype, "f32") && strcmp(dtype, "bf16"))) {
     srv_error(r, 400, "\"checkpoint\" must be a checkpoint-N of the run, \"dtype\" f32 or bf16");
     goto out;
   }
-  if ((runfd = srv_open_run(s, name)) < 0 || faccessat(runfd, c->str, F_OK, AT_SYMLINK_NOFOLLOW)) {
-    srv_error(r, 404, "run '%s' has no %s", name, c->str);
+  if ((runfd = srv_open_run(s, name)) < 0) {
+    srv_error(r, 404, "no run '%s' under the root", name);
     goto out;
   }
+  if (export_refused(runfd, name, ckpt, r)) goto out;
   if ((mkdirat(runfd, "exports", 0755) && errno != EEXIST) ||
       (exfd = srv_open_rel(runfd, "exports", O_RDONLY | O_DIRECTORY)) < 0 ||
       (logfd = openat(exfd, "export.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
@@ -581,8 +701,14 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
     srv_error(r, 500, "cannot make %s/%s/exports: %s", s->root, name, strerror(errno));
     goto out;
   }
-  snprintf(file, sizeof file, "%s%s-%s.safetensors", c->str, use_ema ? "-ema" : "", dtype);
-  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, c->str);
+  snprintf(file, sizeof file, "%s%s-%s.safetensors", ckpt, use_ema ? "-ema" : "", dtype);
+  struct stat sb;
+  if (!fstatat(exfd, file, &sb, AT_SYMLINK_NOFOLLOW) && !S_ISREG(sb.st_mode)) {
+    srv_error(r, 403, "exports/%s of run '%s' is not a regular file (a symbolic link?)", file,
+              name);
+    goto out;
+  }
+  snprintf(ck, sizeof ck, "%s/%s/%s", s->root, name, ckpt);
   snprintf(out, sizeof out, "%s/%s/exports/%s", s->root, name, file);
   int n = 0;
   av[n++] = s->ctuner;

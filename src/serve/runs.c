@@ -11,8 +11,10 @@
  *
  * Status: "running" while the process a server started is alive (serve.json,
  * launch.c), or — for a run started elsewhere — while metrics.jsonl changed in
- * the last 60 s; "finished" once the run exited 0 or logged max_train_steps;
- * "stopped" otherwise. */
+ * the last 60 s; "finished" once the run exited 0 or logged max_train_steps
+ * (from its config.json, else its newest checkpoint's); "failed" when a start
+ * from a server exited non-zero without a stop asked for (why.c says why);
+ * "queued" while it waits in the queue (queue.c); "stopped" otherwise. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -88,16 +90,24 @@ static long config_long(const ct_json *cfg, const char *key) {
 const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step, long *max_steps) {
   int ranks = 0, code = -1;
   time_t mt = 0;
+  long ckpt = -1;
+  srv_meta m;
   ct_json *cfg = run_config(runfd);
   *max_steps = cfg ? config_long(cfg, "max_train_steps") : 0;
   ct_json_free(cfg);
   *step = last_step(runfd, &mt);
+  if (*max_steps <= 0 || *step < 0) { /* a run of `ctuner train`: its checkpoints say */
+    long from_ckpt = srv_ckpt_max_steps(runfd, &ckpt);
+    if (*max_steps <= 0) *max_steps = from_ckpt;
+    if (*step < ckpt) *step = ckpt;
+  }
   pid_t pid = srv_run_pid(s, runfd, &ranks, &code);
   if (pid > 0) return "running";
+  if (srv_queue_pos(s, name)) return "queued";
   if (code == 0 || (*max_steps > 0 && *step >= *max_steps)) return "finished";
-  if (code < 0 && faccessat(runfd, "serve.json", F_OK, AT_SYMLINK_NOFOLLOW) && mt &&
-      time(NULL) - mt < 60)
-    return "running";
+  const int has_meta = srv_meta_get(s, runfd, &m);
+  if (!has_meta && mt && time(NULL) - mt < 60) return "running";
+  if (has_meta && code > 0 && code != CT_EXIT_STOPPED_CODE && !m.stop) return "failed";
   return "stopped";
 }
 
@@ -120,8 +130,9 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Sorted names in dirfd/sub ("" for dirfd) accepted by keep; caller frees. */
-static char **list_dir(int dirfd, const char *sub, int (*keep)(int, const char *), size_t *count) {
+/* Sorted names in dirfd/sub ("" for dirfd) accepted by keep, symbolic links
+ * left out; caller frees. */
+char **srv_list_dir(int dirfd, const char *sub, int (*keep)(int, const char *), size_t *count) {
   char **v = NULL;
   size_t n = 0, cap = 0;
   /* a new open file description: a dup would share (and race on) dirfd's offset */
@@ -130,6 +141,11 @@ static char **list_dir(int dirfd, const char *sub, int (*keep)(int, const char *
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (!d && fd >= 0) close(fd);
   for (struct dirent *e; d && (e = readdir(d));) {
+    struct stat st; /* a symbolic link is never listed (nor followed when opened) */
+    if (e->d_type == DT_LNK ||
+        (e->d_type == DT_UNKNOWN &&
+         (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || S_ISLNK(st.st_mode))))
+      continue;
     if (!srv_name_ok(e->d_name) || (keep && !keep(dirfd, e->d_name))) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 16;
@@ -146,14 +162,14 @@ static char **list_dir(int dirfd, const char *sub, int (*keep)(int, const char *
   return v;
 }
 
-static void free_list(char **v, size_t n) {
+void srv_free_list(char **v, size_t n) {
   for (size_t i = 0; i < n; i++) free(v[i]);
   free(v);
 }
 
 void srv_runs_list(ct_serve *s, srv_reply *r) {
   size_t n = 0;
-  char **names = list_dir(s->rootfd, "", is_run, &n);
+  char **names = srv_list_dir(s->rootfd, "", is_run, &n);
   FILE *f = srv_json_open(r, 200);
   if (f) fputs("{\"runs\": [", f);
   for (size_t i = 0; f && i < n; i++) {
@@ -171,7 +187,7 @@ void srv_runs_list(ct_serve *s, srv_reply *r) {
   }
   if (f) fputs("]}", f);
   srv_json_close(r, f);
-  free_list(names, n);
+  srv_free_list(names, n);
 }
 
 static int is_ckpt(int dirfd, const char *name) {
@@ -180,7 +196,7 @@ static int is_ckpt(int dirfd, const char *name) {
 
 static void write_checkpoints(FILE *f, int runfd) {
   size_t n = 0;
-  char **v = list_dir(runfd, "", is_ckpt, &n);
+  char **v = srv_list_dir(runfd, "", is_ckpt, &n);
   fputs("[", f);
   for (size_t i = 0; i < n; i++) {
     int cfd = srv_open_rel(runfd, v[i], O_RDONLY | O_DIRECTORY);
@@ -191,7 +207,7 @@ static void write_checkpoints(FILE *f, int runfd) {
     fprintf(f, ", \"step\": %ld, \"complete\": %s, \"files\": [", atol(v[i] + 11),
             complete ? "true" : "false");
     size_t nf = 0;
-    char **files = list_dir(cfd, "", NULL, &nf);
+    char **files = srv_list_dir(cfd, "", NULL, &nf);
     int first = 1;
     for (size_t k = 0; k < nf; k++) {
       struct stat st;
@@ -201,12 +217,12 @@ static void write_checkpoints(FILE *f, int runfd) {
       fprintf(f, ", \"size\": %lld}", (long long)st.st_size);
       first = 0;
     }
-    free_list(files, nf);
+    srv_free_list(files, nf);
     fputs("]}", f);
     close(cfd);
   }
   fputs("]", f);
-  free_list(v, n);
+  srv_free_list(v, n);
 }
 
 /* Open MPI's rank of a process (OMPI_COMM_WORLD_RANK in its environment), or -1. */
@@ -294,6 +310,8 @@ void srv_run_get(ct_serve *s, const char *name, srv_reply *r) {
       srv_json_write(f, cfg);
     else
       fputs("null", f);
+    fputs(", ", f);
+    srv_run_why(s, fd, status, f);
     fputs(", \"processes\": ", f);
     write_procs(f, pid);
     fputs(", \"checkpoints\": ", f);
@@ -406,7 +424,7 @@ void srv_run_validation(ct_serve *s, const char *name, srv_reply *r) {
     return;
   }
   size_t n = 0;
-  char **v = list_dir(runfd, "validation_images", is_png, &n);
+  char **v = srv_list_dir(runfd, "validation_images", is_png, &n);
   FILE *f = srv_json_open(r, 200);
   if (f) fputs("{\"images\": [", f);
   for (size_t i = 0; f && i < n; i++) {
@@ -437,7 +455,7 @@ void srv_run_validation(ct_serve *s, const char *name, srv_reply *r) {
   }
   if (f) fputs("]}", f);
   srv_json_close(r, f);
-  free_list(v, n);
+  srv_free_list(v, n);
   close(runfd);
 }
 

@@ -6,9 +6,10 @@
  * build time) is served at "/".
  *
  * Access: without a token, only a Host header naming a loopback address with
- * this port is answered (a web page elsewhere cannot reach the API through
- * DNS rebinding), and POSTs must be application/json (a cross-site form
- * cannot send that without a CORS preflight, which is never answered). With a
+ * this port (or no port when it is 80, as browsers send it) is answered (a
+ * web page elsewhere cannot reach the API through DNS rebinding), and POSTs
+ * must be application/json (a cross-site form cannot send that without a
+ * CORS preflight, which is never answered). With a
  * token, every /api/ call carries it as "Authorization: Bearer T" or as the
  * cookie ctuner_token, which a first visit to "/?token=T" sets (HttpOnly,
  * SameSite=Strict) before redirecting to "/". Tokens compare in constant
@@ -91,12 +92,16 @@ static int token_eq(const char *a, const char *b) {
 static int allowed(ct_serve *s, struct MHD_Connection *c, int api, srv_reply *r) {
   if (!s->has_token) {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    char want[3][64];
-    snprintf(want[0], sizeof want[0], "127.0.0.1:%d", s->port);
-    snprintf(want[1], sizeof want[1], "localhost:%d", s->port);
-    snprintf(want[2], sizeof want[2], "[::1]:%d", s->port);
-    for (int i = 0; i < 3; i++)
-      if (host && !strcasecmp(host, want[i])) return 1;
+    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
+    for (int i = 0; host && i < 3; i++) {
+      size_t k = strlen(names[i]);
+      if (strncasecmp(host, names[i], k)) continue;
+      /* NAME:PORT; a browser leaves the port out on port 80 (HTTP's default) */
+      if ((host[k] == ':' && atol(host + k + 1) == s->port &&
+           strspn(host + k + 1, "0123456789") == strlen(host + k + 1) && host[k + 1]) ||
+          (!host[k] && s->port == 80))
+        return 1;
+    }
     srv_error(r, 403,
               "Host '%s' is not this server's loopback address; serve on another host "
               "with --host and a token",
@@ -191,6 +196,10 @@ static void route(ct_serve *s, srv_req *q, srv_reply *r) {
     srv_run_start(s, q, r);
   else if (!strncmp(p, "runs/", 5))
     route_run(s, q, p + 5, r);
+  else if (!strcmp(p, "queue") && get)
+    srv_queue_get(s, r);
+  else if (!strcmp(p, "queue/remove") && post)
+    srv_queue_remove(s, q, r);
   else if (!strcmp(p, "keys") && get)
     srv_keys(r);
   else if (!strcmp(p, "config/check") && post)

@@ -10,10 +10,21 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "ctuner/config.h"
 #include "ctuner/json.h"
 #include "ctuner/serve.h"
 
 #define SRV_MAX_CHILDREN 64
+#define CT_EXIT_STOPPED_CODE 5 /* the trainer's exit once stopped on request (train.h) */
+
+#define SRV_MAX_QUEUE 64
+#define SRV_MAX_REFUSED 16
+
+typedef struct srv_queued {
+  char name[129];
+  int ranks, resume; /* resume -1: the config's own */
+  long at;
+} srv_queued;
 
 typedef struct srv_child {
   pid_t pid;      /* 0: free slot */
@@ -32,6 +43,11 @@ struct ct_serve {
   size_t max_body;
   pthread_mutex_t mu; /* children and every serve.json write */
   srv_child children[SRV_MAX_CHILDREN];
+  srv_queued queue[SRV_MAX_QUEUE]; /* runs to start one after another (queue.c) */
+  int nqueue;
+  srv_queued refused[SRV_MAX_REFUSED]; /* queued starts that failed, newest last */
+  char refused_why[SRV_MAX_REFUSED][256];
+  int nrefused;
   pthread_t reaper;
   int reaper_on;
   volatile int stopping;
@@ -67,9 +83,24 @@ void srv_error(srv_reply *r, int code, const char *fmt, ...) __attribute__((form
 /* A query argument or NULL. */
 const char *srv_query(const srv_req *q, const char *key);
 
-/* safepath.c: 1 if name is one safe path component ([A-Za-z0-9._-], 1..128,
- * not starting with '.'). */
+/* safepath.c: the one rule for names: 1 if name[0..n) is one safe path
+ * component ([A-Za-z0-9._-], 1..128 bytes, not starting with '.'; a NUL
+ * inside fails). srv_name_ok is it for a C string, srv_json_name for a JSON
+ * string (the whole of it: "zz\u0000/../x" is refused, not cut to "zz"),
+ * answering the name or NULL. */
+int srv_name_okn(const char *name, size_t n);
 int srv_name_ok(const char *name);
+const char *srv_json_name(const ct_json *v);
+/* 1 if a string anywhere in v holds a NUL (a body holding one is refused
+ * whole: written back out, the string would end there). */
+int srv_json_nul(const ct_json *v);
+/* 1 if dirfd/sub (sub "" for dirfd itself) or anything below it is a symbolic
+ * link, its path (relative to dirfd) in found; 0 if none; -1 with errno. */
+int srv_find_link(int dirfd, const char *sub, char *found, size_t n);
+/* Where path (absolute, or relative to root/run) lies, "."/".." folded: 0
+ * outside root; 1 inside, no existing component a link; 2 inside through a
+ * link; -1 too long. rel: the path below root (for 2: up to the link). */
+int srv_path_inside(const ct_serve *s, const char *run, const char *path, char *rel, size_t n);
 /* The run directory root/name (no symlinks), or -1 with errno. */
 int srv_open_run(const ct_serve *s, const char *name);
 /* rel ("a/b/c.png") below dirfd, each component srv_name_ok and no symlink
@@ -96,6 +127,28 @@ long long srv_log_json(int runfd, long long off, FILE *f, long long *next);
 /* "running", "stopped" or "finished", and the last step logged; runfd open. */
 const char *srv_run_status(ct_serve *s, const char *name, int runfd, long *step, long *max_steps);
 
+/* guard.c: 0 if run `name` may start (its config.json a regular file, no
+ * link in the run, the paths it names kept to root: see guard.c), else the
+ * refusal (4xx) in r. */
+int srv_launch_check(ct_serve *s, const char *name, int runfd, srv_reply *r);
+/* The datasets of a multidatabackend.json text as `ctuner config check`
+ * checks them, plus a local image dataset's directory present; relative
+ * paths against outdir. */
+void srv_backend_problems(const char *text, size_t n, const char *outdir, const ct_config *cfg,
+                          ct_config_problems *probs);
+
+/* runs.c: sorted names in dirfd/sub ("" for dirfd) accepted by keep (NULL:
+ * all), symbolic links left out; srv_free_list frees them. */
+char **srv_list_dir(int dirfd, const char *sub, int (*keep)(int, const char *), size_t *count);
+void srv_free_list(char **v, size_t n);
+
+/* why.c: "exit_reason": "...", "fatal": [lines of train.log] of a run in
+ * `status` into f (members of an object being written). */
+void srv_run_why(ct_serve *s, int runfd, const char *status, FILE *f);
+/* max_train_steps of the newest complete checkpoint's config.json (0: none),
+ * its step in *ckpt_step (-1: none). */
+long srv_ckpt_max_steps(int runfd, long *ckpt_step);
+
 /* stream.c */
 void srv_run_stream(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
 struct MHD_Response *srv_stream_response(void *stream);
@@ -107,6 +160,28 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 void srv_run_start(ct_serve *s, const srv_req *q, srv_reply *r);
 void srv_run_stop(ct_serve *s, const char *name, srv_reply *r);
 void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *r);
+/* Starts a run (the launch check first); 1 if it started (r: 202), else 0
+ * with the refusal in r. */
+int srv_start_run(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r);
+
+/* queue.c: runs started one after another, each once no run this server
+ * started is alive (the reaper calls srv_queue_tick); in memory, so a
+ * restarted server's queue is empty. */
+void srv_queue_add(ct_serve *s, const char *name, int ranks, const ct_json *resume, srv_reply *r);
+void srv_queue_tick(ct_serve *s);
+/* 1-based place of a run in the queue, 0 if not queued. */
+int srv_queue_pos(ct_serve *s, const char *name);
+void srv_queue_get(ct_serve *s, srv_reply *r);
+void srv_queue_remove(ct_serve *s, const srv_req *q, srv_reply *r);
+/* RUN/serve.json: the last start from a server. */
+typedef struct srv_meta {
+  long pid, started;
+  int ranks, exit_code; /* exit_code -1: not known (running, or never collected) */
+  int stop;             /* a stop was asked for */
+  long ended;           /* when the exit was collected (Unix seconds; 0: not known) */
+} srv_meta;
+/* 1 and *m if the run has a serve.json. */
+int srv_meta_get(ct_serve *s, int runfd, srv_meta *m);
 /* The pid of a live run started by this or an earlier server, else 0. */
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code);
 void *srv_reaper_main(void *arg);

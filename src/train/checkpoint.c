@@ -65,6 +65,11 @@ ct_status ct_checkpoint_latest(const char *out, char *path, size_t n, long *step
     if (s < 0 || s <= best) continue;
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", out, e->d_name);
+    struct stat lst;
+    if (lstat(p, &lst) || !S_ISDIR(lst.st_mode)) { /* a link is not this run's checkpoint */
+      CT_WARN("ignoring %s: not a directory (a symbolic link?)", p);
+      continue;
+    }
     if (!guarded(p)) {
       CT_WARN("ignoring %s: no .guard (an interrupted checkpoint write)", p);
       continue;

@@ -1,7 +1,10 @@
 // ctuner web UI: the dashboard, the config builder and the launch view over
 // the JSON API of `ctuner serve` (docs/webui.md). Plain JS, no framework;
-// charts by uPlot (bundled, see scripts/web_build.sh). Live updates poll the
-// API (metrics?since=STEP, log?offset=N), so nothing is re-read twice.
+// charts by uPlot (bundled, see scripts/web_build.sh). The picked run is
+// followed by its event stream (/stream: metrics, log, status), one reader from
+// the last step and byte it has, so every point and log event arrives once; if
+// the stream drops, the page polls (metrics?since=STEP, log?offset=N) from
+// there until it opens the stream again.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -16,6 +19,11 @@ const el = (tag, attrs = {}, ...kids) => {
   return e;
 };
 
+// The header's connection line; the token message stays until the page has it.
+function connMsg(text) {
+  if ($("conn").className !== "needtoken") $("conn").textContent = text;
+}
+
 async function api(method, path, body) {
   const opt = { method, headers: {}, credentials: "same-origin" };
   if (method === "POST") { // the server refuses other POSTs (no cross-site forms)
@@ -25,7 +33,11 @@ async function api(method, path, body) {
   const r = await fetch("/api/" + path, opt);
   let d = null;
   try { d = await r.json(); } catch (e) { d = null; }
-  if (r.status === 401) $("conn").textContent = "token needed: open /?token=TOKEN";
+  if (r.status === 401) {
+    $("conn").textContent = "this server needs its access token: open the URL it printed when it started " +
+      "(http://HOST:PORT/?token=…) once in this browser";
+    $("conn").className = "needtoken";
+  }
   if (!r.ok && !(d && (d.check || d.problems))) throw new Error((d && d.error) || r.status + " " + r.statusText);
   return d;
 }
@@ -46,6 +58,7 @@ window.addEventListener("hashchange", show);
 // ---------------------------------------------------------------- dashboard
 const dash = {
   runs: [], cur: null, points: [], last: -1, run: null, plots: {}, vcount: -1, timer: null,
+  es: null, retryAt: 0, polling: false, refreshing: false, again: false,
 };
 
 function fmtNum(x) {
@@ -68,7 +81,7 @@ function fmtTime(s) {
 async function loadRuns() {
   try {
     const d = await api("GET", "runs");
-    $("conn").textContent = "";
+    connMsg("");
     dash.runs = d.runs;
     const ul = $("run-list");
     ul.replaceChildren(...d.runs.map((r) => el("li", {
@@ -79,12 +92,13 @@ async function loadRuns() {
     launch.fillRuns();
     builder.fillLoad();
   } catch (e) {
-    $("conn").textContent = "server unreachable: " + e.message;
+    connMsg("server unreachable: " + e.message);
   }
 }
 
-function pick(name) {
-  if (dash.cur === name) return;
+function pick(name, force) {
+  if (dash.cur === name && !force) return;
+  closeStream();
   dash.cur = name;
   dash.points = [];
   dash.last = -1;
@@ -94,42 +108,120 @@ function pick(name) {
   dash.logOff = 0;
   dash.logTail = "";
   dash.events = [];
+  dash.run = null;
+  dash.retryAt = 0;
   $("events").replaceChildren(el("li", { class: "muted" }, "none yet (runs started from this page have a log)"));
   for (const p of Object.values(dash.plots)) p.destroy();
   dash.plots = {};
+  renderCharts();
   for (const li of $("run-list").children) li.classList.toggle("on", li.dataset.run === name);
   $("run-none").hidden = true;
   $("run-body").hidden = false;
   $("run-name").textContent = name;
+  $("run-why").hidden = true;
   $("validation").replaceChildren(el("p", { class: "muted" }, "No validation images yet."));
-  pollRun();
+  refreshRun();
+  if (!openStream()) pollOnce();
 }
 
-async function pollRun() {
+// The picked run's event stream: metrics, log and status events from the last
+// step and log byte the page has. The browser would reconnect a dropped stream
+// from the start it was opened with (every event again), so on an error the
+// page closes it, polls from where it is, and opens a new one 5 s later.
+function openStream() {
+  closeStream();
+  const name = dash.cur;
+  if (!name || !window.EventSource || dash.polling) return false;
+  const es = new EventSource(`/api/runs/${encodeURIComponent(name)}/stream?since=${dash.last}&offset=${dash.logOff}`);
+  dash.es = es;
+  const mine = (f) => (ev) => { if (dash.es === es && dash.cur === name) f(JSON.parse(ev.data)); };
+  es.addEventListener("metrics", mine(addMetrics));
+  es.addEventListener("log", mine(addLog));
+  es.addEventListener("status", mine(() => refreshRun()));
+  es.addEventListener("gone", mine(() => closeStream()));
+  es.onerror = () => {
+    if (dash.es !== es) return;
+    closeStream();
+    dash.retryAt = Date.now() + 5000;
+  };
+  return true;
+}
+function closeStream() {
+  if (dash.es) dash.es.close();
+  dash.es = null;
+}
+
+function addMetrics(m) {
+  for (const p of m.points) if (typeof p.loss === "number" && p.step > dash.last) dash.points.push(p);
+  if (m.last_step > dash.last) dash.last = m.last_step;
+  if (dash.run) renderHead(dash.run);
+  renderCharts();
+}
+
+// Events: the log lines that say something happened (the trainer's "step N: ..."
+// lines, warnings and errors, health), newest first.
+const EVENT = /^step \d+: |\[ctuner\] (WARN|ERROR)|circuit breaker|health|rank \d+ of \d+:|^==== ctuner serve|^ctuner \w+: /;
+function addLog(d) {
+  if (d.offset < dash.logOff) { dash.events = []; dash.logTail = ""; } // a new log: read from 0
+  const text = dash.logTail + d.text, cut = text.lastIndexOf("\n");
+  dash.logTail = text.slice(cut + 1);
+  for (const line of text.slice(0, cut + 1).split("\n")) if (EVENT.test(line)) dash.events.push(line);
+  dash.logOff = d.offset;
+  const ev = dash.events.slice(-200).reverse();
+  if (ev.length) $("events").replaceChildren(...ev.map((l) => el("li", {
+    class: /ERROR|rank \d+ of|circuit|^ctuner \w+: /.test(l) ? "error" : /WARN/.test(l) ? "warn" : "" }, l)));
+}
+
+// The run's own state (status, processes, checkpoints, validation): on a
+// status event and every tick; one request at a time.
+async function refreshRun() {
   const name = dash.cur;
   if (!name) return;
+  if (dash.refreshing) { dash.again = true; return; }
+  dash.refreshing = true;
   try {
-    const [run, m] = await Promise.all([
-      api("GET", "runs/" + encodeURIComponent(name)),
-      api("GET", `runs/${encodeURIComponent(name)}/metrics?since=${dash.last}`),
-    ]);
+    const run = await api("GET", "runs/" + encodeURIComponent(name));
     if (name !== dash.cur) return;
     if (run.step < dash.last) { // rewritten (a resume from an earlier checkpoint): read it again
-      dash.points = []; dash.last = -1;
-      return pollRun();
+      dash.refreshing = false;
+      return pick(name, true);
     }
     dash.run = run;
-    for (const p of m.points) if (typeof p.loss === "number") dash.points.push(p);
-    dash.last = m.last_step;
     renderHead(run);
-    renderCharts();
     const ckKey = JSON.stringify(run.checkpoints.map((c) => [c.name, c.complete]));
     if (ckKey !== dash.ckKey) { dash.ckKey = ckKey; renderCheckpoints(run.checkpoints); }
-    if (m.more) setTimeout(pollRun, 10);
     await pollValidation(name);
-    await pollEvents(name);
   } catch (e) {
-    $("conn").textContent = e.message;
+    connMsg(e.message);
+  } finally {
+    dash.refreshing = false;
+  }
+  if (dash.again) { dash.again = false; refreshRun(); }
+}
+
+// Without a stream: the metrics after the last step and the log after the
+// last byte, one poll at a time.
+async function pollOnce() {
+  const name = dash.cur;
+  if (!name || dash.polling || dash.es) return;
+  dash.polling = true;
+  try {
+    for (let more = true; more && name === dash.cur;) {
+      const m = await api("GET", `runs/${encodeURIComponent(name)}/metrics?since=${dash.last}`);
+      if (name !== dash.cur) return;
+      addMetrics(m);
+      more = m.more;
+    }
+    while (dash.run && dash.run.has_log && name === dash.cur) {
+      const d = await api("GET", `runs/${encodeURIComponent(name)}/log?offset=${dash.logOff}`);
+      if (name !== dash.cur) return;
+      addLog(d);
+      if (d.offset >= d.size) break;
+    }
+  } catch (e) {
+    connMsg(e.message);
+  } finally {
+    dash.polling = false;
   }
 }
 
@@ -153,6 +245,15 @@ function renderHead(run) {
   $("run-procs").tBodies[0].replaceChildren(...procs.map((p) => el("tr", {},
     el("td", {}, p.rank >= 0 ? `rank ${p.rank}` : p.name), el("td", {}, String(p.pid)),
     el("td", {}, states[p.state] || p.state), el("td", {}, `${p.cpu_s.toFixed(1)} s`), el("td", {}, `${p.rss_mb.toFixed(0)} MB`))));
+  // why a failed or stopped run ended: the exit reason and its log's fatal lines
+  const why = (run.status === "failed" || run.status === "stopped") && run.exit_reason;
+  $("run-why").hidden = !why;
+  if (why) {
+    $("run-why").className = "why " + run.status;
+    $("run-reason").textContent = run.exit_reason;
+    $("run-fatal").textContent = (run.fatal || []).join("\n");
+    $("run-fatal").hidden = !(run.fatal || []).length;
+  }
   $("run-stop").disabled = run.status !== "running" || !run.pid;
   $("run-resume").disabled = run.status === "running" || !run.config;
 }
@@ -179,6 +280,10 @@ function renderCharts() {
   for (const [id, [field, color]] of Object.entries(series)) {
     const raw = pts.map((p) => (typeof p[field] === "number" && (!log || p[field] > 0) ? p[field] : null));
     const data = id === "lr" ? [xs, raw] : [xs, raw, smooth(raw, a)];
+    // the newest values in the heading, without hovering (the legend follows the cursor)
+    const n = xs.length - 1;
+    $("last-" + id).textContent = n < 0 ? "" : `step ${xs[n]}: ${fmtNum(raw[n])}` +
+      (id === "lr" ? "" : ` (smoothed ${fmtNum(data[2][n])})`);
     const host = $("chart-" + id);
     const key = id + (log ? ":log" : ":lin");
     let plot = dash.plots[id];
@@ -195,30 +300,17 @@ function renderCharts() {
       }, data, host);
       plot._key = key;
       dash.plots[id] = plot;
+      if (!dash.resize && window.ResizeObserver) { // the charts follow their panels' width
+        dash.resize = new ResizeObserver(() => {
+          for (const [pid, pl] of Object.entries(dash.plots))
+            pl.setSize({ width: Math.max(300, $("chart-" + pid).clientWidth - 10), height: 210 });
+        });
+        for (const pid of Object.keys(series)) dash.resize.observe($("chart-" + pid));
+      }
     } else {
       plot.setData(data);
     }
   }
-}
-
-// Events: the log lines that say something happened (the trainer's "step N: ..."
-// lines, warnings and errors, health), newest first.
-const EVENT = /^step \d+: |\[ctuner\] (WARN|ERROR)|circuit breaker|health|rank \d+ of \d+:|^==== ctuner serve/;
-async function pollEvents(name) {
-  if (!dash.run || !dash.run.has_log) return;
-  for (;;) {
-    const d = await api("GET", `runs/${encodeURIComponent(name)}/log?offset=${dash.logOff}`);
-    if (name !== dash.cur) return;
-    if (d.offset < dash.logOff) dash.events = [];
-    const text = dash.logTail + d.text, cut = text.lastIndexOf("\n");
-    dash.logTail = text.slice(cut + 1);
-    for (const line of text.slice(0, cut + 1).split("\n")) if (EVENT.test(line)) dash.events.push(line);
-    dash.logOff = d.offset;
-    if (d.offset >= d.size) break;
-  }
-  const ev = dash.events.slice(-200).reverse();
-  if (ev.length) $("events").replaceChildren(...ev.map((l) => el("li", {
-    class: /ERROR|rank \d+ of|circuit/.test(l) ? "error" : /WARN/.test(l) ? "warn" : "" }, l)));
 }
 
 async function pollValidation(name) {
@@ -276,13 +368,13 @@ $("smooth").addEventListener("input", () => { $("smooth-v").textContent = (+$("s
 for (const id of ["logscale", "range-lo", "range-hi"]) $(id).addEventListener("change", renderCharts);
 $("run-stop").addEventListener("click", async () => {
   try { await api("POST", `runs/${encodeURIComponent(dash.cur)}/stop`); } catch (e) { alert(e.message); }
-  pollRun();
+  refreshRun();
 });
 $("run-resume").addEventListener("click", async () => {
   try {
     await api("POST", "runs", { name: dash.cur, ranks: (dash.run && dash.run.ranks) || 1, resume: true });
   } catch (e) { alert(e.message); }
-  pollRun();
+  refreshRun();
 });
 
 // ---------------------------------------------------------------- config builder
@@ -298,6 +390,7 @@ const builder = {
     this.renderDatasets();
     for (const id of ["ds-on", "ds-stage", "ds-offopt", "ds-offparam", "ds-bf16", "ds-micro", "ds-accum", "b-ranks"])
       $(id).addEventListener("input", () => this.changed());
+    $("ds-on").addEventListener("change", () => this.changed());
     $("b-filter").addEventListener("input", () => this.renderKeys());
     $("b-only-set").addEventListener("change", () => this.renderKeys());
     $("b-add-ds").addEventListener("click", () => {
@@ -307,6 +400,7 @@ const builder = {
     $("b-save").addEventListener("click", () => this.save(false));
     $("b-load").addEventListener("change", () => this.load($("b-load").value));
     $("b-launch").addEventListener("click", () => this.save(true));
+    $("b-queue").addEventListener("click", () => this.save(true, true));
     this.changed();
   },
   parse(k, text) {
@@ -319,12 +413,18 @@ const builder = {
   field(k) {
     const v = this.values[k.name];
     const set = v !== undefined;
+    const extra = [];
     let input;
     if (k.type === "bool") {
       input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default})`),
         el("option", { value: "true" }, "true"), el("option", { value: "false" }, "false"));
       input.value = set ? String(v) : "";
-    } else if (k.choices) { /* a fixed list in the key's rule: a drop-down */
+    } else if (k.choices && k.open) { /* suggestions, and any other value (a checkpoint path) */
+      input = el("input", { "data-key": k.name, list: "dl-" + k.name, type: "text",
+        placeholder: k.default === null ? "unset" : k.default });
+      input.value = set ? String(v) : "";
+      extra.push(el("datalist", { id: "dl-" + k.name }, ...k.choices.map((c) => el("option", { value: c }))));
+    } else if (k.choices) { /* a fixed list of values: a drop-down */
       input = el("select", { "data-key": k.name }, el("option", { value: "" }, `default (${k.default === null ? "unset" : k.default})`),
         ...k.choices.map((c) => el("option", { value: c }, c)));
       input.value = set ? String(v) : "";
@@ -341,13 +441,38 @@ const builder = {
     const prob = this.problems.find((p) => !p.warning && p.key === k.name);
     return el("div", { class: "key" + (set ? " set" : "") + (prob ? " problem" : ""), id: "key-" + k.name },
       el("div", { class: "name" }, k.name, el("div", { class: "help" }, `${k.type}${k.models !== "all" ? " · " + k.models : ""}`)),
-      input, el("div", { class: "help" }, k.help), ...(prob ? [el("div", { class: "err" }, prob.message)] : []));
+      input, el("div", { class: "help" }, k.help), ...extra, ...(prob ? [el("div", { class: "err" }, prob.message)] : []));
   },
+  // The keys by section (the first rule a name matches), each a collapsible group.
+  sections: [
+    ["LoRA", /^(lora_|lycoris|validation_lycoris|init_lora|use_dora|flux_lora)/],
+    ["precision", /precision|_dtype$|^quantize_via$|^gradient_checkpointing|^num_threads$/],
+    ["validation", /^(validation_|num_validation|user_prompt_library|evaluation_type|controlnet|disable_validation)/],
+    ["distributed", /^(zero_stage|offload_|reduce_bucket_size|deepspeed_config|distributed_timeout)/],
+    ["optimizer", /^(optimizer|adam_|muon_|mup_|lamb_|var_|freeze_step|local_step|max_grad_norm|grad_clip|max_nonfinite|use_ema|ema_)/],
+    ["schedule", /^(train_batch_size|gradient_accumulation|max_train_steps|num_train_epochs|learning_rate|lr_|warmup_|seed$|timestep_sampling|logit_|flow_|checkpoint|resume_from)/],
+    ["data", /^(resolution|data_backend|aspect_|allow_dataset|disable_bucket|compress_disk|disk_cache|dataloader|minimum_image|caption_|output_dir)/],
+    ["logging", /^(report_to|logging_dir|tracker_|webhook_|health_|disk_low|disable_progress|output_aws)/],
+    ["model", /./],
+  ],
+  section(name) { return this.sections.find(([, re]) => re.test(name))[0]; },
   renderKeys() {
     const f = $("b-filter").value.trim().toLowerCase(), only = $("b-only-set").checked;
     const keys = this.keys.filter((k) => (!f || k.name.includes(f) || k.help.toLowerCase().includes(f)) &&
       (!only || this.values[k.name] !== undefined) && k.name !== "output_dir" && k.name !== "data_backend_config");
-    $("b-keys").replaceChildren(...keys.map((k) => this.field(k)));
+    this.closed = this.closed || new Set();
+    const order = ["model", "data", "optimizer", "schedule", "precision", "distributed", "LoRA", "validation", "logging"];
+    $("b-keys").replaceChildren(...order.map((sec) => {
+      const ks = keys.filter((k) => this.section(k.name) === sec);
+      if (!ks.length) return "";
+      const nset = ks.filter((k) => this.values[k.name] !== undefined).length;
+      const d = el("details", { class: "section", "data-section": sec },
+        el("summary", {}, sec[0].toUpperCase() + sec.slice(1), el("span", { class: "muted small" }, ` ${ks.length} keys` + (nset ? `, ${nset} set` : ""))),
+        ...ks.map((k) => this.field(k)));
+      d.open = !this.closed.has(sec) || !!f; // a filter opens every section it matches
+      d.addEventListener("toggle", () => { if (d.open) this.closed.delete(sec); else this.closed.add(sec); });
+      return d;
+    }));
   },
   renderDatasets() {
     const fields = [["id", "text"], ["instance_data_dir", "text"], ["caption_strategy", ["textfile", "filename", "instanceprompt", "parquet"]],
@@ -396,6 +521,7 @@ const builder = {
     $("ds-arith").textContent = `effective batch = ${micro} per rank × ${accum} accumulation × ${world} rank${world > 1 ? "s" : ""} = ${micro * accum * world} samples per optimizer step`;
   },
   changed() {
+    $("ds-fields").hidden = !$("ds-on").checked; // the DeepSpeed values only when it is used
     this.arithmetic();
     const cfg = this.config();
     const text = JSON.stringify(cfg, null, 2);
@@ -425,6 +551,13 @@ const builder = {
       const row = !p.warning && p.key && $("key-" + p.key);
       if (row) { row.classList.add("problem"); row.append(el("div", { class: "err" }, p.message)); }
     }
+    // a dataset's problem marks its field (instance_data_dir, ...) in the dataset entries
+    for (const e of document.querySelectorAll("#b-datasets [data-ds]")) {
+      const dsp = chk.problems.find((p) => !p.warning && p.where && p.where.startsWith("multidatabackend.json") &&
+        (p.key === e.dataset.ds || p.message.includes(`'${e.dataset.ds}'`)));
+      e.classList.toggle("problem-field", !!dsp);
+      e.title = dsp ? dsp.message : "";
+    }
     if (chk.resolved) {
       const r = chk.resolved;
       const world = chk.world;
@@ -434,7 +567,8 @@ const builder = {
   async check() {
     const world = Math.max(1, +$("b-ranks").value || 1);
     try {
-      const chk = await api("POST", "config/check?world=" + world, this.config());
+      // with the datasets: checked as `ctuner config check` reads multidatabackend.json
+      const chk = await api("POST", "config/check?world=" + world, { config: this.config(), backend: this.datasets });
       this.showProblems(chk);
     } catch (e) { $("b-msg").textContent = e.message; }
   },
@@ -476,7 +610,7 @@ const builder = {
       $("b-msg").textContent = `loaded run '${name}'`;
     } catch (e) { $("b-msg").textContent = "error: " + e.message; }
   },
-  async save(andLaunch) {
+  async save(andLaunch, queue) {
     const name = $("b-name").value.trim(), ranks = Math.max(1, +$("b-ranks").value || 1);
     $("b-msg").textContent = "saving…";
     try {
@@ -487,7 +621,7 @@ const builder = {
       if (!d.check.ok) { $("b-msg").textContent = "saved, but the config has a problem (not launched)"; return; }
       $("b-msg").textContent = `saved ${d.saved.join(", ")} in run '${name}'`;
       if (andLaunch) {
-        await api("POST", "runs", { name, ranks, resume: false });
+        await api("POST", "runs", queue ? { name, ranks, resume: false, queue: true } : { name, ranks, resume: false });
         launch.select(name, ranks);
         location.hash = "#launch";
       }
@@ -513,13 +647,23 @@ const launch = {
     $("l-log").textContent = "";
     loadRuns();
   },
-  async refresh() {
-    if (!this.run) return;
+  async refresh() { // one at a time: two readers of the log would show it twice
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      await this.refreshQueue().catch((e) => { $("l-msg").textContent = e.message; });
+      if (this.run) await this.refreshOnce();
+    } finally { this.busy = false; }
+  },
+  async refreshOnce() {
     const name = this.run;
     try {
       const run = await api("GET", "runs/" + encodeURIComponent(name));
       $("l-status").textContent = run.status + (run.exit_code !== null ? ` (exit ${run.exit_code})` : "");
       $("l-status").className = "badge " + run.status;
+      $("l-why").textContent = run.exit_reason && run.status !== "finished"
+        ? [run.exit_reason, ...(run.fatal || [])].join("\n") : "";
+      $("l-why").hidden = !$("l-why").textContent;
       $("l-stop").disabled = run.status !== "running" || !run.pid;
       $("l-start").disabled = $("l-resume").disabled = run.status === "running" || !run.config;
       if (!run.has_log) return;
@@ -535,6 +679,32 @@ const launch = {
       }
     } catch (e) { $("l-msg").textContent = e.message; }
   },
+  async queueRun() {
+    try {
+      const d = await api("POST", "runs", { name: this.run, ranks: Math.max(1, +$("l-ranks").value || 1),
+        resume: $("l-q-resume").checked, queue: true });
+      $("l-msg").textContent = `queued '${d.name}' (place ${d.position})`;
+    } catch (e) { $("l-msg").textContent = e.message; }
+    this.refreshQueue();
+  },
+  // The queue (with a remove button per run), refused queued starts, the history.
+  async refreshQueue() {
+    const d = await api("GET", "queue");
+    const ago = (t) => t ? new Date(t * 1000).toLocaleTimeString() : "–";
+    $("queue").tBodies[0].replaceChildren(...(d.queue.length ? d.queue.map((q) => el("tr", { "data-run": q.name },
+      el("td", {}, String(q.position)), el("td", {}, q.name), el("td", {}, String(q.ranks)),
+      el("td", {}, q.resume === null ? "config's" : q.resume ? "latest" : "fresh"),
+      el("td", {}, el("button", { class: "small", onclick: async () => {
+        try { await api("POST", "queue/remove", { name: q.name }); } catch (e) { $("l-msg").textContent = e.message; }
+        this.refreshQueue();
+      } }, "remove"))))
+      : [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "empty"))]));
+    $("queue-refused").replaceChildren(...d.refused.map((x) => el("li", { class: "error" }, `${x.name}: not started: ${x.error}`)));
+    $("history").tBodies[0].replaceChildren(...(d.history.length ? d.history.map((h) => el("tr", { "data-run": h.name },
+      el("td", {}, h.name), el("td", { class: h.exit_code && !h.stopped ? "error" : "" }, h.stopped ? `stopped (${h.exit_code})` : String(h.exit_code)),
+      el("td", {}, fmtNum(h.final_loss)), el("td", {}, h.seconds === null ? "–" : fmtTime(h.seconds)), el("td", {}, ago(h.ended))))
+      : [el("tr", {}, el("td", { colspan: 5, class: "muted" }, "none yet"))]));
+  },
   async start(resume) {
     try {
       await api("POST", "runs", { name: this.run, ranks: Math.max(1, +$("l-ranks").value || 1), resume });
@@ -545,6 +715,7 @@ const launch = {
 };
 $("l-run").addEventListener("change", () => launch.select($("l-run").value));
 $("l-start").addEventListener("click", () => launch.start(false));
+$("l-queue").addEventListener("click", () => launch.queueRun());
 $("l-resume").addEventListener("click", () => launch.start(true));
 $("l-stop").addEventListener("click", async () => {
   try { await api("POST", `runs/${encodeURIComponent(launch.run)}/stop`); $("l-msg").textContent = "stopping (SIGTERM)"; }
@@ -553,11 +724,16 @@ $("l-stop").addEventListener("click", async () => {
 });
 
 // ---------------------------------------------------------------- polling
+// The run list, and the picked run's state, every 2 s (metrics and log come
+// by its stream); every second, polling, while the stream is down.
 async function tick() {
   await loadRuns();
-  if (!$("view-dashboard").hidden) await pollRun();
+  if (!$("view-dashboard").hidden && dash.cur) {
+    refreshRun();
+    if (!dash.es && !(Date.now() >= dash.retryAt && openStream())) await pollOnce();
+  }
   if (!$("view-launch").hidden) await launch.refresh();
-  setTimeout(tick, 1000);
+  setTimeout(tick, dash.es ? 2000 : 1000);
 }
 show();
 tick();
