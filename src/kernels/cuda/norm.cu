@@ -185,7 +185,8 @@ __global__ void ct_k_rmsnorm_bwd_dx(int D, const float *x, int ldx, const float 
 __global__ void ct_k_rmsnorm_bwd_dscale(int N, int D, const float *x, int ldx, const float *rstd,
                                         const float *dy, int lddy, float *part, int nch) {
   __shared__ float red[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
+  // chunks on x (up to 2^31 - 1; y stops at 65535), column blocks on y
+  const int c = blockIdx.y * 32 + threadIdx.x, chunk = blockIdx.x;
   const int r0 = chunk * CT_CU_COLSUM_ROWS;
   const int r1 = N - r0 < CT_CU_COLSUM_ROWS ? N : r0 + CT_CU_COLSUM_ROWS;
   float a = 0.0f;
@@ -207,7 +208,7 @@ void ct_cu_rmsnorm_bwd(int N, int D, const float *x, int ldx, const float *scale
   const int nch = ct_colsum_chunks(N);
   float *part = (float *)ct_cu_scratch(CT_CU_SLOT_PART, (size_t)nch * D * sizeof(float));
   if (!part) return;
-  dim3 grid((unsigned)((D + 31) / 32), (unsigned)nch, 1), block(32, 8);
+  dim3 grid((unsigned)nch, (unsigned)((D + 31) / 32), 1), block(32, 8);
   ct_k_rmsnorm_bwd_dscale<<<grid, block, 0, ct_cu_stream()>>>(N, D, x, ldx, rstd, dy, lddy, part,
                                                               nch);
   CU_LAUNCHED("rmsnorm_bwd (dscale)");

@@ -28,10 +28,13 @@ struct ct_f_timestep {
       return;
     }
     const float tb = ct_fm(time_factor, t[b]);
-    const float f = expf(ct_fdv(ct_fm(c, (float)k), (float)half));
+    // in double, rounded once: the device's expf/cosf/sinf are up to 2 ulp off, and at
+    // time_factor 1000 the angle reaches ~1000 rad, where an ulp of f is 1e-4 of the result;
+    // the host's libm is within half an ulp, so both round to what the CPU kernel gives
+    const float f = (float)exp((double)ct_fdv(ct_fm(c, (float)k), (float)half));
     const float a = ct_fm(tb, f);
-    o[k] = cosf(a);
-    o[half + k] = sinf(a);
+    o[k] = (float)cos((double)a);
+    o[half + k] = (float)sin((double)a);
   }
 };
 

@@ -205,7 +205,8 @@ __global__ void ct_k_qkv_dscale(int N, int Ls, int Lt, int off, int H, int hd, c
                                 const float *pe, const float *rstd_q, const float *rstd_k,
                                 const float *dq, const float *dk, float *part, int nch) {
   __shared__ float red[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y, which = blockIdx.z;
+  // chunks on x (up to 2^31 - 1; y stops at 65535), column blocks on y
+  const int c = blockIdx.y * 32 + threadIdx.x, chunk = blockIdx.x, which = blockIdx.z;
   const int rows = N * H;
   const int r0 = chunk * CT_CU_COLSUM_ROWS;
   const int r1 = rows - r0 < CT_CU_COLSUM_ROWS ? rows : r0 + CT_CU_COLSUM_ROWS;
@@ -241,7 +242,7 @@ void ct_cu_qkv_heads_bwd(int B, int Ls, int Lt, int off, int H, int hd, const fl
   const int nch = ct_colsum_chunks(N * H);
   float *part = (float *)ct_cu_scratch(CT_CU_SLOT_PART, (size_t)2 * nch * hd * sizeof(float));
   if (!part) return;
-  dim3 grid((unsigned)((hd + 31) / 32), (unsigned)nch, 2), block(32, 8);
+  dim3 grid((unsigned)nch, (unsigned)((hd + 31) / 32), 2), block(32, 8);
   ct_k_qkv_dscale<<<grid, block, 0, ct_cu_stream()>>>(N, Ls, Lt, off, H, hd, qkv, pe, rstd_q,
                                                       rstd_k, dq, dk, part, nch);
   CU_LAUNCHED("qkv_heads_bwd (dqscale, dkscale)");
