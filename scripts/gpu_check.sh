@@ -71,6 +71,11 @@ part "4 bench"
   for args in "" "--bf16" "--bf16 --compile"; do
     PYTHONUNBUFFERED=1 timeout 120 $PY scripts/mmdit_torch.py bench --preset bench --device cuda $args --steps 30 --warmup 5
   done
+  # FLUX.1-dev shaped (12B random weights, bf16 base on the device), LoRA rank 16, batch 1
+  for res in 512 1024; do
+    timeout 200 "$B/ctuner" bench step --preset flux-dev --lora 16 --base bf16 --res $res --batch 1 --txt_len 512 \
+      --backend cuda --mixed_precision bf16 --gradient_checkpointing 1 --steps 3 --warmup 1
+  done
 } >"$OUT/bench.log" 2>&1
 grep -E '^\{' "$OUT/bench.log" | $PY -c "$(cat <<'PY'
 import json, sys
@@ -82,6 +87,8 @@ for l in sys.stdin:
                  d["sgemm_bf16_over_vendor"], d["copy_gbs"]))
         continue
     who = d.get("peer", "ctuner " + d.get("backend", "")) + (" compile" if d.get("compile") else "")
+    if d.get("lora_rank"):
+        who += " %s lora%d %dpx" % (d["preset"], d["lora_rank"], d["latent"] * 8)
     prec = "bf16" if d.get("bf16") or d.get("mixed_precision") == "bf16" else "fp32"
     print("%-22s %s %9.3f ms/step (min %.3f), device peak %s MB" % (who, prec, d["ms_per_step_median"],
           d["ms_per_step_min"], d.get("device_peak_mb", "?")))

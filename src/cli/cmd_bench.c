@@ -22,6 +22,7 @@
 #include "ctuner/alloc.h"
 #include "ctuner/backend.h"
 #include "ctuner/kernels.h"
+#include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
 #include "ctuner/optim.h"
 #include "ctuner/parallel.h"
@@ -32,6 +33,8 @@ void ct_cmd_bench_step_help(FILE *f) {
           "usage: ctuner bench step [--preset NAME] [--steps N] [--warmup N] [--threads T]\n"
           "                         [--gradient_checkpointing N] [--profile]\n"
           "                         [--mixed_precision no|bf16] [--backend NAME]\n"
+          "                         [--lora RANK [--base PRECISION]] [--res PX] [--batch B]\n"
+          "                         [--txt_len T]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
@@ -54,6 +57,11 @@ void ct_cmd_bench_step_help(FILE *f) {
           "operands and float32 sums (the cpu-bf16 backend, as training with\n"
           "mixed_precision bf16; docs/gemm.md); the weights, AdamW and everything else\n"
           "stay float32 here (training also stores the weights in bf16).\n"
+          "--lora RANK trains rank-RANK adapters on every linear layer of a frozen base\n"
+          "(flux_lora_target all) stored as --base says (no_change, bf16, int8-quanto,\n"
+          "int8-torchao); gflop then counts the backward's dX products only. --res PX,\n"
+          "--batch B, --txt_len T set the shape (needed by the shape-only flux-dev preset:\n"
+          "--preset flux-dev --lora 16 --base bf16 --res 1024 --batch 1 --txt_len 512).\n"
           "--backend NAME runs the step on a compute backend (default cpu; cuda on an\n"
           "NVIDIA GPU, docs/cuda.md): the batch is uploaded each step, the loss and the\n"
           "AdamW update run there, and each step ends when the device is done; the\n"
@@ -175,12 +183,15 @@ typedef struct step_args {
   long steps, warmup, threads, ckpt;
   int profile, bf16;
   const char *backend;
+  long lora, res, batch, txt_len; /* 0: full fine-tune / the preset's shape */
+  const char *base;               /* base_model_precision of a LoRA's frozen base */
+  ct_mmdit_preset shape;          /* the preset with the shape options applied */
 } step_args;
 
 /* bench step's options into *a; -1 to go on, else the exit code. */
 static int step_args_parse(int argc, char **argv, step_args *a) {
   const char *preset = "bench", *v, *mp = "no";
-  *a = (step_args){NULL, 10, 3, 0, 0, 0, 0, "cpu"};
+  *a = (step_args){.p = NULL, .steps = 10, .warmup = 3, .backend = "cpu", .base = "no_change"};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -200,6 +211,16 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "backend", &a->backend))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "base", &a->base))) {
+      if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "lora", &v))) {
+      if (r < 0 || ct_cli_int("lora", v, 1, 4096, &a->lora)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "res", &v))) {
+      if (r < 0 || ct_cli_int("res", v, 16, 8192, &a->res)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "batch", &v))) {
+      if (r < 0 || ct_cli_int("batch", v, 1, 4096, &a->batch)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "txt_len", &v))) {
+      if (r < 0 || ct_cli_int("txt_len", v, 1, 4096, &a->txt_len)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &a->threads)) return 2;
     } else {
@@ -219,13 +240,28 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
             ct_mmdit_preset_names());
     return 2;
   }
-  if (!a->p->batch) {
+  a->shape = *a->p;
+  if (a->res) { /* pixels per side: the VAE's 8x down, FLUX's 2x2 packing on the latent */
+    if (a->res % 16) {
+      fprintf(stderr, "ctuner bench step: --res %ld: use a multiple of 16\n", a->res);
+      return 2;
+    }
+    a->shape.lat_h = a->shape.lat_w = (int)(a->res / 8);
+  }
+  if (a->batch) a->shape.batch = (int)a->batch;
+  if (a->txt_len) a->shape.txt_len = (int)a->txt_len;
+  if (!a->shape.batch || !a->shape.lat_h || !a->shape.txt_len) {
     fprintf(stderr,
-            "ctuner bench step: preset '%s' is shape-only (no batch shape); choose tiny, small or "
-            "bench\n",
+            "ctuner bench step: preset '%s' is shape-only: give --res, --batch and --txt_len (or "
+            "choose tiny, small or bench)\n",
             preset);
     return 2;
   }
+  if (!a->lora && strcmp(a->base, "no_change")) {
+    fprintf(stderr, "ctuner bench step: --base %s needs --lora RANK (a frozen base)\n", a->base);
+    return 2;
+  }
+  a->p = &a->shape;
   return -1;
 }
 
@@ -234,14 +270,15 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
 typedef struct step_bufs {
   const ct_backend_ops *be;
   size_t nx, ntxt, ny, n;
-  float *x0, *eps, *xt_h, *tgt_h, *t_h;              /* host */
-  float *xt, *tgt, *vp, *dv, *t, *txt, *y, *om, *ov; /* backend */
+  float *x0, *eps, *xt_h, *tgt_h, *t_h;                  /* host */
+  float *xt, *tgt, *vp, *dv, *t, *txt, *y, *g, *om, *ov; /* backend (g: guidance) */
+  float *P, *G; /* what AdamW steps: the model's or the adapters' parameters and gradients */
 } step_bufs;
 
 static void step_bufs_free(step_bufs *b) {
   float *host[] = {b->x0, b->eps, b->xt_h, b->tgt_h, b->t_h};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) ct_free(host[i]);
-  float *dev[] = {b->xt, b->tgt, b->vp, b->dv, b->t, b->txt, b->y, b->om, b->ov};
+  float *dev[] = {b->xt, b->tgt, b->vp, b->dv, b->t, b->txt, b->y, b->g, b->om, b->ov};
   for (size_t i = 0; b->be && i < sizeof dev / sizeof dev[0]; i++) b->be->free(dev[i]);
 }
 
@@ -258,7 +295,7 @@ static int step_bufs_alloc(step_bufs *b, const ct_mmdit_preset *p, size_t n) {
   b->xt = be->alloc(CT_MEM_BUFFERS, b->nx * 4), b->tgt = be->alloc(CT_MEM_BUFFERS, b->nx * 4);
   b->vp = be->alloc(CT_MEM_BUFFERS, b->nx * 4), b->dv = be->alloc(CT_MEM_BUFFERS, b->nx * 4);
   b->t = be->alloc(CT_MEM_BUFFERS, B * 4), b->txt = be->alloc(CT_MEM_BUFFERS, b->ntxt * 4);
-  b->y = be->alloc(CT_MEM_BUFFERS, b->ny * 4);
+  b->y = be->alloc(CT_MEM_BUFFERS, b->ny * 4), b->g = be->alloc(CT_MEM_BUFFERS, B * 4);
   b->om = be->alloc(CT_MEM_OPTIMIZER, n * 4), b->ov = be->alloc(CT_MEM_OPTIMIZER, n * 4);
   float *txt_h = ct_alloc(CT_MEM_BUFFERS, b->ntxt * 4), *y_h = ct_alloc(CT_MEM_BUFFERS, b->ny * 4);
   int bad = !b->x0 || !b->eps || !b->xt_h || !b->tgt_h || !b->t_h || !b->xt || !b->tgt || !b->vp ||
@@ -269,6 +306,8 @@ static int step_bufs_alloc(step_bufs *b, const ct_mmdit_preset *p, size_t n) {
     ct_rng_fill_normal(y_h, b->ny, 1, 12, 0, 0, 1);
     be->copy_in(b->txt, txt_h, b->ntxt * 4);
     be->copy_in(b->y, y_h, b->ny * 4);
+    for (size_t i = 0; i < B; i++) txt_h[i] = 3.5f; /* FluxPipeline's default guidance */
+    be->copy_in(b->g, txt_h, B * 4);
     be->zero(n, b->om);
     be->zero(n, b->ov);
   }
@@ -300,8 +339,10 @@ static ct_status bench_one_step(ct_mmdit *m, const ct_mmdit_preset *p, step_bufs
   be->copy_in(b->xt, b->xt_h, nx * 4);
   be->copy_in(b->tgt, b->tgt_h, nx * 4);
   be->copy_in(b->t, b->t_h, B * 4);
-  be->zero(b->n, ct_mmdit_grads(m));
-  ct_mmdit_batch in = {(int)B, p->lat_h, p->lat_w, p->txt_len, b->xt, b->t, b->txt, b->y, NULL};
+  be->zero(b->n, b->G);
+  ct_mmdit_batch in = {(int)B,     p->lat_h, p->lat_w,
+                       p->txt_len, b->xt,    b->t,
+                       b->txt,     b->y,     p->cfg.guidance_embed ? b->g : NULL};
   ct_prof_set_phase(CT_PROF_FORWARD);
   ct_status st = ct_mmdit_forward(m, &in, b->vp, err);
   if (st) return st;
@@ -310,10 +351,52 @@ static ct_status bench_one_step(ct_mmdit *m, const ct_mmdit_preset *p, step_bufs
   ct_prof_set_phase(CT_PROF_BACKWARD);
   if ((st = ct_mmdit_backward(m, b->dv, err))) return st;
   ct_prof_set_phase(CT_PROF_STEP);
-  be->adam_update(b->n, ct_mmdit_params(m), ct_mmdit_grads(m), b->om, b->ov, 1e-4f, 0.9f, 0.999f,
-                  1e-8f, 0.01f, 1, s + 1);
+  be->adam_update(b->n, b->P, b->G, b->om, b->ov, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, s + 1);
   be->synchronize();
   return be->check ? be->check(err) : CT_OK;
+}
+
+/* bench's frozen base, drawn segment by segment (ct_mmdit_quantize_from): the same
+ * numbers as ct_rng_fill_normal over the whole flat buffer */
+static ct_status random_base(void *user, size_t lo, size_t hi, float *out, ct_err *err) {
+  (void)user, (void)err;
+  ct_rng_fill_normal(out, hi - lo, 7, 0, lo, 0.0f, 0.02f);
+  return CT_OK;
+}
+
+/* The model the step trains on be: the MMDiT with random weights (full
+ * fine-tune), or with --lora a frozen one (stored as --base says) with rank-r
+ * adapters on every linear layer (flux_lora_target all, peft's init with B
+ * drawn too so that no gradient is zero); *P, *G, *n: what AdamW steps. */
+static ct_status build_model(const step_args *a, const ct_backend_ops *be, ct_mmdit **m,
+                             ct_lora **l, float **P, float **G, size_t *n, ct_err *err) {
+  const ct_mmdit_config *c = &a->p->cfg;
+  const int narrow = a->lora && strcmp(a->base, "no_change");
+  ct_status st =
+      ct_mmdit_new(c, 0, narrow ? CT_MMDIT_NO_PARAMS : CT_MMDIT_GRADS * !a->lora, m, err);
+  if (st) return st;
+  if (narrow)
+    st = ct_mmdit_quantize_from(*m, a->base, 1, random_base, NULL, err);
+  else /* random but non-trivial weights everywhere so that no path is zero */
+    ct_rng_fill_normal(ct_mmdit_params(*m), ct_mmdit_numel(*m), 7, 0, 0, 0.0f, 0.02f);
+  if (!st && a->lora) {
+    const ct_lora_opts o = {(int)a->lora, (double)a->lora, 0.0, 0, 0};
+    st = ct_lora_new(c, ct_lora_preset("all"), &o, CT_LORA_GRADS, l, err);
+    if (!st) {
+      *n = ct_lora_numel(*l);
+      ct_rng_fill_normal(ct_lora_params(*l), *n, 9, 0, 0, 0.0f, 0.01f);
+      ct_mmdit_set_lora(*m, *l);
+      ct_mmdit_set_frozen(*m, 1);
+      st = ct_lora_set_backend(*l, be, err);
+    }
+  }
+  /* drawn on the host, then moved to the backend */
+  if (!st) st = ct_mmdit_set_backend(*m, be, err);
+  if (!st && a->lora)
+    *P = ct_lora_params(*l), *G = ct_lora_grads(*l);
+  else if (!st)
+    *n = ct_mmdit_numel(*m), *P = ct_mmdit_params(*m), *G = ct_mmdit_grads(*m);
+  return st;
 }
 
 int ct_cmd_bench_step(int argc, char **argv) {
@@ -327,6 +410,7 @@ int ct_cmd_bench_step(int argc, char **argv) {
   int nthreads = ct_threads_get();
   ct_err err = {0};
   ct_mmdit *m = NULL;
+  ct_lora *lora = NULL;
   int rc = 1;
   const ct_mmdit_config *c = &p->cfg;
   const size_t B = (size_t)p->batch;
@@ -347,19 +431,13 @@ int ct_cmd_bench_step(int argc, char **argv) {
     sgemm_gflops(&sg, &csg);
     core_sg = sgemm_core_gflops();
   }
-  if (ct_mmdit_new(c, 0, 1, &m, &err)) {
+  const ct_backend_ops *run_be = profile ? ct_backend_profiled(be) : be;
+  size_t n = 0;
+  if (build_model(&sa, run_be, &m, &lora, &bufs.P, &bufs.G, &n, &err)) {
     fprintf(stderr, "ctuner bench step: %s\n", err.msg);
     goto out;
   }
   ct_mmdit_set_checkpointing(m, (int)ckpt);
-  size_t n = ct_mmdit_numel(m);
-  /* Random but non-trivial weights everywhere so that no path is zero (drawn on
-   * the host, then the model moves to the backend). */
-  ct_rng_fill_normal(ct_mmdit_params(m), n, 7, 0, 0, 0.0f, 0.02f);
-  if (ct_mmdit_set_backend(m, profile ? ct_backend_profiled(be) : be, &err)) {
-    fprintf(stderr, "ctuner bench step: %s\n", err.msg);
-    goto out;
-  }
   bufs.be = profile ? ct_backend_profiled(be) : be;
   if (!times || !cpus || step_bufs_alloc(&bufs, p, n)) {
     fprintf(stderr, "ctuner bench step: out of %s memory\n", be->host_memory ? "host" : be->name);
@@ -383,6 +461,11 @@ int ct_cmd_bench_step(int argc, char **argv) {
   double cpu_med = cpus[steps / 2];
   double med = times[steps / 2], fwd, bwd;
   ct_mmdit_flops(c, (int)B, p->lat_h, p->lat_w, p->txt_len, &fwd, &bwd);
+  if (sa.lora) { /* a frozen base: no weight gradients, bwd = dX products + the attention's four */
+    const double L = (double)(p->lat_h / 2) * (p->lat_w / 2) + p->txt_len;
+    const double att = 4.0 * (double)B * L * L * c->hidden * (c->depth_double + c->depth_single);
+    bwd -= fwd - att;
+  }
   double gf = (fwd + bwd) / med / 1e9;
   char pjs[2048] = "";
   if (profile) profile_report(steps, prof_total, prof_cpu, pjs, sizeof pjs);
@@ -396,7 +479,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
   ct_mem_get_device_stats(&ds);
   printf(
       "{\"preset\": \"%s\", \"backend\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
-      "\"params\": %zu, \"steps\": %ld, \"ms_per_step_median\": %.3f, "
+      "\"batch\": %d, \"latent\": %d, \"txt_len\": %d, \"lora_rank\": %ld, \"base\": \"%s\", "
+      "\"trained_params\": %zu, \"params\": %zu, \"steps\": %ld, \"ms_per_step_median\": %.3f, "
       "\"ms_per_step_min\": %.3f, \"gflop_per_step\": %.2f, \"gflops\": %.2f, \"sgemm_gflops\": "
       "%.2f, \"mfu_vs_sgemm\": %.3f, \"ct_sgemm_gflops\": %.2f, \"mfu_vs_ct_sgemm\": %.3f, "
       "\"ct_sgemm_path\": \"%s\", \"activation_mb\": %.1f, \"peak_rss_mb\": %.1f, "
@@ -404,12 +488,12 @@ int ct_cmd_bench_step(int argc, char **argv) {
       "\"gradient_checkpointing\": %ld, \"cpu_ms_per_step_median\": %.2f, "
       "\"gflops_per_cpu_s\": %.2f, \"ct_sgemm_gflops_core\": %.2f, \"mfu_cpu_vs_ct_sgemm\": "
       "%.3f, \"mixed_precision\": \"%s\"%s%s}\n",
-      p->name, be->name, be->host_memory ? "host" : be->description, nthreads, nreal, steps,
-      med * 1e3, times[0] * 1e3, (fwd + bwd) / 1e9, gf, sg, sg > 0 ? gf / sg : 0, csg,
-      csg > 0 ? gf / csg : 0, be->host_memory ? ct_sgemm_path() : "none",
-      ct_mmdit_activation_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0, ds.total_peak / 1048576.0,
-      ct ? ct : "", ckpt, cpu_med * 1e3, (fwd + bwd) / cpu_med / 1e9, core_sg,
-      core_sg > 0 ? (fwd + bwd) / cpu_med / 1e9 / core_sg : 0,
+      p->name, be->name, be->host_memory ? "host" : be->description, nthreads, p->batch, p->lat_h,
+      p->txt_len, sa.lora, sa.base, bufs.n, nreal, steps, med * 1e3, times[0] * 1e3,
+      (fwd + bwd) / 1e9, gf, sg, sg > 0 ? gf / sg : 0, csg, csg > 0 ? gf / csg : 0,
+      be->host_memory ? ct_sgemm_path() : "none", ct_mmdit_activation_bytes(m) / 1048576.0,
+      ru.ru_maxrss / 1024.0, ds.total_peak / 1048576.0, ct ? ct : "", ckpt, cpu_med * 1e3,
+      (fwd + bwd) / cpu_med / 1e9, core_sg, core_sg > 0 ? (fwd + bwd) / cpu_med / 1e9 / core_sg : 0,
       sa.bf16 ? (be->host_memory ? ct_sgemm_bf16_path() : "bf16") : "no",
       profile ? ", \"profile\": " : "", pjs);
   rc = 0;
@@ -418,5 +502,6 @@ out:
   free(cpus);
   step_bufs_free(&bufs);
   ct_mmdit_free(m);
+  ct_lora_free(lora);
   return rc;
 }
