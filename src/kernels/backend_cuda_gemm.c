@@ -5,7 +5,8 @@
  * sums); sgemm_deterministic stays float32 (Muon). linear_fwd_w/bwd_w: a float32
  * view as linear_fwd/bwd of the row; bf16 and int8 views dequantised into
  * scratch, float32 in "cuda", bf16 in "cuda-bf16" (a bf16 view then used as
- * it is). conv2d: not yet (NULL). */
+ * it is). attention_bias_fwd (T5): float32 in both rows. conv2d: not yet
+ * (NULL). */
 #ifdef CT_CUDA
 #include "cuda_rt.h"
 
@@ -46,6 +47,8 @@ void ct_cu_linear_bwd_w_bf16(CU_LINW_BWD_ARGS);
 void ct_cu_attention_fwd(CU_ATT_FWD_ARGS);
 void ct_cu_attention_fwd_bf16(CU_ATT_FWD_ARGS);
 void ct_cu_attention_bwd(CU_ATT_BWD_ARGS);
+void ct_cu_attention_bias_fwd(int B, int H, int L, int hd, float scale, const float *bias,
+                              const float *q, const float *k, const float *v, float *o);
 void ct_cu_attention_bwd_bf16(CU_ATT_BWD_ARGS);
 
 void ct_cuda_fill_gemm(ct_backend_ops *t, int bf16) {
@@ -57,6 +60,7 @@ void ct_cuda_fill_gemm(ct_backend_ops *t, int bf16) {
   t->linear_bwd_w = bf16 ? ct_cu_linear_bwd_w_bf16 : ct_cu_linear_bwd_w;
   t->attention_fwd = bf16 ? ct_cu_attention_fwd_bf16 : ct_cu_attention_fwd;
   t->attention_bwd = bf16 ? ct_cu_attention_bwd_bf16 : ct_cu_attention_bwd;
+  t->attention_bias_fwd = ct_cu_attention_bias_fwd; /* float32 in both rows, as cpu-bf16 */
 }
 #else
 typedef int ct_backend_cuda_gemm_not_built; /* CT_CUDA off */

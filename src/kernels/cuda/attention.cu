@@ -19,6 +19,9 @@
 // accumulated in registers; and one pass per tile of 16 queries looping over
 // the key tiles: dQ += dS K.
 //
+// attention_bias_fwd (T5) is the forward kernel with bias[h][i][j] added to the
+// scores, without lse; float32 in both rows (cpu-bf16 keeps it float32 too).
+//
 // bf16 (the "cuda-bf16" row): the operands of every product rounded to bf16
 // (nearest even) as attention_flash.c does with bf16 = 1: scores bf16(scale q)
 // . bf16(k), P V on bf16(P) and bf16(V) (P unnormalised, the sum l of the
@@ -64,11 +67,11 @@ __device__ __forceinline__ void load_rows(float *S, int n, int sp, const float *
 }
 
 // ---- forward ---------------------------------------------------------------
-template <bool BF>
+template <bool BF, bool BIAS>
 __global__ void __launch_bounds__(kThreads)
     att_fwd_kernel(int H, int L, int hd, float scale, int causal, const float *__restrict__ q,
-                   const float *__restrict__ k, const float *__restrict__ v, float *__restrict__ o,
-                   float *__restrict__ lse) {
+                   const float *__restrict__ k, const float *__restrict__ v,
+                   const float *__restrict__ bias, float *__restrict__ o, float *__restrict__ lse) {
   extern __shared__ float sm[];
   const int nt = (hd + 31) / 32, sp = cu_att_sp(hd);
   float *Qs = sm, *Ks = Qs + CU_ATT_ROWS * sp, *Vs = Ks + CU_ATT_KT * sp;
@@ -95,7 +98,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     float s[CU_ATT_R];
 #pragma unroll
-    for (int r = 0; r < CU_ATT_R; r++) s[r] = 0.0f;
+    for (int r = 0; r < CU_ATT_R; r++) {  // T5's bias (visible scores) is where the sums start
+      const int i = i0 + warp * CU_ATT_R + r, j = j0 + lane;
+      s[r] = BIAS && cu_att_visible(i, j, L, causal) ? __ldg(bias + cu_att_boff(h, i, j, L)) : 0.0f;
+    }
     const float *kr = Ks + lane * sp, *qr = Qs + warp * CU_ATT_R * sp;
     for (int d = 0; d < hd; d++) {
       float kv = kr[d];
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
       int d = t * 32 + lane;
       if (t < nt && d < hd) orow[d] = acc[r][t] * inv;
     }
-    if (lane == 0) lse[(size_t)bh * L + i] = m[r] + logf(l[r]);
+    if (!BIAS && lane == 0) lse[(size_t)bh * L + i] = m[r] + logf(l[r]);
   }
 }
 
@@ -410,15 +416,15 @@ float *d_scratch(size_t n) {
   return D_buf;
 }
 
-template <bool BF>
+template <bool BF, bool BIAS>
 void fwd(int B, int H, int L, int hd, float scale, int causal, const float *q, const float *k,
-         const float *v, float *o, float *lse) {
+         const float *v, const float *bias, float *o, float *lse) {
   if (!shape_ok(B, H, L, hd)) return;
   size_t sm = fwd_smem(hd);
-  if (!allow_smem(att_fwd_kernel<BF>, sm, "att_fwd_kernel")) return;
+  if (!allow_smem(att_fwd_kernel<BF, BIAS>, sm, "att_fwd_kernel")) return;
   dim3 grid((unsigned)((L + CU_ATT_ROWS - 1) / CU_ATT_ROWS), (unsigned)(B * H));
-  att_fwd_kernel<BF>
-      <<<grid, kThreads, sm, ct_cu_stream()>>>(H, L, hd, scale, causal != 0, q, k, v, o, lse);
+  att_fwd_kernel<BF, BIAS>
+      <<<grid, kThreads, sm, ct_cu_stream()>>>(H, L, hd, scale, causal != 0, q, k, v, bias, o, lse);
   CU_LAUNCHED("att_fwd_kernel");
 }
 
@@ -452,13 +458,20 @@ void bwd(int B, int H, int L, int hd, float scale, int causal, const float *q, c
 extern "C" void ct_cu_attention_fwd(int B, int H, int L, int hd, float scale, int causal,
                                     const float *q, const float *k, const float *v, float *o,
                                     float *lse) {
-  fwd<false>(B, H, L, hd, scale, causal, q, k, v, o, lse);
+  fwd<false, false>(B, H, L, hd, scale, causal, q, k, v, NULL, o, lse);
 }
 
 extern "C" void ct_cu_attention_fwd_bf16(int B, int H, int L, int hd, float scale, int causal,
                                          const float *q, const float *k, const float *v, float *o,
                                          float *lse) {
-  fwd<true>(B, H, L, hd, scale, causal, q, k, v, o, lse);
+  fwd<true, false>(B, H, L, hd, scale, causal, q, k, v, NULL, o, lse);
+}
+
+// T5's biased attention (forward only, no lse, not causal): float32 in both rows, as cpu-bf16
+extern "C" void ct_cu_attention_bias_fwd(int B, int H, int L, int hd, float scale,
+                                         const float *bias, const float *q, const float *k,
+                                         const float *v, float *o) {
+  fwd<false, true>(B, H, L, hd, scale, 0, q, k, v, bias, o, NULL);
 }
 
 extern "C" void ct_cu_attention_bwd(int B, int H, int L, int hd, float scale, int causal,

@@ -26,6 +26,10 @@ CU_HD size_t cu_att_qoff(int bh, int i, int L, int hd) {
 CU_HD size_t cu_att_ooff(int b, int h, int i, int L, int H, int hd) {
   return (((size_t)b * (size_t)L + (size_t)i) * (size_t)H + (size_t)h) * (size_t)hd;
 }
+// bias (H, L, L) of attention_bias_fwd: head h, query i, key j
+CU_HD size_t cu_att_boff(int h, int i, int j, int L) {
+  return ((size_t)h * (size_t)L + (size_t)i) * (size_t)L + (size_t)j;
+}
 // key j is seen by query i
 CU_HD bool cu_att_visible(int i, int j, int L, int causal) {
   return i < L && j < L && (!causal || j <= i);
