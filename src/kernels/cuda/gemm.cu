@@ -107,7 +107,10 @@ bool lt_ok(cublasStatus_t s, const char *call, const mm_key &k, int line) {
 
 bool ensure_handle(const mm_key &k) {
   if (handle) return true;
-  if (handle_failed) return false;
+  if (handle_failed) {  // every product skipped says so, not only the first
+    lt_ok(CUBLAS_STATUS_NOT_INITIALIZED, "cuBLASLt (no handle: an earlier failure)", k, __LINE__);
+    return false;
+  }
   if (!LT(cublasLtCreate(&handle), k)) {
     handle_failed = true;
     return false;
@@ -241,7 +244,14 @@ bool mm(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda
   std::lock_guard<std::mutex> g(mu);
   if (!ensure_handle(k)) return false;
   mm_plan *p = get_plan(k);
-  if (!p || !p->ok) return false;
+  if (!p || !p->ok) {
+    // a product without a plan is an error every time (a later call must not skip it silently);
+    // a bias epilogue without one is the caller's to do otherwise
+    if (!bias)
+      lt_ok(p ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_ALLOC_FAILED,
+            "cuBLASLt plan (no algorithm for this shape)", k, __LINE__);
+    return false;
+  }
   if (bias && !LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                  sizeof bias),
                   k))
