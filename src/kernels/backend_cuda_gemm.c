@@ -5,8 +5,8 @@
  * sums); sgemm_deterministic stays float32 (Muon). linear_fwd_w/bwd_w: a float32
  * view as linear_fwd/bwd of the row; bf16 and int8 views dequantised into
  * scratch, float32 in "cuda", bf16 in "cuda-bf16" (a bf16 view then used as
- * it is). attention_bias_fwd (T5): float32 in both rows. conv2d: not yet
- * (NULL). */
+ * it is). attention_bias_fwd (T5): float32 in both rows. conv2d
+ * (conv.cu): conv.c's bands of im2col + the row's product. */
 #ifdef CT_CUDA
 #include "cuda_rt.h"
 
@@ -43,6 +43,15 @@ void ct_cu_linear_fwd_w(CU_LINW_FWD_ARGS);
 void ct_cu_linear_fwd_w_bf16(CU_LINW_FWD_ARGS);
 void ct_cu_linear_bwd_w(CU_LINW_BWD_ARGS);
 void ct_cu_linear_bwd_w_bf16(CU_LINW_BWD_ARGS);
+/* conv.cu */
+void ct_cu_conv2d_fwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                      float *y, float *col);
+void ct_cu_conv2d_fwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w, const float *b,
+                           float *y, float *col);
+void ct_cu_conv2d_bwd(const ct_conv2d_shape *s, const float *x, const float *w, const float *dy,
+                      float *dx, float *dw, float *db, float *col);
+void ct_cu_conv2d_bwd_bf16(const ct_conv2d_shape *s, const float *x, const float *w,
+                           const float *dy, float *dx, float *dw, float *db, float *col);
 /* attention.cu */
 void ct_cu_attention_fwd(CU_ATT_FWD_ARGS);
 void ct_cu_attention_fwd_bf16(CU_ATT_FWD_ARGS);
@@ -60,6 +69,9 @@ void ct_cuda_fill_gemm(ct_backend_ops *t, int bf16) {
   t->linear_bwd_w = bf16 ? ct_cu_linear_bwd_w_bf16 : ct_cu_linear_bwd_w;
   t->attention_fwd = bf16 ? ct_cu_attention_fwd_bf16 : ct_cu_attention_fwd;
   t->attention_bwd = bf16 ? ct_cu_attention_bwd_bf16 : ct_cu_attention_bwd;
+  t->conv2d_col_floats = ct_conv2d_col_floats; /* conv.c's bands: the same col */
+  t->conv2d_fwd = bf16 ? ct_cu_conv2d_fwd_bf16 : ct_cu_conv2d_fwd;
+  t->conv2d_bwd = bf16 ? ct_cu_conv2d_bwd_bf16 : ct_cu_conv2d_bwd;
   t->attention_bias_fwd = ct_cu_attention_bias_fwd; /* float32 in both rows, as cpu-bf16 */
 }
 #else

@@ -115,3 +115,36 @@ CU_HD unsigned cu_align_of(const void *p, size_t ld_bytes) {
   size_t a = (size_t)p | ld_bytes | 16u;
   return (unsigned)(a & (~a + 1));  // lowest set bit
 }
+
+// ---- convolutions (conv.cu): im2col and its adjoint, one element at a time ----
+// the conv2d shape as plain ints (ct_conv2d_shape's fields, kernels.h)
+struct cu_conv {
+  int B, Cin, H, W, Cout, k, stride, pad_t, pad_l, pad_b, pad_r, Ho, Wo;
+};
+
+// element (ckk, p) of one image's column matrix (Cin*k*k, rows*Wo) for the band of output rows
+// from r0 (conv.c's im2col): x at (c, i, j) or 0 in the padding
+CU_HD float cu_im2col_at(const cu_conv &s, const float *x, int r0, int ckk, int p) {
+  const int k = s.k, c = ckk / (k * k), ki = (ckk / k) % k, kj = ckk % k;
+  const int r = p / s.Wo, q = p - r * s.Wo;
+  const int i = (r0 + r) * s.stride - s.pad_t + ki, j = q * s.stride - s.pad_l + kj;
+  if (i < 0 || i >= s.H || j < 0 || j >= s.W) return 0.0f;
+  return x[((size_t)c * s.H + i) * s.W + j];
+}
+
+// what the band's column gradient dcol (Cin*k*k, rows*Wo) adds to dx at (c, i, j): conv.c's
+// col2im_acc as a gather over the k*k taps in order (no two threads write one element)
+CU_HD float cu_col2im_at(const cu_conv &s, const float *dcol, int r0, int rows, int c, int i,
+                         int j) {
+  const int k = s.k, n = rows * s.Wo;
+  float acc = 0.0f;
+  for (int kk = 0; kk < k * k; kk++) {
+    const int ki = kk / k, kj = kk % k;
+    const int ti = i + s.pad_t - ki, tj = j + s.pad_l - kj;  // (r0 + r) * stride, q * stride
+    if (ti < 0 || tj < 0 || ti % s.stride || tj % s.stride) continue;
+    const int r = ti / s.stride - r0, q = tj / s.stride;
+    if (r < 0 || r >= rows || q >= s.Wo) continue;
+    acc += dcol[((size_t)c * k * k + kk) * n + (size_t)r * s.Wo + q];
+  }
+  return acc;
+}

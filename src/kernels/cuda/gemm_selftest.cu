@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "attention_core.cuh"
+#include "conv_driver.cuh"
 
 extern "C" {
 #include "ctuner/bf16.h"
@@ -413,6 +414,93 @@ int check_attention(char *msg, size_t cap) {
   return 0;
 }
 
+// ---- convolution: conv.cu's driver and element helpers with ct_sgemm ----
+struct host_ops {
+  void bias_planes(int B, int Cout, int HWo, const float *b, float *y) {
+    for (size_t i = 0; i < (size_t)B * Cout * HWo; i++) y[i] = b[(i / (size_t)HWo) % (size_t)Cout];
+  }
+  void im2col(const cu_conv &s, const float *xb, int r0, int rows, float *col) {
+    size_t n = (size_t)rows * s.Wo;
+    for (size_t i = 0; i < (size_t)s.Cin * s.k * s.k * n; i++)
+      col[i] = cu_im2col_at(s, xb, r0, (int)(i / n), (int)(i % n));
+  }
+  void col2im_acc(const cu_conv &s, const float *dcol, int r0, int rows, float *dxb) {
+    for (int c = 0; c < s.Cin; c++)
+      for (int i = 0; i < s.H; i++)
+        for (int j = 0; j < s.W; j++)
+          dxb[((size_t)c * s.H + i) * s.W + j] += cu_col2im_at(s, dcol, r0, rows, c, i, j);
+  }
+  void zero(float *p, size_t n) {
+    memset(p, 0, n * sizeof(float));
+  }
+  void db_acc(int B, int Cout, int HWo, const float *dy, float *db) {
+    for (int o = 0; o < Cout; o++) {
+      double acc = 0;
+      for (int bi = 0; bi < B; bi++)
+        for (int p = 0; p < HWo; p++) acc += dy[((size_t)bi * Cout + o) * HWo + p];
+      db[o] = (float)((double)db[o] + acc);
+    }
+  }
+  void mm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+          int ldb, float beta, float *C, int ldc) {
+    ct_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+int check_conv(char *msg, size_t cap) {
+  // B Cin H W Cout k stride pad_t pad_l pad_b pad_r, and a band size (col floats) or 0
+  const int shapes[][12] = {
+      {2, 3, 9, 7, 4, 3, 1, 1, 1, 1, 1, 0},  {2, 3, 9, 7, 4, 3, 1, 1, 1, 1, 1, 60},
+      {1, 2, 8, 8, 3, 3, 2, 0, 0, 1, 1, 40}, {2, 5, 6, 5, 3, 1, 1, 0, 0, 0, 0, 0},
+      {1, 3, 7, 9, 2, 4, 2, 1, 2, 2, 1, 50}, {1, 1, 5, 5, 1, 5, 1, 2, 2, 2, 2, 0}};
+  const char *old = getenv("CTUNER_CONV_COL_FLOATS");
+  int rc = 0;
+  for (const auto &c : shapes) {
+    ct_conv2d_shape s = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]};
+    char band[32];
+    snprintf(band, sizeof band, "%d", c[11]);
+    if (c[11])
+      setenv("CTUNER_CONV_COL_FLOATS", band, 1);
+    else
+      unsetenv("CTUNER_CONV_COL_FLOATS");
+    cu_conv g = cu_conv_of(&s);
+    size_t nx = (size_t)s.B * s.Cin * s.H * s.W, ny = (size_t)s.B * s.Cout * g.Ho * g.Wo;
+    size_t nw = (size_t)s.Cout * s.Cin * s.k * s.k, ncol = ct_conv2d_col_floats(&s);
+    float *x = randv(nx), *w = randv(nw), *b = randv(s.Cout), *dy = randv(ny);
+    float *col = (float *)malloc((ncol + 1) * 4);
+    float *y_r = (float *)malloc(ny * 4), *y_e = (float *)malloc(ny * 4);
+    float *dx_r = randv(nx), *dx_e = (float *)malloc(nx * 4);
+    float *dw_r = randv(nw), *dw_e = (float *)malloc(nw * 4);
+    float *db_r = randv(s.Cout), *db_e = (float *)malloc(s.Cout * 4);
+    memcpy(dw_e, dw_r, nw * 4);
+    memcpy(db_e, db_r, s.Cout * 4);
+    memcpy(dx_e, dx_r, nx * 4);  // overwritten by both
+    ct_conv2d_fwd(&s, x, w, b, y_r, col);
+    host_ops ops;
+    cu_conv_fwd_drive(ops, &s, x, w, b, y_e, col);
+    ct_conv2d_bwd(&s, x, w, dy, dx_r, dw_r, db_r, col);
+    cu_conv_bwd_drive(ops, &s, x, w, dy, dx_e, dw_e, db_e, col);
+    double ey = rel_err(y_e, y_r, ny), ex = rel_err(dx_e, dx_r, nx);
+    double ew = rel_err(dw_e, dw_r, nw), eb = rel_err(db_e, db_r, s.Cout);
+    free(x), free(w), free(b), free(dy), free(col), free(y_r), free(y_e), free(dx_r), free(dx_e);
+    free(dw_r), free(dw_e), free(db_r), free(db_e);
+    if (!(ey < 1e-6 && ex < 1e-6 && ew < 1e-6 && eb < 1e-6)) {
+      snprintf(msg, cap,
+               "conv2d Cin %d H %d W %d Cout %d k %d stride %d pads %d %d %d %d band %d: rel err y "
+               "%.3g dx %.3g dw %.3g db %.3g",
+               s.Cin, s.H, s.W, s.Cout, s.k, s.stride, s.pad_t, s.pad_l, s.pad_b, s.pad_r, c[11],
+               ey, ex, ew, eb);
+      rc = 1;
+      break;
+    }
+  }
+  if (old)
+    setenv("CTUNER_CONV_COL_FLOATS", old, 1);
+  else
+    unsetenv("CTUNER_CONV_COL_FLOATS");
+  return rc;
+}
+
 }  // namespace
 
 extern "C" int ct_cu_gemm_selftest_host(char *msg, size_t cap) {
@@ -426,5 +514,6 @@ extern "C" int ct_cu_gemm_selftest_host(char *msg, size_t cap) {
   if (check_mapping(msg, cap)) return 2;
   if (check_views(msg, cap)) return 3;
   if (check_attention(msg, cap)) return 4;
+  if (check_conv(msg, cap)) return 5;
   return 0;
 }
