@@ -1,12 +1,13 @@
-/* The CUDA backend's matrix products and attention on a device, against the
- * CPU kernels at shapes the backend suite's small cases never reach: several
- * tiles, odd leading dimensions, pointers 4 bytes off 16-byte alignment (the
- * arena's offsets), a bias the epilogue cannot take, bf16 and int8 weight
- * views, head dims 7 / 128 / 256, causal, and bitwise repeatability. The
- * "cuda" row is compared with the float32 kernels, "cuda-bf16" with the
- * bf16 ones (the same rounded operands; only the order of the sums
- * differs). Without a device every test passes at once, saying so; a
- * FLUX-sized attention is timed (printed, not checked). */
+/* The CUDA backend's matrix products, convolutions and attention on a device,
+ * against the CPU kernels at shapes the backend suite's small cases never
+ * reach: several tiles, odd leading dimensions, pointers 4 bytes off 16-byte
+ * alignment (the arena's offsets), a bias the epilogue cannot take, bf16 and
+ * int8 weight views, strided and padded convolutions, head dims 7 / 128 /
+ * 256, causal, and bitwise repeatability. The "cuda" row is compared with the
+ * float32 kernels, "cuda-bf16" with the bf16 ones (the same rounded
+ * operands; only the order of the sums differs). Without a device every test
+ * passes at once, saying so; a FLUX-sized attention is timed (printed, not
+ * checked). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -274,6 +275,51 @@ CT_TEST(cuda_gemm, attention_vs_cpu) {
       fprintf(stderr, "  %s attention 1x24x4608x128: fwd %.2f ms (%.1f TFLOP/s), bwd %.2f ms\n",
               be->name, 1e3 * (t1 - t0), fl / (t1 - t0) * 1e-12, 1e3 * (t2 - t1));
       free(hq);
+      pool_free(&p);
+    }
+    dev_ok(be, ct_failed_);
+  }
+}
+
+CT_TEST(cuda_gemm, conv2d_vs_cpu) {
+  /* B Cin H W Cout k stride pad_t pad_l pad_b pad_r */
+  const int shapes[][11] = {{2, 32, 33, 31, 16, 3, 1, 1, 1, 1, 1},
+                            {1, 8, 64, 64, 8, 3, 2, 0, 0, 1, 1},
+                            {2, 24, 17, 19, 12, 1, 1, 0, 0, 0, 0}};
+  for (int bf = 0; bf < 2; bf++) {
+    const ct_backend_ops *be = row(bf ? "cuda-bf16" : "cuda");
+    if (!be) return;
+    pool p = {be, {0}, 0};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+      const int *v = shapes[c];
+      ct_conv2d_shape s = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]};
+      int Ho = ct_conv2d_out(s.H, s.k, s.stride, s.pad_t, s.pad_b);
+      int Wo = ct_conv2d_out(s.W, s.k, s.stride, s.pad_l, s.pad_r);
+      size_t nx = (size_t)s.B * s.Cin * s.H * s.W, ny = (size_t)s.B * s.Cout * Ho * Wo;
+      size_t nw = (size_t)s.Cout * s.Cin * s.k * s.k;
+      size_t ncol = ct_conv2d_col_floats(&s), ncold = be->conv2d_col_floats(&s);
+      float *x = hv(nx), *w = hv(nw), *b = hv(s.Cout), *dy = hv(ny), *dw0 = hv(nw);
+      float *db0 = hv(s.Cout), *col = malloc(ncol * 4 + 4), *y = malloc(ny * 4);
+      float *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc(s.Cout * 4);
+      memcpy(dw, dw0, nw * 4);
+      memcpy(db, db0, s.Cout * 4);
+      (bf ? ct_conv2d_fwd_bf16 : ct_conv2d_fwd)(&s, x, w, b, y, col);
+      (bf ? ct_conv2d_bwd_bf16 : ct_conv2d_bwd)(&s, x, w, dy, dx, dw, db, col);
+      float *gx = up(&p, x, nx, 0), *gw = up(&p, w, nw, 0), *gb = up(&p, b, s.Cout, 0);
+      float *gdy = up(&p, dy, ny, 0), *gy = up(&p, NULL, ny, 0), *gdx = up(&p, NULL, nx, 0);
+      float *gdw = up(&p, dw0, nw, 0), *gdb = up(&p, db0, s.Cout, 0);
+      float *gcol = up(&p, NULL, ncold ? ncold : 1, 0);
+      be->conv2d_fwd(&s, gx, gw, gb, gy, gcol);
+      be->conv2d_bwd(&s, gx, gw, gdy, gdx, gdw, gdb, gcol);
+      float *hy = down(&p, gy, ny), *hx = down(&p, gdx, nx), *hw = down(&p, gdw, nw);
+      float *hb = down(&p, gdb, s.Cout);
+      double e[4] = {relerr(hy, y, ny), relerr(hx, dx, nx), relerr(hw, dw, nw),
+                     relerr(hb, db, s.Cout)};
+      CHECKF(e[0] < 1e-5 && e[1] < 1e-5 && e[2] < 1e-5 && e[3] < 1e-6,
+             "%s conv2d case %zu: y %.3g dx %.3g dw %.3g db %.3g", be->name, c, e[0], e[1], e[2],
+             e[3]);
+      free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(col), free(y), free(dx);
+      free(dw), free(db), free(hy), free(hx), free(hw), free(hb);
       pool_free(&p);
     }
     dev_ok(be, ct_failed_);
