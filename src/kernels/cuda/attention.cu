@@ -29,13 +29,22 @@
 // scale (bf16(dS) . bf16(q)), dQ = scale (bf16(dS) . bf16(k)); the softmax, D
 // and the accumulators float32. The float32 mode computes dK as dS . (scale q).
 //
+// Head dims above 256 (the VAE's 512-wide head) take attention.c's score-tile
+// algorithm instead (attention_tiles.cuh: cuBLASLt products on chunks of
+// queries, a row softmax), float32 in both rows as on the CPU.
+//
 // Plain fp32 FMA from shared memory (tensor-core mma is a later step). The
 // tile loops, mask and recurrences are attention_core.cuh's, which the host
 // self-test runs too.
 #include <stdio.h>
 
 #include "attention_core.cuh"
+#include "attention_tiles.cuh"
 #include "common.cuh"
+
+extern "C" void ct_cu_sgemm(int transA, int transB, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                            int ldc);
 
 namespace {
 
@@ -386,9 +395,10 @@ bool allow_smem(F f, size_t bytes, const char *name) {
   return true;
 }
 
-bool shape_ok(int B, int H, int L, int hd) {
+// tiles: head dims above CU_ATT_MAXHD are allowed (the score-tile path takes them)
+bool shape_ok(int B, int H, int L, int hd, bool tiles) {
   if (B <= 0 || H <= 0 || L <= 0 || hd <= 0) return false;
-  if (hd > CU_ATT_MAXHD || (size_t)B * H > 65535u) {
+  if ((hd > CU_ATT_MAXHD && !tiles) || (size_t)B * H > 65535u) {
     char what[160];
     snprintf(what, sizeof what, "attention B %d H %d L %d hd %d (head dim up to %d, B*H to 65535)",
              B, H, L, hd, CU_ATT_MAXHD);
@@ -416,10 +426,112 @@ float *d_scratch(size_t n) {
   return D_buf;
 }
 
+// ---- head dims above CU_ATT_MAXHD: the score-tile path (attention_tiles.cuh), float32 ----
+// one block per row of S (n x lk): softmax of the keys the row sees in place (the rest 0), lse
+__global__ void softmax_rows_kernel(int lk, int i0, int causal, float *__restrict__ S,
+                                    float *__restrict__ lse) {
+  __shared__ float red[kThreads];
+  const int r = blockIdx.x, t = threadIdx.x, cnt = cu_att_row_keys(i0, r, lk, causal);
+  float *s = S + (size_t)r * lk;
+  float m = -INFINITY;
+  for (int j = t; j < cnt; j += kThreads) m = fmaxf(m, s[j]);
+  red[t] = m;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (t < w) red[t] = fmaxf(red[t], red[t + w]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float sum = 0.0f;
+  for (int j = t; j < cnt; j += kThreads) sum += expf(s[j] - m);
+  red[t] = sum;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (t < w) red[t] += red[t + w];
+    __syncthreads();
+  }
+  sum = red[0];
+  const float inv = 1.0f / sum;
+  for (int j = t; j < lk; j += kThreads) s[j] = j < cnt ? expf(s[j] - m) * inv : 0.0f;
+  if (t == 0) lse[r] = m + logf(sum);
+}
+
+// P = exp(S - lse) where seen (else 0), dP = P (dP - D), on an n x lk chunk
+__global__ void grad_rows_kernel(int n, int lk, int i0, int causal, float *__restrict__ P,
+                                 float *__restrict__ dP, const float *__restrict__ lse,
+                                 const float *__restrict__ D) {
+  const size_t total = (size_t)n * lk;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const int r = (int)(e / (size_t)lk), j = (int)(e - (size_t)r * lk);
+    const float p = cu_att_prob(P[e], lse[r], j < cu_att_row_keys(i0, r, lk, causal));
+    P[e] = p;
+    dP[e] = cu_att_ds(p, dP[e], D[r]);
+  }
+}
+
+struct tiles_ops {
+  void mm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+          int ldb, float beta, float *C, int ldc) {
+    ct_cu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void softmax_rows(int n, int lk, int i0, int causal, float *S, float *lse) {
+    softmax_rows_kernel<<<(unsigned)n, kThreads, 0, ct_cu_stream()>>>(lk, i0, causal, S, lse);
+    CU_LAUNCHED("softmax_rows_kernel");
+  }
+  void grad_rows(int n, int lk, int i0, int causal, float *P, float *dP, const float *lse,
+                 const float *D) {
+    grad_rows_kernel<<<ct_cu_blocks((size_t)n * lk, 256), 256, 0, ct_cu_stream()>>>(
+        n, lk, i0, causal, P, dP, lse, D);
+    CU_LAUNCHED("grad_rows_kernel");
+  }
+  void rowdot(int B, int H, int L, int hd, const float *o, const float *dout, float *D) {
+    size_t rows = (size_t)B * H * L;
+    att_rowdot_kernel<<<(unsigned)((rows + CU_ATT_WARPS - 1) / CU_ATT_WARPS), kThreads, 0,
+                        ct_cu_stream()>>>(B * H, H, L, hd, o, dout, D);
+    CU_LAUNCHED("att_rowdot_kernel");
+  }
+  void zero(float *p, size_t n) {
+    CU_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), ct_cu_stream()));
+  }
+};
+
+// queries per chunk: two chunk buffers of tq x L floats stay near 32 MiB each
+int tiles_tq(int L) {
+  size_t tq = ((size_t)8 << 20) / (size_t)L;
+  return (int)(tq < 1 ? 1 : tq > (size_t)L ? (size_t)L : tq);
+}
+
+float *T_buf;
+size_t T_n;
+float *t_scratch(size_t n) {
+  if (n <= T_n) return T_buf;
+  if (T_buf) {
+    CU_CHECK(cudaStreamSynchronize(ct_cu_stream()));
+    ct_cu_free(T_buf);
+  }
+  T_n = 0;
+  T_buf = (float *)ct_cu_alloc(CT_MEM_OTHER, n * sizeof(float));
+  if (!T_buf) {
+    ct_cu_note(cudaErrorMemoryAllocation, "attention score tiles", __FILE__, __LINE__);
+    return NULL;
+  }
+  T_n = n;
+  return T_buf;
+}
+
 template <bool BF, bool BIAS>
 void fwd(int B, int H, int L, int hd, float scale, int causal, const float *q, const float *k,
          const float *v, const float *bias, float *o, float *lse) {
-  if (!shape_ok(B, H, L, hd)) return;
+  if (!shape_ok(B, H, L, hd, !BIAS)) return;
+  if (hd > CU_ATT_MAXHD) {  // float32 in both rows, as the CPU's tiles kernel
+    int tq = tiles_tq(L);
+    float *S = t_scratch((size_t)tq * L);
+    tiles_ops ops;
+    if (S) cu_att_tiles_fwd(ops, tq, B, H, L, hd, scale, causal, q, k, v, o, lse, S);
+    return;
+  }
   size_t sm = fwd_smem(hd);
   if (!allow_smem(att_fwd_kernel<BF, BIAS>, sm, "att_fwd_kernel")) return;
   dim3 grid((unsigned)((L + CU_ATT_ROWS - 1) / CU_ATT_ROWS), (unsigned)(B * H));
@@ -432,10 +544,19 @@ template <bool BF>
 void bwd(int B, int H, int L, int hd, float scale, int causal, const float *q, const float *k,
          const float *v, const float *o, const float *lse, const float *dout, float *dq, float *dk,
          float *dv) {
-  if (!shape_ok(B, H, L, hd)) return;
+  if (!shape_ok(B, H, L, hd, true)) return;
   size_t rows = (size_t)B * H * L;
   float *D = d_scratch(rows);
   if (!D) return;
+  if (hd > CU_ATT_MAXHD) {
+    int tq = tiles_tq(L);
+    float *P = t_scratch(2 * (size_t)tq * L);
+    tiles_ops ops;
+    if (P)
+      cu_att_tiles_bwd(ops, tq, B, H, L, hd, scale, causal, q, k, v, o, lse, dout, dq, dk, dv, D, P,
+                       P + (size_t)tq * L);
+    return;
+  }
   att_rowdot_kernel<<<(unsigned)((rows + CU_ATT_WARPS - 1) / CU_ATT_WARPS), kThreads, 0,
                       ct_cu_stream()>>>(B * H, H, L, hd, o, dout, D);
   CU_LAUNCHED("att_rowdot_kernel");

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "attention_core.cuh"
+#include "attention_tiles.cuh"
 #include "conv_driver.cuh"
 
 extern "C" {
@@ -414,6 +415,78 @@ int check_attention(char *msg, size_t cap) {
   return 0;
 }
 
+// ---- attention above 256 head dims: attention_tiles.cuh's driver with ct_sgemm ----
+struct host_tiles_ops {
+  void mm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+          int ldb, float beta, float *C, int ldc) {
+    ct_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void softmax_rows(int n, int lk, int i0, int causal, float *S, float *lse) {
+    for (int r = 0; r < n; r++) {
+      float *s = S + (size_t)r * lk, m = -INFINITY, sum = 0.0f;
+      int cnt = cu_att_row_keys(i0, r, lk, causal);
+      for (int j = 0; j < cnt; j++) m = fmaxf(m, s[j]);
+      for (int j = 0; j < cnt; j++) sum += expf(s[j] - m);
+      for (int j = 0; j < lk; j++) s[j] = j < cnt ? expf(s[j] - m) * (1.0f / sum) : 0.0f;
+      lse[r] = m + logf(sum);
+    }
+  }
+  void grad_rows(int n, int lk, int i0, int causal, float *P, float *dP, const float *lse,
+                 const float *D) {
+    for (int r = 0; r < n; r++)
+      for (int j = 0; j < lk; j++) {
+        size_t e = (size_t)r * lk + j;
+        float p = cu_att_prob(P[e], lse[r], j < cu_att_row_keys(i0, r, lk, causal));
+        P[e] = p;
+        dP[e] = cu_att_ds(p, dP[e], D[r]);
+      }
+  }
+  void rowdot(int B, int H, int L, int hd, const float *o, const float *dout, float *D) {
+    for (int bh = 0; bh < B * H; bh++)
+      for (int i = 0; i < L; i++) {
+        size_t off = cu_att_ooff(bh / H, bh % H, i, L, H, hd);
+        float acc = 0.0f;
+        for (int d = 0; d < hd; d++) acc = fmaf(dout[off + d], o[off + d], acc);
+        D[(size_t)bh * L + i] = acc;
+      }
+  }
+  void zero(float *p, size_t n) {
+    memset(p, 0, n * sizeof(float));
+  }
+};
+
+int check_attention_tiles(char *msg, size_t cap) {
+  const int shapes[][6] = {{1, 1, 70, 300, 0, 16}, {2, 1, 45, 260, 1, 16}, {1, 2, 33, 20, 1, 7}};
+  for (const auto &c : shapes) {
+    int B = c[0], H = c[1], L = c[2], hd = c[3], causal = c[4], tq = c[5];
+    size_t n = (size_t)B * H * L * hd, nl = (size_t)B * H * L;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *q = randv(n), *k = randv(n), *v = randv(n), *dout = randv(n);
+    float *o_r = (float *)malloc(n * 4), *l_r = (float *)malloc(nl * 4);
+    float *o_e = (float *)malloc(n * 4), *l_e = (float *)malloc(nl * 4);
+    float *g_r = (float *)malloc(3 * n * 4), *g_e = (float *)malloc(3 * n * 4);
+    float *D = (float *)malloc(nl * 4), *P = (float *)malloc(2 * (size_t)tq * L * 4);
+    ct_attention_tiles_fwd(B, H, L, hd, scale, causal, q, k, v, o_r, l_r);
+    ct_attention_tiles_bwd(B, H, L, hd, scale, causal, q, k, v, o_r, l_r, dout, g_r, g_r + n,
+                           g_r + 2 * n);
+    host_tiles_ops ops;
+    cu_att_tiles_fwd(ops, tq, B, H, L, hd, scale, causal, q, k, v, o_e, l_e, P);
+    cu_att_tiles_bwd(ops, tq, B, H, L, hd, scale, causal, q, k, v, o_r, l_r, dout, g_e, g_e + n,
+                     g_e + 2 * n, D, P, P + (size_t)tq * L);
+    double e[5] = {rel_err(o_e, o_r, n), rel_err(l_e, l_r, nl), rel_err(g_e, g_r, n),
+                   rel_err(g_e + n, g_r + n, n), rel_err(g_e + 2 * n, g_r + 2 * n, n)};
+    free(q), free(k), free(v), free(dout), free(o_r), free(l_r), free(o_e), free(l_e);
+    free(g_r), free(g_e), free(D), free(P);
+    for (double x : e)
+      if (!(x < 2e-5))
+        FAIL(
+            "attention tiles B %d H %d L %d hd %d causal %d: rel err o %.3g lse %.3g dq %.3g dk "
+            "%.3g dv %.3g",
+            B, H, L, hd, causal, e[0], e[1], e[2], e[3], e[4]);
+  }
+  return 0;
+}
+
 // ---- convolution: conv.cu's driver and element helpers with ct_sgemm ----
 struct host_ops {
   void bias_planes(int B, int Cout, int HWo, const float *b, float *y) {
@@ -515,5 +588,6 @@ extern "C" int ct_cu_gemm_selftest_host(char *msg, size_t cap) {
   if (check_views(msg, cap)) return 3;
   if (check_attention(msg, cap)) return 4;
   if (check_conv(msg, cap)) return 5;
+  if (check_attention_tiles(msg, cap)) return 6;
   return 0;
 }
