@@ -7,9 +7,10 @@
 // are made once per (transA, transB, M, N, K, lda, ldb, ldc, dtype, epilogue,
 // pointer alignments) and cached: the heuristic is asked once per shape, never
 // again for it. Determinism: the preference's reduction-scheme mask is NONE (no
-// split-K reduction, so no atomics), and a cached algorithm is the same every
-// call, so the same inputs give the same bits (cuBLASLt's promise for a fixed
-// algorithm on one GPU model).
+// split-K reduction, so no atomics; only if the heuristic then offers nothing,
+// split-K reduced out of place in the workspace, still without atomics), and a
+// cached algorithm is the same every call, so the same inputs give the same
+// bits (cuBLASLt's promise for a fixed algorithm on one GPU model).
 //
 // float32 ("cuda"): CUDA_R_32F operands, CUBLAS_COMPUTE_32F (no TF32: the
 // float32 contract holds). bf16 ("cuda-bf16"): A and B are cast to bf16 (round
@@ -198,12 +199,26 @@ mm_plan *get_plan(const mm_key &k) {
   }
   if (ok) {
     cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     int n = 0;
-    cublasStatus_t s =
-        cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &n);
+    // no split-K reduction first; should the heuristic offer nothing then, split-K reduced out
+    // of place in the workspace (a separate reduction kernel: still no atomics), then any
+    for (uint32_t mask : {(uint32_t)CUBLASLT_REDUCTION_SCHEME_NONE,
+                          (uint32_t)(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                     CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE),
+                          (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK}) {
+      memset(&res, 0, sizeof res);
+      n = 0;
+      s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                               &mask, sizeof mask);
+      if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &res,
+                                           &n);
+      if (s == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) break;
+      n = 0;
+    }
     // no algorithm is not an error for a bias epilogue: the caller falls back without it
-    if (s == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+    if (n > 0) {
       p.algo = res.algo;
       p.ok = true;
     } else if (k.epi != EP_BIAS) {
