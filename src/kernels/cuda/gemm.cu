@@ -159,14 +159,13 @@ mm_plan *get_plan(const mm_key &k) {
       LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
          k) &&
       LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), k);
-  if (ok && k.epi == EP_BIAS) {
+  if (ok && k.epi == EP_BIAS) {  // not having the epilogue is no error: the caller adds the bias
     cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bt = CUDA_R_32F;
-    ok = LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
-            k) &&
-         LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                           sizeof bt),
-            k);
+    ok = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                        sizeof bt) == CUBLAS_STATUS_SUCCESS;
   }
   ok = ok && LT(cublasLtMatrixLayoutCreate(&p.la, in_t, m.a_rows, m.a_cols, m.lda), k) &&
        LT(cublasLtMatrixLayoutCreate(&p.lb, in_t, m.b_rows, m.b_cols, m.ldb), k) &&
@@ -267,15 +266,16 @@ bool mm(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda
             "cuBLASLt plan (no algorithm for this shape)", k, __LINE__);
     return false;
   }
-  if (bias && !LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                 sizeof bias),
-                  k))
+  if (bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof bias) != CUBLAS_STATUS_SUCCESS) {
+    p->ok = false;
     return false;
+  }
   const void *first = B, *second = A;  // the column-major product's operands (gemm_map.cuh)
   cublasStatus_t s =
       cublasLtMatmul(handle, p->desc, &alpha, first, p->la, second, p->lb, &beta, C, p->lc, C,
                      p->lc, &p->algo, workspace, kWorkspace, ct_cu_stream());
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED && bias) {  // the epilogue after all: never again
+  if (s != CUBLAS_STATUS_SUCCESS && bias) {  // the epilogue after all: never again
     p->ok = false;
     return false;
   }
