@@ -1,12 +1,17 @@
-/* The CUDA backend's matrix products and attention (src/kernels/cuda/gemm.cu,
- * attention.cu): the table fields they fill, float32 or bf16 products.
- * "cuda-bf16" (bf16 = 1): sgemm, linear_fwd/bwd and attention_fwd/bwd on bf16
- * operands with float32 sums (cpu-bf16's arithmetic up to the order of the
- * sums); sgemm_deterministic stays float32 (Muon). linear_fwd_w/bwd_w: a float32
- * view as linear_fwd/bwd of the row; bf16 and int8 views dequantised into
- * scratch, float32 in "cuda", bf16 in "cuda-bf16" (a bf16 view then used as
- * it is). attention_bias_fwd (T5): float32 in both rows. conv2d
- * (conv.cu): conv.c's bands of im2col + the row's product. */
+/* The CUDA backend's matrix products, convolutions and attention
+ * (src/kernels/cuda/gemm.cu, conv.cu, attention.cu): the table fields they
+ * fill, float32 or bf16 products.
+ * "cuda-bf16" (bf16 = 1): sgemm, linear_fwd/bwd, conv2d_fwd/bwd and
+ * attention_fwd/bwd on bf16 operands with float32 sums (cpu-bf16's arithmetic
+ * up to the order of the sums; attention above 256 head dims float32, as the
+ * CPU's tiles kernel); sgemm_deterministic stays float32 (Muon).
+ * linear_fwd_w/bwd_w: a float32 view as linear_fwd/bwd of the row; bf16 and
+ * int8 views dequantised into scratch, float32 in "cuda", bf16 in "cuda-bf16"
+ * (a bf16 view then used as it is, the activation cast to bf16). Note: this
+ * is where "cuda-bf16" differs from "cpu-bf16", whose linear_*_w are the
+ * float32 ones; within the bf16 row's tolerances either way.
+ * attention_bias_fwd (T5): float32 in both rows. conv2d: conv.c's bands of
+ * im2col + the row's product (conv2d_col_floats is conv.c's). */
 #ifdef CT_CUDA
 #include "cuda_rt.h"
 
