@@ -317,18 +317,19 @@ __global__ void cast_bf16_kernel(int rows, int cols, const float *src, size_t ld
   }
 }
 
-// dst (rows x cols, dense) = the view dequantised: float32 (to_bf16 0) or bf16 bits
+// dst (rows x cols, rows ldd apart) = the view (rows x cols, dense) dequantised: float32
+// (to_bf16 0) or bf16 bits
 __global__ void dequant_kernel(int rows, int cols, int dtype, const void *data, const float *scales,
-                               int to_bf16, void *dst) {
+                               int to_bf16, void *dst, size_t ldd) {
   size_t n = (size_t)rows * cols;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / (size_t)cols;
+    size_t r = i / (size_t)cols, o = r * ldd + (i - r * (size_t)cols);
     float v = cu_wview_elem(dtype, data, scales, i, r);
     if (to_bf16)
-      ((uint16_t *)dst)[i] = cu_bf16_bits(v);
+      ((uint16_t *)dst)[o] = cu_bf16_bits(v);
     else
-      ((float *)dst)[i] = v;
+      ((float *)dst)[o] = v;
   }
 }
 
@@ -439,9 +440,10 @@ void bias_rows(int N, int M, const float *b, float *y, int ldy) {
   CU_LAUNCHED("bias_rows_kernel");
 }
 
-// y = x w^T + b with w float32 (wdt DT_F32) or bf16 bits (wdt DT_BF16, x then cast)
-void lin_fwd(int bf16, int N, int K, int M, const float *x, int ldx, const void *w, int wdt,
-             const float *b, float *y, int ldy) {
+// y = x w^T + b with w (rows ldw apart) float32 (wdt DT_F32) or bf16 bits (wdt DT_BF16, x then
+// cast)
+void lin_fwd(int bf16, int N, int K, int M, const float *x, int ldx, const void *w, int ldw,
+             int wdt, const float *b, float *y, int ldy) {
   if (N <= 0 || M <= 0) return;
   if (K <= 0) {
     bias_rows(N, M, b, y, ldy);
@@ -452,53 +454,57 @@ void lin_fwd(int bf16, int N, int K, int M, const float *x, int ldx, const void 
     int lx;
     const uint16_t *x16 = to_bf16(SCR_A, N, K, x, ldx, &lx);
     if (!x16) return;
-    done = mm(0, 1, N, M, K, 1.0f, x16, lx, w, K, 0.0f, y, ldy, DT_BF16, b);
+    done = mm(0, 1, N, M, K, 1.0f, x16, lx, w, ldw, 0.0f, y, ldy, DT_BF16, b);
     if (!done && b) {
       bias_rows(N, M, b, y, ldy);
-      mm(0, 1, N, M, K, 1.0f, x16, lx, w, K, 1.0f, y, ldy, DT_BF16, NULL);
+      mm(0, 1, N, M, K, 1.0f, x16, lx, w, ldw, 1.0f, y, ldy, DT_BF16, NULL);
     }
     return;
   }
-  done = gemm_any(bf16, 0, 1, N, M, K, 1.0f, x, ldx, (const float *)w, K, 0.0f, y, ldy, b);
+  done = gemm_any(bf16, 0, 1, N, M, K, 1.0f, x, ldx, (const float *)w, ldw, 0.0f, y, ldy, b);
   if (!done && b) {  // no algorithm with the bias epilogue: rows of b, then beta = 1
     bias_rows(N, M, b, y, ldy);
-    gemm_any(bf16, 0, 1, N, M, K, 1.0f, x, ldx, (const float *)w, K, 1.0f, y, ldy, NULL);
+    gemm_any(bf16, 0, 1, N, M, K, 1.0f, x, ldx, (const float *)w, ldw, 1.0f, y, ldy, NULL);
   }
 }
 
 // dx = beta_dx dx + dy w (w float32 or bf16 bits), dw += dy^T x, db += colsum dy
-void lin_bwd(int bf16, int N, int K, int M, const float *x, int ldx, const void *w, int wdt,
-             const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw, float *db) {
+void lin_bwd(int bf16, int N, int K, int M, const float *x, int ldx, const void *w, int ldw,
+             int wdt, const float *dy, int lddy, float *dx, int lddx, float beta_dx, float *dw,
+             float *db) {
   if (N <= 0 || M <= 0) return;
   if (dx && K > 0) {
     if (wdt == DT_BF16) {
       int ld16;
       const uint16_t *dy16 = to_bf16(SCR_A, N, M, dy, lddy, &ld16);
-      if (dy16) mm(0, 0, N, K, M, 1.0f, dy16, ld16, w, K, beta_dx, dx, lddx, DT_BF16, NULL);
+      if (dy16) mm(0, 0, N, K, M, 1.0f, dy16, ld16, w, ldw, beta_dx, dx, lddx, DT_BF16, NULL);
     } else {
-      gemm_any(bf16, 0, 0, N, K, M, 1.0f, dy, lddy, (const float *)w, K, beta_dx, dx, lddx, NULL);
+      gemm_any(bf16, 0, 0, N, K, M, 1.0f, dy, lddy, (const float *)w, ldw, beta_dx, dx, lddx, NULL);
     }
   }
   if (dw && K > 0) gemm_any(bf16, 1, 0, M, K, N, 1.0f, dy, lddy, x, ldx, 1.0f, dw, K, NULL);
   if (db) colsum_acc(N, M, dy, lddy, db);
 }
 
-// A view as something lin_fwd/bwd multiply: float32 data as it is, a bf16 view as it is in
-// the bf16 row, else dequantised into scratch slot SCR_B (float32, or bf16 in the bf16 row).
-const void *view_weight(int bf16, int M, int K, const ct_wview *w, int *wdt) {
+// A view as something lin_fwd/bwd multiply, rows *ldw apart: float32 data as it is, a bf16 view
+// as it is in the bf16 row (when its rows are 16-byte aligned), else dequantised into scratch
+// slot SCR_B (float32, or bf16 in the bf16 row) with rows padded to 16 bytes.
+const void *view_weight(int bf16, int M, int K, const ct_wview *w, int *wdt, int *ldw) {
+  *ldw = K;
   if (w->dtype == CT_WDT_F32) {
     *wdt = DT_F32;
     return w->data;
   }
-  if (bf16 && w->dtype == CT_WDT_BF16) {
+  if (bf16 && w->dtype == CT_WDT_BF16 && !((uintptr_t)w->data & 15u) && K % 8 == 0) {
     *wdt = DT_BF16;
     return w->data;
   }
   size_t es = bf16 ? 2 : 4;
-  void *d = scratch(SCR_B, (size_t)M * K * es);
+  *ldw = bf16 ? (K + 7) / 8 * 8 : (K + 3) / 4 * 4;
+  void *d = scratch(SCR_B, (size_t)M * *ldw * es);
   if (!d) return NULL;
   dequant_kernel<<<blocks_for((size_t)M * K), 256, 0, ct_cu_stream()>>>(
-      M, K, (int)w->dtype, w->data, w->scales, bf16, d);
+      M, K, (int)w->dtype, w->data, w->scales, bf16, d, (size_t)*ldw);
   CU_LAUNCHED("dequant_kernel");
   *wdt = bf16 ? DT_BF16 : DT_F32;
   return d;
@@ -528,33 +534,33 @@ extern "C" void ct_cu_sgemm_deterministic(int transA, int transB, int M, int N, 
 
 extern "C" void ct_cu_linear_fwd(int N, int K, int M, const float *x, int ldx, const float *w,
                                  const float *b, float *y, int ldy) {
-  lin_fwd(0, N, K, M, x, ldx, w, DT_F32, b, y, ldy);
+  lin_fwd(0, N, K, M, x, ldx, w, K, DT_F32, b, y, ldy);
 }
 
 extern "C" void ct_cu_linear_fwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
                                       const float *b, float *y, int ldy) {
-  lin_fwd(1, N, K, M, x, ldx, w, DT_F32, b, y, ldy);
+  lin_fwd(1, N, K, M, x, ldx, w, K, DT_F32, b, y, ldy);
 }
 
 extern "C" void ct_cu_linear_bwd(int N, int K, int M, const float *x, int ldx, const float *w,
                                  const float *dy, int lddy, float *dx, int lddx, float beta_dx,
                                  float *dw, float *db) {
-  lin_bwd(0, N, K, M, x, ldx, w, DT_F32, dy, lddy, dx, lddx, beta_dx, dw, db);
+  lin_bwd(0, N, K, M, x, ldx, w, K, DT_F32, dy, lddy, dx, lddx, beta_dx, dw, db);
 }
 
 extern "C" void ct_cu_linear_bwd_bf16(int N, int K, int M, const float *x, int ldx, const float *w,
                                       const float *dy, int lddy, float *dx, int lddx, float beta_dx,
                                       float *dw, float *db) {
-  lin_bwd(1, N, K, M, x, ldx, w, DT_F32, dy, lddy, dx, lddx, beta_dx, dw, db);
+  lin_bwd(1, N, K, M, x, ldx, w, K, DT_F32, dy, lddy, dx, lddx, beta_dx, dw, db);
 }
 
 static void lin_fwd_w(int bf16, int N, int K, int M, const float *x, int ldx, const ct_wview *w,
                       const float *b, float *y, int ldy) {
   if (N <= 0 || M <= 0) return;
-  int wdt = DT_F32;
-  const void *wp = K > 0 ? view_weight(bf16, M, K, w, &wdt) : NULL;
+  int wdt = DT_F32, ldw = K;
+  const void *wp = K > 0 ? view_weight(bf16, M, K, w, &wdt, &ldw) : NULL;
   if (K > 0 && !wp) return;
-  lin_fwd(bf16, N, K, M, x, ldx, wp, wdt, b, y, ldy);
+  lin_fwd(bf16, N, K, M, x, ldx, wp, ldw, wdt, b, y, ldy);
 }
 
 static void lin_bwd_w(int bf16, int N, int K, int M, const float *x, int ldx, const ct_wview *w,
@@ -562,15 +568,15 @@ static void lin_bwd_w(int bf16, int N, int K, int M, const float *x, int ldx, co
                       float *db) {
   if (N <= 0 || M <= 0) return;
   if (w->dtype != CT_WDT_F32) dw = NULL;  // a bf16 / int8 weight is frozen: no dw
-  int wdt = DT_F32;
+  int wdt = DT_F32, ldw = K;
   const void *wp = NULL;
   if (dx && K > 0) {
-    wp = view_weight(bf16, M, K, w, &wdt);
+    wp = view_weight(bf16, M, K, w, &wdt, &ldw);
     if (!wp) return;
   } else if (w->dtype == CT_WDT_F32) {
     wp = w->data;
   }
-  lin_bwd(bf16, N, K, M, x, ldx, wp, wdt, dy, lddy, dx, lddx, beta_dx, dw, db);
+  lin_bwd(bf16, N, K, M, x, ldx, wp, ldw, wdt, dy, lddy, dx, lddx, beta_dx, dw, db);
 }
 
 extern "C" void ct_cu_linear_fwd_w(int N, int K, int M, const float *x, int ldx, const ct_wview *w,
