@@ -16,7 +16,10 @@
 // float32 contract holds). bf16 ("cuda-bf16"): A and B are cast to bf16 (round
 // to nearest even, as ct_sgemm_bf16) into scratch by a small kernel, then
 // CUDA_R_16BF operands, CUBLAS_COMPUTE_32F, float32 C: cpu-bf16's arithmetic up
-// to the order of the sums. sgemm_deterministic (Muon) is float32 in both rows.
+// to the order of the sums (should the heuristic have no bf16 algorithm for a
+// shape, the rounded operands are widened to float32 and multiplied there: bf16
+// products are exact in float32, so the arithmetic is the same). sgemm_deterministic
+// (Muon) is float32 in both rows.
 //
 // Linear: the forward adds the bias by the BIAS epilogue (when the heuristic
 // has no algorithm with it, by a fill of the bias rows and beta = 1); the
@@ -220,7 +223,7 @@ mm_plan *get_plan(const mm_key &k) {
     if (n > 0) {
       p.algo = res.algo;
       p.ok = true;
-    } else if (k.epi != EP_BIAS) {
+    } else if (k.epi != EP_BIAS && k.dtype != DT_BF16) {  // bf16: mm widens instead
       lt_ok(s != CUBLAS_STATUS_SUCCESS ? s : CUBLAS_STATUS_NOT_SUPPORTED,
             "cublasLtMatmulAlgoGetHeuristic (no algorithm)", k, __LINE__);
     }
@@ -229,6 +232,9 @@ mm_plan *get_plan(const mm_key &k) {
   nplans++;
   return &p;
 }
+
+bool mm_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
 // C = alpha op(A) op(B) + beta C (+ bias per column of row-major C with a bias) on dtype
 // operands (float32, or bf16 bits) and float32 C; M, N, K >= 1. Returns false when
@@ -255,36 +261,45 @@ bool mm(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda
   k.al_b = cu_align_of(B, (size_t)ldb * es);
   k.al_c = cu_align_of(C, (size_t)ldc * 4);
   k.al_bias = bias ? cu_align_of(bias, 0) : 0;
-  std::lock_guard<std::mutex> g(mu);
-  if (!ensure_handle(k)) return false;
-  mm_plan *p = get_plan(k);
-  if (!p || !p->ok) {
-    // a product without a plan is an error every time (a later call must not skip it silently);
-    // a bias epilogue without one is the caller's to do otherwise
-    if (!bias)
-      lt_ok(p ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_ALLOC_FAILED,
-            "cuBLASLt plan (no algorithm for this shape)", k, __LINE__);
-    return false;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (!ensure_handle(k)) return false;
+    mm_plan *p = get_plan(k);
+    if (!p || !p->ok) {
+      // bf16 operands without an algorithm (a 2-byte aligned shape): the same arithmetic on the
+      // operands widened to float32 (exact), below, outside the lock
+      if (!(p && !bias && dtype == DT_BF16)) {
+        // a product without a plan is an error every time (a later call must not skip it
+        // silently); a bias epilogue without one is the caller's to do otherwise
+        if (!bias)
+          lt_ok(p ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_ALLOC_FAILED,
+                "cuBLASLt plan (no algorithm for this shape)", k, __LINE__);
+        return false;
+      }
+    } else {
+      if (bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                 sizeof bias) != CUBLAS_STATUS_SUCCESS) {
+        p->ok = false;
+        return false;
+      }
+      const void *first = B, *second = A;  // the column-major product's operands (gemm_map.cuh)
+      cublasStatus_t s =
+          cublasLtMatmul(handle, p->desc, &alpha, first, p->la, second, p->lb, &beta, C, p->lc, C,
+                         p->lc, &p->algo, workspace, kWorkspace, ct_cu_stream());
+      if (s != CUBLAS_STATUS_SUCCESS && bias) {  // the epilogue after all: never again
+        p->ok = false;
+        return false;
+      }
+      return lt_ok(s, "cublasLtMatmul", k, __LINE__);
+    }
   }
-  if (bias && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                             sizeof bias) != CUBLAS_STATUS_SUCCESS) {
-    p->ok = false;
-    return false;
-  }
-  const void *first = B, *second = A;  // the column-major product's operands (gemm_map.cuh)
-  cublasStatus_t s =
-      cublasLtMatmul(handle, p->desc, &alpha, first, p->la, second, p->lb, &beta, C, p->lc, C,
-                     p->lc, &p->algo, workspace, kWorkspace, ct_cu_stream());
-  if (s != CUBLAS_STATUS_SUCCESS && bias) {  // the epilogue after all: never again
-    p->ok = false;
-    return false;
-  }
-  return lt_ok(s, "cublasLtMatmul", k, __LINE__);
+  return mm_widened(ta, tb, M, N, K, alpha, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
+                    beta, C, ldc);
 }
 
 // ---- scratch (this file's own: grow-only, synchronised before it regrows) ----
-void *scr_p[3];
-size_t scr_n[3];
+void *scr_p[5];
+size_t scr_n[5];
 
 void *scratch(int i, size_t bytes) {
   if (bytes <= scr_n[i]) return scr_p[i];
@@ -303,7 +318,7 @@ void *scratch(int i, size_t bytes) {
   scr_n[i] = bytes + bytes / 4;
   return scr_p[i];
 }
-enum { SCR_A = 0, SCR_B = 1, SCR_COLSUM = 2 };
+enum { SCR_A = 0, SCR_B = 1, SCR_COLSUM = 2, SCR_WA = 3, SCR_WB = 4 };
 
 // ---- kernels ----------------------------------------------------------------
 // dst (rows x cols, leading dim ldd) = bf16(src (rows x cols, leading dim ld))
@@ -330,6 +345,17 @@ __global__ void dequant_kernel(int rows, int cols, int dtype, const void *data, 
       ((uint16_t *)dst)[o] = cu_bf16_bits(v);
     else
       ((float *)dst)[o] = v;
+  }
+}
+
+// dst (rows x cols, rows ldd apart) = src's bf16 bits (rows ld apart) widened to float32
+__global__ void widen_kernel(int rows, int cols, const uint16_t *src, size_t ld, float *dst,
+                             size_t ldd) {
+  size_t n = (size_t)rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i - r * (size_t)cols;
+    dst[r * ldd + c] = cu_bf16_to_f32(src[r * ld + c]);
   }
 }
 
@@ -377,6 +403,26 @@ __global__ void colsum_fin_kernel(int M, int nchunk, const double *part, float *
 
 unsigned blocks_for(size_t n) {
   return ct_cu_blocks(n, 256);
+}
+
+// bf16 operands (stored as the caller's A and B) widened into float32 scratch, then the float32
+// product: bf16 products are exact in float32, so this is the bf16 row's arithmetic
+bool mm_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+  int ar, ac, br, bc;
+  cu_stored_a(ta, M, K, &ar, &ac);
+  cu_stored_b(tb, N, K, &br, &bc);
+  int la = (ac + 3) / 4 * 4, lb = (bc + 3) / 4 * 4;
+  float *a = (float *)scratch(SCR_WA, (size_t)ar * la * sizeof(float));
+  float *b = (float *)scratch(SCR_WB, (size_t)br * lb * sizeof(float));
+  if (!a || !b) return true;  // recorded
+  widen_kernel<<<blocks_for((size_t)ar * ac), 256, 0, ct_cu_stream()>>>(ar, ac, A, (size_t)lda, a,
+                                                                        (size_t)la);
+  CU_LAUNCHED("widen_kernel");
+  widen_kernel<<<blocks_for((size_t)br * bc), 256, 0, ct_cu_stream()>>>(br, bc, B, (size_t)ldb, b,
+                                                                        (size_t)lb);
+  CU_LAUNCHED("widen_kernel");
+  return mm(ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc, DT_F32, NULL);
 }
 
 // C = beta C for the degenerate products (K 0 or alpha 0), as gemm.c
