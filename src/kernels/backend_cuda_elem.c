@@ -1,9 +1,8 @@
 /* The CUDA backend's element-wise, normalisation, position, layout, loss and
  * optimizer ops (src/kernels/cuda/, one .cu per family; entry points in
- * cuda_elem.h): the table fields they fill. Not filled here: the products and
- * attention (backend_cuda_gemm.c), conv2d. Not yet table fields (the lead
- * wires them at merge): ct_cu_bf16_widen, ct_cu_bf16_narrow,
- * ct_cu_bf16_narrow_acc, ct_cu_dropout_fwd, ct_cu_dropout_bwd. */
+ * cuda_elem.h): the table fields they fill, the residency ops (bf16 storage,
+ * LoRA dropout: keep as the CPU's resident.c computes it from the float p) too.
+ * Not filled here: the products, attention and conv2d (backend_cuda_gemm.c). */
 #ifdef CT_CUDA
 #include "cuda_elem.h"
 #include "cuda_rt.h"
@@ -53,6 +52,11 @@ void ct_cuda_fill_elem(ct_backend_ops *t) {
   SET(sgd_update);
   SET(ema_update);
   SET(sumsq);
+  SET(bf16_widen);
+  SET(bf16_narrow);
+  SET(bf16_narrow_acc);
+  SET(dropout_fwd);
+  SET(dropout_bwd);
 #undef SET
 }
 #else
