@@ -50,12 +50,12 @@ PY
 
 identical() { # name-a name-b what: losses and checkpoint tensors byte for byte
   local a b
-  a=$(cd "$tmp/$1" && grep -h '"loss"' metrics.jsonl | sed 's/"time[^,]*,//g; s/"elapsed[^,]*,//g' | md5sum)
-  b=$(cd "$tmp/$2" && grep -h '"loss"' metrics.jsonl | sed 's/"time[^,]*,//g; s/"elapsed[^,]*,//g' | md5sum)
+  a=$(grep -o '"step": [0-9]*, "epoch": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$tmp/$1/metrics.jsonl" | md5sum)
+  b=$(grep -o '"step": [0-9]*, "epoch": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$tmp/$2/metrics.jsonl" | md5sum)
   local ca cb
   ca=$(cd "$tmp/$1" && find . -name '*.safetensors' | sort | xargs md5sum | md5sum)
   cb=$(cd "$tmp/$2" && find . -name '*.safetensors' | sort | xargs md5sum | md5sum)
-  if [ "$a" = "$b" ] && [ "$ca" = "$cb" ]; then ok "$3: metrics and checkpoints identical"; else
+  if [ "$a" = "$b" ] && [ "$ca" = "$cb" ]; then ok "$3: losses, grad norms and checkpoints identical"; else
     bad "$3: the two runs differ (metrics $([ "$a" = "$b" ] && echo same || echo differ), checkpoints $([ "$ca" = "$cb" ] && echo same || echo differ))"
   fi
 }
