@@ -25,6 +25,10 @@ std::once_flag init_once;
 int init_rc = -1;
 char init_why[256], init_desc[512];
 cudaStream_t stream;
+// the process's device, made current on whichever host thread issues work (the current
+// device is per thread: another thread than init's would work on device 0)
+int device_id;
+thread_local bool bound;
 
 std::mutex err_mu;
 bool err_set;
@@ -62,6 +66,7 @@ void do_init(void) {
     return;
   }
   int lr = local_rank(), dev = lr % n;
+  device_id = dev;
   cudaDeviceProp prop;
   if ((e = cudaSetDevice(dev)) != cudaSuccess ||
       (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess ||
@@ -85,6 +90,10 @@ void do_init(void) {
 }  // namespace
 
 cudaStream_t ct_cu_stream(void) {
+  if (!bound) {
+    bound = true;
+    if (init_rc == 0) cudaSetDevice(device_id);
+  }
   return stream;
 }
 
@@ -133,8 +142,13 @@ extern "C" int ct_cu_init(char *why, size_t why_cap, char *desc, size_t desc_cap
 extern "C" void *ct_cu_alloc(ct_mem_cat cat, size_t bytes) {
   void *p = NULL;
   if (!bytes) return NULL;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    cudaGetLastError();  // out of memory is the caller's to report (NULL), not a sticky fault
+  ct_cu_stream(); /* this thread on the device */
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    // out of memory is the caller's to report (NULL); anything else (a context lost to an earlier
+    // fault) is the sticky error, so that the caller's "out of memory" is not the whole story
+    if (e != cudaErrorMemoryAllocation) ct_cu_note(e, "cudaMalloc", __FILE__, __LINE__);
     return NULL;
   }
   std::lock_guard<std::mutex> g(mem_mu);
@@ -171,25 +185,30 @@ extern "C" void ct_cu_free(void *p) {
 extern "C" void ct_cu_copy_in(void *dst, const void *host_src, size_t bytes) {
   // from pageable host memory the call returns once the bytes are staged, so the caller may reuse
   // host_src at once
-  if (bytes) CU_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+  if (bytes)
+    CU_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ct_cu_stream()));
 }
 
 extern "C" void ct_cu_copy_out(void *host_dst, const void *src, size_t bytes) {
-  if (bytes) CU_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-  CU_CHECK(cudaStreamSynchronize(stream));
+  if (bytes)
+    CU_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ct_cu_stream()));
+  CU_CHECK(cudaStreamSynchronize(ct_cu_stream()));
 }
 
 extern "C" void ct_cu_copy(void *dst, const void *src, size_t bytes) {
   if (bytes && dst != src)
-    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ct_cu_stream()));
 }
 
 extern "C" void ct_cu_synchronize(void) {
-  CU_CHECK(cudaStreamSynchronize(stream));
+  CU_CHECK(cudaStreamSynchronize(ct_cu_stream()));
 }
 
 extern "C" int ct_cu_take_error(char *msg, size_t cap) {
-  // a fault of an op issued earlier surfaces at the next synchronising call; ask for it here too
+  // a fault of an op issued earlier surfaces at the next synchronising call; ask the stream too
+  // (cudaErrorNotReady: still running, no news)
+  const cudaError_t q = cudaStreamQuery(ct_cu_stream());
+  if (q != cudaErrorNotReady) ct_cu_note(q, "an earlier op on the stream", __FILE__, __LINE__);
   ct_cu_note(cudaGetLastError(), "an earlier op", __FILE__, __LINE__);
   std::lock_guard<std::mutex> g(err_mu);
   if (!err_set) return 0;
