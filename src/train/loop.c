@@ -240,6 +240,8 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   io->sampler_json = NULL;
   free(sj);
   ct_trainer_stage_release(tr, io, &hs);
+  if (!st)
+    st = ct_trainer_check(tr, "writing the checkpoint", err); /* its reads through copy_out */
   io->opt_states = NULL;
   ct_update_free_states(tr, ost);
   ct_dp_release_full(tr, &fv);
