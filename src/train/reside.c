@@ -122,11 +122,15 @@ ct_status ct_trainer_reside(trainer *tr, ct_err *err) {
   if (!st) st = m->ops->set_backend(m, mbe, err);
   if (!st && tr->opt) st = ct_optim_set_backend(tr->opt, be, err);
   const size_t nr = tr->hi - tr->lo, ne = tr->own ? nr : ct_model_numel(m);
-  if (!st && tr->ema && ne)
+  if (!st && tr->ema && ne) {
     st = ct_backend_move(cpu, be, CT_MEM_OPTIMIZER, ne * sizeof(float), (void **)&tr->ema, err);
-  if (!st && tr->wsh && nr)
+    tr->ema_moved = !st;
+  }
+  if (!st && tr->wsh && nr) {
     st = ct_backend_move(cpu, be, tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, nr * sizeof(float),
                          (void **)&tr->wsh, err);
+    tr->wsh_moved = !st;
+  }
   if (!st) st = ct_trainer_check(tr, "moving the model", err);
   return st;
 }

@@ -81,6 +81,7 @@ typedef struct trainer {
    * EMA and master weights live once ct_trainer_reside moved them; the model
    * computes on its compute sibling (bf16) of the same memory */
   const ct_backend_ops *be;
+  int ema_moved, wsh_moved;       /* ema, wsh are be's memory (else host: ct_alloc) */
   const struct ct_dp_ops *dp;     /* the parallel strategy (dp.c picks it) */
   const struct ct_task_ops *task; /* the model family and objective */
   void *tk;                       /* the task's own state (task_vae.c) */
