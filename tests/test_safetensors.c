@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctuner/fs.h"
 #include "ctuner/rng.h"
 #include "ctuner/safetensors.h"
 #include "harness.h"
@@ -639,4 +640,39 @@ CT_TEST(safetensors, set_and_check) {
   snprintf(p, sizeof p, "%s/nope", dir);
   st = ct_st_set_open(&s, p, "model.safetensors", &err);
   CHECKF(st == CT_ERR_NOT_FOUND && strstr(err.msg, "does not download"), "%s", err.msg);
+}
+
+/* A writer with a reader (a compute backend's copy_out) reads the data
+ * through it in chunks and writes the very bytes a host-memory writer does,
+ * for float32 and narrowed dtypes, across the 8 MiB chunk boundary. */
+static size_t reader_calls;
+static void reader(void *dst, const void *src, size_t bytes) {
+  reader_calls++;
+  memcpy(dst, src, bytes);
+}
+CT_TEST(safetensors, writer_reader) {
+  const size_t n = ((size_t)8 << 20) / sizeof(float) + 1000; /* two chunks */
+  float *x = malloc(n * sizeof *x);
+  REQUIRE(x != NULL);
+  for (size_t i = 0; i < n; i++) x[i] = (float)i * 0.37f - 1000.0f;
+  const int64_t shape[1] = {(int64_t)n};
+  char *bytes[2] = {NULL, NULL};
+  size_t len[2] = {0, 0};
+  ct_err err = {0};
+  for (int k = 0; k < 2; k++) {
+    ct_st_writer *w;
+    REQUIRE(ct_st_writer_new(&w) == CT_OK);
+    if (k) ct_st_writer_set_reader(w, reader);
+    CHECK(ct_st_writer_add_f32(w, "a", 1, shape, x, CT_DTYPE_F32, &err) == CT_OK);
+    CHECK(ct_st_writer_add_f32(w, "b", 1, shape, x, CT_DTYPE_BF16, &err) == CT_OK);
+    CHECK(ct_st_writer_add_f32(w, "c", 1, shape, x, CT_DTYPE_F16, &err) == CT_OK);
+    const char *path = tmp_path(k ? "reader.safetensors" : "plain.safetensors");
+    REQUIRE(ct_st_writer_write(w, path, &err) == CT_OK);
+    ct_st_writer_free(w);
+    REQUIRE(ct_read_file(path, (size_t)1 << 28, &bytes[k], &len[k], &err) == CT_OK);
+  }
+  CHECK(reader_calls == 6 && len[0] == len[1] && !memcmp(bytes[0], bytes[1], len[0]));
+  free(bytes[0]);
+  free(bytes[1]);
+  free(x);
 }

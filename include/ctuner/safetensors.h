@@ -86,6 +86,12 @@ ct_status ct_st_writer_add_f32(ct_st_writer *w, const char *name, int ndim, cons
 ct_status ct_st_writer_meta(ct_st_writer *w, const char *key, const char *value, ct_err *err);
 ct_status ct_st_writer_write(ct_st_writer *w, const char *path, ct_err *err);
 void ct_st_writer_free(ct_st_writer *w);
+/* Where the tensors' data is read from at write time: plain host memory
+ * (NULL, the default), or through read(host_dst, src, bytes) in chunks of at
+ * most 8 MiB (a compute backend's copy_out: device-resident buffers written
+ * without a whole host copy). */
+typedef void (*ct_st_read_fn)(void *host_dst, const void *src, size_t bytes);
+void ct_st_writer_set_reader(ct_st_writer *w, ct_st_read_fn read);
 
 /* ---- a model's tensors on disk (st_set.c) ----
  * One .safetensors file, or the shards an index names (transformers'

@@ -693,6 +693,7 @@ typedef struct wt_tensor {
 } wt_tensor;
 
 struct ct_st_writer {
+  ct_st_read_fn read; /* NULL: the data is host memory */
   wt_tensor *t;
   size_t n, cap;
   char **mk, **mv;
@@ -709,6 +710,10 @@ ct_status ct_st_writer_new(ct_st_writer **out) {
   if (!*out) st = CT_ERR_NOMEM;
 out:
   return st;
+}
+
+void ct_st_writer_set_reader(ct_st_writer *w, ct_st_read_fn read) {
+  if (w) w->read = read;
 }
 
 void ct_st_writer_free(ct_st_writer *w) {
@@ -914,10 +919,30 @@ static void db_json_str(dynbuf *b, const char *s) {
   db_add(b, "\"", 1);
 }
 
-static ct_status write_data(FILE *fp, const wt_tensor *t) {
+/* A tensor's data read through read (device memory), 8 MiB at a time. */
+static ct_status write_data_read(FILE *fp, const wt_tensor *t, ct_st_read_fn read) {
+  const size_t chunk = ((size_t)8 << 20) / sizeof(float);
+  const size_t cap = t->numel < chunk ? t->numel : chunk;
+  float *buf = malloc(cap * sizeof(float));
+  uint16_t *h = t->dtype == CT_DTYPE_F32 ? NULL : malloc(cap * sizeof *h);
+  ct_status st = buf && (h || t->dtype == CT_DTYPE_F32) ? CT_OK : CT_ERR_NOMEM;
+  for (size_t i = 0; !st && i < t->numel; i += chunk) {
+    const size_t m = t->numel - i < chunk ? t->numel - i : chunk;
+    read(buf, t->data + i, m * sizeof(float));
+    for (size_t k = 0; h && k < m; k++)
+      h[k] = t->dtype == CT_DTYPE_F16 ? ct_f32_to_f16(buf[k]) : ct_f32_to_bf16(buf[k]);
+    if (h ? fwrite(h, 2, m, fp) != m : fwrite(buf, sizeof(float), m, fp) != m) st = CT_ERR_IO;
+  }
+  free(buf);
+  free(h);
+  return st;
+}
+
+static ct_status write_data(FILE *fp, const wt_tensor *t, ct_st_read_fn read) {
   ct_status st = CT_OK;
   uint16_t tmp[4096];
   if (t->numel == 0) goto out;
+  if (read) return write_data_read(fp, t, read);
   if (t->dtype == CT_DTYPE_F32) {
     if (fwrite(t->data, sizeof(float), t->numel, fp) != t->numel) st = CT_ERR_IO;
     goto out;
@@ -1047,7 +1072,7 @@ ct_status ct_st_writer_write(ct_st_writer *w, const char *path, ct_err *err) {
     goto out;
   }
   for (size_t i = 0; i < w->n; i++) {
-    if (write_data(fp, &w->t[i])) {
+    if (write_data(fp, &w->t[i], w->read)) {
       st = ct_errf(err, CT_ERR_IO, "%s: writing tensor '%s' to %s: %s", path, w->t[i].name, tmp,
                    strerror(errno));
       goto out;

@@ -144,6 +144,7 @@ static ct_status save_optim(const char *path, const ct_ckpt_io *io, ct_err *err)
   ct_st_writer *w;
   if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_st_writer_meta(w, "optimizer", ct_optim_kind_name(ct_optim_get_kind(o)), err);
+  if (!io->opt_states) ct_st_writer_set_reader(w, io->read); /* the optimizer's own: maybe device */
   int64_t shape[1] = {(int64_t)ct_optim_numel(o)};
   for (size_t i = 0; i < ct_optim_nstate(o) && !st; i++) {
     const char *name;
@@ -404,7 +405,7 @@ ct_status ct_checkpoint_write_main(const char *tmp, const ct_ckpt_io *io, const 
   if (!st) fault_kill(s->global_step);
   if (!st && io->ema) {
     snprintf(p, sizeof p, "%s/ema.safetensors", tmp);
-    st = ct_model_save_flat(io->model, p, io->ema, err);
+    st = ct_model_save_flat_read(io->model, p, io->ema, io->read, err);
   }
   if (!st && io->opt && !fragments) {
     snprintf(p, sizeof p, "%s/optimizer.safetensors", tmp);

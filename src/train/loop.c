@@ -44,11 +44,12 @@ void ct_trainer_free(trainer *tr) {
   zero_free(&tr->z);
   if (tr->task) tr->task->free(tr);
   ct_model_free(tr->model);
-  ct_trainer_be(tr)->free(tr->wsh); /* host (ct_alloc) until ct_trainer_reside moved it */
+  const ct_backend_ops *cpu = ct_backend_default(); /* host (ct_alloc) until reside moved them */
+  (tr->wsh_moved ? ct_trainer_be(tr) : cpu)->free(tr->wsh);
   ct_free(tr->fsh);
   ct_dataset_free(tr->ds);
   ct_optim_free(tr->opt);
-  ct_trainer_be(tr)->free(tr->ema);
+  (tr->ema_moved ? ct_trainer_be(tr) : cpu)->free(tr->ema);
   if (tr->metrics) fclose(tr->metrics);
   ct_tboard_close(tr);
 }
@@ -240,6 +241,8 @@ static ct_status checkpoint_due(trainer *tr, ct_ckpt_io *io, const ct_train_stat
   io->sampler_json = NULL;
   free(sj);
   ct_trainer_stage_release(tr, io, &hs);
+  if (!st)
+    st = ct_trainer_check(tr, "writing the checkpoint", err); /* its reads through copy_out */
   io->opt_states = NULL;
   ct_update_free_states(tr, ost);
   ct_dp_release_full(tr, &fv);

@@ -37,8 +37,14 @@ const ct_model_param *ct_model_find(const ct_model *m, const char *name) {
 }
 
 ct_status ct_model_save_flat(const ct_model *m, const char *path, const float *buf, ct_err *err) {
+  return ct_model_save_flat_read(m, path, buf, NULL, err);
+}
+
+ct_status ct_model_save_flat_read(const ct_model *m, const char *path, const float *buf,
+                                  ct_st_read_fn read, ct_err *err) {
   ct_st_writer *w;
   if (ct_st_writer_new(&w)) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_st_writer_set_reader(w, read);
   ct_status st = CT_OK;
   for (size_t i = 0; i < m->ntab && !st; i++) {
     const ct_model_param *t = &m->tab[i];

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctuner/safetensors.h"
 #include "ctuner/status.h"
 
 typedef struct ct_model_param {
@@ -106,6 +107,9 @@ const ct_model_param *ct_model_find(const ct_model *m, const char *name);
 
 /* A flat buffer under the model's tensor names (float32 safetensors). */
 ct_status ct_model_save_flat(const ct_model *m, const char *path, const float *buf, ct_err *err);
+/* The same with buf read through read in chunks (a compute backend's copy_out; NULL: host). */
+ct_status ct_model_save_flat_read(const ct_model *m, const char *path, const float *buf,
+                                  ct_st_read_fn read, ct_err *err);
 /* Floats [lo, hi) of a safetensors file with the model's tensor names into
  * out; every missing or wrongly shaped tensor is listed in one error. */
 ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out,

@@ -9,8 +9,10 @@
  * gradients, optimizer state, EMA, master weights and bf16 storage, and the
  * trainer reaches them only through the table (zero, sumsq, clamp_fwd,
  * scale_inplace, ema_update, the optimizer's updates, copy_in/copy_out). A
- * checkpoint copies what its writers read into host buffers
- * (ct_trainer_stage_out). On the CPU backend nothing moves and nothing is
+ * checkpoint copies the weights into a host buffer the model's writers read
+ * (they also rearrange them: FLUX's diffusers layout), and the EMA and
+ * optimizer state are read by the safetensors writer through copy_out, 8 MiB
+ * at a time (ct_trainer_stage_out). On the CPU backend nothing moves and nothing is
  * copied. A backend without host memory refuses by name what would still
  * touch its memory from the host.
  * Not here: the batch's uploads (task_mmdit.c), validation's (sample.c,
@@ -120,11 +122,15 @@ ct_status ct_trainer_reside(trainer *tr, ct_err *err) {
   if (!st) st = m->ops->set_backend(m, mbe, err);
   if (!st && tr->opt) st = ct_optim_set_backend(tr->opt, be, err);
   const size_t nr = tr->hi - tr->lo, ne = tr->own ? nr : ct_model_numel(m);
-  if (!st && tr->ema && ne)
+  if (!st && tr->ema && ne) {
     st = ct_backend_move(cpu, be, CT_MEM_OPTIMIZER, ne * sizeof(float), (void **)&tr->ema, err);
-  if (!st && tr->wsh && nr)
+    tr->ema_moved = !st;
+  }
+  if (!st && tr->wsh && nr) {
     st = ct_backend_move(cpu, be, tr->bf16 ? CT_MEM_OPTIMIZER : CT_MEM_PARAMS, nr * sizeof(float),
                          (void **)&tr->wsh, err);
+    tr->wsh_moved = !st;
+  }
   if (!st) st = ct_trainer_check(tr, "moving the model", err);
   return st;
 }
@@ -147,23 +153,7 @@ ct_status ct_trainer_stage_out(trainer *tr, ct_ckpt_io *io, host_stage *hs, ct_e
   hs->w = w ? host_copy(be, w, nw) : NULL;
   if (w && !hs->w) return ct_errf(err, CT_ERR_NOMEM, "out of memory staging the weights");
   if (hs->w) hs->saved_w = m->ops->swap_params(m, hs->w);
-  hs->saved_e = io->ema;
-  if (io->ema) {
-    hs->e = host_copy(be, io->ema, nw); /* one rank: the whole EMA */
-    if (!hs->e) return ct_errf(err, CT_ERR_NOMEM, "out of memory staging the EMA");
-    io->ema = hs->e;
-  }
-  if (io->opt && !io->opt_states) {
-    hs->nst = ct_optim_nstate(io->opt);
-    hs->st = calloc(hs->nst ? hs->nst : 1, sizeof *hs->st);
-    if (!hs->st) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < hs->nst; i++) {
-      hs->st[i] = host_copy(be, ct_optim_state(io->opt, i, NULL), ct_optim_numel(io->opt));
-      if (!hs->st[i])
-        return ct_errf(err, CT_ERR_NOMEM, "out of memory staging the optimizer state");
-    }
-    io->opt_states = hs->st;
-  }
+  io->read = be->copy_out; /* the EMA and optimizer state: read chunk by chunk as written */
   return ct_trainer_check(tr, "copying the checkpoint out", err);
 }
 
@@ -171,10 +161,6 @@ void ct_trainer_stage_release(trainer *tr, ct_ckpt_io *io, host_stage *hs) {
   if (!hs->on) return;
   if (hs->w) tr->model->ops->swap_params(tr->model, hs->saved_w);
   free(hs->w);
-  if (hs->e) io->ema = hs->saved_e;
-  free(hs->e);
-  if (hs->st && io->opt_states == hs->st) io->opt_states = NULL;
-  for (size_t i = 0; hs->st && i < hs->nst; i++) free(hs->st[i]);
-  free(hs->st);
+  io->read = NULL;
   memset(hs, 0, sizeof *hs);
 }

@@ -97,6 +97,10 @@ typedef struct ct_ckpt_io {
    * the checkpoint predates it). */
   const char *sampler_json;
   char **sampler_out;
+  /* Saving: the EMA and the optimizer's own state arrays are read through
+   * this (a compute backend's copy_out, chunk by chunk) instead of as host
+   * memory; NULL: host memory. */
+  void (*read)(void *host_dst, const void *src, size_t bytes);
 } ct_ckpt_io;
 
 #define CT_CKPT_ZERO_DIR "zero"

@@ -81,6 +81,7 @@ typedef struct trainer {
    * EMA and master weights live once ct_trainer_reside moved them; the model
    * computes on its compute sibling (bf16) of the same memory */
   const ct_backend_ops *be;
+  int ema_moved, wsh_moved;       /* ema, wsh are be's memory (else host: ct_alloc) */
   const struct ct_dp_ops *dp;     /* the parallel strategy (dp.c picks it) */
   const struct ct_task_ops *task; /* the model family and objective */
   void *tk;                       /* the task's own state (task_vae.c) */
@@ -231,14 +232,12 @@ static inline const ct_backend_ops *ct_trainer_be(const trainer *tr) {
 /* tr->be's check (asynchronous device errors) as the status path; where names the point. */
 ct_status ct_trainer_check(trainer *tr, const char *where, ct_err *err);
 /* A checkpoint's host view when the memory is the device's: the weights the
- * model's writers read (swapped in), the EMA and the optimizer state copied
- * out into host buffers that io points at; released (and swapped back) after. */
+ * model's writers read, copied out into a host buffer swapped in; the EMA and
+ * optimizer state read through copy_out as they are written (io->read);
+ * released (swapped back) after. */
 typedef struct host_stage {
   int on;
-  float *w, *saved_w, *e;
-  const float *saved_e;
-  float **st;
-  size_t nst;
+  float *w, *saved_w;
 } host_stage;
 ct_status ct_trainer_stage_out(trainer *tr, ct_ckpt_io *io, host_stage *hs, ct_err *err);
 void ct_trainer_stage_release(trainer *tr, ct_ckpt_io *io, host_stage *hs);
