@@ -142,6 +142,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "[ RUN  ] %s.%s\n", tests[i].suite, tests[i].name);
     tests[i].fn(&f);
     f = f != 0;
+    if ((skipped_whole || skipped_parts) && getenv("CT_NO_SKIP")) {
+      fprintf(stderr, "  CT_NO_SKIP is set: a skip fails the test\n");
+      f = 1;
+    }
     const char *tag = f ? "FAIL" : skipped_whole ? "SKIP" : " OK ";
     if (skipped_parts && !skipped_whole)
       fprintf(stderr, "[ %s ] %s.%s (%d part(s) skipped)\n", tag, tests[i].suite, tests[i].name,

@@ -13,6 +13,8 @@
  * Exit status: 1 if any test failed; else 77 when every test that ran was
  * skipped (ctest registers 77 as SKIP_RETURN_CODE, so such a suite shows as
  * "Skipped", never "Passed"); else 0. A failed CHECK before CT_SKIP still fails.
+ * CT_NO_SKIP=1 in the environment makes every skip a failure (a machine that
+ * must run everything: the GPU runner, a CPU with every ISA).
  *
  * Comparisons. Every error maximum goes through ct_test_max (or the helpers
  * built on it): a NaN or infinite term makes the maximum NaN, and NaN fails any
