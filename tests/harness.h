@@ -14,7 +14,13 @@
  * skipped (ctest registers 77 as SKIP_RETURN_CODE, so such a suite shows as
  * "Skipped", never "Passed"); else 0. A failed CHECK before CT_SKIP still fails.
  * CT_NO_SKIP=1 in the environment makes every skip a failure (a machine that
- * must run everything: the GPU runner, a CPU with every ISA).
+ * must run everything: the GPU runner, a CPU with every ISA). CT_SKIP returns,
+ * so it belongs in the test body; a helper can call CT_SKIP_PART.
+ *
+ *   CT_TEST(cuda, gemm) {
+ *     if (!have_device()) CT_SKIP("no CUDA device");  // the whole suite: exit 77
+ *     ...
+ *   }
  *
  * Comparisons. Every error maximum goes through ct_test_max (or the helpers
  * built on it): a NaN or infinite term makes the maximum NaN, and NaN fails any
