@@ -41,8 +41,8 @@ command -v mpirun >/dev/null || { echo "FAIL - mpirun not found: run scripts/dep
 # the vector code GCC emits, FMA contraction) and on the GEMM path (our
 # kernels, bitwise equal across AVX2/AVX-512, or OpenBLAS): the goldens are
 # kept per numerics signature — the compiler's resolved -march=native target
-# flags and the GEMM path. Where no golden exists for this signature the runs
-# are checked for run-to-run determinism instead (two runs bit-identical).
+# flags and the GEMM path. Where no golden exists for this signature the
+# tolerance mode runs (above).
 numerics_sig() {
   local gemm=blas
   grep -qw avx512f /proc/cpuinfo && gemm=own
