@@ -4,6 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTUNER = $(BUILD)/ctuner
 
+.PHONY: record-config record-losses test-sabotage
 .PHONY: all build deps cuda-deps gpu-pack gpu-check test demo demo-lora demo-vae bench bench-gemm bench-dist bench-offload bench-data bench-s3 fuzz fuzz-long soak asan format format-check clean help golden interop
 
 all: build
@@ -31,6 +32,9 @@ help:
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make gpu-pack   build ctuner with CUDA here and pack it with its libraries for the GPU machine (.gpu-pack/)"
 	@echo "make gpu-check  on the GPU machine: ops vs references and CPU, training parity, bench vs PyTorch (docs/cuda.md)"
+	@echo "make record-config  rewrite tests/data/realcfg/expected/ from ctuner config check (review the diff)"
+	@echo "make record-losses  record tests/cli_losses.sh's golden for this build and CPU (BUILD=build-asan: the ASan one)"
+	@echo "make test-sabotage  apply known-bad patches (tests/sabotage/) to a copy of the tree; each must fail its test"
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
 	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set); the same for"
@@ -66,7 +70,7 @@ test: deps cuda-deps
 	$(MAKE) format-check
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCT_WERROR=ON -DCT_CUDA=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure --timeout 1200
+	cd $(BUILD) && CT_IN_MAKE_TEST=1 ctest --output-on-failure --no-tests=error --timeout 1200
 	scripts/fuzz.sh 10
 	$(MAKE) asan
 
@@ -113,7 +117,7 @@ soak: build
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON -DCT_CUDA=OFF >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure --timeout 3000
+	cd build-asan && CT_IN_MAKE_TEST=1 ctest --output-on-failure --no-tests=error --timeout 3000
 
 golden:
 	scripts/golden.sh
@@ -125,6 +129,29 @@ gpu-pack: cuda-deps
 
 gpu-check:
 	scripts/gpu_check.sh
+ifneq ($(filter test asan,$(MAKECMDGOALS)),)
+ifneq ($(filter record-% test-sabotage,$(MAKECMDGOALS)),)
+$(error record-* and test-sabotage do not run together with make test or make asan)
+endif
+endif
+# Expectations written by the code under test: only on purpose, never by a test
+# run (the scripts refuse --record under ctest, and these targets under make test).
+record-config:
+	@[ -z "$${CT_IN_MAKE_TEST:-}$${CT_UNDER_CTEST:-}" ] || { echo "record-config: refused under make test"; exit 1; }
+	@[ -x $(CTUNER) ] || { echo "record-config: no $(CTUNER): make build first"; exit 1; }
+	bash tests/cli_config.sh $(CTUNER) --record
+	git status --short tests/data/realcfg/expected
+
+# Known-bad patches (tests/sabotage/*.patch) applied to a copy of the tree in
+# build-sabotage/: each must make its checks fail (scripts/sabotage.sh).
+test-sabotage:
+	scripts/sabotage.sh
+
+record-losses:
+	@[ -z "$${CT_IN_MAKE_TEST:-}$${CT_UNDER_CTEST:-}" ] || { echo "record-losses: refused under make test"; exit 1; }
+	@[ -x $(CTUNER) ] || { echo "record-losses: no $(CTUNER): make build (or make asan) first"; exit 1; }
+	bash tests/cli_losses.sh $(CTUNER) --record
+	git status --short tests/data/losses
 
 # Live re-checks against the PyPI libraries and the peers' own readers (network on first use; a venv in
 # ~/.cache/ctuner, scripts/py_deps.sh). T5: the committed goldens must

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target in fuzz/ (ASan + UBSan) for SECONDS each, one
+# Runs every libFuzzer target in fuzz/ (ASan + UBSan; every UBSan report is
+# fatal: the build's -fno-sanitize-recover=all, and halt_on_error=1 below) for SECONDS each, one
 # after the other, each in a single process (no -jobs; make fuzz-long: 600 s each).
 #   scripts/fuzz.sh [SECONDS [TARGET...]]   default 60 s, every target
 # Builds into build-fuzz/ with clang (-DCT_FUZZ=ON), seeds fuzz-corpus/<target>/
@@ -152,6 +153,7 @@ for t in "${targets[@]}"; do
   echo "fuzz.sh: running $t for ${secs}s (corpus $corpus)"
   log="build-fuzz/$t.log"
   if OMP_NUM_THREADS=1 ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+      UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}" \
       "build-fuzz/$t" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "${dict[@]}" "$corpus" \
       >"$log" 2>&1; then

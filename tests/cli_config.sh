@@ -8,8 +8,20 @@
 # configs every top-level key accounted for: set from the file or named in a
 # problem (nothing dropped in silence). Then the all-at-once report of
 # `ctuner train` on a file with several problems, and exit codes.
-# Usage: tests/cli_config.sh path/to/ctuner   (CT_UPDATE=1 rewrites the expectations)
+# Usage: tests/cli_config.sh path/to/ctuner [--record]
+# --record rewrites the expectations (make record-config: never under ctest);
+# CT_UPDATE in the environment fails the test (it used to rewrite them and pass).
 . "$(dirname "$0")/lib/common.sh"
+RECORD=0
+[ "${2:-}" = --record ] && RECORD=1
+if [ -n "${CT_UPDATE:-}" ]; then
+  bad "CT_UPDATE is set: a test run never rewrites its expectations; record with 'make record-config'"
+  exit 1
+fi
+if [ $RECORD = 1 ] && [ -n "${CT_UNDER_CTEST:-}" ]; then
+  bad "--record under ctest (make test): recording is 'make record-config' alone"
+  exit 1
+fi
 cd "$(dirname "$0")/.." || exit 1
 R=tests/data/realcfg
 EXP=$R/expected
@@ -26,7 +38,7 @@ check_one() { # name, file, args...
     bad "$name: $nerr errors but exit $rc"; return
   fi
   [ -s "$tmp/err" ] && { bad "$name: stderr: $(head -3 "$tmp/err")"; return; }
-  if [ "${CT_UPDATE:-0}" = 1 ]; then cp "$tmp/probs" "$EXP/$name.txt"; fi
+  if [ $RECORD = 1 ]; then cp "$tmp/probs" "$EXP/$name.txt"; fi
   if ! diff -u "$EXP/$name.txt" "$tmp/probs" > "$tmp/diff"; then
     bad "$name: problems differ from $EXP/$name.txt:"; head -20 "$tmp/diff"; return
   fi

@@ -55,7 +55,7 @@ if command -v mpirun >/dev/null; then
   [ -n "$k0" ] && [ "$k0" = "$k1" ] && [ -f "$tmp/mp/checkpoint-$k0/.guard" ] &&
     ok "both ranks stopped after step $k0, its checkpoint written" || bad "ranks stopped at '$k0' and '$k1': $(ls "$tmp/mp")"
 else
-  ok "# SKIP 2 ranks: no mpirun"
+  skip "2 ranks: no mpirun"
 fi
 
 # before the loop (here: blocked opening a FIFO as its data config): the
@@ -69,4 +69,4 @@ kill -TERM $pid 2>/dev/null
 wait $pid
 rc=$?
 [ $rc = 143 ] && ok "a signal before the loop ends the process (rc 143)" || bad "early signal: rc $rc"
-exit $fail
+finish

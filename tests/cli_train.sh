@@ -41,9 +41,14 @@ expect_err "muon momentum range" "muon_momentum must be in" run --optimizer=muon
 
 # ---- every key the binary knows has a row in docs/config.md (the user's reference) ----
 cfgdoc="$(cd "$(dirname "$0")/.." && pwd)/docs/config.md"
-missing=$("$CT" train --help-keys | awk '{print $1}' | while read -r k; do
-  grep -q "^| \`$k\`" "$cfgdoc" || echo "$k"; done)
-[ -z "$missing" ] && ok "docs/config.md lists every key" || bad "docs/config.md lacks: $missing"
+keys=$("$CT" train --help-keys) || bad "train --help-keys: exit $?"
+keys=$(printf '%s\n' "$keys" | awk '{print $1}')
+nkeys=$(printf '%s\n' "$keys" | grep -c .)
+# an empty list would pass the loop below: the binary knows over 150 keys
+[ "$nkeys" -ge 100 ] || bad "train --help-keys lists $nkeys keys (expected over 100)"
+missing=$(printf '%s\n' "$keys" | while read -r k; do
+  [ -n "$k" ] && { grep -q "^| \`$k\`" "$cfgdoc" || echo "$k"; }; done)
+[ -z "$missing" ] && [ "$nkeys" -ge 100 ] && ok "docs/config.md lists every key ($nkeys)" || bad "docs/config.md lacks: $missing"
 expect_err "batch larger than dataset" "cannot fill the effective batch size" run --train_batch_size=100 --output_dir="$tmp/e"
 CT_TEST_OUT="$tmp/envout" run --output_dir='{env:CT_TEST_OUT}' --max_train_steps=1 >/dev/null 2>&1 \
   && [ -d "$tmp/envout/checkpoint-1" ] && ok "{env:VAR} substitution" || bad "{env:VAR} substitution"

@@ -1,6 +1,8 @@
-/* Test registry and runner: `ct_tests [SUITE [NAME]]`; exit 0 iff all ran tests pass. */
+/* Test registry and runner: `ct_tests [SUITE [NAME]]`; exit 0 when every test
+ * that ran passed, 1 when one failed, 77 when every one that ran was skipped. */
 #include "harness.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,20 +10,42 @@
 #include "ctuner/log.h"
 #include "ctuner/safetensors.h"
 
-#define MAX_TESTS 1024
-static struct {
+static struct test_entry {
   const char *suite, *name;
   ct_test_fn fn;
-} tests[MAX_TESTS];
-static int ntests;
+} * tests;
+static int ntests, cap;
+static int skipped_whole, skipped_parts; /* of the running test */
 
+/* Runs from constructors before main: grows the registry, or stops the
+ * process (a test dropped without a word would pass by not running). */
 void ct_test_register(const char *suite, const char *name, ct_test_fn fn) {
-  if (ntests < MAX_TESTS) {
-    tests[ntests].suite = suite;
-    tests[ntests].name = name;
-    tests[ntests].fn = fn;
-    ntests++;
+  if (ntests == cap) {
+    int ncap = cap ? 2 * cap : 256;
+    struct test_entry *t = realloc(tests, (size_t)ncap * sizeof *t);
+    if (!t) {
+      fprintf(stderr, "ct_tests: out of memory registering %s.%s\n", suite, name);
+      exit(2);
+    }
+    tests = t, cap = ncap;
   }
+  tests[ntests].suite = suite;
+  tests[ntests].name = name;
+  tests[ntests].fn = fn;
+  ntests++;
+}
+
+void ct_test_skip(int part, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "  %s:%d: %s: ", file, line, part ? "part skipped" : "skipped");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (part)
+    skipped_parts++;
+  else
+    skipped_whole = 1;
 }
 
 const char *ct_test_data(const char *name) {
@@ -58,11 +82,23 @@ float *ct_test_tensor(const ct_st_file *f, const char *name, size_t *n) {
 double ct_test_rel_err(const float *a, const float *b, size_t n) {
   double d = 0, r = 0;
   for (size_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]), y = fabs((double)b[i]);
-    d = x > d ? x : d;
-    r = y > r ? y : r;
+    d = ct_test_max(d, fabs((double)a[i] - b[i]));
+    r = ct_test_max(r, fabs((double)b[i]));
   }
+  if (isnan(d) || isnan(r)) return NAN;
   return r > 0 ? d / r : d;
+}
+
+double ct_test_max_abs_err(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; i++) d = ct_test_max(d, fabs((double)a[i] - b[i]));
+  return d;
+}
+
+int ct_test_all_finite(const float *a, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(a[i])) return 0;
+  return 1;
 }
 
 void *ct_test_slurp(const char *path, size_t *n) {
@@ -96,23 +132,37 @@ const char *ct_test_tmpdir(void) {
 int main(int argc, char **argv) {
   const char *suite = argc > 1 ? argv[1] : NULL;
   const char *name = argc > 2 ? argv[2] : NULL;
-  int ran = 0, failed = 0;
+  int ran = 0, failed = 0, skipped = 0, parts = 0;
   if (!getenv("CT_TEST_VERBOSE")) ct_log_set_level(CT_LOG_WARN);
   for (int i = 0; i < ntests; i++) {
     if (suite && strcmp(suite, tests[i].suite)) continue;
     if (name && strcmp(name, tests[i].name)) continue;
     int f = 0;
+    skipped_whole = skipped_parts = 0;
     fprintf(stderr, "[ RUN  ] %s.%s\n", tests[i].suite, tests[i].name);
     tests[i].fn(&f);
-    fprintf(stderr, "[ %s ] %s.%s\n", f ? "FAIL" : " OK ", tests[i].suite, tests[i].name);
+    f = f != 0;
+    if ((skipped_whole || skipped_parts) && getenv("CT_NO_SKIP")) {
+      fprintf(stderr, "  CT_NO_SKIP is set: a skip fails the test\n");
+      f = 1;
+    }
+    const char *tag = f ? "FAIL" : skipped_whole ? "SKIP" : " OK ";
+    if (skipped_parts && !skipped_whole)
+      fprintf(stderr, "[ %s ] %s.%s (%d part(s) skipped)\n", tag, tests[i].suite, tests[i].name,
+              skipped_parts);
+    else
+      fprintf(stderr, "[ %s ] %s.%s\n", tag, tests[i].suite, tests[i].name);
     ran++;
     failed += f;
+    skipped += !f && skipped_whole;
+    parts += skipped_parts;
   }
-  fprintf(stderr, "%d test(s) run, %d failed\n", ran, failed);
+  fprintf(stderr, "%d test(s) run, %d failed, %d skipped, %d part(s) skipped\n", ran, failed,
+          skipped, parts);
   if (ran == 0) {
     fprintf(stderr, "no test matched '%s%s%s'\n", suite ? suite : "", name ? "." : "",
             name ? name : "");
     return 2;
   }
-  return failed ? 1 : 0;
+  return failed ? 1 : skipped == ran ? 77 : 0;
 }

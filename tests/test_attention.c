@@ -143,6 +143,12 @@ static void errors(const att_in *a, const att_out *r, double *const ref[5], doub
   for (int t = 0; t < 5; t++) e[t] = rel(got[t], ref[t], t == 1 ? nl : n);
 }
 
+/* 1 when the flash kernels' bf16 = 1 runs vdpbf16ps (else it runs the emulation,
+ * and comparing it with bf16 = 2 compares the emulation with itself). */
+static int bf16_hw(void) {
+  return !strcmp(ct_attention_flash_isa(), "avx512") && ct_fma_peak_has("avx512bf16");
+}
+
 static void check_shape(int *ct_failed_, int B, int H, int L, int hd, int causal) {
   att_in a = in_make(B, H, L, hd, causal);
   size_t n = (size_t)B * H * L * hd;
@@ -160,10 +166,11 @@ static void check_shape(int *ct_failed_, int B, int H, int L, int hd, int causal
    * compiler contracts a * b + c into one FMA as the instruction path does
    * (not at -O0: the Debug + sanitizer build), closely otherwise */
 #ifdef __OPTIMIZE__
-  CHECK(!memcmp(rb.o, re.o, n * sizeof(float)) && !memcmp(rb.dq, re.dq, n * sizeof(float)) &&
-        !memcmp(rb.dk, re.dk, n * sizeof(float)) && !memcmp(rb.dv, re.dv, n * sizeof(float)));
+  if (bf16_hw())
+    CHECK(!memcmp(rb.o, re.o, n * sizeof(float)) && !memcmp(rb.dq, re.dq, n * sizeof(float)) &&
+          !memcmp(rb.dk, re.dk, n * sizeof(float)) && !memcmp(rb.dv, re.dv, n * sizeof(float)));
 #else
-  {
+  if (bf16_hw()) {
     double ebe[5];
     errors(&a, &re, ref, ebe);
     for (int t = 0; t < 5; t++) CHECK(fabs(ebe[t] - eb[t]) <= 1e-3 * eb[t]);
@@ -205,6 +212,11 @@ CT_TEST(attention, flash_vs_float64) {
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int causal = 0; causal < 2; causal++)
       check_shape(ct_failed_, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], causal);
+  if (!bf16_hw())
+    CT_SKIP_PART(
+        "vdpbf16ps vs its emulation: this CPU has no AVX512-BF16 (flash ISA %s), so "
+        "both runs are the emulation",
+        ct_attention_flash_isa());
 }
 
 static int same(const float *a, const float *b, size_t n) {
@@ -225,6 +237,10 @@ CT_TEST(attention, flash_threads) {
     omp_set_num_threads(saved);
     CHECK(same(r1.o, r3.o, n) && same(r1.lse, r3.lse, (size_t)a.B * a.H * a.L));
     CHECK(same(r1.dq, r3.dq, n) && same(r1.dk, r3.dk, n) && same(r1.dv, r3.dv, n));
+    /* same bits of NaN (never written) would pass the above */
+    CHECK(ct_test_all_finite(r1.o, n) && ct_test_all_finite(r1.lse, (size_t)a.B * a.H * a.L));
+    CHECK(ct_test_all_finite(r1.dq, n) && ct_test_all_finite(r1.dk, n) &&
+          ct_test_all_finite(r1.dv, n));
     out_free(&r1), out_free(&r3);
     in_free(&a);
   }
@@ -242,29 +258,38 @@ CT_TEST(attention, flash_one_token) {
       for (int e = 0; e < 32; e++)
         ok &= r.o[(size_t)b * 64 + h * 32 + e] == a.v[((size_t)b * 2 + h) * 32 + e];
   CHECK(ok);
-  float mq = 0;
-  for (size_t i = 0; i < n; i++) mq = fmaxf(mq, fabsf(r.dq[i]) + fabsf(r.dk[i]));
+  double mq = 0;
+  for (size_t i = 0; i < n; i++) mq = ct_test_max(mq, fabsf(r.dq[i]) + fabsf(r.dk[i]));
   CHECK(mq < 1e-5f); /* one key: the softmax is constant (dP - D rounds to ~0) */
   out_free(&r);
   in_free(&a);
 }
 
 /* ct_attention_fwd/bwd: flash up to head dim 256, tiles above (unless
- * CT_ATTENTION names one); the bits say which ran. */
+ * CT_ATTENTION names one); the bits of all five outputs say which ran, on both
+ * sides of the boundary. */
 CT_TEST(attention, dispatch) {
   rng_seed(24);
   const char *path = ct_attention_path();
-  for (int hd = 64; hd <= 320; hd += 256) {
+  static const int hds[] = {16, 64, 255, 256, 257, 320};
+  for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+    const int hd = hds[hi];
     att_in a = in_make(1, 2, 40, hd, 0);
-    size_t n = (size_t)a.B * a.H * a.L * a.hd;
+    size_t n = (size_t)a.B * a.H * a.L * a.hd, nl = (size_t)a.B * a.H * a.L;
     att_out want =
         run(&a, !strcmp(path, "tiles") || (!strcmp(path, "auto") && hd > 256) ? TILES : 0);
     att_out got = {nanv(n), nanv((size_t)a.B * a.H * a.L), nanv(n), nanv(n), nanv(n)};
     ct_attention_fwd(a.B, a.H, a.L, a.hd, a.scale, 0, a.q, a.k, a.v, got.o, got.lse);
     ct_attention_bwd(a.B, a.H, a.L, a.hd, a.scale, 0, a.q, a.k, a.v, got.o, got.lse, a.dout, got.dq,
                      got.dk, got.dv);
-    CHECKF(same(want.o, got.o, n) && same(want.dq, got.dq, n) && same(want.dv, got.dv, n),
+    CHECKF(same(want.o, got.o, n) && same(want.lse, got.lse, nl) && same(want.dq, got.dq, n) &&
+               same(want.dk, got.dk, n) && same(want.dv, got.dv, n),
            "path %s, hd %d", path, hd);
+    /* both left unwritten (NaN) would be the same bits */
+    CHECKF(ct_test_all_finite(got.o, n) && ct_test_all_finite(got.lse, nl) &&
+               ct_test_all_finite(got.dq, n) && ct_test_all_finite(got.dk, n) &&
+               ct_test_all_finite(got.dv, n),
+           "path %s, hd %d: a NaN or Inf in the outputs", path, hd);
     out_free(&want), out_free(&got);
     in_free(&a);
   }

@@ -106,13 +106,7 @@ out:
 }
 
 static double rel_err(const float *a, const float *b, size_t n) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    e = d > e ? d : e;
-    m = fabs(b[i]) > m ? fabs(b[i]) : m;
-  }
-  return m > 0 ? e / m : e;
+  return ct_test_rel_err(a, b, n); /* NaN-aware */
 }
 
 static void check_model(int *ct_failed_, const char *name, int want_pool, int want_act) {

@@ -72,7 +72,7 @@ static const ct_backend_ops *row(const char *name) {
   const ct_backend_ops *be = NULL;
   ct_err err = {0};
   if (ct_backend_get(name, &be, &err) != CT_OK) {
-    fprintf(stderr, "  %s: %s: skipped\n", name, err.msg);
+    fprintf(stderr, "  %s: %s\n", name, err.msg);
     return NULL;
   }
   return be;
@@ -89,7 +89,7 @@ CT_TEST(cuda_gemm, sgemm_vs_cpu) {
   const int shapes[][3] = {{64, 48, 33}, {257, 129, 300}, {1, 1, 1}, {3, 1000, 17}, {130, 7, 513}};
   for (int bf = 0; bf < 2; bf++) {
     const ct_backend_ops *be = row(bf ? "cuda-bf16" : "cuda");
-    if (!be) return;
+    if (!be) CT_SKIP("no CUDA device");
     pool p = {be, {0}, 0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int ta = 0; ta < 2; ta++)
@@ -135,7 +135,7 @@ CT_TEST(cuda_gemm, linear_vs_cpu) {
   const int N = 300, K = 129, M = 70, ldx = K + 3, ldy = M + 1;
   for (int bf = 0; bf < 2; bf++) {
     const ct_backend_ops *be = row(bf ? "cuda-bf16" : "cuda");
-    if (!be) return;
+    if (!be) CT_SKIP("no CUDA device");
     pool p = {be, {0}, 0};
     size_t nx = (size_t)N * ldx, ny = (size_t)N * ldy, nw = (size_t)M * K;
     float *x = hv(nx), *w = hv(nw), *b = hv(M), *dy = hv(ny), *y0 = hv(ny);
@@ -218,7 +218,7 @@ CT_TEST(cuda_gemm, attention_vs_cpu) {
                            {2, 1, 90, 300, 1}};
   for (int bf = 0; bf < 2; bf++) {
     const ct_backend_ops *be = row(bf ? "cuda-bf16" : "cuda");
-    if (!be) return;
+    if (!be) CT_SKIP("no CUDA device");
     pool p = {be, {0}, 0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       int B = shapes[s][0], H = shapes[s][1], L = shapes[s][2], hd = shapes[s][3];
@@ -293,7 +293,7 @@ CT_TEST(cuda_gemm, conv2d_vs_cpu) {
                             {2, 24, 17, 19, 12, 1, 1, 0, 0, 0, 0}};
   for (int bf = 0; bf < 2; bf++) {
     const ct_backend_ops *be = row(bf ? "cuda-bf16" : "cuda");
-    if (!be) return;
+    if (!be) CT_SKIP("no CUDA device");
     pool p = {be, {0}, 0};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
       const int *v = shapes[c];

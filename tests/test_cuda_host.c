@@ -401,10 +401,7 @@ static int close_scaled(const char *what, const float *a, const float *b, size_t
 CT_TEST(cuda_host, device_shapes) {
   const ct_backend_ops *be = NULL;
   ct_err err = {0};
-  if (ct_backend_get("cuda", &be, &err) != CT_OK) {
-    fprintf(stderr, "  no CUDA device: skipped (%s)\n", err.msg);
-    return;
-  }
+  if (ct_backend_get("cuda", &be, &err) != CT_OK) CT_SKIP("no CUDA device: %s", err.msg);
   devbuf d = {.be = be};
   int ok = 1;
   for (int rep = 0; rep < 2; rep++) {

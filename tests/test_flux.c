@@ -174,14 +174,14 @@ static void check_golden(const char *name, int *ct_failed_) {
     const float *ours = ct_mmdit_grads(m) + ct_mmdit_find(m, map[i].bfl)->offset;
     /* relative to the whole diffusers tensor's largest gradient */
     double d = 0, r = 0;
-    for (size_t j = 0; j < n; j++) r = fabs(ref[j]) > r ? fabs(ref[j]) : r;
+    for (size_t j = 0; j < n; j++) r = ct_test_max(r, fabs(ref[j]));
     for (int64_t q = 0; q < map[i].rows * (int64_t)cols; q++) {
       double a = ours[map[i].bfl_row * (int64_t)cols + q],
              b = ref[map[i].dif_row * (int64_t)cols + q];
-      d = fabs(a - b) > d ? fabs(a - b) : d;
+      d = ct_test_max(d, fabs(a - b));
     }
-    double er = r > 0 ? d / r : d;
-    worst = er > worst ? er : worst;
+    double er = r > 0 ? d / r : d; /* NaN stays NaN */
+    worst = ct_test_max(worst, er);
     CHECKF(er <= 1e-4, "%s: gradient of %s (rows %lld.. of %s) differs by %.3g", name, map[i].dif,
            (long long)map[i].bfl_row, map[i].bfl, er);
     ngrads++;

@@ -273,6 +273,7 @@ static double psnr(const uint8_t *a, const float *ref, size_t n) {
     const double d = a[i] / 255.0 - ref[i];
     se += d * d;
   }
+  if (!isfinite(se)) return NAN; /* a NaN or Inf pixel: fails every >= dB check */
   return se > 0 ? 10 * log10(1.0 / (se / (double)n)) : 200;
 }
 

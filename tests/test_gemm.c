@@ -98,7 +98,7 @@ static int path_select(int i) {
   fn_under_test = ct_sgemm_path_fn(paths[i]);
   round_ops = !strncmp(paths[i], "bf16", 4);
   if (!fn_under_test) {
-    fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", paths[i]);
+    CT_SKIP_PART("path %s: this CPU lacks it", paths[i]);
     return 0;
   }
   return 1;
@@ -195,7 +195,7 @@ CT_TEST(gemm, bitwise_identical_across_threads) {
   for (int pi = 0; pi < 3; pi++) {
     ct_sgemm_fn f = ct_sgemm_path_fn(ours[pi]);
     if (!f) {
-      fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", ours[pi]);
+      CT_SKIP_PART("path %s: this CPU lacks it", ours[pi]);
       continue;
     }
     rng_s = 14;
@@ -224,9 +224,8 @@ CT_TEST(gemm, bitwise_identical_across_threads) {
 CT_TEST(gemm, avx2_equals_avx512) {
   ct_sgemm_fn f512 = ct_sgemm_path_fn("avx512"), f2 = ct_sgemm_path_fn("avx2");
   if (!f512 || !f2) {
-    fprintf(stderr, "  skipped: needs both AVX-512 and AVX2 (this CPU: avx512 %s, avx2 %s)\n",
-            f512 ? "yes" : "no", f2 ? "yes" : "no");
-    return;
+    CT_SKIP("needs both AVX-512 and AVX2 (this CPU: avx512 %s, avx2 %s)", f512 ? "yes" : "no",
+            f2 ? "yes" : "no");
   }
   rng_s = 16;
   static const float betas[] = {1.0f, 0.0f, 0.5f};
@@ -249,8 +248,7 @@ CT_TEST(gemm, avx2_equals_avx512) {
  * on the calling thread only and still be correct. */
 CT_TEST(gemm, inside_parallel_region) {
   if (!strcmp(ct_sgemm_path(), "blas")) {
-    fprintf(stderr, "  skipped: ct_sgemm uses OpenBLAS here (no AVX2 or CT_GEMM=blas)\n");
-    return;
+    CT_SKIP("ct_sgemm uses OpenBLAS here (no AVX2 or CT_GEMM=blas)");
   }
   enum { M = 64, N = 80, K = 64, T = 4 };
   rng_s = 15;
@@ -285,8 +283,7 @@ CT_TEST(gemm, bf16_round) {
 CT_TEST(gemm, bf16_kernel_rounding) {
   ct_sgemm_fn f = ct_sgemm_path_fn("bf16");
   if (!f) {
-    fprintf(stderr, "  skipped: this CPU has no AVX512-BF16\n");
-    return;
+    CT_SKIP("this CPU has no AVX512-BF16");
   }
   enum { M = 20, N = 50 };
   const float e = 1.0f / 256.0f;
@@ -320,9 +317,7 @@ CT_TEST(gemm, bf16_kernel_rounding) {
 CT_TEST(gemm, bf16_copies_equal_kernel) {
   ct_sgemm_fn fk = ct_sgemm_path_fn("bf16"), fc = ct_sgemm_path_fn("bf16_copies");
   if (!fk || strcmp(ct_sgemm_path(), "blas") == 0) {
-    fprintf(stderr, "  skipped: needs AVX512-BF16 and our float32 kernels (path %s)\n",
-            ct_sgemm_path());
-    return;
+    CT_SKIP("needs AVX512-BF16 and our float32 kernels (path %s)", ct_sgemm_path());
   }
   rng_s = 17;
   static const float betas[] = {1.0f, 0.0f, 0.5f};

@@ -60,10 +60,10 @@ static double relerr2(int rows, int cols, const float *a, int lda, const double 
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
       double x = a[(size_t)r * lda + c], y = ref[(size_t)r * ldr + c];
-      md = fmax(md, fabs(x - y));
-      mr = fmax(mr, fabs(y));
+      md = ct_test_max(md, fabs(x - y));
+      mr = ct_test_max(mr, fabs(y));
     }
-  return md / fmax(mr, floor_);
+  return md / ct_test_max(mr, floor_);
 }
 
 /* Finite differences: central differences of loss(ctx) with respect to
@@ -84,10 +84,10 @@ static double fd_check(float *p, size_t n, const float *ana, loss_fn f, void *ct
     double lm = f(ctx);
     p[i] = v;
     double num = (lp - lm) / ((double)vp - (double)vm);
-    maxn = fmax(maxn, fabs(num));
-    maxd = fmax(maxd, fabs(num - (double)ana[i]));
+    maxn = ct_test_max(maxn, fabs(num));
+    maxd = ct_test_max(maxd, fabs(num - (double)ana[i]));
   }
-  return maxd / fmax(maxn, 1e-3);
+  return maxd / ct_test_max(maxn, 1e-3);
 }
 #define CHECK_GRAD(name, p, n, ana, f, ctx, ns)                            \
   do {                                                                     \
@@ -112,14 +112,14 @@ CT_TEST(kernels, fastmath_accuracy) {
   double emax = 0;
   for (double x = -87.0; x <= 88.0; x += 0.000731) {
     double ref = exp((double)(float)x);
-    emax = fmax(emax, fabs((double)ct_expf((float)x) - ref) / ref);
+    emax = ct_test_max(emax, fabs((double)ct_expf((float)x) - ref) / ref);
   }
   CHECKF(emax < 1e-6, "exp max rel err %.3g", emax);
   double tmax = 0, smax = 0;
   for (double u = -20.0; u <= 20.0; u += 0.0001) {
     float uf = (float)u;
-    tmax = fmax(tmax, fabs((double)ct_tanhf(uf) - tanh((double)uf)));
-    smax = fmax(smax, fabs((double)ct_sigmoidf(uf) - 1.0 / (1.0 + exp(-(double)uf))));
+    tmax = ct_test_max(tmax, fabs((double)ct_tanhf(uf) - tanh((double)uf)));
+    smax = ct_test_max(smax, fabs((double)ct_sigmoidf(uf) - 1.0 / (1.0 + exp(-(double)uf))));
   }
   CHECKF(tmax < 1e-6, "tanh max abs err %.3g", tmax);
   CHECKF(smax < 1e-6, "sigmoid max abs err %.3g", smax);
@@ -158,7 +158,7 @@ CT_TEST(kernels, linear_fwd_ref) {
       for (int m = 0; m < M; m++) {
         double s = bb ? bb[m] : 0;
         for (int k = 0; k < K; k++) s += (double)x[r * ldx + k] * w[m * K + k];
-        md = fmax(md, fabs(s - y[r * ldy + m]));
+        md = ct_test_max(md, fabs(s - y[r * ldy + m]));
       }
     CHECKF(md < 1e-5, "bias %d: max err %.3g", !pass, md);
     for (int r = 0; r < N; r++) /* padding untouched */
@@ -188,9 +188,9 @@ CT_TEST(kernels, linear_grad) {
   double md = 0;
   for (int r = 0; r < c.N; r++)
     for (int k = 0; k < c.K; k++)
-      md = fmax(md, fabs(dx2[r * c.ldx + k] - 1.0f - dx[r * c.ldx + k]));
-  for (int i = 0; i < c.M * c.K; i++) md = fmax(md, fabs(dw2[i] - 1.0f - dw[i]));
-  for (int i = 0; i < c.M; i++) md = fmax(md, fabs(db2[i] - 1.0f - db[i]));
+      md = ct_test_max(md, fabs(dx2[r * c.ldx + k] - 1.0f - dx[r * c.ldx + k]));
+  for (int i = 0; i < c.M * c.K; i++) md = ct_test_max(md, fabs(dw2[i] - 1.0f - dw[i]));
+  for (int i = 0; i < c.M; i++) md = ct_test_max(md, fabs(db2[i] - 1.0f - db[i]));
   CHECKF(md < 1e-5, "accumulation off by %.3g", md);
   float *dx3 = fillv((size_t)c.N * c.ldx, NAN);
   ct_linear_bwd(c.N, c.K, c.M, c.x, c.ldx, c.w, c.R, c.ldy, dx3, c.ldx, 0.0f, NULL, NULL);
@@ -274,7 +274,7 @@ CT_TEST(kernels, ln_mod_fwd_ref) {
     for (int j = 0; j < D; j++) v += (xr[j] - m) * (xr[j] - m);
     v /= D; /* biased */
     double rs = 1 / sqrt(v + 1e-6);
-    rerr = fmax(rerr, fabs(c.rstd[r] - rs) / rs);
+    rerr = ct_test_max(rerr, fabs(c.rstd[r] - rs) / rs);
     const float *sh = c.mod + (r / c.L) * c.ldm, *sc = sh + D;
     for (int j = 0; j < D; j++) {
       xref[r * D + j] = (xr[j] - m) * rs;
@@ -308,10 +308,11 @@ CT_TEST(kernels, ln_mod_grad) {
                 dm1 + c.D);
   double md = 0;
   for (int r = 0; r < N; r++)
-    for (int j = 0; j < c.D; j++) md = fmax(md, fabs(dx1[r * c.ldx + j] - 1 - dx[r * c.ldx + j]));
+    for (int j = 0; j < c.D; j++)
+      md = ct_test_max(md, fabs(dx1[r * c.ldx + j] - 1 - dx[r * c.ldx + j]));
   for (int b = 0; b < c.B; b++)
     for (int j = 0; j < 2 * c.D; j++)
-      md = fmax(md, fabs(dm1[b * c.ldm + j] - 1 - dmod[b * c.ldm + j]));
+      md = ct_test_max(md, fabs(dm1[b * c.ldm + j] - 1 - dmod[b * c.ldm + j]));
   for (int b = 0; b < c.B; b++) /* the gate third of the modulation is not touched */
     for (int j = 2 * c.D; j < 3 * c.D; j++) CHECK(dm1[b * c.ldm + j] == 1.0f);
   CHECKF(md < 1e-5, "accumulation off by %.3g", md);
@@ -404,8 +405,8 @@ CT_TEST(kernels, rmsnorm) {
   float *dx1 = fillv((size_t)c.N * c.ldx, 1), *ds1 = fillv(c.D, 1);
   ct_rmsnorm_bwd(c.N, c.D, c.x, c.ldx, c.scale, c.rstd, c.R, c.ldy, dx1, c.ldx, ds1);
   double md = 0;
-  for (int i = 0; i < c.N * c.ldx; i++) md = fmax(md, fabs(dx1[i] - 1 - dx[i]));
-  for (int i = 0; i < c.D; i++) md = fmax(md, fabs(ds1[i] - 1 - ds[i]));
+  for (int i = 0; i < c.N * c.ldx; i++) md = ct_test_max(md, fabs(dx1[i] - 1 - dx[i]));
+  for (int i = 0; i < c.D; i++) md = ct_test_max(md, fabs(ds1[i] - 1 - ds[i]));
   CHECKF(md < 1e-5, "accumulation off by %.3g", md);
   free(ref), free(dx), free(ds), free(dx1), free(ds1);
   rms_free(&c);
@@ -451,8 +452,8 @@ CT_TEST(kernels, rope_table) {
     for (int i = 0; i < 3; i++)
       for (int j = 0; j < axes[i] / 2; j++, pidx++) {
         double a = pos[l * 3 + i] * exp(-(2.0 * j / axes[i]) * log(10000.0));
-        md = fmax(md, fabs(pe[(l * 8 + pidx) * 2] - cos(a)));
-        md = fmax(md, fabs(pe[(l * 8 + pidx) * 2 + 1] - sin(a)));
+        md = ct_test_max(md, fabs(pe[(l * 8 + pidx) * 2] - cos(a)));
+        md = ct_test_max(md, fabs(pe[(l * 8 + pidx) * 2 + 1] - sin(a)));
       }
   }
   CHECKF(md < 1e-7, "table max err %.3g", md);
@@ -484,8 +485,8 @@ CT_TEST(kernels, rope) {
     for (int j = 0; j < c.D / 2; j++) {
       const float *pe = c.pe + (r % c.L) * c.D + 2 * j;
       double x0 = c.x[r * c.ldx + 2 * j], x1 = c.x[r * c.ldx + 2 * j + 1];
-      md = fmax(md, fabs(c.y[r * c.ldy + 2 * j] - (pe[0] * x0 - pe[1] * x1)));
-      md = fmax(md, fabs(c.y[r * c.ldy + 2 * j + 1] - (pe[1] * x0 + pe[0] * x1)));
+      md = ct_test_max(md, fabs(c.y[r * c.ldy + 2 * j] - (pe[0] * x0 - pe[1] * x1)));
+      md = ct_test_max(md, fabs(c.y[r * c.ldy + 2 * j + 1] - (pe[1] * x0 + pe[0] * x1)));
     }
   CHECKF(md < 1e-6, "rope forward err %.3g", md);
   float *dx = fillv((size_t)c.N * c.ldx, 0);
@@ -573,7 +574,7 @@ CT_TEST(kernels, qkv_heads) {
               y0 = pe[2 * j] * n0 - pe[2 * j + 1] * n1;
               y1 = pe[2 * j + 1] * n0 + pe[2 * j] * n1;
             }
-            md = fmax(md, fmax(fabs(out[2 * j] - y0), fabs(out[2 * j + 1] - y1)));
+            md = ct_test_max(ct_test_max(md, fabs(out[2 * j] - y0)), fabs(out[2 * j + 1] - y1));
           }
           if (w == 0) CHECK_NEAR(c.rq[(b * c.Ls + l) * H + h], rs, 1e-5 * rs);
         }
@@ -594,7 +595,7 @@ CT_TEST(kernels, qkv_heads) {
                    c.Rv, dqkv, dqs1, dks1);
   md = 0;
   for (int j = 0; j < hd; j++)
-    md = fmax(md, fmax(fabs(dqs1[j] - 1 - dqs[j]), fabs(dks1[j] - 1 - dks[j])));
+    md = ct_test_max(ct_test_max(md, fabs(dqs1[j] - 1 - dqs[j])), fabs(dks1[j] - 1 - dks[j]));
   CHECKF(md < 1e-5, "scale-gradient accumulation off by %.3g", md);
   free(dqkv), free(dqs), free(dks), free(dqs1), free(dks1);
   qkv_free(&c);
@@ -721,7 +722,7 @@ CT_TEST(kernels, attention_threads) {
       threads(t + 1);
       att_loss(&c);
       o[t] = dupv(c.o, n), lse[t] = dupv(c.lse, (size_t)c.B * c.H * c.L);
-      g[t] = fillv(3 * n, 0);
+      g[t] = fillv(3 * n, NAN); /* overwritten */
       ct_attention_bwd(c.B, c.H, c.L, c.hd, c.scale, causal, c.q, c.k, c.v, c.o, c.lse, c.R, g[t],
                        g[t] + n, g[t] + 2 * n);
     }
@@ -729,6 +730,14 @@ CT_TEST(kernels, attention_threads) {
     CHECK(SAME(o[0], o[1], n));
     CHECK(SAME(lse[0], lse[1], (size_t)c.B * c.H * c.L));
     CHECK(SAME(g[0], g[1], 3 * n));
+    /* the same bits twice prove nothing if they are NaN (never written) or wrong */
+    CHECK(ct_test_all_finite(g[0], 3 * n));
+    double *ro = dzeros(n), *rl = dzeros((size_t)c.B * c.H * c.L);
+    att_ref(&c, ro, rl);
+    double eo = relerr2(c.B * c.L, c.H * c.hd, o[0], c.H * c.hd, ro, c.H * c.hd, 1);
+    double el = relerr2(c.B * c.H, c.L, lse[0], c.L, rl, c.L, 1);
+    CHECKF(eo < 2e-6 && el < 2e-6, "causal=%d: forward err o %.3g lse %.3g", causal, eo, el);
+    free(ro), free(rl);
     for (int t = 0; t < 2; t++) free(o[t]), free(lse[t]), free(g[t]);
     att_free(&c);
   }
@@ -762,7 +771,7 @@ CT_TEST(kernels, activations) {
         double x = c.x[r * c.ld + j];
         double ref = which == 0 ? x / (1 + exp(-x))
                                 : 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        md = fmax(md, fabs(c.y[r * c.ld + j] - ref) / fmax(1, fabs(x)));
+        md = ct_test_max(md, fabs(c.y[r * c.ld + j] - ref) / fmax(1, fabs(x)));
       }
     CHECKF(md < 1e-6, "%s forward err %.3g", which ? "gelu" : "silu", md);
     float *dx = fillv(n, NAN);
@@ -844,7 +853,8 @@ CT_TEST(kernels, gate_res) {
   for (int r = 0; r < c.B * c.L; r++)
     for (int j = 0; j < c.D; j++) {
       size_t i = (size_t)r * c.ld + j;
-      md = fmax(md, fabs(c.out[i] - (c.x[i] + (double)c.gate[(r / c.L) * c.ldg + j] * c.y[i])));
+      md = ct_test_max(md,
+                       fabs(c.out[i] - (c.x[i] + (double)c.gate[(r / c.L) * c.ldg + j] * c.y[i])));
     }
   CHECKF(md < 1e-6, "gate_res forward err %.3g", md);
   float *dy = fillv(n, NAN), *dg = fillv((size_t)c.B * c.ldg, 0);
@@ -858,7 +868,8 @@ CT_TEST(kernels, gate_res) {
   ct_gate_res_bwd(c.B, c.L, c.D, c.gate, c.ldg, c.y, c.ld, c.R, c.ld, dy, c.ld, dg1);
   md = 0;
   for (int b = 0; b < c.B; b++)
-    for (int j = 0; j < c.D; j++) md = fmax(md, fabs(dg1[b * c.ldg + j] - 1 - dg[b * c.ldg + j]));
+    for (int j = 0; j < c.D; j++)
+      md = ct_test_max(md, fabs(dg1[b * c.ldg + j] - 1 - dg[b * c.ldg + j]));
   CHECKF(md < 1e-5, "dgate accumulation off by %.3g", md);
   /* in place: out == x, and dy == y */
   float *xi = dupv(c.x, n), *ref = dupv(c.out, n);
@@ -907,12 +918,12 @@ CT_TEST(kernels, timestep_embedding) {
       /* the peer's float32 operations, then cos/sin in double */
       float f = expf((float)-log(10000.0) * (float)k / (float)half);
       float a = (1000.0f * t[b]) * f;
-      mf = fmax(mf, fabs(out[b * dim + k] - cos((double)a)));
-      mf = fmax(mf, fabs(out[b * dim + half + k] - sin((double)a)));
+      mf = ct_test_max(mf, fabs(out[b * dim + k] - cos((double)a)));
+      mf = ct_test_max(mf, fabs(out[b * dim + half + k] - sin((double)a)));
       /* the formula in double: differs only by float rounding of the argument */
       double ad = 1000.0 * t[b] * exp(-log(10000.0) * k / half);
-      md = fmax(md, fabs(out[b * dim + k] - cos(ad)));
-      md = fmax(md, fabs(out[b * dim + half + k] - sin(ad)));
+      md = ct_test_max(md, fabs(out[b * dim + k] - cos(ad)));
+      md = ct_test_max(md, fabs(out[b * dim + half + k] - sin(ad)));
     }
   CHECKF(mf < 2e-7, "vs float32 peer ops: %.3g", mf);
   CHECKF(md < 5e-4, "vs double formula: %.3g", md);
@@ -1081,8 +1092,8 @@ CT_TEST(kernels, conv2d) {
           for (int i = 0; i < Ho; i++)
             for (int j = 0; j < Wo; j++) {
               const double r = conv_ref(s, c.x, c.w, c.b, bi, o, i, j);
-              md = fmax(md, fabs(r - c.y[(((size_t)bi * s->Cout + o) * Ho + i) * Wo + j]));
-              mr = fmax(mr, fabs(r));
+              md = ct_test_max(md, fabs(r - c.y[(((size_t)bi * s->Cout + o) * Ho + i) * Wo + j]));
+              mr = ct_test_max(mr, fabs(r));
             }
       CHECKF(md / mr < 1e-5, "conv2d shape %zu band %d: forward error %.3g", si, band, md / mr);
       float *dx = fillv(nx, NAN), *dw = fillv(nw, 0), *db = fillv(s->Cout, 0);
@@ -1098,8 +1109,8 @@ CT_TEST(kernels, conv2d) {
       float *dw2 = fillv(nw, 1), *db2 = fillv(s->Cout, 1);
       ct_conv2d_bwd(s, c.x, c.w, c.R, NULL, dw2, db2, c.col);
       double acc = 0;
-      for (size_t i = 0; i < nw; i++) acc = fmax(acc, fabs(dw2[i] - 1 - dw[i]));
-      for (int i = 0; i < s->Cout; i++) acc = fmax(acc, fabs(db2[i] - 1 - db[i]));
+      for (size_t i = 0; i < nw; i++) acc = ct_test_max(acc, fabs(dw2[i] - 1 - dw[i]));
+      for (int i = 0; i < s->Cout; i++) acc = ct_test_max(acc, fabs(db2[i] - 1 - db[i]));
       CHECKF(acc < 1e-4, "conv2d %zu: accumulation off by %.3g", si, acc);
       /* 1 and 2 threads: the same bits */
       threads(1);
@@ -1153,7 +1164,7 @@ CT_TEST(kernels, groupnorm) {
       for (size_t i = 0; i < m; i++) {
         const int ch = g * cg + (int)(i / c.HW);
         const double r = (c.x[off + i] - s1 / m) * rs * c.g[ch] + c.b[ch];
-        md = fmax(md, fabs(r - c.y[off + i]));
+        md = ct_test_max(md, fabs(r - c.y[off + i]));
       }
     }
   CHECKF(md < 1e-5, "groupnorm forward error %.3g", md);

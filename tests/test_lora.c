@@ -127,13 +127,8 @@ static double check_preset(const char *preset, int *ct_failed_) {
       CHECKF(ref, "%s: peft has no gradient %s", preset, gn);
       if (!ref) continue;
       const float *ours = ct_lora_grads(l) + ad[i].t[k].off;
-      double d = 0, r = 0;
-      for (size_t j = 0; j < n; j++) {
-        r = fmax(r, fabs(ref[j]));
-        d = fmax(d, fabs(ours[j] - ref[j]));
-      }
-      const double er = r > 0 ? d / r : d;
-      worst = fmax(worst, er);
+      const double er = ct_test_rel_err(ours, ref, n);
+      worst = ct_test_max(worst, er);
       CHECKF(er <= 1e-4, "%s: gradient of %s differs from peft's by %.3g", preset, name, er);
       if (er > 5e-5) fprintf(stderr, "  (%s %s: %.3g)\n", preset, name, er);
       free(ref);
@@ -263,8 +258,8 @@ CT_TEST(lora, init_types) {
   for (size_t i = 0; i < nad; i++) {
     const size_t na = (size_t)o.rank * ad[i].in, nb = (size_t)o.rank * ad[i].out;
     double bound = 1.0 / sqrt((double)ad[i].in);
-    for (size_t j = 0; j < na; j++) amax = fmax(amax, fabs(w[ad[i].a_off + j]) / bound);
-    for (size_t j = 0; j < nb; j++) bmax = fmax(bmax, fabs(w[ad[i].b_off + j]));
+    for (size_t j = 0; j < na; j++) amax = ct_test_max(amax, fabs(w[ad[i].a_off + j]) / bound);
+    for (size_t j = 0; j < nb; j++) bmax = ct_test_max(bmax, fabs(w[ad[i].b_off + j]));
   }
   CHECK(amax <= 1.0 && amax > 0.9 && bmax == 0);
   /* a range equals the same floats of the whole */
@@ -403,7 +398,7 @@ CT_TEST(lora, dora_init_and_file) {
   for (int r = 0; r < ad[0].out; r++) {
     double n2 = 0;
     for (int c = 0; c < ad[0].in; c++) n2 += (double)w[r * ad[0].in + c] * w[r * ad[0].in + c];
-    worst = fmax(worst, fabs(ct_lora_params(l)[ad[0].t[2].off + r] - sqrt(n2)) / sqrt(n2));
+    worst = ct_test_max(worst, fabs(ct_lora_params(l)[ad[0].t[2].off + r] - sqrt(n2)) / sqrt(n2));
   }
   CHECKF(worst < 1e-6, "magnitude vs ||W row||: %.3g", worst);
   ct_lora_free(l);

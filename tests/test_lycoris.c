@@ -170,7 +170,7 @@ static void check_config(const char *name, size_t chunk, int *ct_failed_) {
       CHECKF(ref, "%s: LyCORIS has no gradient %s", name, gn);
       if (!ref) continue;
       const double er = ct_test_rel_err(ct_lora_grads(l) + ad[i].t[k].off, ref, n);
-      worst = fmax(worst, er);
+      worst = ct_test_max(worst, er);
       CHECKF(er <= 1e-4, "%s: gradient of %s differs from LyCORIS's by %.3g", name, tn, er);
       free(ref);
     }

@@ -140,8 +140,8 @@ CT_TEST(model, accumulate_and_threads) {
   REQUIRE(run(m, &d, &err) == CT_OK);
   double md1 = 0, mg = 0;
   for (size_t i = 0; i < n; i++) {
-    md1 = fmax(md1, fabs(g1[i] - ct_mmdit_grads(m)[i]));
-    mg = fmax(mg, fabs(g1[i]));
+    md1 = ct_test_max(md1, fabs(g1[i] - ct_mmdit_grads(m)[i]));
+    mg = ct_test_max(mg, fabs(g1[i]));
   }
   CHECKF(md1 <= 1e-5 * mg, "1 vs 2 threads: max diff %g of max %g", md1, mg);
   ct_zero(n, ct_mmdit_grads(m));
@@ -151,7 +151,7 @@ CT_TEST(model, accumulate_and_threads) {
   memcpy(g2, ct_mmdit_grads(m), n * 4);
   REQUIRE(run(m, &d, &err) == CT_OK);
   double md = 0;
-  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(ct_mmdit_grads(m)[i] - 2 * g2[i]));
+  for (size_t i = 0; i < n; i++) md = ct_test_max(md, fabs(ct_mmdit_grads(m)[i] - 2 * g2[i]));
   CHECK(md < 1e-5);
   ct_threads_set(nt);
   free(g1);

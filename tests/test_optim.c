@@ -139,9 +139,9 @@ CT_TEST(optim, golden_torch) {
     for (size_t i = 0; i < n; i++) {
       double d = fabs((double)w[i] - ref[i]), r = fabs(ref[i]);
       double e = d / (r > 1e-3 ? r : 1e-3);
-      if (e > rel) rel = e;
-      if (d > du) du = d;
-      if (fabs((double)ref[i] - w0[i]) > upd) upd = fabs((double)ref[i] - w0[i]);
+      rel = ct_test_max(rel, e);
+      du = ct_test_max(du, d);
+      upd = ct_test_max(upd, fabs((double)ref[i] - w0[i]));
     }
     fprintf(stderr, "  %-13s max rel err %.2e  (max abs %.2e = %.2e of the largest update)\n",
             gc->name, rel, du, du / upd);
@@ -244,7 +244,7 @@ CT_TEST(optim, golden_schedules) {
       memcpy(&ref, (const char *)t->data + 8 * i, 8);
       double got = ct_sched_lr(&cs[c].s, (long)i);
       double e = fabs(got - ref) / (fabs(ref) > 1e-12 ? fabs(ref) : 1e-12);
-      if (e > worst) worst = e;
+      worst = ct_test_max(worst, e);
       CHECKF(e <= 1e-9, "%s done=%zu: %.12g vs ref %.12g", cs[c].name, i, got, ref);
     }
   }

@@ -112,7 +112,7 @@ CT_TEST(quant, gemm_w_odd_sizes_all_paths) {
   for (int p = -1; p < 3; p++) {
     ct_sgemm_w_fn f = p < 0 ? NULL : ct_sgemm_w_path_fn(wpaths[p]);
     if (p >= 0 && !f) {
-      fprintf(stderr, "  path %s: skipped (this CPU lacks it)\n", wpaths[p]);
+      CT_SKIP_PART("path %s: this CPU lacks it", wpaths[p]);
       continue;
     }
     for (int d = 0; d < 2; d++)
@@ -151,8 +151,7 @@ static float *run_w(int threads, int use_view, int tB, int M, int N, int K, cons
 
 CT_TEST(quant, gemm_w_bits_equal_dequantised_and_threads) {
   if (!strcmp(ct_sgemm_path(), "blas")) {
-    fprintf(stderr, "  skipped: OpenBLAS path (no bitwise promise)\n");
-    return;
+    CT_SKIP("OpenBLAS path (no bitwise promise)");
   }
   static const int shp[][3] = {{523, 301, 700}, {16, 777, 384}, {97, 97, 2000}, {400, 130, 1031}};
   rng_s = 21;
@@ -179,8 +178,7 @@ CT_TEST(quant, gemm_w_bits_equal_dequantised_and_threads) {
 /* ct_linear_fwd_w / ct_linear_bwd_w: the float32 linear on the dequantised weight, bit for bit. */
 CT_TEST(quant, linear_w_equals_linear_on_dequantised) {
   if (!strcmp(ct_sgemm_path(), "blas")) {
-    fprintf(stderr, "  skipped: OpenBLAS path (no bitwise promise)\n");
-    return;
+    CT_SKIP("OpenBLAS path (no bitwise promise)");
   }
   rng_s = 5;
   const int N = 67, K = 129, M = 95;

@@ -18,13 +18,7 @@ static int meta_int(const ct_st_file *f, const char *key) {
 
 /* max |a - b| / max |b|: the error relative to the reference's scale. */
 static double rel_err(const float *a, const float *b, size_t n) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    e = d > e ? d : e;
-    m = fabs(b[i]) > m ? fabs(b[i]) : m;
-  }
-  return m > 0 ? e / m : e;
+  return ct_test_rel_err(a, b, n); /* NaN-aware */
 }
 
 static float *load_f32(const ct_st_file *f, const char *name, size_t n) {
@@ -117,7 +111,7 @@ CT_TEST(textenc, seeded_captions_differ) {
     for (int k = i + 1; k < NC; k++) {
       double cs = cosine(pool + i * 128, pool + k * 128, 128);
       mean += cs / (NC * (NC - 1) / 2);
-      worst = cs > worst ? cs : worst;
+      worst = ct_test_max(worst, cs);
     }
   }
   fprintf(stderr,
@@ -159,8 +153,8 @@ CT_TEST(textenc, thread_count_independent) {
   ct_threads_set(1);
   CHECK(ct_textenc_encode(te, ids, B, T, b, NULL, &err) == CT_OK);
   ct_threads_set(nt);
-  double e = 0;
-  for (int i = 0; i < B * T * D; i++) e = fmax(e, fabs(a[i] - b[i]));
+  double e;
+  e = ct_test_max_abs_err(a, b, (size_t)B * T * D);
   CHECKF(e <= 1e-5, "1 vs 2 threads: max diff %g", e);
   free(a);
   free(b);
@@ -298,8 +292,8 @@ CT_TEST(textenc, load_formats_and_errors) {
     REQUIRE(write_variant(&c, path, "text_model.", dts[k], NULL, NULL, NULL, &err) == CT_OK);
     CHECKF(ct_textenc_load(te, path, &err) == CT_OK, "%s", err.msg);
     CHECK(ct_textenc_encode(te, ids, 1, 8, NULL, pt, &err) == CT_OK);
-    double e = 0;
-    for (int j = 0; j < 16; j++) e = fmax(e, fabs(pt[j] - pr[j]));
+    double e;
+    e = ct_test_max_abs_err(pt, pr, 16);
     CHECKF(e < 0.1 && e > 0, "%s max diff %g", ct_dtype_name(dts[k]), e);
   }
   /* The HF position_ids buffer is accepted and ignored. */

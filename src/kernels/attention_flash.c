@@ -61,14 +61,18 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 
 /* Two-vector shuffle by an index vector: GCC's __builtin_shuffle; clang (the
  * fuzz build) has only __builtin_shufflevector with constant indices, so it
- * picks the lanes one by one (same result). */
+ * picks the lanes one by one (same result). A statement expression, not a
+ * function: a function passing v16 by value without avx512f (an AVX2-only
+ * CPU's -march=native) is an ABI error for clang. */
 #if defined(__clang__)
-static inline v16 fa_shuffle2(v16 a, v16 c, v16i m) {
-  v16 r;
-  for (int i = 0; i < 16; i++) r[i] = m[i] < 16 ? a[m[i]] : c[m[i] - 16];
-  return r;
-}
-#define FA_SHUFFLE2(a, c, m) fa_shuffle2(a, c, m)
+#define FA_SHUFFLE2(a, c, m)                                         \
+  ({                                                                 \
+    v16 sa_ = (a), sc_ = (c), sr_;                                   \
+    v16i sm_ = (m);                                                  \
+    for (int si_ = 0; si_ < 16; si_++)                               \
+      sr_[si_] = sm_[si_] < 16 ? sa_[sm_[si_]] : sc_[sm_[si_] - 16]; \
+    sr_;                                                             \
+  })
 #else
 #define FA_SHUFFLE2(a, c, m) __builtin_shuffle(a, c, m)
 #endif
