@@ -16,4 +16,8 @@ CT_TEST(cuda_gemm_host, selftest) {
   int rc = ct_cu_gemm_selftest_host(msg, sizeof msg);
   CHECKF(rc == 0, "part %d: %s", rc, msg);
 }
+#else
+CT_TEST(cuda_gemm_host, not_built) {
+  CT_SKIP("CUDA is not built (CT_CUDA off): nothing to check");
+}
 #endif
