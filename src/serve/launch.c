@@ -365,6 +365,12 @@ void srv_config_save(ct_serve *s, const char *name, const srv_req *q, srv_reply 
 
 /* ---- serve.json and the children ---- */
 
+double srv_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + (double)(t.tv_nsec / 1000000) / 1e3;
+}
+
 static int meta_read(int runfd, srv_meta *m) {
   ct_json *j = NULL;
   ct_err err;
@@ -376,11 +382,11 @@ static int meta_read(int runfd, srv_meta *m) {
   if (fd >= 0 && !srv_read_fd(fd, 0, 4096, &b, &n) && !ct_json_parse(b, n, &j, &err)) {
     const ct_json *v;
     if ((v = ct_json_get(j, "pid")) && v->type == CT_JSON_NUMBER) m->pid = (long)v->num;
-    if ((v = ct_json_get(j, "started")) && v->type == CT_JSON_NUMBER) m->started = (long)v->num;
+    if ((v = ct_json_get(j, "started")) && v->type == CT_JSON_NUMBER) m->started = v->num;
     if ((v = ct_json_get(j, "ranks")) && v->type == CT_JSON_NUMBER) m->ranks = (int)v->num;
     if ((v = ct_json_get(j, "exit_code")) && v->type == CT_JSON_NUMBER) m->exit_code = (int)v->num;
     if ((v = ct_json_get(j, "stop_requested")) && v->type == CT_JSON_BOOL) m->stop = v->boolean;
-    if ((v = ct_json_get(j, "ended")) && v->type == CT_JSON_NUMBER) m->ended = (long)v->num;
+    if ((v = ct_json_get(j, "ended")) && v->type == CT_JSON_NUMBER) m->ended = v->num;
     ok = 1;
   }
   ct_json_free(j);
@@ -399,10 +405,10 @@ int srv_meta_get(ct_serve *s, int runfd, srv_meta *m) {
 static void meta_write(int runfd, const srv_meta *m) {
   char b[256];
   int n = snprintf(b, sizeof b,
-                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %ld, %s\"exit_code\": ", m->pid,
+                   "{\"pid\": %ld, \"ranks\": %d, \"started\": %.3f, %s\"exit_code\": ", m->pid,
                    m->ranks, m->started, m->stop ? "\"stop_requested\": true, " : "");
   if (m->exit_code >= 0)
-    n += snprintf(b + n, sizeof b - (size_t)n, "%d, \"ended\": %ld}\n", m->exit_code, m->ended);
+    n += snprintf(b + n, sizeof b - (size_t)n, "%d, \"ended\": %.3f}\n", m->exit_code, m->ended);
   else
     n += snprintf(b + n, sizeof b - (size_t)n, "null}\n");
   srv_write_at(runfd, "serve.json", b, (size_t)n);
@@ -437,7 +443,7 @@ void *srv_reaper_main(void *arg) {
       srv_meta m;
       if (runfd >= 0 && meta_read(runfd, &m) && m.pid == c->pid) {
         m.exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-        m.ended = (long)time(NULL);
+        m.ended = srv_now();
         meta_write(runfd, &m);
       }
       if (runfd >= 0) close(runfd);
@@ -535,7 +541,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
     srv_error(r, 500, "cannot start %s: %s", av[0], strerror(rc));
     return;
   }
-  m = (srv_meta){.pid = pid, .started = (long)time(NULL), .ranks = ranks, .exit_code = -1};
+  m = (srv_meta){.pid = pid, .started = srv_now(), .ranks = ranks, .exit_code = -1};
   meta_write(runfd, &m);
   s->children[slot].pid = pid;
   s->children[slot].kill_at = 0;

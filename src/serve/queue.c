@@ -150,8 +150,11 @@ static void write_history(ct_serve *s, FILE *f) {
     }
     close(fd);
   }
-  for (size_t i = 1; i < k; i++) /* insertion sort by end, newest first */
-    for (size_t j = i; j > 0 && rows[j].m.ended > rows[j - 1].m.ended; j--) {
+  for (size_t i = 1; i < k; i++) /* insertion sort by end, newest first (then by start) */
+    for (size_t j = i; j > 0 && (rows[j].m.ended > rows[j - 1].m.ended ||
+                                 (rows[j].m.ended == rows[j - 1].m.ended &&
+                                  rows[j].m.started > rows[j - 1].m.started));
+         j--) {
       struct row t = rows[j];
       rows[j] = rows[j - 1];
       rows[j - 1] = t;
@@ -161,10 +164,10 @@ static void write_history(ct_serve *s, FILE *f) {
     const srv_meta *m = &rows[i].m;
     fputs(i ? ", {\"name\": " : "{\"name\": ", f);
     ct_json_fput_str(f, rows[i].name);
-    fprintf(f, ", \"ranks\": %d, \"started\": %ld, \"ended\": %ld, \"seconds\": ", m->ranks,
+    fprintf(f, ", \"ranks\": %d, \"started\": %.3f, \"ended\": %.3f, \"seconds\": ", m->ranks,
             m->started, m->ended);
     if (m->ended >= m->started && m->ended)
-      fprintf(f, "%ld", m->ended - m->started);
+      fprintf(f, "%.3f", m->ended - m->started);
     else
       fputs("null", f);
     fprintf(f, ", \"exit_code\": %d, \"stopped\": %s, \"final_loss\": ", m->exit_code,

@@ -175,13 +175,17 @@ void srv_queue_get(ct_serve *s, srv_reply *r);
 void srv_queue_remove(ct_serve *s, const srv_req *q, srv_reply *r);
 /* RUN/serve.json: the last start from a server. */
 typedef struct srv_meta {
-  long pid, started;
+  long pid;
+  double started;       /* Unix seconds, to the millisecond (runs queued back to back
+                         * start and end within one second) */
   int ranks, exit_code; /* exit_code -1: not known (running, or never collected) */
   int stop;             /* a stop was asked for */
-  long ended;           /* when the exit was collected (Unix seconds; 0: not known) */
+  double ended;         /* when the exit was collected (Unix seconds; 0: not known) */
 } srv_meta;
 /* 1 and *m if the run has a serve.json. */
 int srv_meta_get(ct_serve *s, int runfd, srv_meta *m);
+/* The wall clock in Unix seconds, to the millisecond. */
+double srv_now(void);
 /* The pid of a live run started by this or an earlier server, else 0. */
 pid_t srv_run_pid(ct_serve *s, int runfd, int *ranks, int *exit_code);
 void *srv_reaper_main(void *arg);
