@@ -4,7 +4,8 @@
 # bit for bit; --lora_scale 0 = the base; --ema); lora merge writes a diffusers
 # directory whose adapted tensors (and only those) moved (checkpoint export
 # of the LoRA checkpoint writes the same); lora export
-# --format comfyui writes kohya keys; bad input is refused naming it.
+# --format comfyui writes kohya keys, which sample --lora and lora merge read
+# back as the peft file; bad input is refused naming it.
 # (The numbers against diffusers: tests/test_lora_tools.c.)
 # Usage: tests/cli_lora_tools.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
@@ -81,6 +82,37 @@ PY
 else
   bad "lora export: $(tail -2 "$tmp/e")"
 fi
+# the kohya file read back (ct_lora_merge_any): sample and merge it as the peft file
+"$CT" sample --checkpoint "$B" --lora "$tmp/k.safetensors" "${s[@]}" --out "$tmp/kohya.png" \
+  >/dev/null 2>"$tmp/e" && /usr/bin/python3 - "$tmp/kohya.png" "$tmp/base_lora.png" <<'PY' &&
+import sys
+import numpy as np
+from PIL import Image
+a, b = (np.asarray(Image.open(p), np.int16) for p in sys.argv[1:])
+sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() <= 1 else 1)  # float32 rounding: 1 level
+PY
+  ok "sample --lora of the kohya export = of the peft file (pixels within 1 level)" ||
+  bad "sample --lora kohya: $(tail -2 "$tmp/e")"
+if "$CT" lora merge --checkpoint "$B" --lora "$tmp/k.safetensors" --out "$tmp/merged_k" >"$tmp/o" \
+  2>"$tmp/e" && grep -q '"layout": "kohya/bfl/lycoris"' "$tmp/o" &&
+  /usr/bin/python3 - "$tmp/merged_k" "$tmp/merged" >"$tmp/w" <<'PY'; then
+import json, struct, sys
+import numpy as np
+def load(d):
+    b = open(d + "/diffusion_pytorch_model.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
+            for k, v in h.items() if k != "__metadata__"}
+k, p = load(sys.argv[1]), load(sys.argv[2])
+worst = max(float(np.abs(k[n] - p[n]).max() / max(np.abs(p[n]).max(), 1e-30)) for n in p)
+print(worst)
+sys.exit(0 if set(k) == set(p) and worst < 1e-6 else 1)
+PY
+  ok "lora merge of the kohya export = of the peft file (worst $(cat "$tmp/w") rel.)"
+else
+  bad "lora merge kohya: $(tail -2 "$tmp/e")"
+fi
 
 # errors name the problem
 expect() { # exit-code grep-pattern what -- command...
@@ -95,8 +127,8 @@ expect() { # exit-code grep-pattern what -- command...
 other=tests/data/lora/all/pytorch_lora_weights.safetensors
 expect 1 "another model\|not an adapter" "an adapter for another model is refused, naming the file" -- \
   "$CT" sample --checkpoint "$B" --lora "$other" "${s[@]}" --out "$tmp/x.png"
-expect 1 "kohya" "a kohya file where peft names are read is refused" -- \
-  "$CT" lora merge --checkpoint "$B" --lora "$tmp/k.safetensors" --out "$tmp/m2"
+expect 1 "not a peft adapter file" "lora export of a kohya file says it is one already" -- \
+  "$CT" lora export --format comfyui --checkpoint "$B" --lora "$tmp/k.safetensors" --out "$tmp/k2.safetensors"
 expect 2 "lora_scale" "a lora_scale that is not a number is refused" -- \
   "$CT" lora merge --checkpoint "$L" --lora_scale nan --out "$tmp/m3"
 expect 2 "lora_scale" "sample --lora_scale inf is refused" -- \

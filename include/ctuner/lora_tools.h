@@ -30,8 +30,39 @@ ct_status ct_lora_check_multiplier(double multiplier, ct_err *err);
  * m must have the config the adapter was opened on. */
 ct_status ct_lora_merge(ct_mmdit *m, const ct_lora *l, double multiplier, ct_err *err);
 
-/* ct_lora_open_file + ct_lora_merge. */
+/* Any adapter file (below) folded into m: ct_lora_open_file + ct_lora_merge
+ * for a peft file, ct_lora_merge_any for the other layouts. */
 ct_status ct_lora_merge_file(ct_mmdit *m, const char *path, double multiplier, ct_err *err);
+
+/* What ct_lora_merge_any found in a file. */
+typedef struct ct_lora_file_info {
+  int modules;              /* modules folded in */
+  int bfl_named;            /* of them named by BFL weight (kohya, ComfyUI, BFL) */
+  int lora, loha, lokr;     /* of them LoRA/LoCon, LoHa, LoKr */
+  int skipped_text_encoder; /* text-encoder tensors not applied (one warning) */
+} ct_lora_file_info;
+
+/* 1 when path is a peft adapter file (every tensor transformer.<module>
+ * .lora_A/lora_B.weight or .lora_magnitude_vector, or diffusers'
+ * lora_adapter_metadata), or cannot be read (the peft route says why). */
+int ct_lora_file_is_peft(const char *path);
+
+/* An adapter file in the other layouts users bring, folded into m's weights
+ * (docs/lora.md, "Adapter files"): kohya / ComfyUI (lora_unet_<BFL name, '.'
+ * as '_'>.lora_down.weight / lora_up.weight / alpha, fused qkv and linear1
+ * whole; diffusion_model.<BFL name>.lora_down...), BFL names with
+ * lora_A/lora_B, diffusers' lora_transformer_<module> and LyCORIS files
+ * (<lora_prefix>_<module>: LoCon lora_down/up, LoHa hada_w1_a.., LoKr
+ * lokr_w1.., each with its .alpha; the prefix from the lycoris_config
+ * metadata, default lycoris). Per module W += multiplier * ΔW, ΔW as LyCORIS
+ * and ComfyUI rebuild it (scale alpha / rank, no alpha or 0: 1; LoKr with
+ * both factors whole: 1). BFL-named modules change all rows of the BFL
+ * weight in BFL order; diffusers-named ones their rows through the name map.
+ * Text-encoder tensors are counted and skipped with one warning. Refused,
+ * naming the tensor: DoRA, Tucker cores, full diffs, LoRA biases, unknown
+ * keys, modules this transformer lacks, wrong shapes. info may be NULL. */
+ct_status ct_lora_merge_any(ct_mmdit *m, const char *path, double multiplier,
+                            ct_lora_file_info *info, ct_err *err);
 
 /* The adapter in kohya's Flux key layout, which ComfyUI, Forge, sd-scripts
  * and diffusers' load_lora_weights read: per adapted BFL weight W (e.g.

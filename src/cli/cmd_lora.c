@@ -27,9 +27,10 @@ void ct_cmd_lora_merge_help(FILE *f) {
           "read. The base: --pretrained, a FluxPipeline directory (its transformer) or a\n"
           "transformer directory; --checkpoint, a full run's model (--ema: its EMA) or a\n"
           "model_type lora run's base (pretrained_model_path, its pipeline's transformer, else\n"
-          "the seeded init). The adapter: --lora FILE (pytorch_lora_weights.safetensors, peft\n"
-          "names), else the LoRA run checkpoint's own. --lora_scale S (default 1) as diffusers'\n"
-          "fuse_lora(lora_scale=S).\n");
+          "the seeded init). The adapter: --lora FILE (peft's pytorch_lora_weights.safetensors,\n"
+          "kohya/ComfyUI lora_unet_*, BFL names, or a LyCORIS file: LoCon, LoHa, LoKr;\n"
+          "docs/lora.md), else the LoRA run checkpoint's own. --lora_scale S (default 1) as\n"
+          "diffusers' fuse_lora(lora_scale=S) (LyCORIS: the multiplier).\n");
 }
 
 void ct_cmd_lora_export_help(FILE *f) {
@@ -99,8 +100,10 @@ static int parse(int argc, char **argv, const char *cmd, void (*help)(FILE *), l
   return 0;
 }
 
-/* The base and the adapter (--lora, else the checkpoint's own). */
-static int open_both(const char *cmd, const lora_args *a, ct_mmdit **m, ct_lora **l) {
+/* The base and the adapter (--lora, else the checkpoint's own); base_only:
+ * --lora is merged later by ct_lora_merge_any (a kohya / BFL / LyCORIS file). */
+static int open_both(const char *cmd, const lora_args *a, int base_only, ct_mmdit **m,
+                     ct_lora **l) {
   ct_err err = {0};
   char dir[4096];
   if (a->ckpt && ct_cli_checkpoint_dir(cmd, a->ckpt, dir, sizeof dir)) return 1;
@@ -108,9 +111,9 @@ static int open_both(const char *cmd, const lora_args *a, ct_mmdit **m, ct_lora 
   if (!st && a->lora) {
     ct_lora_free(*l);
     *l = NULL;
-    st = ct_lora_open_file(ct_mmdit_cfg(*m), a->lora, l, &err);
+    if (!base_only) st = ct_lora_open_file(ct_mmdit_cfg(*m), a->lora, l, &err);
   }
-  if (!st && !*l)
+  if (!st && !*l && !base_only)
     st = ct_errf(&err, CT_ERR_INVALID, "no adapter: give --lora FILE (the base %s holds none)",
                  a->ckpt ? dir : a->pretrained);
   if (st) {
@@ -139,13 +142,23 @@ int ct_cmd_lora_merge(int argc, char **argv) {
   }
   ct_mmdit *m = NULL;
   ct_lora *l = NULL;
-  if (open_both("lora merge", &a, &m, &l)) return 1;
+  const int any = a.lora && !ct_lora_file_is_peft(a.lora); /* kohya, BFL, LyCORIS */
+  if (open_both("lora merge", &a, any, &m, &l)) return 1;
   ct_err err = {0};
-  size_t nad;
-  ct_lora_adapters(l, &nad);
-  const int rank = ct_lora_options(l)->rank;
-  const double alpha = ct_lora_options(l)->alpha;
-  ct_status st = ct_lora_merge(m, l, a.scale, &err);
+  size_t nad = 0;
+  int rank = 0; /* per module in the other layouts: 0 in the summary */
+  double alpha = 0;
+  ct_lora_file_info fi;
+  ct_status st;
+  if (any) {
+    st = ct_lora_merge_any(m, a.lora, a.scale, &fi, &err);
+    nad = (size_t)fi.modules;
+  } else {
+    ct_lora_adapters(l, &nad);
+    rank = ct_lora_options(l)->rank;
+    alpha = ct_lora_options(l)->alpha;
+    st = ct_lora_merge(m, l, a.scale, &err);
+  }
   if (!st)
     st = ct_mmdit_save_diffusers(m, a.out, (size_t)shard,
                                  strcmp(a.dtype, "bf16") ? CT_DTYPE_F32 : CT_DTYPE_BF16, &err);
@@ -158,8 +171,8 @@ int ct_cmd_lora_merge(int argc, char **argv) {
   }
   printf(
       "{\"out\": \"%s\", \"format\": \"diffusers\", \"dtype\": \"%s\", \"adapters\": %zu, "
-      "\"rank\": %d, \"alpha\": %g, \"lora_scale\": %g, \"params\": %zu}\n",
-      a.out, a.dtype, nad, rank, alpha, a.scale, n);
+      "\"rank\": %d, \"alpha\": %g, \"lora_scale\": %g, \"params\": %zu, \"layout\": \"%s\"}\n",
+      a.out, a.dtype, nad, rank, alpha, a.scale, n, any ? "kohya/bfl/lycoris" : "peft");
   return 0;
 }
 
@@ -182,8 +195,15 @@ int ct_cmd_lora_export(int argc, char **argv) {
       fprintf(stderr, "ctuner lora export: %s\n", err.msg);
       return 1;
     }
+  } else if (a.lora && !ct_lora_file_is_peft(a.lora)) {
+    fprintf(stderr,
+            "ctuner lora export: %s is not a peft adapter file (transformer.<module>.lora_A/B): "
+            "export converts those; a kohya, BFL or LyCORIS file is used as it is (ctuner "
+            "sample --lora, lora merge)\n",
+            a.lora);
+    return 1;
   } else {
-    if (open_both("lora export", &a, &m, &l)) return 1;
+    if (open_both("lora export", &a, 0, &m, &l)) return 1;
     mc = *ct_mmdit_cfg(m);
   }
   size_t nad;

@@ -301,11 +301,13 @@ void ct_cmd_sample_help(FILE *f) {
           "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"
           "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n"
           "\n"
-          "LoRA (docs/lora.md): --lora FILE (a pytorch_lora_weights.safetensors, peft names)\n"
-          "is folded into the transformer, times --lora_scale S (default 1; diffusers'\n"
-          "joint_attention_kwargs {\"scale\": S}). A model_type lora run's checkpoint samples\n"
-          "its base (pretrained_model_path, the pipeline's transformer, else the seeded init)\n"
-          "with its own adapter (--ema: its EMA adapter), which --lora replaces.\n");
+          "LoRA (docs/lora.md): --lora FILE (peft's pytorch_lora_weights.safetensors, a\n"
+          "kohya/ComfyUI or BFL-named LoRA, or a LyCORIS LoCon/LoHa/LoKr file) is folded\n"
+          "into the transformer, times --lora_scale S (default 1; diffusers'\n"
+          "joint_attention_kwargs {\"scale\": S}; LyCORIS: the multiplier). A model_type\n"
+          "lora run's checkpoint samples its base (pretrained_model_path, the pipeline's\n"
+          "transformer, else the seeded init) with its own adapter (--ema: its EMA adapter),\n"
+          "which --lora replaces.\n");
 }
 
 /* The prompts of `ctuner sample`: --prompt, or one per line of --prompts-file. */

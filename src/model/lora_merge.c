@@ -190,6 +190,7 @@ ct_status ct_lora_merge(ct_mmdit *m, const ct_lora *l, double multiplier, ct_err
 
 ct_status ct_lora_merge_file(ct_mmdit *m, const char *path, double multiplier, ct_err *err) {
   ct_status st = ct_lora_check_multiplier(multiplier, err);
+  if (!st && !ct_lora_file_is_peft(path)) return ct_lora_merge_any(m, path, multiplier, NULL, err);
   ct_lora *l = NULL;
   if (!st) st = ct_lora_open_file(ct_mmdit_cfg(m), path, &l, err);
   if (!st) st = ct_lora_merge(m, l, multiplier, err);
