@@ -7,7 +7,8 @@
 # 2 ranks under ZeRO-2 equal 1 rank; ZeRO-3 equals ZeRO-2; gradient
 # checkpointing bit for bit; bf16 storage runs; a resume gives the
 # uninterrupted run's numbers bit for bit; init_lora starts from a LyCORIS
-# file; the errors name the key.
+# file; ctuner sample of the run (= --lora of its file on the base); the
+# errors name the key.
 # Usage: tests/cli_lycoris.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
@@ -90,6 +91,46 @@ train init 1 --train_batch_size=2 --max_train_steps=1 --use_ema=false \
   --init_lora="$tmp/one/pytorch_lora_weights.safetensors" &&
   [ "$(summary "$tmp/init" | cut -d' ' -f3)" != "$(summary "$tmp/one" | cut -d' ' -f3)" ] &&
   ok "init_lora starts from a LyCORIS file" || bad "init_lora"
+
+# sampling: the run's checkpoint = its base + its LyCORIS file through --lora
+# (ct_lora_merge_any); lora merge of the file moves only the Linear weights
+# its modules name (FluxAttention, FeedForward); --ema refused
+s=(--prompt "a red circle" --steps 2 --width 16 --height 16)
+R=$tmp/one/checkpoint-4
+if "$CT" sample --checkpoint "$R" "${s[@]}" --out "$tmp/s_run.png" >/dev/null 2>"$tmp/s.err" &&
+  "$CT" sample --checkpoint "$tmp/full/checkpoint-3" --lora "$R/pytorch_lora_weights.safetensors" \
+    "${s[@]}" --out "$tmp/s_lora.png" >/dev/null 2>>"$tmp/s.err" &&
+  cmp -s "$tmp/s_run.png" "$tmp/s_lora.png"; then
+  ok "sample: a LyCORIS run's checkpoint = its base + sample --lora of its file"
+else
+  bad "sampling a LyCORIS run: $(tail -2 "$tmp/s.err")"
+fi
+if "$CT" lora merge --checkpoint "$tmp/full/checkpoint-3" --lora "$R/pytorch_lora_weights.safetensors" \
+  --out "$tmp/lmerged" >"$tmp/s.out" 2>"$tmp/s.err" &&
+  "$CT" checkpoint export --checkpoint "$tmp/full/checkpoint-3" --format diffusers \
+    --out "$tmp/lbase" >/dev/null 2>>"$tmp/s.err" &&
+  /usr/bin/python3 - "$tmp/lmerged" "$tmp/lbase" <<'PY'; then
+import json, struct, sys
+def load(d):
+    b = open(d + "/diffusion_pytorch_model.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+m, b = load(sys.argv[1]), load(sys.argv[2])
+moved = sorted(k for k in b if m[k][1] != b[k][1])
+# Linear layers inside FluxAttention / FeedForward (2-D .weight; the q/k norms are RMSNorms)
+want = sorted(k for k, (s, _) in b.items() if len(s) == 2 and k.endswith(".weight")
+              and (".attn." in k or ".ff." in k or ".ff_context." in k))
+# (the context side's adapters barely trained here: ~1e-14, below a float32 step of W)
+sys.exit(0 if set(m) == set(b) and set(moved) <= set(want) and len(moved) >= 8 else 1)
+PY
+  ok "lora merge of a LyCORIS file moves its modules' weights and nothing else ($(grep -o '"adapters": [0-9]*' "$tmp/s.out"))"
+else
+  bad "lora merge of a LyCORIS file: $(tail -2 "$tmp/s.err")"
+fi
+"$CT" sample --checkpoint "$R" --ema "${s[@]}" --out "$tmp/s_ema.png" >/dev/null 2>"$tmp/s.err"
+[ $? -eq 1 ] && grep -q "no alphas" "$tmp/s.err" && ok "sample --ema of a LyCORIS run is refused, saying why" ||
+  bad "--ema: $(tail -1 "$tmp/s.err")"
 
 # errors name the problem
 bad_cfg() { echo "$1" > "$tmp/bad.json"; }

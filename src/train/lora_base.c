@@ -23,6 +23,23 @@ int ct_lora_run_checkpoint(const ct_config *cfg) {
   return cfg->model_type && !strcmp(cfg->model_type, "lora");
 }
 
+int ct_lora_run_lycoris(const ct_config *cfg) {
+  return ct_lora_run_checkpoint(cfg) && cfg->lora_type && !strcmp(cfg->lora_type, "lycoris");
+}
+
+ct_status ct_lora_run_merge_lycoris(const char *dir, int use_ema, ct_mmdit *m, double mult,
+                                    ct_err *err) {
+  char path[4200];
+  if (use_ema)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "%s: --ema with a lora_type lycoris run is not implemented (its ema.safetensors "
+                   "holds no alphas); sample its live adapter, or give --lora FILE",
+                   dir);
+  snprintf(path, sizeof path, "%s/pytorch_lora_weights.safetensors", dir);
+  if (!exists(path)) return ct_errf(err, CT_ERR_NOT_FOUND, "%s: not in this checkpoint", path);
+  return ct_lora_merge_any(m, path, mult, NULL, err);
+}
+
 ct_status ct_lora_run_adapter(const ct_config *cfg, const ct_mmdit_config *mc, const char *dir,
                               int use_ema, ct_lora **out, ct_err *err) {
   *out = NULL;
@@ -34,9 +51,9 @@ ct_status ct_lora_run_adapter(const ct_config *cfg, const ct_mmdit_config *mc, c
                    use_ema ? " (trained without use_ema)" : "");
   if (cfg->lora_type && !strcmp(cfg->lora_type, "lycoris"))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "%s: sampling a lora_type lycoris run's checkpoint is not implemented (its "
-                   "adapter file loads in LyCORIS's create_lycoris_from_weights)",
-                   dir);
+                   "%s: a lora_type lycoris run's adapter is not opened as one here (ctuner "
+                   "sample folds it in; lora merge/export: give --lora %s and the base)",
+                   dir, path);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank, 0.0, 0,
                           cfg->use_dora};

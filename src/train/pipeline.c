@@ -23,8 +23,11 @@ static ct_status load_model(ct_pipeline *p, const ct_geometry *g, const char *di
   if (st) return st;
   if (ct_lora_run_checkpoint(&p->cfg)) {
     ct_lora *l = NULL;
-    st = ct_lora_run_open(&p->cfg, dir, use_ema, &p->model, lora ? NULL : &l, err);
+    const int lyco = ct_lora_run_lycoris(&p->cfg); /* its own file through ct_lora_merge_any */
+    st = ct_lora_run_open(&p->cfg, dir, use_ema, &p->model, lora || lyco ? NULL : &l, err);
     if (!st && l) st = ct_lora_merge(p->model, l, lora_scale, err);
+    if (!st && lyco && !lora)
+      st = ct_lora_run_merge_lycoris(dir, use_ema, p->model, lora_scale, err);
     ct_lora_free(l);
   } else {
     char path[4200];
