@@ -44,7 +44,8 @@ help:
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
 	@echo "                LoRA vs peft and LyCORIS (lycoris-lora) adapters: goldens, fresh ones, ctuner-saved"
-	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights)"
+	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights); kohya,"
+	@echo "                ComfyUI, BFL-named and LyCORIS-on-BFL files vs diffusers' converter (lora_files_golden.py)"
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
@@ -189,6 +190,10 @@ interop: build
 	    $$py scripts/lycoris_golden.py --load $(BUILD)/lycoris-saved/$$n.safetensors \
 	      --ref $(BUILD)/lycoris-interop/$$n || exit 1; done
 	bash scripts/lora_tools_interop.sh $(CTUNER) $(BUILD)/lora-tools-interop
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_files_golden.py --check tests/data/lora_files && \
+	  rm -rf $(BUILD)/lora-files-interop && \
+	  $$py scripts/lora_files_golden.py --seed 1 --out $(BUILD)/lora-files-interop && \
+	  CT_LORA_FILES_DATA=$(abspath $(BUILD))/lora-files-interop $(BUILD)/ct_tests lora_files
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \
