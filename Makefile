@@ -38,7 +38,8 @@ help:
 	@echo "make interop    live checks against PyPI libraries (scripts/py_deps.sh, a venv in ~/.cache/ctuner):"
 	@echo "                TensorBoard's reader and tensorboard --logdir on event files; T5 tokenizer and encoder"
 	@echo "                vs transformers/tokenizers/sentencepiece (committed goldens and a fresh set); the same for"
-	@echo "                FLUX's CLIP text encoder and CLIPTokenizer (scripts/clip_golden.py)"
+	@echo "                FLUX's CLIP text encoder and CLIPTokenizer (scripts/clip_golden.py); a FluxPipeline's"
+	@echo "                tokenizers as transformers 5 saves them (scripts/tokenizer_tf5_golden.py)"
 	@echo "                FlowMatchEulerDiscreteScheduler as FluxPipeline drives it vs diffusers (fm_sched_golden.py)"
 	@echo "                config.toml fixtures against Python's tomllib"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
@@ -171,6 +172,7 @@ interop: build
 	py=$$(scripts/py_deps.sh t5) && $$py scripts/clip_golden.py --check tests/data/clip && \
 	  rm -rf $(BUILD)/clip-interop && $$py scripts/clip_golden.py --seed 1 --out $(BUILD)/clip-interop
 	CT_CLIP_DATA=$(abspath $(BUILD))/clip-interop $(BUILD)/ct_tests clip
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/tokenizer_tf5_golden.py --check tests/data/flux_pipe_tf5
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/fm_sched_golden.py --check tests/data/fm_sched_golden.json && \
 	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
 	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched

@@ -129,7 +129,10 @@ int ct_tokenize_bytes(const char *text, int T, int32_t *ids);
  * line and column. */
 ct_status ct_bpe_load(const char *vocab_json, const char *merges_txt, ct_bpe **out, ct_err *err);
 /* A transformers CLIPTokenizer directory (FLUX's tokenizer/): vocab.json,
- * merges.txt, and from tokenizer_config.json (else special_tokens_map.json)
+ * merges.txt — or, as transformers 5 saves it, tokenizer.json alone (its
+ * model.vocab and model.merges; a BPE model with CLIP's "</w>" suffix, else
+ * refused; CT_BPE_CLIP_FAST rules, which transformers 5's tokenizers-backed
+ * CLIPTokenizer follows) — and from tokenizer_config.json (else special_tokens_map.json)
  * model_max_length and the pad / unk tokens (bos and eos must be CLIP's).
  * It tokenizes as transformers 4.46.3's CLIPTokenizer does without ftfy
  * (docs/text_encoder.md): added tokens split out of the raw text, then

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctuner/fs.h"
 #include "ctuner/json.h"
@@ -212,6 +213,30 @@ out:
   return st;
 }
 
+/* The vocabulary {"token": id, ...} (vocab.json, or tokenizer.json's
+ * model.vocab) into b, with CLIP's bos/eos. */
+static ct_status set_vocab(ct_bpe *b, const ct_json *j, const char *name, ct_err *err) {
+  if (j->type != CT_JSON_OBJECT || j->n == 0)
+    return ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {\"token\": id, ...}", name);
+  for (size_t i = 0; i < j->n; i++) {
+    const ct_json *v = &j->items[i];
+    if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 0 || v->i64 >= (1 << 22))
+      return ct_errf(err, CT_ERR_FORMAT,
+                     "%s:%d:%d: the id of token \"%.40s\" must be an integer in [0, 4194304)", name,
+                     v->line, v->col, j->keys[i]);
+    if (smap_put(&b->vocab, j->keys[i], strlen(j->keys[i]), (int)v->i64))
+      return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+    if ((int)v->i64 + 1 > b->nvocab) b->nvocab = (int)v->i64 + 1;
+  }
+  b->bos = smap_find(&b->vocab, "<|startoftext|>", 15);
+  b->eos = b->pad = b->unk = smap_find(&b->vocab, "<|endoftext|>", 13);
+  b->max_len = 77;
+  if (b->bos < 0 || b->eos < 0)
+    return ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)", name,
+                   b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
+  return CT_OK;
+}
+
 ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **out, ct_err *err) {
   *out = NULL;
   ct_bpe *b = calloc(1, sizeof *b);
@@ -230,32 +255,8 @@ ct_status ct_bpe_load(const char *vocab_path, const char *merges_path, ct_bpe **
     st = ct_errf(err, CT_ERR_FORMAT, "%s: %s", vocab_path, jerr.msg);
     goto fail;
   }
-  if (j->type != CT_JSON_OBJECT || j->n == 0) {
-    st = ct_errf(err, CT_ERR_FORMAT, "%s: expected a JSON object {\"token\": id, ...}", vocab_path);
-    goto fail;
-  }
-  for (size_t i = 0; i < j->n; i++) {
-    const ct_json *v = &j->items[i];
-    if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 0 || v->i64 >= (1 << 22)) {
-      st = ct_errf(err, CT_ERR_FORMAT,
-                   "%s:%d:%d: the id of token \"%.40s\" must be an integer in [0, 4194304)",
-                   vocab_path, v->line, v->col, j->keys[i]);
-      goto fail;
-    }
-    if (smap_put(&b->vocab, j->keys[i], strlen(j->keys[i]), (int)v->i64)) {
-      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
-      goto fail;
-    }
-    if ((int)v->i64 + 1 > b->nvocab) b->nvocab = (int)v->i64 + 1;
-  }
-  b->bos = smap_find(&b->vocab, "<|startoftext|>", 15);
-  b->eos = b->pad = b->unk = smap_find(&b->vocab, "<|endoftext|>", 13);
-  b->max_len = 77;
-  if (b->bos < 0 || b->eos < 0) {
-    st = ct_errf(err, CT_ERR_INVALID, "%s: the vocabulary lacks %s (CLIP's special tokens)",
-                 vocab_path, b->bos < 0 ? "<|startoftext|>" : "<|endoftext|>");
-    goto fail;
-  }
+  st = set_vocab(b, j, vocab_path, err);
+  if (st) goto fail;
   ct_json_free(j);
   j = NULL;
   free(text);
@@ -274,6 +275,76 @@ fail:
   free(text);
   ct_bpe_free(b);
   return st;
+}
+
+/* tokenizer.json's model.merges ("a b" strings, or ["a", "b"] pairs as
+ * tokenizers >= 0.20 writes them) as merges.txt's lines, into b. */
+static ct_status json_merges(ct_bpe *b, const ct_json *m, const char *name, ct_err *err) {
+  if (!m || m->type != CT_JSON_ARRAY)
+    return ct_errf(err, CT_ERR_FORMAT, "%s: model.merges is not an array", name);
+  size_t cap = 1, n = 0;
+  for (size_t i = 0; i < m->n; i++) {
+    const ct_json *e = &m->items[i];
+    if (e->type == CT_JSON_STRING)
+      cap += strlen(e->str) + 1;
+    else if (e->type == CT_JSON_ARRAY && e->n == 2 && e->items[0].type == CT_JSON_STRING &&
+             e->items[1].type == CT_JSON_STRING)
+      cap += strlen(e->items[0].str) + strlen(e->items[1].str) + 2;
+    else
+      return ct_errf(err, CT_ERR_FORMAT,
+                     "%s:%d:%d: a merge must be \"a b\" or [\"a\", \"b\"] (merge %zu)", name,
+                     e->line, e->col, i + 1);
+  }
+  char *text = malloc(cap);
+  if (!text) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < m->n; i++) {
+    const ct_json *e = &m->items[i];
+    n += (size_t)(e->type == CT_JSON_STRING
+                      ? sprintf(text + n, "%s\n", e->str)
+                      : sprintf(text + n, "%s %s\n", e->items[0].str, e->items[1].str));
+  }
+  ct_status st = ct_bpe_set_merges(b, text, n, name, err);
+  free(text);
+  return st;
+}
+
+/* A CLIP BPE tokenizer from tokenizer.json alone (transformers 5 saves
+ * CLIPTokenizer so: no vocab.json / merges.txt): its model section must be
+ * CLIP's (BPE, end_of_word_suffix "</w>", no continuing_subword_prefix). */
+static ct_status load_tokenizer_json(const char *path, ct_bpe **out, ct_err *err) {
+  ct_json *j = NULL;
+  ct_status st = ct_json_parse_file(path, (size_t)1 << 28, &j, err);
+  if (st) return st;
+  const ct_json *m = ct_json_get(j, "model");
+  const ct_json *type = m ? ct_json_get(m, "type") : NULL,
+                *eow = m ? ct_json_get(m, "end_of_word_suffix") : NULL,
+                *csp = m ? ct_json_get(m, "continuing_subword_prefix") : NULL;
+  ct_bpe *b = calloc(1, sizeof *b);
+  if (!b) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!st && (!type || type->type != CT_JSON_STRING || strcmp(type->str, "BPE")))
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: model.type is %s; a CLIP tokenizer is BPE (tokenizer/ of a FluxPipeline)",
+                 path, type && type->type == CT_JSON_STRING ? type->str : "missing");
+  if (!st && (!eow || eow->type != CT_JSON_STRING || strcmp(eow->str, "</w>") ||
+              (csp && csp->type == CT_JSON_STRING && csp->str[0])))
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: a BPE model without CLIP's end_of_word_suffix \"</w>\" (or with a "
+                 "continuing_subword_prefix): not a CLIP tokenizer",
+                 path);
+  if (!st) {
+    byte_table(b);
+    const ct_json *v = ct_json_get(m, "vocab");
+    st = v ? set_vocab(b, v, path, err)
+           : ct_errf(err, CT_ERR_FORMAT, "%s: model.vocab is missing", path);
+  }
+  if (!st) st = json_merges(b, ct_json_get(m, "merges"), path, err);
+  ct_json_free(j);
+  if (st) {
+    ct_bpe_free(b);
+    return st;
+  }
+  *out = b;
+  return CT_OK;
 }
 
 int ct_bpe_vocab_size(const ct_bpe *b) {
@@ -358,18 +429,28 @@ static ct_status read_tok_config(ct_bpe *b, const char *dir, ct_err *err) {
 }
 
 ct_status ct_bpe_load_dir(const char *dir, ct_bpe **out, ct_err *err) {
-  char v[4096], m[4096];
+  char v[4096], m[4096], t[4096];
   *out = NULL;
-  if (ct_pathf(v, sizeof v, "%s/vocab.json", dir) || ct_pathf(m, sizeof m, "%s/merges.txt", dir))
+  if (ct_pathf(v, sizeof v, "%s/vocab.json", dir) || ct_pathf(m, sizeof m, "%s/merges.txt", dir) ||
+      ct_pathf(t, sizeof t, "%s/tokenizer.json", dir))
     return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
   ct_bpe *b = NULL;
-  ct_status st = ct_bpe_load(v, m, &b, err);
+  ct_status st;
+  /* vocab.json + merges.txt (FLUX.1's repositories, transformers 4), else
+   * tokenizer.json alone (what transformers 5 saves: its CLIPTokenizer is the
+   * tokenizers-backed one, whose rules are CLIPTokenizerFast's — no CJK
+   * spacing, control characters kept: tests/test_tokenizer_tf5.c) */
+  const int fast = access(v, F_OK) && access(m, F_OK) && !access(t, F_OK);
+  if (fast)
+    st = load_tokenizer_json(t, &b, err);
+  else
+    st = ct_bpe_load(v, m, &b, err);
   if (!st) st = read_tok_config(b, dir, err);
   if (st) {
     ct_bpe_free(b);
     return st;
   }
-  b->rules = CT_BPE_CLIP;
+  b->rules = fast ? CT_BPE_CLIP_FAST : CT_BPE_CLIP;
   *out = b;
   return CT_OK;
 }

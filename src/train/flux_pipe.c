@@ -70,15 +70,17 @@ static ct_status not_local(const char *key, const char *v, ct_err *err) {
 
 /* The components FluxPipeline's model_index.json names, with the classes ctuner reads. */
 static const struct {
-  const char *name, *cls;
+  const char *name, *cls, *alt; /* alt: the same files under another class name */
 } COMPONENTS[] = {
-    {"transformer", "FluxTransformer2DModel"},
-    {"text_encoder", "CLIPTextModel"},
-    {"text_encoder_2", "T5EncoderModel"},
-    {"tokenizer", "CLIPTokenizer"},
-    {"tokenizer_2", "T5TokenizerFast"},
-    {"vae", "AutoencoderKL"},
-    {"scheduler", "FlowMatchEulerDiscreteScheduler"},
+    {"transformer", "FluxTransformer2DModel", NULL},
+    {"text_encoder", "CLIPTextModel", NULL},
+    {"text_encoder_2", "T5EncoderModel", NULL},
+    /* transformers 5 has one (tokenizers-backed) class per model: a pipeline it
+     * saves records T5Tokenizer; CLIPTokenizerFast is transformers 4's fast class */
+    {"tokenizer", "CLIPTokenizer", "CLIPTokenizerFast"},
+    {"tokenizer_2", "T5TokenizerFast", "T5Tokenizer"},
+    {"vae", "AutoencoderKL", NULL},
+    {"scheduler", "FlowMatchEulerDiscreteScheduler", NULL},
 };
 #define NCOMP (sizeof COMPONENTS / sizeof COMPONENTS[0])
 
@@ -115,7 +117,8 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
       continue;
     }
     if ((skip_transformer && known == 0) || (skip_vae && known == 5)) continue;
-    if (!cls || strcmp(cls, COMPONENTS[known].cls))
+    if (!cls || (strcmp(cls, COMPONENTS[known].cls) &&
+                 (!COMPONENTS[known].alt || strcmp(cls, COMPONENTS[known].alt))))
       add(pr, "%s: %s is %s; ctuner reads %s", path, k, cls ? cls : "null", COMPONENTS[known].cls);
   }
   for (size_t m = 0; m < NCOMP; m++)
@@ -225,9 +228,13 @@ static void find_parts(const ct_config *cfg, ct_flux_pipe *p, probs *pr) {
     else
       p->clip_d = tc.hidden;
   }
-  if (is_dir(p->tokenizer)) {
-    if (!file_in(p->tokenizer, "vocab.json")) add(pr, "%s: no vocab.json", p->tokenizer);
-    if (!file_in(p->tokenizer, "merges.txt")) add(pr, "%s: no merges.txt", p->tokenizer);
+  if (is_dir(p->tokenizer) && !file_in(p->tokenizer, "tokenizer.json")) {
+    /* vocab.json + merges.txt (FLUX.1's repositories), else tokenizer.json alone
+     * (transformers 5's save_pretrained) */
+    if (!file_in(p->tokenizer, "vocab.json"))
+      add(pr, "%s: no vocab.json (nor tokenizer.json)", p->tokenizer);
+    if (!file_in(p->tokenizer, "merges.txt"))
+      add(pr, "%s: no merges.txt (nor tokenizer.json)", p->tokenizer);
   }
   if (is_dir(p->text_encoder_2)) {
     char cp[CT_FLUX_PATH + 64];
