@@ -205,6 +205,8 @@ interop: build
 	  $(CTUNER) model convert --from $(BUILD)/flux-interop/dev.safetensors --axes_dims_rope 4,6,6 \
 	    --layout diffusers --max_shard_size 100K --to $(BUILD)/flux-interop/dev && \
 	  $$py scripts/flux_golden.py --roundtrip $(BUILD)/flux-interop/dev --ref tests/data/flux/dev && \
+	  $$py scripts/bfl_keys_golden.py --check tests/data/flux/bfl_keys_dev.txt && \
+	  $$py scripts/bfl_keys_golden.py --file $(BUILD)/flux-interop/dev.safetensors && \
 	  $$py scripts/flux_golden.py --bfl-roundtrip $(BUILD)/flux-interop/dev.safetensors --ref tests/data/flux/dev
 	py=$$(scripts/py_deps.sh diffusers) && rm -rf $(BUILD)/quant-interop && mkdir -p $(BUILD)/quant-interop && \
 	  $$py scripts/quant_golden.py $(BUILD)/quant-interop/quant_golden.safetensors && \

@@ -4,7 +4,9 @@
 # tests/data/flux (scripts/flux_golden.py): diffusers -> BFL gives the BFL file
 # diffusers' converter reads (bfl.safetensors, byte for byte); BFL -> diffusers
 # gives save_pretrained's config.json byte for byte and, sharded, the index; a
-# pipeline directory's transformer/ is found; bad input exits 1 or 2, named.
+# pipeline directory's transformer/ is found; the BFL file's names are the ones
+# diffusers' single-file converter reads (tests/data/flux/bfl_keys_dev.txt);
+# bad input exits 1 or 2, named.
 # Values against diffusers itself: tests/test_flux.c, and live `make interop`.
 # Usage: tests/cli_flux.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
@@ -32,6 +34,18 @@ mkdir -p "$tmp/pipe" && cp -r $D/dev/transformer "$tmp/pipe/"
 "$CT" model convert --from "$tmp/pipe" --to "$tmp/d.safetensors" --layout bfl > "$tmp/out"; rc=$?
 [ $rc -eq 0 ] && grep -q '"from": "[^"]*/pipe/transformer"' "$tmp/out" && grep -q '"guidance_embeds": true' "$tmp/out" &&
   ok "a pipeline directory: its transformer/ is converted (dev, guidance)" || bad "pipeline: rc=$rc $(cat "$tmp/out")"
+# the names diffusers' from_single_file reads for dev's depth (scripts/bfl_keys_golden.py: its
+# converter run at FLUX.1's width; live in make interop): exactly those, none missing or extra
+python3 - "$tmp/d.safetensors" $D/bfl_keys_dev.txt <<'PY' && ok "the BFL file's names = those diffusers' single-file converter reads ($(wc -l < $D/bfl_keys_dev.txt))" || bad "BFL names differ from diffusers' list"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+h.pop("__metadata__", None)
+have = {k[len("model.diffusion_model."):] if k.startswith("model.diffusion_model.") else k for k in h}
+want = set(open(sys.argv[2]).read().split())
+if have != want:
+    print("missing", sorted(want - have)[:6], "extra", sorted(have - want)[:6])
+sys.exit(0 if have == want else 1)
+PY
 
 "$CT" model convert --from hf-org/FLUX.1-dev --to "$tmp/x" --layout diffusers 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "ctuner does not download" "$tmp/err" && ok "a hub id: exit 2, says fetch it first" || bad "hub id: rc=$rc $(cat "$tmp/err")"
