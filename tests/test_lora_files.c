@@ -202,3 +202,57 @@ CT_TEST(lora_files, errors_name_the_tensor) {
   const char *mixed[] = {"lycoris_proj_out.hada_w1_a", "lycoris_proj_out.lokr_w1"};
   expect_error("two algorithms", 2, mixed, s3, "several algorithms", ct_failed_);
 }
+
+/* A peft file (diffusers' save_lora_weights) that also holds text-encoder
+ * adapters takes this route: the text-encoder tensors are skipped (counted),
+ * the metadata's lora_alpha still scales the transformer's (= the peft route). */
+CT_TEST(lora_files, peft_with_text_encoder_tensors) {
+  const char *src = CT_SOURCE_DIR "/tests/data/lora_tools/pytorch_lora_weights.safetensors";
+  const char *pipe_tr = CT_SOURCE_DIR "/tests/data/flux_pipe/dev/transformer";
+  char path[4200];
+  snprintf(path, sizeof path, "%s/with_te.safetensors", ct_test_tmpdir());
+  ct_err e = {0};
+  ct_st_file *f = NULL;
+  ct_st_writer *w = NULL;
+  REQUIRE(!ct_st_open(src, &f, &e) && !ct_st_writer_new(&w));
+  const char *meta = ct_st_meta(f, "lora_adapter_metadata");
+  REQUIRE(meta && strstr(meta, "lora_alpha"));
+  float **keep = calloc(f->ntensors, sizeof *keep); /* the writer reads them at write time */
+  REQUIRE(keep);
+  for (size_t i = 0; i < f->ntensors; i++) {
+    const ct_st_tensor *t = &f->tensors[i];
+    keep[i] = malloc(t->numel * sizeof **keep);
+    REQUIRE(keep[i] && !ct_st_to_f32(t, keep[i], t->numel, &e));
+    REQUIRE(!ct_st_writer_add_f32(w, t->name, t->ndim, t->shape, keep[i], CT_DTYPE_F32, &e));
+  }
+  const int64_t ts[2] = {2, 8};
+  float te[16] = {1};
+  REQUIRE(!ct_st_writer_add_f32(
+      w, "text_encoder.text_model.encoder.layers.0.self_attn.q_proj.lora_A.weight", 2, ts, te,
+      CT_DTYPE_F32, &e));
+  REQUIRE(!ct_st_writer_meta(w, "lora_adapter_metadata", meta, &e));
+  REQUIRE(!ct_st_writer_write(w, path, &e));
+  ct_st_writer_free(w);
+  for (size_t i = 0; i < f->ntensors; i++) free(keep[i]);
+  free(keep);
+  ct_st_close(f);
+  CHECK(!ct_lora_file_is_peft(path) && ct_lora_file_is_peft(src));
+  ct_mmdit *a = NULL, *b = NULL;
+  REQUIRE(!ct_mmdit_open_diffusers(pipe_tr, 0, &a, &e) &&
+          !ct_mmdit_open_diffusers(pipe_tr, 0, &b, &e));
+  CHECKF(!ct_lora_merge_file(a, src, 0.7, &e), "%s", e.msg);
+  ct_lora_file_info fi;
+  CHECKF(!ct_lora_merge_any(b, path, 0.7, &fi, &e), "%s", e.msg);
+  CHECKF(fi.skipped_text_encoder == 1 && fi.modules > 0, "%d skipped, %d modules",
+         fi.skipped_text_encoder, fi.modules);
+  size_t np = 0;
+  const ct_param *tab = ct_mmdit_table(a, &np);
+  double er = 0;
+  for (size_t i = 0; i < np; i++) {
+    size_t n = (size_t)tab[i].shape[0] * (size_t)(tab[i].ndim > 1 ? tab[i].shape[1] : 1);
+    er = ct_test_max(er, ct_test_rel_err(ct_mmdit_params(b) + tab[i].offset,
+                                         ct_mmdit_params(a) + tab[i].offset, n));
+  }
+  CHECKF(er < 1e-6, "the peft file with text-encoder tensors merges %.3g off the peft route's", er);
+  ct_mmdit_free(a), ct_mmdit_free(b);
+}

@@ -58,7 +58,9 @@ int ct_lora_file_is_peft(const char *path);
  * and ComfyUI rebuild it (scale alpha / rank, no alpha or 0: 1; LoKr with
  * both factors whole: 1). BFL-named modules change all rows of the BFL
  * weight in BFL order; diffusers-named ones their rows through the name map.
- * Text-encoder tensors are counted and skipped with one warning. Refused,
+ * peft-keyed modules without an alpha tensor take the file's
+ * lora_adapter_metadata lora_alpha (a peft file with text-encoder adapters
+ * comes here). Text-encoder tensors are counted and skipped with one warning. Refused,
  * naming the tensor: DoRA, Tucker cores, full diffs, LoRA biases, unknown
  * keys, modules this transformer lacks, wrong shapes. info may be NULL. */
 ct_status ct_lora_merge_any(ct_mmdit *m, const char *path, double multiplier,

@@ -76,6 +76,8 @@ static const char *const REFUSED[][2] = {
 typedef struct amod {
   char name[200]; /* the module as the file names it */
   const ct_st_tensor *t[NK];
+  int peft;          /* named lora_A / lora_B (peft's keys) */
+  double dflt_alpha; /* without an alpha tensor: lora_adapter_metadata's lora_alpha (0: none) */
 } amod;
 
 static int ends_with(const char *s, const char *suffix) {
@@ -133,6 +135,7 @@ static ct_status group(const ct_st_file *f, const char *path, amod *mods, size_t
       return ct_errf(err, CT_ERR_FORMAT, "%s: module %s has two %s tensors", path, mods[j].name,
                      KEY[key][0]);
     mods[j].t[key] = t;
+    mods[j].peft |= (key == K_DOWN || key == K_UP) && ends_with(t->name, KEY[key][1]);
   }
   *nmods = n;
   return CT_OK;
@@ -208,10 +211,12 @@ static float *mat(const amod *md, int k, int64_t rows, int64_t cols, const char 
   return v;
 }
 
-/* LyCORIS's (and ComfyUI's) scale alpha / dim; no alpha, or 0: 1. */
+/* LyCORIS's (and ComfyUI's) scale alpha / dim; no alpha, or 0: 1 — or, for
+ * peft-keyed modules without one, the metadata's lora_alpha / dim (peft). */
 static ct_status scale_of(const amod *md, int64_t dim, const char *path, double *s, ct_err *err) {
   *s = 1;
   const ct_st_tensor *a = md->t[K_ALPHA];
+  if (!a && md->peft && md->dflt_alpha > 0 && dim > 0) *s = md->dflt_alpha / (double)dim;
   if (!a) return CT_OK;
   float v = 0;
   if (a->numel != 1 || ct_st_to_f32(a, &v, 1, err) || !isfinite(v))
@@ -372,6 +377,34 @@ static ct_status add_delta(ct_mmdit *m, const ct_flux_name *map, size_t nm, size
   return CT_OK;
 }
 
+/* diffusers' lora_adapter_metadata (a peft file whose text-encoder tensors
+ * send it here): its lora_alpha for the peft-keyed modules; DoRA and
+ * per-module ranks / alphas refused as lora_merge.c refuses them. */
+static ct_status peft_meta(const ct_st_file *f, const char *path, double *alpha, ct_err *err) {
+  *alpha = 0;
+  const char *m = ct_st_meta(f, "lora_adapter_metadata");
+  ct_json *j = NULL;
+  if (!m) return CT_OK;
+  if (ct_json_parse(m, strlen(m), &j, err))
+    return ct_errf(err, CT_ERR_FORMAT, "%s: its lora_adapter_metadata is not JSON", path);
+  const ct_json *a = ct_json_get(j, "transformer.lora_alpha"),
+                *dora = ct_json_get(j, "transformer.use_dora"),
+                *rp = ct_json_get(j, "transformer.rank_pattern"),
+                *ap = ct_json_get(j, "transformer.alpha_pattern");
+  ct_status st = CT_OK;
+  if (dora && dora->type == CT_JSON_BOOL && dora->boolean)
+    st = ct_errf(err, CT_ERR_UNSUPPORTED, "%s: a DoRA adapter (use_dora true): not merged", path);
+  else if ((rp && rp->type == CT_JSON_OBJECT && rp->n) ||
+           (ap && ap->type == CT_JSON_OBJECT && ap->n))
+    st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "%s: per-module ranks or alphas (rank_pattern / alpha_pattern) are not supported",
+                 path);
+  else if (a && a->type == CT_JSON_NUMBER && a->num > 0)
+    *alpha = a->num;
+  ct_json_free(j);
+  return st;
+}
+
 /* LyCORIS's apply_preset.lora_prefix from the file's lycoris_config metadata. */
 static void lyco_prefix(const ct_st_file *f, char *out, size_t cap) {
   snprintf(out, cap, "lycoris");
@@ -434,6 +467,9 @@ ct_status ct_lora_merge_any(ct_mmdit *m, const char *path, double multiplier,
   lyco_prefix(f, prefix, sizeof prefix);
   st = mods ? group(f, path, mods, &n, &info->skipped_text_encoder, err)
             : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  double alpha = 0;
+  if (!st) st = peft_meta(f, path, &alpha, err);
+  for (size_t i = 0; !st && i < n; i++) mods[i].dflt_alpha = alpha;
   if (!st && !n)
     st = ct_errf(err, CT_ERR_FORMAT, "%s holds no transformer adapter tensors%s", path,
                  info->skipped_text_encoder ? " (only text-encoder ones)" : "");
