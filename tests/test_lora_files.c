@@ -44,6 +44,7 @@ static float *m3_out(ct_mmdit *m, size_t *n) {
   const ct_st_tensor *hs = ct_st_find(in, "hidden_states"),
                      *eh = ct_st_find(in, "encoder_hidden_states");
   const int B = hs ? (int)hs->shape[0] : 0, C = ct_mmdit_cfg(m)->in_channels, H = 4, W = 4;
+  const int L = hs ? (int)hs->shape[1] : 0; /* read before ct_st_close */
   *n = (size_t)B * C * H * W;
   float *packed = ct_test_tensor(in, "hidden_states", NULL), *x = malloc(*n * 4),
         *v = malloc(*n * 4), *out = malloc(*n * 4);
@@ -58,7 +59,7 @@ static float *m3_out(ct_mmdit *m, size_t *n) {
                       ct_test_tensor(in, "guidance", NULL)};
   ct_st_close(in);
   int ok = hs && eh && packed && x && v && out && b.t && b.txt && b.y && b.guidance &&
-           hs->shape[1] == H / 2 * W / 2;
+           L == H / 2 * W / 2;
   if (ok) {
     ct_flux_unpack(B, C, H, W, packed, x);
     ok = !ct_mmdit_forward(m, &b, v, &e) || !fprintf(stderr, "  %s\n", e.msg);
