@@ -3,7 +3,8 @@
  * adapter ctuner trained on the tiny FLUX.1-dev pipeline
  * (tests/data/flux_pipe/dev) folded into the pipeline samples the images
  * FluxPipeline.load_lora_weights gives from the same latents (>= 40 dB, at
- * lora_scale 1 and 0.5); the merged transformer's v_pred equals the unmerged
+ * lora_scale 1 and 0.5; the kohya export read back through sample --lora's
+ * route too); the merged transformer's v_pred equals the unmerged
  * adapter's within 1e-5 and diffusers' within 1e-4; the kohya/ComfyUI export
  * is the committed file, and read as ComfyUI reads it (W += alpha / rank up
  * down per BFL weight) gives diffusers' v_pred; the errors name the problem.
@@ -48,7 +49,7 @@ static int prompts(const ct_st_file *g, char **out, int cap) {
 
 /* FluxPipeline(prompts[:2], 32x32, 4 steps, guidance 3.5, the golden's
  * latents, joint_attention_kwargs {"scale": s}) after load_lora_weights. */
-static void check_sample(int *ct_failed_, double scale, const char *key) {
+static void check_sample(int *ct_failed_, const char *adapter, double scale, const char *key) {
   ct_err e = {0};
   ct_st_file *g = NULL, *lg = NULL;
   REQUIRE(!ct_st_open(PIPE "/golden.safetensors", &g, &e));
@@ -57,8 +58,7 @@ static void check_sample(int *ct_failed_, double scale, const char *key) {
   const int T = atoi(ct_st_meta(g, "max_sequence_length"));
   CHECKF(!ct_flux_sampler_open(PIPE, "dev", T, NULL, &s, &e), "%s", e.msg);
   REQUIRE(s);
-  CHECKF(!ct_flux_sampler_lora(s, ldata("pytorch_lora_weights.safetensors"), scale, &e), "%s",
-         e.msg);
+  CHECKF(!ct_flux_sampler_lora(s, ldata(adapter), scale, &e), "%s", e.msg);
   char *pr[8];
   const int np = prompts(g, pr, 8);
   REQUIRE(np >= 2);
@@ -87,8 +87,11 @@ static void check_sample(int *ct_failed_, double scale, const char *key) {
 }
 
 CT_TEST(lora_tools, sample_as_load_lora_weights) {
-  check_sample(ct_failed_, 1.0, "image.scale1");
-  check_sample(ct_failed_, 0.5, "image.scale0.5");
+  check_sample(ct_failed_, "pytorch_lora_weights.safetensors", 1.0, "image.scale1");
+  check_sample(ct_failed_, "pytorch_lora_weights.safetensors", 0.5, "image.scale0.5");
+  /* the same adapter in kohya's keys (the committed export), read back by
+   * sample --lora's route (ct_lora_merge_any) */
+  check_sample(ct_failed_, "comfyui.safetensors", 1.0, "image.scale1");
 }
 
 /* The flux_pipe golden's training step through m: packed v_pred (1 x 64 x 64). */
