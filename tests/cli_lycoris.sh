@@ -128,6 +128,13 @@ PY
 else
   bad "lora merge of a LyCORIS file: $(tail -2 "$tmp/s.err")"
 fi
+"$CT" lora merge --checkpoint "$R" --out "$tmp/lown" >/dev/null 2>"$tmp/s.err" &&
+  diff -r "$tmp/lown" "$tmp/lmerged" >/dev/null &&
+  ok "lora merge --checkpoint of a LyCORIS run = its base + --lora of its file (same files)" ||
+  bad "lora merge of a LyCORIS run: $(tail -2 "$tmp/s.err")"
+"$CT" lora export --format comfyui --checkpoint "$R" --out "$tmp/lexp.safetensors" >/dev/null 2>"$tmp/s.err"
+[ $? -eq 1 ] && grep -q "lora export converts peft adapters only" "$tmp/s.err" &&
+  ok "lora export of a LyCORIS run is refused, saying why" || bad "lora export: $(tail -1 "$tmp/s.err")"
 "$CT" sample --checkpoint "$R" --ema "${s[@]}" --out "$tmp/s_ema.png" >/dev/null 2>"$tmp/s.err"
 [ $? -eq 1 ] && grep -q "no alphas" "$tmp/s.err" && ok "sample --ema of a LyCORIS run is refused, saying why" ||
   bad "--ema: $(tail -1 "$tmp/s.err")"

@@ -146,7 +146,8 @@ void ct_pipeline_free(ct_pipeline *p);
  * FluxTransformer2DModel directory), and/or a checkpoint directory: a full
  * run's model (EMA with use_ema); a model_type lora run's base (the
  * pipeline's transformer, pretrained_model_path, else the seeded init) with
- * *adapter its own adapter (EMA with use_ema), else *adapter NULL. */
+ * *adapter its own adapter (EMA with use_ema), else *adapter NULL.
+ * adapter NULL: the base only (its own adapter not read). */
 struct ct_lora;
 ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int use_ema,
                             ct_mmdit **model, struct ct_lora **adapter, ct_err *err);

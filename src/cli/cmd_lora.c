@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "ctuner/fs.h"
 #include "ctuner/lora_tools.h"
 #include "ctuner/parse.h"
 #include "ctuner/safetensors.h"
@@ -107,12 +108,9 @@ static int open_both(const char *cmd, const lora_args *a, int base_only, ct_mmdi
   ct_err err = {0};
   char dir[4096];
   if (a->ckpt && ct_cli_checkpoint_dir(cmd, a->ckpt, dir, sizeof dir)) return 1;
-  ct_status st = ct_lora_base_open(a->pretrained, a->ckpt ? dir : NULL, a->ema, m, l, &err);
-  if (!st && a->lora) {
-    ct_lora_free(*l);
-    *l = NULL;
-    if (!base_only) st = ct_lora_open_file(ct_mmdit_cfg(*m), a->lora, l, &err);
-  }
+  ct_status st =
+      ct_lora_base_open(a->pretrained, a->ckpt ? dir : NULL, a->ema, m, a->lora ? NULL : l, &err);
+  if (!st && a->lora && !base_only) st = ct_lora_open_file(ct_mmdit_cfg(*m), a->lora, l, &err);
   if (!st && !*l && !base_only)
     st = ct_errf(&err, CT_ERR_INVALID, "no adapter: give --lora FILE (the base %s holds none)",
                  a->ckpt ? dir : a->pretrained);
@@ -124,6 +122,16 @@ static int open_both(const char *cmd, const lora_args *a, int base_only, ct_mmdi
     return 1;
   }
   return 0;
+}
+
+/* The checkpoint's own adapter file when it is not peft's (a lora_type
+ * lycoris run's, LyCORIS names): its path in buf, else 0. */
+static int own_lycoris(const lora_args *a, char *buf, size_t cap) {
+  char dir[4096];
+  struct stat sb;
+  if (ct_cli_checkpoint_dir("lora merge", a->ckpt, dir, sizeof dir)) return 0;
+  if (ct_pathf(buf, cap, "%s/pytorch_lora_weights.safetensors", dir) || stat(buf, &sb)) return 0;
+  return !ct_lora_file_is_peft(buf);
 }
 
 int ct_cmd_lora_merge(int argc, char **argv) {
@@ -142,6 +150,17 @@ int ct_cmd_lora_merge(int argc, char **argv) {
   }
   ct_mmdit *m = NULL;
   ct_lora *l = NULL;
+  char own[4200];
+  if (!a.lora && a.ckpt && own_lycoris(&a, own, sizeof own)) {
+    if (a.ema) {
+      fprintf(stderr,
+              "ctuner lora merge: %s is a LyCORIS adapter; --ema with it is not implemented "
+              "(its ema.safetensors holds no alphas)\n",
+              own);
+      return 1;
+    }
+    a.lora = own; /* a lora_type lycoris run's own adapter, merged as a --lora file */
+  }
   const int any = a.lora && !ct_lora_file_is_peft(a.lora); /* kohya, BFL, LyCORIS */
   if (open_both("lora merge", &a, any, &m, &l)) return 1;
   ct_err err = {0};

@@ -51,8 +51,8 @@ ct_status ct_lora_run_adapter(const ct_config *cfg, const ct_mmdit_config *mc, c
                    use_ema ? " (trained without use_ema)" : "");
   if (cfg->lora_type && !strcmp(cfg->lora_type, "lycoris"))
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "%s: a lora_type lycoris run's adapter is not opened as one here (ctuner "
-                   "sample folds it in; lora merge/export: give --lora %s and the base)",
+                   "%s: a lora_type lycoris run's adapter (%s, LyCORIS names): ctuner sample "
+                   "and lora merge fold it in; lora export converts peft adapters only",
                    dir, path);
   const ct_lora_opts o = {(int)cfg->lora_rank,
                           cfg->lora_alpha > 0 ? cfg->lora_alpha : (double)cfg->lora_rank, 0.0, 0,
@@ -150,7 +150,7 @@ ct_status ct_lora_run_open(const ct_config *cfg, const char *dir, int use_ema, c
 ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int use_ema,
                             ct_mmdit **model, ct_lora **adapter, ct_err *err) {
   *model = NULL;
-  *adapter = NULL;
+  if (adapter) *adapter = NULL; /* NULL: the base only */
   ct_status st = CT_OK;
   char p[4200];
   if (pretrained && ckpt_dir) { /* a FLUX.1 pipeline run: its transformer/ or its adapter */
@@ -160,7 +160,7 @@ ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int us
     else
       st = open_pretrained(pretrained, model, err);
     snprintf(p, sizeof p, "%s/pytorch_lora_weights.safetensors", ckpt_dir);
-    if (!st && exists(p)) st = ct_lora_open_file(ct_mmdit_cfg(*model), p, adapter, err);
+    if (!st && adapter && exists(p)) st = ct_lora_open_file(ct_mmdit_cfg(*model), p, adapter, err);
   } else if (pretrained) {
     st = open_pretrained(pretrained, model, err);
   } else {
@@ -187,9 +187,8 @@ ct_status ct_lora_base_open(const char *pretrained, const char *ckpt_dir, int us
   }
   if (st) {
     ct_mmdit_free(*model);
-    ct_lora_free(*adapter);
     *model = NULL;
-    *adapter = NULL;
+    if (adapter) ct_lora_free(*adapter), *adapter = NULL;
   }
   return st;
 }
