@@ -14,6 +14,8 @@
 #                          cli_losses goldens, exact and tolerance modes
 #   json_ub                a signed overflow in the JSON number parser: the
 #                          fuzz target (clang, ASan + UBSan) must stop on it
+#   lora_alpha_ignored     adapter files of other layouts merged without their
+#                          .alpha (kohya, BFL, LyCORIS): the lora_files goldens
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="${SABOTAGE_DIR:-$root/build-sabotage}"
@@ -30,6 +32,7 @@ CASES=(
   "attention_dk_unwritten|build/ct_tests attention dispatch;build/ct_tests kernels attention_small"
   "loss_moved|CT_LOSSES_ONLY=small_adamw_ema bash tests/cli_losses.sh build/ctuner;CT_LOSSES_MODE=tolerance CT_LOSSES_ONLY=small_adamw_ema bash tests/cli_losses.sh build/ctuner"
   "json_ub|build-fuzz/fuzz_safetensors -runs=1 $work/json_ub.input"
+  "lora_alpha_ignored|build/ct_tests lora_files layouts_vs_diffusers_rules;build/ct_tests lora_files lycoris_files_vs_lycoris"
 )
 if [ $# -gt 0 ]; then
   sel=()
