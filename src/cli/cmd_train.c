@@ -134,6 +134,23 @@ static void catch_stop_signals(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
+/* Hub ids in the model keys (docs/hub.md): rank 0 resolves them, downloading
+ * what is missing, while the other ranks wait in an allreduce that carries its
+ * status; then they resolve from the cache rank 0 filled. */
+static ct_status resolve_hub(ct_config *cfg, ct_comm *comm, ct_err *err) {
+  const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
+  ct_status st = rank == 0 ? ct_train_resolve_hub(cfg, 1, err) : CT_OK;
+  if (world == 1) return st;
+  double failed = st ? 1.0 : 0.0;
+  ct_err ce = {0};
+  ct_comm_set_timeout(comm, 0); /* a download may take hours; the trainer sets the watchdog */
+  if (ct_comm_allreduce_f64(comm, &failed, 1, &ce)) return ct_errf(err, ce.status, "%s", ce.msg);
+  if (st) return st;
+  if (failed > 0)
+    return ct_errf(err, CT_ERR_NOT_FOUND, "rank 0 could not resolve the model (see its error)");
+  return rank == 0 ? CT_OK : ct_train_resolve_hub(cfg, 0, err);
+}
+
 static int train_or_cache(int argc, char **argv, int cache) {
   const char *who = cache ? "ctuner cache" : "ctuner train";
   ct_config cfg;
@@ -216,6 +233,13 @@ static int train_or_cache(int argc, char **argv, int cache) {
     fprintf(stderr, "%s: %s\n", who, err.msg);
     fflush(stderr);
     ct_comm_abort(comm, 2); /* one rank's bad file must not leave the others waiting */
+    goto out;
+  }
+  if (resolve_hub(&cfg, comm, &err)) { /* hub ids: rank 0 downloads, the others wait */
+    fprintf(stderr, "%s: %s\n", who, err.msg);
+    fflush(stderr);
+    ct_comm_abort(comm, 1);
+    rc = 1;
     goto out;
   }
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
