@@ -6,9 +6,11 @@ internet): serves directories as model repos under the hub's URL scheme.
                         [--token T] [--cut-once]
 
   GET  /api/models/REPO/revision/REV   {"id", "sha", "siblings": [{"rfilename"}]}
+  GET  /api/models/REPO/tree/REV        [{"type", "path", "size", "oid", "lfs"}] (one page)
   HEAD/GET /REPO/resolve/REV/PATH       small files: 200 with ETag (git-style sha1),
                                         X-Repo-Commit; LFS files (*.safetensors,
-                                        *.model, *.bin): 302 to /cdn/SHA256 with
+                                        *.model, *.bin): 302 to http://localhost:PORT/cdn/SHA256 (another
+                                        host, as the real CDN) with
                                         X-Linked-Etag (the sha256) and X-Linked-Size,
                                         as huggingface.co answers
   GET  /cdn/SHA256                      the bytes; Range: bytes=N- gives 206
@@ -45,6 +47,14 @@ def load_repo(root):
         with open(files[rel], "rb") as f:
             h.update(hashlib.sha1(f.read()).digest())
     return {"files": files, "sha": h.hexdigest()}
+
+
+def cdn_host(host):
+    """The CDN on another host name (localhost for 127.0.0.1), as the hub's LFS
+    redirects leave huggingface.co: clients keep the token and follow HEADs
+    only on the hub's own host."""
+    name, _, port = host.rpartition(":")
+    return ("localhost" if name == "127.0.0.1" else "127.0.0.1") + ":" + port
 
 
 def main():
@@ -110,6 +120,9 @@ def main():
                 return
             if path.startswith("/api/models/"):
                 rest = path[len("/api/models/"):]
+                if "/tree/" in rest:  # huggingface_hub >= 1's snapshot_download lists the tree
+                    name, _, rev = rest.partition("/tree/")
+                    return self.tree(name, rev, head)
                 name, _, rev = rest.partition("/revision/")
                 return self.api(name, rev, head)
             parts = path.lstrip("/").split("/")
@@ -135,6 +148,20 @@ def main():
                                "siblings": [{"rfilename": f} for f in sorted(r["files"])]}).encode()
             self.reply(200, body, {"Content-Type": "application/json"}, head)
 
+        def tree(self, name, rev, head):
+            r = self.find(name, rev, head)
+            if r is None:
+                return
+            out = []
+            for f in sorted(r["files"]):
+                with open(r["files"][f], "rb") as fh:
+                    data = fh.read()
+                e = {"type": "file", "path": f, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                if f.endswith(LFS):
+                    e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}
+                out.append(e)
+            self.reply(200, json.dumps(out).encode(), {"Content-Type": "application/json"}, head)
+
         def resolve(self, name, rev, rel, head):
             r = self.find(name, rev, head)
             if r is None:
@@ -150,7 +177,7 @@ def main():
                 with lock:
                     blobs[s] = p
                 common.update({"X-Linked-Etag": '"%s"' % s, "X-Linked-Size": str(len(data)),
-                               "Location": "/cdn/" + s})
+                               "Location": "http://%s/cdn/%s" % (cdn_host(self.headers.get("Host", "")), s)})
                 return self.reply(302, b"", common, head)
             self.reply(200, data, common, head)
 
