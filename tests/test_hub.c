@@ -24,8 +24,9 @@
 #define SHA2 "89abcdef0123456789abcdef0123456789abcdef"
 
 /* Saved and restored environment (each test sets its own). */
-static const char *const VARS[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
-                                   "XDG_CACHE_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"};
+static const char *const VARS[] = {"HF_HUB_CACHE",   "HUGGINGFACE_HUB_CACHE",
+                                   "HF_HOME",        "XDG_CACHE_HOME",
+                                   "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"};
 #define NVARS (sizeof VARS / sizeof VARS[0])
 static char *saved[NVARS];
 static void env_save(void) {
@@ -100,8 +101,8 @@ static int fake_repo(const char *cache, const char *name, const char *src, const
 CT_TEST(hub, repo_ids_and_cache_dir) {
   /* validate_repo_id's rule */
   const char *good[] = {"black-forest-labs/FLUX.1-dev", "gpt2", "a_b/c.d-e"};
-  const char *bad[] = {"",        "/abs/path", "a/b/c",  "a--b/c", "a/..b", "-a/b",
-                       "a/b.",    "a b/c",     "./x",    "a/",     "~/flux"};
+  const char *bad[] = {"",     "/abs/path", "a/b/c", "a--b/c", "a/..b", "-a/b",
+                       "a/b.", "a b/c",     "./x",   "a/",     "~/flux"};
   for (size_t i = 0; i < 3; i++) CHECKF(ct_hub_is_repo_id(good[i]), "%s", good[i]);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     CHECKF(!ct_hub_is_repo_id(bad[i]), "'%s'", bad[i]);
@@ -209,9 +210,9 @@ CT_TEST(hub, config_resolves_and_pipeline_opens) {
   CHECK(!ct_train_resolve_hub(&c, 1, &e) && !strcmp(c.pretrained_model_name_or_path, dev));
   REQUIRE(!ct_config_set(&c, "pretrained_model_name_or_path", "/no/such/dir", &e));
   CHECK(ct_train_resolve_hub(&c, 1, &e) == CT_ERR_NOT_FOUND);
-  CHECKF(strstr(e.msg, "'/no/such/dir': no such file or directory") &&
-             strstr(e.msg, "not a hub id"),
-         "%s", e.msg);
+  CHECKF(
+      strstr(e.msg, "'/no/such/dir': no such file or directory") && strstr(e.msg, "not a hub id"),
+      "%s", e.msg);
   ct_config_free(&c);
   env_restore();
 }
@@ -220,20 +221,20 @@ CT_TEST(hub, config_resolves_and_pipeline_opens) {
  * variant_compatible_siblings), for a FLUX.1-dev-like listing. */
 CT_TEST(hub, wanted_files) {
   const char *f[] = {
-      "flux1-dev.safetensors",                                        /* 0: not a component */
-      "model_index.json",                                             /* 1 */
-      "README.md",                                                    /* 2 */
-      "transformer/config.json",                                      /* 3 */
+      "flux1-dev.safetensors",                                          /* 0: not a component */
+      "model_index.json",                                               /* 1 */
+      "README.md",                                                      /* 2 */
+      "transformer/config.json",                                        /* 3 */
       "transformer/diffusion_pytorch_model-00001-of-00002.safetensors", /* 4 */
-      "transformer/diffusion_pytorch_model.safetensors.index.json",   /* 5 */
+      "transformer/diffusion_pytorch_model.safetensors.index.json",     /* 5 */
       "transformer/diffusion_pytorch_model.fp16-00001-of-00002.safetensors", /* 6 */
       "transformer/diffusion_pytorch_model.safetensors.index.fp16.json",     /* 7 */
-      "vae/diffusion_pytorch_model.safetensors",                      /* 8 */
-      "vae/diffusion_pytorch_model.fp16.safetensors",                 /* 9 */
-      "text_encoder/model.safetensors",                               /* 10: no fp16 of it */
-      "text_encoder/pytorch_model.bin",                               /* 11 */
-      "tokenizer_2/spiece.model",                                     /* 12 */
-      "extra/x.json",                                                 /* 13: not in the index */
+      "vae/diffusion_pytorch_model.safetensors",                             /* 8 */
+      "vae/diffusion_pytorch_model.fp16.safetensors",                        /* 9 */
+      "text_encoder/model.safetensors",                                      /* 10: no fp16 of it */
+      "text_encoder/pytorch_model.bin",                                      /* 11 */
+      "tokenizer_2/spiece.model",                                            /* 12 */
+      "extra/x.json", /* 13: not in the index */
   };
   const char *comp[] = {"transformer", "vae", "text_encoder", "tokenizer_2"};
   const int plain[] = {0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0, 1, 0};
@@ -259,17 +260,18 @@ CT_TEST(hub, variant_view) {
   snprintf(src, sizeof src, "%s/var_src", t);
   snprintf(views, sizeof views, "%s/views", t);
   const char *dev = ct_test_data_in("CT_FLUX_PIPE_DATA", "flux_pipe", "dev");
-  snprintf(cmd, sizeof cmd,
-           "set -e; rm -rf '%s'; cp -rL '%s' '%s'; cd '%s'; rm golden.safetensors;"
-           "mv vae/diffusion_pytorch_model.safetensors vae/diffusion_pytorch_model.fp16.safetensors;"
-           "echo garbage > vae/diffusion_pytorch_model.safetensors; cd transformer;"
-           "for k in 1 2; do mv diffusion_pytorch_model-0000$k-of-00002.safetensors "
-           "diffusion_pytorch_model.fp16-0000$k-of-00002.safetensors; done;"
-           "sed 's/diffusion_pytorch_model-0000/diffusion_pytorch_model.fp16-0000/' "
-           "diffusion_pytorch_model.safetensors.index.json > "
-           "diffusion_pytorch_model.safetensors.index.fp16.json;"
-           "rm diffusion_pytorch_model.safetensors.index.json",
-           src, dev, src, src);
+  snprintf(
+      cmd, sizeof cmd,
+      "set -e; rm -rf '%s'; cp -rL '%s' '%s'; cd '%s'; rm golden.safetensors;"
+      "mv vae/diffusion_pytorch_model.safetensors vae/diffusion_pytorch_model.fp16.safetensors;"
+      "echo garbage > vae/diffusion_pytorch_model.safetensors; cd transformer;"
+      "for k in 1 2; do mv diffusion_pytorch_model-0000$k-of-00002.safetensors "
+      "diffusion_pytorch_model.fp16-0000$k-of-00002.safetensors; done;"
+      "sed 's/diffusion_pytorch_model-0000/diffusion_pytorch_model.fp16-0000/' "
+      "diffusion_pytorch_model.safetensors.index.json > "
+      "diffusion_pytorch_model.safetensors.index.fp16.json;"
+      "rm diffusion_pytorch_model.safetensors.index.json",
+      src, dev, src, src);
   REQUIRE(system(cmd) == 0);
   setenv("HF_HUB_CACHE", cache, 1);
   setenv("HF_HUB_OFFLINE", "1", 1);
@@ -300,8 +302,7 @@ CT_TEST(hub, variant_view) {
     REQUIRE(!ct_config_set(&c, "pretrained_model_name_or_path", where[k], &e));
     REQUIRE(!ct_config_set(&c, "variant", "bf16", &e));
     CHECK(ct_train_resolve_hub(&c, 0, &e) == CT_ERR_NOT_FOUND);
-    CHECKF(strstr(e.msg, "variant 'bf16'") && strstr(e.msg, "no weight file of it"), "%s",
-           e.msg);
+    CHECKF(strstr(e.msg, "variant 'bf16'") && strstr(e.msg, "no weight file of it"), "%s", e.msg);
     ct_config_free(&c);
   }
   env_restore();

@@ -46,12 +46,12 @@ int ct_hub_offline(void);
 
 /* What to fetch and how. Every field may be 0/NULL. */
 typedef struct ct_hub_opts {
-  const char *revision;  /* branch, tag or commit sha (NULL: "main") */
-  const char *variant;   /* diffusers' weight variant, e.g. "fp16" (NULL: none) */
-  const char *subfolder; /* only files under it (NULL: a pipeline's components, or all) */
-  int subfolder_optional; /* the subfolder only if the repo has SUBFOLDER/config.json */
-  const char *key;       /* the config key, for messages */
-  int quiet;             /* no progress on stderr */
+  const char *revision;    /* branch, tag or commit sha (NULL: "main") */
+  const char *variant;     /* diffusers' weight variant, e.g. "fp16" (NULL: none) */
+  const char *subfolder;   /* only files under it (NULL: a pipeline's components, or all) */
+  int subfolder_optional;  /* the subfolder only if the repo has SUBFOLDER/config.json */
+  const char *key;         /* the config key, for messages */
+  int quiet;               /* no progress on stderr */
   const char *const *skip; /* component folders not fetched (NULL-terminated; NULL: none) */
 } ct_hub_opts;
 

@@ -86,8 +86,7 @@ int ct_cmd_hub(int argc, char **argv) {
 void ct_cli_hub_check(const ct_config *cfg) {
   const char *const K[][2] = {
       {"pretrained_model_name_or_path", cfg->pretrained_model_name_or_path},
-      {"pretrained_transformer_model_name_or_path",
-       cfg->pretrained_transformer_model_name_or_path},
+      {"pretrained_transformer_model_name_or_path", cfg->pretrained_transformer_model_name_or_path},
       {"pretrained_vae_model_name_or_path", cfg->pretrained_vae_model_name_or_path}};
   for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
     struct stat sb;

@@ -1,6 +1,8 @@
 /* hub.c: Hugging Face cache lookup, the pipeline's file selection and the
  * variant view (ctuner/hub.h). The rules are huggingface_hub's and
  * diffusers', cited where each is followed; the download is hub_fetch.c. */
+#include "ctuner/hub.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +14,6 @@
 #include <unistd.h>
 
 #include "ctuner/fs.h"
-#include "ctuner/hub.h"
 #include "storage/hub_int.h"
 
 int ct_hub_is_repo_id(const char *s) {
@@ -179,8 +180,7 @@ ct_status ct_hub_lookup(const char *id, const ct_hub_opts *o, char *out, size_t 
     ct_pathf(ref, sizeof ref, "%s/refs/%s", repo, rev);
     const int r = read_ref(ref, sha);
     if (r) {
-      snprintf(where + w, sizeof where - (size_t)w, "%s %s", r == -1 ? "has no" : "has a bad",
-               ref);
+      snprintf(where + w, sizeof where - (size_t)w, "%s %s", r == -1 ? "has no" : "has a bad", ref);
       return ct_errf(err, CT_ERR_NOT_FOUND, "%s '%s' (revision %s): %s", key, id, rev, where);
     }
   }
@@ -205,7 +205,7 @@ static int ends(const char *s, const char *suf) {
  * *.msgpack when safetensors exist, and onnx/pb outside onnx pipelines). */
 static int foreign_weights(const char *f) {
   static const char *const X[] = {".bin", ".msgpack", ".onnx", ".onnx_data", ".pb",
-                                  ".h5",  ".ckpt",    ".pt",   ".pth",        ".ot"};
+                                  ".h5",  ".ckpt",    ".pt",   ".pth",       ".ot"};
   for (size_t i = 0; i < sizeof X / sizeof X[0]; i++)
     if (ends(f, X[i]) && !ends(f, ".index.json")) return 1;
   return 0;
@@ -273,7 +273,8 @@ void ct_hub_wanted(const char *const *files, size_t nfiles, const char *const *c
     int k = 1;
     if (sl) {
       k = !strncmp(f, subfolder, sl) && f[sl] == '/';
-    } else if (components) { /* pipeline_utils.py download: model_index.json and the component folders */
+    } else if (components) { /* pipeline_utils.py download: model_index.json and the component
+                                folders */
       k = !strcmp(f, "model_index.json");
       for (size_t c = 0; c < ncomp && !k; c++) {
         const size_t cl = strlen(components[c]);

@@ -265,14 +265,14 @@ static ct_status http_error(const hub *h, const char *what, const resp *r, ct_er
   else
     snprintf(why, sizeof why, "HTTP %ld", r->status);
   return ct_errf(err, r->status == 404 ? CT_ERR_NOT_FOUND : CT_ERR_IO,
-                 "%s '%s': %s answered %ld for %s: %s%s%s", h->key, h->id, h->ep, r->status,
-                 what, why, r->emsg[0] ? "; the hub says: " : "", r->emsg);
+                 "%s '%s': %s answered %ld for %s: %s%s%s", h->key, h->id, h->ep, r->status, what,
+                 why, r->emsg[0] ? "; the hub says: " : "", r->emsg);
 }
 
 /* GET /api/models/REPO/revision/REV: the commit sha and the file list.
  * *unreachable set when the hub cannot be reached (the caller uses the cache). */
-static ct_status list_files(const hub *h, const char *rev, char sha[41], char ***files,
-                            size_t *nf, int *unreachable, ct_err *err) {
+static ct_status list_files(const hub *h, const char *rev, char sha[41], char ***files, size_t *nf,
+                            int *unreachable, ct_err *err) {
   char qrev[800], url[2400];
   quote(rev, 0, qrev, sizeof qrev);
   snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", h->ep, h->id, qrev);
@@ -297,8 +297,8 @@ static ct_status list_files(const hub *h, const char *rev, char sha[41], char **
       sib->type != CT_JSON_ARRAY) {
     ct_json_free(j);
     return ct_errf(err, CT_ERR_FORMAT,
-                   "%s: the file list of %s has no 40-hex \"sha\" or no \"siblings\" array",
-                   h->ep, h->id);
+                   "%s: the file list of %s has no 40-hex \"sha\" or no \"siblings\" array", h->ep,
+                   h->id);
   }
   memcpy(sha, s->str, 41);
   char **v = calloc(sib->n + 1, sizeof *v);
@@ -324,7 +324,6 @@ static void free_list(char **v, size_t n) {
   free(v);
 }
 
-
 /* The etag as file_download.py _normalize_etag: no "W/" prefix, no quotes;
  * ctuner also insists on a file-name-safe one (it names the blob). */
 static int normalize_etag(const char *in, char *out, size_t n) {
@@ -332,7 +331,8 @@ static int normalize_etag(const char *in, char *out, size_t n) {
   size_t k = 0;
   for (; *in && k + 1 < n; in++) {
     if (*in == '"') continue;
-    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", *in)) return -1;
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", *in))
+      return -1;
     out[k++] = *in;
   }
   out[k] = 0;
@@ -341,8 +341,8 @@ static int normalize_etag(const char *in, char *out, size_t n) {
 
 /* HEAD of the file's resolve URL: its etag and size (relative redirects followed,
  * as file_download.py's _request_wrapper(follow_relative_redirects=True)). */
-static ct_status head_file(const hub *h, const char *sha, const char *file, char *etag,
-                           size_t en, long long *size, ct_err *err) {
+static ct_status head_file(const hub *h, const char *sha, const char *file, char *etag, size_t en,
+                           long long *size, ct_err *err) {
   char qf[3100], url[4400];
   quote(file, 1, qf, sizeof qf);
   snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", h->ep, h->id, sha, qf);
@@ -411,8 +411,7 @@ static ct_status get_blob(const hub *h, const char *sha, const char *file, const
     if (cc == CURLE_OK && (r.status == 200 || r.status == 206) && wrote) break;
     if (attempt + 1 < ATTEMPTS && transient(cc, r.status)) {
       CT_WARN("hub: %s: %s after %lld bytes; resuming (try %d of %d)", file,
-              cc ? curl_easy_strerror(cc) : "server error", file_size(inc), attempt + 2,
-              ATTEMPTS);
+              cc ? curl_easy_strerror(cc) : "server error", file_size(inc), attempt + 2, ATTEMPTS);
       usleep((useconds_t)(250000u << attempt));
       continue;
     }
@@ -432,16 +431,16 @@ static ct_status get_blob(const hub *h, const char *sha, const char *file, const
   if (rename(inc, blob)) return ct_errf(err, CT_ERR_IO, "%s: %s", blob, strerror(errno));
   const double dt = now_s() - t0;
   char a[32], b[32];
-  human((double)size, a, sizeof a), human((double)(size - first) / (dt > 1e-3 ? dt : 1e-3), b,
-                                            sizeof b);
+  human((double)size, a, sizeof a),
+      human((double)(size - first) / (dt > 1e-3 ? dt : 1e-3), b, sizeof b);
   if (!h->quiet)
     CT_INFO("hub: %s/%s: %s%s, %.1f s, %s/s", h->id, file, a, first ? " (resumed)" : "", dt, b);
   return CT_OK;
 }
 
 /* snapshots/SHA/FILE -> ../../blobs/ETAG (one more ../ per directory in FILE). */
-static ct_status link_snapshot(const hub *h, const char *snap, const char *file,
-                               const char *etag, ct_err *err) {
+static ct_status link_snapshot(const hub *h, const char *snap, const char *file, const char *etag,
+                               ct_err *err) {
   char path[CT_HUB_PATH + 1100], target[1400] = "", dir[CT_HUB_PATH + 1100];
   ct_pathf(path, sizeof path, "%s/%s", snap, file);
   snprintf(dir, sizeof dir, "%s", path);
@@ -455,8 +454,8 @@ static ct_status link_snapshot(const hub *h, const char *snap, const char *file,
   snprintf(target + k, sizeof target - k, "blobs/%s", etag);
   unlink(path);
   if (symlink(target, path))
-    return ct_errf(err, CT_ERR_IO, "%s '%s': cannot link %s -> %s: %s", h->key, h->id, path,
-                   target, strerror(errno));
+    return ct_errf(err, CT_ERR_IO, "%s '%s': cannot link %s -> %s: %s", h->key, h->id, path, target,
+                   strerror(errno));
   return CT_OK;
 }
 
@@ -479,7 +478,8 @@ static ct_status fetch_one(const hub *h, const char *sha, const char *file, ct_e
   return link_snapshot(h, snap, file, etag, err);
 }
 
-/* refs/REV holding sha (not for a commit revision: file_download.py _cache_commit_hash_for_specific_revision). */
+/* refs/REV holding sha (not for a commit revision: file_download.py
+ * _cache_commit_hash_for_specific_revision). */
 static ct_status write_ref(const hub *h, const char *rev, const char *sha, ct_err *err) {
   if (ct_hub_is_commit(rev)) return CT_OK;
   char ref[CT_HUB_PATH + 300], dir[CT_HUB_PATH + 300];
@@ -491,8 +491,7 @@ static ct_status write_ref(const hub *h, const char *rev, const char *sha, ct_er
 }
 
 /* model_index.json's component folders (pipeline_utils.py download: its list-valued keys). */
-static ct_status components(const hub *h, const char *sha, char ***names, size_t *n,
-                            ct_err *err) {
+static ct_status components(const hub *h, const char *sha, char ***names, size_t *n, ct_err *err) {
   ct_status st = fetch_one(h, sha, "model_index.json", err);
   if (st) return st;
   char path[CT_HUB_PATH + 100];
@@ -555,7 +554,8 @@ static ct_status fetch_listed(const hub *h, const ct_hub_opts *o, const char *sh
   for (size_t i = 0, k = 0; !st && i < nf; i++) {
     if (!keep[i]) continue;
     k++;
-    if (!h->quiet && h->tty) fprintf(stderr, "\rhub: %s [%zu/%zu] %s\033[K", h->id, k, nk, files[i]);
+    if (!h->quiet && h->tty)
+      fprintf(stderr, "\rhub: %s [%zu/%zu] %s\033[K", h->id, k, nk, files[i]);
     st = fetch_one(h, sha, files[i], err);
   }
   if (!h->quiet && h->tty) fputs("\r\033[K", stderr);

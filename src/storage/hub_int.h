@@ -12,7 +12,8 @@ int ct_hub_home(char *out, size_t n, const char **from);
 int ct_hub_repo_dir(const char *cache, const char *id, char *out, size_t n);
 /* 1 if r can name a refs/ file (no "..", no leading '/', no control characters). */
 int ct_hub_revision_ok(const char *r);
-/* 0: not a weight file, 1: a non-variant weight, 2: a weight of variant (plain: its loader name). */
+/* 0: not a weight file, 1: a non-variant weight, 2: a weight of variant (plain: its loader name).
+ */
 int ct_hub_weight_kind(const char *base, const char *variant, char *plain, size_t n);
 /* The names in dir (no "." or ".."), sorted, malloc'd. Nonzero: cannot list. */
 int hub_list_dir(const char *dir, char ***names, size_t *n);

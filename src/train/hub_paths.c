@@ -35,8 +35,8 @@ static int replace(char **field, const char *v) {
 
 /* One key: its value as a local directory (or file) for the loaders. */
 static ct_status resolve_one(ct_config *cfg, char **field, const char *key, const char *sub,
-                             int sub_optional, const char *const *skip, int download,
-                             int *hub_ids, ct_err *err) {
+                             int sub_optional, const char *const *skip, int download, int *hub_ids,
+                             ct_err *err) {
   const char *v = *field;
   struct stat sb;
   char dir[CT_HUB_PATH], view[CT_HUB_PATH], root[CT_HUB_PATH];
@@ -48,8 +48,8 @@ static ct_status resolve_one(ct_config *cfg, char **field, const char *key, cons
     char cwd[CT_HUB_PATH] = ".";
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
     return ct_errf(err, CT_ERR_NOT_FOUND,
-                   "%s '%s': no such file or directory (from %s), and not a hub id (org/name)",
-                   key, v, cwd);
+                   "%s '%s': no such file or directory (from %s), and not a hub id (org/name)", key,
+                   v, cwd);
   } else {
     const ct_hub_opts o = {cfg->revision, cfg->variant, sub, sub_optional, key, 0, skip};
     (*hub_ids)++;
