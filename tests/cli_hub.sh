@@ -8,7 +8,9 @@
 # into blobs/ named by etag, the pipeline's components only); ctuner sample
 # --pretrained ID loads it, then again with the server gone (from the cache,
 # saying so), giving the same image as the local directory; HF_HUB_OFFLINE
-# with an empty cache fails naming the id; config check shows the snapshot.
+# with an empty cache fails naming the id; ctuner train from the id trains
+# the weights it trains from the directory; a revision the cache lacks is
+# named; config check shows the snapshot.
 # Usage: tests/cli_hub.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -98,6 +100,21 @@ HF_HUB_OFFLINE=1 HF_HOME=$tmp/empty "$CT" sample --pretrained $ID "${SAMPLE[@]}"
 [ $rc -ne 0 ] && grep -q "'$ID'" "$tmp/err" && grep -q "$tmp/empty/hub (from HF_HOME) has no" "$tmp/err" &&
   grep -q "HF_HUB_OFFLINE is set" "$tmp/err" &&
   ok "HF_HUB_OFFLINE=1, empty cache: fails naming the id and the cache it looked in" || bad "offline empty: rc=$rc $(cat "$tmp/err")"
+# ---- train from the id (the cache, offline): the same steps as from the directory ----
+"$CT" dataset synth --out "$tmp/data" --count 4 --seed 5 --size 32x32 > /dev/null || bad "synth"
+echo "[{\"id\": \"s\", \"type\": \"local\", \"instance_data_dir\": \"$tmp/data\", \"caption_strategy\": \"textfile\"}]" > "$tmp/backend.json"
+TRAIN=(--data_backend_config="$tmp/backend.json" --resolution=32 --aspect_bucket_alignment=8 --train_batch_size=1
+  --disable_progress_bar=true --seed=3 --learning_rate=1e-3 --num_threads=2 --max_train_steps=1 --checkpoint_step_interval=1)
+W=checkpoint-1/transformer/diffusion_pytorch_model.safetensors
+"$CT" train --pretrained_model_name_or_path="$P" "${TRAIN[@]}" --output_dir="$tmp/t_dir" > /dev/null 2> "$tmp/err" ||
+  bad "train from the directory: $(tail -3 "$tmp/err")"
+HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=$ID --revision=main "${TRAIN[@]}" --output_dir="$tmp/t_hub" > /dev/null 2> "$tmp/err"; rc=$?
+[ $rc -eq 0 ] && [ -s "$tmp/t_hub/$W" ] && cmp -s "$tmp/t_dir/$W" "$tmp/t_hub/$W" && grep -q "pretrained_model_name_or_path $ID (revision main): $S" "$tmp/err" &&
+  ok "train --pretrained_model_name_or_path=$ID: says which snapshot, trains the same weights as from the directory" ||
+  bad "train hub: rc=$rc $(tail -3 "$tmp/err")"
+HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=$ID --revision=v9 "${TRAIN[@]}" --output_dir="$tmp/t_v9" > /dev/null 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "(revision v9).*has no $REPO/refs/v9" "$tmp/err" && [ ! -e "$tmp/t_v9/checkpoint-1" ] &&
+  ok "train with a revision the cache lacks: exit 1, names refs/v9" || bad "revision v9: rc=$rc $(cat "$tmp/err")"
 echo '{"pretrained_model_name_or_path": "org/tiny-flux"}' > "$tmp/c.json"
 HF_HUB_OFFLINE=1 "$CT" config check "$tmp/c.json" > "$tmp/out" 2> "$tmp/err"
 grep -q "^hub: pretrained_model_name_or_path $ID: $S$" "$tmp/out" &&
