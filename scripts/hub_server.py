@@ -3,7 +3,7 @@
 internet): serves directories as model repos under the hub's URL scheme.
 
   scripts/hub_server.py --repo org/name=DIR [--repo ...] --port-file F [--log F]
-                        [--token T] [--cut-once]
+                        [--token T] [--cut-once] [--rate BYTES_PER_S]
 
   GET  /api/models/REPO/revision/REV   {"id", "sha", "siblings": [{"rfilename"}]}
   GET  /api/models/REPO/tree/REV        [{"type", "path", "size", "oid", "lfs"}] (one page)
@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--token")
     ap.add_argument("--cut-once", action="store_true")
+    ap.add_argument("--rate", type=int, default=0, help="CDN bytes per second (0: unlimited)")
     a = ap.parse_args()
     repos = {}
     for r in a.repo:
@@ -89,7 +91,8 @@ def main():
             self.send_response(code)
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
+            if "Content-Length" not in (headers or {}):
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if not head and body:
                 self.wfile.write(body)
@@ -207,9 +210,17 @@ def main():
                 self.connection.shutdown(2)
                 return
             if start:
-                self.reply(206, data[start:], {"Content-Range": "bytes %d-%d/%d" % (start, len(data) - 1, len(data))}, head)
+                hdr = {"Content-Range": "bytes %d-%d/%d" % (start, len(data) - 1, len(data))}
+                code, data = 206, data[start:]
             else:
-                self.reply(200, data, {}, head)
+                hdr, code = {}, 200
+            if not a.rate or head:
+                return self.reply(code, data, hdr, head)
+            self.reply(code, b"", dict(hdr, **{"Content-Length": str(len(data))}), True)
+            for i in range(0, len(data), max(1, a.rate // 10)):  # --rate: a slow link
+                self.wfile.write(data[i:i + max(1, a.rate // 10)])
+                self.wfile.flush()
+                time.sleep(0.1)
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     srv.daemon_threads = True

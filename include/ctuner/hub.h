@@ -37,8 +37,8 @@ int ct_hub_is_repo_id(const char *s);
 /* 1 if s is a 40-hex lowercase commit sha (huggingface_hub's REGEX_COMMIT_HASH). */
 int ct_hub_is_commit(const char *s);
 
-/* The cache directory and the variable it came from ("HF_HUB_CACHE", "HF_HOME",
- * "XDG_CACHE_HOME", "HOME"); from may be NULL. */
+/* The cache directory and the variable it came from ("HF_HUB_CACHE",
+ * "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"); from may be NULL. */
 ct_status ct_hub_cache_dir(char *out, size_t n, const char **from, ct_err *err);
 
 /* 1 if HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is true. */
