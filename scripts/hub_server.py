@@ -20,7 +20,7 @@ REV is "main" or the repo's commit (a sha1 of its files); anything else is
 (else 401, X-Error-Message "Invalid credentials in Authorization header"; the
 CDN, another host on the real hub, needs none). --cut-once: the first full
 GET of each LFS blob sends half its bytes and drops the connection. Every
-request is logged as "METHOD PATH range=R" (one line each) to --log. Listens on
+request is logged as "METHOD PATH range=R auth=yes|no" (one line each) to --log. Listens on
 127.0.0.1, a free port, written to --port-file once it listens. Exits after
 HUB_SERVER_MAX_SECONDS (default 900)."""
 import argparse
@@ -85,7 +85,8 @@ def main():
         def note(self):
             if logf:
                 with lock:
-                    logf.write("%s %s range=%s\n" % (self.command, self.path, self.headers.get("Range", "")))
+                    logf.write("%s %s range=%s auth=%s\n" % (self.command, self.path, self.headers.get("Range", ""),
+                                                             "yes" if self.headers.get("Authorization") else "no"))
 
         def reply(self, code, body=b"", headers=None, head=False):
             self.send_response(code)

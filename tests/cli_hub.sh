@@ -50,8 +50,10 @@ mkdir -p "$HF_HOME" && echo good-token > "$HF_HOME/token"
 sha=$(cat "$REPO/refs/main" 2> /dev/null)
 [ $rc -eq 0 ] && [ "$(cat "$tmp/out")" = "$REPO/snapshots/$sha" ] && [ ${#sha} -eq 40 ] &&
   ok "downloaded with the token file; prints the snapshot; refs/main holds the commit" || bad "download: rc=$rc $(cat "$tmp/out" "$tmp/err")"
-grep -q "resuming" "$tmp/err" && grep -Eq '^GET /cdn/[0-9a-f]{64} range=bytes=[1-9][0-9]*-$' "$tmp/log" &&
+grep -q "resuming" "$tmp/err" && grep -Eq '^GET /cdn/[0-9a-f]{64} range=bytes=[1-9][0-9]*- ' "$tmp/log" &&
   ok "transfers cut half-way were resumed with Range: bytes=N-" || bad "no resume: $(cat "$tmp/err"; cat "$tmp/log" | head)"
+! grep -q '^GET /cdn/.*auth=yes' "$tmp/log" && grep -q '^HEAD /org/tiny-flux/resolve/.*auth=yes' "$tmp/log" &&
+  ok "the token goes to the hub, never to the CDN host it redirects to" || bad "token leak: $(grep cdn "$tmp/log" | head -3)"
 S=$REPO/snapshots/$sha
 same=1
 while IFS= read -r f; do
@@ -75,7 +77,7 @@ half=$((size / 2))
 rm "$S/vae/diffusion_pytorch_model.safetensors" && head -c $half "$blob" > "$blob.incomplete" && rm "$blob"
 : > "$tmp/log"
 "$CT" hub download $ID > /dev/null 2> "$tmp/err"; rc=$?
-[ $rc -eq 0 ] && grep -q "range=bytes=$half-" "$tmp/log" && grep -q "(resumed)" "$tmp/err" &&
+[ $rc -eq 0 ] && grep -q "range=bytes=$half- " "$tmp/log" && grep -q "(resumed)" "$tmp/err" &&
   cmp -s "$P/vae/diffusion_pytorch_model.safetensors" "$S/vae/diffusion_pytorch_model.safetensors" &&
   [ "$(grep -c '^GET /cdn/' "$tmp/log")" -eq 1 ] &&
   ok "a .incomplete blob from an earlier run: resumed from byte $half, the other files not fetched again" ||

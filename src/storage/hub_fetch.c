@@ -281,7 +281,11 @@ static ct_status list_files(const hub *h, const char *rev, char sha[41], char **
   CURLcode cc = request(h, "GET", url, 0, 1, h->etag_timeout * 6, &r);
   if (cc != CURLE_OK) {
     free(r.body);
-    *unreachable = 1;
+    /* snapshot_download falls back to the cache on connection errors and timeouts only */
+    *unreachable = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+                   cc == CURLE_COULDNT_RESOLVE_PROXY || cc == CURLE_OPERATION_TIMEDOUT ||
+                   cc == CURLE_GOT_NOTHING || cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR ||
+                   cc == CURLE_SSL_CONNECT_ERROR;
     return ct_errf(err, CT_ERR_IO, "cannot reach %s: %s", h->ep, curl_easy_strerror(cc));
   }
   if (r.status != 200) {
