@@ -10,7 +10,8 @@
 # saying so), giving the same image as the local directory; HF_HUB_OFFLINE
 # with an empty cache fails naming the id; ctuner train from the id trains
 # the weights it trains from the directory; a revision the cache lacks is
-# named; config check shows the snapshot.
+# named; variant fp16 downloads and trains from the variant's files, an
+# absent variant is refused; config check shows the snapshot.
 # Usage: tests/cli_hub.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +32,19 @@ start_server() {
 }
 stop_server() { [ -n "$spid" ] && kill "$spid" 2> /dev/null && wait "$spid" 2> /dev/null; spid=; }
 trap 'stop_server; rm -rf "$tmp"' EXIT
-start_server --token good-token --cut-once
+# org/tiny-fp16: the same pipeline with diffusers' fp16 variant names (vae/*.fp16.safetensors,
+# transformer/*.fp16-0000N-of-00002.safetensors + index.fp16.json) and garbage plain vae weights
+V=$tmp/fp16
+cp -rL "$P" "$V" && rm "$V/golden.safetensors"
+mv "$V/vae/diffusion_pytorch_model.safetensors" "$V/vae/diffusion_pytorch_model.fp16.safetensors"
+echo garbage > "$V/vae/diffusion_pytorch_model.safetensors"
+for k in 1 2; do
+  mv "$V/transformer/diffusion_pytorch_model-0000$k-of-00002.safetensors" "$V/transformer/diffusion_pytorch_model.fp16-0000$k-of-00002.safetensors"
+done
+sed 's/diffusion_pytorch_model-0000/diffusion_pytorch_model.fp16-0000/' "$V/transformer/diffusion_pytorch_model.safetensors.index.json" \
+  > "$V/transformer/diffusion_pytorch_model.safetensors.index.fp16.json"
+rm "$V/transformer/diffusion_pytorch_model.safetensors.index.json"
+start_server --token good-token --cut-once --repo "org/tiny-fp16=$V"
 [ -s "$tmp/port" ] && ok "the local hub listens on $HF_ENDPOINT" || { bad "server did not start"; finish; }
 
 # ---- tokens ----
@@ -117,6 +130,20 @@ HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=$ID --revision=main
 HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=$ID --revision=v9 "${TRAIN[@]}" --output_dir="$tmp/t_v9" > /dev/null 2> "$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "(revision v9).*has no $REPO/refs/v9" "$tmp/err" && [ ! -e "$tmp/t_v9/checkpoint-1" ] &&
   ok "train with a revision the cache lacks: exit 1, names refs/v9" || bad "revision v9: rc=$rc $(cat "$tmp/err")"
+# ---- a variant: only its files downloaded, the pipeline opened through the variant view ----
+start_server --token good-token --repo "org/tiny-fp16=$V"
+HF_TOKEN=good-token "$CT" hub download org/tiny-fp16 --variant fp16 > "$tmp/out" 2> "$tmp/err"; rc=$?
+VS=$(cat "$tmp/out")
+[ $rc -eq 0 ] && [ -L "$VS/vae/diffusion_pytorch_model.fp16.safetensors" ] && [ ! -e "$VS/vae/diffusion_pytorch_model.safetensors" ] &&
+  [ -e "$VS/transformer/diffusion_pytorch_model.safetensors.index.fp16.json" ] && [ -e "$VS/text_encoder/model.safetensors" ] &&
+  ok "hub download --variant fp16: the variant's weights, plain ones only where it has none" || bad "variant download: rc=$rc $(cat "$tmp/err"; ls -R "$VS" | head -30)"
+stop_server
+HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=org/tiny-fp16 --variant=fp16 "${TRAIN[@]}" --output_dir="$tmp/t_fp16" > /dev/null 2> "$tmp/err"; rc=$?
+[ $rc -eq 0 ] && cmp -s "$tmp/t_dir/$W" "$tmp/t_fp16/$W" &&
+  ok "train with variant fp16: the fp16 files under their plain names, the directory's weights" || bad "variant train: rc=$rc $(tail -3 "$tmp/err")"
+HF_HUB_OFFLINE=1 "$CT" train --pretrained_model_name_or_path=org/tiny-fp16 --variant=bf16 "${TRAIN[@]}" --output_dir="$tmp/t_bf16" > /dev/null 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "variant 'bf16'.*no weight file of it" "$tmp/err" &&
+  ok "a variant the repo lacks: refused by name" || bad "variant bf16: rc=$rc $(cat "$tmp/err")"
 echo '{"pretrained_model_name_or_path": "org/tiny-flux"}' > "$tmp/c.json"
 HF_HUB_OFFLINE=1 "$CT" config check "$tmp/c.json" > "$tmp/out" 2> "$tmp/err"
 grep -q "^hub: pretrained_model_name_or_path $ID: $S$" "$tmp/out" &&
