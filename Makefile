@@ -42,6 +42,7 @@ help:
 	@echo "                tokenizers as transformers 5 saves them (scripts/tokenizer_tf5_golden.py)"
 	@echo "                FlowMatchEulerDiscreteScheduler as FluxPipeline drives it vs diffusers (fm_sched_golden.py)"
 	@echo "                config.toml fixtures against Python's tomllib"
+	@echo "                the Hugging Face cache: huggingface_hub/diffusers read ctuner's, ctuner reads theirs (hub_interop.sh)"
 	@echo "                Flux transformer vs diffusers' FluxTransformer2DModel (torch 2 + diffusers in their own"
 	@echo "                venv, ~5.5 GB): goldens, fresh ones, ctuner-saved diffusers/BFL files read back"
 	@echo "                LoRA vs peft and LyCORIS (lycoris-lora) adapters: goldens, fresh ones, ctuner-saved"
@@ -177,6 +178,7 @@ interop: build
 	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
 	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched
 	/usr/bin/python3 scripts/toml_expect.py --check
+	bash scripts/hub_interop.sh $(CTUNER)
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
 	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
 	  CT_LORA_DATA=$(abspath $(BUILD))/lora-interop CT_LORA_SAVED=$(abspath $(BUILD))/lora-saved.safetensors \

@@ -15,7 +15,7 @@ ct_module(core HEADERS status.h log.h alloc.h rng.h parallel.h json.h safetensor
                        bf16.h parse.h yaml.h)
 ct_module(kernels DEPS core HEADERS kernels.h backend.h)
 ct_module(image DEPS core HEADERS image.h)
-ct_module(storage DEPS core HEADERS storage.h)
+ct_module(storage DEPS core HEADERS storage.h hub.h)
 ct_module(comm DEPS core HEADERS comm.h)
 ct_module(tb DEPS core HEADERS tfevents.h)
 ct_module(optim DEPS core kernels HEADERS optim.h)

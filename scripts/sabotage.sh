@@ -12,6 +12,8 @@
 #   attention_dk_unwritten ct_attention_bwd leaves dk unwritten
 #   loss_moved             the reported loss moves by 1e-4 (relative): the
 #                          cli_losses goldens, exact and tolerance modes
+#   hub_no_resume          a hub download never resumes its .incomplete blob:
+#                          tests/cli_hub.sh (Range after a cut, across runs)
 #   json_ub                a signed overflow in the JSON number parser: the
 #                          fuzz target (clang, ASan + UBSan) must stop on it
 #   lora_alpha_ignored     adapter files of other layouts merged without their
@@ -31,6 +33,7 @@ CASES=(
   "attention_nan|build/ct_tests kernels attention_small;build/ct_tests kernels attention_multi_tile;build/ct_tests kernels attention_threads;build/ct_tests attention dispatch"
   "attention_dk_unwritten|build/ct_tests attention dispatch;build/ct_tests kernels attention_small"
   "loss_moved|CT_LOSSES_ONLY=small_adamw_ema bash tests/cli_losses.sh build/ctuner;CT_LOSSES_MODE=tolerance CT_LOSSES_ONLY=small_adamw_ema bash tests/cli_losses.sh build/ctuner"
+  "hub_no_resume|bash tests/cli_hub.sh build/ctuner"
   "json_ub|build-fuzz/fuzz_safetensors -runs=1 $work/json_ub.input"
   "lora_alpha_ignored|build/ct_tests lora_files layouts_vs_diffusers_rules;build/ct_tests lora_files lycoris_files_vs_lycoris"
 )

@@ -155,9 +155,10 @@ sys.exit(0 if a == b else 1)' "$val" "$tmp/v.png" &&
   bad "sample without --pretrained: rc=$rc $(cat "$tmp/err")"
 
 # ---- bad input ----
-"$CT" train --pretrained_model_name_or_path=black-forest-labs/FLUX.1-dev "${COMMON[@]}" --output_dir="$tmp/x" 2> "$tmp/err"; rc=$?
-[ $rc -ne 0 ] && grep -q "huggingface-cli download black-forest-labs/FLUX.1-dev --local-dir X" "$tmp/err" &&
-  ok "a hub id: refused, says how to fetch it" || bad "hub id: rc=$rc $(cat "$tmp/err")"
+mkdir -p "$tmp/hf"
+HF_HUB_OFFLINE=1 HF_HUB_CACHE="$tmp/hf" "$CT" train --pretrained_model_name_or_path=black-forest-labs/FLUX.1-dev "${COMMON[@]}" --output_dir="$tmp/x" 2> "$tmp/err"; rc=$?
+[ $rc -ne 0 ] && grep -q "pretrained_model_name_or_path 'black-forest-labs/FLUX.1-dev'.*$tmp/hf/models--black-forest-labs--FLUX.1-dev.*HF_HUB_OFFLINE" "$tmp/err" &&
+  ok "a hub id not in the cache, offline: refused, names the cache it looked in (tests/cli_hub.sh downloads)" || bad "hub id: rc=$rc $(cat "$tmp/err")"
 cp -rL $P/dev "$tmp/broken"
 rm -rf "$tmp/broken/text_encoder_2"
 sed -i 's/"joint_attention_dim": 64/"joint_attention_dim": 48/' "$tmp/broken/transformer/config.json"

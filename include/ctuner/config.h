@@ -89,7 +89,8 @@
   X(vae_config, STR, NULL, VAE, ANY,                                                               \
     "model_type vae: diffusers config.json of a VAE trained from scratch")                         \
   X(pretrained_vae_model_name_or_path, STR, NULL, ALL, ANY,                                        \
-    "a VAE directory (config.json + diffusion_pytorch_model.safetensors)")                         \
+    "a VAE directory (config.json + diffusion_pytorch_model.safetensors) or a hub id "             \
+    "(docs/hub.md)")                                                                               \
   X(vae_loss, STR, "l1", VAE, ONE_OF("l1|l2"), "model_type vae: reconstruction loss, l1 or l2")    \
   X(vae_kl_weight, NUM, "1e-6", VAE, NUM_GE(0), "model_type vae: weight of the KL term")           \
   X(vae_stats_images, INT, "64", VAE, INT_GE(1),                                                   \
@@ -98,11 +99,17 @@
   X(pretrained_model_path, STR, NULL, FULL, ANY,                                                   \
     "Flux-layout safetensors to start from (else seeded init)")                                    \
   X(pretrained_model_name_or_path, STR, NULL, FULL, ANY,                                           \
-    "a local diffusers FluxPipeline directory to fine-tune (transformer, CLIP + T5 text "          \
-    "encoders, VAE: docs/flux.md); ctuner does not download")                                      \
+    "a diffusers FluxPipeline to fine-tune (transformer, CLIP + T5 text encoders, VAE: "           \
+    "docs/flux.md): a directory, or a hub id from the Hugging Face cache or the hub "              \
+    "(docs/hub.md)")                                                                               \
+  X(revision, STR, NULL, ALL, ANY,                                                                 \
+    "hub ids: the branch, tag or commit sha to load (unset: main; docs/hub.md)")                   \
+  X(variant, STR, NULL, ALL, ANY,                                                                  \
+    "diffusers' weight variant, e.g. fp16: diffusion_pytorch_model.fp16.safetensors "              \
+    "(docs/hub.md)")                                                                               \
   X(pretrained_transformer_model_name_or_path, STR, NULL, FULL, ANY,                               \
-    "the transformer from elsewhere: a diffusers directory (+ pretrained_transformer_subfolder) "  \
-    "or a BFL .safetensors file")                                                                  \
+    "the transformer from elsewhere: a diffusers directory or hub id (+ "                          \
+    "pretrained_transformer_subfolder) or a BFL .safetensors file")                                \
   X(pretrained_transformer_subfolder, STR, "transformer", FULL, ANY,                               \
     "subfolder of pretrained_transformer_model_name_or_path holding the transformer; \"none\": "   \
     "the path itself")                                                                             \

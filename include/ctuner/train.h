@@ -44,6 +44,13 @@ typedef struct ct_train_summary {
                      needed */
 } ct_train_summary;
 
+/* Hub ids in pretrained_model_name_or_path, pretrained_transformer_model_name_or_path
+ * and pretrained_vae_model_name_or_path replaced by their snapshot directories in
+ * the Hugging Face cache (download 1: missing files fetched from the hub; 0: the
+ * cache only), with revision and variant (docs/hub.md); local paths unchanged
+ * (with variant: the variant view of a directory). */
+ct_status ct_train_resolve_hub(ct_config *cfg, int download, ct_err *err);
+
 /* comm: the ranks to train on (NULL: this process alone). With N ranks each
  * takes train_batch_size samples of every global micro-batch of N x
  * train_batch_size; gradients are averaged over the ranks (docs/distributed.md),

@@ -71,6 +71,11 @@ void ct_cmd_bench_discovery_help(FILE *f);
 int ct_cmd_bench_vae(int argc, char **argv); /* cmd_bench_vae.c */
 void ct_cmd_bench_vae_help(FILE *f);
 int ct_cmd_storage(int argc, char **argv); /* cmd_storage.c: every storage subcommand */
+int ct_cmd_hub(int argc, char **argv);     /* cmd_hub.c: hub download, hub path */
+void ct_cmd_hub_help(FILE *f);
+struct ct_config;
+/* config check's "hub:" lines: each model key that is a hub id, from the cache. */
+void ct_cli_hub_check(const struct ct_config *cfg);
 void ct_cmd_storage_help(FILE *f);
 
 /* "latest:OUTPUT_DIR" (the newest complete checkpoint there) or a directory

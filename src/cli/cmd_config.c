@@ -147,6 +147,7 @@ int ct_cmd_config_check(int argc, char **argv) {
   }
   printf("config: %s\n", file);
   print_keys(&cfg);
+  ct_cli_hub_check(&cfg); /* hub ids: the cache, nothing downloaded */
   print_problems(&probs);
   rc = probs.errors ? 2 : 0;
 out:

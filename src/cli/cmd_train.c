@@ -44,7 +44,9 @@ void ct_cmd_train_help(FILE *f) {
           "check' prints them with the resolved keys). Main keys (all: docs/config.md,\n"
           "or 'ctuner train --help-keys'):\n"
           "  preset (or pretrained_model_name_or_path: a FLUX.1 pipeline directory,\n"
-          "  docs/flux.md), output_dir, data_backend_config, train_batch_size,\n"
+          "  docs/flux.md, or a hub id such as black-forest-labs/FLUX.1-dev, read from\n"
+          "  the Hugging Face cache and downloaded into it when missing: docs/hub.md,\n"
+          "  with revision and variant), output_dir, data_backend_config, train_batch_size,\n"
           "  gradient_accumulation_steps, max_train_steps, num_train_epochs,\n"
           "  learning_rate, lr_scheduler, optimizer, use_ema, checkpoint_step_interval,\n"
           "  resume_from_checkpoint, validation_prompt, validation_step_interval.\n"
@@ -134,6 +136,23 @@ static void catch_stop_signals(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
+/* Hub ids in the model keys (docs/hub.md): rank 0 resolves them, downloading
+ * what is missing, while the other ranks wait in an allreduce that carries its
+ * status; then they resolve from the cache rank 0 filled. */
+static ct_status resolve_hub(ct_config *cfg, ct_comm *comm, ct_err *err) {
+  const int rank = ct_comm_rank(comm), world = ct_comm_size(comm);
+  ct_status st = rank == 0 ? ct_train_resolve_hub(cfg, 1, err) : CT_OK;
+  if (world == 1) return st;
+  double failed = st ? 1.0 : 0.0;
+  ct_err ce = {0};
+  ct_comm_set_timeout(comm, 0); /* a download may take hours; the trainer sets the watchdog */
+  if (ct_comm_allreduce_f64(comm, &failed, 1, &ce)) return ct_errf(err, ce.status, "%s", ce.msg);
+  if (st) return st;
+  if (failed > 0)
+    return ct_errf(err, CT_ERR_NOT_FOUND, "rank 0 could not resolve the model (see its error)");
+  return rank == 0 ? CT_OK : ct_train_resolve_hub(cfg, 0, err);
+}
+
 static int train_or_cache(int argc, char **argv, int cache) {
   const char *who = cache ? "ctuner cache" : "ctuner train";
   ct_config cfg;
@@ -218,6 +237,13 @@ static int train_or_cache(int argc, char **argv, int cache) {
     ct_comm_abort(comm, 2); /* one rank's bad file must not leave the others waiting */
     goto out;
   }
+  if (resolve_hub(&cfg, comm, &err)) { /* hub ids: rank 0 downloads, the others wait */
+    fprintf(stderr, "%s: %s\n", who, err.msg);
+    fflush(stderr);
+    ct_comm_abort(comm, 1);
+    rc = 1;
+    goto out;
+  }
   if (world > 1) p.tty = 0; /* mpirun forwards output through a pty: plain lines, not a bar */
   if (!cache) catch_stop_signals();
   ct_train_summary sum;
@@ -295,7 +321,8 @@ void ct_cmd_sample_help(FILE *f) {
           "Defaults: the checkpoint's validation settings (steps, guidance, resolution, seed).\n"
           "\n"
           "A FLUX.1 pipeline (docs/flux.md): --pretrained DIR (a diffusers FluxPipeline\n"
-          "directory) samples as FluxPipeline does (its scheduler's shift, guidance as the\n"
+          "directory, or a hub id from the Hugging Face cache, downloaded when missing:\n"
+          "docs/hub.md) samples as FluxPipeline does (its scheduler's shift, guidance as the\n"
           "transformer's guidance input, no CFG pass); --checkpoint C (or latest:OUTPUT_DIR)\n"
           "then takes the transformer from C/transformer (a ctuner training run's). Also\n"
           "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"

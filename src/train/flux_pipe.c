@@ -60,11 +60,12 @@ int ct_flux_pipe_wanted(const ct_config *cfg) {
   return cfg->pretrained_model_name_or_path || cfg->pretrained_transformer_model_name_or_path;
 }
 
-/* "owner/name" as a hub id is spelled, for the download hint. */
+/* A path that is not there (hub ids are resolved before: ct_train_resolve_hub). */
 static ct_status not_local(const char *key, const char *v, ct_err *err) {
   return ct_errf(err, CT_ERR_NOT_FOUND,
-                 "%s '%s' is not a local directory: ctuner does not download; fetch it with "
-                 "huggingface-cli download %s --local-dir X and pass X",
+                 "%s '%s' is not a local directory (a hub id is read from the Hugging Face "
+                 "cache, or downloaded, by ctuner train and sample: docs/hub.md; or fetch it "
+                 "with huggingface-cli download %s --local-dir X and pass X)",
                  key, v, v);
 }
 

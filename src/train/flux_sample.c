@@ -48,6 +48,7 @@ ct_status ct_flux_sampler_open(const char *dir, const char *flavour, int max_seq
   ct_config_defaults(&cfg);
   ct_status st = ct_config_set(&cfg, "pretrained_model_name_or_path", dir, err);
   if (!st && flavour) st = ct_config_set(&cfg, "model_flavour", flavour, err);
+  if (!st) st = ct_train_resolve_hub(&cfg, 1, err); /* a hub id (docs/hub.md) */
   if (!st) st = ct_config_validate(&cfg, err);
   if (!st) st = ct_flux_pipe_open(&cfg, 0, &s->p, err);
   ct_config_free(&cfg);
