@@ -46,6 +46,7 @@ help:
 	@echo "                LoRA vs peft and LyCORIS (lycoris-lora) adapters: goldens, fresh ones, ctuner-saved"
 	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights)"
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
+	@echo "                SDXL's U-net vs diffusers' UNet2DConditionModel: goldens and a fresh set (unet_golden.py)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
 	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
@@ -189,6 +190,9 @@ interop: build
 	    $$py scripts/lycoris_golden.py --load $(BUILD)/lycoris-saved/$$n.safetensors \
 	      --ref $(BUILD)/lycoris-interop/$$n || exit 1; done
 	bash scripts/lora_tools_interop.sh $(CTUNER) $(BUILD)/lora-tools-interop
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/unet_golden.py --check tests/data/unet && \
+	  rm -rf $(BUILD)/unet-interop && $$py scripts/unet_golden.py --seed 1 --out $(BUILD)/unet-interop && \
+	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop $(BUILD)/ct_tests unet
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

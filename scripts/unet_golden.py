@@ -13,6 +13,7 @@ grad.in.sample, grad.in.encoder_hidden_states and grad.<parameter> for every
 parameter.
 
 Usage: $(scripts/py_deps.sh diffusers) scripts/unet_golden.py --out tests/data/unet [--seed 0]
+       ... scripts/unet_golden.py --check tests/data/unet   (the goldens reproduce)
 """
 import argparse
 import os
@@ -51,37 +52,68 @@ def build(seed):
     return unet.float().eval()
 
 
+def run(unet, t):
+    """forward and backward of loss = sum(out * in.r) on the inputs in t; adds out.* and grad.*"""
+    unet.zero_grad()
+    sample = t["in.sample"].clone().requires_grad_()
+    enc = t["in.encoder_hidden_states"].clone().requires_grad_()
+    out = unet(sample, t["in.timesteps"], enc,
+               added_cond_kwargs={"text_embeds": t["in.text_embeds"], "time_ids": t["in.time_ids"]}).sample
+    (out * t["in.r"]).sum().backward()
+    t = dict(t)
+    t.update({"out.sample": out.detach(), "grad.in.sample": sample.grad,
+              "grad.in.encoder_hidden_states": enc.grad})
+    for name, p in unet.named_parameters():
+        t["grad." + name] = p.grad
+    return t
+
+
+def check(d):
+    """the committed goldens under this diffusers: same output and gradients"""
+    from safetensors.torch import load_file
+    unet = UNet2DConditionModel.from_pretrained(d).float().eval()
+    want = load_file(os.path.join(d, "golden.safetensors"))
+    got = run(unet, {k: v for k, v in want.items() if k.startswith("in.")})
+    worst = 0.0
+    for k, v in want.items():
+        e = ((got[k].float() - v).abs().max() / v.abs().max().clamp_min(1e-12)).item()
+        worst = max(worst, e) if k.startswith("out.") or k.startswith("grad.in") else worst
+        if k.startswith("grad.") and not k.startswith("grad.in"):
+            e = ((got[k].float() - v).abs().max() / max(v.abs().max().item(), 1e-6)).item()
+            worst = max(worst, e)
+    print(f"{d}: goldens reproduce within {worst:.3g} relative")
+    if not worst < 1e-5:
+        raise SystemExit(f"{d}: the goldens do not reproduce under this diffusers ({worst:.3g})")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--check", help="a golden directory to re-run under this diffusers")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    if a.check:
+        return check(a.check)
+    if not a.out:
+        ap.error("--out or --check")
     unet = build(a.seed)
     os.makedirs(a.out, exist_ok=True)
     unet.save_pretrained(a.out, safe_serialization=True)
     g = torch.Generator().manual_seed(a.seed + 1)
     B, H, W, Lk = 2, 8, 8, 5
-    sample = torch.randn(B, 4, H, W, generator=g).requires_grad_()
-    timesteps = torch.tensor([37.0, 901.0])
-    enc = torch.randn(B, Lk, 16, generator=g).requires_grad_()
-    text_embeds = torch.randn(B, POOLED, generator=g)
-    time_ids = torch.tensor([[1024.0, 768.0, 0.0, 16.0, 1024.0, 1024.0],
-                             [512.0, 512.0, 8.0, 0.0, 768.0, 1024.0]])
-    out = unet(sample, timesteps, enc,
-               added_cond_kwargs={"text_embeds": text_embeds, "time_ids": time_ids}).sample
-    r = torch.randn(out.shape, generator=g)
-    (out * r).sum().backward()
     t = {
-        "in.sample": sample.detach(), "in.timesteps": timesteps, "in.encoder_hidden_states": enc.detach(),
-        "in.text_embeds": text_embeds, "in.time_ids": time_ids, "in.r": r,
-        "out.sample": out.detach(), "grad.in.sample": sample.grad,
-        "grad.in.encoder_hidden_states": enc.grad,
+        "in.sample": torch.randn(B, 4, H, W, generator=g),
+        "in.timesteps": torch.tensor([37.0, 901.0]),
+        "in.encoder_hidden_states": torch.randn(B, Lk, 16, generator=g),
+        "in.text_embeds": torch.randn(B, POOLED, generator=g),
+        "in.time_ids": torch.tensor([[1024.0, 768.0, 0.0, 16.0, 1024.0, 1024.0],
+                                     [512.0, 512.0, 8.0, 0.0, 768.0, 1024.0]]),
+        "in.r": torch.randn(B, 4, H, W, generator=g),
     }
-    for name, p in unet.named_parameters():
-        t["grad." + name] = p.grad
+    t = run(unet, t)
     save_file({k: v.contiguous().float() for k, v in t.items()}, os.path.join(a.out, "golden.safetensors"))
     n = sum(p.numel() for p in unet.parameters())
-    print(f"wrote {a.out}: {n} parameters, out {tuple(out.shape)}")
+    print(f"wrote {a.out}: {n} parameters, out {tuple(t['out.sample'].shape)}")
 
 
 if __name__ == "__main__":
