@@ -14,6 +14,7 @@
 #include "ctuner/safetensors.h"
 #include "ctuner/unet.h"
 #include "harness.h"
+#include "train/model.h"
 
 static const char *data(const char *rel) {
   return ct_test_data_in("CT_UNET_DATA", "unet", rel);
@@ -206,4 +207,114 @@ CT_TEST(unet, save_reload) {
   CHECKF(strstr(e.msg, "transformer_blocks.1.attn1.to_q.weight") != NULL, "%s", e.msg);
   ct_unet_free(v);
   ct_unet_free(u);
+}
+
+/* stabilityai/stable-diffusion-xl-base-1.0's unet/config.json, as published */
+static const char sdxl_config[] =
+    "{\"_class_name\": \"UNet2DConditionModel\", \"_diffusers_version\": \"0.19.0.dev0\", "
+    "\"act_fn\": \"silu\", \"addition_embed_type\": \"text_time\", "
+    "\"addition_embed_type_num_heads\": 64, \"addition_time_embed_dim\": 256, "
+    "\"attention_head_dim\": [5, 10, 20], \"block_out_channels\": [320, 640, 1280], "
+    "\"center_input_sample\": false, \"class_embed_type\": null, \"class_embeddings_concat\": "
+    "false, \"conv_in_kernel\": 3, \"conv_out_kernel\": 3, \"cross_attention_dim\": 2048, "
+    "\"cross_attention_norm\": null, \"down_block_types\": [\"DownBlock2D\", "
+    "\"CrossAttnDownBlock2D\", \"CrossAttnDownBlock2D\"], \"downsample_padding\": 1, "
+    "\"dual_cross_attention\": false, \"encoder_hid_dim\": null, \"encoder_hid_dim_type\": null, "
+    "\"flip_sin_to_cos\": true, \"freq_shift\": 0, \"in_channels\": 4, \"layers_per_block\": 2, "
+    "\"mid_block_only_cross_attention\": null, \"mid_block_scale_factor\": 1, "
+    "\"mid_block_type\": \"UNetMidBlock2DCrossAttn\", \"norm_eps\": 1e-05, \"norm_num_groups\": "
+    "32, \"num_attention_heads\": null, \"num_class_embeds\": null, \"only_cross_attention\": "
+    "false, \"out_channels\": 4, \"projection_class_embeddings_input_dim\": 2816, "
+    "\"resnet_out_scale_factor\": 1.0, \"resnet_skip_time_act\": false, "
+    "\"resnet_time_scale_shift\": \"default\", \"sample_size\": 128, \"time_cond_proj_dim\": null, "
+    "\"time_embedding_act_fn\": null, \"time_embedding_dim\": null, \"time_embedding_type\": "
+    "\"positional\", \"timestep_post_act\": null, \"transformer_layers_per_block\": [1, 2, 10], "
+    "\"up_block_types\": [\"CrossAttnUpBlock2D\", \"CrossAttnUpBlock2D\", \"UpBlock2D\"], "
+    "\"upcast_attention\": null, \"use_linear_projection\": true}";
+
+/* the published config parses to ct_unet_config_sdxl; a config written by
+ * ct_unet_config_json parses back to itself */
+CT_TEST(unet, sdxl_config_json) {
+  ct_unet_config got, want, back;
+  ct_err err = {0};
+  ct_unet_config_sdxl(&want);
+  REQUIRE(ct_unet_config_load(write_tmp("sdxl_unet.json", sdxl_config), &got, &err) == CT_OK);
+  CHECK(!memcmp(&got, &want, sizeof got));
+  char *j = ct_unet_config_json(&got);
+  REQUIRE(j);
+  REQUIRE(ct_unet_config_load(write_tmp("sdxl_unet_back.json", j), &back, &err) == CT_OK);
+  CHECKF(!memcmp(&back, &got, sizeof got), "%s", j);
+  free(j);
+}
+
+/* sharded weights: two shards and diffusers' index load as the single file does */
+CT_TEST(unet, sharded_load) {
+  ct_err err = {0};
+  ct_unet *u = NULL, *v = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  size_t np;
+  const ct_unet_param *tab = ct_unet_table(u, &np);
+  char dir[1100], path[1200];
+  snprintf(dir, sizeof dir, "%s/unet_sharded", ct_test_tmpdir());
+  REQUIRE(ct_mkdir_p(dir, &err) == CT_OK);
+  size_t cap = 160 * np + 256, len = 0;
+  int first = 1;
+  char *idx = malloc(cap);
+  len += (size_t)snprintf(idx, cap, "{\"metadata\": {\"total_size\": %zu}, \"weight_map\": {",
+                          ct_unet_numel(u) * 4);
+  for (int s = 0; s < 2; s++) {
+    ct_st_writer *w = NULL;
+    REQUIRE(ct_st_writer_new(&w) == CT_OK);
+    for (size_t i = (size_t)s; i < np; i += 2) {
+      REQUIRE(ct_st_writer_add_f32(w, tab[i].name, tab[i].ndim, tab[i].shape,
+                                   ct_unet_params(u) + tab[i].offset, CT_DTYPE_F32, &err) == CT_OK);
+      len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"part-%d.safetensors\"",
+                              first ? "" : ", ", tab[i].name, s);
+      first = 0;
+    }
+    snprintf(path, sizeof path, "%s/part-%d.safetensors", dir, s);
+    REQUIRE(ct_st_writer_write(w, path, &err) == CT_OK);
+    ct_st_writer_free(w);
+  }
+  snprintf(idx + len, cap - len, "}}");
+  snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors.index.json", dir);
+  REQUIRE(ct_write_file_atomic(path, idx, strlen(idx), &err) == CT_OK);
+  free(idx);
+  REQUIRE(ct_unet_new(ct_unet_cfg(u), 3, &v, &err) == CT_OK);
+  ct_status lst = ct_unet_load(v, dir, &err);
+  REQUIRE(lst == CT_OK || (fprintf(stderr, "  %s\n", err.msg), 0));
+  CHECK(!memcmp(ct_unet_params(u), ct_unet_params(v), ct_unet_numel(u) * sizeof(float)));
+  ct_unet_free(v);
+  ct_unet_free(u);
+}
+
+/* the trainer's view (src/train/model_unet.c): the same table and buffer;
+ * a checkpoint's unet/ directory loads back in ctuner (and diffusers:
+ * config.json and the weights in its layout) */
+CT_TEST(unet, model_adapter) {
+  ct_err err = {0};
+  ct_unet *u = NULL, *v = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  const size_t n = ct_unet_numel(u);
+  float *w = ct_unet_params(u);
+  ct_model *m = NULL;
+  REQUIRE(ct_model_unet(u, &m, &err) == CT_OK);
+  CHECK(!strcmp(m->ops->family, "unet") && ct_model_numel(m) == n && ct_model_params(m) == w);
+  const ct_model_param *p = ct_model_find(m, "mid_block.attentions.0.proj_in.weight");
+  CHECK(p && p->ndim == 2 && p->shape[0] == 16 && p->shape[1] == 16);
+  CHECK(ct_model_grads(m) != NULL);
+  char dir[1100], sub[1200];
+  snprintf(dir, sizeof dir, "%s/unet_ckpt", ct_test_tmpdir());
+  REQUIRE(m->ops->save(m, dir, &err) == CT_OK);
+  snprintf(sub, sizeof sub, "%s/unet", dir);
+  REQUIRE(ct_unet_from_pretrained(sub, &v, &err) == CT_OK);
+  CHECK(!memcmp(ct_unet_cfg(v), ct_unet_cfg(m->impl), sizeof(ct_unet_config)));
+  CHECK(!memcmp(ct_unet_params(v), w, n * sizeof(float)));
+  /* a slice of the checkpoint through the flat loader */
+  float *part = malloc(100 * sizeof(float));
+  REQUIRE(m->ops->load(m, dir, 1000, 1100, part, &err) == CT_OK);
+  CHECK(!memcmp(part, w + 1000, 100 * sizeof(float)));
+  free(part);
+  ct_unet_free(v);
+  ct_model_free(m);
 }

@@ -59,6 +59,8 @@ void ct_unet_config_sdxl(ct_unet_config *c);
  * refused by its key (e.g. "resnet_time_scale_shift \"scale_shift\""). */
 ct_status ct_unet_config_load(const char *path, ct_unet_config *c, ct_err *err);
 ct_status ct_unet_config_validate(const ct_unet_config *c, ct_err *err);
+/* The config as diffusers writes it (malloc'd JSON; NULL if out of memory). */
+char *ct_unet_config_json(const ct_unet_config *c);
 /* The pooled text width the config implies (projection input - 6 * time dim). */
 int ct_unet_pooled_dim(const ct_unet_config *c);
 

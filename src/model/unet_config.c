@@ -3,6 +3,7 @@
  * src/diffusers/models/unets/unet_2d_condition.py), its defaults, SDXL's
  * values, and the refusal by name of what ctuner does not implement. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,4 +280,75 @@ ct_status ct_unet_config_load(const char *path, ct_unet_config *c, ct_err *err) 
   ct_json_free(j);
   if (!st && (st = ct_unet_config_validate(c, err))) ct_err_prefix(err, "%s: ", path);
   return st;
+}
+
+/* ---- config.json out ---- */
+
+typedef struct jbuf {
+  char *s;
+  size_t n, cap;
+  int oom;
+} jbuf;
+
+static void jput(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jput(jbuf *b, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if (b->s && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t nc = (b->cap + (size_t)k + 1) * 2;
+    char *ns = realloc(b->s, nc);
+    if (!ns) {
+      b->oom = 1;
+      return;
+    }
+    b->s = ns, b->cap = nc;
+  }
+}
+
+static void jlist(jbuf *b, const char *key, const int *v, int n, const char *s0, const char *s1) {
+  jput(b, "  \"%s\": [", key);
+  for (int i = 0; i < n; i++) {
+    if (s0)
+      jput(b, "%s\"%s\"", i ? ", " : "", v[i] ? s1 : s0);
+    else
+      jput(b, "%s%d", i ? ", " : "", v[i]);
+  }
+  jput(b, "],\n");
+}
+
+char *ct_unet_config_json(const ct_unet_config *c) {
+  jbuf b = {0};
+  const int n = c->nblocks;
+  jput(&b, "{\n  \"_class_name\": \"UNet2DConditionModel\",\n  \"act_fn\": \"silu\",\n");
+  if (c->text_time)
+    jput(&b,
+         "  \"addition_embed_type\": \"text_time\",\n  \"addition_time_embed_dim\": %d,\n"
+         "  \"projection_class_embeddings_input_dim\": %d,\n",
+         c->addition_time_embed_dim, c->projection_class_embeddings_input_dim);
+  else
+    jput(&b, "  \"addition_embed_type\": null,\n");
+  jlist(&b, "attention_head_dim", c->heads, n, NULL, NULL);
+  jlist(&b, "block_out_channels", c->block_out_channels, n, NULL, NULL);
+  jlist(&b, "down_block_types", c->down_cross, n, "DownBlock2D", "CrossAttnDownBlock2D");
+  jlist(&b, "up_block_types", c->up_cross, n, "UpBlock2D", "CrossAttnUpBlock2D");
+  jlist(&b, "transformer_layers_per_block", c->transformer_layers, n, NULL, NULL);
+  jput(&b,
+       "  \"center_input_sample\": false,\n  \"cross_attention_dim\": %d,\n"
+       "  \"flip_sin_to_cos\": true,\n  \"freq_shift\": 0,\n  \"in_channels\": %d,\n"
+       "  \"layers_per_block\": %d,\n  \"mid_block_type\": \"UNetMidBlock2DCrossAttn\",\n"
+       "  \"norm_eps\": %g,\n  \"norm_num_groups\": %d,\n  \"out_channels\": %d,\n"
+       "  \"resnet_time_scale_shift\": \"default\",\n  \"sample_size\": %d,\n"
+       "  \"upcast_attention\": %s,\n  \"use_linear_projection\": %s\n}\n",
+       c->cross_attention_dim, c->in_channels, c->layers_per_block, (double)c->norm_eps,
+       c->norm_num_groups, c->out_channels, c->sample_size, c->upcast_attention ? "true" : "false",
+       c->use_linear_projection ? "true" : "false");
+  if (b.oom) free(b.s), b.s = NULL;
+  return b.s;
 }
