@@ -191,7 +191,9 @@ interop: build
 	      --ref $(BUILD)/lycoris-interop/$$n || exit 1; done
 	bash scripts/lora_tools_interop.sh $(CTUNER) $(BUILD)/lora-tools-interop
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/unet_golden.py --check tests/data/unet && \
+	  $$py scripts/unet_golden.py --check tests/data/unet/sd && \
 	  rm -rf $(BUILD)/unet-interop && $$py scripts/unet_golden.py --seed 1 --out $(BUILD)/unet-interop && \
+	  $$py scripts/unet_golden.py --seed 1 --variant sd --out $(BUILD)/unet-interop/sd && \
 	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop $(BUILD)/ct_tests unet
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \

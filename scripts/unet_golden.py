@@ -12,7 +12,11 @@ in.encoder_hidden_states, in.text_embeds, in.time_ids, in.r, out.sample,
 grad.in.sample, grad.in.encoder_hidden_states and grad.<parameter> for every
 parameter.
 
-Usage: $(scripts/py_deps.sh diffusers) scripts/unet_golden.py --out tests/data/unet [--seed 0]
+Two variants: --variant sdxl (the default; tests/data/unet) and --variant sd
+(SD 1.x's layout: cross-attention in the first block, 1x1-conv projections, no
+added conditioning; tests/data/unet/sd).
+
+Usage: $(scripts/py_deps.sh diffusers) scripts/unet_golden.py --out tests/data/unet [--seed 0] [--variant sd]
        ... scripts/unet_golden.py --check tests/data/unet   (the goldens reproduce)
 """
 import argparse
@@ -25,12 +29,9 @@ from safetensors.torch import save_file
 POOLED, TIME_DIM = 16, 8
 
 
-def build(seed):
-    torch.manual_seed(seed)
-    unet = UNet2DConditionModel(
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
+VARIANTS = {
+    # SDXL's layout: DownBlock2D then cross-attention blocks, text_time, linear projections
+    "sdxl": dict(
         block_out_channels=(8, 16),
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -38,12 +39,28 @@ def build(seed):
         transformer_layers_per_block=(1, 2),
         attention_head_dim=(2, 4),  # diffusers reads these as the numbers of heads
         cross_attention_dim=16,
-        norm_num_groups=4,
         use_linear_projection=True,
         addition_embed_type="text_time",
         addition_time_embed_dim=TIME_DIM,
         projection_class_embeddings_input_dim=POOLED + 6 * TIME_DIM,
-    )
+    ),
+    # SD 1.x/2.x's: cross-attention first, 1x1-conv projections, no added conditioning
+    "sd": dict(
+        block_out_channels=(8, 16),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        layers_per_block=1,
+        attention_head_dim=2,
+        cross_attention_dim=12,
+        use_linear_projection=False,
+    ),
+}
+
+
+def build(seed, variant):
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, norm_num_groups=4,
+                                **VARIANTS[variant])
     # the norms away from 1 and 0 (their gains stay within [0.5, 2])
     with torch.no_grad():
         for name, p in unet.named_parameters():
@@ -57,8 +74,8 @@ def run(unet, t):
     unet.zero_grad()
     sample = t["in.sample"].clone().requires_grad_()
     enc = t["in.encoder_hidden_states"].clone().requires_grad_()
-    out = unet(sample, t["in.timesteps"], enc,
-               added_cond_kwargs={"text_embeds": t["in.text_embeds"], "time_ids": t["in.time_ids"]}).sample
+    added = {"text_embeds": t["in.text_embeds"], "time_ids": t["in.time_ids"]} if "in.time_ids" in t else None
+    out = unet(sample, t["in.timesteps"], enc, added_cond_kwargs=added).sample
     (out * t["in.r"]).sum().backward()
     t = dict(t)
     t.update({"out.sample": out.detach(), "grad.in.sample": sample.grad,
@@ -91,12 +108,13 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--check", help="a golden directory to re-run under this diffusers")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="sdxl")
     a = ap.parse_args()
     if a.check:
         return check(a.check)
     if not a.out:
         ap.error("--out or --check")
-    unet = build(a.seed)
+    unet = build(a.seed, a.variant)
     os.makedirs(a.out, exist_ok=True)
     unet.save_pretrained(a.out, safe_serialization=True)
     g = torch.Generator().manual_seed(a.seed + 1)
@@ -104,12 +122,13 @@ def main():
     t = {
         "in.sample": torch.randn(B, 4, H, W, generator=g),
         "in.timesteps": torch.tensor([37.0, 901.0]),
-        "in.encoder_hidden_states": torch.randn(B, Lk, 16, generator=g),
-        "in.text_embeds": torch.randn(B, POOLED, generator=g),
-        "in.time_ids": torch.tensor([[1024.0, 768.0, 0.0, 16.0, 1024.0, 1024.0],
-                                     [512.0, 512.0, 8.0, 0.0, 768.0, 1024.0]]),
+        "in.encoder_hidden_states": torch.randn(B, Lk, unet.config.cross_attention_dim, generator=g),
         "in.r": torch.randn(B, 4, H, W, generator=g),
     }
+    if unet.config.addition_embed_type == "text_time":
+        t["in.text_embeds"] = torch.randn(B, POOLED, generator=g)
+        t["in.time_ids"] = torch.tensor([[1024.0, 768.0, 0.0, 16.0, 1024.0, 1024.0],
+                                         [512.0, 512.0, 8.0, 0.0, 768.0, 1024.0]])
     t = run(unet, t)
     save_file({k: v.contiguous().float() for k, v in t.items()}, os.path.join(a.out, "golden.safetensors"))
     n = sum(p.numel() for p in unet.parameters())

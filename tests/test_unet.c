@@ -45,10 +45,16 @@ typedef struct {
   size_t nout;
 } golden;
 
-static int golden_open(golden *gd) {
+static const char *vdata(const char *var, const char *rel) {
+  char r[256];
+  snprintf(r, sizeof r, "%s%s", var, rel);
+  return data(r);
+}
+
+static int golden_open(golden *gd, const char *var) {
   ct_err err = {0};
   memset(gd, 0, sizeof *gd);
-  if (ct_st_open(data("golden.safetensors"), &gd->g, &err)) return 0;
+  if (ct_st_open(vdata(var, "golden.safetensors"), &gd->g, &err)) return 0;
   size_t n, nenc;
   gd->sample = ct_test_tensor(gd->g, "in.sample", &n);
   gd->ts = ct_test_tensor(gd->g, "in.timesteps", &n);
@@ -59,7 +65,7 @@ static int golden_open(golden *gd) {
   gd->want = ct_test_tensor(gd->g, "out.sample", &gd->nout);
   const ct_st_tensor *s = ct_st_find(gd->g, "in.sample"),
                      *e = ct_st_find(gd->g, "in.encoder_hidden_states");
-  if (!gd->sample || !gd->enc || !gd->want || !gd->r || !s || !e) return 0;
+  if (!gd->sample || !gd->ts || !gd->enc || !gd->want || !gd->r || !s || !e) return 0;
   gd->in = (ct_unet_inputs){.B = (int)s->shape[0],
                             .H = (int)s->shape[2],
                             .W = (int)s->shape[3],
@@ -119,16 +125,17 @@ CT_TEST(unet, sdxl_parameter_count) {
   CHECKF(n == 2567463684u, "SDXL U-net: %zu parameters in %zu tensors", n, nt);
 }
 
-CT_TEST(unet, golden_forward_backward) {
+/* var: "" (SDXL's layout) or "sd/" (SD 1.x's: 1x1-conv projections, no added conditioning) */
+static void golden_case(int *ct_failed_, const char *var) {
   golden gd;
-  if (!golden_open(&gd)) {
+  if (!golden_open(&gd, var)) {
     golden_close(&gd);
-    CHECKF(0, "cannot read %s", data("golden.safetensors"));
+    CHECKF(0, "cannot read %s", vdata(var, "golden.safetensors"));
     return;
   }
   ct_err err = {0};
   ct_unet *u = NULL;
-  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_from_pretrained(vdata(var, ""), &u, &err) == CT_OK);
   float *out = malloc(gd.nout * sizeof(float));
   for (size_t i = 0; i < gd.nout; i++) out[i] = NAN;
   ct_unet_tape *tp = NULL;
@@ -171,9 +178,9 @@ CT_TEST(unet, golden_forward_backward) {
   CHECKF(missing == 0, "%d parameters have no golden gradient", missing);
   CHECKF(worst < 4e-5, "parameter gradients: worst %.3g relative (%s)", worst, wname);
   fprintf(stderr,
-          "  vs diffusers: output %.3g, d sample %.3g, d encoder_hidden_states %.3g, worst "
+          "  %s vs diffusers: output %.3g, d sample %.3g, d encoder_hidden_states %.3g, worst "
           "parameter gradient %.3g (%s)\n",
-          eo, es, ee, worst, wname);
+          var[0] ? var : "sdxl/", eo, es, ee, worst, wname);
   /* a tape backs one backward */
   CHECK(ct_unet_backward(u, tp, gd.r, NULL, NULL, &err) == CT_ERR_INVALID);
   ct_unet_tape_free(tp);
@@ -184,6 +191,14 @@ CT_TEST(unet, golden_forward_backward) {
   free(out), free(out2), free(gs), free(ge), free(ds), free(de);
   ct_unet_free(u);
   golden_close(&gd);
+}
+
+CT_TEST(unet, golden_sdxl) {
+  golden_case(ct_failed_, "");
+}
+
+CT_TEST(unet, golden_sd) {
+  golden_case(ct_failed_, "sd/");
 }
 
 /* the table is the file's: saved and reloaded it gives the same bits; a file
