@@ -333,3 +333,33 @@ CT_TEST(unet, model_adapter) {
   ct_unet_free(v);
   ct_model_free(m);
 }
+
+/* SimpleTuner's SDXL LoRA targets on the real SDXL U-net: the four attention
+ * projections of both attentions of its 70 transformer blocks */
+CT_TEST(unet, lora_targets) {
+  ct_unet_config c;
+  ct_unet_config_sdxl(&c);
+  ct_unet_linear *l = NULL;
+  size_t n = 0;
+  ct_err err = {0};
+  REQUIRE(ct_unet_lora_targets(&c, NULL, &l, &n, &err) == CT_OK);
+  CHECKF(n == 70 * 2 * 4, "%zu targets", n);
+  size_t cross_k = 0, with_bias = 0;
+  for (size_t i = 0; i < n; i++) {
+    const size_t nl = strlen(l[i].name);
+    if (nl > 10 && !strcmp(l[i].name + nl - 10, "attn2.to_k")) cross_k += l[i].in == 2048;
+    with_bias += l[i].b != (size_t)-1;
+  }
+  CHECK(cross_k == 70 && with_bias == 140); /* to_out.0 has the only bias */
+  free(l);
+  /* a dotted suffix and a full name; the same module named twice counts once */
+  REQUIRE(ct_unet_lora_targets(&c, "attn2.to_k, mid_block.attentions.0.proj_in,ff.net.2,ff.net.2",
+                               &l, &n, &err) == CT_OK);
+  CHECKF(n == 70 + 1 + 70, "%zu targets", n);
+  free(l);
+  ct_err e = {0};
+  CHECK(ct_unet_lora_targets(&c, "to_q,conv1", &l, &n, &e) == CT_ERR_UNSUPPORTED &&
+        strstr(e.msg, "conv1") && !l && !n);
+  CHECK(ct_unet_lora_targets(&c, "to_qq", &l, &n, &e) == CT_ERR_NOT_FOUND &&
+        strstr(e.msg, "to_qq"));
+}

@@ -126,6 +126,26 @@ ct_status ct_unet_backward(ct_unet *u, ct_unet_tape *tape, const float *dout, fl
                            float *dencoder, ct_err *err);
 void ct_unet_tape_free(ct_unet_tape *tape);
 
+/* ---- LoRA targets (unet_lora.c) ----
+ * A Linear layer of the U-net: its module name (the parameter names less
+ * ".weight"/".bias"), shape, and offsets in the parameter buffer (b:
+ * (size_t)-1 without a bias). */
+typedef struct ct_unet_linear {
+  char name[112];
+  int in, out;
+  size_t w, b;
+} ct_unet_linear;
+/* SimpleTuner's SDXL LoRA targets (DEFAULT_LORA_TARGET): every attention
+ * projection, self- and cross-attention. */
+#define CT_UNET_LORA_DEFAULT "to_k,to_q,to_v,to_out.0"
+/* The Linear layers of c's U-net that targets (comma-separated peft
+ * target_modules: a module name or a dotted suffix of one, e.g. "to_q",
+ * "attn2.to_k", "proj_in", "ff.net.0.proj"; NULL or "": the default) names,
+ * in parameter order, each once (*out malloc'd). A target matching nothing,
+ * or a convolution or norm, is refused by name. */
+ct_status ct_unet_lora_targets(const ct_unet_config *c, const char *targets, ct_unet_linear **out,
+                               size_t *n, ct_err *err);
+
 /* The ops the U-net calls (ct_backend_lacks' list). */
 #define CT_UNET_OPS                                                                              \
   "conv2d_col_floats conv2d_fwd conv2d_bwd groupnorm_fwd groupnorm_bwd silu_fwd silu_bwd "       \
