@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/alloc.h"
 #include "ctuner/fs.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/unet.h"
@@ -362,4 +363,76 @@ CT_TEST(unet, lora_targets) {
         strstr(e.msg, "conv1") && !l && !n);
   CHECK(ct_unet_lora_targets(&c, "to_qq", &l, &n, &e) == CT_ERR_NOT_FOUND &&
         strstr(e.msg, "to_qq"));
+}
+
+/* a copy of a host array in be's memory */
+static float *on(const ct_backend_ops *be, const float *h, size_t n) {
+  float *d = be->alloc(CT_MEM_BUFFERS, n * sizeof(float));
+  if (d) be->copy_in(d, h, n * sizeof(float));
+  return d;
+}
+
+/* On the test backend "sealed" (memory the host cannot touch; the CPU's
+ * kernels) the U-net gives the CPU's bits: it reaches its buffers through
+ * the table only; everything it allocated there is freed. */
+CT_TEST(unet, sealed_backend) {
+  const ct_backend_ops *se = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_backend_get("sealed", &se, &err) == CT_OK && !se->host_memory);
+  golden gd;
+  REQUIRE(golden_open(&gd, ""));
+  ct_unet *u = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  const size_t nw = ct_unet_numel(u), ns = (size_t)gd.in.B * 4 * gd.in.H * gd.in.W,
+               ne = (size_t)gd.in.B * gd.in.Lk * 16;
+  /* on the CPU */
+  float *out = malloc(ns * sizeof(float)), *ds = malloc(ns * sizeof(float)),
+        *de = malloc(ne * sizeof(float)), *gw = malloc(nw * sizeof(float));
+  ct_unet_tape *tp = NULL;
+  REQUIRE(ct_unet_forward(u, &gd.in, out, &tp, &err) == CT_OK);
+  REQUIRE(ct_unet_backward(u, tp, gd.r, ds, de, &err) == CT_OK);
+  ct_unet_tape_free(tp);
+  memcpy(gw, ct_unet_grads(u), nw * sizeof(float));
+  ct_unet_free(u);
+  /* on the sealed backend */
+  ct_mem_stats m0, m1, d0, d1;
+  ct_mem_get_stats(&m0);
+  ct_mem_get_device_stats(&d0);
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_set_backend(u, se, &err) == CT_OK && ct_unet_backend(u) == se);
+  ct_unet_inputs in = gd.in;
+  float *b[] = {on(se, gd.sample, ns),
+                on(se, gd.ts, (size_t)in.B),
+                on(se, gd.enc, ne),
+                on(se, gd.te, (size_t)in.B * 16),
+                on(se, gd.ids, (size_t)in.B * 6),
+                on(se, gd.r, ns),
+                se->alloc(CT_MEM_BUFFERS, ns * sizeof(float)),
+                se->alloc(CT_MEM_BUFFERS, ns * sizeof(float)),
+                se->alloc(CT_MEM_BUFFERS, ne * sizeof(float))};
+  in.sample = b[0], in.timesteps = b[1], in.encoder_hidden_states = b[2];
+  in.text_embeds = b[3], in.time_ids = b[4];
+  REQUIRE(ct_unet_forward(u, &in, b[6], &tp, &err) == CT_OK);
+  REQUIRE(ct_unet_backward(u, tp, b[5], b[7], b[8], &err) == CT_OK);
+  ct_unet_tape_free(tp);
+  float *h = malloc(nw * sizeof(float));
+  se->copy_out(h, b[6], ns * sizeof(float));
+  CHECK(!memcmp(h, out, ns * sizeof(float)));
+  se->copy_out(h, b[7], ns * sizeof(float));
+  CHECK(!memcmp(h, ds, ns * sizeof(float)));
+  se->copy_out(h, b[8], ne * sizeof(float));
+  CHECK(!memcmp(h, de, ne * sizeof(float)));
+  se->copy_out(h, ct_unet_grads(u), nw * sizeof(float));
+  CHECK(!memcmp(h, gw, nw * sizeof(float)));
+  for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) se->free(b[i]);
+  ct_unet_free(u);
+  ct_mem_get_stats(&m1);
+  ct_mem_get_device_stats(&d1);
+  CHECKF(m1.total_current == m0.total_current && d1.total_current == d0.total_current,
+         "bytes left allocated: host %zd, sealed %zd",
+         (ssize_t)(m1.total_current - m0.total_current),
+         (ssize_t)(d1.total_current - d0.total_current));
+  CHECK(d1.total_peak > d0.total_current); /* it did live there */
+  free(out), free(ds), free(de), free(gw), free(h);
+  golden_close(&gd);
 }
