@@ -332,6 +332,31 @@ CT_TEST(unet, model_adapter) {
   CHECK(!memcmp(part, w + 1000, 100 * sizeof(float)));
   free(part);
   ct_unet_free(v);
+  /* resident on the sealed backend, saved through a host copy swapped in */
+  const ct_backend_ops *se = NULL;
+  REQUIRE(ct_backend_get("sealed", &se, &err) == CT_OK);
+  float *host = malloc(n * sizeof(float));
+  memcpy(host, w, n * sizeof(float));
+  REQUIRE(m->ops->set_backend(m, se, &err) == CT_OK && ct_unet_backend(m->impl) == se);
+  float *dev = m->ops->swap_params(m, host);
+  ct_err e = {0};
+  CHECK(ct_unet_forward(m->impl, &(ct_unet_inputs){0}, NULL, NULL, &e) == CT_ERR_INVALID &&
+        strstr(e.msg, "swapped"));
+  snprintf(dir, sizeof dir, "%s/unet_ckpt_sealed", ct_test_tmpdir());
+  REQUIRE(m->ops->save(m, dir, &err) == CT_OK);
+  CHECK(m->ops->swap_params(m, dev) == host);
+  snprintf(sub, sizeof sub, "%s/unet", dir);
+  REQUIRE(ct_unet_from_pretrained(sub, &v, &err) == CT_OK);
+  CHECK(!memcmp(ct_unet_params(v), host, n * sizeof(float)));
+  ct_unet_free(v);
+  /* and without the swap: the U-net copies its weights out itself */
+  snprintf(dir, sizeof dir, "%s/unet_ckpt_sealed2", ct_test_tmpdir());
+  REQUIRE(m->ops->save(m, dir, &err) == CT_OK);
+  snprintf(sub, sizeof sub, "%s/unet", dir);
+  REQUIRE(ct_unet_from_pretrained(sub, &v, &err) == CT_OK);
+  CHECK(!memcmp(ct_unet_params(v), host, n * sizeof(float)));
+  ct_unet_free(v);
+  free(host);
   ct_model_free(m);
 }
 

@@ -88,6 +88,11 @@ const ct_backend_ops *ct_unet_backend(const ct_unet *u);
 const ct_unet_param *ct_unet_table(const ct_unet *u, size_t *n);
 float *ct_unet_params(ct_unet *u);
 size_t ct_unet_numel(const ct_unet *u);
+/* w (host memory, numel floats) in place of the parameter pointer, nothing
+ * freed or owned, the previous pointer returned: a host copy of a
+ * backend-resident U-net's weights for ct_unet_save; swapped back (with the
+ * pointer returned) before the U-net computes again. */
+float *ct_unet_swap_params(ct_unet *u, float *w);
 /* The gradient buffer (the parameters' layout), zeroed on first use;
  * ct_unet_backward ACCUMULATES into it. NULL if out of memory. */
 float *ct_unet_grads(ct_unet *u);

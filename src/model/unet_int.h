@@ -55,6 +55,7 @@ struct ct_unet {
   ct_unet_param *params;
   size_t np, cap, numel;
   float *w, *g;
+  float *swapped; /* the backend's parameter buffer while w is a host copy (swap_params) */
   uconv conv_in, conv_out;
   ulin t1, t2, a1, a2; /* time_embedding.linear_1/2, add_embedding.linear_1/2 */
   ublock down[CT_UNET_MAX_BLOCKS], up[CT_UNET_MAX_BLOCKS];

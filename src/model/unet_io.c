@@ -51,14 +51,18 @@ ct_status ct_unet_load(ct_unet *u, const char *path, ct_err *err) {
   return st;
 }
 
+/* the weights read from the host: u->w itself when the host can (the CPU
+ * backend, or a host copy swapped in), else a copy (*own) */
 ct_status ct_unet_save(const ct_unet *u, const char *path, ct_err *err) {
-  float *h = malloc((u->numel ? u->numel : 1) * sizeof(float));
+  const int direct = u->be->host_memory || u->swapped;
+  float *own = direct ? NULL : malloc((u->numel ? u->numel : 1) * sizeof(float));
+  const float *h = direct ? u->w : own;
   ct_st_writer *w = NULL;
-  if (!h || ct_st_writer_new(&w)) {
-    free(h);
+  if ((!direct && !own) || ct_st_writer_new(&w)) {
+    free(own);
     return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
-  u->be->copy_out(h, u->w, u->numel * sizeof(float));
+  if (own) u->be->copy_out(own, u->w, u->numel * sizeof(float));
   ct_status st = CT_OK;
   for (size_t i = 0; !st && i < u->np; i++) {
     const ct_unet_param *p = &u->params[i];
@@ -67,7 +71,7 @@ ct_status ct_unet_save(const ct_unet *u, const char *path, ct_err *err) {
   if (!st) st = ct_st_writer_meta(w, "format", "pt", err);
   if (!st) st = ct_st_writer_write(w, path, err);
   ct_st_writer_free(w);
-  free(h);
+  free(own);
   return st;
 }
 

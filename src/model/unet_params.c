@@ -257,9 +257,17 @@ ct_status ct_unet_new(const ct_unet_config *cfg, uint64_t seed, ct_unet **out, c
   return CT_OK;
 }
 
+float *ct_unet_swap_params(ct_unet *u, float *w) {
+  float *old = u->w;
+  if (!u->swapped) u->swapped = old;
+  u->w = w;
+  if (w == u->swapped) u->swapped = NULL; /* swapped back */
+  return old;
+}
+
 void ct_unet_free(ct_unet *u) {
   if (!u) return;
-  u->be->free(u->w);
+  u->be->free(u->swapped ? u->swapped : u->w);
   u->be->free(u->g);
   u->be->free(u->col);
   ct_unet_unbuild(u);
@@ -294,6 +302,8 @@ float *ct_unet_grads(ct_unet *u) {
 ct_status ct_unet_set_backend(ct_unet *u, const ct_backend_ops *be, ct_err *err) {
   if (!be) be = ct_backend_default();
   if (be == u->be) return CT_OK;
+  if (u->swapped)
+    return ct_errf(err, CT_ERR_INVALID, "the U-net's parameters are swapped for a host copy");
   const char *lacks = ct_backend_lacks(be, CT_UNET_OPS);
   if (lacks)
     return ct_errf(err, CT_ERR_UNSUPPORTED, "the U-net cannot run on backend %s: it has no %s",

@@ -1,7 +1,7 @@
 /* SDXL's U-net behind the model interface (model.h): its flat buffer and
  * table (diffusers' names). No segment hooks yet, so ZeRO-2/3 and bf16
- * storage are refused for it as for the VAE; it stays on the CPU backend
- * (set_backend NULL). Its checkpoint files are diffusers' layout:
+ * storage are refused for it as for the VAE; set_backend moves it onto a
+ * compute backend (ct_unet_set_backend). Its checkpoint files are diffusers' layout:
  * unet/config.json and unet/diffusion_pytorch_model.safetensors. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +48,16 @@ static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
   return ct_model_unet_save_dir(m->impl, p, err);
 }
 
-static const ct_model_ops ops = {
-    "unet", params, grads, NULL,  NULL, NULL, NULL, NULL,
-    NULL,   load,   save,  ufree, NULL, NULL, NULL, /* stays on the cpu: */
-    NULL,   NULL};
+static ct_status set_backend(ct_model *m, const ct_backend_ops *be, ct_err *err) {
+  return ct_unet_set_backend(m->impl, be, err);
+}
+static float *swap_params(ct_model *m, float *w) {
+  return ct_unet_swap_params(m->impl, w);
+}
+
+static const ct_model_ops ops = {"unet", params, grads, NULL,        NULL,       NULL,
+                                 NULL,   NULL,   NULL,  load,        save,       ufree,
+                                 NULL,   NULL,   NULL,  set_backend, swap_params};
 
 ct_status ct_model_unet(ct_unet *u, ct_model **out, ct_err *err) {
   size_t np;
