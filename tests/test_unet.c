@@ -43,7 +43,7 @@ typedef struct {
   ct_st_file *g;
   ct_unet_inputs in;
   float *sample, *ts, *enc, *te, *ids, *r, *want;
-  size_t nout;
+  size_t nout, nenc;
 } golden;
 
 static const char *vdata(const char *var, const char *rel) {
@@ -56,10 +56,10 @@ static int golden_open(golden *gd, const char *var) {
   ct_err err = {0};
   memset(gd, 0, sizeof *gd);
   if (ct_st_open(vdata(var, "golden.safetensors"), &gd->g, &err)) return 0;
-  size_t n, nenc;
+  size_t n;
   gd->sample = ct_test_tensor(gd->g, "in.sample", &n);
   gd->ts = ct_test_tensor(gd->g, "in.timesteps", &n);
-  gd->enc = ct_test_tensor(gd->g, "in.encoder_hidden_states", &nenc);
+  gd->enc = ct_test_tensor(gd->g, "in.encoder_hidden_states", &gd->nenc);
   gd->te = ct_test_tensor(gd->g, "in.text_embeds", &n);
   gd->ids = ct_test_tensor(gd->g, "in.time_ids", &n);
   gd->r = ct_test_tensor(gd->g, "in.r", &n);
@@ -399,17 +399,18 @@ static float *on(const ct_backend_ops *be, const float *h, size_t n) {
 
 /* On the test backend "sealed" (memory the host cannot touch; the CPU's
  * kernels) the U-net gives the CPU's bits: it reaches its buffers through
- * the table only; everything it allocated there is freed. */
+ * the table only; everything it allocated there is freed. The SD-layout
+ * golden: the sealed backend re-protects every block around every op, so
+ * its cost grows with ops x buffers. */
 CT_TEST(unet, sealed_backend) {
   const ct_backend_ops *se = NULL;
   ct_err err = {0};
   REQUIRE(ct_backend_get("sealed", &se, &err) == CT_OK && !se->host_memory);
   golden gd;
-  REQUIRE(golden_open(&gd, ""));
+  REQUIRE(golden_open(&gd, "sd/"));
   ct_unet *u = NULL;
-  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
-  const size_t nw = ct_unet_numel(u), ns = (size_t)gd.in.B * 4 * gd.in.H * gd.in.W,
-               ne = (size_t)gd.in.B * gd.in.Lk * 16;
+  REQUIRE(ct_unet_from_pretrained(vdata("sd/", ""), &u, &err) == CT_OK);
+  const size_t nw = ct_unet_numel(u), ns = (size_t)gd.in.B * 4 * gd.in.H * gd.in.W, ne = gd.nenc;
   /* on the CPU */
   float *out = malloc(ns * sizeof(float)), *ds = malloc(ns * sizeof(float)),
         *de = malloc(ne * sizeof(float)), *gw = malloc(nw * sizeof(float));
@@ -423,14 +424,15 @@ CT_TEST(unet, sealed_backend) {
   ct_mem_stats m0, m1, d0, d1;
   ct_mem_get_stats(&m0);
   ct_mem_get_device_stats(&d0);
-  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_from_pretrained(vdata("sd/", ""), &u, &err) == CT_OK);
   REQUIRE(ct_unet_set_backend(u, se, &err) == CT_OK && ct_unet_backend(u) == se);
   ct_unet_inputs in = gd.in;
+  CHECK(!gd.te && !gd.ids); /* no added conditioning in this layout */
   float *b[] = {on(se, gd.sample, ns),
                 on(se, gd.ts, (size_t)in.B),
                 on(se, gd.enc, ne),
-                on(se, gd.te, (size_t)in.B * 16),
-                on(se, gd.ids, (size_t)in.B * 6),
+                NULL,
+                NULL,
                 on(se, gd.r, ns),
                 se->alloc(CT_MEM_BUFFERS, ns * sizeof(float)),
                 se->alloc(CT_MEM_BUFFERS, ns * sizeof(float)),
@@ -460,4 +462,49 @@ CT_TEST(unet, sealed_backend) {
   CHECK(d1.total_peak > d0.total_current); /* it did live there */
   free(out), free(ds), free(de), free(gw), free(h);
   golden_close(&gd);
+}
+
+/* The memory plan (a dry run: nothing computed, no weights) equals what the
+ * CPU backend's accounting measures for the same forward and backward; SDXL's
+ * numbers at 1024x1024 (128x128 latents) are printed for docs/unet.md. */
+CT_TEST(unet, memory_plan) {
+  golden gd;
+  REQUIRE(golden_open(&gd, ""));
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  ct_unet_plan plan;
+  REQUIRE(ct_unet_plan_memory(ct_unet_cfg(u), gd.in.B, gd.in.H, gd.in.W, gd.in.Lk, &plan, &err) ==
+          CT_OK);
+  ct_mem_stats m0, m1, m2;
+  ct_mem_reset_peak();
+  ct_mem_get_stats(&m0);
+  ct_unet_tape *tp = NULL;
+  REQUIRE(ct_unet_forward(u, &gd.in, NULL, &tp, &err) == CT_OK);
+  ct_mem_get_stats(&m1);
+  REQUIRE(ct_unet_backward(u, tp, gd.r, NULL, NULL, &err) == CT_OK);
+  ct_mem_get_stats(&m2);
+  ct_unet_tape_free(tp);
+  const size_t fwd = m1.current[CT_MEM_ACTIVATIONS] + m1.current[CT_MEM_BUFFERS] -
+                     m0.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_BUFFERS];
+  CHECKF(plan.forward_bytes == fwd, "forward: plan %zu, measured %zu", plan.forward_bytes, fwd);
+  const size_t act = m2.peak[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS];
+  CHECKF(plan.activations_peak == act, "activations: plan %zu, measured %zu", plan.activations_peak,
+         act);
+  CHECK(plan.params_bytes == ct_unet_numel(u) * 4 && plan.grads_bytes == plan.params_bytes);
+  CHECK(plan.total_peak >= plan.activations_peak + plan.grads_bytes);
+  ct_unet_free(u);
+  golden_close(&gd);
+  ct_unet_config c;
+  ct_unet_config_sdxl(&c);
+  for (int B = 1; B <= 8; B += 7) {
+    REQUIRE(ct_unet_plan_memory(&c, B, 128, 128, 77, &plan, &err) == CT_OK);
+    fprintf(stderr,
+            "  SDXL 1024x1024, batch %d: params %.2f GiB, grads %.2f GiB, tape after the forward "
+            "%.2f GiB, activations at the peak %.2f GiB, everything but the params %.2f GiB\n",
+            B, plan.params_bytes / 1073741824.0, plan.grads_bytes / 1073741824.0,
+            plan.forward_bytes / 1073741824.0, plan.activations_peak / 1073741824.0,
+            plan.total_peak / 1073741824.0);
+    CHECK(plan.params_bytes == 2567463684ull * 4 && plan.forward_bytes > plan.params_bytes / 8);
+  }
 }

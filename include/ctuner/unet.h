@@ -131,6 +131,21 @@ ct_status ct_unet_backward(ct_unet *u, ct_unet_tape *tape, const float *dout, fl
                            float *dencoder, ct_err *err);
 void ct_unet_tape_free(ct_unet_tape *tape);
 
+/* ---- memory plan (unet_plan.c) ----
+ * The bytes one forward (tape kept) and its backward allocate on the
+ * U-net's backend, found by running them on a backend that computes nothing
+ * (no weights are allocated): what the CPU backend's accounting measures. */
+typedef struct ct_unet_plan {
+  size_t params_bytes;     /* the float32 parameters */
+  size_t grads_bytes;      /* their gradients */
+  size_t forward_bytes;    /* activations + scratch held when the forward returns */
+  size_t activations_peak; /* CT_MEM_ACTIVATIONS at its peak (the backward's end) */
+  size_t buffers_peak;     /* CT_MEM_BUFFERS (im2col scratch) at its peak */
+  size_t total_peak;       /* the run's allocations (gradients too) at their peak, parameters not */
+} ct_unet_plan;
+ct_status ct_unet_plan_memory(const ct_unet_config *c, int B, int H, int W, int Lk,
+                              ct_unet_plan *out, ct_err *err);
+
 /* ---- LoRA targets (unet_lora.c) ----
  * A Linear layer of the U-net: its module name (the parameter names less
  * ".weight"/".bias"), shape, and offsets in the parameter buffer (b:
