@@ -201,13 +201,16 @@ ct_status ct_unet_backward(ct_unet *u, ct_unet_tape *tp, const float *dout, floa
   ut_marks(tp, &in, &enc, &fin);
   ct_status st = ut_backward(tp, fin, dout, err);
   int B, C, H, W;
-  if (!st && dsample) {
-    ut_shape(tp, in, &B, &C, &H, &W);
-    u->be->copy(dsample, ut_g(tp, in), (size_t)B * C * H * W * sizeof(float));
-  }
-  if (!st && dencoder) {
-    ut_shape(tp, enc, &B, &C, &H, &W);
-    u->be->copy(dencoder, ut_g(tp, enc), (size_t)B * C * H * W * sizeof(float));
+  const int which[2] = {in, enc};
+  float *dst[2] = {dsample, dencoder};
+  for (int k = 0; !st && k < 2; k++) {
+    if (!dst[k]) continue;
+    ut_shape(tp, which[k], &B, &C, &H, &W);
+    const size_t n = (size_t)B * C * H * W;
+    if (ut_g(tp, which[k]))
+      u->be->copy(dst[k], ut_g(tp, which[k]), n * sizeof(float));
+    else /* no op reads it (no cross-attention block) */
+      u->be->zero(n, dst[k]);
   }
   return st;
 }

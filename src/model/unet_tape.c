@@ -498,6 +498,27 @@ static void bwd_op(ct_unet_tape *tp, const op *o, float *gw, float *dq, float *d
   }
 }
 
+/* tensor i's gradient buffer, zeroed when first needed */
+static int need_g(ct_unet_tape *tp, int i) {
+  tt *t = &tp->t[i];
+  if (!t->g && (t->g = buf(tp, numel(t)))) tp->be->zero(numel(t), t->g);
+  return t->g != NULL;
+}
+
+/* what op o kept for its backward and its output (value and gradient): no
+ * op processed after it reads them (its consumers came later in the forward) */
+static void release(ct_unet_tape *tp, op *o) {
+  const ct_backend_ops *be = tp->be;
+  float **p[] = {
+      &o->pre, &o->mean, &o->rstd, &o->xhat, &o->scale,        &o->q,           &o->k, &o->v,
+      &o->o,   &o->lse,  &o->ao,   &o->gl,   &tp->t[o->out].x, &tp->t[o->out].g};
+  for (size_t k = 0; k < sizeof p / sizeof p[0]; k++) be->free(*p[k]), *p[k] = NULL;
+}
+
+/* Walks the tape backwards. A tensor's gradient is allocated when a consumer
+ * first adds into it, and freed with its value once its producer is done,
+ * so the peak is the forward's tape plus the gradients in flight. The
+ * tape's activations are gone afterwards: one backward per tape. */
 ct_status ut_backward(ct_unet_tape *tp, int out, const float *dout, ct_err *err) {
   const ct_backend_ops *be = tp->be;
   float *gw = ct_unet_grads(tp->u);
@@ -513,15 +534,19 @@ ct_status ut_backward(ct_unet_tape *tp, int out, const float *dout, ct_err *err)
   if (hn > tp->tmp_n) tp->tmp_n = hn;
   tp->tmp = buf(tp, tp->tmp_n), tp->tmp2 = buf(tp, tp->tmp_n);
   float *dq = buf(tp, hn), *dk = buf(tp, hn), *dv = buf(tp, hn);
-  ct_status st = tp->tmp && tp->tmp2 && dq && dk && dv ? CT_OK : NOMEM(err);
-  for (int i = 0; !st && i < tp->nt; i++) {
-    if ((tp->t[i].g = buf(tp, numel(&tp->t[i]))))
-      be->zero(numel(&tp->t[i]), tp->t[i].g);
-    else
-      st = NOMEM(err);
-  }
+  ct_status st = tp->tmp && tp->tmp2 && dq && dk && dv && need_g(tp, out) ? CT_OK : NOMEM(err);
   if (!st) be->copy(tp->t[out].g, dout, numel(&tp->t[out]) * sizeof(float));
-  for (int i = tp->nops - 1; !st && i >= 0; i--) bwd_op(tp, &tp->ops[i], gw, dq, dk, dv);
+  for (int i = tp->nops - 1; !st && i >= 0; i--) {
+    op *o = &tp->ops[i];
+    if (tp->t[o->out].g) { /* else nothing reached it: no gradient flows */
+      if (!need_g(tp, o->in) || (o->in2 >= 0 && !need_g(tp, o->in2))) {
+        st = NOMEM(err);
+        break;
+      }
+      bwd_op(tp, o, gw, dq, dk, dv);
+    }
+    release(tp, o);
+  }
   be->free(dq), be->free(dk), be->free(dv);
   return st;
 }
