@@ -479,6 +479,13 @@ CT_TEST(unet, memory_plan) {
   ct_mem_stats m0, m1, m2;
   ct_mem_reset_peak();
   ct_mem_get_stats(&m0);
+  REQUIRE(ct_unet_forward(u, &gd.in, NULL, NULL, &err) == CT_OK); /* inference */
+  ct_mem_get_stats(&m1);
+  const size_t inf = m1.total_peak - m0.total_current;
+  CHECKF(plan.inference_peak == inf, "inference: plan %zu, measured %zu", plan.inference_peak, inf);
+  CHECKF(plan.inference_peak < plan.forward_bytes / 2, "inference %zu, forward with a tape %zu",
+         plan.inference_peak, plan.forward_bytes);
+  ct_mem_reset_peak(); /* the convolution scratch stays, counted in forward_bytes */
   ct_unet_tape *tp = NULL;
   REQUIRE(ct_unet_forward(u, &gd.in, NULL, &tp, &err) == CT_OK);
   ct_mem_get_stats(&m1);
@@ -501,10 +508,11 @@ CT_TEST(unet, memory_plan) {
     REQUIRE(ct_unet_plan_memory(&c, B, 128, 128, 77, &plan, &err) == CT_OK);
     fprintf(stderr,
             "  SDXL 1024x1024, batch %d: params %.2f GiB, grads %.2f GiB, tape after the forward "
-            "%.2f GiB, activations at the peak %.2f GiB, everything but the params %.2f GiB\n",
+            "%.2f GiB, activations at the peak %.2f GiB, everything but the params %.2f GiB; "
+            "inference %.2f GiB\n",
             B, plan.params_bytes / 1073741824.0, plan.grads_bytes / 1073741824.0,
             plan.forward_bytes / 1073741824.0, plan.activations_peak / 1073741824.0,
-            plan.total_peak / 1073741824.0);
+            plan.total_peak / 1073741824.0, plan.inference_peak / 1073741824.0);
     CHECK(plan.params_bytes == 2567463684ull * 4 && plan.forward_bytes > plan.params_bytes / 8);
   }
 }

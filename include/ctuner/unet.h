@@ -137,6 +137,7 @@ void ct_unet_tape_free(ct_unet_tape *tape);
  * (no weights are allocated): what the CPU backend's accounting measures. */
 typedef struct ct_unet_plan {
   size_t params_bytes;     /* the float32 parameters */
+  size_t inference_peak;   /* a forward without a tape: its peak (activations, scratch) */
   size_t grads_bytes;      /* their gradients */
   size_t forward_bytes;    /* activations + scratch held when the forward returns */
   size_t activations_peak; /* CT_MEM_ACTIVATIONS at its peak (the backward's end) */

@@ -77,7 +77,11 @@ ct_status ct_unet_need_col(ct_unet *u, const ct_conv2d_shape *s, ct_err *err);
  * B = 1). Each t_* records one op, computes it and returns the output
  * tensor's index, or -1 with err set. */
 typedef struct ct_unet_tape ct_unet_tape;
-ct_unet_tape *ut_new(ct_unet *u, int B);
+/* keep 1: record for ct_unet_backward; 0: inference, each op's saved
+ * buffers freed after it runs and dead tensors freed by ut_drop */
+ct_unet_tape *ut_new(ct_unet *u, int keep);
+/* tensor i is read by no later op (inference only; a no-op when keeping) */
+void ut_drop(ct_unet_tape *tp, int i);
 int ut_input(ct_unet_tape *tp, int B, int C, int H, int W, const float *init, ct_err *err);
 float *ut_x(ct_unet_tape *tp, int i);
 float *ut_g(ct_unet_tape *tp, int i);

@@ -196,6 +196,10 @@ ct_status ct_unet_plan_memory(const ct_unet_config *c, int B, int H, int W, int 
   u->w = fake;
   const ct_unet_inputs in = {B, H, W, fake, fake, Lk, fake, fake, fake};
   ct_unet_tape *tp = NULL;
+  if (!st) st = ct_unet_forward(u, &in, NULL, NULL, err); /* inference */
+  out->inference_peak = dry.total_peak;
+  memcpy(dry.peak, dry.cur, sizeof dry.peak);
+  dry.total_peak = dry.total;
   if (!st) st = ct_unet_forward(u, &in, NULL, &tp, err);
   if (!st) {
     out->forward_bytes = dry.cur[CT_MEM_ACTIVATIONS] + dry.cur[CT_MEM_BUFFERS];

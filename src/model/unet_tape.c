@@ -56,6 +56,7 @@ struct ct_unet_tape {
   float *tmp, *tmp2, *ones, *minus1;
   size_t tmp_n, ones_n;
   int input, enc, final;
+  int keep; /* 1: recording for a backward */
 };
 
 static float *buf(const ct_unet_tape *tp, size_t n) {
@@ -67,11 +68,24 @@ static size_t numel(const tt *t) {
   return (size_t)t->B * t->C * t->H * t->W;
 }
 
-ct_unet_tape *ut_new(ct_unet *u, int B) {
-  (void)B;
+ct_unet_tape *ut_new(ct_unet *u, int keep) {
   ct_unet_tape *tp = calloc(1, sizeof *tp);
-  if (tp) tp->u = u, tp->be = u->be, tp->input = tp->enc = tp->final = -1;
+  if (tp) tp->u = u, tp->be = u->be, tp->input = tp->enc = tp->final = -1, tp->keep = keep;
   return tp;
+}
+
+/* Without a backward to come (keep 0): what an op kept for it, freed as soon
+ * as the op has run, and tensors the graph says are dead (ut_drop) */
+static void done(ct_unet_tape *tp, op *o) {
+  if (tp->keep) return;
+  float **p[] = {&o->pre, &o->mean, &o->rstd, &o->xhat, &o->scale, &o->q,
+                 &o->k,   &o->v,    &o->o,    &o->lse,  &o->ao,    &o->gl};
+  for (size_t k = 0; k < sizeof p / sizeof p[0]; k++) tp->be->free(*p[k]), *p[k] = NULL;
+}
+void ut_drop(ct_unet_tape *tp, int i) {
+  if (tp->keep || i < 0) return;
+  tp->be->free(tp->t[i].x);
+  tp->t[i].x = NULL;
 }
 
 #define NOMEM(err) \
@@ -171,6 +185,7 @@ int ut_gn(ct_unet_tape *tp, const unorm *n, int in, int G, float eps, int silu, 
   float *y = silu ? o->pre : tp->t[out].x;
   tp->be->groupnorm_fwd(x.B, x.C, HW, G, eps, x.x, w + n->g, w + n->b, y, o->mean, o->rstd);
   if (silu) tp->be->silu_fwd(x.B * x.C, HW, o->pre, HW, tp->t[out].x, HW);
+  done(tp, o);
   return out;
 }
 
@@ -191,6 +206,7 @@ int ut_ln(ct_unet_tape *tp, const unorm *n, int in, float eps, ct_err *err) {
   tp->be->add_inplace((size_t)D, o->scale, tp->minus1);
   tp->be->ln_mod_fwd(1, N, D, x.x, D, w + n->b, o->scale, 0, eps, o->xhat, o->rstd, tp->t[out].x,
                      D);
+  done(tp, o);
   return out;
 }
 
@@ -325,6 +341,7 @@ int ut_attn(ct_unet_tape *tp, const uattn *a, int heads, int xq, int xkv, int se
   else
     be->attention_cross_fwd(B, heads, Lq, Lk, hd, scale, o->q, o->k, o->v, o->o, o->lse);
   be->linear_fwd(B * Lq, C, C, o->o, C, w + a->o.w, w + a->o.b, tp->t[out].x, C);
+  done(tp, o);
   return out;
 }
 
@@ -339,6 +356,7 @@ int ut_geglu(ct_unet_tape *tp, int in, ct_err *err) {
   tp->be->gelu_erf_fwd(N, I, x.x + I, 2 * I, o->gl, I);
   tp->be->copy_2d(N, I, x.x, 2 * I, tp->t[out].x, I);
   tp->be->mul_inplace((size_t)N * I, tp->t[out].x, o->gl);
+  done(tp, o);
   return out;
 }
 
