@@ -49,6 +49,7 @@ help:
 	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights); kohya,"
 	@echo "                ComfyUI, BFL-named and LyCORIS-on-BFL files vs diffusers' converter (lora_files_golden.py)"
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
+	@echo "                SDXL's U-net vs diffusers' UNet2DConditionModel: goldens and a fresh set (unet_golden.py)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
 	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
@@ -198,6 +199,11 @@ interop: build
 	  rm -rf $(BUILD)/lora-files-interop && \
 	  $$py scripts/lora_files_golden.py --seed 1 --out $(BUILD)/lora-files-interop && \
 	  CT_LORA_FILES_DATA=$(abspath $(BUILD))/lora-files-interop $(BUILD)/ct_tests lora_files
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/unet_golden.py --check tests/data/unet && \
+	  $$py scripts/unet_golden.py --check tests/data/unet/sd && \
+	  rm -rf $(BUILD)/unet-interop && $$py scripts/unet_golden.py --seed 1 --out $(BUILD)/unet-interop && \
+	  $$py scripts/unet_golden.py --seed 1 --variant sd --out $(BUILD)/unet-interop/sd && \
+	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop $(BUILD)/ct_tests unet
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

@@ -164,6 +164,64 @@ static void op_attention(bcheck *t) {
   }
 }
 
+/* Cross-attention: Lq = 70 queries (two tiles) against Lk = 3 keys and values. */
+typedef struct {
+  int B, H, Lq, Lk, hd;
+  float scale, *q, *k, *v, *r;
+  double *o, *lse;
+} xatt_c;
+static void xatt_ref(xatt_c *c) {
+  const int Lq = c->Lq, Lk = c->Lk, hd = c->hd, ldo = c->H * hd;
+  double *s = malloc((size_t)Lk * sizeof *s);
+  for (int bh = 0; bh < c->B * c->H; bh++)
+    for (int i = 0; i < Lq; i++) {
+      const int b = bh / c->H, h = bh % c->H;
+      const float *qi = c->q + ((size_t)bh * Lq + i) * hd;
+      double m = -INFINITY, sum = 0;
+      for (int j = 0; j < Lk; j++) {
+        double a = 0;
+        for (int e = 0; e < hd; e++) a += (double)qi[e] * c->k[((size_t)bh * Lk + j) * hd + e];
+        s[j] = c->scale * a;
+        m = fmax(m, s[j]);
+      }
+      for (int j = 0; j < Lk; j++) sum += exp(s[j] - m);
+      c->lse[(size_t)bh * Lq + i] = m + log(sum);
+      for (int e = 0; e < hd; e++) {
+        double a = 0;
+        for (int j = 0; j < Lk; j++)
+          a += exp(s[j] - m) / sum * c->v[((size_t)bh * Lk + j) * hd + e];
+        c->o[((size_t)b * Lq + i) * ldo + (size_t)h * hd + e] = a;
+      }
+    }
+  free(s);
+}
+static double xatt_loss(void *p) {
+  xatt_c *c = p;
+  xatt_ref(c);
+  return dot(c->o, c->r, (size_t)c->B * c->Lq * c->H * c->hd);
+}
+static void op_attention_cross(bcheck *t) {
+  xatt_c c = {.B = 2, .H = 2, .Lq = 70, .Lk = 3, .hd = 4, .scale = 0.6f};
+  const size_t nq = (size_t)c.B * c.H * c.Lq * c.hd, nk = (size_t)c.B * c.H * c.Lk * c.hd,
+               nl = (size_t)c.B * c.H * c.Lq;
+  c.q = hrand(t, nq, 1), c.k = hrand(t, nk, 1), c.v = hrand(t, nk, 1);
+  float *o0 = hrand(t, nq, 1), *l0 = hrand(t, nl, 1);
+  c.o = hd(t, NULL, nq), c.lse = hd(t, NULL, nl);
+  xatt_ref(&c);
+  float *q = dev(t, c.q, nq), *k = dev(t, c.k, nk), *v = dev(t, c.v, nk);
+  float *o = dev(t, o0, nq), *lse = dev(t, l0, nl);
+  t->be->attention_cross_fwd(c.B, c.H, c.Lq, c.Lk, c.hd, c.scale, q, k, v, o, lse);
+  cmp(t, "o", back(t, o, nq), c.o, nq);
+  cmp(t, "lse", back(t, lse, nl), c.lse, nl);
+  c.r = hrand(t, nq, 1);
+  float *dq = dev(t, o0, nq), *dk = dev(t, o0, nk), *dv = dev(t, o0, nk); /* overwritten */
+  t->be->attention_cross_bwd(c.B, c.H, c.Lq, c.Lk, c.hd, c.scale, q, k, v, o, lse, dev(t, c.r, nq),
+                             dq, dk, dv);
+  FD1(t, "dq", c.q, nq, back(t, dq, nq), xatt_loss, &c);
+  FD1(t, "dk", c.k, nk, back(t, dk, nk), xatt_loss, &c);
+  FD1(t, "dv", c.v, nk, back(t, dv, nk), xatt_loss, &c);
+}
+
 static void op_rope_table(bcheck *t) {
   const int L = 4, axes[3] = {2, 4, 2}, half = 4;
   const float theta = 100.0f;
@@ -449,11 +507,12 @@ static void act_case(bcheck *t, int kind) {
   char what[64];
   snprintf(what, sizeof what, "%s: y", names[kind]);
   cmp(t, what, back(t, y, ny), c.y, ny);
-  if (kind == ACT_QUICK || kind == ACT_ERF) return; /* forward only (text encoder) */
+  if (kind == ACT_QUICK) return; /* forward only (text encoder) */
   c.r = hrand(t, ny, 1);
   float *dx = dev(t, hrand(t, nx, 1), nx);
-  (kind == ACT_SILU ? be->silu_bwd : be->gelu_tanh_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy,
-                                                        dx, c.ldx);
+  (kind == ACT_SILU   ? be->silu_bwd
+   : kind == ACT_GELU ? be->gelu_tanh_bwd
+                      : be->gelu_erf_bwd)(c.N, c.D, x, c.ldx, dev(t, c.r, ny), c.ldy, dx, c.ldx);
   snprintf(what, sizeof what, "%s: dx", names[kind]);
   fd(t, what, c.x, c.N, c.D, c.ldx, back(t, dx, nx), act_loss, &c);
 }
@@ -547,6 +606,7 @@ static const struct {
     {"linear", op_linear, "linear_fwd linear_bwd linear_fwd_w linear_bwd_w"},
     {"attention", op_attention, "attention_fwd attention_bwd"},
     {"attention_bias", op_attention_bias, "attention_bias_fwd"},
+    {"attention_cross", op_attention_cross, "attention_cross_fwd attention_cross_bwd"},
     {"rope_table", op_rope_table, "rope_table"},
     {"rope", op_rope, "rope_table rope_fwd rope_bwd"},
     {"qkv_heads", op_qkv_heads, "rope_table qkv_heads_fwd qkv_heads_bwd"},
@@ -562,7 +622,7 @@ static const struct {
     {"silu", op_silu, "silu_fwd silu_bwd"},
     {"gelu_tanh", op_gelu_tanh, "gelu_tanh_fwd gelu_tanh_bwd"},
     {"quick_gelu", op_quick_gelu, "quick_gelu_fwd"},
-    {"gelu_erf", op_gelu_erf, "gelu_erf_fwd"},
+    {"gelu_erf", op_gelu_erf, "gelu_erf_fwd gelu_erf_bwd"},
     {"gate_res", op_gate_res, "gate_res_fwd gate_res_bwd"},
     {"elementwise", backend_op_elementwise, "add_inplace scale_inplace mul_inplace copy_2d zero"},
     {"clamp", backend_op_clamp, "clamp_fwd clamp_bwd"},
@@ -591,6 +651,8 @@ static const struct {
   X(attention_fwd, ct_attention_fwd) \
   X(attention_bias_fwd, ct_attention_bias_fwd) \
   X(attention_bwd, ct_attention_bwd) \
+  X(attention_cross_fwd, ct_attention_cross_fwd) \
+  X(attention_cross_bwd, ct_attention_cross_bwd) \
   X(rope_table, ct_rope_table) \
   X(rope_fwd, ct_rope_fwd) \
   X(rope_bwd, ct_rope_bwd) \
@@ -619,6 +681,7 @@ static const struct {
   X(gelu_tanh_bwd, ct_gelu_tanh_bwd) \
   X(quick_gelu_fwd, ct_quick_gelu_fwd) \
   X(gelu_erf_fwd, ct_gelu_erf_fwd) \
+  X(gelu_erf_bwd, ct_gelu_erf_bwd) \
   X(gate_res_fwd, ct_gate_res_fwd) \
   X(gate_res_bwd, ct_gate_res_bwd) \
   X(add_inplace, ct_add_inplace) \

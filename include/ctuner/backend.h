@@ -122,6 +122,12 @@ struct ct_backend_ops {
   void (*attention_bwd)(int B, int H, int L, int hd, float scale, int causal, const float *q,
                         const float *k, const float *v, const float *o, const float *lse,
                         const float *dout, float *dq, float *dk, float *dv);
+  /* queries and keys of different lengths (cross-attention, not causal) */
+  void (*attention_cross_fwd)(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                              const float *k, const float *v, float *o, float *lse);
+  void (*attention_cross_bwd)(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                              const float *k, const float *v, const float *o, const float *lse,
+                              const float *dout, float *dq, float *dk, float *dv);
   /* pos (L, 3) is host memory, pe backend memory */
   void (*rope_table)(int L, const int *pos, const int axes[3], float theta, float *pe);
   void (*rope_fwd)(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
@@ -180,6 +186,8 @@ struct ct_backend_ops {
                         int lddx);
   void (*quick_gelu_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
   void (*gelu_erf_fwd)(int N, int D, const float *x, int ldx, float *y, int ldy);
+  void (*gelu_erf_bwd)(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                       int lddx);
   void (*gate_res_fwd)(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                        const float *y, int ldy, float *out, int ldo);
   void (*gate_res_bwd)(int B, int L, int D, const float *gate, int ldg, const float *y, int ldy,
@@ -234,12 +242,14 @@ struct ct_backend_ops {
 // clang-format off
 #define CT_BACKEND_OP_FIELDS(X) \
   X(sgemm) X(sgemm_deterministic) X(linear_fwd) X(linear_bwd) X(linear_fwd_w) X(linear_bwd_w) \
-  X(attention_fwd) X(attention_bias_fwd) X(attention_bwd) X(rope_table) X(rope_fwd) X(rope_bwd) \
+  X(attention_fwd) X(attention_bias_fwd) X(attention_bwd) X(attention_cross_fwd) \
+  X(attention_cross_bwd) X(rope_table) X(rope_fwd) X(rope_bwd) \
   X(qkv_heads_fwd) X(qkv_heads_bwd) X(ln_mod_fwd) X(ln_mod_bwd) X(layernorm_affine_fwd) \
   X(rmsnorm_fwd) X(rmsnorm_bwd) X(groupnorm_fwd) X(groupnorm_bwd) X(conv2d_col_floats) \
   X(conv2d_fwd) X(conv2d_bwd) X(upsample2x_fwd) X(upsample2x_bwd) X(nchw_to_nlc) X(nlc_to_nchw) \
   X(tile_blend) X(patchify) X(unpatchify) X(silu_fwd) X(silu_bwd) X(gelu_tanh_fwd) \
-  X(gelu_tanh_bwd) X(quick_gelu_fwd) X(gelu_erf_fwd) X(gate_res_fwd) X(gate_res_bwd) \
+  X(gelu_tanh_bwd) X(quick_gelu_fwd) X(gelu_erf_fwd) X(gelu_erf_bwd) X(gate_res_fwd) \
+  X(gate_res_bwd) \
   X(add_inplace) X(scale_inplace) X(mul_inplace) X(copy_2d) X(zero) X(clamp_fwd) X(clamp_bwd) \
   X(embedding_fwd) X(timestep_embedding) X(mse_fwd_bwd) X(adam_update) X(adagrad_update) \
   X(lion_update) X(sgd_update) X(ema_update) X(sumsq) X(bf16_widen) X(bf16_narrow) \

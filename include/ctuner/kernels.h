@@ -255,6 +255,16 @@ void ct_attention_fwd_bf16(int B, int H, int L, int hd, float scale, int causal,
 void ct_attention_bwd_bf16(int B, int H, int L, int hd, float scale, int causal, const float *q,
                            const float *k, const float *v, const float *o, const float *lse,
                            const float *dout, float *dq, float *dk, float *dv);
+/* Cross-attention: queries (B, H, Lq, hd) against keys and values (B, H, Lk,
+ * hd) of another length (the U-net's attention to the text); o (B, Lq, H*hd)
+ * and lse (B, H, Lq) as ct_attention_fwd. Not causal. The backward
+ * overwrites dq (B, H, Lq, hd), dk and dv (B, H, Lk, hd)
+ * (src/kernels/attention_cross.c). */
+void ct_attention_cross_fwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                            const float *k, const float *v, float *o, float *lse);
+void ct_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                            const float *k, const float *v, const float *o, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv);
 const char *ct_attention_path(void);
 /* The flash kernels' instruction set: "avx512", "avx2" or "generic" (the best
  * the CPU has; CT_ATTENTION_ISA=avx2 or generic picks a lower one). */
@@ -271,6 +281,9 @@ void ct_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y,
                        int ldy); /* x*sigmoid(1.702x) */
 void ct_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y,
                      int ldy); /* 0.5x(1+erf(x/sqrt 2)): torch's exact GELU, HF "gelu" */
+/* its backward: dx = dy * (Phi(x) + x phi(x)) (overwrite; GEGLU's gate) */
+void ct_gelu_erf_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy, float *dx,
+                     int lddx);
 
 /* ---- gated residual: out = x + gate[b] * y  (rows grouped by batch, L rows each) ---- */
 void ct_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,

@@ -276,6 +276,23 @@ static void p_quick_gelu_fwd(int N, int D, const float *x, int ldx, float *y, in
   TIMED(CT_PROF_ACTIVATION, inner->quick_gelu_fwd(N, D, x, ldx, y, ldy));
 }
 
+static void p_gelu_erf_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
+                           float *dx, int lddx) {
+  TIMED(CT_PROF_ACTIVATION, inner->gelu_erf_bwd(N, D, x, ldx, dy, lddy, dx, lddx));
+}
+
+static void p_attention_cross_fwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                                  const float *k, const float *v, float *o, float *lse) {
+  TIMED(CT_PROF_ATTENTION, inner->attention_cross_fwd(B, H, Lq, Lk, hd, scale, q, k, v, o, lse));
+}
+
+static void p_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                                  const float *k, const float *v, const float *o, const float *lse,
+                                  const float *dout, float *dq, float *dk, float *dv) {
+  TIMED(CT_PROF_ATTENTION,
+        inner->attention_cross_bwd(B, H, Lq, Lk, hd, scale, q, k, v, o, lse, dout, dq, dk, dv));
+}
+
 static void p_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int ldy) {
   TIMED(CT_PROF_ACTIVATION, inner->gelu_erf_fwd(N, D, x, ldx, y, ldy));
 }
@@ -414,6 +431,8 @@ static const ct_backend_ops prof_all = {
     .attention_fwd = p_attention_fwd,
     .attention_bias_fwd = p_attention_bias_fwd,
     .attention_bwd = p_attention_bwd,
+    .attention_cross_fwd = p_attention_cross_fwd,
+    .attention_cross_bwd = p_attention_cross_bwd,
     .rope_table = p_rope_table,
     .rope_fwd = p_rope_fwd,
     .rope_bwd = p_rope_bwd,
@@ -442,6 +461,7 @@ static const ct_backend_ops prof_all = {
     .gelu_tanh_bwd = p_gelu_tanh_bwd,
     .quick_gelu_fwd = p_quick_gelu_fwd,
     .gelu_erf_fwd = p_gelu_erf_fwd,
+    .gelu_erf_bwd = p_gelu_erf_bwd,
     .gate_res_fwd = p_gate_res_fwd,
     .gate_res_bwd = p_gate_res_bwd,
     .add_inplace = p_add_inplace,

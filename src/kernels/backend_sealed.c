@@ -686,6 +686,45 @@ static void s_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int 
   seal_close();
 }
 
+static void s_gelu_erf_bwd(int N, int D, const float *x, int ldx, const float *dy, int lddy,
+                           float *dx, int lddx) {
+  SEAL_ARG("gelu_erf_bwd", x);
+  SEAL_ARG("gelu_erf_bwd", dy);
+  SEAL_ARG("gelu_erf_bwd", dx);
+  seal_open();
+  ct_backend_cpu.gelu_erf_bwd(N, D, x, ldx, dy, lddy, dx, lddx);
+  seal_close();
+}
+
+static void s_attention_cross_fwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                                  const float *k, const float *v, float *o, float *lse) {
+  SEAL_ARG("attention_cross_fwd", q);
+  SEAL_ARG("attention_cross_fwd", k);
+  SEAL_ARG("attention_cross_fwd", v);
+  SEAL_ARG("attention_cross_fwd", o);
+  SEAL_ARG("attention_cross_fwd", lse);
+  seal_open();
+  ct_backend_cpu.attention_cross_fwd(B, H, Lq, Lk, hd, scale, q, k, v, o, lse);
+  seal_close();
+}
+
+static void s_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
+                                  const float *k, const float *v, const float *o, const float *lse,
+                                  const float *dout, float *dq, float *dk, float *dv) {
+  SEAL_ARG("attention_cross_bwd", q);
+  SEAL_ARG("attention_cross_bwd", k);
+  SEAL_ARG("attention_cross_bwd", v);
+  SEAL_ARG("attention_cross_bwd", o);
+  SEAL_ARG("attention_cross_bwd", lse);
+  SEAL_ARG("attention_cross_bwd", dout);
+  SEAL_ARG("attention_cross_bwd", dq);
+  SEAL_ARG("attention_cross_bwd", dk);
+  SEAL_ARG("attention_cross_bwd", dv);
+  seal_open();
+  ct_backend_cpu.attention_cross_bwd(B, H, Lq, Lk, hd, scale, q, k, v, o, lse, dout, dq, dk, dv);
+  seal_close();
+}
+
 static void s_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                            const float *y, int ldy, float *out, int ldo) {
   SEAL_ARG("gate_res_fwd", x);
@@ -921,6 +960,8 @@ const ct_backend_ops ct_backend_sealed = {
     .attention_fwd = s_attention_fwd,
     .attention_bias_fwd = s_attention_bias_fwd,
     .attention_bwd = s_attention_bwd,
+    .attention_cross_fwd = s_attention_cross_fwd,
+    .attention_cross_bwd = s_attention_cross_bwd,
     .rope_table = s_rope_table,
     .rope_fwd = s_rope_fwd,
     .rope_bwd = s_rope_bwd,
@@ -949,6 +990,7 @@ const ct_backend_ops ct_backend_sealed = {
     .gelu_tanh_bwd = s_gelu_tanh_bwd,
     .quick_gelu_fwd = s_quick_gelu_fwd,
     .gelu_erf_fwd = s_gelu_erf_fwd,
+    .gelu_erf_bwd = s_gelu_erf_bwd,
     .gate_res_fwd = s_gate_res_fwd,
     .gate_res_bwd = s_gate_res_bwd,
     .add_inplace = s_add_inplace,

@@ -119,6 +119,7 @@ ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, siz
 struct ct_mmdit;
 struct ct_vae;
 struct ct_lora;
+struct ct_unet;
 ct_status ct_model_mmdit(struct ct_mmdit *m, ct_model **out, ct_err *err);
 /* flux_dir 1: a FLUX.1 pipeline's transformer trained in float32, whose
  * checkpoint files are transformer/ (diffusers layout) instead of
@@ -131,5 +132,9 @@ ct_status ct_model_lora(struct ct_mmdit *m, struct ct_lora *l, const char *init_
 ct_status ct_model_vae(struct ct_vae *v, ct_model **out, ct_err *err);
 /* The VAE in diffusers' layout into dir (config.json and the weights). */
 ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err *err);
+/* SDXL's U-net (owned from here, also on failure). */
+ct_status ct_model_unet(struct ct_unet *u, ct_model **out, ct_err *err);
+/* The U-net in diffusers' layout into dir (config.json and the weights). */
+ct_status ct_model_unet_save_dir(const struct ct_unet *u, const char *dir, ct_err *err);
 
 #endif
