@@ -173,6 +173,8 @@ interop: build
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/fm_sched_golden.py --check tests/data/fm_sched_golden.json && \
 	  $$py scripts/fm_sched_golden.py --seed 1 --out $(BUILD)/fm_sched_interop.json
 	CT_FM_SCHED_GOLDEN=$(abspath $(BUILD))/fm_sched_interop.json $(BUILD)/ct_tests fm_sched
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/sdxl_sched_golden.py --seed 1 --out $(BUILD)/sdxl_sched_interop.json
+	CT_SDXL_SCHED_GOLDEN=$(abspath $(BUILD))/sdxl_sched_interop.json $(BUILD)/ct_tests diffusion
 	/usr/bin/python3 scripts/toml_expect.py --check
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \
 	  rm -rf $(BUILD)/lora-interop && $$py scripts/lora_golden.py --seed 1 --out $(BUILD)/lora-interop && \
