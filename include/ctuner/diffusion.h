@@ -21,6 +21,8 @@
 
 #include "ctuner/status.h"
 
+struct ct_vae;
+
 #define CT_DDPM_MAX_STEPS 4096 /* num_train_timesteps at most */
 
 typedef enum { CT_BETA_SCALED_LINEAR, CT_BETA_LINEAR } ct_beta_schedule;
@@ -110,6 +112,44 @@ double ct_ddpm_loss(const ct_ddpm_objective *o, const float *ac, const long *t, 
  * inter_h, inter_w, crop_y, crop_x. */
 void ct_sdxl_time_ids(int inter_h, int inter_w, int crop_top, int crop_left, int lat_h, int lat_w,
                       int vae_factor, int dropped, float out[6]);
+
+/* ---- SDXL's text conditioning (sdxl_text.c) ---- */
+/* StableDiffusionXLPipeline.encode_prompt over a pipeline directory's
+ * text_encoder (CLIPTextModel) + tokenizer and text_encoder_2
+ * (CLIPTextModelWithProjection) + tokenizer_2: each tokenizer pads to its
+ * model_max_length (77; tokenizer_2 pads with its own pad token, "!"), each
+ * encoder's hidden_states[-2] (no final layer norm), the two concatenated on
+ * the feature axis (768 + 1280 = 2048 for SDXL 1.0), and the pooled vector
+ * text_embeds of text_encoder_2 (1280). Every problem of the four folders in
+ * one error. */
+typedef struct ct_sdxl_text ct_sdxl_text;
+ct_status ct_sdxl_text_open(const char *root, ct_sdxl_text **out, ct_err *err);
+/* T tokens, D = d1 + d2 features, P pooled features. */
+void ct_sdxl_text_dims(const ct_sdxl_text *t, int *T, int *D, int *P);
+/* n prompts -> embeds (n, T, D) and pooled (n, P) (either may be NULL); ids1,
+ * ids2 (n, T) or NULL: the token ids used. */
+ct_status ct_sdxl_encode_prompt(ct_sdxl_text *t, const char *const *prompts, int n, float *embeds,
+                                float *pooled, int32_t *ids1, int32_t *ids2, ct_err *err);
+void ct_sdxl_text_free(ct_sdxl_text *t);
+
+/* ---- a StableDiffusionXLPipeline directory (sdxl_pipe.c) ---- */
+typedef struct ct_sdxl_pipe {
+  char root[3072];
+  char unet_dir[3200];              /* root/unet: config.json + weights, read by the U-net */
+  int force_zeros_for_empty_prompt; /* model_index.json's (default true): no negative -> zeros */
+  ct_ddpm_config sched;             /* scheduler/scheduler_config.json */
+  ct_sdxl_text *text;               /* both encoders and tokenizers, opened */
+  struct ct_vae *vae;               /* the VAE, opened */
+} ct_sdxl_pipe;
+/* Open root as the sdxl row of the family registry describes it:
+ * model_index.json (_class_name StableDiffusionXLPipeline, every component
+ * with the class ctuner reads, null entries such as feature_extractor
+ * allowed), the scheduler config, both text encoders and tokenizers, the
+ * VAE (4 latent channels; scaling_factor from its config, 0.13025 for SDXL,
+ * no shift) and the unet/ folder's config.json (UNet2DConditionModel) and
+ * weights present. Every problem in one error. */
+ct_status ct_sdxl_pipe_open(const char *root, ct_sdxl_pipe *p, ct_err *err);
+void ct_sdxl_pipe_close(ct_sdxl_pipe *p);
 
 /* ---- sampling schedulers (sdxl_sched.c) ---- */
 typedef struct ct_dsched {
