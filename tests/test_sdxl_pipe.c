@@ -201,3 +201,87 @@ CT_TEST(sdxl_pipe, directory) {
              strstr(e.msg, "no diffusion_pytorch_model.safetensors"),
          "%s", st ? e.msg : "accepted");
 }
+
+/* sd_xl_base_1.0.safetensors names -> diffusers / transformers names. */
+CT_TEST(sdxl_pipe, single_file_names) {
+  static const struct {
+    const char *key;
+    int part, op;
+    const char *name, *name2;
+  } C[] = {
+      {"conditioner.embedders.0.transformer.text_model.encoder.layers.11.mlp.fc2.bias",
+       CT_SDXL_SF_TEXT1, CT_SDXL_SF_COPY, "text_model.encoder.layers.11.mlp.fc2.bias", NULL},
+      {"conditioner.embedders.0.transformer.text_model.embeddings.position_ids", CT_SDXL_SF_IGNORED,
+       CT_SDXL_SF_COPY, "", NULL},
+      {"conditioner.embedders.1.model.positional_embedding", CT_SDXL_SF_TEXT2, CT_SDXL_SF_COPY,
+       "text_model.embeddings.position_embedding.weight", NULL},
+      {"conditioner.embedders.1.model.text_projection", CT_SDXL_SF_TEXT2, CT_SDXL_SF_TRANSPOSE,
+       "text_projection.weight", NULL},
+      {"conditioner.embedders.1.model.transformer.resblocks.31.attn.in_proj_weight",
+       CT_SDXL_SF_TEXT2, CT_SDXL_SF_QKV, "text_model.encoder.layers.31.self_attn.q_proj.weight",
+       "text_model.encoder.layers.31.self_attn.k_proj.weight"},
+      {"conditioner.embedders.1.model.transformer.resblocks.0.mlp.c_fc.bias", CT_SDXL_SF_TEXT2,
+       CT_SDXL_SF_COPY, "text_model.encoder.layers.0.mlp.fc1.bias", NULL},
+      {"conditioner.embedders.1.model.ln_final.weight", CT_SDXL_SF_TEXT2, CT_SDXL_SF_COPY,
+       "text_model.final_layer_norm.weight", NULL},
+      {"conditioner.embedders.1.model.logit_scale", CT_SDXL_SF_IGNORED, CT_SDXL_SF_COPY, "", NULL},
+      {"first_stage_model.decoder.up.3.block.0.conv1.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "decoder.up_blocks.0.resnets.0.conv1.weight", NULL},
+      {"first_stage_model.encoder.down.1.block.0.nin_shortcut.weight", CT_SDXL_SF_VAE,
+       CT_SDXL_SF_COPY, "encoder.down_blocks.1.resnets.0.conv_shortcut.weight", NULL},
+      {"first_stage_model.encoder.down.2.downsample.conv.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "encoder.down_blocks.2.downsamplers.0.conv.weight", NULL},
+      {"first_stage_model.encoder.mid.attn_1.q.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_CONV1X1,
+       "encoder.mid_block.attentions.0.to_q.weight", NULL},
+      {"first_stage_model.decoder.mid.attn_1.proj_out.bias", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "decoder.mid_block.attentions.0.to_out.0.bias", NULL},
+      {"first_stage_model.decoder.mid.attn_1.norm.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "decoder.mid_block.attentions.0.group_norm.weight", NULL},
+      {"first_stage_model.decoder.mid.block_2.norm1.bias", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "decoder.mid_block.resnets.1.norm1.bias", NULL},
+      {"first_stage_model.encoder.norm_out.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "encoder.conv_norm_out.weight", NULL},
+      {"first_stage_model.post_quant_conv.weight", CT_SDXL_SF_VAE, CT_SDXL_SF_COPY,
+       "post_quant_conv.weight", NULL},
+      {"model.diffusion_model.input_blocks.4.1.proj_in.weight", CT_SDXL_SF_UNET, CT_SDXL_SF_COPY,
+       "input_blocks.4.1.proj_in.weight", NULL},
+      {"first_stage_model.decoder.up.4.block.0.conv1.weight", CT_SDXL_SF_UNKNOWN, CT_SDXL_SF_COPY,
+       "", NULL}, /* outside the 4 blocks */
+      {"denoiser.sigmas", CT_SDXL_SF_UNKNOWN, CT_SDXL_SF_COPY, "", NULL},
+  };
+  char names[3][192];
+  ct_sdxl_sf_op op;
+  for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+    const ct_sdxl_sf_part p = ct_sdxl_single_map(C[i].key, 4, names, &op);
+    CHECKF(p == (ct_sdxl_sf_part)C[i].part && (p < 1 || op == (ct_sdxl_sf_op)C[i].op) &&
+               !strcmp(names[0], C[i].name) && (!C[i].name2 || !strcmp(names[1], C[i].name2)),
+           "%s -> part %d op %d %s", C[i].key, (int)p, (int)op, names[0]);
+  }
+  CHECK(ct_sdxl_single_map("first_stage_model.decoder.up.1.upsample.conv.bias", 4, names, &op) ==
+            CT_SDXL_SF_VAE &&
+        !strcmp(names[0], "decoder.up_blocks.2.upsamplers.0.conv.bias"));
+  /* the mapped names exist in the tiny pipeline's VAE (2 blocks) and text_encoder_2 */
+  ct_st_file *f = NULL;
+  ct_err e = {0};
+  REQUIRE(!ct_st_open(pdata("vae/diffusion_pytorch_model.safetensors"), &f, &e));
+  const char *vk[] = {"first_stage_model.decoder.up.1.block.1.conv2.weight",
+                      "first_stage_model.decoder.up.1.upsample.conv.weight",
+                      "first_stage_model.encoder.down.0.downsample.conv.bias",
+                      "first_stage_model.encoder.down.1.block.0.nin_shortcut.weight",
+                      "first_stage_model.decoder.mid.attn_1.v.weight",
+                      "first_stage_model.decoder.norm_out.bias"};
+  for (size_t i = 0; i < sizeof vk / sizeof *vk; i++) {
+    CHECK(ct_sdxl_single_map(vk[i], 2, names, &op) == CT_SDXL_SF_VAE);
+    CHECKF(ct_st_find(f, names[0]) != NULL, "%s -> %s: not in the VAE", vk[i], names[0]);
+  }
+  ct_st_close(f);
+  REQUIRE(!ct_st_open(pdata("text_encoder_2/model.safetensors"), &f, &e));
+  CHECK(
+      ct_sdxl_single_map("conditioner.embedders.1.model.transformer.resblocks.2.attn.in_proj_bias",
+                         4, names, &op) == CT_SDXL_SF_TEXT2);
+  for (int i = 0; i < 3; i++) CHECKF(ct_st_find(f, names[i]) != NULL, "%s", names[i]);
+  CHECK(ct_sdxl_single_map("conditioner.embedders.1.model.text_projection", 4, names, &op) ==
+            CT_SDXL_SF_TEXT2 &&
+        ct_st_find(f, names[0]) != NULL);
+  ct_st_close(f);
+}

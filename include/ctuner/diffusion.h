@@ -151,6 +151,30 @@ typedef struct ct_sdxl_pipe {
 ct_status ct_sdxl_pipe_open(const char *root, ct_sdxl_pipe *p, ct_err *err);
 void ct_sdxl_pipe_close(ct_sdxl_pipe *p);
 
+/* ---- the single-file layout (sdxl_single.c) ---- */
+/* sd_xl_base_1.0.safetensors (Stability's SGM names) -> diffusers /
+ * transformers names, as diffusers' single_file_utils converts them. */
+typedef enum {
+  CT_SDXL_SF_UNKNOWN = -1, /* no rule: the caller lists it */
+  CT_SDXL_SF_IGNORED = 0,  /* a buffer with no weights (position_ids, logit_scale) */
+  CT_SDXL_SF_TEXT1,        /* text_encoder (CLIPTextModel) */
+  CT_SDXL_SF_TEXT2,        /* text_encoder_2 (CLIPTextModelWithProjection) */
+  CT_SDXL_SF_VAE,          /* vae (AutoencoderKL) */
+  CT_SDXL_SF_UNET          /* unet: names[0] is the key under model.diffusion_model., for the
+                              U-net's own name map */
+} ct_sdxl_sf_part;
+typedef enum {
+  CT_SDXL_SF_COPY,
+  CT_SDXL_SF_TRANSPOSE, /* OpenCLIP's text_projection (width, proj) -> (proj, width) */
+  CT_SDXL_SF_QKV,       /* in_proj rows split in thirds: names[0..2] = q, k, v */
+  CT_SDXL_SF_CONV1X1    /* the VAE attention's 1x1 convs (o, i, 1, 1) -> linear (o, i) */
+} ct_sdxl_sf_op;
+/* key -> part, names (up to 3, 192 chars) and the tensor operation;
+ * vae_blocks: len(block_out_channels) of the VAE (4 for SDXL), which
+ * reverses the decoder's up-block index. */
+ct_sdxl_sf_part ct_sdxl_single_map(const char *key, int vae_blocks, char names[3][192],
+                                   ct_sdxl_sf_op *op);
+
 /* ---- sampling schedulers (sdxl_sched.c) ---- */
 typedef struct ct_dsched {
   ct_ddpm_config cfg;
