@@ -95,6 +95,10 @@ CT_TEST(family, trainer_rows) {
   CHECK(ct_train_family_check(&c, &e) == CT_ERR_UNSUPPORTED && strstr(e.msg, "U-net"));
   CHECK(ct_train_model_config(&c, &mc, NULL, NULL, &e) == CT_ERR_UNSUPPORTED &&
         strstr(e.msg, "memory plan"));
+  ct_denoiser_open_fn open = NULL;
+  CHECK(ct_train_family_denoiser("sdxl", &open, &e) == CT_ERR_UNSUPPORTED && !open &&
+        strstr(e.msg, "U-net"));
+  CHECK(ct_train_family_denoiser("flux", &open, &e) == CT_ERR_UNSUPPORTED);
   REQUIRE(!ct_config_set(&c, "model_type", "vae", &e)); /* the VAE task is family-agnostic */
   CHECK(!ct_train_family_check(&c, &e) && ct_task_pick(&c) == &ct_task_vae);
   ct_config_free(&c);

@@ -213,6 +213,12 @@ typedef struct ct_denoise_cond {
 typedef ct_status (*ct_denoise_fn)(void *user, const float *x, int B, int C, int H, int W, float t,
                                    const ct_denoise_cond *cond, float *out, ct_err *err);
 
+/* A family's denoiser opened from its pipeline folder (unet/ for SDXL):
+ * *fn and *user to call, *close to free user. The family registry's trainer
+ * row holds one (src/train/family.c; NULL until the family's model lands). */
+typedef ct_status (*ct_denoiser_open_fn)(const char *dir, ct_denoise_fn *fn, void **user,
+                                         void (**close)(void *user), ct_err *err);
+
 typedef struct ct_sdxl_sample_opts {
   int steps;
   double guidance_scale;   /* > 1: classifier-free guidance */

@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "ctuner/diffusion.h"
 #include "trainer_int.h"
 
 /* FLUX.1's geometry: the MMDiT a config trains, the codec factor, T tokens. */
@@ -26,12 +27,17 @@ typedef struct train_family {
   const ct_task_ops *task; /* model_type full / lora; NULL: not trainable yet */
   ct_status (*model_config)(const ct_config *cfg, ct_mmdit_config *mc, int *codec_scale, int *T,
                             ct_err *err); /* the memory plan's geometry; NULL: none yet */
+  /* the denoiser as ct_denoise_fn, for the DDPM samplers (sdxl_sample.c);
+   * NULL: the family samples through its own path (FLUX.1) or has none yet */
+  ct_denoiser_open_fn open_denoiser;
 } train_family;
 
 static const train_family ROWS[] = {
-    {"flux", &ct_task_mmdit, flux_model_config},
-    /* SDXL: the U-net (src/model/unet*.c) brings its task and parameter table. */
-    {"sdxl", NULL, NULL},
+    {"flux", &ct_task_mmdit, flux_model_config, NULL},
+    /* SDXL: the U-net (src/model/unet*.c) brings its task, its memory plan
+     * and its denoiser: ct_unet_forward with ct_unet_inputs {B, H, W, x, t
+     * per sample, Ttxt, text, pooled, time_ids} is a ct_denoise_fn. */
+    {"sdxl", NULL, NULL, NULL},
 };
 
 static const train_family *row(const char *name) {
@@ -73,4 +79,15 @@ ct_status ct_train_model_config(const ct_config *cfg, ct_mmdit_config *mc, int *
                    "model_family %s has no memory plan yet (its denoiser's parameter table)",
                    r->name);
   return r->model_config(cfg, mc, codec_scale, T, err);
+}
+
+ct_status ct_train_family_denoiser(const char *family, ct_denoiser_open_fn *open, ct_err *err) {
+  const train_family *r = row(family);
+  *open = r ? r->open_denoiser : NULL;
+  if (*open) return CT_OK;
+  const ct_family *f = ct_family_find(family);
+  return ct_errf(err, CT_ERR_UNSUPPORTED,
+                 "model_family %s has no denoiser for the DDPM samplers%s%s",
+                 family ? family : "(unset)", f && f->trainable_note ? ": " : "",
+                 f && f->trainable_note ? f->trainable_note : "");
 }
