@@ -322,3 +322,34 @@ CT_TEST(diffusion, draws_and_time_ids) {
   ct_sdxl_time_ids(1200, 800, 40, 16, 128, 96, 8, 1, ids);
   for (int i = 0; i < 6; i++) CHECK(ids[i] == 0.0f);
 }
+
+/* ct_ddpm_loss's gradient against central differences (min-SNR weights on). */
+CT_TEST(diffusion, loss_gradient) {
+  ct_ddpm_config c;
+  ct_ddpm_config_sdxl(&c);
+  static float ac[CT_DDPM_MAX_STEPS];
+  ct_err e = {0};
+  REQUIRE(!ct_ddpm_alphas_cumprod(&c, ac, &e));
+  ct_ddpm_objective o = {.prediction_type = CT_PRED_V, .snr_gamma = 5, .snr_weight = 1};
+  enum { B = 3, N = 8 };
+  const long t[B] = {3, 500, 990};
+  float pred[B * N], tgt[B * N], g[B * N];
+  for (int i = 0; i < B * N; i++) {
+    pred[i] = (float)sin(0.7 * i);
+    tgt[i] = (float)cos(1.3 * i);
+  }
+  ct_ddpm_loss(&o, ac, t, B, N, pred, tgt, g);
+  double worst = 0;
+  for (int i = 0; i < B * N; i++) {
+    const float keep = pred[i], h = 1e-2f;
+    pred[i] = keep + h;
+    const double up = ct_ddpm_loss(&o, ac, t, B, N, pred, tgt, NULL);
+    pred[i] = keep - h;
+    const double dn = ct_ddpm_loss(&o, ac, t, B, N, pred, tgt, NULL);
+    pred[i] = keep;
+    worst = ct_test_max(worst, fabs((up - dn) / (2.0 * h) - g[i]));
+  }
+  CHECKF(worst < 1e-5, "gradient error %g", worst);
+  /* the weights are min(snr, 5) / (snr + 1): below 1 at every t */
+  for (int b = 0; b < B; b++) CHECK(ct_ddpm_loss_weight(&o, ac, t[b]) < 1.0f);
+}
