@@ -46,10 +46,9 @@ typedef struct ct_ddpm_config {
  * scaled_linear 0.00085..0.012, 1000 steps, epsilon, leading, offset 1). */
 void ct_ddpm_config_sdxl(ct_ddpm_config *c);
 /* Read scheduler_config.json: _class_name EulerDiscreteScheduler,
- * DDIMScheduler, DPMSolverMultistepScheduler or DDPMScheduler (training
- * only: read as Euler for sampling, as SimpleTuner's default is its own
- * choice); anything ctuner does not do (karras sigmas, trained_betas,
- * thresholding, clip_sample, rescale_betas_zero_snr, other solver types) is
+ * DDIMScheduler, DPMSolverMultistepScheduler or DDPMScheduler (its schedule;
+ * sampling then uses Euler, with one warning saying so); anything ctuner does not do (karras
+ * sigmas, trained_betas, thresholding, clip_sample, rescale_betas_zero_snr, other solver types) is
  * refused by name; unknown fields draw one warning. */
 ct_status ct_ddpm_config_read(const char *path, ct_ddpm_config *c, ct_err *err);
 /* "euler" | "ddim" | "dpm++2m" (SimpleTuner's validation_noise_scheduler

@@ -70,9 +70,15 @@ static void only(const ct_json *j, const char *key, const char *list, const char
 
 static void read_class(const ct_json *j, ct_ddpm_config *c, probs *p) {
   const char *cls = str(j, "_class_name", p);
-  if (!cls || !strcmp(cls, "EulerDiscreteScheduler") || !strcmp(cls, "DDPMScheduler"))
+  if (!cls || !strcmp(cls, "EulerDiscreteScheduler"))
     c->kind = CT_SCHED_EULER;
-  else if (!strcmp(cls, "DDIMScheduler"))
+  else if (!strcmp(cls,
+                   "DDPMScheduler")) { /* its schedule trains; its ancestral sampler is not here */
+    c->kind = CT_SCHED_EULER;
+    CT_WARN(
+        "DDPMScheduler: its schedule is read; DDPM's ancestral sampling is not offered, "
+        "sampling uses EulerDiscreteScheduler over the same schedule (or pick ddim / dpm++2m)");
+  } else if (!strcmp(cls, "DDIMScheduler"))
     c->kind = CT_SCHED_DDIM;
   else if (!strcmp(cls, "DPMSolverMultistepScheduler"))
     c->kind = CT_SCHED_DPMPP_2M;
