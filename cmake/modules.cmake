@@ -24,11 +24,11 @@ ct_module(text DEPS core kernels HEADERS textenc.h t5.h)
 ct_module(vae DEPS core kernels HEADERS vae.h)
 ct_module(codec DEPS core vae HEADERS codec.h)
 ct_module(synth DEPS core image HEADERS synth.h)
-ct_module(config DEPS core optim storage HEADERS config.h)
+ct_module(config DEPS core optim storage HEADERS config.h family.h)
 ct_module(data DEPS core image storage comm codec config HEADERS data.h parquet.h)
 ct_module(health DEPS core comm config HEADERS health.h)
 ct_module(train DEPS core kernels image storage comm optim model text vae codec config data health
-          tb HEADERS train.h)
+          tb HEADERS train.h diffusion.h)
 ct_module(serve DEPS core config data HEADERS serve.h)
 ct_module(cli DEPS core kernels image storage comm optim model text vae codec synth config data health
           tb train serve)

@@ -114,7 +114,11 @@ CT_TEST(config_keys, rule_messages) {
          "ema_validation must be none, ema_only or comparison, got 'x'");
   expect(ct_failed_, "offload_optimizer", "disk",
          "offload_optimizer must be none, cpu or nvme, got 'disk'");
-  expect(ct_failed_, "model_family", "sdxl", "model_family 'sdxl' is not supported; use \"flux\"");
+  expect(ct_failed_, "model_family", "sdxl2",
+         "model_family 'sdxl2' is not supported; use \"flux\" or \"sdxl\"");
+  expect(ct_failed_, "model_family", "sd3",
+         "model_family 'sd3' is one of SimpleTuner's families, not yet in ctuner; ctuner has "
+         "\"flux\" or \"sdxl\" (docs/models.md)");
   expect(ct_failed_, "codec", "jpeg", "codec 'jpeg' is not supported; use \"pixel\" or \"vae\"");
   expect(ct_failed_, "text_encoder", "t5",
          "text_encoder 't5' is not supported; use \"clip-byte\" or \"clip-bpe\"");

@@ -38,8 +38,10 @@
  *     function f in src/config/config.c. Rules that relate several keys
  *     (offload_param nvme needs zero_stage 3, ...) run after the table. */
 #define CT_CONFIG_KEYS(X)                                                                          \
-  X(model_family, STR, "flux", ALL, USE("flux"),                                                   \
-    "model family; only \"flux\" (the MMDiT of MODEL.md)")                                         \
+  X(model_family, STR, "flux", ALL, FN(check_model_family),                                        \
+    "model family, a row of the family registry (ctuner/family.h, docs/models.md): \"flux\" "      \
+    "(FLUX.1); \"sdxl\" is known but not yet trainable (no U-net); SimpleTuner's other "           \
+    "families are refused by name")                                                                \
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
     "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
     "train an AutoencoderKL (docs/vae.md)")                                                        \
@@ -113,8 +115,9 @@
   X(pretrained_transformer_subfolder, STR, "transformer", FULL, ANY,                               \
     "subfolder of pretrained_transformer_model_name_or_path holding the transformer; \"none\": "   \
     "the path itself")                                                                             \
-  X(model_flavour, STR, NULL, FULL, NONE_OR("dev|krea|schnell"),                                   \
-    "FLUX.1 flavour: dev, krea (as dev: 512 T5 tokens) or schnell (256 T5 tokens)")                \
+  X(model_flavour, STR, NULL, FULL, FN(check_model_flavour),                                       \
+    "the model_family's flavour (its registry row): FLUX.1 dev, krea (as dev: 512 T5 tokens) or "  \
+    "schnell (256 T5 tokens); SDXL base-1.0, refiner-1.0, base-0.9 or refiner-0.9")                \
   X(flux_guidance_mode, STR, "constant", FULL, ONE_OF("constant|random-range"),                    \
     "guidance-embedding value per sample (guidance_embeds models): constant or random-range")      \
   X(flux_guidance_value, NUM, "1.0", FULL, NUM_GE(0),                                              \

@@ -28,6 +28,10 @@ typedef struct ct_textenc_config {
   int eos_id;       /* token whose first position gives the pooled output (257; CLIP BPE 49407) */
   int act;          /* CT_TEXTENC_ACT_*: the MLP's activation (hidden_act) */
   int pool;         /* CT_TEXTENC_POOL_*: which position gives the pooled output */
+  /* CLIPTextModelWithProjection's text_projection (projection_dim x hidden,
+   * no bias, named "text_projection.weight" outside text_model.); 0: none
+   * (CLIPTextModel) */
+  int projection_dim;
 } ct_textenc_config;
 
 enum {
@@ -83,7 +87,11 @@ size_t ct_textenc_weight_bytes(const ct_textenc *te);
  * config, then every missing / misshaped / unexpected tensor, in one error.
  * Pooling follows transformers (eos_token_id 2: argmax of the ids). */
 ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err);
-/* Just the config.json part of ct_textenc_open_dir. */
+/* The same for a CLIPTextModelWithProjection directory (SDXL's
+ * text_encoder_2/): projection_dim from config.json and text_projection.weight
+ * from the weights, both required. */
+ct_status ct_textenc_open_dir_projection(const char *dir, ct_textenc **out, ct_err *err);
+/* Just the config.json part of ct_textenc_open_dir (projection_dim stays 0). */
 ct_status ct_textenc_config_read(const char *path, ct_textenc_config *cfg, ct_err *err);
 void ct_textenc_free(ct_textenc *te);
 /* The compute backend of the forward (include/ctuner/backend.h):
@@ -101,6 +109,16 @@ const ct_textenc_config *ct_textenc_cfg(const ct_textenc *te);
  * Pooled takes the position cfg.pool says. */
 ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
                             float *pooled, ct_err *err);
+/* The outputs StableDiffusionXLPipeline.encode_prompt reads of
+ * CLIPTextModel(WithProjection)(ids, output_hidden_states=True):
+ * hidden (B, T, hidden) = hidden_states[layer], the residual stream after
+ * `layer` encoder layers (0: the embeddings; layers - 1: SDXL's
+ * hidden_states[-2]; no final layer norm), and embeds = output[0] past the
+ * sequence: text_embeds (B, projection_dim), the pooled vector through
+ * text_projection, or without a projection the pooler_output (B, hidden).
+ * Either may be NULL. */
+ct_status ct_textenc_encode_hidden(ct_textenc *te, const int32_t *ids, int B, int T, int layer,
+                                   float *hidden, float *embeds, ct_err *err);
 
 /* The tokenizer captions go through: the byte tokenizer unless a CLIP BPE
  * tokenizer was attached (the encoder then owns it and frees it). Attaching

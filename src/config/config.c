@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "config_int.h"
+#include "ctuner/family.h"
 #include "ctuner/hash.h"
 #include "ctuner/json.h"
 #include "ctuner/optim.h"
@@ -77,6 +78,8 @@ typedef struct vspec {
 
 /* The FN(...) rules (defined with ct_config_check below). */
 static ct_status check_model_type(const ct_config *c, ct_err *err);
+static ct_status check_model_family(const ct_config *c, ct_err *err);
+static ct_status check_model_flavour(const ct_config *c, ct_err *err);
 static ct_status check_use_dora(const ct_config *c, ct_err *err);
 static ct_status check_base_model_precision(const ct_config *c, ct_err *err);
 static ct_status check_te1_precision(const ct_config *c, ct_err *err);
@@ -478,6 +481,15 @@ static int is_one_of(const char *s, const char *const *choices) {
 
 /* ---- the FN(...) rules of the table ---- */
 
+/* model_family and model_flavour: rows of the family registry (family.c). */
+static ct_status check_model_family(const ct_config *c, ct_err *err) {
+  return ct_family_check(c->model_family, err);
+}
+
+static ct_status check_model_flavour(const ct_config *c, ct_err *err) {
+  return ct_family_check_flavour(c->model_family, c->model_flavour, err);
+}
+
 static ct_status check_model_type(const ct_config *c, ct_err *err) {
   if (!c->model_type || (strcmp(c->model_type, "full") && strcmp(c->model_type, "vae") &&
                          strcmp(c->model_type, "lora")))
@@ -856,7 +868,9 @@ int ct_config_key_info_at(size_t i, ct_config_key_info *out) {
                      k->check.kind == V_NONE_OR || k->check.kind == V_USE ||
                      k->check.kind == V_INT_ONE_OF;
   const char *choices = listed ? k->check.list : NULL;
-  if (!strcmp(k->name, "model_type")) choices = "full|lora|vae"; /* FN rules with a fixed set */
+  if (!strcmp(k->name, "model_type")) choices = "full|lora|vae";   /* FN rules with a fixed set */
+  if (!strcmp(k->name, "model_family")) choices = CT_FAMILY_NAMES; /* the family registry */
+  if (!strcmp(k->name, "model_flavour")) choices = CT_FAMILY_FLAVOURS;
   *out = (ct_config_key_info){k->name, tn[k->type], k->def, k->help, k->models, choices};
   return 1;
 }

@@ -143,13 +143,31 @@ ct_status ct_textenc_config_read(const char *path, ct_textenc_config *c, ct_err 
   return st;
 }
 
-ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err) {
+/* projection_dim of a CLIPTextModelWithProjection's config.json (required). */
+static ct_status read_projection(const char *path, ct_textenc_config *c, ct_err *err) {
+  ct_json *j = NULL;
+  ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
+  if (st) return st;
+  const ct_json *v = ct_json_get(j, "projection_dim");
+  if (!v || v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 1 || v->i64 > (1 << 16))
+    st = ct_errf(err, CT_ERR_FORMAT,
+                 "%s: \"projection_dim\" (a positive integer) is required for "
+                 "CLIPTextModelWithProjection",
+                 path);
+  else
+    c->projection_dim = (int)v->i64;
+  ct_json_free(j);
+  return st;
+}
+
+static ct_status open_dir(const char *dir, int with_projection, ct_textenc **out, ct_err *err) {
   char path[4096];
   ct_textenc_config c;
   *out = NULL;
   if (ct_pathf(path, sizeof path, "%s/config.json", dir))
     return ct_errf(err, CT_ERR_INVALID, "%s: path too long", dir);
   ct_status st = ct_textenc_config_read(path, &c, err);
+  if (!st && with_projection) st = read_projection(path, &c, err);
   if (!st) st = ct_textenc_alloc(&c, out, err);
   if (!st) st = ct_textenc_load(*out, dir, err);
   if (st) {
@@ -157,4 +175,12 @@ ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err) {
     *out = NULL;
   }
   return st;
+}
+
+ct_status ct_textenc_open_dir(const char *dir, ct_textenc **out, ct_err *err) {
+  return open_dir(dir, 0, out, err);
+}
+
+ct_status ct_textenc_open_dir_projection(const char *dir, ct_textenc **out, ct_err *err) {
+  return open_dir(dir, 1, out, err);
 }

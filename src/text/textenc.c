@@ -27,7 +27,8 @@
 #include "text/textenc_int.h"
 
 #define PREFIX "text_model."
-#define RNG_STREAM 0x54455854ull /* "TEXT": distinct from the MMDiT's streams */
+#define PROJ_NAME "text_projection.weight" /* outside PREFIX, as transformers names it */
+#define RNG_STREAM 0x54455854ull           /* "TEXT": distinct from the MMDiT's streams */
 
 typedef struct tparam {
   char name[96]; /* HF name without the "text_model." prefix */
@@ -49,6 +50,7 @@ struct ct_textenc {
   float *w;
   tlayer *layers;
   size_t tok, pos, lnf_w, lnf_b;
+  size_t proj; /* text_projection (cfg.projection_dim > 0) */
   /* scratch, sized for cap_rows = B*T rows */
   size_t cap_rows;
   float *x;    /* (B*T, d) residual stream */
@@ -79,6 +81,7 @@ void ct_textenc_config_default(int hidden, ct_textenc_config *cfg) {
   cfg->ln_eps = 1e-5f;
   cfg->act = CT_TEXTENC_ACT_QUICK_GELU;
   cfg->pool = CT_TEXTENC_POOL_FIRST_EOS_OR_LAST;
+  cfg->projection_dim = 0;
 }
 
 ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
@@ -106,6 +109,9 @@ ct_status ct_textenc_config_validate(const ct_textenc_config *c, ct_err *err) {
     return ct_errf(err, CT_ERR_INVALID, "text encoder act %d is not an activation", c->act);
   if (c->pool < CT_TEXTENC_POOL_FIRST_EOS_OR_LAST || c->pool > CT_TEXTENC_POOL_FIRST_EOS)
     return ct_errf(err, CT_ERR_INVALID, "text encoder pool %d is not a pooling rule", c->pool);
+  if (c->projection_dim < 0 || c->projection_dim > (1 << 16))
+    return ct_errf(err, CT_ERR_INVALID, "text encoder projection_dim %d is outside [0, 65536]",
+                   c->projection_dim);
   /* Keep every size well inside int (kernels take int dimensions). */
   if (c->hidden > (1 << 16) || c->intermediate > (1 << 18) || c->vocab > (1 << 22) ||
       c->max_pos > (1 << 16) || c->layers > 1024)
@@ -141,7 +147,7 @@ static size_t addl(ct_textenc *te, int layer, const char *suffix, int64_t d0, in
 static ct_status build_table(ct_textenc *te, ct_err *err) {
   const ct_textenc_config *c = &te->cfg;
   int64_t d = c->hidden, I = c->intermediate;
-  size_t n = 4 + 16 * (size_t)c->layers;
+  size_t n = 4 + 16 * (size_t)c->layers + (c->projection_dim > 0);
   te->params = calloc(n, sizeof *te->params);
   te->layers = calloc(c->layers ? (size_t)c->layers : 1, sizeof *te->layers);
   if (!te->params || !te->layers)
@@ -169,6 +175,8 @@ static ct_status build_table(ct_textenc *te, ct_err *err) {
   }
   te->lnf_w = add(te, "final_layer_norm.weight", d, 0);
   te->lnf_b = add(te, "final_layer_norm.bias", d, 0);
+  /* last, so that the seeded tensors before it keep their streams */
+  if (c->projection_dim > 0) te->proj = add(te, PROJ_NAME, c->projection_dim, d);
   CT_ASSERT(te->nparams == n);
   return CT_OK;
 }
@@ -211,6 +219,8 @@ static void init_params(ct_textenc *te, uint64_t seed) {
       std = out_std;
     else if (strstr(p->name, "fc1"))
       std = fc1_std;
+    else if (!strcmp(p->name, PROJ_NAME))
+      std = 1.0f / sqrtf(d); /* CLIPTextModelWithProjection: hidden_size^-0.5 */
     else
       std = in_std; /* q/k/v_proj, fc2 */
     ct_rng_fill_normal(w, p->numel, seed, RNG_STREAM + i, 0, 0.0f, std);
@@ -353,7 +363,7 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
   size_t plen = strlen(prefix);
   for (size_t i = 0; i < te->nparams; i++) {
     const tparam *p = &te->params[i];
-    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    snprintf(full, sizeof full, "%s%s", strcmp(p->name, PROJ_NAME) ? prefix : "", p->name);
     const ct_st_tensor *t = ct_st_set_find(&s, full, &file);
     ct_st_check_tensor(chk, t, p->name, s.nf > 1 ? file : NULL, p->ndim, p->shape);
   }
@@ -371,7 +381,7 @@ ct_status ct_textenc_load(ct_textenc *te, const char *path, ct_err *err) {
                         te->cfg.vocab, te->cfg.max_pos);
   for (size_t i = 0; i < te->nparams && !st; i++) {
     const tparam *p = &te->params[i];
-    snprintf(full, sizeof full, "%s%s", prefix, p->name);
+    snprintf(full, sizeof full, "%s%s", strcmp(p->name, PROJ_NAME) ? prefix : "", p->name);
     st = ct_st_to_f32(ct_st_set_find(&s, full, NULL), te->w + p->offset, p->numel, err);
   }
 out:
@@ -391,7 +401,7 @@ ct_status ct_textenc_save(const ct_textenc *te, const char *path, ct_err *err) {
   /* HF names with the prefix, so the file is a CLIPTextModel state dict. */
   for (size_t i = 0; i < te->nparams && !st; i++) {
     const tparam *p = &te->params[i];
-    snprintf(full, sizeof full, PREFIX "%s", p->name);
+    snprintf(full, sizeof full, "%s%s", strcmp(p->name, PROJ_NAME) ? PREFIX : "", p->name);
     st = ct_st_writer_add_f32(w, full, p->ndim, p->shape, te->w + p->offset, CT_DTYPE_F32, err);
   }
   if (!st) st = ct_st_writer_write(w, path, err);
@@ -446,8 +456,11 @@ static void split_heads(const ct_backend_ops *be, int B, int T, int H, int hd, c
                     out + s * plane + ((size_t)b * H + h) * T * hd, hd);
 }
 
-ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
-                            float *pooled, ct_err *err) {
+/* The forward: seq (final LN), pooled (at cfg.pool's position, after the
+ * final LN), and hidden: the residual stream after `layer` layers (any may be
+ * NULL; layer < 0: none). */
+static ct_status forward(ct_textenc *te, const int32_t *ids, int B, int T, int layer, float *hidden,
+                         float *seq, float *pooled, ct_err *err) {
   ct_status st = CT_OK;
   CT_ASSERT(te);
   const ct_textenc_config *c = &te->cfg;
@@ -472,6 +485,7 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
   size_t plane = rows * (size_t)d;
 
   be->embedding_fwd(N, T, d, ids, W + te->tok, W + te->pos, x);
+  if (hidden && layer == 0) be->copy(hidden, x, plane * sizeof(float));
   for (int l = 0; l < c->layers; l++) {
     const tlayer *L = &te->layers[l];
     /* x += out_proj(attn(LN1(x))); HF multiplies q by hd^-1/2, the kernel
@@ -492,7 +506,9 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
       be->quick_gelu_fwd(N, I, big, I, big, I);
     lin(te, l, 3, N, I, d, big, I, W + L->fc2_b, h, d);
     be->add_inplace(plane, x, h);
+    if (hidden && layer == l + 1) be->copy(hidden, x, plane * sizeof(float));
   }
+  if (!seq && !pooled) return CT_OK;
   float *y = seq ? seq : h;
   be->layernorm_affine_fwd(N, d, x, d, W + te->lnf_w, W + te->lnf_b, c->ln_eps, y, d);
   if (pooled) {
@@ -515,10 +531,37 @@ ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, fl
   return CT_OK;
 }
 
+ct_status ct_textenc_encode(ct_textenc *te, const int32_t *ids, int B, int T, float *seq,
+                            float *pooled, ct_err *err) {
+  return forward(te, ids, B, T, -1, NULL, seq, pooled, err);
+}
+
+ct_status ct_textenc_encode_hidden(ct_textenc *te, const int32_t *ids, int B, int T, int layer,
+                                   float *hidden, float *embeds, ct_err *err) {
+  const ct_textenc_config *c = &te->cfg;
+  if (hidden && (layer < 0 || layer > c->layers))
+    return ct_errf(err, CT_ERR_RANGE, "text encoder: hidden_states[%d] of %d layers", layer,
+                   c->layers);
+  const int d = c->hidden, P = c->projection_dim;
+  float *pooled = NULL;
+  if (embeds && P > 0) {
+    pooled = te->be->alloc(CT_MEM_BUFFERS, (size_t)B * d * sizeof(float));
+    if (!pooled) return ct_errf(err, CT_ERR_NOMEM, "out of memory (pooled text)");
+  } else {
+    pooled = embeds;
+  }
+  ct_status st = forward(te, ids, B, T, hidden ? layer : -1, hidden, NULL, pooled, err);
+  if (!st && embeds && P > 0) /* text_embeds = text_projection(pooled_output) */
+    te->be->linear_fwd(B, d, P, pooled, d, te->w + te->proj, NULL, embeds, P);
+  if (pooled != embeds) te->be->free(pooled);
+  return st;
+}
+
 /* ---- stored narrow (text_encoder_1_precision) ---- */
 
 static int linear_weight(const tparam *p) {
-  return p->ndim == 2 && !strstr(p->name, "embedding");
+  /* text_projection stays float32: one small GEMV per caption */
+  return p->ndim == 2 && !strstr(p->name, "embedding") && strcmp(p->name, PROJ_NAME);
 }
 
 static size_t remap(const ct_textenc *te, const size_t *neu, size_t old) {
@@ -577,6 +620,7 @@ static ct_status store_linears(ct_textenc *te, int prec, size_t sc, ct_err *err)
     }
     te->tok = remap(te, neu, te->tok), te->pos = remap(te, neu, te->pos);
     te->lnf_w = remap(te, neu, te->lnf_w), te->lnf_b = remap(te, neu, te->lnf_b);
+    if (te->cfg.projection_dim > 0) te->proj = remap(te, neu, te->proj);
     te->be->free(te->w);
     te->w = w;
     te->wfloats = nw;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctuner/family.h"
 #include "ctuner/fs.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
@@ -69,21 +70,16 @@ static ct_status not_local(const char *key, const char *v, ct_err *err) {
                  key, v, v);
 }
 
-/* The components FluxPipeline's model_index.json names, with the classes ctuner reads. */
-static const struct {
-  const char *name, *cls, *alt; /* alt: the same files under another class name */
-} COMPONENTS[] = {
-    {"transformer", "FluxTransformer2DModel", NULL},
-    {"text_encoder", "CLIPTextModel", NULL},
-    {"text_encoder_2", "T5EncoderModel", NULL},
-    /* transformers 5 has one (tokenizers-backed) class per model: a pipeline it
-     * saves records T5Tokenizer; CLIPTokenizerFast is transformers 4's fast class */
-    {"tokenizer", "CLIPTokenizer", "CLIPTokenizerFast"},
-    {"tokenizer_2", "T5TokenizerFast", "T5Tokenizer"},
-    {"vae", "AutoencoderKL", NULL},
-    {"scheduler", "FlowMatchEulerDiscreteScheduler", NULL},
-};
-#define NCOMP (sizeof COMPONENTS / sizeof COMPONENTS[0])
+/* The components FluxPipeline's model_index.json names, with the classes
+ * ctuner reads: the flux row of the family registry (ctuner/family.h). */
+static const ct_family *flux_family(void) {
+  return ct_family_find("flux");
+}
+
+/* A component replaced from elsewhere (the denoiser, the VAE): not checked. */
+static int skipped(const ct_family *f, const char *name, int skip_denoiser, int skip_vae) {
+  return (skip_denoiser && !strcmp(name, f->denoiser)) || (skip_vae && !strcmp(name, "vae"));
+}
 
 /* model_index.json: the pipeline class and each component's [library, class]. */
 static void check_index(const char *root, int skip_transformer, int skip_vae, probs *pr) {
@@ -99,10 +95,13 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
     add_err(pr, &e);
     return;
   }
+  const ct_family *f = flux_family();
+  const ct_family_component *comp = f->components;
+  const int ncomp = f->ncomponents;
   const ct_json *c = ct_json_get(j, "_class_name");
-  if (!c || c->type != CT_JSON_STRING || strcmp(c->str, "FluxPipeline"))
-    add(pr, "%s: _class_name is %s; ctuner trains FluxPipeline", path,
-        c && c->type == CT_JSON_STRING ? c->str : "(missing)");
+  if (!c || c->type != CT_JSON_STRING || strcmp(c->str, f->pipeline_class))
+    add(pr, "%s: _class_name is %s; ctuner trains %s", path,
+        c && c->type == CT_JSON_STRING ? c->str : "(missing)", f->pipeline_class);
   for (size_t i = 0; j->type == CT_JSON_OBJECT && i < j->n; i++) {
     const char *k = j->keys[i];
     if (k[0] == '_') continue;
@@ -111,21 +110,19 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
                           ? v->items[1].str
                           : NULL;
     int known = -1;
-    for (size_t m = 0; m < NCOMP; m++)
-      if (!strcmp(COMPONENTS[m].name, k)) known = (int)m;
+    for (int m = 0; m < ncomp; m++)
+      if (!strcmp(comp[m].name, k)) known = m;
     if (known < 0) {
       if (cls) add(pr, "%s: component %s (%s) is not part of what ctuner trains", path, k, cls);
       continue;
     }
-    if ((skip_transformer && known == 0) || (skip_vae && known == 5)) continue;
-    if (!cls || (strcmp(cls, COMPONENTS[known].cls) &&
-                 (!COMPONENTS[known].alt || strcmp(cls, COMPONENTS[known].alt))))
-      add(pr, "%s: %s is %s; ctuner reads %s", path, k, cls ? cls : "null", COMPONENTS[known].cls);
+    if (skipped(f, comp[known].name, skip_transformer, skip_vae)) continue;
+    if (!cls || !ct_family_in_list(comp[known].cls, cls))
+      add(pr, "%s: %s is %s; ctuner reads %s", path, k, cls ? cls : "null", comp[known].cls);
   }
-  for (size_t m = 0; m < NCOMP; m++)
-    if (!ct_json_get(j, COMPONENTS[m].name) && !(skip_transformer && m == 0) &&
-        !(skip_vae && m == 5))
-      add(pr, "%s: no %s entry", path, COMPONENTS[m].name);
+  for (int m = 0; m < ncomp; m++)
+    if (!ct_json_get(j, comp[m].name) && !skipped(f, comp[m].name, skip_transformer, skip_vae))
+      add(pr, "%s: no %s entry", path, comp[m].name);
   ct_json_free(j);
 }
 

@@ -9,16 +9,7 @@
 #include "ctuner/comm.h"
 #include "trainer_int.h"
 
-ct_status ct_train_model_config(const ct_config *cfg, ct_mmdit_config *mc, int *codec_scale, int *T,
-                                ct_err *err) {
-  ct_geometry g;
-  ct_status st = ct_geometry_from_config(cfg, &g, err);
-  if (st) return st;
-  *mc = g.mc;
-  if (codec_scale) *codec_scale = g.codec_scale;
-  if (T) *T = g.T;
-  return CT_OK;
-}
+/* ct_train_model_config: the family row's geometry (family.c). */
 
 static size_t round16(size_t n) {
   return (n + 15) & ~(size_t)15;

@@ -11,11 +11,6 @@
 #include "trainer_int.h"
 
 /* The task of a config's model_type: a task table per model family. */
-const ct_task_ops *ct_task_pick(const ct_config *cfg) {
-  if (cfg->model_type && !strcmp(cfg->model_type, "vae")) return &ct_task_vae;
-  return &ct_task_mmdit;
-}
-
 /* output_dir s3://bucket/prefix: the run works in the local directory and
  * mirrors its checkpoints (src/train/remote.c). */
 static ct_status with_output(const ct_config *cfg, int lead, ct_config *local_cfg,
@@ -40,7 +35,9 @@ ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void 
   char *local;
   memset(sum, 0, sizeof *sum);
   ct_comm_set_timeout(comm, cfg->distributed_timeout); /* the collective watchdog */
-  ct_status st = with_output(cfg, ct_comm_rank(comm) == 0, &c2, &r, &local, err);
+  ct_status st = ct_train_family_check(cfg, err);      /* a known family not trainable yet */
+  if (st) return st;
+  st = with_output(cfg, ct_comm_rank(comm) == 0, &c2, &r, &local, err);
   if (!st) st = ct_trainer_run(&c2, r, comm, cb, user, sum, err);
   ct_remote_free(r);
   free(local);
@@ -52,7 +49,9 @@ ct_status ct_cache_run(const ct_config *cfg_in, ct_comm *comm, ct_data_stats *st
   ct_remote *r;
   char *local;
   ct_comm_set_timeout(comm, cfg_in->distributed_timeout); /* the collective watchdog */
-  ct_status st0 = with_output(cfg_in, 0, &c2, &r, &local, err);
+  ct_status st0 = ct_train_family_check(cfg_in, err);
+  if (st0) return st0;
+  st0 = with_output(cfg_in, 0, &c2, &r, &local, err);
   ct_remote_free(r);
   if (st0) return st0;
   const ct_config *cfg = &c2;

@@ -13,6 +13,7 @@
 #include "ctuner/backend.h"
 #include "ctuner/codec.h"
 #include "ctuner/data.h"
+#include "ctuner/diffusion.h"
 #include "ctuner/health.h"
 #include "ctuner/optim.h"
 #include "train/model.h"
@@ -186,7 +187,14 @@ typedef struct ct_task_ops {
   void (*free)(trainer *tr);
 } ct_task_ops;
 extern const ct_task_ops ct_task_mmdit, ct_task_vae;
+/* The family registry's trainer rows (family.c): the task of model_family
+ * (model_type vae: the VAE's), and the refusal of a family known but not
+ * trainable yet (before anything is opened). names: the rows' families. */
 const ct_task_ops *ct_task_pick(const ct_config *cfg);
+ct_status ct_train_family_check(const ct_config *cfg, ct_err *err);
+int ct_train_family_rows(const char **names, int max);
+/* The family's denoiser opener (ctuner/diffusion.h), or CT_ERR_UNSUPPORTED naming why. */
+ct_status ct_train_family_denoiser(const char *family, ct_denoiser_open_fn *open, ct_err *err);
 /* The range [lo, hi) of the model this rank steps and, when the trainer
  * holds the weights (stage 3, bf16), their float32 copy initialised. */
 ct_status ct_trainer_shard(trainer *tr, ct_err *err);

@@ -1,0 +1,105 @@
+/* The model-family registry (ctuner/family.h, src/config/family.c,
+ * src/train/family.c): FLUX.1 and SDXL rows, the key table's lists made
+ * from them, model_family / model_flavour refusals by name, and the
+ * trainer's rows refusing a family known but not trainable yet. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctuner/config.h"
+#include "ctuner/family.h"
+#include "harness.h"
+#include "train/trainer_int.h"
+
+/* The "|"-list of every row's field (name or flavours). */
+static void joined(int flavours, char *buf, size_t n) {
+  int rows;
+  const ct_family *f = ct_family_registry(&rows);
+  size_t l = 0;
+  buf[0] = 0;
+  for (int i = 0; i < rows && l < n; i++)
+    l += (size_t)snprintf(buf + l, n - l, "%s%s", i ? "|" : "",
+                          flavours ? f[i].flavours : f[i].name);
+}
+
+CT_TEST(family, rows) {
+  char buf[512];
+  joined(0, buf, sizeof buf);
+  CHECKF(!strcmp(buf, CT_FAMILY_NAMES), "rows %s, CT_FAMILY_NAMES %s", buf, CT_FAMILY_NAMES);
+  joined(1, buf, sizeof buf);
+  CHECKF(!strcmp(buf, CT_FAMILY_FLAVOURS), "flavours %s vs %s", buf, CT_FAMILY_FLAVOURS);
+  int rows;
+  const ct_family *f = ct_family_registry(&rows);
+  for (int i = 0; i < rows; i++) {
+    CHECKF(ct_family_in_list(f[i].flavours, f[i].default_flavour), "%s", f[i].name);
+    CHECKF(ct_family_component_find(&f[i], f[i].denoiser) != NULL, "%s: denoiser", f[i].name);
+    CHECKF(ct_family_component_find(&f[i], "vae") && ct_family_component_find(&f[i], "scheduler"),
+           "%s", f[i].name);
+    CHECKF(f[i].lora_targets && f[i].lora_targets[0], "%s", f[i].name);
+    CHECKF(!ct_family_not_yet(f[i].name), "%s is both a row and not yet", f[i].name);
+    CHECKF(f[i].trainable || f[i].trainable_note, "%s refused without a note", f[i].name);
+  }
+  /* the trainer's rows are the same families, in the same order */
+  const char *names[16];
+  int n = ct_train_family_rows(names, 16);
+  CHECK(n == rows);
+  for (int i = 0; i < n && i < rows; i++) CHECKF(!strcmp(names[i], f[i].name), "%s", names[i]);
+  const ct_family *flux = ct_family_find("flux"), *sdxl = ct_family_find("sdxl");
+  REQUIRE(flux && sdxl);
+  CHECK(!strcmp(flux->pipeline_class, "FluxPipeline") && flux->latent_channels == 16);
+  CHECK(!strcmp(sdxl->pipeline_class, "StableDiffusionXLPipeline") && sdxl->latent_channels == 4);
+  CHECK(sdxl->objective == CT_OBJECTIVE_DDPM && flux->objective == CT_OBJECTIVE_FLOW_MATCHING);
+  CHECK(!strcmp(ct_family_component_find(sdxl, "text_encoder_2")->cls,
+                "CLIPTextModelWithProjection"));
+  CHECK(!strcmp(ct_family_flavour(sdxl, NULL), "base-1.0"));
+  CHECK(!strcmp(ct_family_flavour(flux, "schnell"), "schnell"));
+  CHECK(ct_family_in_list("a|bb|c", "bb") && !ct_family_in_list("a|bb|c", "b"));
+}
+
+static ct_status validated(const char *family, const char *flavour, ct_err *err) {
+  ct_config c;
+  ct_config_defaults(&c);
+  ct_status st = ct_config_set(&c, "model_family", family, err);
+  if (!st && flavour) st = ct_config_set(&c, "model_flavour", flavour, err);
+  if (!st) st = ct_config_validate(&c, err);
+  ct_config_free(&c);
+  return st;
+}
+
+CT_TEST(family, config_refusals) {
+  ct_err e = {0};
+  CHECKF(!validated("flux", "schnell", &e), "%s", e.msg);
+  CHECKF(!validated("flux", NULL, &e), "%s", e.msg);
+  CHECKF(!validated("sdxl", "refiner-1.0", &e), "%s", e.msg);
+  CHECK(validated("flux", "base-1.0", &e) == CT_ERR_INVALID &&
+        strstr(e.msg, "model_flavour must be none, dev, krea or schnell (model_family flux)"));
+  CHECK(validated("sdxl", "dev", &e) == CT_ERR_INVALID && strstr(e.msg, "base-1.0") &&
+        strstr(e.msg, "got 'dev'"));
+  CHECK(validated("flux", "kontext", &e) == CT_ERR_INVALID && strstr(e.msg, "not yet in ctuner"));
+  const char *later[] = {"sd3", "flux2", "chroma", "pixart_sigma", "sd1x", "wan"};
+  for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+    CHECKF(validated(later[i], NULL, &e) == CT_ERR_INVALID && strstr(e.msg, "not yet in ctuner") &&
+               strstr(e.msg, "\"flux\" or \"sdxl\""),
+           "%s: %s", later[i], e.msg);
+  CHECK(validated("nonsense", NULL, &e) == CT_ERR_INVALID && strstr(e.msg, "is not supported"));
+}
+
+CT_TEST(family, trainer_rows) {
+  ct_config c;
+  ct_err e = {0};
+  ct_config_defaults(&c);
+  CHECKF(!ct_train_family_check(&c, &e), "%s", e.msg);
+  CHECK(ct_task_pick(&c) == &ct_task_mmdit);
+  ct_mmdit_config mc;
+  CHECKF(!ct_train_model_config(&c, &mc, NULL, NULL, &e), "%s", e.msg);
+  REQUIRE(!ct_config_set(&c, "model_family", "sdxl", &e));
+  CHECK(ct_train_family_check(&c, &e) == CT_ERR_UNSUPPORTED && strstr(e.msg, "U-net"));
+  CHECK(ct_train_model_config(&c, &mc, NULL, NULL, &e) == CT_ERR_UNSUPPORTED &&
+        strstr(e.msg, "memory plan"));
+  ct_denoiser_open_fn open = NULL;
+  CHECK(ct_train_family_denoiser("sdxl", &open, &e) == CT_ERR_UNSUPPORTED && !open &&
+        strstr(e.msg, "U-net"));
+  CHECK(ct_train_family_denoiser("flux", &open, &e) == CT_ERR_UNSUPPORTED);
+  REQUIRE(!ct_config_set(&c, "model_type", "vae", &e)); /* the VAE task is family-agnostic */
+  CHECK(!ct_train_family_check(&c, &e) && ct_task_pick(&c) == &ct_task_vae);
+  ct_config_free(&c);
+}
