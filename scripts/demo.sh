@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: make the synthetic shapes dataset, train the `small` preset on it
-# for a few minutes (examples/demo/config.json), write validation grids, then
-# sample 96 held-out prompts (combinations never seen in training) and score
-# them with the synthetic judge (colour, shape, size, position, background).
+# `make demo`: make the synthetic shapes dataset, train the `demo` preset (a
+# 1.8 M-parameter MMDiT) on it for a few minutes (examples/demo/config.json),
+# write validation grids, then sample 96 held-out prompts (combinations never
+# seen in training) and score them with the synthetic judge (colour, shape,
+# size, position, background). Each phase prints its wall time.
 #   scripts/demo.sh [path/to/ctuner]     DEMO_OUT=dir (default demo-output)
 #   DEMO_STEPS=N overrides max_train_steps (for a quick look); DEMO_ARGS adds
 #   training options (e.g. DEMO_ARGS=--mixed_precision=bf16).
@@ -11,6 +12,13 @@ CT=${1:-build/ctuner}
 cd "$(dirname "$0")/.."
 export DEMO_OUT=${DEMO_OUT:-demo-output}
 start=$(date +%s)
+t0=$start
+phase_done() { # wall seconds of the phase that just ended
+  local now
+  now=$(date +%s)
+  echo "   ($1: $((now - t0)) s)"
+  t0=$now
+}
 mkdir -p "$DEMO_OUT"
 marker="$DEMO_OUT/data/.complete-2000-seed1-64x64"
 if [ ! -f "$marker" ]; then
@@ -21,6 +29,7 @@ if [ ! -f "$marker" ]; then
 else
   echo "== 1/4 synthetic dataset: reusing $DEMO_OUT/data"
 fi
+phase_done "dataset"
 
 echo "== 2/4 training (examples/demo/config.json; progress in $DEMO_OUT/run/metrics.jsonl)"
 extra=()
@@ -29,15 +38,18 @@ extra=()
 [ -n "${DEMO_ARGS:-}" ] && extra+=($DEMO_ARGS)
 # A fresh run each time (resume_from_checkpoint=none): the demo shows training.
 "$CT" train --config examples/demo/config.json --resume_from_checkpoint=none "${extra[@]}"
+phase_done "training with its validation grids"
 
 echo "== 3/4 sampling 96 held-out prompts from the final EMA weights"
 "$CT" dataset prompts --held-out --count 96 --seed 7 > "$DEMO_OUT/heldout_prompts.txt"
 rm -rf "$DEMO_OUT/heldout"
 "$CT" sample --checkpoint "latest:$DEMO_OUT/run" --ema --prompts-file "$DEMO_OUT/heldout_prompts.txt" \
   --out-dir "$DEMO_OUT/heldout"
+phase_done "held-out sampling"
 
 echo "== 4/4 judging them (colour, shape, size, position and background of each image against its prompt)"
 "$CT" eval synth --images "$DEMO_OUT/heldout" | tee "$DEMO_OUT/eval.json"
+phase_done "judging"
 
 echo
 echo "demo finished in $(( $(date +%s) - start )) s. Look at:"

@@ -2,7 +2,7 @@
 # `make demo-lora` (docs/lora.md): teach the base of `make demo` a colour word
 # it never saw, with a LoRA, and judge it before and after.
 #
-# The base (examples/demo/config.json: the small preset on synthetic shapes)
+# The base (examples/demo/config.json: the demo preset on synthetic shapes)
 # learnt eight colour words. The LoRA data are synthetic shapes whose orange
 # ones are captioned "coral" instead (plus a quarter of the others, as they
 # are, so the rest is not forgotten). Before and after, 48 prompts that say
@@ -14,7 +14,7 @@
 #   scripts/demo_lora.sh [path/to/ctuner]      DEMO_LORA_OUT=dir (default demo-lora-output)
 #   the base: DEMO_LORA_BASE=checkpoint dir, else make demo's newest checkpoint
 #   (demo-output/run), else one trained here (DEMO_LORA_BASE_STEPS, default
-#   1200 as make demo); DEMO_LORA_STEPS LoRA steps (default 200);
+#   1000 as make demo); DEMO_LORA_STEPS LoRA steps (default 200);
 #   DEMO_LORA_PROMPTS prompts judged (default 48); DEMO_LORA_GRID=PATH also
 #   writes the before/after grid there (the README's docs/img/demo_lora.png).
 set -euo pipefail
@@ -22,7 +22,7 @@ CT=${1:-build/ctuner}
 cd "$(dirname "$0")/.."
 OUT=${DEMO_LORA_OUT:-demo-lora-output}
 WORD=coral COLOUR=orange
-BASE_STEPS=${DEMO_LORA_BASE_STEPS:-1200}
+BASE_STEPS=${DEMO_LORA_BASE_STEPS:-1000}
 LORA_STEPS=${DEMO_LORA_STEPS:-200}
 N=${DEMO_LORA_PROMPTS:-48}
 PY=/usr/bin/python3

@@ -63,6 +63,24 @@ CT_TEST(model, flux_dev_table) {
   CHECK(ct_mmdit_preset_find("nope") == NULL);
 }
 
+/* make demo's preset: small's text width and input, narrower and shallower. */
+CT_TEST(model, demo_preset) {
+  const ct_mmdit_preset *d = ct_mmdit_preset_find("demo"), *s = ct_mmdit_preset_find("small");
+  REQUIRE(d && s);
+  ct_err err = {0};
+  CHECK(ct_mmdit_config_validate(&d->cfg, &err) == CT_OK);
+  CHECK(d->cfg.in_channels == s->cfg.in_channels);
+  CHECK(d->cfg.context_in_dim == s->cfg.context_in_dim && d->cfg.vec_in_dim == s->cfg.vec_in_dim);
+  CHECK(d->cfg.hidden == 128 && d->cfg.heads == 2);
+  CHECK(d->cfg.depth_double == 2 && d->cfg.depth_single == 2);
+  ct_param *tab;
+  size_t n, numel, real = 0;
+  REQUIRE(ct_mmdit_param_table(&d->cfg, &tab, &n, &numel, &err) == CT_OK);
+  for (size_t i = 0; i < n; i++) real += tab[i].numel;
+  free(tab);
+  CHECKF(real == 1826864, "got %zu", real); /* small: 5,152,816 */
+}
+
 CT_TEST(model, config_errors) {
   ct_mmdit_config c = ct_mmdit_preset_find("tiny")->cfg;
   ct_err err = {0};

@@ -97,7 +97,7 @@
   X(vae_kl_weight, NUM, "1e-6", VAE, NUM_GE(0), "model_type vae: weight of the KL term")           \
   X(vae_stats_images, INT, "64", VAE, INT_GE(1),                                                   \
     "model_type vae: images encoded at the end for scaling_factor/shift_factor")                   \
-  X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, bench")         \
+  X(preset, STR, "small", FULL, FN(check_preset), "model size preset: tiny, small, demo, bench")   \
   X(pretrained_model_path, STR, NULL, FULL, ANY,                                                   \
     "Flux-layout safetensors to start from (else seeded init)")                                    \
   X(pretrained_model_name_or_path, STR, NULL, FULL, ANY,                                           \

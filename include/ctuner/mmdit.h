@@ -41,7 +41,7 @@ typedef struct ct_mmdit_preset {
   int batch, lat_h, lat_w, txt_len; /* 0 for shape-only presets (flux-dev) */
 } ct_mmdit_preset;
 
-/* Presets: tiny, small, bench, flux-dev. NULL if unknown. */
+/* Presets: tiny, small, demo, bench, flux-dev. NULL if unknown. */
 const ct_mmdit_preset *ct_mmdit_preset_find(const char *name);
 /* Comma-separated preset names, for messages. */
 const char *ct_mmdit_preset_names(void);

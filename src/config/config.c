@@ -588,7 +588,7 @@ static ct_status check_prompt_library(const ct_config *c, ct_err *err) {
 }
 
 static ct_status check_preset(const ct_config *c, ct_err *err) {
-  if (!c->preset) BAD("preset is required (tiny, small, bench)");
+  if (!c->preset) BAD("preset is required (tiny, small, demo, bench)");
   return CT_OK;
 }
 

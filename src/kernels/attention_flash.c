@@ -58,6 +58,8 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef int v16i __attribute__((vector_size(64)));
 typedef unsigned v16u __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
 
 /* Two-vector shuffle by an index vector: GCC's __builtin_shuffle; clang (the
  * fuzz build) has only __builtin_shufflevector with constant indices, so it
@@ -85,6 +87,18 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 #define STORE(p, x)              \
   do {                           \
     v16 s_ = (x);                \
+    memcpy((p), &s_, sizeof s_); \
+  } while (0)
+/* The same on the instantiation's lane vector FA_VT. */
+#define LOADV(p)                 \
+  ({                             \
+    FA_VT t_;                    \
+    memcpy(&t_, (p), sizeof t_); \
+    t_;                          \
+  })
+#define STOREV(p, x)             \
+  do {                           \
+    FA_VT s_ = (x);              \
     memcpy((p), &s_, sizeof s_); \
   } while (0)
 
@@ -230,6 +244,9 @@ ACCB_HW(1, 8)
  * rows from memory for each FMA, which makes the kernels load-bound). */
 #define FA_ISA __attribute__((target("avx512f")))
 #define FA_SUFFIX avx512
+#define FA_VT v16
+#define FA_VTI v16i
+#define FA_W 16
 #define FA_PIN(x) __asm__("" : "+v"(x))
 #define FA_MRS 8
 #define FA_MR4 4
@@ -243,13 +260,21 @@ ACCB_HW(1, 8)
 #undef FA_MR2
 #undef FA_MR1
 #undef FA_PIN
+#undef FA_VT
+#undef FA_VTI
+#undef FA_W
 
+/* AVX2: 8-lane vectors in the float32 loops (16 ymm registers: FA_MRS rows
+ * x 4 vectors of scores + 4 of T; acc's MR rows x 16 NV / 8 vectors). */
 #define FA_ISA __attribute__((target("avx2,fma")))
 #define FA_SUFFIX avx2
+#define FA_VT v8
+#define FA_VTI v8i
+#define FA_W 8
 #define FA_PIN(x) (void)0
-#define FA_MRS 3
-#define FA_MR4 2
-#define FA_MR2 3
+#define FA_MRS 2
+#define FA_MR4 1
+#define FA_MR2 2
 #define FA_MR1 6
 #include "attention_flash_impl.h"
 #undef FA_ISA
@@ -259,9 +284,15 @@ ACCB_HW(1, 8)
 #undef FA_MR2
 #undef FA_MR1
 #undef FA_PIN
+#undef FA_VT
+#undef FA_VTI
+#undef FA_W
 
 #define FA_ISA
 #define FA_SUFFIX generic
+#define FA_VT v16
+#define FA_VTI v16i
+#define FA_W 16
 #define FA_PIN(x) (void)0
 #define FA_MRS 2
 #define FA_MR4 1

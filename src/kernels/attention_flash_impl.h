@@ -1,47 +1,53 @@
 /* The fused attention's tile kernels and task loops, instantiated once per ISA
  * by attention_flash.c (private; included with FA_ISA, the target attribute,
- * FA_SUFFIX, the name suffix, and the register-tile heights FA_MRS, FA_MR4,
- * FA_MR2, FA_MR1 defined). The design and numerics are in attention_flash.c.
+ * FA_SUFFIX, the name suffix, the register-tile heights FA_MRS, FA_MR4,
+ * FA_MR2, FA_MR1, and the lane vector FA_VT / FA_VTI of FA_W floats
+ * defined). The design and numerics are in attention_flash.c.
  *
- * All arithmetic is on v16 (16 floats, GCC vector extensions): one zmm with
- * AVX-512, two ymm with AVX2, four xmm on plain x86-64. Every operation is
- * elementwise in a fixed order, so the instantiations with FMA (AVX-512,
- * AVX2) give the same bits. Helpers are defined here, not shared, so each one
- * is compiled (and inlined) for its instantiation's ISA.
+ * The float32 hot loops (scores, acc, online softmax, probs_grad) work on
+ * FA_VT: v16 (one zmm) with AVX-512 and on plain x86-64, v8 (one ymm) with
+ * AVX2 — GCC lowers 64-byte vectors badly without AVX-512 (splats and
+ * accumulators through the stack: the AVX2 kernels ran at ~2 GFLOP/s). The
+ * rest (packing, the bf16 emulation) stays on v16. Every operation is
+ * elementwise in a fixed order, whatever the lane count, so the
+ * instantiations with FMA (AVX-512, AVX2) give the same bits. Helpers are
+ * defined here, not shared, so each one is compiled (and inlined) for its
+ * instantiation's ISA.
  */
+#define FA_NQ (BQ / FA_W) /* vectors per BQ-lane row */
 #define FA_CAT2(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT2(a, b)
 #define FN(x) FA_CAT(x, FA_SUFFIX)
 
-FA_ISA static inline v16 FN(vmax)(v16 a, v16 b) {
-  v16i m = a > b;
-  return (v16)((m & (v16i)a) | (~m & (v16i)b));
+FA_ISA static inline FA_VT FN(vmax)(FA_VT a, FA_VT b) {
+  FA_VTI m = a > b;
+  return (FA_VT)((m & (FA_VTI)a) | (~m & (FA_VTI)b));
 }
 
-FA_ISA static inline v16 FN(vmin)(v16 a, v16 b) {
-  v16i m = a < b;
-  return (v16)((m & (v16i)a) | (~m & (v16i)b));
+FA_ISA static inline FA_VT FN(vmin)(FA_VT a, FA_VT b) {
+  FA_VTI m = a < b;
+  return (FA_VT)((m & (FA_VTI)a) | (~m & (FA_VTI)b));
 }
 
-/* ct_expf's algorithm (fastmath.h) on 16 lanes: e^x, 0 below ln(FLT_MIN)
+/* ct_expf's algorithm (fastmath.h) on FA_W lanes: e^x, 0 below ln(FLT_MIN)
  * (so -inf gives 0), saturating above 88.376. */
-FA_ISA static inline v16 FN(vexp)(v16 x) {
-  const v16 zero = {0};
-  v16i below = x < (zero + CT_EXP_LO);
-  v16 xc = FN(vmin)(FN(vmax)(x, zero + CT_EXP_LO), zero + CT_EXP_HI);
-  v16 n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  v16 r = xc - n * 0.693145751953125f;
+FA_ISA static inline FA_VT FN(vexp)(FA_VT x) {
+  const FA_VT zero = {0};
+  FA_VTI below = x < (zero + CT_EXP_LO);
+  FA_VT xc = FN(vmin)(FN(vmax)(x, zero + CT_EXP_LO), zero + CT_EXP_HI);
+  FA_VT n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  FA_VT r = xc - n * 0.693145751953125f;
   r = r - n * 1.428606820309417e-06f;
-  v16 p = r * 1.9841270e-04f + 1.3888889e-03f;
+  FA_VT p = r * 1.9841270e-04f + 1.3888889e-03f;
   p = p * r + 8.3333333e-03f;
   p = p * r + 4.1666667e-02f;
   p = p * r + 1.6666667e-01f;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-  v16 y = p * (v16)e;
-  return (v16)(~below & (v16i)y);
+  FA_VTI e = (__builtin_convertvector(n, FA_VTI) + 127) << 23;
+  FA_VT y = p * (FA_VT)e;
+  return (FA_VT)(~below & (FA_VTI)y);
 }
 
 /* sum_c a[c] b[c] over c < n: 16 lanes (zero-padded tail), then a fixed tree. */
@@ -106,34 +112,39 @@ FA_ISA static void FN(pack_t)(int n, int hd, const float *X, size_t ld, float s,
 
 /* S[j][0:BQ] = sum_d K[j][d] T[d][0:BQ] for j < nk: K rows (leading dim ldk)
  * times a transposed, BQ-lane tile T (hd x BQ). FA_MRS rows of S in
- * registers; the last block repeats row nk - 1 rather than branch. */
+ * registers, FA_NQ vectors each; the last block repeats row nk - 1 rather
+ * than branch. */
 FA_ISA static void FN(scores)(int nk, int hd, const float *K, size_t ldk, const float *T,
                               float *S) {
   for (int j0 = 0; j0 < nk; j0 += FA_MRS) {
     const float *kr[FA_MRS];
-    v16 a0[FA_MRS], a1[FA_MRS];
+    FA_VT acc[FA_MRS][FA_NQ];
 #pragma GCC unroll 16
     for (int r = 0; r < FA_MRS; r++) {
       int j = j0 + r < nk ? j0 + r : nk - 1;
       kr[r] = K + (size_t)j * ldk;
-      a0[r] = a1[r] = (v16){0};
+#pragma GCC unroll 4
+      for (int u = 0; u < FA_NQ; u++) acc[r][u] = (FA_VT){0};
     }
     for (int d = 0; d < hd; d++) {
-      v16 t0 = LOAD(T + (size_t)d * BQ), t1 = LOAD(T + (size_t)d * BQ + 16);
-      FA_PIN(t0);
-      FA_PIN(t1);
+      FA_VT t[FA_NQ];
+#pragma GCC unroll 4
+      for (int u = 0; u < FA_NQ; u++) {
+        t[u] = LOADV(T + (size_t)d * BQ + u * FA_W);
+        FA_PIN(t[u]);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < FA_MRS; r++) {
         float a = kr[r][d];
-        a0[r] += a * t0;
-        a1[r] += a * t1;
+#pragma GCC unroll 4
+        for (int u = 0; u < FA_NQ; u++) acc[r][u] += a * t[u];
       }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < FA_MRS; r++)
       if (j0 + r < nk) {
-        STORE(S + (size_t)(j0 + r) * BQ, a0[r]);
-        STORE(S + (size_t)(j0 + r) * BQ + 16, a1[r]);
+#pragma GCC unroll 4
+        for (int u = 0; u < FA_NQ; u++) STOREV(S + (size_t)(j0 + r) * BQ + u * FA_W, acc[r][u]);
       }
   }
 }
@@ -233,44 +244,45 @@ FA_ISA static void FN(scores_sel)(const fa_shape *g, int nk, const float *K, siz
 /* C[i][c0 : c0 + 16 NV] = rs[i] C[i][...] + sum_{k<n} A(i, k) Bm[k][...]
  * (rs given, alpha ignored) or C[i][...] + alpha sum_k ... (rs NULL) for
  * i < rows, A(i, k) = A[i ars + k acs] (so A may be stored transposed). MR
- * rows x NV vectors of C in registers. */
+ * rows x 16 NV / FA_W vectors of C in registers. */
 #define FA_ACC(NV, MR)                                                                            \
   FA_ISA static void FN(acc##NV)(int rows, int n, int c0, const float *A, size_t ars, size_t acs, \
                                  const float *Bm, size_t ldb, float *C, size_t ldc,               \
                                  const float *rs, float alpha) {                                  \
+    enum { NW = 16 * (NV) / FA_W };                                                               \
     for (int i0 = 0; i0 < rows; i0 += MR) {                                                       \
       const float *ar[MR];                                                                        \
       float *cr[MR];                                                                              \
-      v16 acc[MR][NV];                                                                            \
+      FA_VT acc[MR][NW];                                                                          \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                     \
         int i = i0 + r < rows ? i0 + r : rows - 1;                                                \
         ar[r] = A + (size_t)i * ars;                                                              \
         cr[r] = C + (size_t)i * ldc + c0;                                                         \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = (v16){0};                \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NW; v++) acc[r][v] = (FA_VT){0};              \
       }                                                                                           \
       for (int k = 0; k < n; k++) {                                                               \
         const float *b = Bm + (size_t)k * ldb + c0;                                               \
-        v16 bv[NV];                                                                               \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                    \
-          bv[v] = LOAD(b + 16 * v);                                                               \
+        FA_VT bv[NW];                                                                             \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NW; v++) {                                    \
+          bv[v] = LOADV(b + FA_W * v);                                                            \
           FA_PIN(bv[v]);                                                                          \
         }                                                                                         \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
           float a = ar[r][(size_t)k * acs];                                                       \
-          _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] += a * bv[v];            \
+          _Pragma("GCC unroll 8") for (int v = 0; v < NW; v++) acc[r][v] += a * bv[v];            \
         }                                                                                         \
       }                                                                                           \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                     \
         if (i0 + r >= rows) break;                                                                \
         float s = rs ? rs[i0 + r] : 0.0f;                                                         \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                    \
-          v16 c = LOAD(cr[r] + 16 * v);                                                           \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NW; v++) {                                    \
+          FA_VT c = LOADV(cr[r] + FA_W * v);                                                      \
           /* one product per branch: FMA contraction has one choice */                            \
           if (rs)                                                                                 \
             c = c * s + acc[r][v];                                                                \
           else                                                                                    \
             c = acc[r][v] * alpha + c;                                                            \
-          STORE(cr[r] + 16 * v, c);                                                               \
+          STOREV(cr[r] + FA_W * v, c);                                                            \
         }                                                                                         \
       }                                                                                           \
     }                                                                                             \
@@ -430,20 +442,20 @@ FA_ISA static void FN(mask)(int nk, int nq, int i0, int j0, float *S) {
  * P = exp(S - m_new) with m_new = max(m, column max of S); corr = exp(m -
  * m_new) rescales what l and O hold; l = corr l + column sums of P. */
 FA_ISA static void FN(online_softmax)(int nk, float *S, float *m, float *l, float *corr) {
-  for (int h = 0; h < BQ; h += 16) {
-    v16 mo = LOAD(m + h), mx = mo;
-    for (int j = 0; j < nk; j++) mx = FN(vmax)(mx, LOAD(S + (size_t)j * BQ + h));
-    v16 sum = {0};
+  for (int h = 0; h < BQ; h += FA_W) {
+    FA_VT mo = LOADV(m + h), mx = mo;
+    for (int j = 0; j < nk; j++) mx = FN(vmax)(mx, LOADV(S + (size_t)j * BQ + h));
+    FA_VT sum = {0};
     for (int j = 0; j < nk; j++) {
-      v16 p = FN(vexp)(LOAD(S + (size_t)j * BQ + h) - mx);
-      STORE(S + (size_t)j * BQ + h, p);
+      FA_VT p = FN(vexp)(LOADV(S + (size_t)j * BQ + h) - mx);
+      STOREV(S + (size_t)j * BQ + h, p);
       sum += p;
     }
-    v16 c = FN(vexp)(mo - mx);
-    STORE(corr + h, c);
-    v16 lv = LOAD(l + h) * c + sum;
-    STORE(l + h, lv);
-    STORE(m + h, mx);
+    FA_VT c = FN(vexp)(mo - mx);
+    STOREV(corr + h, c);
+    FA_VT lv = LOADV(l + h) * c + sum;
+    STOREV(l + h, lv);
+    STOREV(m + h, mx);
   }
 }
 
@@ -504,14 +516,14 @@ FA_ISA static void FN(fwd)(const fa_shape *g, const fa_fwd_io *io) {
 
 /* dS = P (dP - D) for one key tile: P = exp(S - lse) in place in S, dS in dP. */
 FA_ISA static void FN(probs_grad)(int nk, float *S, float *dP, const float *lse, const float *D) {
-  for (int h = 0; h < BQ; h += 16) {
-    v16 lv = LOAD(lse + h), dv = LOAD(D + h);
+  for (int h = 0; h < BQ; h += FA_W) {
+    FA_VT lv = LOADV(lse + h), dv = LOADV(D + h);
     for (int j = 0; j < nk; j++) {
       float *s = S + (size_t)j * BQ + h, *dp = dP + (size_t)j * BQ + h;
-      v16 p = FN(vexp)(LOAD(s) - lv);
-      v16 ds = p * (LOAD(dp) - dv);
-      STORE(s, p);
-      STORE(dp, ds);
+      FA_VT p = FN(vexp)(LOADV(s) - lv);
+      FA_VT ds = p * (LOADV(dp) - dv);
+      STOREV(s, p);
+      STOREV(dp, ds);
     }
   }
 }
@@ -616,3 +628,4 @@ FA_ISA static void FN(bwd)(const fa_shape *g, const fa_bwd_io *io) {
 #undef FN
 #undef FA_CAT
 #undef FA_CAT2
+#undef FA_NQ

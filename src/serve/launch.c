@@ -85,7 +85,7 @@ static const char *fn_choices(const ct_config_key_info *k, char *buf, size_t n, 
   } else if (!strcmp(k->name, "mixed_precision")) {
     add_choice(buf, n, "no|bf16");
   } else if (!strcmp(k->name, "preset")) {
-    add_choice(buf, n, "tiny|small|bench"); /* check_preset's message */
+    add_choice(buf, n, "tiny|small|demo|bench"); /* check_preset's message */
   } else if (!strcmp(k->name, "resume_from_checkpoint")) {
     add_choice(buf, n, "latest|none");
     *open = 1;

@@ -27,7 +27,8 @@ ct_status ct_geometry_from_config(const ct_config *cfg, ct_geometry *g, ct_err *
   const ct_mmdit_preset *p = ct_mmdit_preset_find(cfg->preset);
   if (!p || !p->batch)
     return ct_errf(err, CT_ERR_INVALID,
-                   "preset '%s' is not trainable; choose one of tiny, small, bench", cfg->preset);
+                   "preset '%s' is not trainable; choose one of tiny, small, demo, bench",
+                   cfg->preset);
   g->mc = p->cfg;
   int s = (int)cfg->codec_scale;
   if (cfg->codec && !strcmp(cfg->codec, "vae")) { /* the VAE's factor and latent channels */
