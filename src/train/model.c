@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/fs.h"
 #include "ctuner/safetensors.h"
 
 ct_status ct_model_wrap(const ct_model_ops *ops, void *impl, ct_model_param *tab, size_t ntab,
@@ -61,6 +62,23 @@ static void note_bad(char *list, size_t n, int *count, const char *name) {
     size_t l = strlen(list);
     snprintf(list + l, n - l, "%s%s", l ? ", " : "", name);
   }
+}
+
+ct_status ct_model_save_component(const char *dir, const void *obj,
+                                  ct_status (*save_weights)(const void *obj, const char *path,
+                                                            ct_err *err),
+                                  char *(*config_json)(const void *obj), ct_err *err) {
+  char p[4200];
+  ct_status st = ct_mkdir_p(dir, err);
+  if (st) return st;
+  snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+  if ((st = save_weights(obj, p, err))) return st;
+  char *cj = config_json(obj);
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err)
+          : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  free(cj);
+  return st;
 }
 
 ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out,

@@ -114,6 +114,13 @@ ct_status ct_model_save_flat_read(const ct_model *m, const char *path, const flo
  * out; every missing or wrongly shaped tensor is listed in one error. */
 ct_status ct_model_load_flat(const ct_model *m, const char *path, size_t lo, size_t hi, float *out,
                              ct_err *err);
+/* A diffusers component directory (vae/, unet/): dir made, then
+ * dir/diffusion_pytorch_model.safetensors by save_weights(obj) and
+ * dir/config.json from config_json(obj) (malloc'd; NULL: out of memory). */
+ct_status ct_model_save_component(const char *dir, const void *obj,
+                                  ct_status (*save_weights)(const void *obj, const char *path,
+                                                            ct_err *err),
+                                  char *(*config_json)(const void *obj), ct_err *err);
 
 /* The adapters. */
 struct ct_mmdit;

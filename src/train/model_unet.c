@@ -27,19 +27,15 @@ static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float 
   return out ? ct_model_load_flat(m, p, lo, hi, out, err) : ct_unet_load(m->impl, p, err);
 }
 
+static ct_status save_weights(const void *obj, const char *path, ct_err *err) {
+  return ct_unet_save(obj, path, err);
+}
+static char *config_json(const void *obj) {
+  return ct_unet_config_json(ct_unet_cfg(obj));
+}
+
 ct_status ct_model_unet_save_dir(const struct ct_unet *u, const char *dir, ct_err *err) {
-  char p[4200];
-  ct_status st = ct_mkdir_p(dir, err);
-  if (st) return st;
-  snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
-  st = ct_unet_save(u, p, err);
-  char *cj = st ? NULL : ct_unet_config_json(ct_unet_cfg(u));
-  snprintf(p, sizeof p, "%s/config.json", dir);
-  if (!st)
-    st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err)
-            : ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  free(cj);
-  return st;
+  return ct_model_save_component(dir, u, save_weights, config_json, err);
 }
 
 static ct_status save(const ct_model *m, const char *dir, ct_err *err) {

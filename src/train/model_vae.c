@@ -27,20 +27,16 @@ static ct_status load(ct_model *m, const char *dir, size_t lo, size_t hi, float 
   return out ? ct_model_load_flat(m, p, lo, hi, out, err) : ct_vae_load(m->impl, p, err);
 }
 
+static ct_status save_weights(const void *obj, const char *path, ct_err *err) {
+  return ct_vae_save(obj, path, err);
+}
+static char *config_json(const void *obj) {
+  return ct_vae_config_json(ct_vae_cfg(obj));
+}
+
 /* dir/vae: the weights and config.json (with the scaling the VAE has now). */
 ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err *err) {
-  char p[4200];
-  ct_status st = ct_mkdir_p(dir, err);
-  if (st) return st;
-  snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
-  st = ct_vae_save(v, p, err);
-  char *cj = st ? NULL : ct_vae_config_json(ct_vae_cfg(v));
-  snprintf(p, sizeof p, "%s/config.json", dir);
-  if (!st)
-    st = cj ? ct_write_file_atomic(p, cj, strlen(cj), err)
-            : ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  free(cj);
-  return st;
+  return ct_model_save_component(dir, v, save_weights, config_json, err);
 }
 
 static ct_status save(const ct_model *m, const char *dir, ct_err *err) {
