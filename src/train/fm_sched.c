@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctuner/jfields.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/train.h"
@@ -40,71 +41,32 @@ void ct_fm_sched_config_default(ct_fm_sched_config *c) {
   c->max_image_seq_len = 4096;
 }
 
-typedef struct probs {
-  char buf[800];
-  int n;
-} probs;
-
-static void prob(probs *p, const char *key, const char *what) {
-  size_t l = strlen(p->buf);
-  if (l + strlen(key) + strlen(what) + 16 < sizeof p->buf)
-    snprintf(p->buf + l, sizeof p->buf - l, "%s%s %s", p->n ? "; " : "", key, what);
-  p->n++;
-}
-
-static void num(const ct_json *j, const char *key, double *out, int nullable, probs *p) {
-  const ct_json *v = ct_json_get(j, key);
-  if (!v || (nullable && v->type == CT_JSON_NULL)) return;
-  if (v->type != CT_JSON_NUMBER || !isfinite(v->num))
-    prob(p, key, "must be a number");
-  else
-    *out = v->num;
-}
-
-static void integer(const ct_json *j, const char *key, long *out, probs *p) {
-  const ct_json *v = ct_json_get(j, key);
-  if (!v) return;
-  if (v->type != CT_JSON_NUMBER || !v->is_int || v->i64 < 1 || v->i64 > (1 << 30))
-    prob(p, key, "must be a positive integer");
-  else
-    *out = (long)v->i64;
-}
-
-static int flag(const ct_json *j, const char *key, probs *p) {
-  const ct_json *v = ct_json_get(j, key);
-  if (!v || v->type == CT_JSON_NULL) return 0;
-  if (v->type != CT_JSON_BOOL) {
-    prob(p, key, "must be true or false");
-    return 0;
-  }
-  return v->boolean;
-}
-
-static void read_keys(const ct_json *j, ct_fm_sched_config *c, probs *p) {
+static void read_keys(const ct_json *j, ct_fm_sched_config *c, ct_jf_probs *p) {
   long ntt = c->num_train_timesteps;
   const ct_json *cls = ct_json_get(j, "_class_name");
   if (cls && (cls->type != CT_JSON_STRING || strcmp(cls->str, "FlowMatchEulerDiscreteScheduler")))
-    prob(p, "_class_name", "is not FlowMatchEulerDiscreteScheduler (the only scheduler here)");
-  integer(j, "num_train_timesteps", &ntt, p);
+    ct_jf_prob(p, "_class_name",
+               "is not FlowMatchEulerDiscreteScheduler (the only scheduler here)");
+  ct_jf_posint(j, "num_train_timesteps", &ntt, p);
   c->num_train_timesteps = (int)ntt;
-  num(j, "shift", &c->shift, 0, p);
-  c->use_dynamic_shifting = flag(j, "use_dynamic_shifting", p);
-  num(j, "base_shift", &c->base_shift, 0, p);
-  num(j, "max_shift", &c->max_shift, 0, p);
-  integer(j, "base_image_seq_len", &c->base_image_seq_len, p);
-  integer(j, "max_image_seq_len", &c->max_image_seq_len, p);
-  num(j, "shift_terminal", &c->shift_terminal, 1, p);
-  c->invert_sigmas = flag(j, "invert_sigmas", p);
+  ct_jf_num(j, "shift", &c->shift, 0, p);
+  c->use_dynamic_shifting = ct_jf_flag(j, "use_dynamic_shifting", 0, p);
+  ct_jf_num(j, "base_shift", &c->base_shift, 0, p);
+  ct_jf_num(j, "max_shift", &c->max_shift, 0, p);
+  ct_jf_posint(j, "base_image_seq_len", &c->base_image_seq_len, p);
+  ct_jf_posint(j, "max_image_seq_len", &c->max_image_seq_len, p);
+  ct_jf_num(j, "shift_terminal", &c->shift_terminal, 1, p);
+  c->invert_sigmas = ct_jf_flag(j, "invert_sigmas", 0, p);
   const ct_json *tst = ct_json_get(j, "time_shift_type");
   if (tst && (tst->type != CT_JSON_STRING ||
               (strcmp(tst->str, "exponential") && strcmp(tst->str, "linear"))))
-    prob(p, "time_shift_type", "must be \"exponential\" or \"linear\"");
+    ct_jf_prob(p, "time_shift_type", "must be \"exponential\" or \"linear\"");
   c->time_shift_linear = tst && tst->type == CT_JSON_STRING && !strcmp(tst->str, "linear");
   static const char *const refused[] = {"use_karras_sigmas", "use_exponential_sigmas",
                                         "use_beta_sigmas", "stochastic_sampling",
                                         "use_flow_sigmas"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-    if (flag(j, refused[i], p)) prob(p, refused[i], "is not supported (only false)");
+    if (ct_jf_flag(j, refused[i], 0, p)) ct_jf_prob(p, refused[i], "is not supported (only false)");
 }
 
 static const char *const KNOWN[] = {"_class_name",
@@ -130,9 +92,9 @@ ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_er
   ct_fm_sched_config_default(c);
   ct_status st = ct_json_parse_file(path, 1 << 20, &j, err);
   if (st) return st;
-  probs p = {.n = 0};
+  ct_jf_probs p = {.n = 0};
   if (j->type != CT_JSON_OBJECT) {
-    prob(&p, "the file", "is not a JSON object");
+    ct_jf_prob(&p, "the file", "is not a JSON object");
   } else {
     read_keys(j, c, &p);
     char unknown[400] = "";
@@ -150,9 +112,9 @@ ct_status ct_fm_sched_config_read(const char *path, ct_fm_sched_config *c, ct_er
       CT_WARN("%s: ignoring %d field%s ctuner does not know: %s", path, nu, nu > 1 ? "s" : "",
               unknown);
     if (c->use_dynamic_shifting && c->base_image_seq_len == c->max_image_seq_len)
-      prob(&p, "base_image_seq_len",
-           "equals max_image_seq_len (calculate_shift divides by their "
-           "difference)");
+      ct_jf_prob(&p, "base_image_seq_len",
+                 "equals max_image_seq_len (calculate_shift divides by their "
+                 "difference)");
   }
   st = p.n ? ct_errf(err, CT_ERR_FORMAT, "%s: %s", path, p.buf) : CT_OK;
   ct_json_free(j);
