@@ -39,9 +39,10 @@ spid=$!
 "$CT" serve --root "$tmp/root" --port 0 --token tok-browser-123 > "$tmp/serve_tok.out" 2>&1 &
 tpid=$!
 trap 'kill $spid $tpid 2>/dev/null; rm -rf "$tmp"' EXIT
-for _ in $(seq 50); do grep -q '^serving' "$tmp/serve.out" && break; sleep 0.1; done
+# (deadlines of a minute: the ASan pass on a loaded 2-core machine is 10x slower)
+for _ in $(seq 600); do grep -q '^serving' "$tmp/serve.out" && break; kill -0 $spid 2>/dev/null || break; sleep 0.1; done
 port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve.out")
-for _ in $(seq 50); do grep -q '^serving' "$tmp/serve_tok.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q '^serving' "$tmp/serve_tok.out" && break; kill -0 $tpid 2>/dev/null || break; sleep 0.1; done
 tport=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve_tok.out")
 [ -n "$port" ] || { bad "serve did not start: $(cat "$tmp/serve.out")"; exit 1; }
 shots=${CT_SCREENSHOTS:-}
