@@ -230,8 +230,9 @@ PO=(--zero_stage=3 --offload_param=nvme --offload_optimizer=nvme --offload_param
 "$CT" train --config "$tmp/base.json" --optimizer=adamw --train_batch_size=4 "${OFF[@]}" --max_train_steps=100000 \
   --checkpoint_step_interval=0 --output_dir="$tmp/ofk" >/dev/null 2>&1 &
 kp=$!
-for _ in $(seq 1 100); do [ -n "$(ls -A "$tmp/swap" 2>/dev/null)" ] && break; sleep 0.1; done
-sleep 0.5
+# (killed once its rank directory exists, whatever the machine's speed: the
+# check below needs it; it used to wait at most 10 s, then kill regardless)
+for _ in $(seq 1 3000); do compgen -G "$tmp/swap/ctuner-swap-*/rank-0" >/dev/null && break; kill -0 $kp 2>/dev/null || break; sleep 0.1; done
 kill -9 $kp 2>/dev/null
 wait $kp 2>/dev/null
 stale=$(ls -d "$tmp"/swap/ctuner-swap-*/rank-0 2>/dev/null)
@@ -448,7 +449,9 @@ kdir="$tmp/killed"
   --max_train_steps=1000000 --checkpoint_step_interval=20 --use_ema=false --output_dir="$kdir" \
   >"$tmp/kill.out" 2>"$tmp/kill.err" &
 mpid=$!
-for _ in $(seq 1 300); do [ -f "$kdir/checkpoint-40/.guard" ] && break; sleep 0.1; done
+# (a deadline of minutes, and no kill before checkpoint-40: it waited 30 s, then
+# killed regardless, and the ASan pass on a loaded 2-core machine is 10x slower)
+for _ in $(seq 1 3000); do [ -f "$kdir/checkpoint-40/.guard" ] && break; kill -0 $mpid 2>/dev/null || break; sleep 0.1; done
 victim=$(pgrep -f -- "--output_dir=$kdir" | while read -r p; do
   [ "$(ps -o comm= -p "$p")" = ctuner ] && echo "$p"; done | tail -1)
 if [ -z "$victim" ]; then
