@@ -24,6 +24,9 @@ start_serve() {
   "$CT" serve "$@" > "$out" 2>&1 &
   pids+=($!)
   for _ in $(seq 600); do grep -qs '^serving' "$out" && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+  # one that exited (a port taken) is reaped and forgotten: its pid may be reused
+  # (pid_max is 32768 on the shared machine) before the exit trap's kill
+  kill -0 "${pids[-1]}" 2>/dev/null || { wait "${pids[-1]}" 2>/dev/null; unset 'pids[-1]'; }
   port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$out")
 }
 # The runs it starts are paced (CTUNER_FAULT_STEP_DELAY_MS, 50 ms before every step):
@@ -385,6 +388,8 @@ if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
   [ "$(code "http://127.0.0.1/api/runs" -H 'Host: evil.example')" = 403 ] && [ "$(code "http://127.0.0.1/api/runs" -H 'Host: localhost:81')" = 403 ] &&
     ok "--port 80: a foreign Host, or another port, is still refused" || bad "port 80 foreign Host"
   kill "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null
+  unset 'pids[-1]' # reaped: its pid may be reused before the exit trap's kill
 else
   echo "# skip - port 80 is taken here: $(tail -1 "$tmp/p80.out")"
 fi

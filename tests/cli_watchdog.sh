@@ -75,6 +75,7 @@ guard=$!
 wait $job
 rc=$?
 t1=$(date +%s.%N)
+unset 'pids[-1]' # the job, reaped: its pid may be reused (pid_max is 32768 here) before cleanup's kill
 kill $guard 2>/dev/null
 secs=$("$PY" -c "print(f'{$t1 - $t0:.1f}')")
 "$PY" -c "import sys; sys.exit(0 if $secs <= 60 else 1)" && [ "$rc" = 4 ] &&
