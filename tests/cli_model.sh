@@ -42,7 +42,7 @@ out=$("$CT" model info --preset flux-dev) && echo "$out" | grep -q '"params": 11
   && ok "model info flux-dev" || bad "model info flux-dev: $out"
 
 # bench step runs and prints its fields
-out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2) || bad "bench step tiny"
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2 --sgemm_size 128) || bad "bench step tiny"
 for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sgemm ct_sgemm_gflops \
          mfu_vs_ct_sgemm ct_sgemm_path; do
   echo "$out" | grep -q "\"$k\"" || bad "bench output lacks $k: $out"
@@ -51,7 +51,7 @@ ok "bench step tiny"
 
 # --profile: a table of op families, then the JSON line with the same under "profile";
 # the families' CPU times and the untimed rest add up to the step's
-out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 1 --profile) || bad "bench step --profile"
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 1 --profile --sgemm_size 128) || bad "bench step --profile"
 for f in gemm attention norm rope modulation activation optimizer untimed step; do
   echo "$out" | grep -q "^$f " || bad "profile table lacks $f: $out"
 done
