@@ -66,7 +66,7 @@ assert p["gemm"]["forward_ms"] > 0 and p["gemm"]["backward_ms"] > 0, p
 ' && ok "bench step --profile" || bad "bench step --profile JSON: $out"
 
 # bench peak: one line per ISA this CPU has and one per SGEMM path
-out=$("$CT" bench peak --size 128 --threads 1) || bad "bench peak"
+out=$("$CT" bench peak --size 128 --threads 1 --loop_iters 200000) || bad "bench peak"
 echo "$out" | grep -q '"peak_gflops_core"' && echo "$out" | grep -q '"path": "blas"' &&
   echo "$out" | grep -q '"path": "bf16"' &&
   ok "bench peak" || bad "bench peak output: $out"
