@@ -38,7 +38,7 @@ CTUNER_FAULT_STEP_DELAY_MS=15 "$CT" serve --root "$tmp/root" --port 0 > "$tmp/se
 spid=$!
 "$CT" serve --root "$tmp/root" --port 0 --token tok-browser-123 > "$tmp/serve_tok.out" 2>&1 &
 tpid=$!
-trap 'kill $spid $tpid 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'kill $spid $tpid 2>/dev/null; kill_serve_runs "$tmp/root"; sleep 1; rm -rf "$tmp"' EXIT
 # (deadlines of a minute: the ASan pass on a loaded 2-core machine is 10x slower)
 for _ in $(seq 600); do grep -q '^serving' "$tmp/serve.out" && break; kill -0 $spid 2>/dev/null || break; sleep 0.1; done
 port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$tmp/serve.out")
@@ -64,6 +64,8 @@ const t0 = Date.now();
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync"] });
   const page = browser.pages()[0] || await browser.newPage();
+  // (Playwright's 30 s for a click was exceeded by a starved Chromium in a stress run)
+  browser.setDefaultTimeout(120000);
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("dialog", (d) => { errors.push("dialog: " + d.message()); d.dismiss(); });

@@ -12,7 +12,7 @@ command -v curl >/dev/null || { echo "FAIL - curl not found: run scripts/deps.sh
 root="$tmp/root"
 mkdir -p "$root"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; kill_serve_runs "$root"; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
 
 # Every wait below polls for its event with a deadline of minutes: the ASan
 # pass on a loaded 2-core machine is 10x slower, and a deadline only matters
