@@ -28,7 +28,7 @@ help:
 	@echo "make soak       fault campaigns on the Release build: 50 kill -9 + resume (bit-identical), ENOSPC in a checkpoint,"
 	@echo "                corrupt/truncated cache and checkpoint files, a rank killed/stopped under ZeRO-3, S3 failing"
 	@echo "                mid-upload (docs/reliability.md; results: build/soak/results.md)"
-	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests"
+	@echo "make asan       build with ASan+UBSan into build-asan/ and run the tests (CT_TEST_REDUCED=1: docs/testing.md)"
 	@echo "make golden     regenerate tests/data golden files from the PyTorch peer"
 	@echo "make gpu-pack   build ctuner with CUDA here and pack it with its libraries for the GPU machine (.gpu-pack/)"
 	@echo "make gpu-check  on the GPU machine: ops vs references and CPU, training parity, bench vs PyTorch (docs/cuda.md)"
@@ -121,7 +121,7 @@ soak: build
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address -DCT_WERROR=ON -DCT_CUDA=OFF >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && CT_IN_MAKE_TEST=1 ctest --output-on-failure --no-tests=error --timeout 3000
+	cd build-asan && CT_IN_MAKE_TEST=1 CT_TEST_REDUCED=1 ctest --output-on-failure --no-tests=error --timeout 3000
 
 golden:
 	scripts/golden.sh

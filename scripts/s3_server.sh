@@ -66,7 +66,7 @@ start() {
   local pid=$!
   echo "$pid" > "$dir/pid"
   local port=""
-  for _ in $(seq 200); do # 20 s
+  for _ in $(seq 1200); do # 2 minutes (node's start on a loaded machine)
     port=$(sed -n 's/^S3rver listening on [^:]*:\([0-9][0-9]*\).*/\1/p' "$dir/s3rver.log")
     [ -n "$port" ] && break
     kill -0 "$pid" 2>/dev/null || break

@@ -80,8 +80,9 @@ fi
 CTUNER_DATA_TRACE="$tmp/k.trace" "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 -x CTUNER_DATA_TRACE \
   "$CT" train "${base[@]}" --train_batch_size=4 --output_dir="$tmp/k" >/dev/null 2>"$tmp/k.err" &
 pid=$!
-for _ in $(seq 600); do
+for _ in $(seq 3000); do # (minutes: the ASan pass on a loaded 2-core machine is 10x slower)
   [ -f "$tmp/k/checkpoint-$killat/.guard" ] && break
+  kill -0 $pid 2>/dev/null || break
   sleep 0.1
 done
 kill -9 $pid 2>/dev/null

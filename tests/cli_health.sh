@@ -27,7 +27,7 @@ trap cleanup EXIT
 receiver() {
   "$PY" "$RECV" "$tmp/$1.port" "$tmp/$1.log" "$2" 10 &
   pids+=($!)
-  for _ in $(seq 1 100); do [ -s "$tmp/$1.port" ] && break; sleep 0.05; done
+  for _ in $(seq 1 1200); do [ -s "$tmp/$1.port" ] && break; sleep 0.05; done
   port=$(cat "$tmp/$1.port")
 }
 
@@ -61,7 +61,9 @@ common=(train --config "$tmp/base.json" --output_dir="$run_dir" --max_train_step
   -np 1 -x OMP_NUM_THREADS=1 -x CUDA_VISIBLE_DEVICES=1 -x CTUNER_FAKE_NVML_STATE -x CTUNER_JOB_ID \
   -x CT_TEST_WEBHOOK_TOKEN "$CT" "${common[@]}" >"$tmp/fault.out" 2>"$tmp/fault.err" &
 job=$!
-for _ in $(seq 1 600); do [ -f "$run_dir/checkpoint-20/.guard" ] && break; sleep 0.1; done
+# (waits poll for their event with deadlines of minutes: the ASan pass on a
+# loaded 2-core machine is 10x slower)
+for _ in $(seq 1 3000); do [ -f "$run_dir/checkpoint-20/.guard" ] && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
 t0=$(date +%s.%N)
 printf 'count 2\ngpu 1 ecc_dbe 12\n' > "$tmp/nvml"   # 12 new uncorrectable errors on GPU 1 (rank 1's)
 wait $job
@@ -207,7 +209,7 @@ wcommon=(train --config "$tmp/base.json" --output_dir="$tmp/wait" --checkpoint_s
   -np 1 -x OMP_NUM_THREADS=1 -x CUDA_VISIBLE_DEVICES=1 -x CTUNER_FAKE_NVML_STATE "$CT" "${wcommon[@]}" \
   >"$tmp/wait.out" 2>"$tmp/wait.err" &
 job=$!
-for _ in $(seq 1 600); do grep -q "below disk_low_threshold" "$tmp/wait.err" && break; sleep 0.1; done
+for _ in $(seq 1 3000); do grep -q "below disk_low_threshold" "$tmp/wait.err" && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
 sleep 1
 kill -0 $job 2>/dev/null && waiting=1 || waiting=0
 printf 'count 2\ngpu 1 temp 93\n' > "$tmp/nvml"

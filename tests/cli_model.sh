@@ -42,7 +42,7 @@ out=$("$CT" model info --preset flux-dev) && echo "$out" | grep -q '"params": 11
   && ok "model info flux-dev" || bad "model info flux-dev: $out"
 
 # bench step runs and prints its fields
-out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2) || bad "bench step tiny"
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 2 --sgemm_size 128) || bad "bench step tiny"
 for k in preset threads params ms_per_step_median gflops sgemm_gflops mfu_vs_sgemm ct_sgemm_gflops \
          mfu_vs_ct_sgemm ct_sgemm_path; do
   echo "$out" | grep -q "\"$k\"" || bad "bench output lacks $k: $out"
@@ -51,7 +51,7 @@ ok "bench step tiny"
 
 # --profile: a table of op families, then the JSON line with the same under "profile";
 # the families' CPU times and the untimed rest add up to the step's
-out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 1 --profile) || bad "bench step --profile"
+out=$("$CT" bench step --preset tiny --steps 2 --warmup 1 --threads 1 --profile --sgemm_size 128) || bad "bench step --profile"
 for f in gemm attention norm rope modulation activation optimizer untimed step; do
   echo "$out" | grep -q "^$f " || bad "profile table lacks $f: $out"
 done
@@ -66,7 +66,7 @@ assert p["gemm"]["forward_ms"] > 0 and p["gemm"]["backward_ms"] > 0, p
 ' && ok "bench step --profile" || bad "bench step --profile JSON: $out"
 
 # bench peak: one line per ISA this CPU has and one per SGEMM path
-out=$("$CT" bench peak --size 128 --threads 1) || bad "bench peak"
+out=$("$CT" bench peak --size 128 --threads 1 --loop_iters 200000) || bad "bench peak"
 echo "$out" | grep -q '"peak_gflops_core"' && echo "$out" | grep -q '"path": "blas"' &&
   echo "$out" | grep -q '"path": "bf16"' &&
   ok "bench peak" || bad "bench peak output: $out"

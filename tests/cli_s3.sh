@@ -31,7 +31,8 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   bad "node and npm are needed to run the S3 server s3rver (scripts/deps.sh --golden)"
   exit 1
 fi
-if ! S3_SERVER_MAX_SECONDS=300 "$root/scripts/s3_server.sh" start "$srv" bkt > "$tmp/port" 2> "$tmp/srv.err"; then
+# (the server's and the proxy's lives are bounded, generously: cleanup ends them)
+if ! S3_SERVER_MAX_SECONDS=1800 "$root/scripts/s3_server.sh" start "$srv" bkt > "$tmp/port" 2> "$tmp/srv.err"; then
   bad "could not start s3rver (npm registry unreachable?):"
   sed 's/^/    /' "$tmp/srv.err" | tail -10
   exit 1
@@ -41,9 +42,9 @@ ctl="$tmp/proxy.ctl"
 plog="$tmp/proxy.log"
 echo "mode=none" > "$ctl"
 "$PY" "$root/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$sport" --port-file "$tmp/proxy.port" \
-  --log "$plog" --control "$ctl" --slow-seconds 4 --max-seconds 300 2> "$tmp/proxy.err" &
+  --log "$plog" --control "$ctl" --slow-seconds 8 --max-seconds 1800 2> "$tmp/proxy.err" &
 proxy_pid=$!
-for _ in $(seq 100); do
+for _ in $(seq 1200); do
   [ -s "$tmp/proxy.port" ] && break
   sleep 0.05
 done
@@ -57,7 +58,10 @@ ok "s3rver on port $sport, fault proxy (SigV4 check) on port $pport"
 unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_REGION AWS_DEFAULT_REGION AWS_PROFILE
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
 EP="http://127.0.0.1:$pport"
-S3=(--endpoint "$EP" --region us-east-1 --timeout 2 --retries 4)
+# timeout 4 s (a slow fault holds its reply 8 s): a request that is not faulted
+# must not time out, or it is retried and the counts below are off; 2 s was
+# within reach of s3rver's own answer on a loaded machine
+S3=(--endpoint "$EP" --region us-east-1 --timeout 4 --retries 4)
 st() { "$CT" storage "$@" "${S3[@]}"; }
 setctl() { # a new control file (a new inode, so the proxy sees the change)
   echo "$*" > "$ctl.new" && mv "$ctl.new" "$ctl"
@@ -192,7 +196,7 @@ for m in 500 503 429 slow drop reset; do
   fi
   t1=$(date +%s.%N)
   # A slow reply is logged when the proxy answers, after the client gave up.
-  for _ in $(seq 60); do
+  for _ in $(seq 600); do
     nf=$(plog_for "/bkt/$key " | grep -c "fault=$m" || true)
     [ "$nf" -ge 2 ] && break
     sleep 0.1

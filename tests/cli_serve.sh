@@ -12,17 +12,27 @@ command -v curl >/dev/null || { echo "FAIL - curl not found: run scripts/deps.sh
 root="$tmp/root"
 mkdir -p "$root"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; kill_serve_runs "$root"; sleep 0.3; [ -n "${CT_SERVE_KEEP_LOGS:-}" ] && cat "$tmp"/*.out >&2; rm -rf "$tmp"' EXIT
 
-# start_serve OUTFILE ARGS...: starts ctuner serve, sets $port (waits for its line)
+# Every wait below polls for its event with a deadline of minutes: the ASan
+# pass on a loaded 2-core machine is 10x slower, and a deadline only matters
+# when the thing waited for never comes.
+# start_serve OUTFILE ARGS...: starts ctuner serve, sets $port (waits for its line,
+# or for the server to exit: a port taken)
 start_serve() {
   local out=$1; shift
   "$CT" serve "$@" > "$out" 2>&1 &
   pids+=($!)
-  for _ in $(seq 50); do grep -qs '^serving' "$out" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -qs '^serving' "$out" && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+  # one that exited (a port taken) is reaped and forgotten: its pid may be reused
+  # (pid_max is 32768 on the shared machine) before the exit trap's kill
+  kill -0 "${pids[-1]}" 2>/dev/null || { wait "${pids[-1]}" 2>/dev/null; unset 'pids[-1]'; }
   port=$(sed -nE 's/^serving .*:([0-9]+)\/.*/\1/p' "$out")
 }
-start_serve "$tmp/serve.out" --root "$root" --port 0
+# The runs it starts are paced (CTUNER_FAULT_STEP_DELAY_MS, 50 ms before every step):
+# r1 must be seen running at step 8 and stopped before its 120th step; unpaced, a
+# fast machine ran all 120 tiny steps in about a second, between two polls.
+CTUNER_FAULT_STEP_DELAY_MS=50 start_serve "$tmp/serve.out" --root "$root" --port 0
 [ -n "$port" ] && ok "serve started on port $port" || { bad "serve did not start: $(cat "$tmp/serve.out")"; exit 1; }
 U="http://127.0.0.1:$port"
 # code URL [curl args]: the HTTP status; the body in $tmp/body
@@ -84,9 +94,10 @@ JSON
 [ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 1, "resume": false}')" = 202 ] && ok "POST /api/runs starts r1 (pid $(jq_ 'd["pid"]'))" || bad "start: $(cat "$tmp/body")"
 [ "$(post "$U/api/runs" -d '{"name": "r1"}')" = 409 ] && ok "starting a running run: 409" || bad "double start: $(cat "$tmp/body")"
 # wait for a checkpoint at step >= 8
-for _ in $(seq 300); do
+for _ in $(seq 3000); do
   code "$U/api/runs/r1" >/dev/null
   [ "$(jq_ 'd["status"]=="running" and any(c["step"]>=8 and c["complete"] for c in d["checkpoints"])')" = True ] && break
+  [ "$(jq_ 'd["status"]')" = running ] || break
   sleep 0.1
 done
 [ "$(jq_ 'd["status"], d["ranks"], d["has_log"]')" = "('running', 1, True)" ] && ok "GET /api/runs/r1: running, 1 rank, a log" || bad "run status: $(head -c 400 "$tmp/body")"
@@ -94,7 +105,7 @@ done
 [ "$(jq_ '[(p["name"], p["rank"], p["pid"] == d["pid"]) for p in d["processes"]]')" = "[('ctuner', -1, True)]" ] &&
   ok "GET /api/runs/r1 lists its process" || bad "processes: $(jq_ 'd["processes"]')"
 [ "$(post "$U/api/runs/r1/stop")" = 202 ] && ok "POST /api/runs/r1/stop" || bad "stop: $(cat "$tmp/body")"
-for _ in $(seq 100); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = stopped ] && break; sleep 0.1; done
+for _ in $(seq 1200); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = stopped ] && break; sleep 0.1; done
 [ "$(jq_ 'd["status"], d["exit_code"]')" = "('stopped', 5)" ] && ok "stopped by SIGTERM, gracefully (exit code 5 recorded)" || bad "after stop: $(head -c 300 "$tmp/body")"
 stopped_at=$(jq_ 'd["step"]')
 ckpt=$(jq_ 'max(c["step"] for c in d["checkpoints"] if c["complete"])')
@@ -106,7 +117,7 @@ off=$(jq_ 'd["offset"]')
 [ "$(code "$U/api/runs/r1/log?offset=$off")" = 200 ] && [ "$(jq_ 'd["text"]')" = "" ] && ok "log from its end offset is empty" || bad "log offset"
 # resume from the latest checkpoint and let it finish
 [ "$(post "$U/api/runs" -d '{"name": "r1", "ranks": 1, "resume": true}')" = 202 ] && ok "resume r1" || bad "resume: $(cat "$tmp/body")"
-for _ in $(seq 600); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+for _ in $(seq 6000); do code "$U/api/runs/r1" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
 [ "$(jq_ 'd["status"], d["exit_code"], d["step"]')" = "('finished', 0, 120)" ] && ok "resumed run finished at step 120 (stopped at $stopped_at, checkpoint $ckpt)" ||
   bad "after resume: $(head -c 300 "$tmp/body"); log: $(tail -5 "$root/r1/train.log")"
 grep -q "\"from_step\": $ckpt" "$root/r1/train.log" && ok "the resume started from checkpoint-$ckpt" || bad "resume step: $(grep from_step "$root/r1/train.log")"
@@ -126,8 +137,16 @@ img=$(jq_ 'd["images"][0]["file"]')
 [ "$(code "$U/api/runs/r1/files/checkpoint-120/training_state.json")" = 200 ] && grep -q '"global_step": 120' "$tmp/body" && ok "a checkpoint file is served (download)" || bad "ckpt file"
 
 # ---- server-sent events ----
-curl -sN --max-time 3 "$U/api/runs/r1/stream?since=115" > "$tmp/sse" 2>/dev/null
-/usr/bin/python3 - "$tmp/sse" <<'PY' && ok "GET stream: metrics after 115, the log and the status as server-sent events" || bad "stream: $(head -c 400 "$tmp/sse")"
+# (a stream never ends by itself: each is read until what the test waits for has
+# come, or for 120 s, instead of for a fixed 3 s that a loaded machine can miss)
+# sse_start URL FILE: reads URL's stream into FILE in the background ($sse_pid)
+sse_start() { curl -sN --max-time 120 "$1" > "$2" 2>/dev/null & sse_pid=$!; }
+# sse_until CMD...: polls CMD until it succeeds or the stream ends; then ends the stream
+sse_until() {
+  for _ in $(seq 1200); do "$@" && break; kill -0 $sse_pid 2>/dev/null || break; sleep 0.1; done
+  kill $sse_pid 2>/dev/null; wait $sse_pid 2>/dev/null
+}
+cat > "$tmp/sse_check.py" <<'PY'
 import json, sys
 ev = {}
 for block in open(sys.argv[1]).read().split("\n\n"):
@@ -137,6 +156,10 @@ ok = [p["step"] for p in ev["metrics"][0]["points"]] == [116, 117, 118, 119, 120
 ok &= ev["status"][0]["status"] == "finished" and "ctuner serve: starting" in ev["log"][0]["text"]
 sys.exit(0 if ok else 1)
 PY
+sse_check() { /usr/bin/python3 "$tmp/sse_check.py" "$tmp/sse" 2>/dev/null; }
+sse_start "$U/api/runs/r1/stream?since=115" "$tmp/sse"
+sse_until sse_check
+sse_check && ok "GET stream: metrics after 115, the log and the status as server-sent events" || bad "stream: $(head -c 400 "$tmp/sse")"
 
 # ---- export a checkpoint (ctuner checkpoint export) and download it ----
 [ "$(post "$U/api/runs/r1/export" -d '{"checkpoint": "checkpoint-120", "dtype": "bf16"}')" = 200 ] &&
@@ -164,7 +187,7 @@ def writer():
             f.write(line[:k]); f.flush(); time.sleep(0.0005)  # a partial line on disk
             f.write(line[k:]); f.flush()
 t = threading.Thread(target=writer); t.start()
-seen, since, polls = [], -1, 0
+seen, since, polls, deadline = [], -1, 0, time.time() + 300
 while True:
     alive = t.is_alive()
     d = json.load(urllib.request.urlopen(f"{url}?since={since}"))
@@ -173,7 +196,7 @@ while True:
     seen += steps
     since = d["last_step"]
     if not alive and since == 300: break
-    if polls > 5000: break
+    if time.time() > deadline: break
 t.join()
 print(f"  {polls} polls", file=sys.stderr)
 sys.exit(0 if seen == list(range(1, 301)) else 1)
@@ -184,12 +207,13 @@ code "$U/api/runs/live" >/dev/null
 touch -d '2 minutes ago' "$root/live/metrics.jsonl"
 code "$U/api/runs/live" >/dev/null
 [ "$(jq_ 'd["status"]')" = stopped ] && ok "... and as stopped after 60 s without a change" || bad "external run idle: $(head -c 300 "$tmp/body")"
-curl -sN --max-time 4 "$U/api/runs/live/stream?since=300" > "$tmp/sse2" 2>/dev/null &
-cpid=$!
-sleep 1.5
+sse_start "$U/api/runs/live/stream?since=300" "$tmp/sse2"
+# the stream's first look sends the status: then it is streaming
+for _ in $(seq 1200); do grep -q '^event: status' "$tmp/sse2" && break; sleep 0.1; done
 echo '{"step": 301, "loss": 0.5}' >> "$root/live/metrics.jsonl"
-wait $cpid
-grep -q '^data: {"points": \[{"step": 301, "loss": 0.5}\], "last_step": 301' "$tmp/sse2" && ok "a line written while streaming arrives as an event" ||
+new_line() { grep -q '^data: {"points": \[{"step": 301, "loss": 0.5}\], "last_step": 301' "$tmp/sse2"; }
+sse_until new_line
+new_line && ok "a line written while streaming arrives as an event" ||
   bad "live stream: $(cat "$tmp/sse2")"
 sed -i '$d' "$root/live/metrics.jsonl"
 printf '{"step": 301, "loss": 0.1' >> "$root/live/metrics.jsonl"
@@ -318,7 +342,7 @@ json.dump(d, open(sys.argv[2], "w"))
 PY
 post "$U/api/runs/bad/config" --data-binary @"$tmp/run_bad.json" >/dev/null
 [ "$(post "$U/api/runs" -d '{"name": "bad"}')" = 202 ] || bad "start bad: $(cat "$tmp/body")"
-for _ in $(seq 100); do code "$U/api/runs/bad" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+for _ in $(seq 3000); do code "$U/api/runs/bad" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
 [ "$(jq_ 'd["status"], d["exit_code"], "exit 1" in d["exit_reason"]')" = "('failed', 1, True)" ] &&
   ok "a run that exits 1: failed, with its exit reason ($(jq_ 'd["exit_reason"]'))" || bad "failed run: $(head -c 600 "$tmp/body")"
 [ "$(jq_ 'any("no-such-dir" in l and l.startswith("ctuner train: ") for l in d["fatal"])')" = True ] &&
@@ -346,7 +370,7 @@ for q in q1 q2 q3; do post "$U/api/runs/$q/config" --data-binary @"$tmp/run_q.js
 code "$U/api/runs/q3" >/dev/null; [ "$(jq_ 'd["status"]')" = queued ] && ok "a queued run's status: queued" || bad "queued status: $(head -c 200 "$tmp/body")"
 [ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 200 ] && [ "$(post "$U/api/queue/remove" -d '{"name": "q3"}')" = 404 ] &&
   ok "a run removed from the queue (again: 404)" || bad "queue remove: $(cat "$tmp/body")"
-for _ in $(seq 300); do
+for _ in $(seq 3000); do
   code "$U/api/queue" >/dev/null
   [ "$(jq_ 'len(d["queue"]) == 0 and sum(h["name"] in ("q1", "q2") for h in d["history"]) == 2')" = True ] && break; sleep 0.1
 done
@@ -364,6 +388,8 @@ if start_serve "$tmp/p80.out" --root "$root" --port 80 && [ "$port" = 80 ]; then
   [ "$(code "http://127.0.0.1/api/runs" -H 'Host: evil.example')" = 403 ] && [ "$(code "http://127.0.0.1/api/runs" -H 'Host: localhost:81')" = 403 ] &&
     ok "--port 80: a foreign Host, or another port, is still refused" || bad "port 80 foreign Host"
   kill "${pids[-1]}"
+  wait "${pids[-1]}" 2>/dev/null
+  unset 'pids[-1]' # reaped: its pid may be reused before the exit trap's kill
 else
   echo "# skip - port 80 is taken here: $(tail -1 "$tmp/p80.out")"
 fi

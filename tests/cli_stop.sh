@@ -16,16 +16,20 @@ JSON
 steps=40
 run() { "$CT" train --config "$tmp/base.json" --max_train_steps=$steps --checkpoint_step_interval=$steps "$@"; }
 lines() { [ -f "$1" ] && wc -l < "$1" || echo 0; }
-# signal once metrics.jsonl has N lines; wait; echo the exit code
+# signal once metrics.jsonl has N lines; wait; echo the exit code. The runs
+# signalled are paced (CTUNER_FAULT_STEP_DELAY_MS=50: 50 ms before every step),
+# so that the signal comes before their last step even when this shell is
+# descheduled on a loaded machine (unpaced, 40 tiny steps take a fraction of a
+# second); the wait for the lines has a deadline of minutes (ASan is 10x slower).
 signal_at() { # pid sig metrics N
-  for _ in $(seq 1200); do [ "$(lines "$3")" -ge "$4" ] && break; kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
+  for _ in $(seq 6000); do [ "$(lines "$3")" -ge "$4" ] && break; kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
   kill -"$2" "$1" 2>/dev/null
   wait "$1"
 }
 
 run --output_dir="$tmp/full" >/dev/null 2>"$tmp/full.log" || bad "uninterrupted run: $(tail -3 "$tmp/full.log")"
 
-"$CT" train --config "$tmp/base.json" --max_train_steps=$steps --checkpoint_step_interval=$steps \
+CTUNER_FAULT_STEP_DELAY_MS=50 "$CT" train --config "$tmp/base.json" --max_train_steps=$steps --checkpoint_step_interval=$steps \
   --output_dir="$tmp/cut" >/dev/null 2>"$tmp/cut.log" & # $! must be ctuner itself, not a subshell
 signal_at $! TERM "$tmp/cut/metrics.jsonl" 3
 rc=$?
@@ -45,7 +49,7 @@ done
 if command -v mpirun >/dev/null; then
   steps=400
   # (Open MPI's own start-up allocations are not ours to chase under ASan)
-  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 "$CT" train --config "$tmp/base.json" --max_train_steps=$steps \
+  CTUNER_FAULT_STEP_DELAY_MS=50 ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 -x CTUNER_FAULT_STEP_DELAY_MS "$CT" train --config "$tmp/base.json" --max_train_steps=$steps \
     --checkpoint_step_interval=$steps --output_dir="$tmp/mp" >/dev/null 2>"$tmp/mp.log" &
   signal_at $! USR1 "$tmp/mp/metrics.jsonl" 3
   rc=$?
@@ -58,14 +62,28 @@ else
   skip "2 ranks: no mpirun"
 fi
 
-# before the loop (here: blocked opening a FIFO as its data config): the
-# signal acts as by default, the process ends instead of waiting for a loop
+# before the loop (here: blocked reading a FIFO as its data config): the
+# signal acts as by default, the process ends instead of waiting for a loop.
+# The signal is sent once ctuner has opened the FIFO (a writer's non-blocking
+# open succeeds only then), not after a fixed sleep that a slow start outlasts.
 mkfifo "$tmp/fifo.json"
 "$CT" train --config "$tmp/base.json" --max_train_steps=5 --output_dir="$tmp/early" \
   --data_backend_config="$tmp/fifo.json" >/dev/null 2>&1 &
 pid=$!
-sleep 0.5
-kill -TERM $pid 2>/dev/null
+/usr/bin/python3 - "$tmp/fifo.json" "$pid" <<'PY'
+import os, signal, sys, time
+end = time.time() + 300
+while time.time() < end:
+    try:
+        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader has it open
+        break
+    except OSError:
+        time.sleep(0.05)
+else:
+    sys.exit("ctuner never opened the FIFO")
+os.kill(int(sys.argv[2]), signal.SIGTERM)
+os.close(fd)
+PY
 wait $pid
 rc=$?
 [ $rc = 143 ] && ok "a signal before the loop ends the process (rc 143)" || bad "early signal: rc $rc"

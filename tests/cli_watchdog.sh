@@ -49,7 +49,9 @@ done
 # ---- rank 1 of 2 stopped mid-run -------------------------------------------
 "$PY" "$RECV" "$tmp/hook.port" "$tmp/hook.log" ok &
 pids+=($!)
-for _ in $(seq 1 100); do [ -s "$tmp/hook.port" ] && break; sleep 0.05; done
+# (waits poll for their event with deadlines of minutes: the ASan pass on a
+# loaded 2-core machine is 10x slower)
+for _ in $(seq 1 1200); do [ -s "$tmp/hook.port" ] && break; sleep 0.05; done
 port=$(cat "$tmp/hook.port")
 run="$tmp/run"
 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS=1 "$CT" train --config "$tmp/base.json" --train_batch_size=2 \
@@ -58,7 +60,7 @@ run="$tmp/run"
   >"$tmp/run.out" 2>"$tmp/run.err" &
 job=$!
 pids+=($job)
-for _ in $(seq 1 600); do compgen -G "$run/checkpoint-*/.guard" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 3000); do compgen -G "$run/checkpoint-*/.guard" >/dev/null && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
 for p in $(pgrep -f -- "--output_dir=$run"); do
   [ "$(ps -o comm= -p "$p")" = ctuner ] && tr '\0' '\n' <"/proc/$p/environ" | grep -qx OMPI_COMM_WORLD_RANK=1 &&
     victim=$p
@@ -73,6 +75,7 @@ guard=$!
 wait $job
 rc=$?
 t1=$(date +%s.%N)
+unset 'pids[-1]' # the job, reaped: its pid may be reused (pid_max is 32768 here) before cleanup's kill
 kill $guard 2>/dev/null
 secs=$("$PY" -c "print(f'{$t1 - $t0:.1f}')")
 "$PY" -c "import sys; sys.exit(0 if $secs <= 60 else 1)" && [ "$rc" = 4 ] &&
@@ -83,7 +86,8 @@ echo "$msg" | grep -q "rank 0 of 2: collective watchdog: rank 1 " && echo "$msg"
   echo "$msg" | grep -q "at step [0-9]" && echo "$msg" | grep -q "distributed_timeout 15 s" &&
   ok "rank 0 names rank 1, the collective and the step: ${msg#*collective watchdog: }" ||
   bad "message: $(tail -5 "$tmp/run.err")"
-sleep 0.5
+# (mpirun is gone; a rank it killed may still be on its way out)
+for _ in $(seq 1 300); do [ "$(pgrep -f -- "--output_dir=$run" | wc -l)" = 0 ] && break; sleep 0.1; done
 left=$(pgrep -f -- "--output_dir=$run" | wc -l)
 [ "$left" = 0 ] && ok "no rank is left running (the stopped one included)" || bad "$left process(es) left"
 victim=""

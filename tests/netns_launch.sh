@@ -53,7 +53,9 @@ JSON
 # Open MPI reads these from the environment of the launch (and passes them on).
 export OMPI_MCA_plm_rsh_agent="$tmp/agent.sh" OMPI_MCA_btl_tcp_if_include="10.78.$net.0/24" \
   OMPI_MCA_oob_tcp_if_include="10.78.$net.0/24" OMP_NUM_THREADS=1
-ip netns exec "$A" "$CT" launch --accelerate-config "$tmp/accel.yaml" --hostfile "$tmp/hosts" -- train \
+# (paced, 50 ms before each of its 20 steps: the port sampler below must catch the
+# job's processes listening, however fast the machine)
+CTUNER_FAULT_STEP_DELAY_MS=50 ip netns exec "$A" "$CT" launch --accelerate-config "$tmp/accel.yaml" --hostfile "$tmp/hosts" -- train \
   --preset=tiny --resolution=8 --aspect_bucket_alignment=8 --data_backend_config="$tmp/backend.json" \
   --train_batch_size=2 --max_train_steps=20 --disable_validation=true --output_dir="$tmp/run" \
   >"$tmp/run.out" 2>"$tmp/run.err" &

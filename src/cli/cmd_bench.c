@@ -34,16 +34,17 @@ void ct_cmd_bench_step_help(FILE *f) {
           "                         [--gradient_checkpointing N] [--profile]\n"
           "                         [--mixed_precision no|bf16] [--backend NAME]\n"
           "                         [--lora RANK [--base PRECISION]] [--res PX] [--batch B]\n"
-          "                         [--txt_len T]\n"
+          "                         [--txt_len T] [--sgemm_size N]\n"
           "\n"
           "Times one flow-matching training step (forward, backward, AdamW) of a preset\n"
           "(default bench; presets: %s) on random data and prints one JSON line:\n"
           "preset, threads, params, ms_per_step_median, ms_per_step_min, gflops,\n"
-          "sgemm_gflops (OpenBLAS, a 2048^3 SGEMM in the same process), mfu_vs_sgemm,\n"
+          "sgemm_gflops (OpenBLAS, an N^3 SGEMM in the same process, N = --sgemm_size,\n"
+          "default 2048), mfu_vs_sgemm,\n"
           "ct_sgemm_gflops (our SGEMM, same product), mfu_vs_ct_sgemm, ct_sgemm_path,\n"
           "peak_rss_mb; and by CPU time (robust to other load; with --threads 1 the\n"
           "whole step's work): cpu_ms_per_step_median, gflops_per_cpu_s,\n"
-          "ct_sgemm_gflops_core (ct_sgemm on one thread per CPU second, 1024^3) and\n"
+          "ct_sgemm_gflops_core (ct_sgemm on one thread per CPU second, (N/2)^3) and\n"
           "mfu_cpu_vs_ct_sgemm = gflops_per_cpu_s / ct_sgemm_gflops_core.\n"
           "CT_GEMM=blas makes the model use OpenBLAS, CT_GEMM=avx2 our AVX2 kernel\n"
           "(docs/gemm.md).\n"
@@ -66,7 +67,9 @@ void ct_cmd_bench_step_help(FILE *f) {
           "NVIDIA GPU, docs/cuda.md): the batch is uploaded each step, the loss and the\n"
           "AdamW update run there, and each step ends when the device is done; the\n"
           "JSON line adds backend and device. With a device backend --profile waits for\n"
-          "every op (the times are then an upper bound with no overlap).\n",
+          "every op (the times are then an upper bound with no overlap).\n"
+          "--sgemm_size N sizes the SGEMM yardsticks (default 2048; the tests use a\n"
+          "small one: unoptimised ASan builds took minutes on 2048^3).\n",
           ct_mmdit_preset_names());
 }
 
@@ -81,12 +84,10 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Best GFLOP/s of OpenBLAS (*blas) and ct_sgemm (*ours) on C = A B^T, 2048^3,
- * run alternately so that load from other processes hits both alike. */
 /* GFLOP/s of ct_sgemm on one thread per second of that thread's CPU time,
- * best of 3 on 1024^3: the per-core rate that other load barely changes. */
-static double sgemm_core_gflops(void) {
-  const int n = 1024;
+ * best of 3 on n^3 (1024 by default): the per-core rate that other load barely
+ * changes. */
+static double sgemm_core_gflops(int n) {
   float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
         *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
         *c = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4);
@@ -110,8 +111,10 @@ static double sgemm_core_gflops(void) {
   return best;
 }
 
-static void sgemm_gflops(double *blas, double *ours) {
-  const int n = 2048;
+/* Best GFLOP/s of OpenBLAS (*blas) and ct_sgemm (*ours) on C = A B^T, n^3
+ * (2048 by default), run alternately so that load from other processes hits
+ * both alike. */
+static void sgemm_gflops(int n, double *blas, double *ours) {
   const double flop = 2.0 * n * n * n;
   float *a = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
         *b = ct_alloc(CT_MEM_BUFFERS, (size_t)n * n * 4),
@@ -180,7 +183,7 @@ static void profile_report(long steps, double total, double cpu, char *js, size_
 
 typedef struct step_args {
   const ct_mmdit_preset *p;
-  long steps, warmup, threads, ckpt;
+  long steps, warmup, threads, ckpt, sgemm_n;
   int profile, bf16;
   const char *backend;
   long lora, res, batch, txt_len; /* 0: full fine-tune / the preset's shape */
@@ -191,7 +194,8 @@ typedef struct step_args {
 /* bench step's options into *a; -1 to go on, else the exit code. */
 static int step_args_parse(int argc, char **argv, step_args *a) {
   const char *preset = "bench", *v, *mp = "no";
-  *a = (step_args){.p = NULL, .steps = 10, .warmup = 3, .backend = "cpu", .base = "no_change"};
+  *a = (step_args){
+      .p = NULL, .steps = 10, .warmup = 3, .sgemm_n = 2048, .backend = "cpu", .base = "no_change"};
   for (int i = 2; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -223,6 +227,8 @@ static int step_args_parse(int argc, char **argv, step_args *a) {
       if (r < 0 || ct_cli_int("txt_len", v, 1, 4096, &a->txt_len)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &a->threads)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "sgemm_size", &v))) {
+      if (r < 0 || ct_cli_int("sgemm_size", v, 16, 16384, &a->sgemm_n)) return 2;
     } else {
       fprintf(stderr, "ctuner bench step: unknown option '%s'\n", argv[i]);
       ct_cmd_bench_step_help(stderr);
@@ -428,8 +434,8 @@ int ct_cmd_bench_step(int argc, char **argv) {
   /* the CPU's SGEMM rates are the CPU's yardstick; a device backend is measured by bench peak */
   double sg = 0, csg = 0, core_sg = 0;
   if (be->host_memory) {
-    sgemm_gflops(&sg, &csg);
-    core_sg = sgemm_core_gflops();
+    sgemm_gflops((int)sa.sgemm_n, &sg, &csg);
+    core_sg = sgemm_core_gflops((int)sa.sgemm_n / 2);
   }
   const ct_backend_ops *run_be = profile ? ct_backend_profiled(be) : be;
   size_t n = 0;

@@ -33,6 +33,7 @@
 void ct_cmd_bench_peak_help(FILE *f) {
   fprintf(f,
           "usage: ctuner bench peak [--size N] [--threads T] [--backend NAME]\n"
+          "                         [--loop_iters K]\n"
           "\n"
           "Measures the float32 FMA peak of this CPU with a register-only FMA loop for\n"
           "each instruction set it has (avx512, avx2; avx512bf16: the vdpbf16ps bf16\n"
@@ -44,6 +45,8 @@ void ct_cmd_bench_peak_help(FILE *f) {
           "with the loop; prints one JSON line per ISA and per path with\n"
           "gemm_over_peak_core (the path's per-core rate over its ISA's per-core peak;\n"
           "OpenBLAS against the widest ISA) and gemm_over_peak_all. docs/gemm.md.\n"
+          "--loop_iters K: iterations of the FMA loop per timing (default 20000000,\n"
+          "~0.2 s; the tests use fewer: unoptimised ASan builds took minutes).\n"
           "--backend NAME (a device: cuda, docs/cuda.md) measures the device instead: the\n"
           "vendor library's bf16 and float32 GEMM on an N x N x N product (default 8192),\n"
           "the backend's own sgemm (float32, and its bf16-compute sibling's) on the same\n"
@@ -66,11 +69,12 @@ static double median(double *v, int n) {
 }
 
 static float sink;
+static long loop_iters = 20000000L; /* --loop_iters */
 
-/* GFLOP/s of the loop on one thread per CPU second (~0.2 s of work). */
+/* GFLOP/s of the loop on one thread per CPU second (~0.2 s of work by default). */
 static double peak_core(const char *isa) {
   double t0 = thread_cpu();
-  double fl = ct_fma_peak_loop(isa, 20000000L, &sink);
+  double fl = ct_fma_peak_loop(isa, loop_iters, &sink);
   return fl / (thread_cpu() - t0) / 1e9;
 }
 
@@ -80,7 +84,7 @@ static double peak_all(const char *isa, int nth) {
 #pragma omp parallel num_threads(nth) reduction(+ : fl)
   {
     float s = 0;
-    fl += ct_fma_peak_loop(isa, 20000000L, &s);
+    fl += ct_fma_peak_loop(isa, loop_iters, &s);
 #pragma omp critical
     sink += s;
   }
@@ -170,6 +174,8 @@ int ct_cmd_bench_peak(int argc, char **argv) {
       if (r < 0 || ct_cli_int("size", v, 64, 8192, &n)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "threads", &v))) {
       if (r < 0 || ct_cli_int("threads", v, 1, 1024, &threads)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "loop_iters", &v))) {
+      if (r < 0 || ct_cli_int("loop_iters", v, 1000, 2000000000L, &loop_iters)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "backend", &backend))) {
       if (r < 0) return 2;
     } else {

@@ -24,6 +24,20 @@ skip() {
   if [ -n "${CT_NO_SKIP:-}" ]; then bad "CT_NO_SKIP is set and this was skipped: $*"; fi
   return 0
 }
+# kill_serve_runs ROOT: ends the runs `ctuner serve` started under ROOT that its
+# serve.json still records as running (their own sessions outlive the server):
+# an exit trap's, so that a test that failed mid-run leaves no training behind
+kill_serve_runs() {
+  local p
+  for p in $(/usr/bin/python3 -c '
+import glob, json, sys
+for f in glob.glob(sys.argv[1] + "/*/serve.json"):
+    try: m = json.load(open(f))
+    except Exception: continue
+    if m.get("exit_code") is None and m.get("pid", 0) > 0: print(m["pid"])' "$1" 2>/dev/null); do
+    kill -TERM -- "-$p" 2>/dev/null
+  done
+}
 finish() {
   echo "$n_ok ok, $n_bad failed, $n_skip skipped"
   [ "$fail" != 0 ] && exit 1

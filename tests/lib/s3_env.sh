@@ -29,7 +29,7 @@ s3_proxy() {
   rm -f "$dir/proxy.port"
   "$S3_PY" "$S3_ROOT/tests/lib/s3_fault_proxy.py" --upstream "127.0.0.1:$S3_PORT" --port-file "$dir/proxy.port" "$@" 2>>"$dir/proxy.err" &
   S3_PROXY_PID=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 1200); do # (a minute: python's start on a loaded machine)
     [ -s "$dir/proxy.port" ] && break
     sleep 0.05
   done
