@@ -12,7 +12,7 @@
 # fails the build on a wrong-way one. Listed bottom up.
 
 ct_module(core HEADERS status.h log.h alloc.h rng.h parallel.h json.h safetensors.h fs.h hash.h
-                       bf16.h parse.h yaml.h)
+                       bf16.h parse.h yaml.h jfields.h)
 ct_module(kernels DEPS core HEADERS kernels.h backend.h)
 ct_module(image DEPS core HEADERS image.h)
 ct_module(storage DEPS core HEADERS storage.h hub.h)
