@@ -290,6 +290,12 @@ CT_TEST(config_st, table_rows_are_not_keys) {
   ct_config_defaults(&c);
   ct_err err = {0};
   CHECK(ct_config_set(&c, "validation_disable", "true", &err) == CT_OK && c.disable_validation);
+  /* "none" is a value of ema_validation, not "unset" (SimpleTuner's hidream example says
+   * "ema_validation": "none"; it read as '' and was refused) */
+  CHECK(ct_config_set(&c, "ema_validation", "none", &err) == CT_OK && c.ema_validation &&
+        !strcmp(c.ema_validation, "none"));
+  CHECKF(ct_config_validate(&c, &err) == CT_OK, "%s", err.msg);
+  CHECK(ct_config_set(&c, "report_to", "none", &err) == CT_OK && c.report_to == NULL);
   ct_config_free(&c);
 }
 

@@ -219,6 +219,8 @@ static ct_status unknown_key(ct_config *cfg, const char *key, const char *value,
   return CT_ERR_INVALID;
 }
 
+static int in_list(const char *s, const char *list);
+
 static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
   char *s = NULL;
   if (v) {
@@ -268,8 +270,12 @@ static ct_status set_text(ct_config *cfg, const key_def *k, const char *v, const
       return CT_OK;
     case K_STR:
       if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
-        /* "none" means unset for optional strings; resume keeps it verbatim. */
-        if (!strcmp(k->name, "resume_from_checkpoint"))
+        /* "none" means unset for optional strings; resume keeps it verbatim, and so does a
+         * key whose own choices include "none" (ema_validation: SimpleTuner's "none") */
+        if (!strcmp(k->name, "resume_from_checkpoint") ||
+            (!strcasecmp(v, "none") &&
+             (k->check.kind == V_ONE_OF || k->check.kind == V_ONE_OF_QUOTED) &&
+             in_list("none", k->check.list)))
           return set_str((char **)base, "none", where, err);
         return set_str((char **)base, NULL, where, err);
       }
