@@ -22,7 +22,7 @@ static const char *TWO_ENTRIES =
 CT_TEST(config_backend, placeholders_filled_as_simpletuner) {
   ct_backend *b = NULL;
   ct_err err = {0};
-  const ct_backend_vars vars = {"flux", "/runs/out", NULL, 0};
+  const ct_backend_vars vars = {"flux", "/runs/out", NULL, 0, NULL};
   REQUIRE(ct_backend_parse_with(TWO_ENTRIES, strlen(TWO_ENTRIES), "mdb.json", &vars, &b, NULL,
                                 &err) == CT_OK);
   CHECKF(!strcmp(b->ds[0].instance_data_dir, "data/flux"), "%s", b->ds[0].instance_data_dir);
@@ -49,7 +49,7 @@ CT_TEST(config_backend, dataset_defaults_from_the_run) {
   CHECK(b->ds[0].resolution_type == CT_RES_PIXEL_AREA && b->ds[0].minimum_image_size == 0);
   CHECK(b->ds[1].resolution_type == CT_RES_AREA && b->ds[1].minimum_image_size == 0.25);
   ct_backend_free(b);
-  const ct_backend_vars vars = {NULL, NULL, "pixel", 256};
+  const ct_backend_vars vars = {NULL, NULL, "pixel", 256, NULL};
   REQUIRE(ct_backend_parse_with(t, strlen(t), "mdb.json", &vars, &b, NULL, &err) == CT_OK);
   CHECK(b->ds[0].resolution_type == CT_RES_PIXEL && b->ds[0].minimum_image_size == 256);
   CHECK(b->ds[1].resolution_type == CT_RES_AREA && b->ds[1].minimum_image_size == 0.25);
@@ -152,6 +152,74 @@ CT_TEST(config_backend, options_refused_when_set) {
                probs.n == 1 && probs.v[0].warning == !cases[i].error,
            "%s: st %d, %zu problems, %zu errors: %s", cases[i].extra, st, probs.n, probs.errors,
            probs.n ? probs.v[0].msg : "");
+    ct_backend_free(b);
+    ct_config_problems_free(&probs);
+  }
+}
+
+/* issue 32: only_instance_prompt on a dataset already captioned by
+ * instance_prompt changes nothing and is accepted without a word (SimpleTuner's
+ * factory turns captions off for either); elsewhere it stays refused. */
+CT_TEST(config_backend, only_instance_prompt_on_instanceprompt) {
+  static const struct {
+    const char *extra;
+    int error;
+  } cases[] = {
+      {"\"caption_strategy\": \"instanceprompt\", \"instance_prompt\": \"sks dog\", "
+       "\"only_instance_prompt\": true",
+       0},
+      {"\"caption_strategy\": \"textfile\", \"only_instance_prompt\": true", 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char t[512];
+    snprintf(t, sizeof t,
+             "[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"x\", %s}]",
+             cases[i].extra);
+    ct_backend *b = NULL;
+    ct_err err = {0};
+    ct_config_problems probs = {0};
+    ct_status st = ct_backend_parse_with(t, strlen(t), "m.json", NULL, &b, &probs, &err);
+    CHECKF((st != CT_OK) == cases[i].error && probs.n == (size_t)cases[i].error, "%s: %d: %s",
+           cases[i].extra, st, probs.n ? probs.v[0].msg : "");
+    if (!cases[i].error)
+      CHECK(b && b->n == 1 && b->ds[0].caption_strategy == CT_CAP_INSTANCEPROMPT &&
+            !strcmp(b->ds[0].instance_prompt, "sks dog"));
+    ct_backend_free(b);
+    ct_config_problems_free(&probs);
+  }
+}
+
+/* is_regularisation_data (either spelling) is read onto the dataset; under
+ * model_type full it has no effect (as in SimpleTuner) and one warning says so. */
+CT_TEST(config_backend, regularisation_data) {
+  static const struct {
+    const char *extra, *model_type;
+    int flag, warnings;
+  } cases[] = {
+      {"\"is_regularisation_data\": true", "lora", 1, 0},
+      {"\"is_regularization_data\": true", "lora", 1, 0},
+      {"\"is_regularisation_data\": false", "lora", 0, 0},
+      {"\"is_regularisation_data\": true", "full", 1, 1},
+      {"\"is_regularisation_data\": true", NULL, 1, 0},
+      {"\"caption_strategy\": \"filename\"", "lora", 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char t[512];
+    snprintf(t, sizeof t,
+             "[{\"id\": \"a\", \"type\": \"local\", \"instance_data_dir\": \"x\", %s}]",
+             cases[i].extra);
+    const ct_backend_vars vars = {"flux", "/o", NULL, 0, cases[i].model_type};
+    ct_backend *b = NULL;
+    ct_err err = {0};
+    ct_config_problems probs = {0};
+    ct_status st = ct_backend_parse_with(t, strlen(t), "m.json", &vars, &b, &probs, &err);
+    CHECKF(st == CT_OK && b && b->ds[0].is_regularisation_data == cases[i].flag &&
+               probs.n == (size_t)cases[i].warnings && probs.errors == 0,
+           "%s (%s): st %d, %zu problems: %s", cases[i].extra,
+           cases[i].model_type ? cases[i].model_type : "-", st, probs.n,
+           probs.n ? probs.v[0].msg : "");
+    if (cases[i].warnings && probs.n)
+      CHECKF(strstr(probs.v[0].msg, "no effect with model_type full"), "%s", probs.v[0].msg);
     ct_backend_free(b);
     ct_config_problems_free(&probs);
   }

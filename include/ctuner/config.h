@@ -173,7 +173,7 @@
     "warmup steps of the schedule (cosine, sine: the half-period of the wave)")                    \
   X(lr_num_cycles, NUM, "0.5", ALL, NUM_GE(0),                                                     \
     "diffusers_cosine: number of cosine cycles (0.5 = half a cosine)")                             \
-  X(lr_power, NUM, "1.0", ALL, NUM_GT(0), "polynomial: power")                                     \
+  X(lr_power, NUM, "0.8", ALL, NUM_GT(0), "polynomial: power (SimpleTuner's default 0.8)")         \
   X(lr_end, NUM, "4e-7", ALL, NUM_GE(0),                                                           \
     "polynomial: final learning rate; cosine, sine: the floor")                                    \
   X(warmup_min_lr, NUM, "0", ALL, NUM_GE(0), "WarmupLR/WarmupDecayLR: learning rate at step 0")    \
@@ -181,7 +181,16 @@
     "WarmupLR/WarmupDecayLR: log or linear warmup")                                                \
   X(optimizer, STR, "adamw", ALL, FN(check_optimizer),                                             \
     "adamw, adam, adagrad, lamb, lion, sgd, muon, muadam, muadamw, musgd, onebitadam, "            \
-    "zerooneadam, onebitlamb")                                                                     \
+    "zerooneadam, onebitlamb; SimpleTuner's names (adamw_bf16, optimi-*, bnb-*, torch-*) run "     \
+    "with SimpleTuner's fixed settings, not the adam_* keys (docs/optimizers.md)")                 \
+  X(optimizer_config, STR, NULL, ALL, FN(check_optimizer_config),                                  \
+    "SimpleTuner's optimizer names: \"key=value,...\" over the name's fixed settings (eps, "       \
+    "weight_decay, momentum, dampening, nesterov, lr_decay, initial_accumulator_value)")           \
+  X(optimizer_beta1, NUM, NULL, ALL, NUM_IN("[)", 0, 1),                                           \
+    "SimpleTuner's optimizer names: beta1, used when optimizer_beta2 is set too and "              \
+    "optimizer_config is not")                                                                     \
+  X(optimizer_beta2, NUM, NULL, ALL, NUM_IN("[)", 0, 1),                                           \
+    "SimpleTuner's optimizer names: beta2, used with optimizer_beta1")                             \
   X(freeze_step, INT, "100", ALL, INT_GE(0),                                                       \
     "onebitadam: full-precision warm-up steps before 1-bit compressed momentum")                   \
   X(var_freeze_step, INT, "1000", ALL, INT_GE(0),                                                  \
@@ -203,11 +212,14 @@
     "zerooneadam: after var_freeze_step the local-step interval doubles after this many steps")    \
   X(local_step_clipper, INT, "16", ALL, INT_GE(1), "zerooneadam: the largest local-step interval") \
   X(adam_beta1, NUM, "0.9", ALL, NUM_IN("[)", 0, 1),                                               \
-    "first-moment decay (Adam family, Lamb; Lion's beta1)")                                        \
+    "first-moment decay (Adam family, Lamb; Lion's beta1); not read by SimpleTuner's optimizer "   \
+    "names")                                                                                       \
   X(adam_beta2, NUM, "0.999", ALL, NUM_IN("[)", 0, 1),                                             \
-    "second-moment decay (Adam family, Lamb; Lion's beta2)")                                       \
-  X(adam_epsilon, NUM, "1e-8", ALL, NUM_GE(0), "denominator epsilon")                              \
-  X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0), "weight decay")                                \
+    "second-moment decay (Adam family, Lamb; Lion's beta2); not read by SimpleTuner's names")      \
+  X(adam_epsilon, NUM, "1e-8", ALL, NUM_GE(0),                                                     \
+    "denominator epsilon; not read by SimpleTuner's optimizer names")                              \
+  X(adam_weight_decay, NUM, "1e-2", ALL, NUM_GE(0),                                                \
+    "weight decay; not read by SimpleTuner's optimizer names")                                     \
   X(optimizer_momentum, NUM, "0.9", ALL, NUM_IN("[)", 0, 1), "SGD/MuSGD momentum")                 \
   X(optimizer_nesterov, BOOL, "false", ALL, ANY, "SGD/MuSGD: Nesterov momentum")                   \
   X(optimizer_bias_correction, BOOL, "true", ALL, ANY,                                             \
@@ -479,6 +491,14 @@ ct_status ct_config_set_arg(ct_config *cfg, const char *key, const char *value,
  * (not stopping at the first); the SimpleTuner keys with no effect here as
  * warnings. Returns CT_OK if no errors were added. */
 ct_status ct_config_check(const ct_config *cfg, ct_config_problems *probs);
+
+/* The SimpleTuner optimizer preset cfg's optimizer runs with
+ * (ct_optim_preset_of in ctuner/optim.h), or NULL when the optimizer reads
+ * the adam_* keys (ctuner's and DeepSpeed's names). As in SimpleTuner,
+ * adamw_bf16 gives way to optimi-adamw on a quantised LoRA base (int8-*)
+ * without mixed_precision bf16; *switched (may be NULL) is then 1. */
+struct ct_optim_preset;
+const struct ct_optim_preset *ct_config_optimizer_preset(const ct_config *cfg, int *switched);
 
 /* Why a SimpleTuner key has no effect in ctuner (push_to_hub, tracker_image_layout,
  * ...), or NULL if it is not such a key. */

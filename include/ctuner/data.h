@@ -97,6 +97,10 @@ typedef struct ct_ds_config {
   char *cache_dir_vae;              /* NULL: {output_dir}/cache/vae/{id} */
   char *text_embeds, *image_embeds; /* ids of cache datasets */
   int vae_cache_disable, preserve_data_backend_cache, compress_cache;
+  /* is_regularisation_data (or is_regularization_data): under model_type
+   * lora its batches train towards the base model's own prediction
+   * (SimpleTuner's prior preservation; docs/lora.md) */
+  int is_regularisation_data;
   /* text_embeds / image_embeds datasets */
   int is_default;
   char *cache_dir;
@@ -124,6 +128,9 @@ typedef struct ct_backend_vars {
    * "pixel_area") and minimum_image_size (0: none) */
   const char *resolution_type;
   double minimum_image_size;
+  /* the run's model_type (NULL: not known): is_regularisation_data acts
+   * under lora only, and says so elsewhere */
+  const char *model_type;
 } ct_backend_vars;
 /* As ct_backend_load/parse with placeholders filled from vars, and every
  * dataset's first problem (and the rules between datasets) collected into
@@ -241,9 +248,10 @@ typedef struct ct_batch {
   const char **caps; /* B captions after the pick and dropout */
   float *txt,
       *pooled; /* (B, T, d), (B, dp) from the text cache when a text encoder was given, else NULL */
-  uint64_t *ids; /* global sample ids (noise and timestep streams) */
-  double wait_s; /* seconds the trainer waited for this batch */
-  int epoch_end; /* 1: this micro-batch started a new epoch */
+  uint64_t *ids;      /* global sample ids (noise and timestep streams) */
+  double wait_s;      /* seconds the trainer waited for this batch */
+  int epoch_end;      /* 1: this micro-batch started a new epoch */
+  int regularisation; /* its dataset's is_regularisation_data */
 } ct_batch;
 
 /* Discovery (or metadata), buckets, effective-batch check, caches. Every rank

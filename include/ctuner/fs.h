@@ -17,8 +17,11 @@ ct_status ct_write_file_atomic(const char *path, const void *data, size_t n, ct_
  * and rebuild; about 3x cheaper per small file on this machine. */
 ct_status ct_write_file_replace(const char *path, const void *data, size_t n, ct_err *err);
 /* Whole file (NUL-terminated, malloc'd); CT_ERR_RANGE if larger than max,
- * CT_ERR_NOT_FOUND if missing. */
+ * CT_ERR_NOT_FOUND if missing, CT_ERR_INVALID ("is a directory, not a
+ * file") for a directory. */
 ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err);
+/* 1 if path names a directory (following links). */
+int ct_is_dir(const char *path);
 ct_status ct_mkdir_p(const char *path, ct_err *err);
 ct_status ct_rm_rf(const char *path, ct_err *err);
 ct_status ct_fsync_dir(const char *path, ct_err *err);

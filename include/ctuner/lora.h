@@ -156,6 +156,11 @@ ct_status ct_lora_load(const ct_lora *l, const char *path, size_t lo, size_t hi,
  * forward and backward is a training one. Without a batch (inference,
  * validation) there is no dropout, as in peft's eval mode. */
 void ct_lora_set_batch(ct_lora *l, int B, const uint64_t *ids);
+/* on = 1: every adapter is left out of the forward (standard, DoRA and
+ * LyCORIS alike), so the MMDiT computes the frozen base model's output, as
+ * peft's disable_adapter / LyCORIS's set_multiplier(0) do; for
+ * is_regularisation_data's target (docs/lora.md). No backward in between. */
+void ct_lora_set_bypass(ct_lora *l, int on);
 
 /* ---- what the MMDiT calls (src/model/mmdit.c) ----
  * site: the adapters of one base weight (ct_lora_site: -1 none). Only pieces

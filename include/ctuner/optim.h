@@ -135,6 +135,11 @@ typedef struct ct_optim_hp {
    * DeepSpeed's FusedLamb does (max_coeff, min_coeff); 0 = no bound (the
    * default: the plain ratio, as the paper). */
   float lamb_max_coeff, lamb_min_coeff;
+  /* 1: SimpleTuner's AdamWBF16 update (its optimizer adamw_bf16): the first
+   * moment is not bias-corrected and the second moment's correction scales
+   * the whole step, w -= lr sqrt(1 - b2^t) m / (sqrt(v) + eps) (Adam-family
+   * kinds; docs/optimizers.md). 0: bias_correction_off decides. */
+  int adamw_bf16;
 } ct_optim_hp;
 
 /* Defaults of the kind (PyTorch's, or the reference's). */
@@ -241,6 +246,54 @@ ct_status ct_sched_validate(const ct_sched *s, ct_err *err);
  * (done = 0 for the first step), as diffusers' get_scheduler / DeepSpeed's
  * scheduler would give after `done` scheduler.step() calls. */
 double ct_sched_lr(const ct_sched *s, long done);
+
+/* ---- SimpleTuner's optimizer names (src/optim/optim_st.c) ----
+ * SimpleTuner builds each of its optimizers from a fixed table of settings
+ * (optimizer_choices in simpletuner/helpers/training/optimizer_param.py)
+ * and never reads the adam_* keys for them (only a DeepSpeed optimizer
+ * does); its optimizer_config ("eps=1e-6,weight_decay=0") and
+ * optimizer_beta1/optimizer_beta2 override the table. A preset is that row
+ * for a name ctuner runs; docs/optimizers.md lists them. */
+enum {
+  CT_OPTIM_SET_BETAS = 1u << 0,
+  CT_OPTIM_SET_EPS = 1u << 1,
+  CT_OPTIM_SET_WD = 1u << 2,
+  CT_OPTIM_SET_MOMENTUM = 1u << 3,
+  CT_OPTIM_SET_DAMPENING = 1u << 4,
+  CT_OPTIM_SET_NESTEROV = 1u << 5,
+  CT_OPTIM_SET_LR_DECAY = 1u << 6,
+  CT_OPTIM_SET_INIT_ACC = 1u << 7
+};
+typedef struct ct_optim_preset {
+  const char *name;   /* SimpleTuner's name (== the registry row's name) */
+  const char *source; /* where SimpleTuner's table sets it ("optimizer_param.py:197") */
+  unsigned set;       /* the CT_OPTIM_SET_* settings its table gives */
+  unsigned takes;     /* the CT_OPTIM_SET_* arguments its class takes (optimizer_config) */
+  float beta1, beta2, eps, weight_decay, momentum, dampening, lr_decay, initial_accumulator;
+  int nesterov;
+  int adamw_bf16; /* AdamWBF16's update (ct_optim_hp.adamw_bf16) */
+} ct_optim_preset;
+
+/* The preset of an optimizer name (any spelling ct_optim_lookup accepts),
+ * or NULL when it is not one of SimpleTuner's names (adamw, lamb, muon,
+ * DeepSpeed's names: those read the adam_* keys). */
+const ct_optim_preset *ct_optim_preset_of(const char *name);
+/* Every preset, for tests and docs; *n rows. */
+const ct_optim_preset *ct_optim_presets(size_t *n);
+/* hp as SimpleTuner runs preset p on local kind `kind`: the kind's defaults,
+ * the preset's settings, then optimizer_config (SimpleTuner's
+ * convert_arg_to_parameters: "k=v,k=v"; NULL or "" for none) or, without
+ * it, betas[0..1] when betas is non-NULL (optimizer_beta1/2 both given).
+ * optimizer_config keys the class does not take are dropped as SimpleTuner
+ * drops them: their names go comma-separated into dropped (may be NULL).
+ * Keys ctuner cannot honour fail with the key named. */
+ct_status ct_optim_preset_hp(const ct_optim_preset *p, ct_optim_kind kind,
+                             const char *optimizer_config, const float *betas, ct_optim_hp *hp,
+                             char *dropped, size_t dropped_cap, ct_err *err);
+/* "betas 0.9/0.999, eps 1e-06, weight_decay 0.01" for hp's settings that
+ * preset p's class takes, into out. */
+void ct_optim_preset_describe(const ct_optim_preset *p, const ct_optim_hp *hp, char *out,
+                              size_t cap);
 
 /* ---- additions (after the interface was fixed) ---- */
 /* Check hyperparameters for kind k (betas in [0,1), eps/weight_decay >= 0,

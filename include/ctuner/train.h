@@ -64,6 +64,16 @@ ct_status ct_cache_run(const ct_config *cfg, ct_comm *comm, struct ct_data_stats
 ct_status ct_train_run(const ct_config *cfg, ct_comm *comm, ct_step_cb cb, void *user,
                        ct_train_summary *sum, ct_err *err);
 
+/* Opens and checks the files cfg names as training will read them, before
+ * any data or cache: the FLUX.1 pipeline directory (no weights read), the
+ * LyCORIS config, the VAE's config (model_type vae, codec vae), the BPE
+ * tokenizer, pretrained_model_path / text_encoder_path / init_lora, the
+ * webhooks. Every problem goes into probs, filed under its key at the place
+ * the key came from. `ctuner config check` and training both call it, so the
+ * two never disagree about a file (issue 32). CT_OK when it added no error. */
+struct ct_config_problems;
+ct_status ct_train_check_files(const ct_config *cfg, struct ct_config_problems *probs);
+
 /* ---- memory planning (`ctuner bench memory --plan`, docs/performance.md) ---- */
 /* The MMDiT configuration a training config trains (the preset with the
  * codec's input channels), the codec factor and the text tokens per caption. */

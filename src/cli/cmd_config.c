@@ -12,20 +12,24 @@
 #include "ctuner/config.h"
 #include "ctuner/data.h"
 #include "ctuner/json.h"
+#include "ctuner/train.h"
 
 void ct_cmd_config_check_help(FILE *f) {
-  fprintf(f,
-          "usage: ctuner config check FILE [--data_backend_config F] [--KEY=VALUE ...]\n"
-          "\n"
-          "Reads FILE as 'ctuner train --config FILE' would (by its extension: .json\n"
-          "SimpleTuner's config.json, .env its config.env, .toml its config.toml), then the\n"
-          "--KEY=VALUE overrides, the deepspeed_config it names (for one process) and the\n"
-          "data_backend_config (multidatabackend.json; --data_backend_config F overrides\n"
-          "the file's). Prints every key with its value and where it came from (default,\n"
-          "file with line:column, cli, deepspeed), then every problem at once, each with\n"
-          "its place: FILE:LINE:COL for files, --KEY for the command line. Problems\n"
-          "marked 'warning' are accepted (a SimpleTuner key with no effect here says why).\n"
-          "Exit status 0 if there is no error, 2 if there is any (docs/config.md).\n");
+  fprintf(
+      f,
+      "usage: ctuner config check FILE [--data_backend_config F] [--KEY=VALUE | --KEY VALUE ...]\n"
+      "\n"
+      "Reads FILE as 'ctuner train --config FILE' would (by its extension: .json\n"
+      "SimpleTuner's config.json, .env its config.env, .toml its config.toml), then the\n"
+      "--KEY=VALUE overrides, the deepspeed_config it names (for one process) and the\n"
+      "data_backend_config (multidatabackend.json; --data_backend_config F overrides\n"
+      "the file's), and opens the files training would (pipeline directory,\n"
+      "lycoris_config, vae_config, tokenizer, init_lora, webhooks). Prints every key with its "
+      "value and where it came from (default,\n"
+      "file with line:column, cli, deepspeed), then every problem at once, each with\n"
+      "its place: FILE:LINE:COL for files, --KEY for the command line. Problems\n"
+      "marked 'warning' are accepted (a SimpleTuner key with no effect here says why).\n"
+      "Exit status 0 if there is no error, 2 if there is any (docs/config.md).\n");
 }
 
 /* The resolved keys: name, value (JSON), origin. */
@@ -107,13 +111,15 @@ int ct_cmd_config_check(int argc, char **argv) {
       dbc = v;
       continue;
     }
-    if (strncmp(argv[i], "--", 2)) {
-      if (file) {
-        fprintf(stderr, "ctuner config check: one FILE only ('%s' and '%s')\n", file, argv[i]);
-        goto out;
-      }
-      file = argv[i];
+    if (!strncmp(argv[i], "--", 2)) { /* --KEY=VALUE, or --KEY VALUE: its value is no FILE */
+      if (!strchr(argv[i], '=') && i + 1 < argc) i++;
+      continue;
     }
+    if (file) {
+      fprintf(stderr, "ctuner config check: one FILE only ('%s' and '%s')\n", file, argv[i]);
+      goto out;
+    }
+    file = argv[i];
   }
   if (!file) {
     fprintf(stderr, "ctuner config check: FILE is required (ctuner config check --help)\n");
@@ -140,9 +146,10 @@ int ct_cmd_config_check(int argc, char **argv) {
   if (dbc) ct_config_set_arg(&cfg, "data_backend_config", dbc, &probs);
   if (cfg.deepspeed_config) apply_deepspeed(&cfg, &probs);
   ct_config_check(&cfg, &probs);
+  ct_train_check_files(&cfg, &probs); /* the files training opens, as it opens them */
   if (cfg.data_backend_config) {
     const ct_backend_vars vars = {cfg.model_family, cfg.output_dir, cfg.resolution_type,
-                                  cfg.minimum_image_size};
+                                  cfg.minimum_image_size, cfg.model_type};
     ct_backend_load_with(cfg.data_backend_config, &vars, &be, &probs, NULL);
   }
   printf("config: %s\n", file);

@@ -205,7 +205,9 @@ static int train_or_cache(int argc, char **argv, int cache) {
   }
   /* every problem of the file, the arguments and the rules at once; any error refuses.
    * Warnings are printed too, but not the no-effect keys: the trainer names those once. */
-  const int refuse = ct_config_check(&cfg, &probs) || probs.errors;
+  int refuse = ct_config_check(&cfg, &probs) != CT_OK;
+  /* the files it names, opened as config check opens them (pipeline, lycoris_config, webhooks) */
+  refuse = ct_train_check_files(&cfg, &probs) != CT_OK || refuse || probs.errors;
   char where[700];
   for (size_t k = 0; k < probs.n; k++) {
     const ct_config_problem *pr = &probs.v[k];
@@ -216,10 +218,6 @@ static int train_or_cache(int argc, char **argv, int cache) {
   if (refuse) {
     fprintf(stderr, "%s: %zu problem%s in the configuration; nothing was run\n", who, probs.errors,
             probs.errors == 1 ? "" : "s");
-    goto out;
-  }
-  if ((!cache && cfg.webhook_config && ct_health_check_webhooks(cfg.webhook_config, &err))) {
-    fprintf(stderr, "%s: %s\n", who, err.msg);
     goto out;
   }
   progress p = {isatty(1) && !cfg.disable_progress_bar, 1, 0, 0};

@@ -6,7 +6,9 @@
 #include "ctuner/config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,7 @@ static ct_status check_bytes(const ct_config *c, ct_err *err);
 static ct_status check_learning_rate(const ct_config *c, ct_err *err);
 static ct_status check_lr_scheduler(const ct_config *c, ct_err *err);
 static ct_status check_optimizer(const ct_config *c, ct_err *err);
+static ct_status check_optimizer_config(const ct_config *c, ct_err *err);
 static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err);
 static ct_status check_codec_scale(const ct_config *c, ct_err *err);
 static ct_status check_mixed_precision(const ct_config *c, ct_err *err);
@@ -127,7 +130,8 @@ static const struct {
     {"model_preset", "preset"},
     {"gradient_accumulation", "gradient_accumulation_steps"},
     {"lr_warmup", "lr_warmup_steps"},
-    {"nccl_timeout", "distributed_timeout"}, /* SimpleTuner's (and finetrainers') name */
+    {"nccl_timeout", "distributed_timeout"},      /* SimpleTuner's (and finetrainers') name */
+    {"validation_disable", "disable_validation"}, /* SimpleTuner's current name */
 };
 
 const char *ct_cfg_alias_at(size_t i, const char **key) {
@@ -180,21 +184,32 @@ static int note_no_effect(ct_config *cfg, const char *key) {
   return 1;
 }
 
-/* An unknown key: refused with what is missing (NOT_HERE), or a warning
- * (no effect here), or an error with the key it probably means. */
-static ct_status unknown_key(ct_config *cfg, const char *key, const cfg_src *src,
+/* An unknown key: a SimpleTuner option is a warning (no effect here) or
+ * refused with what ctuner does (names.c), anything else an error with the
+ * key it probably means. value: its text ("true", "none", "[...]") or NULL. */
+static ct_status unknown_key(ct_config *cfg, const char *key, const char *value, const cfg_src *src,
                              ct_config_problems *probs) {
-  const char *f = src->file;
-  const char *why = ct_cfg_not_here(key);
-  if (why) {
-    ct_config_problems_add(probs, 0, CT_ERR_UNSUPPORTED, src->origin, f, src->line, src->col, key,
-                           NULL, "key '%s': %s", key, why);
-    return CT_ERR_UNSUPPORTED;
-  }
-  if (note_no_effect(cfg, key)) {
-    ct_config_problems_add(probs, 1, CT_OK, src->origin, f, src->line, src->col, key, NULL,
-                           "key '%s' has no effect here: %s", key, ct_config_no_effect(key));
-    return CT_OK;
+  const char *f = src->file, *why = NULL;
+  switch (ct_cfg_st_option(key, value, &why)) {
+    case CT_ST_REFUSED:
+      if (value && strlen(value) < 64)
+        ct_config_problems_add(probs, 0, CT_ERR_UNSUPPORTED, src->origin, f, src->line, src->col,
+                               key, NULL, "key '%s' (SimpleTuner's option) set to '%s': %s", key,
+                               value, why);
+      else
+        ct_config_problems_add(probs, 0, CT_ERR_UNSUPPORTED, src->origin, f, src->line, src->col,
+                               key, NULL, "key '%s' (SimpleTuner's option): %s", key, why);
+      return CT_ERR_UNSUPPORTED;
+    case CT_ST_NO_EFFECT:
+      note_no_effect(cfg, key);
+      ct_config_problems_add(
+          probs, 1, CT_OK, src->origin, f, src->line, src->col, key, NULL,
+          "key '%s' (%s) has no effect here: %s", key,
+          strncmp(key, "deepspeed_config.", 17) ? "SimpleTuner's option" : "DeepSpeed's field",
+          why);
+      return CT_OK;
+    default:
+      break;
   }
   /* a hint costs a distance to every key: not for a file of thousands of unknown keys */
   const char *s = probs && probs->n > 200 ? NULL : ct_config_suggest(key);
@@ -206,6 +221,8 @@ static ct_status unknown_key(ct_config *cfg, const char *key, const cfg_src *src
                            "unknown key '%s' (docs/config.md lists every key)", key);
   return CT_ERR_INVALID;
 }
+
+static int in_list(const char *s, const char *list);
 
 static ct_status set_str(char **field, const char *v, const char *where, ct_err *err) {
   char *s = NULL;
@@ -227,6 +244,10 @@ static ct_status set_text(ct_config *cfg, const key_def *k, const char *v, const
   switch (k->type) {
     case K_INT: {
       long x = strtol(v, &end, 10);
+      if (errno == ERANGE && end != v && !*end)
+        return ct_errf(err, CT_ERR_RANGE,
+                       "%skey '%s': %s is too large for an integer (magnitude below 2^63)", where,
+                       k->name, v);
       if (errno || end == v || *end)
         return ct_errf(err, CT_ERR_INVALID, "%skey '%s' expects an integer, got '%s'", where,
                        k->name, v);
@@ -252,8 +273,12 @@ static ct_status set_text(ct_config *cfg, const key_def *k, const char *v, const
       return CT_OK;
     case K_STR:
       if (!strcasecmp(v, "none") || !strcasecmp(v, "null")) {
-        /* "none" means unset for optional strings; resume keeps it verbatim. */
-        if (!strcmp(k->name, "resume_from_checkpoint"))
+        /* "none" means unset for optional strings; resume keeps it verbatim, and so does a
+         * key whose own choices include "none" (ema_validation: SimpleTuner's "none") */
+        if (!strcmp(k->name, "resume_from_checkpoint") ||
+            (!strcasecmp(v, "none") &&
+             (k->check.kind == V_ONE_OF || k->check.kind == V_ONE_OF_QUOTED) &&
+             in_list("none", k->check.list)))
           return set_str((char **)base, "none", where, err);
         return set_str((char **)base, NULL, where, err);
       }
@@ -290,13 +315,26 @@ void ct_config_defaults_note(const ct_config *cfg, char *out, size_t cap) {
   size_t n = 0;
   if (cap) out[0] = 0;
   const char *mt = cfg->model_type ? cfg->model_type : "full";
+  /* SimpleTuner's optimizer names do not read the adam_* keys: their settings instead */
+  const ct_optim_preset *p = ct_config_optimizer_preset(cfg, NULL);
   for (size_t i = 0; i < sizeof ST_DEFAULTED / sizeof ST_DEFAULTED[0]; i++) {
     const key_def *k = find_key(ST_DEFAULTED[i]);
     CT_ASSERT(k && k->def);
     if (cfg->given[k - KEYS] || ct_config_key_applies(k->name, mt) != 1) continue;
+    if (p && !strncmp(k->name, "adam_", 5)) continue;
     int w = snprintf(out + n, cap > n ? cap - n : 0, "%s%s %s", n ? ", " : "", k->name, k->def);
     if (w > 0) n += (size_t)w;
-    if (n >= cap) break;
+    if (n >= cap) return;
+  }
+  const ct_optim_info *oi = p ? ct_optim_lookup(p->name, NULL) : NULL;
+  ct_optim_hp hp;
+  char set[256];
+  if (oi && !cfg->given[CT_KEY_optimizer_config] && !cfg->given[CT_KEY_optimizer_beta1] &&
+      !cfg->given[CT_KEY_optimizer_beta2] &&
+      !ct_optim_preset_hp(p, oi->kind, NULL, NULL, &hp, NULL, 0, NULL)) {
+    ct_optim_preset_describe(p, &hp, set, sizeof set);
+    snprintf(out + n, cap > n ? cap - n : 0, "%soptimizer %s's settings %s (%s)", n ? ", " : "",
+             p->name, set, p->source);
   }
 }
 
@@ -319,7 +357,7 @@ static ct_status set_failed(ct_status st, const key_def *k, const cfg_src *src, 
 ct_status ct_cfg_set_text(ct_config *cfg, const char *key, const char *value, const cfg_src *src,
                           ct_config_problems *probs) {
   const key_def *k = find_key(key);
-  if (!k) return unknown_key(cfg, strip_dashes(key), src, probs);
+  if (!k) return unknown_key(cfg, strip_dashes(key), value, src, probs);
   ct_err e = {0};
   ct_status st = set_text(cfg, k, value, "", &e);
   if (st) return set_failed(st, k, src, &e, probs);
@@ -412,6 +450,10 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
         *(long *)base = (long)v->i64;
         return CT_OK;
       }
+      if (v->type == CT_JSON_NUMBER && v->num == floor(v->num) && fabs(v->num) > 9.2e18)
+        return ct_errf(err, CT_ERR_RANGE,
+                       "%skey '%s': %.6g is too large for an integer (magnitude below 2^63)", where,
+                       k->name, v->num);
       if (v->type == CT_JSON_STRING) return set_text(cfg, k, v->str, where, err);
       break;
     case K_NUM:
@@ -460,10 +502,43 @@ static ct_status set_json(ct_config *cfg, const key_def *k, const ct_json *v, co
                  type_name(k->type), got);
 }
 
+/* A JSON value as the text an option's value has on the command line:
+ * "true", "1e-06", the string, "none" for null, "[...]"/"{...}" ("[]"/"{}"
+ * when empty). */
+static void json_text(const ct_json *v, char *out, size_t cap) {
+  switch (v->type) {
+    case CT_JSON_NULL:
+      snprintf(out, cap, "none");
+      break;
+    case CT_JSON_BOOL:
+      snprintf(out, cap, "%s", v->boolean ? "true" : "false");
+      break;
+    case CT_JSON_NUMBER:
+      if (v->is_int)
+        snprintf(out, cap, "%lld", (long long)v->i64);
+      else
+        snprintf(out, cap, "%g", v->num);
+      break;
+    case CT_JSON_STRING:
+      snprintf(out, cap, "%s", v->str);
+      break;
+    case CT_JSON_ARRAY:
+      snprintf(out, cap, "%s", v->n ? "[...]" : "[]");
+      break;
+    default:
+      snprintf(out, cap, "%s", v->n ? "{...}" : "{}");
+      break;
+  }
+}
+
 ct_status ct_cfg_set_value(ct_config *cfg, const char *key, const ct_json *v, const cfg_src *src,
                            ct_config_problems *probs) {
   const key_def *k = find_key(key);
-  if (!k) return unknown_key(cfg, strip_dashes(key), src, probs);
+  if (!k) {
+    char text[96];
+    json_text(v, text, sizeof text);
+    return unknown_key(cfg, strip_dashes(key), text, src, probs);
+  }
   ct_err e = {0};
   ct_status st = set_json(cfg, k, v, "", &e);
   if (st) return set_failed(st, k, src, &e, probs);
@@ -543,8 +618,10 @@ static ct_status check_base_model_precision(const ct_config *c, ct_err *err) {
       "int4-quanto",  "int2-quanto", "fp8-quanto",          "fp8uz-quanto",        "fp8-torchao",
       "int4-torchao", "nf4-bnb",     "fp8-torchao-compile", "int8-torchao-compile"};
   const char *p = c->base_model_precision;
+  const size_t pl = strlen(p);
+  const int sdnq = pl > 5 && !strcmp(p + pl - 5, "-sdnq"); /* SimpleTuner's SD.Next quantisation */
   for (size_t i = 0; i < sizeof unbuilt / sizeof *unbuilt; i++)
-    if (!strcmp(p, unbuilt[i]))
+    if (sdnq || !strcmp(p, unbuilt[i]))
       BAD("base_model_precision %s is not implemented: ctuner stores a frozen base as no_change, "
           "bf16, int8-quanto or int8-torchao",
           p);
@@ -638,6 +715,38 @@ static ct_status check_optimizer(const ct_config *c, ct_err *err) {
     return err ? err->status : CT_ERR_INVALID;
   }
   return CT_OK;
+}
+
+const struct ct_optim_preset *ct_config_optimizer_preset(const ct_config *cfg, int *switched) {
+  if (switched) *switched = 0;
+  const ct_optim_preset *p = cfg->optimizer ? ct_optim_preset_of(cfg->optimizer) : NULL;
+  /* SimpleTuner: enable_adamw_bf16 = weight_dtype is bf16 (trainer.py init_precision); on a
+   * quantised base without it, determine_optimizer_class_with_config (optimizer_param.py)
+   * logs "AdamWBF16 may not be used. Switching to AdamW." and builds optimi-adamw */
+  if (p && p->adamw_bf16 && cfg->model_type && !strcmp(cfg->model_type, "lora") &&
+      cfg->base_model_precision && !strncmp(cfg->base_model_precision, "int8", 4) &&
+      !(cfg->mixed_precision && !strcmp(cfg->mixed_precision, "bf16"))) {
+    if (switched) *switched = 1;
+    return ct_optim_preset_of("optimi-adamw");
+  }
+  return p;
+}
+
+/* optimizer_config: only for SimpleTuner's names, every key one ctuner honours. */
+static ct_status check_optimizer_config(const ct_config *c, ct_err *err) {
+  if (!c->optimizer_config || !*c->optimizer_config) return CT_OK;
+  const ct_optim_info *oi = c->optimizer ? ct_optim_lookup(c->optimizer, NULL) : NULL;
+  if (!oi) return CT_OK; /* its own rule (check_optimizer) says why */
+  const ct_optim_preset *p = ct_config_optimizer_preset(c, NULL);
+  if (!p)
+    BAD("optimizer_config applies to SimpleTuner's optimizer names (adamw_bf16, optimi-*, bnb-*, "
+        "torch-*: docs/optimizers.md); optimizer %s reads the adam_* keys instead",
+        c->optimizer);
+  ct_optim_hp hp;
+  ct_status st = ct_optim_preset_hp(p, oi->kind, c->optimizer_config, NULL, &hp, NULL, 0, err);
+  if (!st) st = ct_optim_hp_validate(oi->kind, &hp, err);
+  if (st && err) ct_err_prefix(err, "optimizer %s: ", c->optimizer);
+  return st;
 }
 
 static ct_status check_tokenizer_max_length(const ct_config *c, ct_err *err) {
@@ -787,6 +896,99 @@ static void rule_failed(const ct_config *c, const key_def *k, const ct_err *e,
 
 static unsigned model_bit(const char *model_type);
 
+/* A warning about key k where its value came from. */
+static void warn_key(const ct_config *c, const key_def *k, ct_config_problems *probs,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void warn_key(const ct_config *c, const key_def *k, ct_config_problems *probs,
+                     const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const size_t i = (size_t)(k - KEYS);
+  const ct_config_origin o = (ct_config_origin)c->given[i];
+  const int in_file = o == CT_ORIGIN_FILE;
+  ct_config_problems_add(probs, 1, CT_OK, o, in_file ? c->file : NULL, in_file ? c->line[i] : 0,
+                         in_file ? c->col[i] : 0, k->name, NULL, "%s", msg);
+}
+
+/* What SimpleTuner's optimizer names do with the optimizer keys (issue 32):
+ * they run from fixed settings and never read adam_* (optimizer_param.py,
+ * optimizer_choices and determine_optimizer_class_with_config), so a given
+ * adam_* key draws one warning saying so; optimizer_beta1/2 and the
+ * optimizer_config arguments that change nothing say so too. */
+static void optimizer_notes(const ct_config *c, ct_config_problems *probs) {
+  const ct_optim_info *oi = c->optimizer ? ct_optim_lookup(c->optimizer, NULL) : NULL;
+  if (!oi) return; /* check_optimizer says why */
+  int sw = 0;
+  const ct_optim_preset *p = ct_config_optimizer_preset(c, &sw);
+  const key_def *ko = &KEYS[CT_KEY_optimizer];
+  const int b1 = c->given[CT_KEY_optimizer_beta1] != 0, b2 = c->given[CT_KEY_optimizer_beta2] != 0;
+  const int has_oc = c->optimizer_config && *c->optimizer_config;
+  if (sw)
+    warn_key(c, ko, probs,
+             "optimizer %s on a quantised base (base_model_precision %s) without mixed_precision "
+             "bf16 runs as optimi-adamw, as SimpleTuner switches it (its AdamWBF16 takes bf16 "
+             "weights only)",
+             c->optimizer, c->base_model_precision);
+  if (oi->kind == CT_OPTIM_MUON && !p)
+    warn_key(c, ko, probs,
+             "optimizer %s is ctuner's Muon (Keller Jordan's reference: momentum %g, Nesterov, "
+             "%ld Newton-Schulz steps, AdamW on the other tensors; docs/optimizers.md), not "
+             "SimpleTuner's MuonClip (weight decay 0.1, RMS scale 0.2, QK-clip): a SimpleTuner "
+             "config naming muon trains differently here",
+             c->optimizer, c->muon_momentum, c->muon_ns_steps);
+  if (!p) {
+    if (b1 || b2)
+      warn_key(c, &KEYS[b1 ? CT_KEY_optimizer_beta1 : CT_KEY_optimizer_beta2], probs,
+               "key '%s' applies to SimpleTuner's optimizer names only; optimizer %s reads "
+               "adam_beta1 and adam_beta2",
+               b1 ? "optimizer_beta1" : "optimizer_beta2", c->optimizer);
+    return;
+  }
+  ct_optim_hp hp;
+  char dropped[256] = "", settings[256];
+  const float betas[2] = {(float)c->optimizer_beta1, (float)c->optimizer_beta2};
+  const int use_betas = b1 && b2 && !has_oc;
+  if (ct_optim_preset_hp(p, oi->kind, has_oc ? c->optimizer_config : NULL, use_betas ? betas : NULL,
+                         &hp, dropped, sizeof dropped, NULL))
+    return; /* check_optimizer_config says why */
+  ct_optim_preset_describe(p, &hp, settings, sizeof settings);
+  static const int ADAM_KEYS[] = {CT_KEY_adam_beta1,
+                                  CT_KEY_adam_beta2,
+                                  CT_KEY_adam_epsilon,
+                                  CT_KEY_adam_weight_decay,
+                                  CT_KEY_optimizer_momentum,
+                                  CT_KEY_optimizer_nesterov,
+                                  CT_KEY_optimizer_bias_correction};
+  for (size_t i = 0; i < sizeof ADAM_KEYS / sizeof ADAM_KEYS[0]; i++) {
+    const key_def *k = &KEYS[ADAM_KEYS[i]];
+    if (!c->given[k - KEYS]) continue;
+    warn_key(c, k, probs,
+             "key '%s' has no effect with optimizer %s: SimpleTuner runs it with its fixed "
+             "settings (%s: %s) and never reads the adam_* keys; change them with "
+             "optimizer_config (docs/optimizers.md)",
+             k->name, c->optimizer, p->source, settings);
+  }
+  if ((b1 || b2) && !use_betas)
+    warn_key(c, &KEYS[b1 ? CT_KEY_optimizer_beta1 : CT_KEY_optimizer_beta2], probs,
+             "key '%s' has no effect: SimpleTuner uses optimizer_beta1 and optimizer_beta2 only "
+             "both together and only without optimizer_config",
+             b1 ? "optimizer_beta1" : "optimizer_beta2");
+  if (use_betas && !(p->takes & CT_OPTIM_SET_BETAS))
+    warn_key(c, &KEYS[CT_KEY_optimizer_beta1], probs,
+             "optimizer_beta1/optimizer_beta2 have no effect with optimizer %s (its class takes "
+             "no betas; SimpleTuner drops them)",
+             c->optimizer);
+  else if (dropped[0])
+    warn_key(c, &KEYS[CT_KEY_optimizer_config], probs,
+             "optimizer_config: %s ha%s no effect with optimizer %s (SimpleTuner drops arguments "
+             "its class does not take; the others only matter for bf16 or 8-bit storage, and "
+             "ctuner steps float32)",
+             dropped, strchr(dropped, ',') ? "ve" : "s", c->optimizer);
+}
+
 ct_status ct_config_check(const ct_config *c, ct_config_problems *probs) {
   const size_t before = probs->errors;
   const unsigned mb = model_bit(c->model_type);
@@ -803,6 +1005,7 @@ ct_status ct_config_check(const ct_config *c, ct_config_problems *probs) {
                              KEYS[i].name, c->model_type);
     }
   }
+  optimizer_notes(c, probs);
   const char *key;
   for (size_t i = 0; ct_cfg_rule_at(i, c, &key, NULL) != CT_ERR_RANGE; i++) {
     ct_err e = {0};

@@ -35,9 +35,19 @@ const char *ct_cfg_split_pos(const char *msg, int *line, int *col);
 /* Alias i (a SimpleTuner spelling accepted as the key it names, *key), or
  * NULL past the end (config.c). */
 const char *ct_cfg_alias_at(size_t i, const char **key);
-/* Why a SimpleTuner key ctuner does not implement is refused (LoRA, diffusers
- * pipelines, TREAD, ...), or NULL (names.c). */
+/* Why a SimpleTuner key ctuner does not implement is refused when set
+ * (TREAD, distillation, ...), or NULL (names.c). */
 const char *ct_cfg_not_here(const char *key);
+/* What ctuner does with a SimpleTuner option it has no key for (names.c):
+ * CT_ST_NONE (not one of SimpleTuner's), CT_ST_NO_EFFECT (accepted, one
+ * warning) or CT_ST_REFUSED (an error); *why says what ctuner does. value:
+ * the key's value as text ("true", "0", "none" for null, "[...]") or NULL;
+ * an option that only acts when set is no-effect at its off values. */
+typedef enum { CT_ST_NONE, CT_ST_NO_EFFECT, CT_ST_REFUSED } ct_st_action;
+ct_st_action ct_cfg_st_option(const char *key, const char *value, const char **why);
+/* Row i of that table (its key; a '*' at the end is a prefix): 1, or 0 past
+ * the end (tests: no row is also a key). */
+size_t ct_cfg_st_option_at(size_t i, const char **key);
 
 /* Rule i between keys (rules.c): *key is the key its problem is filed
  * under; with err, runs it (CT_OK or why in err); CT_ERR_RANGE past the end. */

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "config_int.h"
+#include "ctuner/fs.h"
 
 ct_status ct_cfg_set_object(ct_config *cfg, const ct_json *obj, const char *file,
                             ct_config_problems *probs) {
@@ -32,9 +33,26 @@ const char *ct_cfg_split_pos(const char *msg, int *line, int *col) {
 /* The whole file as text (at most 64 MB), or a problem. */
 static ct_status read_text(const char *path, char **text, size_t *len, ct_config_problems *probs) {
   ct_status st = CT_OK;
-  FILE *f = fopen(path, "rb");
   *text = NULL;
   *len = 0;
+  if (ct_is_dir(path)) { /* fopen opens a directory and fread reads nothing from it */
+    static const char *const NAMES[] = {"config.json", "config.toml", "config.env"};
+    char inside[1024] = "", p[4200];
+    for (size_t i = 0, n = 0; i < 3; i++) {
+      snprintf(p, sizeof p, "%s/%s", path, NAMES[i]);
+      FILE *t = fopen(p, "rb");
+      if (!t) continue;
+      fclose(t);
+      n += (size_t)snprintf(inside + n, n < sizeof inside ? sizeof inside - n : 0, "%s%s",
+                            n ? " or " : "; it holds ", p);
+    }
+    ct_config_problems_add(probs, 0, CT_ERR_INVALID, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,
+                           "is a directory, not a config file (give a config.json, config.env "
+                           "or config.toml%s)",
+                           inside[0] ? inside : "");
+    return CT_ERR_INVALID;
+  }
+  FILE *f = fopen(path, "rb");
   if (!f) {
     ct_config_problems_add(probs, 0, CT_ERR_IO, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,
                            "cannot open the config file: %s", strerror(errno));

@@ -230,7 +230,7 @@ static ct_status number(tp *p, const char *t, size_t n, ct_json *v) {
     errno = 0;
     unsigned long long u = strtoull(buf, NULL, base);
     if (errno || u > (unsigned long long)INT64_MAX)
-      return fail(p, "integer '%.*s' is past 64 bits", (int)n, t);
+      return fail(p, "integer '%.*s' is too large (past 64 bits)", (int)n, t);
     v->is_int = 1, v->i64 = (int64_t)u, v->num = (double)u;
     return CT_OK;
   }
@@ -259,7 +259,7 @@ static ct_status number(tp *p, const char *t, size_t n, ct_json *v) {
     return CT_OK;
   }
   long long x = strtoll(buf, NULL, 10);
-  if (errno) return fail(p, "integer '%.*s' is past 64 bits", (int)n, t);
+  if (errno) return fail(p, "integer '%.*s' is too large (past 64 bits)", (int)n, t);
   v->is_int = 1, v->i64 = x, v->num = (double)x;
   return CT_OK;
 }

@@ -77,7 +77,14 @@ ct_status ct_write_file_replace(const char *path, const void *data, size_t n, ct
   return write_replace(path, data, n, 0, err);
 }
 
+int ct_is_dir(const char *path) {
+  struct stat sb;
+  return path && !stat(path, &sb) && S_ISDIR(sb.st_mode);
+}
+
 ct_status ct_read_file(const char *path, size_t max, char **data, size_t *n, ct_err *err) {
+  if (ct_is_dir(path)) /* fopen opens one and fread reads nothing: say what it is */
+    return ct_errf(err, CT_ERR_INVALID, "%s: is a directory, not a file", path);
   FILE *f = fopen(path, "rb");
   if (!f)
     return ct_errf(err, errno == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: cannot open: %s", path,

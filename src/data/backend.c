@@ -17,20 +17,16 @@
 
 #include "ctuner/alloc.h"
 #include "ctuner/data.h"
+#include "ctuner/fs.h"
 #include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/parse.h"
 #include "ctuner/storage.h"
 
 /* SimpleTuner keys ctuner accepts but does not act on (they change nothing
- * here: discovery and cache bookkeeping, LoRA-only regularisation). */
-static const char *const IGNORED[] = {"skip_file_discovery",
-                                      "hash_filenames",
-                                      "scan_for_errors",
-                                      "is_regularisation_data",
-                                      "is_regularization_data",
-                                      "disable_multiline_split",
-                                      NULL};
+ * here: discovery and cache bookkeeping). */
+static const char *const IGNORED[] = {"skip_file_discovery", "hash_filenames", "scan_for_errors",
+                                      "disable_multiline_split", NULL};
 /* SimpleTuner keys that change the training data when set (true, a
  * non-empty string or list): refused then, with why; ignored when off. */
 static const struct {
@@ -82,7 +78,7 @@ static const char *const KNOWN[] = {
     "maximum_aspect_ratio", "crop", "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats",
     "probability", "max_num_samples", "cache_dir_vae", "text_embeds", "image_embeds",
     "vae_cache_disable", "preserve_data_backend_cache", "compress_cache", "default", "cache_dir",
-    "write_batch_size", "ignore_epochs",
+    "write_batch_size", "ignore_epochs", "is_regularisation_data", "is_regularization_data",
     /* type "aws" (AWS_KEYS) */
     "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id",
     "aws_secret_access_key", "aws_session_token", "aws_data_prefix", "aws_max_pool_connections",
@@ -544,6 +540,13 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
       warn_ignored(c, k, &o->items[i]);
       continue;
     }
+    /* only_instance_prompt on an instanceprompt dataset changes nothing: SimpleTuner's factory
+     * (helpers/data_backend/factory.py, _create_dataset_and_sampler) turns captions off for
+     * either, and instanceprompt already has */
+    const ct_json *cs = ct_json_get(o, "caption_strategy");
+    if (!strcmp(k, "only_instance_prompt") && cs && cs->type == CT_JSON_STRING &&
+        !strcmp(cs->str, "instanceprompt"))
+      continue;
     const char *why = NULL;
     int off = 0; /* a WHEN_SET key that is off: a warning, as IGNORED */
     for (size_t r = 0; r < sizeof WHEN_SET / sizeof WHEN_SET[0] && !why && !off; r++)
@@ -584,6 +587,32 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
   if ((st = get_enum(c, o, "dataset_type", KINDS, NULL, &v))) return st;
   d->kind = (ct_ds_kind)v;
   if ((st = get_bool(c, o, "disabled", &d->disabled))) return st;
+  /* SimpleTuner's data backend config reads either spelling, the British first
+   * (helpers/data_backend/config: backend_dict.get("is_regularisation_data",
+   * backend_dict.get("is_regularization_data", False))) */
+  if ((st = get_bool(c, o, "is_regularization_data", &d->is_regularisation_data)) ||
+      (st = get_bool(c, o, "is_regularisation_data", &d->is_regularisation_data)))
+    return st;
+  if (d->is_regularisation_data && c->vars && c->vars->model_type &&
+      strcmp(c->vars->model_type, "lora")) {
+    const ct_json *rv = ct_json_get(o, "is_regularisation_data");
+    if (!rv) rv = ct_json_get(o, "is_regularization_data");
+    /* SimpleTuner's trainer predicts the parent model's target only `if is_regularisation_data
+     * and self.config.model_type == "lora"`: a full fine-tune trains it as ordinary data */
+    if (c->probs)
+      ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, rv->line, rv->col,
+                             "is_regularisation_data", NULL,
+                             "%s: is_regularisation_data has no effect with model_type %s "
+                             "(SimpleTuner trains towards the base model only for LoRA; here the "
+                             "dataset is ordinary training data)",
+                             c->where, c->vars->model_type);
+    else
+      CT_WARN(
+          "%s: %s: is_regularisation_data has no effect with model_type %s (SimpleTuner "
+          "trains towards the base model only for LoRA; here the dataset is ordinary "
+          "training data)",
+          c->file, c->where, c->vars->model_type);
+  }
   if ((st = get_str(c, o, "instance_data_dir", &d->instance_data_dir))) return st;
   v = d->caption_strategy;
   if ((st = get_enum(c, o, "caption_strategy", CAPS, NULL, &v))) return st;
@@ -836,6 +865,12 @@ ct_status ct_backend_load(const char *path, ct_backend **out, ct_err *err) {
 ct_status ct_backend_load_with(const char *path, const ct_backend_vars *vars, ct_backend **out,
                                ct_config_problems *probs, ct_err *err) {
   *out = NULL;
+  if (ct_is_dir(path)) { /* fopen opens it and fread reads nothing: say what it is */
+    ct_config_problems_add(probs, 0, CT_ERR_INVALID, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,
+                           "is a directory, not a data backend config (multidatabackend.json)");
+    return ct_errf(err, CT_ERR_INVALID,
+                   "data_backend_config %s: is a directory, not a multidatabackend.json", path);
+  }
   FILE *f = fopen(path, "rb");
   if (!f) {
     ct_config_problems_add(probs, 0, CT_ERR_IO, CT_ORIGIN_FILE, path, 0, 0, NULL, NULL,

@@ -461,7 +461,7 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   pthread_mutex_init(&ds->mu, NULL);
   pthread_cond_init(&ds->cv, NULL);
   const ct_backend_vars vars = {cfg->model_family, cfg->output_dir, cfg->resolution_type,
-                                cfg->minimum_image_size};
+                                cfg->minimum_image_size, cfg->model_type};
   ct_status st = ct_backend_load_with(backend_json, &vars, &ds->be, NULL, err);
   if (st) goto out;
   if (o->size_multiple <= 0 || ds->C <= 0) {

@@ -88,6 +88,7 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   s->b.B = (int)B, s->b.C = ds->C, s->b.h = bk->h / ds->s, s->b.w = bk->w / ds->s;
   s->b.x0 = s->x0, s->b.caps = s->caps, s->b.ids = s->ids;
   s->b.epoch_end = m == 0 && ds->cur.new_epoch;
+  s->b.regularisation = d->c->is_regularisation_data;
   const item **its = malloc(B * sizeof *its);
   size_t *img = malloc(B * sizeof *img);
   if (!its || !img) {

@@ -646,8 +646,13 @@ static void loha_bwd(ct_lora *l, const ct_backend_ops *be, const ct_lora_adapter
   }
 }
 
+void ct_lora_set_bypass(ct_lora *l, int on) {
+  l->bypass = on;
+}
+
 void ct_lora_fwd(ct_lora *l, const ct_backend_ops *be, int si, int row_lo, int row_hi, int N,
                  const float *x, int ldx, float *y, int ldy) {
+  if (l->bypass) return; /* the base model's output: no adapter, no DoRA magnitude */
   const lora_site *st = &l->sites[si];
   for (int i = st->first; i < st->first + st->n; i++) {
     const ct_lora_adapter *a = &l->ad[i];

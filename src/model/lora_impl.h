@@ -15,6 +15,7 @@ typedef struct lora_site {
 
 struct ct_lora {
   ct_lora_opts o;
+  int bypass; /* ct_lora_set_bypass: the forward adds nothing (the base model alone) */
   float scale;
   ct_lora_adapter *ad;
   size_t nad, numel;

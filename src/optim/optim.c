@@ -92,6 +92,9 @@ static const ct_optim_info rows[] = {
     {"bnb-lion", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' 32-bit Lion"},
     {"bnb-lion-paged", "lion", CT_OPTIM_LION, NO1, ELEM, 1, "bitsandbytes' paged Lion"},
     {"optimi-sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "torch-optimi's SGD"},
+    {"torch-adam", "adam", CT_OPTIM_ADAM, NO1, ELEM, 2, "torch.optim.Adam"},
+    {"torch-sgd", "sgd", CT_OPTIM_SGD, NO1, ELEM, 1, "torch.optim.SGD"},
+    {"torch-adagrad", "adagrad", CT_OPTIM_ADAGRAD, NO1, ELEM, 1, "torch.optim.Adagrad"},
     {"1bitadam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE,
      CT_OPTIM_ONEBIT, 2, "1-bit Adam"},
     {"onebit_adam", "onebitadam", CT_OPTIM_ADAM, CT_OPTIM_ONEBIT_ADAM, CT_OPTIM_ELEMENTWISE,
@@ -137,6 +140,25 @@ static const struct {
     {"bnb-ademamix", "AdEMAMix is not implemented; use 'adamw'"},
     {"prodigy", "Prodigy (learning-rate-free) is not implemented; use 'adamw'"},
     {"soap", "SOAP is not implemented; use 'adamw' or 'muon'"},
+    /* the rest of SimpleTuner's optimizer_choices (optimizer_param.py, commit
+     * 06b96af: torch-* at lines 113-196, bnb-ademamix* at 620-671) and the
+     * names it removed (deprecated_optimizers, line 721) */
+    {"torch-radam", "RAdam is not implemented; use 'torch-adam' with warmup"},
+    {"torch-nadam", "NAdam is not implemented; use 'torch-adam'"},
+    {"torch-rmsprop", "RMSprop is not implemented; use 'torch-adam'"},
+    {"torch-adadelta", "Adadelta is not implemented; use 'torch-adagrad' or 'torch-adam'"},
+    {"torch-adafactor", "Adafactor is not implemented; use 'torch-adamw'"},
+    {"torch-adamax", "Adamax is not implemented; use 'torch-adam'"},
+    {"torch-asgd", "averaged SGD is not implemented; use 'torch-sgd'"},
+    {"torch-sparseadam", "SparseAdam (sparse gradients) is not implemented; use 'torch-adam'"},
+    {"bnb-ademamix8bit", "AdEMAMix is not implemented (nor 8-bit states); use 'adamw'"},
+    {"bnb-ademamix-paged", "AdEMAMix is not implemented; use 'adamw'"},
+    {"bnb-ademamix8bit-paged", "AdEMAMix is not implemented (nor 8-bit states); use 'adamw'"},
+    {"adafactor",
+     "SimpleTuner removed it as well (for optimi-stableadamw, which ctuner lacks); "
+     "use 'adamw_bf16' or 'optimi-adamw'"},
+    {"dadaptation", "SimpleTuner removed it as well; use 'adamw_bf16' with a schedule"},
+    {"adamw8bit", "SimpleTuner removed it as well; use 'adamw_bf16' or 'optimi-adamw'"},
 };
 #define NREFUSED (sizeof refused / sizeof refused[0])
 
@@ -571,6 +593,32 @@ static void mup_factors(ct_optim_kind k, const ct_optim_tensor *t, double *flr, 
   }
 }
 
+/* Adam (decoupled 0) or AdamW (1) on a slice in hp's bias-correction mode.
+ * hp->adamw_bf16 is SimpleTuner's AdamWBF16 (its optimizer adamw_bf16:
+ * simpletuner/helpers/training/optimizers/adamw_bfloat16/__init__.py,
+ * _make_step): w -= lr sqrt(1 - b2^t) m / (sqrt(v) + eps), the first moment
+ * not bias-corrected. The kernel computes the corrected
+ * w -= lr/(1 - b1^t) m / (sqrt(v)/sqrt(1 - b2^t) + eps); with
+ * lr' = lr (1 - b1^t), eps' = eps / sqrt(1 - b2^t) that is AdamWBF16's step,
+ * and wd' = wd / (1 - b1^t) keeps the decoupled decay lr' wd' = lr wd
+ * (AdamWBF16 accumulates that decay and applies it in lumps of at least
+ * 5e-3 to survive bf16 rounding; ctuner's float32 weights take it every
+ * step). */
+static void adam_call(const ct_optim *o, size_t n, float *w, const float *g, float *m, float *v,
+                      float lr, float wd, int decoupled, long step) {
+  const ct_optim_hp *hp = &o->hp;
+  if (!hp->adamw_bf16) {
+    ct_optim_adam_slice(o->be, n, w, g, m, v, lr, hp->beta1, hp->beta2, hp->eps, wd, decoupled,
+                        ct_optim_bc_step(hp, step));
+    return;
+  }
+  const double bc1 = 1.0 - pow((double)hp->beta1, (double)step);
+  const double bc2s = sqrt(1.0 - pow((double)hp->beta2, (double)step));
+  ct_optim_adam_slice(o->be, n, w, g, m, v, (float)((double)lr * bc1), hp->beta1, hp->beta2,
+                      (float)((double)hp->eps / bc2s), decoupled ? (float)((double)wd / bc1) : wd,
+                      decoupled, step);
+}
+
 /* Floats [a, a + n) of the range for the elementwise kinds; w, g, s0, s1
  * point at float a. */
 static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const float *g, float *s0,
@@ -579,8 +627,7 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
   switch (o->kind) {
     case CT_OPTIM_ADAMW:
     case CT_OPTIM_ADAM:
-      ct_optim_adam_slice(o->be, n, w, g, s0, s1, lr, hp->beta1, hp->beta2, hp->eps,
-                          hp->weight_decay, o->kind == CT_OPTIM_ADAMW, ct_optim_bc_step(hp, step));
+      adam_call(o, n, w, g, s0, s1, lr, hp->weight_decay, o->kind == CT_OPTIM_ADAMW, step);
       break;
     case CT_OPTIM_ADAGRAD:
       ct_optim_adagrad_slice(o->be, n, w, g, s0, lr, hp->adagrad_lr_decay, hp->eps,
@@ -614,9 +661,8 @@ static void elem_range(const ct_optim *o, size_t a, size_t n, float *w, const fl
           ct_optim_sgd_slice(o->be, cnt, w + d, g + d, s0 ? s0 + d : NULL, tlr, hp->momentum,
                              hp->dampening, hp->nesterov, twd, step);
         else
-          ct_optim_adam_slice(o->be, cnt, w + d, g + d, s0 + d, s1 + d, tlr, hp->beta1, hp->beta2,
-                              hp->eps, twd, o->kind == CT_OPTIM_MUADAMW,
-                              ct_optim_bc_step(hp, step));
+          adam_call(o, cnt, w + d, g + d, s0 + d, s1 + d, tlr, twd, o->kind == CT_OPTIM_MUADAMW,
+                    step);
       }
       break;
     default:
@@ -668,8 +714,7 @@ ct_status ct_optim_step(ct_optim *o, float *w, const float *g, float lr, long st
         }
         size_t j = i, len = 0; /* a run of AdamW tensors */
         while (j < o->nt && !muon_2d(&o->t[j])) len += o->t[j++].numel;
-        ct_optim_adam_slice(o->be, len, w + a, g + a, s0 + a, s1 + a, alr, hp->beta1, hp->beta2,
-                            hp->eps, hp->weight_decay, 1, ct_optim_bc_step(hp, step));
+        adam_call(o, len, w + a, g + a, s0 + a, s1 + a, alr, hp->weight_decay, 1, step);
         i = j;
       }
       break;

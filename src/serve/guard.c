@@ -46,7 +46,7 @@ static const char *const OUTPUTS[] = {"output_dir_local", "logging_dir", "offloa
 void srv_backend_problems(const char *text, size_t n, const char *outdir, const ct_config *cfg,
                           ct_config_problems *probs) {
   const ct_backend_vars vars = {cfg->model_family, outdir, cfg->resolution_type,
-                                cfg->minimum_image_size};
+                                cfg->minimum_image_size, cfg->model_type};
   ct_backend *be = NULL;
   ct_err err = {0};
   const size_t before = probs->errors;
@@ -116,7 +116,7 @@ static int check_datasets(ct_serve *s, const char *run, const ct_config *cfg, sr
   close(fd);
   snprintf(outdir, sizeof outdir, "%s/%s", s->root, run);
   const ct_backend_vars vars = {cfg->model_family, outdir, cfg->resolution_type,
-                                cfg->minimum_image_size};
+                                cfg->minimum_image_size, cfg->model_type};
   ct_backend *be = NULL;
   ct_err err = {0};
   ct_config_problems probs = {0};

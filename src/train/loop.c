@@ -451,11 +451,6 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
       ct_health_open(cfg, tr->comm, &tr->h, err); /* collective: GPUs are assigned to ranks */
   if (!st) st = ct_trainer_pick_backend(tr, err); /* compute_backend, and what it refuses */
   if (st) return st;
-  if (!strcmp(cfg->model_type, "lora") && !strcmp(cfg->lora_type, "lycoris") &&
-      (st = ct_lycoris_check(cfg->lycoris_config, err))) { /* before the caches, not after */
-    ct_err_prefix(err, "lycoris_config: ");
-    return st;
-  }
   ct_health_stage(tr->h, "init_data_backend", "Loading data backends and caches", "running", 0);
   st = ct_trainer_open_data(tr, err);
   if (st) return st;

@@ -114,6 +114,21 @@ ct_status ct_textenc_from_config(const ct_config *cfg, int hidden, const char *c
  * Tensors cut by lo or hi become fragments; the tensor-wise kinds (Lamb's
  * trust ratio, Muon's orthogonalisation) need whole tensors and refuse. */
 void ct_train_optim_hp(const ct_config *cfg, ct_optim_kind kind, ct_optim_hp *hp) {
+  /* SimpleTuner's names: its fixed settings, optimizer_config or
+   * optimizer_beta1/2 over them, never the adam_* keys (ctuner/optim.h;
+   * the config check refused what ctuner cannot honour and warned about the
+   * rest) */
+  const ct_optim_preset *p = ct_config_optimizer_preset(cfg, NULL);
+  if (p) {
+    const int oc = cfg->optimizer_config && *cfg->optimizer_config;
+    const float betas[2] = {(float)cfg->optimizer_beta1, (float)cfg->optimizer_beta2};
+    const int both = cfg->given[CT_KEY_optimizer_beta1] && cfg->given[CT_KEY_optimizer_beta2];
+    ct_status st = ct_optim_preset_hp(p, kind, oc ? cfg->optimizer_config : NULL,
+                                      both && !oc ? betas : NULL, hp, NULL, 0, NULL);
+    if (st) /* ct_config_validate refuses such a config first; not reached by a run */
+      ct_optim_preset_hp(p, kind, NULL, NULL, hp, NULL, 0, NULL);
+    return;
+  }
   ct_optim_hp_default(kind, hp);
   hp->beta1 = (float)cfg->adam_beta1;
   hp->beta2 = (float)cfg->adam_beta2;
@@ -255,6 +270,12 @@ ct_status ct_trainer_open_data(trainer *tr, ct_err *err) {
   const ct_config *cfg = tr->cfg;
   ct_comm *comm = tr->comm;
   ct_status st = ct_config_validate(cfg, err);
+  if (!st) { /* the files the config names, as `ctuner config check` checks them: before the caches
+              */
+    ct_config_problems probs = {0};
+    if (ct_train_check_files(cfg, &probs)) st = ct_config_problems_to_err(&probs, err);
+    ct_config_problems_free(&probs);
+  }
   if (!st) st = tr->task->configure(tr, err);
   if (st) return st;
   if (tr->rank == 0) {

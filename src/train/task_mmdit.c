@@ -234,13 +234,29 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
                        .guidance = upload(tr, tr->d_guid, guidance(tr, bt->ids, B), (size_t)B)};
   if (tr->lora) ct_lora_set_batch(tr->lora, B, bt->ids); /* dropout masks by sample id */
   float *v = be->host_memory ? tr->v : tr->d_v, *dv = be->host_memory ? tr->dv : tr->d_dv;
+  /* is_regularisation_data under LoRA: the target is the base model's own
+   * prediction on the same input, the adapters left out (SimpleTuner's
+   * trainer.py: "Predicting parent model residual" with disable_lora() /
+   * set_multiplier(0.0), then prepared_batch["target"]; models/common.py
+   * get_prediction_target). It waits in tr->dv, which the loss overwrites. */
+  const int parent = tr->lora && bt->regularisation;
+  if (parent) {
+    ct_lora_set_bypass(tr->lora, 1);
+    st = ct_mmdit_forward(tr->m, &in, v, err);
+    ct_lora_set_bypass(tr->lora, 0);
+    if (st) return st;
+    if (v != tr->v)
+      be->copy_out(tr->dv, v, tot * sizeof(float));
+    else
+      memcpy(tr->dv, tr->v, tot * sizeof(float));
+  }
   st = ct_mmdit_forward(tr->m, &in, v, err);
   if (st) return st;
   if (v != tr->v) be->copy_out(tr->v, v, tot * sizeof(float));
   const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
   double l = 0;
   for (size_t i = 0; i < tot; i++) {
-    float diff = tr->v[i] - (tr->eps[i] - x0s[i]);
+    float diff = tr->v[i] - (parent ? tr->dv[i] : tr->eps[i] - x0s[i]);
     l += (double)diff * diff;
     tr->dv[i] = scale * diff;
   }
