@@ -13,6 +13,7 @@
 
 #include "ctuner/fs.h"
 #include "ctuner/health.h"
+#include "ctuner/hub.h"
 #include "ctuner/lora.h"
 #include "ctuner/textenc.h"
 #include "ctuner/train.h"
@@ -75,11 +76,23 @@ static void check_pretrained_vae(const ct_config *cfg, ct_config_problems *probs
             "pretrained_vae_model_name_or_path", wp);
 }
 
+/* A hub id that is no local path: its files are checked once `train`
+ * has resolved it into the Hugging Face cache (ct_train_resolve_hub, then
+ * ct_train_run checks again); `config check` prints where it stands
+ * (ct_cli_hub_check) without downloading. */
+static int hub_id(const char *v) {
+  struct stat sb;
+  return v && stat(v, &sb) != 0 && ct_hub_is_repo_id(v);
+}
+
 ct_status ct_train_check_files(const ct_config *cfg, ct_config_problems *probs) {
   const size_t before = probs->errors;
   ct_err e = {0};
   const int lora = is(cfg->model_type, "lora"), vae = is(cfg->model_type, "vae");
-  const int pipe = !vae && ct_flux_pipe_wanted(cfg);
+  const int remote = hub_id(cfg->pretrained_model_name_or_path) ||
+                     hub_id(cfg->pretrained_transformer_model_name_or_path) ||
+                     hub_id(cfg->pretrained_vae_model_name_or_path);
+  const int pipe = !vae && !remote && ct_flux_pipe_wanted(cfg);
   if (pipe) { /* the pipeline directory: model_index.json, components, configs, widths */
     ct_flux_pipe *p = calloc(1, sizeof *p);
     if (!p) return CT_ERR_NOMEM;
@@ -98,7 +111,9 @@ ct_status ct_train_check_files(const ct_config *cfg, ct_config_problems *probs) 
       problem(cfg, probs, CT_KEY_lycoris_config, "lycoris_config", e.status, "lycoris_config: %s",
               e.msg);
   }
-  if (vae) {
+  if (remote) {
+    /* the models' files: after resolution (hub_id) */
+  } else if (vae) {
     if (cfg->pretrained_vae_model_name_or_path) {
       check_pretrained_vae(cfg, probs);
     } else if (cfg->vae_config) {
