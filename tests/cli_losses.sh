@@ -77,9 +77,13 @@ PIN="--flow_shift=1"
 # the numbers it was recorded with): mixed_precision bf16's bf16 products are
 # checked by tests/cli_bf16.sh.
 export CT_BF16_COMPUTE=0
+# small_adamw_ema ran --optimizer=adamw_bf16 until issue 32, which read the adam_* keys
+# then, i.e. ran as adamw: its golden is adamw's. adamw_bf16 now runs SimpleTuner's
+# AdamWBF16 (eps 1e-6, its own bias correction: tests/test_optim_st.c), so the row
+# names adamw to keep the numbers it was recorded with.
 # name | ranks | extra flags
 RUNS=(
-  "small_adamw_ema|1|--preset=small --optimizer=adamw_bf16 --use_ema=true --train_batch_size=4 $PIN"
+  "small_adamw_ema|1|--preset=small --optimizer=adamw --use_ema=true --train_batch_size=4 $PIN"
   "small_muon|1|--preset=small --optimizer=muon --use_ema=false --train_batch_size=4 $PIN"
   "tiny_zero2_bf16|2|--preset=tiny --optimizer=adamw --zero_stage=2 --mixed_precision=bf16 --use_ema=true --train_batch_size=2 $PIN"
   "tiny_zero3_lion|2|--preset=tiny --optimizer=lion --zero_stage=3 --use_ema=false --train_batch_size=2 $PIN"

@@ -118,7 +118,10 @@ refused() { # what pattern args...
   fi
 }
 S=--compute_backend=sealed
-refused "lycoris" "lora_type lycoris" $S --model_type=lora --lora_type=lycoris --lycoris_config=x.json
+# a readable lycoris_config: since issue 32 train opens it before anything (as config check
+# does), so a missing one would be the refusal instead of the backend's
+echo '{"algo": "lokr", "multiplier": 1, "linear_dim": 10000, "linear_alpha": 1, "factor": 4}' > "$tmp/lyco.json"
+refused "lycoris" "lora_type lycoris" $S --model_type=lora --lora_type=lycoris --lycoris_config="$tmp/lyco.json"
 refused "dora" "use_dora" $S --model_type=lora --use_dora=true --lora_dropout=0
 refused "muon" "optimizer muon" $S --optimizer=muon
 refused "lamb" "optimizer lamb" $S --optimizer=lamb
