@@ -85,10 +85,11 @@ ct_status ct_dsched_init(ct_dsched *s, const ct_ddpm_config *cfg, int steps, ct_
   s->n = steps;
   for (int i = 0; i < steps; i++) {
     if (ts[i] < 0 || ts[i] > T - 1) {
+      const double bad = ts[i];
       free(ts);
       return ct_errf(err, CT_ERR_RANGE,
                      "timestep %g of %d steps is outside [0, %d) (steps_offset %d with %s spacing)",
-                     ts[i], steps, T, cfg->steps_offset,
+                     bad, steps, T, cfg->steps_offset,
                      cfg->timestep_spacing == CT_SPACING_LEADING ? "leading" : "this");
     }
     s->timesteps[i] = (float)ts[i];
