@@ -517,15 +517,19 @@ static void set_defaults(const ctx *c, ct_ds_config *d) {
   d->write_batch_size = 128;
 }
 
-static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
-  static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
-  static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
-  static const char *const METAS[] = {"discovery", "parquet", "json", NULL};
-  static const int META_MAP[] = {CT_META_DISCOVERY, CT_META_PARQUET, CT_META_DISCOVERY};
-  static const char *const RES[] = {"pixel", "area", "pixel_area", NULL};
-  static const char *const STYLES[] = {"random", "center", "centre", "corner", NULL};
-  static const int STYLE_MAP[] = {CT_CROP_RANDOM, CT_CROP_CENTER, CT_CROP_CENTER, CT_CROP_CORNER};
-  static const char *const ASPECTS[] = {"square", "preserve", "closest", "random", NULL};
+/* The values a dataset's enumerated keys take. */
+static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
+static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
+static const char *const METAS[] = {"discovery", "parquet", "json", NULL};
+static const int META_MAP[] = {CT_META_DISCOVERY, CT_META_PARQUET, CT_META_DISCOVERY};
+static const char *const RES[] = {"pixel", "area", "pixel_area", NULL};
+static const char *const STYLES[] = {"random", "center", "centre", "corner", NULL};
+static const int STYLE_MAP[] = {CT_CROP_RANDOM, CT_CROP_CENTER, CT_CROP_CENTER, CT_CROP_CORNER};
+static const char *const ASPECTS[] = {"square", "preserve", "closest", "random", NULL};
+
+/* Every key of the dataset o known, or refused by name / warned as SimpleTuner's
+ * with no effect here; with c->probs each unknown key is listed at its place. */
+static ct_status check_keys(ctx *c, const ct_json *o) {
   ct_status st = CT_OK;
   /* a storage type ctuner has not is the problem, not the keys that come with it */
   const ct_json *ty = ct_json_get(o, "type");
@@ -580,6 +584,12 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
     *c->err = first; /* err keeps the first */
     return first.status;
   }
+  return CT_OK;
+}
+
+/* The dataset's values into d (defaults first). */
+static ct_status read_fields(ctx *c, const ct_json *o, ct_ds_config *d) {
+  ct_status st;
   set_defaults(c, d);
   int v;
   if ((st = get_str(c, o, "type", &d->type))) return st;
@@ -660,7 +670,12 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
                "true is not implemented: every dataset counts toward the end of an epoch here "
                "(false, SimpleTuner's default, is accepted)");
 
-  /* cross-key rules */
+  return CT_OK;
+}
+
+/* The rules between a dataset's keys. */
+static ct_status check_rules(ctx *c, const ct_json *o, ct_ds_config *d) {
+  ct_status st;
   if (!d->type) return bad(c, "type", "is required (\"local\" or \"aws\")");
   if (strcmp(d->type, "local") && strcmp(d->type, "aws"))
     return bad(c, "type", "\"%s\" is not supported; use \"local\" or \"aws\" (S3)", d->type);
@@ -691,6 +706,13 @@ static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
       return bad(c, "cache_dir", "is required for an image_embeds dataset (or instance_data_dir)");
   }
   return CT_OK;
+}
+
+static ct_status parse_one(ctx *c, const ct_json *o, ct_ds_config *d) {
+  ct_status st = check_keys(c, o);
+  if (!st) st = read_fields(c, o, d);
+  if (!st) st = check_rules(c, o, d);
+  return st;
 }
 
 /* A failed dataset (or rule) as a problem; the file name prefix of the
