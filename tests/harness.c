@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctuner/fs.h"
+#include "ctuner/json.h"
 #include "ctuner/log.h"
 #include "ctuner/safetensors.h"
 
@@ -165,4 +167,26 @@ int main(int argc, char **argv) {
     return 2;
   }
   return failed ? 1 : skipped == ran ? 77 : 0;
+}
+
+int ct_test_write_flat_json(const struct ct_json *obj, const char *name, char *path, size_t n) {
+  char buf[4096];
+  size_t l = (size_t)snprintf(buf, sizeof buf, "{");
+  for (size_t i = 0; i < obj->n && l < sizeof buf - 200; i++) {
+    const ct_json *v = &obj->items[i];
+    l += (size_t)snprintf(buf + l, sizeof buf - l, "%s\"%s\": ", i ? ", " : "", obj->keys[i]);
+    if (v->type == CT_JSON_STRING)
+      l += (size_t)snprintf(buf + l, sizeof buf - l, "\"%s\"", v->str);
+    else if (v->type == CT_JSON_BOOL)
+      l += (size_t)snprintf(buf + l, sizeof buf - l, "%s", v->boolean ? "true" : "false");
+    else if (v->type == CT_JSON_NULL)
+      l += (size_t)snprintf(buf + l, sizeof buf - l, "null");
+    else
+      l += (size_t)snprintf(buf + l, sizeof buf - l, "%.17g", v->num);
+  }
+  if (l >= sizeof buf - 200) return -1;
+  snprintf(buf + l, sizeof buf - l, "}");
+  snprintf(path, n, "%s/%s", ct_test_tmpdir(), name);
+  ct_err e = {0};
+  return ct_write_file_atomic(path, buf, strlen(buf), &e) ? -1 : 0;
 }

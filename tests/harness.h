@@ -112,5 +112,9 @@ int ct_test_all_finite(const float *a, size_t n);
 void *ct_test_slurp(const char *path, size_t *n);
 /* A fresh temporary directory for this test process (created once). */
 const char *ct_test_tmpdir(void);
+struct ct_json;
+/* A flat JSON object (strings, numbers, booleans, nulls) written to
+ * ct_test_tmpdir()/name; its path into path. 0, or -1 if it was not written. */
+int ct_test_write_flat_json(const struct ct_json *obj, const char *name, char *path, size_t n);
 
 #endif

@@ -20,25 +20,10 @@ static const char *golden_path(void) {
 
 /* The case's scheduler_config.json through the reader (written to a file). */
 static ct_status case_config(const ct_json *cfg, ct_fm_sched_config *c, ct_err *err) {
-  char path[4096], buf[2048];
-  size_t l = 0;
-  l += (size_t)snprintf(buf + l, sizeof buf - l, "{");
-  for (size_t i = 0; i < cfg->n && l < sizeof buf - 200; i++) {
-    const ct_json *v = &cfg->items[i];
-    l += (size_t)snprintf(buf + l, sizeof buf - l, "%s\"%s\": ", i ? ", " : "", cfg->keys[i]);
-    if (v->type == CT_JSON_STRING)
-      l += (size_t)snprintf(buf + l, sizeof buf - l, "\"%s\"", v->str);
-    else if (v->type == CT_JSON_BOOL)
-      l += (size_t)snprintf(buf + l, sizeof buf - l, "%s", v->boolean ? "true" : "false");
-    else if (v->type == CT_JSON_NULL)
-      l += (size_t)snprintf(buf + l, sizeof buf - l, "null");
-    else
-      l += (size_t)snprintf(buf + l, sizeof buf - l, "%.17g", v->num);
-  }
-  snprintf(buf + l, sizeof buf - l, "}");
-  snprintf(path, sizeof path, "%s/scheduler_config.json", ct_test_tmpdir());
-  ct_status st = ct_write_file_atomic(path, buf, strlen(buf), err);
-  return st ? st : ct_fm_sched_config_read(path, c, err);
+  char path[4096];
+  if (ct_test_write_flat_json(cfg, "scheduler_config.json", path, sizeof path))
+    return ct_errf(err, CT_ERR_IO, "cannot write the case's scheduler_config.json");
+  return ct_fm_sched_config_read(path, c, err);
 }
 
 static int same_floats(const float *a, const ct_json *arr, int n) {
