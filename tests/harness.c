@@ -190,3 +190,13 @@ int ct_test_write_flat_json(const struct ct_json *obj, const char *name, char *p
   ct_err e = {0};
   return ct_write_file_atomic(path, buf, strlen(buf), &e) ? -1 : 0;
 }
+
+const char *ct_test_write_tmp(const char *name, const char *text) {
+  static char path[4][1024];
+  static int k;
+  char *p = path[k++ % 4];
+  snprintf(p, 1024, "%s/%s", ct_test_tmpdir(), name);
+  ct_err e = {0};
+  ct_write_file_atomic(p, text, strlen(text), &e);
+  return p;
+}

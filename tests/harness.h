@@ -112,6 +112,8 @@ int ct_test_all_finite(const float *a, size_t n);
 void *ct_test_slurp(const char *path, size_t *n);
 /* A fresh temporary directory for this test process (created once). */
 const char *ct_test_tmpdir(void);
+/* text written to ct_test_tmpdir()/name; its path (valid for the next 3 calls too). */
+const char *ct_test_write_tmp(const char *name, const char *text);
 struct ct_json;
 /* A flat JSON object (strings, numbers, booleans, nulls) written to
  * ct_test_tmpdir()/name; its path into path. 0, or -1 if it was not written. */

@@ -11,19 +11,6 @@
 #include "ctuner/optim.h"
 #include "harness.h"
 
-static const char *write_tmp(const char *name, const char *text) {
-  static char path[4][1024];
-  static int k;
-  char *p = path[k++ % 4];
-  snprintf(p, 1024, "%s/%s", ct_test_tmpdir(), name);
-  FILE *f = fopen(p, "w");
-  if (f) {
-    fputs(text, f);
-    fclose(f);
-  }
-  return p;
-}
-
 CT_TEST(config, defaults_validate) {
   ct_config c;
   ct_config_defaults(&c);
@@ -39,7 +26,7 @@ CT_TEST(config, defaults_validate) {
 }
 
 CT_TEST(config, file_prefixes_aliases_types) {
-  const char *p = write_tmp(
+  const char *p = ct_test_write_tmp(
       "c1.json",
       "{\"--learning_rate\": 3e-4, \"train_batch_size\": 8, \"use_ema\": true,\n"
       " \"--checkpointing_steps\": 50, \"validation_prompt\": \"a cat\",\n"
@@ -67,10 +54,10 @@ CT_TEST(config, file_prefixes_aliases_types) {
 }
 
 CT_TEST(config, simpletuner_keys_without_effect_accepted_and_named) {
-  const char *p =
-      write_tmp("noeff.json",
-                "{\"--push_to_hub\": true, \"--tracker_image_layout\": \"table\", \"report_to\": "
-                "\"wandb\",\n \"--ema_device\": \"accelerator\", \"--learning_rate\": 2e-4}");
+  const char *p = ct_test_write_tmp(
+      "noeff.json",
+      "{\"--push_to_hub\": true, \"--tracker_image_layout\": \"table\", \"report_to\": "
+      "\"wandb\",\n \"--ema_device\": \"accelerator\", \"--learning_rate\": 2e-4}");
   ct_config c;
   ct_config_defaults(&c);
   ct_err err = {0};
@@ -104,17 +91,17 @@ CT_TEST(config, errors_name_the_problem) {
   ct_config c;
   ct_config_defaults(&c);
   ct_err err = {0};
-  const char *p = write_tmp("c2.json", "{\"--learning_rat\": 1}");
+  const char *p = ct_test_write_tmp("c2.json", "{\"--learning_rat\": 1}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "did you mean 'learning_rate'") && strstr(err.msg, "c2.json"), "%s",
          err.msg);
-  p = write_tmp("c3.json", "{\"seed\": 1,\n  \"train_batch_size\": 2.5}");
+  p = ct_test_write_tmp("c3.json", "{\"seed\": 1,\n  \"train_batch_size\": 2.5}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "c3.json:2:23: ") && strstr(err.msg, "expects an integer"), "%s", err.msg);
-  p = write_tmp("c4.json", "{\"seed\": 1\n  \"x\": 2}");
+  p = ct_test_write_tmp("c4.json", "{\"seed\": 1\n  \"x\": 2}");
   CHECK(ct_config_load_file(&c, p, &err) != CT_OK);
   CHECKF(strstr(err.msg, "c4.json:2:3: "), "%s", err.msg);
-  p = write_tmp("c5.json", "[1, 2]");
+  p = ct_test_write_tmp("c5.json", "[1, 2]");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_FORMAT);
   CHECK(ct_config_load_file(&c, "/nonexistent/config.json", &err) == CT_ERR_IO);
   CHECKF(strstr(err.msg, "/nonexistent/config.json"), "%s", err.msg);
@@ -206,10 +193,10 @@ CT_TEST(config, env_substitution) {
   ct_config c;
   ct_config_defaults(&c);
   ct_err err = {0};
-  const char *p = write_tmp("c6.json", "{\"output_dir\": \"{env:CT_TEST_CFG_DIR}/run1\"}");
+  const char *p = ct_test_write_tmp("c6.json", "{\"output_dir\": \"{env:CT_TEST_CFG_DIR}/run1\"}");
   REQUIRE(ct_config_load_file(&c, p, &err) == CT_OK);
   CHECK(!strcmp(c.output_dir, "/tmp/ctuner-x/run1"));
-  p = write_tmp("c7.json", "{\"output_dir\": \"{env:CT_TEST_CFG_UNSET}\"}");
+  p = ct_test_write_tmp("c7.json", "{\"output_dir\": \"{env:CT_TEST_CFG_UNSET}\"}");
   CHECK(ct_config_load_file(&c, p, &err) == CT_ERR_INVALID);
   CHECKF(strstr(err.msg, "CT_TEST_CFG_UNSET"), "%s", err.msg);
   ct_config_free(&c);
@@ -487,13 +474,13 @@ CT_TEST(config, simpletuner_defaults) {
 /* Every problem of a file, the command line and the rules at once, each with
  * its place; before, loading stopped at the first (one problem per run). */
 CT_TEST(config, all_problems_at_once) {
-  const char *p = write_tmp("all.json",
-                            "{\"learning_rat\": 1e-4,\n"
-                            " \"train_batch_size\": \"many\",\n"
-                            " \"lora_rank\": 16,\n"
-                            " \"push_to_hub\": true,\n"
-                            " \"optimizer\": \"adamq\",\n"
-                            " \"seed\": 3}");
+  const char *p = ct_test_write_tmp("all.json",
+                                    "{\"learning_rat\": 1e-4,\n"
+                                    " \"train_batch_size\": \"many\",\n"
+                                    " \"lora_rank\": 16,\n"
+                                    " \"push_to_hub\": true,\n"
+                                    " \"optimizer\": \"adamq\",\n"
+                                    " \"seed\": 3}");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -580,20 +567,20 @@ CT_TEST(config, did_you_mean) {
  * quotes, export, +=, TRAINER_EXTRA_ARGS split on blanks, false dropped;
  * lines SimpleTuner and a shell would read differently are problems. */
 CT_TEST(config, env_file) {
-  const char *p =
-      write_tmp("config.env",
-                "# a comment\n"
-                "export MODEL_FAMILY=\"flux\"\n"
-                "export LEARNING_RATE=3e-5\n"
-                "TRAIN_BATCH_SIZE='4'\n"
-                "export OUTPUT_DIR=\"/tmp/out  dir\"\n"
-                "USE_EMA=true\n"
-                "PUSH_TO_HUB=false\n"
-                "VALIDATION_PROMPT=\"a  photo of   a cat\"\n"
-                "export TRAINER_EXTRA_ARGS=\"--lr_warmup_steps=10 --checkpointing_steps 50\"\n"
-                "TRAINER_EXTRA_ARGS+=\" --use_ema --seed=7 ${EXTRA}\"\n"
-                "TRAINING_NUM_PROCESSES=2\n"
-                "DISABLE_UPDATES=true\n");
+  const char *p = ct_test_write_tmp(
+      "config.env",
+      "# a comment\n"
+      "export MODEL_FAMILY=\"flux\"\n"
+      "export LEARNING_RATE=3e-5\n"
+      "TRAIN_BATCH_SIZE='4'\n"
+      "export OUTPUT_DIR=\"/tmp/out  dir\"\n"
+      "USE_EMA=true\n"
+      "PUSH_TO_HUB=false\n"
+      "VALIDATION_PROMPT=\"a  photo of   a cat\"\n"
+      "export TRAINER_EXTRA_ARGS=\"--lr_warmup_steps=10 --checkpointing_steps 50\"\n"
+      "TRAINER_EXTRA_ARGS+=\" --use_ema --seed=7 ${EXTRA}\"\n"
+      "TRAINING_NUM_PROCESSES=2\n"
+      "DISABLE_UPDATES=true\n");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -611,13 +598,13 @@ CT_TEST(config, env_file) {
   CHECKF(probs.n == 3, "%zu", probs.n);
   ct_config_problems_free(&probs);
   ct_config_free(&c);
-  p = write_tmp("bad.env",
-                "MODEL_NAME=black-forest-labs/FLUX.1-dev\n"
-                "LEARNING_RATE=\"1e-4\" # peak\n"
-                "OPTIMIZER=adamw # the default\n"
-                "OUTPUT_DIR=${HOME}/out\n"
-                "VALIDATION_PROMPT=\"unclosed\n"
-                "2BAD=1\n");
+  p = ct_test_write_tmp("bad.env",
+                        "MODEL_NAME=black-forest-labs/FLUX.1-dev\n"
+                        "LEARNING_RATE=\"1e-4\" # peak\n"
+                        "OPTIMIZER=adamw # the default\n"
+                        "OUTPUT_DIR=${HOME}/out\n"
+                        "VALIDATION_PROMPT=\"unclosed\n"
+                        "2BAD=1\n");
   ct_config_defaults(&c);
   CHECK(ct_config_load(&c, p, &probs) != CT_OK);
   char w[700];
@@ -642,10 +629,10 @@ CT_TEST(config, env_file) {
 /* A config.env that selects another backend is the launcher's file: one
  * error saying which file holds the options, no variable read. */
 CT_TEST(config, env_file_for_another_backend) {
-  const char *p = write_tmp("launcher.env",
-                            "export TRAINING_NUM_PROCESSES=8\n"
-                            "export CONFIG_BACKEND='json'\n"
-                            "export LEARNING_RATE=1\n");
+  const char *p = ct_test_write_tmp("launcher.env",
+                                    "export TRAINING_NUM_PROCESSES=8\n"
+                                    "export CONFIG_BACKEND='json'\n"
+                                    "export LEARNING_RATE=1\n");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -659,14 +646,14 @@ CT_TEST(config, env_file_for_another_backend) {
 
 /* config.toml: typed values as config.json; tables refused by name. */
 CT_TEST(config, toml_file) {
-  const char *p = write_tmp("config.toml",
-                            "# SimpleTuner config.toml\n"
-                            "model_family = \"flux\"\n"
-                            "learning_rate = 1e-4\n"
-                            "train_batch_size = 2\n"
-                            "\"use_ema\" = true\n"
-                            "validation_prompt = 'C:\\no escapes'\n"
-                            "output_dir = \"out\\u00e9\" # trailing comment\n");
+  const char *p = ct_test_write_tmp("config.toml",
+                                    "# SimpleTuner config.toml\n"
+                                    "model_family = \"flux\"\n"
+                                    "learning_rate = 1e-4\n"
+                                    "train_batch_size = 2\n"
+                                    "\"use_ema\" = true\n"
+                                    "validation_prompt = 'C:\\no escapes'\n"
+                                    "output_dir = \"out\\u00e9\" # trailing comment\n");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -676,7 +663,7 @@ CT_TEST(config, toml_file) {
   CHECK(!strcmp(c.output_dir, "out\xc3\xa9"));
   CHECK(c.line[CT_KEY_train_batch_size] == 4 && c.col[CT_KEY_train_batch_size] == 20);
   ct_config_problems_free(&probs);
-  p = write_tmp("t.toml", "seed = 1\n[model]\nx = 1\n");
+  p = ct_test_write_tmp("t.toml", "seed = 1\n[model]\nx = 1\n");
   CHECK(ct_config_load(&c, p, &probs) == CT_ERR_FORMAT);
   char w[700];
   CHECKF(probs.n == 1 && strstr(ct_config_problem_where(&probs.v[0], w, sizeof w), "t.toml:2:1") &&

@@ -18,19 +18,6 @@
 #include "harness.h"
 #include "train/train_int.h"
 
-static const char *write_tmp(const char *name, const char *text) {
-  static char path[4][1024];
-  static int k;
-  char *p = path[k++ % 4];
-  snprintf(p, 1024, "%s/%s", ct_test_tmpdir(), name);
-  FILE *f = fopen(p, "w");
-  if (f) {
-    fputs(text, f);
-    fclose(f);
-  }
-  return p;
-}
-
 /* SimpleTuner's lr_power default is 0.8 (field_registry/sections/training.py,
  * "LR Power": default_value=0.8); the start-up note and the schedule say so. */
 CT_TEST(config_st, lr_power_default) {
@@ -98,10 +85,11 @@ CT_TEST(config_st, speed_keys_warn) {
   }
   ct_config_free(&c);
   /* the same in a config.json: warnings only, and the check passes */
-  const char *p = write_tmp("speed.json",
-                            "{\"allow_tf32\": true, \"torch_num_threads\": 8, \"read_batch_size\": "
-                            "25, \"write_batch_size\": 64, \"image_processing_batch_size\": 32, "
-                            "\"aws_max_pool_connections\": 128, \"metadata_update_interval\": 65}");
+  const char *p =
+      ct_test_write_tmp("speed.json",
+                        "{\"allow_tf32\": true, \"torch_num_threads\": 8, \"read_batch_size\": "
+                        "25, \"write_batch_size\": 64, \"image_processing_batch_size\": 32, "
+                        "\"aws_max_pool_connections\": 128, \"metadata_update_interval\": 65}");
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
   CHECK(ct_config_load(&c, p, &probs) == CT_OK);
@@ -261,9 +249,9 @@ CT_TEST(config_st, options_act_only_when_set) {
     ct_config_free(&c);
   }
   const char *p =
-      write_tmp("when.json",
-                "{\"validation_on_startup\": false, \"train_text_encoder\": true, "
-                "\"validation_guidance_skip_layers\": [], \"input_perturbation\": 0.0}");
+      ct_test_write_tmp("when.json",
+                        "{\"validation_on_startup\": false, \"train_text_encoder\": true, "
+                        "\"validation_guidance_skip_layers\": [], \"input_perturbation\": 0.0}");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -305,7 +293,7 @@ CT_TEST(config_st, directory_and_too_large) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/cfgdir", ct_test_tmpdir());
   mkdir(dir, 0755);
-  write_tmp("cfgdir/config.json", "{}");
+  ct_test_write_tmp("cfgdir/config.json", "{}");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};
@@ -320,13 +308,13 @@ CT_TEST(config_st, directory_and_too_large) {
   CHECK(ct_config_set(&c, "seed", "-99999999999999999999", &err) != CT_OK);
   CHECKF(strstr(err.msg, "too large"), "%s", err.msg);
   CHECK(ct_config_set(&c, "seed", "12x", &err) != CT_OK && !strstr(err.msg, "too large"));
-  const char *pj = write_tmp("big.json", "{\"max_train_steps\": 123456789012345678901234}");
+  const char *pj = ct_test_write_tmp("big.json", "{\"max_train_steps\": 123456789012345678901234}");
   CHECK(ct_config_load(&c, pj, &probs) != CT_OK);
   CHECKF(probs.n == 1 && strstr(probs.v[0].msg, "too large") &&
              strstr(probs.v[0].msg, "max_train_steps"),
          "%s", probs.n ? probs.v[0].msg : "");
   ct_config_problems_free(&probs);
-  const char *pt = write_tmp("big.toml", "max_train_steps = 123456789012345678901234\n");
+  const char *pt = ct_test_write_tmp("big.toml", "max_train_steps = 123456789012345678901234\n");
   CHECK(ct_config_load(&c, pt, &probs) != CT_OK);
   CHECKF(probs.n == 1 && strstr(probs.v[0].msg, "too large"), "%s", probs.n ? probs.v[0].msg : "");
   ct_config_problems_free(&probs);

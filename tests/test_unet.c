@@ -21,14 +21,6 @@ static const char *data(const char *rel) {
   return ct_test_data_in("CT_UNET_DATA", "unet", rel);
 }
 
-static const char *write_tmp(const char *name, const char *text) {
-  static char path[1024];
-  snprintf(path, sizeof path, "%s/%s", ct_test_tmpdir(), name);
-  ct_err e = {0};
-  ct_write_file_atomic(path, text, strlen(text), &e);
-  return path;
-}
-
 /* max |a - ref| / max(max |ref|, floor): NaN-sticky */
 static double rel_floor(const float *a, const float *ref, size_t n, double floor_) {
   double md = 0, mr = 0;
@@ -109,7 +101,7 @@ CT_TEST(unet, config) {
       {"{\"attention_head_dim\": 7}", "heads"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    const char *p = write_tmp("bad_unet.json", bad[i][0]);
+    const char *p = ct_test_write_tmp("bad_unet.json", bad[i][0]);
     ct_err e = {0};
     CHECKF(ct_unet_config_load(p, &c, &e) != CT_OK && strstr(e.msg, bad[i][1]), "%s: %s", bad[i][0],
            e.msg);
@@ -254,11 +246,12 @@ CT_TEST(unet, sdxl_config_json) {
   ct_unet_config got, want, back;
   ct_err err = {0};
   ct_unet_config_sdxl(&want);
-  REQUIRE(ct_unet_config_load(write_tmp("sdxl_unet.json", sdxl_config), &got, &err) == CT_OK);
+  REQUIRE(ct_unet_config_load(ct_test_write_tmp("sdxl_unet.json", sdxl_config), &got, &err) ==
+          CT_OK);
   CHECK(!memcmp(&got, &want, sizeof got));
   char *j = ct_unet_config_json(&got);
   REQUIRE(j);
-  REQUIRE(ct_unet_config_load(write_tmp("sdxl_unet_back.json", j), &back, &err) == CT_OK);
+  REQUIRE(ct_unet_config_load(ct_test_write_tmp("sdxl_unet_back.json", j), &back, &err) == CT_OK);
   CHECKF(!memcmp(&back, &got, sizeof got), "%s", j);
   free(j);
 }

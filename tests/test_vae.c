@@ -12,14 +12,6 @@
 #include "ctuner/vae.h"
 #include "harness.h"
 
-static const char *write_tmp(const char *name, const char *text) {
-  static char path[1024];
-  snprintf(path, sizeof path, "%s/%s", ct_test_tmpdir(), name);
-  ct_err e = {0};
-  ct_write_file_atomic(path, text, strlen(text), &e);
-  return path;
-}
-
 /* The golden model: config from the file's metadata, weights copied into a
  * weights-only file (renamed by rename_fn if given, minus `drop`, plus `extra`). */
 typedef const char *(*rename_fn)(const char *name, char *buf, size_t n);
@@ -101,7 +93,7 @@ CT_TEST(vae, golden_parity) {
   ct_err err = {0};
   ct_st_file *g = NULL;
   REQUIRE(ct_st_open(ct_test_data("vae_golden.safetensors"), &g, &err) == CT_OK);
-  const char *cfgp = write_tmp("config.json", ct_st_meta(g, "config"));
+  const char *cfgp = ct_test_write_tmp("config.json", ct_st_meta(g, "config"));
   ct_vae_config c;
   REQUIRE(ct_vae_config_load(cfgp, &c, &err) == CT_OK);
   CHECK(c.nblocks == 2 && c.block_out_channels[1] == 16 && c.latent_channels == 4 &&
@@ -271,14 +263,14 @@ CT_TEST(vae, config_errors) {
       {"[1]", "not a JSON object"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    const char *p = write_tmp("bad_config.json", bad[i].json);
+    const char *p = ct_test_write_tmp("bad_config.json", bad[i].json);
     memset(&err, 0, sizeof err);
     CHECKF(ct_vae_config_load(p, &c, &err) != CT_OK, "%s accepted", bad[i].json);
     CHECKF(strstr(err.msg, bad[i].want) && strstr(err.msg, "bad_config.json"), "%s: %s",
            bad[i].json, err.msg);
   }
   /* SD's config loads with null shift_factor and the defaults */
-  const char *p = write_tmp(
+  const char *p = ct_test_write_tmp(
       "sd_config.json",
       "{\"_class_name\": \"AutoencoderKL\", \"act_fn\": \"silu\", \"block_out_channels\": [128, "
       "256, 512, 512], \"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\", "
