@@ -1,0 +1,144 @@
+/* unet_lora_io.c: U-net LoRA files (include/ctuner/unet.h) in the layout
+ * StableDiffusionXLPipeline.save_lora_weights writes and load_lora_weights
+ * reads (diffusers loaders/lora_pipeline.py, StableDiffusionXLLoraLoaderMixin):
+ * unet.<module>.lora_A.weight [r, in] / lora_B.weight [out, r], and the
+ * LoraConfig as "lora_adapter_metadata" with keys prefixed "unet.", which
+ * load_lora_weights hands to peft's LoraConfig (so lora_alpha survives). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/json.h"
+#include "ctuner/safetensors.h"
+#include "unet_int.h"
+
+static int app(char **b, size_t *n, size_t *cap, const char *s) {
+  const size_t k = strlen(s);
+  if (*n + k + 1 > *cap) {
+    size_t nc = *cap ? *cap * 2 : 1024;
+    while (nc < *n + k + 1) nc *= 2;
+    char *p = realloc(*b, nc);
+    if (!p) return 0;
+    *b = p, *cap = nc;
+  }
+  memcpy(*b + *n, s, k + 1);
+  *n += k;
+  return 1;
+}
+
+/* peft's LoraConfig as diffusers stores it; target_modules: the exact modules */
+static char *config_json(const ct_unet_lora *l) {
+  char *b = NULL, tmp[200];
+  size_t n = 0, cap = 0;
+  snprintf(tmp, sizeof tmp,
+           "{\"unet.bias\": \"none\", \"unet.lora_alpha\": %.17g, \"unet.lora_dropout\": 0.0, "
+           "\"unet.r\": %d, \"unet.target_modules\": [",
+           l->alpha, l->rank);
+  int ok = app(&b, &n, &cap, tmp);
+  for (size_t i = 0; ok && i < l->nad; i++) {
+    snprintf(tmp, sizeof tmp, "%s\"%s\"", i ? ", " : "", l->ad[i].lin.name);
+    ok = app(&b, &n, &cap, tmp);
+  }
+  ok = ok && app(&b, &n, &cap, "], \"unet.use_dora\": false}");
+  if (!ok) free(b), b = NULL;
+  return b;
+}
+
+static void tname(const char *prefix, const ct_unet_adapter *a, int which_b, char *out,
+                  size_t cap) {
+  snprintf(out, cap, "%s%s.lora_%c.weight", prefix, a->lin.name, which_b ? 'B' : 'A');
+}
+
+ct_status ct_unet_lora_save(const ct_unet_lora *l, const char *path, ct_err *err) {
+  const int direct = l->be->host_memory || l->swapped;
+  float *own = direct ? NULL : malloc((l->numel ? l->numel : 1) * sizeof(float));
+  if (!direct && !own) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (own) l->be->copy_out(own, l->w, l->numel * sizeof(float));
+  const float *h = direct ? l->w : own;
+  ct_st_writer *wr = NULL;
+  char *meta = config_json(l);
+  ct_status st =
+      meta && !ct_st_writer_new(&wr) ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  char name[160];
+  for (size_t i = 0; !st && i < l->nad; i++) {
+    const ct_unet_adapter *a = &l->ad[i];
+    const int64_t sa[2] = {l->rank, a->lin.in}, sb[2] = {a->lin.out, l->rank};
+    tname("unet.", a, 0, name, sizeof name);
+    st = ct_st_writer_add_f32(wr, name, 2, sa, h + a->a_off, CT_DTYPE_F32, err);
+    tname("unet.", a, 1, name, sizeof name);
+    if (!st) st = ct_st_writer_add_f32(wr, name, 2, sb, h + a->b_off, CT_DTYPE_F32, err);
+  }
+  if (!st) st = ct_st_writer_meta(wr, "format", "pt", err);
+  if (!st) st = ct_st_writer_meta(wr, "lora_adapter_metadata", meta, err);
+  if (!st) st = ct_st_writer_write(wr, path, err);
+  ct_st_writer_free(wr);
+  free(meta), free(own);
+  return st;
+}
+
+/* the file's lora_adapter_metadata (if any) must agree with our rank and alpha */
+static ct_status check_meta(const ct_unet_lora *l, const ct_st_file *f, const char *path,
+                            ct_err *err) {
+  const char *m = ct_st_meta(f, "lora_adapter_metadata");
+  if (!m) return CT_OK; /* files without it: the shapes decide */
+  ct_json *j = NULL;
+  if (ct_json_parse(m, strlen(m), &j, err))
+    return ct_errf(err, CT_ERR_FORMAT, "%s: its lora_adapter_metadata is not JSON", path);
+  const ct_json *r = ct_json_get(j, "unet.r"), *a = ct_json_get(j, "unet.lora_alpha");
+  ct_status st = CT_OK;
+  if (r && r->type == CT_JSON_NUMBER && (int)r->num != l->rank)
+    st = ct_errf(err, CT_ERR_INVALID, "%s: an adapter of rank %d, not lora_rank %d", path,
+                 (int)r->num, l->rank);
+  else if (a && a->type == CT_JSON_NUMBER && fabs(a->num - l->alpha) > 1e-9 * fabs(l->alpha))
+    st = ct_errf(err, CT_ERR_INVALID,
+                 "%s: its lora_alpha is %g, not %g: set lora_alpha to %g to continue it", path,
+                 a->num, l->alpha, a->num);
+  ct_json_free(j);
+  return st;
+}
+
+static int ours(const ct_unet_lora *l, const char *prefix, const char *tn) {
+  char name[160];
+  for (size_t i = 0; i < l->nad; i++)
+    for (int b = 0; b < 2; b++) {
+      tname(prefix, &l->ad[i], b, name, sizeof name);
+      if (!strcmp(name, tn)) return 1;
+    }
+  return 0;
+}
+
+ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err) {
+  ct_st_file *f = NULL;
+  ct_status st = ct_st_open(path, &f, err);
+  if (st) return st;
+  st = check_meta(l, f, path, err);
+  /* diffusers' names carry "unet."; peft's own state dict (get_peft_model_state_dict) none */
+  const char *prefix = f->ntensors && strncmp(f->tensors[0].name, "unet.", 5) ? "" : "unet.";
+  ct_st_check *chk = NULL;
+  if (!st) st = ct_st_check_new(&chk, err);
+  char name[160];
+  for (size_t i = 0; !st && i < l->nad; i++)
+    for (int b = 0; b < 2; b++) {
+      const int64_t sh[2] = {b ? l->ad[i].lin.out : l->rank, b ? l->rank : l->ad[i].lin.in};
+      tname(prefix, &l->ad[i], b, name, sizeof name);
+      ct_st_check_tensor(chk, ct_st_find(f, name), name, path, 2, sh);
+    }
+  for (size_t i = 0; !st && i < f->ntensors; i++)
+    if (!ours(l, prefix, f->tensors[i].name)) ct_st_check_unexpected(chk, f->tensors[i].name, path);
+  if (!st)
+    st = ct_st_check_done(chk, err, "%s is not an adapter for this U-net and lora_target", path);
+  float *h = st ? NULL : malloc((l->numel ? l->numel : 1) * sizeof(float));
+  if (!st && !h) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; !st && i < l->nad; i++)
+    for (int b = 0; !st && b < 2; b++) {
+      const ct_unet_adapter *a = &l->ad[i];
+      const size_t n = (size_t)l->rank * (b ? a->lin.out : a->lin.in);
+      tname(prefix, a, b, name, sizeof name);
+      st = ct_st_to_f32(ct_st_find(f, name), h + (b ? a->b_off : a->a_off), n, err);
+    }
+  if (!st) l->be->copy_in(l->w, h, l->numel * sizeof(float));
+  free(h);
+  ct_st_close(f);
+  return st;
+}

@@ -1,0 +1,296 @@
+/* U-net LoRA tests (docs/lora.md, "SDXL"): peft's LoRA on the tiny
+ * SDXL-shaped U-net of tests/data/unet against the goldens of
+ * scripts/unet_lora_golden.py (tests/data/unet/lora: the adapter as
+ * StableDiffusionXLPipeline.save_lora_weights writes it, and the output and
+ * gradients with it loaded in diffusers): the output, the inputs' and every
+ * lora_A / lora_B gradient; the saved file's names are diffusers'; merge and
+ * unmerge; initialisation; refusals; the sealed backend. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctuner/alloc.h"
+#include "ctuner/safetensors.h"
+#include "ctuner/unet.h"
+#include "harness.h"
+#include "train/model.h"
+
+#define TARGETS "to_k,to_q,to_v,to_out.0,proj_in,ff.net.2" /* the golden's */
+
+#define REQUIRE_OK(cond, err)     \
+  do {                            \
+    if (!(cond)) {                \
+      CHECKF(0, "%s", (err).msg); \
+      return;                     \
+    }                             \
+  } while (0)
+
+static const char *data(const char *rel) {
+  return ct_test_data_in("CT_UNET_DATA", "unet", rel);
+}
+
+typedef struct {
+  ct_st_file *g;
+  ct_unet_inputs in;
+  float *f[7]; /* sample, timesteps, encoder, text_embeds, time_ids, r, out */
+  size_t n[7];
+} golden;
+
+static int golden_open(golden *gd) {
+  static const char *const k[7] = {"in.sample",      "in.timesteps", "in.encoder_hidden_states",
+                                   "in.text_embeds", "in.time_ids",  "in.r",
+                                   "out.sample"};
+  ct_err err = {0};
+  memset(gd, 0, sizeof *gd);
+  if (ct_st_open(data("lora/golden.safetensors"), &gd->g, &err)) return 0;
+  for (int i = 0; i < 7; i++)
+    if (!(gd->f[i] = ct_test_tensor(gd->g, k[i], &gd->n[i]))) return 0;
+  const ct_st_tensor *s = ct_st_find(gd->g, "in.sample"),
+                     *e = ct_st_find(gd->g, "in.encoder_hidden_states");
+  gd->in = (ct_unet_inputs){.B = (int)s->shape[0],
+                            .H = (int)s->shape[2],
+                            .W = (int)s->shape[3],
+                            .sample = gd->f[0],
+                            .timesteps = gd->f[1],
+                            .Lk = (int)e->shape[1],
+                            .encoder_hidden_states = gd->f[2],
+                            .text_embeds = gd->f[3],
+                            .time_ids = gd->f[4]};
+  return 1;
+}
+
+static void golden_close(golden *gd) {
+  for (int i = 0; i < 7; i++) free(gd->f[i]);
+  ct_st_close(gd->g);
+}
+
+/* the base U-net and the golden adapter loaded from diffusers' file */
+static int setup(ct_unet **u, ct_unet_lora **l, ct_err *err) {
+  if (ct_unet_from_pretrained(data(""), u, err)) return 0;
+  if (ct_unet_lora_new(ct_unet_cfg(*u), TARGETS, 4, 8.0, l, err)) return 0;
+  return ct_unet_lora_load(*l, data("lora/pytorch_lora_weights.safetensors"), err) == CT_OK;
+}
+
+CT_TEST(unet_lora, golden) {
+  golden gd;
+  REQUIRE(golden_open(&gd));
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL;
+  REQUIRE_OK(setup(&u, &l, &err), err);
+  size_t nad;
+  ct_unet_lora_adapters(l, &nad);
+  CHECKF(nad == 114, "%zu adapters", nad); /* the golden file's 228 tensors */
+  REQUIRE(ct_unet_set_lora(u, l, &err) == CT_OK);
+  ct_unet_set_frozen(u, 1);
+  const size_t ns = gd.n[0], ne = gd.n[2];
+  float *out = malloc(ns * sizeof(float)), *ds = malloc(ns * sizeof(float)),
+        *de = malloc(ne * sizeof(float));
+  for (size_t i = 0; i < ns; i++) out[i] = ds[i] = NAN;
+  ct_unet_tape *tp = NULL;
+  REQUIRE(ct_unet_forward(u, &gd.in, out, &tp, &err) == CT_OK);
+  const double eo = ct_test_rel_err(out, gd.f[6], ns);
+  CHECKF(eo < 2e-5, "output: %.3g relative error against diffusers + peft", eo);
+  REQUIRE(ct_unet_backward(u, tp, gd.f[5], ds, de, &err) == CT_OK);
+  ct_unet_tape_free(tp);
+  size_t n;
+  float *gs = ct_test_tensor(gd.g, "grad.in.sample", &n),
+        *ge = ct_test_tensor(gd.g, "grad.in.encoder_hidden_states", &n);
+  REQUIRE(gs && ge);
+  const double es = ct_test_rel_err(ds, gs, ns), ee = ct_test_rel_err(de, ge, ne);
+  CHECKF(es < 4e-5 && ee < 4e-5, "gradients: sample %.3g, encoder_hidden_states %.3g", es, ee);
+  /* every lora_A / lora_B, per tensor against 1e-3 of the largest (as the U-net's golden) */
+  const ct_unet_adapter *ad = ct_unet_lora_adapters(l, &nad);
+  const float *g = ct_unet_lora_grads(l);
+  double gmax = 0, worst = 0;
+  for (size_t i = 0; i < ct_unet_lora_numel(l); i++) gmax = ct_test_max(gmax, fabs(g[i]));
+  CHECK(gmax > 0);
+  int missing = 0;
+  const char *wname = "";
+  for (size_t i = 0; i < nad; i++)
+    for (int b = 0; b < 2; b++) {
+      char name[200];
+      snprintf(name, sizeof name, "grad.unet.%s.lora_%c.weight", ad[i].lin.name, b ? 'B' : 'A');
+      size_t m = 0;
+      float *ref = ct_test_tensor(gd.g, name, &m);
+      const float *got = g + (b ? ad[i].b_off : ad[i].a_off);
+      const size_t want = (size_t)4 * (b ? ad[i].lin.out : ad[i].lin.in);
+      if (!ref || m != want) {
+        missing++;
+        free(ref);
+        continue;
+      }
+      double md = 0, mr = 0;
+      for (size_t k = 0; k < m; k++)
+        md = ct_test_max(md, fabs((double)got[k] - ref[k])), mr = ct_test_max(mr, fabs(ref[k]));
+      const double e = md / ct_test_max(mr, 1e-3 * gmax);
+      if (!isnan(worst) && !(e <= worst)) worst = e, wname = ad[i].lin.name;
+      free(ref);
+    }
+  CHECKF(missing == 0, "%d LoRA tensors have no golden gradient", missing);
+  CHECKF(worst < 4e-5, "LoRA gradients: worst %.3g relative (%s)", worst, wname);
+  fprintf(stderr,
+          "  LoRA vs diffusers + peft: output %.3g, d sample %.3g, d encoder %.3g, worst lora "
+          "gradient %.3g (%s)\n",
+          eo, es, ee, worst, wname);
+  free(out), free(ds), free(de), free(gs), free(ge);
+  ct_unet_free(u);
+  ct_unet_lora_free(l);
+  golden_close(&gd);
+}
+
+/* the tensor names of a safetensors file, sorted, joined by newlines */
+static char *names_of(const char *path) {
+  ct_st_file *f = NULL;
+  ct_err err = {0};
+  if (ct_st_open(path, &f, &err)) return NULL;
+  char *s = calloc(f->ntensors + 1, 200);
+  const char **v = calloc(f->ntensors + 1, sizeof *v);
+  for (size_t i = 0; s && v && i < f->ntensors; i++) v[i] = f->tensors[i].name;
+  for (size_t i = 0; s && v && i < f->ntensors; i++) /* insertion sort: small */
+    for (size_t j = i; j > 0 && strcmp(v[j - 1], v[j]) > 0; j--) {
+      const char *t = v[j];
+      v[j] = v[j - 1], v[j - 1] = t;
+    }
+  for (size_t i = 0; s && v && i < f->ntensors; i++) strcat(strcat(s, v[i]), "\n");
+  free(v);
+  ct_st_close(f);
+  return s;
+}
+
+/* a ctuner file has diffusers' names (the set save_lora_weights wrote) and
+ * metadata, and reloads to the same bits; a file of another rank is refused */
+CT_TEST(unet_lora, save_names) {
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL, *l2 = NULL;
+  REQUIRE_OK(setup(&u, &l, &err), err);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/unet_lora.safetensors", ct_test_tmpdir());
+  REQUIRE(ct_unet_lora_save(l, path, &err) == CT_OK);
+  char *want = names_of(data("lora/pytorch_lora_weights.safetensors")), *got = names_of(path);
+  REQUIRE(want && got);
+  CHECKF(!strcmp(want, got), "ctuner's names differ from save_lora_weights':\n%.300s", got);
+  ct_st_file *f = NULL;
+  REQUIRE(ct_st_open(path, &f, &err) == CT_OK);
+  const char *m = ct_st_meta(f, "lora_adapter_metadata");
+  CHECK(m && strstr(m, "\"unet.r\": 4") && strstr(m, "\"unet.lora_alpha\": 8"));
+  ct_st_close(f);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), TARGETS, 4, 8.0, &l2, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_load(l2, path, &err) == CT_OK);
+  CHECK(!memcmp(ct_unet_lora_params(l), ct_unet_lora_params(l2),
+                ct_unet_lora_numel(l) * sizeof(float)));
+  ct_unet_lora_free(l2);
+  /* another rank: refused by the metadata; other targets: names missing/unexpected */
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), TARGETS, 2, 8.0, &l2, &err) == CT_OK);
+  CHECK(ct_unet_lora_load(l2, path, &err) != CT_OK && strstr(err.msg, "rank 4"));
+  ct_unet_lora_free(l2);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), NULL, 4, 8.0, &l2, &err) == CT_OK);
+  CHECK(ct_unet_lora_load(l2, path, &err) != CT_OK && strstr(err.msg, "unexpected") &&
+        strstr(err.msg, "proj_in"));
+  ct_unet_lora_free(l2);
+  free(want), free(got);
+  ct_unet_lora_free(l);
+  ct_unet_free(u);
+}
+
+static void forward(int *ct_failed_, ct_unet *u, const golden *gd, float *out) {
+  ct_err err = {0};
+  CHECKF(ct_unet_forward(u, &gd->in, out, NULL, &err) == CT_OK, "%s", err.msg);
+}
+
+/* merged into the base, the adapter's output without it; unmerged, the base back */
+CT_TEST(unet_lora, merge) {
+  golden gd;
+  REQUIRE(golden_open(&gd));
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL;
+  REQUIRE_OK(setup(&u, &l, &err), err);
+  const size_t ns = gd.n[0], nw = ct_unet_numel(u);
+  float *a = malloc(ns * sizeof(float)), *b = malloc(ns * sizeof(float)),
+        *w0 = malloc(nw * sizeof(float));
+  memcpy(w0, ct_unet_params(u), nw * sizeof(float));
+  REQUIRE(ct_unet_set_lora(u, l, &err) == CT_OK);
+  forward(ct_failed_, u, &gd, a);
+  REQUIRE(ct_unet_set_lora(u, NULL, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_merge(u, l, 1, &err) == CT_OK);
+  forward(ct_failed_, u, &gd, b);
+  const double em = ct_test_rel_err(b, a, ns);
+  CHECKF(em < 1e-5, "merged: %.3g relative to the adapter's output", em);
+  REQUIRE(ct_unet_lora_merge(u, l, -1, &err) == CT_OK);
+  const double ew = ct_test_rel_err(ct_unet_params(u), w0, nw);
+  CHECKF(ew < 1e-6, "unmerged weights: %.3g relative to the base", ew);
+  free(a), free(b), free(w0);
+  ct_unet_lora_free(l);
+  ct_unet_free(u);
+  golden_close(&gd);
+}
+
+/* peft's init_lora_weights: B zero (the output is the base's), A
+ * kaiming-uniform (bound 1/sqrt(in)) or N(0, 1/r); others refused by name */
+CT_TEST(unet_lora, init) {
+  golden gd;
+  REQUIRE(golden_open(&gd));
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), NULL, 4, 4.0, &l, &err) == CT_OK);
+  CHECK(ct_unet_lora_init(l, "pissa", 1, &err) == CT_ERR_UNSUPPORTED && strstr(err.msg, "pissa"));
+  REQUIRE(ct_unet_lora_init(l, "default", 1, &err) == CT_OK);
+  size_t nad;
+  const ct_unet_adapter *ad = ct_unet_lora_adapters(l, &nad);
+  CHECK(nad == 96); /* 12 transformer blocks x 2 attentions x 4 projections (the golden file) */
+  const float *w = ct_unet_lora_params(l);
+  int ok = 1;
+  for (size_t i = 0; i < nad; i++) {
+    const float bound = 1.0f / sqrtf((float)ad[i].lin.in);
+    double amax = 0;
+    for (size_t k = 0; k < (size_t)4 * ad[i].lin.in; k++)
+      amax = fmax(amax, fabs(w[ad[i].a_off + k]));
+    for (size_t k = 0; k < (size_t)4 * ad[i].lin.out; k++) ok &= w[ad[i].b_off + k] == 0.0f;
+    ok &= amax <= bound && amax > 0.5 * bound;
+  }
+  CHECK(ok);
+  const size_t ns = gd.n[0];
+  float *a = malloc(ns * sizeof(float)), *b = malloc(ns * sizeof(float));
+  forward(ct_failed_, u, &gd, a);
+  REQUIRE(ct_unet_set_lora(u, l, &err) == CT_OK);
+  forward(ct_failed_, u, &gd, b);
+  CHECK(!memcmp(a, b, ns * sizeof(float)));
+  REQUIRE(ct_unet_lora_init(l, "gaussian", 1, &err) == CT_OK);
+  double s2 = 0;
+  size_t na = 0;
+  for (size_t i = 0; i < nad; i++)
+    for (size_t k = 0; k < (size_t)4 * ad[i].lin.in; k++, na++)
+      s2 += (double)w[ad[i].a_off + k] * w[ad[i].a_off + k];
+  const double sd = sqrt(s2 / (double)na);
+  CHECKF(fabs(sd - 0.25) < 0.03, "gaussian A: std %.3f, peft's 1/r = 0.25", sd);
+  free(a), free(b);
+  ct_unet_lora_free(l);
+  ct_unet_free(u);
+  golden_close(&gd);
+}
+
+CT_TEST(unet_lora, refusals) {
+  ct_err err = {0};
+  ct_unet_config c;
+  REQUIRE(ct_unet_config_load(data("config.json"), &c, &err) == CT_OK);
+  ct_unet_lora *l = NULL;
+  CHECK(ct_unet_lora_new(&c, NULL, 64, 8.0, &l, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "lora_rank 64") && !l);
+  CHECK(ct_unet_lora_new(&c, NULL, 4, 0.0, &l, &err) == CT_ERR_INVALID &&
+        strstr(err.msg, "lora_alpha"));
+  CHECK(ct_unet_lora_new(&c, "conv1", 4, 4.0, &l, &err) == CT_ERR_UNSUPPORTED &&
+        strstr(err.msg, "convolution"));
+  ct_unet_config other = c;
+  other.cross_attention_dim = 32;
+  ct_unet *u = NULL;
+  REQUIRE(ct_unet_new(&other, 1, &u, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_new(&c, NULL, 4, 4.0, &l, &err) == CT_OK);
+  CHECK(ct_unet_set_lora(u, l, &err) == CT_ERR_INVALID && strstr(err.msg, "another U-net"));
+  ct_unet_lora_free(l);
+  ct_unet_free(u);
+}
