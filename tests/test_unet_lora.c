@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ctuner/alloc.h"
+#include "ctuner/fs.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/unet.h"
 #include "harness.h"
@@ -293,4 +294,93 @@ CT_TEST(unet_lora, refusals) {
   CHECK(ct_unet_set_lora(u, l, &err) == CT_ERR_INVALID && strstr(err.msg, "another U-net"));
   ct_unet_lora_free(l);
   ct_unet_free(u);
+}
+
+/* the ct_model adapter: table in diffusers' names, init, save and load
+ * (whole and a range); a bad init type refused, the objects freed */
+CT_TEST(unet_lora, model_adapter) {
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL;
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), "to_q,pissa_not", 4, 4.0, &l, &err) == CT_ERR_NOT_FOUND);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), NULL, 4, 4.0, &l, &err) == CT_OK);
+  ct_model *m = NULL;
+  CHECK(ct_model_unet_lora(u, l, "pissa", 1, &m, &err) == CT_ERR_UNSUPPORTED && !m);
+  REQUIRE(ct_unet_from_pretrained(data(""), &u, &err) == CT_OK);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), NULL, 4, 4.0, &l, &err) == CT_OK);
+  REQUIRE(ct_model_unet_lora(u, l, "gaussian", 7, &m, &err) == CT_OK);
+  CHECK(m->ntab == 192 && ct_model_numel(m) == ct_unet_lora_numel(l));
+  const ct_model_param *p =
+      ct_model_find(m, "unet.mid_block.attentions.0.transformer_blocks.1.attn2.to_k.lora_A.weight");
+  CHECK(p && p->shape[0] == 4 && p->shape[1] == 16); /* cross_attention_dim 16 */
+  const size_t n = ct_model_numel(m);
+  float *w0 = malloc(n * sizeof(float)), *r = malloc(n * sizeof(float));
+  memcpy(w0, ct_model_params(m), n * sizeof(float));
+  m->ops->init_range(m, 7, 0, n, r); /* the same draws as the constructor's */
+  CHECK(!memcmp(r, w0, n * sizeof(float)));
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/unet_lora_ckpt", ct_test_tmpdir());
+  REQUIRE(ct_mkdir_p(dir, &err) == CT_OK);
+  REQUIRE(m->ops->save(m, dir, &err) == CT_OK);
+  memset(ct_model_params(m), 0, n * sizeof(float));
+  REQUIRE(m->ops->load(m, dir, 0, 0, NULL, &err) == CT_OK);
+  CHECK(!memcmp(ct_model_params(m), w0, n * sizeof(float)));
+  REQUIRE(m->ops->load(m, dir, 10, n - 3, r, &err) == CT_OK);
+  CHECK(!memcmp(r, w0 + 10, (n - 13) * sizeof(float)));
+  free(w0), free(r);
+  ct_model_free(m);
+}
+
+/* On the sealed test backend (memory the host cannot touch) the adapters'
+ * forward and backward give the CPU's bits; nothing is left allocated. */
+CT_TEST(unet_lora, sealed_backend) {
+  const ct_backend_ops *se = NULL;
+  ct_err err = {0};
+  REQUIRE(ct_backend_get("sealed", &se, &err) == CT_OK && !se->host_memory);
+  golden gd;
+  REQUIRE(golden_open(&gd));
+  const size_t ns = gd.n[0];
+  float *out[2], *gl[2];
+  size_t nl = 0;
+  ct_mem_stats d0, d1;
+  ct_mem_get_device_stats(&d0);
+  for (int k = 0; k < 2; k++) {
+    ct_unet *u = NULL;
+    ct_unet_lora *l = NULL;
+    REQUIRE_OK(setup(&u, &l, &err), err);
+    nl = ct_unet_lora_numel(l);
+    out[k] = malloc(ns * sizeof(float)), gl[k] = malloc(nl * sizeof(float));
+    ct_model *m = NULL;
+    REQUIRE(ct_model_unet_lora(u, l, NULL, 1, &m, &err) == CT_OK);
+    REQUIRE(ct_unet_lora_load(l, data("lora/pytorch_lora_weights.safetensors"), &err) == CT_OK);
+    const ct_backend_ops *be = k ? se : ct_backend_default();
+    REQUIRE(m->ops->set_backend(m, be, &err) == CT_OK);
+    ct_unet_inputs in = gd.in;
+    float *b[7];
+    for (int i = 0; i < 6; i++) {
+      b[i] = be->alloc(CT_MEM_BUFFERS, gd.n[i] * sizeof(float));
+      be->copy_in(b[i], gd.f[i], gd.n[i] * sizeof(float));
+    }
+    b[6] = be->alloc(CT_MEM_BUFFERS, ns * sizeof(float));
+    in.sample = b[0], in.timesteps = b[1], in.encoder_hidden_states = b[2];
+    in.text_embeds = b[3], in.time_ids = b[4];
+    ct_unet_tape *tp = NULL;
+    REQUIRE(ct_unet_forward(u, &in, b[6], &tp, &err) == CT_OK);
+    REQUIRE(ct_unet_backward(u, tp, b[5], NULL, NULL, &err) == CT_OK);
+    ct_unet_tape_free(tp);
+    be->copy_out(out[k], b[6], ns * sizeof(float));
+    be->copy_out(gl[k], ct_model_grads(m), nl * sizeof(float));
+    for (int i = 0; i < 7; i++) be->free(b[i]);
+    ct_model_free(m);
+  }
+  CHECK(!memcmp(out[0], out[1], ns * sizeof(float)));
+  CHECK(!memcmp(gl[0], gl[1], nl * sizeof(float)));
+  const double e = ct_test_rel_err(out[1], gd.f[6], ns);
+  CHECKF(e < 2e-5, "sealed output: %.3g relative to diffusers", e);
+  ct_mem_get_device_stats(&d1);
+  CHECKF(d1.total_current == d0.total_current, "sealed bytes left allocated: %zd",
+         (ssize_t)(d1.total_current - d0.total_current));
+  for (int k = 0; k < 2; k++) free(out[k]), free(gl[k]);
+  golden_close(&gd);
 }

@@ -211,6 +211,9 @@ ct_status ct_unet_lora_save(const ct_unet_lora *l, const char *path, ct_err *err
  * shaped tensors, or a rank/alpha in its metadata other than ours: one error.
  * (kohya's lora_unet_* names in SGM's block layout are not read yet.) */
 ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err);
+/* The same checks; floats [lo, hi) of the adapter buffer into out (host). */
+ct_status ct_unet_lora_load_range(const ct_unet_lora *l, const char *path, size_t lo, size_t hi,
+                                  float *out, ct_err *err);
 /* Attach l (the same config's; NULL: detach): the forward adds every
  * adapter, the backward accumulates its gradients into ct_unet_lora_grads.
  * l must be on the U-net's backend. */

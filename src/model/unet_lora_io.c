@@ -108,7 +108,8 @@ static int ours(const ct_unet_lora *l, const char *prefix, const char *tn) {
   return 0;
 }
 
-ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err) {
+ct_status ct_unet_lora_load_range(const ct_unet_lora *l, const char *path, size_t lo, size_t hi,
+                                  float *out, ct_err *err) {
   ct_st_file *f = NULL;
   ct_status st = ct_st_open(path, &f, err);
   if (st) return st;
@@ -128,17 +129,25 @@ ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err) {
     if (!ours(l, prefix, f->tensors[i].name)) ct_st_check_unexpected(chk, f->tensors[i].name, path);
   if (!st)
     st = ct_st_check_done(chk, err, "%s is not an adapter for this U-net and lora_target", path);
-  float *h = st ? NULL : malloc((l->numel ? l->numel : 1) * sizeof(float));
-  if (!st && !h) st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   for (size_t i = 0; !st && i < l->nad; i++)
     for (int b = 0; !st && b < 2; b++) {
       const ct_unet_adapter *a = &l->ad[i];
-      const size_t n = (size_t)l->rank * (b ? a->lin.out : a->lin.in);
+      const size_t off = b ? a->b_off : a->a_off,
+                   n = (size_t)l->rank * (b ? a->lin.out : a->lin.in);
+      const size_t x0 = off > lo ? off : lo, x1 = off + n < hi ? off + n : hi;
       tname(prefix, a, b, name, sizeof name);
-      st = ct_st_to_f32(ct_st_find(f, name), h + (b ? a->b_off : a->a_off), n, err);
+      if (x0 < x1)
+        st = ct_st_to_f32_range(ct_st_find(f, name), x0 - off, x1 - x0, out + (x0 - lo), err);
     }
+  ct_st_close(f);
+  return st;
+}
+
+ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err) {
+  float *h = malloc((l->numel ? l->numel : 1) * sizeof(float));
+  if (!h) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_status st = ct_unet_lora_load_range(l, path, 0, l->numel, h, err);
   if (!st) l->be->copy_in(l->w, h, l->numel * sizeof(float));
   free(h);
-  ct_st_close(f);
   return st;
 }
