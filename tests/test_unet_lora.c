@@ -4,7 +4,9 @@
  * StableDiffusionXLPipeline.save_lora_weights writes it, and the output and
  * gradients with it loaded in diffusers): the output, the inputs' and every
  * lora_A / lora_B gradient; the saved file's names are diffusers'; merge and
- * unmerge; initialisation; refusals; the sealed backend. */
+ * unmerge; initialisation; refusals; the sealed backend. `make interop`
+ * points CT_UNET_DATA at a fresh set and CT_UNET_LORA_SAVED at a directory
+ * where the saved adapter is kept for diffusers to load. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +172,13 @@ CT_TEST(unet_lora, save_names) {
   char path[4200];
   snprintf(path, sizeof path, "%s/unet_lora.safetensors", ct_test_tmpdir());
   REQUIRE(ct_unet_lora_save(l, path, &err) == CT_OK);
+  /* make interop loads this copy with diffusers' load_lora_weights */
+  const char *keep = getenv("CT_UNET_LORA_SAVED");
+  if (keep) {
+    char kp[4200];
+    snprintf(kp, sizeof kp, "%s/pytorch_lora_weights.safetensors", keep);
+    CHECK(ct_mkdir_p(keep, &err) == CT_OK && ct_unet_lora_save(l, kp, &err) == CT_OK);
+  }
   char *want = names_of(data("lora/pytorch_lora_weights.safetensors")), *got = names_of(path);
   REQUIRE(want && got);
   CHECKF(!strcmp(want, got), "ctuner's names differ from save_lora_weights':\n%.300s", got);
