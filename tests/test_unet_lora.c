@@ -295,6 +295,14 @@ CT_TEST(unet_lora, refusals) {
         strstr(err.msg, "lora_alpha"));
   CHECK(ct_unet_lora_new(&c, "conv1", 4, 4.0, &l, &err) == CT_ERR_UNSUPPORTED &&
         strstr(err.msg, "convolution"));
+  /* SDXL 1.0 base: 70 transformer blocks x 2 attentions x 4 projections */
+  ct_unet_config sdxl;
+  ct_unet_config_sdxl(&sdxl);
+  ct_unet_linear *lin = NULL;
+  size_t nlin = 0;
+  REQUIRE(ct_unet_lora_targets(&sdxl, NULL, &lin, &nlin, &err) == CT_OK);
+  CHECKF(nlin == 560, "%zu default targets on SDXL", nlin);
+  free(lin);
   ct_unet_config other = c;
   other.cross_attention_dim = 32;
   ct_unet *u = NULL;
