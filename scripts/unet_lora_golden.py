@@ -7,13 +7,14 @@ states and every lora_A / lora_B; and the adapter as
 StableDiffusionXLPipeline.save_lora_weights writes it.
 
 Writes OUT/pytorch_lora_weights.safetensors (save_lora_weights, with the
-LoraConfig as metadata) and OUT/golden.safetensors (in.* copied from
+LoraConfig as metadata), OUT/kohya.safetensors (the same adapter in
+sd-scripts' SDXL names: lora_unet_<SGM module>, lora_down/lora_up/alpha) and OUT/golden.safetensors (in.* copied from
 BASE/golden.safetensors, out.sample, grad.in.sample,
 grad.in.encoder_hidden_states, grad.unet.<module>.lora_A.weight / lora_B.weight).
 
 Usage: $(scripts/py_deps.sh diffusers) scripts/unet_lora_golden.py --base tests/data/unet --out tests/data/unet/lora
        ... --base tests/data/unet --check tests/data/unet/lora [--file F]
-   (--check: F, default the committed adapter, loads with load_lora_weights'
+   (--check: F, default the committed adapter and its kohya copy, loads with load_lora_weights'
    code path with no missing or unexpected keys and reproduces the goldens)
 """
 import argparse
@@ -31,6 +32,35 @@ RANK, ALPHA = 4, 8.0
 # layers outside attention, so both of ctuner's Linear paths are covered
 TARGETS = ["to_k", "to_q", "to_v", "to_out.0", "proj_in", "ff.net.2"]
 WEIGHTS = "pytorch_lora_weights.safetensors"
+KOHYA, KOHYA_ALPHA = "kohya.safetensors", 2.0
+
+
+def sgm(module, layers_per_block=2):
+    """diffusers' module name in SGM's layout (kohya's SDXL names)"""
+    per = layers_per_block + 1
+    m = re.match(r"(down|up)_blocks\.(\d+)\.attentions\.(\d+)\.(.*)", module)
+    if m:
+        i, j = int(m.group(2)), int(m.group(3))
+        n, what = (1 + i * per + j, "input") if m.group(1) == "down" else (i * per + j, "output")
+        return f"{what}_blocks.{n}.1.{m.group(4)}"
+    if module.startswith("mid_block.attentions.0."):
+        return "middle_block.1." + module[len("mid_block.attentions.0."):]
+    return module
+
+
+def kohya(sd):
+    """the adapter as sd-scripts writes SDXL LoRA: lora_unet_<SGM module, dots as _>,
+    lora_down = A, lora_up = B scaled so that up * alpha / r = B * lora_alpha / r"""
+    out = {}
+    for k, v in sd.items():
+        mod, which = re.match(r"unet\.(.*)\.lora_([AB])\.weight$", k).groups()
+        base = "lora_unet_" + sgm(mod).replace(".", "_")
+        if which == "A":
+            out[base + ".lora_down.weight"] = v.clone()
+            out[base + ".alpha"] = torch.tensor(KOHYA_ALPHA)
+        else:
+            out[base + ".lora_up.weight"] = v * (ALPHA / KOHYA_ALPHA)
+    return out
 
 
 def inputs(base):
@@ -58,7 +88,9 @@ def load_live(base, path):
     """the adapter file into the base U-net as load_lora_weights does; any
     missing or unexpected key is an error"""
     unet = UNet2DConditionModel.from_pretrained(base).float().eval()
-    sd, alphas, meta = StableDiffusionXLPipeline.lora_state_dict(path, return_lora_metadata=True)
+    # as load_lora_weights calls it: unet_config lets it map SGM's block names (kohya's)
+    sd, alphas, meta = StableDiffusionXLPipeline.lora_state_dict(path, unet_config=unet.config,
+                                                                 return_lora_metadata=True)
     msgs = []
 
     class H(logging.Handler):
@@ -82,11 +114,16 @@ def load_live(base, path):
 
 def check(a):
     want = load_file(os.path.join(a.check, "golden.safetensors"))
-    path = a.file or os.path.join(a.check, WEIGHTS)
+    for path in [a.file] if a.file else [os.path.join(a.check, WEIGHTS), os.path.join(a.check, KOHYA)]:
+        check_one(a, want, path)
+
+
+def check_one(a, want, path):
     got = run(load_live(a.base, path), {k: v for k, v in want.items() if k.startswith("in.")})
     worst = 0.0
     for k, v in want.items():
-        if k.startswith("in."):
+        # kohya's up is B scaled by lora_alpha / alpha: its gradient is another parametrisation's
+        if k.startswith("in.") or (k.startswith("grad.unet.") and path.endswith(KOHYA)):
             continue
         if k not in got:
             raise SystemExit(f"{path}: no {k} after loading")
@@ -124,9 +161,10 @@ def main():
     cfg = unet.peft_config["default"].to_dict()
     StableDiffusionXLPipeline.save_lora_weights(a.out, unet_lora_layers=get_peft_model_state_dict(unet),
                                                 weight_name=WEIGHTS, unet_lora_adapter_metadata=cfg)
+    save_file(kohya(load_file(os.path.join(a.out, WEIGHTS))), os.path.join(a.out, KOHYA))
     t = run(unet, inputs(a.base))
     save_file({k: v.contiguous().float() for k, v in t.items()}, os.path.join(a.out, "golden.safetensors"))
-    for f in ("golden.safetensors", WEIGHTS):
+    for f in ("golden.safetensors", WEIGHTS, KOHYA):
         os.chmod(os.path.join(a.out, f), 0o644)
     n = sum(p.numel() for n_, p in unet.named_parameters() if "lora_" in n_)
     print(f"wrote {a.out}: {n} LoRA parameters on {len(TARGETS)} targets")

@@ -401,3 +401,46 @@ CT_TEST(unet_lora, sealed_backend) {
   for (int k = 0; k < 2; k++) free(out[k]), free(gl[k]);
   golden_close(&gd);
 }
+
+/* kohya's SDXL file (sd-scripts: lora_unet_<SGM module>, lora_down / lora_up /
+ * alpha, the golden's alpha 2 against ours 8, which diffusers' loader reads
+ * as the same adapter): the same parameters; a text-encoder tensor refused */
+CT_TEST(unet_lora, kohya) {
+  ct_err err = {0};
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL, *k = NULL;
+  REQUIRE_OK(setup(&u, &l, &err), err);
+  REQUIRE(ct_unet_lora_new(ct_unet_cfg(u), TARGETS, 4, 8.0, &k, &err) == CT_OK);
+  REQUIRE_OK(ct_unet_lora_load(k, data("lora/kohya.safetensors"), &err) == CT_OK, err);
+  CHECK(!memcmp(ct_unet_lora_params(l), ct_unet_lora_params(k),
+                ct_unet_lora_numel(l) * sizeof(float)));
+  /* the same file with a text encoder's adapter tensor added */
+  ct_st_file *f = NULL;
+  REQUIRE(ct_st_open(data("lora/kohya.safetensors"), &f, &err) == CT_OK);
+  ct_st_writer *w = NULL;
+  REQUIRE(ct_st_writer_new(&w) == CT_OK);
+  float *bufs[512];
+  size_t nb = 0;
+  for (size_t i = 0; i < f->ntensors && nb < 511; i++) {
+    size_t n;
+    bufs[nb] = ct_test_tensor(f, f->tensors[i].name, &n);
+    REQUIRE(ct_st_writer_add_f32(w, f->tensors[i].name, f->tensors[i].ndim, f->tensors[i].shape,
+                                 bufs[nb], CT_DTYPE_F32, &err) == CT_OK);
+    nb++;
+  }
+  static const float one[4] = {1, 2, 3, 4};
+  const int64_t sh[2] = {1, 4};
+  REQUIRE(ct_st_writer_add_f32(w, "lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight",
+                               2, sh, one, CT_DTYPE_F32, &err) == CT_OK);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/kohya_te.safetensors", ct_test_tmpdir());
+  REQUIRE(ct_st_writer_write(w, path, &err) == CT_OK);
+  ct_st_writer_free(w);
+  for (size_t i = 0; i < nb; i++) free(bufs[i]);
+  ct_st_close(f);
+  CHECK(ct_unet_lora_load(k, path, &err) == CT_ERR_SHAPE && strstr(err.msg, "1 unexpected") &&
+        strstr(err.msg, "lora_te1_text_model") && strstr(err.msg, "U-net only"));
+  ct_unet_lora_free(k);
+  ct_unet_lora_free(l);
+  ct_unet_free(u);
+}

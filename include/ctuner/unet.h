@@ -206,10 +206,13 @@ ct_status ct_unet_lora_init(ct_unet_lora *l, const char *init_type, uint64_t see
  * writes it: unet.<module>.lora_A.weight / lora_B.weight (F32) and the
  * LoraConfig as "lora_adapter_metadata" (keys "unet."-prefixed). Atomic. */
 ct_status ct_unet_lora_save(const ct_unet_lora *l, const char *path, ct_err *err);
-/* A LoRA file into the adapters: diffusers' names (unet.<module>.lora_A.weight)
- * or peft's own state dict's (no "unet."). Missing, unexpected or wrongly
- * shaped tensors, or a rank/alpha in its metadata other than ours: one error.
- * (kohya's lora_unet_* names in SGM's block layout are not read yet.) */
+/* A LoRA file into the adapters: diffusers' names (unet.<module>.lora_A.weight),
+ * peft's own state dict's (no "unet."), or kohya's (sd-scripts:
+ * lora_unet_<module, dots as _>.lora_down.weight / lora_up.weight / .alpha,
+ * the module in SGM's block layout, input_blocks.N.1..., or diffusers'; its
+ * alpha / r folded into B). Missing, unexpected (a text encoder's lora_te*
+ * included) or wrongly shaped tensors, or a rank/alpha in its metadata other
+ * than ours: one error. */
 ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err);
 /* The same checks; floats [lo, hi) of the adapter buffer into out (host). */
 ct_status ct_unet_lora_load_range(const ct_unet_lora *l, const char *path, size_t lo, size_t hi,
