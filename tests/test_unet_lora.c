@@ -345,6 +345,17 @@ CT_TEST(unet_lora, model_adapter) {
   CHECK(!memcmp(ct_model_params(m), w0, n * sizeof(float)));
   REQUIRE(m->ops->load(m, dir, 10, n - 3, r, &err) == CT_OK);
   CHECK(!memcmp(r, w0 + 10, (n - 13) * sizeof(float)));
+  /* a host copy swapped in is what save writes; the forward refuses until swapped back */
+  for (size_t i = 0; i < n; i++) r[i] = 0.5f;
+  float *own = m->ops->swap_params(m, r);
+  REQUIRE(m->ops->save(m, dir, &err) == CT_OK);
+  golden gd;
+  REQUIRE(golden_open(&gd));
+  CHECK(ct_unet_forward(u, &gd.in, NULL, NULL, &err) == CT_ERR_INVALID);
+  golden_close(&gd);
+  CHECK(m->ops->swap_params(m, own) == r && ct_model_params(m) == own);
+  REQUIRE(m->ops->load(m, dir, 0, 0, NULL, &err) == CT_OK);
+  CHECK(ct_model_params(m)[0] == 0.5f && ct_model_params(m)[n - 1] == 0.5f);
   free(w0), free(r);
   ct_model_free(m);
 }

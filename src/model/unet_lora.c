@@ -161,15 +161,12 @@ float *ct_unet_lora_grads(ct_unet_lora *l) {
     l->be->zero(l->numel, l->g);
   return l->g;
 }
-float *ct_unet_lora_swap_params(ct_unet_lora *l, float *w) {
-  float *prev = l->w;
-  if (!l->swapped)
-    l->swapped = l->w, l->w = w;
-  else if (w == l->swapped)
-    l->w = w, l->swapped = NULL;
-  else
-    l->w = w;
-  return prev;
+float *ct_unet_lora_swap_params(ct_unet_lora *l, float *w) { /* as ct_unet_swap_params */
+  float *old = l->w;
+  if (!l->swapped) l->swapped = old;
+  l->w = w;
+  if (w == l->swapped) l->swapped = NULL; /* swapped back */
+  return old;
 }
 
 ct_status ct_unet_lora_set_backend(ct_unet_lora *l, const ct_backend_ops *be, ct_err *err) {
