@@ -49,7 +49,8 @@ help:
 	@echo "                adapter files read back (load_lora_adapter, create_lycoris_from_weights); kohya,"
 	@echo "                ComfyUI, BFL-named and LyCORIS-on-BFL files vs diffusers' converter (lora_files_golden.py)"
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
-	@echo "                SDXL's U-net vs diffusers' UNet2DConditionModel: goldens and a fresh set (unet_golden.py)"
+	@echo "                SDXL's U-net vs diffusers' UNet2DConditionModel: goldens and a fresh set (unet_golden.py);"
+	@echo "                its LoRA vs peft, ctuner's file through load_lora_weights (unet_lora_golden.py)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
 	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
@@ -208,7 +209,13 @@ interop: build
 	  $$py scripts/unet_golden.py --check tests/data/unet/sd && \
 	  rm -rf $(BUILD)/unet-interop && $$py scripts/unet_golden.py --seed 1 --out $(BUILD)/unet-interop && \
 	  $$py scripts/unet_golden.py --seed 1 --variant sd --out $(BUILD)/unet-interop/sd && \
-	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop $(BUILD)/ct_tests unet
+	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop $(BUILD)/ct_tests unet && \
+	  $$py scripts/unet_lora_golden.py --base tests/data/unet --check tests/data/unet/lora && \
+	  $$py scripts/unet_lora_golden.py --seed 1 --base $(BUILD)/unet-interop --out $(BUILD)/unet-interop/lora && \
+	  CT_UNET_DATA=$(abspath $(BUILD))/unet-interop CT_UNET_LORA_SAVED=$(abspath $(BUILD))/unet-interop/lora-saved \
+	    $(BUILD)/ct_tests unet_lora && \
+	  $$py scripts/unet_lora_golden.py --base $(BUILD)/unet-interop --check $(BUILD)/unet-interop/lora \
+	    --file $(BUILD)/unet-interop/lora-saved/pytorch_lora_weights.safetensors
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_golden.py --check tests/data/flux && \
 	  rm -rf $(BUILD)/flux-interop && mkdir -p $(BUILD)/flux-interop && \
 	  $$py scripts/flux_golden.py --seed 1 --out $(BUILD)/flux-interop/gold && \

@@ -167,6 +167,67 @@ typedef struct ct_unet_linear {
 ct_status ct_unet_lora_targets(const ct_unet_config *c, const char *targets, ct_unet_linear **out,
                                size_t *n, ct_err *err);
 
+/* ---- LoRA adapters (unet_lora.c, unet_lora_io.c; docs/lora.md, "SDXL") ----
+ * peft's LoRA on the targeted Linear layers: y = W x + b + (alpha / r) B (A x),
+ * A [r, in], B [out, r]. All adapters live in one flat buffer (A then B per
+ * adapter, in parameter order) on the U-net's backend, with a gradient
+ * buffer of the same layout. No dropout (lora_dropout > 0 is refused). */
+typedef struct ct_unet_lora ct_unet_lora;
+typedef struct ct_unet_adapter {
+  ct_unet_linear lin;  /* the adapted module (name, in, out, base offsets) */
+  size_t a_off, b_off; /* floats within the adapter buffer */
+} ct_unet_adapter;
+/* Adapters of rank on every Linear targets names (ct_unet_lora_targets),
+ * parameters zero (ct_unet_lora_init or ct_unet_lora_load fill them), on
+ * the default backend. Refused by name: a rank above a module's smaller
+ * side, alpha <= 0. */
+ct_status ct_unet_lora_new(const ct_unet_config *c, const char *targets, int rank, double alpha,
+                           ct_unet_lora **out, ct_err *err);
+void ct_unet_lora_free(ct_unet_lora *l);
+const ct_unet_adapter *ct_unet_lora_adapters(const ct_unet_lora *l, size_t *n);
+int ct_unet_lora_rank(const ct_unet_lora *l);
+double ct_unet_lora_alpha(const ct_unet_lora *l);
+size_t ct_unet_lora_numel(const ct_unet_lora *l);
+float *ct_unet_lora_params(ct_unet_lora *l);
+/* zeroed on first use; the U-net's backward ACCUMULATES into it (NULL: out of memory) */
+float *ct_unet_lora_grads(ct_unet_lora *l);
+/* Moves parameters and gradients to be (NULL: the default backend). */
+ct_status ct_unet_lora_set_backend(ct_unet_lora *l, const ct_backend_ops *be, ct_err *err);
+/* w (host) in place of the parameter pointer, the previous one returned (ct_unet_swap_params). */
+float *ct_unet_lora_swap_params(ct_unet_lora *l, float *w);
+/* peft's init_lora_weights into floats [lo, hi) of out (host): "default"
+ * (True: A kaiming-uniform, bound 1/sqrt(in); B zero) or "gaussian" (A ~
+ * N(0, 1/r); B zero), as ct_lora_init_range for FLUX.1; others refused. */
+ct_status ct_unet_lora_init_range(const ct_unet_lora *l, const char *init_type, uint64_t seed,
+                                  size_t lo, size_t hi, float *out, ct_err *err);
+/* The same into the adapters' own buffer. */
+ct_status ct_unet_lora_init(ct_unet_lora *l, const char *init_type, uint64_t seed, ct_err *err);
+/* pytorch_lora_weights.safetensors as StableDiffusionXLPipeline.save_lora_weights
+ * writes it: unet.<module>.lora_A.weight / lora_B.weight (F32) and the
+ * LoraConfig as "lora_adapter_metadata" (keys "unet."-prefixed). Atomic. */
+ct_status ct_unet_lora_save(const ct_unet_lora *l, const char *path, ct_err *err);
+/* A LoRA file into the adapters: diffusers' names (unet.<module>.lora_A.weight),
+ * peft's own state dict's (no "unet."), or kohya's (sd-scripts:
+ * lora_unet_<module, dots as _>.lora_down.weight / lora_up.weight / .alpha,
+ * the module in SGM's block layout, input_blocks.N.1..., or diffusers'; its
+ * alpha / r folded into B). Missing, unexpected (a text encoder's lora_te*
+ * included) or wrongly shaped tensors, or a rank/alpha in its metadata other
+ * than ours: one error. */
+ct_status ct_unet_lora_load(ct_unet_lora *l, const char *path, ct_err *err);
+/* The same checks; floats [lo, hi) of the adapter buffer into out (host). */
+ct_status ct_unet_lora_load_range(const ct_unet_lora *l, const char *path, size_t lo, size_t hi,
+                                  float *out, ct_err *err);
+/* Attach l (the same config's; NULL: detach): the forward adds every
+ * adapter, the backward accumulates its gradients into ct_unet_lora_grads.
+ * l must be on the U-net's backend. */
+ct_status ct_unet_set_lora(ct_unet *u, ct_unet_lora *l, ct_err *err);
+/* frozen 1: the backward computes no base-weight gradient (no gradient
+ * buffer is needed); the adapters' and the inputs' still flow. */
+void ct_unet_set_frozen(ct_unet *u, int frozen);
+/* Merges (sign 1) or unmerges (-1) the adapters into the base weights:
+ * W += sign (alpha / r) B A, as peft's merge_adapter / unmerge_adapter. */
+ct_status ct_unet_lora_merge(ct_unet *u, const ct_unet_lora *l, int sign, ct_err *err);
+
 /* The ops the U-net calls (ct_backend_lacks' list). */
 #define CT_UNET_OPS                                                                              \
   "conv2d_col_floats conv2d_fwd conv2d_bwd groupnorm_fwd groupnorm_bwd silu_fwd silu_bwd "       \

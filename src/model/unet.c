@@ -141,7 +141,7 @@ static int up(ct_unet *u, ct_unet_tape *tp, int h, int semb, int enc, const int 
 static ct_status check_inputs(const ct_unet *u, const ct_unet_inputs *in, ct_err *err) {
   const ct_unet_config *c = &u->cfg;
   const int f = 1 << (c->nblocks - 1);
-  if (u->swapped)
+  if (u->swapped || (u->lora && u->lora->swapped))
     return ct_errf(err, CT_ERR_INVALID,
                    "U-net: the parameters are swapped for a host copy (swap them back first)");
   const char *lacks = ct_backend_lacks(u->be, CT_UNET_OPS);

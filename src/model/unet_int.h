@@ -64,7 +64,32 @@ struct ct_unet {
   unorm norm_out;
   float *col; /* im2col scratch of the convolutions */
   size_t col_n;
+  ct_unet_lora *lora; /* attached adapters (ct_unet_set_lora) or NULL */
+  int frozen;         /* ct_unet_set_frozen: no base-weight gradients */
 };
+
+/* ---- LoRA (unet_lora.c) ---- */
+struct ct_unet_lora {
+  ct_unet_config cfg;
+  ct_unet_adapter *ad;
+  size_t nad, numel;
+  int rank;
+  double alpha;
+  float scale; /* alpha / rank */
+  const ct_backend_ops *be;
+  float *w, *g;
+  float *swapped; /* the backend's buffer while w is a host copy */
+  float *scratch; /* u = A x and its gradient (2 N r) */
+  size_t scratch_n;
+};
+/* the adapter on the Linear whose weight is at offset w_off, or -1 */
+int ul_find(const ct_unet_lora *l, size_t w_off);
+/* y[N, out] (row stride ldy) += scale B (A x); 0 when out of memory */
+int ul_fwd(ct_unet_lora *l, const ct_backend_ops *be, int ad, int N, const float *x, float *y,
+           int ldy);
+/* dA, dB accumulate; dx[N, in] += scale (dy B) A (dx NULL: skipped); 0 when out of memory */
+int ul_bwd(ct_unet_lora *l, const ct_backend_ops *be, int ad, int N, const float *x,
+           const float *dy, float *dx);
 
 /* unet_params.c: the table of cfg (no allocation of the values) */
 ct_status ct_unet_build(ct_unet *u, ct_err *err);

@@ -57,6 +57,7 @@ struct ct_unet_tape {
   size_t tmp_n, ones_n;
   int input, enc, final;
   int keep; /* 1: recording for a backward */
+  int oom;  /* a LoRA backward ran out of scratch memory */
 };
 
 static float *buf(const ct_unet_tape *tp, size_t n) {
@@ -90,6 +91,24 @@ void ut_drop(ct_unet_tape *tp, int i) {
 
 #define NOMEM(err) \
   ct_errf((err), CT_ERR_NOMEM, "out of memory for the U-net's recorded activations")
+
+/* the attached LoRA adapter of Linear l (unet_lora.c), or -1 */
+static int lora_of(const ct_unet_tape *tp, const ulin *l) {
+  return tp->u->lora ? ul_find(tp->u->lora, l->w) : -1;
+}
+/* y += the adapter's scale B A x; 0 (err set) when out of memory */
+static int lora_fwd(ct_unet_tape *tp, const ulin *l, int N, const float *x, float *y, int ldy,
+                    ct_err *err) {
+  const int k = lora_of(tp, l);
+  if (k < 0 || ul_fwd(tp->u->lora, tp->be, k, N, x, y, ldy)) return 1;
+  NOMEM(err);
+  return 0;
+}
+static void lora_bwd(ct_unet_tape *tp, const ulin *l, int N, const float *x, const float *dy,
+                     float *dx) {
+  const int k = lora_of(tp, l);
+  if (k >= 0 && !ul_bwd(tp->u->lora, tp->be, k, N, x, dy, dx)) tp->oom = 1;
+}
 
 static int tensor(ct_unet_tape *tp, int B, int C, int H, int W, ct_err *err) {
   if (tp->nt == tp->capt) {
@@ -220,7 +239,7 @@ int ut_lin(ct_unet_tape *tp, const ulin *l, int in, ct_err *err) {
   const float *w = tp->u->w;
   tp->be->linear_fwd(N, l->in, l->out, x.x, l->in, w + l->w, l->b == UNET_NO_BIAS ? NULL : w + l->b,
                      tp->t[out].x, l->out);
-  return out;
+  return lora_fwd(tp, l, N, x.x, tp->t[out].x, l->out, err) ? out : -1;
 }
 
 int ut_silu(ct_unet_tape *tp, int in, ct_err *err) {
@@ -329,10 +348,13 @@ int ut_attn(ct_unet_tape *tp, const uattn *a, int heads, int xq, int xkv, int se
   }
   const float *w = tp->u->w;
   be->linear_fwd(B * Lq, a->q.in, C, x.x, a->q.in, w + a->q.w, NULL, t, C);
+  if (!lora_fwd(tp, &a->q, B * Lq, x.x, t, C, err)) return be->free(t), -1;
   split_heads(be, B, Lq, heads, hd, t, o->q);
   be->linear_fwd(B * Lk, a->k.in, C, e.x, a->k.in, w + a->k.w, NULL, t, C);
+  if (!lora_fwd(tp, &a->k, B * Lk, e.x, t, C, err)) return be->free(t), -1;
   split_heads(be, B, Lk, heads, hd, t, o->k);
   be->linear_fwd(B * Lk, a->v.in, C, e.x, a->v.in, w + a->v.w, NULL, t, C);
+  if (!lora_fwd(tp, &a->v, B * Lk, e.x, t, C, err)) return be->free(t), -1;
   split_heads(be, B, Lk, heads, hd, t, o->v);
   be->free(t);
   const float scale = 1.0f / sqrtf((float)hd);
@@ -341,6 +363,7 @@ int ut_attn(ct_unet_tape *tp, const uattn *a, int heads, int xq, int xkv, int se
   else
     be->attention_cross_fwd(B, heads, Lq, Lk, hd, scale, o->q, o->k, o->v, o->o, o->lse);
   be->linear_fwd(B * Lq, C, C, o->o, C, w + a->o.w, w + a->o.b, tp->t[out].x, C);
+  if (!lora_fwd(tp, &a->o, B * Lq, o->o, tp->t[out].x, C, err)) return -1;
   done(tp, o);
   return out;
 }
@@ -395,6 +418,9 @@ void ct_unet_tape_free(ct_unet_tape *tp) {
 
 /* ---------------------------------------------------------- the backward */
 
+/* a parameter's gradient, or NULL when the base is frozen */
+#define GW(off) (gw ? gw + (off) : NULL)
+
 static void bwd_attn(ct_unet_tape *tp, const op *o, float *gw, float *dq, float *dk, float *dv) {
   const ct_backend_ops *be = tp->be;
   const float *w = tp->u->w;
@@ -402,8 +428,8 @@ static void bwd_attn(ct_unet_tape *tp, const op *o, float *gw, float *dq, float 
   const uattn *a = o->a;
   const int B = x->B, Lq = x->H, Lk = e->H, C = a->q.out, H = o->heads, hd = C / H;
   float *dO = tp->tmp, *t = tp->tmp2;
-  be->linear_bwd(B * Lq, C, C, o->o, C, w + a->o.w, out->g, C, dO, C, 0.0f, gw + a->o.w,
-                 gw + a->o.b);
+  be->linear_bwd(B * Lq, C, C, o->o, C, w + a->o.w, out->g, C, dO, C, 0.0f, GW(a->o.w), GW(a->o.b));
+  lora_bwd(tp, &a->o, B * Lq, o->o, out->g, dO);
   const float scale = 1.0f / sqrtf((float)hd);
   if (o->self)
     be->attention_bwd(B, H, Lq, hd, scale, 0, o->q, o->k, o->v, o->o, o->lse, dO, dq, dk, dv);
@@ -412,13 +438,16 @@ static void bwd_attn(ct_unet_tape *tp, const op *o, float *gw, float *dq, float 
                             dv);
   merge_heads(be, B, Lq, H, hd, dq, t);
   be->linear_bwd(B * Lq, a->q.in, C, x->x, a->q.in, w + a->q.w, t, C, x->g, a->q.in, 1.0f,
-                 gw + a->q.w, NULL);
+                 GW(a->q.w), NULL);
+  lora_bwd(tp, &a->q, B * Lq, x->x, t, x->g);
   merge_heads(be, B, Lk, H, hd, dk, t);
   be->linear_bwd(B * Lk, a->k.in, C, e->x, a->k.in, w + a->k.w, t, C, e->g, a->k.in, 1.0f,
-                 gw + a->k.w, NULL);
+                 GW(a->k.w), NULL);
+  lora_bwd(tp, &a->k, B * Lk, e->x, t, e->g);
   merge_heads(be, B, Lk, H, hd, dv, t);
   be->linear_bwd(B * Lk, a->v.in, C, e->x, a->v.in, w + a->v.w, t, C, e->g, a->v.in, 1.0f,
-                 gw + a->v.w, NULL);
+                 GW(a->v.w), NULL);
+  lora_bwd(tp, &a->v, B * Lk, e->x, t, e->g);
 }
 
 /* GEGLU's input has one consumer (ff.net.0.proj's output feeds only it), so
@@ -454,8 +483,7 @@ static void bwd_op(ct_unet_tape *tp, const op *o, float *gw, float *dq, float *d
   switch (o->kind) {
     case OP_CONV: {
       ct_conv2d_shape s = conv_shape(o->c, in, o->stride);
-      be->conv2d_bwd(&s, in->x, w + o->c->w, out->g, tp->tmp, gw + o->c->w, gw + o->c->b,
-                     tp->u->col);
+      be->conv2d_bwd(&s, in->x, w + o->c->w, out->g, tp->tmp, GW(o->c->w), GW(o->c->b), tp->u->col);
       be->add_inplace(nin, in->g, tp->tmp);
       break;
     }
@@ -466,18 +494,19 @@ static void bwd_op(ct_unet_tape *tp, const op *o, float *gw, float *dq, float *d
         dy = tp->tmp2;
       }
       be->groupnorm_bwd(in->B, in->C, HW, o->G, in->x, w + o->n->g, o->mean, o->rstd, dy, tp->tmp,
-                        gw + o->n->g, gw + o->n->b);
+                        GW(o->n->g), GW(o->n->b));
       be->add_inplace(nin, in->g, tp->tmp);
       break;
     }
     case OP_LN:
       be->ln_mod_bwd(1, in->B * in->H, in->C, o->xhat, o->rstd, o->scale, 0, out->g, in->C, in->g,
-                     in->C, gw + o->n->b, gw + o->n->g);
+                     in->C, GW(o->n->b), GW(o->n->g));
       break;
     case OP_LIN:
       be->linear_bwd(in->B * in->H, o->l->in, o->l->out, in->x, o->l->in, w + o->l->w, out->g,
-                     o->l->out, in->g, o->l->in, 1.0f, gw + o->l->w,
-                     o->l->b == UNET_NO_BIAS ? NULL : gw + o->l->b);
+                     o->l->out, in->g, o->l->in, 1.0f, GW(o->l->w),
+                     o->l->b == UNET_NO_BIAS ? NULL : GW(o->l->b));
+      lora_bwd(tp, o->l, in->B * in->H, in->x, out->g, in->g);
       break;
     case OP_SILU:
       be->silu_bwd(1, (int)nin, in->x, 0, out->g, 0, tp->tmp, 0);
@@ -539,8 +568,9 @@ static void release(ct_unet_tape *tp, op *o) {
  * tape's activations are gone afterwards: one backward per tape. */
 ct_status ut_backward(ct_unet_tape *tp, int out, const float *dout, ct_err *err) {
   const ct_backend_ops *be = tp->be;
-  float *gw = ct_unet_grads(tp->u);
-  if (!gw) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the U-net's gradients");
+  float *gw = tp->u->frozen ? NULL : ct_unet_grads(tp->u);
+  if (!gw && !tp->u->frozen)
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the U-net's gradients");
   if (tp->tmp) return ct_errf(err, CT_ERR_INVALID, "ct_unet_backward: this tape was used already");
   size_t hn = 1; /* the largest attention heads buffer */
   for (int i = 0; i < tp->nops; i++)
@@ -566,5 +596,6 @@ ct_status ut_backward(ct_unet_tape *tp, int out, const float *dout, ct_err *err)
     release(tp, o);
   }
   be->free(dq), be->free(dk), be->free(dv);
+  if (!st && tp->oom) st = ct_errf(err, CT_ERR_NOMEM, "out of memory for the LoRA backward");
   return st;
 }

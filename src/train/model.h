@@ -143,5 +143,12 @@ ct_status ct_model_vae_save_dir(const struct ct_vae *v, const char *dir, ct_err 
 ct_status ct_model_unet(struct ct_unet *u, ct_model **out, ct_err *err);
 /* The U-net in diffusers' layout into dir (config.json and the weights). */
 ct_status ct_model_unet_save_dir(const struct ct_unet *u, const char *dir, ct_err *err);
+struct ct_unet_lora;
+/* LoRA adapters l on the frozen U-net u (both owned from here, also on
+ * failure; l made for u's config, on u's backend), initialised as
+ * init_type says (peft's "default" or "gaussian"; NULL: default) from seed.
+ * Its file: pytorch_lora_weights.safetensors, diffusers' names. */
+ct_status ct_model_unet_lora(struct ct_unet *u, struct ct_unet_lora *l, const char *init_type,
+                             uint64_t seed, ct_model **out, ct_err *err);
 
 #endif
