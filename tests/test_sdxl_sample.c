@@ -14,6 +14,7 @@
 #include "ctuner/image.h"
 #include "ctuner/json.h"
 #include "ctuner/safetensors.h"
+#include "ctuner/unet.h"
 #include "harness.h"
 
 #define pdata(rel) ct_test_data_in("CT_SDXL_PIPE_DATA", "sdxl_pipe", rel)
@@ -120,4 +121,30 @@ CT_TEST(sdxl_sample, refuses) {
   CHECK(ct_sdxl_sampler_run(s, &r, x, NULL, &e) == CT_ERR_RANGE &&
         strstr(e.msg, "guidance_rescale"));
   ct_sdxl_sampler_free(s);
+}
+
+/* A training run's U-net (borrowed, as validation samples with it): the same
+ * images as the pipeline's own unet/, and the U-net outlives the sampler. */
+CT_TEST(sdxl_sample, borrowed_unet) {
+  ct_st_file *g = NULL;
+  ct_err e = {0};
+  if (ct_st_open(pdata("sample_golden.safetensors"), &g, &e))
+    CT_SKIP("no tests/data/sdxl_pipe/sample_golden.safetensors");
+  ct_unet *u = NULL;
+  CHECKF(!ct_unet_from_pretrained(pdata("unet"), &u, &e), "%s", e.msg);
+  REQUIRE(u);
+  ct_sdxl_sampler *s = NULL;
+  CHECKF(!ct_sdxl_sampler_open_unet(pdata(""), u, &s, &e), "%s", e.msg);
+  REQUIRE(s);
+  const char *js = ct_st_meta(g, "cases");
+  ct_json *cases = NULL;
+  REQUIRE(js && !ct_json_parse(js, strlen(js), &cases, &e) && cases->n >= 2);
+  const int W = atoi(ct_st_meta(g, "width")), H = atoi(ct_st_meta(g, "height"));
+  const int steps = atoi(ct_st_meta(g, "steps"));
+  check_case(ct_failed_, s, g, &cases->items[1], 1, W, H, steps);
+  ct_sdxl_sampler_free(s);
+  CHECK(ct_unet_cfg(u)->in_channels == 4); /* still ours */
+  ct_unet_free(u);
+  ct_json_free(cases);
+  ct_st_close(g);
 }

@@ -244,11 +244,21 @@ void ct_rescale_noise_cfg(float *cfg, const float *text, size_t n, double guidan
 ct_status ct_sdxl_unet_denoiser(const char *dir, ct_denoise_fn *fn, void **user,
                                 void (**close)(void *user), ct_err *err);
 
+/* The same over a U-net already in memory (a training run's, for its
+ * validation images): borrowed, never freed by close. */
+struct ct_unet;
+ct_status ct_sdxl_unet_as_denoiser(struct ct_unet *u, ct_denoise_fn *fn, void **user,
+                                   void (**close)(void *user), ct_err *err);
+
 /* StableDiffusionXLPipeline over a pipeline directory: its text encoders,
  * U-net (unet_dir, or NULL: root/unet) and VAE. */
 typedef struct ct_sdxl_sampler ct_sdxl_sampler;
 ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_sampler **out,
                                ct_err *err);
+/* The same with unet (borrowed: a training run's, for its validation
+ * images, the parameters as they are at each call) in place of root/unet. */
+ct_status ct_sdxl_sampler_open_unet(const char *root, struct ct_unet *unet, ct_sdxl_sampler **out,
+                                    ct_err *err);
 void ct_sdxl_sampler_free(ct_sdxl_sampler *s);
 /* The pipeline's scheduler_config.json. */
 const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s);

@@ -29,6 +29,7 @@
 
 typedef struct unet_den {
   ct_unet *u;
+  int owned; /* 0: borrowed (a training run's U-net), not freed on close */
 } unet_den;
 
 /* The inputs in the U-net backend's memory: the host buffers themselves, or
@@ -86,7 +87,7 @@ static ct_status unet_denoise(void *user, const float *x, int B, int C, int H, i
 static void unet_close(void *user) {
   unet_den *d = user;
   if (!d) return;
-  ct_unet_free(d->u);
+  if (d->owned) ct_unet_free(d->u);
   free(d);
 }
 
@@ -100,6 +101,17 @@ ct_status ct_sdxl_unet_denoiser(const char *dir, ct_denoise_fn *fn, void **user,
     free(d);
     return st;
   }
+  d->owned = 1;
+  *fn = unet_denoise, *user = d, *close = unet_close;
+  return CT_OK;
+}
+
+ct_status ct_sdxl_unet_as_denoiser(struct ct_unet *u, ct_denoise_fn *fn, void **user,
+                                   void (**close)(void *user), ct_err *err) {
+  *user = NULL;
+  unet_den *d = calloc(1, sizeof *d);
+  if (!d) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  d->u = u;
   *fn = unet_denoise, *user = d, *close = unet_close;
   return CT_OK;
 }
@@ -124,13 +136,15 @@ void ct_sdxl_sampler_free(ct_sdxl_sampler *s) {
   free(s);
 }
 
-ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_sampler **out,
-                               ct_err *err) {
+/* The pipeline, and its U-net: unet (borrowed) or opened from unet_dir. */
+static ct_status sampler_open(const char *root, const char *unet_dir, ct_unet *unet,
+                              ct_sdxl_sampler **out, ct_err *err) {
   *out = NULL;
   ct_sdxl_sampler *s = calloc(1, sizeof *s);
   if (!s) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
   ct_status st = ct_sdxl_pipe_open(root, &s->p, err);
-  if (!st)
+  if (!st && unet) st = ct_sdxl_unet_as_denoiser(unet, &s->fn, &s->user, &s->close, err);
+  if (!st && !unet)
     st = ct_sdxl_unet_denoiser(unet_dir ? unet_dir : s->p.unet_dir, &s->fn, &s->user, &s->close,
                                err);
   if (!st) {
@@ -154,6 +168,16 @@ ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_s
   }
   *out = s;
   return CT_OK;
+}
+
+ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_sampler **out,
+                               ct_err *err) {
+  return sampler_open(root, unet_dir, NULL, out, err);
+}
+
+ct_status ct_sdxl_sampler_open_unet(const char *root, struct ct_unet *unet, ct_sdxl_sampler **out,
+                                    ct_err *err) {
+  return sampler_open(root, NULL, unet, out, err);
 }
 
 const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s) {
