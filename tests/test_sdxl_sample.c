@@ -54,7 +54,7 @@ static void check_case(int *ct_failed_, ct_sdxl_sampler *s, const ct_st_file *g,
   snprintf(name, sizeof name, "case%d.image", k);
   float *img = gt(g, name, &ni);
   int mult, f, C;
-  ct_sdxl_sampler_geometry(s, &mult, &f, &C);
+  ct_sdxl_sampler_geometry(s, &mult, &f, &C, NULL);
   REQUIRE(x && lout && img && nl == (size_t)C * (H / f) * (W / f) && ni == (size_t)W * H * 3);
   ct_ddpm_config sc = *ct_sdxl_sampler_sched(s);
   const char *sched = jstr(c, "scheduler");
@@ -108,9 +108,9 @@ CT_TEST(sdxl_sample, refuses) {
   ct_sdxl_sampler *s = NULL;
   ct_err e = {0};
   if (ct_sdxl_sampler_open(pdata(""), NULL, &s, &e)) CT_SKIP("no tests/data/sdxl_pipe: %s", e.msg);
-  int mult, f, C;
-  ct_sdxl_sampler_geometry(s, &mult, &f, &C);
-  CHECK(mult == 4 && f == 2 && C == 4);
+  int mult, f, C, px;
+  ct_sdxl_sampler_geometry(s, &mult, &f, &C, &px);
+  CHECK(mult == 4 && f == 2 && C == 4 && px == 32); /* sample_size 16 x 2 */
   float x[4 * 16 * 16] = {0};
   ct_sdxl_run r = {.prompt = "a", .width = 30, .height = 32, .opts = {2, 5.0, 0.0}};
   CHECK(ct_sdxl_sampler_run(s, &r, x, NULL, &e) == CT_ERR_INVALID &&

@@ -263,8 +263,11 @@ void ct_sdxl_sampler_free(ct_sdxl_sampler *s);
 /* The pipeline's scheduler_config.json. */
 const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s);
 /* Image sides must be multiples of *multiple (VAE factor x 2^(levels - 1));
- * latents are (*C, height / *vae_factor, width / *vae_factor). */
-void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C);
+ * latents are (*C, height / *vae_factor, width / *vae_factor); *default_px:
+ * the pipeline's default side (unet sample_size x VAE factor: 1024 for SDXL
+ * 1.0). Any pointer may be NULL. */
+void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C,
+                              int *default_px);
 /* Image index's initial latents (lat values): N(0, 1) from Philox (seed,
  * the sampling stream), as ctuner's other samplers draw them. */
 void ct_sdxl_sampler_noise(uint64_t seed, uint64_t index, size_t lat, float *x);

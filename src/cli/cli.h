@@ -115,7 +115,7 @@ typedef struct ct_sdxl_sample_args {
   double guidance;       /* < 0: 5 */
   double guidance_rescale;
   long seed;              /* < 0: 0 */
-  int width, height, per; /* <= 0: 128 x the VAE factor */
+  int width, height, per; /* <= 0: the pipeline's (unet sample_size x the VAE factor) */
   const char *out, *out_dir;
 } ct_sdxl_sample_args;
 int ct_cmd_sample_sdxl(const ct_sdxl_sample_args *a, const char *const *prompts, int n);

@@ -58,11 +58,11 @@ static int settings(const ct_sdxl_sample_args *a, ct_sdxl_sampler *s, ct_ddpm_co
     fprintf(stderr, "ctuner sample: --scheduler: %s\n", err.msg);
     return 2;
   }
-  int mult, f, C;
-  ct_sdxl_sampler_geometry(s, &mult, &f, &C);
+  int px;
+  ct_sdxl_sampler_geometry(s, NULL, NULL, NULL, &px);
   /* the pipeline's default: unet sample_size x the VAE factor; 1024 for SDXL 1.0 */
-  r->width = a->width > 0 ? a->width : 128 * f;
-  r->height = a->height > 0 ? a->height : 128 * f;
+  r->width = a->width > 0 ? a->width : px;
+  r->height = a->height > 0 ? a->height : px;
   r->negative = a->negative;
   r->sched = sc;
   r->opts.steps = a->steps > 0 ? a->steps : 50; /* the pipeline's num_inference_steps */
@@ -86,8 +86,8 @@ int ct_cmd_sample_sdxl(const ct_sdxl_sample_args *a, const char *const *prompts,
   ct_ddpm_config sc;
   ct_sdxl_run r = {0};
   int rc = settings(a, s, &sc, &r);
-  int mult, f, C;
-  ct_sdxl_sampler_geometry(s, &mult, &f, &C);
+  int f, C;
+  ct_sdxl_sampler_geometry(s, NULL, &f, &C, NULL);
   const uint64_t seed = a->seed >= 0 ? (uint64_t)a->seed : 0;
   const int per = a->per > 0 ? a->per : 1, total = n * per;
   const size_t lat = (size_t)C * (size_t)(r.height / f) * (size_t)(r.width / f);

@@ -341,9 +341,10 @@ void ct_cmd_sample_help(FILE *f) {
           "force_zeros_for_empty_prompt), [--guidance_scale G] (= --guidance, default 5),\n"
           "[--guidance_rescale R] (0..1, default 0), [--scheduler euler|ddim|dpm++2m]\n"
           "(default: the pipeline's scheduler_config.json; the others from its config, as\n"
-          "SimpleTuner swaps them), time_ids (H, W, 0, 0, H, W). Defaults: 50 steps,\n"
-          "128 x the VAE factor pixels (sides multiples of the VAE factor x 2^(U-net levels\n"
-          "- 1)), seed 0. A progress line per step on stderr.\n");
+          "SimpleTuner swaps them), time_ids (H, W, 0, 0, H, W). Defaults: 50 steps, the\n"
+          "pipeline's size (unet sample_size x the VAE factor: 1024 for SDXL 1.0; sides\n"
+          "multiples of the VAE factor x 2^(U-net levels - 1)), seed 0. A progress line per\n"
+          "step on stderr.\n");
 }
 
 /* --model_family and what an SDXL pipeline does not take yet, refused by name. */

@@ -125,6 +125,7 @@ struct ct_sdxl_sampler {
   void (*close)(void *user);
   int multiple; /* image sides: multiples of the VAE factor x 2^(levels - 1) */
   int vae_factor, C;
+  int default_px; /* the pipeline's default side: unet sample_size x the VAE factor */
   /* the progress line per step (stderr) */
   int progress, step, steps;
 };
@@ -154,6 +155,7 @@ static ct_status sampler_open(const char *root, const char *unet_dir, ct_unet *u
     ct_sdxl_text_dims(s->p.text, &T, &D, &P);
     s->vae_factor = ct_vae_factor(vc), s->C = uc->in_channels;
     s->multiple = s->vae_factor << (uc->nblocks - 1);
+    s->default_px = uc->sample_size * s->vae_factor;
     if (uc->in_channels != vc->latent_channels || uc->cross_attention_dim != D ||
         (uc->text_time && ct_unet_pooled_dim(uc) != P))
       st = ct_errf(err, CT_ERR_SHAPE,
@@ -184,7 +186,9 @@ const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s) {
   return &s->p.sched;
 }
 
-void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C) {
+void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C,
+                              int *default_px) {
+  if (default_px) *default_px = s->default_px;
   if (multiple) *multiple = s->multiple;
   if (vae_factor) *vae_factor = s->vae_factor;
   if (C) *C = s->C;
