@@ -182,7 +182,9 @@ interop: build
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/sdxl_sched_golden.py --seed 1 --out $(BUILD)/sdxl_sched_interop.json
 	py=$$(scripts/py_deps.sh diffusers) && rm -rf $(BUILD)/sdxl-pipe-fresh && \
 	  $$py scripts/sdxl_tiny_pipeline.py --seed 1 --out $(BUILD)/sdxl-pipe-fresh && \
-	  CT_SDXL_PIPE_DATA=$(abspath $(BUILD))/sdxl-pipe-fresh $(BUILD)/ct_tests sdxl_pipe
+	  CT_SDXL_PIPE_DATA=$(abspath $(BUILD))/sdxl-pipe-fresh $(BUILD)/ct_tests sdxl_pipe && \
+	  $$py scripts/sdxl_sample_golden.py --seed 1 --pipe $(BUILD)/sdxl-pipe-fresh && \
+	  CT_SDXL_PIPE_DATA=$(abspath $(BUILD))/sdxl-pipe-fresh $(BUILD)/ct_tests sdxl_sample
 	CT_SDXL_SCHED_GOLDEN=$(abspath $(BUILD))/sdxl_sched_interop.json $(BUILD)/ct_tests diffusion
 	/usr/bin/python3 scripts/toml_expect.py --check
 	bash scripts/hub_interop.sh $(CTUNER)

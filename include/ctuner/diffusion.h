@@ -22,6 +22,7 @@
 #include "ctuner/status.h"
 
 struct ct_vae;
+struct ct_image;
 
 #define CT_DDPM_MAX_STEPS 4096 /* num_train_timesteps at most */
 
@@ -235,5 +236,55 @@ ct_status ct_sdxl_denoise(const ct_ddpm_config *cfg, const ct_sdxl_sample_opts *
 /* diffusers' rescale_noise_cfg on one sample of n values: cfg is rescaled
  * towards the text prediction's standard deviation (unbiased std). */
 void ct_rescale_noise_cfg(float *cfg, const float *text, size_t n, double guidance_rescale);
+
+/* ---- sampling a pipeline directory (sdxl_sampler.c) ---- */
+/* The SDXL U-net as a ct_denoise_fn: dir (unet/) opened with
+ * ct_unet_from_pretrained, ct_unet_forward without a tape (the sdxl row's
+ * open_denoiser, family.c). */
+ct_status ct_sdxl_unet_denoiser(const char *dir, ct_denoise_fn *fn, void **user,
+                                void (**close)(void *user), ct_err *err);
+
+/* The same over a U-net already in memory (a training run's, for its
+ * validation images): borrowed, never freed by close. */
+struct ct_unet;
+ct_status ct_sdxl_unet_as_denoiser(struct ct_unet *u, ct_denoise_fn *fn, void **user,
+                                   void (**close)(void *user), ct_err *err);
+
+/* StableDiffusionXLPipeline over a pipeline directory: its text encoders,
+ * U-net (unet_dir, or NULL: root/unet) and VAE. */
+typedef struct ct_sdxl_sampler ct_sdxl_sampler;
+ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_sampler **out,
+                               ct_err *err);
+/* The same with unet (borrowed: a training run's, for its validation
+ * images, the parameters as they are at each call) in place of root/unet. */
+ct_status ct_sdxl_sampler_open_unet(const char *root, struct ct_unet *unet, ct_sdxl_sampler **out,
+                                    ct_err *err);
+void ct_sdxl_sampler_free(ct_sdxl_sampler *s);
+/* The pipeline's scheduler_config.json. */
+const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s);
+/* Image sides must be multiples of *multiple (VAE factor x 2^(levels - 1));
+ * latents are (*C, height / *vae_factor, width / *vae_factor); *default_px:
+ * the pipeline's default side (unet sample_size x VAE factor: 1024 for SDXL
+ * 1.0). Any pointer may be NULL. */
+void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C,
+                              int *default_px);
+/* Image index's initial latents (lat values): N(0, 1) from Philox (seed,
+ * the sampling stream), as ctuner's other samplers draw them. */
+void ct_sdxl_sampler_noise(uint64_t seed, uint64_t index, size_t lat, float *x);
+/* 1: a progress line per step on stderr. */
+void ct_sdxl_sampler_progress(ct_sdxl_sampler *s, int on);
+
+typedef struct ct_sdxl_run {
+  const char *prompt;
+  const char *negative;        /* NULL: none (zeros with force_zeros_for_empty_prompt) */
+  int width, height;           /* pixels; original size = target size, crop (0, 0) */
+  const ct_ddpm_config *sched; /* NULL: the pipeline's */
+  ct_sdxl_sample_opts opts;
+} ct_sdxl_run;
+/* One image: x (C, h, w) holds the initial N(0, 1) latents (the pipeline's
+ * `latents`) and becomes the final latents; out (or NULL): the decoded image
+ * (ct_image_free). */
+ct_status ct_sdxl_sampler_run(ct_sdxl_sampler *s, const ct_sdxl_run *r, float *x,
+                              struct ct_image *out, ct_err *err);
 
 #endif

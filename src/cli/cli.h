@@ -105,4 +105,21 @@ typedef struct ct_flux_sample_args {
 } ct_flux_sample_args;
 int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n);
 
+/* `ctuner sample --pretrained DIR` of a StableDiffusionXLPipeline
+ * (cmd_sample_sdxl.c). */
+typedef struct ct_sdxl_sample_args {
+  const char *pretrained;
+  const char *negative;  /* NULL: none (zeros with force_zeros_for_empty_prompt) */
+  const char *scheduler; /* NULL: the pipeline's; euler | ddim | dpm++2m */
+  int steps;             /* <= 0: 50 */
+  double guidance;       /* < 0: 5 */
+  double guidance_rescale;
+  long seed;              /* < 0: 0 */
+  int width, height, per; /* <= 0: the pipeline's (unet sample_size x the VAE factor) */
+  const char *out, *out_dir;
+} ct_sdxl_sample_args;
+int ct_cmd_sample_sdxl(const ct_sdxl_sample_args *a, const char *const *prompts, int n);
+/* 1: dir's model_index.json names StableDiffusionXLPipeline. */
+int ct_cli_is_sdxl_pipeline(const char *dir);
+
 #endif

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "ctuner/config.h"
 #include "ctuner/data.h"
+#include "ctuner/family.h"
 #include "ctuner/health.h"
 #include "ctuner/image.h"
 #include "ctuner/log.h"
@@ -332,7 +333,49 @@ void ct_cmd_sample_help(FILE *f) {
           "joint_attention_kwargs {\"scale\": S}; LyCORIS: the multiplier). A model_type\n"
           "lora run's checkpoint samples its base (pretrained_model_path, the pipeline's\n"
           "transformer, else the seeded init) with its own adapter (--ema: its EMA adapter),\n"
-          "which --lora replaces.\n");
+          "which --lora replaces.\n"
+          "\n"
+          "An SDXL pipeline (docs/sdxl.md): --pretrained DIR of a StableDiffusionXLPipeline\n"
+          "(read from its model_index.json, or --model_family sdxl) samples as that pipeline\n"
+          "does: classifier-free guidance with [--negative_prompt TEXT] (none: zeros, as\n"
+          "force_zeros_for_empty_prompt), [--guidance_scale G] (= --guidance, default 5),\n"
+          "[--guidance_rescale R] (0..1, default 0), [--scheduler euler|ddim|dpm++2m]\n"
+          "(default: the pipeline's scheduler_config.json; the others from its config, as\n"
+          "SimpleTuner swaps them), time_ids (H, W, 0, 0, H, W). Defaults: 50 steps, the\n"
+          "pipeline's size (unet sample_size x the VAE factor: 1024 for SDXL 1.0; sides\n"
+          "multiples of the VAE factor x 2^(U-net levels - 1)), seed 0. A progress line per\n"
+          "step on stderr.\n");
+}
+
+/* --model_family and what an SDXL pipeline does not take yet, refused by name. */
+static int sdxl_options(const char *family, int sdxl, const char *pretrained, const char *ckpt,
+                        const char *lora, const char *flavour, long msl, int ema) {
+  ct_err err = {0};
+  if (family && ct_family_check(family, &err)) {
+    fprintf(stderr, "ctuner sample: --model_family: %s\n", err.msg);
+    return 2;
+  }
+  if (family && !pretrained) {
+    fprintf(stderr, "ctuner sample: --model_family goes with --pretrained DIR\n");
+    return 2;
+  }
+  if (family && !sdxl && ct_cli_is_sdxl_pipeline(pretrained)) {
+    fprintf(stderr, "ctuner sample: %s is a StableDiffusionXLPipeline, not model_family %s\n",
+            pretrained, family);
+    return 2;
+  }
+  const char *no = !sdxl     ? NULL
+                   : ckpt    ? "--checkpoint (a training run's U-net: not yet)"
+                   : lora    ? "--lora (a U-net LoRA: not yet)"
+                   : flavour ? "--flavour (SDXL has one)"
+                   : msl     ? "--max_sequence_length (CLIP's 77 tokens)"
+                   : ema     ? "--ema"
+                             : NULL;
+  if (no) {
+    fprintf(stderr, "ctuner sample: an SDXL pipeline does not take %s\n", no);
+    return 2;
+  }
+  return 0;
 }
 
 /* The prompts of `ctuner sample`: --prompt, or one per line of --prompts-file. */
@@ -421,7 +464,8 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
   const char *pretrained = NULL, *flavour = NULL, *lora = NULL;
-  double lora_scale = 1.0;
+  const char *negative = NULL, *scheduler = NULL, *family = NULL; /* SDXL's */
+  double lora_scale = 1.0, rescale = -1;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
   int ema = 0;
@@ -439,8 +483,17 @@ int ct_cmd_sample(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir)) ||
                (r = ct_cli_opt(argc, argv, &i, "pretrained", &pretrained)) ||
                (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora", &lora))) {
+               (r = ct_cli_opt(argc, argv, &i, "lora", &lora)) ||
+               (r = ct_cli_opt(argc, argv, &i, "negative_prompt", &negative)) ||
+               (r = ct_cli_opt(argc, argv, &i, "scheduler", &scheduler)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_family", &family))) {
       if (r < 0) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance_rescale", &v))) {
+      if (r < 0 || ct_cli_float("guidance_rescale", v, &rescale)) return 2;
+      if (!(rescale >= 0 && rescale <= 1)) {
+        fprintf(stderr, "ctuner sample: --guidance_rescale must be in [0, 1]\n");
+        return 2;
+      }
     } else if ((r = ct_cli_opt(argc, argv, &i, "lora_scale", &v))) {
       if (r < 0 || ct_cli_float("lora_scale", v, &lora_scale)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
@@ -455,7 +508,8 @@ int ct_cmd_sample(int argc, char **argv) {
       if (r < 0 || ct_cli_int("height", v, 2, 4096, &height)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "per-prompt", &v))) {
       if (r < 0 || ct_cli_int("per-prompt", v, 1, 64, &per)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance", &v))) {
+    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance", &v)) ||
+               (r = ct_cli_opt(argc, argv, &i, "guidance_scale", &v))) {
       if (r < 0 || ct_cli_float("guidance", v, &guidance)) return 2;
     } else {
       fprintf(stderr, "ctuner sample: unknown option '%s'\n", argv[i]);
@@ -476,6 +530,18 @@ int ct_cmd_sample(int argc, char **argv) {
     fprintf(stderr, "ctuner sample: --%s\n", err.msg);
     return 2;
   }
+  const int sdxl = pretrained && ((family && !strcmp(family, "sdxl")) ||
+                                  (!family && ct_cli_is_sdxl_pipeline(pretrained)));
+  if (sdxl_options(family, sdxl, pretrained, ckpt, lora, flavour, msl, ema)) return 2;
+  if (!sdxl && (negative || scheduler || rescale >= 0)) {
+    fprintf(stderr,
+            "ctuner sample: --%s is for an SDXL pipeline (--pretrained DIR of a "
+            "StableDiffusionXLPipeline); FLUX.1 samples without a CFG pass\n",
+            negative    ? "negative_prompt"
+            : scheduler ? "scheduler"
+                        : "guidance_rescale");
+    return 2;
+  }
   char dir[4096] = "";
   if (ckpt && ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
   char **prompts = NULL;
@@ -483,6 +549,13 @@ int ct_cmd_sample(int argc, char **argv) {
   if (read_prompts(prompt, pfile, &prompts, &n)) return 1;
   int rc = 1;
   ct_pipeline p = {0};
+  if (sdxl) {
+    const ct_sdxl_sample_args a = {
+        pretrained, negative,   scheduler,   (int)steps, guidance, rescale > 0 ? rescale : 0.0,
+        seed,       (int)width, (int)height, (int)per,   outp,     odir};
+    rc = ct_cmd_sample_sdxl(&a, (const char *const *)prompts, n);
+    goto done;
+  }
   if (pretrained) {
     const ct_flux_sample_args a = {
         pretrained, ckpt ? dir : NULL, flavour,  (int)msl, (int)steps, guidance, seed,

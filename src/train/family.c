@@ -34,10 +34,10 @@ typedef struct train_family {
 
 static const train_family ROWS[] = {
     {"flux", &ct_task_mmdit, flux_model_config, NULL},
-    /* SDXL: the U-net (src/model/unet*.c) brings its task, its memory plan
-     * and its denoiser: ct_unet_forward with ct_unet_inputs {B, H, W, x, t
-     * per sample, Ttxt, text, pooled, time_ids} is a ct_denoise_fn. */
-    {"sdxl", NULL, NULL, NULL},
+    /* SDXL: the U-net (src/model/unet*.c) brings its task and its memory
+     * plan; its denoiser is ct_unet_forward as a ct_denoise_fn
+     * (sdxl_sampler.c). */
+    {"sdxl", NULL, NULL, ct_sdxl_unet_denoiser},
 };
 
 static const train_family *row(const char *name) {
