@@ -40,7 +40,7 @@
 #define CT_CONFIG_KEYS(X)                                                                          \
   X(model_family, STR, "flux", ALL, FN(check_model_family),                                        \
     "model family, a row of the family registry (ctuner/family.h, docs/models.md): \"flux\" "      \
-    "(FLUX.1); \"sdxl\" is known but not yet trainable (no U-net); SimpleTuner's other "           \
+    "(FLUX.1); \"sdxl\" (the U-net, full fine-tune); SimpleTuner's other "                         \
     "families are refused by name")                                                                \
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
     "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \

@@ -34,10 +34,11 @@ typedef struct train_family {
 
 static const train_family ROWS[] = {
     {"flux", &ct_task_mmdit, flux_model_config, NULL},
-    /* SDXL: the U-net (src/model/unet*.c) brings its task, its memory plan
-     * and its denoiser: ct_unet_forward with ct_unet_inputs {B, H, W, x, t
-     * per sample, Ttxt, text, pooled, time_ids} is a ct_denoise_fn. */
-    {"sdxl", NULL, NULL, NULL},
+    /* SDXL: the U-net's full fine-tune (task_sdxl.c). Its memory plan
+     * (ct_unet_plan_memory) and its denoiser (ct_unet_forward with
+     * ct_unet_inputs {B, H, W, x, t per sample, Ttxt, text, pooled,
+     * time_ids} as a ct_denoise_fn) are not wired yet. */
+    {"sdxl", &ct_task_sdxl, NULL, NULL},
 };
 
 static const train_family *row(const char *name) {
