@@ -143,7 +143,27 @@ static ct_status configure(trainer *tr, ct_err *err) {
   t->pipe_open = 1;
   st = ct_ddpm_alphas_cumprod(&t->pipe.sched, t->ac, err);
   if (st) return st;
-  t->obj = (ct_ddpm_objective){.prediction_type = t->pipe.sched.prediction_type, .snr_weight = 1};
+  /* prediction_type unset: the scheduler config's, as SimpleTuner (the
+   * model's default, which for SDXL is the scheduler's) */
+  const ct_prediction pred = !c->prediction_type ? t->pipe.sched.prediction_type
+                             : !strcmp(c->prediction_type, "v_prediction") ? CT_PRED_V
+                                                                           : CT_PRED_EPSILON;
+  t->obj = (ct_ddpm_objective){.prediction_type = pred,
+                               .snr_gamma = c->snr_gamma,
+                               .snr_weight = c->snr_weight,
+                               .noise_offset = c->offset_noise ? c->noise_offset : 0,
+                               .noise_offset_probability = c->noise_offset_probability,
+                               .input_perturbation = c->input_perturbation,
+                               .input_perturbation_steps = c->input_perturbation_steps};
+  if (tr->rank == 0 && !c->offset_noise &&
+      (c->given[CT_KEY_noise_offset] || c->given[CT_KEY_noise_offset_probability]))
+    CT_WARN(
+        "noise_offset, noise_offset_probability: no effect without offset_noise true (as "
+        "SimpleTuner's --offset_noise)");
+  if (tr->rank == 0 && c->given[CT_KEY_input_perturbation_steps] && !(c->input_perturbation > 0))
+    CT_WARN("input_perturbation_steps has no effect with input_perturbation 0");
+  if (tr->rank == 0 && c->snr_gamma > 0 && c->given[CT_KEY_snr_weight])
+    CT_WARN("snr_weight has no effect with snr_gamma set (the min-SNR weights replace it)");
   ct_sdxl_text_dims(t->pipe.text, &t->T, &t->D, &t->P);
   if (tr->rank == 0 && !c->disable_validation && c->validation_prompt)
     CT_WARN(
