@@ -30,6 +30,7 @@
 #include "ctuner/fs.h"
 #include "ctuner/hash.h"
 #include "ctuner/log.h"
+#include "ctuner/safetensors.h"
 #include "ctuner/unet.h"
 #include "ctuner/vae.h"
 #include "trainer_int.h"
@@ -327,6 +328,50 @@ static ct_status prepare(trainer *tr, const ct_batch *bt, long step, const float
   return text_encode(t, bt->caps, B, t->txt, t->pooled, err);
 }
 
+/* Test hook: CTUNER_SDXL_DUMP=FILE writes each micro-batch's inputs and
+ * outputs (the last one stays) as safetensors, for the check against
+ * diffusers' UNet2DConditionModel + DDPMScheduler
+ * (scripts/sdxl_train_golden.py, docs/sdxl.md "Training"). */
+static ct_status dump(const sdxl_task *t, const ct_batch *bt, const float *txt, const float *pooled,
+                      double l, ct_err *err) {
+  const char *path = getenv("CTUNER_SDXL_DUMP");
+  if (!path || !*path) return CT_OK;
+  const int64_t B = bt->B, C = bt->C, h = bt->h, w = bt->w;
+  const float loss = (float)l;
+  float ft[64];
+  for (int b = 0; b < B && b < 64; b++) ft[b] = (float)t->ts[b];
+  const struct {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    const float *data;
+  } T[] = {{"latents", 4, {B, C, h, w}, bt->x0},
+           {"noise", 4, {B, C, h, w}, t->noise},
+           {"noise_in", 4, {B, C, h, w}, t->noise_in},
+           {"noisy_latents", 4, {B, C, h, w}, t->xt},
+           {"timesteps", 1, {B}, ft},
+           {"encoder_hidden_states", 3, {B, t->T, t->D}, txt},
+           {"text_embeds", 2, {B, t->P}, pooled},
+           {"time_ids", 2, {B, 6}, t->tids},
+           {"target", 4, {B, C, h, w}, t->target},
+           {"model_pred", 4, {B, C, h, w}, t->pred},
+           {"loss", 1, {1}, &loss}};
+  ct_st_writer *wr = NULL;
+  ct_status st = B <= 64 ? ct_st_writer_new(&wr) : CT_ERR_RANGE;
+  if (st) return ct_errf(err, st, "CTUNER_SDXL_DUMP: cannot dump a batch of %lld", (long long)B);
+  for (size_t i = 0; i < sizeof T / sizeof T[0] && !st; i++)
+    st = ct_st_writer_add_f32(wr, T[i].name, T[i].ndim, T[i].shape, T[i].data, CT_DTYPE_F32, err);
+  if (!st)
+    st = ct_st_writer_meta(wr, "prediction_type",
+                           t->obj.prediction_type == CT_PRED_V ? "v_prediction" : "epsilon", err);
+  char g[32];
+  snprintf(g, sizeof g, "%g", t->obj.snr_gamma);
+  if (!st) st = ct_st_writer_meta(wr, "snr_gamma", g, err);
+  if (!st) st = ct_st_writer_write(wr, path, err);
+  ct_st_writer_free(wr);
+  return st;
+}
+
 /* One micro-batch: forward, loss, backward (the gradients accumulate). */
 static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts,
                              ct_err *err) {
@@ -360,6 +405,11 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
   double l = ct_ddpm_loss(&t->obj, t->ac, t->ts, B, lat, t->pred, t->target, t->grad);
   const float share = 1.0f / ((float)accum * (float)tr->world);
   for (size_t i = 0; i < tot; i++) t->grad[i] *= share;
+  st = dump(t, bt, txt, pooled, l, err);
+  if (st) {
+    ct_unet_tape_free(tape);
+    return st;
+  }
   if (ct_fault_nan(step)) t->grad[0] = NAN, l = NAN;
   if (t->d_grad) be->copy_in(t->d_grad, t->grad, tot * sizeof(float));
   st = ct_unet_backward(t->u, tape, grad, NULL, NULL, err);
