@@ -42,6 +42,7 @@ typedef struct sdxl_task {
   float ac[CT_DDPM_MAX_STEPS]; /* alphas_cumprod */
   ct_ddpm_objective obj;
   int T, D, P, factor;
+  int dumped; /* micro-batches the CTUNER_SDXL_DUMP hook saw */
   /* batch buffers (host) */
   long *ts;
   float *ft, *noise, *noise_in, *xt, *pred, *target, *grad, *txt, *pooled, *tids;
@@ -328,14 +329,14 @@ static ct_status prepare(trainer *tr, const ct_batch *bt, long step, const float
   return text_encode(t, bt->caps, B, t->txt, t->pooled, err);
 }
 
-/* Test hook: CTUNER_SDXL_DUMP=FILE writes each micro-batch's inputs and
- * outputs (the last one stays) as safetensors, for the check against
+/* Test hook: CTUNER_SDXL_DUMP=FILE writes the run's first micro-batch's
+ * inputs and outputs (the U-net as loaded) as safetensors, for the check against
  * diffusers' UNet2DConditionModel + DDPMScheduler
  * (scripts/sdxl_train_golden.py, docs/sdxl.md "Training"). */
-static ct_status dump(const sdxl_task *t, const ct_batch *bt, const float *txt, const float *pooled,
+static ct_status dump(sdxl_task *t, const ct_batch *bt, const float *txt, const float *pooled,
                       double l, ct_err *err) {
   const char *path = getenv("CTUNER_SDXL_DUMP");
-  if (!path || !*path) return CT_OK;
+  if (!path || !*path || t->dumped++) return CT_OK;
   const int64_t B = bt->B, C = bt->C, h = bt->h, w = bt->w;
   const float loss = (float)l;
   float ft[64];
