@@ -51,6 +51,8 @@ help:
 	@echo "                int8 weights vs optimum-quanto and torchao (scripts/quant_golden.py)"
 	@echo "                SDXL's U-net vs diffusers' UNet2DConditionModel: goldens and a fresh set (unet_golden.py);"
 	@echo "                its LoRA vs peft, ctuner's file through load_lora_weights (unet_lora_golden.py)"
+	@echo "                an SDXL training step vs UNet2DConditionModel + DDPMScheduler, and its output_dir/pipeline"
+	@echo "                loaded by StableDiffusionXLPipeline (scripts/sdxl_trained_interop.sh)"
 	@echo "make lora-quant-long  200 LoRA steps on int8-quanto/int8-torchao bases vs a bf16 base (~2 min)"
 	@echo "                LoRA tools: a ctuner-trained adapter, its lora merge and its kohya export through diffusers'"
 	@echo "                load_lora_weights / fuse_lora (scripts/lora_tools_interop.sh)"
@@ -186,6 +188,7 @@ interop: build
 	  $$py scripts/sdxl_sample_golden.py --seed 1 --pipe $(BUILD)/sdxl-pipe-fresh && \
 	  CT_SDXL_PIPE_DATA=$(abspath $(BUILD))/sdxl-pipe-fresh $(BUILD)/ct_tests sdxl_sample
 	CT_SDXL_SCHED_GOLDEN=$(abspath $(BUILD))/sdxl_sched_interop.json $(BUILD)/ct_tests diffusion
+	bash scripts/sdxl_trained_interop.sh $(CTUNER) $(BUILD)/sdxl-train-interop
 	/usr/bin/python3 scripts/toml_expect.py --check
 	bash scripts/hub_interop.sh $(CTUNER)
 	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/lora_golden.py --check tests/data/lora && \

@@ -220,8 +220,6 @@ CT_TEST(config_st, options_act_only_when_set) {
       {"attention_mechanism", "diffusers", 0},
       {"attention_mechanism", "flash-attn-3", 0},
       {"attention_mechanism", "sageattention", 1},
-      {"prediction_type", "flow_matching", 0},
-      {"prediction_type", "v_prediction", 1},
       {"train_text_encoder", "false", 0},
       {"train_text_encoder", "true", 1},
       {"flow_sigmoid_scale", "1.0", 0},
@@ -233,7 +231,6 @@ CT_TEST(config_st, options_act_only_when_set) {
       {"init_lokr_norm", "1e-3", 1},
       {"caption_strategy", "textfile", 1},
       {"data_backend_sampling", "auto-weighting", 1},
-      {"snr_gamma", "5", 0},
       {"loss_type", "huber", 0},
   };
   for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
@@ -251,7 +248,7 @@ CT_TEST(config_st, options_act_only_when_set) {
   const char *p =
       ct_test_write_tmp("when.json",
                         "{\"validation_on_startup\": false, \"train_text_encoder\": true, "
-                        "\"validation_guidance_skip_layers\": [], \"input_perturbation\": 0.0}");
+                        "\"validation_guidance_skip_layers\": [], \"flow_sigmoid_scale\": 1.0}");
   ct_config c;
   ct_config_defaults(&c);
   ct_config_problems probs = {0};

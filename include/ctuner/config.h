@@ -40,7 +40,7 @@
 #define CT_CONFIG_KEYS(X)                                                                          \
   X(model_family, STR, "flux", ALL, FN(check_model_family),                                        \
     "model family, a row of the family registry (ctuner/family.h, docs/models.md): \"flux\" "      \
-    "(FLUX.1); \"sdxl\" is known but not yet trainable (no U-net); SimpleTuner's other "           \
+    "(FLUX.1); \"sdxl\" (the U-net, full fine-tune); SimpleTuner's other "                         \
     "families are refused by name")                                                                \
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
     "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
@@ -318,6 +318,23 @@
   X(flow_schedule_auto_shift, BOOL, "false", FULL, ANY,                                            \
     "shift from each image's token count n as FluxPipeline: s = exp(0.5 + 0.65 (n - 256) / 3840)"  \
     "; needs flow_shift 0")                                                                        \
+  X(prediction_type, STR, NULL, FULL, NONE_OR("epsilon|v_prediction|flow_matching|flow-matching"), \
+    "what the model predicts; unset: the family's (sdxl: scheduler_config.json's, FLUX.1: "        \
+    "flow_matching); sdxl takes epsilon or v_prediction")                                          \
+  X(snr_gamma, NUM, "0", FULL, NUM_GE(0),                                                          \
+    "sdxl: min-SNR weighting, each sample's loss x min(snr, gamma) / snr (v_prediction: / "        \
+    "(snr + 1)); 0: none (SimpleTuner's None)")                                                    \
+  X(snr_weight, NUM, "1", FULL, NUM_GT(0),                                                         \
+    "sdxl: the loss weight without snr_gamma (SimpleTuner's snr_weight)")                          \
+  X(offset_noise, BOOL, "false", FULL, ANY,                                                        \
+    "sdxl: add noise_offset x N(0, 1) per sample and channel to the noise")                        \
+  X(noise_offset, NUM, "0.1", FULL, NUM_GE(0), "sdxl, offset_noise: its strength")                 \
+  X(noise_offset_probability, NUM, "0.25", FULL, NUM_IN("[]", 0, 1),                               \
+    "sdxl, offset_noise: the share of samples that get it")                                        \
+  X(input_perturbation, NUM, "0", FULL, NUM_GE(0),                                                 \
+    "sdxl: the noise added to the latents is noise + s x N(0, 1) (the target keeps the noise)")    \
+  X(input_perturbation_steps, INT, "0", FULL, INT_GE_UNIT(0, " (0: no decay)"),                    \
+    "sdxl: input_perturbation decays linearly to 0 over this many steps")                          \
   X(text_encoder, STR, "clip-byte", FULL, USE("clip-byte|clip-bpe"),                               \
     "clip-byte or clip-bpe: CLIP text transformer with the byte or BPE tokenizer")                 \
   X(text_encoder_path, STR, NULL, FULL, ANY, "CLIPTextModel safetensors (else seeded weights)")    \

@@ -252,6 +252,10 @@ typedef struct ct_batch {
   double wait_s;      /* seconds the trainer waited for this batch */
   int epoch_end;      /* 1: this micro-batch started a new epoch */
   int regularisation; /* its dataset's is_regularisation_data */
+  /* per sample: its bucket placement (SDXL's time_ids) and 1 when its
+   * caption was dropped (caption_dropout_probability) */
+  const ct_img_geom *geom;
+  const unsigned char *dropped;
 } ct_batch;
 
 /* Discovery (or metadata), buckets, effective-batch check, caches. Every rank

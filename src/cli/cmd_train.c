@@ -37,7 +37,9 @@ void ct_cmd_train_help(FILE *f) {
   fprintf(f,
           "usage: ctuner train [--config config.json] [--KEY=VALUE ...]\n"
           "\n"
-          "Trains the MMDiT with the flow-matching objective. The config is one of\n"
+          "Trains the model_family's denoiser: FLUX.1's MMDiT with the flow-matching\n"
+          "objective (flux), or SDXL's U-net with the DDPM objective (sdxl, from a\n"
+          "StableDiffusionXLPipeline directory: docs/sdxl.md). The config is one of\n"
           "SimpleTuner's formats, by its extension: config.json (a flat object, keys may\n"
           "carry the \"--\" prefix), config.env (KEY=value lines with SimpleTuner's\n"
           "variable names) or config.toml; --KEY=VALUE arguments override it. Every\n"

@@ -75,9 +75,9 @@ static const ct_family ROWS[] = {
      .samplers = "EulerDiscreteScheduler|DDIMScheduler|DPMSolverMultistepScheduler",
      .lora_targets = SDXL_LORA,
      .latent_channels = 4,
-     .trainable = 0,
-     .trainable_note = "its text conditioning, objective and schedulers are here, its U-net "
-                       "(UNet2DConditionModel) is not yet"},
+     .trainable = 1,
+     .trainable_note = "model_type full (the U-net); LoRA, ZeRO-2/3, bf16 and gradient "
+                       "checkpointing not yet"},
 };
 
 /* SimpleTuner's other model_family names (a folder each under simpletuner/helpers/models,

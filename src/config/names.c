@@ -196,12 +196,9 @@ static const struct st_opt {
      * (models/common.py loss(): "Flow matching always uses L2 loss"; noise
      * offset only `if not self.config.flow_matching`; SNR weights and the
      * timestep spacing belong to the DDPM schedule) */
-    {"snr_gamma", NOEF, NULL,
-     "SimpleTuner's SNR weighting is for DDPM models; FLUX.1 is flow matching"},
     {"use_soft_min_snr", NOEF, NULL, "SNR weighting is for DDPM models; FLUX.1 is flow matching"},
     {"soft_min_snr_sigma_data", NOEF, NULL,
      "SNR weighting is for DDPM models; FLUX.1 is flow matching"},
-    {"snr_weight", NOEF, NULL, "SNR weighting is for DDPM models; FLUX.1 is flow matching"},
     {"rescale_betas_zero_snr", NOEF, NULL, "a DDPM schedule setting; FLUX.1 is flow matching"},
     {"training_scheduler_timestep_spacing", NOEF, NULL,
      "a DDPM schedule setting; FLUX.1 is flow matching"},
@@ -213,11 +210,6 @@ static const struct st_opt {
      "SimpleTuner's flow-matching loss is always L2 (huber and smooth_l1 apply to DDPM models)"},
     {"huber_schedule", NOEF, NULL, "SimpleTuner's flow-matching loss is always L2"},
     {"huber_c", NOEF, NULL, "SimpleTuner's flow-matching loss is always L2"},
-    {"noise_offset", NOEF, NULL, "SimpleTuner adds noise offset to DDPM models only"},
-    {"noise_offset_probability", NOEF, NULL, "SimpleTuner adds noise offset to DDPM models only"},
-    {"offset_noise", NOEF, NULL, "SimpleTuner adds noise offset to DDPM models only"},
-    {"prediction_type", SET, "flow_matching|flow-matching",
-     "FLUX.1 predicts flow matching's velocity; another prediction type is not implemented"},
     /* text encoder training: not implemented; its settings then mean nothing */
     {"train_text_encoder", SET, NULL, "ctuner does not train the text encoders"},
     {"text_encoder_lr", NOEF, NULL, "ctuner does not train the text encoders"},
@@ -278,8 +270,6 @@ static const struct st_opt {
     {"flux_fast_schedule", SET, NULL, "SimpleTuner's fast schnell schedule is not implemented"},
     {"flux_attention_masked_training", SET, NULL,
      "attention masking of the T5 padding is not implemented"},
-    {"input_perturbation", SET, NULL, "input perturbation is not implemented"},
-    {"input_perturbation_steps", NOEF, NULL, "input perturbation is not implemented"},
     {"masked_loss_probability", NOEF, NULL,
      "masked loss needs mask conditioning datasets, which are refused"},
     {"conditioning_multidataset_sampling", NOEF, NULL,

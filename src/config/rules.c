@@ -5,9 +5,11 @@
  * Each rule is its own function filed under one key, so that
  * ct_config_check runs them all and reports each failure at the place the
  * key came from. A rule never assumes another key passed its own check. */
+#include <stdio.h>
 #include <string.h>
 
 #include "config_int.h"
+#include "ctuner/family.h"
 #include "ctuner/optim.h"
 
 #define BAD(...) return ct_errf(err, CT_ERR_INVALID, __VA_ARGS__)
@@ -150,6 +152,20 @@ static ct_status rule_auto_shift(const ct_config *c, ct_err *err) {
   return CT_OK;
 }
 
+/* prediction_type against the family's (ctuner/family.h): FLUX.1 predicts
+ * flow matching's velocity, SDXL epsilon or v_prediction. */
+static ct_status rule_prediction_type(const ct_config *c, ct_err *err) {
+  const ct_family *f = ct_family_find(c->model_family);
+  if (!c->prediction_type || !f) return CT_OK;
+  char want[64];
+  snprintf(want, sizeof want, "%s", c->prediction_type);
+  if (!strcmp(want, "flow-matching")) snprintf(want, sizeof want, "flow_matching");
+  if (!ct_family_in_list(f->prediction_types, want))
+    BAD("prediction_type %s does not go with model_family %s (%s predicts %s)", c->prediction_type,
+        f->name, f->title, f->prediction_types);
+  return CT_OK;
+}
+
 /* Each rule with the key its problem is filed under. */
 static const struct rule {
   const char *key;
@@ -166,6 +182,7 @@ static const struct rule {
     {"text_encoder", rule_bpe_files},
     {"codec", rule_codec_vae},
     {"flow_schedule_auto_shift", rule_auto_shift},
+    {"prediction_type", rule_prediction_type},
 };
 
 ct_status ct_cfg_rule_at(size_t i, const ct_config *c, const char **key, ct_err *err) {

@@ -428,12 +428,14 @@ static ct_status alloc_sampler_queue(ct_dataset *ds, ct_err *err) {
     if ((st = ct_sampler_pos_init(&ds->smp, &s->after, err))) break;
     s->miss = calloc(ds->B, 1);
     s->rels = calloc(ds->B, sizeof *s->rels);
+    s->geom = calloc(ds->B, sizeof *s->geom);
+    s->dropped = calloc(ds->B, 1);
     if (o->text) {
       s->txt =
           ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->T * (size_t)o->text->d * sizeof(float));
       s->pooled = ct_alloc(CT_MEM_BUFFERS, ds->B * (size_t)o->text->dp * sizeof(float));
     }
-    if (!s->x0 || !s->caps || !s->ids || !s->miss || !s->rels ||
+    if (!s->x0 || !s->caps || !s->ids || !s->miss || !s->rels || !s->geom || !s->dropped ||
         (o->text && (!s->txt || !s->pooled)))
       st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   }
@@ -524,6 +526,8 @@ void ct_dataset_free(ct_dataset *ds) {
     ct_sampler_pos_free(&ds->q[k].after);
     free(ds->q[k].miss);
     free(ds->q[k].rels);
+    free(ds->q[k].geom);
+    free(ds->q[k].dropped);
     ct_free(ds->q[k].txt);
     ct_free(ds->q[k].pooled);
   }

@@ -61,12 +61,14 @@ typedef struct slot {
   float *x0;
   const char **caps;
   uint64_t *ids;
-  float *txt, *pooled;  /* text cache: (B, T, d), (B, dp) */
-  unsigned char *miss;  /* text cache entries the trainer's thread must encode */
-  const char **rels;    /* the samples' files (the CTUNER_DATA_TRACE test hook) */
-  const char *key;      /* the bucket */
-  const dset *from;     /* the dataset of this batch */
-  ct_sampler_pos after; /* the position after this batch */
+  float *txt, *pooled;    /* text cache: (B, T, d), (B, dp) */
+  unsigned char *miss;    /* text cache entries the trainer's thread must encode */
+  const char **rels;      /* the samples' files (the CTUNER_DATA_TRACE test hook) */
+  ct_img_geom *geom;      /* the samples' placements */
+  unsigned char *dropped; /* 1: the sample's caption was dropped */
+  const char *key;        /* the bucket */
+  const dset *from;       /* the dataset of this batch */
+  ct_sampler_pos after;   /* the position after this batch */
   int ready;
   ct_status st;
   ct_err err;

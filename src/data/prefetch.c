@@ -87,6 +87,7 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   const size_t lat = (size_t)ds->C * (size_t)(bk->h / ds->s) * (size_t)(bk->w / ds->s);
   s->b.B = (int)B, s->b.C = ds->C, s->b.h = bk->h / ds->s, s->b.w = bk->w / ds->s;
   s->b.x0 = s->x0, s->b.caps = s->caps, s->b.ids = s->ids;
+  s->b.geom = s->geom, s->b.dropped = s->dropped;
   s->b.epoch_end = m == 0 && ds->cur.new_epoch;
   s->b.regularisation = d->c->is_regularisation_data;
   const item **its = malloc(B * sizeof *its);
@@ -100,12 +101,14 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
     const item *it = its[i] = &d->it[bk->idx[img[i]]];
     const uint64_t id = s->ids[i];
     s->rels[i] = it->rel;
+    s->geom[i] = it->g;
+    s->dropped[i] = 0;
     uint32_t rr[4];
     ct_philox4x32((uint64_t)ds->cfg->seed, CT_STREAM_CAPTION, id, rr);
     s->caps[i] = it->lines[rr[0] % (uint32_t)it->nlines];
     if (ct_rng_uniform((uint64_t)ds->cfg->seed, CT_STREAM_DROPOUT, id) <
         ds->cfg->caption_dropout_probability)
-      s->caps[i] = "";
+      s->caps[i] = "", s->dropped[i] = 1;
   }
   free(img);
   /* The batch's cache entries in two get_many calls (S3: over the pool);

@@ -34,10 +34,10 @@ typedef struct train_family {
 
 static const train_family ROWS[] = {
     {"flux", &ct_task_mmdit, flux_model_config, NULL},
-    /* SDXL: the U-net (src/model/unet*.c) brings its task and its memory
-     * plan; its denoiser is ct_unet_forward as a ct_denoise_fn
-     * (sdxl_sampler.c). */
-    {"sdxl", NULL, NULL, ct_sdxl_unet_denoiser},
+    /* SDXL: the U-net's full fine-tune (task_sdxl.c); its denoiser is
+     * ct_unet_forward as a ct_denoise_fn (sdxl_sampler.c). Its memory plan
+     * (ct_unet_plan_memory) is not wired yet. */
+    {"sdxl", &ct_task_sdxl, NULL, ct_sdxl_unet_denoiser},
 };
 
 static const train_family *row(const char *name) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ctuner/diffusion.h"
 #include "ctuner/fs.h"
 #include "ctuner/health.h"
 #include "ctuner/hub.h"
@@ -92,7 +93,18 @@ ct_status ct_train_check_files(const ct_config *cfg, ct_config_problems *probs) 
   const int remote = hub_id(cfg->pretrained_model_name_or_path) ||
                      hub_id(cfg->pretrained_transformer_model_name_or_path) ||
                      hub_id(cfg->pretrained_vae_model_name_or_path);
-  const int pipe = !vae && !remote && ct_flux_pipe_wanted(cfg);
+  const int sdxl = !vae && !remote && is(cfg->model_family, "sdxl");
+  const int pipe = !vae && !remote && !sdxl && ct_flux_pipe_wanted(cfg);
+  if (sdxl && cfg->pretrained_model_name_or_path) { /* a StableDiffusionXLPipeline directory */
+    ct_sdxl_pipe *p = calloc(1, sizeof *p);
+    if (!p) return CT_ERR_NOMEM;
+    if (ct_sdxl_pipe_open(cfg->pretrained_model_name_or_path, p, &e))
+      problem(cfg, probs, CT_KEY_pretrained_model_name_or_path, "pretrained_model_name_or_path",
+              e.status, "%s", e.msg);
+    else
+      ct_sdxl_pipe_close(p);
+    free(p);
+  }
   if (pipe) { /* the pipeline directory: model_index.json, components, configs, widths */
     ct_flux_pipe *p = calloc(1, sizeof *p);
     if (!p) return CT_ERR_NOMEM;

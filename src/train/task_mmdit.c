@@ -383,7 +383,36 @@ static void warn_flux_keys(const ct_config *cfg) {
         list);
 }
 
+/* The DDPM objective's keys (the sdxl task's) set for FLUX.1: one warning
+ * naming them, as SimpleTuner applies none of them to flow matching
+ * (models/common.py loss(): "Flow matching always uses L2 loss"; the offset
+ * noise only `if not self.config.flow_matching`). */
+static void warn_ddpm_keys(const ct_config *cfg) {
+  static const struct {
+    int key;
+    const char *name;
+  } K[] = {{CT_KEY_snr_gamma, "snr_gamma"},
+           {CT_KEY_snr_weight, "snr_weight"},
+           {CT_KEY_offset_noise, "offset_noise"},
+           {CT_KEY_noise_offset, "noise_offset"},
+           {CT_KEY_noise_offset_probability, "noise_offset_probability"},
+           {CT_KEY_input_perturbation, "input_perturbation"},
+           {CT_KEY_input_perturbation_steps, "input_perturbation_steps"}};
+  char list[256] = "";
+  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+    if (cfg->given[K[i].key]) {
+      const size_t l = strlen(list);
+      snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", K[i].name);
+    }
+  if (list[0])
+    CT_WARN(
+        "%s: no effect on FLUX.1 (flow matching); SimpleTuner applies them to DDPM models "
+        "(model_family sdxl) only",
+        list);
+}
+
 static ct_status configure(trainer *tr, ct_err *err) {
+  if (tr->rank == 0) warn_ddpm_keys(tr->cfg);
   if (!ct_flux_pipe_wanted(tr->cfg)) {
     if (tr->rank == 0) warn_flux_keys(tr->cfg);
     return ct_geometry_from_config(tr->cfg, &tr->g, err);

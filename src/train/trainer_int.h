@@ -186,7 +186,7 @@ typedef struct ct_task_ops {
   ct_status (*checkpoint_done)(trainer *tr, const char *path, int last, ct_err *err);
   void (*free)(trainer *tr);
 } ct_task_ops;
-extern const ct_task_ops ct_task_mmdit, ct_task_vae;
+extern const ct_task_ops ct_task_mmdit, ct_task_vae, ct_task_sdxl;
 /* The family registry's trainer rows (family.c): the task of model_family
  * (model_type vae: the VAE's), and the refusal of a family known but not
  * trainable yet (before anything is opened). names: the rows' families. */

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# End-to-end: `ctuner train --model_family sdxl` on the tiny
+# StableDiffusionXLPipeline directory diffusers saved (tests/data/sdxl_pipe,
+# scripts/sdxl_tiny_pipeline.py): the U-net's full fine-tune trains (loss
+# finite, lower at the end), its checkpoints hold unet/ in diffusers' layout
+# and output_dir/pipeline is the trained pipeline (every tensor of the source
+# U-net, trained; it trains again from there); a resumed run ends bit for bit
+# where an uninterrupted one does (EMA too); one step equals diffusers'
+# UNet2DConditionModel + DDPMScheduler on the same inputs (the goldens of
+# scripts/sdxl_train_golden.py: epsilon with min-SNR; v_prediction with
+# offset noise, input perturbation, a dropped caption and a random crop);
+# 2 ranks ZeRO-1 equal 1 rank; what the U-net cannot do yet is refused by name.
+# Usage: tests/cli_sdxl_train.sh path/to/ctuner
+. "$(dirname "$0")/lib/common.sh"
+P=tests/data/sdxl_pipe
+G=tests/data/sdxl_train
+"$CT" dataset synth --out "$tmp/data" --count 8 --seed 5 --size 32x32 >/dev/null || { echo "FAIL - synth"; exit 1; }
+"$CT" dataset synth --out "$tmp/data2" --count 8 --seed 7 --size 48x40 >/dev/null || { echo "FAIL - synth"; exit 1; }
+cat > "$tmp/backend.json" <<JSON
+[{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]
+JSON
+cat > "$tmp/backend2.json" <<JSON
+[{"id": "shapes2", "type": "local", "instance_data_dir": "$tmp/data2", "caption_strategy": "textfile", "crop": true, "crop_style": "random", "crop_aspect": "square"}]
+JSON
+COMMON=(--model_family=sdxl --pretrained_model_name_or_path=$P --data_backend_config="$tmp/backend.json" --resolution=32
+  --aspect_bucket_alignment=8 --train_batch_size=2 --disable_progress_bar=true --seed=3 --learning_rate=1e-3 --num_threads=2)
+
+# the tensors (name dtype shape) of a safetensors file, sorted
+keys() {
+  python3 - "$1" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for k in sorted(h):
+    if k != "__metadata__":
+        print(k, h[k]["dtype"], h[k]["shape"])
+PY
+}
+
+# ---- 12 steps, EMA, checkpoints every 6: trains, the final pipeline ----
+"$CT" train "${COMMON[@]}" --output_dir="$tmp/a" --max_train_steps=12 --checkpoint_step_interval=6 --use_ema=true \
+  > "$tmp/a.out" 2> "$tmp/a.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "sdxl: text 77 x 80 + pooled 40" "$tmp/a.err" && ls "$tmp/a/cache/text/"*.st >/dev/null 2>&1 &&
+  ls "$tmp/a/cache/vae/shapes/"* >/dev/null 2>&1 &&
+  ok "trains 12 steps; text (77 x 80 + pooled 40) and latents cached" || bad "train: rc=$rc $(tail -5 "$tmp/a.err")"
+python3 - "$tmp/a/metrics.jsonl" <<'PY' && ok "loss finite every step and lower over the last 4 steps than the first 4" || bad "loss: $(grep -o '"loss": [^,]*' "$tmp/a/metrics.jsonl" | tr '\n' ' ')"
+import json, math, sys
+L = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l and '"step"' in l]
+assert len(L) == 12 and all(math.isfinite(x) for x in L), L
+assert sum(L[-4:]) < sum(L[:4]), L
+PY
+[ -f "$tmp/a/checkpoint-6/unet/config.json" ] && [ -f "$tmp/a/checkpoint-12/unet/diffusion_pytorch_model.safetensors" ] &&
+  [ -f "$tmp/a/checkpoint-12/ema.safetensors" ] && ok "each checkpoint holds unet/ (diffusers layout) and the EMA" ||
+  bad "checkpoint: $(ls -R "$tmp/a/checkpoint-12" | head)"
+keys $P/unet/diffusion_pytorch_model.safetensors > "$tmp/src.keys"
+keys "$tmp/a/pipeline/unet/diffusion_pytorch_model.safetensors" > "$tmp/out.keys"
+[ -f "$tmp/a/pipeline/model_index.json" ] && [ -d "$tmp/a/pipeline/text_encoder_2" ] && [ -d "$tmp/a/pipeline/tokenizer_2" ] &&
+  [ -d "$tmp/a/pipeline/vae" ] && [ -d "$tmp/a/pipeline/scheduler" ] && cmp -s "$tmp/src.keys" "$tmp/out.keys" &&
+  ! cmp -s $P/unet/diffusion_pytorch_model.safetensors "$tmp/a/pipeline/unet/diffusion_pytorch_model.safetensors" &&
+  ok "output_dir/pipeline: a StableDiffusionXLPipeline directory, its unet/ every tensor of the source ($(wc -l < "$tmp/src.keys")), trained" ||
+  bad "pipeline: $(ls -la "$tmp/a/pipeline"); $(diff "$tmp/src.keys" "$tmp/out.keys" | head -5)"
+"$CT" train "${COMMON[@]}" --pretrained_model_name_or_path="$tmp/a/pipeline" --output_dir="$tmp/p" --max_train_steps=1 \
+  --checkpoint_step_interval=0 > /dev/null 2> "$tmp/p.err" &&
+  ok "the trained pipeline trains again (its U-net loads with no missing or unexpected tensor)" || bad "retrain: $(tail -3 "$tmp/p.err")"
+
+# ---- resume: 6 steps, then on to 12 from checkpoint-6: run a's files bit for bit ----
+"$CT" train "${COMMON[@]}" --output_dir="$tmp/b" --max_train_steps=6 --checkpoint_step_interval=6 --use_ema=true \
+  > /dev/null 2> "$tmp/b.err" &&
+  "$CT" train "${COMMON[@]}" --output_dir="$tmp/b" --max_train_steps=12 --checkpoint_step_interval=6 --use_ema=true \
+    > /dev/null 2>> "$tmp/b.err"; rc=$?
+same=1
+for f in unet/diffusion_pytorch_model.safetensors optimizer.safetensors ema.safetensors; do
+  cmp -s "$tmp/a/checkpoint-12/$f" "$tmp/b/checkpoint-12/$f" || same=0
+done
+[ $rc -eq 0 ] && [ $same -eq 1 ] && grep -q "resumed from .*checkpoint-6" "$tmp/b.err" &&
+  ok "resume: 6 + 6 steps give run a's U-net, optimizer state and EMA bit for bit" || bad "resume: rc=$rc same=$same $(tail -3 "$tmp/b.err")"
+
+# ---- one step against diffusers (goldens of scripts/sdxl_train_golden.py) ----
+check_golden() { # golden dump
+  python3 - "$1" "$2" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        a, e = v["data_offsets"]
+        out[k] = (v["shape"], array.array("f", b[8 + n + a:8 + n + e]))
+    return out
+g, d = load(sys.argv[1]), load(sys.argv[2])
+def rel(x, y):
+    if x[0] != y[0]:
+        return float("inf")
+    m = max(max(abs(v) for v in y[1]), 1e-12)
+    return max(abs(float(p) - float(q)) for p, q in zip(x[1], y[1])) / m
+bad = []
+for k in ("latents", "noise", "noise_in", "timesteps", "encoder_hidden_states", "text_embeds", "time_ids"):
+    if rel(d[k], g[k]) > 1e-5:
+        bad.append(k)
+for k, r in (("noisy_latents", "ref_noisy_latents"), ("target", "ref_target"), ("model_pred", "ref_model_pred"), ("loss", "ref_loss")):
+    e = rel(d[k], g[r])
+    print(f"{k} {e:.1e}", end=", ")
+    if not e <= 1e-4:
+        bad.append(k)
+print(f"loss {d['loss'][1][0]:.6f} (diffusers {g['ref_loss'][1][0]:.6f})", end="")
+if bad:
+    print(" differ:", bad)
+sys.exit(1 if bad else 0)
+PY
+}
+CTUNER_SDXL_DUMP="$tmp/d1.st" "$CT" train "${COMMON[@]}" --output_dir="$tmp/g1" --max_train_steps=1 --checkpoint_step_interval=0 \
+  --snr_gamma=5 > /dev/null 2> "$tmp/g1.err"; rc=$?
+r=$(check_golden $G/eps_snr5.safetensors "$tmp/d1.st") && [ $rc -eq 0 ] &&
+  ok "epsilon, snr_gamma 5: one step = diffusers' (x_t, target, U-net, min-SNR loss): $r" || bad "epsilon golden: rc=$rc $r $(tail -2 "$tmp/g1.err")"
+CTUNER_SDXL_DUMP="$tmp/d2.st" "$CT" train "${COMMON[@]}" --data_backend_config="$tmp/backend2.json" --output_dir="$tmp/g2" \
+  --max_train_steps=1 --checkpoint_step_interval=0 --snr_gamma=5 --prediction_type=v_prediction --offset_noise=true \
+  --noise_offset_probability=1 --input_perturbation=0.1 --caption_dropout_probability=0.7 > /dev/null 2> "$tmp/g2.err"; rc=$?
+r=$(check_golden $G/v_offset_perturb.safetensors "$tmp/d2.st") && [ $rc -eq 0 ] &&
+  ok "v_prediction, offset noise, input perturbation, a dropped caption, a random crop: one step = diffusers': $r" ||
+  bad "v golden: rc=$rc $r $(tail -2 "$tmp/g2.err")"
+
+# ---- 2 ranks ZeRO-1, batch 1 each = 1 rank batch 2 (the same samples) ----
+if command -v mpirun >/dev/null 2>&1; then
+  "$CT" train "${COMMON[@]}" --output_dir="$tmp/s1" --max_train_steps=2 --checkpoint_step_interval=0 > /dev/null 2> "$tmp/s1.err"
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 "$CT" train "${COMMON[@]}" \
+    --train_batch_size=1 --num_threads=1 --zero_stage=1 --output_dir="$tmp/z" --max_train_steps=2 --checkpoint_step_interval=0 \
+    > /dev/null 2> "$tmp/z.err"; rc=$?
+  python3 - "$tmp/s1/metrics.jsonl" "$tmp/z/metrics.jsonl" <<'PY' && [ $rc -eq 0 ] &&
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"step"' in l] for p in sys.argv[1:3])
+assert len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+    ok "2 ranks ZeRO-1 (batch 1 each): the losses of 1 rank with batch 2" || bad "zero1: rc=$rc $(tail -3 "$tmp/z.err")"
+else
+  skip "no mpirun: 2 ranks ZeRO-1"
+fi
+
+# ---- refused by name, before anything is made ----
+refused() { # what message args...
+  local what=$1 msg=$2
+  shift 2
+  "$CT" train "${COMMON[@]}" --output_dir="$tmp/r" --max_train_steps=1 "$@" > "$tmp/r.out" 2>&1; local rc=$?
+  [ $rc -ne 0 ] && grep -q "$msg" "$tmp/r.out" && [ ! -e "$tmp/r/checkpoint-1" ] && ok "refused: $what" ||
+    bad "$what: rc=$rc $(tail -2 "$tmp/r.out")"
+}
+refused "LoRA" "LoRA for SDXL: not yet in this build" --model_type=lora
+refused "zero_stage 2" "model_family sdxl: zero_stage 2 shards" --zero_stage=2
+refused "mixed_precision bf16" "model_family sdxl: mixed_precision bf16" --mixed_precision=bf16
+refused "gradient_checkpointing" "model_family sdxl: gradient_checkpointing is not yet" --gradient_checkpointing=true
+refused "prediction_type flow_matching" "prediction_type flow_matching does not go with model_family sdxl" --prediction_type=flow_matching
+finish
