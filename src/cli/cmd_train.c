@@ -325,6 +325,10 @@ void ct_cmd_sample_help(FILE *f) {
           "then takes the transformer from C/transformer (a ctuner training run's). Also\n"
           "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"
           "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n"
+          "FLUX.1 Kontext (docs/kontext.md): --image REF (a PNG/JPEG) samples as\n"
+          "FluxKontextPipeline with REF as its image; --max_area N (default 1048576) sets\n"
+          "the output size as the pipeline does; --no_auto_resize is its _auto_resize=False\n"
+          "(else REF must already be its PREFERRED_KONTEXT_RESOLUTIONS size: others refused).\n"
           "\n"
           "LoRA (docs/lora.md): --lora FILE (peft's pytorch_lora_weights.safetensors, a\n"
           "kohya/ComfyUI or BFL-named LoRA, or a LyCORIS LoCon/LoHa/LoKr file) is folded\n"
@@ -420,7 +424,9 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
 
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
-  const char *pretrained = NULL, *flavour = NULL, *lora = NULL;
+  const char *pretrained = NULL, *flavour = NULL, *lora = NULL, *image = NULL;
+  long max_area = 1024L * 1024L; /* FluxKontextPipeline's default */
+  int auto_resize = 1;
   double lora_scale = 1.0;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
@@ -432,6 +438,8 @@ int ct_cmd_sample(int argc, char **argv) {
       return 0;
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
+    } else if (!strcmp(argv[i], "--no_auto_resize")) {
+      auto_resize = 0;
     } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
                (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
                (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
@@ -439,12 +447,15 @@ int ct_cmd_sample(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir)) ||
                (r = ct_cli_opt(argc, argv, &i, "pretrained", &pretrained)) ||
                (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora", &lora))) {
+               (r = ct_cli_opt(argc, argv, &i, "lora", &lora)) ||
+               (r = ct_cli_opt(argc, argv, &i, "image", &image))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "lora_scale", &v))) {
       if (r < 0 || ct_cli_float("lora_scale", v, &lora_scale)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
       if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "max_area", &v))) {
+      if (r < 0 || ct_cli_int("max_area", v, 64, 1L << 26, &max_area)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
       if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
@@ -471,6 +482,10 @@ int ct_cmd_sample(int argc, char **argv) {
     ct_cmd_sample_help(stderr);
     return 2;
   }
+  if (image && !pretrained) {
+    fprintf(stderr, "ctuner sample: --image (FLUX.1 Kontext) needs --pretrained\n");
+    return 2;
+  }
   ct_err err = {0};
   if (ct_lora_check_multiplier(lora_scale, &err)) {
     fprintf(stderr, "ctuner sample: --%s\n", err.msg);
@@ -485,8 +500,9 @@ int ct_cmd_sample(int argc, char **argv) {
   ct_pipeline p = {0};
   if (pretrained) {
     const ct_flux_sample_args a = {
-        pretrained, ckpt ? dir : NULL, flavour,  (int)msl, (int)steps, guidance, seed,
-        (int)width, (int)height,       (int)per, outp,     odir,       lora,     lora_scale};
+        pretrained, ckpt ? dir : NULL, flavour,     (int)msl, (int)steps, guidance,
+        seed,       (int)width,        (int)height, (int)per, outp,       odir,
+        lora,       lora_scale,        image,       max_area, auto_resize};
     rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
     goto done;
   }
