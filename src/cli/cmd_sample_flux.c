@@ -36,6 +36,16 @@ static int write_one(const ct_flux_sample_args *a, int k, const char *prompt, co
 static int kontext_setup(const ct_flux_sample_args *a, ct_flux_sampler *s, int f, int *w, int *h) {
   ct_err err = {0};
   ct_image ref;
+  if (!a->image) { /* FluxKontextPipeline without an image: its output size only */
+    const int ow = *w, oh = *h;
+    ct_kontext_sizes(a->max_area, 2 * f, a->auto_resize, w, h, NULL, NULL);
+    if (*w != ow || *h != oh)
+      fprintf(stderr,
+              "ctuner sample: warning: height and width adjusted to %d and %d for --max_area %ld "
+              "(as FluxKontextPipeline does)\n",
+              *h, *w, a->max_area);
+    return 0;
+  }
   if (ct_image_load(a->image, &ref, &err)) {
     fprintf(stderr, "ctuner sample: --image: %s\n", err.msg);
     return 1;
@@ -96,7 +106,8 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
   }
   const int f = ct_flux_sampler_factor(s);
   int w = a->width > 0 ? a->width : 128 * f, h = a->height > 0 ? a->height : 128 * f;
-  if (a->image && kontext_setup(a, s, f, &w, &h)) {
+  if ((a->image || (a->flavour && !strcmp(a->flavour, "kontext"))) &&
+      kontext_setup(a, s, f, &w, &h)) {
     ct_flux_sampler_free(s);
     return 1;
   }

@@ -426,7 +426,7 @@ int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
   const char *pretrained = NULL, *flavour = NULL, *lora = NULL, *image = NULL;
   long max_area = 1024L * 1024L; /* FluxKontextPipeline's default */
-  int auto_resize = 1;
+  int auto_resize = 1, kontext_opt = 0;
   double lora_scale = 1.0;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
@@ -439,7 +439,7 @@ int ct_cmd_sample(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
     } else if (!strcmp(argv[i], "--no_auto_resize")) {
-      auto_resize = 0;
+      auto_resize = 0, kontext_opt = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
                (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
                (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
@@ -456,6 +456,7 @@ int ct_cmd_sample(int argc, char **argv) {
       if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_area", &v))) {
       if (r < 0 || ct_cli_int("max_area", v, 64, 1L << 26, &max_area)) return 2;
+      kontext_opt = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
       if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
@@ -484,6 +485,12 @@ int ct_cmd_sample(int argc, char **argv) {
   }
   if (image && !pretrained) {
     fprintf(stderr, "ctuner sample: --image (FLUX.1 Kontext) needs --pretrained\n");
+    return 2;
+  }
+  if (kontext_opt && !image && !(flavour && !strcmp(flavour, "kontext"))) {
+    fprintf(stderr,
+            "ctuner sample: --max_area and --no_auto_resize are FluxKontextPipeline's: "
+            "they need --image or --flavour kontext\n");
     return 2;
   }
   ct_err err = {0};
