@@ -268,6 +268,20 @@ CT_TEST(flux, kontext_reference_tokens_vs_diffusers) {
   memset(ct_mmdit_grads(m), 0, ct_mmdit_numel(m) * sizeof(float));
   REQUIRE(!ct_mmdit_backward(m, dv, &e));
   check_grads(m, g, "kontext", ev, ct_failed_);
+  /* gradient checkpointing recomputes the longer sequence: the same bits */
+  const size_t np = ct_mmdit_numel(m);
+  float *g0 = malloc(np * sizeof *g0), *v0 = malloc(nx * 4);
+  REQUIRE(g0 && v0);
+  memcpy(g0, ct_mmdit_grads(m), np * sizeof *g0);
+  memcpy(v0, v, nx * 4);
+  ct_mmdit_set_checkpointing(m, 1);
+  memset(ct_mmdit_grads(m), 0, np * sizeof(float));
+  REQUIRE(!ct_mmdit_forward_ref(m, &in, ref, RH, RW, v, &e));
+  REQUIRE(!ct_mmdit_backward(m, dv, &e));
+  int nd = 0;
+  CHECK(ct_mmdit_checkpointing(m, &nd, NULL) == 1 && nd > 0);
+  CHECK(!memcmp(v0, v, nx * 4) && !memcmp(g0, ct_mmdit_grads(m), np * sizeof *g0));
+  free(g0), free(v0);
   /* an odd reference size is refused by name */
   CHECK(ct_mmdit_forward_ref(m, &in, ref, 5, RW, v, &e) && strstr(e.msg, "reference latent 5x4"));
   free(ids), free(hs), free(x), free(ref), free(v), free(vp), free(dv), free(dvp), free(out);
