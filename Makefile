@@ -168,6 +168,11 @@ interop: build
 	py=$$(scripts/py_deps.sh diffusers) && rm -rf $(BUILD)/flux-pipe-fresh && \
 	  $$py scripts/flux_tiny_pipeline.py --seed 1 --out $(BUILD)/flux-pipe-fresh && \
 	  CT_FLUX_PIPE_DATA=$(abspath $(BUILD))/flux-pipe-fresh $(BUILD)/ct_tests flux_pipe
+	py=$$(scripts/py_deps.sh diffusers) && $$py scripts/flux_kontext_golden.py --check tests/data/flux_kontext && \
+	  rm -rf $(BUILD)/kontext-fresh && \
+	  $$py scripts/flux_kontext_golden.py --seed 1 --pipe $(BUILD)/flux-pipe-fresh/dev --out $(BUILD)/kontext-fresh && \
+	  CT_FLUX_PIPE_DATA=$(abspath $(BUILD))/flux-pipe-fresh CT_FLUX_KONTEXT_DATA=$(abspath $(BUILD))/kontext-fresh \
+	  $(BUILD)/ct_tests flux_pipe
 	bash scripts/flux_trained_interop.sh $(CTUNER) $(BUILD)/flux-pipe-interop
 	bash tests/cli_tensorboard.sh $(CTUNER) --live "$$(scripts/py_deps.sh tensorboard)"
 	py=$$(scripts/py_deps.sh t5) && $$py scripts/t5_golden.py --check tests/data/t5 && \

@@ -19,6 +19,13 @@ Configurations:
   schnell  no guidance, 1 double + 1 single; weights F32 sharded (max_shard_size
            small, with diffusion_pytorch_model.safetensors.index.json); B 2,
            latent 6x4, T 3
+  kontext/golden.safetensors  FLUX.1 Kontext on the dev weights: hidden_states
+           is the target's packed tokens (latent 4x6) followed by a reference
+           latent's (6x4), img_ids the target's (0, row, col) followed by the
+           reference's (1, row, col), as FluxKontextPipeline.prepare_latents
+           and its concatenation; dv is 0 on the reference tokens and out is
+           the output sliced to the target tokens (noise_pred[:, :L]), so the
+           gradients are those of a loss over the target only. B 2, T 5.
   bfl.safetensors  the schnell weights under BFL names (flux1-dev layout),
            made by to_bfl, the inverse of diffusers' convert_flux_transformer_
            checkpoint_to_diffusers (checked to invert it at FLUX.1's width: the
@@ -128,6 +135,45 @@ def write_config(outdir, name, cfg):
         gold["grad." + n] = g.float().contiguous()
     save_file(gold, os.path.join(outdir, name, "golden.safetensors"))
     return stored
+
+
+def ids_of(h, w, first):  # FluxPipeline._prepare_latent_image_ids over an (h, w) token grid
+    ids = torch.zeros(h, w, 3)
+    ids[..., 0] = first
+    ids[..., 1] += torch.arange(h)[:, None]
+    ids[..., 2] += torch.arange(w)[None, :]
+    return ids.reshape(-1, 3)
+
+
+def write_kontext(outdir, stored):
+    """Kontext's reference tokens on the dev model (pipeline_flux_kontext.py: prepare_latents
+    packs image_latents with image_ids[..., 0] = 1; __call__ concatenates latents and
+    image_latents on dim 1 and latent_ids and image_ids on dim 0, and slices the prediction
+    to latents.size(1))."""
+    B, H, W, RH, RW, T = 2, 4, 6, 6, 4, 5
+    g = torch.Generator().manual_seed(300 + 1000 * SEED)
+    C = COMMON["in_channels"] // 4
+    x = pack(torch.randn(B, C, H, W, generator=g))
+    ref = pack(torch.randn(B, C, RH, RW, generator=g))
+    d = {
+        "hidden_states": torch.cat([x, ref], dim=1),
+        "encoder_hidden_states": torch.randn(B, T, COMMON["joint_attention_dim"], generator=g),
+        "pooled_projections": torch.randn(B, COMMON["pooled_projection_dim"], generator=g),
+        "timestep": torch.rand(B, generator=g),
+        "img_ids": torch.cat([ids_of(H // 2, W // 2, 0), ids_of(RH // 2, RW // 2, 1)]),
+        "txt_ids": torch.zeros(T, 3),
+        "guidance": torch.tensor([3.5, 1.25]),  # the dev golden's (float32 sin at 1000x: see docs/kontext.md)
+    }
+    dv = torch.randn(x.shape, generator=g)
+    d["dv"] = torch.cat([dv, torch.zeros_like(ref)], dim=1)  # the loss covers the target only
+    out, grads = run(stored.to(torch.float32), d)
+    gold = {k: v.float().contiguous() for k, v in d.items()}
+    gold["out"] = out[:, : x.shape[1]].float().contiguous()  # noise_pred[:, : latents.size(1)]
+    gold["n_target"] = torch.tensor([x.shape[1]], dtype=torch.int32)
+    for n, gr in grads.items():
+        gold["grad." + n] = gr.float().contiguous()
+    os.makedirs(os.path.join(outdir, "kontext"), exist_ok=True)
+    save_file(gold, os.path.join(outdir, "kontext", "golden.safetensors"))
 
 
 def to_bfl(sd):
@@ -243,6 +289,7 @@ def write_all(outdir):
     stored = {}
     for name, cfg in CONFIGS.items():
         stored[name] = write_config(outdir, name, cfg)
+    write_kontext(outdir, stored["dev"])
     write_bfl(outdir, stored["schnell"])
     with open(os.path.join(outdir, "map_flux1.tsv"), "w") as f:
         f.write(flux1_map())
@@ -257,7 +304,7 @@ def check(refdir):
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         write_all(tmp)
-        for name in CONFIGS:
+        for name in list(CONFIGS) + ["kontext"]:
             a = load_file(os.path.join(tmp, name, "golden.safetensors"))
             b = load_file(os.path.join(refdir, name, "golden.safetensors"))
             for k in sorted(set(a) | set(b)):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model-family registry from the command line (docs/models.md): SimpleTuner's
 # families ctuner does not have are refused by name by `config check`, listing
-# those it has; a FLUX flavour not offered (kontext) too; model_family sdxl is
+# those it has; a FLUX flavour not offered (fluxbooru) too; model_family sdxl is
 # trained by `ctuner train` from a pipeline directory (tests/cli_sdxl_train.sh),
 # and without one it stops before opening anything, naming the key.
 # Usage: tests/cli_sdxl.sh path/to/ctuner
@@ -11,9 +11,9 @@ echo '{"model_type": "full"}' > "$tmp/c.json"
 "$CT" config check "$tmp/c.json" --model_family=sd3 > "$tmp/out" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q "model_family 'sd3' is one of SimpleTuner's families, not yet in ctuner; ctuner has \"flux\" or \"sdxl\"" "$tmp/out" &&
   ok "sd3: refused by name, the families listed" || bad "rc=$rc $(cat "$tmp/out")"
-"$CT" config check "$tmp/c.json" --model_flavour=kontext > "$tmp/out" 2>&1; rc=$?
-[ $rc -ne 0 ] && grep -q "model_flavour 'kontext' is one of SimpleTuner's FLUX.1 flavours, not yet in ctuner" "$tmp/out" &&
-  ok "flux flavour kontext: refused by name" || bad "rc=$rc $(cat "$tmp/out")"
+"$CT" config check "$tmp/c.json" --model_flavour=fluxbooru > "$tmp/out" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "model_flavour 'fluxbooru' is one of SimpleTuner's FLUX.1 flavours, not yet in ctuner" "$tmp/out" &&
+  ok "flux flavour fluxbooru: refused by name" || bad "rc=$rc $(cat "$tmp/out")"
 "$CT" config check "$tmp/c.json" --model_family=sdxl --model_flavour=schnell > "$tmp/out" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q "model_flavour must be none, base-1.0, refiner-1.0, base-0.9 or refiner-0.9 (model_family sdxl), got 'schnell'" "$tmp/out" &&
   ok "sdxl with a FLUX flavour: refused, the sdxl flavours listed" || bad "rc=$rc $(cat "$tmp/out")"

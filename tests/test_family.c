@@ -72,10 +72,12 @@ CT_TEST(family, config_refusals) {
   CHECKF(!validated("flux", NULL, &e), "%s", e.msg);
   CHECKF(!validated("sdxl", "refiner-1.0", &e), "%s", e.msg);
   CHECK(validated("flux", "base-1.0", &e) == CT_ERR_INVALID &&
-        strstr(e.msg, "model_flavour must be none, dev, krea or schnell (model_family flux)"));
+        strstr(e.msg,
+               "model_flavour must be none, dev, krea, schnell or kontext (model_family flux)"));
   CHECK(validated("sdxl", "dev", &e) == CT_ERR_INVALID && strstr(e.msg, "base-1.0") &&
         strstr(e.msg, "got 'dev'"));
-  CHECK(validated("flux", "kontext", &e) == CT_ERR_INVALID && strstr(e.msg, "not yet in ctuner"));
+  CHECKF(!validated("flux", "kontext", &e), "%s", e.msg); /* FLUX.1 Kontext (docs/kontext.md) */
+  CHECK(validated("flux", "fluxbooru", &e) == CT_ERR_INVALID && strstr(e.msg, "not yet in ctuner"));
   const char *later[] = {"sd3", "flux2", "chroma", "pixart_sigma", "sd1x", "wan"};
   for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
     CHECKF(validated(later[i], NULL, &e) == CT_ERR_INVALID && strstr(e.msg, "not yet in ctuner") &&
@@ -92,6 +94,11 @@ CT_TEST(family, trainer_rows) {
   CHECK(ct_task_pick(&c) == &ct_task_mmdit);
   ct_mmdit_config mc;
   CHECKF(!ct_train_model_config(&c, &mc, NULL, NULL, &e), "%s", e.msg);
+  /* Kontext samples (--image) but its image-pair training is refused by name */
+  REQUIRE(!ct_config_set(&c, "model_flavour", "kontext", &e));
+  CHECK(ct_train_family_check(&c, &e) == CT_ERR_UNSUPPORTED &&
+        strstr(e.msg, "model_flavour kontext: training on image pairs"));
+  REQUIRE(!ct_config_set(&c, "model_flavour", "dev", &e));
   REQUIRE(!ct_config_set(&c, "model_family", "sdxl", &e));
   CHECKF(!ct_train_family_check(&c, &e), "%s", e.msg); /* the U-net's full fine-tune */
   CHECK(ct_task_pick(&c) == &ct_task_sdxl);

@@ -111,6 +111,43 @@ CT_TEST(flux, name_map_is_diffusers_converter) {
   free(m);
 }
 
+/* Every parameter gradient of m against the golden's grad.<diffusers name>,
+ * relative to the diffusers tensor's largest, within 1e-4. */
+static void check_grads(ct_mmdit *m, ct_st_file *g, const char *name, double ev, int *ct_failed_) {
+  const ct_mmdit_config *c = ct_mmdit_cfg(m);
+  ct_err e;
+  ct_flux_name *map = NULL;
+  size_t nm = 0, ngrads = 0;
+  double worst = 0;
+  REQUIRE(!ct_flux_name_map(c, &map, &nm, &e));
+  for (size_t i = 0; i < nm; i++) {
+    char gn[160];
+    snprintf(gn, sizeof gn, "grad.%s", map[i].dif);
+    size_t cols = map[i].cols ? (size_t)map[i].cols : 1, n = 0;
+    float *ref = tensor(g, gn, &n);
+    CHECKF(ref, "%s: golden has no %s", name, gn);
+    if (!ref) continue;
+    const float *ours = ct_mmdit_grads(m) + ct_mmdit_find(m, map[i].bfl)->offset;
+    /* relative to the whole diffusers tensor's largest gradient */
+    double d = 0, r = 0;
+    for (size_t j = 0; j < n; j++) r = ct_test_max(r, fabs(ref[j]));
+    for (int64_t q = 0; q < map[i].rows * (int64_t)cols; q++) {
+      double a = ours[map[i].bfl_row * (int64_t)cols + q],
+             b = ref[map[i].dif_row * (int64_t)cols + q];
+      d = ct_test_max(d, fabs(a - b));
+    }
+    double er = r > 0 ? d / r : d; /* NaN stays NaN */
+    worst = ct_test_max(worst, er);
+    CHECKF(er <= 1e-4, "%s: gradient of %s (rows %lld.. of %s) differs by %.3g", name, map[i].dif,
+           (long long)map[i].bfl_row, map[i].bfl, er);
+    ngrads++;
+    free(ref);
+  }
+  fprintf(stderr, "  %s: v_pred %.2g, worst of %zu gradient pieces %.2g (rel. to max |ref|)\n",
+          name, ev, ngrads, worst);
+  free(map);
+}
+
 /* Run ctuner on a golden's inputs; compare the output and every gradient. */
 static void check_golden(const char *name, int *ct_failed_) {
   char rel[128];
@@ -160,36 +197,7 @@ static void check_golden(const char *name, int *ct_failed_) {
   ct_flux_unpack(B, C, H, W, dvp, dv);
   memset(ct_mmdit_grads(m), 0, ct_mmdit_numel(m) * sizeof(float));
   REQUIRE(!ct_mmdit_backward(m, dv, &e));
-  ct_flux_name *map = NULL;
-  size_t nm = 0, ngrads = 0;
-  double worst = 0;
-  REQUIRE(!ct_flux_name_map(c, &map, &nm, &e));
-  for (size_t i = 0; i < nm; i++) {
-    char gn[160];
-    snprintf(gn, sizeof gn, "grad.%s", map[i].dif);
-    size_t cols = map[i].cols ? (size_t)map[i].cols : 1, n = 0;
-    float *ref = tensor(g, gn, &n);
-    CHECKF(ref, "%s: golden has no %s", name, gn);
-    if (!ref) continue;
-    const float *ours = ct_mmdit_grads(m) + ct_mmdit_find(m, map[i].bfl)->offset;
-    /* relative to the whole diffusers tensor's largest gradient */
-    double d = 0, r = 0;
-    for (size_t j = 0; j < n; j++) r = ct_test_max(r, fabs(ref[j]));
-    for (int64_t q = 0; q < map[i].rows * (int64_t)cols; q++) {
-      double a = ours[map[i].bfl_row * (int64_t)cols + q],
-             b = ref[map[i].dif_row * (int64_t)cols + q];
-      d = ct_test_max(d, fabs(a - b));
-    }
-    double er = r > 0 ? d / r : d; /* NaN stays NaN */
-    worst = ct_test_max(worst, er);
-    CHECKF(er <= 1e-4, "%s: gradient of %s (rows %lld.. of %s) differs by %.3g", name, map[i].dif,
-           (long long)map[i].bfl_row, map[i].bfl, er);
-    ngrads++;
-    free(ref);
-  }
-  fprintf(stderr, "  %s: v_pred %.2g, worst of %zu gradient pieces %.2g (rel. to max |ref|)\n",
-          name, ev, ngrads, worst);
-  free(map);
+  check_grads(m, g, name, ev, ct_failed_);
   free(packed);
   free(x);
   free(v);
@@ -213,6 +221,73 @@ CT_TEST(flux, dev_forward_backward_vs_diffusers) {
 
 CT_TEST(flux, schnell_sharded_forward_backward_vs_diffusers) {
   check_golden("schnell", ct_failed_);
+}
+
+/* FLUX.1 Kontext (scripts/flux_golden.py write_kontext): the dev model on a
+ * target latent 4x6 followed by a reference latent 6x4 (ids (1, row, col));
+ * the prediction of the target tokens and the gradients of a loss over them. */
+CT_TEST(flux, kontext_reference_tokens_vs_diffusers) {
+  ct_err e;
+  ct_mmdit *m = NULL;
+  ct_st_file *g = NULL;
+  REQUIRE(!ct_mmdit_open_diffusers(data("dev/transformer"), CT_MMDIT_GRADS, &m, &e));
+  REQUIRE(!ct_st_open(data("kontext/golden.safetensors"), &g, &e));
+  const int C = ct_mmdit_cfg(m)->in_channels, P = 4 * C, B = 2, H = 4, W = 6, RH = 6, RW = 4;
+  const int Lx = H / 2 * (W / 2), Lr = RH / 2 * (RW / 2), L = Lx + Lr, T = 5;
+  size_t ni = 0, nh = 0, nx = (size_t)B * C * H * W, nr = (size_t)B * C * RH * RW;
+  float *ids = tensor(g, "img_ids", &ni), *hs = tensor(g, "hidden_states", &nh);
+  REQUIRE(ids && hs && ni == (size_t)L * 3 && nh == (size_t)B * L * P);
+  for (int l = 0; l < L; l++) { /* the golden's ids are the ones ctuner builds */
+    int r = l - Lx, gw = r < 0 ? W / 2 : RW / 2, k = r < 0 ? l : r;
+    CHECKF(ids[3 * l] == (r >= 0) && ids[3 * l + 1] == k / gw && ids[3 * l + 2] == k % gw,
+           "img_ids row %d", l);
+  }
+  float *x = malloc(nx * 4), *ref = malloc(nr * 4), *v = malloc(nx * 4), *vp = malloc(nx * 4),
+        *dv = malloc(nx * 4), *dvp = tensor(g, "dv", NULL), *out = tensor(g, "out", NULL);
+  REQUIRE(x && ref && v && vp && dv && dvp && out);
+  for (int b = 0; b < B; b++) {
+    const size_t o = (size_t)b * L * P;
+    ct_flux_unpack(1, C, H, W, hs + o, x + (size_t)b * C * H * W);
+    ct_flux_unpack(1, C, RH, RW, hs + o + (size_t)Lx * P, ref + (size_t)b * C * RH * RW);
+    ct_flux_unpack(1, C, H, W, dvp + o, dv + (size_t)b * C * H * W);
+  }
+  ct_mmdit_batch in = {B,
+                       H,
+                       W,
+                       T,
+                       x,
+                       tensor(g, "timestep", NULL),
+                       tensor(g, "encoder_hidden_states", NULL),
+                       tensor(g, "pooled_projections", NULL),
+                       tensor(g, "guidance", NULL)};
+  REQUIRE(in.t && in.txt && in.y && in.guidance);
+  REQUIRE(!ct_mmdit_forward_ref(m, &in, ref, RH, RW, v, &e) || !fprintf(stderr, "%s\n", e.msg));
+  ct_flux_pack(B, C, H, W, v, vp);
+  double ev = rel_err(vp, out, nx);
+  CHECKF(ev <= 1e-4, "kontext: v_pred differs from diffusers by %.3g", ev);
+  memset(ct_mmdit_grads(m), 0, ct_mmdit_numel(m) * sizeof(float));
+  REQUIRE(!ct_mmdit_backward(m, dv, &e));
+  check_grads(m, g, "kontext", ev, ct_failed_);
+  /* gradient checkpointing recomputes the longer sequence: the same bits */
+  const size_t np = ct_mmdit_numel(m);
+  float *g0 = malloc(np * sizeof *g0), *v0 = malloc(nx * 4);
+  REQUIRE(g0 && v0);
+  memcpy(g0, ct_mmdit_grads(m), np * sizeof *g0);
+  memcpy(v0, v, nx * 4);
+  ct_mmdit_set_checkpointing(m, 1);
+  memset(ct_mmdit_grads(m), 0, np * sizeof(float));
+  REQUIRE(!ct_mmdit_forward_ref(m, &in, ref, RH, RW, v, &e));
+  REQUIRE(!ct_mmdit_backward(m, dv, &e));
+  int nd = 0;
+  CHECK(ct_mmdit_checkpointing(m, &nd, NULL) == 1 && nd > 0);
+  CHECK(!memcmp(v0, v, nx * 4) && !memcmp(g0, ct_mmdit_grads(m), np * sizeof *g0));
+  free(g0), free(v0);
+  /* an odd reference size is refused by name */
+  CHECK(ct_mmdit_forward_ref(m, &in, ref, 5, RW, v, &e) && strstr(e.msg, "reference latent 5x4"));
+  free(ids), free(hs), free(x), free(ref), free(v), free(vp), free(dv), free(dvp), free(out);
+  free((void *)in.t), free((void *)in.txt), free((void *)in.y), free((void *)in.guidance);
+  ct_st_close(g);
+  ct_mmdit_free(m);
 }
 
 /* The BFL single file (names as diffusers' converter reads them) is the schnell model. */

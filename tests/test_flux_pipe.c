@@ -320,3 +320,65 @@ CT_TEST(flux_pipe, sample_as_fluxpipeline) {
   check_sample(ct_failed_, "dev");
   check_sample(ct_failed_, "schnell");
 }
+
+/* FLUX.1 Kontext (scripts/flux_kontext_golden.py, tests/data/flux_kontext):
+ * FluxKontextPipeline on the dev pipeline with ref.png (24x32) as its image,
+ * 32x32, max_area 32*32, _auto_resize False, 4 steps, guidance 3.5, from the
+ * golden's latents: the final latents within 1e-3, the images >= 40 dB. */
+CT_TEST(flux_pipe, kontext_sample_as_fluxkontextpipeline) {
+  ct_err e = {0};
+  char gpath[4200], rpath[4200], pipe[4200];
+  snprintf(gpath, sizeof gpath, "%s",
+           ct_test_data_in("CT_FLUX_KONTEXT_DATA", "flux_kontext", "golden.safetensors"));
+  snprintf(rpath, sizeof rpath, "%s",
+           ct_test_data_in("CT_FLUX_KONTEXT_DATA", "flux_kontext", "ref.png"));
+  snprintf(pipe, sizeof pipe, "%s", pdata("dev"));
+  ct_st_file *g = NULL;
+  REQUIRE(!ct_st_open(gpath, &g, &e));
+  const int T = atoi(ct_st_meta(g, "max_sequence_length"));
+  ct_flux_sampler *s = NULL;
+  CHECKF(!ct_flux_sampler_open(pipe, "dev", T, NULL, &s, &e), "%s", e.msg);
+  REQUIRE(s);
+  /* the sizes the pipeline sets: 32x32 kept by max_area 1024, the reference as it is */
+  int w = 32, h = 32, rw = 24, rh = 32;
+  CHECK(!ct_kontext_sizes(atol(ct_st_meta(g, "max_area")), 4, 0, &w, &h, &rw, &rh));
+  CHECK(w == 32 && h == 32 && rw == 24 && rh == 32);
+  /* with _auto_resize a 24x32 image becomes 880x1184 (aspect 0.743 nearest 0.75) */
+  CHECK(ct_kontext_sizes(1024 * 1024, 16, 1, &w, &h, &rw, &rh) && rw == 880 && rh == 1184);
+  CHECK(w == 1024 && h == 1024);
+  ct_image ref;
+  REQUIRE(!ct_image_load(rpath, &ref, &e));
+  REQUIRE(ref.w == 24 && ref.h == 32);
+  CHECKF(!ct_flux_sampler_reference(s, &ref, &e), "%s", e.msg);
+  char *pr[8];
+  REQUIRE(prompts(g, pr, 8) == 2);
+  size_t nl = 0, ni = 0;
+  float *lin = gt(g, "sample.latents_in", &nl), *lout = gt(g, "sample.latents_out", NULL);
+  float *img = gt(g, "sample.image", &ni);
+  REQUIRE(lin && lout && img && nl == 2 * 64 * 64 && ni == 2 * 32 * 32 * 3);
+  float *x = malloc(nl * sizeof *x), *pk = malloc(nl * sizeof *pk);
+  ct_flux_unpack(2, 16, 16, 16, lin, x);
+  ct_image out[2];
+  const float gs = (float)atof(ct_st_meta(g, "guidance_scale"));
+  CHECKF(!ct_flux_sampler_run(s, (const char *const *)pr, 2, 32, 32, 4, gs, x, out, &e), "%s",
+         e.msg);
+  ct_flux_pack(2, 16, 16, 16, x, pk);
+  const double el = rel(pk, lout, nl);
+  CHECKF(el < 1e-3, "kontext sample latents %.3g", el);
+  for (int i = 0; i < 2; i++) {
+    const double db = psnr(out[i].px, img + (size_t)i * 32 * 32 * 3, 32 * 32 * 3);
+    CHECKF(db >= 40, "kontext image %d: %.1f dB", i, db);
+    ct_image_free(&out[i]);
+  }
+  fprintf(stderr, "  kontext: final latents %.2g (rel.)\n", el);
+  /* a reference the pipeline would resize is refused by name */
+  ct_image odd;
+  REQUIRE(!ct_image_alloc(26, 32, &odd, &e));
+  CHECK(ct_flux_sampler_reference(s, &odd, &e) && strstr(e.msg, "26x32"));
+  ct_image_free(&odd);
+  for (int i = 0; i < 2; i++) free(pr[i]);
+  free(x), free(pk), free(lin), free(lout), free(img);
+  ct_image_free(&ref);
+  ct_flux_sampler_free(s);
+  ct_st_close(g);
+}

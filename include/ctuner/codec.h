@@ -41,6 +41,10 @@ void ct_codec_free(ct_codec *c);
  * noise stream (the VAE's sample). Thread-safe (a VAE serialises). */
 ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
                           float *lat, ct_err *err);
+/* The same with the latent distribution's mean (diffusers' retrieve_latents
+ * sample_mode "argmax": FluxKontextPipeline's reference image), no noise. */
+ct_status ct_codec_encode_mean(const ct_codec *c, const uint8_t *rgb, int w, int h, float *lat,
+                               ct_err *err);
 /* lat (channels, h/factor, w/factor) -> rgb (h, w, 3). Thread-safe. */
 ct_status ct_codec_decode(const ct_codec *c, const float *lat, int w, int h, uint8_t *rgb,
                           ct_err *err);

@@ -43,12 +43,19 @@ typedef struct ct_family {
    * a run is refused (trainable_note says what is missing). */
   int trainable;
   const char *trainable_note;
+  /* Flavours whose denoiser also takes a reference image's tokens (FLUX.1
+   * Kontext, docs/kontext.md: `ctuner sample --image`), "a|b" or NULL; the
+   * pipeline class such a model_index.json names; non-NULL
+   * reference_train_note: a training run of such a flavour is refused with it. */
+  const char *reference_flavours;
+  const char *reference_pipeline_class;
+  const char *reference_train_note;
 } ct_family;
 
 /* Every row's name, and every row's flavours, as "|"-lists (the key
  * table's choices; tests/test_family.c checks them against the rows). */
 #define CT_FAMILY_NAMES "flux|sdxl"
-#define CT_FAMILY_FLAVOURS "dev|krea|schnell|base-1.0|refiner-1.0|base-0.9|refiner-0.9"
+#define CT_FAMILY_FLAVOURS "dev|krea|schnell|kontext|base-1.0|refiner-1.0|base-0.9|refiner-0.9"
 
 /* Rows in registry order; n families. */
 const ct_family *ct_family_registry(int *n);

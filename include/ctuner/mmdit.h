@@ -218,6 +218,14 @@ ct_status ct_mmdit_save(const ct_mmdit *m, const char *path, ct_err *err);
 /* Forward: v (B, C, H, W). Keeps activations for ct_mmdit_backward; the batch's
  * txt and y arrays are borrowed and must stay valid until the backward. */
 ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err);
+/* FLUX.1 Kontext (docs/kontext.md): the forward with a reference latent ref
+ * (B, C, RH, RW; RH, RW even), or NULL (= ct_mmdit_forward). Its 2x2 tokens
+ * follow each item's image tokens with position ids (1, row, col) of their
+ * own grid, as diffusers' FluxKontextPipeline; v (B, C, H, W) is the
+ * prediction of the target tokens only, and the backward's dL/dv has no
+ * reference part (the loss covers the target). */
+ct_status ct_mmdit_forward_ref(ct_mmdit *m, const ct_mmdit_batch *in, const float *ref, int RH,
+                               int RW, float *v, ct_err *err);
 /* Backward of the last forward given dL/dv (B, C, H, W); accumulates into grads. */
 ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err);
 

@@ -236,6 +236,18 @@ ct_status ct_flux_sampler_lora(ct_flux_sampler *s, const char *path, double lora
                                ct_err *err);
 /* Pixels per latent (the VAE's factor). */
 int ct_flux_sampler_factor(const ct_flux_sampler *s);
+/* FLUX.1 Kontext (docs/kontext.md): the reference image every later run
+ * conditions on, as FluxKontextPipeline's `image` (VAE latent mean); its size
+ * must be a multiple of 2 x the factor (the pipeline would resize others:
+ * refused by name). */
+ct_status ct_flux_sampler_reference(ct_flux_sampler *s, const ct_image *ref, ct_err *err);
+/* FluxKontextPipeline's sizes: the output (w, h) becomes round(sqrt(max_area
+ * * w/h)) x round(sqrt(max_area / (w/h))) floored to multiple (its __call__);
+ * with auto_resize the reference (rw, rh) becomes the entry of
+ * PREFERRED_KONTEXT_RESOLUTIONS nearest its aspect ratio, then floored to
+ * multiple. Returns 1 when the reference would be resized. */
+int ct_kontext_sizes(long max_area, int multiple, int auto_resize, int *w, int *h, int *rw,
+                     int *rh);
 /* n prompts; x (n, 16, height/f, width/f): the initial noise, unpacked
  * (ct_flux_unpack of FluxPipeline's latents), overwritten with the final
  * latents. steps Euler steps over the scheduler's sigmas; guidance: the

@@ -102,6 +102,9 @@ typedef struct ct_flux_sample_args {
   const char *out, *out_dir;
   const char *lora;  /* an adapter file, or NULL */
   double lora_scale; /* its multiplier */
+  const char *image; /* Kontext: the reference image, or NULL (docs/kontext.md) */
+  long max_area;     /* Kontext: FluxKontextPipeline's max_area */
+  int auto_resize;   /* Kontext: its _auto_resize */
 } ct_flux_sample_args;
 int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n);
 

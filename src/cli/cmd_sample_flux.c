@@ -30,6 +30,49 @@ static int write_one(const ct_flux_sample_args *a, int k, const char *prompt, co
   return 0;
 }
 
+/* FluxKontextPipeline's image and sizes: the output as max_area sets it (the
+ * pipeline warns when it adjusts; so does this), the reference as it would be
+ * resized — refused when it would, as ctuner does not resize it (LANCZOS). */
+static int kontext_setup(const ct_flux_sample_args *a, ct_flux_sampler *s, int f, int *w, int *h) {
+  ct_err err = {0};
+  ct_image ref;
+  if (!a->image) { /* FluxKontextPipeline without an image: its output size only */
+    const int ow = *w, oh = *h;
+    ct_kontext_sizes(a->max_area, 2 * f, a->auto_resize, w, h, NULL, NULL);
+    if (*w != ow || *h != oh)
+      fprintf(stderr,
+              "ctuner sample: warning: height and width adjusted to %d and %d for --max_area %ld "
+              "(as FluxKontextPipeline does)\n",
+              *h, *w, a->max_area);
+    return 0;
+  }
+  if (ct_image_load(a->image, &ref, &err)) {
+    fprintf(stderr, "ctuner sample: --image: %s\n", err.msg);
+    return 1;
+  }
+  int ow = *w, oh = *h, rw = ref.w, rh = ref.h;
+  if (ct_kontext_sizes(a->max_area, 2 * f, a->auto_resize, w, h, &rw, &rh)) {
+    fprintf(stderr,
+            "ctuner sample: --image %s is %dx%d; FluxKontextPipeline would resize it to %dx%d "
+            "(%s), which ctuner does not do: give it that size%s\n",
+            a->image, ref.w, ref.h, rw, rh,
+            a->auto_resize ? "_auto_resize: the nearest PREFERRED_KONTEXT_RESOLUTIONS"
+                           : "multiples of 2 x the VAE factor",
+            a->auto_resize ? ", or --no_auto_resize" : "");
+    ct_image_free(&ref);
+    return 1;
+  }
+  if (*w != ow || *h != oh)
+    fprintf(stderr,
+            "ctuner sample: warning: height and width adjusted to %d and %d for --max_area %ld "
+            "(as FluxKontextPipeline does)\n",
+            *h, *w, a->max_area);
+  int rc = ct_flux_sampler_reference(s, &ref, &err) != CT_OK;
+  if (rc) fprintf(stderr, "ctuner sample: --image: %s\n", err.msg);
+  ct_image_free(&ref);
+  return rc;
+}
+
 int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts, int n) {
   ct_err err = {0};
   char tdir[4200], own[4200];
@@ -62,7 +105,12 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
     return 1;
   }
   const int f = ct_flux_sampler_factor(s);
-  const int w = a->width > 0 ? a->width : 128 * f, h = a->height > 0 ? a->height : 128 * f;
+  int w = a->width > 0 ? a->width : 128 * f, h = a->height > 0 ? a->height : 128 * f;
+  if ((a->image || (a->flavour && !strcmp(a->flavour, "kontext"))) &&
+      kontext_setup(a, s, f, &w, &h)) {
+    ct_flux_sampler_free(s);
+    return 1;
+  }
   const int steps = a->steps > 0 ? a->steps : 28;
   const float g = a->guidance >= 0 ? (float)a->guidance : 3.5f;
   const uint64_t seed = a->seed >= 0 ? (uint64_t)a->seed : 0;

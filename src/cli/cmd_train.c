@@ -328,6 +328,10 @@ void ct_cmd_sample_help(FILE *f) {
           "then takes the transformer from C/transformer (a ctuner training run's). Also\n"
           "[--flavour dev|krea|schnell] [--max_sequence_length N] (T5 tokens: 512, schnell\n"
           "256). Defaults: 28 steps, guidance 3.5, 128 x the VAE factor pixels, seed 0.\n"
+          "FLUX.1 Kontext (docs/kontext.md): --image REF (a PNG/JPEG) samples as\n"
+          "FluxKontextPipeline with REF as its image; --max_area N (default 1048576) sets\n"
+          "the output size as the pipeline does; --no_auto_resize is its _auto_resize=False\n"
+          "(else REF must already be its PREFERRED_KONTEXT_RESOLUTIONS size: others refused).\n"
           "\n"
           "LoRA (docs/lora.md): --lora FILE (peft's pytorch_lora_weights.safetensors, a\n"
           "kohya/ComfyUI or BFL-named LoRA, or a LyCORIS LoCon/LoHa/LoKr file) is folded\n"
@@ -351,7 +355,8 @@ void ct_cmd_sample_help(FILE *f) {
 
 /* --model_family and what an SDXL pipeline does not take yet, refused by name. */
 static int sdxl_options(const char *family, int sdxl, const char *pretrained, const char *ckpt,
-                        const char *lora, const char *flavour, long msl, int ema) {
+                        const char *lora, const char *flavour, const char *image, long msl,
+                        int ema) {
   ct_err err = {0};
   if (family && ct_family_check(family, &err)) {
     fprintf(stderr, "ctuner sample: --model_family: %s\n", err.msg);
@@ -370,6 +375,7 @@ static int sdxl_options(const char *family, int sdxl, const char *pretrained, co
                    : ckpt    ? "--checkpoint (a training run's U-net: not yet)"
                    : lora    ? "--lora (a U-net LoRA: not yet)"
                    : flavour ? "--flavour (SDXL has one)"
+                   : image   ? "--image (FLUX.1 Kontext's reference image)"
                    : msl     ? "--max_sequence_length (CLIP's 77 tokens)"
                    : ema     ? "--ema"
                              : NULL;
@@ -465,8 +471,10 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
 
 int ct_cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
-  const char *pretrained = NULL, *flavour = NULL, *lora = NULL;
+  const char *pretrained = NULL, *flavour = NULL, *lora = NULL, *image = NULL;
   const char *negative = NULL, *scheduler = NULL, *family = NULL; /* SDXL's */
+  long max_area = 1024L * 1024L; /* FluxKontextPipeline's default */
+  int auto_resize = 1, kontext_opt = 0;
   double lora_scale = 1.0, rescale = -1;
   long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
   double guidance = -1;
@@ -478,6 +486,8 @@ int ct_cmd_sample(int argc, char **argv) {
       return 0;
     } else if (!strcmp(argv[i], "--ema")) {
       ema = 1;
+    } else if (!strcmp(argv[i], "--no_auto_resize")) {
+      auto_resize = 0, kontext_opt = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
                (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
                (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
@@ -488,7 +498,8 @@ int ct_cmd_sample(int argc, char **argv) {
                (r = ct_cli_opt(argc, argv, &i, "lora", &lora)) ||
                (r = ct_cli_opt(argc, argv, &i, "negative_prompt", &negative)) ||
                (r = ct_cli_opt(argc, argv, &i, "scheduler", &scheduler)) ||
-               (r = ct_cli_opt(argc, argv, &i, "model_family", &family))) {
+               (r = ct_cli_opt(argc, argv, &i, "model_family", &family)) ||
+               (r = ct_cli_opt(argc, argv, &i, "image", &image))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "guidance_rescale", &v))) {
       if (r < 0 || ct_cli_float("guidance_rescale", v, &rescale)) return 2;
@@ -500,6 +511,9 @@ int ct_cmd_sample(int argc, char **argv) {
       if (r < 0 || ct_cli_float("lora_scale", v, &lora_scale)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
       if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "max_area", &v))) {
+      if (r < 0 || ct_cli_int("max_area", v, 64, 1L << 26, &max_area)) return 2;
+      kontext_opt = 1;
     } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
       if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
@@ -527,6 +541,16 @@ int ct_cmd_sample(int argc, char **argv) {
     ct_cmd_sample_help(stderr);
     return 2;
   }
+  if (image && !pretrained) {
+    fprintf(stderr, "ctuner sample: --image (FLUX.1 Kontext) needs --pretrained\n");
+    return 2;
+  }
+  if (kontext_opt && !image && !(flavour && !strcmp(flavour, "kontext"))) {
+    fprintf(stderr,
+            "ctuner sample: --max_area and --no_auto_resize are FluxKontextPipeline's: "
+            "they need --image or --flavour kontext\n");
+    return 2;
+  }
   ct_err err = {0};
   if (ct_lora_check_multiplier(lora_scale, &err)) {
     fprintf(stderr, "ctuner sample: --%s\n", err.msg);
@@ -534,7 +558,7 @@ int ct_cmd_sample(int argc, char **argv) {
   }
   const int sdxl = pretrained && ((family && !strcmp(family, "sdxl")) ||
                                   (!family && ct_cli_is_sdxl_pipeline(pretrained)));
-  if (sdxl_options(family, sdxl, pretrained, ckpt, lora, flavour, msl, ema)) return 2;
+  if (sdxl_options(family, sdxl, pretrained, ckpt, lora, flavour, image, msl, ema)) return 2;
   if (!sdxl && (negative || scheduler || rescale >= 0)) {
     fprintf(stderr,
             "ctuner sample: --%s is for an SDXL pipeline (--pretrained DIR of a "
@@ -560,8 +584,9 @@ int ct_cmd_sample(int argc, char **argv) {
   }
   if (pretrained) {
     const ct_flux_sample_args a = {
-        pretrained, ckpt ? dir : NULL, flavour,  (int)msl, (int)steps, guidance, seed,
-        (int)width, (int)height,       (int)per, outp,     odir,       lora,     lora_scale};
+        pretrained, ckpt ? dir : NULL, flavour,     (int)msl, (int)steps, guidance,
+        seed,       (int)width,        (int)height, (int)per, outp,       odir,
+        lora,       lora_scale,        image,       max_area, auto_resize};
     rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
     goto done;
   }

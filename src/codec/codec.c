@@ -89,8 +89,21 @@ static ct_status bad_size(int w, int h, int f, ct_err *err) {
                  "VAE codec: image %dx%d is not a multiple of the VAE's factor %d", w, h, f);
 }
 
+static ct_status encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
+                        int sample, float *lat, ct_err *err);
+
 ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
                           float *lat, ct_err *err) {
+  return encode(c, rgb, w, h, key, 1, lat, err);
+}
+
+ct_status ct_codec_encode_mean(const ct_codec *c, const uint8_t *rgb, int w, int h, float *lat,
+                               ct_err *err) {
+  return encode(c, rgb, w, h, 0, 0, lat, err);
+}
+
+static ct_status encode(const ct_codec *c, const uint8_t *rgb, int w, int h, uint64_t key,
+                        int sample, float *lat, ct_err *err) {
   if (!c->ctx) return ct_pixel_encode(rgb, w, h, c->factor, lat, err);
   vae_ctx *v = c->ctx;
   const ct_vae_config *vc = ct_vae_cfg(v->vae);
@@ -110,9 +123,11 @@ ct_status ct_codec_encode(const ct_codec *c, const uint8_t *rgb, int w, int h, u
   }
   if (!st) {
     /* z = mean + exp(logvar / 2) eps, then (z - shift) * scale */
-    ct_rng_fill_normal(x, nl, v->seed, CT_STREAM_VAE_SAMPLE, key * (uint64_t)nl, 0.0f, 1.0f);
+    if (sample)
+      ct_rng_fill_normal(x, nl, v->seed, CT_STREAM_VAE_SAMPLE, key * (uint64_t)nl, 0.0f, 1.0f);
     for (size_t i = 0; i < nl; i++)
-      lat[i] = (lat[i] + expf(0.5f * lv[i]) * x[i] - vc->shift_factor) * vc->scaling_factor;
+      lat[i] = (lat[i] + (sample ? expf(0.5f * lv[i]) * x[i] : 0.0f) - vc->shift_factor) *
+               vc->scaling_factor;
   }
   ct_free(x);
   ct_free(lv);

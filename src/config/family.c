@@ -48,7 +48,7 @@ static const char *const SDXL_LORA[] = {"to_k", "to_q", "to_v", "to_out.0", NULL
 static const ct_family ROWS[] = {
     {.name = "flux",
      .title = "FLUX.1",
-     .flavours = "dev|krea|schnell",
+     .flavours = "dev|krea|schnell|kontext",
      .default_flavour = "dev", /* an unset model_flavour reads as dev (512 T5 tokens) */
      .pipeline_class = "FluxPipeline",
      .denoiser = "transformer",
@@ -60,7 +60,14 @@ static const ct_family ROWS[] = {
      .samplers = "FlowMatchEulerDiscreteScheduler",
      .lora_targets = FLUX_LORA,
      .latent_channels = 16,
-     .trainable = 1},
+     .trainable = 1,
+     /* FLUX.1 Kontext [dev]: diffusers' FluxKontextPipeline (reference tokens, ids (1, r, c)) */
+     .reference_flavours = "kontext",
+     .reference_pipeline_class = "FluxKontextPipeline",
+     .reference_train_note = "training on image pairs (a dataset's conditioning_data, "
+                             "conditioning_type reference_strict / reference_loose) is not yet "
+                             "in ctuner; `ctuner sample --image` samples FLUX.1 Kontext "
+                             "(docs/kontext.md)"},
     {.name = "sdxl",
      .title = "SDXL",
      .flavours = "base-1.0|refiner-1.0|base-0.9|refiner-0.9",
@@ -90,7 +97,7 @@ static const char *const NOT_YET[] = {
 /* SimpleTuner flavours of families ctuner has, not offered here yet. */
 static const struct {
   const char *family, *flavour;
-} FLAVOUR_NOT_YET[] = {{"flux", "kontext"}, {"flux", "fluxbooru"}, {"flux", "libreflux"}};
+} FLAVOUR_NOT_YET[] = {{"flux", "fluxbooru"}, {"flux", "libreflux"}};
 
 const ct_family *ct_family_registry(int *n) {
   *n = N(ROWS);

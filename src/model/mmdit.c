@@ -473,19 +473,20 @@ static void plan_sblock(bump *b, sblock_a *x, size_t Bz, size_t N, size_t d, siz
 }
 
 /* Lay out every activation for the shape; with base == NULL only counts. */
-static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int T) {
+static size_t plan(ct_mmdit *m, float *base, int B, int H, int W, int Lr, int T) {
   const ct_mmdit_config *c = &m->cfg;
   acts *a = &m->a;
   bump b = {base, 0};
   size_t d = (size_t)c->hidden, P = (size_t)c->in_channels * 4, mh = (size_t)c->mlp_ratio * d;
   size_t hd = d / (size_t)c->heads, nh = (size_t)c->heads;
-  size_t Li = (size_t)(H / 2) * (size_t)(W / 2), Lt = Li + (size_t)T;
+  size_t Li = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)Lr, Lt = Li + (size_t)T;
   size_t Ni = (size_t)B * Li, Nt = (size_t)B * (size_t)T, N = (size_t)B * Lt, Bz = (size_t)B;
   a->B = B;
   a->H = H;
   a->W = W;
   a->T = T;
   a->Li = (int)Li;
+  a->Lr = Lr;
   a->Lt = (int)Lt;
   a->img_p = take(&b, Ni * P);
   a->temb = take(&b, Bz * 256);
@@ -580,16 +581,16 @@ size_t ct_mmdit_activation_plan(const ct_mmdit_config *cfg, int every, int B, in
   m->ckpt_every = every > 0 ? every : 0;
   m->db_a = calloc((size_t)cfg->depth_double + 1, sizeof *m->db_a);
   m->sb_a = calloc((size_t)cfg->depth_single + 1, sizeof *m->sb_a);
-  size_t n = m->db_a && m->sb_a ? plan(m, NULL, B, H, W, T) : 0; /* counts only */
+  size_t n = m->db_a && m->sb_a ? plan(m, NULL, B, H, W, 0, T) : 0; /* counts only */
   free(m->db_a);
   free(m->sb_a);
   free(m);
   return n * sizeof(float);
 }
 
-static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
-  size_t need = plan(m, NULL, B, H, W, T);
-  size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)T;
+static ct_status reserve(ct_mmdit *m, int B, int H, int W, int Lr, int T, ct_err *err) {
+  size_t need = plan(m, NULL, B, H, W, Lr, T);
+  size_t Lt = (size_t)(H / 2) * (size_t)(W / 2) + (size_t)Lr + (size_t)T;
   if (need > m->arena_floats) {
     m->be->free(m->arena);
     m->arena = m->be->alloc(CT_MEM_ACTIVATIONS, need * sizeof(float));
@@ -603,7 +604,7 @@ static ct_status reserve(ct_mmdit *m, int B, int H, int W, int T, ct_err *err) {
   free(m->pos);
   m->pos = malloc(Lt * 3 * sizeof(int));
   if (!m->pos) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  plan(m, m->arena, B, H, W, T);
+  plan(m, m->arena, B, H, W, Lr, T);
   m->a.pos = m->pos;
   return CT_OK;
 }
@@ -756,7 +757,34 @@ static void sblock_fwd(ct_mmdit *m, int i, const float *xj) {
   be->gate_res_fwd(B, Lt, d, x->xin, d, x->mod + 2 * d, 3 * d, x->l2, d, x->xout, d);
 }
 
+/* The image stream's tokens (B*Li, P) from x (B, C, H, W): without reference
+ * tokens FluxPipeline's packing; with them (Kontext) each item's Li - Lr
+ * target tokens followed by its reference latent's Lr (zeros when ref is NULL:
+ * the backward's dL/dv, which has no reference part). */
+static void img_tokens(const ct_backend_ops *be, const acts *a, int C, const float *x,
+                       const float *ref, int RH, int RW, float *out) {
+  const int B = a->B, H = a->H, W = a->W, Li = a->Li, Lr = a->Lr, P = 4 * C;
+  if (!Lr) {
+    be->patchify(B, C, H, W, 2, x, out);
+    return;
+  }
+  for (int b = 0; b < B; b++) {
+    float *o = out + (size_t)b * Li * P;
+    be->patchify(1, C, H, W, 2, x + (size_t)b * C * H * W, o);
+    o += (size_t)(Li - Lr) * P;
+    if (ref)
+      be->patchify(1, C, RH, RW, 2, ref + (size_t)b * C * RH * RW, o);
+    else
+      be->zero((size_t)Lr * P, o);
+  }
+}
+
 ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_err *err) {
+  return ct_mmdit_forward_ref(m, in, NULL, 0, 0, v, err);
+}
+
+ct_status ct_mmdit_forward_ref(ct_mmdit *m, const ct_mmdit_batch *in, const float *ref, int RH,
+                               int RW, float *v, ct_err *err) {
   const ct_mmdit_config *c = &m->cfg;
   const ct_backend_ops *be = m->be;
   ct_status st = CT_OK;
@@ -767,7 +795,11 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   if (c->guidance_embed && !in->guidance)
     return ct_errf(err, CT_ERR_INVALID,
                    "this model embeds guidance (guidance_embed) but no guidance was given");
-  st = reserve(m, in->B, in->H, in->W, in->T, err);
+  if (ref && (RH < 2 || RW < 2 || RH % 2 || RW % 2))
+    return ct_errf(err, CT_ERR_SHAPE, "reference latent %dx%d: need an even size of at least 2", RH,
+                   RW);
+  const int Lr = ref ? (RH / 2) * (RW / 2) : 0;
+  st = reserve(m, in->B, in->H, in->W, Lr, in->T, err);
   if (st) return st;
   acts *a = &m->a;
   const int B = in->B, T = in->T, Li = a->Li, Lt = a->Lt, d = c->hidden;
@@ -778,7 +810,7 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   a->in_txt = in->txt;
   a->in_y = in->y;
   if ((st = seg_enter(m, 0, 0, err))) return st;
-  be->patchify(B, C, in->H, in->W, 2, in->x, a->img_p);
+  img_tokens(be, a, C, in->x, ref, RH, RW, a->img_p);
   /* vec = time_in(temb(t)) + vector_in(y) [+ guidance_in(temb(g))] */
   be->timestep_embedding(B, in->t, 256, 10000.f, 1000.f, a->temb);
   lin_fwd(be, &m->time_in0, B, a->temb, 256, a->t_h, d);
@@ -800,12 +832,15 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
   lin_fwd(be, &m->txt_in, Nt, in->txt, c->context_in_dim, a->txt0, d);
   if ((st = seg_leave(m, 0, 0, err))) return st;
 
-  /* RoPE table of the joint sequence: text (0,0,0), image (0, row, col). */
+  /* RoPE table of the joint sequence: text (0,0,0), image (0, row, col);
+   * Kontext's reference tokens after the image's: (1, row, col) of their own
+   * grid (diffusers' pipeline_flux_kontext.py prepare_latents, image_ids[..., 0] = 1). */
+  const int Lx = Li - Lr, rw = Lr ? RW / 2 : 1;
   for (int l = 0; l < Lt; l++) {
-    int *p = a->pos + 3 * l;
-    p[0] = 0;
-    p[1] = l < T ? 0 : (l - T) / gw;
-    p[2] = l < T ? 0 : (l - T) % gw;
+    int *p = a->pos + 3 * l, r = l - T - Lx;
+    p[0] = r >= 0 ? 1 : 0;
+    p[1] = l < T ? 0 : r >= 0 ? r / rw : (l - T) / gw;
+    p[2] = l < T ? 0 : r >= 0 ? r % rw : (l - T) % gw;
   }
   be->rope_table(Lt, a->pos, c->axes_dim, c->theta, a->pe);
 
@@ -841,7 +876,12 @@ ct_status ct_mmdit_forward(ct_mmdit *m, const ct_mmdit_batch *in, float *v, ct_e
                  d);
   lin_fwd(be, &m->final_lin, Ni, a->hf, d, a->outp, P);
   if ((st = seg_leave(m, last, 0, err))) return st;
-  be->unpatchify(B, C, in->H, in->W, 2, a->outp, v);
+  if (Lr) /* the prediction of the target tokens only (diffusers slices it) */
+    for (int b = 0; b < B; b++)
+      be->unpatchify(1, C, in->H, in->W, 2, a->outp + (size_t)b * Li * P,
+                     v + (size_t)b * C * in->H * in->W);
+  else
+    be->unpatchify(B, C, in->H, in->W, 2, a->outp, v);
   m->have_acts = 1;
   return CT_OK;
 }
@@ -863,7 +903,7 @@ ct_status ct_mmdit_backward(ct_mmdit *m, const float *dv, ct_err *err) {
   be->zero((size_t)B * d, a->dsvec);
   /* final layer */
   if ((st = seg_enter(m, last, 1, err))) return st;
-  be->patchify(B, C, a->H, a->W, 2, dv, a->doutp);
+  img_tokens(be, a, C, dv, NULL, 0, 0, a->doutp); /* reference tokens: no loss, 0 */
   lin_bwd(be, &m->final_lin, Ni, a->hf, d, a->doutp, P, a->dh, d, 0.0f);
   be->zero((size_t)B * 2 * d, a->dmod);
   be->zero((size_t)Ni * d, a->dimg);

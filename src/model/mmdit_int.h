@@ -59,6 +59,7 @@ typedef struct sblock_a {
 
 typedef struct acts {
   int B, H, W, T, Li, Lt;
+  int Lr;                     /* Kontext: reference tokens per item, the last Lr of Li */
   const float *in_txt, *in_y; /* the caller's inputs, borrowed until backward */
   float *img_p;               /* (B*Li, P) */
   float *temb, *t_h, *t_hs;   /* (B, 256), (B, d), (B, d) */

@@ -67,6 +67,10 @@ ct_status ct_train_family_check(const ct_config *cfg, ct_err *err) {
   if (!r->task || !f->trainable)
     return ct_errf(err, CT_ERR_UNSUPPORTED, "model_family %s: %s cannot be trained yet: %s",
                    f->name, f->title, f->trainable_note ? f->trainable_note : "no task");
+  if (cfg->model_flavour && f->reference_flavours && f->reference_train_note &&
+      ct_family_in_list(f->reference_flavours, cfg->model_flavour))
+    return ct_errf(err, CT_ERR_UNSUPPORTED, "model_flavour %s: %s", cfg->model_flavour,
+                   f->reference_train_note);
   return CT_OK;
 }
 

@@ -99,9 +99,13 @@ static void check_index(const char *root, int skip_transformer, int skip_vae, pr
   const ct_family_component *comp = f->components;
   const int ncomp = f->ncomponents;
   const ct_json *c = ct_json_get(j, "_class_name");
-  if (!c || c->type != CT_JSON_STRING || strcmp(c->str, f->pipeline_class))
-    add(pr, "%s: _class_name is %s; ctuner trains %s", path,
-        c && c->type == CT_JSON_STRING ? c->str : "(missing)", f->pipeline_class);
+  if (!c || c->type != CT_JSON_STRING ||
+      (strcmp(c->str, f->pipeline_class) &&
+       !(f->reference_pipeline_class && !strcmp(c->str, f->reference_pipeline_class))))
+    add(pr, "%s: _class_name is %s; ctuner reads %s%s%s", path,
+        c && c->type == CT_JSON_STRING ? c->str : "(missing)", f->pipeline_class,
+        f->reference_pipeline_class ? " or " : "",
+        f->reference_pipeline_class ? f->reference_pipeline_class : "");
   for (size_t i = 0; j->type == CT_JSON_OBJECT && i < j->n; i++) {
     const char *k = j->keys[i];
     if (k[0] == '_') continue;

@@ -22,6 +22,8 @@ struct ct_flux_sampler {
   ct_textcond *tc;
   ct_mmdit *m;
   ct_codec codec;
+  float *ref; /* Kontext: the reference latent (C, rh, rw), or NULL */
+  int rh, rw;
 };
 
 void ct_flux_sampler_free(ct_flux_sampler *s) {
@@ -29,6 +31,7 @@ void ct_flux_sampler_free(ct_flux_sampler *s) {
   ct_textcond_free(s->tc);
   ct_mmdit_free(s->m);
   ct_codec_free(&s->codec);
+  free(s->ref);
   free(s);
 }
 
@@ -80,6 +83,27 @@ ct_status ct_flux_sampler_lora(ct_flux_sampler *s, const char *path, double lora
   return ct_lora_merge_file(s->m, path, lora_scale, err);
 }
 
+/* FluxKontextPipeline's image: encoded with the latent mean (_encode_vae_image,
+ * sample_mode "argmax"), (mean - shift_factor) * scaling_factor; its resizing
+ * is the caller's (ct_kontext_reference_size). */
+ct_status ct_flux_sampler_reference(ct_flux_sampler *s, const ct_image *ref, ct_err *err) {
+  const int f = s->codec.factor, C = ct_mmdit_cfg(s->m)->in_channels;
+  if (ref->w % (2 * f) || ref->h % (2 * f))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "reference image %dx%d: FluxKontextPipeline would resize it to multiples of %d",
+                   ref->w, ref->h, 2 * f);
+  float *lat = malloc((size_t)C * (ref->h / f) * (ref->w / f) * sizeof *lat);
+  if (!lat) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  ct_status st = ct_codec_encode_mean(&s->codec, ref->px, ref->w, ref->h, lat, err);
+  if (st) {
+    free(lat);
+    return st;
+  }
+  free(s->ref);
+  s->ref = lat, s->rh = ref->h / f, s->rw = ref->w / f;
+  return CT_OK;
+}
+
 int ct_flux_sampler_factor(const ct_flux_sampler *s) {
   return s->codec.factor;
 }
@@ -101,7 +125,11 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
   float *tt = malloc((size_t)n * sizeof *tt), *gg = malloc((size_t)n * sizeof *gg);
   float *sg = malloc(((size_t)steps + 1) * sizeof *sg), *ts = malloc((size_t)steps * sizeof *ts);
   uint8_t *rgb = malloc((size_t)width * height * 3);
-  ct_status st = txt && y && v && tt && gg && sg && ts && rgb
+  /* Kontext: the reference latent for every prompt (prepare_latents repeats it) */
+  const size_t rl = s->ref ? (size_t)C * s->rh * s->rw : 0;
+  float *refs = rl ? malloc((size_t)n * rl * sizeof *refs) : NULL;
+  for (int b = 0; refs && b < n; b++) memcpy(refs + (size_t)b * rl, s->ref, rl * sizeof *refs);
+  ct_status st = txt && y && v && tt && gg && sg && ts && rgb && (!rl || refs)
                      ? ct_textcond_encode(s->tc, prompts, n, txt, y, err)
                      : ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling");
   if (!st) /* the scheduler's sigmas (fm_sched.c): mu from the packed image's token count */
@@ -119,7 +147,7 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
                          .txt = txt,
                          .y = y,
                          .guidance = mc->guidance_embed ? gg : NULL};
-    st = ct_mmdit_forward(s->m, &in, v, err);
+    st = ct_mmdit_forward_ref(s->m, &in, refs, s->rh, s->rw, v, err);
     if (!st) ct_fm_step(sg, k, v, x, (size_t)n * lat);
   }
   for (int i = 0; out && i < n && !st; i++) {
@@ -130,6 +158,6 @@ ct_status ct_flux_sampler_run(ct_flux_sampler *s, const char *const *prompts, in
       for (int j = 0; j < i; j++) ct_image_free(&out[j]);
   }
   ct_free(txt), ct_free(y), ct_free(v);
-  free(tt), free(gg), free(sg), free(ts), free(rgb);
+  free(tt), free(gg), free(sg), free(ts), free(rgb), free(refs);
   return st;
 }
