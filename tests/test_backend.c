@@ -222,6 +222,75 @@ static void op_attention_cross(bcheck *t) {
   FD1(t, "dv", c.v, nk, back(t, dv, nk), xatt_loss, &c);
 }
 
+/* Masked joint attention (Chroma): L = 70 spans two query tiles; batch 0 has
+ * tokens 2, 3 and 40 as padding, batch 1 none. Both meanings of the mask:
+ * boolean (padding queries give 0) and additive (m_i m_j added). */
+typedef struct {
+  int B, H, L, hd, additive;
+  float scale, *q, *k, *v, *r, *m;
+  double *o, *lse;
+} matt_c;
+static void matt_ref(matt_c *c) {
+  const int L = c->L, hd = c->hd, ldo = c->H * hd;
+  double *s = malloc((size_t)L * sizeof *s);
+  for (int bh = 0; bh < c->B * c->H; bh++)
+    for (int i = 0; i < L; i++) {
+      const int b = bh / c->H, h = bh % c->H;
+      const float *qi = c->q + ((size_t)bh * L + i) * hd, *m = c->m + (size_t)b * L;
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < L; j++) {
+        double a = 0;
+        for (int e = 0; e < hd; e++) a += (double)qi[e] * c->k[((size_t)bh * L + j) * hd + e];
+        s[j] = c->scale * a + (c->additive ? (double)m[i] * m[j] : 0.0);
+        if (!c->additive && !(m[i] != 0 && m[j] != 0)) s[j] = -INFINITY;
+        mx = fmax(mx, s[j]);
+      }
+      double *orow = c->o + ((size_t)b * L + i) * ldo + (size_t)h * hd;
+      if (mx == -INFINITY) { /* a fully masked query: 0, lse 0 */
+        c->lse[(size_t)bh * L + i] = 0;
+        for (int e = 0; e < hd; e++) orow[e] = 0;
+        continue;
+      }
+      for (int j = 0; j < L; j++) sum += exp(s[j] - mx);
+      c->lse[(size_t)bh * L + i] = mx + log(sum);
+      for (int e = 0; e < hd; e++) {
+        double a = 0;
+        for (int j = 0; j < L; j++) a += exp(s[j] - mx) / sum * c->v[((size_t)bh * L + j) * hd + e];
+        orow[e] = a;
+      }
+    }
+  free(s);
+}
+static double matt_loss(void *p) {
+  matt_c *c = p;
+  matt_ref(c);
+  return dot(c->o, c->r, (size_t)c->B * c->L * c->H * c->hd);
+}
+static void op_attention_mask(bcheck *t) {
+  for (int additive = 0; additive < 2; additive++) {
+    matt_c c = {.B = 2, .H = 2, .L = 70, .hd = 4, .additive = additive, .scale = 0.6f};
+    size_t n = (size_t)c.B * c.H * c.L * c.hd, nl = (size_t)c.B * c.H * c.L, nm = 2 * 70;
+    c.q = hrand(t, n, 1), c.k = hrand(t, n, 1), c.v = hrand(t, n, 1);
+    c.m = hrand(t, nm, 1);
+    for (size_t j = 0; j < nm; j++) c.m[j] = (j == 2 || j == 3 || j == 40) ? 0.0f : 1.0f;
+    float *o0 = hrand(t, n, 1), *l0 = hrand(t, nl, 1);
+    c.o = hd(t, NULL, n), c.lse = hd(t, NULL, nl);
+    matt_ref(&c);
+    float *q = dev(t, c.q, n), *k = dev(t, c.k, n), *v = dev(t, c.v, n);
+    float *o = dev(t, o0, n), *lse = dev(t, l0, nl), *m = dev(t, c.m, nm);
+    t->be->attention_mask_fwd(c.B, c.H, c.L, c.hd, c.scale, m, additive, q, k, v, o, lse);
+    cmp(t, additive ? "o (additive)" : "o (boolean)", back(t, o, n), c.o, n);
+    cmp(t, additive ? "lse (additive)" : "lse (boolean)", back(t, lse, nl), c.lse, nl);
+    c.r = hrand(t, n, 1);
+    float *dq = dev(t, o0, n), *dk = dev(t, o0, n), *dv = dev(t, o0, n); /* overwritten */
+    t->be->attention_mask_bwd(c.B, c.H, c.L, c.hd, c.scale, m, additive, q, k, v, o, lse,
+                              dev(t, c.r, n), dq, dk, dv);
+    FD1(t, additive ? "dq (additive)" : "dq (boolean)", c.q, n, back(t, dq, n), matt_loss, &c);
+    FD1(t, additive ? "dk (additive)" : "dk (boolean)", c.k, n, back(t, dk, n), matt_loss, &c);
+    FD1(t, additive ? "dv (additive)" : "dv (boolean)", c.v, n, back(t, dv, n), matt_loss, &c);
+  }
+}
+
 static void op_rope_table(bcheck *t) {
   const int L = 4, axes[3] = {2, 4, 2}, half = 4;
   const float theta = 100.0f;
@@ -607,6 +676,7 @@ static const struct {
     {"attention", op_attention, "attention_fwd attention_bwd"},
     {"attention_bias", op_attention_bias, "attention_bias_fwd"},
     {"attention_cross", op_attention_cross, "attention_cross_fwd attention_cross_bwd"},
+    {"attention_mask", op_attention_mask, "attention_mask_fwd attention_mask_bwd"},
     {"rope_table", op_rope_table, "rope_table"},
     {"rope", op_rope, "rope_table rope_fwd rope_bwd"},
     {"qkv_heads", op_qkv_heads, "rope_table qkv_heads_fwd qkv_heads_bwd"},
@@ -653,6 +723,8 @@ static const struct {
   X(attention_bwd, ct_attention_bwd) \
   X(attention_cross_fwd, ct_attention_cross_fwd) \
   X(attention_cross_bwd, ct_attention_cross_bwd) \
+  X(attention_mask_fwd, ct_attention_mask_fwd) \
+  X(attention_mask_bwd, ct_attention_mask_bwd) \
   X(rope_table, ct_rope_table) \
   X(rope_fwd, ct_rope_fwd) \
   X(rope_bwd, ct_rope_bwd) \

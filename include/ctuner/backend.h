@@ -128,6 +128,16 @@ struct ct_backend_ops {
   void (*attention_cross_bwd)(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
                               const float *k, const float *v, const float *o, const float *lse,
                               const float *dout, float *dq, float *dk, float *dv);
+  /* joint attention with a per-token padding mask (B, L) in backend memory,
+   * 1 real / 0 padding: additive 0 = boolean m_i AND m_j, additive 1 = m_i m_j
+   * added to the scores (ct_attention_mask_fwd, docs/chroma.md) */
+  void (*attention_mask_fwd)(int B, int H, int L, int hd, float scale, const float *mask,
+                             int additive, const float *q, const float *k, const float *v, float *o,
+                             float *lse);
+  void (*attention_mask_bwd)(int B, int H, int L, int hd, float scale, const float *mask,
+                             int additive, const float *q, const float *k, const float *v,
+                             const float *o, const float *lse, const float *dout, float *dq,
+                             float *dk, float *dv);
   /* pos (L, 3) is host memory, pe backend memory */
   void (*rope_table)(int L, const int *pos, const int axes[3], float theta, float *pe);
   void (*rope_fwd)(int N, int L, int D, const float *pe, const float *x, int ldx, float *y,
@@ -243,7 +253,7 @@ struct ct_backend_ops {
 #define CT_BACKEND_OP_FIELDS(X) \
   X(sgemm) X(sgemm_deterministic) X(linear_fwd) X(linear_bwd) X(linear_fwd_w) X(linear_bwd_w) \
   X(attention_fwd) X(attention_bias_fwd) X(attention_bwd) X(attention_cross_fwd) \
-  X(attention_cross_bwd) X(rope_table) X(rope_fwd) X(rope_bwd) \
+  X(attention_cross_bwd) X(attention_mask_fwd) X(attention_mask_bwd) X(rope_table) X(rope_fwd) X(rope_bwd) \
   X(qkv_heads_fwd) X(qkv_heads_bwd) X(ln_mod_fwd) X(ln_mod_bwd) X(layernorm_affine_fwd) \
   X(rmsnorm_fwd) X(rmsnorm_bwd) X(groupnorm_fwd) X(groupnorm_bwd) X(conv2d_col_floats) \
   X(conv2d_fwd) X(conv2d_bwd) X(upsample2x_fwd) X(upsample2x_bwd) X(nchw_to_nlc) X(nlc_to_nchw) \

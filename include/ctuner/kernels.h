@@ -265,6 +265,18 @@ void ct_attention_cross_fwd(int B, int H, int Lq, int Lk, int hd, float scale, c
 void ct_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float scale, const float *q,
                             const float *k, const float *v, const float *o, const float *lse,
                             const float *dout, float *dq, float *dk, float *dv);
+/* Joint attention with a per-token padding mask (B, L) of 1 (real) and 0
+ * (padding): additive = 0, SDPA's boolean m_i AND m_j (a fully masked query
+ * gives 0 and no gradient, lse 0); additive = 1, m_i * m_j added to the
+ * scores (diffusers' ChromaPipeline float mask). Layouts and the backward's
+ * overwrites as ct_attention_fwd/bwd, not causal (src/kernels/attention_mask.c). */
+void ct_attention_mask_fwd(int B, int H, int L, int hd, float scale, const float *mask,
+                           int additive, const float *q, const float *k, const float *v, float *o,
+                           float *lse);
+void ct_attention_mask_bwd(int B, int H, int L, int hd, float scale, const float *mask,
+                           int additive, const float *q, const float *k, const float *v,
+                           const float *o, const float *lse, const float *dout, float *dq,
+                           float *dk, float *dv);
 const char *ct_attention_path(void);
 /* The flash kernels' instruction set: "avx512", "avx2" or "generic" (the best
  * the CPU has; CT_ATTENTION_ISA=avx2 or generic picks a lower one). */

@@ -293,6 +293,21 @@ static void p_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float sc
         inner->attention_cross_bwd(B, H, Lq, Lk, hd, scale, q, k, v, o, lse, dout, dq, dk, dv));
 }
 
+static void p_attention_mask_fwd(int B, int H, int L, int hd, float scale, const float *mask,
+                                 int additive, const float *q, const float *k, const float *v,
+                                 float *o, float *lse) {
+  TIMED(CT_PROF_ATTENTION,
+        inner->attention_mask_fwd(B, H, L, hd, scale, mask, additive, q, k, v, o, lse));
+}
+
+static void p_attention_mask_bwd(int B, int H, int L, int hd, float scale, const float *mask,
+                                 int additive, const float *q, const float *k, const float *v,
+                                 const float *o, const float *lse, const float *dout, float *dq,
+                                 float *dk, float *dv) {
+  TIMED(CT_PROF_ATTENTION, inner->attention_mask_bwd(B, H, L, hd, scale, mask, additive, q, k, v, o,
+                                                     lse, dout, dq, dk, dv));
+}
+
 static void p_gelu_erf_fwd(int N, int D, const float *x, int ldx, float *y, int ldy) {
   TIMED(CT_PROF_ACTIVATION, inner->gelu_erf_fwd(N, D, x, ldx, y, ldy));
 }
@@ -433,6 +448,8 @@ static const ct_backend_ops prof_all = {
     .attention_bwd = p_attention_bwd,
     .attention_cross_fwd = p_attention_cross_fwd,
     .attention_cross_bwd = p_attention_cross_bwd,
+    .attention_mask_fwd = p_attention_mask_fwd,
+    .attention_mask_bwd = p_attention_mask_bwd,
     .rope_table = p_rope_table,
     .rope_fwd = p_rope_fwd,
     .rope_bwd = p_rope_bwd,

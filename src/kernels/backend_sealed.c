@@ -725,6 +725,40 @@ static void s_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float sc
   seal_close();
 }
 
+static void s_attention_mask_fwd(int B, int H, int L, int hd, float scale, const float *mask,
+                                 int additive, const float *q, const float *k, const float *v,
+                                 float *o, float *lse) {
+  SEAL_ARG("attention_mask_fwd", mask);
+  SEAL_ARG("attention_mask_fwd", q);
+  SEAL_ARG("attention_mask_fwd", k);
+  SEAL_ARG("attention_mask_fwd", v);
+  SEAL_ARG("attention_mask_fwd", o);
+  SEAL_ARG("attention_mask_fwd", lse);
+  seal_open();
+  ct_backend_cpu.attention_mask_fwd(B, H, L, hd, scale, mask, additive, q, k, v, o, lse);
+  seal_close();
+}
+
+static void s_attention_mask_bwd(int B, int H, int L, int hd, float scale, const float *mask,
+                                 int additive, const float *q, const float *k, const float *v,
+                                 const float *o, const float *lse, const float *dout, float *dq,
+                                 float *dk, float *dv) {
+  SEAL_ARG("attention_mask_bwd", mask);
+  SEAL_ARG("attention_mask_bwd", q);
+  SEAL_ARG("attention_mask_bwd", k);
+  SEAL_ARG("attention_mask_bwd", v);
+  SEAL_ARG("attention_mask_bwd", o);
+  SEAL_ARG("attention_mask_bwd", lse);
+  SEAL_ARG("attention_mask_bwd", dout);
+  SEAL_ARG("attention_mask_bwd", dq);
+  SEAL_ARG("attention_mask_bwd", dk);
+  SEAL_ARG("attention_mask_bwd", dv);
+  seal_open();
+  ct_backend_cpu.attention_mask_bwd(B, H, L, hd, scale, mask, additive, q, k, v, o, lse, dout, dq,
+                                    dk, dv);
+  seal_close();
+}
+
 static void s_gate_res_fwd(int B, int L, int D, const float *x, int ldx, const float *gate, int ldg,
                            const float *y, int ldy, float *out, int ldo) {
   SEAL_ARG("gate_res_fwd", x);
@@ -962,6 +996,8 @@ const ct_backend_ops ct_backend_sealed = {
     .attention_bwd = s_attention_bwd,
     .attention_cross_fwd = s_attention_cross_fwd,
     .attention_cross_bwd = s_attention_cross_bwd,
+    .attention_mask_fwd = s_attention_mask_fwd,
+    .attention_mask_bwd = s_attention_mask_bwd,
     .rope_table = s_rope_table,
     .rope_fwd = s_rope_fwd,
     .rope_bwd = s_rope_bwd,
