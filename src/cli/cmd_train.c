@@ -639,25 +639,10 @@ static int sample_checkpoint(const sample_cli *o, const char *dir, char **prompt
       goto done;
     }
     for (int k = 0; k < m; k++) {
-      char path[4200];
-      if (o->outp)
-        snprintf(path, sizeof path, "%s", o->outp);
-      else
-        snprintf(path, sizeof path, "%s/%04d.png", o->odir, q + k);
-      ct_status st = ct_image_save_png(path, &imgs[k], &err);
-      if (!st && o->odir) {
-        char tp[4200];
-        snprintf(tp, sizeof tp, "%s/%04d.txt", o->odir, q + k);
-        FILE *f = fopen(tp, "w");
-        if (f) {
-          fputs(pp[k], f);
-          fclose(f);
-        }
-      }
+      const int bad = ct_cli_write_sample(o->outp, o->odir, q + k, pp[k], &imgs[k]);
       ct_image_free(&imgs[k]);
-      if (st) {
+      if (bad) {
         for (int j = k + 1; j < m; j++) ct_image_free(&imgs[j]);
-        fprintf(stderr, "ctuner sample: %s\n", err.msg);
         goto done;
       }
       written++;
