@@ -11,7 +11,8 @@
 # offset noise, input perturbation, a dropped caption and a random crop);
 # 2 ranks ZeRO-1 equal 1 rank; model_type lora trains peft adapters on the
 # frozen U-net (checkpoints and output_dir hold pytorch_lora_weights.safetensors
-# alone, resume bit for bit, init_lora); validation images are the pipeline's
+# alone, resume bit for bit, init_lora, regularisation data's target the
+# U-net's own prediction); validation images (and TensorBoard's) are the pipeline's
 # sampler over the training U-net (the same seed, the same bytes; zero
 # adapters: `ctuner sample`'s image); what the U-net cannot do yet is refused
 # by name.
@@ -130,11 +131,33 @@ done
 [ $rc -eq 0 ] && cmp -s "$tmp/la/pytorch_lora_weights.safetensors" "$tmp/li/pytorch_lora_weights.safetensors" &&
   ok "init_lora: the adapters start from the file (learning rate 0 saves it back byte for byte)" || bad "init_lora: rc=$rc $(tail -3 "$tmp/li.err")"
 
+# is_regularisation_data: the target is the U-net's own prediction, adapters detached; B = 0 at
+# the start, so the loss is exactly 0, no gradient reaches the adapters and B stays zero
+cat > "$tmp/reg.json" <<JSON
+[{"id": "prior", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false, "is_regularisation_data": true}]
+JSON
+"$CT" train "${COMMON[@]}" "${LORA[@]}" --data_backend_config="$tmp/reg.json" --output_dir="$tmp/lr" --max_train_steps=3 \
+  --checkpoint_step_interval=0 > /dev/null 2> "$tmp/lr.err"; rc=$?
+python3 - "$tmp/lr" <<'PY' && [ $rc -eq 0 ] &&
+import array, json, struct, sys
+L = [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(sys.argv[1] + "/metrics.jsonl")) if "loss" in x]
+assert len(L) == 3 and all(l == 0 and g == 0 for l, g in L), L
+b = open(sys.argv[1] + "/pytorch_lora_weights.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for k, v in h.items():
+    if k.endswith("lora_B.weight"):
+        a, e = v["data_offsets"]
+        assert not any(array.array("f", b[8 + n + a:8 + n + e])), k
+PY
+  ok "LoRA on regularisation data: loss and gradient exactly 0 each step, every lora_B still zero" ||
+  bad "regularisation: rc=$rc $(tail -3 "$tmp/lr.err"); $(grep -o '"loss": [^,]*' "$tmp/lr/metrics.jsonl" | tr '\n' ' ')"
+
 # ---- validation images: StableDiffusionXLPipeline over the training U-net ----
 VAL=(--validation_prompt="a red circle" --validation_step_interval=1 --validation_num_inference_steps=3
   --validation_resolution=32x24 --validation_seed=11)
 "$CT" train "${COMMON[@]}" "${LORA[@]}" "${VAL[@]}" --output_dir="$tmp/v1" --max_train_steps=2 --checkpoint_step_interval=0 \
-  > /dev/null 2> "$tmp/v1.err" &&
+  --report_to=tensorboard --tracker_project_name=sdxl > /dev/null 2> "$tmp/v1.err" &&
   "$CT" train "${COMMON[@]}" "${LORA[@]}" "${VAL[@]}" --output_dir="$tmp/v2" --max_train_steps=2 --checkpoint_step_interval=0 \
     > /dev/null 2> "$tmp/v2.err"; rc=$?
 V=validation_images/step_2_validation_0_32x24.png
@@ -143,6 +166,10 @@ V=validation_images/step_2_validation_0_32x24.png
   cmp -s "$tmp/v1/$V" "$tmp/v2/$V" && ! grep -q "validation_prompt has no effect" "$tmp/v1.err" &&
   ok "LoRA run with validation_prompt: 32x24 PNGs each step and a grid; the same seed, the same image bytes" ||
   bad "validation: rc=$rc $(ls "$tmp/v1/validation_images" 2>&1 | head -5) $(tail -3 "$tmp/v1.err")"
+/usr/bin/python3 scripts/tb_read.py --reader builtin "$tmp/v1/logs/sdxl" > "$tmp/v1.tb" 2>&1
+grep -q '^image validation/grid: step 2 ' "$tmp/v1.tb" && grep -q '^image validation/.*step 1 .*32x24 png decodes' "$tmp/v1.tb" &&
+  ok "report_to tensorboard: the validation images and grid as TensorBoard images" ||
+  bad "tensorboard images: $(grep '^image' "$tmp/v1.tb" | head -5)"
 # learning rate 0: the adapters add nothing (B = 0), so the image is `ctuner sample`'s of the
 # pipeline with SimpleTuner's validation defaults (negative prompt, guidance 7.5)
 "$CT" train "${COMMON[@]}" "${LORA[@]}" "${VAL[@]}" --learning_rate=0 --output_dir="$tmp/v0" --max_train_steps=1 \
