@@ -555,12 +555,13 @@ static void metrics(const trainer *tr, const double *parts, char *buf, size_t n)
 
 /* The validation images of n prompts (ct_vsample_fn): StableDiffusionXLPipeline
  * over the training U-net as it is now (LoRA: the adapters applied), image i
- * from validation_seed's noise of index i; the sampler opened at first use. */
+ * from validation_seed's noise of index i; the sampler opened at first use,
+ * over the task's pipeline (its text encoders and VAE shared). */
 static ct_status vsample(trainer *tr, const char *const *prompts, int n, ct_image *out,
                          ct_err *err) {
   const ct_config *c = tr->cfg;
   sdxl_task *t = S(tr);
-  ct_status st = t->vs ? CT_OK : ct_sdxl_sampler_open_unet(t->pipe.root, t->u, &t->vs, err);
+  ct_status st = t->vs ? CT_OK : ct_sdxl_sampler_open_pipe(&t->pipe, t->u, &t->vs, err);
   if (st) return st;
   int f, C;
   ct_sdxl_sampler_geometry(t->vs, NULL, &f, &C, NULL);
