@@ -249,13 +249,13 @@ PY
   "$CT" train "${COMMON[@]}" "${LORA[@]}" --output_dir="$tmp/s1l" --max_train_steps=2 --checkpoint_step_interval=0 > /dev/null 2> "$tmp/s1l.err"
   ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 "$CT" train "${COMMON[@]}" "${LORA[@]}" \
     --train_batch_size=1 --num_threads=1 --zero_stage=1 --output_dir="$tmp/zl" --max_train_steps=2 --checkpoint_step_interval=0 \
-    > /dev/null 2> "$tmp/zl.err"; rc=$?
+    "${VAL[@]}" > /dev/null 2> "$tmp/zl.err"; rc=$?
   python3 - "$tmp/s1l/metrics.jsonl" "$tmp/zl/metrics.jsonl" <<'PY' && [ $rc -eq 0 ] && [ -f "$tmp/zl/pytorch_lora_weights.safetensors" ] &&
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p) if '"step"' in l] for p in sys.argv[1:3])
 assert len(a) == len(b) == 2 and all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a, b)), (a, b)
 PY
-    ok "LoRA, 2 ranks ZeRO-1 (batch 1 each): the losses of 1 rank with batch 2" || bad "lora zero1: rc=$rc $(tail -3 "$tmp/zl.err")"
+    [ -f "$tmp/zl/$V" ] && ok "LoRA, 2 ranks ZeRO-1 (batch 1 each): the losses of 1 rank with batch 2; rank 0 writes the validation images" || bad "lora zero1: rc=$rc $(tail -3 "$tmp/zl.err")"
 else
   skip "no mpirun: 2 ranks ZeRO-1 (full and LoRA)"
 fi
