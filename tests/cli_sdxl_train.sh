@@ -180,6 +180,18 @@ grep -q '^image validation/grid: step 2 ' "$tmp/v1.tb" && grep -q '^image valida
   ! cmp -s "$tmp/v1/$V" "$tmp/s0.png" &&
   ok "validation = \`ctuner sample\` of the pipeline when the adapters are zero; trained adapters change the image" ||
   bad "validation vs sample: rc=$rc $(tail -3 "$tmp/v0.err")"
+"$CT" train "${COMMON[@]}" "${LORA[@]}" "${VAL[@]}" --learning_rate=0 --output_dir="$tmp/vd" --max_train_steps=1 \
+  --checkpoint_step_interval=0 --validation_noise_scheduler=ddim --validation_negative_prompt=blurry > /dev/null 2> "$tmp/vd.err" &&
+  "$CT" sample --pretrained $P --prompt "a red circle" --steps 3 --width 32 --height 24 --seed 11 --guidance_scale 7.5 \
+    --negative_prompt blurry --scheduler ddim --out "$tmp/sd.png" > /dev/null 2>&1; rc=$?
+[ $rc -eq 0 ] && cmp -s "$tmp/vd/validation_images/step_1_validation_0_32x24.png" "$tmp/sd.png" &&
+  ! cmp -s "$tmp/sd.png" "$tmp/s0.png" && ! grep -q "validation_noise_scheduler" "$tmp/vd.err" &&
+  ok "validation_noise_scheduler ddim, validation_negative_prompt: \`ctuner sample --scheduler ddim --negative_prompt\`'s image" ||
+  bad "validation ddim: rc=$rc $(grep -i warn "$tmp/vd.err" | tail -3)"
+"$CT" train "${COMMON[@]}" "${LORA[@]}" "${VAL[@]}" --output_dir="$tmp/vu" --max_train_steps=1 \
+  --checkpoint_step_interval=0 --validation_noise_scheduler=unipc > /dev/null 2> "$tmp/vu.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "validation_noise_scheduler unipc has no effect" "$tmp/vu.err")" = 1 ] &&
+  ok "validation_noise_scheduler unipc: one warning, the pipeline's scheduler samples" || bad "unipc: rc=$rc $(tail -3 "$tmp/vu.err")"
 "$CT" train "${COMMON[@]}" "${VAL[@]}" --output_dir="$tmp/vf" --max_train_steps=1 --checkpoint_step_interval=0 \
   --validation_guidance_rescale=0.5 --use_ema=true > /dev/null 2> "$tmp/vf.err"; rc=$?
 [ $rc -eq 0 ] && [ -f "$tmp/vf/validation_images/step_1_validation_0_32x24.png" ] &&

@@ -294,6 +294,9 @@
   X(validation_negative_prompt, STR, NULL, FULL, ANY,                                              \
     "the unconditional prompt of validation's CFG pass (unset: the empty caption; SDXL: "          \
     "SimpleTuner's \"blurry, cropped, ugly\"); FLUX.1 pipelines make no CFG pass")                 \
+  X(validation_noise_scheduler, STR, NULL, FULL, ANY,                                              \
+    "SimpleTuner's validation sampler: SDXL takes euler, ddim or dpm++ (DPM++ 2M; unset: the "     \
+    "pipeline's scheduler); FLUX.1 samples flow-matching Euler steps (another value: a warning)")  \
   X(validation_guidance_rescale, NUM, "0", FULL, NUM_IN("[]", 0, 1),                               \
     "SimpleTuner's CFG rescale (SD 1.x/2.x/XL only): SDXL validation applies it; on FLUX.1 "       \
     "nonzero draws a warning")                                                                     \

@@ -45,10 +45,11 @@
 typedef struct sdxl_task {
   ct_sdxl_pipe pipe;
   int pipe_open;
-  ct_unet *u;                  /* tr->model's U-net (the frozen base under LoRA) */
-  ct_unet_lora *l;             /* model_type lora: the adapters on u (tr->model's), else NULL */
-  ct_sdxl_sampler *vs;         /* rank 0: the validation sampler over u, opened at first use */
-  int multiple;                /* image sides: multiples of the VAE factor x the down-sampling */
+  ct_unet *u;            /* tr->model's U-net (the frozen base under LoRA) */
+  ct_unet_lora *l;       /* model_type lora: the adapters on u (tr->model's), else NULL */
+  ct_sdxl_sampler *vs;   /* rank 0: the validation sampler over u, opened at first use */
+  int multiple;          /* image sides: multiples of the VAE factor x the down-sampling */
+  ct_ddpm_config vsched; /* validation's: the pipeline's, of validation_noise_scheduler's kind */
   float ac[CT_DDPM_MAX_STEPS]; /* alphas_cumprod */
   ct_ddpm_objective obj;
   int T, D, P, factor;
@@ -265,7 +266,15 @@ static ct_status open_task(trainer *tr, ct_err *err) {
 /* The validation prompts and size (rank 0 samples them): the size a multiple
  * the U-net takes, refused before the first step otherwise. */
 static ct_status validation_init(trainer *tr, ct_err *err) {
-  const sdxl_task *t = S(tr);
+  sdxl_task *t = S(tr);
+  const char *vns = tr->cfg->validation_noise_scheduler;
+  t->vsched = t->pipe.sched;
+  ct_err ignored = {0};
+  if (vns && ct_dsched_kind_parse(vns, &t->vsched.kind, &ignored) && tr->rank == 0)
+    CT_WARN(
+        "validation_noise_scheduler %s has no effect: SDXL validation samples with euler, ddim "
+        "or dpm++ (DPM++ 2M); the pipeline's scheduler samples",
+        vns);
   ct_status st = ct_validation_init(tr, err);
   if (st || !tr->vp.n || tr->cfg->disable_validation) return st;
   if (tr->vw % t->multiple || tr->vh % t->multiple)
@@ -572,6 +581,7 @@ static ct_status vsample(trainer *tr, const char *const *prompts, int n, ct_imag
                                                              : SDXL_VALIDATION_NEGATIVE,
                    .width = tr->vw,
                    .height = tr->vh,
+                   .sched = &t->vsched,
                    .opts = {(int)c->validation_num_inference_steps, c->validation_guidance,
                             c->validation_guidance_rescale}};
   for (int i = 0; i < n && !st; i++) {

@@ -229,6 +229,12 @@ static void warn_validation_keys(trainer *tr) {
         "validation_guidance_rescale %g has no effect: SimpleTuner applies it to SD 1.x/2.x/XL "
         "pipelines only; FLUX.1 is flow-matching",
         c->validation_guidance_rescale);
+  const char *vns = c->validation_noise_scheduler;
+  if (vns && strcmp(vns, "flow_matching") && strcmp(vns, "euler") && tr->task != &ct_task_sdxl)
+    CT_WARN(
+        "validation_noise_scheduler %s has no effect: ctuner samples FLUX.1 with flow-matching "
+        "Euler steps; other samplers are not implemented",
+        vns);
   if (c->given[CT_KEY_validation_disable_unconditional] && !c->validation_disable_unconditional)
     CT_WARN(
         "validation_disable_unconditional false: ctuner does not sample SimpleTuner's extra "
