@@ -123,8 +123,9 @@ CT_TEST(sdxl_sample, refuses) {
   ct_sdxl_sampler_free(s);
 }
 
-/* A training run's U-net (borrowed, as validation samples with it): the same
- * images as the pipeline's own unet/, and the U-net outlives the sampler. */
+/* A training run's U-net (borrowed, as validation samples with it), alone or
+ * with its open pipeline: the same images as the pipeline's own unet/, and
+ * what is borrowed outlives the sampler. */
 CT_TEST(sdxl_sample, borrowed_unet) {
   ct_st_file *g = NULL;
   ct_err e = {0};
@@ -144,6 +145,16 @@ CT_TEST(sdxl_sample, borrowed_unet) {
   check_case(ct_failed_, s, g, &cases->items[1], 1, W, H, steps);
   ct_sdxl_sampler_free(s);
   CHECK(ct_unet_cfg(u)->in_channels == 4); /* still ours */
+  /* over an open pipeline too (a training run's): the same images, both outlive it */
+  ct_sdxl_pipe pipe;
+  CHECKF(!ct_sdxl_pipe_open(pdata(""), &pipe, &e), "%s", e.msg);
+  s = NULL;
+  CHECKF(!ct_sdxl_sampler_open_pipe(&pipe, u, &s, &e), "%s", e.msg);
+  REQUIRE(s);
+  check_case(ct_failed_, s, g, &cases->items[1], 1, W, H, steps);
+  ct_sdxl_sampler_free(s);
+  CHECK(pipe.text && pipe.vae); /* still open */
+  ct_sdxl_pipe_close(&pipe);
   ct_unet_free(u);
   ct_json_free(cases);
   ct_st_close(g);

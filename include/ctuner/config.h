@@ -40,10 +40,11 @@
 #define CT_CONFIG_KEYS(X)                                                                          \
   X(model_family, STR, "flux", ALL, FN(check_model_family),                                        \
     "model family, a row of the family registry (ctuner/family.h, docs/models.md): \"flux\" "      \
-    "(FLUX.1); \"sdxl\" (the U-net, full fine-tune); SimpleTuner's other "                         \
+    "(FLUX.1); \"sdxl\" (the U-net: full or LoRA); SimpleTuner's other "                           \
     "families are refused by name")                                                                \
   X(model_type, STR, "full", ALL, FN(check_model_type),                                            \
-    "\"full\": the MMDiT; \"lora\": LoRA adapters on a frozen MMDiT (docs/lora.md); \"vae\": "     \
+    "\"full\": the MMDiT (SDXL: the U-net); \"lora\": LoRA adapters on it, frozen "                \
+    "(docs/lora.md); \"vae\": "                                                                    \
     "train an AutoencoderKL (docs/vae.md)")                                                        \
   X(lora_type, STR, "standard", LORA, FN(check_lora_type),                                         \
     "model_type lora: standard (peft LoRA) or lycoris (LyCORIS's lora/locon, loha, lokr from "     \
@@ -291,10 +292,14 @@
     "the minimum_image_size of datasets that leave it out (their resolution_type's units; 0: "     \
     "none)")                                                                                       \
   X(validation_negative_prompt, STR, NULL, FULL, ANY,                                              \
-    "the unconditional prompt of validation's CFG pass (unset: the empty caption); FLUX.1 "        \
-    "pipelines make no CFG pass")                                                                  \
+    "the unconditional prompt of validation's CFG pass (unset: the empty caption; SDXL: "          \
+    "SimpleTuner's \"blurry, cropped, ugly\"); FLUX.1 pipelines make no CFG pass")                 \
+  X(validation_noise_scheduler, STR, NULL, FULL, ANY,                                              \
+    "SimpleTuner's validation sampler: SDXL takes euler, ddim or dpm++ (DPM++ 2M; unset: the "     \
+    "pipeline's scheduler); FLUX.1 samples flow-matching Euler steps (another value: a warning)")  \
   X(validation_guidance_rescale, NUM, "0", FULL, NUM_IN("[]", 0, 1),                               \
-    "SimpleTuner's CFG rescale, which it applies to SD 1.x/2.x/XL only: nonzero draws a warning")  \
+    "SimpleTuner's CFG rescale (SD 1.x/2.x/XL only): SDXL validation applies it; on FLUX.1 "       \
+    "nonzero draws a warning")                                                                     \
   X(validation_disable_unconditional, BOOL, "false", FULL, ANY,                                    \
     "SimpleTuner's switch for its extra empty-prompt validation images, which ctuner never "       \
     "samples (false given: one warning)")                                                          \

@@ -259,6 +259,10 @@ ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_s
  * images, the parameters as they are at each call) in place of root/unet. */
 ct_status ct_sdxl_sampler_open_unet(const char *root, struct ct_unet *unet, ct_sdxl_sampler **out,
                                     ct_err *err);
+/* The same over an open pipeline too (borrowed: a training run's, whose text
+ * encoders and VAE it then shares; open for the sampler's life). */
+ct_status ct_sdxl_sampler_open_pipe(const ct_sdxl_pipe *pipe, struct ct_unet *unet,
+                                    ct_sdxl_sampler **out, ct_err *err);
 void ct_sdxl_sampler_free(ct_sdxl_sampler *s);
 /* The pipeline's scheduler_config.json. */
 const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s);

@@ -83,8 +83,8 @@ static const ct_family ROWS[] = {
      .lora_targets = SDXL_LORA,
      .latent_channels = 4,
      .trainable = 1,
-     .trainable_note = "model_type full (the U-net); LoRA, ZeRO-2/3, bf16 and gradient "
-                       "checkpointing not yet"},
+     .trainable_note = "model_type full or lora (the U-net, peft LoRA on it); ZeRO-2/3, bf16, "
+                       "gradient checkpointing and LyCORIS not yet"},
 };
 
 /* SimpleTuner's other model_family names (a folder each under simpletuner/helpers/models,

@@ -288,8 +288,6 @@ static const struct st_opt {
      "validation from dataset images is not implemented (validation_prompt)"},
     {"validation_randomize", SET, NULL, "ctuner validates with validation_seed every time"},
     {"validation_seed_source", NOEF, NULL, "ctuner draws validation noise from validation_seed"},
-    {"validation_noise_scheduler", SET, "flow_matching|euler",
-     "ctuner samples FLUX.1 with flow-matching Euler steps; other samplers are not implemented"},
     {"validation_guidance_real", SET, "1|1.0",
      "FLUX.1's true CFG at validation is not implemented"},
     {"validation_no_cfg_until_timestep", NOEF, NULL,

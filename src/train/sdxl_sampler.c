@@ -119,7 +119,9 @@ ct_status ct_sdxl_unet_as_denoiser(struct ct_unet *u, ct_denoise_fn *fn, void **
 /* ---- the pipeline ---- */
 
 struct ct_sdxl_sampler {
-  ct_sdxl_pipe p;
+  const ct_sdxl_pipe *p; /* &own, or a borrowed one (a training run's) */
+  ct_sdxl_pipe own;
+  int own_open;
   ct_denoise_fn fn;
   void *user;
   void (*close)(void *user);
@@ -133,26 +135,33 @@ struct ct_sdxl_sampler {
 void ct_sdxl_sampler_free(ct_sdxl_sampler *s) {
   if (!s) return;
   if (s->close) s->close(s->user);
-  ct_sdxl_pipe_close(&s->p);
+  if (s->own_open) ct_sdxl_pipe_close(&s->own);
   free(s);
 }
 
-/* The pipeline, and its U-net: unet (borrowed) or opened from unet_dir. */
-static ct_status sampler_open(const char *root, const char *unet_dir, ct_unet *unet,
-                              ct_sdxl_sampler **out, ct_err *err) {
+/* The pipeline (pipe borrowed, or opened from root) and its U-net: unet
+ * (borrowed) or opened from unet_dir. */
+static ct_status sampler_open(const char *root, const ct_sdxl_pipe *pipe, const char *unet_dir,
+                              ct_unet *unet, ct_sdxl_sampler **out, ct_err *err) {
   *out = NULL;
   ct_sdxl_sampler *s = calloc(1, sizeof *s);
   if (!s) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  ct_status st = ct_sdxl_pipe_open(root, &s->p, err);
+  ct_status st = CT_OK;
+  if (pipe) {
+    s->p = pipe, root = pipe->root;
+  } else {
+    st = ct_sdxl_pipe_open(root, &s->own, err);
+    s->own_open = !st, s->p = &s->own;
+  }
   if (!st && unet) st = ct_sdxl_unet_as_denoiser(unet, &s->fn, &s->user, &s->close, err);
   if (!st && !unet)
-    st = ct_sdxl_unet_denoiser(unet_dir ? unet_dir : s->p.unet_dir, &s->fn, &s->user, &s->close,
+    st = ct_sdxl_unet_denoiser(unet_dir ? unet_dir : s->p->unet_dir, &s->fn, &s->user, &s->close,
                                err);
   if (!st) {
     const ct_unet_config *uc = ct_unet_cfg(((unet_den *)s->user)->u);
-    const ct_vae_config *vc = ct_vae_cfg(s->p.vae);
+    const ct_vae_config *vc = ct_vae_cfg(s->p->vae);
     int T, D, P;
-    ct_sdxl_text_dims(s->p.text, &T, &D, &P);
+    ct_sdxl_text_dims(s->p->text, &T, &D, &P);
     s->vae_factor = ct_vae_factor(vc), s->C = uc->in_channels;
     s->multiple = s->vae_factor << (uc->nblocks - 1);
     s->default_px = uc->sample_size * s->vae_factor;
@@ -174,16 +183,21 @@ static ct_status sampler_open(const char *root, const char *unet_dir, ct_unet *u
 
 ct_status ct_sdxl_sampler_open(const char *root, const char *unet_dir, ct_sdxl_sampler **out,
                                ct_err *err) {
-  return sampler_open(root, unet_dir, NULL, out, err);
+  return sampler_open(root, NULL, unet_dir, NULL, out, err);
 }
 
 ct_status ct_sdxl_sampler_open_unet(const char *root, struct ct_unet *unet, ct_sdxl_sampler **out,
                                     ct_err *err) {
-  return sampler_open(root, NULL, unet, out, err);
+  return sampler_open(root, NULL, NULL, unet, out, err);
+}
+
+ct_status ct_sdxl_sampler_open_pipe(const ct_sdxl_pipe *pipe, struct ct_unet *unet,
+                                    ct_sdxl_sampler **out, ct_err *err) {
+  return sampler_open(NULL, pipe, NULL, unet, out, err);
 }
 
 const ct_ddpm_config *ct_sdxl_sampler_sched(const ct_sdxl_sampler *s) {
-  return &s->p.sched;
+  return &s->p->sched;
 }
 
 void ct_sdxl_sampler_geometry(const ct_sdxl_sampler *s, int *multiple, int *vae_factor, int *C,
@@ -223,19 +237,19 @@ static ct_status encode_pair(ct_sdxl_sampler *s, const char *prompt, const char 
   const char *pp[2] = {prompt, negative ? negative : ""};
   memset(te + nt, 0, nt * sizeof(float));
   memset(pe + np, 0, np * sizeof(float));
-  return ct_sdxl_encode_prompt(s->p.text, pp, zeros ? 1 : 2, te, pe, NULL, NULL, err);
+  return ct_sdxl_encode_prompt(s->p->text, pp, zeros ? 1 : 2, te, pe, NULL, NULL, err);
 }
 
 /* vae.decode(latents / scaling_factor), then the image processor's uint8. */
 static ct_status decode(ct_sdxl_sampler *s, const float *x, int width, int height, ct_image *out,
                         ct_err *err) {
-  const ct_vae_config *vc = ct_vae_cfg(s->p.vae);
+  const ct_vae_config *vc = ct_vae_cfg(s->p->vae);
   const int h = height / s->vae_factor, w = width / s->vae_factor;
   const size_t nl = (size_t)s->C * h * w, hw = (size_t)width * height;
   float *z = malloc(nl * sizeof *z), *px = malloc(3 * hw * sizeof *px);
   ct_status st = z && px ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory while decoding");
   for (size_t i = 0; !st && i < nl; i++) z[i] = x[i] / vc->scaling_factor;
-  if (!st) st = ct_vae_decode(s->p.vae, 1, h, w, z, px, err);
+  if (!st) st = ct_vae_decode(s->p->vae, 1, h, w, z, px, err);
   if (!st) st = ct_image_alloc(width, height, out, err);
   for (size_t i = 0; !st && i < hw; i++)
     for (int c = 0; c < 3; c++) {
@@ -258,9 +272,9 @@ ct_status ct_sdxl_sampler_run(ct_sdxl_sampler *s, const ct_sdxl_run *r, float *x
   if (r->opts.steps < 1 || r->opts.steps > 1000)
     return ct_errf(err, CT_ERR_INVALID, "steps must be 1..1000");
   int T, D, P;
-  ct_sdxl_text_dims(s->p.text, &T, &D, &P);
+  ct_sdxl_text_dims(s->p->text, &T, &D, &P);
   const size_t nt = (size_t)T * D, np = (size_t)P;
-  const int zeros = !r->negative && s->p.force_zeros_for_empty_prompt;
+  const int zeros = !r->negative && s->p->force_zeros_for_empty_prompt;
   float *te = malloc(2 * nt * sizeof *te), *pe = malloc(2 * np * sizeof *pe);
   ct_status st = te && pe ? encode_pair(s, r->prompt, r->negative, zeros, te, pe, nt, np, err)
                           : ct_errf(err, CT_ERR_NOMEM, "out of memory while sampling");
@@ -271,8 +285,8 @@ ct_status ct_sdxl_sampler_run(ct_sdxl_sampler *s, const ct_sdxl_run *r, float *x
   s->step = 0, s->steps = r->opts.steps;
   if (!st)
     st =
-        ct_sdxl_denoise(r->sched ? r->sched : &s->p.sched, &r->opts, progress_fn, s, &cond, &uncond,
-                        s->C, r->height / s->vae_factor, r->width / s->vae_factor, x, err);
+        ct_sdxl_denoise(r->sched ? r->sched : &s->p->sched, &r->opts, progress_fn, s, &cond,
+                        &uncond, s->C, r->height / s->vae_factor, r->width / s->vae_factor, x, err);
   if (!st && out) st = decode(s, x, r->width, r->height, out, err);
   free(te), free(pe);
   return st;

@@ -14,9 +14,15 @@
  * The text embeddings are cached as FLUX.1's (the text cache: "seq" 77 x
  * 2048, "pooled" 1280), the latents with the pipeline's VAE (its
  * scaling_factor, no shift). The U-net has no segment hooks: ZeRO-2/3, bf16
- * storage, gradient checkpointing and LoRA are refused by name. After the
- * last checkpoint output_dir/pipeline is the trained pipeline (unet/ from
- * the checkpoint, the frozen components linked to the source's). */
+ * storage and gradient checkpointing are refused by name. model_type lora
+ * trains peft LoRA adapters on the frozen U-net instead (model_unet_lora.c:
+ * the adapters are the trained buffer, the checkpoints'
+ * pytorch_lora_weights.safetensors), as the FLUX.1 task does on the MMDiT.
+ * After the last checkpoint output_dir/pipeline is the trained pipeline
+ * (unet/ from the checkpoint, the frozen components linked to the
+ * source's); a LoRA run's is output_dir/pytorch_lora_weights.safetensors.
+ * Validation images come from StableDiffusionXLPipeline's loop over the
+ * training U-net (sdxl_sampler.c), adapters applied. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -29,6 +35,7 @@
 #include "ctuner/alloc.h"
 #include "ctuner/fs.h"
 #include "ctuner/hash.h"
+#include "ctuner/image.h"
 #include "ctuner/log.h"
 #include "ctuner/safetensors.h"
 #include "ctuner/unet.h"
@@ -38,7 +45,11 @@
 typedef struct sdxl_task {
   ct_sdxl_pipe pipe;
   int pipe_open;
-  ct_unet *u;                  /* tr->model's impl */
+  ct_unet *u;            /* tr->model's U-net (the frozen base under LoRA) */
+  ct_unet_lora *l;       /* model_type lora: the adapters on u (tr->model's), else NULL */
+  ct_sdxl_sampler *vs;   /* rank 0: the validation sampler over u, opened at first use */
+  int multiple;          /* image sides: multiples of the VAE factor x the down-sampling */
+  ct_ddpm_config vsched; /* validation's: the pipeline's, of validation_noise_scheduler's kind */
   float ac[CT_DDPM_MAX_STEPS]; /* alphas_cumprod */
   ct_ddpm_objective obj;
   int T, D, P, factor;
@@ -101,12 +112,35 @@ static ct_status text_fn(trainer *tr, ct_err *err) {
 
 /* ---- the task table ---- */
 
+/* What the U-net's LoRA cannot do yet, refused by name. */
+static ct_status lora_refusals(const ct_config *c, ct_err *err) {
+  if (!strcmp(c->lora_type, "lycoris"))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family sdxl: lora_type lycoris: LyCORIS on the U-net is not yet in this "
+                   "build; use lora_type standard (peft LoRA)");
+  if (c->use_dora)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family sdxl: use_dora: DoRA on the U-net is not yet in this build; set "
+                   "use_dora false");
+  if (c->given[CT_KEY_lora_dropout] && c->lora_dropout > 0)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family sdxl: lora_dropout %g: the U-net's LoRA has no dropout yet; set "
+                   "lora_dropout 0",
+                   c->lora_dropout);
+  if (strcmp(c->base_model_precision, "no_change"))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family sdxl: base_model_precision %s: the U-net has no quantised "
+                   "storage yet; use base_model_precision no_change",
+                   c->base_model_precision);
+  return CT_OK;
+}
+
 /* What the U-net cannot do yet, refused by name before anything is opened. */
 static ct_status refusals(const ct_config *c, ct_err *err) {
-  if (!strcmp(c->model_type, "lora"))
-    return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "model_family sdxl, model_type lora: LoRA for SDXL: not yet in this build "
-                   "(model_type full fine-tunes the U-net)");
+  if (!strcmp(c->model_type, "lora")) {
+    ct_status st = lora_refusals(c, err);
+    if (st) return st;
+  }
   if (c->zero_stage >= 2)
     return ct_errf(err, CT_ERR_UNSUPPORTED,
                    "model_family sdxl: zero_stage %ld shards gradients or weights inside the "
@@ -131,6 +165,21 @@ static ct_status refusals(const ct_config *c, ct_err *err) {
                    "StableDiffusionXLPipeline directory (model_index.json, unet/, text_encoder/, "
                    "text_encoder_2/, both tokenizers, vae/, scheduler/)");
   return CT_OK;
+}
+
+/* model_type lora: what differs from SimpleTuner's SDXL LoRA, one warning each. */
+static void lora_notes(const ct_config *c) {
+  if (!c->given[CT_KEY_lora_dropout])
+    CT_WARN(
+        "model_family sdxl: SimpleTuner's default lora_dropout %g is not applied (the U-net's "
+        "LoRA has no dropout yet); the adapters train without dropout",
+        c->lora_dropout);
+  if (c->given[CT_KEY_flux_lora_target])
+    CT_WARN(
+        "flux_lora_target has no effect on SDXL: the U-net's adapters are on SimpleTuner's SDXL "
+        "targets (" CT_UNET_LORA_DEFAULT ")");
+  if (c->given[CT_KEY_validation_lycoris_strength])
+    CT_WARN("validation_lycoris_strength has no effect with lora_type standard");
 }
 
 static ct_status configure(trainer *tr, ct_err *err) {
@@ -167,10 +216,7 @@ static ct_status configure(trainer *tr, ct_err *err) {
   if (tr->rank == 0 && c->snr_gamma > 0 && c->given[CT_KEY_snr_weight])
     CT_WARN("snr_weight has no effect with snr_gamma set (the min-SNR weights replace it)");
   ct_sdxl_text_dims(t->pipe.text, &t->T, &t->D, &t->P);
-  if (tr->rank == 0 && !c->disable_validation && c->validation_prompt)
-    CT_WARN(
-        "model_family sdxl: validation_prompt has no effect in this build (SDXL validation "
-        "sampling is not wired into training yet; `ctuner sample` samples the pipeline)");
+  if (tr->rank == 0 && !strcmp(c->model_type, "lora")) lora_notes(c);
   return CT_OK;
 }
 
@@ -197,6 +243,9 @@ static ct_status open_task(trainer *tr, ct_err *err) {
                    "pipeline's encoders give %d and %d, its VAE %d",
                    t->pipe.unet_dir, uc.cross_attention_dim, ct_unet_pooled_dim(&uc),
                    uc.in_channels, t->D, t->P, tr->codec.channels);
+  t->multiple = tr->codec.factor * (1 << (uc.nblocks - 1));
+  /* validation's default side: resolution, else the pipeline's (sample_size x the VAE factor) */
+  tr->g.resolution = cfg->resolution ? (int)cfg->resolution : uc.sample_size * tr->codec.factor;
   if (tr->rank == 0)
     CT_INFO(
         "sdxl: text %d x %d + pooled %d (both CLIP encoders), codec vae: %d channels, "
@@ -208,15 +257,71 @@ static ct_status open_task(trainer *tr, ct_err *err) {
       .comm = tr->comm,
       .codec_scale = tr->codec.factor,
       .codec = &tr->codec,
-      .size_multiple = tr->codec.factor * (1 << (uc.nblocks - 1)),
+      .size_multiple = t->multiple,
       .text = &tr->text_fn,
       .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
   return ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
 }
 
+/* The validation prompts and size (rank 0 samples them): the size a multiple
+ * the U-net takes, refused before the first step otherwise. */
+static ct_status validation_init(trainer *tr, ct_err *err) {
+  sdxl_task *t = S(tr);
+  const char *vns = tr->cfg->validation_noise_scheduler;
+  t->vsched = t->pipe.sched;
+  ct_err ignored = {0};
+  if (vns && ct_dsched_kind_parse(vns, &t->vsched.kind, &ignored) && tr->rank == 0)
+    CT_WARN(
+        "validation_noise_scheduler %s has no effect: SDXL validation samples with euler, ddim "
+        "or dpm++ (DPM++ 2M); the pipeline's scheduler samples",
+        vns);
+  ct_status st = ct_validation_init(tr, err);
+  if (st || !tr->vp.n || tr->cfg->disable_validation) return st;
+  if (tr->vw % t->multiple || tr->vh % t->multiple)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "validation_resolution %dx%d: SDXL validation images need sides that are "
+                   "multiples of %d (the VAE's factor x the U-net's down-sampling)",
+                   tr->vw, tr->vh, t->multiple);
+  return CT_OK;
+}
+
+/* model_type lora: peft LoRA adapters (rank lora_rank, alpha lora_alpha, on
+ * SimpleTuner's SDXL targets) on the frozen unet/ as the trained model,
+ * initialised as lora_init_type says or from init_lora's file. */
+static ct_status new_lora_model(trainer *tr, ct_err *err) {
+  const ct_config *c = tr->cfg;
+  sdxl_task *t = S(tr);
+  ct_unet *u = NULL;
+  ct_unet_lora *l = NULL;
+  const double alpha = c->lora_alpha > 0 ? c->lora_alpha : (double)c->lora_rank;
+  ct_status st = ct_unet_from_pretrained(t->pipe.unet_dir, &u, err);
+  if (!st) st = ct_unet_lora_new(ct_unet_cfg(u), NULL, (int)c->lora_rank, alpha, &l, err);
+  if (st) {
+    ct_unet_free(u);
+    return st;
+  }
+  st = ct_model_unet_lora(u, l, c->lora_init_type, (uint64_t)c->seed, &tr->model, err);
+  if (st) return st; /* u and l freed */
+  t->u = u, t->l = l;
+  if (!ct_unet_lora_grads(l))
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory for the LoRA adapters' gradients");
+  if (c->init_lora && (st = ct_unet_lora_load(l, c->init_lora, err)))
+    ct_err_prefix(err, "init_lora: ");
+  size_t nad;
+  ct_unet_lora_adapters(l, &nad);
+  if (!st && tr->rank == 0)
+    CT_INFO("sdxl: LoRA on the U-net of %s: %zu adapters (" CT_UNET_LORA_DEFAULT
+            "), rank %ld, alpha %g, %zu parameters%s%s; the U-net's %zu frozen",
+            t->pipe.unet_dir, nad, c->lora_rank, alpha, ct_unet_lora_numel(l),
+            c->init_lora ? " from " : "", c->init_lora ? c->init_lora : "", ct_unet_numel(u));
+  if (!st) st = ct_trainer_shard(tr, err);
+  return st ? st : validation_init(tr, err);
+}
+
 /* The pipeline's unet/ as the trained model (float32). */
 static ct_status new_model(trainer *tr, ct_err *err) {
   sdxl_task *t = S(tr);
+  if (!strcmp(tr->cfg->model_type, "lora")) return new_lora_model(tr, err);
   ct_status st = ct_unet_from_pretrained(t->pipe.unet_dir, &t->u, err);
   if (!st) st = ct_model_unet(t->u, &tr->model, err); /* owns the U-net from here */
   if (st) {
@@ -228,7 +333,8 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   if (tr->rank == 0)
     CT_INFO("sdxl: U-net of %s, %zu parameters, full fine-tune", t->pipe.unet_dir,
             ct_unet_numel(t->u));
-  return ct_trainer_shard(tr, err);
+  st = ct_trainer_shard(tr, err);
+  return st ? st : validation_init(tr, err);
 }
 
 /* Every tensor of 2 or more dimensions is a matrix (out, in x kh x kw) for
@@ -373,6 +479,24 @@ static ct_status dump(sdxl_task *t, const ct_batch *bt, const float *txt, const 
   return st;
 }
 
+/* is_regularisation_data under LoRA: the target is the base U-net's own
+ * prediction on the same input, the adapters detached (SimpleTuner's
+ * "Predicting parent model residual", as the FLUX.1 task does). */
+static ct_status parent_target(trainer *tr, const ct_unet_inputs *in, float *pred, size_t tot,
+                               ct_err *err) {
+  sdxl_task *t = S(tr);
+  ct_status st = ct_unet_set_lora(t->u, NULL, err);
+  if (!st) st = ct_unet_forward(t->u, in, pred, NULL, err);
+  ct_err ignored = {0};
+  ct_status s2 = ct_unet_set_lora(t->u, t->l, st ? &ignored : err);
+  if (st || s2) return st ? st : s2;
+  if (t->d_pred)
+    ct_trainer_be(tr)->copy_out(t->target, t->d_pred, tot * sizeof(float));
+  else
+    memcpy(t->target, t->pred, tot * sizeof(float));
+  return CT_OK;
+}
+
 /* One micro-batch: forward, loss, backward (the gradients accumulate). */
 static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long step, double *parts,
                              ct_err *err) {
@@ -398,6 +522,10 @@ static ct_status micro_batch(trainer *tr, ct_train_state *s, int accum, long ste
       .time_ids = upload(tr, t->d_tids, t->tids, (size_t)B * 6)};
   const ct_backend_ops *be = ct_trainer_be(tr);
   float *pred = t->d_pred ? t->d_pred : t->pred, *grad = t->d_grad ? t->d_grad : t->grad;
+  if (t->l && bt->regularisation) {
+    st = parent_target(tr, &in, pred, tot, err);
+    if (st) return st;
+  }
   ct_unet_tape *tape = NULL;
   st = ct_unet_forward(t->u, &in, pred, &tape, err);
   if (st) return st;
@@ -431,14 +559,46 @@ static void metrics(const trainer *tr, const double *parts, char *buf, size_t n)
   if (n) buf[0] = 0;
 }
 
-/* Validation sampling is not wired for SDXL yet (configure warned). */
+/* SimpleTuner's validation_negative_prompt default (helpers/configuration/cmd_args.py). */
+#define SDXL_VALIDATION_NEGATIVE "blurry, cropped, ugly"
+
+/* The validation images of n prompts (ct_vsample_fn): StableDiffusionXLPipeline
+ * over the training U-net as it is now (LoRA: the adapters applied), image i
+ * from validation_seed's noise of index i; the sampler opened at first use,
+ * over the task's pipeline (its text encoders and VAE shared). */
+static ct_status vsample(trainer *tr, const char *const *prompts, int n, ct_image *out,
+                         ct_err *err) {
+  const ct_config *c = tr->cfg;
+  sdxl_task *t = S(tr);
+  ct_status st = t->vs ? CT_OK : ct_sdxl_sampler_open_pipe(&t->pipe, t->u, &t->vs, err);
+  if (st) return st;
+  int f, C;
+  ct_sdxl_sampler_geometry(t->vs, NULL, &f, &C, NULL);
+  const size_t lat = (size_t)C * (size_t)(tr->vh / f) * (size_t)(tr->vw / f);
+  float *x = malloc(lat * sizeof *x);
+  if (!x) return ct_errf(err, CT_ERR_NOMEM, "out of memory for the validation latents");
+  ct_sdxl_run r = {.negative = c->validation_negative_prompt ? c->validation_negative_prompt
+                                                             : SDXL_VALIDATION_NEGATIVE,
+                   .width = tr->vw,
+                   .height = tr->vh,
+                   .sched = &t->vsched,
+                   .opts = {(int)c->validation_num_inference_steps, c->validation_guidance,
+                            c->validation_guidance_rescale}};
+  for (int i = 0; i < n && !st; i++) {
+    r.prompt = prompts[i];
+    ct_sdxl_sampler_noise((uint64_t)c->validation_seed, (uint64_t)i, lat, x);
+    st = ct_sdxl_sampler_run(t->vs, &r, x, &out[i], err);
+  }
+  free(x);
+  return st;
+}
+
 static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev,
                           size_t evn, ct_err *err) {
-  (void)tr, (void)step, (void)err;
-  *nimg = 0;
-  if (wn) where[0] = 0;
-  if (evn) ev[0] = 0;
-  return CT_OK;
+  ct_status st = ct_validate_with(tr, step, vsample, nimg, err);
+  snprintf(where, wn, "%s/validation_images", tr->cfg->output_dir);
+  snprintf(ev, evn, "validation: %d images in %s/validation_images", *nimg, tr->cfg->output_dir);
+  return st;
 }
 
 /* A file of the checkpoint into the final pipeline: a hard link, else a copy. */
@@ -471,6 +631,19 @@ static ct_status copy_unet(const char *ckpt, const char *tmp, ct_err *err) {
   return st;
 }
 
+/* After the last checkpoint of a LoRA run (rank 0): its adapter as
+ * output_dir/pytorch_lora_weights.safetensors, as FLUX.1 LoRA runs leave it
+ * (what StableDiffusionXLPipeline.load_lora_weights reads). */
+static ct_status lora_done(trainer *tr, const char *path, ct_err *err) {
+  char src[4200], dst[4200];
+  snprintf(src, sizeof src, "%s/pytorch_lora_weights.safetensors", path);
+  snprintf(dst, sizeof dst, "%s/pytorch_lora_weights.safetensors", tr->cfg->output_dir);
+  unlink(dst); /* a link over an older one */
+  ct_status st = link_or_copy(src, dst, err);
+  if (!st) CT_INFO("the trained SDXL LoRA is %s (from %s)", dst, path);
+  return st;
+}
+
 /* After the last checkpoint (rank 0): output_dir/pipeline, the trained
  * pipeline as SimpleTuner's save_pretrained leaves it (what
  * StableDiffusionXLPipeline.from_pretrained loads): unet/ from that
@@ -479,6 +652,7 @@ static ct_status copy_unet(const char *ckpt, const char *tmp, ct_err *err) {
 static ct_status checkpoint_done(trainer *tr, const char *path, int last, ct_err *err) {
   if (!last || tr->rank != 0) return CT_OK;
   const sdxl_task *t = S(tr);
+  if (t->l) return lora_done(tr, path, err);
   char out[4200], tmp[4300], p[4600], q[4600], abs[PATH_MAX];
   snprintf(out, sizeof out, "%s/pipeline", tr->cfg->output_dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
@@ -507,6 +681,8 @@ static void task_free(trainer *tr) {
   sdxl_task *t = S(tr);
   if (!t) return;
   ct_codec_free(&tr->codec);
+  ct_validation_free(tr);
+  ct_sdxl_sampler_free(t->vs);
   if (t->pipe_open) ct_sdxl_pipe_close(&t->pipe);
   free(t->ts);
   float **h[] = {&t->ft,     &t->noise, &t->noise_in, &t->xt,     &t->pred,

@@ -206,6 +206,17 @@ ct_status ct_trainer_shard(trainer *tr, ct_err *err);
 
 /* ---- validation.c ---- */
 ct_status ct_validation_init(trainer *tr, ct_err *err);
+/* A task's validation sampler: the images out[0..n) of prompts[0..n) at
+ * tr->vw x tr->vh, image i from validation_seed's noise of index i, with
+ * the model's parameters as they are at the call (live or EMA). */
+struct ct_image;
+typedef ct_status (*ct_vsample_fn)(trainer *tr, const char *const *prompts, int n,
+                                   struct ct_image *out, ct_err *err);
+/* Every validation prompt through sample (live weights and/or EMA, as
+ * ema_validation says): the PNGs, their prompt sidecars and the step's grid
+ * in output_dir/validation_images; *nimages written. */
+ct_status ct_validate_with(trainer *tr, long step, ct_vsample_fn sample, int *nimages, ct_err *err);
+/* The MMDiT's (ct_validate_with with the flow-matching sampler). */
 ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err);
 void ct_validation_free(trainer *tr);
 

@@ -103,20 +103,11 @@ static ct_status tc_encode(void *ctx, const char *const *prompts, int n, float *
   return ct_textcond_encode(ctx, prompts, n, txt, y, err);
 }
 
-/* Sample every validation prompt (live weights and/or EMA), write the images
- * with prompt sidecars, and one grid (rows: prompt x variant, columns: idx). */
-ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
+/* The MMDiT's images of n prompts (ct_vsample_fn): flow-matching Euler
+ * steps, the FLUX.1 pipeline's scheduler when there is one. */
+static ct_status mmdit_sample(trainer *tr, const char *const *prompts, int n, ct_image *out,
+                              ct_err *err) {
   const ct_config *cfg = tr->cfg;
-  *nimages = 0;
-  if (tr->vp.n == 0 || cfg->disable_validation) return CT_OK;
-  char dir[4200];
-  snprintf(dir, sizeof dir, "%s/validation_images", cfg->output_dir);
-  ct_status st = ct_mkdir_p(dir, err);
-  if (st) return st;
-  int variants[2], nv = 0; /* 0 live, 1 ema */
-  if (!tr->ema || strcmp(cfg->ema_validation, "ema_only")) variants[nv++] = 0;
-  if (tr->ema && strcmp(cfg->ema_validation, "none")) variants[nv++] = 1;
-  const int per = (int)cfg->num_validation_images, n = tr->vp.n * per;
   ct_sample_opts so = {tr->vw,
                        tr->vh,
                        (int)cfg->validation_num_inference_steps,
@@ -128,6 +119,30 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
                        cfg->validation_negative_prompt};
   if (tr->fp) /* FluxPipeline's scheduler: its sigmas, dynamic shift (mu) included */
     so.sched = &tr->fp->sched;
+  return ct_sample_images_with(tr->m, tc_encode, tr->tc, tr->g.T, &tr->codec, prompts, n, 0, &so,
+                               out, err);
+}
+
+ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
+  return ct_validate_with(tr, step, mmdit_sample, nimages, err);
+}
+
+/* Sample every validation prompt (live weights and/or EMA) through sample,
+ * write the images with prompt sidecars, and one grid (rows: prompt x
+ * variant, columns: idx). */
+ct_status ct_validate_with(trainer *tr, long step, ct_vsample_fn sample, int *nimages,
+                           ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  *nimages = 0;
+  if (tr->vp.n == 0 || cfg->disable_validation) return CT_OK;
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/validation_images", cfg->output_dir);
+  ct_status st = ct_mkdir_p(dir, err);
+  if (st) return st;
+  int variants[2], nv = 0; /* 0 live, 1 ema */
+  if (!tr->ema || strcmp(cfg->ema_validation, "ema_only")) variants[nv++] = 0;
+  if (tr->ema && strcmp(cfg->ema_validation, "none")) variants[nv++] = 1;
+  const int per = (int)cfg->num_validation_images, n = tr->vp.n * per;
   const char **prompts = malloc((size_t)n * sizeof *prompts);
   ct_image *imgs = calloc((size_t)n * nv, sizeof *imgs);
   float *live = NULL;
@@ -154,8 +169,7 @@ ct_status ct_validate(trainer *tr, long step, int *nimages, ct_err *err) {
     }
     /* Same noise for every prompt's idx-th image, so rows are comparable. */
     for (int q = 0; q < n && !st; q += per) {
-      st = ct_sample_images_with(tr->m, tc_encode, tr->tc, tr->g.T, &tr->codec, prompts + q, per, 0,
-                                 &so, imgs + (size_t)k * n + q, err);
+      st = sample(tr, prompts + q, per, imgs + (size_t)k * n + q, err);
     }
     if (live) {
       be->copy(w, live, nw * sizeof(float));
@@ -210,11 +224,17 @@ static void warn_validation_keys(trainer *tr) {
     CT_WARN(
         "validation_negative_prompt has no effect: FLUX.1 validation makes no CFG pass (the "
         "guidance is the transformer's input, as FluxPipeline's guidance_scale)");
-  if (c->validation_guidance_rescale != 0)
+  if (c->validation_guidance_rescale != 0 && tr->task != &ct_task_sdxl) /* SDXL applies it */
     CT_WARN(
         "validation_guidance_rescale %g has no effect: SimpleTuner applies it to SD 1.x/2.x/XL "
-        "pipelines only; ctuner's models are flow-matching",
+        "pipelines only; FLUX.1 is flow-matching",
         c->validation_guidance_rescale);
+  const char *vns = c->validation_noise_scheduler;
+  if (vns && strcmp(vns, "flow_matching") && strcmp(vns, "euler") && tr->task != &ct_task_sdxl)
+    CT_WARN(
+        "validation_noise_scheduler %s has no effect: ctuner samples FLUX.1 with flow-matching "
+        "Euler steps; other samplers are not implemented",
+        vns);
   if (c->given[CT_KEY_validation_disable_unconditional] && !c->validation_disable_unconditional)
     CT_WARN(
         "validation_disable_unconditional false: ctuner does not sample SimpleTuner's extra "
