@@ -297,6 +297,8 @@ void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out);
 int ct_dataset_channels(const ct_dataset *ds);
 /* Floats of the largest latent of any bucket (C x h x w). */
 size_t ct_dataset_max_latent(const ct_dataset *ds);
+/* ... and of the largest reference latent (0: no conditioning_data). */
+size_t ct_dataset_max_reference(const ct_dataset *ds);
 /* Samples (after repeats) over every dataset, and optimizer steps per epoch. */
 size_t ct_dataset_count(const ct_dataset *ds);
 long ct_dataset_steps_per_epoch(const ct_dataset *ds);

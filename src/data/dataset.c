@@ -112,6 +112,9 @@ int ct_dataset_channels(const ct_dataset *ds) {
 size_t ct_dataset_max_latent(const ct_dataset *ds) {
   return ds->maxlat;
 }
+size_t ct_dataset_max_reference(const ct_dataset *ds) {
+  return ds->maxref;
+}
 
 size_t ct_dataset_count(const ct_dataset *ds) {
   size_t n = 0;
