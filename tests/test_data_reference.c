@@ -222,5 +222,15 @@ CT_TEST(data_reference, loose_own_size) {
   }
   CHECKF(seen8 && seen16, "%d %d", seen8, seen16);
   ct_dataset_free(ds);
+  /* SimpleTuner's bucket index keeps the images' own keys: one "1.0" of 4 */
+  char p[1100], *idx = NULL;
+  size_t n = 0;
+  snprintf(p, sizeof p, "%s/aspect_ratio_bucket_indices_edits.json", e);
+  CHECK(ct_read_file(p, 1 << 20, &idx, &n, &err) == CT_OK);
+  const char *k = idx ? strstr(idx, "\"1.0\": [") : NULL;
+  int commas = 0;
+  for (const char *q = k; q && *q && *q != ']'; q++) commas += *q == ',';
+  CHECKF(k && !strchr(idx, '|') && commas == 3, "%s", idx ? idx : "(none)");
+  free(idx);
   ct_config_free(&cfg);
 }

@@ -779,6 +779,9 @@ static ct_status check_rules(ctx *c, const ct_json *o, ct_ds_config *d) {
                  d->minimum_aspect_ratio, d->maximum_aspect_ratio);
   } else if (d->kind == CT_DS_CONDITIONING) {
     if ((st = check_conditioning(c, o, d))) return st;
+    if (d->crop_aspect >= CT_ASPECT_CLOSEST && !d->n_crop_aspect_buckets)
+      return bad(c, "crop_aspect_buckets", "crop_aspect \"%s\" needs a list of crop_aspect_buckets",
+                 ASPECTS[d->crop_aspect]);
   } else {
     if (d->kind == CT_DS_TEXT_EMBEDS && !d->cache_dir && !d->is_aws)
       return bad(c, "cache_dir", "is required for a text_embeds dataset");

@@ -208,13 +208,24 @@ void ct_ds_write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
         d->bo.rounding, d->bo.crop ? "true" : "false", (int)d->bo.crop_style,
         (int)d->bo.crop_aspect);
     fprintf(f, " \"aspect_ratio_bucket_indices\": {");
-    for (int b = 0; b < d->nb; b++) {
-      fprintf(f, "%s\n  \"%s\": [", b ? "," : "", d->b[b].key);
-      for (size_t k = 0; k < d->b[b].n; k++) {
-        char full[8400];
-        snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[b].idx[k]].rel);
-        if (k) fputs(", ", f);
-        ct_json_fput_str(f, full);
+    /* the images' own aspect keys: reference_loose buckets ("1.0|0.75") of
+     * one target key are listed together under it, as SimpleTuner keys them */
+    for (int b = 0, first = 1; b < d->nb; b++) {
+      const size_t kl = strcspn(d->b[b].key, "|");
+      int seen = 0;
+      for (int e = 0; e < b && !seen; e++)
+        seen = strcspn(d->b[e].key, "|") == kl && !strncmp(d->b[e].key, d->b[b].key, kl);
+      if (seen) continue;
+      fprintf(f, "%s\n  \"%.*s\": [", first ? "" : ",", (int)kl, d->b[b].key);
+      first = 0;
+      for (int e = b, k = 0; e < d->nb; e++) {
+        if (strcspn(d->b[e].key, "|") != kl || strncmp(d->b[e].key, d->b[b].key, kl)) continue;
+        for (size_t i = 0; i < d->b[e].n; i++, k++) {
+          char full[8400];
+          snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[e].idx[i]].rel);
+          if (k) fputs(", ", f);
+          ct_json_fput_str(f, full);
+        }
       }
       fputc(']', f);
     }
