@@ -92,7 +92,11 @@ W=pytorch_lora_weights.safetensors
   ok "kontext LoRA (standard): 2 steps, loss finite, resumed 1 + 1 steps bit for bit" ||
   bad "kontext lora: rc=$rc/$rc2 $(tail -3 "$tmp/la.err" "$tmp/lb.err")"
 
-# ---- what is not there: refused by name, before training ----
+# ---- what is not there: warned once, or refused by name before training ----
+"$CT" "${K[@]}" --output_dir="$tmp/kv" --max_train_steps=1 --disable_validation=false --validation_prompt="make it blue" \
+  --validation_resolution=32 --validation_num_inference_steps=1 > /dev/null 2> "$tmp/kv.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "validation images are sampled without a reference image" "$tmp/kv.err")" = 1 ] &&
+  ok "kontext validation: sampled without a reference, warned once" || bad "validation: rc=$rc $(tail -3 "$tmp/kv.err")"
 "$CT" "${TR[@]}" --model_flavour=kontext --data_backend_config="$tmp/plain.json" --output_dir="$tmp/r1" > /dev/null 2> "$tmp/r1.err"; rc=$?
 [ $rc -ne 0 ] && grep -q "dataset 'edits' has no conditioning_data: FLUX.1 Kontext training" "$tmp/r1.err" &&
   ok "kontext without conditioning_data: refused by name" || bad "no pairs: rc=$rc $(tail -2 "$tmp/r1.err")"
