@@ -618,6 +618,9 @@ static ct_status read_conditioning(ctx *c, const ct_json *o, ct_ds_config *d) {
   d->conditioning_type = v < 0 ? CT_COND_NONE
                          : v   ? CT_COND_REFERENCE_LOOSE
                                : CT_COND_REFERENCE_STRICT;
+  /* SimpleTuner's factory: a dataset with a conditioning_type is a conditioning dataset
+   * (backend["dataset_type"] = "conditioning"), whatever its dataset_type said */
+  if (d->conditioning_type != CT_COND_NONE) d->kind = CT_DS_CONDITIONING;
   return CT_OK;
 }
 
@@ -713,7 +716,6 @@ static ct_status check_conditioning(ctx *c, const ct_json *o, const ct_ds_config
   static const char *const NOT_HERE[] = {"repeats",
                                          "probability",
                                          "max_num_samples",
-                                         "minimum_image_size",
                                          "minimum_aspect_ratio",
                                          "maximum_aspect_ratio",
                                          "is_regularisation_data",
@@ -740,15 +742,39 @@ static ct_status check_conditioning(ctx *c, const ct_json *o, const ct_ds_config
                  "has no meaning on a conditioning dataset here: its images are paired with the "
                  "image dataset that names it in conditioning_data, which decides what is read "
                  "and sampled; set it there");
+  /* reference_strict: the reference takes its image's placement (SimpleTuner's
+   * prepare_like; its DatasetDuplicator copies the source's keys over these) */
+  static const char *const PLACEMENT[] = {"resolution",
+                                          "resolution_type",
+                                          "minimum_image_size",
+                                          "maximum_image_size",
+                                          "target_downsample_size",
+                                          "crop",
+                                          "crop_style",
+                                          "crop_aspect",
+                                          "crop_aspect_buckets",
+                                          NULL};
+  for (int k = 0; d->conditioning_type == CT_COND_REFERENCE_STRICT && PLACEMENT[k]; k++) {
+    const ct_json *v = ct_json_get(o, PLACEMENT[k]);
+    if (!v || v->type == CT_JSON_NULL) continue;
+    if (c->probs)
+      ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col,
+                             PLACEMENT[k], NULL,
+                             "%s: key '%s' has no effect with reference_strict: each reference "
+                             "takes its image's size and crop (as SimpleTuner's)",
+                             c->where, PLACEMENT[k]);
+    else
+      CT_WARN(
+          "%s: %s: key '%s' has no effect with reference_strict: each reference takes its "
+          "image's size and crop (as SimpleTuner's)",
+          c->file, c->where, PLACEMENT[k]);
+  }
   return CT_OK;
 }
 
 /* The rules between a dataset's keys. */
 static ct_status check_rules(ctx *c, const ct_json *o, ct_ds_config *d) {
   ct_status st;
-  if (d->conditioning_type != CT_COND_NONE && d->kind != CT_DS_CONDITIONING)
-    return bad(c, "conditioning_type",
-               "belongs on a dataset with \"dataset_type\": \"conditioning\"");
   if (d->source_dataset_id && d->kind != CT_DS_CONDITIONING)
     return bad(c, "source_dataset_id",
                "belongs on a dataset with \"dataset_type\": \"conditioning\"");

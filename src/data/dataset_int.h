@@ -179,8 +179,8 @@ ct_status ct_ds_build_latent_cache(ct_dataset *ds, ct_err *err);
  * are (d->cc set by the caller). */
 ct_status ct_ds_setup_reference(ct_dataset *ds, dset *d, ct_err *err);
 /* Pair every item of d with the conditioning image of the same relative path
- * (reference_strict: the same size, placed as the item; reference_loose: its
- * own placement); items without one are dropped and counted in *unpaired. */
+ * (reference_strict: placed as the item; reference_loose: its own placement);
+ * items without one are dropped and counted in *unpaired. */
 ct_status ct_ds_pair_references(ct_dataset *ds, dset *d, size_t *unpaired, ct_err *err);
 
 /* ---- text_cache.c ---- */

@@ -56,9 +56,11 @@ ct_status ct_ds_make_buckets(dset *d, ct_err *err) {
     bucket *bk = &d->b[b];
     if (it->g.target_w != bk->w || it->g.target_h != bk->h)
       ct_bucket_refit(&d->bo, bk->w, bk->h, it->hash, &it->g);
-    if (d->cc && !loose) /* reference_strict: placed as its target */
+    if (d->cc && !loose) { /* reference_strict: placed as its target (its own original size) */
+      const int ow = it->rg.orig_w, oh = it->rg.orig_h;
       it->rg = it->g;
-    else if (loose && (it->rg.target_w != bk->rw || it->rg.target_h != bk->rh))
+      it->rg.orig_w = ow, it->rg.orig_h = oh;
+    } else if (loose && (it->rg.target_w != bk->rw || it->rg.target_h != bk->rh))
       ct_bucket_refit(&d->cbo, bk->rw, bk->rh, it->rhash, &it->rg);
     size_t *ni = realloc(bk->idx, (bk->n + 1) * sizeof *ni);
     if (!ni) return ct_errf(err, CT_ERR_NOMEM, "out of memory");

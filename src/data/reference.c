@@ -4,9 +4,10 @@
  * must have a 1-to-1 matching file name"; docs/data.md, "Conditioning
  * datasets").
  *
- * reference_strict: the reference must have its target's size and takes its
- * placement (resize, crop, bucket); reference_loose: it is placed by the
- * conditioning dataset's own keys (resolution, crop, ...). Images without a
+ * reference_strict: the reference takes its image's placement whatever its
+ * own size (resized to the image's intermediary size and cropped at the same
+ * place: SimpleTuner's TrainingSample.prepare_like); reference_loose: it is
+ * placed by the conditioning dataset's own keys (resolution, crop, ...). Images without a
  * usable reference are dropped and counted. The references' latents (the
  * VAE's mean, as FluxKontextPipeline's prepare_latents) are cached by
  * latent_cache.c in the conditioning dataset's cache_dir_vae.
@@ -33,16 +34,23 @@ static const char *pair_one(const dset *d, item *it, const ct_disc *disc, ct_err
   if (!x || x->why == CT_DISC_NOT_FOUND) return "no image of that path";
   if (x->why == CT_DISC_UNREADABLE) return "its reference is not a readable image";
   const int strict = d->cc->conditioning_type == CT_COND_REFERENCE_STRICT;
-  if (strict && (x->w != it->g.orig_w || x->h != it->g.orig_h)) {
-    snprintf(why, sizeof why, "reference_strict: the reference is %dx%d, the image %dx%d", x->w,
-             x->h, it->g.orig_w, it->g.orig_h);
-    return why;
+  if (!strict && d->cc->minimum_image_size > 0) { /* loose: its own dataset's minimum */
+    double minsz = d->cc->minimum_image_size, size = x->w < x->h ? x->w : x->h;
+    if (d->cbo.resolution_type == CT_RES_AREA) size = (double)x->w * x->h / 1e6;
+    if (d->cc->resolution_type == CT_RES_PIXEL_AREA) minsz = minsz * minsz / 1e6;
+    if (size < minsz) {
+      snprintf(why, sizeof why, "the reference (%dx%d) is below minimum_image_size %g", x->w, x->h,
+               d->cc->minimum_image_size);
+      return why;
+    }
   }
   it->rhash = ct_hash_str(x->rel);
-  if (strict)
+  if (strict) { /* resized to its image's intermediary size, cropped at the same place */
     it->rg = it->g;
-  else if ((*st = ct_bucket_place(&d->cbo, x->w, x->h, it->rhash, &it->rg, err)))
+    it->rg.orig_w = x->w, it->rg.orig_h = x->h;
+  } else if ((*st = ct_bucket_place(&d->cbo, x->w, x->h, it->rhash, &it->rg, err))) {
     return "";
+  }
   if (!(it->ref = strdup(x->rel))) *st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
   return *st ? "" : NULL;
 }
