@@ -4,7 +4,7 @@
 # reference of tests/data/flux_kontext; the pipeline's sizes (max_area,
 # _auto_resize) refused or adjusted by name; training on image pairs
 # (conditioning_data, reference_strict): full and LoRA, loss finite, resume
-# bit for bit, the unpaired image skipped and counted; what is not done yet
+# bit for bit, 2 ranks ZeRO-1, the unpaired image skipped and counted; what is not done yet
 # refused by name. Values against diffusers'
 # FluxKontextPipeline: tests/test_flux_pipe.c; live: make interop.
 # Usage: tests/cli_kontext.sh path/to/ctuner
@@ -91,6 +91,16 @@ W=pytorch_lora_weights.safetensors
   cmp -s "$tmp/la/checkpoint-2/$W" "$tmp/lb/checkpoint-2/$W" &&
   ok "kontext LoRA (standard): 2 steps, loss finite, resumed 1 + 1 steps bit for bit" ||
   bad "kontext lora: rc=$rc/$rc2 $(tail -3 "$tmp/la.err" "$tmp/lb.err")"
+
+# 2 ranks, ZeRO-1: every rank pairs the same images (discovery of the references is collective)
+if command -v mpirun > /dev/null; then
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 "$CT" "${K[@]}" \
+    --num_threads=1 --zero_stage=1 --output_dir="$tmp/km" --max_train_steps=2 > "$tmp/km.out" 2> "$tmp/km.err"; rc=$?
+  [ $rc -eq 0 ] && finite "$tmp/km.out" && grep -q '"images": 3, "images_skipped": 1' "$tmp/km.out" &&
+    ok "kontext on 2 ranks with ZeRO-1: trains, loss finite" || bad "kontext 2 ranks: rc=$rc $(tail -3 "$tmp/km.err")"
+else
+  skip "kontext on 2 ranks: no mpirun"
+fi
 
 # ---- what is not there: warned once, or refused by name before training ----
 "$CT" "${K[@]}" --output_dir="$tmp/kv" --max_train_steps=1 --disable_validation=false --validation_prompt="make it blue" \
