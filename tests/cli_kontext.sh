@@ -3,7 +3,7 @@
 # --image REF` on the tiny FLUX.1 pipeline (tests/data/flux_pipe/dev) with the
 # reference of tests/data/flux_kontext; the pipeline's sizes (max_area,
 # _auto_resize) refused or adjusted by name; training on image pairs
-# (conditioning_data, reference_strict): full and LoRA, loss finite, resume
+# (conditioning_data, reference_strict and _loose): full and LoRA, loss finite, resume
 # bit for bit, 2 ranks ZeRO-1, the unpaired image skipped and counted; what is not done yet
 # refused by name. Values against diffusers'
 # FluxKontextPipeline: tests/test_flux_pipe.c; live: make interop.
@@ -41,9 +41,11 @@ S=(sample --pretrained $P --flavour kontext --prompt "make the square blue" --wi
   ok "--max_area outside Kontext: refused, not ignored" || bad "max_area alone: rc=$rc $(cat "$tmp/x.err")"
 
 # ---- training on image pairs (docs/kontext.md): conditioning_data, reference_strict ----
-# 4 edits, references for 3 (copies of the targets: reference_strict wants their size)
+# 4 edits 32x32, references for 3: other shapes and colours, 48x48 (reference_strict
+# resizes each into its edit's placement; seed 7 draws PNG/JPEG as seed 5 does)
 "$CT" dataset synth --out "$tmp/edits" --count 4 --seed 5 --size 32x32 > /dev/null || bad "synth"
-cp -r "$tmp/edits" "$tmp/refs" && rm "$tmp/refs"/000003.*
+"$CT" dataset synth --out "$tmp/refs" --count 4 --seed 7 --size 48x48 > /dev/null && rm "$tmp/refs"/000003.*
+ls "$tmp/refs"/000002.jpg "$tmp/edits"/000002.jpg > /dev/null || bad "synth: the file names do not pair"
 cat > "$tmp/pairs.json" <<JSON
 [{"id": "edits", "type": "local", "instance_data_dir": "$tmp/edits", "caption_strategy": "textfile", "conditioning_data": "refs"},
  {"id": "refs", "type": "local", "instance_data_dir": "$tmp/refs", "dataset_type": "conditioning", "conditioning_type": "reference_strict"}]
@@ -71,16 +73,26 @@ tensors "$tmp/ka/checkpoint-2/transformer" "$tmp/ka.bfl" && tensors "$tmp/kb/che
 [ $rc -eq 0 ] && cmp -s "$tmp/ka.bfl" "$tmp/kb.bfl" && ! cmp -s "$tmp/ka.bfl" "$tmp/orig.bfl" &&
   ok "kontext full: resumed 1 + 1 steps end bit for bit where 2 steps do (and the weights trained)" ||
   bad "kontext full resume: rc=$rc $(tail -3 "$tmp/kb.err")"
-# the reference reaches the model: the same 3 targets (the copies in refs/, same names, same
-# samples, noise and timesteps) without references (plain FLUX.1 dev) give another first loss
+# the reference reaches the model: the same 3 targets (same names, samples, noise and
+# timesteps) without references (plain FLUX.1 dev) give another first loss
+cp -r "$tmp/edits" "$tmp/edits3" && rm "$tmp/edits3"/000003.*
 cat > "$tmp/plain3.json" <<JSON
-[{"id": "edits", "type": "local", "instance_data_dir": "$tmp/refs", "caption_strategy": "textfile"}]
+[{"id": "edits", "type": "local", "instance_data_dir": "$tmp/edits3", "caption_strategy": "textfile"}]
 JSON
 "$CT" "${TR[@]}" --model_flavour=dev --data_backend_config="$tmp/plain3.json" --output_dir="$tmp/kd" --max_train_steps=2 \
   > "$tmp/kd.out" 2> "$tmp/kd.err"; rc=$?
 [ $rc -eq 0 ] && ! cmp -s <(grep '^step 1/' "$tmp/ka.out" | cut -d' ' -f1-6) <(grep '^step 1/' "$tmp/kd.out" | cut -d' ' -f1-6) &&
   ok "kontext: the first step's loss differs from plain FLUX.1 on the same targets (the reference tokens count)" ||
   bad "kontext vs dev: rc=$rc $(grep '^step 1/' "$tmp/ka.out" "$tmp/kd.out")"
+
+# reference_loose: the references at their own dataset's size (resolution 16: 16x16 beside 32x32)
+sed 's/"reference_strict"/"reference_loose", "resolution": 16, "resolution_type": "pixel"/' "$tmp/pairs.json" > "$tmp/loose.json"
+"$CT" "${TR[@]}" --model_flavour=kontext --data_backend_config="$tmp/loose.json" --output_dir="$tmp/kl" --max_train_steps=1 \
+  > "$tmp/kl.out" 2> "$tmp/kl.err"; rc=$?
+[ $rc -eq 0 ] && finite "$tmp/kl.out" && grep -q '"images": 3' "$tmp/kl.out" &&
+  ! cmp -s <(grep '^step 1/' "$tmp/ka.out" | cut -d' ' -f1-6) <(grep '^step 1/' "$tmp/kl.out" | cut -d' ' -f1-6) &&
+  ok "kontext reference_loose: trains with references of their own size (another loss than strict's)" ||
+  bad "kontext loose: rc=$rc $(tail -3 "$tmp/kl.err")"
 
 L=(--model_type=lora --lora_rank=4)
 "$CT" "${K[@]}" "${L[@]}" --output_dir="$tmp/la" --max_train_steps=2 > "$tmp/la.out" 2> "$tmp/la.err"; rc=$?
