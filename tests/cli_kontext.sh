@@ -125,6 +125,11 @@ fi
 "$CT" "${TR[@]}" --model_flavour=dev --data_backend_config="$tmp/pairs.json" --output_dir="$tmp/r2" > /dev/null 2> "$tmp/r2.err"; rc=$?
 [ $rc -ne 0 ] && grep -q "conditioning_data \"refs\": model_family flux (model_flavour dev) takes no reference images" "$tmp/r2.err" &&
   ok "conditioning_data outside Kontext: refused by name (the pairs would be ignored)" || bad "dev pairs: rc=$rc $(tail -2 "$tmp/r2.err")"
+cp -r $P "$tmp/kpipe" && sed -i 's/"FluxPipeline"/"FluxKontextPipeline"/' "$tmp/kpipe/model_index.json"
+"$CT" bench memory --plan --pretrained "$tmp/kpipe" > "$tmp/bp.out" 2> "$tmp/bp.err"; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "the plan counts the target's image tokens only, not the reference tokens" "$tmp/bp.err")" = 1 ] &&
+  ok "bench memory --plan of a FluxKontextPipeline: the reference tokens not planned, said once" ||
+  bad "bench plan: rc=$rc $(cat "$tmp/bp.err")"
 "$CT" "${K[@]}" --zero_stage=2 --output_dir="$tmp/r3" > /dev/null 2> "$tmp/r3.err"; rc=$?
 [ $rc -ne 0 ] && grep -q "model_flavour kontext with zero_stage 2 is not implemented yet" "$tmp/r3.err" &&
   ok "kontext with ZeRO-2: refused by name" || bad "zero2: rc=$rc $(tail -2 "$tmp/r3.err")"
