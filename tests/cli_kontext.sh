@@ -66,6 +66,12 @@ tensors() { "$CT" model convert --from "$1" --to "$2" --layout bfl > /dev/null; 
   ls "$tmp/ka/cache/vae/refs/"*.st > /dev/null 2>&1 &&
   ok "kontext full: 2 steps on image pairs, loss finite, the unpaired image skipped and counted, references cached" ||
   bad "kontext full: rc=$rc $(tail -5 "$tmp/ka.err")"
+"$CT" cache --pretrained_model_name_or_path=$P --model_flavour=kontext --data_backend_config="$tmp/pairs.json" \
+  --resolution=32 --aspect_bucket_alignment=8 --num_threads=2 --output_dir="$tmp/kc" > "$tmp/kc.out" 2> "$tmp/kc.err"; rc=$?
+[ $rc -eq 0 ] && grep -q '"images": 3, "processed": 4' "$tmp/kc.out" && grep -q '"unpaired": 1}' "$tmp/kc.out" &&
+  [ "$(ls "$tmp/kc/cache/vae/refs/"*.st | wc -l)" = 3 ] &&
+  ok "ctuner cache: the references' latents cached beside the edits', the unpaired image in skipped" ||
+  bad "cache: rc=$rc $(cat "$tmp/kc.out") $(tail -3 "$tmp/kc.err")"
 "$CT" "${K[@]}" --output_dir="$tmp/kb" --max_train_steps=1 > /dev/null 2> "$tmp/kb.err" &&
   "$CT" "${K[@]}" --output_dir="$tmp/kb" --max_train_steps=2 > /dev/null 2>> "$tmp/kb.err"; rc=$?
 tensors "$tmp/ka/checkpoint-2/transformer" "$tmp/ka.bfl" && tensors "$tmp/kb/checkpoint-2/transformer" "$tmp/kb.bfl" &&
