@@ -5,7 +5,10 @@
 # activations) for small presets across ranks, stages, bf16 and gradient
 # checkpointing; for a diffusers FLUX.1 pipeline (tests/data/flux_pipe/dev) the
 # trainable Ψ and every frozen component's bytes equal the data sections of its
-# safetensors files, read here with od; bad combinations are refused.
+# safetensors files, read here with od; for SDXL (--model_family sdxl) the
+# U-net's plan equals the measured peaks on tests/data/sdxl_pipe, and SDXL 1.0
+# base's paper plan (batch 8 at 1024, ZeRO-2 + offload) is flagged as beyond
+# this build; bad combinations are refused.
 # Usage: tests/cli_bench_plan.sh path/to/ctuner
 . "$(dirname "$0")/lib/common.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
@@ -150,6 +153,61 @@ sys.exit(0 if ok else 1)' "$m" "$t" "$t0"; then
 else
   bad "LoRA offload plan: $m | $t | $t0 | $(cat "$tmp/m.err")"
 fi
+
+# SDXL (--model_family sdxl): the U-net's full fine-tune of the tiny pipeline
+# tests/data/sdxl_pipe, plan = measured per category (params: the U-net plus
+# the VAE held twice in float32 — frozen_in_params; with offload the start-up
+# optimizer peak), at 1 rank and at 2 ranks ZeRO-1 with the state offloaded
+for spec in "1 0 none" "2 1 nvme"; do
+  set -- $spec
+  sx=(--model_family sdxl --pretrained tests/data/sdxl_pipe --ranks "$1" --stage "$2" --offload_optimizer "$3")
+  m=$("$CT" bench memory "${sx[@]}" 2>"$tmp/m.err")
+  p=$("$CT" bench memory --plan "${sx[@]}" --resolution 16 2>"$tmp/p.err")
+  if /usr/bin/python3 -c '
+import json, sys
+m, p = json.loads(sys.argv[1])["bytes"], json.loads(sys.argv[2])["bytes"]
+want = {"params": p["params"] + p["frozen_in_params"], "grads": p["grads"], "optimizer": p["startup_optimizer"],
+        "activations": p["activations"]}
+bad = [f"{k}: measured {m[k]:.0f} planned {want[k]:.0f}" for k in want if m[k] != want[k] or m[k] <= 0]
+sb, mb = p["unet_scratch"] + p["zero_buffers"], m["buffers"]
+if sb > mb:
+    bad.append(f"buffers: planned {sb:.0f} > measured {mb:.0f}")
+print("; ".join(bad)); sys.exit(1 if bad else 0)' "$m" "$p" >"$tmp/diff"; then
+    ok "sdxl plan = measured: ranks $1, stage $2, offload_optimizer $3"
+  else
+    bad "sdxl plan != measured ($spec): $(cat "$tmp/diff") | $m | $p | $(cat "$tmp/m.err" "$tmp/p.err")"
+  fi
+done
+
+# SDXL 1.0 base on paper (no weights): the seed's scenario — 1 MP, batch 8, ZeRO-2,
+# optimizer offloaded to the host, bf16 — said to be beyond this build; ZeRO-1 float32 trains
+j=$("$CT" bench memory --plan --model_family sdxl --batch 8 --resolution 1024 --stage 2 --ranks 1 \
+  --offload_optimizer cpu --mixed_precision bf16 2>"$tmp/sx.err")
+j1=$("$CT" bench memory --plan --model_family sdxl --stage 1 --ranks 8 2>"$tmp/sx1.err")
+if r=$(/usr/bin/python3 -c '
+import json, sys
+d, d1 = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+b, psi = d["bytes"], d["psi"]
+r16 = (psi + 15) // 16 * 16
+dev = b["params"] + b["grads"] + b["activations"] + b["unet_scratch"] + b["zero_buffers"]
+ok = (psi == 2567463684 and b["params"] == 2 * psi and b["host"] == b["optimizer"] == 4 * psi + 8 * r16
+      and b["device"] == dev and 129.9 < b["activations"] / 2**30 < 130.0
+      and d["activation_shape"]["latent"] == 128 and d["activation_shape"]["tokens"] == 77
+      and not d["trainable_in_this_build"] and "zero_stage 2" in d["not_yet"] and "bf16" in d["not_yet"]
+      and [f["params"] for f in d["frozen"]] == [123060480, 694659840, 83653863]
+      and d1["trainable_in_this_build"] and d1["not_yet"] == "" and d1["activation_shape"]["resolution"] == 1024)
+print("device %.0f MiB, host %.0f MiB per rank" % (b["device"] / 2**20, b["host"] / 2**20))
+sys.exit(0 if ok else 1)' "$j" "$j1") && grep -q "cannot train this configuration yet" "$tmp/sx.err"; then
+  ok "SDXL 1.0 paper plan, batch 8 at 1024, ZeRO-2 + offload, bf16: $r; flagged not trainable yet"
+else
+  bad "SDXL 1.0 paper plan: $r | $j | $j1 | $(cat "$tmp/sx.err" "$tmp/sx1.err")"
+fi
+"$CT" bench memory --plan --model_family sdxl --gradient_checkpointing 1 >/dev/null 2>"$tmp/e4"
+[ $? -eq 2 ] && grep -q "no gradient checkpointing yet" "$tmp/e4" && ok "sdxl plan: gradient checkpointing refused by name" ||
+  bad "sdxl checkpointing: $(cat "$tmp/e4")"
+"$CT" bench memory --plan --model_family sdxl --model_type lora >/dev/null 2>"$tmp/e5"
+[ $? -eq 2 ] && grep -q "LoRA for SDXL has no plan yet" "$tmp/e5" && ok "sdxl plan: LoRA refused by name" ||
+  bad "sdxl lora: $(cat "$tmp/e5")"
 
 # refused: offload_param below stage 3, an unknown preset, a bad precision
 "$CT" bench memory --plan --preset tiny --stage 2 --offload_param nvme >/dev/null 2>"$tmp/e1"

@@ -395,6 +395,34 @@ else
 fi
 [ "$(code "$U/api/runs" -H "Host: 127.0.0.1")" = 403 ] && ok "a port-less Host on another port is refused" || bad "port-less Host on $port"
 
+# ---- hub ids: a run started here downloads nothing (that would write outside the root) ----
+# Two servers without HF_HUB_OFFLINE in their own environment, a hub endpoint that
+# does not answer: the default one's run must say HF_HUB_OFFLINE is set (the
+# server set it), the --hub-downloads one's run must have tried to connect.
+hub_run() { # hub_run OUTFILE ROOT [serve args]: starts a run naming an absent hub id, waits, sets $hlog
+  local out=$1 r=$2; shift 2
+  mkdir -p "$r"
+  local saved=${HF_HUB_OFFLINE-}; unset HF_HUB_OFFLINE
+  HF_HOME="$tmp/hf" HF_ENDPOINT="http://127.0.0.1:9" start_serve "$out" --root "$r" --port 0 "$@"
+  export HF_HUB_OFFLINE=$saved
+  local H="http://127.0.0.1:$port"
+  cat > "$tmp/hub.json" <<JSON
+{"config": {"pretrained_model_name_or_path": "ctuner-test/absent", "--resolution": 8, "--aspect_bucket_alignment": 8,
+  "--train_batch_size": 4, "max_train_steps": 2},
+ "backend": [{"id": "shapes", "type": "local", "instance_data_dir": "$tmp/data", "caption_strategy": "textfile", "crop": false}]}
+JSON
+  post "$H/api/runs/h1/config" --data-binary @"$tmp/hub.json" >/dev/null
+  [ "$(post "$H/api/runs" -d '{"name": "h1", "ranks": 1}')" = 202 ] || { bad "hub run start ($*): $(cat "$tmp/body")"; return; }
+  for _ in $(seq 3000); do code "$H/api/runs/h1" >/dev/null; [ "$(jq_ 'd["status"]')" = running ] || break; sleep 0.1; done
+  hlog="$r/h1/train.log"
+}
+hub_run "$tmp/hub.out" "$tmp/hroot"
+grep -q "HF_HUB_OFFLINE is set, so nothing was downloaded" "$hlog" && [ ! -e "$tmp/hf/hub/models--ctuner-test--absent" ] &&
+  ok "a served run resolves hub ids offline: nothing downloaded outside the root" || bad "hub offline: $(tail -3 "$hlog")"
+hub_run "$tmp/hubdl.out" "$tmp/hroot2" --hub-downloads
+grep -q "cannot reach http://127.0.0.1:9" "$hlog" && ! grep -q "HF_HUB_OFFLINE is set" "$hlog" &&
+  ok "--hub-downloads: a served run may download (it tried HF_ENDPOINT)" || bad "hub downloads: $(tail -3 "$hlog")"
+
 # ---- tokens ----
 start_serve "$tmp/tok.out" --root "$root" --port 0 --token tok-123456789
 T="http://127.0.0.1:$port"

@@ -52,6 +52,13 @@ missing=$(printf '%s\n' "$keys" | while read -r k; do
 expect_err "batch larger than dataset" "cannot fill the effective batch size" run --train_batch_size=100 --output_dir="$tmp/e"
 CT_TEST_OUT="$tmp/envout" run --output_dir='{env:CT_TEST_OUT}' --max_train_steps=1 >/dev/null 2>&1 \
   && [ -d "$tmp/envout/checkpoint-1" ] && ok "{env:VAR} substitution" || bad "{env:VAR} substitution"
+# keys with no effect here draw one warning each run, naming them (task_mmdit.c)
+run --output_dir="$tmp/warn" --max_train_steps=1 --snr_gamma=5 --noise_offset=0.05 \
+  --flux_guidance_value=2 >/dev/null 2>"$tmp/warn.log" || bad "warning run: $(tail -3 "$tmp/warn.log")"
+n1=$(grep -c "snr_gamma, noise_offset: no effect on FLUX.1" "$tmp/warn.log")
+n2=$(grep -c "flux_guidance_value: no effect without a FLUX.1 pipeline" "$tmp/warn.log")
+[ "$n1" = 1 ] && [ "$n2" = 1 ] && ok "DDPM keys and FLUX.1 pipeline keys warned once each, by name" \
+  || bad "warnings ($n1, $n2): $(grep -i warn "$tmp/warn.log")"
 
 # ---- accumulation: batch 8 x 1 == batch 4 x 2 (SGD, lr 1000: w0 - w1 = 1000 g) ----
 acc() { run --output_dir="$tmp/$1" --train_batch_size=$2 --gradient_accumulation_steps=$3 \

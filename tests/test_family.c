@@ -3,11 +3,14 @@
  * from them, model_family / model_flavour refusals by name, and the
  * trainer's rows refusing a family known but not trainable yet. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctuner/config.h"
 #include "ctuner/diffusion.h"
 #include "ctuner/family.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/train.h"
 #include "harness.h"
 #include "train/trainer_int.h"
 
@@ -109,5 +112,45 @@ CT_TEST(family, trainer_rows) {
   CHECK(ct_train_family_denoiser("flux", &open, &e) == CT_ERR_UNSUPPORTED);
   REQUIRE(!ct_config_set(&c, "model_type", "vae", &e)); /* the VAE task is family-agnostic */
   CHECK(!ct_train_family_check(&c, &e) && ct_task_pick(&c) == &ct_task_vae);
+  ct_config_free(&c);
+}
+
+/* The rows' memory-plan hooks (ct_train_plan_denoiser): FLUX.1's is the MMDiT
+ * `bench memory --plan --preset` computes; SDXL's the U-net of a pipeline's
+ * unet/config.json, else SDXL 1.0 base's built in. */
+CT_TEST(family, memory_plan_hooks) {
+  ct_config c;
+  ct_err e = {0};
+  ct_plan_denoiser d;
+  ct_config_defaults(&c);
+  CHECKF(!ct_train_plan_denoiser(&c, 2, 0, 0, 0, &d, &e), "%s", e.msg);
+  ct_mmdit_config mc;
+  int s = 0, T = 0;
+  ct_param *tab = NULL;
+  size_t n = 0, numel = 0;
+  REQUIRE(!ct_train_model_config(&c, &mc, &s, &T, &e) &&
+          !ct_mmdit_param_table(&mc, &tab, &n, &numel, &e));
+  free(tab);
+  CHECK(!strcmp(d.kind, "mmdit") && d.numel == numel && d.resolution == 64 && d.tokens == T &&
+        d.activations == (double)ct_mmdit_activation_plan(&mc, 0, 2, 64 / s, 64 / s, T));
+  REQUIRE(!ct_config_set(&c, "model_family", "sdxl", &e));
+  CHECKF(!ct_train_plan_denoiser(&c, 1, 0, 0, 0, &d, &e), "%s", e.msg);
+  /* 2,567,463,684: UNet2DConditionModel of stable-diffusion-xl-base-1.0 */
+  CHECK(!strcmp(d.kind, "unet") && d.psi == 2567463684u && d.numel == d.psi &&
+        d.resolution == 1024 && d.latent == 128 && d.tokens == 77 && d.hidden == 1280 &&
+        strstr(d.geometry, "built in"));
+  CHECKF(d.activations > 16.2 * (1 << 30) && d.activations < 16.3 * (1 << 30), "%.0f",
+         d.activations); /* docs/unet.md: 16.24 GiB at batch 1 */
+  CHECK(ct_train_plan_denoiser(&c, 1, 0, 0, 1, &d, &e) == CT_ERR_UNSUPPORTED &&
+        strstr(e.msg, "gradient checkpointing"));
+  CHECK(ct_train_plan_denoiser(&c, 1, 1000, 0, 0, &d, &e) == CT_ERR_INVALID &&
+        strstr(e.msg, "multiple of 32"));
+  REQUIRE(!ct_config_set(&c, "model_flavour", "refiner-1.0", &e));
+  CHECK(ct_train_plan_denoiser(&c, 1, 0, 0, 0, &d, &e) == CT_ERR_UNSUPPORTED &&
+        strstr(e.msg, "refiner"));
+  REQUIRE(!ct_config_set(&c, "pretrained_model_name_or_path", ct_test_data("sdxl_pipe"), &e));
+  CHECKF(!ct_train_plan_denoiser(&c, 1, 0, 0, 0, &d, &e), "%s", e.msg);
+  CHECK(d.psi == 33504 && d.codec_scale == 2 && d.resolution == 32 && d.latent == 16 &&
+        strstr(d.geometry, "sdxl_pipe/unet/config.json"));
   ct_config_free(&c);
 }

@@ -26,6 +26,8 @@ typedef struct ct_serve_opts {
   const char *ctuner; /* the ctuner executable runs are started with */
   const char *mpirun; /* launcher for ranks > 1 (default "mpirun") */
   size_t max_body;    /* largest request body accepted (default 1 MiB) */
+  int hub_downloads;  /* 1: runs may download hub models into the user's Hugging Face cache
+                         (outside root); 0 (default): they run with HF_HUB_OFFLINE=1 */
 } ct_serve_opts;
 
 typedef struct ct_serve ct_serve;

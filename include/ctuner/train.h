@@ -80,6 +80,27 @@ ct_status ct_train_check_files(const ct_config *cfg, struct ct_config_problems *
 ct_status ct_train_model_config(const ct_config *cfg, ct_mmdit_config *mc, int *codec_scale, int *T,
                                 ct_err *err);
 
+/* The trained denoiser as the memory plan sees it: the family row's plan hook
+ * (family.c) fills it from a config — model_family, pretrained_model_name_or_path
+ * (FLUX.1: preset; SDXL: the pipeline's unet/config.json, else SDXL 1.0 base's
+ * geometry built in) — for one step of batch images of resolution pixels. */
+typedef struct ct_plan_denoiser {
+  const char *kind;          /* "mmdit", "unet" */
+  char geometry[4200];       /* where the geometry came from: a config.json, "built in" */
+  size_t numel, psi, maxseg; /* floats of the flat buffer, Ψ, the largest segment (tensor) */
+  int hidden;                /* reduce_bucket_size's default is hidden^2 */
+  int codec_scale, tokens;   /* the codec's factor, text tokens per caption */
+  long resolution;           /* pixels of the planned step (0 asked: the family's default) */
+  int latent;                /* its latent side */
+  double activations;        /* CT_MEM_ACTIVATIONS of one step at its peak */
+  double scratch;            /* CT_MEM_BUFFERS the denoiser's step holds (U-net: im2col) */
+} ct_plan_denoiser;
+/* batch >= 1; resolution, tokens 0: the family's defaults; ckpt:
+ * gradient_checkpointing_interval (0 off). CT_ERR_UNSUPPORTED for a family
+ * with no plan, or what its plan cannot compute (SDXL: checkpointing). */
+ct_status ct_train_plan_denoiser(const ct_config *cfg, int batch, long resolution, int tokens,
+                                 int ckpt, ct_plan_denoiser *out, ct_err *err);
+
 typedef struct ct_memplan_opts {
   size_t numel;           /* floats of the flat parameter buffer (16-float aligned tensors) */
   size_t psi;             /* trainable parameters Ψ (the formula's) */

@@ -143,6 +143,8 @@ typedef struct ct_unet_plan {
   size_t activations_peak; /* CT_MEM_ACTIVATIONS at its peak (the backward's end) */
   size_t buffers_peak;     /* CT_MEM_BUFFERS (im2col scratch) at its peak */
   size_t total_peak;       /* the run's allocations (gradients too) at their peak, parameters not */
+  size_t numel, ntensors;  /* the parameter table: floats (no padding) and tensors */
+  size_t max_tensor;       /* floats of its largest tensor */
 } ct_unet_plan;
 ct_status ct_unet_plan_memory(const ct_unet_config *c, int B, int H, int W, int Lk,
                               ct_unet_plan *out, ct_err *err);

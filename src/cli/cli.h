@@ -122,6 +122,11 @@ typedef struct ct_sdxl_sample_args {
   const char *out, *out_dir;
 } ct_sdxl_sample_args;
 int ct_cmd_sample_sdxl(const ct_sdxl_sample_args *a, const char *const *prompts, int n);
+/* A sampled image k to --out (PNG), or to --out-dir as NNNN.png with its
+ * prompt in NNNN.txt; 1 (message printed) if the PNG cannot be written. */
+struct ct_image;
+int ct_cli_write_sample(const char *out, const char *out_dir, int k, const char *prompt,
+                        const struct ct_image *im);
 /* 1: dir's model_index.json names StableDiffusionXLPipeline. */
 int ct_cli_is_sdxl_pipeline(const char *dir);
 

@@ -28,8 +28,10 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "                           [--base_model_precision "
       "no_change|bf16|int8-quanto|int8-torchao]\n"
       "                           [--base_model_default_dtype fp32|bf16]\n"
+      "                           [--model_family sdxl --pretrained DIR]\n"
       "       ctuner bench memory --plan [--preset NAME | --pretrained DIR] [--stage S] [--ranks "
       "N]\n"
+      "                           [--model_family flux|sdxl] [--model_flavour F]\n"
       "                           [--mixed_precision no|bf16] [--gradient_checkpointing N]\n"
       "                           [--offload_optimizer none|cpu|nvme] [--offload_param "
       "none|cpu|nvme]\n"
@@ -83,7 +85,19 @@ void ct_cmd_bench_memory_help(FILE *f) {
       "read scratch in buffers, the adapters' scratch in activations; the formula's\n"
       "params add the base (a float32 base is sharded at stage 3, a narrow one is whole\n"
       "on every rank); --plan's \"lora\" reports base_mb and\n"
-      "base_bytes_per_param (docs/lora.md).\n");
+      "base_bytes_per_param (docs/lora.md).\n"
+      "\n"
+      "--model_family sdxl (default flux): the U-net's full fine-tune. Measured: the\n"
+      "U-net of the StableDiffusionXLPipeline --pretrained DIR trained 2 steps as above\n"
+      "(params also hold its VAE, float32). --plan: the U-net of --pretrained DIR\n"
+      "(unet/config.json; the frozen CLIP-L, CLIP-G and VAE from their headers), else\n"
+      "SDXL 1.0 base's (built in; frozen parts float32 as published), activations\n"
+      "from ct_unet_plan_memory at --batch and --resolution (default: the U-net's\n"
+      "sample_size x the VAE factor, 1024) with 77 tokens, and per_rank_mb: device\n"
+      "(params, grads, activations, scratch, ZeRO buffers, the optimizer unless\n"
+      "offloaded) and host (the optimizer under --offload_optimizer cpu|nvme). ZeRO-2/3,\n"
+      "bf16 and offload_param are planned on paper; trainable_in_this_build and\n"
+      "not_yet say what ctuner train cannot run for SDXL yet (docs/performance.md).\n");
 }
 
 /* The formula's frozen base of a LoRA run (0 for full fine-tuning): 4 bytes
@@ -177,12 +191,13 @@ static double base_bytes(const char *preset, const char *precision, const char *
 typedef struct mem_args {
   const char *preset, *mp, *offopt, *offpar, *mtype, *lrank, *ltarget, *ldrop, *lprec, *lddt;
   long stage, ranks, ckpt;
+  const char *family, *pretrained; /* model_family flux (the preset) or sdxl (a pipeline) */
 } mem_args;
 
 /* The options of the measured mode: -1 to go on, else the exit code. */
 static int parse_mem_args(int argc, char **argv, mem_args *a) {
-  *a = (mem_args){"bench", "no",        "none", "none", "full", "16", "all",
-                  "0.1",   "no_change", "fp32", 0,      0,      0};
+  *a = (mem_args){"bench",     "no",   "none", "none", "full", "16",   "all", "0.1",
+                  "no_change", "fp32", 0,      0,      0,      "flux", NULL};
   const char *v;
   for (int i = 2; i < argc; i++) {
     int r;
@@ -198,7 +213,9 @@ static int parse_mem_args(int argc, char **argv, mem_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget)) ||
                (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop)) ||
                (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->lprec)) ||
-               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt))) {
+               (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_family", &a->family)) ||
+               (r = ct_cli_opt(argc, argv, &i, "pretrained", &a->pretrained))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "stage", &v))) {
       if (r < 0 || ct_cli_int("stage", v, 0, 3, &a->stage)) return 2;
@@ -213,6 +230,21 @@ static int parse_mem_args(int argc, char **argv, mem_args *a) {
     }
   }
   return -1;
+}
+
+/* --model_family sdxl: the U-net of the pipeline --pretrained DIR, trained
+ * on the same generated images (16 x 16: buckets aligned to 8). */
+static ct_status family_keys(ct_config *cfg, const mem_args *a, ct_err *err) {
+  if (!strcmp(a->family, "flux") && !a->pretrained) return CT_OK;
+  if (!strcmp(a->family, "flux"))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "--pretrained DIR: the measured mode trains a --preset for flux (a pipeline "
+                   "only with --model_family sdxl)");
+  ct_status st = ct_config_set(cfg, "model_family", a->family, err);
+  if (!st && a->pretrained)
+    st = ct_config_set(cfg, "pretrained_model_name_or_path", a->pretrained, err);
+  if (!st) st = ct_config_set(cfg, "aspect_bucket_alignment", "8", err);
+  return st;
 }
 
 int ct_cmd_bench_memory(int argc, char **argv) {
@@ -299,12 +331,14 @@ int ct_cmd_bench_memory(int argc, char **argv) {
                          {"lora_dropout", ldrop},
                          {"base_model_precision", lprec},
                          {"base_model_default_dtype", lddt}};
-  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-    if (ct_config_set(&cfg, kv[i][0], kv[i][1], &err)) {
-      fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
-      ct_config_free(&cfg);
-      goto done;
-    }
+  ct_status cst = CT_OK;
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0] && !cst; i++)
+    cst = ct_config_set(&cfg, kv[i][0], kv[i][1], &err);
+  if (cst || family_keys(&cfg, &a, &err)) {
+    fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+    ct_config_free(&cfg);
+    goto done;
+  }
   ct_mem_reset_peak();
   ct_train_summary sum;
   if (ct_train_run(&cfg, comm, NULL, NULL, &sum, &err)) {
@@ -333,7 +367,8 @@ int ct_cmd_bench_memory(int argc, char **argv) {
   const double mt = mx[0] + mx[1] + mx[2], ft = fp + fg + fo;
   if (rank == 0)
     printf(
-        "{\"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, \"mixed_precision\": \"%s\", \"psi\": "
+        "{\"model_family\": \"%s\", \"preset\": \"%s\", \"ranks\": %d, \"stage\": %ld, "
+        "\"mixed_precision\": \"%s\", \"psi\": "
         "%.0f, "
         "\"measured_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
         "%.2f}, "
@@ -344,10 +379,10 @@ int ct_cmd_bench_memory(int argc, char **argv) {
         "\"offload_param\": \"%s\", \"model_type\": \"%s\", \"base_mb\": %.2f, "
         "\"bytes\": {\"params\": %.0f, "
         "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"buffers\": %.0f}}\n",
-        preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576, mt / 1048576,
-        fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft, mx[3] / 1048576,
-        mx[4] / 1048576, ckpt, offopt, offpar, mtype, base / 1048576, mx[0], mx[1], mx[2], mx[3],
-        mx[4]);
+        a.family, preset, N, stage, mp, psi, mx[0] / 1048576, mx[1] / 1048576, mx[2] / 1048576,
+        mt / 1048576, fp / 1048576, fg / 1048576, fo / 1048576, ft / 1048576, mt / ft,
+        mx[3] / 1048576, mx[4] / 1048576, ckpt, offopt, offpar, mtype, base / 1048576, mx[0], mx[1],
+        mx[2], mx[3], mx[4]);
   rc = 0;
 done:
   if (rc) ct_comm_abort(comm, 1); /* never leave the other ranks waiting */

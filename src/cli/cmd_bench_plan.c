@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "ctuner/config.h"
+#include "ctuner/family.h"
 #include "ctuner/json.h"
 #include "ctuner/lora.h"
 #include "ctuner/mmdit.h"
@@ -114,6 +115,7 @@ typedef struct plan_args {
   long stage, ranks, ckpt, batch, res, tokens, offbuf, ema, lrank;
   /* model_type lora: the base's storage (docs/lora.md), the adapters' dropout */
   const char *lprec, *lddt, *ldrop;
+  const char *family, *flavour; /* model_family (flux), model_flavour (NULL: the default) */
 } plan_args;
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -132,7 +134,9 @@ static int parse(int argc, char **argv, plan_args *a) {
                (r = ct_cli_opt(argc, argv, &i, "flux_lora_target", &a->ltarget)) ||
                (r = ct_cli_opt(argc, argv, &i, "base_model_precision", &a->lprec)) ||
                (r = ct_cli_opt(argc, argv, &i, "base_model_default_dtype", &a->lddt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop))) {
+               (r = ct_cli_opt(argc, argv, &i, "lora_dropout", &a->ldrop)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_family", &a->family)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_flavour", &a->flavour))) {
       if (r < 0) return 2;
     } else if ((r = ct_cli_opt(argc, argv, &i, "lora_rank", &v))) {
       if (r < 0 || ct_cli_int("lora_rank", v, 1, 1 << 16, &a->lrank)) return 2;
@@ -329,11 +333,174 @@ static void print_frozen(const frozen fz[3], double *total) {
   printf("], \"frozen_mb\": %.2f, \"frozen_f32_mb\": %.2f", *total / MB, f32 / MB);
 }
 
+/* SDXL 1.0 base's frozen parts as stabilityai/stable-diffusion-xl-base-1.0
+ * stores them (float32): CLIP ViT-L/14's text model (123,060,480), OpenCLIP
+ * bigG's text model with its projection (1280 wide, 32 layers, MLP 5120, +
+ * 1280 x 1280: 694,659,840), the 4-channel AutoencoderKL (83,653,863). */
+static void sdxl_base_frozen(frozen f[3]) {
+  const double c = 1280, cm = 5120;
+  const double clip_g = 49408 * c + 77 * c +
+                        32 * (4 * (c * c + c) + 4 * c + c * cm + cm + cm * c + c) + 2 * c + c * c;
+  f[0] = (frozen){"text_encoder", "CLIPTextModel", 123060480, 4 * 123060480.0, "F32", 1};
+  f[1] = (frozen){"text_encoder_2", "CLIPTextModelWithProjection", clip_g, 4 * clip_g, "F32", 1};
+  f[2] = (frozen){"vae", "AutoencoderKL", 83653863, 4 * 83653863.0, "F32", 1};
+}
+
+/* What `ctuner train --model_family sdxl` cannot do yet of a's configuration
+ * (task_sdxl.c's refusals), "; "-separated into buf; 0 when it trains. */
+static int sdxl_not_yet(const plan_args *a, char *buf, size_t n) {
+  int k = 0;
+  buf[0] = 0;
+  if (a->stage >= 2)
+    k += snprintf(buf + k, n - (size_t)k,
+                  "%szero_stage %ld (ZeRO-2/3 shard inside the backward through segment hooks "
+                  "the U-net does not have yet; zero_stage 0 or 1 train)",
+                  k ? "; " : "", a->stage);
+  if (!strcmp(a->mp, "bf16") && k < (int)n)
+    k += snprintf(buf + k, n - (size_t)k, "%smixed_precision bf16 (float32 only)", k ? "; " : "");
+  if (strcmp(a->offpar, "none") && k < (int)n)
+    k += snprintf(buf + k, n - (size_t)k, "%soffload_param %s (needs zero_stage 3)", k ? "; " : "",
+                  a->offpar);
+  return k > 0;
+}
+
+/* The frozen parts of a pipeline directory (their safetensors headers), else
+ * SDXL 1.0 base's. */
+static int sdxl_frozen(const plan_args *a, frozen fz[3]) {
+  static const char *const comp[3][2] = {{"text_encoder", "CLIPTextModel"},
+                                         {"text_encoder_2", "CLIPTextModelWithProjection"},
+                                         {"vae", "AutoencoderKL"}};
+  memset(fz, 0, 3 * sizeof *fz);
+  if (!a->pretrained) {
+    sdxl_base_frozen(fz);
+    return 0;
+  }
+  for (int k = 0; k < 3; k++) {
+    char p[4400];
+    fz[k].name = comp[k][0];
+    fz[k].cls = comp[k][1];
+    snprintf(p, sizeof p, "%s/%s", a->pretrained, comp[k][0]);
+    if (read_component(p, &fz[k])) return 1;
+  }
+  return 0;
+}
+
+/* The trainable part of a family's plan (ct_train_plan_denoiser): the config
+ * the row's hook reads, the denoiser, ZeRO's split of it. */
+static int family_denoiser(const plan_args *a, ct_plan_denoiser *d, ct_memplan_opts *o,
+                           ct_memplan *p) {
+  ct_err err = {0};
+  ct_config cfg;
+  ct_config_defaults(&cfg);
+  ct_status st = ct_config_set(&cfg, "model_family", a->family, &err);
+  if (!st && a->flavour) st = ct_config_set(&cfg, "model_flavour", a->flavour, &err);
+  if (!st && a->pretrained)
+    st = ct_config_set(&cfg, "pretrained_model_name_or_path", a->pretrained, &err);
+  if (!st)
+    st = ct_train_plan_denoiser(&cfg, (int)a->batch, a->res, (int)a->tokens, (int)a->ckpt, d, &err);
+  ct_config_free(&cfg);
+  if (!st) {
+    *o = (ct_memplan_opts){d->numel,
+                           d->psi,
+                           (int)a->ranks,
+                           (int)a->stage,
+                           !strcmp(a->mp, "bf16"),
+                           2, /* AdamW */
+                           (int)a->ema,
+                           !strcmp(a->offopt, "nvme"),
+                           !strcmp(a->offpar, "nvme"),
+                           (size_t)a->offbuf,
+                           d->maxseg,
+                           0, /* reduce_bucket_size: the default, hidden^2 */
+                           d->hidden,
+                           0,
+                           0,
+                           0};
+    st = ct_memplan_trainable(o, p, &err);
+  }
+  if (st) fprintf(stderr, "ctuner bench memory: %s\n", err.msg);
+  return st ? 2 : 0;
+}
+
+/* `--plan --model_family sdxl` (a family other than FLUX.1): the U-net's
+ * full fine-tune by category as FLUX.1's, plus the bytes per rank a GPU would
+ * hold (device) and the host's (the optimizer category under
+ * offload_optimizer), and whether this build trains the configuration. */
+static int family_plan(const plan_args *a) {
+  if (strcmp(a->family, "sdxl")) {
+    ct_err err = {0};
+    fprintf(stderr, "ctuner bench memory: --model_family %s: %s\n", a->family,
+            ct_family_check(a->family, &err) ? err.msg : "no memory plan yet (use flux or sdxl)");
+    return 2;
+  }
+  if (strcmp(a->mtype, "full") || strcmp(a->lprec, "no_change")) {
+    fprintf(stderr,
+            "ctuner bench memory: --model_family sdxl plans the U-net's full fine-tune "
+            "(--model_type full, no --base_model_precision); LoRA for SDXL has no plan yet\n");
+    return 2;
+  }
+  ct_plan_denoiser d;
+  ct_memplan_opts o;
+  ct_memplan p;
+  frozen fz[3];
+  int rc = family_denoiser(a, &d, &o, &p);
+  if (!rc) rc = sdxl_frozen(a, fz);
+  if (rc) return rc;
+  char why[512];
+  const int not_yet = sdxl_not_yet(a, why, sizeof why);
+  if (not_yet)
+    fprintf(stderr,
+            "ctuner bench memory: note: a plan on paper: ctuner train --model_family sdxl cannot "
+            "train this configuration yet in this build: %s\n",
+            why);
+  /* what ctuner's SDXL run holds of the frozen parts in category params: the
+   * VAE in float32 twice, the pipeline's (ct_sdxl_pipe_open, for sampling) and
+   * the latent codec's (the text encoders are category other) */
+  const double fzp = fz[2].present ? 2.0 * 4.0 * fz[2].params : 0;
+  const int offopt = strcmp(a->offopt, "none") != 0;
+  const double act = d.activations, tot = p.params + p.grads + p.optimizer,
+               ftot = p.formula_params + p.formula_grads + p.formula_optimizer;
+  const double host = offopt ? p.optimizer : 0,
+               device = tot - host + act + d.scratch + p.zero_buffers;
+  printf(
+      "{\"plan\": true, \"model_family\": \"sdxl\", \"denoiser\": \"unet\", \"geometry\": \"%s\", "
+      "\"ranks\": %ld, \"stage\": %ld, \"mixed_precision\": \"%s\", \"psi\": %zu, \"numel\": %zu, "
+      "\"plan_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": %.2f}, "
+      "\"formula_mb\": {\"params\": %.2f, \"grads\": %.2f, \"optimizer\": %.2f, \"total\": "
+      "%.2f}, \"plan_over_formula\": %.4f, ",
+      d.geometry, a->ranks, a->stage, a->mp, o.psi, o.numel, p.params / MB, p.grads / MB,
+      p.optimizer / MB, tot / MB, p.formula_params / MB, p.formula_grads / MB,
+      p.formula_optimizer / MB, ftot / MB, tot / ftot);
+  printf(
+      "\"buffers_mb\": {\"zero\": %.2f, \"gather_rank0\": %.2f, \"unet_scratch\": %.2f}, "
+      "\"activations_mb\": %.2f, \"activation_shape\": {\"batch\": %ld, \"resolution\": %ld, "
+      "\"latent\": %d, \"tokens\": %d, \"gradient_checkpointing\": 0}, "
+      "\"offload\": {\"optimizer\": \"%s\", \"param\": \"%s\", \"swap_mb\": %.2f, "
+      "\"buffers_mb\": %.2f, \"startup_params_mb\": %.2f, \"startup_optimizer_mb\": %.2f}, "
+      "\"use_ema\": %s, \"per_rank_mb\": {\"device\": %.2f, \"host\": %.2f, \"swap\": %.2f}, "
+      "\"trainable_in_this_build\": %s, \"not_yet\": \"%s\", \"frozen_in_params_mb\": %.2f",
+      p.zero_buffers / MB, p.gather_rank0 / MB, d.scratch / MB, act / MB, a->batch, d.resolution,
+      d.latent, d.tokens, a->offopt, a->offpar, p.swap / MB, p.offload_buffers / MB,
+      p.startup_params / MB, p.startup_optimizer / MB, a->ema ? "true" : "false", device / MB,
+      host / MB, p.swap / MB, not_yet ? "false" : "true", why, fzp / MB);
+  double fr = 0;
+  print_frozen(fz, &fr);
+  printf(
+      ", \"total_mb\": %.2f, \"bytes\": {\"params\": %.0f, \"grads\": %.0f, \"optimizer\": "
+      "%.0f, \"activations\": %.0f, \"unet_scratch\": %.0f, \"frozen\": %.0f, \"swap\": %.0f, "
+      "\"startup_params\": %.0f, \"startup_optimizer\": %.0f, \"zero_buffers\": %.0f, "
+      "\"gather_rank0\": %.0f, \"device\": %.0f, \"host\": %.0f, \"frozen_in_params\": %.0f}}\n",
+      (tot + act + d.scratch + fr) / MB, p.params, p.grads, p.optimizer, act, d.scratch, fr, p.swap,
+      p.startup_params, p.startup_optimizer, p.zero_buffers, p.gather_rank0, device, host, fzp);
+  return 0;
+}
+
 int ct_bench_memory_plan(int argc, char **argv) {
-  plan_args a = {"bench", NULL, "no", "none", "none", "full", "all",       0,      1,    0,
-                 1,       0,    0,    0,      0,      16,     "no_change", "fp32", "0.1"};
+  plan_args a = {"bench", NULL, "no", "none", "none", "full",      "all",  0,     1,      0,   1,
+                 0,       0,    0,    0,      16,     "no_change", "fp32", "0.1", "flux", NULL};
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
+  if (strcmp(a.family, "flux")) return family_plan(&a);
   ct_mmdit_config mc;
   frozen fz[3];
   int s = 1, T = 0;

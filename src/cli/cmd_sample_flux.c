@@ -10,20 +10,20 @@
 #include "ctuner/image.h"
 #include "ctuner/train.h"
 
-/* Image k's PNG (and, with --out-dir, its prompt beside it). */
-static int write_one(const ct_flux_sample_args *a, int k, const char *prompt, const ct_image *im) {
+int ct_cli_write_sample(const char *out, const char *out_dir, int k, const char *prompt,
+                        const ct_image *im) {
   char path[4200];
   ct_err err = {0};
-  if (a->out)
-    snprintf(path, sizeof path, "%s", a->out);
+  if (out)
+    snprintf(path, sizeof path, "%s", out);
   else
-    snprintf(path, sizeof path, "%s/%04d.png", a->out_dir, k);
+    snprintf(path, sizeof path, "%s/%04d.png", out_dir, k);
   if (ct_image_save_png(path, im, &err)) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     return 1;
   }
-  if (a->out_dir) {
-    snprintf(path, sizeof path, "%s/%04d.txt", a->out_dir, k);
+  if (out_dir) {
+    snprintf(path, sizeof path, "%s/%04d.txt", out_dir, k);
     FILE *f = fopen(path, "w");
     if (f) fputs(prompt, f), fclose(f);
   }
@@ -127,7 +127,7 @@ int ct_cmd_sample_flux(const ct_flux_sample_args *a, const char *const *prompts,
       rc = 1;
       break;
     }
-    rc = write_one(a, k, pp[0], &im);
+    rc = ct_cli_write_sample(a->out, a->out_dir, k, pp[0], &im);
     ct_image_free(&im);
     written += !rc;
   }

@@ -29,26 +29,6 @@ int ct_cli_is_sdxl_pipeline(const char *dir) {
   return yes;
 }
 
-/* Image k's PNG (and, with --out-dir, its prompt beside it). */
-static int write_one(const ct_sdxl_sample_args *a, int k, const char *prompt, const ct_image *im) {
-  char path[4200];
-  ct_err err = {0};
-  if (a->out)
-    snprintf(path, sizeof path, "%s", a->out);
-  else
-    snprintf(path, sizeof path, "%s/%04d.png", a->out_dir, k);
-  if (ct_image_save_png(path, im, &err)) {
-    fprintf(stderr, "ctuner sample: %s\n", err.msg);
-    return 1;
-  }
-  if (a->out_dir) {
-    snprintf(path, sizeof path, "%s/%04d.txt", a->out_dir, k);
-    FILE *f = fopen(path, "w");
-    if (f) fputs(prompt, f), fclose(f);
-  }
-  return 0;
-}
-
 /* The run's settings: the pipeline's defaults where an option is unset. */
 static int settings(const ct_sdxl_sample_args *a, ct_sdxl_sampler *s, ct_ddpm_config *sc,
                     ct_sdxl_run *r) {
@@ -104,7 +84,7 @@ int ct_cmd_sample_sdxl(const ct_sdxl_sample_args *a, const char *const *prompts,
       rc = 1;
       break;
     }
-    rc = write_one(a, k, r.prompt, &im);
+    rc = ct_cli_write_sample(a->out, a->out_dir, k, r.prompt, &im);
     ct_image_free(&im);
     written += !rc;
   }

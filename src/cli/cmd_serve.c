@@ -15,6 +15,7 @@ void ct_cmd_serve_help(FILE *f) {
   fprintf(
       f,
       "usage: ctuner serve [--root DIR] [--host ADDR] [--port N] [--token T] [--max-body BYTES]\n"
+      "                    [--hub-downloads]\n"
       "\n"
       "Serves the web UI and its JSON API (docs/webui.md): a dashboard of every\n"
       "run under --root (default: the current directory; each run an output_dir),\n"
@@ -25,7 +26,9 @@ void ct_cmd_serve_help(FILE *f) {
       "(8 to 128 characters), or one is generated and printed once. Clients send it\n"
       "as 'Authorization: Bearer T', or open http://HOST:PORT/?token=T once in a\n"
       "browser (it sets a cookie). Nothing outside --root is served or written;\n"
-      "request bodies are limited to --max-body bytes (default 1048576).\n"
+      "request bodies are limited to --max-body bytes (default 1048576). Runs it\n"
+      "starts resolve hub ids from the Hugging Face cache only (HF_HUB_OFFLINE=1): a\n"
+      "download would write outside --root; --hub-downloads lets them download.\n"
       "Prints one line 'serving ROOT at URL' and runs until SIGINT or SIGTERM; runs\n"
       "it started keep running.\n");
 }
@@ -33,6 +36,7 @@ void ct_cmd_serve_help(FILE *f) {
 int ct_cmd_serve(int argc, char **argv) {
   const char *root = ".", *host = "127.0.0.1", *token = NULL, *v;
   long port = 8080, max_body = 1 << 20;
+  int hub_downloads = 0;
   char exe[4096], gen[33];
   ct_err err = {0};
   for (int i = 1; i < argc; i++) {
@@ -41,7 +45,9 @@ int ct_cmd_serve(int argc, char **argv) {
       ct_cmd_serve_help(stdout);
       return 0;
     }
-    if ((r = ct_cli_opt(argc, argv, &i, "root", &v)) != 0) {
+    if (!strcmp(argv[i], "--hub-downloads")) {
+      hub_downloads = 1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "root", &v)) != 0) {
       if (r < 0) return 2;
       root = v;
     } else if ((r = ct_cli_opt(argc, argv, &i, "host", &v)) != 0) {
@@ -77,7 +83,8 @@ int ct_cmd_serve(int argc, char **argv) {
                      .token = token,
                      .ctuner = n > 0 ? exe : argv[0],
                      .mpirun = mpirun && *mpirun ? mpirun : NULL,
-                     .max_body = (size_t)max_body};
+                     .max_body = (size_t)max_body,
+                     .hub_downloads = hub_downloads};
   /* block the stop signals before any thread starts, so only sigwait sees them */
   sigset_t set;
   sigemptyset(&set);

@@ -469,147 +469,165 @@ static void sample_defaults(const ct_pipeline *p, ct_sample_opts *so) {
   so->width = w, so->height = h;
 }
 
-int ct_cmd_sample(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = NULL, *outp = NULL, *pfile = NULL, *odir = NULL, *v;
-  const char *pretrained = NULL, *flavour = NULL, *lora = NULL, *image = NULL;
-  const char *negative = NULL, *scheduler = NULL, *family = NULL; /* SDXL's */
-  long max_area = 1024L * 1024L; /* FluxKontextPipeline's default */
-  int auto_resize = 1, kontext_opt = 0;
-  double lora_scale = 1.0, rescale = -1;
-  long steps = -1, seed = -1, width = -1, height = -1, per = 1, msl = 0;
-  double guidance = -1;
-  int ema = 0;
+/* `ctuner sample`'s options as given (unset numbers are negative). */
+typedef struct sample_cli {
+  const char *ckpt, *prompt, *outp, *pfile, *odir;
+  const char *pretrained, *flavour, *lora, *image;
+  const char *negative, *scheduler, *family; /* SDXL's */
+  long max_area;                             /* FluxKontextPipeline's */
+  int auto_resize, kontext_opt, ema;
+  double lora_scale, rescale, guidance;
+  long steps, seed, width, height, per, msl;
+} sample_cli;
+
+/* The numeric options; 1 when argv[*i] is none of them, 2 on a bad value. */
+static int sample_number(int argc, char **argv, int *i, sample_cli *o) {
+  const char *v;
+  int r;
+  if ((r = ct_cli_opt(argc, argv, i, "guidance_rescale", &v))) {
+    if (r < 0 || ct_cli_float("guidance_rescale", v, &o->rescale)) return 2;
+    if (!(o->rescale >= 0 && o->rescale <= 1)) {
+      fprintf(stderr, "ctuner sample: --guidance_rescale must be in [0, 1]\n");
+      return 2;
+    }
+  } else if ((r = ct_cli_opt(argc, argv, i, "lora_scale", &v))) {
+    if (r < 0 || ct_cli_float("lora_scale", v, &o->lora_scale)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "max_sequence_length", &v))) {
+    if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &o->msl)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "max_area", &v))) {
+    if (r < 0 || ct_cli_int("max_area", v, 64, 1L << 26, &o->max_area)) return 2;
+    o->kontext_opt = 1;
+  } else if ((r = ct_cli_opt(argc, argv, i, "steps", &v))) {
+    if (r < 0 || ct_cli_int("steps", v, 1, 1000, &o->steps)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "seed", &v))) {
+    if (r < 0 || ct_cli_int("seed", v, 0, 1L << 62, &o->seed)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "width", &v))) {
+    if (r < 0 || ct_cli_int("width", v, 2, 4096, &o->width)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "height", &v))) {
+    if (r < 0 || ct_cli_int("height", v, 2, 4096, &o->height)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "per-prompt", &v))) {
+    if (r < 0 || ct_cli_int("per-prompt", v, 1, 64, &o->per)) return 2;
+  } else if ((r = ct_cli_opt(argc, argv, i, "guidance", &v)) ||
+             (r = ct_cli_opt(argc, argv, i, "guidance_scale", &v))) {
+    if (r < 0 || ct_cli_float("guidance", v, &o->guidance)) return 2;
+  } else {
+    return 1;
+  }
+  return 0;
+}
+
+/* argv into *o: 0, -1 after --help, 2 on a bad option. */
+static int sample_parse(int argc, char **argv, sample_cli *o) {
+  *o = (sample_cli){.max_area = 1024L * 1024L,
+                    .auto_resize = 1,
+                    .lora_scale = 1.0,
+                    .rescale = -1,
+                    .guidance = -1,
+                    .steps = -1,
+                    .seed = -1,
+                    .width = -1,
+                    .height = -1,
+                    .per = 1};
   for (int i = 1; i < argc; i++) {
     int r;
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       ct_cmd_sample_help(stdout);
-      return 0;
+      return -1;
     } else if (!strcmp(argv[i], "--ema")) {
-      ema = 1;
+      o->ema = 1;
     } else if (!strcmp(argv[i], "--no_auto_resize")) {
-      auto_resize = 0, kontext_opt = 1;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &ckpt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "prompt", &prompt)) ||
-               (r = ct_cli_opt(argc, argv, &i, "out", &outp)) ||
-               (r = ct_cli_opt(argc, argv, &i, "prompts-file", &pfile)) ||
-               (r = ct_cli_opt(argc, argv, &i, "out-dir", &odir)) ||
-               (r = ct_cli_opt(argc, argv, &i, "pretrained", &pretrained)) ||
-               (r = ct_cli_opt(argc, argv, &i, "flavour", &flavour)) ||
-               (r = ct_cli_opt(argc, argv, &i, "lora", &lora)) ||
-               (r = ct_cli_opt(argc, argv, &i, "negative_prompt", &negative)) ||
-               (r = ct_cli_opt(argc, argv, &i, "scheduler", &scheduler)) ||
-               (r = ct_cli_opt(argc, argv, &i, "model_family", &family)) ||
-               (r = ct_cli_opt(argc, argv, &i, "image", &image))) {
+      o->auto_resize = 0, o->kontext_opt = 1;
+    } else if ((r = ct_cli_opt(argc, argv, &i, "checkpoint", &o->ckpt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "prompt", &o->prompt)) ||
+               (r = ct_cli_opt(argc, argv, &i, "out", &o->outp)) ||
+               (r = ct_cli_opt(argc, argv, &i, "prompts-file", &o->pfile)) ||
+               (r = ct_cli_opt(argc, argv, &i, "out-dir", &o->odir)) ||
+               (r = ct_cli_opt(argc, argv, &i, "pretrained", &o->pretrained)) ||
+               (r = ct_cli_opt(argc, argv, &i, "flavour", &o->flavour)) ||
+               (r = ct_cli_opt(argc, argv, &i, "lora", &o->lora)) ||
+               (r = ct_cli_opt(argc, argv, &i, "negative_prompt", &o->negative)) ||
+               (r = ct_cli_opt(argc, argv, &i, "scheduler", &o->scheduler)) ||
+               (r = ct_cli_opt(argc, argv, &i, "model_family", &o->family)) ||
+               (r = ct_cli_opt(argc, argv, &i, "image", &o->image))) {
       if (r < 0) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance_rescale", &v))) {
-      if (r < 0 || ct_cli_float("guidance_rescale", v, &rescale)) return 2;
-      if (!(rescale >= 0 && rescale <= 1)) {
-        fprintf(stderr, "ctuner sample: --guidance_rescale must be in [0, 1]\n");
-        return 2;
-      }
-    } else if ((r = ct_cli_opt(argc, argv, &i, "lora_scale", &v))) {
-      if (r < 0 || ct_cli_float("lora_scale", v, &lora_scale)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "max_sequence_length", &v))) {
-      if (r < 0 || ct_cli_int("max_sequence_length", v, 1, 4096, &msl)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "max_area", &v))) {
-      if (r < 0 || ct_cli_int("max_area", v, 64, 1L << 26, &max_area)) return 2;
-      kontext_opt = 1;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "steps", &v))) {
-      if (r < 0 || ct_cli_int("steps", v, 1, 1000, &steps)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "seed", &v))) {
-      if (r < 0 || ct_cli_int("seed", v, 0, 1L << 62, &seed)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "width", &v))) {
-      if (r < 0 || ct_cli_int("width", v, 2, 4096, &width)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "height", &v))) {
-      if (r < 0 || ct_cli_int("height", v, 2, 4096, &height)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "per-prompt", &v))) {
-      if (r < 0 || ct_cli_int("per-prompt", v, 1, 64, &per)) return 2;
-    } else if ((r = ct_cli_opt(argc, argv, &i, "guidance", &v)) ||
-               (r = ct_cli_opt(argc, argv, &i, "guidance_scale", &v))) {
-      if (r < 0 || ct_cli_float("guidance", v, &guidance)) return 2;
+    } else if ((r = sample_number(argc, argv, &i, o)) != 1) {
+      if (r) return 2;
     } else {
       fprintf(stderr, "ctuner sample: unknown option '%s'\n", argv[i]);
       ct_cmd_sample_help(stderr);
       return 2;
     }
   }
-  if ((!ckpt && !pretrained) || (!prompt && !pfile) || (prompt && pfile) || (prompt && !outp) ||
-      (pfile && !odir) || (pretrained && ema)) {
+  return 0;
+}
+
+/* The rules between the options; sets *sdxl. 0 or 2. */
+static int sample_check(const sample_cli *o, int *sdxl) {
+  if ((!o->ckpt && !o->pretrained) || (!o->prompt && !o->pfile) || (o->prompt && o->pfile) ||
+      (o->prompt && !o->outp) || (o->pfile && !o->odir) || (o->pretrained && o->ema)) {
     fprintf(stderr,
             "ctuner sample: need --checkpoint (or --pretrained) and either --prompt with --out or "
             "--prompts-file with --out-dir (--ema is for ctuner's own checkpoints)\n");
     ct_cmd_sample_help(stderr);
     return 2;
   }
-  if (image && !pretrained) {
+  if (o->image && !o->pretrained) {
     fprintf(stderr, "ctuner sample: --image (FLUX.1 Kontext) needs --pretrained\n");
     return 2;
   }
-  if (kontext_opt && !image && !(flavour && !strcmp(flavour, "kontext"))) {
+  if (o->kontext_opt && !o->image && !(o->flavour && !strcmp(o->flavour, "kontext"))) {
     fprintf(stderr,
             "ctuner sample: --max_area and --no_auto_resize are FluxKontextPipeline's: "
             "they need --image or --flavour kontext\n");
     return 2;
   }
   ct_err err = {0};
-  if (ct_lora_check_multiplier(lora_scale, &err)) {
+  if (ct_lora_check_multiplier(o->lora_scale, &err)) {
     fprintf(stderr, "ctuner sample: --%s\n", err.msg);
     return 2;
   }
-  const int sdxl = pretrained && ((family && !strcmp(family, "sdxl")) ||
-                                  (!family && ct_cli_is_sdxl_pipeline(pretrained)));
-  if (sdxl_options(family, sdxl, pretrained, ckpt, lora, flavour, image, msl, ema)) return 2;
-  if (!sdxl && (negative || scheduler || rescale >= 0)) {
+  *sdxl = o->pretrained && ((o->family && !strcmp(o->family, "sdxl")) ||
+                            (!o->family && ct_cli_is_sdxl_pipeline(o->pretrained)));
+  if (sdxl_options(o->family, *sdxl, o->pretrained, o->ckpt, o->lora, o->flavour, o->image, o->msl,
+                   o->ema))
+    return 2;
+  if (!*sdxl && (o->negative || o->scheduler || o->rescale >= 0)) {
     fprintf(stderr,
             "ctuner sample: --%s is for an SDXL pipeline (--pretrained DIR of a "
             "StableDiffusionXLPipeline); FLUX.1 samples without a CFG pass\n",
-            negative    ? "negative_prompt"
-            : scheduler ? "scheduler"
-                        : "guidance_rescale");
+            o->negative    ? "negative_prompt"
+            : o->scheduler ? "scheduler"
+                           : "guidance_rescale");
     return 2;
   }
-  char dir[4096] = "";
-  if (ckpt && ct_cli_checkpoint_dir("sample", ckpt, dir, sizeof dir)) return 1;
-  char **prompts = NULL;
-  int n = 0;
-  if (read_prompts(prompt, pfile, &prompts, &n)) return 1;
-  int rc = 1;
+  return 0;
+}
+
+/* Images from one of ctuner's own checkpoints (DIR resolved). 0 or 1. */
+static int sample_checkpoint(const sample_cli *o, const char *dir, char **prompts, int n) {
+  ct_err err = {0};
   ct_pipeline p = {0};
-  if (sdxl) {
-    const ct_sdxl_sample_args a = {
-        pretrained, negative,   scheduler,   (int)steps, guidance, rescale > 0 ? rescale : 0.0,
-        seed,       (int)width, (int)height, (int)per,   outp,     odir};
-    rc = ct_cmd_sample_sdxl(&a, (const char *const *)prompts, n);
-    goto done;
-  }
-  if (pretrained) {
-    const ct_flux_sample_args a = {
-        pretrained, ckpt ? dir : NULL, flavour,     (int)msl, (int)steps, guidance,
-        seed,       (int)width,        (int)height, (int)per, outp,       odir,
-        lora,       lora_scale,        image,       max_area, auto_resize};
-    rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
-    goto done;
-  }
-  if (ct_pipeline_from_checkpoint_lora(dir, ema, lora, lora_scale, &p, &err)) {
+  int rc = 1;
+  if (ct_pipeline_from_checkpoint_lora(dir, o->ema, o->lora, o->lora_scale, &p, &err)) {
     fprintf(stderr, "ctuner sample: %s\n", err.msg);
     goto done;
   }
   warn_long_prompts(&p, prompts, n);
   ct_sample_opts so;
   sample_defaults(&p, &so);
-  if (steps > 0) so.steps = (int)steps;
-  if (guidance >= 0) so.guidance = (float)guidance;
-  if (seed >= 0) so.seed = (uint64_t)seed;
-  if (width > 0) so.width = (int)width;
-  if (height > 0) so.height = (int)height;
-  if (odir) {
+  if (o->steps > 0) so.steps = (int)o->steps;
+  if (o->guidance >= 0) so.guidance = (float)o->guidance;
+  if (o->seed >= 0) so.seed = (uint64_t)o->seed;
+  if (o->width > 0) so.width = (int)o->width;
+  if (o->height > 0) so.height = (int)o->height;
+  if (o->odir) {
     struct stat sb;
-    if (stat(odir, &sb) != 0 && mkdir(odir, 0755) != 0) {
-      fprintf(stderr, "ctuner sample: cannot create --out-dir %s\n", odir);
+    if (stat(o->odir, &sb) != 0 && mkdir(o->odir, 0755) != 0) {
+      fprintf(stderr, "ctuner sample: cannot create --out-dir %s\n", o->odir);
       goto done;
     }
   }
-  const int chunk = 16;
+  const int chunk = 16, per = (int)o->per;
   int written = 0;
   for (int q = 0; q < n * per; q += chunk) {
     int m = n * per - q < chunk ? n * per - q : chunk;
@@ -621,25 +639,10 @@ int ct_cmd_sample(int argc, char **argv) {
       goto done;
     }
     for (int k = 0; k < m; k++) {
-      char path[4200];
-      if (outp)
-        snprintf(path, sizeof path, "%s", outp);
-      else
-        snprintf(path, sizeof path, "%s/%04d.png", odir, q + k);
-      ct_status st = ct_image_save_png(path, &imgs[k], &err);
-      if (!st && odir) {
-        char tp[4200];
-        snprintf(tp, sizeof tp, "%s/%04d.txt", odir, q + k);
-        FILE *f = fopen(tp, "w");
-        if (f) {
-          fputs(pp[k], f);
-          fclose(f);
-        }
-      }
+      const int bad = ct_cli_write_sample(o->outp, o->odir, q + k, pp[k], &imgs[k]);
       ct_image_free(&imgs[k]);
-      if (st) {
+      if (bad) {
         for (int j = k + 1; j < m; j++) ct_image_free(&imgs[j]);
-        fprintf(stderr, "ctuner sample: %s\n", err.msg);
         goto done;
       }
       written++;
@@ -648,11 +651,39 @@ int ct_cmd_sample(int argc, char **argv) {
   printf(
       "{\"images\": %d, \"width\": %d, \"height\": %d, \"steps\": %d, \"guidance\": %g, \"ema\": "
       "%s, \"out\": \"%s\"}\n",
-      written, so.width, so.height, so.steps, so.guidance, ema ? "true" : "false",
-      outp ? outp : odir);
+      written, so.width, so.height, so.steps, so.guidance, o->ema ? "true" : "false",
+      o->outp ? o->outp : o->odir);
   rc = 0;
 done:
   if (p.model || p.te) ct_pipeline_free(&p);
+  return rc;
+}
+
+int ct_cmd_sample(int argc, char **argv) {
+  sample_cli o;
+  int sdxl = 0, rc = sample_parse(argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (sample_check(&o, &sdxl)) return 2;
+  char dir[4096] = "";
+  if (o.ckpt && ct_cli_checkpoint_dir("sample", o.ckpt, dir, sizeof dir)) return 1;
+  char **prompts = NULL;
+  int n = 0;
+  if (read_prompts(o.prompt, o.pfile, &prompts, &n)) return 1;
+  if (sdxl) {
+    const ct_sdxl_sample_args a = {o.pretrained, o.negative,   o.scheduler,
+                                   (int)o.steps, o.guidance,   o.rescale > 0 ? o.rescale : 0.0,
+                                   o.seed,       (int)o.width, (int)o.height,
+                                   (int)o.per,   o.outp,       o.odir};
+    rc = ct_cmd_sample_sdxl(&a, (const char *const *)prompts, n);
+  } else if (o.pretrained) {
+    const ct_flux_sample_args a = {
+        o.pretrained, o.ckpt ? dir : NULL, o.flavour,     (int)o.msl, (int)o.steps, o.guidance,
+        o.seed,       (int)o.width,        (int)o.height, (int)o.per, o.outp,       o.odir,
+        o.lora,       o.lora_scale,        o.image,       o.max_area, o.auto_resize};
+    rc = ct_cmd_sample_flux(&a, (const char *const *)prompts, n);
+  } else {
+    rc = sample_checkpoint(&o, dir, prompts, n);
+  }
   for (int i = 0; i < n; i++) free(prompts[i]);
   free(prompts);
   return rc;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ctuner/kernels.h"
+#include "scratch.h"
 
 #define CROSS_TILE 64
 
@@ -39,7 +40,8 @@ void ct_attention_cross_fwd(int B, int H, int Lq, int Lk, int hd, float scale, c
   const int ldo = H * hd;
 #pragma omp parallel
   {
-    float *s = malloc((size_t)CROSS_TILE * (Lk > 0 ? Lk : 1) * sizeof(float));
+    float *s = ct_kernels_scratch((size_t)CROSS_TILE * (Lk > 0 ? Lk : 1) * sizeof(float),
+                                  "cross-attention score tile");
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
       const int b = bh / H, h = bh % H;
@@ -72,7 +74,8 @@ void ct_attention_cross_bwd(int B, int H, int Lq, int Lk, int hd, float scale, c
 #pragma omp parallel
   {
     const size_t nt = (size_t)CROSS_TILE * (Lk > 0 ? Lk : 1);
-    float *p = malloc(nt * sizeof(float)), *dp = malloc(nt * sizeof(float));
+    float *p = ct_kernels_scratch(nt * sizeof(float), "cross-attention backward tile");
+    float *dp = ct_kernels_scratch(nt * sizeof(float), "cross-attention backward tile");
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
       const int b = bh / H, h = bh % H;

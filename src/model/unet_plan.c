@@ -192,6 +192,9 @@ ct_status ct_unet_plan_memory(const ct_unet_config *c, int B, int H, int W, int 
   u->cfg = *c;
   u->be = &dry_ops;
   st = ct_unet_build(u, err);
+  out->numel = u->numel, out->ntensors = u->np;
+  for (size_t i = 0; i < u->np; i++)
+    if (u->params[i].numel > out->max_tensor) out->max_tensor = u->params[i].numel;
   float *fake = (float *)(uintptr_t)64; /* the inputs and weights: never read */
   u->w = fake;
   const ct_unet_inputs in = {B, H, W, fake, fake, Lk, fake, fake, fake};

@@ -480,8 +480,33 @@ static int start_argv(ct_serve *s, const char *run, int ranks, const ct_json *re
   return n;
 }
 
-/* Spawns av in its own session with stdout/stderr on logfd, in runfd. */
-static int spawn(char **av, int logfd, int runfd, pid_t *pid) {
+/* The environment of a child: this process's, with HF_HUB_OFFLINE=1 unless
+ * the server was started with --hub-downloads (a download would write into
+ * the user's Hugging Face cache, outside the root: docs/webui.md). Free with
+ * child_env_free; NULL when out of memory. */
+static char **child_env(const ct_serve *s) {
+  if (s->hub_downloads) return environ;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **e = malloc((n + 2) * sizeof *e);
+  if (!e) return NULL;
+  size_t k = 0;
+  e[k++] = "HF_HUB_OFFLINE=1";
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "HF_HUB_OFFLINE=", 15)) e[k++] = environ[i];
+  e[k] = NULL;
+  return e;
+}
+
+static void child_env_free(char **e) {
+  if (e != environ) free(e);
+}
+
+/* Spawns av in its own session with stdout/stderr on logfd, in runfd, with
+ * the server's child environment. */
+static int spawn(const ct_serve *s, char **av, int logfd, int runfd, pid_t *pid) {
+  char **envp = child_env(s);
+  if (!envp) return ENOMEM;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   sigset_t none, def;
@@ -501,9 +526,10 @@ static int spawn(char **av, int logfd, int runfd, pid_t *pid) {
                            POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setsigmask(&at, &none); /* `ctuner serve` blocks SIGTERM to sigwait on it */
   posix_spawnattr_setsigdefault(&at, &def);
-  int rc = posix_spawnp(pid, av[0], &fa, &at, av, environ);
+  int rc = posix_spawnp(pid, av[0], &fa, &at, av, envp);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
+  child_env_free(envp);
   return rc;
 }
 
@@ -535,7 +561,7 @@ static void start_locked(ct_serve *s, const char *name, int runfd, int ranks, co
   for (int i = 0; i < ac; i++) dprintf(logfd, " %s", av[i]);
   dprintf(logfd, "\n");
   pid_t pid;
-  int rc = spawn(av, logfd, runfd, &pid);
+  int rc = spawn(s, av, logfd, runfd, &pid);
   close(logfd);
   if (rc) {
     srv_error(r, 500, "cannot start %s: %s", av[0], strerror(rc));
@@ -729,7 +755,7 @@ void srv_run_export(ct_serve *s, const char *name, const srv_req *q, srv_reply *
   if (use_ema) av[n++] = "--ema";
   av[n] = NULL;
   pid_t pid;
-  int ws = 0, rc = spawn(av, logfd, runfd, &pid);
+  int ws = 0, rc = spawn(s, av, logfd, runfd, &pid);
   if (!rc)
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }

@@ -373,6 +373,7 @@ ct_status ct_serve_start(const ct_serve_opts *o, ct_serve **out, ct_err *err) {
   snprintf(s->ctuner, sizeof s->ctuner, "%s", o->ctuner ? o->ctuner : "ctuner");
   snprintf(s->mpirun, sizeof s->mpirun, "%s", o->mpirun ? o->mpirun : "mpirun");
   s->max_body = o->max_body ? o->max_body : (size_t)1 << 20;
+  s->hub_downloads = o->hub_downloads;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
   if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
   s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR,

@@ -41,6 +41,7 @@ struct ct_serve {
   int port;
   char ctuner[PATH_MAX], mpirun[PATH_MAX];
   size_t max_body;
+  int hub_downloads;  /* 0: children get HF_HUB_OFFLINE=1 (nothing written outside root) */
   pthread_mutex_t mu; /* children and every serve.json write */
   srv_child children[SRV_MAX_CHILDREN];
   srv_queued queue[SRV_MAX_QUEUE]; /* runs to start one after another (queue.c) */

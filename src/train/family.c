@@ -26,18 +26,22 @@ typedef struct train_family {
   const char *name;        /* the ctuner/family.h row */
   const ct_task_ops *task; /* model_type full / lora; NULL: not trainable yet */
   ct_status (*model_config)(const ct_config *cfg, ct_mmdit_config *mc, int *codec_scale, int *T,
-                            ct_err *err); /* the memory plan's geometry; NULL: none yet */
+                            ct_err *err); /* the MMDiT's geometry; NULL: not an MMDiT */
+  /* the memory plan's denoiser (memplan.c): its table and one step's
+   * activations (`ctuner bench memory --plan`); NULL: none yet */
+  ct_status (*plan)(const ct_config *cfg, int batch, long res, int tokens, int ckpt,
+                    ct_plan_denoiser *o, ct_err *err);
   /* the denoiser as ct_denoise_fn, for the DDPM samplers (sdxl_sample.c);
    * NULL: the family samples through its own path (FLUX.1) or has none yet */
   ct_denoiser_open_fn open_denoiser;
 } train_family;
 
 static const train_family ROWS[] = {
-    {"flux", &ct_task_mmdit, flux_model_config, NULL},
+    {"flux", &ct_task_mmdit, flux_model_config, ct_plan_flux, NULL},
     /* SDXL: the U-net's full fine-tune (task_sdxl.c); its denoiser is
-     * ct_unet_forward as a ct_denoise_fn (sdxl_sampler.c). Its memory plan
-     * (ct_unet_plan_memory) is not wired yet. */
-    {"sdxl", &ct_task_sdxl, NULL, ct_sdxl_unet_denoiser},
+     * ct_unet_forward as a ct_denoise_fn (sdxl_sampler.c); its memory plan
+     * the U-net's table and ct_unet_plan_memory (memplan.c). */
+    {"sdxl", &ct_task_sdxl, NULL, ct_plan_sdxl, ct_sdxl_unet_denoiser},
 };
 
 static const train_family *row(const char *name) {
@@ -80,9 +84,22 @@ ct_status ct_train_model_config(const ct_config *cfg, ct_mmdit_config *mc, int *
   if (!r) return ct_family_check(cfg->model_family, err);
   if (!r->model_config)
     return ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "model_family %s has no memory plan yet (its denoiser's parameter table)",
+                   "model_family %s has no MMDiT (its memory plan: ct_train_plan_denoiser)",
                    r->name);
   return r->model_config(cfg, mc, codec_scale, T, err);
+}
+
+ct_status ct_train_plan_denoiser(const ct_config *cfg, int batch, long resolution, int tokens,
+                                 int ckpt, ct_plan_denoiser *out, ct_err *err) {
+  memset(out, 0, sizeof *out);
+  const train_family *r = row(cfg->model_family);
+  if (!r) return ct_family_check(cfg->model_family, err);
+  if (!r->plan)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family %s has no memory plan yet (its denoiser's parameter table)",
+                   r->name);
+  if (batch < 1) return ct_errf(err, CT_ERR_INVALID, "memory plan: batch %d", batch);
+  return r->plan(cfg, batch, resolution, tokens, ckpt, out, err);
 }
 
 ct_status ct_train_family_denoiser(const char *family, ct_denoiser_open_fn *open, ct_err *err) {

@@ -4,12 +4,123 @@
  * or master weights), zero.c (the gradient shard, bf16 parameters and
  * gradients), optim.c (state arrays at a 16-float stride), offload.c (three
  * sub-group buffers) — and the model geometry a config trains. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ctuner/comm.h"
+#include "ctuner/family.h"
+#include "ctuner/mmdit.h"
+#include "ctuner/unet.h"
+#include "ctuner/vae.h"
 #include "trainer_int.h"
 
 /* ct_train_model_config: the family row's geometry (family.c). */
+
+/* FLUX.1's plan hook: the MMDiT a config trains (ct_train_model_config), its
+ * parameter table and the activation arena of ct_mmdit_activation_plan, as
+ * `bench memory --plan --preset` computes them. */
+ct_status ct_plan_flux(const ct_config *cfg, int batch, long res, int tokens, int ckpt,
+                       ct_plan_denoiser *o, ct_err *err) {
+  ct_mmdit_config mc;
+  int s = 1, T = 0;
+  ct_status st = ct_train_model_config(cfg, &mc, &s, &T, err);
+  if (st) return st;
+  ct_param *tab = NULL;
+  size_t ntab = 0;
+  st = ct_mmdit_param_table(&mc, &tab, &ntab, &o->numel, err);
+  if (st) return st;
+  for (size_t i = 0; i < ntab; i++) o->psi += tab[i].numel;
+  o->maxseg = ct_mmdit_max_segment(&mc, tab, ntab, o->numel);
+  free(tab);
+  o->kind = "mmdit";
+  snprintf(o->geometry, sizeof o->geometry, "preset %s", cfg->preset);
+  o->hidden = mc.hidden;
+  o->codec_scale = s;
+  o->tokens = tokens ? tokens : T;
+  o->resolution = res ? res : 64; /* the measured mode's bucket */
+  if (o->resolution % (2 * s))
+    return ct_errf(err, CT_ERR_INVALID, "resolution %ld must be a multiple of %d", o->resolution,
+                   2 * s);
+  o->latent = (int)(o->resolution / s);
+  o->activations =
+      (double)ct_mmdit_activation_plan(&mc, ckpt, batch, o->latent, o->latent, o->tokens);
+  return CT_OK;
+}
+
+static int file_exists(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0;
+}
+
+/* SDXL's U-net geometry: DIR/unet/config.json (or DIR/config.json, a unet/
+ * directory) and the VAE's factor from DIR/vae/config.json; without a
+ * directory SDXL 1.0 base's values (ct_unet_config_sdxl, factor 8). */
+static ct_status sdxl_geometry(const ct_config *cfg, ct_unet_config *uc, int *s, char *where,
+                               size_t wn, ct_err *err) {
+  const char *dir = cfg->pretrained_model_name_or_path;
+  *s = 8;
+  if (!dir) {
+    const char *fl = ct_family_flavour(ct_family_find("sdxl"), cfg->model_flavour);
+    if (fl && strncmp(fl, "base-", 5))
+      return ct_errf(err, CT_ERR_UNSUPPORTED,
+                     "model_flavour %s: the built-in geometry is SDXL 1.0 base's U-net; give "
+                     "the refiner's pipeline directory (--pretrained DIR) to plan it",
+                     fl);
+    ct_unet_config_sdxl(uc);
+    snprintf(where, wn, "SDXL 1.0 base U-net (built in)");
+    return CT_OK;
+  }
+  snprintf(where, wn, "%s/unet/config.json", dir);
+  if (!file_exists(where)) snprintf(where, wn, "%s/config.json", dir);
+  ct_status st = ct_unet_config_load(where, uc, err);
+  if (st) return st;
+  char vp[4200];
+  snprintf(vp, sizeof vp, "%s/vae/config.json", dir);
+  if (!file_exists(vp)) return CT_OK;
+  ct_vae_config vc;
+  st = ct_vae_config_load(vp, &vc, err);
+  if (!st) *s = ct_vae_factor(&vc);
+  return st;
+}
+
+/* SDXL's plan hook: the U-net's table (no padding: numel = Ψ) and one step's
+ * activations and im2col scratch from ct_unet_plan_memory (the dry backend,
+ * the bytes the CPU backend's run allocates). */
+ct_status ct_plan_sdxl(const ct_config *cfg, int batch, long res, int tokens, int ckpt,
+                       ct_plan_denoiser *o, ct_err *err) {
+  if (ckpt)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_family sdxl: the U-net has no gradient checkpointing yet (its backward "
+                   "keeps every activation), so there is nothing to plan for "
+                   "gradient_checkpointing");
+  ct_unet_config uc;
+  int s = 8;
+  ct_status st = sdxl_geometry(cfg, &uc, &s, o->geometry, sizeof o->geometry, err);
+  if (!st) st = ct_unet_config_validate(&uc, err);
+  if (st) return st;
+  const int mult = s << (uc.nblocks - 1);
+  o->kind = "unet";
+  o->codec_scale = s;
+  o->tokens = tokens ? tokens : 77; /* both CLIP encoders' context */
+  o->resolution = res ? res : (long)uc.sample_size * s;
+  if (o->resolution % mult)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "resolution %ld must be a multiple of %d (the VAE's factor %d x the U-net's "
+                   "down-sampling)",
+                   o->resolution, mult, s);
+  o->latent = (int)(o->resolution / s);
+  ct_unet_plan up;
+  st = ct_unet_plan_memory(&uc, batch, o->latent, o->latent, o->tokens, &up, err);
+  if (st) return st;
+  o->numel = o->psi = up.numel;
+  o->maxseg = up.max_tensor;
+  o->hidden = uc.block_out_channels[uc.nblocks - 1];
+  o->activations = (double)up.activations_peak;
+  o->scratch = (double)up.buffers_peak;
+  return CT_OK;
+}
 
 static size_t round16(size_t n) {
   return (n + 15) & ~(size_t)15;

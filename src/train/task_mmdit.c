@@ -364,24 +364,34 @@ static ct_status flux_geometry(trainer *tr, ct_err *err) {
   return ct_mmdit_config_validate(&g->mc, err);
 }
 
-/* FLUX.1 keys set without a pipeline: one warning naming them. */
-static void warn_flux_keys(const ct_config *cfg) {
-  static const struct {
-    int key;
-    const char *name;
-  } K[] = {{CT_KEY_model_flavour, "model_flavour"},
-           {CT_KEY_flux_guidance_mode, "flux_guidance_mode"},
-           {CT_KEY_flux_guidance_value, "flux_guidance_value"},
-           {CT_KEY_flux_guidance_min, "flux_guidance_min"},
-           {CT_KEY_flux_guidance_max, "flux_guidance_max"},
-           {CT_KEY_t5_padding, "t5_padding"},
-           {CT_KEY_pretrained_transformer_subfolder, "pretrained_transformer_subfolder"}};
-  char list[256] = "";
-  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+typedef struct named_key {
+  int key;
+  const char *name;
+} named_key;
+
+/* The keys of K the config sets, as "a, b, c" in list ("" if none). */
+static void given_keys(const ct_config *cfg, const named_key *K, size_t n, char *list,
+                       size_t size) {
+  list[0] = 0;
+  for (size_t i = 0; i < n; i++)
     if (cfg->given[K[i].key]) {
       const size_t l = strlen(list);
-      snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", K[i].name);
+      snprintf(list + l, size - l, "%s%s", l ? ", " : "", K[i].name);
     }
+}
+
+/* FLUX.1 keys set without a pipeline: one warning naming them. */
+static void warn_flux_keys(const ct_config *cfg) {
+  static const named_key K[] = {
+      {CT_KEY_model_flavour, "model_flavour"},
+      {CT_KEY_flux_guidance_mode, "flux_guidance_mode"},
+      {CT_KEY_flux_guidance_value, "flux_guidance_value"},
+      {CT_KEY_flux_guidance_min, "flux_guidance_min"},
+      {CT_KEY_flux_guidance_max, "flux_guidance_max"},
+      {CT_KEY_t5_padding, "t5_padding"},
+      {CT_KEY_pretrained_transformer_subfolder, "pretrained_transformer_subfolder"}};
+  char list[256];
+  given_keys(cfg, K, sizeof K / sizeof K[0], list, sizeof list);
   if (list[0])
     CT_WARN(
         "%s: no effect without a FLUX.1 pipeline (pretrained_model_name_or_path); the "
@@ -394,22 +404,15 @@ static void warn_flux_keys(const ct_config *cfg) {
  * (models/common.py loss(): "Flow matching always uses L2 loss"; the offset
  * noise only `if not self.config.flow_matching`). */
 static void warn_ddpm_keys(const ct_config *cfg) {
-  static const struct {
-    int key;
-    const char *name;
-  } K[] = {{CT_KEY_snr_gamma, "snr_gamma"},
-           {CT_KEY_snr_weight, "snr_weight"},
-           {CT_KEY_offset_noise, "offset_noise"},
-           {CT_KEY_noise_offset, "noise_offset"},
-           {CT_KEY_noise_offset_probability, "noise_offset_probability"},
-           {CT_KEY_input_perturbation, "input_perturbation"},
-           {CT_KEY_input_perturbation_steps, "input_perturbation_steps"}};
-  char list[256] = "";
-  for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
-    if (cfg->given[K[i].key]) {
-      const size_t l = strlen(list);
-      snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", K[i].name);
-    }
+  static const named_key K[] = {{CT_KEY_snr_gamma, "snr_gamma"},
+                                {CT_KEY_snr_weight, "snr_weight"},
+                                {CT_KEY_offset_noise, "offset_noise"},
+                                {CT_KEY_noise_offset, "noise_offset"},
+                                {CT_KEY_noise_offset_probability, "noise_offset_probability"},
+                                {CT_KEY_input_perturbation, "input_perturbation"},
+                                {CT_KEY_input_perturbation_steps, "input_perturbation_steps"}};
+  char list[256];
+  given_keys(cfg, K, sizeof K / sizeof K[0], list, sizeof list);
   if (list[0])
     CT_WARN(
         "%s: no effect on FLUX.1 (flow matching); SimpleTuner applies them to DDPM models "
@@ -632,14 +635,11 @@ static ct_status load_base_shard(trainer *tr, ct_err *err) {
 /* lora_type lycoris: the standard-LoRA keys given have no effect (SimpleTuner
  * ignores them for LyCORIS), one warning each. */
 static void lycoris_notes(const ct_config *cfg) {
-  static const struct {
-    int key;
-    const char *name;
-  } K[] = {{CT_KEY_lora_rank, "lora_rank"},
-           {CT_KEY_lora_alpha, "lora_alpha"},
-           {CT_KEY_lora_dropout, "lora_dropout"},
-           {CT_KEY_flux_lora_target, "flux_lora_target"},
-           {CT_KEY_lora_init_type, "lora_init_type"}};
+  static const named_key K[] = {{CT_KEY_lora_rank, "lora_rank"},
+                                {CT_KEY_lora_alpha, "lora_alpha"},
+                                {CT_KEY_lora_dropout, "lora_dropout"},
+                                {CT_KEY_flux_lora_target, "flux_lora_target"},
+                                {CT_KEY_lora_init_type, "lora_init_type"}};
   for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
     if (cfg->given[K[i].key])
       CT_WARN(

@@ -191,6 +191,11 @@ typedef struct ct_task_ops {
   void (*free)(trainer *tr);
 } ct_task_ops;
 extern const ct_task_ops ct_task_mmdit, ct_task_vae, ct_task_sdxl;
+/* The family rows' memory-plan hooks (memplan.c; ct_train_plan_denoiser). */
+ct_status ct_plan_flux(const ct_config *cfg, int batch, long res, int tokens, int ckpt,
+                       ct_plan_denoiser *o, ct_err *err);
+ct_status ct_plan_sdxl(const ct_config *cfg, int batch, long res, int tokens, int ckpt,
+                       ct_plan_denoiser *o, ct_err *err);
 /* The family registry's trainer rows (family.c): the task of model_family
  * (model_type vae: the VAE's), and the refusal of a family known but not
  * trainable yet (before anything is opened). names: the rows' families. */
