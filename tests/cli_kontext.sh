@@ -110,6 +110,12 @@ W=pytorch_lora_weights.safetensors
   ok "kontext LoRA (standard): 2 steps, loss finite, resumed 1 + 1 steps bit for bit" ||
   bad "kontext lora: rc=$rc/$rc2 $(tail -3 "$tmp/la.err" "$tmp/lb.err")"
 
+# a quantised base (int8-quanto) under the LoRA: the same forward with reference tokens
+"$CT" "${K[@]}" "${L[@]}" --base_model_precision=int8-quanto --output_dir="$tmp/lq" --max_train_steps=1 \
+  > "$tmp/lq.out" 2> "$tmp/lq.err"; rc=$?
+[ $rc -eq 0 ] && finite "$tmp/lq.out" && grep -q "base_model_precision int8-quanto" "$tmp/lq.err" &&
+  ok "kontext LoRA over an int8-quanto base: trains, loss finite" || bad "kontext quant: rc=$rc $(tail -3 "$tmp/lq.err")"
+
 # 2 ranks, ZeRO-1: every rank pairs the same images (discovery of the references is collective)
 if command -v mpirun > /dev/null; then
   ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0 mpirun --oversubscribe --allow-run-as-root -np 2 "$CT" "${K[@]}" \
