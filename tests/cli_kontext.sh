@@ -91,6 +91,12 @@ JSON
   ok "kontext: the first step's loss differs from plain FLUX.1 on the same targets (the reference tokens count)" ||
   bad "kontext vs dev: rc=$rc $(grep '^step 1/' "$tmp/ka.out" "$tmp/kd.out")"
 
+# the trained pipeline (output_dir/pipeline) samples with a reference, unlike the pipeline it came from
+"$CT" "${S[@]}" --pretrained "$tmp/ka/pipeline" --image $REF --no_auto_resize --max_area 1024 --out "$tmp/ks.png" > "$tmp/ks.out" 2> "$tmp/ks.err"; rc=$?
+[ $rc -eq 0 ] && [ -s "$tmp/ks.png" ] && ! cmp -s "$tmp/ks.png" "$tmp/k.png" && grep -q "\"pretrained\": \"$tmp/ka/pipeline\"" "$tmp/ks.out" &&
+  ok "sample --image from the trained Kontext pipeline: an image, another than the untrained pipeline's" ||
+  bad "sample trained: rc=$rc $(tail -3 "$tmp/ks.err")"
+
 # reference_loose: the references at their own dataset's size (resolution 16: 16x16 beside 32x32)
 sed 's/"reference_strict"/"reference_loose", "resolution": 16, "resolution_type": "pixel"/' "$tmp/pairs.json" > "$tmp/loose.json"
 "$CT" "${TR[@]}" --model_flavour=kontext --data_backend_config="$tmp/loose.json" --output_dir="$tmp/kl" --max_train_steps=1 \
