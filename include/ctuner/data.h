@@ -30,7 +30,19 @@
 
 /* ---- multidatabackend.json ---- */
 
-typedef enum { CT_DS_IMAGE = 0, CT_DS_TEXT_EMBEDS, CT_DS_IMAGE_EMBEDS } ct_ds_kind;
+typedef enum {
+  CT_DS_IMAGE = 0,
+  CT_DS_TEXT_EMBEDS,
+  CT_DS_IMAGE_EMBEDS,
+  CT_DS_CONDITIONING
+} ct_ds_kind;
+/* conditioning_type of a dataset_type "conditioning" dataset (docs/data.md,
+ * "Conditioning datasets"): reference images of FLUX.1 Kontext */
+typedef enum {
+  CT_COND_NONE = 0,
+  CT_COND_REFERENCE_STRICT, /* the target's size and crop */
+  CT_COND_REFERENCE_LOOSE   /* bucketed and cropped by its own dataset's keys */
+} ct_cond_type;
 typedef enum {
   CT_CAP_TEXTFILE = 0,
   CT_CAP_FILENAME,
@@ -101,6 +113,13 @@ typedef struct ct_ds_config {
    * lora its batches train towards the base model's own prediction
    * (SimpleTuner's prior preservation; docs/lora.md) */
   int is_regularisation_data;
+  /* image datasets: conditioning_data, the id of the dataset_type "conditioning"
+   * dataset holding each image's reference (same relative path) */
+  char *conditioning_data;
+  /* conditioning datasets: conditioning_type; source_dataset_id (optional: the
+   * image dataset that names it) */
+  ct_cond_type conditioning_type;
+  char *source_dataset_id;
   /* text_embeds / image_embeds datasets */
   int is_default;
   char *cache_dir;
@@ -229,6 +248,11 @@ typedef struct ct_data_opts {
   int size_multiple; /* bucket sizes must be multiples of this (codec s x patch) */
   const ct_text_encoder_fn *text; /* NULL: batches carry captions and nothing is cached */
   int prefetch;                   /* micro-batches queued ahead (0: synchronous) */
+  /* 1: the trainer takes reference latents (FLUX.1 Kontext): every image
+   * dataset needs conditioning_data and batches carry ref; 0: conditioning_data
+   * is refused by name (nothing would use it) */
+  int reference;
+  const char *reference_why; /* with reference 0: what the run is, for that message */
 } ct_data_opts;
 
 typedef struct ct_dataset ct_dataset;
@@ -238,6 +262,7 @@ typedef struct ct_data_stats {
   size_t total_processed, kept;
   size_t too_small, too_large, aspect_ratio, unreadable, no_caption, outside_dir, duplicate,
       not_found, metadata_missing, max_num_samples;
+  size_t unpaired; /* without a usable reference in the conditioning dataset */
   size_t buckets, buckets_pruned, samples; /* samples: after repeats */
 } ct_data_stats;
 
@@ -256,6 +281,10 @@ typedef struct ct_batch {
    * caption was dropped (caption_dropout_probability) */
   const ct_img_geom *geom;
   const unsigned char *dropped;
+  /* with ct_data_opts.reference: the samples' reference latents (B, C, rh, rw),
+   * the VAE's latent mean (FluxKontextPipeline's prepare_latents); else NULL */
+  float *ref;
+  int rh, rw;
 } ct_batch;
 
 /* Discovery (or metadata), buckets, effective-batch check, caches. Every rank
@@ -268,6 +297,8 @@ void ct_dataset_stats(const ct_dataset *ds, ct_data_stats *out);
 int ct_dataset_channels(const ct_dataset *ds);
 /* Floats of the largest latent of any bucket (C x h x w). */
 size_t ct_dataset_max_latent(const ct_dataset *ds);
+/* ... and of the largest reference latent (0: no conditioning_data). */
+size_t ct_dataset_max_reference(const ct_dataset *ds);
 /* Samples (after repeats) over every dataset, and optimizer steps per epoch. */
 size_t ct_dataset_count(const ct_dataset *ds);
 long ct_dataset_steps_per_epoch(const ct_dataset *ds);

@@ -231,6 +231,24 @@ static int lora_plan(const plan_args *a, const ct_mmdit_config *mc, ct_memplan_o
   return 0;
 }
 
+/* A FluxKontextPipeline directory: its training runs carry reference tokens
+ * the plan does not count; said once (docs/kontext.md). */
+static void warn_kontext(const char *dir) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/model_index.json", dir);
+  ct_json *j = NULL;
+  ct_err err = {0};
+  if (ct_json_parse_file(p, 1u << 20, &j, &err)) return;
+  const ct_json *c = ct_json_get(j, "_class_name");
+  if (c && c->type == CT_JSON_STRING && !strcmp(c->str, "FluxKontextPipeline"))
+    fprintf(stderr,
+            "ctuner bench memory: warning: %s is a FluxKontextPipeline; the plan counts the "
+            "target's image tokens only, not the reference tokens a model_flavour kontext run "
+            "adds (as many again for a reference of the target's size): not planned yet\n",
+            dir);
+  ct_json_free(j);
+}
+
 /* The trainable model (cfg), the codec factor, default tokens, frozen parts. */
 static int model_of(const plan_args *a, ct_mmdit_config *mc, int *s, int *T, long *res,
                     frozen fz[3]) {
@@ -238,6 +256,7 @@ static int model_of(const plan_args *a, ct_mmdit_config *mc, int *s, int *T, lon
   memset(fz, 0, 3 * sizeof *fz);
   if (a->pretrained) { /* a FLUX.1 pipeline directory (or its transformer/) */
     char p[4400];
+    warn_kontext(a->pretrained);
     snprintf(p, sizeof p, "%s/transformer/config.json", a->pretrained);
     if (!exists(p)) snprintf(p, sizeof p, "%s/config.json", a->pretrained);
     if (ct_flux_config_read(p, mc, &err)) {

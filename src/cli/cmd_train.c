@@ -281,10 +281,10 @@ static int train_or_cache(int argc, char **argv, int cache) {
         "\"skipped\": {\"unreadable\": %zu, \"no_caption\": %zu, \"too_small\": %zu, "
         "\"aspect_ratio\": %zu, "
         "\"outside_dir\": %zu, \"duplicate\": %zu, \"not_found\": %zu, \"metadata_missing\": %zu, "
-        "\"max_num_samples\": %zu}}\n",
+        "\"max_num_samples\": %zu, \"unpaired\": %zu}}\n",
         ds.kept, ds.total_processed, ds.buckets, ds.buckets_pruned, ds.samples, ds.unreadable,
         ds.no_caption, ds.too_small, ds.aspect_ratio, ds.outside_dir, ds.duplicate, ds.not_found,
-        ds.metadata_missing, ds.max_num_samples);
+        ds.metadata_missing, ds.max_num_samples, ds.unpaired);
     goto out;
   }
   printf(

@@ -63,11 +63,7 @@ static const ct_family ROWS[] = {
      .trainable = 1,
      /* FLUX.1 Kontext [dev]: diffusers' FluxKontextPipeline (reference tokens, ids (1, r, c)) */
      .reference_flavours = "kontext",
-     .reference_pipeline_class = "FluxKontextPipeline",
-     .reference_train_note = "training on image pairs (a dataset's conditioning_data, "
-                             "conditioning_type reference_strict / reference_loose) is not yet "
-                             "in ctuner; `ctuner sample --image` samples FLUX.1 Kontext "
-                             "(docs/kontext.md)"},
+     .reference_pipeline_class = "FluxKontextPipeline"},
     {.name = "sdxl",
      .title = "SDXL",
      .flavours = "base-1.0|refiner-1.0|base-0.9|refiner-0.9",

@@ -38,8 +38,6 @@ static const struct {
     {"prepend_instance_prompt", "prepending instance_prompt to every caption is not implemented"},
     {"only_instance_prompt", "use caption_strategy \"instanceprompt\", which does the same"},
     {"caption_filter_list", "caption filter lists are not implemented"},
-    {"conditioning_data",
-     "conditioning datasets (ControlNet, edit references) are not implemented"},
 };
 
 /* A value that turns an option on: true, a non-zero number, a non-empty
@@ -63,11 +61,7 @@ static int is_set(const ct_json *v) {
 static const struct {
   const char *key, *why;
 } REFUSED[] = {
-    {"conditioning_type",
-     "conditioning datasets (ControlNet, edit references) are not implemented"},
     {"conditioning", "generated conditioning datasets (ControlNet) are not implemented"},
-    {"source_dataset_id",
-     "conditioning datasets (ControlNet, edit references) are not implemented"},
     {"dataset_name", "Hugging Face datasets (type \"huggingface\") are not supported"},
     {"csv_file", "CSV URL lists (type \"csv\") are not supported"},
 };
@@ -79,6 +73,7 @@ static const char *const KNOWN[] = {
     "probability", "max_num_samples", "cache_dir_vae", "text_embeds", "image_embeds",
     "vae_cache_disable", "preserve_data_backend_cache", "compress_cache", "default", "cache_dir",
     "write_batch_size", "ignore_epochs", "is_regularisation_data", "is_regularization_data",
+    "conditioning_data", "conditioning_type", "source_dataset_id",
     /* type "aws" (AWS_KEYS) */
     "aws_bucket_name", "aws_region_name", "aws_endpoint_url", "aws_access_key_id",
     "aws_secret_access_key", "aws_session_token", "aws_data_prefix", "aws_max_pool_connections",
@@ -290,6 +285,8 @@ static void ds_free(ct_ds_config *d) {
   free(d->text_embeds);
   free(d->image_embeds);
   free(d->cache_dir);
+  free(d->conditioning_data);
+  free(d->source_dataset_id);
   ct_ds_s3 *a = &d->s3;
   free(a->bucket), free(a->region), free(a->endpoint), free(a->access_key), free(a->prefix);
   ct_free_secret(a->secret_key), ct_free_secret(a->session_token);
@@ -518,7 +515,9 @@ static void set_defaults(const ctx *c, ct_ds_config *d) {
 }
 
 /* The values a dataset's enumerated keys take. */
-static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", NULL};
+static const char *const KINDS[] = {"image", "text_embeds", "image_embeds", "conditioning", NULL};
+static const char *const CONDS[] = {"reference_strict", "reference_loose", "controlnet", "mask",
+                                    NULL};
 static const char *const CAPS[] = {"textfile", "filename", "instanceprompt", "parquet", NULL};
 static const char *const METAS[] = {"discovery", "parquet", "json", NULL};
 static const int META_MAP[] = {CT_META_DISCOVERY, CT_META_PARQUET, CT_META_DISCOVERY};
@@ -584,6 +583,44 @@ static ct_status check_keys(ctx *c, const ct_json *o) {
     *c->err = first; /* err keeps the first */
     return first.status;
   }
+  return CT_OK;
+}
+
+/* conditioning_data (an id, or a list of one id), conditioning_type and
+ * source_dataset_id. */
+static ct_status read_conditioning(ctx *c, const ct_json *o, ct_ds_config *d) {
+  const ct_json *cd = ct_json_get(o, "conditioning_data");
+  ct_status st;
+  if (cd && cd->type == CT_JSON_ARRAY) {
+    if (cd->n != 1 || cd->items[0].type != CT_JSON_STRING)
+      return bad(c, "conditioning_data",
+                 "a list of %zu conditioning datasets: several per image dataset (SimpleTuner "
+                 "draws one per sample or stitches them) are not implemented; name one id",
+                 cd->n);
+    free(d->conditioning_data);
+    d->conditioning_data = dup(cd->items[0].str);
+  } else if ((st = get_str(c, o, "conditioning_data", &d->conditioning_data))) {
+    return st;
+  }
+  if (d->conditioning_data && !d->conditioning_data[0]) { /* "": none, as SimpleTuner's */
+    free(d->conditioning_data);
+    d->conditioning_data = NULL;
+  }
+  if ((st = get_str(c, o, "source_dataset_id", &d->source_dataset_id))) return st;
+  int v = -1;
+  if ((st = get_enum(c, o, "conditioning_type", CONDS, NULL, &v))) return st;
+  if (v >= 2)
+    return bad(c, "conditioning_type",
+               "\"%s\": conditioning datasets of this type (ControlNet, masks) are not "
+               "implemented; reference_strict "
+               "and reference_loose (FLUX.1 Kontext's references) are",
+               CONDS[v]);
+  d->conditioning_type = v < 0 ? CT_COND_NONE
+                         : v   ? CT_COND_REFERENCE_LOOSE
+                               : CT_COND_REFERENCE_STRICT;
+  /* SimpleTuner's factory: a dataset with a conditioning_type is a conditioning dataset
+   * (backend["dataset_type"] = "conditioning"), whatever its dataset_type said */
+  if (d->conditioning_type != CT_COND_NONE) d->kind = CT_DS_CONDITIONING;
   return CT_OK;
 }
 
@@ -669,13 +706,80 @@ static ct_status read_fields(ctx *c, const ct_json *o, ct_ds_config *d) {
     return bad(c, "ignore_epochs",
                "true is not implemented: every dataset counts toward the end of an epoch here "
                "(false, SimpleTuner's default, is accepted)");
+  return read_conditioning(c, o, d);
+}
 
+/* A dataset_type "conditioning" dataset: its images are the references of
+ * the image dataset that names it (conditioning_data); which images train,
+ * and how often, is that dataset's to say. */
+static ct_status check_conditioning(ctx *c, const ct_json *o, const ct_ds_config *d) {
+  static const char *const NOT_HERE[] = {"repeats",
+                                         "probability",
+                                         "max_num_samples",
+                                         "minimum_aspect_ratio",
+                                         "maximum_aspect_ratio",
+                                         "is_regularisation_data",
+                                         "is_regularization_data",
+                                         "conditioning_data",
+                                         "text_embeds",
+                                         "image_embeds",
+                                         "vae_cache_disable",
+                                         "parquet",
+                                         "metadata_backend",
+                                         NULL};
+  if (d->is_aws)
+    return bad(c, "type",
+               "an S3 conditioning dataset is not implemented; give it \"type\": \"local\"");
+  if (!d->instance_data_dir || !d->instance_data_dir[0])
+    return bad(c, "instance_data_dir", "is required for a conditioning dataset (its images)");
+  if (d->conditioning_type == CT_COND_NONE)
+    return bad(c, "conditioning_type",
+               "is required on a conditioning dataset: reference_strict or reference_loose "
+               "(SimpleTuner's default, controlnet, is not implemented)");
+  for (int k = 0; NOT_HERE[k]; k++)
+    if (ct_json_get(o, NOT_HERE[k]))
+      return bad(c, NOT_HERE[k],
+                 "has no meaning on a conditioning dataset here: its images are paired with the "
+                 "image dataset that names it in conditioning_data, which decides what is read "
+                 "and sampled; set it there");
+  /* reference_strict: the reference takes its image's placement (SimpleTuner's
+   * prepare_like; its DatasetDuplicator copies the source's keys over these) */
+  static const char *const PLACEMENT[] = {"resolution",
+                                          "resolution_type",
+                                          "minimum_image_size",
+                                          "maximum_image_size",
+                                          "target_downsample_size",
+                                          "crop",
+                                          "crop_style",
+                                          "crop_aspect",
+                                          "crop_aspect_buckets",
+                                          NULL};
+  for (int k = 0; d->conditioning_type == CT_COND_REFERENCE_STRICT && PLACEMENT[k]; k++) {
+    const ct_json *v = ct_json_get(o, PLACEMENT[k]);
+    if (!v || v->type == CT_JSON_NULL) continue;
+    if (c->probs)
+      ct_config_problems_add(c->probs, 1, CT_OK, CT_ORIGIN_FILE, c->file, v->line, v->col,
+                             PLACEMENT[k], NULL,
+                             "%s: key '%s' has no effect with reference_strict: each reference "
+                             "takes its image's size and crop (as SimpleTuner's)",
+                             c->where, PLACEMENT[k]);
+    else
+      CT_WARN(
+          "%s: %s: key '%s' has no effect with reference_strict: each reference takes its "
+          "image's size and crop (as SimpleTuner's)",
+          c->file, c->where, PLACEMENT[k]);
+  }
   return CT_OK;
 }
 
 /* The rules between a dataset's keys. */
 static ct_status check_rules(ctx *c, const ct_json *o, ct_ds_config *d) {
   ct_status st;
+  if (d->source_dataset_id && d->kind != CT_DS_CONDITIONING)
+    return bad(c, "source_dataset_id",
+               "belongs on a dataset with \"dataset_type\": \"conditioning\"");
+  if (d->conditioning_data && d->kind != CT_DS_IMAGE)
+    return bad(c, "conditioning_data", "belongs on an image dataset (dataset_type \"image\")");
   if (!d->type) return bad(c, "type", "is required (\"local\" or \"aws\")");
   if (strcmp(d->type, "local") && strcmp(d->type, "aws"))
     return bad(c, "type", "\"%s\" is not supported; use \"local\" or \"aws\" (S3)", d->type);
@@ -699,6 +803,11 @@ static ct_status check_rules(ctx *c, const ct_json *o, ct_ds_config *d) {
         d->minimum_aspect_ratio > d->maximum_aspect_ratio)
       return bad(c, "minimum_aspect_ratio", "%g is above maximum_aspect_ratio %g",
                  d->minimum_aspect_ratio, d->maximum_aspect_ratio);
+  } else if (d->kind == CT_DS_CONDITIONING) {
+    if ((st = check_conditioning(c, o, d))) return st;
+    if (d->crop_aspect >= CT_ASPECT_CLOSEST && !d->n_crop_aspect_buckets)
+      return bad(c, "crop_aspect_buckets", "crop_aspect \"%s\" needs a list of crop_aspect_buckets",
+                 ASPECTS[d->crop_aspect]);
   } else {
     if (d->kind == CT_DS_TEXT_EMBEDS && !d->cache_dir && !d->is_aws)
       return bad(c, "cache_dir", "is required for a text_embeds dataset");
@@ -769,6 +878,27 @@ static ct_status check_refs(ctx *c, ct_backend *b, int i) {
     if (!t || t->disabled || t->kind != want[r])
       return bad(c, r ? "image_embeds" : "text_embeds", "no enabled %s dataset with id \"%s\"",
                  r ? "image_embeds" : "text_embeds", refs[r]);
+  }
+  if (d->conditioning_data) {
+    const ct_ds_config *t = ct_backend_find(b, d->conditioning_data);
+    if (!t || t->disabled || t->kind != CT_DS_CONDITIONING)
+      return bad(c, "conditioning_data",
+                 "no enabled dataset with id \"%s\" and \"dataset_type\": \"conditioning\"",
+                 d->conditioning_data);
+  }
+  if (d->kind == CT_DS_CONDITIONING) {
+    int named = 0;
+    for (int k = 0; k < b->n; k++)
+      named += !b->ds[k].disabled && b->ds[k].conditioning_data &&
+               !strcmp(b->ds[k].conditioning_data, d->id) &&
+               (!d->source_dataset_id || !strcmp(b->ds[k].id, d->source_dataset_id));
+    if (d->source_dataset_id && !named)
+      return bad(c, "source_dataset_id",
+                 "\"%s\" is not an enabled image dataset whose conditioning_data is \"%s\"",
+                 d->source_dataset_id, d->id);
+    if (!named)
+      CT_WARN("%s: %s: no image dataset names it in conditioning_data; its images are not used",
+              c->file, c->where);
   }
   if (d->image_embeds && d->kind == CT_DS_IMAGE) {
     const ct_ds_config *t = ct_backend_find(b, d->image_embeds);

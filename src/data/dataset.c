@@ -112,6 +112,9 @@ int ct_dataset_channels(const ct_dataset *ds) {
 size_t ct_dataset_max_latent(const ct_dataset *ds) {
   return ds->maxlat;
 }
+size_t ct_dataset_max_reference(const ct_dataset *ds) {
+  return ds->maxref;
+}
 
 size_t ct_dataset_count(const ct_dataset *ds) {
   size_t n = 0;
@@ -291,14 +294,16 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
   if (c->max_num_samples > 0 && d->nit > (size_t)c->max_num_samples &&
       (st = keep_subset(ds, d, &fs.max_num_samples, err)))
     return st;
+  if (d->cc && (st = ct_ds_pair_references(ds, d, &fs.unpaired, err))) return st;
   fs.kept = d->nit;
   if (d->nit == 0) {
     return ct_errf(err, CT_ERR_NOT_FOUND,
                    "dataset '%s': no usable images in %s (%zu processed: %zu unreadable, %zu "
                    "without a caption, "
-                   "%zu too small, %zu outside the aspect range, %zu not found)",
+                   "%zu too small, %zu outside the aspect range, %zu not found, %zu without a "
+                   "reference)",
                    c->id, d->dir, fs.total_processed, fs.unreadable, fs.no_caption, fs.too_small,
-                   fs.aspect_ratio, fs.not_found);
+                   fs.aspect_ratio, fs.not_found, fs.unpaired);
   }
   st = ct_ds_make_buckets(d, err);
   if (st) return st;
@@ -308,16 +313,50 @@ static ct_status load_dataset(ct_dataset *ds, dset *d, ct_err *err) {
       "unreadable, %zu "
       "without caption, %zu too small, %zu aspect, %zu outside dir, %zu duplicate, %zu not found, "
       "%zu beyond "
-      "max_num_samples",
+      "max_num_samples, %zu without a reference",
       c->id, d->nit, fs.total_processed, d->nb, ct_ds_now() - t0, ds->world, fs.unreadable,
       fs.no_caption, fs.too_small, fs.aspect_ratio, fs.outside_dir, fs.duplicate, fs.not_found,
-      fs.max_num_samples);
+      fs.max_num_samples, fs.unpaired);
   S->total_processed += fs.total_processed, S->kept += fs.kept, S->too_small += fs.too_small;
   S->aspect_ratio += fs.aspect_ratio, S->unreadable += fs.unreadable,
       S->no_caption += fs.no_caption;
   S->outside_dir += fs.outside_dir, S->duplicate += fs.duplicate, S->not_found += fs.not_found;
   S->metadata_missing += fs.metadata_missing, S->max_num_samples += fs.max_num_samples;
+  S->unpaired += fs.unpaired;
   return CT_OK;
+}
+
+/* conditioning_data: the conditioning dataset's storage, placement options
+ * and latent cache ({output_dir}/cache/vae/{its id} unless its cache_dir_vae);
+ * refused where the trainer takes no references, required where it does. */
+static ct_status setup_reference(ct_dataset *ds, const ct_ds_config *c, dset *d, ct_err *err) {
+  const ct_config *cfg = ds->cfg;
+  if (!c->conditioning_data && !ds->o.reference) return CT_OK;
+  if (!c->conditioning_data)
+    return ct_errf(err, CT_ERR_INVALID,
+                   "dataset '%s' has no conditioning_data: FLUX.1 Kontext training (model_flavour "
+                   "kontext) needs a reference for every image (a dataset with \"dataset_type\": "
+                   "\"conditioning\" and conditioning_type reference_strict or reference_loose, "
+                   "docs/kontext.md)",
+                   c->id);
+  if (!ds->o.reference)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "dataset '%s': conditioning_data \"%s\": %s takes no reference images (FLUX.1 "
+                   "Kontext, model_flavour kontext, does); the pairs would be ignored",
+                   c->id, c->conditioning_data,
+                   ds->o.reference_why ? ds->o.reference_why : "this model");
+  const ct_ds_config *cc = d->cc = ct_backend_find(ds->be, c->conditioning_data);
+  ct_status st = backend_storage(ds, cc, &d->csto, err);
+  if (st) return st;
+  if (!(d->cdir = strdup(cc->instance_data_dir)))
+    return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (cc->cache_dir_vae)
+    snprintf(d->cvae_dir, sizeof d->cvae_dir, "%s", cc->cache_dir_vae);
+  else
+    snprintf(d->cvae_dir, sizeof d->cvae_dir, "%s/cache/vae/%s", cfg->output_dir, cc->id);
+  if ((st = local_storage(ds, d->cvae_dir, &d->cvae_sto, err))) return st;
+  return ct_bucket_opts_from(cc, (double)cfg->resolution, (int)cfg->aspect_bucket_alignment,
+                             (int)cfg->aspect_bucket_rounding, (uint64_t)cfg->seed, &d->cbo, err);
 }
 
 /* Dataset d of configuration c: where its images, latent cache and text
@@ -384,7 +423,8 @@ static ct_status setup_dataset(ct_dataset *ds, const ct_ds_config *c, dset *d, c
   d->comp = ds->comp != CT_CACHE_RAW || !c->compress_cache ? ds->comp
             : !strcmp(cfg->disk_cache_compression, "zstd") ? CT_CACHE_ZSTD
                                                            : CT_CACHE_GZIP;
-  return d->dir ? CT_OK : ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  if (!d->dir) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  return setup_reference(ds, c, d, err);
 }
 
 /* The sampler (from the final buckets), the positions and the queue's slots. */
@@ -398,7 +438,9 @@ static ct_status alloc_sampler_queue(ct_dataset *ds, ct_err *err) {
     const dset *d = &ds->d[i];
     for (int b = 0; b < d->nb; b++) {
       size_t lat = (size_t)ds->C * (size_t)(d->b[b].h / ds->s) * (size_t)(d->b[b].w / ds->s);
+      size_t ref = (size_t)ds->C * (size_t)(d->b[b].rh / ds->s) * (size_t)(d->b[b].rw / ds->s);
       if (lat > ds->maxlat) ds->maxlat = lat;
+      if (ref > ds->maxref) ds->maxref = ref;
     }
     ds->stats.buckets += (size_t)d->nb;
     if (!(bks[i] = calloc((size_t)d->nb + 1, sizeof *bks[i]))) {
@@ -423,6 +465,8 @@ static ct_status alloc_sampler_queue(ct_dataset *ds, ct_err *err) {
   for (int k = 0; k < ds->qn && !st; k++) {
     slot *s = &ds->q[k];
     s->x0 = ct_alloc(CT_MEM_BUFFERS, ds->B * ds->maxlat * sizeof(float));
+    if (ds->maxref && !(s->ref = ct_alloc(CT_MEM_BUFFERS, ds->B * ds->maxref * sizeof(float))))
+      st = ct_errf(err, CT_ERR_NOMEM, "out of memory");
     s->caps = calloc(ds->B, sizeof *s->caps);
     s->ids = calloc(ds->B, sizeof *s->ids);
     if ((st = ct_sampler_pos_init(&ds->smp, &s->after, err))) break;
@@ -491,9 +535,11 @@ ct_status ct_dataset_open(const char *backend_json, const ct_data_opts *o, ct_da
   for (int i = 0; i < ds->nd && !st; i++) st = ct_ds_check_effective_batch(ds, &ds->d[i], err);
   for (int i = 0; i < ds->nd; i++) /* the largest latent, for the encoders' buffers */
     for (int b = 0; b < ds->d[i].nb; b++) {
-      size_t lat =
-          (size_t)ds->C * (size_t)(ds->d[i].b[b].h / ds->s) * (size_t)(ds->d[i].b[b].w / ds->s);
+      const bucket *bk = &ds->d[i].b[b];
+      size_t lat = (size_t)ds->C * (size_t)(bk->h / ds->s) * (size_t)(bk->w / ds->s);
+      size_t ref = (size_t)ds->C * (size_t)(bk->rh / ds->s) * (size_t)(bk->rw / ds->s);
       if (lat > ds->maxlat) ds->maxlat = lat;
+      if (ref > ds->maxref) ds->maxref = ref;
     }
   if (!st) st = ct_ds_build_latent_cache(ds, err);
   if (!st) st = ct_ds_build_text_cache(ds, err);
@@ -521,6 +567,7 @@ void ct_dataset_free(ct_dataset *ds) {
   }
   for (int k = 0; ds->q && k < ds->qn; k++) {
     ct_free(ds->q[k].x0);
+    ct_free(ds->q[k].ref);
     free(ds->q[k].caps);
     free(ds->q[k].ids);
     ct_sampler_pos_free(&ds->q[k].after);
@@ -538,12 +585,14 @@ void ct_dataset_free(ct_dataset *ds) {
     dset *d = &ds->d[i];
     for (size_t k = 0; k < d->nit; k++) {
       free(d->it[k].rel);
+      free(d->it[k].ref);
       for (int l = 0; l < d->it[k].nlines; l++) free(d->it[k].lines[l]);
       free(d->it[k].lines);
     }
     free(d->it);
     ct_ds_free_buckets(d);
     free(d->dir);
+    free(d->cdir);
   }
   free(ds->d);
   for (int i = 0; ds->bsto && ds->be && i < ds->be->n; i++) ct_storage_free(ds->bsto[i]);

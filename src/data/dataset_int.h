@@ -24,11 +24,17 @@ typedef struct item {
   ct_img_geom g;
   uint64_t hash;
   int bucket;
+  /* the reference (conditioning_data): its path in the conditioning dataset,
+   * its placement and the hash of its path; ref NULL without one */
+  char *ref;
+  ct_img_geom rg;
+  uint64_t rhash;
 } item;
 
 typedef struct bucket {
   char key[24];
   int w, h;
+  int rw, rh;  /* the references' pixel size (conditioning_data), else 0 */
   size_t *idx; /* items */
   size_t n;
 } bucket;
@@ -54,11 +60,32 @@ typedef struct dset {
   const char *text_id; /* the text_embeds dataset's id (its file list's name) */
   int text_preserve;   /* preserve_data_backend_cache of this dataset or its text_embeds dataset */
   ct_cache_comp comp;  /* compress_disk_cache, or the dataset's compress_cache */
+  /* conditioning_data: the conditioning dataset, where its images are, its
+   * placement options (reference_loose) and its latent cache */
+  const ct_ds_config *cc;
+  ct_storage *csto;
+  char *cdir;
+  ct_bucket_opts cbo;
+  char cvae_dir[4096];
+  ct_storage *cvae_sto;
+  char cvae_key[4096];
 } dset;
+
+/* The target (ref 0) or reference (ref 1) side of an item and its dataset. */
+static inline const char *ct_it_rel(const item *it, int ref) {
+  return ref ? it->ref : it->rel;
+}
+static inline const ct_img_geom *ct_it_geom(const item *it, int ref) {
+  return ref ? &it->rg : &it->g;
+}
+static inline uint64_t ct_it_hash(const item *it, int ref) {
+  return ref ? it->rhash : it->hash;
+}
 
 typedef struct slot {
   ct_batch b;
   float *x0;
+  float *ref; /* (B, C, rh, rw) references, or NULL */
   const char **caps;
   uint64_t *ids;
   float *txt, *pooled;    /* text cache: (B, T, d), (B, dp) */
@@ -86,6 +113,7 @@ struct ct_dataset {
   int nd; /* datasets */
   int C, s, rank, world;
   size_t B, accum, E, maxlat;
+  size_t maxref; /* floats of the largest reference latent (0: none) */
   ct_cache_comp comp;
   ct_data_stats stats;
   ct_sampler_pos pos; /* after the last batch the trainer took */
@@ -128,18 +156,32 @@ void ct_ds_write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs);
 
 typedef enum { LAT_CACHED, LAT_ENCODED, LAT_BAD, LAT_WRITE_FAILED } lat_result;
 
+/* ref: 0 the item's own latent, 1 its reference's (the conditioning
+ * dataset's image, encoded to the VAE's latent mean, in that dataset's cache). */
 /* An item's cache entry: its key in vae_sto and (shown) its name in file
  * lists and messages. */
-void ct_ds_latent_path(const dset *d, const item *it, char *key, size_t kn, char *shown, size_t sn);
+void ct_ds_latent_path(const dset *d, const item *it, int ref, char *key, size_t kn, char *shown,
+                       size_t sn);
 /* What a cache entry must have been made from. */
-void ct_ds_latent_meta(const ct_dataset *ds, const item *it, char bufs[4][96], const char *meta[8]);
+void ct_ds_latent_meta(const ct_dataset *ds, const item *it, int ref, char bufs[4][96],
+                       const char *meta[8]);
 /* The tensor of an item's entry. */
-ct_cache_tensor ct_ds_latent_tensor(const ct_dataset *ds, const item *it, float *lat);
+ct_cache_tensor ct_ds_latent_tensor(const ct_dataset *ds, const item *it, int ref, float *lat);
 /* An item's latent: from the cache, or encoded (and written to the cache). */
-lat_result ct_ds_latent_of(const ct_dataset *ds, const dset *d, const item *it, float *lat,
+lat_result ct_ds_latent_of(const ct_dataset *ds, const dset *d, const item *it, int ref, float *lat,
                            ct_err *err);
 /* Every rank encodes its share of every dataset's images into the cache. */
 ct_status ct_ds_build_latent_cache(ct_dataset *ds, ct_err *err);
+
+/* ---- reference.c ---- */
+
+/* conditioning_data: where the conditioning dataset's images and latent cache
+ * are (d->cc set by the caller). */
+ct_status ct_ds_setup_reference(ct_dataset *ds, dset *d, ct_err *err);
+/* Pair every item of d with the conditioning image of the same relative path
+ * (reference_strict: placed as the item; reference_loose: its own placement);
+ * items without one are dropped and counted in *unpaired. */
+ct_status ct_ds_pair_references(ct_dataset *ds, dset *d, size_t *unpaired, ct_err *err);
 
 /* ---- text_cache.c ---- */
 

@@ -25,13 +25,21 @@ void ct_ds_free_buckets(dset *d) {
   d->nb = 0;
 }
 
-/* Group items by aspect key; a bucket's size is its first item's target. */
+/* Group items by aspect key; a bucket's size is its first item's target.
+ * With reference_loose references the key also holds the reference's
+ * ("1.0|0.75"): a batch's references share one size. */
 ct_status ct_ds_make_buckets(dset *d, ct_err *err) {
   ct_ds_free_buckets(d);
+  const int loose = d->cc && d->cc->conditioning_type == CT_COND_REFERENCE_LOOSE;
   for (size_t i = 0; i < d->nit; i++) {
     item *it = &d->it[i];
     char key[24];
     ct_bucket_key(it->g.aspect, d->bo.rounding, key, sizeof key);
+    if (loose) {
+      const size_t kl = strlen(key);
+      key[kl] = '|';
+      ct_bucket_key(it->rg.aspect, d->cbo.rounding, key + kl + 1, sizeof key - kl - 1);
+    }
     int b;
     for (b = 0; b < d->nb; b++)
       if (!strcmp(d->b[b].key, key)) break;
@@ -42,11 +50,18 @@ ct_status ct_ds_make_buckets(dset *d, ct_err *err) {
       memset(&d->b[b], 0, sizeof d->b[b]);
       snprintf(d->b[b].key, sizeof d->b[b].key, "%s", key);
       d->b[b].w = it->g.target_w, d->b[b].h = it->g.target_h;
+      if (d->cc) d->b[b].rw = it->rg.target_w, d->b[b].rh = it->rg.target_h;
       d->nb++;
     }
     bucket *bk = &d->b[b];
     if (it->g.target_w != bk->w || it->g.target_h != bk->h)
       ct_bucket_refit(&d->bo, bk->w, bk->h, it->hash, &it->g);
+    if (d->cc && !loose) { /* reference_strict: placed as its target (its own original size) */
+      const int ow = it->rg.orig_w, oh = it->rg.orig_h;
+      it->rg = it->g;
+      it->rg.orig_w = ow, it->rg.orig_h = oh;
+    } else if (loose && (it->rg.target_w != bk->rw || it->rg.target_h != bk->rh))
+      ct_bucket_refit(&d->cbo, bk->rw, bk->rh, it->rhash, &it->rg);
     size_t *ni = realloc(bk->idx, (bk->n + 1) * sizeof *ni);
     if (!ni) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
     bk->idx = ni;
@@ -67,6 +82,7 @@ size_t ct_ds_drop_items(dset *d, const unsigned char *drop) {
       continue;
     }
     free(d->it[i].rel);
+    free(d->it[i].ref);
     for (int l = 0; l < d->it[i].nlines; l++) free(d->it[i].lines[l]);
     free(d->it[i].lines);
   }
@@ -194,13 +210,24 @@ void ct_ds_write_index(ct_dataset *ds, dset *d, const ct_data_stats *fs) {
         d->bo.rounding, d->bo.crop ? "true" : "false", (int)d->bo.crop_style,
         (int)d->bo.crop_aspect);
     fprintf(f, " \"aspect_ratio_bucket_indices\": {");
-    for (int b = 0; b < d->nb; b++) {
-      fprintf(f, "%s\n  \"%s\": [", b ? "," : "", d->b[b].key);
-      for (size_t k = 0; k < d->b[b].n; k++) {
-        char full[8400];
-        snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[b].idx[k]].rel);
-        if (k) fputs(", ", f);
-        ct_json_fput_str(f, full);
+    /* the images' own aspect keys: reference_loose buckets ("1.0|0.75") of
+     * one target key are listed together under it, as SimpleTuner keys them */
+    for (int b = 0, first = 1; b < d->nb; b++) {
+      const size_t kl = strcspn(d->b[b].key, "|");
+      int seen = 0;
+      for (int e = 0; e < b && !seen; e++)
+        seen = strcspn(d->b[e].key, "|") == kl && !strncmp(d->b[e].key, d->b[b].key, kl);
+      if (seen) continue;
+      fprintf(f, "%s\n  \"%.*s\": [", first ? "" : ",", (int)kl, d->b[b].key);
+      first = 0;
+      for (int e = b, k = 0; e < d->nb; e++) {
+        if (strcspn(d->b[e].key, "|") != kl || strncmp(d->b[e].key, d->b[b].key, kl)) continue;
+        for (size_t i = 0; i < d->b[e].n; i++, k++) {
+          char full[8400];
+          snprintf(full, sizeof full, "%s/%s", d->dir, d->it[d->b[e].idx[i]].rel);
+          if (k) fputs(", ", f);
+          ct_json_fput_str(f, full);
+        }
       }
       fputc(']', f);
     }

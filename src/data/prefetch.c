@@ -29,7 +29,7 @@ static void batch_prefetch(const ct_dataset *ds, const dset *d, const item **its
   if (!rq || !keys) goto out; /* everything falls back to one read at a time */
   if (!d->c->vae_cache_disable) {
     for (size_t i = 0; i < B; i++) {
-      ct_ds_latent_path(d, its[i], keys[i], sizeof keys[i], NULL, 0);
+      ct_ds_latent_path(d, its[i], 0, keys[i], sizeof keys[i], NULL, 0);
       rq[i] = (ct_storage_req){.key = keys[i]};
     }
     ct_err e = {0};
@@ -38,8 +38,8 @@ static void batch_prefetch(const ct_dataset *ds, const dset *d, const item **its
       if (rq[i].st == CT_OK) {
         char bufs[4][96];
         const char *meta[8];
-        ct_ds_latent_meta(ds, its[i], bufs, meta);
-        ct_cache_tensor t = ct_ds_latent_tensor(ds, its[i], s->x0 + i * lat);
+        ct_ds_latent_meta(ds, its[i], 0, bufs, meta);
+        ct_cache_tensor t = ct_ds_latent_tensor(ds, its[i], 0, s->x0 + i * lat);
         float *outs[1] = {s->x0 + i * lat};
         lat_ok[i] = ct_cache_decode(rq[i].data, rq[i].n, &t, outs, 1, meta, 4, &e) == CT_OK;
       }
@@ -90,6 +90,9 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   s->b.geom = s->geom, s->b.dropped = s->dropped;
   s->b.epoch_end = m == 0 && ds->cur.new_epoch;
   s->b.regularisation = d->c->is_regularisation_data;
+  const size_t rlat = (size_t)ds->C * (size_t)(bk->rh / ds->s) * (size_t)(bk->rw / ds->s);
+  s->b.ref = d->cc ? s->ref : NULL;
+  s->b.rh = d->cc ? bk->rh / ds->s : 0, s->b.rw = d->cc ? bk->rw / ds->s : 0;
   const item **its = malloc(B * sizeof *its);
   size_t *img = malloc(B * sizeof *img);
   if (!its || !img) {
@@ -119,7 +122,13 @@ static ct_status produce(ct_dataset *ds, slot *s, ct_err *err) {
   for (size_t i = 0; i < B && !st; i++) {
     const item *it = its[i];
     ct_err e = {0};
-    lat_result lr = lat_ok[i] ? LAT_CACHED : ct_ds_latent_of(ds, d, it, s->x0 + i * lat, &e);
+    lat_result lr = lat_ok[i] ? LAT_CACHED : ct_ds_latent_of(ds, d, it, 0, s->x0 + i * lat, &e);
+    if (d->cc && lr != LAT_BAD) { /* the reference: its own cache entry */
+      if (lr == LAT_WRITE_FAILED)
+        CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
+      memset(&e, 0, sizeof e);
+      lr = ct_ds_latent_of(ds, d, it, 1, s->ref + i * rlat, &e);
+    }
     if (lr == LAT_WRITE_FAILED) /* the latent is fine; only the cache is not */
       CT_WARN("dataset '%s': %s (training continues without this cache entry)", d->c->id, e.msg);
     if (lr == LAT_BAD)

@@ -459,7 +459,7 @@ static ct_status prepare(trainer *tr, ct_ckpt_io *io, ct_train_state *s, ct_trai
   ct_dataset_stats(tr->ds, &ds);
   sum->images = ds.kept;
   sum->images_skipped = ds.unreadable + ds.no_caption + ds.not_found + ds.duplicate +
-                        ds.outside_dir + ds.metadata_missing;
+                        ds.outside_dir + ds.metadata_missing + ds.unpaired;
   const int B = (int)cfg->train_batch_size, accum = (int)cfg->gradient_accumulation_steps;
   if (tr->rank == 0)
     CT_INFO(

@@ -240,9 +240,15 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
    * set_multiplier(0.0), then prepared_batch["target"]; models/common.py
    * get_prediction_target). It waits in tr->dv, which the loss overwrites. */
   const int parent = tr->lora && bt->regularisation;
+  /* Kontext: the references' tokens beside the targets' (the loss and dL/dv
+   * cover the target tokens only, ct_mmdit_forward_ref) */
+  if (tr->kontext && !bt->ref)
+    return ct_errf(err, CT_ERR_INTERNAL, "model_flavour kontext: a batch without references");
+  const float *ref =
+      bt->ref ? upload(tr, tr->d_ref, bt->ref, (size_t)B * bt->C * bt->rh * bt->rw) : NULL;
   if (parent) {
     ct_lora_set_bypass(tr->lora, 1);
-    st = ct_mmdit_forward(tr->m, &in, v, err);
+    st = ct_mmdit_forward_ref(tr->m, &in, ref, bt->rh, bt->rw, v, err);
     ct_lora_set_bypass(tr->lora, 0);
     if (st) return st;
     if (v != tr->v)
@@ -250,7 +256,7 @@ static ct_status micro_batch_loss(trainer *tr, ct_train_state *s, int accum, lon
     else
       memcpy(tr->dv, tr->v, tot * sizeof(float));
   }
-  st = ct_mmdit_forward(tr->m, &in, v, err);
+  st = ct_mmdit_forward_ref(tr->m, &in, ref, bt->rh, bt->rw, v, err);
   if (st) return st;
   if (v != tr->v) be->copy_out(tr->v, v, tot * sizeof(float));
   const float scale = 2.0f / ((float)tot * (float)accum * (float)tr->world);
@@ -414,8 +420,34 @@ static void warn_ddpm_keys(const ct_config *cfg) {
         list);
 }
 
+/* model_flavour kontext (docs/kontext.md): training on image pairs, a FLUX.1
+ * pipeline's transformer with each batch's reference tokens. What is not
+ * done with it yet is refused by name. */
+static ct_status kontext_check(trainer *tr, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  tr->kontext = cfg->model_flavour && !strcmp(cfg->model_flavour, "kontext");
+  if (!tr->kontext) return CT_OK;
+  if (!ct_flux_pipe_wanted(cfg))
+    return ct_errf(err, CT_ERR_INVALID,
+                   "model_flavour kontext needs a FLUX.1 pipeline (pretrained_model_name_or_path): "
+                   "the presets are not FLUX.1 Kontext");
+  if (cfg->zero_stage >= 2)
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_flavour kontext with zero_stage %ld is not implemented yet (reference "
+                   "tokens under ZeRO-2/3); use zero_stage 0 or 1",
+                   cfg->zero_stage);
+  if (!strcmp(cfg->model_type, "lora") && cfg->lora_type && strcmp(cfg->lora_type, "standard"))
+    return ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "model_flavour kontext with lora_type %s is not implemented yet; use "
+                   "lora_type standard or model_type full",
+                   cfg->lora_type);
+  return CT_OK;
+}
+
 static ct_status configure(trainer *tr, ct_err *err) {
   if (tr->rank == 0) warn_ddpm_keys(tr->cfg);
+  ct_status kst = kontext_check(tr, err);
+  if (kst) return kst;
   if (!ct_flux_pipe_wanted(tr->cfg)) {
     if (tr->rank == 0) warn_flux_keys(tr->cfg);
     return ct_geometry_from_config(tr->cfg, &tr->g, err);
@@ -473,6 +505,9 @@ static ct_status open_task(trainer *tr, ct_err *err) {
   if (lead && tr->codec.ctx)
     CT_INFO("codec vae: %s, %d latent channels, factor %d (%s)", vae, tr->codec.channels,
             tr->codec.factor, tr->codec.tag);
+  char why[160];
+  snprintf(why, sizeof why, "model_family %s (model_flavour %s)", cfg->model_family,
+           cfg->model_flavour ? cfg->model_flavour : "none");
   ct_data_opts dopt = {
       .cfg = cfg,
       .comm = comm,
@@ -480,7 +515,9 @@ static ct_status open_task(trainer *tr, ct_err *err) {
       .codec = &tr->codec,
       .size_multiple = tr->g.codec_scale * 2,
       .text = &tr->text_fn,
-      .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0};
+      .prefetch = cfg->dataloader_prefetch ? (int)cfg->dataloader_prefetch_qlen : 0,
+      .reference = tr->kontext,
+      .reference_why = why};
   st = ct_dataset_open(cfg->data_backend_config, &dopt, &tr->ds, err);
   if (!st && tr->fp) st = flux_release(tr, err);
   return st;
@@ -848,8 +885,10 @@ static ct_status alloc(trainer *tr, ct_err *err) {
   struct {
     float **p;
     size_t n;
-  } dev[] = {{&tr->d_xt, B * lat},    {&tr->d_v, B * lat}, {&tr->d_dv, B * lat}, {&tr->d_t, B},
-             {&tr->d_txt, B * T * d}, {&tr->d_y, B * dp},  {&tr->d_guid, B}};
+  } dev[] = {{&tr->d_xt, B * lat},    {&tr->d_v, B * lat},
+             {&tr->d_dv, B * lat},    {&tr->d_t, B},
+             {&tr->d_txt, B * T * d}, {&tr->d_y, B * dp},
+             {&tr->d_guid, B},        {&tr->d_ref, B * ct_dataset_max_reference(tr->ds)}};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) {
     *dev[i].p = be->alloc(CT_MEM_BUFFERS, (dev[i].n ? dev[i].n : 1) * sizeof(float));
     if (!*dev[i].p)
@@ -879,6 +918,11 @@ static void metrics(const trainer *tr, const double *parts, char *buf, size_t n)
 static ct_status validate(trainer *tr, long step, int *nimg, char *where, size_t wn, char *ev,
                           size_t evn, ct_err *err) {
   ct_status st = ct_validate(tr, step, nimg, err);
+  if (tr->kontext && *nimg > 0 && !tr->kontext_warned++)
+    CT_WARN(
+        "model_flavour kontext: validation images are sampled without a reference image "
+        "(validation with a reference is not implemented yet); `ctuner sample --image REF "
+        "--checkpoint ...` samples with one");
   snprintf(where, wn, "%s/validation_images", tr->cfg->output_dir);
   snprintf(ev, evn, "validation: %d images in %s/validation_images", *nimg, tr->cfg->output_dir);
   return st;
@@ -893,7 +937,8 @@ static void task_free(trainer *tr) {
   ct_validation_free(tr);
   float **bufs[] = {&tr->eps, &tr->xt, &tr->v, &tr->dv, &tr->t, &tr->txt, &tr->y, &tr->guid};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ct_free(*bufs[i]), *bufs[i] = NULL;
-  float **dev[] = {&tr->d_xt, &tr->d_v, &tr->d_dv, &tr->d_t, &tr->d_txt, &tr->d_y, &tr->d_guid};
+  float **dev[] = {&tr->d_xt,  &tr->d_v, &tr->d_dv,   &tr->d_t,
+                   &tr->d_txt, &tr->d_y, &tr->d_guid, &tr->d_ref};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     ct_trainer_be(tr)->free(*dev[i]), *dev[i] = NULL;
 }

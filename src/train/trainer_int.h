@@ -78,6 +78,10 @@ typedef struct trainer {
   /* their twins in the compute backend's memory when it is not host memory
    * (else NULL: the model reads the host buffers) */
   float *d_xt, *d_v, *d_dv, *d_t, *d_txt, *d_y, *d_guid;
+  /* model_flavour kontext (docs/kontext.md): the batches' reference latents
+   * go into ct_mmdit_forward_ref; d_ref is their twin on the compute backend */
+  int kontext, kontext_warned;
+  float *d_ref;
   /* compute_backend (reside.c): where the model, gradients, optimizer state,
    * EMA and master weights live once ct_trainer_reside moved them; the model
    * computes on its compute sibling (bf16) of the same memory */
