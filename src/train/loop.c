@@ -76,6 +76,42 @@ ct_status ct_trainer_shard(trainer *tr, ct_err *err) {
   return CT_OK;
 }
 
+ct_status ct_trainer_optim_table(trainer *tr, ct_optim **out, ct_err *err) {
+  const ct_config *cfg = tr->cfg;
+  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
+  if (!oi) return err ? err->status : CT_ERR_INVALID;
+  ct_optim_hp hp;
+  ct_train_optim_hp(cfg, oi->kind, &hp);
+  const size_t np = tr->model->ntab;
+  const ct_model_param *tab = tr->model->tab;
+  ct_optim_tensor *ot = calloc(np + 1, sizeof *ot);
+  if (!ot) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
+  size_t k = 0;
+  ct_status st = CT_OK;
+  for (size_t i = 0; i < np && !st; i++) {
+    const ct_model_param *p = &tab[i];
+    int cols = 0;
+    if (p->ndim >= 2) {
+      cols = 1;
+      for (int d = 1; d < p->ndim; d++) cols *= (int)p->shape[d];
+    }
+    const size_t a = p->offset > tr->lo ? p->offset : tr->lo;
+    const size_t b = p->offset + p->numel < tr->hi ? p->offset + p->numel : tr->hi;
+    if (a >= b) continue;
+    ct_optim_tensor x = {p->name, a - tr->lo, b - a, p->ndim >= 2 ? (int)p->shape[0] : 0,
+                         cols,    1,          1};
+    if ((a != p->offset || b != p->offset + p->numel) && !ct_optim_can_cut(oi->kind, &x))
+      st = ct_errf(err, CT_ERR_UNSUPPORTED,
+                   "optimizer '%s' updates whole tensors, and the ZeRO shard boundary cuts '%s'; "
+                   "use zero_stage 0 with this optimizer",
+                   cfg->optimizer, p->name);
+    ot[k++] = x;
+  }
+  if (!st) st = ct_optim_new(oi->kind, &hp, ot, k, tr->hi - tr->lo, out, err);
+  free(ot);
+  return st;
+}
+
 /* The model (the task makes it and this rank's range [lo, hi) of it), the
  * optimizer over the range, the schedule and the EMA. */
 static ct_status setup_model(trainer *tr, ct_train_summary *sum, ct_err *err) {

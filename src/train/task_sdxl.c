@@ -337,44 +337,6 @@ static ct_status new_model(trainer *tr, ct_err *err) {
   return st ? st : validation_init(tr, err);
 }
 
-/* Every tensor of 2 or more dimensions is a matrix (out, in x kh x kw) for
- * the tensor-wise optimizers; a ZeRO-1 range cuts the table. */
-static ct_status build_optim(trainer *tr, ct_optim **out, ct_err *err) {
-  const ct_config *cfg = tr->cfg;
-  const ct_optim_info *oi = ct_optim_lookup(cfg->optimizer, err);
-  if (!oi) return err ? err->status : CT_ERR_INVALID;
-  ct_optim_hp hp;
-  ct_train_optim_hp(cfg, oi->kind, &hp);
-  const size_t np = tr->model->ntab;
-  const ct_model_param *tab = tr->model->tab;
-  ct_optim_tensor *ot = calloc(np + 1, sizeof *ot);
-  if (!ot) return ct_errf(err, CT_ERR_NOMEM, "out of memory");
-  size_t k = 0;
-  ct_status st = CT_OK;
-  for (size_t i = 0; i < np && !st; i++) {
-    const ct_model_param *p = &tab[i];
-    int cols = 0;
-    if (p->ndim >= 2) {
-      cols = 1;
-      for (int d = 1; d < p->ndim; d++) cols *= (int)p->shape[d];
-    }
-    const size_t a = p->offset > tr->lo ? p->offset : tr->lo;
-    const size_t b = p->offset + p->numel < tr->hi ? p->offset + p->numel : tr->hi;
-    if (a >= b) continue;
-    ct_optim_tensor x = {p->name, a - tr->lo, b - a, p->ndim >= 2 ? (int)p->shape[0] : 0,
-                         cols,    1,          1};
-    if ((a != p->offset || b != p->offset + p->numel) && !ct_optim_can_cut(oi->kind, &x))
-      st = ct_errf(err, CT_ERR_UNSUPPORTED,
-                   "optimizer '%s' updates whole tensors, and the ZeRO shard boundary cuts '%s'; "
-                   "use zero_stage 0 with this optimizer",
-                   cfg->optimizer, p->name);
-    ot[k++] = x;
-  }
-  if (!st) st = ct_optim_new(oi->kind, &hp, ot, k, tr->hi - tr->lo, out, err);
-  free(ot);
-  return st;
-}
-
 static ct_status alloc(trainer *tr, ct_err *err) {
   sdxl_task *t = S(tr);
   const size_t B = (size_t)tr->cfg->train_batch_size, lat = ct_dataset_max_latent(tr->ds);
@@ -699,7 +661,7 @@ const ct_task_ops ct_task_sdxl = {.name = "sdxl",
                                   .configure = configure,
                                   .open = open_task,
                                   .new_model = new_model,
-                                  .build_optim = build_optim,
+                                  .build_optim = ct_trainer_optim_table,
                                   .alloc = alloc,
                                   .nparts = 1,
                                   .micro_batch = micro_batch,

@@ -207,6 +207,11 @@ ct_status ct_train_family_denoiser(const char *family, ct_denoiser_open_fn *open
 /* The range [lo, hi) of the model this rank steps and, when the trainer
  * holds the weights (stage 3, bf16), their float32 copy initialised. */
 ct_status ct_trainer_shard(trainer *tr, ct_err *err);
+/* The optimizer over tr->model's tensor table, cut to [lo, hi): every tensor
+ * of 2 or more dimensions a matrix (out, in x kh x kw) for the tensor-wise
+ * optimizers, which are refused by name when a ZeRO boundary cuts a tensor
+ * (the U-net's and the VAE's tasks). */
+ct_status ct_trainer_optim_table(trainer *tr, ct_optim **out, ct_err *err);
 
 /* ---- validation.c ---- */
 ct_status ct_validation_init(trainer *tr, ct_err *err);
